@@ -1,0 +1,78 @@
+//! The per-job directory on the node: the spec, the shim's pid, its log and the outcome.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::error::RuntimeError;
+use crate::spec::{ContainerSpec, Outcome};
+
+/// Layout of one job's directory. Only root can read it (it is under the agent's state dir).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobDir {
+    root: PathBuf,
+}
+
+impl JobDir {
+    /// The directory at `root` (not created).
+    pub fn new(root: PathBuf) -> Self {
+        JobDir { root }
+    }
+    /// The directory itself.
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+    /// The container spec the shim runs.
+    pub fn spec(&self) -> PathBuf {
+        self.root.join("spec.json")
+    }
+    /// The shim's pid.
+    pub fn pid(&self) -> PathBuf {
+        self.root.join("shim.pid")
+    }
+    /// The shim's own log.
+    pub fn log(&self) -> PathBuf {
+        self.root.join("shim.log")
+    }
+    /// The outcome, written once at the end.
+    pub fn outcome(&self) -> PathBuf {
+        self.root.join("outcome.json")
+    }
+    /// The OCI bundle (config.json).
+    pub fn bundle(&self) -> PathBuf {
+        self.root.join("bundle")
+    }
+    /// libcontainer's state root.
+    pub fn state(&self) -> PathBuf {
+        self.root.join("state")
+    }
+
+    /// Reads the spec.
+    pub fn read_spec(&self) -> Result<ContainerSpec, RuntimeError> {
+        read_json(&self.spec())
+    }
+
+    /// Reads the outcome, `None` when the job has not ended.
+    pub fn read_outcome(&self) -> Option<Outcome> {
+        read_json(&self.outcome()).ok()
+    }
+
+    /// Writes `value` as JSON to `path` so that readers see all of it or none (temp file,
+    /// fsync, rename).
+    pub fn write_atomic<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), RuntimeError> {
+        let tmp = path.with_extension("tmp");
+        let body = serde_json::to_vec_pretty(value)
+            .map_err(|e| RuntimeError::new(crate::ErrorKind::InvalidInput, e.to_string()))?;
+        let mut f = std::fs::File::create(&tmp).map_err(|e| RuntimeError::io(tmp.display(), e))?;
+        f.write_all(&body)
+            .and_then(|_| f.sync_all())
+            .map_err(|e| RuntimeError::io(tmp.display(), e))?;
+        std::fs::rename(&tmp, path).map_err(|e| RuntimeError::io(path.display(), e))
+    }
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, RuntimeError> {
+    let body = std::fs::read(path).map_err(|e| RuntimeError::io(path.display(), e))?;
+    serde_json::from_slice(&body).map_err(|e| {
+        RuntimeError::new(crate::ErrorKind::InvalidInput, format!("{}: {e}", path.display()))
+    })
+}

@@ -1,0 +1,44 @@
+//! The job sandbox: Wharf's own [`ContainerSpec`] in, a rootless OCI container out.
+//!
+//! A job's container is run by a small supervisor process, the *shim* (`wharf shim DIR`, like
+//! containerd's shims or slurmstepd): one per job, single-threaded, started detached by the
+//! agent. It creates the user namespace, builds and starts the container with youki's
+//! libcontainer, enforces the time limit, forwards cancellation (SIGTERM, grace, SIGKILL of the
+//! whole cgroup), detects OOM kills, removes every trace of the container and writes the
+//! [`Outcome`] to the job directory. Because the shim does not depend on the agent staying up,
+//! an agent restart loses no job.
+//!
+//! ```no_run
+//! use wharf_runtime::{ContainerSpec, JobDir, Launcher, JobStatus};
+//! # fn spec() -> ContainerSpec { unimplemented!() }
+//! let launcher = Launcher::new("/usr/bin/wharf".into());
+//! let dir = JobDir::new("/var/lib/wharf/agent/jobs/42".into());
+//! launcher.launch(&dir, &spec()).unwrap();
+//! while matches!(launcher.status(&dir), JobStatus::Running { .. }) {
+//!     std::thread::sleep(std::time::Duration::from_millis(100));
+//! }
+//! ```
+
+mod cgroup;
+mod error;
+mod jobdir;
+mod launcher;
+mod oci;
+pub mod shim;
+mod spec;
+mod userns;
+
+pub use cgroup::cgroup_dirs;
+pub use error::{ErrorKind, RuntimeError};
+pub use jobdir::JobDir;
+pub use launcher::{JobStatus, Launcher};
+pub use oci::build_oci_spec;
+pub use spec::{ContainerSpec, Outcome};
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

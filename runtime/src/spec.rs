@@ -1,0 +1,80 @@
+//! The neutral container description and its result.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Everything needed to run one job's container. Backend-neutral: no OCI or Docker types.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerSpec {
+    /// Container id, unique on the node (e.g. `wharf-42`).
+    pub id: String,
+    /// Root filesystem directory (an image in the store, or `/` for the host).
+    pub rootfs: PathBuf,
+    /// First process and its arguments.
+    pub argv: Vec<String>,
+    /// Environment, `NAME=value`.
+    pub env: Vec<String>,
+    /// Working directory inside the container.
+    pub cwd: String,
+    /// User the job runs as (mapped to itself in the user namespace).
+    pub uid: u32,
+    /// Primary group.
+    pub gid: u32,
+    /// Supplementary groups (also mapped to themselves).
+    pub groups: Vec<u32>,
+    /// Host id that container root maps to; owns nothing on the host.
+    pub root_host_id: u32,
+    /// Hostname inside the container.
+    pub hostname: String,
+    /// Memory limit, bytes.
+    pub memory: Option<u64>,
+    /// CPU bandwidth limit in CPUs (quota = cpus × period).
+    pub cpus: Option<u32>,
+    /// Host CPU ids the job is pinned to.
+    pub cpuset: Vec<u32>,
+    /// Maximum number of tasks.
+    pub pids: Option<i64>,
+    /// Size of the private `/tmp`, bytes.
+    pub tmp_size: u64,
+    /// Size of `/dev/shm`, bytes.
+    pub shm_size: u64,
+    /// File that receives standard output (created as the user).
+    pub stdout: PathBuf,
+    /// File that receives standard error; equal to `stdout` for one combined file.
+    pub stderr: PathBuf,
+    /// Time limit, seconds.
+    pub time_limit: Option<u64>,
+    /// Seconds between SIGTERM and SIGKILL.
+    pub grace_secs: u64,
+    /// Parent of the job's cgroup (e.g. `wharf`).
+    pub cgroup_parent: String,
+}
+
+impl ContainerSpec {
+    /// The cgroup path of this container, relative to each hierarchy's root.
+    pub fn cgroup_path(&self) -> String {
+        format!("/{}/{}", self.cgroup_parent.trim_matches('/'), self.id)
+    }
+}
+
+/// How a container ended, as written by the shim.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// Exit status when it exited.
+    pub exit_code: Option<i32>,
+    /// Signal that ended it.
+    pub signal: Option<i32>,
+    /// The OOM killer fired in its cgroup.
+    pub oom: bool,
+    /// Killed at the time limit.
+    pub timed_out: bool,
+    /// Killed because it was cancelled.
+    pub cancelled: bool,
+    /// When the user's process started, ms since the epoch (`None` if it never did).
+    pub started_ms: Option<u64>,
+    /// When everything was gone, ms since the epoch.
+    pub ended_ms: u64,
+    /// Why it could not start, or what went wrong while cleaning up.
+    pub error: Option<String>,
+}

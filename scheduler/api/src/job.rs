@@ -1,0 +1,556 @@
+//! Jobs: what a user asks for ([`JobRequest`]), what the controller accepts ([`JobSpec`]), and
+//! the record of a job's life ([`JobRecord`]).
+//!
+//! ```text
+//!   Pending ──schedule──▶ Starting ──agent confirms──▶ Running ──exit──▶ Completed | Failed
+//!      │                     │                            │           ▲  OutOfMemory | Timeout
+//!      │ cancel              │ node lost / launch failed  │ cancel    │  Cancelled
+//!      ▼                     ▼                            ▼           │
+//!   Cancelled             NodeFail | Failed            (kill sent) ───┘   node lost ─▶ NodeFail
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::resources::{format_duration, format_memory, parse_duration, parse_memory, Resources};
+
+/// A job's number, unique for the life of the controller's store.
+pub type JobId = u64;
+
+/// Largest script accepted: the kernel's limit for one argument (MAX_ARG_STRLEN).
+pub const MAX_SCRIPT_BYTES: usize = 128 * 1024;
+/// Largest number of command words.
+pub const MAX_ARGS: usize = 4096;
+/// Largest number of environment variables a job may set.
+pub const MAX_ENV: usize = 1024;
+/// Longest job name.
+pub const MAX_NAME: usize = 128;
+
+/// The options a user gives for a job, from a TOML job file, `#WHARF` lines or CLI flags. All
+/// optional: the controller fills defaults and validates ([`JobRequest::resolve`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRequest {
+    /// Job name (default: the command or script name).
+    pub name: Option<String>,
+    /// Image: a name in the node's image store, or `host` for the node's own filesystem.
+    pub image: Option<String>,
+    /// Command and arguments, run directly.
+    pub command: Option<Vec<String>>,
+    /// A shell script, run with `/bin/sh -c`.
+    pub script: Option<String>,
+    /// CPUs per node.
+    pub cpus: Option<u32>,
+    /// Memory per node in bytes (job files may write `"4G"`).
+    #[serde(default, deserialize_with = "de_memory")]
+    pub memory: Option<u64>,
+    /// GPUs per node.
+    pub gpus: Option<u32>,
+    /// Time limit in seconds (job files may write `"30m"` or `"1:00:00"`).
+    #[serde(default, deserialize_with = "de_time")]
+    pub time: Option<u64>,
+    /// Number of nodes.
+    pub nodes: Option<u32>,
+    /// Working directory inside the job (default: the directory `wharf submit` ran in).
+    pub workdir: Option<String>,
+    /// Standard output file; `%j` is the job id, `%x` the job name (default `wharf-%j.out`).
+    pub output: Option<String>,
+    /// Standard error file (default: the output file).
+    pub error: Option<String>,
+    /// Extra environment variables.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+}
+
+fn de_memory<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Int(u64),
+        Text(String),
+    }
+    match Option::<Raw>::deserialize(d)? {
+        None => Ok(None),
+        Some(Raw::Int(b)) if b > 0 => Ok(Some(b)),
+        Some(Raw::Int(_)) => Err(serde::de::Error::custom("memory must be greater than zero")),
+        Some(Raw::Text(t)) => parse_memory(&t).map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
+fn de_time<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Int(u64),
+        Text(String),
+    }
+    match Option::<Raw>::deserialize(d)? {
+        None => Ok(None),
+        Some(Raw::Int(s)) if s > 0 => Ok(Some(s)),
+        Some(Raw::Int(_)) => Err(serde::de::Error::custom("time must be greater than zero")),
+        Some(Raw::Text(t)) => parse_duration(&t).map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
+/// Site defaults and ceilings applied when a request is resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobDefaults {
+    /// CPUs when the job names none.
+    pub cpus: u32,
+    /// Memory when the job names none.
+    pub memory: u64,
+    /// Time limit when the job names none.
+    pub time: u64,
+    /// Longest time limit accepted.
+    pub max_time: u64,
+    /// Image when the job names none.
+    pub image: String,
+}
+
+impl Default for JobDefaults {
+    fn default() -> Self {
+        JobDefaults {
+            cpus: 1,
+            memory: 1 << 30,
+            time: 3600,
+            max_time: 7 * 86400,
+            image: "host".into(),
+        }
+    }
+}
+
+/// A validated job, as stored and as sent to agents.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    /// Job name.
+    pub name: String,
+    /// Image name, or `host`.
+    pub image: String,
+    /// Argument vector of the job's first process.
+    pub argv: Vec<String>,
+    /// Absolute working directory.
+    pub workdir: String,
+    /// Environment set by the job (Wharf adds its own `WHARF_*` variables at launch).
+    pub env: BTreeMap<String, String>,
+    /// Resources per node.
+    pub resources: Resources,
+    /// Number of nodes.
+    pub nodes: u32,
+    /// Time limit in seconds.
+    pub time_limit: u64,
+    /// Output file pattern (absolute or relative to `workdir`).
+    pub output: String,
+    /// Error file pattern; `None` means the output file.
+    pub error: Option<String>,
+}
+
+impl JobRequest {
+    /// Overlays `other` on `self`: fields set in `other` win (CLI flags over `#WHARF` lines).
+    pub fn overlay(mut self, other: JobRequest) -> JobRequest {
+        macro_rules! take {
+            ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
+        }
+        take!(name, image, command, script, cpus, memory, gpus, time, nodes, workdir, output, error);
+        self.env.extend(other.env);
+        self
+    }
+
+    /// Validates the request and fills defaults. `cwd` is where the user submitted from. The
+    /// error names the offending field.
+    pub fn resolve(&self, cwd: &str, defaults: &JobDefaults) -> Result<JobSpec, String> {
+        let argv = match (&self.command, &self.script) {
+            (Some(_), Some(_)) => return Err("set either `command` or `script`, not both".into()),
+            (None, None) => return Err("nothing to run: set `command` or `script`".into()),
+            (Some(cmd), None) => {
+                if cmd.is_empty() || cmd[0].is_empty() {
+                    return Err("`command` is empty; give the program to run first".into());
+                }
+                if cmd.len() > MAX_ARGS {
+                    return Err(format!("`command` has {} words; the limit is {MAX_ARGS}", cmd.len()));
+                }
+                if cmd.iter().any(|a| a.contains('\0')) {
+                    return Err("`command` contains a NUL byte".into());
+                }
+                cmd.clone()
+            }
+            (None, Some(script)) => {
+                if script.len() > MAX_SCRIPT_BYTES {
+                    return Err(format!(
+                        "`script` is {} bytes; the limit is {MAX_SCRIPT_BYTES}",
+                        script.len()
+                    ));
+                }
+                if script.contains('\0') {
+                    return Err("`script` contains a NUL byte".into());
+                }
+                vec!["/bin/sh".into(), "-c".into(), script.clone()]
+            }
+        };
+        let name = match &self.name {
+            Some(n) => n.clone(),
+            None => default_name(&argv, self.script.is_some()),
+        };
+        if name.is_empty() || name.len() > MAX_NAME || name.chars().any(|c| c.is_control()) {
+            return Err(format!("`name` must be 1 to {MAX_NAME} printable characters"));
+        }
+        let image = self.image.clone().unwrap_or_else(|| defaults.image.clone());
+        validate_image_name(&image)?;
+        let cpus = self.cpus.unwrap_or(defaults.cpus);
+        if cpus == 0 {
+            return Err("`cpus` must be at least 1".into());
+        }
+        let nodes = self.nodes.unwrap_or(1);
+        if nodes != 1 {
+            return Err(format!(
+                "`nodes` = {nodes}: this controller runs single-node jobs only; submit with nodes = 1"
+            ));
+        }
+        let time_limit = self.time.unwrap_or(defaults.time);
+        if time_limit > defaults.max_time {
+            return Err(format!(
+                "`time` {} is over the site's maximum of {}",
+                format_duration(time_limit),
+                format_duration(defaults.max_time)
+            ));
+        }
+        let memory = self.memory.unwrap_or(defaults.memory);
+        if memory < (4 << 20) {
+            return Err(format!("`memory` {} is too small; ask for at least 4M", format_memory(memory)));
+        }
+        if !cwd.starts_with('/') {
+            return Err(format!("submit directory {cwd:?} is not absolute"));
+        }
+        let workdir = match &self.workdir {
+            Some(w) if w.starts_with('/') => w.clone(),
+            Some(w) => format!("{}/{}", cwd.trim_end_matches('/'), w),
+            None => cwd.to_string(),
+        };
+        if workdir.contains('\0') || workdir.split('/').any(|c| c == "..") {
+            return Err(format!("`workdir` {workdir:?} may not contain `..` or NUL"));
+        }
+        if self.env.len() > MAX_ENV {
+            return Err(format!("`env` has {} entries; the limit is {MAX_ENV}", self.env.len()));
+        }
+        for (k, v) in &self.env {
+            let ok = !k.is_empty()
+                && !k.starts_with(|c: char| c.is_ascii_digit())
+                && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !ok {
+                return Err(format!("`env` name {k:?} is not a valid variable name"));
+            }
+            if v.contains('\0') {
+                return Err(format!("`env` value of {k} contains a NUL byte"));
+            }
+        }
+        for (field, path) in [("output", &self.output), ("error", &self.error)] {
+            if let Some(p) = path {
+                if p.is_empty() || p.contains('\0') || p.len() > 4096 {
+                    return Err(format!("`{field}` must be a non-empty path"));
+                }
+            }
+        }
+        Ok(JobSpec {
+            name,
+            image,
+            argv,
+            workdir,
+            env: self.env.clone(),
+            resources: Resources { cpus, memory, gpus: self.gpus.unwrap_or(0) },
+            nodes,
+            time_limit,
+            output: self.output.clone().unwrap_or_else(|| "wharf-%j.out".into()),
+            error: self.error.clone(),
+        })
+    }
+}
+
+fn default_name(argv: &[String], script: bool) -> String {
+    if script {
+        return "script".into();
+    }
+    let base = argv[0].rsplit('/').next().unwrap_or("job");
+    base.chars().take(MAX_NAME).collect()
+}
+
+/// Image names are a store name (letters, digits, `._-:/@`) or `host`.
+pub fn validate_image_name(image: &str) -> Result<(), String> {
+    let ok = !image.is_empty()
+        && image.len() <= 255
+        && image
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-:/@".contains(c))
+        && !image.split('/').any(|c| c == ".." || c == ".");
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`image` {image:?} is not a valid image name (letters, digits and ._-:/@, or \"host\")"
+        ))
+    }
+}
+
+impl JobSpec {
+    /// The output file for job `id`, with `%j`/`%x` expanded, absolute.
+    pub fn output_path(&self, id: JobId) -> String {
+        self.expand(&self.output, id)
+    }
+
+    /// The error file for job `id`; `None` when errors go to the output file.
+    pub fn error_path(&self, id: JobId) -> Option<String> {
+        self.error.as_ref().map(|p| self.expand(p, id))
+    }
+
+    fn expand(&self, pattern: &str, id: JobId) -> String {
+        let p = pattern.replace("%j", &id.to_string()).replace("%x", &self.name);
+        if p.starts_with('/') {
+            p
+        } else {
+            format!("{}/{}", self.workdir.trim_end_matches('/'), p)
+        }
+    }
+}
+
+/// Where a job is in its life. See the diagram in the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobState {
+    /// Waiting for resources, priority or a dependency.
+    Pending,
+    /// Allocated to a node; the launch order is on its way.
+    Starting,
+    /// The agent has confirmed the job's sandbox.
+    Running,
+    /// Exited with status 0.
+    Completed,
+    /// Exited non-zero, was killed by a signal, or could not start.
+    Failed,
+    /// Cancelled by its owner or an admin.
+    Cancelled,
+    /// Killed at its time limit.
+    Timeout,
+    /// Killed by the kernel for going over its memory limit.
+    OutOfMemory,
+    /// Its node stopped answering or lost the job.
+    NodeFail,
+}
+
+impl JobState {
+    /// Every state, in display order.
+    pub const ALL: [JobState; 9] = [
+        JobState::Pending,
+        JobState::Starting,
+        JobState::Running,
+        JobState::Completed,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Timeout,
+        JobState::OutOfMemory,
+        JobState::NodeFail,
+    ];
+
+    /// True once the job can change no more.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, JobState::Pending | JobState::Starting | JobState::Running)
+    }
+
+    /// True while the job holds resources on a node.
+    pub fn holds_resources(self) -> bool {
+        matches!(self, JobState::Starting | JobState::Running)
+    }
+
+    /// Whether the life cycle allows `self -> next`.
+    pub fn can_become(self, next: JobState) -> bool {
+        use JobState::*;
+        match self {
+            Pending => matches!(next, Starting | Cancelled | Failed),
+            Starting => matches!(next, Running) || next.is_terminal(),
+            Running => next.is_terminal(),
+            _ => false,
+        }
+    }
+
+    /// Upper-case name, as shown in tables and stored.
+    pub fn as_str(self) -> &'static str {
+        use JobState::*;
+        match self {
+            Pending => "PENDING",
+            Starting => "STARTING",
+            Running => "RUNNING",
+            Completed => "COMPLETED",
+            Failed => "FAILED",
+            Cancelled => "CANCELLED",
+            Timeout => "TIMEOUT",
+            OutOfMemory => "OUT_OF_MEMORY",
+            NodeFail => "NODE_FAIL",
+        }
+    }
+
+    /// Parses [`JobState::as_str`] output (case-insensitive).
+    pub fn parse(text: &str) -> Option<JobState> {
+        Self::ALL
+            .into_iter()
+            .find(|s| s.as_str().eq_ignore_ascii_case(text.trim()))
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who submitted a job, as the kernel told the controller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+    /// User name (the uid in decimal when it has none).
+    pub user: String,
+}
+
+/// How a job's process ended, as the agent saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitInfo {
+    /// Exit status when it exited.
+    pub code: Option<i32>,
+    /// Signal number when a signal ended it.
+    pub signal: Option<i32>,
+    /// The kernel's OOM killer ran in the job's cgroup.
+    pub oom: bool,
+    /// It was killed at its time limit.
+    pub timed_out: bool,
+    /// It was killed because it was cancelled.
+    pub cancelled: bool,
+    /// Why it could not start, or other words from the agent.
+    pub message: Option<String>,
+}
+
+impl ExitInfo {
+    /// The final state this exit means.
+    pub fn final_state(&self) -> JobState {
+        if self.cancelled {
+            JobState::Cancelled
+        } else if self.timed_out {
+            JobState::Timeout
+        } else if self.oom {
+            JobState::OutOfMemory
+        } else if self.code == Some(0) && self.signal.is_none() {
+            JobState::Completed
+        } else {
+            JobState::Failed
+        }
+    }
+
+    /// Slurm-style `code:signal`.
+    pub fn code_signal(&self) -> String {
+        format!("{}:{}", self.code.unwrap_or(0), self.signal.unwrap_or(0))
+    }
+}
+
+/// Everything known about one job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// Job id.
+    pub id: JobId,
+    /// Submitting user.
+    pub owner: Owner,
+    /// The accepted job. `None` in views where it is private to its owner.
+    pub spec: Option<JobSpec>,
+    /// Name (public even when `spec` is hidden).
+    pub name: String,
+    /// Resources per node (public).
+    pub resources: Resources,
+    /// Time limit in seconds (public).
+    pub time_limit: u64,
+    /// Current state.
+    pub state: JobState,
+    /// Why it is pending, in words; or why it ended, for failures.
+    pub reason: Option<String>,
+    /// Submit time, ms since the Unix epoch.
+    pub submit_time: u64,
+    /// Start time, ms since the Unix epoch.
+    pub start_time: Option<u64>,
+    /// End time, ms since the Unix epoch.
+    pub end_time: Option<u64>,
+    /// Node it runs or ran on.
+    pub node: Option<String>,
+    /// CPU indices allocated on that node.
+    pub cpu_ids: Vec<u32>,
+    /// GPU indices allocated on that node.
+    pub gpu_ids: Vec<u32>,
+    /// How it ended.
+    pub exit: Option<ExitInfo>,
+    /// A cancel was asked for and the node has not confirmed yet.
+    pub cancel_requested: bool,
+}
+
+impl JobRecord {
+    /// Wall time used so far (or in all), in ms.
+    pub fn elapsed_ms(&self, now: u64) -> u64 {
+        match (self.start_time, self.end_time) {
+            (Some(s), Some(e)) => e.saturating_sub(s),
+            (Some(s), None) => now.saturating_sub(s),
+            _ => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req() -> JobRequest {
+        JobRequest { command: Some(vec!["/bin/true".into()]), ..Default::default() }
+    }
+
+    #[test]
+    fn resolve_fills_defaults() {
+        let spec = req().resolve("/home/a", &JobDefaults::default()).unwrap();
+        assert_eq!(spec.name, "true");
+        assert_eq!(spec.image, "host");
+        assert_eq!(spec.resources.cpus, 1);
+        assert_eq!(spec.output_path(7), "/home/a/wharf-7.out");
+        assert_eq!(spec.error_path(7), None);
+    }
+
+    #[test]
+    fn resolve_rejects_bad_fields() {
+        let d = JobDefaults::default();
+        let both = JobRequest { script: Some("x".into()), ..req() };
+        assert!(both.resolve("/", &d).unwrap_err().contains("either"));
+        let none = JobRequest::default();
+        assert!(none.resolve("/", &d).unwrap_err().contains("nothing to run"));
+        let img = JobRequest { image: Some("../etc".into()), ..req() };
+        assert!(img.resolve("/", &d).unwrap_err().contains("`image`"));
+        let env = JobRequest { env: [("1X".into(), "v".into())].into(), ..req() };
+        assert!(env.resolve("/", &d).unwrap_err().contains("`env`"));
+        let time = JobRequest { time: Some(d.max_time + 1), ..req() };
+        assert!(time.resolve("/", &d).unwrap_err().contains("maximum"));
+        assert!(req().resolve("rel", &d).is_err());
+    }
+
+    #[test]
+    fn life_cycle() {
+        use JobState::*;
+        assert!(Pending.can_become(Starting));
+        assert!(!Pending.can_become(Running));
+        assert!(Running.can_become(Timeout));
+        assert!(!Completed.can_become(Running));
+        for s in JobState::ALL {
+            assert_eq!(JobState::parse(s.as_str()), Some(s));
+        }
+    }
+
+    #[test]
+    fn exit_maps_to_state() {
+        let ok = ExitInfo { code: Some(0), ..Default::default() };
+        assert_eq!(ok.final_state(), JobState::Completed);
+        let oom = ExitInfo { signal: Some(9), oom: true, ..Default::default() };
+        assert_eq!(oom.final_state(), JobState::OutOfMemory);
+        let to = ExitInfo { signal: Some(15), timed_out: true, ..Default::default() };
+        assert_eq!(to.final_state(), JobState::Timeout);
+    }
+}

@@ -1,0 +1,239 @@
+//! Job files: TOML (`job.toml`) or a shell script whose leading `#WHARF` lines carry options.
+//!
+//! ```text
+//! #!/bin/sh
+//! #WHARF --cpus=2 --mem=4G --time=30m
+//! #WHARF --image=pytorch
+//! python train.py
+//! ```
+//!
+//! Errors name the file's line and the field, and nothing is submitted when any is found.
+
+use crate::job::JobRequest;
+use crate::resources::{parse_duration, parse_memory};
+
+/// A job file could not be read; `line` is 1-based when known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}{}: {message}", line.map(|l| format!(" line {l}")).unwrap_or_default())]
+pub struct JobFileError {
+    /// File name as the user gave it.
+    pub file: String,
+    /// 1-based line, when the problem has one.
+    pub line: Option<usize>,
+    /// What is wrong, naming the field.
+    pub message: String,
+}
+
+/// Largest job file accepted.
+pub const MAX_JOB_FILE: usize = 256 * 1024;
+
+/// Parses a job file. A file whose first line starts with `#!` or whose name does not end in
+/// `.toml` is a script; otherwise TOML.
+pub fn parse_job_file(file: &str, text: &str) -> Result<JobRequest, JobFileError> {
+    let err = |line, message: String| JobFileError { file: file.to_string(), line, message };
+    if text.len() > MAX_JOB_FILE {
+        return Err(err(None, format!("is {} bytes; the limit is {MAX_JOB_FILE}", text.len())));
+    }
+    if file.ends_with(".toml") && !text.starts_with("#!") {
+        return toml::from_str::<JobRequest>(text).map_err(|e| {
+            let line = e.span().map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+            let line = line.map(|l| {
+                // A span that starts right after a newline belongs to the next line.
+                if e.span().is_some_and(|s| text[..s.start.min(text.len())].ends_with('\n')) {
+                    l + 1
+                } else {
+                    l
+                }
+            });
+            err(line, e.message().to_string())
+        });
+    }
+    parse_script(file, text)
+}
+
+/// Parses `#WHARF` directives at the top of a script (before the first command line), like
+/// sbatch does. The script itself becomes the job's `script`.
+pub fn parse_script(file: &str, text: &str) -> Result<JobRequest, JobFileError> {
+    let mut req = JobRequest::default();
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim();
+        if trimmed.is_empty() || (trimmed.starts_with('#') && !trimmed.starts_with("#WHARF")) {
+            continue;
+        }
+        let Some(rest) = trimmed.strip_prefix("#WHARF") else {
+            break; // first command: directives end here
+        };
+        let words = split_words(rest).map_err(|m| JobFileError {
+            file: file.into(),
+            line: Some(i + 1),
+            message: m,
+        })?;
+        apply_words(&mut req, &words).map_err(|m| JobFileError {
+            file: file.into(),
+            line: Some(i + 1),
+            message: m,
+        })?;
+    }
+    if req.command.is_some() {
+        return Err(JobFileError {
+            file: file.into(),
+            line: None,
+            message: "a script cannot also set `command`".into(),
+        });
+    }
+    req.script = Some(text.to_string());
+    if req.name.is_none() {
+        req.name = Some(file.rsplit('/').next().unwrap_or(file).to_string());
+    }
+    Ok(req)
+}
+
+/// Splits a directive into words, honouring single and double quotes.
+fn split_words(text: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut quote: Option<char> = None;
+    for c in text.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.push(c),
+            (None, '"' | '\'') => {
+                quote = Some(c);
+                in_word = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            (None, '#') if !in_word => break, // trailing comment
+            (None, c) => {
+                cur.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if quote.is_some() {
+        return Err("unterminated quote".into());
+    }
+    if in_word {
+        words.push(cur);
+    }
+    Ok(words)
+}
+
+/// Applies command-line style words (`--mem=4G`, `--cpus 2`, `-c 2`) to a request.
+pub fn apply_words(req: &mut JobRequest, words: &[String]) -> Result<(), String> {
+    let mut i = 0;
+    while i < words.len() {
+        let w = &words[i];
+        let (key, inline) = if let Some(long) = w.strip_prefix("--") {
+            match long.split_once('=') {
+                Some((k, v)) => (k.to_string(), Some(v.to_string())),
+                None => (long.to_string(), None),
+            }
+        } else if let Some(short) = w.strip_prefix('-').filter(|s| !s.is_empty()) {
+            let (k, v) = short.split_at(1);
+            (k.to_string(), (!v.is_empty()).then(|| v.to_string()))
+        } else {
+            return Err(format!("expected an option like --cpus=2, found {w:?}"));
+        };
+        let value = match inline {
+            Some(v) => v,
+            None => {
+                i += 1;
+                words
+                    .get(i)
+                    .cloned()
+                    .ok_or_else(|| format!("option --{key} needs a value"))?
+            }
+        };
+        set_option(req, &key, &value)?;
+        i += 1;
+    }
+    Ok(())
+}
+
+/// Sets one option by its long or short name. The names match `wharf submit --help`.
+pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), String> {
+    let num = |what: &str| -> Result<u32, String> {
+        value
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| format!("--{what} expects a whole number, found {value:?}"))
+    };
+    match key {
+        "J" | "job-name" | "name" => req.name = Some(value.to_string()),
+        "image" | "container-image" => req.image = Some(value.to_string()),
+        "c" | "cpus" | "cpus-per-task" => req.cpus = Some(num("cpus")?),
+        "mem" | "memory" => {
+            req.memory = Some(parse_memory(value).map_err(|e| format!("--mem: {e}"))?)
+        }
+        "G" | "gpus" => req.gpus = Some(num("gpus")?),
+        "t" | "time" => req.time = Some(parse_duration(value).map_err(|e| format!("--time: {e}"))?),
+        "N" | "nodes" => req.nodes = Some(num("nodes")?),
+        "D" | "chdir" | "workdir" => req.workdir = Some(value.to_string()),
+        "o" | "output" => req.output = Some(value.to_string()),
+        "e" | "error" => req.error = Some(value.to_string()),
+        "env" => {
+            let (k, v) = value
+                .split_once('=')
+                .ok_or_else(|| format!("--env expects NAME=VALUE, found {value:?}"))?;
+            req.env.insert(k.to_string(), v.to_string());
+        }
+        other => return Err(format!("unknown option --{other}; see `wharf submit --help`")),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_job() {
+        let text = "name = \"t\"\nimage = \"host\"\ncommand = [\"echo\", \"hi\"]\nmemory = \"2G\"\ntime = \"10m\"\n[env]\nA = \"b\"\n";
+        let req = parse_job_file("job.toml", text).unwrap();
+        assert_eq!(req.memory, Some(2 << 30));
+        assert_eq!(req.time, Some(600));
+        assert_eq!(req.env["A"], "b");
+    }
+
+    #[test]
+    fn toml_errors_name_line_and_field() {
+        let text = "name = \"t\"\ncommand = [\"x\"]\nmemory = \"12XB\"\n";
+        let e = parse_job_file("job.toml", text).unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        assert!(e.message.contains("unknown memory unit"), "{e}");
+        let e = parse_job_file("job.toml", "command = [\"x\"]\ncpu = 2\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+        assert!(e.message.contains("unknown field `cpu`"), "{e}");
+        let e = parse_job_file("job.toml", "command = [\"x\"]\ncpus = -1\n").unwrap_err();
+        assert_eq!(e.line, Some(2), "{e}");
+    }
+
+    #[test]
+    fn script_directives() {
+        let text = "#!/bin/sh\n# plain comment\n#WHARF --cpus=2 --mem 4G\n#WHARF -t 30 --job-name 'my job'\necho hi\n#WHARF --cpus=8\n";
+        let req = parse_job_file("train.sh", text).unwrap();
+        assert_eq!(req.cpus, Some(2));
+        assert_eq!(req.memory, Some(4 << 30));
+        assert_eq!(req.time, Some(1800));
+        assert_eq!(req.name.as_deref(), Some("my job"));
+        assert_eq!(req.script.as_deref(), Some(text));
+    }
+
+    #[test]
+    fn script_errors_name_line() {
+        let e = parse_job_file("a.sh", "#!/bin/sh\n#WHARF --cpus=2\n#WHARF --frobnicate=1\n")
+            .unwrap_err();
+        assert_eq!(e.line, Some(3));
+        assert!(e.to_string().contains("a.sh line 3: unknown option --frobnicate"), "{e}");
+        let e = parse_job_file("a.sh", "#WHARF --mem=lots\n").unwrap_err();
+        assert!(e.to_string().contains("line 1: --mem"), "{e}");
+        let e = parse_job_file("a.sh", "#WHARF --cpus\n").unwrap_err();
+        assert!(e.message.contains("needs a value"), "{e}");
+    }
+}

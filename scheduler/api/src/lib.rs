@@ -1,0 +1,18 @@
+//! Wire and domain types shared by the CLI, the controller and the agent.
+//!
+//! This crate is serde only: no IO, no async runtime, no clock. Everything that crosses a
+//! process boundary (the `/v1` HTTP API, the agent protocol, the job file) is defined here, so
+//! the three programs cannot disagree about it.
+
+pub mod jobfile;
+pub mod job;
+pub mod node;
+pub mod resources;
+pub mod wire;
+
+pub use job::{ExitInfo, JobDefaults, JobId, JobRecord, JobRequest, JobSpec, JobState, Owner};
+pub use node::{NodeInfo, NodeRecord, NodeState};
+pub use resources::{parse_duration, parse_memory, Resources};
+
+/// Version of the HTTP API; every path starts with `/v1`.
+pub const API_VERSION: &str = "v1";

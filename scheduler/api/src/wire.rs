@@ -1,0 +1,145 @@
+//! Request and response bodies of the `/v1` HTTP API. `docs/api.md` lists the routes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::job::{ExitInfo, JobId, JobRecord, JobRequest, JobSpec, Owner};
+use crate::node::{NodeInfo, NodeRecord};
+
+/// What kind of failure an error is, so clients can decide to retry, fix input, or give up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The request is wrong; fix it.
+    InvalidInput,
+    /// No such job, node or image.
+    NotFound,
+    /// The caller may not do this.
+    PermissionDenied,
+    /// The request conflicts with the current state (e.g. cancel of a finished job).
+    Conflict,
+    /// Try again later.
+    Unavailable,
+    /// A bug or a broken store.
+    Internal,
+}
+
+/// Body of every non-2xx response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiError {
+    /// What went wrong and what to do next.
+    pub error: String,
+    /// Its kind.
+    pub kind: ErrorKind,
+}
+
+/// `POST /v1/jobs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubmitRequest {
+    /// The job's options.
+    pub job: JobRequest,
+    /// The directory the user submitted from.
+    pub cwd: String,
+}
+
+/// Answer to a submit: the job is committed to the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitResponse {
+    /// The new job's id.
+    pub id: JobId,
+}
+
+/// `GET /v1/jobs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobList {
+    /// Jobs, oldest first.
+    pub jobs: Vec<JobRecord>,
+}
+
+/// `GET /v1/nodes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeList {
+    /// Nodes by name.
+    pub nodes: Vec<NodeRecord>,
+}
+
+/// `GET /v1/whoami`: how the controller sees the caller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WhoAmI {
+    /// The caller.
+    pub owner: Owner,
+    /// Whether the caller is an administrator.
+    pub admin: bool,
+}
+
+/// `POST /v1/agent/register`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterRequest {
+    /// The node.
+    pub node: NodeInfo,
+}
+
+/// Answer to a registration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterResponse {
+    /// How long the controller may hold a poll open, ms.
+    pub poll_wait_ms: u64,
+}
+
+/// What an agent knows about one job it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentJob {
+    /// Job id.
+    pub id: JobId,
+    /// When its sandbox started, ms since the epoch.
+    pub start_time: u64,
+    /// Set once the job has ended.
+    pub exit: Option<ExitInfo>,
+    /// End time, ms since the epoch, once ended.
+    pub end_time: Option<u64>,
+}
+
+/// `POST /v1/agent/poll`: heartbeat, job report, and a request for orders.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PollRequest {
+    /// Node name.
+    pub node: String,
+    /// Every job the agent holds, running or ended but not yet forgotten.
+    pub jobs: Vec<AgentJob>,
+    /// Hold the answer up to this long when there are no orders, ms.
+    pub wait_ms: u64,
+}
+
+/// A job for the agent to start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchOrder {
+    /// Job id.
+    pub id: JobId,
+    /// Who it runs as.
+    pub owner: Owner,
+    /// What to run.
+    pub spec: JobSpec,
+    /// CPU indices to pin to.
+    pub cpu_ids: Vec<u32>,
+    /// GPU indices to expose.
+    pub gpu_ids: Vec<u32>,
+}
+
+/// A job for the agent to stop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KillOrder {
+    /// Job id.
+    pub id: JobId,
+    /// Why, in words (recorded by the agent).
+    pub reason: String,
+}
+
+/// Orders for an agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PollResponse {
+    /// Jobs to start.
+    pub launch: Vec<LaunchOrder>,
+    /// Jobs to stop (SIGTERM, grace, SIGKILL).
+    pub kill: Vec<KillOrder>,
+    /// Ended jobs whose results are committed: the agent may delete its records of them.
+    pub forget: Vec<JobId>,
+}
