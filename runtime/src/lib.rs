@@ -24,6 +24,7 @@ mod error;
 mod jobdir;
 mod launcher;
 mod oci;
+mod rootfs;
 pub mod shim;
 mod spec;
 mod userns;

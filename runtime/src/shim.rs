@@ -100,7 +100,9 @@ fn create(
     stdout: OwnedFd,
     stderr: OwnedFd,
 ) -> Result<Container, RuntimeError> {
-    let oci = build_oci_spec(spec, &holder.ns_path())?;
+    let mut spec = spec.clone();
+    spec.rootfs = crate::rootfs::bind_root(&spec.rootfs, &jd.path().join("rootfs"))?;
+    let oci = build_oci_spec(&spec, &holder.ns_path())?;
     let bundle = jd.bundle();
     std::fs::create_dir_all(&bundle).map_err(|e| RuntimeError::io(bundle.display(), e))?;
     oci.save(bundle.join("config.json"))
