@@ -1,7 +1,112 @@
+//! `wharf`: one binary for the controller, the node agent and the user commands.
+
+mod cmd;
+mod config;
+mod output;
+
+use clap::{Parser, Subcommand};
+
+/// Wharf: a container-native job runner for shared GPU clusters.
+///
+/// Users submit jobs (`submit`, `run`), watch them (`queue`, `show`, `nodes`) and cancel them.
+/// Admins start `controller` on one host and `agent` on every node, or `dev` for both on one
+/// machine.
+#[derive(Debug, Parser)]
+#[command(
+    name = "wharf",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+struct Cli {
+    /// The controller's socket (`tcp://host:port` for TCP). Default: /run/wharf/wharf.sock.
+    #[arg(long, global = true, env = "WHARF_SOCKET")]
+    socket: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Submit a batch job from a TOML job file or a script with #WHARF lines.
+    Submit(cmd::submit::Args),
+    /// Submit a command, wait for it, stream its output and exit with its status.
+    Run(cmd::run::Args),
+    /// List jobs: pending and running, or --all for recent ended ones too.
+    Queue(cmd::queue::Args),
+    /// Show one job in detail, including why it is pending.
+    Show(cmd::show::Args),
+    /// Cancel jobs.
+    Cancel(cmd::cancel::Args),
+    /// List nodes and what is allocated on them.
+    Nodes(cmd::nodes::Args),
+    /// Manage the node's image store.
+    #[command(subcommand)]
+    Image(cmd::image::Command),
+    /// Run the controller (API, scheduler, state store).
+    Controller(cmd::controller::Args),
+    /// Run the node agent (as root).
+    Agent(cmd::agent::Args),
+    /// Run a controller and an agent in one process, for a single machine.
+    Dev(cmd::dev::Args),
+    /// Supervise one job's container (started by the agent).
+    #[command(hide = true)]
+    Shim(cmd::shim::Args),
+}
+
 fn main() {
-    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_writer(std::io::stderr).init();
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("shim") {
-        std::process::exit(wharf_runtime::shim::main(std::path::Path::new(&args[2])));
+    let cli = Cli::parse();
+    if let Command::Shim(args) = &cli.command {
+        // The shim must stay single-threaded: no async runtime here.
+        std::process::exit(cmd::shim::run(args));
     }
+    let daemon = matches!(
+        cli.command,
+        Command::Controller(_) | Command::Agent(_) | Command::Dev(_)
+    );
+    init_tracing(daemon);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build();
+    let runtime = match runtime {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let socket = config::socket(cli.socket.as_deref());
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Submit(a) => cmd::submit::run(&socket, a).await,
+            Command::Run(a) => cmd::run::run(&socket, a).await,
+            Command::Queue(a) => cmd::queue::run(&socket, a).await,
+            Command::Show(a) => cmd::show::run(&socket, a).await,
+            Command::Cancel(a) => cmd::cancel::run(&socket, a).await,
+            Command::Nodes(a) => cmd::nodes::run(&socket, a).await,
+            Command::Image(c) => cmd::image::run(c).await,
+            Command::Controller(a) => cmd::controller::run(a).await,
+            Command::Agent(a) => cmd::agent::run(a).await,
+            Command::Dev(a) => cmd::dev::run(a).await,
+            Command::Shim(_) => unreachable!("handled before the runtime starts"),
+        }
+    });
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn init_tracing(daemon: bool) {
+    let default = if daemon { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WHARF_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
 }

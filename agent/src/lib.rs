@@ -1,1 +1,273 @@
-pub fn x(){}
+//! `wharf agent`: the node daemon. Registers the node, long-polls the controller for orders,
+//! launches each job's sandbox through a detached shim, and reports what it holds.
+//!
+//! The agent keeps no job state in memory: the job directories under `state_dir/jobs` are the
+//! truth, so an agent restart (or crash) loses nothing — running shims carry on, and their
+//! outcomes are reported on the next poll.
+
+pub mod discover;
+pub mod launch;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use wharf_api::wire::{
+    AgentJob, LaunchOrder, PollRequest, PollResponse, RegisterRequest, RegisterResponse,
+};
+use wharf_api::{ExitInfo, NodeInfo};
+use wharf_client::{Client, ClientError, Endpoint};
+use wharf_runtime::{JobDir, JobStatus, Launcher, Outcome};
+
+/// Agent settings.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The controller.
+    pub controller: Endpoint,
+    /// Join token.
+    pub token: String,
+    /// This node's name.
+    pub node_name: String,
+    /// Directory for job directories.
+    pub state_dir: PathBuf,
+    /// The node's image store.
+    pub image_store: PathBuf,
+    /// The binary that runs `shim` (normally this one).
+    pub shim_exe: PathBuf,
+    /// Host id container root maps to.
+    pub root_host_id: u32,
+    /// Seconds between SIGTERM and SIGKILL.
+    pub grace_secs: u64,
+    /// Private /tmp size, bytes.
+    pub tmp_size: u64,
+    /// /dev/shm size, bytes.
+    pub shm_size: u64,
+    /// Task limit per job.
+    pub pids_limit: Option<i64>,
+    /// cgroup under which job cgroups are made.
+    pub cgroup_parent: String,
+    /// Memory kept back for the system, bytes.
+    pub reserved_memory: u64,
+    /// Where GPU device nodes are looked for.
+    pub dev_root: PathBuf,
+}
+
+/// An agent failure that stops it.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// Setup failed.
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// The node's description.
+pub fn node_info(cfg: &AgentConfig) -> NodeInfo {
+    NodeInfo {
+        name: cfg.node_name.clone(),
+        address: cfg.node_name.clone(),
+        cpus: discover::cpus().len() as u32,
+        memory: discover::memory_total().saturating_sub(cfg.reserved_memory),
+        gpus: discover::gpus(&cfg.dev_root),
+        version: env!("CARGO_PKG_VERSION").into(),
+    }
+}
+
+/// Runs the agent until the task is dropped. Controller outages are waited out.
+pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
+    std::fs::create_dir_all(cfg.state_dir.join("jobs"))
+        .map_err(|e| AgentError::Setup(format!("creating {}: {e}", cfg.state_dir.display())))?;
+    let images = wharf_images::ImageStore::open(cfg.image_store.clone()).map_err(|e| {
+        AgentError::Setup(format!("image store {}: {e}", cfg.image_store.display()))
+    })?;
+    let client = Client::new(cfg.controller.clone(), Some(cfg.token.clone()));
+    let launcher = Launcher::new(cfg.shim_exe.clone());
+    let cpus = discover::cpus();
+    let mut wait_ms = 0;
+    let mut registered = false;
+    loop {
+        if !registered {
+            let req = RegisterRequest {
+                node: node_info(&cfg),
+            };
+            match client
+                .post::<_, RegisterResponse>("/v1/agent/register", &req)
+                .await
+            {
+                Ok(r) => {
+                    tracing::info!(node = %cfg.node_name, cpus = req.node.cpus, gpus = req.node.gpus.len(), "registered");
+                    wait_ms = r.poll_wait_ms;
+                    registered = true;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "registration failed; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            }
+        }
+        let jobs = report(&cfg, &launcher);
+        let image_names = images
+            .list()
+            .map(|l| l.into_iter().map(|i| i.name).collect())
+            .unwrap_or_default();
+        let req = PollRequest {
+            node: cfg.node_name.clone(),
+            jobs,
+            wait_ms,
+            images: image_names,
+        };
+        let sent_images = req.images.clone();
+        let poll = client.post::<_, PollResponse>("/v1/agent/poll", &req);
+        // A newly imported image is announced at once rather than at the end of a long poll.
+        let result = tokio::select! {
+            r = poll => r,
+            () = images_changed(&images, sent_images) => continue,
+        };
+        match result {
+            Ok(orders) => {
+                let (c, l, i, cp) = (cfg.clone(), launcher.clone(), images.clone(), cpus.clone());
+                let _ =
+                    tokio::task::spawn_blocking(move || carry_out(&c, &l, &i, &cp, orders)).await;
+            }
+            Err(ClientError::Api { status: 404, .. }) => registered = false,
+            Err(e) => {
+                tracing::warn!(error = %e, "poll failed; retrying");
+                if !e.is_transient() {
+                    registered = false;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// Resolves when the store's image list differs from `sent`.
+async fn images_changed(images: &wharf_images::ImageStore, sent: Vec<String>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now: Vec<String> = images
+            .list()
+            .map(|l| l.into_iter().map(|i| i.name).collect())
+            .unwrap_or_default();
+        if now != sent {
+            return;
+        }
+    }
+}
+
+/// Every job this node holds, from its directories.
+fn report(cfg: &AgentConfig, launcher: &Launcher) -> Vec<AgentJob> {
+    let Ok(entries) = std::fs::read_dir(cfg.state_dir.join("jobs")) else {
+        return vec![];
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let Some(id) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let dir = JobDir::new(entry.path());
+        let start_time = std::fs::metadata(dir.spec())
+            .or_else(|_| std::fs::metadata(dir.path()))
+            .and_then(|m| m.modified())
+            .map(|t| {
+                t.duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0);
+        let (exit, end_time, start_time) = match launcher.status(&dir) {
+            JobStatus::Running { .. } => (None, None, start_time),
+            JobStatus::Exited(o) => (
+                Some(exit_info(&o)),
+                Some(o.ended_ms),
+                o.started_ms.unwrap_or(start_time),
+            ),
+            JobStatus::Lost(why) => (
+                Some(ExitInfo {
+                    message: Some(why),
+                    ..Default::default()
+                }),
+                Some(wharf_runtime::now_ms()),
+                start_time,
+            ),
+        };
+        out.push(AgentJob {
+            id,
+            start_time,
+            exit,
+            end_time,
+        });
+    }
+    out.sort_by_key(|j| j.id);
+    out
+}
+
+fn exit_info(o: &Outcome) -> ExitInfo {
+    ExitInfo {
+        code: o.exit_code,
+        signal: o.signal,
+        oom: o.oom,
+        timed_out: o.timed_out,
+        cancelled: o.cancelled,
+        message: o.error.clone(),
+    }
+}
+
+fn carry_out(
+    cfg: &AgentConfig,
+    launcher: &Launcher,
+    images: &wharf_images::ImageStore,
+    cpus: &[u32],
+    orders: PollResponse,
+) {
+    for order in &orders.launch {
+        start(cfg, launcher, images, cpus, order);
+    }
+    for kill in &orders.kill {
+        let dir = launch::job_dir(&cfg.state_dir, kill.id);
+        tracing::info!(job = kill.id, reason = %kill.reason, "stopping job");
+        if let Err(e) = launcher.cancel(&dir) {
+            tracing::warn!(job = kill.id, error = %e, "cancel failed");
+        }
+    }
+    let forget: BTreeSet<u64> = orders.forget.into_iter().collect();
+    for id in forget {
+        if let Err(e) = launcher.remove(&launch::job_dir(&cfg.state_dir, id)) {
+            tracing::warn!(job = id, error = %e, "cannot remove job directory");
+        }
+    }
+}
+
+/// Launches a job unless this node already has it (orders are repeated until confirmed).
+fn start(
+    cfg: &AgentConfig,
+    launcher: &Launcher,
+    images: &wharf_images::ImageStore,
+    cpus: &[u32],
+    order: &LaunchOrder,
+) {
+    let dir = launch::job_dir(&cfg.state_dir, order.id);
+    if dir.path().exists() {
+        return;
+    }
+    tracing::info!(job = order.id, user = %order.owner.user, image = %order.spec.image, "launching");
+    let result = launch::container_spec(cfg, images, order, cpus)
+        .map_err(|e| e.to_string())
+        .and_then(|spec| launcher.launch(&dir, &spec).map_err(|e| e.to_string()));
+    if let Err(message) = result {
+        tracing::warn!(job = order.id, error = %message, "launch failed");
+        let _ = std::fs::create_dir_all(dir.path());
+        let outcome = Outcome {
+            error: Some(message),
+            ended_ms: wharf_runtime::now_ms(),
+            ..Default::default()
+        };
+        if let Err(e) = JobDir::write_atomic(&dir.outcome(), &outcome) {
+            tracing::error!(job = order.id, error = %e, "cannot record launch failure");
+        }
+    }
+}

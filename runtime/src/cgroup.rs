@@ -15,9 +15,18 @@ pub(crate) fn is_v2() -> bool {
 pub(crate) fn oom_kills(cgroup_path: &str) -> u64 {
     let rel = cgroup_path.trim_start_matches('/');
     let (file, key): (PathBuf, &str) = if is_v2() {
-        (Path::new(CGROUP_ROOT).join(rel).join("memory.events"), "oom_kill")
+        (
+            Path::new(CGROUP_ROOT).join(rel).join("memory.events"),
+            "oom_kill",
+        )
     } else {
-        (Path::new(CGROUP_ROOT).join("memory").join(rel).join("memory.oom_control"), "oom_kill")
+        (
+            Path::new(CGROUP_ROOT)
+                .join("memory")
+                .join(rel)
+                .join("memory.oom_control"),
+            "oom_kill",
+        )
     };
     std::fs::read_to_string(file)
         .ok()
@@ -36,7 +45,10 @@ pub(crate) fn pids(cgroup_path: &str) -> Vec<i32> {
     let file = if is_v2() {
         Path::new(CGROUP_ROOT).join(rel).join("cgroup.procs")
     } else {
-        Path::new(CGROUP_ROOT).join("pids").join(rel).join("cgroup.procs")
+        Path::new(CGROUP_ROOT)
+            .join("pids")
+            .join(rel)
+            .join("cgroup.procs")
     };
     std::fs::read_to_string(file)
         .map(|t| t.lines().filter_map(|l| l.trim().parse().ok()).collect())
@@ -50,7 +62,9 @@ pub fn cgroup_dirs(cgroup_path: &str) -> Vec<PathBuf> {
         let p = Path::new(CGROUP_ROOT).join(rel);
         return if p.exists() { vec![p] } else { vec![] };
     }
-    let Ok(entries) = std::fs::read_dir(CGROUP_ROOT) else { return vec![] };
+    let Ok(entries) = std::fs::read_dir(CGROUP_ROOT) else {
+        return vec![];
+    };
     let mut dirs: Vec<PathBuf> = entries
         .flatten()
         .map(|e| e.path().join(rel))

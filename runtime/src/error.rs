@@ -26,7 +26,10 @@ pub struct RuntimeError {
 impl RuntimeError {
     /// A new error.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        RuntimeError { kind, message: message.into() }
+        RuntimeError {
+            kind,
+            message: message.into(),
+        }
     }
 
     /// An IO error, kind derived from the errno, with what was being done.
@@ -36,7 +39,10 @@ impl RuntimeError {
             std::io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
             _ => ErrorKind::Unavailable,
         };
-        RuntimeError { kind, message: format!("{what}: {err}") }
+        RuntimeError {
+            kind,
+            message: format!("{what}: {err}"),
+        }
     }
 
     /// A nix error, with what was being done.

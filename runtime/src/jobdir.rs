@@ -73,6 +73,9 @@ impl JobDir {
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, RuntimeError> {
     let body = std::fs::read(path).map_err(|e| RuntimeError::io(path.display(), e))?;
     serde_json::from_slice(&body).map_err(|e| {
-        RuntimeError::new(crate::ErrorKind::InvalidInput, format!("{}: {e}", path.display()))
+        RuntimeError::new(
+            crate::ErrorKind::InvalidInput,
+            format!("{}: {e}", path.display()),
+        )
     })
 }

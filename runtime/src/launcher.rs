@@ -45,12 +45,22 @@ impl Launcher {
         fs::DirBuilder::new()
             .mode(0o700)
             .create(dir.path())
-            .map_err(|e| RuntimeError::io(format!("creating job directory {}", dir.path().display()), e))?;
+            .map_err(|e| {
+                RuntimeError::io(
+                    format!("creating job directory {}", dir.path().display()),
+                    e,
+                )
+            })?;
         JobDir::write_atomic(&dir.spec(), spec)?;
-        let log = fs::File::create(dir.log()).map_err(|e| RuntimeError::io(dir.log().display(), e))?;
+        let log =
+            fs::File::create(dir.log()).map_err(|e| RuntimeError::io(dir.log().display(), e))?;
         let log2 = log.try_clone().map_err(|e| RuntimeError::io("dup", e))?;
         let mut cmd = Command::new(&self.exe);
-        cmd.arg("shim").arg(dir.path()).stdin(Stdio::null()).stdout(log).stderr(log2);
+        cmd.arg("shim")
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
         // SAFETY: setsid is async-signal-safe.
         unsafe {
             cmd.pre_exec(|| {
@@ -64,7 +74,8 @@ impl Launcher {
             .spawn()
             .map_err(|e| RuntimeError::io(format!("starting {} shim", self.exe.display()), e))?;
         let pid = child.id();
-        fs::write(dir.pid(), pid.to_string()).map_err(|e| RuntimeError::io(dir.pid().display(), e))?;
+        fs::write(dir.pid(), pid.to_string())
+            .map_err(|e| RuntimeError::io(dir.pid().display(), e))?;
         // Reap it when it ends; after an agent restart init does.
         std::thread::spawn(move || child.wait());
         Ok(pid)
@@ -93,7 +104,13 @@ impl Launcher {
     pub fn cancel(&self, dir: &JobDir) -> Result<(), RuntimeError> {
         match self.live_pid(dir) {
             Some(pid) => kill(Pid::from_raw(pid as i32), Signal::SIGTERM)
-                .or_else(|e| if e == nix::errno::Errno::ESRCH { Ok(()) } else { Err(e) })
+                .or_else(|e| {
+                    if e == nix::errno::Errno::ESRCH {
+                        Ok(())
+                    } else {
+                        Err(e)
+                    }
+                })
                 .map_err(|e| RuntimeError::sys(format!("signalling shim {pid}"), e)),
             None => Ok(()),
         }
@@ -114,7 +131,10 @@ impl Launcher {
     /// Removes a finished job's directory. Refuses while the shim runs.
     pub fn remove(&self, dir: &JobDir) -> Result<(), RuntimeError> {
         if let Some(pid) = self.live_pid(dir) {
-            return Err(RuntimeError::new(ErrorKind::InvalidInput, format!("job still running (shim {pid})")));
+            return Err(RuntimeError::new(
+                ErrorKind::InvalidInput,
+                format!("job still running (shim {pid})"),
+            ));
         }
         match fs::remove_dir_all(dir.path()) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {

@@ -27,7 +27,9 @@ const STANDARD_DEVICES: [(i64, Option<i64>); 8] = [
 pub fn build_oci_spec(spec: &ContainerSpec, userns: &Path) -> Result<Spec, RuntimeError> {
     let mut devices = vec![json!({"allow": false, "access": "rwm"})];
     for (major, minor) in STANDARD_DEVICES {
-        devices.push(json!({"allow": true, "type": "c", "major": major, "minor": minor, "access": "rwm"}));
+        devices.push(
+            json!({"allow": true, "type": "c", "major": major, "minor": minor, "access": "rwm"}),
+        );
     }
     let mut resources = json!({ "devices": devices });
     if let Some(mem) = spec.memory {
@@ -142,7 +144,13 @@ mod tests {
         let s = build_oci_spec(&sample(), Path::new("/proc/9/ns/user")).unwrap();
         let v = serde_json::to_value(&s).unwrap();
         assert_eq!(v["process"]["noNewPrivileges"], true);
-        for set in ["bounding", "effective", "permitted", "inheritable", "ambient"] {
+        for set in [
+            "bounding",
+            "effective",
+            "permitted",
+            "inheritable",
+            "ambient",
+        ] {
             assert_eq!(v["process"]["capabilities"][set], json!([]), "{set}");
         }
         assert_eq!(v["process"]["user"]["additionalGids"], json!([27]));
@@ -152,8 +160,12 @@ mod tests {
         assert_eq!(v["linux"]["resources"]["cpu"]["cpus"], "0,1");
         assert_eq!(v["linux"]["resources"]["cpu"]["quota"], 200000);
         assert_eq!(v["linux"]["cgroupsPath"], "/wharf/wharf-1");
-        let ns: Vec<&str> =
-            v["linux"]["namespaces"].as_array().unwrap().iter().map(|n| n["type"].as_str().unwrap()).collect();
+        let ns: Vec<&str> = v["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["type"].as_str().unwrap())
+            .collect();
         assert_eq!(ns, ["user", "mount", "pid", "ipc", "uts"]);
         assert!(!v.to_string().contains("gid=5"));
     }

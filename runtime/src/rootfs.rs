@@ -28,12 +28,25 @@ struct MountAttr {
 /// Enters a private mount namespace and binds `source` at `target` (created), recursively
 /// read-only, nosuid, nodev. Returns `target`.
 pub(crate) fn bind_root(source: &Path, target: &Path) -> Result<PathBuf, RuntimeError> {
-    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| RuntimeError::sys("unshare mount namespace", e))?;
-    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_SLAVE, None::<&str>)
-        .map_err(|e| RuntimeError::sys("making mounts private", e))?;
+    unshare(CloneFlags::CLONE_NEWNS)
+        .map_err(|e| RuntimeError::sys("unshare mount namespace", e))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_SLAVE,
+        None::<&str>,
+    )
+    .map_err(|e| RuntimeError::sys("making mounts private", e))?;
     std::fs::create_dir_all(target).map_err(|e| RuntimeError::io(target.display(), e))?;
-    mount(Some(source), target, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
-        .map_err(|e| RuntimeError::sys(format!("binding {} as the root", source.display()), e))?;
+    mount(
+        Some(source),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|e| RuntimeError::sys(format!("binding {} as the root", source.display()), e))?;
     let attr = MountAttr {
         attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
         attr_clr: 0,
@@ -54,7 +67,10 @@ pub(crate) fn bind_root(source: &Path, target: &Path) -> Result<PathBuf, Runtime
         )
     };
     if rc != 0 {
-        return Err(RuntimeError::io("making the root read-only", std::io::Error::last_os_error()));
+        return Err(RuntimeError::io(
+            "making the root read-only",
+            std::io::Error::last_os_error(),
+        ));
     }
     Ok(target.to_path_buf())
 }

@@ -42,7 +42,11 @@ pub fn main(dir: &Path) -> i32 {
     let jd = JobDir::new(dir.to_path_buf());
     let outcome = match jd.read_spec() {
         Ok(spec) => supervise(&jd, &spec),
-        Err(e) => Outcome { error: Some(e.to_string()), ended_ms: crate::now_ms(), ..Default::default() },
+        Err(e) => Outcome {
+            error: Some(e.to_string()),
+            ended_ms: crate::now_ms(),
+            ..Default::default()
+        },
     };
     match JobDir::write_atomic(&jd.outcome(), &outcome) {
         Ok(()) => 0,
@@ -55,7 +59,11 @@ pub fn main(dir: &Path) -> i32 {
 
 fn install_signal_handlers() -> Result<(), RuntimeError> {
     // No SA_RESTART: a cancel must interrupt the wait at once.
-    let cancel = SigAction::new(SigHandler::Handler(on_cancel), SaFlags::empty(), SigSet::empty());
+    let cancel = SigAction::new(
+        SigHandler::Handler(on_cancel),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
     let ignore = SigAction::new(SigHandler::SigIgn, SaFlags::empty(), SigSet::empty());
     // SAFETY: the handler only stores to an atomic.
     unsafe {
@@ -75,7 +83,10 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
         // The container's init is our grandchild; as subreaper we can wait for it.
         // SAFETY: plain prctl with integer arguments.
         if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-            return Err(RuntimeError::io("PR_SET_CHILD_SUBREAPER", std::io::Error::last_os_error()));
+            return Err(RuntimeError::io(
+                "PR_SET_CHILD_SUBREAPER",
+                std::io::Error::last_os_error(),
+            ));
         }
         let (stdout, stderr) = open_outputs(spec)?;
         let (uid_map, gid_map) = id_maps(spec.uid, spec.gid, &spec.groups, spec.root_host_id)?;
@@ -105,11 +116,15 @@ fn create(
     let oci = build_oci_spec(&spec, &holder.ns_path())?;
     let bundle = jd.bundle();
     std::fs::create_dir_all(&bundle).map_err(|e| RuntimeError::io(bundle.display(), e))?;
-    oci.save(bundle.join("config.json"))
-        .map_err(|e| RuntimeError::new(ErrorKind::Unavailable, format!("writing config.json: {e}")))?;
+    oci.save(bundle.join("config.json")).map_err(|e| {
+        RuntimeError::new(ErrorKind::Unavailable, format!("writing config.json: {e}"))
+    })?;
     let devnull = File::open("/dev/null").map_err(|e| RuntimeError::io("/dev/null", e))?;
     let lc = |what: &str, e: libcontainer::error::LibcontainerError| {
-        RuntimeError::new(ErrorKind::Unavailable, format!("{what} container {}: {e}", spec.id))
+        RuntimeError::new(
+            ErrorKind::Unavailable,
+            format!("{what} container {}: {e}", spec.id),
+        )
     };
     ContainerBuilder::new(spec.id.clone(), SyscallType::default())
         .with_root_path(jd.state())
@@ -124,7 +139,11 @@ fn create(
         .map_err(|e| lc("creating", e))
 }
 
-fn run(container: &mut Container, spec: &ContainerSpec, out: &mut Outcome) -> Result<(), RuntimeError> {
+fn run(
+    container: &mut Container,
+    spec: &ContainerSpec,
+    out: &mut Outcome,
+) -> Result<(), RuntimeError> {
     if CANCEL.load(Ordering::SeqCst) {
         out.cancelled = true;
         delete(container, spec);
@@ -132,13 +151,19 @@ fn run(container: &mut Container, spec: &ContainerSpec, out: &mut Outcome) -> Re
     }
     if let Err(e) = container.start() {
         delete(container, spec);
-        return Err(RuntimeError::new(ErrorKind::Unavailable, format!("starting container: {e}")));
+        return Err(RuntimeError::new(
+            ErrorKind::Unavailable,
+            format!("starting container: {e}"),
+        ));
     }
     let started = Instant::now();
     out.started_ms = Some(crate::now_ms());
     let Some(init) = container.pid() else {
         delete(container, spec);
-        return Err(RuntimeError::new(ErrorKind::Unavailable, "container has no init pid"));
+        return Err(RuntimeError::new(
+            ErrorKind::Unavailable,
+            "container has no init pid",
+        ));
     };
     let status = wait_init(container, spec, init, started, out);
     match status {
@@ -203,7 +228,11 @@ fn wait_init(
         let ms = next.as_millis().max(1) as i32;
         match &pidfd {
             Some(fd) => {
-                let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                let mut pfd = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
                 // SAFETY: one valid pollfd; EINTR (a cancel) just loops.
                 unsafe { libc::poll(&mut pfd, 1, ms) };
             }
@@ -251,7 +280,12 @@ fn open_outputs(spec: &ContainerSpec) -> Result<(OwnedFd, OwnedFd), RuntimeError
 
 fn open_as_user(path: &Path, spec: &ContainerSpec) -> Result<OwnedFd, RuntimeError> {
     let saved = getgroups().map_err(|e| RuntimeError::sys("getgroups", e))?;
-    let groups: Vec<Gid> = spec.groups.iter().chain([&spec.gid]).map(|&g| Gid::from_raw(g)).collect();
+    let groups: Vec<Gid> = spec
+        .groups
+        .iter()
+        .chain([&spec.gid])
+        .map(|&g| Gid::from_raw(g))
+        .collect();
     setgroups(&groups).map_err(|e| RuntimeError::sys("setgroups", e))?;
     // setfsuid/setfsgid act on this thread only; the shim has one.
     setfsgid(Gid::from_raw(spec.gid));
@@ -267,7 +301,14 @@ fn open_as_user(path: &Path, spec: &ContainerSpec) -> Result<OwnedFd, RuntimeErr
     setfsgid(Gid::from_raw(0));
     let _ = setgroups(&saved);
     let file = opened.map_err(|e| {
-        RuntimeError::io(format!("cannot create output file {} as uid {}", path.display(), spec.uid), e)
+        RuntimeError::io(
+            format!(
+                "cannot create output file {} as uid {}",
+                path.display(),
+                spec.uid
+            ),
+            e,
+        )
     })?;
     // Honour 0600 even if the file existed with wider permissions.
     let _ = file.set_permissions(std::fs::Permissions::from_mode(0o600));

@@ -9,10 +9,10 @@ use std::fs;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
-use nix::sched::{unshare, CloneFlags};
-use nix::sys::wait::waitpid;
 use nix::fcntl::OFlag;
+use nix::sched::{unshare, CloneFlags};
 use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::waitpid;
 use nix::unistd::{fork, pipe2, read, write, ForkResult, Pid};
 
 use crate::error::{ErrorKind, RuntimeError};
@@ -26,7 +26,12 @@ pub(crate) fn id_maps(
     groups: &[u32],
     root_host_id: u32,
 ) -> Result<(String, String), RuntimeError> {
-    let mut gids: Vec<u32> = groups.iter().copied().chain([gid]).filter(|&g| g != 0).collect();
+    let mut gids: Vec<u32> = groups
+        .iter()
+        .copied()
+        .chain([gid])
+        .filter(|&g| g != 0)
+        .collect();
     gids.sort_unstable();
     gids.dedup();
     if uid != 0 && uid == root_host_id || gids.contains(&root_host_id) {
@@ -35,8 +40,16 @@ pub(crate) fn id_maps(
             format!("job ids collide with the sandbox root id {root_host_id}; configure another `root_host_id`"),
         ));
     }
-    let uid_map = if uid == 0 { "0 0 1\n".to_string() } else { format!("0 {root_host_id} 1\n{uid} {uid} 1\n") };
-    let root_gid = if gid == 0 || groups.contains(&0) { 0 } else { root_host_id };
+    let uid_map = if uid == 0 {
+        "0 0 1\n".to_string()
+    } else {
+        format!("0 {root_host_id} 1\n{uid} {uid} 1\n")
+    };
+    let root_gid = if gid == 0 || groups.contains(&0) {
+        0
+    } else {
+        root_host_id
+    };
     let mut gid_map = format!("0 {root_gid} 1\n");
     for g in gids {
         gid_map.push_str(&format!("{g} {g} 1\n"));
@@ -54,8 +67,10 @@ pub(crate) struct UserNsHolder {
 impl UserNsHolder {
     /// Forks the holder and writes its maps. Must be called from a single-threaded process.
     pub(crate) fn create(uid_map: &str, gid_map: &str) -> Result<Self, RuntimeError> {
-        let (ready_r, ready_w) = pipe2(OFlag::O_CLOEXEC).map_err(|e| RuntimeError::sys("pipe", e))?;
-        let (release_r, release_w) = pipe2(OFlag::O_CLOEXEC).map_err(|e| RuntimeError::sys("pipe", e))?;
+        let (ready_r, ready_w) =
+            pipe2(OFlag::O_CLOEXEC).map_err(|e| RuntimeError::sys("pipe", e))?;
+        let (release_r, release_w) =
+            pipe2(OFlag::O_CLOEXEC).map_err(|e| RuntimeError::sys("pipe", e))?;
         // SAFETY: the shim is single-threaded; the child only calls unshare, write, read, _exit.
         match unsafe { fork() }.map_err(|e| RuntimeError::sys("fork user namespace holder", e))? {
             ForkResult::Child => {
@@ -71,7 +86,10 @@ impl UserNsHolder {
             ForkResult::Parent { child } => {
                 drop(ready_w);
                 drop(release_r);
-                let mut holder = UserNsHolder { pid: child, release: Some(release_w) };
+                let mut holder = UserNsHolder {
+                    pid: child,
+                    release: Some(release_w),
+                };
                 let mut buf = [0u8; 1];
                 let n = read(std::os::fd::AsRawFd::as_raw_fd(&ready_r), &mut buf)
                     .map_err(|e| RuntimeError::sys("waiting for user namespace holder", e))?;

@@ -89,7 +89,9 @@ fn de_time<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Err
         None => Ok(None),
         Some(Raw::Int(s)) if s > 0 => Ok(Some(s)),
         Some(Raw::Int(_)) => Err(serde::de::Error::custom("time must be greater than zero")),
-        Some(Raw::Text(t)) => parse_duration(&t).map(Some).map_err(serde::de::Error::custom),
+        Some(Raw::Text(t)) => parse_duration(&t)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
     }
 }
 
@@ -151,7 +153,9 @@ impl JobRequest {
         macro_rules! take {
             ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
         }
-        take!(name, image, command, script, cpus, memory, gpus, time, nodes, workdir, output, error);
+        take!(
+            name, image, command, script, cpus, memory, gpus, time, nodes, workdir, output, error
+        );
         self.env.extend(other.env);
         self
     }
@@ -167,7 +171,10 @@ impl JobRequest {
                     return Err("`command` is empty; give the program to run first".into());
                 }
                 if cmd.len() > MAX_ARGS {
-                    return Err(format!("`command` has {} words; the limit is {MAX_ARGS}", cmd.len()));
+                    return Err(format!(
+                        "`command` has {} words; the limit is {MAX_ARGS}",
+                        cmd.len()
+                    ));
                 }
                 if cmd.iter().any(|a| a.contains('\0')) {
                     return Err("`command` contains a NUL byte".into());
@@ -192,7 +199,9 @@ impl JobRequest {
             None => default_name(&argv, self.script.is_some()),
         };
         if name.is_empty() || name.len() > MAX_NAME || name.chars().any(|c| c.is_control()) {
-            return Err(format!("`name` must be 1 to {MAX_NAME} printable characters"));
+            return Err(format!(
+                "`name` must be 1 to {MAX_NAME} printable characters"
+            ));
         }
         let image = self.image.clone().unwrap_or_else(|| defaults.image.clone());
         validate_image_name(&image)?;
@@ -216,7 +225,10 @@ impl JobRequest {
         }
         let memory = self.memory.unwrap_or(defaults.memory);
         if memory < (4 << 20) {
-            return Err(format!("`memory` {} is too small; ask for at least 4M", format_memory(memory)));
+            return Err(format!(
+                "`memory` {} is too small; ask for at least 4M",
+                format_memory(memory)
+            ));
         }
         if !cwd.starts_with('/') {
             return Err(format!("submit directory {cwd:?} is not absolute"));
@@ -230,7 +242,10 @@ impl JobRequest {
             return Err(format!("`workdir` {workdir:?} may not contain `..` or NUL"));
         }
         if self.env.len() > MAX_ENV {
-            return Err(format!("`env` has {} entries; the limit is {MAX_ENV}", self.env.len()));
+            return Err(format!(
+                "`env` has {} entries; the limit is {MAX_ENV}",
+                self.env.len()
+            ));
         }
         for (k, v) in &self.env {
             let ok = !k.is_empty()
@@ -256,7 +271,11 @@ impl JobRequest {
             argv,
             workdir,
             env: self.env.clone(),
-            resources: Resources { cpus, memory, gpus: self.gpus.unwrap_or(0) },
+            resources: Resources {
+                cpus,
+                memory,
+                gpus: self.gpus.unwrap_or(0),
+            },
             nodes,
             time_limit,
             output: self.output.clone().unwrap_or_else(|| "wharf-%j.out".into()),
@@ -302,7 +321,9 @@ impl JobSpec {
     }
 
     fn expand(&self, pattern: &str, id: JobId) -> String {
-        let p = pattern.replace("%j", &id.to_string()).replace("%x", &self.name);
+        let p = pattern
+            .replace("%j", &id.to_string())
+            .replace("%x", &self.name);
         if p.starts_with('/') {
             p
         } else {
@@ -351,7 +372,10 @@ impl JobState {
 
     /// True once the job can change no more.
     pub fn is_terminal(self) -> bool {
-        !matches!(self, JobState::Pending | JobState::Starting | JobState::Running)
+        !matches!(
+            self,
+            JobState::Pending | JobState::Starting | JobState::Running
+        )
     }
 
     /// True while the job holds resources on a node.
@@ -503,7 +527,10 @@ mod tests {
     use super::*;
 
     fn req() -> JobRequest {
-        JobRequest { command: Some(vec!["/bin/true".into()]), ..Default::default() }
+        JobRequest {
+            command: Some(vec!["/bin/true".into()]),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -519,15 +546,30 @@ mod tests {
     #[test]
     fn resolve_rejects_bad_fields() {
         let d = JobDefaults::default();
-        let both = JobRequest { script: Some("x".into()), ..req() };
+        let both = JobRequest {
+            script: Some("x".into()),
+            ..req()
+        };
         assert!(both.resolve("/", &d).unwrap_err().contains("either"));
         let none = JobRequest::default();
-        assert!(none.resolve("/", &d).unwrap_err().contains("nothing to run"));
-        let img = JobRequest { image: Some("../etc".into()), ..req() };
+        assert!(none
+            .resolve("/", &d)
+            .unwrap_err()
+            .contains("nothing to run"));
+        let img = JobRequest {
+            image: Some("../etc".into()),
+            ..req()
+        };
         assert!(img.resolve("/", &d).unwrap_err().contains("`image`"));
-        let env = JobRequest { env: [("1X".into(), "v".into())].into(), ..req() };
+        let env = JobRequest {
+            env: [("1X".into(), "v".into())].into(),
+            ..req()
+        };
         assert!(env.resolve("/", &d).unwrap_err().contains("`env`"));
-        let time = JobRequest { time: Some(d.max_time + 1), ..req() };
+        let time = JobRequest {
+            time: Some(d.max_time + 1),
+            ..req()
+        };
         assert!(time.resolve("/", &d).unwrap_err().contains("maximum"));
         assert!(req().resolve("rel", &d).is_err());
     }
@@ -546,11 +588,22 @@ mod tests {
 
     #[test]
     fn exit_maps_to_state() {
-        let ok = ExitInfo { code: Some(0), ..Default::default() };
+        let ok = ExitInfo {
+            code: Some(0),
+            ..Default::default()
+        };
         assert_eq!(ok.final_state(), JobState::Completed);
-        let oom = ExitInfo { signal: Some(9), oom: true, ..Default::default() };
+        let oom = ExitInfo {
+            signal: Some(9),
+            oom: true,
+            ..Default::default()
+        };
         assert_eq!(oom.final_state(), JobState::OutOfMemory);
-        let to = ExitInfo { signal: Some(15), timed_out: true, ..Default::default() };
+        let to = ExitInfo {
+            signal: Some(15),
+            timed_out: true,
+            ..Default::default()
+        };
         assert_eq!(to.final_state(), JobState::Timeout);
     }
 }

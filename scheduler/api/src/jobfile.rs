@@ -30,16 +30,27 @@ pub const MAX_JOB_FILE: usize = 256 * 1024;
 /// Parses a job file. A file whose first line starts with `#!` or whose name does not end in
 /// `.toml` is a script; otherwise TOML.
 pub fn parse_job_file(file: &str, text: &str) -> Result<JobRequest, JobFileError> {
-    let err = |line, message: String| JobFileError { file: file.to_string(), line, message };
+    let err = |line, message: String| JobFileError {
+        file: file.to_string(),
+        line,
+        message,
+    };
     if text.len() > MAX_JOB_FILE {
-        return Err(err(None, format!("is {} bytes; the limit is {MAX_JOB_FILE}", text.len())));
+        return Err(err(
+            None,
+            format!("is {} bytes; the limit is {MAX_JOB_FILE}", text.len()),
+        ));
     }
     if file.ends_with(".toml") && !text.starts_with("#!") {
         return toml::from_str::<JobRequest>(text).map_err(|e| {
-            let line = e.span().map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].lines().count().max(1));
             let line = line.map(|l| {
                 // A span that starts right after a newline belongs to the next line.
-                if e.span().is_some_and(|s| text[..s.start.min(text.len())].ends_with('\n')) {
+                if e.span()
+                    .is_some_and(|s| text[..s.start.min(text.len())].ends_with('\n'))
+                {
                     l + 1
                 } else {
                     l
@@ -183,7 +194,11 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
                 .ok_or_else(|| format!("--env expects NAME=VALUE, found {value:?}"))?;
             req.env.insert(k.to_string(), v.to_string());
         }
-        other => return Err(format!("unknown option --{other}; see `wharf submit --help`")),
+        other => {
+            return Err(format!(
+                "unknown option --{other}; see `wharf submit --help`"
+            ))
+        }
     }
     Ok(())
 }
@@ -227,10 +242,17 @@ mod tests {
 
     #[test]
     fn script_errors_name_line() {
-        let e = parse_job_file("a.sh", "#!/bin/sh\n#WHARF --cpus=2\n#WHARF --frobnicate=1\n")
-            .unwrap_err();
+        let e = parse_job_file(
+            "a.sh",
+            "#!/bin/sh\n#WHARF --cpus=2\n#WHARF --frobnicate=1\n",
+        )
+        .unwrap_err();
         assert_eq!(e.line, Some(3));
-        assert!(e.to_string().contains("a.sh line 3: unknown option --frobnicate"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("a.sh line 3: unknown option --frobnicate"),
+            "{e}"
+        );
         let e = parse_job_file("a.sh", "#WHARF --mem=lots\n").unwrap_err();
         assert!(e.to_string().contains("line 1: --mem"), "{e}");
         let e = parse_job_file("a.sh", "#WHARF --cpus\n").unwrap_err();

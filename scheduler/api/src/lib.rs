@@ -4,8 +4,8 @@
 //! process boundary (the `/v1` HTTP API, the agent protocol, the job file) is defined here, so
 //! the three programs cannot disagree about it.
 
-pub mod jobfile;
 pub mod job;
+pub mod jobfile;
 pub mod node;
 pub mod resources;
 pub mod wire;

@@ -33,7 +33,11 @@ pub struct NodeInfo {
 impl NodeInfo {
     /// Total resources the node offers.
     pub fn capacity(&self) -> Resources {
-        Resources { cpus: self.cpus, memory: self.memory, gpus: self.gpus.len() as u32 }
+        Resources {
+            cpus: self.cpus,
+            memory: self.memory,
+            gpus: self.gpus.len() as u32,
+        }
     }
 }
 
@@ -70,4 +74,7 @@ pub struct NodeRecord {
     pub allocated: Resources,
     /// Jobs on the node now.
     pub jobs: u32,
+    /// Images in the node's store.
+    #[serde(default)]
+    pub images: Vec<String>,
 }

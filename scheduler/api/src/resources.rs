@@ -55,7 +55,12 @@ pub fn parse_memory(text: &str) -> Result<u64, String> {
 
 /// Formats bytes the way `parse_memory` reads them back (e.g. `4G`, `512M`).
 pub fn format_memory(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [(1 << 40, "T"), (1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "T"),
+        (1 << 30, "G"),
+        (1 << 20, "M"),
+        (1 << 10, "K"),
+    ];
     for (size, unit) in UNITS {
         if bytes >= size {
             let v = bytes as f64 / size as f64;
@@ -140,7 +145,9 @@ mod tests {
         assert_eq!(parse_memory("4G"), Ok(4 << 30));
         assert_eq!(parse_memory("1.5GiB"), Ok(3 << 29));
         assert_eq!(parse_memory("2048"), Ok(2048 << 20));
-        assert!(parse_memory("12XB").unwrap_err().contains("unknown memory unit"));
+        assert!(parse_memory("12XB")
+            .unwrap_err()
+            .contains("unknown memory unit"));
         assert!(parse_memory("").is_err());
         assert!(parse_memory("0").is_err());
         assert_eq!(format_memory(4 << 30), "4G");

@@ -39,6 +39,10 @@ pub struct SubmitRequest {
     pub job: JobRequest,
     /// The directory the user submitted from.
     pub cwd: String,
+    /// A random token chosen by the client; a retried submit with the same token returns the
+    /// first job instead of creating another.
+    #[serde(default)]
+    pub client_token: Option<String>,
 }
 
 /// Answer to a submit: the job is committed to the store.
@@ -107,6 +111,9 @@ pub struct PollRequest {
     pub jobs: Vec<AgentJob>,
     /// Hold the answer up to this long when there are no orders, ms.
     pub wait_ms: u64,
+    /// Images in the node's store.
+    #[serde(default)]
+    pub images: Vec<String>,
 }
 
 /// A job for the agent to start.

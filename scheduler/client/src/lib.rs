@@ -1,1 +1,174 @@
-pub fn x(){}
+//! A small HTTP/1 client for the `/v1` API over the controller's Unix socket or TCP, used by the
+//! CLI and the agent. One connection per request: calls are rare and this keeps failure
+//! handling simple (a controller restart never leaves a dead pooled connection behind).
+
+use std::path::PathBuf;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use wharf_api::wire::ApiError;
+
+/// Where the controller listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A Unix socket path.
+    Unix(PathBuf),
+    /// `host:port`.
+    Tcp(String),
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Unix(p) => write!(f, "{}", p.display()),
+            Endpoint::Tcp(a) => write!(f, "tcp://{a}"),
+        }
+    }
+}
+
+impl Endpoint {
+    /// Parses `tcp://host:port`, `host:port` or a socket path.
+    pub fn parse(text: &str) -> Endpoint {
+        if let Some(addr) = text.strip_prefix("tcp://") {
+            Endpoint::Tcp(addr.to_string())
+        } else if !text.contains('/') && text.contains(':') {
+            Endpoint::Tcp(text.to_string())
+        } else {
+            Endpoint::Unix(PathBuf::from(text))
+        }
+    }
+}
+
+/// A failed call.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No connection could be made.
+    #[error("cannot reach the Wharf controller at {endpoint}: {err} (is `wharf controller` or `wharf dev` running? set WHARF_SOCKET to its socket)")]
+    Unreachable {
+        /// Where we tried.
+        endpoint: Endpoint,
+        /// Why it failed.
+        err: std::io::Error,
+    },
+    /// The controller answered with an error.
+    #[error("{}", .error.error)]
+    Api {
+        /// HTTP status.
+        status: u16,
+        /// The error body.
+        error: ApiError,
+    },
+    /// The exchange broke or the answer made no sense.
+    #[error("talking to the controller: {0}")]
+    Protocol(String),
+}
+
+impl ClientError {
+    /// True when retrying later may help (controller down or restarting).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Unreachable { .. } | ClientError::Protocol(_)
+        )
+    }
+}
+
+/// A client for one controller.
+#[derive(Debug, Clone)]
+pub struct Client {
+    endpoint: Endpoint,
+    token: Option<String>,
+}
+
+impl Client {
+    /// A client; `token` is sent as a bearer token (agents).
+    pub fn new(endpoint: Endpoint, token: Option<String>) -> Client {
+        Client { endpoint, token }
+    }
+
+    /// The endpoint.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// `GET path`.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        self.call("GET", path, None).await
+    }
+
+    /// `POST path` with a JSON body.
+    pub async fn post<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        let bytes = serde_json::to_vec(body).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        self.call("POST", path, Some(bytes)).await
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<T, ClientError> {
+        let unreachable = |err| ClientError::Unreachable {
+            endpoint: self.endpoint.clone(),
+            err,
+        };
+        let proto = |e: hyper::Error| ClientError::Protocol(e.to_string());
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "wharf")
+            .header("content-type", "application/json");
+        if let Some(t) = &self.token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let resp = match &self.endpoint {
+            Endpoint::Unix(p) => {
+                let stream = tokio::net::UnixStream::connect(p)
+                    .await
+                    .map_err(unreachable)?;
+                send(stream, req).await.map_err(proto)?
+            }
+            Endpoint::Tcp(a) => {
+                let stream = tokio::net::TcpStream::connect(a)
+                    .await
+                    .map_err(unreachable)?;
+                send(stream, req).await.map_err(proto)?
+            }
+        };
+        let status = resp.status().as_u16();
+        let bytes = resp.into_body().collect().await.map_err(proto)?.to_bytes();
+        if (200..300).contains(&status) {
+            serde_json::from_slice(&bytes)
+                .map_err(|e| ClientError::Protocol(format!("bad answer: {e}")))
+        } else {
+            let error = serde_json::from_slice(&bytes).unwrap_or_else(|_| ApiError {
+                error: format!("HTTP {status}: {}", String::from_utf8_lossy(&bytes)),
+                kind: wharf_api::wire::ErrorKind::Internal,
+            });
+            Err(ClientError::Api { status, error })
+        }
+    }
+}
+
+async fn send<S>(
+    stream: S,
+    req: Request<Full<Bytes>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, hyper::Error>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    sender.send_request(req).await
+}

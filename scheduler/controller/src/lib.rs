@@ -1,1 +1,176 @@
-pub fn x(){}
+//! `wharf controller`: the API server, the scheduling loop and the durable store.
+//!
+//! One [`cluster::Cluster`] holds the state under a mutex; handlers run its methods on the
+//! blocking pool because each change commits to SQLite before the client is answered. A
+//! scheduler task runs a pass whenever something changes (and every second), and wakes the
+//! long-polling agents that got work.
+
+pub mod api;
+pub mod cluster;
+pub mod store;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use wharf_api::JobDefaults;
+
+/// Controller settings.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// Directory for the database.
+    pub state_dir: PathBuf,
+    /// Unix socket for users (and local agents).
+    pub socket: PathBuf,
+    /// TCP address for agents on other hosts.
+    pub listen: Option<SocketAddr>,
+    /// Token agents must present.
+    pub join_token: String,
+    /// Users (besides root) who may manage every job.
+    pub admins: Vec<u32>,
+    /// Job defaults and ceilings.
+    pub defaults: JobDefaults,
+    /// A node silent this long is down and its jobs fail.
+    pub node_timeout: Duration,
+    /// Longest an agent poll is held open.
+    pub poll_wait: Duration,
+}
+
+/// State shared by the handlers and the scheduler task.
+#[derive(Debug)]
+pub struct Shared {
+    /// Settings.
+    pub config: ControllerConfig,
+    /// Jobs and nodes.
+    pub cluster: Mutex<cluster::Cluster>,
+    scheduler: Notify,
+    nodes: Mutex<BTreeMap<String, Arc<Notify>>>,
+}
+
+impl Shared {
+    /// Asks for a scheduling pass.
+    pub fn wake_scheduler(&self) {
+        self.scheduler.notify_one();
+    }
+
+    /// Wakes a node's pending poll.
+    pub fn wake_node(&self, node: &str) {
+        self.node_notify(node).notify_waiters();
+    }
+
+    fn node_notify(&self, node: &str) -> Arc<Notify> {
+        let mut map = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(node.to_string()).or_default().clone()
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A controller failed to start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The store could not be opened.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    /// A socket could not be bound.
+    #[error("{what}: {err}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        err: std::io::Error,
+    },
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StartError {
+    let what = what.into();
+    move |err| StartError::Io { what, err }
+}
+
+/// Opens the store, binds the listeners and serves until the task is dropped.
+pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
+    std::fs::create_dir_all(&config.state_dir)
+        .map_err(io(format!("creating {}", config.state_dir.display())))?;
+    let store = store::Store::open(&config.state_dir.join("wharf.db"))?;
+    let cluster = cluster::Cluster::load(
+        store,
+        config.defaults.clone(),
+        config.node_timeout.as_millis() as u64,
+        now_ms(),
+    )?;
+    let shared = Arc::new(Shared {
+        config: config.clone(),
+        cluster: Mutex::new(cluster),
+        scheduler: Notify::new(),
+        nodes: Mutex::default(),
+    });
+
+    if let Some(parent) = config.socket.parent() {
+        std::fs::create_dir_all(parent).map_err(io(format!("creating {}", parent.display())))?;
+    }
+    let _ = std::fs::remove_file(&config.socket);
+    let unix = tokio::net::UnixListener::bind(&config.socket)
+        .map_err(io(format!("binding {}", config.socket.display())))?;
+    // Every local user may connect; who they are is read from the socket itself.
+    std::fs::set_permissions(&config.socket, std::fs::Permissions::from_mode(0o666))
+        .map_err(io(format!("chmod {}", config.socket.display())))?;
+    let app = api::router(shared.clone());
+    let unix_server = axum::serve(
+        unix,
+        app.clone()
+            .into_make_service_with_connect_info::<api::Peer>(),
+    );
+    let tcp_server = match config.listen {
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(io(format!("binding {addr}")))?;
+            Some(axum::serve(
+                l,
+                app.into_make_service_with_connect_info::<api::Peer>(),
+            ))
+        }
+        None => None,
+    };
+    tracing::info!(socket = %config.socket.display(), listen = ?config.listen, "controller ready");
+    tokio::spawn(scheduler_loop(shared.clone()));
+    let tcp = async move {
+        match tcp_server {
+            Some(s) => s.await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        r = unix_server => r.map_err(io("serving the Unix socket")),
+        r = tcp => r.map_err(io("serving TCP")),
+    }
+}
+
+async fn scheduler_loop(shared: Arc<Shared>) {
+    loop {
+        let _ = tokio::time::timeout(Duration::from_secs(1), shared.scheduler.notified()).await;
+        let s = shared.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            let mut cluster = s.cluster.lock().unwrap_or_else(|p| p.into_inner());
+            let now = now_ms();
+            cluster.check_nodes(now)?;
+            cluster.schedule(now)
+        })
+        .await;
+        match result {
+            Ok(Ok(woken)) => woken.iter().for_each(|n| shared.wake_node(n)),
+            Ok(Err(e)) => tracing::error!(error = %e.message, "scheduling pass failed"),
+            Err(e) => tracing::error!(error = %e, "scheduling pass panicked"),
+        }
+    }
+}

@@ -85,21 +85,35 @@ pub fn schedule(view: &ClusterView, _now: u64) -> Vec<Decision> {
     let mut out = Vec::with_capacity(order.len());
     for job in order {
         if let Some(reason) = never_fits(&nodes, &job.resources) {
-            out.push(Decision::Wait { job: job.id, reason });
+            out.push(Decision::Wait {
+                job: job.id,
+                reason,
+            });
             continue;
         }
         if let Some(first) = blocked_by {
-            out.push(Decision::Wait { job: job.id, reason: PendingReason::Priority { behind: first } });
+            out.push(Decision::Wait {
+                job: job.id,
+                reason: PendingReason::Priority { behind: first },
+            });
             continue;
         }
         match placement::best_fit(&nodes, &job.resources) {
             Some(i) => {
                 let (cpu_ids, gpu_ids) = nodes[i].allocate(&job.resources);
-                out.push(Decision::Start { job: job.id, node: nodes[i].name.clone(), cpu_ids, gpu_ids });
+                out.push(Decision::Start {
+                    job: job.id,
+                    node: nodes[i].name.clone(),
+                    cpu_ids,
+                    gpu_ids,
+                });
             }
             None => {
                 blocked_by = Some(job.id);
-                out.push(Decision::Wait { job: job.id, reason: PendingReason::Resources });
+                out.push(Decision::Wait {
+                    job: job.id,
+                    reason: PendingReason::Resources,
+                });
             }
         }
     }
@@ -120,7 +134,10 @@ fn never_fits(nodes: &[NodeView], need: &Resources) -> Option<PendingReason> {
         memory: up.iter().map(|n| n.capacity.memory).max().unwrap_or(0),
         gpus: up.iter().map(|n| n.capacity.gpus).max().unwrap_or(0),
     };
-    Some(PendingReason::TooLarge { need: *need, largest })
+    Some(PendingReason::TooLarge {
+        need: *need,
+        largest,
+    })
 }
 
 #[cfg(test)]

@@ -37,17 +37,25 @@ impl NodeView {
     /// Marks resources of a running job as taken. Indices out of range are ignored (a node that
     /// re-registered smaller).
     pub fn hold(&mut self, cpu_ids: &[u32], gpu_ids: &[u32], memory: u64) {
-        self.used_cpus.extend(cpu_ids.iter().filter(|&&c| c < self.capacity.cpus));
-        self.used_gpus.extend(gpu_ids.iter().filter(|&&g| g < self.capacity.gpus));
+        self.used_cpus
+            .extend(cpu_ids.iter().filter(|&&c| c < self.capacity.cpus));
+        self.used_gpus
+            .extend(gpu_ids.iter().filter(|&&g| g < self.capacity.gpus));
         self.used_memory = self.used_memory.saturating_add(memory);
     }
 
     /// What is free now.
     pub fn free(&self) -> Resources {
         Resources {
-            cpus: self.capacity.cpus.saturating_sub(self.used_cpus.len() as u32),
+            cpus: self
+                .capacity
+                .cpus
+                .saturating_sub(self.used_cpus.len() as u32),
             memory: self.capacity.memory.saturating_sub(self.used_memory),
-            gpus: self.capacity.gpus.saturating_sub(self.used_gpus.len() as u32),
+            gpus: self
+                .capacity
+                .gpus
+                .saturating_sub(self.used_gpus.len() as u32),
         }
     }
 

@@ -41,15 +41,25 @@ impl PendingReason {
 impl fmt::Display for PendingReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PendingReason::NoNodes => write!(f, "NoNodes: no node is up; is `wharf agent` running?"),
-            PendingReason::Resources => write!(f, "Resources: waiting for CPUs, memory or GPUs to free up"),
+            PendingReason::NoNodes => {
+                write!(f, "NoNodes: no node is up; is `wharf agent` running?")
+            }
+            PendingReason::Resources => {
+                write!(f, "Resources: waiting for CPUs, memory or GPUs to free up")
+            }
             PendingReason::Priority { behind } => {
-                write!(f, "Priority: queued behind job {behind}, which is waiting for resources")
+                write!(
+                    f,
+                    "Priority: queued behind job {behind}, which is waiting for resources"
+                )
             }
             PendingReason::TooLarge { need, largest } => {
                 let mut parts = Vec::new();
                 if need.cpus > largest.cpus {
-                    parts.push(format!("{} CPUs (largest node has {})", need.cpus, largest.cpus));
+                    parts.push(format!(
+                        "{} CPUs (largest node has {})",
+                        need.cpus, largest.cpus
+                    ));
                 }
                 if need.memory > largest.memory {
                     parts.push(format!(
@@ -59,12 +69,19 @@ impl fmt::Display for PendingReason {
                     ));
                 }
                 if need.gpus > largest.gpus {
-                    parts.push(format!("{} GPUs (largest node has {})", need.gpus, largest.gpus));
+                    parts.push(format!(
+                        "{} GPUs (largest node has {})",
+                        need.gpus, largest.gpus
+                    ));
                 }
                 if parts.is_empty() {
                     parts.push("more than any single node has".into());
                 }
-                write!(f, "TooLarge: no node can hold {}; ask for less or wait for bigger nodes", parts.join(", "))
+                write!(
+                    f,
+                    "TooLarge: no node can hold {}; ask for less or wait for bigger nodes",
+                    parts.join(", ")
+                )
             }
         }
     }

@@ -1,0 +1,90 @@
+//! What this node has: CPUs, memory, GPUs. Read from the kernel, never configured by hand.
+
+use std::path::Path;
+
+use wharf_api::node::GpuInfo;
+
+/// CPUs this agent may use (its affinity mask), in ascending order. Job CPU index `i` is
+/// `cpus[i]`.
+pub fn cpus() -> Vec<u32> {
+    match nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
+        Ok(set) => (0..nix::sched::CpuSet::count() as u32)
+            .filter(|&c| set.is_set(c as usize).unwrap_or(false))
+            .collect(),
+        Err(_) => (0..std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1))
+            .collect(),
+    }
+}
+
+/// Total memory from `/proc/meminfo`, bytes.
+pub fn memory_total() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+/// GPUs from the NVIDIA device nodes under `dev_root` (`nvidia0`, `nvidia1`, ...): character
+/// devices with NVIDIA's major number 195 and a minor below 255 (255 is nvidiactl).
+pub fn gpus(dev_root: &Path) -> Vec<GpuInfo> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let Ok(entries) = std::fs::read_dir(dev_root) else {
+        return vec![];
+    };
+    let mut gpus: Vec<GpuInfo> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let index: u32 = name.strip_prefix("nvidia")?.parse().ok()?;
+            let meta = std::fs::metadata(e.path()).ok()?;
+            let rdev = meta.rdev();
+            let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+            (meta.file_type().is_char_device() && major == 195 && minor == index)
+                .then(|| GpuInfo { index, model: None })
+        })
+        .collect();
+    gpus.sort_by_key(|g| g.index);
+    gpus
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_this_machine() {
+        assert!(!cpus().is_empty());
+        assert!(memory_total() > 64 << 20);
+        let empty = tempfile::tempdir().unwrap();
+        assert!(gpus(empty.path()).is_empty());
+    }
+
+    #[test]
+    fn finds_fake_gpus_made_with_mknod() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: mknod needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        for (name, minor) in [("nvidia0", 0), ("nvidia1", 1), ("nvidiactl", 255)] {
+            let dev = nix::sys::stat::makedev(195, minor);
+            nix::sys::stat::mknod(
+                &dir.path().join(name),
+                nix::sys::stat::SFlag::S_IFCHR,
+                nix::sys::stat::Mode::from_bits_truncate(0o666),
+                dev,
+            )
+            .unwrap();
+        }
+        std::fs::write(dir.path().join("nvidia7"), b"not a device").unwrap();
+        let found: Vec<u32> = gpus(dir.path()).iter().map(|g| g.index).collect();
+        assert_eq!(found, [0, 1]);
+    }
+}

@@ -1,0 +1,125 @@
+//! Turning a launch order into a container spec for this node.
+
+use std::path::{Path, PathBuf};
+
+use wharf_api::wire::LaunchOrder;
+use wharf_runtime::ContainerSpec;
+
+use crate::AgentConfig;
+
+/// A launch order that cannot run here, in words for the user.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct LaunchError(pub String);
+
+/// Builds the container spec for `order`. `cpus` is the node's CPU list (index → CPU id).
+pub fn container_spec(
+    cfg: &AgentConfig,
+    images: &wharf_images::ImageStore,
+    order: &LaunchOrder,
+    cpus: &[u32],
+) -> Result<ContainerSpec, LaunchError> {
+    let spec = &order.spec;
+    let rootfs: PathBuf = if spec.image == "host" {
+        PathBuf::from("/")
+    } else {
+        images
+            .get(&spec.image)
+            .map_err(|e| {
+                LaunchError(format!(
+                    "image {:?} on node {}: {e}",
+                    spec.image, cfg.node_name
+                ))
+            })?
+            .rootfs
+    };
+    let user = nix::unistd::User::from_uid(order.owner.uid.into())
+        .ok()
+        .flatten();
+    let groups = match &user {
+        Some(u) => {
+            let name = std::ffi::CString::new(u.name.as_str())
+                .map_err(|_| LaunchError("bad user name".into()))?;
+            nix::unistd::getgrouplist(&name, order.owner.gid.into())
+                .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
+                .unwrap_or_else(|_| vec![order.owner.gid])
+        }
+        None => vec![order.owner.gid],
+    };
+    let home = user
+        .as_ref()
+        .map(|u| u.dir.display().to_string())
+        .unwrap_or_else(|| "/".into());
+    // The working directory must exist inside the root; an image rarely has the user's, and
+    // the sandbox mounts its own /tmp, /dev, /proc and /sys over the host's.
+    let shadowed = ["/tmp", "/dev", "/proc", "/sys"]
+        .iter()
+        .any(|m| spec.workdir == *m || spec.workdir.starts_with(&format!("{m}/")));
+    let visible = !shadowed && rootfs.join(spec.workdir.trim_start_matches('/')).is_dir();
+    let cwd = if visible {
+        spec.workdir.clone()
+    } else {
+        "/".into()
+    };
+    let cpuset: Vec<u32> = order
+        .cpu_ids
+        .iter()
+        .filter_map(|&i| cpus.get(i as usize).copied())
+        .collect();
+    let mut env: Vec<(String, String)> = vec![
+        (
+            "PATH".into(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+        ),
+        ("HOME".into(), home),
+        ("USER".into(), order.owner.user.clone()),
+        ("LOGNAME".into(), order.owner.user.clone()),
+    ];
+    env.retain(|(k, _)| !spec.env.contains_key(k));
+    env.extend(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let gpus: Vec<String> = (0..order.gpu_ids.len()).map(|i| i.to_string()).collect();
+    env.extend([
+        ("WHARF_JOB_ID".into(), order.id.to_string()),
+        ("WHARF_JOB_NAME".into(), spec.name.clone()),
+        ("WHARF_NODE".into(), cfg.node_name.clone()),
+        ("WHARF_CPUS_ON_NODE".into(), spec.resources.cpus.to_string()),
+        ("WHARF_SUBMIT_DIR".into(), spec.workdir.clone()),
+        ("SLURM_JOB_ID".into(), order.id.to_string()),
+        ("SLURM_JOB_NAME".into(), spec.name.clone()),
+        ("SLURM_CPUS_ON_NODE".into(), spec.resources.cpus.to_string()),
+        ("CUDA_VISIBLE_DEVICES".into(), gpus.join(",")),
+    ]);
+    let stdout = PathBuf::from(spec.output_path(order.id));
+    let stderr = spec
+        .error_path(order.id)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| stdout.clone());
+    Ok(ContainerSpec {
+        id: format!("wharf-{}", order.id),
+        rootfs,
+        argv: spec.argv.clone(),
+        env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        cwd,
+        uid: order.owner.uid,
+        gid: order.owner.gid,
+        groups,
+        root_host_id: cfg.root_host_id,
+        hostname: cfg.node_name.clone(),
+        memory: Some(spec.resources.memory),
+        cpus: Some(spec.resources.cpus),
+        cpuset,
+        pids: cfg.pids_limit,
+        tmp_size: cfg.tmp_size,
+        shm_size: cfg.shm_size,
+        stdout,
+        stderr,
+        time_limit: Some(spec.time_limit),
+        grace_secs: cfg.grace_secs,
+        cgroup_parent: cfg.cgroup_parent.clone(),
+    })
+}
+
+/// Where job `id` lives on this node.
+pub fn job_dir(state_dir: &Path, id: u64) -> wharf_runtime::JobDir {
+    wharf_runtime::JobDir::new(state_dir.join("jobs").join(id.to_string()))
+}

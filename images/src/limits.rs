@@ -1,0 +1,135 @@
+//! Limits against hostile or runaway input, and the running count kept against them.
+
+use crate::error::{ImageError, Result};
+
+/// Bounds on what one import may consume; [`Limits::default`] suits real images.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most archive entries in one import, all layers together.
+    pub max_entries: u64,
+    /// Most bytes of regular-file content written by one import, all layers together.
+    pub max_unpacked_bytes: u64,
+    /// Largest `index.json`, `oci-layout`, manifest or config blob read into memory.
+    pub max_json_bytes: u64,
+    /// Most layers in one image manifest.
+    pub max_layers: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_entries: 1_000_000,
+            max_unpacked_bytes: 64 << 30,
+            max_json_bytes: 4 << 20,
+            max_layers: 128,
+        }
+    }
+}
+
+/// Slack per entry on top of file content when bounding a decompressed tar stream: a header,
+/// block padding and room for long-name and PAX records.
+const STREAM_SLACK_PER_ENTRY: u64 = 4096;
+
+impl Limits {
+    /// Most bytes of decompressed tar stream read in one import. A backstop: the tar reader
+    /// buffers long-name and PAX records in memory, and a stream of padding writes nothing
+    /// that the other limits would count.
+    pub(crate) fn max_stream_bytes(&self) -> u64 {
+        self.max_unpacked_bytes
+            .saturating_add(self.max_entries.saturating_mul(STREAM_SLACK_PER_ENTRY))
+    }
+}
+
+/// What one import has used so far.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    limits: Limits,
+    /// Entries seen.
+    pub entries: u64,
+    /// Regular-file bytes written.
+    pub bytes: u64,
+    /// Decompressed tar stream bytes read.
+    pub stream_bytes: u64,
+    /// Entries not written on purpose: devices, FIFOs, sockets, unknown types.
+    pub skipped: u64,
+}
+
+impl Budget {
+    /// A fresh budget under `limits`.
+    pub fn new(limits: Limits) -> Self {
+        Budget {
+            limits,
+            entries: 0,
+            bytes: 0,
+            stream_bytes: 0,
+            skipped: 0,
+        }
+    }
+
+    /// The limits this budget counts against.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Counts one more entry.
+    pub fn add_entry(&mut self) -> Result<()> {
+        self.entries += 1;
+        if self.entries > self.limits.max_entries {
+            return Err(ImageError::invalid(format!(
+                "image has more than {} entries",
+                self.limits.max_entries
+            )));
+        }
+        Ok(())
+    }
+
+    /// Counts `n` more bytes of file content.
+    pub fn add_bytes(&mut self, n: u64) -> Result<()> {
+        self.bytes = self.bytes.saturating_add(n);
+        if self.bytes > self.limits.max_unpacked_bytes {
+            return Err(ImageError::invalid(format!(
+                "image unpacks to more than {} bytes",
+                self.limits.max_unpacked_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// How many more bytes of decompressed stream this import may read.
+    pub fn stream_allowance(&self) -> u64 {
+        self.limits
+            .max_stream_bytes()
+            .saturating_sub(self.stream_bytes)
+    }
+
+    /// Counts `n` bytes of decompressed stream read (at most the allowance, which the reader
+    /// enforced).
+    pub fn spend_stream(&mut self, n: u64) {
+        self.stream_bytes = self.stream_bytes.saturating_add(n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_refuses_past_the_limit() {
+        let limits = Limits {
+            max_entries: 2,
+            max_unpacked_bytes: 10,
+            ..Limits::default()
+        };
+        let mut b = Budget::new(limits);
+        b.add_entry().unwrap();
+        b.add_entry().unwrap();
+        assert_eq!(
+            b.add_entry().unwrap_err().kind,
+            crate::ErrorKind::InvalidInput
+        );
+        b.add_bytes(10).unwrap();
+        assert!(b.add_bytes(1).is_err());
+        b.spend_stream(limits.max_stream_bytes() - 5);
+        assert_eq!(b.stream_allowance(), 5);
+    }
+}

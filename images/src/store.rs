@@ -1,0 +1,245 @@
+//! The store: imported images on disk, each replaced or removed whole.
+//!
+//! Layout under the root (0755):
+//!
+//! ```text
+//! images/<sha256 of name>/image.json   ImageInfo as JSON
+//! images/<sha256 of name>/rootfs/      the unpacked root filesystem
+//! tmp/                                 (0700) imports in progress and removals
+//! ```
+//!
+//! An import unpacks into a fresh directory under `tmp/`, then renames it into `images/`
+//! (atomically exchanging it with the previous image of that name), so readers see the old
+//! image or the new one, never a mix; on any error the directory is deleted and the store is
+//! as it was.
+
+use std::fs::{self, DirBuilder};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{ErrorKind, ImageError, Result};
+use crate::limits::{Budget, Limits};
+use crate::name::validate_name;
+use crate::rootfs::RootDir;
+use crate::source::Source;
+use crate::staging::{clear_stale, write_synced, Staging};
+
+const IMAGES: &str = "images";
+const TMP: &str = "tmp";
+const INFO: &str = "image.json";
+const ROOTFS: &str = "rootfs";
+
+/// An image in the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageInfo {
+    /// The name it was imported under.
+    pub name: String,
+    /// `sha256:<hex>`: of the uncompressed tar stream for a tarball or directory import, of
+    /// the manifest for an OCI layout.
+    pub digest: String,
+    /// `"tarball"`, `"directory"` or `"oci-layout"`.
+    pub source: String,
+    /// Bytes of regular-file content in the unpacked root (hard links counted once).
+    pub size: u64,
+    /// When the import finished, in milliseconds since the Unix epoch.
+    pub created_ms: u64,
+    /// The unpacked root filesystem, to be mounted read-only by the sandbox.
+    pub rootfs: PathBuf,
+}
+
+/// A directory of imported images. Cheap to clone; clones share the directory.
+///
+/// ```no_run
+/// use std::path::{Path, PathBuf};
+/// use wharf_images::ImageStore;
+///
+/// let store = ImageStore::open(PathBuf::from("/var/lib/wharf/images"))?;
+/// let info = store.import(Path::new("/srv/ubuntu-24.04.tar.zst"), "ubuntu:24.04")?;
+/// assert_eq!(store.get("ubuntu:24.04")?.rootfs, info.rootfs);
+/// # Ok::<(), wharf_images::ImageError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct ImageStore {
+    root: PathBuf,
+    limits: Limits,
+}
+
+impl ImageStore {
+    /// Opens the store at `root`, creating it (0755) if missing, with default [`Limits`].
+    /// Also clears leftovers of imports whose process is gone.
+    ///
+    /// Errors: `PermissionDenied` or `Unavailable` when the directories cannot be created.
+    pub fn open(root: PathBuf) -> Result<ImageStore> {
+        let mkdir = |path: &Path, mode: u32| {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(mode)
+                .create(path)
+                .map_err(|e| ImageError::io(format!("creating {}", path.display()), e))
+        };
+        mkdir(&root, 0o755)?;
+        mkdir(&root.join(IMAGES), 0o755)?;
+        mkdir(&root.join(TMP), 0o700)?;
+        let store = ImageStore {
+            root,
+            limits: Limits::default(),
+        };
+        clear_stale(&store.root.join(TMP));
+        Ok(store)
+    }
+
+    /// This store with `limits` for later imports.
+    pub fn with_limits(mut self, limits: Limits) -> ImageStore {
+        self.limits = limits;
+        self
+    }
+
+    /// The store's root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The limits imports run under.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Imports `source` under `name`, replacing any image of that name only on success.
+    ///
+    /// `source` is a rootfs tarball (plain, gzip or zstd, told by magic bytes), a directory
+    /// holding a root filesystem, or an OCI image layout (`DIR`, or `DIR:TAG` to pick the
+    /// manifest annotated `org.opencontainers.image.ref.name = TAG`). Every path is written
+    /// inside the new root (see the crate docs); devices, FIFOs and sockets are skipped; the
+    /// mount points `proc sys dev tmp etc` are created when missing.
+    ///
+    /// Errors: `InvalidInput` for a bad name, a malformed, corrupt or hostile source or one
+    /// over the [`Limits`]; `NotFound` for a missing source, tag or blob; `PermissionDenied`
+    /// and `Unavailable` from the filesystem. The store is unchanged after any error.
+    pub fn import(&self, source: &Path, name: &str) -> Result<ImageInfo> {
+        validate_name(name)?;
+        let source = Source::classify(source)?;
+        let staging = Staging::create(&self.root.join(TMP), "import", 0o755)?;
+        let rootfs = staging.path.join(ROOTFS);
+        DirBuilder::new()
+            .mode(0o755)
+            .create(&rootfs)
+            .map_err(|e| ImageError::io(format!("creating {}", rootfs.display()), e))?;
+        let root = RootDir::open(&rootfs)?;
+        let mut budget = Budget::new(self.limits);
+        let digest = source.unpack(&root, &mut budget)?;
+        root.ensure_mount_points()?;
+        // Durable before listed: a crash must not leave an image of empty files behind.
+        root.sync()?;
+        drop(root);
+
+        let dest = self.image_dir(name);
+        let info = ImageInfo {
+            name: name.to_string(),
+            digest,
+            source: source.kind().to_string(),
+            size: tree_size(&rootfs)?,
+            created_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            rootfs: dest.join(ROOTFS),
+        };
+        let json = serde_json::to_vec_pretty(&info).map_err(|e| {
+            ImageError::new(ErrorKind::Unavailable, format!("encoding image info: {e}"))
+        })?;
+        write_synced(&staging.path.join(INFO), &json)?;
+        staging.publish(&dest)?;
+        Ok(info)
+    }
+
+    /// All images, sorted by name. Entries whose `image.json` is unreadable are left out.
+    pub fn list(&self) -> Result<Vec<ImageInfo>> {
+        let dir = self.root.join(IMAGES);
+        let entries = fs::read_dir(&dir).map_err(|e| ImageError::io(dir.display(), e))?;
+        let mut images = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| ImageError::io(dir.display(), e))?;
+            if let Ok(info) = read_info(&entry.path().join(INFO)) {
+                images.push(info);
+            }
+        }
+        images.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(images)
+    }
+
+    /// The image called `name`.
+    ///
+    /// Errors: `InvalidInput` for a bad name; `NotFound`, saying how to import it.
+    pub fn get(&self, name: &str) -> Result<ImageInfo> {
+        validate_name(name)?;
+        match read_info(&self.image_dir(name).join(INFO)) {
+            Err(e) if e.kind == ErrorKind::NotFound => Err(ImageError::not_found(format!(
+                "image {name:?} is not in the store at {}; import it first with \
+                 `wharf image import SOURCE --name {name}` (SOURCE: a rootfs tarball, a \
+                 root filesystem directory or an OCI layout DIR[:TAG])",
+                self.root.display()
+            ))),
+            other => other,
+        }
+    }
+
+    /// Removes the image called `name`. A running container keeps its mount; the files go
+    /// when it ends.
+    ///
+    /// Errors: `InvalidInput` for a bad name; `NotFound` when there is no such image.
+    pub fn remove(&self, name: &str) -> Result<()> {
+        validate_name(name)?;
+        let trash = Staging::create(&self.root.join(TMP), "remove", 0o700)?;
+        match fs::rename(self.image_dir(name), &trash.path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ImageError::not_found(
+                format!("image {name:?} is not in the store"),
+            )),
+            Err(e) => Err(ImageError::io(format!("removing image {name:?}"), e)),
+        }
+    }
+
+    fn image_dir(&self, name: &str) -> PathBuf {
+        self.root
+            .join(IMAGES)
+            .join(hex::encode(Sha256::digest(name.as_bytes())))
+    }
+}
+
+fn read_info(path: &Path) -> Result<ImageInfo> {
+    let bytes = fs::read(path).map_err(|e| ImageError::io(path.display(), e))?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        ImageError::new(
+            ErrorKind::Unavailable,
+            format!("{} is corrupt: {e}", path.display()),
+        )
+    })
+}
+
+/// Bytes of regular-file content under `root`, hard links counted once. `root` is this
+/// import's own directory, so walking it by path follows no link planted by the image.
+fn tree_size(root: &Path) -> Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0u64;
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries = fs::read_dir(&dir).map_err(|e| ImageError::io(dir.display(), e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| ImageError::io(dir.display(), e))?;
+            let meta = entry
+                .metadata()
+                .map_err(|e| ImageError::io(entry.path().display(), e))?;
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else if meta.is_file() && (meta.nlink() == 1 || seen.insert((meta.dev(), meta.ino())))
+            {
+                total += meta.len();
+            }
+        }
+    }
+    Ok(total)
+}

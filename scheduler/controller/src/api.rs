@@ -1,0 +1,337 @@
+//! The `/v1` HTTP API (routes in `docs/api.md`). Identity comes from the connection: the peer
+//! credentials of the Unix socket for users, the join token for agents. Never from a field.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use wharf_api::wire::{
+    ApiError, ErrorKind, JobList, NodeList, PollRequest, PollResponse, RegisterRequest,
+    RegisterResponse, SubmitRequest, SubmitResponse, WhoAmI,
+};
+use wharf_api::{JobId, Owner};
+
+use crate::cluster::{Caller, Failure};
+use crate::Shared;
+
+/// Who is on the other end of a connection.
+#[derive(Debug, Clone)]
+pub enum Peer {
+    /// A local process, as SO_PEERCRED tells.
+    Local {
+        /// User id.
+        uid: u32,
+        /// Group id.
+        gid: u32,
+    },
+    /// A TCP client: no user identity.
+    Remote(std::net::SocketAddr),
+    /// Peer credentials could not be read.
+    Unknown,
+}
+
+impl Connected<axum::serve::IncomingStream<'_, tokio::net::UnixListener>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, tokio::net::UnixListener>) -> Self {
+        match stream.io().peer_cred() {
+            Ok(c) => Peer::Local {
+                uid: c.uid(),
+                gid: c.gid(),
+            },
+            Err(_) => Peer::Unknown,
+        }
+    }
+}
+
+impl Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> Self {
+        Peer::Remote(*stream.remote_addr())
+    }
+}
+
+/// An error response.
+#[derive(Debug)]
+pub struct ApiFailure(StatusCode, ApiError);
+
+impl IntoResponse for ApiFailure {
+    fn into_response(self) -> Response {
+        (self.0, Json(self.1)).into_response()
+    }
+}
+
+impl From<Failure> for ApiFailure {
+    fn from(f: Failure) -> Self {
+        let status = match f.kind {
+            ErrorKind::InvalidInput => StatusCode::BAD_REQUEST,
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::PermissionDenied => StatusCode::FORBIDDEN,
+            ErrorKind::Conflict => StatusCode::CONFLICT,
+            ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiFailure(
+            status,
+            ApiError {
+                error: f.message,
+                kind: f.kind,
+            },
+        )
+    }
+}
+
+fn fail(kind: ErrorKind, message: impl Into<String>) -> ApiFailure {
+    Failure {
+        kind,
+        message: message.into(),
+    }
+    .into()
+}
+
+type ApiResult<T> = Result<Json<T>, ApiFailure>;
+
+/// The router for both listeners.
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/v1/whoami", get(whoami))
+        .route("/v1/jobs", post(submit).get(list))
+        .route("/v1/jobs/{id}", get(show))
+        .route("/v1/jobs/{id}/cancel", post(cancel))
+        .route("/v1/nodes", get(nodes))
+        .route("/v1/agent/register", post(register))
+        .route("/v1/agent/poll", post(poll))
+        .fallback(|| async { fail(ErrorKind::NotFound, "no such API route; see docs/api.md") })
+        .with_state(shared)
+}
+
+fn caller(shared: &Shared, peer: &Peer) -> Result<Caller, ApiFailure> {
+    match peer {
+        Peer::Local { uid, gid } => {
+            let user = nix::unistd::User::from_uid((*uid).into())
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+                .unwrap_or_else(|| uid.to_string());
+            Ok(Caller {
+                owner: Owner {
+                    uid: *uid,
+                    gid: *gid,
+                    user,
+                },
+                admin: *uid == 0 || shared.config.admins.contains(uid),
+            })
+        }
+        Peer::Remote(addr) => Err(fail(
+            ErrorKind::PermissionDenied,
+            format!(
+                "user requests must come over the controller's Unix socket (not TCP from {addr})"
+            ),
+        )),
+        Peer::Unknown => Err(fail(
+            ErrorKind::PermissionDenied,
+            "cannot read the caller's credentials",
+        )),
+    }
+}
+
+fn body<T: serde::de::DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiFailure> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| fail(ErrorKind::InvalidInput, format!("request body: {e}")))
+}
+
+/// Runs a closure on the cluster state off the async threads (it commits to disk).
+async fn with_cluster<T: Send + 'static>(
+    shared: &Arc<Shared>,
+    f: impl FnOnce(&mut crate::cluster::Cluster, u64) -> Result<T, Failure> + Send + 'static,
+) -> Result<T, ApiFailure> {
+    let shared = shared.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut cluster = shared.cluster.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut cluster, crate::now_ms())
+    })
+    .await
+    .map_err(|e| fail(ErrorKind::Internal, format!("worker failed: {e}")))?
+    .map_err(ApiFailure::from)
+}
+
+async fn whoami(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> ApiResult<WhoAmI> {
+    let c = caller(&s, &peer)?;
+    Ok(Json(WhoAmI {
+        owner: c.owner,
+        admin: c.admin,
+    }))
+}
+
+async fn submit(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    bytes: Bytes,
+) -> Result<(StatusCode, Json<SubmitResponse>), ApiFailure> {
+    let c = caller(&s, &peer)?;
+    let req: SubmitRequest = body(&bytes)?;
+    let id = with_cluster(&s, move |cl, now| cl.submit(&c, &req, now)).await?;
+    s.wake_scheduler();
+    Ok((StatusCode::CREATED, Json(SubmitResponse { id })))
+}
+
+#[derive(Debug, Deserialize)]
+struct ListQuery {
+    /// Also return up to this many ended jobs.
+    #[serde(default)]
+    finished: u32,
+    /// Only this user's jobs.
+    user: Option<u32>,
+}
+
+async fn list(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Query(q): Query<ListQuery>,
+) -> ApiResult<JobList> {
+    let c = caller(&s, &peer)?;
+    let finished = q.finished.min(10_000);
+    let jobs = with_cluster(&s, move |cl, _| cl.list(&c, finished, q.user)).await?;
+    Ok(Json(JobList { jobs }))
+}
+
+fn job_id(text: &str) -> Result<JobId, ApiFailure> {
+    text.parse()
+        .map_err(|_| fail(ErrorKind::InvalidInput, format!("{text:?} is not a job id")))
+}
+
+async fn show(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(id): Path<String>,
+) -> ApiResult<wharf_api::JobRecord> {
+    let c = caller(&s, &peer)?;
+    let id = job_id(&id)?;
+    Ok(Json(with_cluster(&s, move |cl, _| cl.job(&c, id)).await?))
+}
+
+async fn cancel(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(id): Path<String>,
+) -> ApiResult<wharf_api::JobRecord> {
+    let c = caller(&s, &peer)?;
+    let id = job_id(&id)?;
+    let c2 = c.clone();
+    let (_, node) = with_cluster(&s, move |cl, now| cl.cancel(&c2, id, now)).await?;
+    if let Some(node) = node {
+        s.wake_node(&node);
+    }
+    s.wake_scheduler();
+    Ok(Json(with_cluster(&s, move |cl, _| cl.job(&c, id)).await?))
+}
+
+async fn nodes(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> ApiResult<NodeList> {
+    caller(&s, &peer)?;
+    Ok(Json(NodeList {
+        nodes: with_cluster(&s, |cl, _| Ok(cl.nodes())).await?,
+    }))
+}
+
+fn check_token(s: &Shared, headers: &HeaderMap) -> Result<(), ApiFailure> {
+    let given = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let want = s.config.join_token.as_bytes();
+    // Compare in constant time so the token cannot be guessed byte by byte.
+    let same = given.len() == want.len()
+        && given
+            .bytes()
+            .zip(want)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+    if same && !want.is_empty() {
+        Ok(())
+    } else {
+        Err(fail(
+            ErrorKind::PermissionDenied,
+            "agent requests need the cluster's join token",
+        ))
+    }
+}
+
+async fn register(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> ApiResult<RegisterResponse> {
+    check_token(&s, &headers)?;
+    let req: RegisterRequest = body(&bytes)?;
+    with_cluster(&s, move |cl, now| cl.register(req.node, now)).await?;
+    s.wake_scheduler();
+    Ok(Json(RegisterResponse {
+        poll_wait_ms: s.config.poll_wait.as_millis() as u64,
+    }))
+}
+
+async fn poll(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> ApiResult<PollResponse> {
+    check_token(&s, &headers)?;
+    let req: PollRequest = body(&bytes)?;
+    let node = req.node.clone();
+    let held: BTreeSet<JobId> = req
+        .jobs
+        .iter()
+        .filter(|j| j.exit.is_none())
+        .map(|j| j.id)
+        .collect();
+    let wait = Duration::from_millis(req.wait_ms.min(s.config.poll_wait.as_millis() as u64));
+    let notify = s.node_notify(&node);
+    // Register interest before reading state so a wake-up between the two is not lost.
+    let mut notified = Box::pin(notify.clone().notified_owned());
+    notified.as_mut().enable();
+    let forget = with_cluster(&s, move |cl, now| cl.ingest(&req, now)).await?;
+    if !forget.is_empty() {
+        s.wake_scheduler();
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let (n, h) = (node.clone(), held.clone());
+        let (launch, kill) = with_cluster(&s, move |cl, _| Ok(cl.orders(&n, &h))).await?;
+        if !launch.is_empty()
+            || !kill.is_empty()
+            || !forget.is_empty()
+            || tokio::time::Instant::now() >= deadline
+        {
+            return Ok(Json(PollResponse {
+                launch,
+                kill,
+                forget,
+            }));
+        }
+        if tokio::time::timeout_at(deadline, notified.as_mut())
+            .await
+            .is_err()
+        {
+            let (launch, kill) = with_cluster(&s, move |cl, _| Ok(cl.orders(&node, &held))).await?;
+            return Ok(Json(PollResponse {
+                launch,
+                kill,
+                forget,
+            }));
+        }
+        notified = Box::pin(notify.clone().notified_owned());
+        notified.as_mut().enable();
+    }
+}

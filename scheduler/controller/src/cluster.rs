@@ -1,0 +1,544 @@
+//! The controller's state machine: jobs and nodes in memory, mirrored to the store. Every
+//! method that changes something commits it before returning, so an answer sent after it
+//! returns is durable. Synchronous; the HTTP layer calls it under one lock.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use wharf_api::wire::{AgentJob, ErrorKind, KillOrder, LaunchOrder, PollRequest, SubmitRequest};
+use wharf_api::{
+    ExitInfo, JobDefaults, JobId, JobRecord, JobState, NodeInfo, NodeRecord, NodeState, Owner,
+    Resources,
+};
+use wharf_core::{schedule, ClusterView, Decision, NodeView, PendingJob};
+
+use crate::store::{Store, StoreError};
+
+/// A refused or failed request, with its kind and words for the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// Kind (maps to an HTTP status).
+    pub kind: ErrorKind,
+    /// What went wrong and what to do.
+    pub message: String,
+}
+
+impl Failure {
+    fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Failure {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        Failure::new(ErrorKind::Internal, e.to_string())
+    }
+}
+
+/// Who is asking, as the kernel told us.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The user.
+    pub owner: Owner,
+    /// May act on every job.
+    pub admin: bool,
+}
+
+impl Caller {
+    fn may_manage(&self, job: &JobRecord) -> bool {
+        self.admin || job.owner.uid == self.owner.uid
+    }
+}
+
+#[derive(Debug)]
+struct NodeEntry {
+    info: NodeInfo,
+    images: BTreeSet<String>,
+    last_seen: u64,
+    up: bool,
+}
+
+/// Jobs and nodes.
+#[derive(Debug)]
+pub struct Cluster {
+    store: Store,
+    jobs: BTreeMap<JobId, JobRecord>,
+    nodes: BTreeMap<String, NodeEntry>,
+    defaults: JobDefaults,
+    node_timeout_ms: u64,
+}
+
+impl Cluster {
+    /// Loads active jobs and known nodes from the store.
+    pub fn load(
+        store: Store,
+        defaults: JobDefaults,
+        node_timeout_ms: u64,
+        now: u64,
+    ) -> Result<Cluster, StoreError> {
+        let jobs = store
+            .active_jobs()?
+            .into_iter()
+            .map(|j| (j.id, j))
+            .collect();
+        let nodes = store
+            .nodes()?
+            .into_iter()
+            .map(|(info, seen)| {
+                // Give every node a full timeout to reconnect after a controller restart.
+                let entry = NodeEntry {
+                    info,
+                    images: BTreeSet::new(),
+                    last_seen: now.max(seen),
+                    up: true,
+                };
+                (entry.info.name.clone(), entry)
+            })
+            .collect();
+        Ok(Cluster {
+            store,
+            jobs,
+            nodes,
+            defaults,
+            node_timeout_ms,
+        })
+    }
+
+    /// Validates and stores a job. Returns its id once committed.
+    pub fn submit(
+        &mut self,
+        caller: &Caller,
+        req: &SubmitRequest,
+        now: u64,
+    ) -> Result<JobId, Failure> {
+        let spec = req
+            .job
+            .resolve(&req.cwd, &self.defaults)
+            .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
+        if spec.image != "host"
+            && !self.nodes.is_empty()
+            && !self.nodes.values().any(|n| n.images.contains(&spec.image))
+        {
+            return Err(Failure::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "unknown image {:?}: no node has it; import it with `wharf image import SOURCE --name {}` or use image \"host\"",
+                    spec.image, spec.image
+                ),
+            ));
+        }
+        if let Some(t) = &req.client_token {
+            if t.is_empty() || t.len() > 128 {
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    "client_token must be 1 to 128 characters",
+                ));
+            }
+        }
+        let mut record = JobRecord {
+            id: 0,
+            owner: caller.owner.clone(),
+            name: spec.name.clone(),
+            resources: spec.resources,
+            time_limit: spec.time_limit,
+            spec: Some(spec),
+            state: JobState::Pending,
+            reason: Some("Queued: waiting for the scheduler".into()),
+            submit_time: now,
+            start_time: None,
+            end_time: None,
+            node: None,
+            cpu_ids: vec![],
+            gpu_ids: vec![],
+            exit: None,
+            cancel_requested: false,
+        };
+        if self
+            .store
+            .insert_job(&mut record, req.client_token.as_deref())?
+        {
+            self.jobs.insert(record.id, record.clone());
+        }
+        Ok(record.id)
+    }
+
+    /// Cancels a job: a pending job ends now; a started one gets a kill order. Returns the state
+    /// after the request and the node to wake, if any.
+    pub fn cancel(
+        &mut self,
+        caller: &Caller,
+        id: JobId,
+        now: u64,
+    ) -> Result<(JobState, Option<String>), Failure> {
+        let Some(job) = self.jobs.get(&id) else {
+            return match self.store.job(id)? {
+                Some(j) if caller.may_manage(&j) => Err(Failure::new(
+                    ErrorKind::Conflict,
+                    format!("job {id} has already ended ({})", j.state),
+                )),
+                Some(_) => Err(not_yours(id)),
+                None => Err(Failure::new(ErrorKind::NotFound, format!("no job {id}"))),
+            };
+        };
+        if !caller.may_manage(job) {
+            return Err(not_yours(id));
+        }
+        let mut job = job.clone();
+        let wake = job.node.clone();
+        if job.state == JobState::Pending {
+            job.state = JobState::Cancelled;
+            job.end_time = Some(now);
+            job.reason = Some(format!("cancelled by {}", caller.owner.user));
+        } else {
+            job.cancel_requested = true;
+            job.reason = Some(format!(
+                "cancel requested by {}; stopping",
+                caller.owner.user
+            ));
+        }
+        self.commit(vec![job.clone()])?;
+        Ok((job.state, wake))
+    }
+
+    /// A job as `caller` may see it (private fields hidden from other users).
+    pub fn job(&self, caller: &Caller, id: JobId) -> Result<JobRecord, Failure> {
+        let job = match self.jobs.get(&id) {
+            Some(j) => j.clone(),
+            None => self
+                .store
+                .job(id)?
+                .ok_or_else(|| Failure::new(ErrorKind::NotFound, format!("no job {id}")))?,
+        };
+        Ok(view(caller, job))
+    }
+
+    /// Active jobs, plus up to `finished` ended ones (newest), oldest first.
+    pub fn list(
+        &self,
+        caller: &Caller,
+        finished: u32,
+        only_uid: Option<u32>,
+    ) -> Result<Vec<JobRecord>, Failure> {
+        let mut out: Vec<JobRecord> = self
+            .jobs
+            .values()
+            .filter(|j| only_uid.is_none_or(|u| j.owner.uid == u))
+            .cloned()
+            .collect();
+        if finished > 0 {
+            out.extend(self.store.finished_jobs(only_uid, finished)?);
+        }
+        out.sort_by_key(|j| j.id);
+        Ok(out.into_iter().map(|j| view(caller, j)).collect())
+    }
+
+    /// Nodes with what their jobs hold.
+    pub fn nodes(&self) -> Vec<NodeRecord> {
+        self.nodes
+            .values()
+            .map(|n| {
+                let jobs: Vec<&JobRecord> = self.jobs_on(&n.info.name).collect();
+                let allocated = jobs.iter().fold(Resources::default(), |acc, j| Resources {
+                    cpus: acc.cpus + j.resources.cpus,
+                    memory: acc.memory + j.resources.memory,
+                    gpus: acc.gpus + j.resources.gpus,
+                });
+                NodeRecord {
+                    info: n.info.clone(),
+                    state: if n.up { NodeState::Up } else { NodeState::Down },
+                    last_seen: n.last_seen,
+                    allocated,
+                    jobs: jobs.len() as u32,
+                    images: n.images.iter().cloned().collect(),
+                }
+            })
+            .collect()
+    }
+
+    fn jobs_on<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a JobRecord> + 'a {
+        self.jobs
+            .values()
+            .filter(move |j| j.state.holds_resources() && j.node.as_deref() == Some(node))
+    }
+
+    /// Records an agent's registration.
+    pub fn register(&mut self, info: NodeInfo, now: u64) -> Result<(), Failure> {
+        if info.name.is_empty() || info.name.len() > 255 || info.name.contains(['/', '\0']) {
+            return Err(Failure::new(
+                ErrorKind::InvalidInput,
+                format!("invalid node name {:?}", info.name),
+            ));
+        }
+        self.store.upsert_node(&info, now)?;
+        let images = self
+            .nodes
+            .remove(&info.name)
+            .map(|n| n.images)
+            .unwrap_or_default();
+        self.nodes.insert(
+            info.name.clone(),
+            NodeEntry {
+                info,
+                images,
+                last_seen: now,
+                up: true,
+            },
+        );
+        Ok(())
+    }
+
+    /// Takes in an agent's report: confirms started jobs, commits ended ones, fails jobs the
+    /// agent lost. Returns the ended jobs the agent may now forget.
+    pub fn ingest(&mut self, report: &PollRequest, now: u64) -> Result<Vec<JobId>, Failure> {
+        let Some(node) = self.nodes.get_mut(&report.node) else {
+            return Err(Failure::new(
+                ErrorKind::NotFound,
+                format!("node {} is not registered; register first", report.node),
+            ));
+        };
+        node.last_seen = now;
+        node.up = true;
+        node.images = report.images.iter().cloned().collect();
+        let reported: BTreeMap<JobId, &AgentJob> = report.jobs.iter().map(|j| (j.id, j)).collect();
+        let mut changed = Vec::new();
+        let mut forget = Vec::new();
+        for (id, aj) in &reported {
+            let ours = self
+                .jobs
+                .get(id)
+                .filter(|j| j.node.as_deref() == Some(report.node.as_str()));
+            match (ours, &aj.exit) {
+                (Some(job), Some(exit)) => {
+                    changed.push(finish(job.clone(), exit, aj, now));
+                    forget.push(*id);
+                }
+                (None, Some(_)) => forget.push(*id),
+                (Some(job), None) if job.state == JobState::Starting => {
+                    let mut job = job.clone();
+                    job.state = JobState::Running;
+                    job.start_time = Some(aj.start_time);
+                    job.reason = None;
+                    changed.push(job);
+                }
+                _ => {}
+            }
+        }
+        for job in self.jobs_on(&report.node) {
+            if job.state == JobState::Running && !reported.contains_key(&job.id) {
+                let mut job = job.clone();
+                job.state = JobState::NodeFail;
+                job.end_time = Some(now);
+                job.reason = Some(format!(
+                    "node {} no longer has this job (agent restarted without its state?)",
+                    report.node
+                ));
+                changed.push(job);
+            }
+        }
+        self.commit(changed)?;
+        Ok(forget)
+    }
+
+    /// Orders for a node given what it holds: launches for jobs allocated to it that it does not
+    /// have, kills for cancelled jobs and for jobs it runs that are not (or no longer) its.
+    pub fn orders(&self, node: &str, held: &BTreeSet<JobId>) -> (Vec<LaunchOrder>, Vec<KillOrder>) {
+        let mut launch = Vec::new();
+        let mut kill = Vec::new();
+        for job in self.jobs_on(node) {
+            if !held.contains(&job.id) && job.state == JobState::Starting {
+                if let Some(spec) = &job.spec {
+                    launch.push(LaunchOrder {
+                        id: job.id,
+                        owner: job.owner.clone(),
+                        spec: spec.clone(),
+                        cpu_ids: job.cpu_ids.clone(),
+                        gpu_ids: job.gpu_ids.clone(),
+                    });
+                }
+            } else if held.contains(&job.id) && job.cancel_requested {
+                kill.push(KillOrder {
+                    id: job.id,
+                    reason: "cancelled".into(),
+                });
+            }
+        }
+        for id in held {
+            let mine = self
+                .jobs
+                .get(id)
+                .is_some_and(|j| j.node.as_deref() == Some(node));
+            if !mine {
+                kill.push(KillOrder {
+                    id: *id,
+                    reason: "job is not active on this node".into(),
+                });
+            }
+        }
+        (launch, kill)
+    }
+
+    /// One scheduling pass. Returns the nodes that got work.
+    pub fn schedule(&mut self, now: u64) -> Result<BTreeSet<String>, Failure> {
+        let mut views: BTreeMap<&str, NodeView> = self
+            .nodes
+            .values()
+            .map(|n| {
+                let mut v = NodeView::new(&n.info.name, n.info.capacity());
+                v.up = n.up;
+                (n.info.name.as_str(), v)
+            })
+            .collect();
+        let mut pending = Vec::new();
+        for job in self.jobs.values() {
+            match (job.state, job.node.as_deref()) {
+                (s, Some(node)) if s.holds_resources() => {
+                    if let Some(v) = views.get_mut(node) {
+                        v.hold(&job.cpu_ids, &job.gpu_ids, job.resources.memory);
+                    }
+                }
+                (JobState::Pending, _) => pending.push(PendingJob {
+                    id: job.id,
+                    resources: job.resources,
+                    submit_time: job.submit_time,
+                    priority: 0,
+                }),
+                _ => {}
+            }
+        }
+        if pending.is_empty() {
+            return Ok(BTreeSet::new());
+        }
+        let view = ClusterView {
+            nodes: views.into_values().collect(),
+            pending,
+        };
+        let mut started = Vec::new();
+        let mut woken = BTreeSet::new();
+        for decision in schedule(&view, now) {
+            match decision {
+                Decision::Start {
+                    job,
+                    node,
+                    cpu_ids,
+                    gpu_ids,
+                } => {
+                    let Some(rec) = self.jobs.get(&job) else {
+                        continue;
+                    };
+                    let mut rec = rec.clone();
+                    rec.state = JobState::Starting;
+                    rec.reason = Some(format!("starting on {node}"));
+                    rec.node = Some(node.clone());
+                    rec.cpu_ids = cpu_ids;
+                    rec.gpu_ids = gpu_ids;
+                    woken.insert(node);
+                    started.push(rec);
+                }
+                Decision::Wait { job, reason } => {
+                    if let Some(rec) = self.jobs.get_mut(&job) {
+                        rec.reason = Some(reason.to_string());
+                    }
+                }
+            }
+        }
+        self.commit(started)?;
+        Ok(woken)
+    }
+
+    /// Marks nodes silent for longer than the node timeout as down and fails their jobs.
+    pub fn check_nodes(&mut self, now: u64) -> Result<(), Failure> {
+        let mut lost = Vec::new();
+        for n in self.nodes.values_mut() {
+            if n.up && now.saturating_sub(n.last_seen) > self.node_timeout_ms {
+                n.up = false;
+                lost.push(n.info.name.clone());
+            }
+        }
+        let mut changed = Vec::new();
+        for name in &lost {
+            for job in self.jobs_on(name) {
+                let mut job = job.clone();
+                job.state = JobState::NodeFail;
+                job.end_time = Some(now);
+                job.reason = Some(format!("node {name} stopped responding"));
+                changed.push(job);
+            }
+        }
+        self.commit(changed)
+    }
+
+    /// Stores changed jobs in one transaction, then updates memory (active jobs only).
+    fn commit(&mut self, changed: Vec<JobRecord>) -> Result<(), Failure> {
+        if changed.is_empty() {
+            return Ok(());
+        }
+        for job in &changed {
+            if let Some(old) = self.jobs.get(&job.id) {
+                debug_assert!(
+                    old.state == job.state || old.state.can_become(job.state),
+                    "{} -> {}",
+                    old.state,
+                    job.state
+                );
+            }
+        }
+        self.store.update_jobs(&changed)?;
+        for job in changed {
+            if job.state.is_terminal() {
+                self.jobs.remove(&job.id);
+            } else {
+                self.jobs.insert(job.id, job);
+            }
+        }
+        Ok(())
+    }
+
+    /// Count of stored jobs in a state.
+    pub fn count(&self, state: JobState) -> Result<u64, Failure> {
+        Ok(self.store.count(state)?)
+    }
+}
+
+fn not_yours(id: JobId) -> Failure {
+    Failure::new(
+        ErrorKind::PermissionDenied,
+        format!("job {id} belongs to another user; only its owner or an admin may do that"),
+    )
+}
+
+/// Hides the private parts (command, environment, paths) of other users' jobs.
+fn view(caller: &Caller, mut job: JobRecord) -> JobRecord {
+    if !caller.may_manage(&job) {
+        job.spec = None;
+        if let Some(exit) = job.exit.as_mut() {
+            exit.message = None;
+        }
+    }
+    job
+}
+
+fn finish(mut job: JobRecord, exit: &ExitInfo, aj: &AgentJob, now: u64) -> JobRecord {
+    job.state = exit.final_state();
+    job.start_time = job.start_time.or(Some(aj.start_time));
+    job.end_time = Some(aj.end_time.unwrap_or(now));
+    job.cancel_requested = false;
+    job.reason = match job.state {
+        JobState::OutOfMemory => Some(format!(
+            "killed by the kernel for using more than its {} memory limit",
+            wharf_api::resources::format_memory(job.resources.memory)
+        )),
+        JobState::Timeout => Some(format!(
+            "killed at its time limit of {}",
+            wharf_api::resources::format_duration(job.time_limit)
+        )),
+        JobState::Failed => exit
+            .message
+            .clone()
+            .or_else(|| Some(format!("exit {}", exit.code_signal()))),
+        _ => None,
+    };
+    job.exit = Some(exit.clone());
+    job
+}

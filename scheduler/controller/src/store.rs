@@ -1,0 +1,246 @@
+//! The durable store: SQLite in WAL mode with full sync. Every change a client is told about
+//! is committed here first (DESIGN.md §4.1).
+//!
+//! Jobs are kept as JSON records with the columns needed to find them; node registrations are
+//! kept so a restarted controller knows its nodes before they poll again.
+
+use std::path::Path;
+
+use rusqlite::{params, Connection, OptionalExtension};
+use wharf_api::{JobId, JobRecord, JobState, NodeInfo};
+
+/// A store failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database refused or broke.
+    #[error("state store: {0}")]
+    Sql(#[from] rusqlite::Error),
+    /// A stored record does not parse (written by a newer version?).
+    #[error("state store: corrupt record: {0}")]
+    Corrupt(#[from] serde_json::Error),
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS jobs (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    uid          INTEGER NOT NULL,
+    state        TEXT    NOT NULL,
+    submit_time  INTEGER NOT NULL,
+    end_time     INTEGER,
+    client_token TEXT UNIQUE,
+    record       TEXT    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE INDEX IF NOT EXISTS jobs_uid ON jobs(uid);
+CREATE TABLE IF NOT EXISTS nodes (
+    name      TEXT PRIMARY KEY,
+    info      TEXT NOT NULL,
+    last_seen INTEGER NOT NULL
+);
+";
+
+/// The controller's database.
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+}
+
+const ACTIVE: &str = "('PENDING','STARTING','RUNNING')";
+
+impl Store {
+    /// Opens (creating) the database at `path`: WAL, synchronous=FULL, schema applied.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Store { conn })
+    }
+
+    /// Inserts a new job; its id is assigned here. With a `client_token` already stored, returns
+    /// the existing job's id instead (a retried submit), and `false`.
+    pub fn insert_job(
+        &mut self,
+        record: &mut JobRecord,
+        client_token: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let tx = self.conn.transaction()?;
+        if let Some(token) = client_token {
+            let existing: Option<i64> = tx
+                .query_row(
+                    "SELECT id FROM jobs WHERE client_token = ?1",
+                    [token],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(id) = existing {
+                record.id = id as JobId;
+                return Ok(false);
+            }
+        }
+        tx.execute(
+            "INSERT INTO jobs (uid, state, submit_time, client_token, record) VALUES (?1, ?2, ?3, ?4, '{}')",
+            params![record.owner.uid, record.state.as_str(), record.submit_time as i64, client_token],
+        )?;
+        record.id = tx.last_insert_rowid() as JobId;
+        tx.execute(
+            "UPDATE jobs SET record = ?1 WHERE id = ?2",
+            params![serde_json::to_string(record)?, record.id as i64],
+        )?;
+        tx.commit()?;
+        Ok(true)
+    }
+
+    /// Writes the new state of jobs, all or none.
+    pub fn update_jobs<'a>(
+        &mut self,
+        records: impl IntoIterator<Item = &'a JobRecord>,
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "UPDATE jobs SET state = ?1, end_time = ?2, record = ?3 WHERE id = ?4",
+            )?;
+            for r in records {
+                stmt.execute(params![
+                    r.state.as_str(),
+                    r.end_time.map(|t| t as i64),
+                    serde_json::to_string(r)?,
+                    r.id as i64
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// All jobs that are not finished, oldest first.
+    pub fn active_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
+        self.query(
+            &format!("SELECT record FROM jobs WHERE state IN {ACTIVE} ORDER BY id"),
+            [],
+        )
+    }
+
+    /// One job by id.
+    pub fn job(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
+        Ok(self
+            .query("SELECT record FROM jobs WHERE id = ?1", [id as i64])?
+            .pop())
+    }
+
+    /// Finished jobs, newest first, at most `limit`, optionally of one user.
+    pub fn finished_jobs(
+        &self,
+        uid: Option<u32>,
+        limit: u32,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        let sql = format!(
+            "SELECT record FROM jobs WHERE state NOT IN {ACTIVE} AND (?1 IS NULL OR uid = ?1) ORDER BY id DESC LIMIT ?2"
+        );
+        self.query(&sql, params![uid, limit])
+    }
+
+    /// Number of jobs in a state (for status and tests).
+    pub fn count(&self, state: JobState) -> Result<u64, StoreError> {
+        Ok(self.conn.query_row(
+            "SELECT COUNT(*) FROM jobs WHERE state = ?1",
+            [state.as_str()],
+            |r| r.get::<_, i64>(0),
+        )? as u64)
+    }
+
+    /// Records a node's registration.
+    pub fn upsert_node(&mut self, info: &NodeInfo, now: u64) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO nodes (name, info, last_seen) VALUES (?1, ?2, ?3)
+             ON CONFLICT(name) DO UPDATE SET info = excluded.info, last_seen = excluded.last_seen",
+            params![info.name, serde_json::to_string(info)?, now as i64],
+        )?;
+        Ok(())
+    }
+
+    /// Every registered node with its last heartbeat.
+    pub fn nodes(&self) -> Result<Vec<(NodeInfo, u64)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT info, last_seen FROM nodes ORDER BY name")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (info, seen) = row?;
+            out.push((serde_json::from_str(&info)?, seen as u64));
+        }
+        Ok(out)
+    }
+
+    fn query<P: rusqlite::Params>(&self, sql: &str, p: P) -> Result<Vec<JobRecord>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(sql)?;
+        let rows = stmt.query_map(p, |r| r.get::<_, String>(0))?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(serde_json::from_str(&row?)?);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wharf_api::{Owner, Resources};
+
+    fn record() -> JobRecord {
+        JobRecord {
+            id: 0,
+            owner: Owner {
+                uid: 1000,
+                gid: 1000,
+                user: "a".into(),
+            },
+            spec: None,
+            name: "j".into(),
+            resources: Resources {
+                cpus: 1,
+                memory: 1 << 20,
+                gpus: 0,
+            },
+            time_limit: 60,
+            state: JobState::Pending,
+            reason: None,
+            submit_time: 5,
+            start_time: None,
+            end_time: None,
+            node: None,
+            cpu_ids: vec![],
+            gpu_ids: vec![],
+            exit: None,
+            cancel_requested: false,
+        }
+    }
+
+    #[test]
+    fn jobs_survive_reopen_and_tokens_dedupe() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wharf.db");
+        let mut s = Store::open(&path).unwrap();
+        let mut a = record();
+        assert!(s.insert_job(&mut a, Some("tok")).unwrap());
+        let mut again = record();
+        assert!(!s.insert_job(&mut again, Some("tok")).unwrap());
+        assert_eq!(again.id, a.id);
+        let mut b = record();
+        s.insert_job(&mut b, None).unwrap();
+        b.state = JobState::Completed;
+        b.end_time = Some(9);
+        s.update_jobs([&b]).unwrap();
+        drop(s);
+        let s = Store::open(&path).unwrap();
+        assert_eq!(s.active_jobs().unwrap().len(), 1);
+        assert_eq!(s.finished_jobs(Some(1000), 10).unwrap()[0].id, b.id);
+        assert_eq!(s.job(a.id).unwrap().unwrap().state, JobState::Pending);
+        assert_eq!(s.count(JobState::Completed).unwrap(), 1);
+    }
+}

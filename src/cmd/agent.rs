@@ -1,0 +1,80 @@
+//! `wharf agent`.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use wharf_client::Endpoint;
+
+use crate::config::{self, FileConfig};
+
+/// Arguments.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Configuration file (default /etc/wharf/wharf.toml when present).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The controller: `host:port` or a socket path.
+    #[arg(long)]
+    controller: Option<String>,
+    /// File holding the join token (printed by the controller at start).
+    #[arg(long)]
+    join_token_file: Option<PathBuf>,
+    /// This node's name (default: the host name).
+    #[arg(long)]
+    node_name: Option<String>,
+    /// Directory for job directories.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+}
+
+/// Builds the agent settings from the file.
+pub fn settings(file: &FileConfig, token: String) -> Result<wharf_agent::AgentConfig> {
+    let a = &file.agent;
+    Ok(wharf_agent::AgentConfig {
+        controller: Endpoint::parse(&a.controller),
+        token,
+        node_name: a.node_name.clone().unwrap_or_else(config::hostname),
+        state_dir: a.state_dir.clone(),
+        image_store: a.image_store.clone(),
+        shim_exe: std::env::current_exe().context("locating the wharf binary for the shim")?,
+        root_host_id: a.root_host_id,
+        grace_secs: config::duration("agent.grace", &a.grace)?.as_secs(),
+        tmp_size: config::size("agent.tmp_size", &a.tmp_size)?,
+        shm_size: config::size("agent.shm_size", &a.shm_size)?,
+        pids_limit: a.pids_limit,
+        cgroup_parent: a.cgroup_parent.clone(),
+        reserved_memory: config::size("agent.reserved_memory", &a.reserved_memory)?,
+        dev_root: a.dev_root.clone(),
+    })
+}
+
+/// Runs until killed.
+pub async fn run(args: Args) -> Result<i32> {
+    if !nix::unistd::geteuid().is_root() {
+        anyhow::bail!(
+            "the agent must run as root: it creates cgroups, namespaces and mounts for jobs"
+        );
+    }
+    let mut file = config::load(args.config.as_deref())?;
+    let a = &mut file.agent;
+    if let Some(c) = args.controller {
+        a.controller = c;
+    }
+    if let Some(f) = args.join_token_file {
+        a.join_token_file = Some(f);
+    }
+    if let Some(n) = args.node_name {
+        a.node_name = Some(n);
+    }
+    if let Some(d) = args.state_dir {
+        a.state_dir = d;
+    }
+    let token_file = a
+        .join_token_file
+        .clone()
+        .unwrap_or_else(|| file.controller.state_dir.join("join-token"));
+    let token = config::join_token(&token_file, false)?;
+    let cfg = settings(&file, token)?;
+    wharf_agent::run(cfg).await?;
+    Ok(0)
+}

@@ -1,0 +1,69 @@
+//! `wharf controller`.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+use crate::config::{self, FileConfig};
+
+/// Arguments.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Configuration file (default /etc/wharf/wharf.toml when present).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Directory for the state database.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// TCP address for agents on other hosts, e.g. 0.0.0.0:6817.
+    #[arg(long)]
+    listen: Option<String>,
+}
+
+/// Builds the controller settings from the file, flags and the socket.
+pub fn settings(
+    file: &FileConfig,
+    socket: PathBuf,
+    token: String,
+) -> Result<wharf_controller::ControllerConfig> {
+    let c = &file.controller;
+    Ok(wharf_controller::ControllerConfig {
+        state_dir: c.state_dir.clone(),
+        socket,
+        listen: c
+            .listen
+            .as_deref()
+            .map(|l| {
+                l.parse()
+                    .with_context(|| format!("controller.listen {l:?}"))
+            })
+            .transpose()?,
+        join_token: token,
+        admins: config::admin_uids(&c.admins)?,
+        defaults: file.defaults.resolve()?,
+        node_timeout: config::duration("controller.node_timeout", &c.node_timeout)?,
+        poll_wait: config::duration("controller.poll_wait", &c.poll_wait)?,
+    })
+}
+
+/// Runs until killed.
+pub async fn run(args: Args) -> Result<i32> {
+    let mut file = config::load(args.config.as_deref())?;
+    if let Some(d) = args.state_dir {
+        file.controller.state_dir = d;
+    }
+    if let Some(l) = args.listen {
+        file.controller.listen = Some(l);
+    }
+    let token_file = file
+        .controller
+        .join_token_file
+        .clone()
+        .unwrap_or_else(|| file.controller.state_dir.join("join-token"));
+    let token = config::join_token(&token_file, true)?;
+    let socket = file.controller.socket.clone();
+    let cfg = settings(&file, socket, token)?;
+    tracing::info!(token_file = %token_file.display(), "agents join with the token in this file");
+    wharf_controller::run(cfg).await?;
+    Ok(0)
+}

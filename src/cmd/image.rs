@@ -1,0 +1,102 @@
+//! `wharf image`: the node's image store.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use wharf_api::resources::format_memory;
+use wharf_images::ImageStore;
+
+use crate::output;
+
+/// Image commands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Import a rootfs tarball (.tar, .tar.gz, .tar.zst), a directory or an OCI image layout
+    /// (DIR or DIR:TAG) into the store.
+    Import {
+        /// What to import.
+        source: String,
+        /// Name jobs use in `image = "NAME"`.
+        #[arg(long)]
+        name: String,
+        #[command(flatten)]
+        store: StoreArg,
+    },
+    /// List images.
+    #[command(alias = "ls")]
+    List {
+        #[command(flatten)]
+        store: StoreArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an image.
+    #[command(alias = "rm")]
+    Remove {
+        /// Image name.
+        name: String,
+        #[command(flatten)]
+        store: StoreArg,
+    },
+}
+
+/// Which store.
+#[derive(Debug, clap::Args)]
+pub struct StoreArg {
+    /// The image store directory.
+    #[arg(
+        long,
+        env = "WHARF_IMAGE_STORE",
+        default_value = "/var/lib/wharf/images"
+    )]
+    store: PathBuf,
+}
+
+/// Runs the command.
+pub async fn run(cmd: Command) -> Result<i32> {
+    match cmd {
+        Command::Import {
+            source,
+            name,
+            store,
+        } => {
+            let s = ImageStore::open(store.store)?;
+            let started = std::time::Instant::now();
+            let info =
+                tokio::task::spawn_blocking(move || s.import(std::path::Path::new(&source), &name))
+                    .await??;
+            println!(
+                "Imported {} ({}, {}, {} unpacked) in {:.1}s",
+                info.name,
+                info.digest,
+                info.source,
+                format_memory(info.size),
+                started.elapsed().as_secs_f64()
+            );
+        }
+        Command::List { store, json } => {
+            let images = ImageStore::open(store.store)?.list()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&images)?);
+            } else {
+                let mut t = output::table(&["NAME", "DIGEST", "SOURCE", "SIZE", "IMPORTED"]);
+                for i in &images {
+                    t.add_row(vec![
+                        i.name.clone(),
+                        i.digest.chars().take(19).collect(),
+                        i.source.clone(),
+                        format_memory(i.size),
+                        output::time(Some(i.created_ms)),
+                    ]);
+                }
+                output::print_table(&t);
+            }
+        }
+        Command::Remove { name, store } => {
+            ImageStore::open(store.store)?.remove(&name)?;
+            println!("Removed {name}");
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,13 @@
+//! One module per command.
+
+pub mod agent;
+pub mod cancel;
+pub mod controller;
+pub mod dev;
+pub mod image;
+pub mod nodes;
+pub mod queue;
+pub mod run;
+pub mod shim;
+pub mod show;
+pub mod submit;

@@ -1,0 +1,98 @@
+//! `wharf queue`.
+
+use anyhow::Result;
+use wharf_api::resources::{format_duration, format_memory};
+use wharf_api::wire::{JobList, WhoAmI};
+use wharf_api::{JobRecord, JobState};
+use wharf_client::{Client, Endpoint};
+
+use crate::output;
+
+/// Arguments.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Include recently ended jobs (up to --limit).
+    #[arg(short, long)]
+    all: bool,
+    /// How many ended jobs --all shows.
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
+    /// Only my jobs.
+    #[arg(long)]
+    me: bool,
+    /// Only jobs in these states (e.g. running,pending).
+    #[arg(long, value_delimiter = ',')]
+    state: Vec<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Fetches jobs as the CLI shows them.
+pub async fn fetch(client: &Client, finished: u32, me: bool) -> Result<Vec<JobRecord>> {
+    let mut path = format!("/v1/jobs?finished={finished}");
+    if me {
+        let who: WhoAmI = client.get("/v1/whoami").await?;
+        path.push_str(&format!("&user={}", who.owner.uid));
+    }
+    Ok(client.get::<JobList>(&path).await?.jobs)
+}
+
+/// Runs the command.
+pub async fn run(socket: &str, args: Args) -> Result<i32> {
+    let client = Client::new(Endpoint::parse(socket), None);
+    let mut states = Vec::new();
+    for s in &args.state {
+        states.push(JobState::parse(s).ok_or_else(|| {
+            anyhow::anyhow!(
+                "unknown state {s:?}; use one of {}",
+                JobState::ALL.map(|s| s.as_str()).join(", ")
+            )
+        })?);
+    }
+    let mut jobs = fetch(&client, if args.all { args.limit } else { 0 }, args.me).await?;
+    jobs.retain(|j| states.is_empty() || states.contains(&j.state));
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&JobList { jobs })?);
+        return Ok(0);
+    }
+    let now = wharf_controller::now_ms();
+    let mut t = output::table(&[
+        "JOBID",
+        "NAME",
+        "USER",
+        "STATE",
+        "TIME",
+        "LIMIT",
+        "CPUS",
+        "MEM",
+        "GPUS",
+        "NODE/REASON",
+    ]);
+    for j in &jobs {
+        let where_ = match (&j.node, j.state) {
+            (_, JobState::Pending) => j
+                .reason
+                .as_deref()
+                .and_then(|r| r.split(':').next())
+                .unwrap_or("")
+                .to_string(),
+            (Some(n), _) => n.clone(),
+            (None, _) => "-".into(),
+        };
+        t.add_row(vec![
+            j.id.to_string(),
+            j.name.chars().take(20).collect(),
+            j.owner.user.clone(),
+            j.state.to_string(),
+            format_duration(j.elapsed_ms(now) / 1000),
+            format_duration(j.time_limit),
+            j.resources.cpus.to_string(),
+            format_memory(j.resources.memory),
+            j.resources.gpus.to_string(),
+            where_,
+        ]);
+    }
+    output::print_table(&t);
+    Ok(0)
+}

@@ -1,0 +1,23 @@
+//! `wharf shim DIR`: the per-job supervisor (see `wharf_runtime::shim`).
+
+use std::path::PathBuf;
+
+/// Arguments.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The job directory (spec.json in, outcome.json out).
+    dir: PathBuf,
+}
+
+/// Runs the shim; returns its exit status.
+pub fn run(args: &Args) -> i32 {
+    // libcontainer logs through `tracing`; keep warnings in the shim's log, without colours.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WHARF_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .init();
+    wharf_runtime::shim::main(&args.dir)
+}

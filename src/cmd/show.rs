@@ -1,0 +1,119 @@
+//! `wharf show JOB`.
+
+use anyhow::Result;
+use wharf_api::resources::{format_duration, format_memory};
+use wharf_api::JobRecord;
+use wharf_client::{Client, Endpoint};
+
+use crate::output;
+
+/// Arguments.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Job id.
+    job: u64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs the command.
+pub async fn run(socket: &str, args: Args) -> Result<i32> {
+    let client = Client::new(Endpoint::parse(socket), None);
+    let j: JobRecord = client.get(&format!("/v1/jobs/{}", args.job)).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&j)?);
+        return Ok(0);
+    }
+    let now = wharf_controller::now_ms();
+    let mut rows: Vec<(&str, String)> = vec![
+        ("Job", format!("{} ({})", j.id, j.name)),
+        (
+            "User",
+            format!(
+                "{} (uid {}, gid {})",
+                j.owner.user, j.owner.uid, j.owner.gid
+            ),
+        ),
+        ("State", j.state.to_string()),
+    ];
+    if let Some(r) = &j.reason {
+        let label = if j.state == wharf_api::JobState::Pending {
+            "Why pending"
+        } else {
+            "Reason"
+        };
+        rows.push((label, r.clone()));
+    }
+    rows.extend([
+        (
+            "Resources",
+            format!(
+                "{} CPUs, {} memory, {} GPUs",
+                j.resources.cpus,
+                format_memory(j.resources.memory),
+                j.resources.gpus
+            ),
+        ),
+        ("Time limit", format_duration(j.time_limit)),
+        ("Submitted", output::time(Some(j.submit_time))),
+        ("Started", output::time(j.start_time)),
+        ("Ended", output::time(j.end_time)),
+        ("Elapsed", format_duration(j.elapsed_ms(now) / 1000)),
+        ("Node", j.node.clone().unwrap_or_else(|| "-".into())),
+    ]);
+    if !j.cpu_ids.is_empty() {
+        rows.push(("CPU ids", format!("{:?}", j.cpu_ids)));
+    }
+    if !j.gpu_ids.is_empty() {
+        rows.push(("GPU ids", format!("{:?}", j.gpu_ids)));
+    }
+    if let Some(e) = &j.exit {
+        rows.push((
+            "Exit",
+            format!(
+                "{} (code:signal){}",
+                e.code_signal(),
+                if e.oom { ", OOM kill" } else { "" }
+            ),
+        ));
+    }
+    match &j.spec {
+        Some(s) => {
+            rows.push(("Image", s.image.clone()));
+            rows.push(("Command", shell_words(&s.argv)));
+            rows.push(("Workdir", s.workdir.clone()));
+            rows.push(("Output", s.output_path(j.id)));
+            if let Some(e) = s.error_path(j.id) {
+                rows.push(("Error", e));
+            }
+        }
+        None => rows.push(("Details", "private to the job's owner".into())),
+    }
+    for (k, v) in rows {
+        println!("{:>12}: {v}", k);
+    }
+    Ok(0)
+}
+
+fn shell_words(argv: &[String]) -> String {
+    if argv.len() == 3 && argv[0] == "/bin/sh" && argv[1] == "-c" {
+        let first = argv[2]
+            .lines()
+            .find(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .unwrap_or("");
+        return format!("(script, {} lines) {first}", argv[2].lines().count());
+    }
+    argv.iter()
+        .map(|a| {
+            if a.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./=:,".contains(c))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,142 @@
+//! `wharf submit`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use wharf_api::jobfile::{parse_job_file, set_option};
+use wharf_api::wire::{SubmitRequest, SubmitResponse};
+use wharf_api::JobRequest;
+use wharf_client::{Client, ClientError, Endpoint};
+
+/// Job options shared by `submit` and `run`. Same names as `#WHARF` lines.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct JobFlags {
+    /// Job name.
+    #[arg(short = 'J', long = "job-name")]
+    pub name: Option<String>,
+    /// Image: a name in the nodes' image store, or "host".
+    #[arg(long)]
+    pub image: Option<String>,
+    /// CPUs.
+    #[arg(short = 'c', long)]
+    pub cpus: Option<String>,
+    /// Memory, e.g. 4G or 512M.
+    #[arg(long)]
+    pub mem: Option<String>,
+    /// GPUs.
+    #[arg(short = 'G', long)]
+    pub gpus: Option<String>,
+    /// Time limit, e.g. 30m, 2h, 1:00:00.
+    #[arg(short = 't', long)]
+    pub time: Option<String>,
+    /// Nodes.
+    #[arg(short = 'N', long)]
+    pub nodes: Option<String>,
+    /// Working directory (default: the current directory).
+    #[arg(short = 'D', long)]
+    pub chdir: Option<String>,
+    /// Output file; %j is the job id, %x the name (default wharf-%j.out).
+    #[arg(short = 'o', long)]
+    pub output: Option<String>,
+    /// Error file (default: the output file).
+    #[arg(short = 'e', long)]
+    pub error: Option<String>,
+    /// Environment variable for the job, NAME=VALUE (repeatable).
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
+}
+
+impl JobFlags {
+    /// The flags as a request (only what was given).
+    pub fn to_request(&self) -> Result<JobRequest> {
+        let mut req = JobRequest::default();
+        let pairs = [
+            ("job-name", &self.name),
+            ("image", &self.image),
+            ("cpus", &self.cpus),
+            ("mem", &self.mem),
+            ("gpus", &self.gpus),
+            ("time", &self.time),
+            ("nodes", &self.nodes),
+            ("chdir", &self.chdir),
+            ("output", &self.output),
+            ("error", &self.error),
+        ];
+        for (key, value) in pairs {
+            if let Some(v) = value {
+                set_option(&mut req, key, v).map_err(anyhow::Error::msg)?;
+            }
+        }
+        for e in &self.env {
+            set_option(&mut req, "env", e).map_err(anyhow::Error::msg)?;
+        }
+        Ok(req)
+    }
+}
+
+/// Arguments.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Job file: TOML (`*.toml`) or a script with #WHARF lines.
+    file: Option<PathBuf>,
+    #[command(flatten)]
+    flags: JobFlags,
+    /// Run this shell command instead of a file (like sbatch --wrap).
+    #[arg(long, conflicts_with = "file")]
+    wrap: Option<String>,
+    /// Print the answer as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Reads a job file into a request.
+pub fn read_job_file(path: &PathBuf) -> Result<JobRequest> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading job file {}", path.display()))?;
+    parse_job_file(&path.display().to_string(), &text).map_err(anyhow::Error::msg)
+}
+
+/// Submits `job`, retrying while the controller is unreachable (the client token makes a
+/// retry of a submit that was in fact stored return the same job).
+pub async fn submit(socket: &str, job: JobRequest) -> Result<u64> {
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    let req = SubmitRequest {
+        job,
+        cwd: cwd.display().to_string(),
+        client_token: Some(crate::config::random_hex(16)?),
+    };
+    let client = Client::new(Endpoint::parse(socket), None);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        match client.post::<_, SubmitResponse>("/v1/jobs", &req).await {
+            Ok(r) => return Ok(r.id),
+            Err(e) if e.is_transient() && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(ClientError::Api { error, .. }) => anyhow::bail!("job rejected: {}", error.error),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Runs the command.
+pub async fn run(socket: &str, args: Args) -> Result<i32> {
+    let mut job = match (&args.file, &args.wrap) {
+        (Some(f), _) => read_job_file(f)?,
+        (None, Some(w)) => JobRequest {
+            script: Some(w.clone()),
+            name: Some("wrap".into()),
+            ..Default::default()
+        },
+        (None, None) => anyhow::bail!("give a job file (job.toml or a script) or --wrap 'COMMAND'"),
+    };
+    job = job.overlay(args.flags.to_request()?);
+    let id = submit(socket, job).await?;
+    if args.json {
+        println!("{}", serde_json::json!({ "id": id }));
+    } else {
+        println!("Submitted job {id}");
+    }
+    Ok(0)
+}

@@ -1,0 +1,219 @@
+//! The configuration file (`/etc/wharf/wharf.toml` or `--config`), with embedded defaults so
+//! every daemon starts with none. `docs/configuration.md` describes each key.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+use wharf_api::JobDefaults;
+
+/// Default socket of the controller.
+pub const DEFAULT_SOCKET: &str = "/run/wharf/wharf.sock";
+/// Default configuration file.
+pub const DEFAULT_CONFIG: &str = "/etc/wharf/wharf.toml";
+
+/// The controller socket: flag or WHARF_SOCKET, else the default.
+pub fn socket(flag: Option<&str>) -> String {
+    flag.map(str::to_string)
+        .unwrap_or_else(|| DEFAULT_SOCKET.into())
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileConfig {
+    /// `[controller]`.
+    pub controller: ControllerSection,
+    /// `[defaults]`: job defaults and ceilings.
+    pub defaults: DefaultsSection,
+    /// `[agent]`.
+    pub agent: AgentSection,
+}
+
+/// `[controller]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ControllerSection {
+    pub state_dir: PathBuf,
+    pub socket: PathBuf,
+    pub listen: Option<String>,
+    pub join_token_file: Option<PathBuf>,
+    pub admins: Vec<String>,
+    pub node_timeout: String,
+    pub poll_wait: String,
+}
+
+impl Default for ControllerSection {
+    fn default() -> Self {
+        ControllerSection {
+            state_dir: "/var/lib/wharf/controller".into(),
+            socket: DEFAULT_SOCKET.into(),
+            listen: None,
+            join_token_file: None,
+            admins: vec![],
+            node_timeout: "60s".into(),
+            poll_wait: "10s".into(),
+        }
+    }
+}
+
+/// `[defaults]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DefaultsSection {
+    pub cpus: u32,
+    pub memory: String,
+    pub time: String,
+    pub max_time: String,
+    pub image: String,
+}
+
+impl Default for DefaultsSection {
+    fn default() -> Self {
+        DefaultsSection {
+            cpus: 1,
+            memory: "1G".into(),
+            time: "1h".into(),
+            max_time: "7d".into(),
+            image: "host".into(),
+        }
+    }
+}
+
+/// `[agent]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentSection {
+    pub controller: String,
+    pub join_token_file: Option<PathBuf>,
+    pub node_name: Option<String>,
+    pub state_dir: PathBuf,
+    pub image_store: PathBuf,
+    pub root_host_id: u32,
+    pub grace: String,
+    pub tmp_size: String,
+    pub shm_size: String,
+    pub pids_limit: Option<i64>,
+    pub cgroup_parent: String,
+    pub reserved_memory: String,
+    pub dev_root: PathBuf,
+}
+
+impl Default for AgentSection {
+    fn default() -> Self {
+        AgentSection {
+            controller: DEFAULT_SOCKET.into(),
+            join_token_file: None,
+            node_name: None,
+            state_dir: "/var/lib/wharf/agent".into(),
+            image_store: "/var/lib/wharf/images".into(),
+            root_host_id: 65534,
+            grace: "10s".into(),
+            tmp_size: "1G".into(),
+            shm_size: "64M".into(),
+            pids_limit: Some(32768),
+            cgroup_parent: "wharf".into(),
+            reserved_memory: "512M".into(),
+            dev_root: "/dev".into(),
+        }
+    }
+}
+
+/// Reads `path` (or the default file when it exists; embedded defaults otherwise).
+pub fn load(path: Option<&Path>) -> Result<FileConfig> {
+    let (path, required) = match path {
+        Some(p) => (p.to_path_buf(), true),
+        None => (PathBuf::from(DEFAULT_CONFIG), false),
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(FileConfig::default())
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// Parses a duration setting.
+pub fn duration(key: &str, text: &str) -> Result<Duration> {
+    wharf_api::parse_duration(text)
+        .map(Duration::from_secs)
+        .map_err(|e| anyhow::anyhow!("{key}: {e}"))
+}
+
+/// Parses a size setting.
+pub fn size(key: &str, text: &str) -> Result<u64> {
+    wharf_api::parse_memory(text).map_err(|e| anyhow::anyhow!("{key}: {e}"))
+}
+
+impl DefaultsSection {
+    /// As job defaults.
+    pub fn resolve(&self) -> Result<JobDefaults> {
+        Ok(JobDefaults {
+            cpus: self.cpus,
+            memory: size("defaults.memory", &self.memory)?,
+            time: duration("defaults.time", &self.time)?.as_secs(),
+            max_time: duration("defaults.max_time", &self.max_time)?.as_secs(),
+            image: self.image.clone(),
+        })
+    }
+}
+
+/// Reads the join token from `file`, creating a random one (mode 0600) if it does not exist.
+pub fn join_token(file: &Path, create: bool) -> Result<String> {
+    match std::fs::read_to_string(file) {
+        Ok(t) if !t.trim().is_empty() => Ok(t.trim().to_string()),
+        Ok(_) => anyhow::bail!("join token file {} is empty", file.display()),
+        Err(e) if create && e.kind() == std::io::ErrorKind::NotFound => {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let token = random_hex(32)?;
+            if let Some(dir) = file.parent() {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+            }
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(file)
+                .with_context(|| format!("creating {}", file.display()))?;
+            writeln!(f, "{token}")?;
+            Ok(token)
+        }
+        Err(e) => Err(e).with_context(|| format!("reading join token {}", file.display())),
+    }
+}
+
+/// `n` random bytes from the kernel, as hex.
+pub fn random_hex(n: usize) -> Result<String> {
+    use std::io::Read;
+    let mut buf = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The host name, for the node name.
+pub fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// Resolves user names or uids of `[controller] admins`.
+pub fn admin_uids(names: &[String]) -> Result<Vec<u32>> {
+    names
+        .iter()
+        .map(|n| match n.parse::<u32>() {
+            Ok(uid) => Ok(uid),
+            Err(_) => nix::unistd::User::from_name(n)
+                .ok()
+                .flatten()
+                .map(|u| u.uid.as_raw())
+                .ok_or_else(|| anyhow::anyhow!("controller.admins: no user {n:?}")),
+        })
+        .collect()
+}

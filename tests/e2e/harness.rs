@@ -1,0 +1,309 @@
+//! Starting throw-away clusters and running the CLI as real users.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The binary under test.
+pub fn wharf_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_wharf")
+}
+
+/// Returns false (after printing why) when the test cannot run here; panics instead under
+/// WHARF_TEST_STRICT=1.
+pub fn can_run(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    let why = format!("{test}: needs root (sandboxes, cgroups, useradd)");
+    if std::env::var("WHARF_TEST_STRICT").as_deref() == Ok("1") {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED {why}");
+    false
+}
+
+/// A Unix user made for tests (created once, reused).
+#[derive(Debug, Clone)]
+pub struct User {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Creates (if needed) and returns a test user.
+pub fn user(name: &str) -> User {
+    if nix::unistd::User::from_name(name).ok().flatten().is_none() {
+        let out = Command::new("useradd")
+            .args(["--no-create-home", "--shell", "/bin/sh", name])
+            .output()
+            .expect("useradd");
+        // A concurrent test may have created it first.
+        assert!(
+            out.status.success() || String::from_utf8_lossy(&out.stderr).contains("already exists"),
+            "useradd {name}: {out:?}"
+        );
+    }
+    let u = nix::unistd::User::from_name(name).unwrap().unwrap();
+    User {
+        name: name.into(),
+        uid: u.uid.as_raw(),
+        gid: u.gid.as_raw(),
+    }
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// A `wharf dev` cluster in a temp directory, killed on drop.
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    pub cgroup_parent: String,
+    child: Option<Child>,
+    extra_config: String,
+}
+
+impl Cluster {
+    /// Starts a dev cluster and waits for its node to be up.
+    pub fn start() -> Cluster {
+        Self::start_with("")
+    }
+
+    /// Starts with extra TOML appended to the generated config.
+    pub fn start_with(extra: &str) -> Cluster {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let dir = PathBuf::from(format!("/tmp/wharf-e2e-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut c = Cluster {
+            socket: dir.join("wharf.sock"),
+            cgroup_parent: format!("wharf-e2e-{}-{n}", std::process::id()),
+            dir,
+            child: None,
+            extra_config: extra.to_string(),
+        };
+        c.spawn();
+        c.wait_node_up();
+        c
+    }
+
+    fn config(&self) -> PathBuf {
+        let path = self.dir.join("wharf.toml");
+        let text = format!(
+            "[controller]\nsocket = \"{}\"\nnode_timeout = \"30s\"\npoll_wait = \"5s\"\n{}\n[agent]\nimage_store = \"{}\"\ngrace = \"2s\"\ncgroup_parent = \"{}\"\n",
+            self.socket.display(),
+            self.extra_config,
+            self.dir.join("images").display(),
+            self.cgroup_parent
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// Starts the dev process (again, after a kill).
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("dev.log"))
+            .unwrap();
+        let child = Command::new(wharf_bin())
+            .args(["dev", "--config"])
+            .arg(self.config())
+            .arg("--data-dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start wharf dev");
+        self.child = Some(child);
+    }
+
+    /// Kills the dev process with SIGKILL (controller and agent die together; shims live on).
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Waits until `wharf nodes` shows an UP node.
+    pub fn wait_node_up(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = self.wharf(&["nodes", "--json"]);
+            if out.status.success() && String::from_utf8_lossy(&out.stdout).contains("\"UP\"") {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node never came up; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("dev.log")).unwrap_or_default()
+    }
+
+    /// Runs the CLI as root in the cluster dir.
+    pub fn wharf(&self, args: &[&str]) -> Output {
+        Command::new(wharf_bin())
+            .args(args)
+            .env("WHARF_SOCKET", &self.socket)
+            .current_dir(&self.dir)
+            .output()
+            .unwrap()
+    }
+
+    /// A directory owned by `user` inside the cluster dir, to submit from.
+    pub fn home(&self, user: &User) -> PathBuf {
+        let d = self.dir.join(format!("home-{}", user.name));
+        std::fs::create_dir_all(&d).unwrap();
+        nix::unistd::chown(&d, Some(user.uid.into()), Some(user.gid.into())).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        d
+    }
+
+    /// Runs the CLI as `user` (real uid/gid, their groups) from their directory.
+    pub fn wharf_as(&self, user: &User, args: &[&str]) -> Output {
+        let home = self.home(user);
+        as_user(user, &home, wharf_bin(), args, &self.socket)
+    }
+
+    /// Imports a tiny image built from this machine's programs as `tiny`.
+    pub fn import_tiny(&self) {
+        let rootfs = self.dir.join("rootfs");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
+        let progs = "sh ls cat id echo sleep true false head tail dd mount chown env grep ps stat touch readlink wc kill";
+        let out = Command::new(script)
+            .arg(&rootfs)
+            .args(progs.split(' '))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mkrootfs: {out:?}");
+        let out = Command::new(wharf_bin())
+            .args(["image", "import"])
+            .arg(&rootfs)
+            .args(["--name", "tiny", "--store"])
+            .arg(self.dir.join("images"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "import: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The agent reports its images on its next poll.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !String::from_utf8_lossy(&self.wharf(&["nodes", "--json"]).stdout)
+            .contains("\"tiny\"")
+        {
+            assert!(Instant::now() < deadline, "agent never reported the image");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// A job as root sees it.
+    pub fn job(&self, id: u64) -> Value {
+        let out = self.wharf(&["show", &id.to_string(), "--json"]);
+        assert!(
+            out.status.success(),
+            "show {id}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Waits until job `id` reaches a terminal state; returns it.
+    pub fn wait_done(&self, id: u64, limit: Duration) -> Value {
+        let deadline = Instant::now() + limit;
+        loop {
+            let job = self.job(id);
+            let state = job["state"].as_str().unwrap().to_string();
+            if !["PENDING", "STARTING", "RUNNING"].contains(&state.as_str()) {
+                return job;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {id} still {state} after {limit:?}; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until job `id` is RUNNING.
+    pub fn wait_running(&self, id: u64) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.job(id)["state"] != "RUNNING" {
+            assert!(
+                Instant::now() < deadline,
+                "job {id} never ran: {}",
+                self.job(id)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.kill9();
+        // Cancelled or not, no shim may outlive the test.
+        let _ = Command::new("pkill")
+            .args(["-9", "-f"])
+            .arg(format!("shim {}", self.dir.display()))
+            .status();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Runs `exe args` as `user` with setpriv, from `cwd`.
+pub fn as_user(user: &User, cwd: &Path, exe: &str, args: &[&str], socket: &Path) -> Output {
+    Command::new("setpriv")
+        .args([
+            format!("--reuid={}", user.uid),
+            format!("--regid={}", user.gid),
+            "--init-groups".into(),
+            "--".into(),
+        ])
+        .arg(exe)
+        .args(args)
+        .env("WHARF_SOCKET", socket)
+        .current_dir(cwd)
+        .output()
+        .expect("setpriv")
+}
+
+/// Parses `Submitted job N`.
+pub fn submitted_id(out: &Output) -> u64 {
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "submit failed: {}{}",
+        text,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.trim().rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// stdout as text.
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// stderr as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}

@@ -1,0 +1,77 @@
+//! Bad job files are refused with the line and field named, and nothing is stored.
+
+use crate::harness::*;
+
+#[test]
+fn bad_job_files_are_rejected_naming_line_and_field() {
+    if !can_run("bad_job_files_are_rejected_naming_line_and_field") {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    let home = c.home(&alice);
+    let cases = [
+        (
+            "mem.toml",
+            "name = \"x\"\ncommand = [\"true\"]\nmemory = \"12XB\"\n",
+            "line 3",
+        ),
+        (
+            "field.toml",
+            "command = [\"true\"]\ncpu = 2\n",
+            "unknown field `cpu`",
+        ),
+        ("syntax.toml", "command = [\"true\"\n", "line 1"),
+        (
+            "both.toml",
+            "command = [\"true\"]\nscript = \"true\"\n",
+            "either `command` or `script`",
+        ),
+        (
+            "image.toml",
+            "command = [\"true\"]\nimage = \"no-such-image\"\n",
+            "unknown image \"no-such-image\"",
+        ),
+        (
+            "time.toml",
+            "command = [\"true\"]\ntime = \"30d\"\n",
+            "over the site's maximum",
+        ),
+        (
+            "bad.sh",
+            "#!/bin/sh\n#WHARF --cpus=2\n#WHARF --gpus=many\necho hi\n",
+            "bad.sh line 3: --gpus expects a whole number",
+        ),
+    ];
+    for (name, text, expect) in cases {
+        let path = home.join(name);
+        std::fs::write(&path, text).unwrap();
+        let out = c.wharf_as(&alice, &["submit", path.to_str().unwrap()]);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{name} accepted: {}",
+            stdout(&out)
+        );
+        assert!(
+            stderr(&out).contains(expect),
+            "{name}: expected {expect:?} in {:?}",
+            stderr(&out)
+        );
+    }
+    let all = c.wharf(&["queue", "--all", "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&all.stdout).unwrap();
+    assert_eq!(
+        list["jobs"].as_array().unwrap().len(),
+        0,
+        "something was stored: {list}"
+    );
+    // And a good one is accepted.
+    let good = home.join("good.toml");
+    std::fs::write(&good, "command = [\"true\"]\nmemory = \"64M\"\n").unwrap();
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", good.to_str().unwrap()]));
+    assert_eq!(
+        c.wait_done(id, std::time::Duration::from_secs(30))["state"],
+        "COMPLETED"
+    );
+}

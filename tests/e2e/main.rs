@@ -1,0 +1,11 @@
+//! End-to-end tests of the `wharf` binary: real daemons, real sandboxes, real users.
+//!
+//! They need root (the agent creates namespaces and cgroups; users are made with `useradd`).
+//! Without root they fail under `WHARF_TEST_STRICT=1` (CI) and skip with a printed reason
+//! otherwise.
+
+mod durability;
+mod harness;
+mod jobfile;
+mod lifecycle;
+mod sandbox;

@@ -1,0 +1,99 @@
+//! A job runs as the submitting user, with no privilege, in its own view of the machine.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::time::Duration;
+
+use crate::harness::*;
+
+#[test]
+fn job_runs_as_the_submitting_user_with_no_privilege() {
+    if !can_run("job_runs_as_the_submitting_user_with_no_privilege") {
+        return;
+    }
+    let c = Cluster::start();
+    c.import_tiny();
+    let alice = user("wharf-alice");
+    let script = "id -u; id -g; grep CapEff /proc/self/status; \
+        mount -t tmpfs x /tmp 2>/dev/null && echo mount-allowed || echo mount-refused; \
+        touch /tmp/f; chown 0 /tmp/f 2>/dev/null && echo chown-allowed || echo chown-refused; \
+        touch /etc/x 2>/dev/null && echo root-writable || echo root-read-only; \
+        echo procs $(ls /proc | grep -c '^[0-9]')";
+    let out = c.wharf_as(
+        &alice,
+        &["run", "--image", "tiny", "--", "/bin/sh", "-c", script],
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "run failed: {text}{}", stderr(&out));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], alice.uid.to_string(), "{text}");
+    assert_eq!(lines[1], alice.gid.to_string(), "{text}");
+    assert_eq!(lines[2], "CapEff:\t0000000000000000", "{text}");
+    assert_eq!(lines[3], "mount-refused");
+    assert_eq!(lines[4], "chown-refused");
+    assert_eq!(lines[5], "root-read-only");
+    // Only the job's own processes (sh, ls, grep and the subshell) are visible.
+    let procs: u32 = lines[6].trim_start_matches("procs ").parse().unwrap();
+    assert!(procs <= 4, "job sees {procs} processes: {text}");
+
+    // Its output file belongs to the user and is private.
+    let home = c.home(&alice);
+    let out_file = std::fs::read_dir(&home)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(".out"))
+        .unwrap();
+    let meta = out_file.metadata().unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (alice.uid, alice.gid));
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn host_image_runs_in_the_same_sandbox() {
+    if !can_run("host_image_runs_in_the_same_sandbox") {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    let script = "id -u; cat /proc/1/cmdline | tr '\\0' ' '; echo; touch /usr/x 2>/dev/null && echo rw || echo ro; \
+        ls /proc | grep -c '^[0-9]'";
+    let out = c.wharf_as(
+        &alice,
+        &["run", "--image", "host", "--", "/bin/sh", "-c", script],
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], alice.uid.to_string());
+    assert!(
+        lines[1].starts_with("/bin/sh -c"),
+        "pid 1 is the job: {text}"
+    );
+    assert_eq!(lines[2], "ro");
+    assert!(lines[3].parse::<u32>().unwrap() <= 5, "{text}");
+}
+
+#[test]
+fn run_exits_with_the_jobs_status() {
+    if !can_run("run_exits_with_the_jobs_status") {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    let out = c.wharf_as(
+        &alice,
+        &[
+            "run",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo out; echo err >&2; exit 7",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(stdout(&out), "out\nerr\n");
+    assert!(stderr(&out).contains("FAILED"), "{}", stderr(&out));
+    // A program that does not exist in the image fails the job, with the reason shown.
+    let out = c.wharf_as(&alice, &["run", "--", "/no/such/program"]);
+    assert_ne!(out.status.code(), Some(0));
+    let _ = Duration::from_secs(0);
+}

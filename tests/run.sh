@@ -1,0 +1,30 @@
+#!/bin/sh
+# The whole test suite, as CI runs it: installs what the tests need on a fresh Debian machine,
+# checks formatting, lints and dependency rules, runs every test (as root, real sandboxes) and
+# the README's quickstart.
+set -eu
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/wharf-target}"
+export WHARF_TEST_STRICT="${WHARF_TEST_STRICT:-1}"
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if [ "$(id -u)" = 0 ]; then
+    missing=""
+    need setpriv || missing="$missing util-linux"
+    need useradd || missing="$missing passwd"
+    need pgrep || missing="$missing procps"
+    need cc || missing="$missing gcc"
+    if [ -n "$missing" ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
+    fi
+fi
+
+echo "== fmt"
+cargo fmt --all -- --check
+echo "== clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "== tests"
+cargo test --workspace --no-fail-fast -- --test-threads=2
+echo "== quickstart"
+./examples/quickstart.sh > /tmp/wharf-quickstart.log 2>&1 || { cat /tmp/wharf-quickstart.log; exit 1; }
+tail -n 1 /tmp/wharf-quickstart.log
