@@ -47,7 +47,7 @@ pub fn gpus(dev_root: &Path) -> Vec<GpuInfo> {
             let rdev = meta.rdev();
             let (major, minor) = (libc::major(rdev), libc::minor(rdev));
             (meta.file_type().is_char_device() && major == 195 && minor == index)
-                .then(|| GpuInfo { index, model: None })
+                .then_some(GpuInfo { index, model: None })
         })
         .collect();
     gpus.sort_by_key(|g| g.index);

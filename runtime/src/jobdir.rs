@@ -1,6 +1,7 @@
 //! The per-job directory on the node: the spec, the shim's pid, its log and the outcome.
 
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::RuntimeError;
@@ -62,7 +63,13 @@ impl JobDir {
         let tmp = path.with_extension("tmp");
         let body = serde_json::to_vec_pretty(value)
             .map_err(|e| RuntimeError::new(crate::ErrorKind::InvalidInput, e.to_string()))?;
-        let mut f = std::fs::File::create(&tmp).map_err(|e| RuntimeError::io(tmp.display(), e))?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| RuntimeError::io(tmp.display(), e))?;
         f.write_all(&body)
             .and_then(|_| f.sync_all())
             .map_err(|e| RuntimeError::io(tmp.display(), e))?;

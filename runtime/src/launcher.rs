@@ -42,8 +42,10 @@ impl Launcher {
     /// Writes the spec to `dir` and starts its shim, detached in its own session so that it
     /// outlives an agent restart. Returns the shim pid. Fails if the job directory exists.
     pub fn launch(&self, dir: &JobDir, spec: &ContainerSpec) -> Result<u32, RuntimeError> {
+        // Traversable but not listable: the container's processes (unprivileged ids) must reach
+        // the root bound inside it; the files holding the job's details are 0600.
         fs::DirBuilder::new()
-            .mode(0o700)
+            .mode(0o711)
             .create(dir.path())
             .map_err(|e| {
                 RuntimeError::io(

@@ -116,6 +116,9 @@ fn create(
     let oci = build_oci_spec(&spec, &holder.ns_path())?;
     let bundle = jd.bundle();
     std::fs::create_dir_all(&bundle).map_err(|e| RuntimeError::io(bundle.display(), e))?;
+    // config.json holds the job's environment: root only.
+    std::fs::set_permissions(&bundle, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| RuntimeError::io(bundle.display(), e))?;
     oci.save(bundle.join("config.json")).map_err(|e| {
         RuntimeError::new(ErrorKind::Unavailable, format!("writing config.json: {e}"))
     })?;
