@@ -5,6 +5,7 @@
 # and no network.
 set -eu
 cd "$(dirname "$0")/.."
+repo=$(pwd)
 [ "$(id -u)" = 0 ] || { echo "quickstart: run as root (the node agent creates sandboxes)" >&2; exit 1; }
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/wharf-target}"
 cargo build --quiet --bin wharf
@@ -34,13 +35,13 @@ for _ in $(seq 100); do "$wharf" nodes --json 2>/dev/null | grep -q '"tiny"' && 
 "$wharf" nodes
 
 
+cd "$data"
 echo "== wharf run: a command in the sandbox, output streamed"
 "$wharf" run --image tiny -- /bin/sh -c 'echo "uid $(id -u) on $WHARF_NODE, job $WHARF_JOB_ID"; touch /x || echo "(the root is read-only)"'
 
 echo "== wharf submit: a job file and a #WHARF script"
-cd "$data"
-"$wharf" submit "$OLDPWD/examples/hello.toml"
-"$wharf" submit "$OLDPWD/examples/train.sh"
+"$wharf" submit "$repo/examples/hello.toml"
+"$wharf" submit "$repo/examples/train.sh"
 "$wharf" queue
 for _ in $(seq 100); do
     [ -z "$("$wharf" queue --json | grep '"id"')" ] && break

@@ -105,23 +105,19 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                 }
             }
         }
-        let jobs = report(&cfg, &launcher);
-        let image_names = images
-            .list()
-            .map(|l| l.into_iter().map(|i| i.name).collect())
-            .unwrap_or_default();
+        let (jobs, image_names) = local_state(&cfg, &launcher, &images);
         let req = PollRequest {
             node: cfg.node_name.clone(),
             jobs,
             wait_ms,
             images: image_names,
         };
-        let sent_images = req.images.clone();
         let poll = client.post::<_, PollResponse>("/v1/agent/poll", &req);
-        // A newly imported image is announced at once rather than at the end of a long poll.
+        // What changes here (a job starts or ends, an image is imported) is reported at once,
+        // not at the end of a long poll.
         let result = tokio::select! {
             r = poll => r,
-            () = images_changed(&images, sent_images) => continue,
+            () = local_change(&cfg, &launcher, &images, &req) => continue,
         };
         match result {
             Ok(orders) => {
@@ -141,15 +137,36 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     }
 }
 
-/// Resolves when the store's image list differs from `sent`.
-async fn images_changed(images: &wharf_images::ImageStore, sent: Vec<String>) {
+/// The jobs and images this node has now.
+fn local_state(
+    cfg: &AgentConfig,
+    launcher: &Launcher,
+    images: &wharf_images::ImageStore,
+) -> (Vec<AgentJob>, Vec<String>) {
+    let names = images
+        .list()
+        .map(|l| l.into_iter().map(|i| i.name).collect())
+        .unwrap_or_default();
+    (report(cfg, launcher), names)
+}
+
+/// Resolves when a job started or ended, or the image list changed, since `sent`.
+async fn local_change(
+    cfg: &AgentConfig,
+    launcher: &Launcher,
+    images: &wharf_images::ImageStore,
+    sent: &PollRequest,
+) {
+    let shape = |jobs: &[AgentJob]| -> Vec<(u64, bool, bool)> {
+        jobs.iter()
+            .map(|j| (j.id, j.start_time.is_some(), j.exit.is_some()))
+            .collect()
+    };
+    let before = shape(&sent.jobs);
     loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let now: Vec<String> = images
-            .list()
-            .map(|l| l.into_iter().map(|i| i.name).collect())
-            .unwrap_or_default();
-        if now != sent {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (jobs, names) = local_state(cfg, launcher, images);
+        if shape(&jobs) != before || names != sent.images {
             return;
         }
     }
@@ -170,29 +187,16 @@ fn report(cfg: &AgentConfig, launcher: &Launcher) -> Vec<AgentJob> {
             continue;
         };
         let dir = JobDir::new(entry.path());
-        let start_time = std::fs::metadata(dir.spec())
-            .or_else(|_| std::fs::metadata(dir.path()))
-            .and_then(|m| m.modified())
-            .map(|t| {
-                t.duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_millis() as u64)
-                    .unwrap_or(0)
-            })
-            .unwrap_or(0);
         let (exit, end_time, start_time) = match launcher.status(&dir) {
-            JobStatus::Running { .. } => (None, None, start_time),
-            JobStatus::Exited(o) => (
-                Some(exit_info(&o)),
-                Some(o.ended_ms),
-                o.started_ms.unwrap_or(start_time),
-            ),
+            JobStatus::Running { started_ms, .. } => (None, None, started_ms),
+            JobStatus::Exited(o) => (Some(exit_info(&o)), Some(o.ended_ms), o.started_ms),
             JobStatus::Lost(why) => (
                 Some(ExitInfo {
                     message: Some(why),
                     ..Default::default()
                 }),
                 Some(wharf_runtime::now_ms()),
-                start_time,
+                None,
             ),
         };
         out.push(AgentJob {

@@ -38,6 +38,10 @@ impl JobDir {
     pub fn outcome(&self) -> PathBuf {
         self.root.join("outcome.json")
     }
+    /// Written (with the start time in ms) once the user's process has started.
+    pub fn started(&self) -> PathBuf {
+        self.root.join("started")
+    }
     /// The OCI bundle (config.json).
     pub fn bundle(&self) -> PathBuf {
         self.root.join("bundle")

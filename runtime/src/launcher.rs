@@ -20,6 +20,8 @@ pub enum JobStatus {
     Running {
         /// Shim pid.
         pid: u32,
+        /// When the user's process started (ms); `None` while the sandbox is being made.
+        started_ms: Option<u64>,
     },
     /// The shim wrote its outcome.
     Exited(Outcome),
@@ -89,7 +91,12 @@ impl Launcher {
             return JobStatus::Exited(o);
         }
         match self.live_pid(dir) {
-            Some(pid) => JobStatus::Running { pid },
+            Some(pid) => JobStatus::Running {
+                pid,
+                started_ms: fs::read_to_string(dir.started())
+                    .ok()
+                    .and_then(|t| t.trim().parse().ok()),
+            },
             // The shim may have written its outcome just now.
             None => match dir.read_outcome() {
                 Some(o) => JobStatus::Exited(o),

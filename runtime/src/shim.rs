@@ -93,7 +93,7 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
         let mut holder = UserNsHolder::create(&uid_map, &gid_map)?;
         let mut container = create(jd, spec, &holder, stdout, stderr)?;
         holder.release();
-        run(&mut container, spec, &mut out)
+        run(jd, &mut container, spec, &mut out)
     });
     if let Err(e) = result {
         out.error = Some(e.to_string());
@@ -143,6 +143,7 @@ fn create(
 }
 
 fn run(
+    jd: &JobDir,
     container: &mut Container,
     spec: &ContainerSpec,
     out: &mut Outcome,
@@ -161,6 +162,9 @@ fn run(
     }
     let started = Instant::now();
     out.started_ms = Some(crate::now_ms());
+    if let Some(ms) = out.started_ms {
+        let _ = std::fs::write(jd.started(), ms.to_string());
+    }
     let Some(init) = container.pid() else {
         delete(container, spec);
         return Err(RuntimeError::new(

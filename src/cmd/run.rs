@@ -92,7 +92,8 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
                 said_pending = true;
             }
         }
-        if !args.quiet {
+        // Before the job starts its output file may hold an older run's output.
+        if !args.quiet && job.start_time.is_some() {
             out.pump(&mut std::io::stdout());
             if let Some(e) = err.as_mut() {
                 e.pump(&mut std::io::stderr());

@@ -8,4 +8,6 @@ mod durability;
 mod harness;
 mod jobfile;
 mod lifecycle;
+mod recovery;
+mod remote;
 mod sandbox;

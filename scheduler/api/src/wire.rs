@@ -94,8 +94,9 @@ pub struct RegisterResponse {
 pub struct AgentJob {
     /// Job id.
     pub id: JobId,
-    /// When its sandbox started, ms since the epoch.
-    pub start_time: u64,
+    /// When the job's first process started, ms since the epoch; `None` while its sandbox is
+    /// being prepared (or when it never started).
+    pub start_time: Option<u64>,
     /// Set once the job has ended.
     pub exit: Option<ExitInfo>,
     /// End time, ms since the epoch, once ended.

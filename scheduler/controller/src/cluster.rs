@@ -315,10 +315,10 @@ impl Cluster {
                     forget.push(*id);
                 }
                 (None, Some(_)) => forget.push(*id),
-                (Some(job), None) if job.state == JobState::Starting => {
+                (Some(job), None) if job.state == JobState::Starting && aj.start_time.is_some() => {
                     let mut job = job.clone();
                     job.state = JobState::Running;
-                    job.start_time = Some(aj.start_time);
+                    job.start_time = aj.start_time;
                     job.reason = None;
                     changed.push(job);
                 }
@@ -521,7 +521,7 @@ fn view(caller: &Caller, mut job: JobRecord) -> JobRecord {
 
 fn finish(mut job: JobRecord, exit: &ExitInfo, aj: &AgentJob, now: u64) -> JobRecord {
     job.state = exit.final_state();
-    job.start_time = job.start_time.or(Some(aj.start_time));
+    job.start_time = job.start_time.or(aj.start_time);
     job.end_time = Some(aj.end_time.unwrap_or(now));
     job.cancel_requested = false;
     job.reason = match job.state {

@@ -1,0 +1,56 @@
+//! Crashes: running jobs survive a `kill -9` of controller and agent; jobs a node lost are
+//! failed, not forgotten.
+
+use std::time::Duration;
+
+use crate::harness::*;
+
+#[test]
+fn running_job_survives_kill9_of_controller_and_agent() {
+    if !can_run("running_job_survives_kill9_of_controller_and_agent") {
+        return;
+    }
+    let mut c = Cluster::start();
+    let alice = user("wharf-alice");
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", "--wrap", "sleep 3; echo finished"]));
+    c.wait_running(id);
+    c.kill9();
+    std::thread::sleep(Duration::from_millis(300));
+    c.spawn();
+    c.wait_node_up();
+    let job = c.wait_done(id, Duration::from_secs(30));
+    assert_eq!(job["state"], "COMPLETED", "{job}");
+    let out = c.home(&alice).join(format!("wharf-{id}.out"));
+    assert_eq!(std::fs::read_to_string(out).unwrap(), "finished\n");
+}
+
+#[test]
+fn job_lost_by_its_node_ends_as_node_fail() {
+    if !can_run("job_lost_by_its_node_ends_as_node_fail") {
+        return;
+    }
+    let mut c = Cluster::start();
+    let alice = user("wharf-alice");
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", "--wrap", "sleep 60"]));
+    c.wait_running(id);
+    c.kill9();
+    // The node loses the job entirely (say, it was reinstalled): shim and directory gone.
+    let job_dir = c.dir.join("agent/jobs").join(id.to_string());
+    let pid = std::fs::read_to_string(job_dir.join("shim.pid")).unwrap();
+    let _ = std::process::Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status();
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::remove_dir_all(&job_dir).unwrap();
+    c.spawn();
+    c.wait_node_up();
+    let job = c.wait_done(id, Duration::from_secs(30));
+    assert_eq!(job["state"], "NODE_FAIL", "{job}");
+    assert!(
+        job["reason"]
+            .as_str()
+            .unwrap()
+            .contains("no longer has this job"),
+        "{job}"
+    );
+}
