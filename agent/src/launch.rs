@@ -77,7 +77,9 @@ pub fn container_spec(
     ];
     env.retain(|(k, _)| !spec.env.contains_key(k));
     env.extend(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let devices = gpu_devices(&cfg.dev_root, &order.gpu_ids)?;
     let gpus: Vec<String> = (0..order.gpu_ids.len()).map(|i| i.to_string()).collect();
+    let host_gpus: Vec<String> = order.gpu_ids.iter().map(u32::to_string).collect();
     env.extend([
         ("WHARF_JOB_ID".into(), order.id.to_string()),
         ("WHARF_JOB_NAME".into(), spec.name.clone()),
@@ -87,7 +89,17 @@ pub fn container_spec(
         ("SLURM_JOB_ID".into(), order.id.to_string()),
         ("SLURM_JOB_NAME".into(), spec.name.clone()),
         ("SLURM_CPUS_ON_NODE".into(), spec.resources.cpus.to_string()),
+        // The job sees only its GPUs, under their host numbers; CUDA numbers them from 0.
         ("CUDA_VISIBLE_DEVICES".into(), gpus.join(",")),
+        (
+            "NVIDIA_VISIBLE_DEVICES".into(),
+            if host_gpus.is_empty() {
+                "void".into()
+            } else {
+                host_gpus.join(",")
+            },
+        ),
+        ("WHARF_GPUS".into(), host_gpus.join(",")),
     ]);
     let stdout = PathBuf::from(spec.output_path(order.id));
     let stderr = spec
@@ -116,7 +128,48 @@ pub fn container_spec(
         time_limit: Some(spec.time_limit),
         grace_secs: cfg.grace_secs,
         cgroup_parent: cfg.cgroup_parent.clone(),
+        devices,
     })
+}
+
+/// Control devices a GPU job also needs, when the node has them.
+const GPU_CONTROL_DEVICES: [&str; 4] = [
+    "nvidiactl",
+    "nvidia-uvm",
+    "nvidia-uvm-tools",
+    "nvidia-modeset",
+];
+
+/// The device nodes for the allocated GPUs: `/dev/nvidiaN` for each, plus the control devices
+/// present on the node. A missing GPU node fails the launch with the reason.
+pub fn gpu_devices(
+    dev_root: &Path,
+    gpu_ids: &[u32],
+) -> Result<Vec<wharf_runtime::DeviceNode>, LaunchError> {
+    if gpu_ids.is_empty() {
+        return Ok(vec![]);
+    }
+    let mut out = Vec::new();
+    for id in gpu_ids {
+        let host = dev_root.join(format!("nvidia{id}"));
+        let node = wharf_runtime::DeviceNode::from_host(&host, &format!("/dev/nvidia{id}"))
+            .map_err(|e| {
+                LaunchError(format!(
+                    "GPU {id} was allocated but {}: {e}",
+                    host.display()
+                ))
+            })?;
+        out.push(node);
+    }
+    for name in GPU_CONTROL_DEVICES {
+        let host = dev_root.join(name);
+        if host.exists() {
+            let node = wharf_runtime::DeviceNode::from_host(&host, &format!("/dev/{name}"))
+                .map_err(|e| LaunchError(format!("{}: {e}", host.display())))?;
+            out.push(node);
+        }
+    }
+    Ok(out)
 }
 
 /// Where job `id` lives on this node.

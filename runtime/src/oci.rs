@@ -31,6 +31,12 @@ pub fn build_oci_spec(spec: &ContainerSpec, userns: &Path) -> Result<Spec, Runti
             json!({"allow": true, "type": "c", "major": major, "minor": minor, "access": "rwm"}),
         );
     }
+    // Each allocated device by its own number: read and write, never mknod.
+    for d in &spec.devices {
+        devices.push(
+            json!({"allow": true, "type": "c", "major": d.major, "minor": d.minor, "access": "rw"}),
+        );
+    }
     let mut resources = json!({ "devices": devices });
     if let Some(mem) = spec.memory {
         resources["memory"] = json!({ "limit": mem });
@@ -93,6 +99,20 @@ pub fn build_oci_spec(spec: &ContainerSpec, userns: &Path) -> Result<Spec, Runti
 /// `gid=`/`uid=` options (the ids are unmapped), the host's `/sys` bound read-only (a fresh
 /// sysfs needs a network namespace of our own), a private `/tmp` and a sized `/dev/shm`.
 fn mounts(spec: &ContainerSpec) -> Value {
+    let mut mounts = base_mounts(spec);
+    if let Value::Array(list) = &mut mounts {
+        // Device nodes are bound one by one (mknod is impossible in a user namespace).
+        for d in &spec.devices {
+            list.push(
+                json!({ "destination": d.path, "type": "bind", "source": d.host_path,
+                              "options": ["bind", "nosuid", "noexec"] }),
+            );
+        }
+    }
+    mounts
+}
+
+fn base_mounts(spec: &ContainerSpec) -> Value {
     json!([
         { "destination": "/proc", "type": "proc", "source": "proc",
           "options": ["nosuid", "noexec", "nodev"] },
@@ -136,6 +156,12 @@ mod tests {
             time_limit: Some(60),
             grace_secs: 5,
             cgroup_parent: "wharf".into(),
+            devices: vec![crate::DeviceNode {
+                host_path: "/fake/nvidia3".into(),
+                path: "/dev/nvidia3".into(),
+                major: 195,
+                minor: 3,
+            }],
         }
     }
 
@@ -168,5 +194,17 @@ mod tests {
             .collect();
         assert_eq!(ns, ["user", "mount", "pid", "ipc", "uts"]);
         assert!(!v.to_string().contains("gid=5"));
+        let last = devs.as_array().unwrap().last().unwrap();
+        assert_eq!(
+            last,
+            &json!({"allow": true, "type": "c", "major": 195, "minor": 3, "access": "rw"})
+        );
+        let gpu = v["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["destination"] == "/dev/nvidia3")
+            .unwrap();
+        assert_eq!(gpu["source"], "/fake/nvidia3");
     }
 }

@@ -49,6 +49,44 @@ pub struct ContainerSpec {
     pub grace_secs: u64,
     /// Parent of the job's cgroup (e.g. `wharf`).
     pub cgroup_parent: String,
+    /// Device nodes the job may use (its GPUs and their control devices); every other device
+    /// but the standard list is absent and denied.
+    #[serde(default)]
+    pub devices: Vec<DeviceNode>,
+}
+
+/// A host character device passed into the container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceNode {
+    /// The device node on the host.
+    pub host_path: PathBuf,
+    /// Where the job sees it (e.g. `/dev/nvidia2`).
+    pub path: String,
+    /// Major number.
+    pub major: i64,
+    /// Minor number.
+    pub minor: i64,
+}
+
+impl DeviceNode {
+    /// Describes the character device at `host_path`, to appear at `path`.
+    pub fn from_host(host_path: &std::path::Path, path: &str) -> std::io::Result<DeviceNode> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let meta = std::fs::metadata(host_path)?;
+        if !meta.file_type().is_char_device() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} is not a character device", host_path.display()),
+            ));
+        }
+        let rdev = meta.rdev();
+        Ok(DeviceNode {
+            host_path: host_path.to_path_buf(),
+            path: path.to_string(),
+            major: i64::from(libc::major(rdev)),
+            minor: i64::from(libc::minor(rdev)),
+        })
+    }
 }
 
 impl ContainerSpec {

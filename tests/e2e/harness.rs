@@ -73,7 +73,7 @@ impl Cluster {
         Self::start_with("")
     }
 
-    /// Starts with extra TOML appended to the generated config.
+    /// Starts with extra `[agent]` settings (TOML lines) in the generated config.
     pub fn start_with(extra: &str) -> Cluster {
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let dir = PathBuf::from(format!("/tmp/wharf-e2e-{}-{n}", std::process::id()));
@@ -95,11 +95,11 @@ impl Cluster {
     fn config(&self) -> PathBuf {
         let path = self.dir.join("wharf.toml");
         let text = format!(
-            "[controller]\nsocket = \"{}\"\nnode_timeout = \"30s\"\npoll_wait = \"5s\"\n{}\n[agent]\nimage_store = \"{}\"\ngrace = \"2s\"\ncgroup_parent = \"{}\"\n",
+            "[controller]\nsocket = \"{}\"\nnode_timeout = \"30s\"\npoll_wait = \"5s\"\n[agent]\nimage_store = \"{}\"\ngrace = \"2s\"\ncgroup_parent = \"{}\"\n{}\n",
             self.socket.display(),
-            self.extra_config,
             self.dir.join("images").display(),
-            self.cgroup_parent
+            self.cgroup_parent,
+            self.extra_config,
         );
         std::fs::write(&path, text).unwrap();
         path

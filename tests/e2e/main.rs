@@ -5,6 +5,7 @@
 //! otherwise.
 
 mod durability;
+mod gpu;
 mod harness;
 mod jobfile;
 mod lifecycle;

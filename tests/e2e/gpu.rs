@@ -1,0 +1,127 @@
+//! Exact GPU isolation, shown on fake GPUs: character devices with NVIDIA's numbers made with
+//! mknod. Opening an allocated one reaches the (absent) driver: ENXIO, "No such device or
+//! address". Opening any other is refused by the device cgroup or the nodev root: EPERM/EACCES.
+
+use std::path::Path;
+use std::time::Duration;
+
+use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+
+use crate::harness::*;
+
+fn fake_gpus(dir: &Path, count: u32) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut nodes: Vec<(String, u64, u64)> = (0..count)
+        .map(|i| (format!("nvidia{i}"), 195, u64::from(i)))
+        .collect();
+    nodes.push(("nvidiactl".into(), 195, 255));
+    nodes.push(("nvidia-uvm".into(), 240, 0));
+    for (name, major, minor) in nodes {
+        mknod(
+            &dir.join(name),
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o666),
+            makedev(major, minor),
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn job_given_two_of_eight_gpus_sees_and_opens_exactly_those() {
+    if !can_run("job_given_two_of_eight_gpus_sees_and_opens_exactly_those") {
+        return;
+    }
+    let dev = tempfile::Builder::new()
+        .prefix("wharf-fakedev-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    fake_gpus(dev.path(), 8);
+    let c = Cluster::start_with(&format!("dev_root = \"{}\"", dev.path().display()));
+    let nodes = stdout(&c.wharf(&["nodes"]));
+    assert!(
+        nodes.contains("0/8"),
+        "node does not report 8 GPUs:\n{nodes}"
+    );
+    let alice = user("wharf-alice");
+
+    // Hold GPUs 0 and 1 with a first job, so the job under test gets 2 and 3.
+    let holder =
+        submitted_id(&c.wharf_as(&alice, &["submit", "--gpus", "2", "--wrap", "sleep 60"]));
+    c.wait_running(holder);
+    let fakedev = dev.path().display().to_string();
+    let script = format!(
+        "echo visible $(ls /dev | grep nvidia | tr '\\n' ' '); \
+         echo cuda=$CUDA_VISIBLE_DEVICES nvidia=$NVIDIA_VISIBLE_DEVICES; \
+         for i in 0 1 2 3 4 5 6 7; do head -c1 /dev/nvidia$i 2>&1 | sed \"s/^/open $i: /\"; done; \
+         mknod /tmp/gpu5 c 195 5 2>&1 | sed 's/^/mknod: /'; \
+         head -c1 {fakedev}/nvidia5 2>&1 | sed 's/^/host path: /'; \
+         head -c1 /proc/self/root/dev/nvidia6 2>&1 | sed 's/^/proc path: /'"
+    );
+    let out = c.wharf_as(
+        &alice,
+        &["run", "--gpus", "2", "--", "/bin/sh", "-c", &script],
+    );
+    let text = stdout(&out);
+    let line = |prefix: &str| {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} in:\n{text}"))
+            .to_string()
+    };
+    assert_eq!(
+        line("visible"),
+        "visible nvidia-uvm nvidia2 nvidia3 nvidiactl",
+        "{text}"
+    );
+    assert_eq!(line("cuda="), "cuda=0,1 nvidia=2,3");
+    for i in [2, 3] {
+        assert!(
+            line(&format!("open {i}:")).contains("No such device or address"),
+            "allocated GPU {i}:\n{text}"
+        );
+    }
+    for i in [0, 1, 4, 5, 6, 7] {
+        assert!(
+            line(&format!("open {i}:")).contains("No such file"),
+            "GPU {i} is visible:\n{text}"
+        );
+    }
+    assert!(line("mknod:").contains("Operation not permitted"), "{text}");
+    let host = line("host path:");
+    assert!(
+        host.contains("Permission denied") || host.contains("Operation not permitted"),
+        "{host}"
+    );
+    assert!(line("proc path:").contains("No such file"), "{text}");
+
+    assert!(c.wharf(&["cancel", &holder.to_string()]).status.success());
+    c.wait_done(holder, Duration::from_secs(15));
+}
+
+#[test]
+fn gpu_job_on_a_node_missing_its_device_fails_at_once_with_the_reason() {
+    if !can_run("gpu_job_on_a_node_missing_its_device_fails_at_once_with_the_reason") {
+        return;
+    }
+    let dev = tempfile::Builder::new()
+        .prefix("wharf-fakedev-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    fake_gpus(dev.path(), 2);
+    let c = Cluster::start_with(&format!("dev_root = \"{}\"", dev.path().display()));
+    // The device disappears after the node registered (driver unloaded, say).
+    std::fs::remove_file(dev.path().join("nvidia0")).unwrap();
+    let alice = user("wharf-alice");
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", "--gpus", "1", "--wrap", "true"]));
+    let job = c.wait_done(id, Duration::from_secs(10));
+    assert_eq!(job["state"], "FAILED", "{job}");
+    assert!(
+        job["reason"]
+            .as_str()
+            .unwrap()
+            .contains("GPU 0 was allocated but"),
+        "{job}"
+    );
+    assert!(job["start_time"].is_null(), "{job}");
+}
