@@ -1,0 +1,266 @@
+//! Launch-to-exec latency: from the moment the agent asks for a container to the first
+//! instruction of the job's process, p50 and p99 over many launches, for Wharf's sandbox and,
+//! on the same bundle in the same run, for runc, youki's CLI and crun where they run here.
+//!
+//! The job's process is a static program that prints CLOCK_MONOTONIC as its first act; the
+//! clock is shared by every namespace, so `stamp - t0` is the launch latency.
+//!
+//! `cargo bench --bench launch` (as root). WHARF_BENCH_RUNS sets the launches per runtime.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use wharf_runtime::{ContainerSpec, JobDir, JobStatus, Launcher};
+
+const STAMP_C: &str = "#include <stdio.h>\n#include <time.h>\nint main(void){struct timespec t;\
+clock_gettime(CLOCK_MONOTONIC,&t);printf(\"%lld\\n\",(long long)t.tv_sec*1000000000LL+t.tv_nsec);return 0;}\n";
+
+fn mono_ns() -> i64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec * 1_000_000_000 + t.tv_nsec
+}
+
+fn stamp_of(file: &Path) -> Option<i64> {
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+struct Stats {
+    name: String,
+    p50: f64,
+    p99: f64,
+}
+
+fn summarize(name: &str, mut ms: Vec<f64>) -> Option<Stats> {
+    if ms.is_empty() {
+        return None;
+    }
+    ms.sort_by(|a, b| a.total_cmp(b));
+    let s = Stats {
+        name: name.into(),
+        p50: percentile(&ms, 0.5),
+        p99: percentile(&ms, 0.99),
+    };
+    println!(
+        "{:<8} launches={:<4} p50={:>8.2} ms  p99={:>8.2} ms",
+        s.name,
+        ms.len(),
+        s.p50,
+        s.p99
+    );
+    Some(s)
+}
+
+/// Builds the bundle: a rootfs holding only the static stamp program.
+fn bundle(dir: &Path) -> PathBuf {
+    let rootfs = dir.join("rootfs");
+    for d in ["proc", "sys", "dev", "tmp", "etc"] {
+        std::fs::create_dir_all(rootfs.join(d)).unwrap();
+    }
+    std::fs::write(dir.join("stamp.c"), STAMP_C).unwrap();
+    let cc = Command::new("cc")
+        .args(["-O2", "-static", "-o"])
+        .arg(rootfs.join("stamp"))
+        .arg(dir.join("stamp.c"))
+        .status()
+        .expect("cc (gcc) is needed to build the stamp program");
+    assert!(
+        cc.success(),
+        "cannot build a static stamp program (libc6-dev?)"
+    );
+    rootfs
+}
+
+fn wharf(runs: usize, dir: &Path, rootfs: &Path) -> Vec<f64> {
+    let launcher = Launcher::new(PathBuf::from(env!("CARGO_BIN_EXE_wharf")));
+    let out_dir = dir.join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    std::fs::set_permissions(
+        &out_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let mut ms = Vec::new();
+    for i in 0..runs {
+        let out = out_dir.join(format!("wharf-{i}"));
+        let spec = ContainerSpec {
+            id: format!("wharf-bench-{}-{i}", std::process::id()),
+            rootfs: rootfs.to_path_buf(),
+            argv: vec!["/stamp".into()],
+            env: vec!["PATH=/".into()],
+            cwd: "/".into(),
+            uid: 4242,
+            gid: 4242,
+            groups: vec![],
+            root_host_id: 65534,
+            hostname: "bench".into(),
+            memory: Some(256 << 20),
+            cpus: Some(1),
+            cpuset: vec![0],
+            pids: Some(64),
+            tmp_size: 16 << 20,
+            shm_size: 16 << 20,
+            stdout: out.clone(),
+            stderr: out.clone(),
+            time_limit: Some(60),
+            grace_secs: 1,
+            cgroup_parent: "wharf-bench".into(),
+            devices: vec![],
+        };
+        let jd = JobDir::new(dir.join(format!("job-{i}")));
+        let t0 = mono_ns();
+        launcher.launch(&jd, &spec).expect("launch");
+        loop {
+            match launcher.status(&jd) {
+                JobStatus::Running { .. } => std::thread::sleep(Duration::from_millis(1)),
+                JobStatus::Exited(o) => {
+                    assert!(o.error.is_none(), "wharf launch failed: {:?}", o.error);
+                    break;
+                }
+                JobStatus::Lost(why) => panic!("{why}"),
+            }
+        }
+        if let Some(stamp) = stamp_of(&out) {
+            ms.push((stamp - t0) as f64 / 1e6);
+        }
+        let _ = launcher.remove(&jd);
+    }
+    ms
+}
+
+/// An OCI CLI runtime (runc, youki, crun) on the same rootfs: `RUNTIME run` in the foreground.
+fn oci_cli(
+    name: &str,
+    tag: &str,
+    runs: usize,
+    dir: &Path,
+    rootfs: &Path,
+) -> Result<Vec<f64>, String> {
+    let bin = [
+        "/usr/sbin",
+        "/usr/bin",
+        "/usr/local/bin",
+        "/root/.cargo/bin",
+    ]
+    .iter()
+    .map(|d| Path::new(d).join(name))
+    .find(|p| p.exists())
+    .ok_or_else(|| format!("{name} is not installed"))?;
+    let bundle = dir.join(format!("bundle-{name}"));
+    std::fs::create_dir_all(&bundle).unwrap();
+    let spec = serde_json::json!({
+        "ociVersion": "1.0.2",
+        "root": { "path": rootfs, "readonly": true },
+        "process": { "terminal": false, "user": { "uid": 4242, "gid": 4242 }, "args": ["/stamp"],
+                     "env": ["PATH=/"], "cwd": "/", "noNewPrivileges": true },
+        "hostname": "bench",
+        "mounts": [
+            { "destination": "/proc", "type": "proc", "source": "proc" },
+            { "destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"] },
+            { "destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev"] }
+        ],
+        "linux": {
+            "namespaces": [{ "type": "pid" }, { "type": "ipc" }, { "type": "uts" }, { "type": "mount" }],
+            "cgroupsPath": format!("/{name}-bench"),
+            "resources": { "devices": [{ "allow": false, "access": "rwm" }], "memory": { "limit": 268435456 } }
+        }
+    });
+    std::fs::write(
+        bundle.join("config.json"),
+        serde_json::to_vec_pretty(&spec).unwrap(),
+    )
+    .unwrap();
+    let mut ms = Vec::new();
+    for i in 0..runs {
+        let out = dir.join("out").join(format!("{name}-{i}"));
+        let file = std::fs::File::create(&out).unwrap();
+        let id = format!("{name}-{tag}-{}-{i}", std::process::id());
+        let t0 = mono_ns();
+        let status = Command::new(&bin)
+            .args(["run", "--bundle"])
+            .arg(&bundle)
+            .arg(&id)
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(Stdio::piped())
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .map_err(|e| format!("{name}: {e}"))?;
+        // runc removes a container run in the foreground; youki leaves it stopped.
+        let _ = Command::new(&bin).args(["delete", "-f", &id]).output();
+        if !status.status.success() {
+            return Err(format!(
+                "{name} refused to run here: {}",
+                String::from_utf8_lossy(&status.stderr).trim()
+            ));
+        }
+        if let Some(stamp) = stamp_of(&out) {
+            ms.push((stamp - t0) as f64 / 1e6);
+        }
+    }
+    Ok(ms)
+}
+
+fn main() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("launch benchmark: needs root (it creates namespaces and cgroups)");
+        std::process::exit(1);
+    }
+    let runs: usize = std::env::var("WHARF_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let dir = tempfile::Builder::new()
+        .prefix("wharf-bench-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let rootfs = bundle(dir.path());
+    println!("launch-to-exec latency, {runs} launches each, same static program and rootfs");
+    // One warm-up launch each so page cache and binaries are hot for everyone.
+    let _ = wharf(1, dir.path(), &rootfs);
+    let ours =
+        summarize("wharf", wharf(runs, dir.path(), &rootfs)).expect("no wharf launches measured");
+    let mut anchors = Vec::new();
+    for name in ["runc", "youki", "crun"] {
+        let _ = oci_cli(name, "warm", 1, dir.path(), &rootfs);
+        match oci_cli(name, "bench", runs, dir.path(), &rootfs) {
+            Ok(ms) => anchors.extend(summarize(name, ms)),
+            Err(why) => println!("{name:<8} not measured: {why}"),
+        }
+    }
+    for a in &anchors {
+        println!(
+            "wharf/{:<6} p50 ratio {:.3}  p99 ratio {:.3}",
+            a.name,
+            ours.p50 / a.p50,
+            ours.p99 / a.p99
+        );
+    }
+    match anchors.iter().find(|a| a.name == "runc") {
+        Some(runc) => println!(
+            "RESULT launch p50_ms={:.2} runc_p50_ms={:.2} ratio={:.3}",
+            ours.p50,
+            runc.p50,
+            ours.p50 / runc.p50
+        ),
+        None => println!(
+            "RESULT launch p50_ms={:.2} runc_p50_ms=unavailable ratio=unavailable",
+            ours.p50
+        ),
+    }
+}
