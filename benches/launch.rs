@@ -116,6 +116,7 @@ fn wharf(runs: usize, dir: &Path, rootfs: &Path) -> Vec<f64> {
             grace_secs: 1,
             cgroup_parent: "wharf-bench".into(),
             devices: vec![],
+            memlock: None,
         };
         let jd = JobDir::new(dir.join(format!("job-{i}")));
         let t0 = mono_ns();

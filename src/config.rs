@@ -98,6 +98,7 @@ pub struct AgentSection {
     pub cgroup_parent: String,
     pub reserved_memory: String,
     pub dev_root: PathBuf,
+    pub memlock: String,
 }
 
 impl Default for AgentSection {
@@ -116,6 +117,7 @@ impl Default for AgentSection {
             cgroup_parent: "wharf".into(),
             reserved_memory: "512M".into(),
             dev_root: "/dev".into(),
+            memlock: "unlimited".into(),
         }
     }
 }

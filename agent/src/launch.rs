@@ -129,6 +129,7 @@ pub fn container_spec(
         grace_secs: cfg.grace_secs,
         cgroup_parent: cfg.cgroup_parent.clone(),
         devices,
+        memlock: cfg.memlock,
     })
 }
 

@@ -50,6 +50,8 @@ pub struct AgentConfig {
     pub reserved_memory: u64,
     /// Where GPU device nodes are looked for.
     pub dev_root: PathBuf,
+    /// RLIMIT_MEMLOCK for jobs, bytes; `None` = unlimited.
+    pub memlock: Option<u64>,
 }
 
 /// An agent failure that stops it.

@@ -156,6 +156,7 @@ mod tests {
             time_limit: Some(60),
             grace_secs: 5,
             cgroup_parent: "wharf".into(),
+            memlock: None,
             devices: vec![crate::DeviceNode {
                 host_path: "/fake/nvidia3".into(),
                 path: "/dev/nvidia3".into(),

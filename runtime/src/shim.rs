@@ -89,6 +89,15 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
             ));
         }
         let (stdout, stderr) = open_outputs(spec)?;
+        let memlock = set_memlock(spec.memlock)?;
+        let mut spec = spec.clone();
+        let shown = if memlock == libc::RLIM_INFINITY {
+            "unlimited".to_string()
+        } else {
+            memlock.to_string()
+        };
+        spec.env.push(format!("WHARF_MEMLOCK={shown}"));
+        let spec = &spec;
         let (uid_map, gid_map) = id_maps(spec.uid, spec.gid, &spec.groups, spec.root_host_id)?;
         let mut holder = UserNsHolder::create(&uid_map, &gid_map)?;
         let mut container = create(jd, spec, &holder, stdout, stderr)?;
@@ -273,6 +282,53 @@ fn reap_all() {
     }
 }
 
+/// Sets the shim's RLIMIT_MEMLOCK (soft and hard) to `want` (`None` = unlimited), which the
+/// container inherits. Inside the container's user namespace a hard limit can never be raised,
+/// so it must be done here. Without CAP_SYS_RESOURCE the shim cannot go above the hard limit it
+/// was given: it then uses that, and says so in its log. Returns the limit in force.
+fn set_memlock(want: Option<u64>) -> Result<u64, RuntimeError> {
+    let want = want.unwrap_or(libc::RLIM_INFINITY);
+    let mut cur = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: valid pointer to an rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut cur) } != 0 {
+        return Err(RuntimeError::io(
+            "getrlimit(MEMLOCK)",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    let set = |v: u64| {
+        let lim = libc::rlimit {
+            rlim_cur: v,
+            rlim_max: v,
+        };
+        // SAFETY: valid pointer to an rlimit.
+        unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) == 0 }
+    };
+    if set(want) {
+        return Ok(want);
+    }
+    let clamped = clamp_memlock(want, cur.rlim_max);
+    eprintln!(
+        "wharf shim: cannot raise RLIMIT_MEMLOCK to {want} (no CAP_SYS_RESOURCE?); using {clamped}"
+    );
+    if set(clamped) {
+        Ok(clamped)
+    } else {
+        Err(RuntimeError::io(
+            "setrlimit(MEMLOCK)",
+            std::io::Error::last_os_error(),
+        ))
+    }
+}
+
+/// The memlock limit a process whose hard limit is `hard` can give.
+fn clamp_memlock(want: u64, hard: u64) -> u64 {
+    want.min(hard)
+}
+
 /// Opens the job's output files as the user: with the user's fs ids and groups, so a path the
 /// user could not write (or a symlink they planted) cannot be used against root. Mode 0600.
 fn open_outputs(spec: &ContainerSpec) -> Result<(OwnedFd, OwnedFd), RuntimeError> {
@@ -320,4 +376,19 @@ fn open_as_user(path: &Path, spec: &ContainerSpec) -> Result<OwnedFd, RuntimeErr
     // Honour 0600 even if the file existed with wider permissions.
     let _ = file.set_permissions(std::fs::Permissions::from_mode(0o600));
     Ok(file.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clamp_memlock;
+
+    #[test]
+    fn memlock_is_clamped_to_the_hard_limit() {
+        assert_eq!(clamp_memlock(libc::RLIM_INFINITY, 8 << 20), 8 << 20);
+        assert_eq!(clamp_memlock(1 << 20, 8 << 20), 1 << 20);
+        assert_eq!(
+            clamp_memlock(libc::RLIM_INFINITY, libc::RLIM_INFINITY),
+            libc::RLIM_INFINITY
+        );
+    }
 }

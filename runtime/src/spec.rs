@@ -49,6 +49,10 @@ pub struct ContainerSpec {
     pub grace_secs: u64,
     /// Parent of the job's cgroup (e.g. `wharf`).
     pub cgroup_parent: String,
+    /// RLIMIT_MEMLOCK for the job, bytes; `None` = unlimited (what RDMA and NCCL want). The shim
+    /// clamps it to what it holds itself when it cannot raise its own limit.
+    #[serde(default)]
+    pub memlock: Option<u64>,
     /// Device nodes the job may use (its GPUs and their control devices); every other device
     /// but the standard list is absent and denied.
     #[serde(default)]

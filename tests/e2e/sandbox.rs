@@ -97,3 +97,44 @@ fn run_exits_with_the_jobs_status() {
     assert_ne!(out.status.code(), Some(0));
     let _ = Duration::from_secs(0);
 }
+
+#[test]
+fn memlock_is_raised_or_clamped_to_what_the_node_can_give() {
+    if !can_run("memlock_is_raised_or_clamped_to_what_the_node_can_give") {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    let out = c.wharf_as(
+        &alice,
+        &[
+            "run",
+            "--",
+            "/bin/sh",
+            "-c",
+            "ulimit -l; echo $WHARF_MEMLOCK",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The agent runs with this test's limits: unlimited if it may raise them, else its hard limit.
+    let (_, hard) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK).unwrap();
+    let can_raise = caps_has_sys_resource();
+    let (ulimit, env) = if can_raise || hard == libc::RLIM_INFINITY {
+        ("unlimited".to_string(), "unlimited".to_string())
+    } else {
+        ((hard / 1024).to_string(), hard.to_string())
+    };
+    assert_eq!(stdout(&out), format!("{ulimit}\n{env}\n"));
+}
+
+fn caps_has_sys_resource() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .unwrap()
+        .trim();
+    const CAP_SYS_RESOURCE: u32 = 24;
+    u64::from_str_radix(eff, 16).unwrap() & (1 << CAP_SYS_RESOURCE) != 0
+}
