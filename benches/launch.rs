@@ -117,6 +117,8 @@ fn wharf(runs: usize, dir: &Path, rootfs: &Path) -> Vec<f64> {
             cgroup_parent: "wharf-bench".into(),
             devices: vec![],
             memlock: None,
+            binds: vec![],
+            identity: None,
         };
         let jd = JobDir::new(dir.join(format!("job-{i}")));
         let t0 = mono_ns();

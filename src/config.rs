@@ -99,6 +99,7 @@ pub struct AgentSection {
     pub reserved_memory: String,
     pub dev_root: PathBuf,
     pub memlock: String,
+    pub mounts: Vec<String>,
 }
 
 impl Default for AgentSection {
@@ -118,8 +119,37 @@ impl Default for AgentSection {
             reserved_memory: "512M".into(),
             dev_root: "/dev".into(),
             memlock: "unlimited".into(),
+            mounts: vec![],
         }
     }
+}
+
+/// Parses `[agent] mounts` entries: `PATH`, `PATH:ro`, `SOURCE:DEST` or `SOURCE:DEST:ro`.
+pub fn binds(entries: &[String]) -> Result<Vec<wharf_runtime::Bind>> {
+    entries
+        .iter()
+        .map(|e| {
+            let mut parts: Vec<&str> = e.split(':').collect();
+            let read_only = parts.last() == Some(&"ro");
+            if read_only || parts.last() == Some(&"rw") {
+                parts.pop();
+            }
+            let (src, dst) = match parts.as_slice() {
+                [p] => (*p, *p),
+                [s, d] => (*s, *d),
+                _ => anyhow::bail!("agent.mounts: {e:?} is not PATH[:ro] or SOURCE:DEST[:ro]"),
+            };
+            let ok = |p: &str| p.starts_with('/') && !p.split('/').any(|c| c == "..") && p != "/";
+            if !ok(src) || !ok(dst) {
+                anyhow::bail!("agent.mounts: {e:?}: paths must be absolute, not `/`, without `..`");
+            }
+            Ok(wharf_runtime::Bind {
+                source: src.into(),
+                destination: dst.into(),
+                read_only,
+            })
+        })
+        .collect()
 }
 
 /// Reads `path` (or the default file when it exists; embedded defaults otherwise).

@@ -55,12 +55,32 @@ pub fn container_spec(
     let shadowed = ["/tmp", "/dev", "/proc", "/sys"]
         .iter()
         .any(|m| spec.workdir == *m || spec.workdir.starts_with(&format!("{m}/")));
-    let visible = !shadowed && rootfs.join(spec.workdir.trim_start_matches('/')).is_dir();
+    // An image gets the directory made in its job layer; the host root must already have it.
+    let visible = !shadowed && (spec.image != "host" || Path::new(&spec.workdir).is_dir());
     let cwd = if visible {
         spec.workdir.clone()
     } else {
         "/".into()
     };
+    let identity = user.as_ref().map(|u| wharf_runtime::Identity {
+        user: u.name.clone(),
+        home: u.dir.display().to_string(),
+        groups: groups
+            .iter()
+            .filter_map(|&g| {
+                nix::unistd::Group::from_gid(g.into())
+                    .ok()
+                    .flatten()
+                    .map(|gr| (g, gr.name))
+            })
+            .collect(),
+    });
+    let binds: Vec<wharf_runtime::Bind> = cfg
+        .binds
+        .iter()
+        .filter(|b| b.source.exists())
+        .cloned()
+        .collect();
     let cpuset: Vec<u32> = order
         .cpu_ids
         .iter()
@@ -130,6 +150,8 @@ pub fn container_spec(
         cgroup_parent: cfg.cgroup_parent.clone(),
         devices,
         memlock: cfg.memlock,
+        binds,
+        identity,
     })
 }
 

@@ -52,6 +52,8 @@ pub struct AgentConfig {
     pub dev_root: PathBuf,
     /// RLIMIT_MEMLOCK for jobs, bytes; `None` = unlimited.
     pub memlock: Option<u64>,
+    /// Shared paths bound into every job (those that exist on the node).
+    pub binds: Vec<wharf_runtime::Bind>,
 }
 
 /// An agent failure that stops it.

@@ -34,7 +34,7 @@ pub use error::{ErrorKind, RuntimeError};
 pub use jobdir::JobDir;
 pub use launcher::{JobStatus, Launcher};
 pub use oci::build_oci_spec;
-pub use spec::{ContainerSpec, DeviceNode, Outcome};
+pub use spec::{Bind, ContainerSpec, DeviceNode, Identity, Outcome};
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {

@@ -101,6 +101,13 @@ pub fn build_oci_spec(spec: &ContainerSpec, userns: &Path) -> Result<Spec, Runti
 fn mounts(spec: &ContainerSpec) -> Value {
     let mut mounts = base_mounts(spec);
     if let Value::Array(list) = &mut mounts {
+        for b in &spec.binds {
+            let mut options = vec!["rbind", "nosuid", "nodev"];
+            if b.read_only {
+                options.push("ro");
+            }
+            list.push(json!({ "destination": b.destination, "type": "bind", "source": b.source, "options": options }));
+        }
         // Device nodes are bound one by one (mknod is impossible in a user namespace).
         for d in &spec.devices {
             list.push(
@@ -157,6 +164,8 @@ mod tests {
             grace_secs: 5,
             cgroup_parent: "wharf".into(),
             memlock: None,
+            binds: vec![],
+            identity: None,
             devices: vec![crate::DeviceNode {
                 host_path: "/fake/nvidia3".into(),
                 path: "/dev/nvidia3".into(),

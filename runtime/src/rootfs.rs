@@ -1,21 +1,37 @@
-//! The container's root: the image (or the host's `/`) bound read-only, recursively, inside the
-//! shim's own mount namespace.
+//! The container's root, prepared inside the shim's own mount namespace.
 //!
 //! The shim moves into a private mount namespace first, so every mount made here disappears
 //! when the shim and its container are gone: nothing to clean up on the host, even after a
-//! crash. Binding also lets the host's own `/` serve as a root (pivot_root refuses the root
-//! itself) and makes every submount read-only, nosuid and nodev in one call (mount_setattr).
+//! crash.
+//!
+//! - An image root is an overlay: the image (shared by every job, never written) under a small
+//!   per-job tmpfs layer. Wharf writes into that layer what the job needs and the image lacks:
+//!   the mount points of the site's shared paths, the working directory, and the user's
+//!   `/etc/passwd` and `/etc/group` entries. Every path is resolved inside the root
+//!   (openat2 RESOLVE_IN_ROOT), so a hostile image's symlinks cannot point these writes at the
+//!   host.
+//! - The host root (`image = "host"`) is bound as it is (pivot_root refuses `/` itself).
+//!
+//! Either way the result is then made read-only, nosuid and nodev, recursively, in one call.
 
+use std::ffi::CString;
+use std::io::Write;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
 use nix::mount::{mount, MsFlags};
 use nix::sched::{unshare, CloneFlags};
+use nix::sys::stat::{mkdirat, Mode};
 
-use crate::error::RuntimeError;
+use crate::error::{ErrorKind, RuntimeError};
+use crate::spec::{ContainerSpec, Identity};
 
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
+/// Size of the per-job layer over an image (mount points and identity files only).
+const LAYER_SIZE: &str = "size=16m";
 
 #[repr(C)]
 struct MountAttr {
@@ -25,9 +41,9 @@ struct MountAttr {
     userns_fd: u64,
 }
 
-/// Enters a private mount namespace and binds `source` at `target` (created), recursively
-/// read-only, nosuid, nodev. Returns `target`.
-pub(crate) fn bind_root(source: &Path, target: &Path) -> Result<PathBuf, RuntimeError> {
+/// Enters a private mount namespace and prepares the root for `spec` under `job_dir`.
+/// Returns the path to give the container as its root.
+pub(crate) fn prepare_root(spec: &ContainerSpec, job_dir: &Path) -> Result<PathBuf, RuntimeError> {
     unshare(CloneFlags::CLONE_NEWNS)
         .map_err(|e| RuntimeError::sys("unshare mount namespace", e))?;
     mount(
@@ -38,23 +54,198 @@ pub(crate) fn bind_root(source: &Path, target: &Path) -> Result<PathBuf, Runtime
         None::<&str>,
     )
     .map_err(|e| RuntimeError::sys("making mounts private", e))?;
-    std::fs::create_dir_all(target).map_err(|e| RuntimeError::io(target.display(), e))?;
+    let target = job_dir.join("rootfs");
+    mkdir(&target)?;
+    if spec.rootfs == Path::new("/") {
+        mount(
+            Some("/"),
+            &target,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            None::<&str>,
+        )
+        .map_err(|e| RuntimeError::sys("binding the host root", e))?;
+    } else {
+        overlay(&spec.rootfs, &job_dir.join("layer"), &target)?;
+        let root = open_dir(&target)?;
+        for b in &spec.binds {
+            mkdir_in_root(&root, &b.destination)?;
+        }
+        mkdir_in_root(&root, &spec.cwd)?;
+        if let Some(id) = &spec.identity {
+            write_identity(&root, spec.uid, spec.gid, id)?;
+        }
+    }
+    read_only(&target)?;
+    Ok(target)
+}
+
+fn mkdir(p: &Path) -> Result<(), RuntimeError> {
+    std::fs::create_dir_all(p).map_err(|e| RuntimeError::io(p.display(), e))
+}
+
+/// Mounts `lower` under a fresh tmpfs layer at `target`.
+fn overlay(lower: &Path, layer: &Path, target: &Path) -> Result<(), RuntimeError> {
+    let lower_s = lower.to_str().unwrap_or("");
+    if lower_s.is_empty() || lower_s.contains([',', ':']) {
+        return Err(RuntimeError::new(
+            ErrorKind::InvalidInput,
+            format!("image path {} cannot be an overlay layer", lower.display()),
+        ));
+    }
+    mkdir(layer)?;
     mount(
-        Some(source),
-        target,
-        None::<&str>,
-        MsFlags::MS_BIND | MsFlags::MS_REC,
-        None::<&str>,
+        Some("tmpfs"),
+        layer,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(LAYER_SIZE),
     )
-    .map_err(|e| RuntimeError::sys(format!("binding {} as the root", source.display()), e))?;
+    .map_err(|e| RuntimeError::sys("mounting the job's layer", e))?;
+    let (upper, work) = (layer.join("upper"), layer.join("work"));
+    mkdir(&upper)?;
+    mkdir(&work)?;
+    let opts = format!(
+        "lowerdir={lower_s},upperdir={},workdir={}",
+        upper.display(),
+        work.display()
+    );
+    mount(
+        Some("overlay"),
+        target,
+        Some("overlay"),
+        MsFlags::empty(),
+        Some(opts.as_str()),
+    )
+    .map_err(|e| {
+        RuntimeError::sys(
+            format!("mounting image {} as an overlay", lower.display()),
+            e,
+        )
+    })
+}
+
+fn open_dir(p: &Path) -> Result<OwnedFd, RuntimeError> {
+    let fd = nix::fcntl::open(
+        p,
+        OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| RuntimeError::sys(p.display(), e))?;
+    // SAFETY: a fresh fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens `path` inside `root`, resolving every component (symlinks included) within it.
+fn open_in_root(root: &OwnedFd, path: &str, flags: OFlag) -> Result<OwnedFd, nix::Error> {
+    let rel = path.trim_start_matches('/');
+    let rel = if rel.is_empty() { "." } else { rel };
+    let mut how = OpenHow::new()
+        .flags(flags | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    // openat2 refuses a mode without O_CREAT.
+    if flags.contains(OFlag::O_CREAT) {
+        how = how.mode(Mode::from_bits_truncate(0o644));
+    }
+    let fd = openat2(std::os::fd::AsRawFd::as_raw_fd(root), rel, how)?;
+    // SAFETY: a fresh fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `mkdir -p` of `path` inside `root`, every component resolved inside it.
+fn mkdir_in_root(root: &OwnedFd, path: &str) -> Result<(), RuntimeError> {
+    let mut done = String::new();
+    for comp in path.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        if comp == ".." {
+            return Err(RuntimeError::new(
+                ErrorKind::InvalidInput,
+                format!("path {path} climbs with `..`"),
+            ));
+        }
+        let parent = open_in_root(root, &done, OFlag::O_PATH | OFlag::O_DIRECTORY)
+            .map_err(|e| RuntimeError::sys(format!("creating {path} in the image"), e))?;
+        match mkdirat(
+            Some(std::os::fd::AsRawFd::as_raw_fd(&parent)),
+            comp,
+            Mode::from_bits_truncate(0o755),
+        ) {
+            Ok(()) | Err(nix::Error::EEXIST) => {}
+            Err(e) => {
+                return Err(RuntimeError::sys(
+                    format!("creating {path} in the image"),
+                    e,
+                ))
+            }
+        }
+        done.push('/');
+        done.push_str(comp);
+    }
+    Ok(())
+}
+
+/// Adds the user and their groups to the image's `/etc/passwd` and `/etc/group` (in the job's
+/// layer), replacing entries with the same name or id.
+fn write_identity(root: &OwnedFd, uid: u32, gid: u32, id: &Identity) -> Result<(), RuntimeError> {
+    mkdir_in_root(root, "/etc")?;
+    let read = |name: &str| -> String {
+        open_in_root(root, name, OFlag::O_RDONLY)
+            .ok()
+            .and_then(|fd| std::io::read_to_string(std::fs::File::from(fd)).ok())
+            .unwrap_or_default()
+    };
+    let keep = |text: &str, names: &[&str], ids: &[u32]| -> String {
+        text.lines()
+            .filter(|l| {
+                let mut f = l.split(':');
+                let (name, id) = (
+                    f.next().unwrap_or(""),
+                    f.nth(1).and_then(|v| v.parse::<u32>().ok()),
+                );
+                !names.contains(&name) && !id.is_some_and(|i| ids.contains(&i))
+            })
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    let mut passwd = keep(&read("/etc/passwd"), &[&id.user], &[uid]);
+    if !passwd.lines().any(|l| l.starts_with("root:")) && uid != 0 {
+        passwd.push_str("root:x:0:0:root:/root:/bin/sh\n");
+    }
+    passwd.push_str(&format!("{}:x:{uid}:{gid}::{}:/bin/sh\n", id.user, id.home));
+    let names: Vec<&str> = id.groups.iter().map(|(_, n)| n.as_str()).collect();
+    let gids: Vec<u32> = id.groups.iter().map(|(g, _)| *g).collect();
+    let mut group = keep(&read("/etc/group"), &names, &gids);
+    for (g, name) in &id.groups {
+        let members = if *g == gid {
+            String::new()
+        } else {
+            id.user.clone()
+        };
+        group.push_str(&format!("{name}:x:{g}:{members}\n"));
+    }
+    for (file, text) in [("/etc/passwd", passwd), ("/etc/group", group)] {
+        let fd = open_in_root(
+            root,
+            file,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW,
+        )
+        .map_err(|e| RuntimeError::sys(format!("writing {file} in the image"), e))?;
+        std::fs::File::from(fd)
+            .write_all(text.as_bytes())
+            .map_err(|e| RuntimeError::io(format!("writing {file}"), e))?;
+    }
+    Ok(())
+}
+
+/// Makes `target` and everything under it read-only, nosuid and nodev.
+fn read_only(target: &Path) -> Result<(), RuntimeError> {
     let attr = MountAttr {
         attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
         attr_clr: 0,
         propagation: 0,
         userns_fd: 0,
     };
-    let path = std::ffi::CString::new(target.as_os_str().as_encoded_bytes())
-        .map_err(|_| RuntimeError::new(crate::ErrorKind::InvalidInput, "root path contains NUL"))?;
+    let path = CString::new(target.as_os_str().as_encoded_bytes())
+        .map_err(|_| RuntimeError::new(ErrorKind::InvalidInput, "root path contains NUL"))?;
     // SAFETY: valid C string and a properly sized mount_attr.
     let rc = unsafe {
         libc::syscall(
@@ -72,5 +263,5 @@ pub(crate) fn bind_root(source: &Path, target: &Path) -> Result<PathBuf, Runtime
             std::io::Error::last_os_error(),
         ));
     }
-    Ok(target.to_path_buf())
+    Ok(())
 }

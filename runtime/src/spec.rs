@@ -53,10 +53,39 @@ pub struct ContainerSpec {
     /// clamps it to what it holds itself when it cannot raise its own limit.
     #[serde(default)]
     pub memlock: Option<u64>,
+    /// Host paths bound into the container (site shared storage: home, data, scratch).
+    #[serde(default)]
+    pub binds: Vec<Bind>,
+    /// Who the user is, for the `/etc/passwd` and `/etc/group` entries written into an image's
+    /// root (the host image has the node's own).
+    #[serde(default)]
+    pub identity: Option<Identity>,
     /// Device nodes the job may use (its GPUs and their control devices); every other device
     /// but the standard list is absent and denied.
     #[serde(default)]
     pub devices: Vec<DeviceNode>,
+}
+
+/// A host directory bound into the container (nosuid, nodev).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bind {
+    /// Host path.
+    pub source: PathBuf,
+    /// Path in the container.
+    pub destination: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+}
+
+/// The job user's names, for an image's `/etc/passwd` and `/etc/group`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    /// User name.
+    pub user: String,
+    /// Home directory.
+    pub home: String,
+    /// Names of the primary and supplementary groups, by gid.
+    pub groups: Vec<(u32, String)>,
 }
 
 /// A host character device passed into the container.

@@ -45,6 +45,7 @@ pub fn settings(file: &FileConfig, token: String) -> Result<wharf_agent::AgentCo
         cgroup_parent: a.cgroup_parent.clone(),
         reserved_memory: config::size("agent.reserved_memory", &a.reserved_memory)?,
         dev_root: a.dev_root.clone(),
+        binds: config::binds(&a.mounts)?,
         memlock: match a.memlock.as_str() {
             "unlimited" | "infinity" => None,
             other => Some(config::size("agent.memlock", other)?),

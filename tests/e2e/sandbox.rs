@@ -138,3 +138,116 @@ fn caps_has_sys_resource() -> bool {
     const CAP_SYS_RESOURCE: u32 = 24;
     u64::from_str_radix(eff, 16).unwrap() & (1 << CAP_SYS_RESOURCE) != 0
 }
+
+#[test]
+fn image_jobs_get_shared_paths_their_workdir_and_their_user_entry() {
+    if !can_run("image_jobs_get_shared_paths_their_workdir_and_their_user_entry") {
+        return;
+    }
+    // A directory plays the site's shared storage, bound read-write at its own path and
+    // read-only at /data.
+    let shared = tempfile::Builder::new()
+        .prefix("wharf-shared-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let c = Cluster::start_with(&format!(
+        "mounts = [\"{0}\", \"{0}:/data:ro\"]",
+        shared.path().display()
+    ));
+    c.import_tiny();
+    let alice = user("wharf-alice");
+    let work = shared.path().join("project");
+    std::fs::create_dir_all(&work).unwrap();
+    nix::unistd::chown(&work, Some(alice.uid.into()), Some(alice.gid.into())).unwrap();
+    std::fs::write(work.join("input.txt"), "data from the shared disk\n").unwrap();
+    let script = "pwd; cat input.txt; echo result > output.txt && echo wrote; \
+        grep \"^wharf-alice:x:$(id -u):\" /etc/passwd >/dev/null && echo passwd-ok; \
+        (echo x > /data/y) 2>/dev/null && echo data-writable || echo data-read-only";
+    let out = as_user(
+        &alice,
+        &work,
+        wharf_bin(),
+        &["run", "--image", "tiny", "--", "/bin/sh", "-c", script],
+        &c.socket,
+    );
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let expected = format!(
+        "{}\ndata from the shared disk\nwrote\npasswd-ok\ndata-read-only\n",
+        work.display()
+    );
+    assert_eq!(stdout(&out), expected);
+    let meta = std::fs::metadata(work.join("output.txt")).unwrap();
+    assert_eq!(
+        meta.uid(),
+        alice.uid,
+        "files on shared storage belong to the user"
+    );
+    // The image itself was not changed: the job's directories and passwd live in its layer.
+    let image = wharf_images::ImageStore::open(c.dir.join("images"))
+        .unwrap()
+        .get("tiny")
+        .unwrap();
+    assert!(!image.rootfs.join(work.strip_prefix("/").unwrap()).exists());
+    assert!(!std::fs::read_to_string(image.rootfs.join("etc/passwd"))
+        .unwrap()
+        .contains("wharf-alice"));
+}
+
+#[test]
+fn hostile_image_symlinks_cannot_point_mount_points_at_the_host() {
+    if !can_run("hostile_image_symlinks_cannot_point_mount_points_at_the_host") {
+        return;
+    }
+    let shared = tempfile::Builder::new()
+        .prefix("wharf-shared-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let marker = format!("wharf-e2e-{}", std::process::id());
+    let c = Cluster::start_with(&format!(
+        "mounts = [\"{}:/srv/{marker}\"]",
+        shared.path().display()
+    ));
+    // An image whose /srv is a symlink to the host's /etc (absolute) and /opt climbs out.
+    let rootfs = c.dir.join("hostile");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
+    assert!(std::process::Command::new(script)
+        .arg(&rootfs)
+        .args(["sh", "ls", "cat"])
+        .status()
+        .unwrap()
+        .success());
+    std::os::unix::fs::symlink("/etc", rootfs.join("srv")).unwrap();
+    let out = c.wharf(&[
+        "image",
+        "import",
+        rootfs.to_str().unwrap(),
+        "--name",
+        "hostile",
+        "--store",
+        c.dir.join("images").to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let alice = user("wharf-alice");
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !stdout(&c.wharf(&["nodes", "--json"])).contains("\"hostile\"") {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = c.wharf_as(
+        &alice,
+        &[
+            "run",
+            "--image",
+            "hostile",
+            "--",
+            "/bin/ls",
+            &format!("/etc/{marker}"),
+        ],
+    );
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        !std::path::Path::new("/etc").join(&marker).exists(),
+        "a mount point was made in the host's /etc"
+    );
+}
