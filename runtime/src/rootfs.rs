@@ -68,6 +68,7 @@ pub(crate) fn prepare_root(spec: &ContainerSpec, job_dir: &Path) -> Result<PathB
     } else {
         overlay(&spec.rootfs, &job_dir.join("layer"), &target)?;
         let root = open_dir(&target)?;
+        check_mount_points(&root)?;
         for b in &spec.binds {
             mkdir_in_root(&root, &b.destination)?;
         }
@@ -150,6 +151,28 @@ fn open_in_root(root: &OwnedFd, path: &str, flags: OFlag) -> Result<OwnedFd, nix
     let fd = openat2(std::os::fd::AsRawFd::as_raw_fd(root), rel, how)?;
     // SAFETY: a fresh fd we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The sandbox mounts its own filesystems on these; an image where one is a symlink (or not a
+/// directory) could aim those mounts elsewhere, so it is refused.
+const SANDBOX_MOUNT_POINTS: [&str; 4] = ["proc", "dev", "sys", "tmp"];
+
+fn check_mount_points(root: &OwnedFd) -> Result<(), RuntimeError> {
+    for name in SANDBOX_MOUNT_POINTS {
+        let st = nix::sys::stat::fstatat(
+            Some(std::os::fd::AsRawFd::as_raw_fd(root)),
+            name,
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        );
+        let is_dir = st.is_ok_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFDIR);
+        if !is_dir {
+            return Err(RuntimeError::new(
+                ErrorKind::InvalidInput,
+                format!("image refused: /{name} must be a directory (it is a symlink, a file or missing)"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `mkdir -p` of `path` inside `root`, every component resolved inside it.

@@ -251,3 +251,103 @@ fn hostile_image_symlinks_cannot_point_mount_points_at_the_host() {
         "a mount point was made in the host's /etc"
     );
 }
+
+/// Imports `rootfs` as `name` and waits until the node reports it.
+fn import(c: &Cluster, rootfs: &std::path::Path, name: &str) {
+    let out = c.wharf(&[
+        "image",
+        "import",
+        rootfs.to_str().unwrap(),
+        "--name",
+        name,
+        "--store",
+        c.dir.join("images").to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !stdout(&c.wharf(&["nodes", "--json"])).contains(&format!("\"{name}\"")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node never reported {name}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn mkrootfs(dir: &std::path::Path, progs: &[&str]) {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
+    assert!(std::process::Command::new(script)
+        .arg(dir)
+        .args(progs)
+        .status()
+        .unwrap()
+        .success());
+}
+
+#[test]
+fn setuid_binaries_give_no_privilege_and_no_agent_fd_leaks_in() {
+    if !can_run("setuid_binaries_give_no_privilege_and_no_agent_fd_leaks_in") {
+        return;
+    }
+    let c = Cluster::start();
+    let rootfs = c.dir.join("suid");
+    mkrootfs(&rootfs, &["sh", "id", "ls"]);
+    // A root-owned setuid copy of `id` in the image.
+    std::fs::copy(rootfs.join("usr/bin/id"), rootfs.join("bin/suid-id")).unwrap();
+    std::fs::set_permissions(
+        rootfs.join("bin/suid-id"),
+        std::fs::Permissions::from_mode(0o4755),
+    )
+    .unwrap();
+    import(&c, &rootfs, "suid");
+    let alice = user("wharf-alice");
+    let out = c.wharf_as(
+        &alice,
+        &[
+            "run",
+            "--image",
+            "suid",
+            "--",
+            "/bin/sh",
+            "-c",
+            "suid-id -u; echo $(ls /proc/self/fd)",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some(alice.uid.to_string().as_str()),
+        "setuid took effect: {text}"
+    );
+    // 0, 1 and 2, plus the directory `ls` itself opened: nothing of the agent or shim.
+    assert_eq!(lines.next().map(str::trim), Some("0 1 2 3"), "{text}");
+}
+
+#[test]
+fn image_with_symlinked_proc_or_dev_is_refused() {
+    if !can_run("image_with_symlinked_proc_or_dev_is_refused") {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    for (name, link) in [("symproc", "proc"), ("symdev", "dev")] {
+        let rootfs = c.dir.join(name);
+        mkrootfs(&rootfs, &["sh"]);
+        std::fs::remove_dir(rootfs.join(link)).unwrap();
+        std::os::unix::fs::symlink("/etc", rootfs.join(link)).unwrap();
+        import(&c, &rootfs, name);
+        let out = c.wharf_as(
+            &alice,
+            &["run", "--image", name, "--", "/bin/sh", "-c", "echo ran"],
+        );
+        assert_ne!(out.status.code(), Some(0), "{name} ran");
+        assert!(
+            stderr(&out).contains(&format!("image refused: /{link} must be a directory")),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!stdout(&out).contains("ran"));
+    }
+}
