@@ -12,12 +12,14 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::Arc;
 use wharf_api::wire::{
     AgentJob, LaunchOrder, PollRequest, PollResponse, RegisterRequest, RegisterResponse,
 };
 use wharf_api::{ExitInfo, NodeInfo};
 use wharf_client::{Client, ClientError, Endpoint};
-use wharf_runtime::{JobDir, JobStatus, Launcher, Outcome};
+
+use wharf_runtime::{Backend, JobDir, JobStatus, Launcher, Outcome};
 
 /// Agent settings.
 #[derive(Debug, Clone)]
@@ -84,7 +86,8 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         AgentError::Setup(format!("image store {}: {e}", cfg.image_store.display()))
     })?;
     let client = Client::new(cfg.controller.clone(), Some(cfg.token.clone()));
-    let launcher = Launcher::new(cfg.shim_exe.clone());
+    // The sandbox backend; the OCI one (libcontainer, through `wharf shim`) for now.
+    let launcher: Arc<dyn Backend> = Arc::new(Launcher::new(cfg.shim_exe.clone()));
     let cpus = discover::cpus();
     let mut wait_ms = 0;
     let mut registered = false;
@@ -109,7 +112,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                 }
             }
         }
-        let (jobs, image_names) = local_state(&cfg, &launcher, &images);
+        let (jobs, image_names) = local_state(&cfg, launcher.as_ref(), &images);
         let req = PollRequest {
             node: cfg.node_name.clone(),
             jobs,
@@ -121,13 +124,14 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         // not at the end of a long poll.
         let result = tokio::select! {
             r = poll => r,
-            () = local_change(&cfg, &launcher, &images, &req) => continue,
+            () = local_change(&cfg, launcher.as_ref(), &images, &req) => continue,
         };
         match result {
             Ok(orders) => {
                 let (c, l, i, cp) = (cfg.clone(), launcher.clone(), images.clone(), cpus.clone());
                 let _ =
-                    tokio::task::spawn_blocking(move || carry_out(&c, &l, &i, &cp, orders)).await;
+                    tokio::task::spawn_blocking(move || carry_out(&c, l.as_ref(), &i, &cp, orders))
+                        .await;
             }
             Err(ClientError::Api { status: 404, .. }) => registered = false,
             Err(e) => {
@@ -144,7 +148,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
 /// The jobs and images this node has now.
 fn local_state(
     cfg: &AgentConfig,
-    launcher: &Launcher,
+    launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
 ) -> (Vec<AgentJob>, Vec<String>) {
     let names = images
@@ -157,7 +161,7 @@ fn local_state(
 /// Resolves when a job started or ended, or the image list changed, since `sent`.
 async fn local_change(
     cfg: &AgentConfig,
-    launcher: &Launcher,
+    launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
     sent: &PollRequest,
 ) {
@@ -177,7 +181,7 @@ async fn local_change(
 }
 
 /// Every job this node holds, from its directories.
-fn report(cfg: &AgentConfig, launcher: &Launcher) -> Vec<AgentJob> {
+fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentJob> {
     let Ok(entries) = std::fs::read_dir(cfg.state_dir.join("jobs")) else {
         return vec![];
     };
@@ -227,7 +231,7 @@ fn exit_info(o: &Outcome) -> ExitInfo {
 
 fn carry_out(
     cfg: &AgentConfig,
-    launcher: &Launcher,
+    launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
     cpus: &[u32],
     orders: PollResponse,
@@ -253,7 +257,7 @@ fn carry_out(
 /// Launches a job unless this node already has it (orders are repeated until confirmed).
 fn start(
     cfg: &AgentConfig,
-    launcher: &Launcher,
+    launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
     cpus: &[u32],
     order: &LaunchOrder,

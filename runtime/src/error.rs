@@ -37,6 +37,7 @@ impl RuntimeError {
         let kind = match err.kind() {
             std::io::ErrorKind::NotFound => ErrorKind::NotFound,
             std::io::ErrorKind::PermissionDenied => ErrorKind::PermissionDenied,
+            std::io::ErrorKind::AlreadyExists => ErrorKind::InvalidInput,
             _ => ErrorKind::Unavailable,
         };
         RuntimeError {

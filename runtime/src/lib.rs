@@ -19,8 +19,11 @@
 //! }
 //! ```
 
+mod backend;
 mod cgroup;
+pub mod conformance;
 mod error;
+pub mod fake;
 mod jobdir;
 mod launcher;
 mod oci;
@@ -29,6 +32,7 @@ pub mod shim;
 mod spec;
 mod userns;
 
+pub use backend::Backend;
 pub use cgroup::cgroup_dirs;
 pub use error::{ErrorKind, RuntimeError};
 pub use jobdir::JobDir;
