@@ -118,6 +118,7 @@ fn wharf(runs: usize, dir: &Path, rootfs: &Path) -> Vec<f64> {
             devices: vec![],
             memlock: None,
             binds: vec![],
+            rootfs_partition: None,
             identity: None,
         };
         let jd = JobDir::new(dir.join(format!("job-{i}")));

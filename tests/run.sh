@@ -14,6 +14,8 @@ if [ "$(id -u)" = 0 ]; then
     need useradd || missing="$missing passwd"
     need pgrep || missing="$missing procps"
     need cc || missing="$missing gcc"
+    need siftool || missing="$missing siftool"
+    need mksquashfs || missing="$missing squashfs-tools"
     if [ -n "$missing" ]; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
     fi

@@ -20,19 +20,6 @@ pub fn container_spec(
     cpus: &[u32],
 ) -> Result<ContainerSpec, LaunchError> {
     let spec = &order.spec;
-    let rootfs: PathBuf = if spec.image == "host" {
-        PathBuf::from("/")
-    } else {
-        images
-            .get(&spec.image)
-            .map_err(|e| {
-                LaunchError(format!(
-                    "image {:?} on node {}: {e}",
-                    spec.image, cfg.node_name
-                ))
-            })?
-            .rootfs
-    };
     let user = nix::unistd::User::from_uid(order.owner.uid.into())
         .ok()
         .flatten();
@@ -46,6 +33,7 @@ pub fn container_spec(
         }
         None => vec![order.owner.gid],
     };
+    let (rootfs, rootfs_partition) = resolve_image(cfg, images, order, &groups)?;
     let home = user
         .as_ref()
         .map(|u| u.dir.display().to_string())
@@ -152,7 +140,62 @@ pub fn container_spec(
         memlock: cfg.memlock,
         binds,
         identity,
+        rootfs_partition,
     })
+}
+
+/// The job's root: the host's `/`, an image in the store, or a SIF file (an absolute path
+/// ending in `.sif`, which the user must be able to read: the agent reads it as root).
+fn resolve_image(
+    cfg: &AgentConfig,
+    images: &wharf_images::ImageStore,
+    order: &LaunchOrder,
+    groups: &[u32],
+) -> Result<(PathBuf, Option<(u64, u64)>), LaunchError> {
+    let image = &order.spec.image;
+    if image == "host" {
+        return Ok((PathBuf::from("/"), None));
+    }
+    if image.starts_with('/') && image.ends_with(".sif") {
+        let path = PathBuf::from(image);
+        if !readable_by(&path, order.owner.uid, groups) {
+            return Err(LaunchError(format!(
+                "{image}: not readable by {} on node {}",
+                order.owner.user, cfg.node_name
+            )));
+        }
+        let part =
+            wharf_images::sif::primary_partition(&path).map_err(|e| LaunchError(e.to_string()))?;
+        return Ok((path, Some((part.offset, part.size))));
+    }
+    let info = images
+        .get(image)
+        .map_err(|e| LaunchError(format!("image {image:?} on node {}: {e}", cfg.node_name)))?;
+    Ok((info.rootfs, None))
+}
+
+/// Whether `uid` (with `groups`) could open `path` for reading: the file's permission bits
+/// and every directory above it searchable.
+fn readable_by(path: &Path, uid: u32, groups: &[u32]) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let allowed = |m: &std::fs::Metadata, bits: u32| {
+        let mode = m.mode();
+        if uid == 0 {
+            return true;
+        }
+        if m.uid() == uid {
+            mode & (bits << 6) != 0
+        } else if groups.contains(&m.gid()) {
+            mode & (bits << 3) != 0
+        } else {
+            mode & bits != 0
+        }
+    };
+    let dirs_ok = path
+        .ancestors()
+        .skip(1)
+        .all(|d| std::fs::metadata(d).is_ok_and(|m| allowed(&m, 0o1)));
+    dirs_ok && std::fs::metadata(path).is_ok_and(|m| m.is_file() && allowed(&m, 0o4))
 }
 
 /// Control devices a GPU job also needs, when the node has them.

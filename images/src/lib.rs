@@ -41,6 +41,7 @@ mod limits;
 mod name;
 mod oci;
 mod rootfs;
+pub mod sif;
 mod source;
 mod staging;
 mod store;

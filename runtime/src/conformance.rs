@@ -175,6 +175,7 @@ pub fn template(id: &str, rootfs: &Path, uid: u32, gid: u32) -> ContainerSpec {
         cgroup_parent: "wharf-conformance".into(),
         memlock: None,
         binds: vec![],
+        rootfs_partition: None,
         identity: None,
         devices: vec![],
     }

@@ -26,6 +26,7 @@ mod error;
 pub mod fake;
 mod jobdir;
 mod launcher;
+mod loopdev;
 mod oci;
 mod rootfs;
 pub mod shim;

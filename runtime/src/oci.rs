@@ -165,6 +165,7 @@ mod tests {
             cgroup_parent: "wharf".into(),
             memlock: None,
             binds: vec![],
+            rootfs_partition: None,
             identity: None,
             devices: vec![crate::DeviceNode {
                 host_path: "/fake/nvidia3".into(),

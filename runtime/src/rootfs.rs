@@ -66,7 +66,13 @@ pub(crate) fn prepare_root(spec: &ContainerSpec, job_dir: &Path) -> Result<PathB
         )
         .map_err(|e| RuntimeError::sys("binding the host root", e))?;
     } else {
-        overlay(&spec.rootfs, &job_dir.join("layer"), &target)?;
+        let lower = match spec.rootfs_partition {
+            Some((offset, size)) => {
+                mount_squashfs(&spec.rootfs, offset, size, &job_dir.join("image"))?
+            }
+            None => spec.rootfs.clone(),
+        };
+        overlay(&lower, &job_dir.join("layer"), &target)?;
         let root = open_dir(&target)?;
         check_mount_points(&root)?;
         for b in &spec.binds {
@@ -79,6 +85,26 @@ pub(crate) fn prepare_root(spec: &ContainerSpec, job_dir: &Path) -> Result<PathB
     }
     read_only(&target)?;
     Ok(target)
+}
+
+/// Mounts the squashfs at `file[offset..offset+size]` read-only at `target`. The loop device
+/// frees itself when the shim's mount namespace goes.
+fn mount_squashfs(
+    file: &Path,
+    offset: u64,
+    size: u64,
+    target: &Path,
+) -> Result<PathBuf, RuntimeError> {
+    mkdir(target)?;
+    let (dev, _handle) = crate::loopdev::attach(file, offset, size)?;
+    let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    mount(Some(&dev), target, Some("squashfs"), flags, None::<&str>).map_err(|e| {
+        RuntimeError::sys(
+            format!("mounting the squashfs partition of {}", file.display()),
+            e,
+        )
+    })?;
+    Ok(target.to_path_buf())
 }
 
 fn mkdir(p: &Path) -> Result<(), RuntimeError> {

@@ -53,6 +53,10 @@ pub struct ContainerSpec {
     /// clamps it to what it holds itself when it cannot raise its own limit.
     #[serde(default)]
     pub memlock: Option<u64>,
+    /// When `rootfs` is a SIF file: the byte range of its squashfs root partition, which the
+    /// shim mounts read-only through a loop device.
+    #[serde(default)]
+    pub rootfs_partition: Option<(u64, u64)>,
     /// Host paths bound into the container (site shared storage: home, data, scratch).
     #[serde(default)]
     pub binds: Vec<Bind>,

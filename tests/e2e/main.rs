@@ -12,3 +12,4 @@ mod lifecycle;
 mod recovery;
 mod remote;
 mod sandbox;
+mod sif;

@@ -117,7 +117,9 @@ impl Cluster {
             .job
             .resolve(&req.cwd, &self.defaults)
             .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
+        // A path (a SIF file on shared storage) is checked by the node that runs the job.
         if spec.image != "host"
+            && !spec.image.starts_with('/')
             && !self.nodes.is_empty()
             && !self.nodes.values().any(|n| n.images.contains(&spec.image))
         {
