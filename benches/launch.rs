@@ -119,6 +119,7 @@ fn wharf(runs: usize, dir: &Path, rootfs: &Path) -> Vec<f64> {
             memlock: None,
             binds: vec![],
             rootfs_partition: None,
+            docker: None,
             identity: None,
         };
         let jd = JobDir::new(dir.join(format!("job-{i}")));

@@ -98,6 +98,8 @@ pub struct AgentSection {
     pub cgroup_parent: String,
     pub reserved_memory: String,
     pub dev_root: PathBuf,
+    pub backend: String,
+    pub docker_socket: PathBuf,
     pub memlock: String,
     pub mounts: Vec<String>,
 }
@@ -118,6 +120,8 @@ impl Default for AgentSection {
             cgroup_parent: "wharf".into(),
             reserved_memory: "512M".into(),
             dev_root: "/dev".into(),
+            backend: "oci".into(),
+            docker_socket: "/var/run/docker.sock".into(),
             memlock: "unlimited".into(),
             mounts: vec![],
         }

@@ -116,3 +116,169 @@ fn sif_images_pass_the_conformance_suite() {
         },
     );
 }
+
+/// Makes an engine image `name` from a rootfs of this machine's programs (`docker import`).
+pub fn docker_image(dir: &Path, name: &str, progs: &[&str]) -> bool {
+    let docker_up = std::process::Command::new("docker")
+        .arg("info")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !docker_up {
+        let why = "docker tests need the Docker engine (docker info failed)";
+        assert!(
+            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+            "{why}"
+        );
+        eprintln!("SKIPPED {why}");
+        return false;
+    }
+    let rootfs = dir.join(format!("{}-rootfs", name.replace([':', '/'], "-")));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
+    assert!(std::process::Command::new(script)
+        .arg(&rootfs)
+        .args(progs)
+        .status()
+        .unwrap()
+        .success());
+    let import = format!(
+        "tar -C '{}' -c . | docker import - '{name}'",
+        rootfs.display()
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-c", &import])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "docker import: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    true
+}
+
+#[test]
+fn docker_backend_passes_the_conformance_suite() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+            "needs root"
+        );
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("wharf-conformance-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    if !docker_image(
+        dir.path(),
+        "wharf-conformance:latest",
+        &["sh", "true", "false", "sleep"],
+    ) {
+        return;
+    }
+    let mut template = template("docker", Path::new("/"), 4245, 4245);
+    template.docker = Some(wharf_runtime::DockerTarget {
+        socket: "/var/run/docker.sock".into(),
+        image: "wharf-conformance:latest".into(),
+    });
+    let backend = wharf_runtime::DockerBackend::new(PathBuf::from(env!("CARGO_BIN_EXE_wharf")));
+    run_suite(
+        &backend,
+        &Suite {
+            dir: dir.path().to_path_buf(),
+            template,
+        },
+    );
+}
+
+#[test]
+fn docker_jobs_run_as_the_user_with_only_their_devices_and_no_privilege() {
+    use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+    use wharf_runtime::{Backend, JobDir, JobStatus};
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+            "needs root"
+        );
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("wharf-docker-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    if !docker_image(
+        dir.path(),
+        "wharf-docker-test:latest",
+        &["sh", "id", "grep", "ls", "head", "touch", "cat"],
+    ) {
+        return;
+    }
+    let dev = dir.path().join("dev");
+    std::fs::create_dir_all(&dev).unwrap();
+    for i in 0..4u64 {
+        mknod(
+            &dev.join(format!("nvidia{i}")),
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o666),
+            makedev(195, i),
+        )
+        .unwrap();
+    }
+    let mut spec = template("dockersec", Path::new("/"), 4246, 4246);
+    spec.docker = Some(wharf_runtime::DockerTarget {
+        socket: "/var/run/docker.sock".into(),
+        image: "wharf-docker-test:latest".into(),
+    });
+    spec.devices = [1u32, 3]
+        .iter()
+        .map(|i| {
+            wharf_runtime::DeviceNode::from_host(
+                &dev.join(format!("nvidia{i}")),
+                &format!("/dev/nvidia{i}"),
+            )
+            .unwrap()
+        })
+        .collect();
+    spec.argv = [
+        "/bin/sh",
+        "-c",
+        "id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; echo $(ls /dev | grep nvidia); \
+        head -c1 /dev/nvidia1 2>&1; touch /x 2>/dev/null || echo ro; touch /tmp/x && echo tmp-ok",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    spec.id = format!("wharf-dockersec-{}", std::process::id());
+    spec.stdout = dir.path().join("out");
+    spec.stderr = spec.stdout.clone();
+    spec.time_limit = Some(60);
+    let backend = wharf_runtime::DockerBackend::new(PathBuf::from(env!("CARGO_BIN_EXE_wharf")));
+    let jd = JobDir::new(dir.path().join("job"));
+    backend.launch(&jd, &spec).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let outcome = loop {
+        if let JobStatus::Exited(o) = backend.status(&jd) {
+            break o;
+        }
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let text = std::fs::read_to_string(&spec.stdout).unwrap();
+    assert_eq!(outcome.exit_code, Some(0), "{outcome:?}\n{text}");
+    let expected = "4246\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\nnvidia1 nvidia3\nhead: cannot open '/dev/nvidia1' for reading: No such device or address\nro\ntmp-ok\n";
+    assert_eq!(text, expected);
+    let meta = std::fs::metadata(&spec.stdout).unwrap();
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&meta),
+        4246,
+        "output file belongs to the user"
+    );
+    // The container is gone.
+    let ps = std::process::Command::new("docker")
+        .args(["ps", "-a", "--format", "{{.Names}}"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&ps.stdout).contains(&spec.id));
+}

@@ -141,6 +141,13 @@ pub fn container_spec(
         binds,
         identity,
         rootfs_partition,
+        docker: match &cfg.backend {
+            crate::BackendKind::Docker(socket) => Some(wharf_runtime::DockerTarget {
+                socket: socket.clone(),
+                image: spec.image.clone(),
+            }),
+            crate::BackendKind::Oci => None,
+        },
     })
 }
 
@@ -153,6 +160,15 @@ fn resolve_image(
     groups: &[u32],
 ) -> Result<(PathBuf, Option<(u64, u64)>), LaunchError> {
     let image = &order.spec.image;
+    if let crate::BackendKind::Docker(_) = cfg.backend {
+        if image == "host" || image.starts_with('/') {
+            return Err(LaunchError(format!(
+                "node {} runs jobs with Docker, which cannot run image {image:?}",
+                cfg.node_name
+            )));
+        }
+        return Ok((PathBuf::from("/"), None));
+    }
     if image == "host" {
         return Ok((PathBuf::from("/"), None));
     }

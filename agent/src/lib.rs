@@ -52,10 +52,21 @@ pub struct AgentConfig {
     pub reserved_memory: u64,
     /// Where GPU device nodes are looked for.
     pub dev_root: PathBuf,
+    /// Which sandbox runs jobs.
+    pub backend: BackendKind,
     /// RLIMIT_MEMLOCK for jobs, bytes; `None` = unlimited.
     pub memlock: Option<u64>,
     /// Shared paths bound into every job (those that exist on the node).
     pub binds: Vec<wharf_runtime::Bind>,
+}
+
+/// The sandbox backend an agent uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendKind {
+    /// libcontainer through `wharf shim` (images from the store, SIF files, the host).
+    Oci,
+    /// The Docker engine at this socket (images from the engine).
+    Docker(PathBuf),
 }
 
 /// An agent failure that stops it.
@@ -87,7 +98,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     })?;
     let client = Client::new(cfg.controller.clone(), Some(cfg.token.clone()));
     // The sandbox backend; the OCI one (libcontainer, through `wharf shim`) for now.
-    let launcher: Arc<dyn Backend> = Arc::new(Launcher::new(cfg.shim_exe.clone()));
+    let launcher: Arc<dyn Backend> = match &cfg.backend {
+        BackendKind::Oci => Arc::new(Launcher::new(cfg.shim_exe.clone())),
+        BackendKind::Docker(_) => Arc::new(wharf_runtime::DockerBackend::new(cfg.shim_exe.clone())),
+    };
     let cpus = discover::cpus();
     let mut wait_ms = 0;
     let mut registered = false;
@@ -151,11 +165,27 @@ fn local_state(
     launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
 ) -> (Vec<AgentJob>, Vec<String>) {
-    let names = images
-        .list()
-        .map(|l| l.into_iter().map(|i| i.name).collect())
-        .unwrap_or_default();
-    (report(cfg, launcher), names)
+    (report(cfg, launcher), image_names(cfg, images))
+}
+
+/// The images this node can run: its store's, or the Docker engine's.
+fn image_names(cfg: &AgentConfig, images: &wharf_images::ImageStore) -> Vec<String> {
+    match &cfg.backend {
+        BackendKind::Oci => images
+            .list()
+            .map(|l| l.into_iter().map(|i| i.name).collect())
+            .unwrap_or_default(),
+        // The client runs its own small runtime: call it from a plain thread.
+        BackendKind::Docker(socket) => std::thread::scope(|s| {
+            s.spawn(|| wharf_runtime::docker::list_images(socket))
+                .join()
+        })
+        .unwrap_or_else(|_| Ok(vec![]))
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot list the engine's images");
+            vec![]
+        }),
+    }
 }
 
 /// Resolves when a job started or ended, or the image list changed, since `sent`.
@@ -173,8 +203,12 @@ async fn local_change(
     let before = shape(&sent.jobs);
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let (jobs, names) = local_state(cfg, launcher, images);
-        if shape(&jobs) != before || names != sent.images {
+        let jobs = report(cfg, launcher);
+        // The engine's images are listed at each poll; watching them here would query the
+        // engine ten times a second.
+        let images_changed =
+            cfg.backend == BackendKind::Oci && image_names(cfg, images) != sent.images;
+        if shape(&jobs) != before || images_changed {
             return;
         }
     }

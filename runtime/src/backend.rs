@@ -60,3 +60,43 @@ impl Backend for crate::Launcher {
         crate::Launcher::remove(self, dir)
     }
 }
+
+/// The Docker backend: the same detached shim, driving the Docker engine instead of
+/// libcontainer. Every spec it launches must name its engine image (`spec.docker`).
+#[derive(Debug, Clone)]
+pub struct DockerBackend {
+    launcher: crate::Launcher,
+}
+
+impl DockerBackend {
+    /// A Docker backend whose shim is `exe shim DIR`.
+    pub fn new(exe: std::path::PathBuf) -> Self {
+        DockerBackend {
+            launcher: crate::Launcher::new(exe),
+        }
+    }
+}
+
+impl Backend for DockerBackend {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+    fn launch(&self, dir: &JobDir, spec: &ContainerSpec) -> Result<(), RuntimeError> {
+        if spec.docker.is_none() {
+            return Err(RuntimeError::new(
+                crate::ErrorKind::InvalidInput,
+                "the docker backend needs the job's engine image",
+            ));
+        }
+        self.launcher.launch(dir, spec).map(|_| ())
+    }
+    fn status(&self, dir: &JobDir) -> JobStatus {
+        self.launcher.status(dir)
+    }
+    fn cancel(&self, dir: &JobDir) -> Result<(), RuntimeError> {
+        self.launcher.cancel(dir)
+    }
+    fn remove(&self, dir: &JobDir) -> Result<(), RuntimeError> {
+        self.launcher.remove(dir)
+    }
+}

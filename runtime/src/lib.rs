@@ -22,6 +22,11 @@
 mod backend;
 mod cgroup;
 pub mod conformance;
+#[cfg(feature = "docker")]
+pub mod docker;
+#[cfg(not(feature = "docker"))]
+#[path = "docker_stub.rs"]
+pub mod docker;
 mod error;
 pub mod fake;
 mod jobdir;
@@ -33,13 +38,13 @@ pub mod shim;
 mod spec;
 mod userns;
 
-pub use backend::Backend;
+pub use backend::{Backend, DockerBackend};
 pub use cgroup::cgroup_dirs;
 pub use error::{ErrorKind, RuntimeError};
 pub use jobdir::JobDir;
 pub use launcher::{JobStatus, Launcher};
 pub use oci::build_oci_spec;
-pub use spec::{Bind, ContainerSpec, DeviceNode, Identity, Outcome};
+pub use spec::{Bind, ContainerSpec, DeviceNode, DockerTarget, Identity, Outcome};
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {

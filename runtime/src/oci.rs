@@ -166,6 +166,7 @@ mod tests {
             memlock: None,
             binds: vec![],
             rootfs_partition: None,
+            docker: None,
             identity: None,
             devices: vec![crate::DeviceNode {
                 host_path: "/fake/nvidia3".into(),

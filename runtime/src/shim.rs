@@ -77,7 +77,36 @@ fn install_signal_handlers() -> Result<(), RuntimeError> {
     Ok(())
 }
 
+/// Whether a cancel (SIGTERM/SIGINT to the shim) has arrived.
+#[cfg_attr(not(feature = "docker"), allow(dead_code))]
+pub(crate) fn cancelled() -> bool {
+    CANCEL.load(Ordering::SeqCst)
+}
+
+/// Runs a Docker-backend job: the engine supervises the processes, the shim the job.
+fn supervise_docker(jd: &JobDir, spec: &ContainerSpec, target: &crate::DockerTarget) -> Outcome {
+    let mut out = Outcome::default();
+    let result = install_signal_handlers().and_then(|_| {
+        let (o, e) = open_outputs(spec)?;
+        // The engine sets the container's limit; ask only for what this node can give.
+        let memlock = set_memlock(spec.memlock)?;
+        let mut spec = spec.clone();
+        spec.memlock = (memlock != libc::RLIM_INFINITY).then_some(memlock);
+        spec.env
+            .push(format!("WHARF_MEMLOCK={}", memlock_text(memlock)));
+        crate::docker::supervise(jd, &spec, target, o, e, &mut out)
+    });
+    if let Err(e) = result {
+        out.error = Some(e.to_string());
+    }
+    out.ended_ms = crate::now_ms();
+    out
+}
+
 fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
+    if let Some(target) = &spec.docker {
+        return supervise_docker(jd, spec, target);
+    }
     let mut out = Outcome::default();
     let result = install_signal_handlers().and_then(|_| {
         // The container's init is our grandchild; as subreaper we can wait for it.
@@ -91,12 +120,8 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
         let (stdout, stderr) = open_outputs(spec)?;
         let memlock = set_memlock(spec.memlock)?;
         let mut spec = spec.clone();
-        let shown = if memlock == libc::RLIM_INFINITY {
-            "unlimited".to_string()
-        } else {
-            memlock.to_string()
-        };
-        spec.env.push(format!("WHARF_MEMLOCK={shown}"));
+        spec.env
+            .push(format!("WHARF_MEMLOCK={}", memlock_text(memlock)));
         let spec = &spec;
         let (uid_map, gid_map) = id_maps(spec.uid, spec.gid, &spec.groups, spec.root_host_id)?;
         let mut holder = UserNsHolder::create(&uid_map, &gid_map)?;
@@ -321,6 +346,14 @@ fn set_memlock(want: Option<u64>) -> Result<u64, RuntimeError> {
             "setrlimit(MEMLOCK)",
             std::io::Error::last_os_error(),
         ))
+    }
+}
+
+fn memlock_text(v: u64) -> String {
+    if v == libc::RLIM_INFINITY {
+        "unlimited".into()
+    } else {
+        v.to_string()
     }
 }
 

@@ -57,6 +57,9 @@ pub struct ContainerSpec {
     /// shim mounts read-only through a loop device.
     #[serde(default)]
     pub rootfs_partition: Option<(u64, u64)>,
+    /// Run through the Docker engine instead of libcontainer (the `docker` backend).
+    #[serde(default)]
+    pub docker: Option<DockerTarget>,
     /// Host paths bound into the container (site shared storage: home, data, scratch).
     #[serde(default)]
     pub binds: Vec<Bind>,
@@ -68,6 +71,15 @@ pub struct ContainerSpec {
     /// but the standard list is absent and denied.
     #[serde(default)]
     pub devices: Vec<DeviceNode>,
+}
+
+/// Where and what the Docker backend runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DockerTarget {
+    /// The engine's socket.
+    pub socket: PathBuf,
+    /// An image the engine has (e.g. made with `docker import`).
+    pub image: String,
 }
 
 /// A host directory bound into the container (nosuid, nodev).

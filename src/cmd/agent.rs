@@ -45,6 +45,13 @@ pub fn settings(file: &FileConfig, token: String) -> Result<wharf_agent::AgentCo
         cgroup_parent: a.cgroup_parent.clone(),
         reserved_memory: config::size("agent.reserved_memory", &a.reserved_memory)?,
         dev_root: a.dev_root.clone(),
+        backend: match a.backend.as_str() {
+            "oci" => wharf_agent::BackendKind::Oci,
+            "docker" => wharf_agent::BackendKind::Docker(a.docker_socket.clone()),
+            other => {
+                anyhow::bail!("agent.backend: unknown backend {other:?}; use \"oci\" or \"docker\"")
+            }
+        },
         binds: config::binds(&a.mounts)?,
         memlock: match a.memlock.as_str() {
             "unlimited" | "infinity" => None,

@@ -351,3 +351,65 @@ fn image_with_symlinked_proc_or_dev_is_refused() {
         assert!(!stdout(&out).contains("ran"));
     }
 }
+
+#[test]
+fn docker_backend_runs_jobs_as_their_user_through_the_agent() {
+    if !can_run("docker_backend_runs_jobs_as_their_user_through_the_agent") {
+        return;
+    }
+    if !std::process::Command::new("docker")
+        .arg("info")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        assert!(
+            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+            "needs the Docker engine"
+        );
+        eprintln!(
+            "SKIPPED docker_backend_runs_jobs_as_their_user_through_the_agent: no Docker engine"
+        );
+        return;
+    }
+    let c = Cluster::start_with("backend = \"docker\"");
+    let rootfs = c.dir.join("docker-rootfs");
+    mkrootfs(&rootfs, &["sh", "id", "cat"]);
+    let tag = "wharf-e2e-docker:latest";
+    let import = format!("tar -C '{}' -c . | docker import - {tag}", rootfs.display());
+    assert!(std::process::Command::new("sh")
+        .args(["-c", &import])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !stdout(&c.wharf(&["nodes", "--json"])).contains("\"wharf-e2e-docker\"") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node never listed the engine image"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let alice = user("wharf-alice");
+    let out = c.wharf_as(
+        &alice,
+        &[
+            "run",
+            "--image",
+            "wharf-e2e-docker",
+            "--",
+            "/bin/sh",
+            "-c",
+            "id -u; echo $WHARF_JOB_ID",
+        ],
+    );
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with(&format!("{}\n", alice.uid)), "{text}");
+    // The host image is not something the engine can run: refused with the reason.
+    let out = c.wharf_as(&alice, &["run", "--image", "host", "--", "/bin/true"]);
+    assert!(
+        stderr(&out).contains("runs jobs with Docker"),
+        "{}",
+        stderr(&out)
+    );
+}

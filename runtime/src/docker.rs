@@ -1,0 +1,312 @@
+//! The Docker backend: the shim drives the Docker engine over its API (bollard) for sites that
+//! keep Docker. The job still runs as its user, with only its devices and the site's binds:
+//! Wharf builds the container's settings itself, and no job field reaches privileged mode,
+//! host PID, capabilities or arbitrary binds. Users never touch the socket.
+//!
+//! Lifecycle in the shim: open the output files as the user → create (uid:gid, cap-drop ALL,
+//! no-new-privileges, init, host network, read-only root, private /tmp, limits, memlock
+//! ulimit) → attach (output to the files) → start → wait (time limit and cancel: `docker stop`
+//! with the grace period, SIGTERM then SIGKILL) → inspect (exit code, OOM) → remove.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+use bollard::container::LogOutput;
+use bollard::models::{ContainerCreateBody, DeviceMapping, HostConfig, ResourcesUlimits};
+use bollard::query_parameters::{
+    AttachContainerOptions, CreateContainerOptions, InspectContainerOptions,
+    RemoveContainerOptions, StopContainerOptions, WaitContainerOptions,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+
+use crate::error::{ErrorKind, RuntimeError};
+use crate::spec::{ContainerSpec, DockerTarget, Outcome};
+
+/// The engine settings for `spec`. Pure.
+pub fn container_body(spec: &ContainerSpec, target: &DockerTarget) -> ContainerCreateBody {
+    let mut groups: Vec<String> = spec
+        .groups
+        .iter()
+        .filter(|&&g| g != spec.gid)
+        .map(u32::to_string)
+        .collect();
+    groups.sort();
+    let binds: Vec<String> = spec
+        .binds
+        .iter()
+        .map(|b| {
+            format!(
+                "{}:{}:{}",
+                b.source.display(),
+                b.destination,
+                if b.read_only { "ro" } else { "rw" }
+            )
+        })
+        .collect();
+    let devices: Vec<DeviceMapping> = spec
+        .devices
+        .iter()
+        .map(|d| DeviceMapping {
+            path_on_host: Some(d.host_path.display().to_string()),
+            path_in_container: Some(d.path.clone()),
+            cgroup_permissions: Some("rw".into()),
+        })
+        .collect();
+    let memlock = spec.memlock.map(|m| m as i64).unwrap_or(-1);
+    let host = HostConfig {
+        network_mode: Some("host".into()),
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec!["no-new-privileges".into()]),
+        privileged: Some(false),
+        init: Some(true),
+        readonly_rootfs: Some(true),
+        tmpfs: Some(HashMap::from([(
+            "/tmp".to_string(),
+            format!("rw,nosuid,nodev,size={}", spec.tmp_size),
+        )])),
+        shm_size: Some(spec.shm_size as i64),
+        memory: spec.memory.map(|m| m as i64),
+        memory_swap: spec.memory.map(|m| m as i64),
+        nano_cpus: spec.cpus.map(|c| i64::from(c) * 1_000_000_000),
+        cpuset_cpus: (!spec.cpuset.is_empty()).then(|| {
+            spec.cpuset
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        }),
+        pids_limit: spec.pids,
+        ulimits: Some(vec![ResourcesUlimits {
+            name: Some("memlock".into()),
+            soft: Some(memlock),
+            hard: Some(memlock),
+        }]),
+        devices: Some(devices),
+        binds: Some(binds),
+        group_add: Some(groups),
+        ..Default::default()
+    };
+    ContainerCreateBody {
+        image: Some(target.image.clone()),
+        cmd: Some(spec.argv.clone()),
+        env: Some(spec.env.clone()),
+        user: Some(format!("{}:{}", spec.uid, spec.gid)),
+        working_dir: Some(spec.cwd.clone()),
+        hostname: None, // host network: the node's name
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        host_config: Some(host),
+        ..Default::default()
+    }
+}
+
+fn engine(what: &str, e: bollard::errors::Error) -> RuntimeError {
+    RuntimeError::new(ErrorKind::Unavailable, format!("docker {what}: {e}"))
+}
+
+/// Runs `spec` through the engine to the end, writing its output to the given files.
+pub(crate) fn supervise(
+    jd: &crate::JobDir,
+    spec: &ContainerSpec,
+    target: &DockerTarget,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    out: &mut Outcome,
+) -> Result<(), RuntimeError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RuntimeError::io("starting the async runtime", e))?;
+    rt.block_on(run(jd, spec, target, stdout, stderr, out))
+}
+
+async fn run(
+    jd: &crate::JobDir,
+    spec: &ContainerSpec,
+    target: &DockerTarget,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    out: &mut Outcome,
+) -> Result<(), RuntimeError> {
+    let socket = target.socket.to_str().unwrap_or_default();
+    let docker = Docker::connect_with_unix(socket, 120, bollard::API_DEFAULT_VERSION)
+        .map_err(|e| engine("connect", e))?;
+    let name = spec.id.as_str();
+    // A container left by an earlier, killed shim of this job goes first.
+    let force = RemoveContainerOptions {
+        force: true,
+        ..Default::default()
+    };
+    let _ = docker.remove_container(name, Some(force.clone())).await;
+    docker
+        .create_container(
+            Some(CreateContainerOptions {
+                name: Some(name.into()),
+                ..Default::default()
+            }),
+            container_body(spec, target),
+        )
+        .await
+        .map_err(|e| engine(&format!("create (image {:?})", target.image), e))?;
+    let result = run_created(jd, &docker, spec, stdout, stderr, out).await;
+    if let Err(e) = docker.remove_container(name, Some(force)).await {
+        eprintln!("wharf shim: removing container {name}: {e}");
+    }
+    result
+}
+
+async fn run_created(
+    jd: &crate::JobDir,
+    docker: &Docker,
+    spec: &ContainerSpec,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    out: &mut Outcome,
+) -> Result<(), RuntimeError> {
+    let name = spec.id.as_str();
+    let attach = AttachContainerOptions {
+        stream: true,
+        stdout: true,
+        stderr: true,
+        logs: true,
+        ..Default::default()
+    };
+    let mut output = docker
+        .attach_container(name, Some(attach))
+        .await
+        .map_err(|e| engine("attach", e))?
+        .output;
+    let (mut o, mut e) = (std::fs::File::from(stdout), std::fs::File::from(stderr));
+    let pump = tokio::spawn(async move {
+        while let Some(Ok(chunk)) = output.next().await {
+            let _ = match chunk {
+                LogOutput::StdErr { message } => e.write_all(&message),
+                LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                    o.write_all(&message)
+                }
+                LogOutput::StdIn { .. } => Ok(()),
+            };
+        }
+    });
+    if crate::shim::cancelled() {
+        out.cancelled = true;
+        return Ok(());
+    }
+    docker
+        .start_container(name, None)
+        .await
+        .map_err(|e| engine("start", e))?;
+    let started = Instant::now();
+    out.started_ms = Some(crate::now_ms());
+    if let Some(ms) = out.started_ms {
+        let _ = std::fs::write(jd.started(), ms.to_string());
+    }
+    let deadline = spec.time_limit.map(|t| started + Duration::from_secs(t));
+    let mut wait = docker.wait_container(name, None::<WaitContainerOptions>);
+    loop {
+        tokio::select! {
+            _ = wait.next() => break,
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        let stopping = out.cancelled || out.timed_out;
+        if !stopping && crate::shim::cancelled() {
+            out.cancelled = true;
+        } else if !stopping && deadline.is_some_and(|d| Instant::now() >= d) {
+            out.timed_out = true;
+        }
+        if !stopping && (out.cancelled || out.timed_out) {
+            // SIGTERM now, SIGKILL after the grace period, done by the engine.
+            let (d, n, t) = (docker.clone(), name.to_string(), spec.grace_secs as i32);
+            tokio::spawn(async move {
+                let _ = d
+                    .stop_container(
+                        &n,
+                        Some(StopContainerOptions {
+                            t: Some(t),
+                            signal: None,
+                        }),
+                    )
+                    .await;
+            });
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), pump).await;
+    let info = docker
+        .inspect_container(name, None::<InspectContainerOptions>)
+        .await
+        .map_err(|e| engine("inspect", e))?;
+    let state = info.state.unwrap_or_default();
+    out.oom = state.oom_killed.unwrap_or(false);
+    let code = state.exit_code.unwrap_or(-1) as i32;
+    // With an init, a job ended by a signal exits 128+signal.
+    if code > 128 && (out.cancelled || out.timed_out || out.oom) {
+        out.signal = Some(code - 128);
+    } else {
+        out.exit_code = Some(code);
+    }
+    Ok(())
+}
+
+/// The engine's image tags (`name:tag`), for the node's report.
+pub fn list_images(socket: &std::path::Path) -> Result<Vec<String>, RuntimeError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RuntimeError::io("starting the async runtime", e))?;
+    rt.block_on(async {
+        let docker = Docker::connect_with_unix(
+            socket.to_str().unwrap_or_default(),
+            10,
+            bollard::API_DEFAULT_VERSION,
+        )
+        .map_err(|e| engine("connect", e))?;
+        let images = docker
+            .list_images(None::<bollard::query_parameters::ListImagesOptions>)
+            .await
+            .map_err(|e| engine("list images", e))?;
+        let mut tags: Vec<String> = images
+            .into_iter()
+            .flat_map(|i| i.repo_tags)
+            .flat_map(|t| [t.strip_suffix(":latest").map(str::to_string), Some(t)])
+            .flatten()
+            .collect();
+        tags.sort();
+        tags.dedup();
+        Ok(tags)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_are_locked_down() {
+        let mut spec = crate::conformance::template("d", std::path::Path::new("/"), 1000, 1000);
+        spec.groups = vec![1000, 44];
+        spec.argv = vec!["/bin/true".into()];
+        let body = container_body(
+            &spec,
+            &DockerTarget {
+                socket: "/s".into(),
+                image: "img".into(),
+            },
+        );
+        let h = body.host_config.unwrap();
+        assert_eq!(body.user.as_deref(), Some("1000:1000"));
+        assert_eq!(h.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(h.security_opt, Some(vec!["no-new-privileges".to_string()]));
+        assert_eq!(
+            (h.privileged, h.init, h.readonly_rootfs),
+            (Some(false), Some(true), Some(true))
+        );
+        assert_eq!(h.network_mode.as_deref(), Some("host"));
+        assert_eq!(h.pid_mode, None);
+        assert_eq!(h.cap_add, None);
+        assert_eq!(h.group_add, Some(vec!["44".to_string()]));
+        assert_eq!(h.ulimits.unwrap()[0].hard, Some(-1));
+    }
+}
