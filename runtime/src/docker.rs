@@ -250,6 +250,38 @@ async fn run_created(
     Ok(())
 }
 
+/// Removes the engine's container `name` (killing it if it runs). Missing is fine.
+pub fn remove(target: &DockerTarget, name: &str) -> Result<(), RuntimeError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RuntimeError::io("starting the async runtime", e))?;
+    rt.block_on(async {
+        let docker = Docker::connect_with_unix(
+            target.socket.to_str().unwrap_or_default(),
+            30,
+            bollard::API_DEFAULT_VERSION,
+        )
+        .map_err(|e| engine("connect", e))?;
+        match docker
+            .remove_container(
+                name,
+                Some(RemoveContainerOptions {
+                    force: true,
+                    ..Default::default()
+                }),
+            )
+            .await
+        {
+            Ok(())
+            | Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(()),
+            Err(e) => Err(engine("remove", e)),
+        }
+    })
+}
+
 /// The engine's image tags (`name:tag`), for the node's report.
 pub fn list_images(socket: &std::path::Path) -> Result<Vec<String>, RuntimeError> {
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -28,3 +28,8 @@ pub(crate) fn supervise(
 pub fn list_images(_: &std::path::Path) -> Result<Vec<String>, RuntimeError> {
     Err(missing())
 }
+
+/// Always an error without the feature.
+pub fn remove(_: &DockerTarget, _: &str) -> Result<(), RuntimeError> {
+    Err(missing())
+}

@@ -137,13 +137,20 @@ impl Launcher {
         (ours && state != "Z").then_some(pid)
     }
 
-    /// Removes a finished job's directory. Refuses while the shim runs.
+    /// Removes a finished job's directory. Refuses while the shim runs. When the shim died
+    /// without cleaning up (killed, say), whatever it left is removed first: every process in
+    /// the job's cgroup, the container's state and cgroups, or the engine's container.
     pub fn remove(&self, dir: &JobDir) -> Result<(), RuntimeError> {
         if let Some(pid) = self.live_pid(dir) {
             return Err(RuntimeError::new(
                 ErrorKind::InvalidInput,
                 format!("job still running (shim {pid})"),
             ));
+        }
+        if dir.read_outcome().is_none() {
+            if let Ok(spec) = dir.read_spec() {
+                crate::shim::clean_up_after_lost_shim(dir, &spec);
+            }
         }
         match fs::remove_dir_all(dir.path()) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {

@@ -288,6 +288,25 @@ fn delete(container: &mut Container, spec: &ContainerSpec) {
     }
 }
 
+/// After a shim died without an outcome: kill what is left of its job and remove it.
+pub(crate) fn clean_up_after_lost_shim(jd: &JobDir, spec: &ContainerSpec) {
+    if let Some(target) = &spec.docker {
+        let _ = crate::docker::remove(target, &spec.id);
+        return;
+    }
+    for _ in 0..50 {
+        let pids = cgroup::pids(&spec.cgroup_path());
+        if pids.is_empty() {
+            break;
+        }
+        for pid in pids {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    force_cleanup(jd, spec);
+}
+
 /// After a failed create: remove whatever libcontainer left (state, cgroups).
 fn force_cleanup(jd: &JobDir, spec: &ContainerSpec) {
     if let Ok(mut c) = Container::load(jd.state().join(&spec.id)) {

@@ -54,3 +54,47 @@ fn job_lost_by_its_node_ends_as_node_fail() {
         "{job}"
     );
 }
+
+#[test]
+fn a_killed_shim_leaves_no_process_or_cgroup_behind() {
+    if !can_run("a_killed_shim_leaves_no_process_or_cgroup_behind") {
+        return;
+    }
+    let c = Cluster::start();
+    let dave = user("wharf-dave");
+    let id = submitted_id(&c.wharf_as(&dave, &["submit", "--wrap", "sleep 300 & sleep 300; wait"]));
+    c.wait_running(id);
+    let pid = std::fs::read_to_string(
+        c.dir
+            .join("agent/jobs")
+            .join(id.to_string())
+            .join("shim.pid"),
+    )
+    .unwrap();
+    let _ = std::process::Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status();
+    let job = c.wait_done(id, Duration::from_secs(20));
+    assert_eq!(job["state"], "FAILED", "{job}");
+    assert!(
+        job["reason"].as_str().unwrap().contains("supervisor died"),
+        "{job}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = std::process::Command::new("pgrep")
+            .args(["-u", &dave.name])
+            .output()
+            .unwrap();
+        let cgroups = wharf_runtime::cgroup_dirs(&format!("/{}/wharf-{id}", c.cgroup_parent));
+        if left.stdout.is_empty() && cgroups.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left behind: {} {cgroups:?}",
+            String::from_utf8_lossy(&left.stdout)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
