@@ -85,7 +85,11 @@ pub fn container_spec(
     ];
     env.retain(|(k, _)| !spec.env.contains_key(k));
     env.extend(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let devices = gpu_devices(&cfg.dev_root, &order.gpu_ids)?;
+    let mut devices = gpu_devices(&cfg.dev_root, &order.gpu_ids)?;
+    if spec.rdma {
+        devices.extend(rdma_devices(cfg)?);
+    }
+    preflight_memlock(cfg, spec.memlock)?;
     let gpus: Vec<String> = (0..order.gpu_ids.len()).map(|i| i.to_string()).collect();
     let host_gpus: Vec<String> = order.gpu_ids.iter().map(u32::to_string).collect();
     env.extend([
@@ -212,6 +216,83 @@ fn readable_by(path: &Path, uid: u32, groups: &[u32]) -> bool {
         .skip(1)
         .all(|d| std::fs::metadata(d).is_ok_and(|m| allowed(&m, 0o1)));
     dirs_ok && std::fs::metadata(path).is_ok_and(|m| m.is_file() && allowed(&m, 0o4))
+}
+
+/// Every RDMA device of the node (`DEV/infiniband/*`: uverbs, rdma_cm, ...). A job that asks
+/// for RDMA on a node without any fails at once, saying so.
+fn rdma_devices(cfg: &AgentConfig) -> Result<Vec<wharf_runtime::DeviceNode>, LaunchError> {
+    let dir = cfg.dev_root.join("infiniband");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .map(|e| {
+            e.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    let devices: Vec<wharf_runtime::DeviceNode> = names
+        .iter()
+        .filter_map(|n| {
+            wharf_runtime::DeviceNode::from_host(&dir.join(n), &format!("/dev/infiniband/{n}")).ok()
+        })
+        .collect();
+    if devices.is_empty() {
+        return Err(LaunchError(format!(
+            "the job needs RDMA but node {} has no RDMA devices ({} is missing or empty)",
+            cfg.node_name,
+            dir.display()
+        )));
+    }
+    Ok(devices)
+}
+
+/// The most locked memory this node can give a job: `agent.memlock`, and no more than the
+/// agent's own hard limit unless it may raise it (CAP_SYS_RESOURCE).
+pub fn node_memlock(cfg: &AgentConfig) -> u64 {
+    let configured = cfg.memlock.unwrap_or(u64::MAX);
+    let can_raise = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << 24) != 0); // CAP_SYS_RESOURCE
+    let hard = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK)
+        .map(|(_, h)| {
+            if h == libc::RLIM_INFINITY {
+                u64::MAX
+            } else {
+                h
+            }
+        })
+        .unwrap_or(0);
+    if can_raise {
+        configured
+    } else {
+        configured.min(hard)
+    }
+}
+
+fn preflight_memlock(cfg: &AgentConfig, need: Option<u64>) -> Result<(), LaunchError> {
+    let Some(need) = need else { return Ok(()) };
+    let can = node_memlock(cfg);
+    if need <= can {
+        return Ok(());
+    }
+    let show = |v: u64| {
+        if v == u64::MAX {
+            "unlimited".to_string()
+        } else {
+            wharf_api::resources::format_memory(v)
+        }
+    };
+    Err(LaunchError(format!(
+        "the job needs {} of locked memory (memlock) but node {} can give {}: raise agent.memlock, or run the agent with CAP_SYS_RESOURCE (as a systemd service it has it)",
+        show(need),
+        cfg.node_name,
+        show(can)
+    )))
 }
 
 /// Control devices a GPU job also needs, when the node has them.

@@ -42,6 +42,13 @@ pub struct JobFlags {
     /// Error file (default: the output file).
     #[arg(short = 'e', long)]
     pub error: Option<String>,
+    /// Needs the node's RDMA devices (InfiniBand/EFA, /dev/infiniband).
+    #[arg(long)]
+    pub rdma: bool,
+    /// Locked memory the job needs (e.g. 64G, or unlimited); refused at once where the node
+    /// cannot give it.
+    #[arg(long)]
+    pub memlock: Option<String>,
     /// Environment variable for the job, NAME=VALUE (repeatable).
     #[arg(long = "env", value_name = "NAME=VALUE")]
     pub env: Vec<String>,
@@ -62,11 +69,15 @@ impl JobFlags {
             ("chdir", &self.chdir),
             ("output", &self.output),
             ("error", &self.error),
+            ("memlock", &self.memlock),
         ];
         for (key, value) in pairs {
             if let Some(v) = value {
                 set_option(&mut req, key, v).map_err(anyhow::Error::msg)?;
             }
+        }
+        if self.rdma {
+            set_option(&mut req, "rdma", "yes").map_err(anyhow::Error::msg)?;
         }
         for e in &self.env {
             set_option(&mut req, "env", e).map_err(anyhow::Error::msg)?;

@@ -61,6 +61,42 @@ pub struct JobRequest {
     /// Extra environment variables.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// Needs the node's RDMA devices (`/dev/infiniband/*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma: Option<bool>,
+    /// Locked memory the job needs, bytes (`u64::MAX` = unlimited; job files may write
+    /// `"unlimited"` or `"64G"`). A node that cannot give it fails the job at once, saying so.
+    #[serde(
+        default,
+        deserialize_with = "de_memlock",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub memlock: Option<u64>,
+}
+
+fn de_memlock<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Int(u64),
+        Text(String),
+    }
+    match Option::<Raw>::deserialize(d)? {
+        None => Ok(None),
+        Some(Raw::Int(b)) => Ok(Some(b)),
+        Some(Raw::Text(t)) => parse_memlock(&t)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+    }
+}
+
+/// Parses a memlock need: `unlimited` or a size.
+pub fn parse_memlock(text: &str) -> Result<u64, String> {
+    if text.trim().eq_ignore_ascii_case("unlimited") {
+        Ok(u64::MAX)
+    } else {
+        parse_memory(text).map_err(|e| format!("memlock: {e} (or \"unlimited\")"))
+    }
 }
 
 fn de_memory<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -145,6 +181,12 @@ pub struct JobSpec {
     pub output: String,
     /// Error file pattern; `None` means the output file.
     pub error: Option<String>,
+    /// Needs RDMA devices.
+    #[serde(default)]
+    pub rdma: bool,
+    /// Locked memory needed, bytes (`u64::MAX` = unlimited).
+    #[serde(default)]
+    pub memlock: Option<u64>,
 }
 
 impl JobRequest {
@@ -154,7 +196,8 @@ impl JobRequest {
             ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
         }
         take!(
-            name, image, command, script, cpus, memory, gpus, time, nodes, workdir, output, error
+            name, image, command, script, cpus, memory, gpus, time, nodes, workdir, output, error,
+            rdma, memlock
         );
         self.env.extend(other.env);
         self
@@ -280,6 +323,9 @@ impl JobRequest {
             time_limit,
             output: self.output.clone().unwrap_or_else(|| "wharf-%j.out".into()),
             error: self.error.clone(),
+            // Multi-node jobs will want RDMA by default; single-node ones ask for it.
+            rdma: self.rdma.unwrap_or(nodes > 1),
+            memlock: self.memlock,
         })
     }
 }

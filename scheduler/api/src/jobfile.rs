@@ -153,6 +153,12 @@ pub fn apply_words(req: &mut JobRequest, words: &[String]) -> Result<(), String>
         };
         let value = match inline {
             Some(v) => v,
+            // A switch: `--rdma` alone means yes.
+            None if BOOLEAN_OPTIONS.contains(&key.as_str())
+                && words.get(i + 1).is_none_or(|w| w.starts_with('-')) =>
+            {
+                "yes".into()
+            }
             None => {
                 i += 1;
                 words
@@ -166,6 +172,9 @@ pub fn apply_words(req: &mut JobRequest, words: &[String]) -> Result<(), String>
     }
     Ok(())
 }
+
+/// Options that are switches: given alone they mean yes.
+const BOOLEAN_OPTIONS: [&str; 1] = ["rdma"];
 
 /// Sets one option by its long or short name. The names match `wharf submit --help`.
 pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), String> {
@@ -193,6 +202,16 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
                 .split_once('=')
                 .ok_or_else(|| format!("--env expects NAME=VALUE, found {value:?}"))?;
             req.env.insert(k.to_string(), v.to_string());
+        }
+        "rdma" => {
+            req.rdma = Some(match value.trim().to_ascii_lowercase().as_str() {
+                "yes" | "true" | "1" => true,
+                "no" | "false" | "0" => false,
+                _ => return Err(format!("--rdma expects yes or no, found {value:?}")),
+            })
+        }
+        "memlock" => {
+            req.memlock = Some(crate::job::parse_memlock(value).map_err(|e| format!("--{e}"))?)
         }
         other => {
             return Err(format!(
@@ -233,6 +252,29 @@ mod tests {
     fn script_directives() {
         let text = "#!/bin/sh\n# plain comment\n#WHARF --cpus=2 --mem 4G\n#WHARF -t 30 --job-name 'my job'\necho hi\n#WHARF --cpus=8\n";
         let req = parse_job_file("train.sh", text).unwrap();
+        assert_eq!(
+            parse_job_file("r.sh", "#WHARF --rdma --memlock=unlimited\n")
+                .unwrap()
+                .rdma,
+            Some(true)
+        );
+        assert_eq!(
+            parse_job_file("r.sh", "#WHARF --rdma=no\n").unwrap().rdma,
+            Some(false)
+        );
+        assert_eq!(
+            parse_job_file("r.sh", "#WHARF --memlock 1G\n")
+                .unwrap()
+                .memlock,
+            Some(1 << 30)
+        );
+        assert_eq!(
+            parse_job_file("r.sh", "#WHARF --memlock unlimited\n")
+                .unwrap()
+                .memlock,
+            Some(u64::MAX)
+        );
+        assert!(parse_job_file("r.sh", "#WHARF --rdma=maybe\n").is_err());
         assert_eq!(req.cpus, Some(2));
         assert_eq!(req.memory, Some(4 << 30));
         assert_eq!(req.time, Some(1800));
