@@ -119,6 +119,7 @@ fn wharf(runs: usize, dir: &Path, rootfs: &Path) -> Vec<f64> {
             memlock: None,
             binds: vec![],
             rootfs_partition: None,
+            remap_root: false,
             docker: None,
             identity: None,
         };

@@ -102,6 +102,7 @@ pub struct AgentSection {
     pub docker_socket: PathBuf,
     pub memlock: String,
     pub mounts: Vec<String>,
+    pub allowed_mounts: Vec<PathBuf>,
 }
 
 impl Default for AgentSection {
@@ -124,6 +125,7 @@ impl Default for AgentSection {
             docker_socket: "/var/run/docker.sock".into(),
             memlock: "unlimited".into(),
             mounts: vec![],
+            allowed_mounts: vec![],
         }
     }
 }

@@ -63,12 +63,21 @@ pub fn container_spec(
             })
             .collect(),
     });
-    let binds: Vec<wharf_runtime::Bind> = cfg
+    let mut binds: Vec<wharf_runtime::Bind> = cfg
         .binds
         .iter()
         .filter(|b| b.source.exists())
         .cloned()
         .collect();
+    for m in &spec.mounts {
+        binds.push(user_bind(cfg, m, order.owner.uid, &groups)?);
+    }
+    if matches!(cfg.backend, crate::BackendKind::Docker(_)) && spec.remap_root {
+        return Err(LaunchError(format!(
+            "node {} runs jobs with Docker, which cannot remap root",
+            cfg.node_name
+        )));
+    }
     let cpuset: Vec<u32> = order
         .cpu_ids
         .iter()
@@ -145,6 +154,7 @@ pub fn container_spec(
         binds,
         identity,
         rootfs_partition,
+        remap_root: spec.remap_root,
         docker: match &cfg.backend {
             crate::BackendKind::Docker(socket) => Some(wharf_runtime::DockerTarget {
                 socket: socket.clone(),
@@ -192,6 +202,89 @@ fn resolve_image(
         .get(image)
         .map_err(|e| LaunchError(format!("image {image:?} on node {}: {e}", cfg.node_name)))?;
     Ok((info.rootfs, None))
+}
+
+/// A bind the user asked for (`SOURCE:DEST[:ro]`): the source, symlinks resolved, must lie
+/// under one of the node's `allowed_mounts`, and the user must be able to reach it (a bind
+/// must not let them past a directory they could not enter).
+fn user_bind(
+    cfg: &AgentConfig,
+    entry: &str,
+    uid: u32,
+    groups: &[u32],
+) -> Result<wharf_runtime::Bind, LaunchError> {
+    let parts: Vec<&str> = entry.split(':').collect();
+    let (src, dst, read_only) = match parts.as_slice() {
+        [s, d] => (*s, *d, false),
+        [s, d, m] => (*s, *d, *m == "ro"),
+        _ => {
+            return Err(LaunchError(format!(
+                "mount {entry:?} is not SOURCE:DEST[:ro]"
+            )))
+        }
+    };
+    let real = std::fs::canonicalize(src).map_err(|e| {
+        LaunchError(format!(
+            "mount {entry:?}: {src} on node {}: {e}",
+            cfg.node_name
+        ))
+    })?;
+    let allowed = cfg
+        .allowed_mounts
+        .iter()
+        .filter_map(|a| std::fs::canonicalize(a).ok())
+        .any(|a| real.starts_with(&a));
+    if !allowed {
+        let list: Vec<String> = cfg
+            .allowed_mounts
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        return Err(LaunchError(format!(
+            "mount {entry:?}: {} is not under a path this node allows (agent.allowed_mounts: {})",
+            real.display(),
+            if list.is_empty() {
+                "none".to_string()
+            } else {
+                list.join(", ")
+            }
+        )));
+    }
+    if !reachable_by(&real, uid, groups) {
+        return Err(LaunchError(format!(
+            "mount {entry:?}: you cannot reach {} on node {}",
+            real.display(),
+            cfg.node_name
+        )));
+    }
+    Ok(wharf_runtime::Bind {
+        source: real,
+        destination: dst.to_string(),
+        read_only,
+    })
+}
+
+/// Whether `uid` may search every directory above `path` (and `path` itself if a directory).
+fn reachable_by(path: &Path, uid: u32, groups: &[u32]) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if uid == 0 {
+        return true;
+    }
+    path.ancestors().all(|d| {
+        std::fs::metadata(d).is_ok_and(|m| {
+            if !m.is_dir() {
+                return true;
+            }
+            let mode = m.mode();
+            if m.uid() == uid {
+                mode & 0o100 != 0
+            } else if groups.contains(&m.gid()) {
+                mode & 0o010 != 0
+            } else {
+                mode & 0o001 != 0
+            }
+        })
+    })
 }
 
 /// Whether `uid` (with `groups`) could open `path` for reading: the file's permission bits

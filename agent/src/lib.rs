@@ -58,6 +58,8 @@ pub struct AgentConfig {
     pub memlock: Option<u64>,
     /// Shared paths bound into every job (those that exist on the node).
     pub binds: Vec<wharf_runtime::Bind>,
+    /// Directories under which users may ask for their own binds (`--mount`).
+    pub allowed_mounts: Vec<PathBuf>,
 }
 
 /// The sandbox backend an agent uses.

@@ -69,7 +69,11 @@ pub fn build_oci_spec(spec: &ContainerSpec, userns: &Path) -> Result<Spec, Runti
         "hostname": spec.hostname,
         "process": {
             "terminal": false,
-            "user": { "uid": spec.uid, "gid": spec.gid, "additionalGids": groups },
+            "user": if spec.remap_root {
+                json!({ "uid": 0, "gid": 0, "additionalGids": groups })
+            } else {
+                json!({ "uid": spec.uid, "gid": spec.gid, "additionalGids": groups })
+            },
             "args": spec.argv,
             "env": spec.env,
             "cwd": spec.cwd,
@@ -166,6 +170,7 @@ mod tests {
             memlock: None,
             binds: vec![],
             rootfs_partition: None,
+            remap_root: false,
             docker: None,
             identity: None,
             devices: vec![crate::DeviceNode {

@@ -79,11 +79,14 @@ pub(crate) fn prepare_root(spec: &ContainerSpec, job_dir: &Path) -> Result<PathB
             mkdir_in_root(&root, &b.destination)?;
         }
         mkdir_in_root(&root, &spec.cwd)?;
-        if let Some(id) = &spec.identity {
+        if let (Some(id), false) = (&spec.identity, spec.remap_root) {
             write_identity(&root, spec.uid, spec.gid, id)?;
         }
     }
-    read_only(&target)?;
+    set_attrs(
+        &target,
+        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+    )?;
     Ok(target)
 }
 
@@ -285,10 +288,10 @@ fn write_identity(root: &OwnedFd, uid: u32, gid: u32, id: &Identity) -> Result<(
     Ok(())
 }
 
-/// Makes `target` and everything under it read-only, nosuid and nodev.
-fn read_only(target: &Path) -> Result<(), RuntimeError> {
+/// Sets mount attributes (read-only, nosuid, nodev) on `target` and everything under it.
+fn set_attrs(target: &Path, attrs: u64) -> Result<(), RuntimeError> {
     let attr = MountAttr {
-        attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        attr_set: attrs,
         attr_clr: 0,
         propagation: 0,
         userns_fd: 0,

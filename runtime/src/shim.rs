@@ -123,7 +123,11 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
         spec.env
             .push(format!("WHARF_MEMLOCK={}", memlock_text(memlock)));
         let spec = &spec;
-        let (uid_map, gid_map) = id_maps(spec.uid, spec.gid, &spec.groups, spec.root_host_id)?;
+        let (uid_map, gid_map) = if spec.remap_root {
+            crate::userns::root_maps(spec.uid, spec.gid, &spec.groups)
+        } else {
+            id_maps(spec.uid, spec.gid, &spec.groups, spec.root_host_id)?
+        };
         let mut holder = UserNsHolder::create(&uid_map, &gid_map)?;
         let mut container = create(jd, spec, &holder, stdout, stderr)?;
         holder.release();

@@ -60,6 +60,9 @@ pub struct ContainerSpec {
     /// Run through the Docker engine instead of libcontainer (the `docker` backend).
     #[serde(default)]
     pub docker: Option<DockerTarget>,
+    /// The user is root inside (uid/gid 0 map to the user's ids); still no capabilities.
+    #[serde(default)]
+    pub remap_root: bool,
     /// Host paths bound into the container (site shared storage: home, data, scratch).
     #[serde(default)]
     pub binds: Vec<Bind>,

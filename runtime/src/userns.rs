@@ -57,6 +57,23 @@ pub(crate) fn id_maps(
     Ok((uid_map, gid_map))
 }
 
+/// The maps for a job that is root inside: uid and gid 0 are the user's own ids on the host;
+/// supplementary groups map to themselves.
+pub(crate) fn root_maps(uid: u32, gid: u32, groups: &[u32]) -> (String, String) {
+    let mut gid_map = format!("0 {gid} 1\n");
+    let mut extra: Vec<u32> = groups
+        .iter()
+        .copied()
+        .filter(|&g| g != gid && g != 0)
+        .collect();
+    extra.sort_unstable();
+    extra.dedup();
+    for g in extra {
+        gid_map.push_str(&format!("{g} {g} 1\n"));
+    }
+    (format!("0 {uid} 1\n"), gid_map)
+}
+
 /// A process holding a fresh, mapped user namespace open.
 #[derive(Debug)]
 pub(crate) struct UserNsHolder {
@@ -147,5 +164,10 @@ mod tests {
         let (u, g) = id_maps(0, 0, &[], 65534).unwrap();
         assert_eq!((u.as_str(), g.as_str()), ("0 0 1\n", "0 0 1\n"));
         assert!(id_maps(65534, 65534, &[], 65534).is_err());
+        let (u, g) = root_maps(1000, 1000, &[1000, 27]);
+        assert_eq!(
+            (u.as_str(), g.as_str()),
+            ("0 1000 1\n", "0 1000 1\n27 27 1\n")
+        );
     }
 }

@@ -53,6 +53,7 @@ pub fn settings(file: &FileConfig, token: String) -> Result<wharf_agent::AgentCo
             }
         },
         binds: config::binds(&a.mounts)?,
+        allowed_mounts: a.allowed_mounts.clone(),
         memlock: match a.memlock.as_str() {
             "unlimited" | "infinity" => None,
             other => Some(config::size("agent.memlock", other)?),

@@ -42,6 +42,12 @@ pub struct JobFlags {
     /// Error file (default: the output file).
     #[arg(short = 'e', long)]
     pub error: Option<String>,
+    /// Bind SOURCE:DEST[:ro] into the job (SOURCE under a path the node allows; repeatable).
+    #[arg(long = "mount", value_name = "SOURCE:DEST[:ro]")]
+    pub mounts: Vec<String>,
+    /// Be root inside the container (still yourself outside, still no capabilities).
+    #[arg(long)]
+    pub remap_root: bool,
     /// Needs the node's RDMA devices (InfiniBand/EFA, /dev/infiniband).
     #[arg(long)]
     pub rdma: bool,
@@ -76,8 +82,13 @@ impl JobFlags {
                 set_option(&mut req, key, v).map_err(anyhow::Error::msg)?;
             }
         }
-        if self.rdma {
-            set_option(&mut req, "rdma", "yes").map_err(anyhow::Error::msg)?;
+        for (set, key) in [(self.rdma, "rdma"), (self.remap_root, "remap-root")] {
+            if set {
+                set_option(&mut req, key, "yes").map_err(anyhow::Error::msg)?;
+            }
+        }
+        for m in &self.mounts {
+            set_option(&mut req, "mount", m).map_err(anyhow::Error::msg)?;
         }
         for e in &self.env {
             set_option(&mut req, "env", e).map_err(anyhow::Error::msg)?;

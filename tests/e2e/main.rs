@@ -9,6 +9,7 @@ mod gpu;
 mod harness;
 mod jobfile;
 mod lifecycle;
+mod options;
 mod preflight;
 mod recovery;
 mod remote;

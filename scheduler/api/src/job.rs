@@ -64,6 +64,13 @@ pub struct JobRequest {
     /// Needs the node's RDMA devices (`/dev/infiniband/*`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rdma: Option<bool>,
+    /// Extra binds, `SOURCE:DEST[:ro]`; each source must lie under a path the node's admin
+    /// allows (`[agent] allowed_mounts`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<String>,
+    /// Run as root inside the container (the user's own id outside; still no capabilities).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remap_root: Option<bool>,
     /// Locked memory the job needs, bytes (`u64::MAX` = unlimited; job files may write
     /// `"unlimited"` or `"64G"`). A node that cannot give it fails the job at once, saying so.
     #[serde(
@@ -184,6 +191,12 @@ pub struct JobSpec {
     /// Needs RDMA devices.
     #[serde(default)]
     pub rdma: bool,
+    /// Extra binds asked for by the user, `SOURCE:DEST[:ro]` (checked by the node).
+    #[serde(default)]
+    pub mounts: Vec<String>,
+    /// Root inside, the user outside.
+    #[serde(default)]
+    pub remap_root: bool,
     /// Locked memory needed, bytes (`u64::MAX` = unlimited).
     #[serde(default)]
     pub memlock: Option<u64>,
@@ -197,9 +210,10 @@ impl JobRequest {
         }
         take!(
             name, image, command, script, cpus, memory, gpus, time, nodes, workdir, output, error,
-            rdma, memlock
+            rdma, memlock, remap_root
         );
         self.env.extend(other.env);
+        self.mounts.extend(other.mounts);
         self
     }
 
@@ -325,6 +339,8 @@ impl JobRequest {
             error: self.error.clone(),
             // Multi-node jobs will want RDMA by default; single-node ones ask for it.
             rdma: self.rdma.unwrap_or(nodes > 1),
+            mounts: validate_mounts(&self.mounts)?,
+            remap_root: self.remap_root.unwrap_or(false),
             memlock: self.memlock,
         })
     }
@@ -336,6 +352,36 @@ fn default_name(argv: &[String], script: bool) -> String {
     }
     let base = argv[0].rsplit('/').next().unwrap_or("job");
     base.chars().take(MAX_NAME).collect()
+}
+
+/// Most extra binds a job may ask for.
+pub const MAX_MOUNTS: usize = 64;
+
+/// Checks the form of `SOURCE:DEST[:ro|rw]` binds (whether a node allows them is its call).
+fn validate_mounts(mounts: &[String]) -> Result<Vec<String>, String> {
+    if mounts.len() > MAX_MOUNTS {
+        return Err(format!(
+            "`mounts` has {} entries; the limit is {MAX_MOUNTS}",
+            mounts.len()
+        ));
+    }
+    for m in mounts {
+        let parts: Vec<&str> = m.split(':').collect();
+        let ok_path = |p: &str| {
+            p.starts_with('/') && p != "/" && !p.split('/').any(|c| c == "..") && !p.contains('\0')
+        };
+        let ok = match parts.as_slice() {
+            [s, d] => ok_path(s) && ok_path(d),
+            [s, d, mode] => ok_path(s) && ok_path(d) && (*mode == "ro" || *mode == "rw"),
+            _ => false,
+        };
+        if !ok {
+            return Err(format!(
+                "`mounts` entry {m:?} is not SOURCE:DEST[:ro] with absolute paths (no `..`)"
+            ));
+        }
+    }
+    Ok(mounts.to_vec())
 }
 
 /// Image names are a store name (letters, digits, `._-:/@`) or `host`.

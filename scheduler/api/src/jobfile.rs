@@ -173,8 +173,16 @@ pub fn apply_words(req: &mut JobRequest, words: &[String]) -> Result<(), String>
     Ok(())
 }
 
+fn yes_no(key: &str, value: &str) -> Result<bool, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "yes" | "true" | "1" => Ok(true),
+        "no" | "false" | "0" => Ok(false),
+        _ => Err(format!("--{key} expects yes or no, found {value:?}")),
+    }
+}
+
 /// Options that are switches: given alone they mean yes.
-const BOOLEAN_OPTIONS: [&str; 1] = ["rdma"];
+const BOOLEAN_OPTIONS: [&str; 2] = ["rdma", "remap-root"];
 
 /// Sets one option by its long or short name. The names match `wharf submit --help`.
 pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), String> {
@@ -203,13 +211,9 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
                 .ok_or_else(|| format!("--env expects NAME=VALUE, found {value:?}"))?;
             req.env.insert(k.to_string(), v.to_string());
         }
-        "rdma" => {
-            req.rdma = Some(match value.trim().to_ascii_lowercase().as_str() {
-                "yes" | "true" | "1" => true,
-                "no" | "false" | "0" => false,
-                _ => return Err(format!("--rdma expects yes or no, found {value:?}")),
-            })
-        }
+        "rdma" => req.rdma = Some(yes_no(key, value)?),
+        "remap-root" => req.remap_root = Some(yes_no(key, value)?),
+        "mount" => req.mounts.push(value.to_string()),
         "memlock" => {
             req.memlock = Some(crate::job::parse_memlock(value).map_err(|e| format!("--{e}"))?)
         }
