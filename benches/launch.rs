@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use wharf_runtime::{ContainerSpec, JobDir, JobStatus, Launcher};
+use wharf_runtime::conformance::template;
+use wharf_runtime::{JobDir, JobStatus, Launcher};
 
 const STAMP_C: &str = "#include <stdio.h>\n#include <time.h>\nint main(void){struct timespec t;\
 clock_gettime(CLOCK_MONOTONIC,&t);printf(\"%lld\\n\",(long long)t.tv_sec*1000000000LL+t.tv_nsec);return 0;}\n";
@@ -93,36 +94,21 @@ fn wharf(runs: usize, dir: &Path, rootfs: &Path) -> Vec<f64> {
     let mut ms = Vec::new();
     for i in 0..runs {
         let out = out_dir.join(format!("wharf-{i}"));
-        let spec = ContainerSpec {
-            id: format!("wharf-bench-{}-{i}", std::process::id()),
-            rootfs: rootfs.to_path_buf(),
-            argv: vec!["/stamp".into()],
-            env: vec!["PATH=/".into()],
-            cwd: "/".into(),
-            uid: 4242,
-            gid: 4242,
-            groups: vec![],
-            root_host_id: 65534,
-            hostname: "bench".into(),
-            memory: Some(256 << 20),
-            cpus: Some(1),
-            cpuset: vec![0],
-            pids: Some(64),
-            tmp_size: 16 << 20,
-            shm_size: 16 << 20,
-            stdout: out.clone(),
-            stderr: out.clone(),
-            time_limit: Some(60),
-            grace_secs: 1,
-            cgroup_parent: "wharf-bench".into(),
-            devices: vec![],
-            memlock: None,
-            binds: vec![],
-            rootfs_partition: None,
-            remap_root: false,
-            docker: None,
-            identity: None,
-        };
+        let mut spec = template(
+            &format!("wharf-bench-{}-{i}", std::process::id()),
+            rootfs,
+            4242,
+            4242,
+        );
+        spec.argv = vec!["/stamp".into()];
+        spec.env = vec!["PATH=/".into()];
+        spec.hostname = "bench".into();
+        spec.cpuset = vec![0];
+        spec.pids = Some(64);
+        spec.stdout = out.clone();
+        spec.stderr = out.clone();
+        spec.time_limit = Some(60);
+        spec.cgroup_parent = "wharf-bench".into();
         let jd = JobDir::new(dir.join(format!("job-{i}")));
         let t0 = mono_ns();
         launcher.launch(&jd, &spec).expect("launch");

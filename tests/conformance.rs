@@ -69,41 +69,14 @@ fn sif_images_pass_the_conformance_suite() {
         .status()
         .unwrap()
         .success());
-    let (sqfs, sif) = (dir.path().join("root.sqfs"), dir.path().join("root.sif"));
-    let run = |args: &[&str]| {
-        assert!(
-            std::process::Command::new(args[0])
-                .args(&args[1..])
-                .output()
-                .unwrap()
-                .status
-                .success(),
-            "{args:?}"
-        )
-    };
-    run(&[
-        "mksquashfs",
-        rootfs.to_str().unwrap(),
-        sqfs.to_str().unwrap(),
-        "-noappend",
-        "-quiet",
-        "-all-root",
-    ]);
-    run(&["siftool", "new", sif.to_str().unwrap()]);
-    run(&[
-        "siftool",
-        "add",
-        sif.to_str().unwrap(),
-        sqfs.to_str().unwrap(),
-        "--datatype",
-        "4",
-        "--parttype",
-        "2",
-        "--partfs",
-        "1",
-        "--partarch",
-        "2",
-    ]);
+    let sif = dir.path().join("root.sif");
+    let mksif = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mksif.sh");
+    assert!(std::process::Command::new(mksif)
+        .arg(&rootfs)
+        .arg(&sif)
+        .status()
+        .unwrap()
+        .success());
     let part = wharf_images::sif::primary_partition(&sif).unwrap();
     let mut template = template("sif", &sif, 4244, 4244);
     template.rootfs_partition = Some((part.offset, part.size));

@@ -4,7 +4,6 @@
 //! Commands it understands (what the conformance suite uses):
 //! `/bin/true`, `/bin/false`, `/bin/sh -c "exit N"`, `/bin/sleep SECONDS`.
 
-use std::os::unix::fs::DirBuilderExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -90,16 +89,7 @@ impl Backend for FakeBackend {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(FakeCall::Launch(spec.id.clone()));
-        std::fs::DirBuilder::new()
-            .mode(0o711)
-            .create(dir.path())
-            .map_err(|e| {
-                RuntimeError::io(
-                    format!("creating job directory {}", dir.path().display()),
-                    e,
-                )
-            })?;
-        JobDir::write_atomic(&dir.spec(), spec)?;
+        dir.create(spec)?;
         let (cancel, done) = (
             Arc::new(AtomicBool::new(false)),
             Arc::new(AtomicBool::new(false)),

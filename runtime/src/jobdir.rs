@@ -51,6 +51,20 @@ impl JobDir {
         self.root.join("state")
     }
 
+    /// Creates the directory (mode 0711: the container's unprivileged ids must traverse it to
+    /// reach the root bound inside; the files with the job's details are 0600) and writes the
+    /// spec. Fails with `InvalidInput` if it exists.
+    pub fn create(&self, spec: &ContainerSpec) -> Result<(), RuntimeError> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o711)
+            .create(&self.root)
+            .map_err(|e| {
+                RuntimeError::io(format!("creating job directory {}", self.root.display()), e)
+            })?;
+        Self::write_atomic(&self.spec(), spec)
+    }
+
     /// Reads the spec.
     pub fn read_spec(&self) -> Result<ContainerSpec, RuntimeError> {
         read_json(&self.spec())

@@ -1,7 +1,6 @@
 //! Starting and watching shims from the agent.
 
 use std::fs;
-use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -44,18 +43,7 @@ impl Launcher {
     /// Writes the spec to `dir` and starts its shim, detached in its own session so that it
     /// outlives an agent restart. Returns the shim pid. Fails if the job directory exists.
     pub fn launch(&self, dir: &JobDir, spec: &ContainerSpec) -> Result<u32, RuntimeError> {
-        // Traversable but not listable: the container's processes (unprivileged ids) must reach
-        // the root bound inside it; the files holding the job's details are 0600.
-        fs::DirBuilder::new()
-            .mode(0o711)
-            .create(dir.path())
-            .map_err(|e| {
-                RuntimeError::io(
-                    format!("creating job directory {}", dir.path().display()),
-                    e,
-                )
-            })?;
-        JobDir::write_atomic(&dir.spec(), spec)?;
+        dir.create(spec)?;
         let log =
             fs::File::create(dir.log()).map_err(|e| RuntimeError::io(dir.log().display(), e))?;
         let log2 = log.try_clone().map_err(|e| RuntimeError::io("dup", e))?;

@@ -145,41 +145,21 @@ mod tests {
     use super::*;
 
     pub(crate) fn sample() -> ContainerSpec {
-        ContainerSpec {
-            id: "wharf-1".into(),
-            rootfs: "/images/x".into(),
-            argv: vec!["/bin/true".into()],
-            env: vec!["PATH=/bin".into()],
-            cwd: "/".into(),
-            uid: 1000,
-            gid: 1000,
-            groups: vec![1000, 27],
-            root_host_id: 65534,
-            hostname: "n1".into(),
-            memory: Some(1 << 30),
-            cpus: Some(2),
-            cpuset: vec![0, 1],
-            pids: Some(1024),
-            tmp_size: 1 << 30,
-            shm_size: 64 << 20,
-            stdout: "/tmp/o".into(),
-            stderr: "/tmp/o".into(),
-            time_limit: Some(60),
-            grace_secs: 5,
-            cgroup_parent: "wharf".into(),
-            memlock: None,
-            binds: vec![],
-            rootfs_partition: None,
-            remap_root: false,
-            docker: None,
-            identity: None,
-            devices: vec![crate::DeviceNode {
-                host_path: "/fake/nvidia3".into(),
-                path: "/dev/nvidia3".into(),
-                major: 195,
-                minor: 3,
-            }],
-        }
+        let mut s = crate::conformance::template("wharf-1", Path::new("/images/x"), 1000, 1000);
+        s.argv = vec!["/bin/true".into()];
+        s.groups = vec![1000, 27];
+        s.hostname = "n1".into();
+        s.memory = Some(1 << 30);
+        s.cpus = Some(2);
+        s.cpuset = vec![0, 1];
+        s.cgroup_parent = "wharf".into();
+        s.devices = vec![crate::DeviceNode {
+            host_path: "/fake/nvidia3".into(),
+            path: "/dev/nvidia3".into(),
+            major: 195,
+            minor: 3,
+        }];
+        s
     }
 
     #[test]

@@ -190,11 +190,17 @@ impl Cluster {
             .output()
             .unwrap();
         assert!(out.status.success(), "mkrootfs: {out:?}");
+        self.import(&rootfs, "tiny");
+    }
+
+    /// Imports `rootfs` as `name` and waits until the node reports it.
+    pub fn import(&self, rootfs: &Path, name: &str) {
+        let store = self.dir.join("images");
         let out = Command::new(wharf_bin())
             .args(["image", "import"])
-            .arg(&rootfs)
-            .args(["--name", "tiny", "--store"])
-            .arg(self.dir.join("images"))
+            .arg(rootfs)
+            .args(["--name", name, "--store"])
+            .arg(&store)
             .output()
             .unwrap();
         assert!(
@@ -202,12 +208,15 @@ impl Cluster {
             "import: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        // The agent reports its images on its next poll.
+        // The agent reports its images at once when they change.
         let deadline = Instant::now() + Duration::from_secs(15);
         while !String::from_utf8_lossy(&self.wharf(&["nodes", "--json"]).stdout)
-            .contains("\"tiny\"")
+            .contains(&format!("\"{name}\""))
         {
-            assert!(Instant::now() < deadline, "agent never reported the image");
+            assert!(
+                Instant::now() < deadline,
+                "agent never reported image {name}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }

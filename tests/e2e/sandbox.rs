@@ -208,32 +208,12 @@ fn hostile_image_symlinks_cannot_point_mount_points_at_the_host() {
         "mounts = [\"{}:/srv/{marker}\"]",
         shared.path().display()
     ));
-    // An image whose /srv is a symlink to the host's /etc (absolute) and /opt climbs out.
+    // An image whose /srv is a symlink to the host's /etc (absolute).
     let rootfs = c.dir.join("hostile");
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
-    assert!(std::process::Command::new(script)
-        .arg(&rootfs)
-        .args(["sh", "ls", "cat"])
-        .status()
-        .unwrap()
-        .success());
+    mkrootfs(&rootfs, &["sh", "ls", "cat"]);
     std::os::unix::fs::symlink("/etc", rootfs.join("srv")).unwrap();
-    let out = c.wharf(&[
-        "image",
-        "import",
-        rootfs.to_str().unwrap(),
-        "--name",
-        "hostile",
-        "--store",
-        c.dir.join("images").to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    c.import(&rootfs, "hostile");
     let alice = user("wharf-alice");
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    while !stdout(&c.wharf(&["nodes", "--json"])).contains("\"hostile\"") {
-        assert!(std::time::Instant::now() < deadline);
-        std::thread::sleep(Duration::from_millis(100));
-    }
     let out = c.wharf_as(
         &alice,
         &[
@@ -250,28 +230,6 @@ fn hostile_image_symlinks_cannot_point_mount_points_at_the_host() {
         !std::path::Path::new("/etc").join(&marker).exists(),
         "a mount point was made in the host's /etc"
     );
-}
-
-/// Imports `rootfs` as `name` and waits until the node reports it.
-fn import(c: &Cluster, rootfs: &std::path::Path, name: &str) {
-    let out = c.wharf(&[
-        "image",
-        "import",
-        rootfs.to_str().unwrap(),
-        "--name",
-        name,
-        "--store",
-        c.dir.join("images").to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    while !stdout(&c.wharf(&["nodes", "--json"])).contains(&format!("\"{name}\"")) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "node never reported {name}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn mkrootfs(dir: &std::path::Path, progs: &[&str]) {
@@ -299,7 +257,7 @@ fn setuid_binaries_give_no_privilege_and_no_agent_fd_leaks_in() {
         std::fs::Permissions::from_mode(0o4755),
     )
     .unwrap();
-    import(&c, &rootfs, "suid");
+    c.import(&rootfs, "suid");
     let alice = user("wharf-alice");
     let out = c.wharf_as(
         &alice,
@@ -337,7 +295,7 @@ fn image_with_symlinked_proc_or_dev_is_refused() {
         mkrootfs(&rootfs, &["sh"]);
         std::fs::remove_dir(rootfs.join(link)).unwrap();
         std::os::unix::fs::symlink("/etc", rootfs.join(link)).unwrap();
-        import(&c, &rootfs, name);
+        c.import(&rootfs, name);
         let out = c.wharf_as(
             &alice,
             &["run", "--image", name, "--", "/bin/sh", "-c", "echo ran"],

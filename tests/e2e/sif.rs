@@ -43,29 +43,12 @@ fn make_sif(dir: &Path, name: &str) -> PathBuf {
         .arg(&root)
         .args(["sh", "cat", "id", "ls"]));
     std::fs::write(root.join("etc/marker"), format!("inside {name}\n")).unwrap();
-    let sqfs = dir.join(format!("{name}.sqfs"));
     let sif = dir.join(format!("{name}.sif"));
-    run(Command::new("mksquashfs").arg(&root).arg(&sqfs).args([
-        "-noappend",
-        "-quiet",
-        "-all-root",
-    ]));
-    run(Command::new("siftool").arg("new").arg(&sif));
-    run(Command::new("siftool")
-        .arg("add")
-        .arg(&sif)
-        .arg(&sqfs)
-        .args([
-            "--datatype",
-            "4",
-            "--parttype",
-            "2",
-            "--partfs",
-            "1",
-            "--partarch",
-            "2",
-        ]));
-    std::fs::set_permissions(&sif, std::fs::Permissions::from_mode(0o644)).unwrap();
+    run(
+        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mksif.sh"))
+            .arg(&root)
+            .arg(&sif),
+    );
     sif
 }
 
