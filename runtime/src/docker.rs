@@ -103,6 +103,18 @@ pub fn container_body(spec: &ContainerSpec, target: &DockerTarget) -> ContainerC
     }
 }
 
+/// Runs `f` on a current-thread runtime of its own (the shim and these helpers are called
+/// from plain threads).
+fn block_on<T>(
+    f: impl std::future::Future<Output = Result<T, RuntimeError>>,
+) -> Result<T, RuntimeError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RuntimeError::io("starting the async runtime", e))?
+        .block_on(f)
+}
+
 fn engine(what: &str, e: bollard::errors::Error) -> RuntimeError {
     RuntimeError::new(ErrorKind::Unavailable, format!("docker {what}: {e}"))
 }
@@ -116,11 +128,7 @@ pub(crate) fn supervise(
     stderr: OwnedFd,
     out: &mut Outcome,
 ) -> Result<(), RuntimeError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| RuntimeError::io("starting the async runtime", e))?;
-    rt.block_on(run(jd, spec, target, stdout, stderr, out))
+    block_on(run(jd, spec, target, stdout, stderr, out))
 }
 
 async fn run(
@@ -252,11 +260,7 @@ async fn run_created(
 
 /// Removes the engine's container `name` (killing it if it runs). Missing is fine.
 pub fn remove(target: &DockerTarget, name: &str) -> Result<(), RuntimeError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| RuntimeError::io("starting the async runtime", e))?;
-    rt.block_on(async {
+    block_on(async {
         let docker = Docker::connect_with_unix(
             target.socket.to_str().unwrap_or_default(),
             30,
@@ -284,11 +288,7 @@ pub fn remove(target: &DockerTarget, name: &str) -> Result<(), RuntimeError> {
 
 /// The engine's image tags (`name:tag`), for the node's report.
 pub fn list_images(socket: &std::path::Path) -> Result<Vec<String>, RuntimeError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| RuntimeError::io("starting the async runtime", e))?;
-    rt.block_on(async {
+    block_on(async {
         let docker = Docker::connect_with_unix(
             socket.to_str().unwrap_or_default(),
             10,

@@ -82,6 +82,16 @@ pub struct JobRequest {
 }
 
 fn de_memlock<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    de_quantity(d, None, parse_memlock)
+}
+
+/// A quantity written as a number or as text (`"4G"`, `"30m"`): numbers must be at least 1
+/// unless `zero_msg` is `None`, text goes through `parse`.
+fn de_quantity<'de, D: serde::Deserializer<'de>>(
+    d: D,
+    zero_msg: Option<&str>,
+    parse: fn(&str) -> Result<u64, String>,
+) -> Result<Option<u64>, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Raw {
@@ -90,10 +100,11 @@ fn de_memlock<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::
     }
     match Option::<Raw>::deserialize(d)? {
         None => Ok(None),
-        Some(Raw::Int(b)) => Ok(Some(b)),
-        Some(Raw::Text(t)) => parse_memlock(&t)
-            .map(Some)
-            .map_err(serde::de::Error::custom),
+        Some(Raw::Int(0)) if zero_msg.is_some() => {
+            Err(serde::de::Error::custom(zero_msg.unwrap_or_default()))
+        }
+        Some(Raw::Int(v)) => Ok(Some(v)),
+        Some(Raw::Text(t)) => parse(&t).map(Some).map_err(serde::de::Error::custom),
     }
 }
 
@@ -107,35 +118,11 @@ pub fn parse_memlock(text: &str) -> Result<u64, String> {
 }
 
 fn de_memory<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Int(u64),
-        Text(String),
-    }
-    match Option::<Raw>::deserialize(d)? {
-        None => Ok(None),
-        Some(Raw::Int(b)) if b > 0 => Ok(Some(b)),
-        Some(Raw::Int(_)) => Err(serde::de::Error::custom("memory must be greater than zero")),
-        Some(Raw::Text(t)) => parse_memory(&t).map(Some).map_err(serde::de::Error::custom),
-    }
+    de_quantity(d, Some("memory must be greater than zero"), parse_memory)
 }
 
 fn de_time<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Int(u64),
-        Text(String),
-    }
-    match Option::<Raw>::deserialize(d)? {
-        None => Ok(None),
-        Some(Raw::Int(s)) if s > 0 => Ok(Some(s)),
-        Some(Raw::Int(_)) => Err(serde::de::Error::custom("time must be greater than zero")),
-        Some(Raw::Text(t)) => parse_duration(&t)
-            .map(Some)
-            .map_err(serde::de::Error::custom),
-    }
+    de_quantity(d, Some("time must be greater than zero"), parse_duration)
 }
 
 /// Site defaults and ceilings applied when a request is resolved.
