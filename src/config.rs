@@ -103,6 +103,7 @@ pub struct AgentSection {
     pub memlock: String,
     pub mounts: Vec<String>,
     pub allowed_mounts: Vec<PathBuf>,
+    pub stack: Option<String>,
 }
 
 impl Default for AgentSection {
@@ -126,6 +127,7 @@ impl Default for AgentSection {
             memlock: "unlimited".into(),
             mounts: vec![],
             allowed_mounts: vec![],
+            stack: None,
         }
     }
 }

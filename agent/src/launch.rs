@@ -154,6 +154,7 @@ pub fn container_spec(
         binds,
         identity,
         rootfs_partition,
+        stack: cfg.stack,
         remap_root: spec.remap_root,
         docker: match &cfg.backend {
             crate::BackendKind::Docker(socket) => Some(wharf_runtime::DockerTarget {

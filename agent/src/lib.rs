@@ -56,6 +56,8 @@ pub struct AgentConfig {
     pub backend: BackendKind,
     /// RLIMIT_MEMLOCK for jobs, bytes; `None` = unlimited.
     pub memlock: Option<u64>,
+    /// RLIMIT_STACK for jobs, bytes (`u64::MAX` = unlimited); `None` keeps the agent's.
+    pub stack: Option<u64>,
     /// Shared paths bound into every job (those that exist on the node).
     pub binds: Vec<wharf_runtime::Bind>,
     /// Directories under which users may ask for their own binds (`--mount`).

@@ -176,6 +176,7 @@ pub fn template(id: &str, rootfs: &Path, uid: u32, gid: u32) -> ContainerSpec {
         memlock: None,
         binds: vec![],
         rootfs_partition: None,
+        stack: None,
         remap_root: false,
         docker: None,
         identity: None,

@@ -79,11 +79,25 @@ pub fn container_body(spec: &ContainerSpec, target: &DockerTarget) -> ContainerC
                 .join(",")
         }),
         pids_limit: spec.pids,
-        ulimits: Some(vec![ResourcesUlimits {
-            name: Some("memlock".into()),
-            soft: Some(memlock),
-            hard: Some(memlock),
-        }]),
+        ulimits: Some(
+            [
+                ("memlock", Some(memlock)),
+                (
+                    "stack",
+                    spec.stack
+                        .map(|s| if s == u64::MAX { -1 } else { s as i64 }),
+                ),
+            ]
+            .into_iter()
+            .filter_map(|(name, v)| {
+                v.map(|v| ResourcesUlimits {
+                    name: Some(name.into()),
+                    soft: Some(v),
+                    hard: Some(v),
+                })
+            })
+            .collect(),
+        ),
         devices: Some(devices),
         binds: Some(binds),
         group_add: Some(groups),

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::container::Container;
 use libcontainer::syscall::syscall::SyscallType;
+use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{getgroups, setfsgid, setfsuid, setgroups, Gid, Pid, Uid};
@@ -90,6 +91,9 @@ fn supervise_docker(jd: &JobDir, spec: &ContainerSpec, target: &crate::DockerTar
         let (o, e) = open_outputs(spec)?;
         // The engine sets the container's limit; ask only for what this node can give.
         let memlock = set_memlock(spec.memlock)?;
+        if let Some(stack) = spec.stack {
+            set_limit(Resource::RLIMIT_STACK, stack)?;
+        }
         let mut spec = spec.clone();
         spec.memlock = (memlock != libc::RLIM_INFINITY).then_some(memlock);
         spec.env
@@ -119,6 +123,9 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
         }
         let (stdout, stderr) = open_outputs(spec)?;
         let memlock = set_memlock(spec.memlock)?;
+        if let Some(stack) = spec.stack {
+            set_limit(Resource::RLIMIT_STACK, stack)?;
+        }
         let mut spec = spec.clone();
         spec.env
             .push(format!("WHARF_MEMLOCK={}", memlock_text(memlock)));
@@ -335,41 +342,25 @@ fn reap_all() {
 /// so it must be done here. Without CAP_SYS_RESOURCE the shim cannot go above the hard limit it
 /// was given: it then uses that, and says so in its log. Returns the limit in force.
 fn set_memlock(want: Option<u64>) -> Result<u64, RuntimeError> {
-    let want = want.unwrap_or(libc::RLIM_INFINITY);
-    let mut cur = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: valid pointer to an rlimit.
-    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut cur) } != 0 {
-        return Err(RuntimeError::io(
-            "getrlimit(MEMLOCK)",
-            std::io::Error::last_os_error(),
-        ));
-    }
-    let set = |v: u64| {
-        let lim = libc::rlimit {
-            rlim_cur: v,
-            rlim_max: v,
-        };
-        // SAFETY: valid pointer to an rlimit.
-        unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) == 0 }
-    };
-    if set(want) {
+    set_limit(
+        Resource::RLIMIT_MEMLOCK,
+        want.unwrap_or(libc::RLIM_INFINITY),
+    )
+}
+
+/// Sets a resource limit (soft and hard) on the shim, which the container inherits, clamped
+/// to the shim's own hard limit when it may not raise it. Returns the limit in force.
+fn set_limit(res: Resource, want: u64) -> Result<u64, RuntimeError> {
+    let (_, hard) =
+        getrlimit(res).map_err(|e| RuntimeError::sys(format!("getrlimit({res:?})"), e))?;
+    if setrlimit(res, want, want).is_ok() {
         return Ok(want);
     }
-    let clamped = clamp_memlock(want, cur.rlim_max);
-    eprintln!(
-        "wharf shim: cannot raise RLIMIT_MEMLOCK to {want} (no CAP_SYS_RESOURCE?); using {clamped}"
-    );
-    if set(clamped) {
-        Ok(clamped)
-    } else {
-        Err(RuntimeError::io(
-            "setrlimit(MEMLOCK)",
-            std::io::Error::last_os_error(),
-        ))
-    }
+    let clamped = clamp_memlock(want, hard);
+    eprintln!("wharf shim: cannot raise {res:?} to {want} (no CAP_SYS_RESOURCE?); using {clamped}");
+    setrlimit(res, clamped, clamped)
+        .map_err(|e| RuntimeError::sys(format!("setrlimit({res:?})"), e))?;
+    Ok(clamped)
 }
 
 fn memlock_text(v: u64) -> String {

@@ -57,6 +57,9 @@ pub struct ContainerSpec {
     /// shim mounts read-only through a loop device.
     #[serde(default)]
     pub rootfs_partition: Option<(u64, u64)>,
+    /// RLIMIT_STACK for the job, bytes (`u64::MAX` = unlimited); `None` keeps the node's.
+    #[serde(default)]
+    pub stack: Option<u64>,
     /// Run through the Docker engine instead of libcontainer (the `docker` backend).
     #[serde(default)]
     pub docker: Option<DockerTarget>,

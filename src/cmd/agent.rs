@@ -54,6 +54,11 @@ pub fn settings(file: &FileConfig, token: String) -> Result<wharf_agent::AgentCo
         },
         binds: config::binds(&a.mounts)?,
         allowed_mounts: a.allowed_mounts.clone(),
+        stack: match a.stack.as_deref() {
+            None => None,
+            Some("unlimited") => Some(u64::MAX),
+            Some(s) => Some(config::size("agent.stack", s)?),
+        },
         memlock: match a.memlock.as_str() {
             "unlimited" | "infinity" => None,
             other => Some(config::size("agent.memlock", other)?),

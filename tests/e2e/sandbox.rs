@@ -371,3 +371,14 @@ fn docker_backend_runs_jobs_as_their_user_through_the_agent() {
         stderr(&out)
     );
 }
+
+#[test]
+fn stack_limit_is_set_as_configured() {
+    if !can_run("stack_limit_is_set_as_configured") {
+        return;
+    }
+    let c = Cluster::start_with("stack = \"16M\"");
+    let alice = user("wharf-alice");
+    let out = c.wharf_as(&alice, &["run", "--", "/bin/sh", "-c", "ulimit -s"]);
+    assert_eq!(stdout(&out), "16384\n", "{}", stderr(&out));
+}
