@@ -89,15 +89,8 @@ fn supervise_docker(jd: &JobDir, spec: &ContainerSpec, target: &crate::DockerTar
     let mut out = Outcome::default();
     let result = install_signal_handlers().and_then(|_| {
         let (o, e) = open_outputs(spec)?;
-        // The engine sets the container's limit; ask only for what this node can give.
-        let memlock = set_memlock(spec.memlock)?;
-        if let Some(stack) = spec.stack {
-            set_limit(Resource::RLIMIT_STACK, stack)?;
-        }
-        let mut spec = spec.clone();
-        spec.memlock = (memlock != libc::RLIM_INFINITY).then_some(memlock);
-        spec.env
-            .push(format!("WHARF_MEMLOCK={}", memlock_text(memlock)));
+        // The engine sets the container's limits; ask only for what this node can give.
+        let spec = apply_limits(spec)?;
         crate::docker::supervise(jd, &spec, target, o, e, &mut out)
     });
     if let Err(e) = result {
@@ -122,14 +115,7 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
             ));
         }
         let (stdout, stderr) = open_outputs(spec)?;
-        let memlock = set_memlock(spec.memlock)?;
-        if let Some(stack) = spec.stack {
-            set_limit(Resource::RLIMIT_STACK, stack)?;
-        }
-        let mut spec = spec.clone();
-        spec.env
-            .push(format!("WHARF_MEMLOCK={}", memlock_text(memlock)));
-        let spec = &spec;
+        let spec = &apply_limits(spec)?;
         let (uid_map, gid_map) = if spec.remap_root {
             crate::userns::root_maps(spec.uid, spec.gid, &spec.groups)
         } else {
@@ -346,6 +332,21 @@ fn set_memlock(want: Option<u64>) -> Result<u64, RuntimeError> {
         Resource::RLIMIT_MEMLOCK,
         want.unwrap_or(libc::RLIM_INFINITY),
     )
+}
+
+/// Sets the shim's memlock and stack limits for the job (the container inherits them; the
+/// Docker backend passes them to the engine) and returns the spec with the values in force,
+/// which the job also sees as `WHARF_MEMLOCK`.
+fn apply_limits(spec: &ContainerSpec) -> Result<ContainerSpec, RuntimeError> {
+    let memlock = set_memlock(spec.memlock)?;
+    let mut spec = spec.clone();
+    if let Some(stack) = spec.stack {
+        spec.stack = Some(set_limit(Resource::RLIMIT_STACK, stack)?);
+    }
+    spec.memlock = (memlock != libc::RLIM_INFINITY).then_some(memlock);
+    spec.env
+        .push(format!("WHARF_MEMLOCK={}", memlock_text(memlock)));
+    Ok(spec)
 }
 
 /// Sets a resource limit (soft and hard) on the shim, which the container inherits, clamped
