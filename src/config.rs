@@ -104,6 +104,7 @@ pub struct AgentSection {
     pub mounts: Vec<String>,
     pub allowed_mounts: Vec<PathBuf>,
     pub stack: Option<String>,
+    pub cdi_dirs: Vec<PathBuf>,
 }
 
 impl Default for AgentSection {
@@ -128,6 +129,7 @@ impl Default for AgentSection {
             mounts: vec![],
             allowed_mounts: vec![],
             stack: None,
+            cdi_dirs: vec!["/etc/cdi".into(), "/var/run/cdi".into()],
         }
     }
 }

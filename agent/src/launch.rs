@@ -63,6 +63,12 @@ pub fn container_spec(
             })
             .collect(),
     });
+    // The node's CDI spec: driver libraries, tools and extra nodes for exactly these GPUs.
+    let cdi = if order.gpu_ids.is_empty() {
+        None
+    } else {
+        crate::cdi::gpu_edits(&cfg.cdi_dirs, &order.gpu_ids).map_err(LaunchError)?
+    };
     let mut binds: Vec<wharf_runtime::Bind> = cfg
         .binds
         .iter()
@@ -71,6 +77,17 @@ pub fn container_spec(
         .collect();
     for m in &spec.mounts {
         binds.push(user_bind(cfg, m, order.owner.uid, &groups)?);
+    }
+    if let Some(edits) = &cdi {
+        for b in &edits.binds {
+            if !b.source.exists() {
+                return Err(LaunchError(format!(
+                    "the node's CDI spec names {}, which is missing",
+                    b.source.display()
+                )));
+            }
+        }
+        binds.extend(edits.binds.iter().cloned());
     }
     if matches!(cfg.backend, crate::BackendKind::Docker(_)) && spec.remap_root {
         return Err(LaunchError(format!(
@@ -95,6 +112,16 @@ pub fn container_spec(
     env.retain(|(k, _)| !spec.env.contains_key(k));
     env.extend(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let mut devices = gpu_devices(&cfg.dev_root, &order.gpu_ids)?;
+    if let Some(edits) = &cdi {
+        for (host, path) in &edits.device_nodes {
+            // Wharf's own choice of GPU nodes stands; the spec adds the rest (MIG caps, ...).
+            if !devices.iter().any(|d| &d.path == path) {
+                let node = wharf_runtime::DeviceNode::from_host(host, path)
+                    .map_err(|e| LaunchError(format!("CDI device {}: {e}", host.display())))?;
+                devices.push(node);
+            }
+        }
+    }
     if spec.rdma {
         devices.extend(rdma_devices(cfg)?);
     }
@@ -131,7 +158,7 @@ pub fn container_spec(
         id: format!("wharf-{}", order.id),
         rootfs,
         argv: spec.argv.clone(),
-        env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        env: with_cdi_env(env, cdi.as_ref()),
         cwd,
         uid: order.owner.uid,
         gid: order.owner.gid,
@@ -387,6 +414,19 @@ fn preflight_memlock(cfg: &AgentConfig, need: Option<u64>) -> Result<(), LaunchE
         cfg.node_name,
         show(can)
     )))
+}
+
+/// The job's environment as `NAME=value`, plus the CDI spec's variables that Wharf does not
+/// set itself (Wharf's GPU numbering wins).
+fn with_cdi_env(env: Vec<(String, String)>, cdi: Option<&crate::cdi::GpuEdits>) -> Vec<String> {
+    let mut out: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    for e in cdi.map(|c| c.env.as_slice()).unwrap_or_default() {
+        let key = e.split('=').next().unwrap_or("");
+        if !env.iter().any(|(k, _)| k == key) {
+            out.push(e.clone());
+        }
+    }
+    out
 }
 
 /// Control devices a GPU job also needs, when the node has them.

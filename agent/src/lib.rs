@@ -5,6 +5,7 @@
 //! truth, so an agent restart (or crash) loses nothing — running shims carry on, and their
 //! outcomes are reported on the next poll.
 
+pub mod cdi;
 pub mod discover;
 pub mod launch;
 
@@ -62,6 +63,8 @@ pub struct AgentConfig {
     pub binds: Vec<wharf_runtime::Bind>,
     /// Directories under which users may ask for their own binds (`--mount`).
     pub allowed_mounts: Vec<PathBuf>,
+    /// Where CDI specs are looked for (driver libraries and tools for GPU jobs).
+    pub cdi_dirs: Vec<PathBuf>,
 }
 
 /// The sandbox backend an agent uses.

@@ -76,7 +76,11 @@ pub(crate) fn prepare_root(spec: &ContainerSpec, job_dir: &Path) -> Result<PathB
         let root = open_dir(&target)?;
         check_mount_points(&root)?;
         for b in &spec.binds {
-            mkdir_in_root(&root, &b.destination)?;
+            if b.source.is_dir() {
+                mkdir_in_root(&root, &b.destination)?;
+            } else {
+                touch_in_root(&root, &b.destination)?;
+            }
         }
         mkdir_in_root(&root, &spec.cwd)?;
         if let (Some(id), false) = (&spec.identity, spec.remap_root) {
@@ -233,6 +237,27 @@ fn mkdir_in_root(root: &OwnedFd, path: &str) -> Result<(), RuntimeError> {
         done.push_str(comp);
     }
     Ok(())
+}
+
+/// Creates an empty file at `path` inside `root` (a mount point for a bound file), parents
+/// included, unless something is there.
+fn touch_in_root(root: &OwnedFd, path: &str) -> Result<(), RuntimeError> {
+    let parent = Path::new(path)
+        .parent()
+        .and_then(|p| p.to_str())
+        .unwrap_or("/");
+    mkdir_in_root(root, parent)?;
+    match open_in_root(
+        root,
+        path,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW,
+    ) {
+        Ok(_) | Err(nix::Error::EISDIR) | Err(nix::Error::ELOOP) => Ok(()),
+        Err(e) => Err(RuntimeError::sys(
+            format!("creating {path} in the image"),
+            e,
+        )),
+    }
 }
 
 /// Adds the user and their groups to the image's `/etc/passwd` and `/etc/group` (in the job's

@@ -125,3 +125,74 @@ fn gpu_job_on_a_node_missing_its_device_fails_at_once_with_the_reason() {
     );
     assert!(job["start_time"].is_null(), "{job}");
 }
+
+#[test]
+fn gpu_jobs_get_the_driver_files_of_the_nodes_cdi_spec_read_only() {
+    if !can_run("gpu_jobs_get_the_driver_files_of_the_nodes_cdi_spec_read_only") {
+        return;
+    }
+    let dev = tempfile::Builder::new()
+        .prefix("wharf-fakedev-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    fake_gpus(dev.path(), 2);
+    // A fake driver: a library and a tool, described by a CDI spec as nvidia-ctk writes it.
+    let driver = dev.path().join("driver");
+    std::fs::create_dir_all(&driver).unwrap();
+    std::fs::write(driver.join("libcuda.so.1"), "fake libcuda\n").unwrap();
+    std::fs::write(driver.join("nvidia-smi"), "fake nvidia-smi\n").unwrap();
+    let cdi = dev.path().join("cdi");
+    std::fs::create_dir_all(&cdi).unwrap();
+    let d = dev.path().display();
+    let spec = format!(
+        r#"{{"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
+            "devices": [
+              {{"name": "0", "containerEdits": {{"deviceNodes": [{{"path": "/dev/nvidia0", "hostPath": "{d}/nvidia0"}}]}}}},
+              {{"name": "1", "containerEdits": {{"deviceNodes": [{{"path": "/dev/nvidia1", "hostPath": "{d}/nvidia1"}}]}}}}
+            ],
+            "containerEdits": {{
+              "env": ["NVIDIA_DRIVER_CAPABILITIES=compute,utility", "NVIDIA_VISIBLE_DEVICES=void"],
+              "deviceNodes": [{{"path": "/dev/nvidiactl", "hostPath": "{d}/nvidiactl"}}],
+              "mounts": [
+                {{"hostPath": "{d}/driver/libcuda.so.1", "containerPath": "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "options": ["ro", "nosuid", "nodev", "bind"]}},
+                {{"hostPath": "{d}/driver/nvidia-smi", "containerPath": "/usr/bin/nvidia-smi", "options": ["ro", "nosuid", "nodev", "bind"]}}
+              ]
+            }}}}"#
+    );
+    std::fs::write(cdi.join("nvidia.json"), spec).unwrap();
+    let c = Cluster::start_with(&format!(
+        "dev_root = \"{d}\"\ncdi_dirs = [\"{}\"]",
+        cdi.display()
+    ));
+    c.import_tiny();
+    let alice = user("wharf-alice");
+    let script = "cat /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/bin/nvidia-smi; \
+        (echo x > /usr/bin/nvidia-smi) 2>/dev/null || echo ro; \
+        echo caps=$NVIDIA_DRIVER_CAPABILITIES visible=$NVIDIA_VISIBLE_DEVICES; echo $(ls /dev | grep nvidia)";
+    let out = c.wharf_as(
+        &alice,
+        &[
+            "run", "--image", "tiny", "--gpus", "1", "--", "/bin/sh", "-c", script,
+        ],
+    );
+    assert_eq!(
+        stdout(&out),
+        "fake libcuda\nfake nvidia-smi\nro\ncaps=compute,utility visible=0\nnvidia-uvm nvidia0 nvidiactl\n",
+        "{}",
+        stderr(&out)
+    );
+    // A job without GPUs gets none of it.
+    let out = c.wharf_as(
+        &alice,
+        &[
+            "run",
+            "--image",
+            "tiny",
+            "--",
+            "/bin/sh",
+            "-c",
+            "cat /usr/bin/nvidia-smi 2>/dev/null || echo absent",
+        ],
+    );
+    assert_eq!(stdout(&out), "absent\n");
+}

@@ -1,0 +1,212 @@
+//! Container Device Interface (CDI) specs: how a node's GPU driver wants to be injected into
+//! containers (device nodes, driver libraries and tools, environment), written by the vendor's
+//! tooling (`nvidia-ctk cdi generate`) to `/etc/cdi` or `/var/run/cdi`. Wharf applies the
+//! edits of the `nvidia.com/gpu` kind for exactly the GPUs a job was given, so the driver
+//! libraries in the job always match the node's driver (Apptainer's `--nv` drift, avoided).
+//! Hooks are not run: Wharf makes the mounts itself.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The CDI kind of NVIDIA GPUs.
+pub const GPU_KIND: &str = "nvidia.com/gpu";
+/// Largest spec file read.
+const MAX_SPEC_BYTES: u64 = 4 << 20;
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Spec {
+    kind: String,
+    #[serde(default)]
+    devices: Vec<Device>,
+    #[serde(default)]
+    container_edits: Edits,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Device {
+    name: String,
+    #[serde(default)]
+    container_edits: Edits,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Edits {
+    #[serde(default)]
+    env: Vec<String>,
+    #[serde(default)]
+    device_nodes: Vec<DeviceNodeEdit>,
+    #[serde(default)]
+    mounts: Vec<MountEdit>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DeviceNodeEdit {
+    path: String,
+    host_path: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MountEdit {
+    host_path: String,
+    container_path: String,
+    #[serde(default)]
+    options: Vec<String>,
+}
+
+/// What a GPU job gets from the node's CDI spec.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuEdits {
+    /// Device nodes (host path, container path).
+    pub device_nodes: Vec<(PathBuf, String)>,
+    /// Driver files and directories, bound read-only unless the spec says `rw`.
+    pub binds: Vec<wharf_runtime::Bind>,
+    /// Environment, `NAME=value`.
+    pub env: Vec<String>,
+}
+
+/// Finds the `nvidia.com/gpu` spec in `dirs` (the first in file-name order) and returns the
+/// edits for the GPUs named by `gpu_ids` (CDI device names `"0"`, `"1"`, ...). `Ok(None)` when
+/// the node has no such spec; an error when a spec is broken or lacks an allocated GPU.
+pub fn gpu_edits(dirs: &[PathBuf], gpu_ids: &[u32]) -> Result<Option<GpuEdits>, String> {
+    let Some((file, spec)) = find(dirs)? else {
+        return Ok(None);
+    };
+    let mut edits = GpuEdits::default();
+    let mut apply = |e: &Edits| {
+        edits.env.extend(e.env.iter().cloned());
+        for d in &e.device_nodes {
+            edits.device_nodes.push((
+                PathBuf::from(d.host_path.as_deref().unwrap_or(&d.path)),
+                d.path.clone(),
+            ));
+        }
+        for m in &e.mounts {
+            edits.binds.push(wharf_runtime::Bind {
+                source: PathBuf::from(&m.host_path),
+                destination: m.container_path.clone(),
+                read_only: !m.options.iter().any(|o| o == "rw"),
+            });
+        }
+    };
+    apply(&spec.container_edits);
+    for id in gpu_ids {
+        let name = id.to_string();
+        let dev = spec
+            .devices
+            .iter()
+            .find(|d| d.name == name)
+            .ok_or_else(|| {
+                format!(
+                    "{}: no CDI device {GPU_KIND}={name} for allocated GPU {id}",
+                    file.display()
+                )
+            })?;
+        apply(&dev.container_edits);
+    }
+    edits.device_nodes.sort();
+    edits.device_nodes.dedup();
+    Ok(Some(edits))
+}
+
+fn find(dirs: &[PathBuf]) -> Result<Option<(PathBuf, Spec)>, String> {
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
+        let mut files: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.extension()
+                    .is_some_and(|x| x == "json" || x == "yaml" || x == "yml")
+            })
+            .collect();
+        files.sort();
+        for f in files {
+            if f.extension().is_some_and(|x| x != "json") {
+                // YAML specs are left to a later version; nvidia-ctk writes either.
+                continue;
+            }
+            let spec = read(&f)?;
+            if spec.kind == GPU_KIND {
+                return Ok(Some((f, spec)));
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn read(f: &Path) -> Result<Spec, String> {
+    let len = std::fs::metadata(f)
+        .map_err(|e| format!("{}: {e}", f.display()))?
+        .len();
+    if len > MAX_SPEC_BYTES {
+        return Err(format!(
+            "{}: CDI spec larger than {MAX_SPEC_BYTES} bytes",
+            f.display()
+        ));
+    }
+    let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: not a CDI spec: {e}", f.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPEC: &str = r#"{
+      "cdiVersion": "0.5.0", "kind": "nvidia.com/gpu",
+      "devices": [
+        {"name": "0", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia0"}]}},
+        {"name": "1", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia1", "hostPath": "/fake/nvidia1"}]}}
+      ],
+      "containerEdits": {
+        "env": ["NVIDIA_VISIBLE_DEVICES=void"],
+        "deviceNodes": [{"path": "/dev/nvidiactl"}],
+        "mounts": [{"hostPath": "/usr/lib/libcuda.so.1", "containerPath": "/usr/lib/libcuda.so.1", "options": ["ro", "nosuid", "nodev", "bind"]}]
+      }
+    }"#;
+
+    #[test]
+    fn edits_for_the_allocated_gpus_only() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("nvidia.json"), SPEC).unwrap();
+        std::fs::write(
+            dir.path().join("other.json"),
+            r#"{"kind": "vendor.com/fpga"}"#,
+        )
+        .unwrap();
+        let e = gpu_edits(&[dir.path().to_path_buf()], &[1])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            e.device_nodes,
+            vec![
+                (PathBuf::from("/dev/nvidiactl"), "/dev/nvidiactl".into()),
+                (PathBuf::from("/fake/nvidia1"), "/dev/nvidia1".into())
+            ]
+        );
+        assert_eq!(e.binds.len(), 1);
+        assert!(e.binds[0].read_only);
+        assert_eq!(e.env, vec!["NVIDIA_VISIBLE_DEVICES=void".to_string()]);
+        let missing = gpu_edits(&[dir.path().to_path_buf()], &[5]).unwrap_err();
+        assert!(
+            missing.contains("no CDI device nvidia.com/gpu=5"),
+            "{missing}"
+        );
+        assert_eq!(
+            gpu_edits(&[PathBuf::from("/nonexistent")], &[0]).unwrap(),
+            None
+        );
+        std::fs::write(dir.path().join("a-broken.json"), "{").unwrap();
+        assert!(gpu_edits(&[dir.path().to_path_buf()], &[0])
+            .unwrap_err()
+            .contains("not a CDI spec"));
+    }
+}
