@@ -16,6 +16,8 @@ if [ "$(id -u)" = 0 ]; then
     need cc || missing="$missing gcc"
     need siftool || missing="$missing siftool"
     need mksquashfs || missing="$missing squashfs-tools"
+    [ -e /usr/include/seccomp.h ] || missing="$missing libseccomp-dev"
+    need pkg-config || missing="$missing pkg-config"
     if [ -n "$missing" ]; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
     fi
@@ -27,6 +29,8 @@ echo "== clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== tests"
 cargo test --workspace --no-fail-fast -- --test-threads=2
+echo "== tests of the seccomp feature"
+cargo test --features seccomp --test e2e -- --test-threads=2 seccomp
 echo "== quickstart"
 ./examples/quickstart.sh > /tmp/wharf-quickstart.log 2>&1 || { cat /tmp/wharf-quickstart.log; exit 1; }
 tail -n 1 /tmp/wharf-quickstart.log

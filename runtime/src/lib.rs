@@ -34,6 +34,11 @@ mod launcher;
 mod loopdev;
 mod oci;
 mod rootfs;
+#[cfg(feature = "seccomp")]
+mod seccomp;
+#[cfg(not(feature = "seccomp"))]
+#[path = "seccomp_stub.rs"]
+mod seccomp;
 pub mod shim;
 mod spec;
 mod userns;

@@ -63,7 +63,7 @@ pub fn build_oci_spec(spec: &ContainerSpec, userns: &Path) -> Result<Spec, Runti
     });
     let mut groups = spec.groups.clone();
     groups.retain(|&g| g != spec.gid);
-    let config = json!({
+    let mut config = json!({
         "ociVersion": "1.0.2",
         "root": { "path": spec.rootfs, "readonly": true },
         "hostname": spec.hostname,
@@ -95,6 +95,9 @@ pub fn build_oci_spec(spec: &ContainerSpec, userns: &Path) -> Result<Spec, Runti
             "readonlyPaths": get_default_readonly_paths(),
         },
     });
+    if let Some(profile) = crate::seccomp::profile() {
+        config["linux"]["seccomp"] = profile;
+    }
     serde_json::from_value(config)
         .map_err(|e| RuntimeError::new(ErrorKind::InvalidInput, format!("building OCI spec: {e}")))
 }

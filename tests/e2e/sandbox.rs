@@ -382,3 +382,18 @@ fn stack_limit_is_set_as_configured() {
     let out = c.wharf_as(&alice, &["run", "--", "/bin/sh", "-c", "ulimit -s"]);
     assert_eq!(stdout(&out), "16384\n", "{}", stderr(&out));
 }
+
+/// Built with `--features seccomp`: refused system calls fail with EPERM inside jobs.
+#[cfg(feature = "seccomp")]
+#[test]
+fn seccomp_profile_refuses_kernel_keyrings_and_friends() {
+    if !can_run("seccomp_profile_refuses_kernel_keyrings_and_friends") {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    // keyctl(KEYCTL_GET_KEYRING_ID=0, KEY_SPEC_SESSION_KEYRING=-3, 0) succeeds normally.
+    let perl = "syscall(250, 0, -3, 0); print(($!+0) == 1 ? \"EPERM\\n\" : \"allowed\\n\")";
+    let out = c.wharf_as(&alice, &["run", "--", "/usr/bin/perl", "-e", perl]);
+    assert_eq!(stdout(&out), "EPERM\n", "{}", stderr(&out));
+}
