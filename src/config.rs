@@ -105,6 +105,8 @@ pub struct AgentSection {
     pub allowed_mounts: Vec<PathBuf>,
     pub stack: Option<String>,
     pub cdi_dirs: Vec<PathBuf>,
+    pub driver_lib_dirs: Vec<PathBuf>,
+    pub driver_bin_dirs: Vec<PathBuf>,
 }
 
 impl Default for AgentSection {
@@ -130,6 +132,12 @@ impl Default for AgentSection {
             allowed_mounts: vec![],
             stack: None,
             cdi_dirs: vec!["/etc/cdi".into(), "/var/run/cdi".into()],
+            driver_lib_dirs: vec![
+                "/usr/lib/x86_64-linux-gnu".into(),
+                "/usr/lib64".into(),
+                "/usr/lib".into(),
+            ],
+            driver_bin_dirs: vec!["/usr/bin".into()],
         }
     }
 }

@@ -67,7 +67,17 @@ pub fn container_spec(
     let cdi = if order.gpu_ids.is_empty() {
         None
     } else {
-        crate::cdi::gpu_edits(&cfg.cdi_dirs, &order.gpu_ids).map_err(LaunchError)?
+        match crate::cdi::gpu_edits(&cfg.cdi_dirs, &order.gpu_ids).map_err(LaunchError)? {
+            Some(edits) => Some(edits),
+            // No CDI spec: the driver files found on the node, at the same paths.
+            None => Some(crate::cdi::GpuEdits {
+                binds: crate::cdi::discovered_driver_files(
+                    &cfg.driver_lib_dirs,
+                    &cfg.driver_bin_dirs,
+                ),
+                ..Default::default()
+            }),
+        }
     };
     let mut binds: Vec<wharf_runtime::Bind> = cfg
         .binds

@@ -65,6 +65,10 @@ pub struct AgentConfig {
     pub allowed_mounts: Vec<PathBuf>,
     /// Where CDI specs are looked for (driver libraries and tools for GPU jobs).
     pub cdi_dirs: Vec<PathBuf>,
+    /// Without a CDI spec: where NVIDIA's libraries and tools are looked for.
+    pub driver_lib_dirs: Vec<PathBuf>,
+    /// Without a CDI spec: where NVIDIA's tools are looked for.
+    pub driver_bin_dirs: Vec<PathBuf>,
 }
 
 /// The sandbox backend an agent uses.

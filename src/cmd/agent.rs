@@ -55,6 +55,8 @@ pub fn settings(file: &FileConfig, token: String) -> Result<wharf_agent::AgentCo
         binds: config::binds(&a.mounts)?,
         allowed_mounts: a.allowed_mounts.clone(),
         cdi_dirs: a.cdi_dirs.clone(),
+        driver_lib_dirs: a.driver_lib_dirs.clone(),
+        driver_bin_dirs: a.driver_bin_dirs.clone(),
         stack: match a.stack.as_deref() {
             None => None,
             Some("unlimited") => Some(u64::MAX),

@@ -196,3 +196,43 @@ fn gpu_jobs_get_the_driver_files_of_the_nodes_cdi_spec_read_only() {
     );
     assert_eq!(stdout(&out), "absent\n");
 }
+
+#[test]
+fn without_a_cdi_spec_gpu_jobs_get_the_driver_files_found_on_the_node() {
+    if !can_run("without_a_cdi_spec_gpu_jobs_get_the_driver_files_found_on_the_node") {
+        return;
+    }
+    let dev = tempfile::Builder::new()
+        .prefix("wharf-fakedev-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    fake_gpus(dev.path(), 1);
+    let (lib, bin) = (dev.path().join("lib"), dev.path().join("bin"));
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(lib.join("libcuda.so.550.1"), "cuda\n").unwrap();
+    std::fs::write(lib.join("libnvidia-ml.so.1"), "nvml\n").unwrap();
+    std::fs::write(lib.join("libunrelated.so.1"), "no\n").unwrap();
+    std::fs::write(bin.join("nvidia-smi"), "smi\n").unwrap();
+    let c = Cluster::start_with(&format!(
+        "dev_root = \"{0}\"\ncdi_dirs = []\ndriver_lib_dirs = [\"{1}\"]\ndriver_bin_dirs = [\"{2}\"]",
+        dev.path().display(),
+        lib.display(),
+        bin.display()
+    ));
+    c.import_tiny();
+    let alice = user("wharf-alice");
+    let script = format!("cat {0}/libcuda.so.550.1 {0}/libnvidia-ml.so.1 {1}/nvidia-smi; ls {0}/libunrelated.so.1 2>/dev/null || echo only-driver-files", lib.display(), bin.display());
+    let out = c.wharf_as(
+        &alice,
+        &[
+            "run", "--image", "tiny", "--gpus", "1", "--", "/bin/sh", "-c", &script,
+        ],
+    );
+    assert_eq!(
+        stdout(&out),
+        "cuda\nnvml\nsmi\nonly-driver-files\n",
+        "{}",
+        stderr(&out)
+    );
+}
