@@ -156,6 +156,59 @@ fn read(f: &Path) -> Result<Spec, String> {
     serde_json::from_str(&text).map_err(|e| format!("{}: not a CDI spec: {e}", f.display()))
 }
 
+/// Driver files to inject when a node has no CDI spec: NVIDIA's user-space libraries found in
+/// `lib_dirs` and its tools in `bin_dirs`, each bound read-only at the same path.
+pub fn discovered_driver_files(
+    lib_dirs: &[PathBuf],
+    bin_dirs: &[PathBuf],
+) -> Vec<wharf_runtime::Bind> {
+    const LIBS: [&str; 6] = [
+        "libcuda.so",
+        "libnvidia-",
+        "libnvcuvid.so",
+        "libnvoptix.so",
+        "libcudadebugger.so",
+        "libnvidia-ml.so",
+    ];
+    const BINS: [&str; 4] = [
+        "nvidia-smi",
+        "nvidia-debugdump",
+        "nvidia-persistenced",
+        "nvidia-cuda-mps-control",
+    ];
+    let mut out = Vec::new();
+    let mut scan = |dir: &Path, wanted: &dyn Fn(&str) -> bool| {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut names: Vec<String> = entries
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| wanted(n))
+            .collect();
+        names.sort();
+        for n in names {
+            let p = dir.join(&n);
+            if p.is_file() {
+                out.push(wharf_runtime::Bind {
+                    source: p.clone(),
+                    destination: p.display().to_string(),
+                    read_only: true,
+                });
+            }
+        }
+    };
+    for d in lib_dirs {
+        scan(d, &|n: &str| {
+            LIBS.iter().any(|l| n.starts_with(l)) && n.contains(".so")
+        });
+    }
+    for d in bin_dirs {
+        scan(d, &|n: &str| BINS.contains(&n));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,57 +262,4 @@ mod tests {
             .unwrap_err()
             .contains("not a CDI spec"));
     }
-}
-
-/// Driver files to inject when a node has no CDI spec: NVIDIA's user-space libraries found in
-/// `lib_dirs` and its tools in `bin_dirs`, each bound read-only at the same path.
-pub fn discovered_driver_files(
-    lib_dirs: &[PathBuf],
-    bin_dirs: &[PathBuf],
-) -> Vec<wharf_runtime::Bind> {
-    const LIBS: [&str; 6] = [
-        "libcuda.so",
-        "libnvidia-",
-        "libnvcuvid.so",
-        "libnvoptix.so",
-        "libcudadebugger.so",
-        "libnvidia-ml.so",
-    ];
-    const BINS: [&str; 4] = [
-        "nvidia-smi",
-        "nvidia-debugdump",
-        "nvidia-persistenced",
-        "nvidia-cuda-mps-control",
-    ];
-    let mut out = Vec::new();
-    let mut scan = |dir: &Path, wanted: &dyn Fn(&str) -> bool| {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        let mut names: Vec<String> = entries
-            .flatten()
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| wanted(n))
-            .collect();
-        names.sort();
-        for n in names {
-            let p = dir.join(&n);
-            if p.is_file() {
-                out.push(wharf_runtime::Bind {
-                    source: p.clone(),
-                    destination: p.display().to_string(),
-                    read_only: true,
-                });
-            }
-        }
-    };
-    for d in lib_dirs {
-        scan(d, &|n: &str| {
-            LIBS.iter().any(|l| n.starts_with(l)) && n.contains(".so")
-        });
-    }
-    for d in bin_dirs {
-        scan(d, &|n: &str| BINS.contains(&n));
-    }
-    out
 }
