@@ -40,9 +40,13 @@ pub fn container_spec(
         .unwrap_or_else(|| "/".into());
     // The working directory must exist inside the root; an image rarely has the user's, and
     // the sandbox mounts its own /tmp, /dev, /proc and /sys over the host's.
-    let shadowed = ["/tmp", "/dev", "/proc", "/sys"]
-        .iter()
-        .any(|m| spec.workdir == *m || spec.workdir.starts_with(&format!("{m}/")));
+    let top = spec
+        .workdir
+        .trim_start_matches('/')
+        .split('/')
+        .next()
+        .unwrap_or("");
+    let shadowed = wharf_runtime::SANDBOX_MOUNT_POINTS.contains(&top);
     // An image gets the directory made in its job layer; the host root must already have it.
     let visible = !shadowed && (spec.image != "host" || Path::new(&spec.workdir).is_dir());
     let cwd = if visible {

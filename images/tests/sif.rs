@@ -160,7 +160,7 @@ fn reads_a_file_made_by_siftool() {
 }
 
 fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap();
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(
         out.status.success(),
         "{cmd:?}: {}",

@@ -49,6 +49,7 @@ pub use error::{ErrorKind, RuntimeError};
 pub use jobdir::JobDir;
 pub use launcher::{JobStatus, Launcher};
 pub use oci::build_oci_spec;
+pub use rootfs::SANDBOX_MOUNT_POINTS;
 pub use spec::{Bind, ContainerSpec, DeviceNode, DockerTarget, Identity, Outcome};
 
 /// Milliseconds since the Unix epoch.

@@ -186,9 +186,10 @@ fn open_in_root(root: &OwnedFd, path: &str, flags: OFlag) -> Result<OwnedFd, nix
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// The sandbox mounts its own filesystems on these; an image where one is a symlink (or not a
-/// directory) could aim those mounts elsewhere, so it is refused.
-const SANDBOX_MOUNT_POINTS: [&str; 4] = ["proc", "dev", "sys", "tmp"];
+/// Top-level directories the sandbox mounts its own filesystems on, hiding what the root has
+/// there. An image where one is a symlink (or not a directory) could aim those mounts
+/// elsewhere, so it is refused.
+pub const SANDBOX_MOUNT_POINTS: [&str; 4] = ["proc", "dev", "sys", "tmp"];
 
 fn check_mount_points(root: &OwnedFd) -> Result<(), RuntimeError> {
     for name in SANDBOX_MOUNT_POINTS {

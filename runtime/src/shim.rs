@@ -357,7 +357,7 @@ fn set_limit(res: Resource, want: u64) -> Result<u64, RuntimeError> {
     if setrlimit(res, want, want).is_ok() {
         return Ok(want);
     }
-    let clamped = clamp_memlock(want, hard);
+    let clamped = clamp_limit(want, hard);
     eprintln!("wharf shim: cannot raise {res:?} to {want} (no CAP_SYS_RESOURCE?); using {clamped}");
     setrlimit(res, clamped, clamped)
         .map_err(|e| RuntimeError::sys(format!("setrlimit({res:?})"), e))?;
@@ -372,8 +372,8 @@ fn memlock_text(v: u64) -> String {
     }
 }
 
-/// The memlock limit a process whose hard limit is `hard` can give.
-fn clamp_memlock(want: u64, hard: u64) -> u64 {
+/// The limit a process whose hard limit is `hard` can give.
+fn clamp_limit(want: u64, hard: u64) -> u64 {
     want.min(hard)
 }
 
@@ -428,14 +428,14 @@ fn open_as_user(path: &Path, spec: &ContainerSpec) -> Result<OwnedFd, RuntimeErr
 
 #[cfg(test)]
 mod tests {
-    use super::clamp_memlock;
+    use super::clamp_limit;
 
     #[test]
     fn memlock_is_clamped_to_the_hard_limit() {
-        assert_eq!(clamp_memlock(libc::RLIM_INFINITY, 8 << 20), 8 << 20);
-        assert_eq!(clamp_memlock(1 << 20, 8 << 20), 1 << 20);
+        assert_eq!(clamp_limit(libc::RLIM_INFINITY, 8 << 20), 8 << 20);
+        assert_eq!(clamp_limit(1 << 20, 8 << 20), 1 << 20);
         assert_eq!(
-            clamp_memlock(libc::RLIM_INFINITY, libc::RLIM_INFINITY),
+            clamp_limit(libc::RLIM_INFINITY, libc::RLIM_INFINITY),
             libc::RLIM_INFINITY
         );
     }

@@ -95,7 +95,7 @@ fn run_exits_with_the_jobs_status() {
     // A program that does not exist in the image fails the job, with the reason shown.
     let out = c.wharf_as(&alice, &["run", "--", "/no/such/program"]);
     assert_ne!(out.status.code(), Some(0));
-    let _ = Duration::from_secs(0);
+    assert!(stderr(&out).contains("FAILED"), "{}", stderr(&out));
 }
 
 #[test]

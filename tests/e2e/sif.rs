@@ -27,7 +27,7 @@ fn tools_present() -> bool {
 }
 
 fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap();
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(
         out.status.success(),
         "{cmd:?}: {}",
