@@ -252,11 +252,13 @@ fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentJob> {
                 None,
             ),
         };
+        let stopping = exit.is_none() && dir.stop().exists();
         out.push(AgentJob {
             id,
             start_time,
             exit,
             end_time,
+            stopping,
         });
     }
     out.sort_by_key(|j| j.id);
@@ -287,6 +289,10 @@ fn carry_out(
     for kill in &orders.kill {
         let dir = launch::job_dir(&cfg.state_dir, kill.id);
         tracing::info!(job = kill.id, reason = %kill.reason, "stopping job");
+        // Recorded first, so that the order is not repeated while the job winds down.
+        if let Err(e) = std::fs::write(dir.stop(), &kill.reason) {
+            tracing::warn!(job = kill.id, error = %e, "cannot record the stop order");
+        }
         if let Err(e) = launcher.cancel(&dir) {
             tracing::warn!(job = kill.id, error = %e, "cancel failed");
         }

@@ -42,6 +42,10 @@ impl JobDir {
     pub fn started(&self) -> PathBuf {
         self.root.join("started")
     }
+    /// Written by the agent (with the reason) once it has passed a stop order to the shim.
+    pub fn stop(&self) -> PathBuf {
+        self.root.join("stop")
+    }
     /// The OCI bundle (config.json).
     pub fn bundle(&self) -> PathBuf {
         self.root.join("bundle")

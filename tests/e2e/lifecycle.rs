@@ -141,6 +141,14 @@ fn cancel_removes_the_whole_process_tree_within_the_grace_period() {
     let took = asked.elapsed();
     assert_eq!(job["state"], "CANCELLED", "{job}");
     assert!(took < Duration::from_secs(2 + 3), "cancel took {took:?}");
+    // The order reaches the agent once; it is not repeated (a busy loop) through the grace
+    // period.
+    let stops = c
+        .log()
+        .lines()
+        .filter(|l| l.contains("stopping job") && l.contains(&format!("job={id}")))
+        .count();
+    assert_eq!(stops, 1, "stop order passed {stops} times:\n{}", c.log());
     assert_eq!(stdout(&pgrep()), "", "processes of the job remain");
     let cgroups = wharf_runtime::cgroup_dirs(&format!("/{}/wharf-{id}", c.cgroup_parent));
     assert!(cgroups.is_empty(), "cgroups remain: {cgroups:?}");

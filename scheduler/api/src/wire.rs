@@ -101,6 +101,10 @@ pub struct AgentJob {
     pub exit: Option<ExitInfo>,
     /// End time, ms since the epoch, once ended.
     pub end_time: Option<u64>,
+    /// The agent has already passed a stop order to this job (it is in its grace period);
+    /// the controller does not repeat the order.
+    #[serde(default)]
+    pub stopping: bool,
 }
 
 /// `POST /v1/agent/poll`: heartbeat, job report, and a request for orders.

@@ -296,6 +296,12 @@ async fn poll(
         .filter(|j| j.exit.is_none())
         .map(|j| j.id)
         .collect();
+    let stopping: BTreeSet<JobId> = req
+        .jobs
+        .iter()
+        .filter(|j| j.exit.is_none() && j.stopping)
+        .map(|j| j.id)
+        .collect();
     let wait = Duration::from_millis(req.wait_ms.min(s.config.poll_wait.as_millis() as u64));
     let notify = s.node_notify(&node);
     // Register interest before reading state so a wake-up between the two is not lost.
@@ -307,8 +313,8 @@ async fn poll(
     }
     let deadline = tokio::time::Instant::now() + wait;
     loop {
-        let (n, h) = (node.clone(), held.clone());
-        let (launch, kill) = with_cluster(&s, move |cl, _| Ok(cl.orders(&n, &h))).await?;
+        let (n, h, st) = (node.clone(), held.clone(), stopping.clone());
+        let (launch, kill) = with_cluster(&s, move |cl, _| Ok(cl.orders(&n, &h, &st))).await?;
         if !launch.is_empty()
             || !kill.is_empty()
             || !forget.is_empty()
@@ -324,7 +330,8 @@ async fn poll(
             .await
             .is_err()
         {
-            let (launch, kill) = with_cluster(&s, move |cl, _| Ok(cl.orders(&node, &held))).await?;
+            let (launch, kill) =
+                with_cluster(&s, move |cl, _| Ok(cl.orders(&node, &held, &stopping))).await?;
             return Ok(Json(PollResponse {
                 launch,
                 kill,

@@ -344,8 +344,14 @@ impl Cluster {
     }
 
     /// Orders for a node given what it holds: launches for jobs allocated to it that it does not
-    /// have, kills for cancelled jobs and for jobs it runs that are not (or no longer) its.
-    pub fn orders(&self, node: &str, held: &BTreeSet<JobId>) -> (Vec<LaunchOrder>, Vec<KillOrder>) {
+    /// have, kills for cancelled jobs and for jobs it runs that are not (or no longer) its,
+    /// except those it already reports `stopping`.
+    pub fn orders(
+        &self,
+        node: &str,
+        held: &BTreeSet<JobId>,
+        stopping: &BTreeSet<JobId>,
+    ) -> (Vec<LaunchOrder>, Vec<KillOrder>) {
         let mut launch = Vec::new();
         let mut kill = Vec::new();
         for job in self.jobs_on(node) {
@@ -359,14 +365,15 @@ impl Cluster {
                         gpu_ids: job.gpu_ids.clone(),
                     });
                 }
-            } else if held.contains(&job.id) && job.cancel_requested {
+            } else if held.contains(&job.id) && job.cancel_requested && !stopping.contains(&job.id)
+            {
                 kill.push(KillOrder {
                     id: job.id,
                     reason: "cancelled".into(),
                 });
             }
         }
-        for id in held {
+        for id in held.difference(stopping) {
             let mine = self
                 .jobs
                 .get(id)
