@@ -31,9 +31,62 @@ pub fn memory_total() -> u64 {
         .unwrap_or(0)
 }
 
+/// The node's GPUs. The device nodes under `dev_root` decide which GPUs a job can be given;
+/// when `dev_root` is the real `/dev` and the driver's NVML library loads, each is described
+/// with its model, UUID and memory. A GPU NVML knows but whose device node is missing is left
+/// out with a warning (the sandbox could not give it to a job).
+pub fn gpus(dev_root: &Path) -> Vec<GpuInfo> {
+    let mut found = device_gpus(dev_root);
+    if dev_root != Path::new("/dev") {
+        return found;
+    }
+    match nvml_gpus() {
+        Ok(described) => {
+            for d in described {
+                match found.iter_mut().find(|g| g.index == d.index) {
+                    Some(g) => *g = d,
+                    None => tracing::warn!(
+                        index = d.index,
+                        model = d.model.as_deref().unwrap_or("?"),
+                        "NVML reports a GPU with no /dev/nvidia{} device node; it is not offered \
+                         (nvidia-modprobe -c {} creates it)",
+                        d.index,
+                        d.index
+                    ),
+                }
+            }
+        }
+        Err(e) => tracing::debug!("NVML not available ({e}); GPUs from device nodes only"),
+    }
+    found
+}
+
+/// GPUs as NVML describes them, indexed by their device minor number (the N of `/dev/nvidiaN`,
+/// which is not always NVML's own index).
+pub fn nvml_gpus() -> Result<Vec<GpuInfo>, nvml_wrapper::error::NvmlError> {
+    use nvml_wrapper::Nvml;
+    // Driver installs ship the versioned name; the bare name comes only with development files.
+    let nvml = Nvml::builder()
+        .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
+        .init()
+        .or_else(|_| Nvml::init())?;
+    let mut gpus = Vec::new();
+    for i in 0..nvml.device_count()? {
+        let dev = nvml.device_by_index(i)?;
+        gpus.push(GpuInfo {
+            index: dev.minor_number()?,
+            model: dev.name().ok(),
+            uuid: dev.uuid().ok(),
+            memory: dev.memory_info().ok().map(|m| m.total),
+        });
+    }
+    gpus.sort_by_key(|g| g.index);
+    Ok(gpus)
+}
+
 /// GPUs from the NVIDIA device nodes under `dev_root` (`nvidia0`, `nvidia1`, ...): character
 /// devices with NVIDIA's major number 195 and a minor below 255 (255 is nvidiactl).
-pub fn gpus(dev_root: &Path) -> Vec<GpuInfo> {
+fn device_gpus(dev_root: &Path) -> Vec<GpuInfo> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let Ok(entries) = std::fs::read_dir(dev_root) else {
         return vec![];
@@ -46,8 +99,14 @@ pub fn gpus(dev_root: &Path) -> Vec<GpuInfo> {
             let meta = std::fs::metadata(e.path()).ok()?;
             let rdev = meta.rdev();
             let (major, minor) = (libc::major(rdev), libc::minor(rdev));
-            (meta.file_type().is_char_device() && major == 195 && minor == index)
-                .then_some(GpuInfo { index, model: None })
+            (meta.file_type().is_char_device() && major == 195 && minor == index).then_some(
+                GpuInfo {
+                    index,
+                    model: None,
+                    uuid: None,
+                    memory: None,
+                },
+            )
         })
         .collect();
     gpus.sort_by_key(|g| g.index);

@@ -25,6 +25,13 @@ pub struct Args {
     /// Directory for job directories.
     #[arg(long)]
     state_dir: Option<PathBuf>,
+    /// Print what this node would offer (CPUs, memory, GPUs from NVML or the device nodes)
+    /// and exit, without contacting the controller.
+    #[arg(long)]
+    probe: bool,
+    /// With --probe: print JSON.
+    #[arg(long, requires = "probe")]
+    json: bool,
 }
 
 /// Builds the agent settings from the file.
@@ -71,6 +78,9 @@ pub fn settings(file: &FileConfig, token: String) -> Result<wharf_agent::AgentCo
 
 /// Runs until killed.
 pub async fn run(args: Args) -> Result<i32> {
+    if args.probe {
+        return probe(&args);
+    }
     if !nix::unistd::geteuid().is_root() {
         anyhow::bail!(
             "the agent must run as root: it creates cgroups, namespaces and mounts for jobs"
@@ -97,5 +107,36 @@ pub async fn run(args: Args) -> Result<i32> {
     let token = config::join_token(&token_file, false)?;
     let cfg = settings(&file, token)?;
     wharf_agent::run(cfg).await?;
+    Ok(0)
+}
+
+/// `wharf agent --probe`: the node as the agent would register it.
+fn probe(args: &Args) -> Result<i32> {
+    let file = config::load(args.config.as_deref())?;
+    let info = wharf_agent::node_info(&settings(&file, String::new())?);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&info)?);
+        return Ok(0);
+    }
+    println!("node    {}", info.name);
+    println!("cpus    {}", info.cpus);
+    println!(
+        "memory  {} (after agent.reserved_memory)",
+        wharf_api::resources::format_memory(info.memory)
+    );
+    println!("gpus    {}", info.gpus.len());
+    for g in &info.gpus {
+        println!(
+            "  /dev/nvidia{:<3} {:<28} {:<10} {}",
+            g.index,
+            g.model
+                .as_deref()
+                .unwrap_or("(model unknown: NVML not loaded)"),
+            g.memory
+                .map(wharf_api::resources::format_memory)
+                .unwrap_or_default(),
+            g.uuid.as_deref().unwrap_or("")
+        );
+    }
     Ok(0)
 }

@@ -43,7 +43,10 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
                 format_memory(n.allocated.memory),
                 format_memory(cap.memory)
             ),
-            format!("{}/{}", n.allocated.gpus, cap.gpus),
+            match n.info.gpus.first().and_then(|g| g.model.as_deref()) {
+                Some(model) => format!("{}/{} {model}", n.allocated.gpus, cap.gpus),
+                None => format!("{}/{}", n.allocated.gpus, cap.gpus),
+            },
             n.jobs.to_string(),
             n.images.len().to_string(),
         ]);

@@ -11,6 +11,12 @@ pub struct GpuInfo {
     pub index: u32,
     /// Model name, when known.
     pub model: Option<String>,
+    /// The GPU's UUID (`GPU-...`), when NVML reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// Total GPU memory in bytes, when NVML reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<u64>,
 }
 
 /// What an agent reports about its node when it registers.
