@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 [ "$(id -u)" = 0 ] || { echo "quickstart: run as root (the node agent creates sandboxes)" >&2; exit 1; }
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/wharf-target}"
+./examples/build-deps.sh
 cargo build --quiet --bin wharf
 wharf="$CARGO_TARGET_DIR/debug/wharf"
 

@@ -8,16 +8,15 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/wharf-target}"
 export WHARF_TEST_STRICT="${WHARF_TEST_STRICT:-1}"
 
 need() { command -v "$1" >/dev/null 2>&1; }
+./examples/build-deps.sh
 if [ "$(id -u)" = 0 ]; then
     missing=""
     need setpriv || missing="$missing util-linux"
     need useradd || missing="$missing passwd"
     need pgrep || missing="$missing procps"
-    need cc || missing="$missing gcc"
     need siftool || missing="$missing siftool"
     need mksquashfs || missing="$missing squashfs-tools"
     [ -e /usr/include/seccomp.h ] || missing="$missing libseccomp-dev"
-    need pkg-config || missing="$missing pkg-config"
     if [ -n "$missing" ]; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
     fi
