@@ -381,32 +381,12 @@ fn rdma_devices(cfg: &AgentConfig) -> Result<Vec<wharf_runtime::DeviceNode>, Lau
     Ok(devices)
 }
 
-/// The most locked memory this node can give a job: `agent.memlock`, and no more than the
-/// agent's own hard limit unless it may raise it (CAP_SYS_RESOURCE).
+/// The most locked memory this node can give a job: `agent.memlock`, and no more than its
+/// shims can give a sandbox (see [`wharf_runtime::memlock_ceiling`]).
 pub fn node_memlock(cfg: &AgentConfig) -> u64 {
-    let configured = cfg.memlock.unwrap_or(u64::MAX);
-    let can_raise = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .is_some_and(|caps| caps & (1 << 24) != 0); // CAP_SYS_RESOURCE
-    let hard = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK)
-        .map(|(_, h)| {
-            if h == libc::RLIM_INFINITY {
-                u64::MAX
-            } else {
-                h
-            }
-        })
-        .unwrap_or(0);
-    if can_raise {
-        configured
-    } else {
-        configured.min(hard)
-    }
+    cfg.memlock
+        .unwrap_or(u64::MAX)
+        .min(wharf_runtime::memlock_ceiling())
 }
 
 fn preflight_memlock(cfg: &AgentConfig, need: Option<u64>) -> Result<(), LaunchError> {

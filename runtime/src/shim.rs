@@ -184,12 +184,14 @@ fn run(
         delete(container, spec);
         return Ok(());
     }
-    if let Err(e) = container.start() {
+    let started = restore_memlock(container, spec).and_then(|()| {
+        container.start().map_err(|e| {
+            RuntimeError::new(ErrorKind::Unavailable, format!("starting container: {e}"))
+        })
+    });
+    if let Err(e) = started {
         delete(container, spec);
-        return Err(RuntimeError::new(
-            ErrorKind::Unavailable,
-            format!("starting container: {e}"),
-        ));
+        return Err(e);
     }
     let started = Instant::now();
     out.started_ms = Some(crate::now_ms());
@@ -323,15 +325,51 @@ fn reap_all() {
     }
 }
 
-/// Sets the shim's RLIMIT_MEMLOCK (soft and hard) to `want` (`None` = unlimited), which the
-/// container inherits. Inside the container's user namespace a hard limit can never be raised,
-/// so it must be done here. Without CAP_SYS_RESOURCE the shim cannot go above the hard limit it
-/// was given: it then uses that, and says so in its log. Returns the limit in force.
+/// Sets the shim's RLIMIT_MEMLOCK (soft and hard) to `want` (`None` = unlimited), no higher
+/// than [`crate::memlock_ceiling`], and returns the limit in force. Inside the container's
+/// user namespace a hard limit can never be raised, so the container gets it from outside:
+/// inherited, then set again on its init before start ([`restore_memlock`]).
 fn set_memlock(want: Option<u64>) -> Result<u64, RuntimeError> {
     set_limit(
         Resource::RLIMIT_MEMLOCK,
-        want.unwrap_or(libc::RLIM_INFINITY),
+        want.unwrap_or(libc::RLIM_INFINITY)
+            .min(crate::limits::memlock_ceiling()),
     )
+}
+
+/// Gives the created (not yet started) container init the memlock limit in force for the job.
+/// libcgroups, when it loads the device filter on a cgroup v2 host, sets the memlock limit of
+/// the process doing it to 128 MiB, soft and hard, and the container inherits that; inside the
+/// job's user namespace it could never be raised again, so it is set here, from outside, before
+/// the user's program runs.
+fn restore_memlock(container: &Container, spec: &ContainerSpec) -> Result<(), RuntimeError> {
+    let Some(init) = container.pid() else {
+        return Err(RuntimeError::new(
+            ErrorKind::Unavailable,
+            "created container has no init pid",
+        ));
+    };
+    let want = spec.memlock.unwrap_or(libc::RLIM_INFINITY);
+    let limit = libc::rlimit {
+        rlim_cur: want,
+        rlim_max: want,
+    };
+    // SAFETY: a valid rlimit for the new value and no old-value pointer.
+    if unsafe {
+        libc::prlimit(
+            init.as_raw(),
+            libc::RLIMIT_MEMLOCK,
+            &limit,
+            std::ptr::null_mut(),
+        )
+    } != 0
+    {
+        return Err(RuntimeError::io(
+            format!("setting the memlock limit of container init {init}"),
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
 }
 
 /// Sets the shim's memlock and stack limits for the job (the container inherits them; the

@@ -1,0 +1,44 @@
+//! What locked-memory limit a sandbox can be given by this process.
+
+/// libcgroups, when it loads a job's device filter on a cgroup v2 host, sets the memlock limit
+/// of the process doing it to this (soft and hard), and the container inherits it.
+const V2_DEVICE_FILTER_MEMLOCK: u64 = 128 << 20;
+
+/// The capability's bit number (linux/capability.h).
+const CAP_SYS_RESOURCE: u32 = 24;
+
+/// Whether this process may raise hard resource limits (CAP_SYS_RESOURCE in effect).
+pub fn can_raise_limits() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_RESOURCE) != 0)
+}
+
+/// The most locked memory (bytes; `u64::MAX` = unlimited) this process can give a sandbox:
+/// anything with CAP_SYS_RESOURCE (the shim restores the container's limit from outside);
+/// otherwise its own hard limit, and on a cgroup v2 host with device filters no more than
+/// what libcgroups leaves the container, since that can then never be raised again.
+pub fn memlock_ceiling() -> u64 {
+    if can_raise_limits() {
+        return u64::MAX;
+    }
+    let hard = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK)
+        .map(|(_, h)| {
+            if h == libc::RLIM_INFINITY {
+                u64::MAX
+            } else {
+                h
+            }
+        })
+        .unwrap_or(0);
+    if cfg!(feature = "v2-devices") && crate::cgroup::is_v2() {
+        hard.min(V2_DEVICE_FILTER_MEMLOCK)
+    } else {
+        hard
+    }
+}
