@@ -1,0 +1,178 @@
+#!/bin/sh
+# Checks Wharf on a real NVIDIA GPU node, as root: NVML discovery, exact GPU isolation in the
+# sandbox, the driver and locked memory inside it, and a real NCCL collective from PyTorch run
+# as a Wharf job. CI machines have no GPU, so this is not part of tests/run.sh; run it on a GPU
+# node:   tests/gpu-node.sh            (builds wharf)
+#         WHARF=path/to/wharf tests/gpu-node.sh
+# Prints PASS/FAIL per check and exits 1 if any check failed.
+set -u
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+[ "$(id -u)" = 0 ] || { echo "gpu-node: run as root (the agent makes sandboxes)" >&2; exit 1; }
+command -v nvidia-smi >/dev/null || { echo "gpu-node: no nvidia-smi: not a GPU node" >&2; exit 1; }
+if [ -z "${WHARF:-}" ]; then
+    export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/wharf-target}"
+    cargo build --quiet --release --bin wharf || exit 1
+    WHARF="$CARGO_TARGET_DIR/release/wharf"
+fi
+fails=0
+pass() { echo "PASS $*"; }
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+check() { # check NAME COMMAND...: the command's status decides
+    name=$1; shift
+    if "$@"; then pass "$name"; else fail "$name"; fi
+}
+
+echo "== node"
+uname -r
+nvidia-smi -L
+smi_uuids=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | sort)
+ngpus=$(echo "$smi_uuids" | grep -c GPU-)
+if [ -e /sys/fs/cgroup/cgroup.controllers ]; then echo "cgroup v2"; else echo "cgroup v1/hybrid"; fi
+ls -l /dev/nvidia* 2>&1 | head -20
+echo "memlock hard limit: $(ulimit -Hl); $(grep CapEff /proc/self/status)"
+
+echo "== discovery (wharf agent --probe)"
+"$WHARF" agent --probe
+probe=$("$WHARF" agent --probe --json)
+probe_uuids=$(echo "$probe" | sed -n 's/.*"uuid": "\(GPU-[^"]*\)".*/\1/p' | sort)
+check "NVML finds the $ngpus GPU(s) nvidia-smi lists, by UUID" [ "$probe_uuids" = "$smi_uuids" ]
+smi_model=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+check "NVML reports the model ($smi_model)" sh -c "echo '$probe' | grep -q '\"model\": \"$smi_model\"'"
+
+echo "== a one-node cluster"
+data=$(mktemp -d /var/tmp/wharf-gpu.XXXXXX)
+chmod 755 "$data"
+cp "$WHARF" "$data/wharf" && WHARF="$data/wharf"   # where the job's user can run it
+user=wharfgpu
+id "$user" >/dev/null 2>&1 || useradd -m -s /bin/sh "$user" || { echo "gpu-node: useradd failed" >&2; exit 1; }
+home=$(getent passwd "$user" | cut -d: -f6)
+cat > "$data/wharf.toml" <<TOML
+[controller]
+socket = "$data/wharf.sock"
+[agent]
+image_store = "$data/images"
+grace = "2s"
+mounts = ["$home"]
+TOML
+"$WHARF" dev --config "$data/wharf.toml" --data-dir "$data" 2> "$data/dev.log" &
+dev=$!
+cleanup() {
+    kill "$dev" 2>/dev/null; wait "$dev" 2>/dev/null
+    [ "$fails" = 0 ] || { echo "== the cluster's log"; tail -40 "$data/dev.log"; }
+    rm -rf "$data"
+}
+trap cleanup EXIT INT TERM
+for _ in $(seq 100); do [ -S "$data/wharf.sock" ] && break; sleep 0.1; done
+sleep 1
+WHARF_SOCKET="$data/wharf.sock" "$WHARF" nodes
+# A job run as the unprivileged user, from their home directory, on the node's own filesystem;
+# given up after 5 minutes.
+job() {
+    timeout 300 runuser -u "$user" -- env WHARF_SOCKET="$data/wharf.sock" HOME="$home" \
+        sh -c 'cd "$HOME" && exec "$0" run --image host --time 10m "$@"' "$WHARF" "$@"
+}
+py=$(command -v python3)
+smi=$(command -v nvidia-smi)
+ldp=${LD_LIBRARY_PATH:-}
+
+echo "== a job given 1 of $ngpus GPU(s)"
+out=$(job --gpus 1 --cpus 2 --mem 4G -- sh -c '
+    echo "devs: $(ls /dev | grep "^nvidia" | tr "\n" " ")"
+    echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"
+    echo "memlock: $(ulimit -l) WHARF_MEMLOCK=$WHARF_MEMLOCK"
+    grep CapEff /proc/self/status
+    "$0" --query-gpu=uuid --format=csv,noheader
+    echo done' "$smi" 2>&1)
+echo "$out"
+check "the job ran" sh -c "echo '$out' | grep -q '^done'"
+gpu_nodes=$(echo "$out" | sed -n 's/^devs: //p' | tr ' ' '\n' | grep -c '^nvidia[0-9][0-9]*$')
+check "the job sees exactly 1 /dev/nvidiaN" [ "$gpu_nodes" = 1 ]
+check "CUDA_VISIBLE_DEVICES=0 and NVIDIA_VISIBLE_DEVICES names the host GPU" \
+    sh -c "echo '$out' | grep -q '^CUDA_VISIBLE_DEVICES=0 NVIDIA_VISIBLE_DEVICES=[0-9]'"
+check "nvidia-smi in the job lists exactly one GPU, one of the node's" \
+    sh -c "[ \$(echo '$out' | grep -c '^GPU-') = 1 ] && echo '$smi_uuids' | grep -qx \"\$(echo '$out' | grep '^GPU-')\""
+set -- $(echo "$out" | sed -n 's/^memlock: \([^ ]*\) WHARF_MEMLOCK=\(.*\)/\1 \2/p')
+if [ "${2:-}" = unlimited ]; then told=unlimited; else told=$((${2:-0} / 1024)); fi
+check "the job's locked-memory limit ($1 KiB) is the one it is told (WHARF_MEMLOCK=${2:-})" [ "${1:-x}" = "$told" ]
+capeff=$(sed -n 's/^CapEff:[[:space:]]*//p' /proc/self/status)
+if [ $((0x$capeff >> 24 & 1)) = 1 ]; then
+    check "locked memory is unlimited in the job" [ "${1:-}" = unlimited ]
+else
+    echo "note: root here lacks CAP_SYS_RESOURCE, so jobs get at most the 128 MiB a cgroup v2 device filter leaves"
+fi
+check "the job has no capabilities" sh -c "echo '$out' | grep -q 'CapEff:.*0000000000000000'"
+
+echo "== a job given no GPU"
+out=$(job --cpus 1 --mem 2G -- sh -c '
+    echo "devs: $(ls /dev | grep "^nvidia" | tr "\n" " ")"
+    "$0" -L >/dev/null 2>&1 && echo "smi: sees a GPU" || echo "smi: no GPU"
+    for m in 0 1 2 3 4 5 6 7; do mknod /tmp/g$m c 195 $m 2>/dev/null && echo "mknod: made $m"; done
+    ls /proc/1/root/dev | grep -q "^nvidia[0-9]" && echo "proc: host GPU visible"
+    echo done' "$smi" 2>&1)
+echo "$out"
+check "the job ran" sh -c "echo '$out' | grep -q '^done'"
+check "no NVIDIA device node in a job without GPUs" sh -c "echo '$out' | grep -q '^devs: *$'"
+check "nvidia-smi finds no GPU" sh -c "echo '$out' | grep -q '^smi: no GPU'"
+check "mknod of a GPU node is refused" sh -c "! echo '$out' | grep -q '^mknod: made'"
+check "no GPU through /proc/1/root" sh -c "! echo '$out' | grep -q '^proc:'"
+out=$(job --cpus 1 --mem 4G --env LD_LIBRARY_PATH="$ldp" -- "$py" -c \
+    'import torch; print("cuda available:", torch.cuda.is_available())' 2>&1)
+echo "$out"
+check "PyTorch sees no CUDA device without GPUs" sh -c "echo '$out' | grep -q 'cuda available: False'"
+
+echo "== NCCL all-reduce from PyTorch in a job given 1 GPU"
+cat > "$home/nccl_allreduce.py" <<'PY'
+import os
+import torch
+import torch.distributed as dist
+
+assert torch.cuda.device_count() == 1, f"job sees {torch.cuda.device_count()} GPUs"
+dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29512", rank=0, world_size=1)
+x = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
+dist.all_reduce(x)
+torch.cuda.synchronize()
+ok = bool(torch.equal(x, torch.arange(1 << 20, dtype=torch.float32, device="cuda")))
+print("nccl", ".".join(map(str, torch.cuda.nccl.version())), "on", torch.cuda.get_device_name(0),
+      "job", os.environ.get("WHARF_JOB_ID"), "allreduce ok" if ok else "allreduce WRONG")
+dist.destroy_process_group()
+PY
+chown "$user" "$home/nccl_allreduce.py"
+out=$(job --gpus 1 --cpus 2 --mem 16G --env LD_LIBRARY_PATH="$ldp" --env NCCL_DEBUG=WARN -- \
+    "$py" "$home/nccl_allreduce.py" 2>&1)
+echo "$out" | tail -20
+check "NCCL all-reduce on the job's GPU" sh -c "echo '$out' | grep -q 'allreduce ok'"
+
+echo "== the device cgroup holds even for host root inside the job's cgroup"
+if [ -e /sys/fs/cgroup/cgroup.controllers ]; then cgroot=/sys/fs/cgroup; else cgroot=/sys/fs/cgroup/devices; fi
+WHARF_SOCKET="$data/wharf.sock" runuser -u "$user" -- sh -c 'cd && exec "$0" submit --image host --gpus 1 --time 5m --wrap "sleep 60"' "$WHARF"
+for _ in $(seq 100); do
+    cg=$(find "$cgroot" -type d -name 'wharf-*' 2>/dev/null | head -1)
+    [ -n "$cg" ] && [ -s "$cg/cgroup.procs" ] && break
+    sleep 0.1
+done
+echo "job cgroup: $cg"
+[ -n "$cg" ] || { fail "the job's cgroup appeared"; cg=/nonexistent; }
+others=$(ls /dev/nvidia-caps/* /dev/vd? /dev/sd? /dev/nvme?n? 2>/dev/null | head -3)
+out=$(sh -c 'echo $$ > "$0/cgroup.procs" || exit; exec "$@"' "$cg" "$py" -c '
+import os, sys
+for path in sys.argv[1:]:
+    try:
+        os.close(os.open(path, os.O_RDONLY))
+        print("open", path, "allowed")
+    except OSError as e:
+        print("open", path, "refused:", e.strerror)
+' /dev/nvidia0 /dev/nvidiactl $others 2>&1)
+echo "$out"
+check "the allocated GPU opens inside the job's cgroup" sh -c "echo '$out' | grep -q 'open /dev/nvidia0 allowed'"
+check "other devices ($(echo $others)) are refused by the device cgroup" \
+    sh -c "[ -n '$others' ] && ! echo '$out' | grep -v -e /dev/nvidia0 -e /dev/nvidiactl | grep -q allowed"
+WHARF_SOCKET="$data/wharf.sock" "$WHARF" cancel "$(basename "$cg" | sed 's/^wharf-//')"
+for _ in $(seq 100); do [ -d "$cg" ] || break; sleep 0.1; done
+
+echo "== after the jobs"
+left=$(find /sys/fs/cgroup -type d -name 'wharf-*' 2>/dev/null | head -5)
+check "no job cgroup is left" [ -z "$left" ]
+WHARF_SOCKET="$data/wharf.sock" "$WHARF" queue --all
+echo "gpu-node: $fails check(s) failed"
+[ "$fails" = 0 ]
