@@ -197,6 +197,7 @@ pub fn container_spec(
         rootfs_partition,
         stack: cfg.stack,
         remap_root: spec.remap_root,
+        writable: spec.writable,
         docker: match &cfg.backend {
             crate::BackendKind::Docker(socket) => Some(wharf_runtime::DockerTarget {
                 socket: socket.clone(),

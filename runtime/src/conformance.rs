@@ -178,6 +178,7 @@ pub fn template(id: &str, rootfs: &Path, uid: u32, gid: u32) -> ContainerSpec {
         rootfs_partition: None,
         stack: None,
         remap_root: false,
+        writable: false,
         docker: None,
         identity: None,
         devices: vec![],

@@ -62,7 +62,7 @@ pub fn container_body(spec: &ContainerSpec, target: &DockerTarget) -> ContainerC
         security_opt: Some(vec!["no-new-privileges".into()]),
         privileged: Some(false),
         init: Some(true),
-        readonly_rootfs: Some(true),
+        readonly_rootfs: Some(!spec.writable),
         tmpfs: Some(HashMap::from([(
             "/tmp".to_string(),
             format!("rw,nosuid,nodev,size={}", spec.tmp_size),

@@ -65,7 +65,7 @@ pub fn build_oci_spec(spec: &ContainerSpec, userns: &Path) -> Result<Spec, Runti
     groups.retain(|&g| g != spec.gid);
     let mut config = json!({
         "ociVersion": "1.0.2",
-        "root": { "path": spec.rootfs, "readonly": true },
+        "root": { "path": spec.rootfs, "readonly": !spec.writable },
         "hostname": spec.hostname,
         "process": {
             "terminal": false,

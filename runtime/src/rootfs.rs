@@ -12,7 +12,12 @@
 //!   host.
 //! - The host root (`image = "host"`) is bound as it is (pivot_root refuses `/` itself).
 //!
-//! Either way the result is then made read-only, nosuid and nodev, recursively, in one call.
+//! Either way the result is then made read-only, nosuid and nodev, recursively, in one call;
+//! a `writable` job's image root stays writable (nosuid and nodev still): its layer is then as
+//! large as the job's memory limit, whose cgroup its pages are charged to. For a writable job
+//! that is root inside (`remap_root`), the image is seen through an idmapped mount that maps
+//! its owners through the job's user namespace, so the image's root-owned files are the job's
+//! root's to change (say, to install a package), and nothing of that reaches the shared image.
 
 use std::ffi::CString;
 use std::io::Write;
@@ -30,6 +35,7 @@ use crate::spec::{ContainerSpec, Identity};
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_IDMAP: u64 = 0x100000;
 /// Size of the per-job layer over an image (mount points and identity files only).
 const LAYER_SIZE: &str = "size=16m";
 
@@ -43,7 +49,11 @@ struct MountAttr {
 
 /// Enters a private mount namespace and prepares the root for `spec` under `job_dir`.
 /// Returns the path to give the container as its root.
-pub(crate) fn prepare_root(spec: &ContainerSpec, job_dir: &Path) -> Result<PathBuf, RuntimeError> {
+pub(crate) fn prepare_root(
+    spec: &ContainerSpec,
+    job_dir: &Path,
+    userns: &Path,
+) -> Result<PathBuf, RuntimeError> {
     unshare(CloneFlags::CLONE_NEWNS)
         .map_err(|e| RuntimeError::sys("unshare mount namespace", e))?;
     mount(
@@ -66,13 +76,24 @@ pub(crate) fn prepare_root(spec: &ContainerSpec, job_dir: &Path) -> Result<PathB
         )
         .map_err(|e| RuntimeError::sys("binding the host root", e))?;
     } else {
-        let lower = match spec.rootfs_partition {
+        let mut lower = match spec.rootfs_partition {
             Some((offset, size)) => {
                 mount_squashfs(&spec.rootfs, offset, size, &job_dir.join("image"))?
             }
             None => spec.rootfs.clone(),
         };
-        overlay(&lower, &job_dir.join("layer"), &target)?;
+        let mut layer = Layer {
+            size: LAYER_SIZE.into(),
+            owner: None,
+        };
+        if spec.writable {
+            layer.size = format!("size={}", spec.memory.unwrap_or(1 << 30));
+            if spec.remap_root {
+                lower = idmapped_bind(&lower, &job_dir.join("lower"), userns)?;
+                layer.owner = Some((spec.uid, spec.gid));
+            }
+        }
+        overlay(&lower, &job_dir.join("layer"), &target, &layer)?;
         let root = open_dir(&target)?;
         check_mount_points(&root)?;
         for b in &spec.binds {
@@ -87,11 +108,89 @@ pub(crate) fn prepare_root(spec: &ContainerSpec, job_dir: &Path) -> Result<PathB
             write_identity(&root, spec.uid, spec.gid, id)?;
         }
     }
-    set_attrs(
-        &target,
-        MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-    )?;
+    let read_only = if spec.writable && spec.rootfs != Path::new("/") {
+        0
+    } else {
+        MOUNT_ATTR_RDONLY
+    };
+    set_attrs(&target, read_only | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)?;
     Ok(target)
+}
+
+/// A clone of the mount at `source`, mounted at `target` with its owners mapped through the
+/// user namespace at `userns`: a file the image's root owns is owned by that namespace's root.
+fn idmapped_bind(source: &Path, target: &Path, userns: &Path) -> Result<PathBuf, RuntimeError> {
+    mkdir(target)?;
+    let c = |p: &Path| {
+        CString::new(p.as_os_str().as_encoded_bytes())
+            .map_err(|_| RuntimeError::new(ErrorKind::InvalidInput, "path contains NUL"))
+    };
+    let (src, dst) = (c(source)?, c(target)?);
+    let ns = std::fs::File::open(userns).map_err(|e| RuntimeError::io(userns.display(), e))?;
+    // SAFETY: a valid C string; the result is checked.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            src.as_ptr(),
+            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC,
+        )
+    };
+    if tree < 0 {
+        return Err(RuntimeError::io(
+            format!("cloning the mount of image {}", source.display()),
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: a fresh fd we own.
+    let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: std::os::fd::AsRawFd::as_raw_fd(&ns) as u64,
+    };
+    let empty = CString::default();
+    // SAFETY: valid fds, an empty C string with AT_EMPTY_PATH, a properly sized mount_attr.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            std::os::fd::AsRawFd::as_raw_fd(&tree),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc != 0 {
+        return Err(RuntimeError::io(
+            format!(
+                "mapping the owners of image {} for a writable job that is root inside (its \
+                 filesystem must support idmapped mounts; run without --remap-root, or without \
+                 --writable)",
+                source.display()
+            ),
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: valid fd and C strings; the result is checked.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            std::os::fd::AsRawFd::as_raw_fd(&tree),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            dst.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if rc != 0 {
+        return Err(RuntimeError::io(
+            "mounting the idmapped image",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(target.to_path_buf())
 }
 
 /// Mounts the squashfs at `file[offset..offset+size]` read-only at `target`. The loop device
@@ -118,8 +217,16 @@ fn mkdir(p: &Path) -> Result<(), RuntimeError> {
     std::fs::create_dir_all(p).map_err(|e| RuntimeError::io(p.display(), e))
 }
 
+/// The per-job tmpfs layer over an image.
+struct Layer {
+    /// tmpfs `size=` option.
+    size: String,
+    /// Owner of the layer's root directory (the root of the merged tree), when not root.
+    owner: Option<(u32, u32)>,
+}
+
 /// Mounts `lower` under a fresh tmpfs layer at `target`.
-fn overlay(lower: &Path, layer: &Path, target: &Path) -> Result<(), RuntimeError> {
+fn overlay(lower: &Path, layer: &Path, target: &Path, opts: &Layer) -> Result<(), RuntimeError> {
     let lower_s = lower.to_str().unwrap_or("");
     if lower_s.is_empty() || lower_s.contains([',', ':']) {
         return Err(RuntimeError::new(
@@ -133,12 +240,16 @@ fn overlay(lower: &Path, layer: &Path, target: &Path) -> Result<(), RuntimeError
         layer,
         Some("tmpfs"),
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some(LAYER_SIZE),
+        Some(opts.size.as_str()),
     )
     .map_err(|e| RuntimeError::sys("mounting the job's layer", e))?;
     let (upper, work) = (layer.join("upper"), layer.join("work"));
     mkdir(&upper)?;
     mkdir(&work)?;
+    if let Some((uid, gid)) = opts.owner {
+        std::os::unix::fs::chown(&upper, Some(uid), Some(gid))
+            .map_err(|e| RuntimeError::io(upper.display(), e))?;
+    }
     let opts = format!(
         "lowerdir={lower_s},upperdir={},workdir={}",
         upper.display(),

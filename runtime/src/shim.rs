@@ -143,7 +143,7 @@ fn create(
     stderr: OwnedFd,
 ) -> Result<Container, RuntimeError> {
     let mut spec = spec.clone();
-    spec.rootfs = crate::rootfs::prepare_root(&spec, jd.path())?;
+    spec.rootfs = crate::rootfs::prepare_root(&spec, jd.path(), &holder.ns_path())?;
     let oci = build_oci_spec(&spec, &holder.ns_path())?;
     let bundle = jd.bundle();
     std::fs::create_dir_all(&bundle).map_err(|e| RuntimeError::io(bundle.display(), e))?;

@@ -66,6 +66,9 @@ pub struct ContainerSpec {
     /// The user is root inside (uid/gid 0 map to the user's ids); still no capabilities.
     #[serde(default)]
     pub remap_root: bool,
+    /// The root is writable: an image under a per-job layer as large as the memory limit.
+    #[serde(default)]
+    pub writable: bool,
     /// Host paths bound into the container (site shared storage: home, data, scratch).
     #[serde(default)]
     pub binds: Vec<Bind>,

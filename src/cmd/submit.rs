@@ -48,6 +48,11 @@ pub struct JobFlags {
     /// Be root inside the container (still yourself outside, still no capabilities).
     #[arg(long)]
     pub remap_root: bool,
+    /// A writable root: changes go to a per-job layer over the image (in memory, counted
+    /// against --mem, gone when the job ends). With --remap-root the image's root-owned files
+    /// are yours to change (e.g. to install packages).
+    #[arg(long)]
+    pub writable: bool,
     /// Needs the node's RDMA devices (InfiniBand/EFA, /dev/infiniband).
     #[arg(long)]
     pub rdma: bool,
@@ -82,7 +87,11 @@ impl JobFlags {
                 set_option(&mut req, key, v).map_err(anyhow::Error::msg)?;
             }
         }
-        for (set, key) in [(self.rdma, "rdma"), (self.remap_root, "remap-root")] {
+        for (set, key) in [
+            (self.rdma, "rdma"),
+            (self.remap_root, "remap-root"),
+            (self.writable, "writable"),
+        ] {
             if set {
                 set_option(&mut req, key, "yes").map_err(anyhow::Error::msg)?;
             }

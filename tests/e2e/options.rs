@@ -139,3 +139,60 @@ fn remapped_root_is_root_inside_and_the_user_outside() {
         "root inside is the user outside"
     );
 }
+
+#[test]
+fn writable_jobs_change_their_own_copy_of_the_image_only() {
+    if !can_run("writable_jobs_change_their_own_copy_of_the_image_only") {
+        return;
+    }
+    let c = Cluster::start();
+    c.import_tiny();
+    let alice = user("wharf-alice");
+    let run = |args: &[&str], script: &str| {
+        let mut all = vec!["run", "--image", "tiny", "--mem", "64M"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--", "/bin/sh", "-c", script]);
+        c.wharf_as(&alice, &all)
+    };
+    // Root inside may change the image's root-owned files (in its own layer).
+    let out = run(
+        &["--writable", "--remap-root"],
+        "echo added > /etc/added && cat /etc/added && echo 'exit 7' > /bin/false && \
+         /bin/sh /bin/false; echo status $?",
+    );
+    assert_eq!(stdout(&out), "added\nstatus 7\n", "{}", stderr(&out));
+    // The user may not, though the root is writable; permissions still hold.
+    let out = run(
+        &["--writable"],
+        "echo x > /etc/added2 2>&1; echo x > /tmp/ok && echo tmp ok",
+    );
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(text.contains("Permission denied"), "{text}");
+    assert!(!text.contains("Read-only"), "{text}");
+    // A layer is as large as the job's memory limit: it cannot fill the node.
+    let out = run(
+        &["--writable", "--remap-root"],
+        "dd if=/dev/zero of=/big bs=1M count=200 2>/dev/null && echo wrote all",
+    );
+    assert!(!stdout(&out).contains("wrote all"), "{}", stdout(&out));
+    // The next job, and the shared image, are untouched; a plain job's root is read-only.
+    let out = run(
+        &[],
+        "cat /etc/added 2>/dev/null || echo absent; /bin/false; echo status $?; \
+         echo x > /etc/added 2>&1",
+    );
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(text.starts_with("absent\nstatus 1\n"), "{text}");
+    assert!(text.contains("Read-only file system"), "{text}");
+    // The node's own filesystem is never writable: refused at submit, nothing queued.
+    let out = c.wharf_as(
+        &alice,
+        &["submit", "--image", "host", "--writable", "--wrap", "true"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("`writable` needs an image"),
+        "{}",
+        stderr(&out)
+    );
+}

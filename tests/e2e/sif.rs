@@ -95,6 +95,22 @@ fn sif_image_runs_in_the_sandbox_and_leaves_no_loop_device() {
         stdout(&out),
         format!("{}\ninside good\nread-only\n", alice.uid)
     );
+    // Writable, root inside: the squashfs is mapped like any image.
+    let out = c.wharf_as(
+        &alice,
+        &[
+            "run",
+            "--image",
+            sif.to_str().unwrap(),
+            "--writable",
+            "--remap-root",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo changed > /etc/marker && cat /etc/marker",
+        ],
+    );
+    assert_eq!(stdout(&out), "changed\n", "{}", stderr(&out));
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while loops_on(&sif) > 0 {
         assert!(

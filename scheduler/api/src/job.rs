@@ -71,6 +71,10 @@ pub struct JobRequest {
     /// Run as root inside the container (the user's own id outside; still no capabilities).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remap_root: Option<bool>,
+    /// A writable root: the image under a per-job layer the job may change (in memory, counted
+    /// against its memory limit, gone when it ends). Images only, not the node's own root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writable: Option<bool>,
     /// Locked memory the job needs, bytes (`u64::MAX` = unlimited; job files may write
     /// `"unlimited"` or `"64G"`). A node that cannot give it fails the job at once, saying so.
     #[serde(
@@ -184,6 +188,9 @@ pub struct JobSpec {
     /// Root inside, the user outside.
     #[serde(default)]
     pub remap_root: bool,
+    /// The root is writable (a per-job layer over the image).
+    #[serde(default)]
+    pub writable: bool,
     /// Locked memory needed, bytes (`u64::MAX` = unlimited).
     #[serde(default)]
     pub memlock: Option<u64>,
@@ -197,7 +204,7 @@ impl JobRequest {
         }
         take!(
             name, image, command, script, cpus, memory, gpus, time, nodes, workdir, output, error,
-            rdma, memlock, remap_root
+            rdma, memlock, remap_root, writable
         );
         self.env.extend(other.env);
         self.mounts.extend(other.mounts);
@@ -249,6 +256,13 @@ impl JobRequest {
         }
         let image = self.image.clone().unwrap_or_else(|| defaults.image.clone());
         validate_image_name(&image)?;
+        if self.writable == Some(true) && image == "host" {
+            return Err(
+                "`writable` needs an image: the node's own filesystem (image \"host\") is never \
+                 writable; name an image, or write to /tmp or a shared path"
+                    .into(),
+            );
+        }
         let cpus = self.cpus.unwrap_or(defaults.cpus);
         if cpus == 0 {
             return Err("`cpus` must be at least 1".into());
@@ -328,6 +342,7 @@ impl JobRequest {
             rdma: self.rdma.unwrap_or(nodes > 1),
             mounts: validate_mounts(&self.mounts)?,
             remap_root: self.remap_root.unwrap_or(false),
+            writable: self.writable.unwrap_or(false),
             memlock: self.memlock,
         })
     }
@@ -640,6 +655,20 @@ mod tests {
             ..req()
         };
         assert!(img.resolve("/", &d).unwrap_err().contains("`image`"));
+        let writable_host = JobRequest {
+            writable: Some(true),
+            ..req()
+        };
+        assert!(writable_host
+            .resolve("/", &d)
+            .unwrap_err()
+            .contains("`writable` needs an image"));
+        let writable_image = JobRequest {
+            writable: Some(true),
+            image: Some("tiny".into()),
+            ..req()
+        };
+        assert!(writable_image.resolve("/", &d).unwrap().writable);
         let env = JobRequest {
             env: [("1X".into(), "v".into())].into(),
             ..req()

@@ -182,7 +182,7 @@ fn yes_no(key: &str, value: &str) -> Result<bool, String> {
 }
 
 /// Options that are switches: given alone they mean yes.
-const BOOLEAN_OPTIONS: [&str; 2] = ["rdma", "remap-root"];
+const BOOLEAN_OPTIONS: [&str; 3] = ["rdma", "remap-root", "writable"];
 
 /// Sets one option by its long or short name. The names match `wharf submit --help`.
 pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), String> {
@@ -213,6 +213,7 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
         }
         "rdma" => req.rdma = Some(yes_no(key, value)?),
         "remap-root" => req.remap_root = Some(yes_no(key, value)?),
+        "writable" | "writable-tmpfs" => req.writable = Some(yes_no(key, value)?),
         "mount" => req.mounts.push(value.to_string()),
         "memlock" => {
             req.memlock = Some(crate::job::parse_memlock(value).map_err(|e| format!("--{e}"))?)
