@@ -141,14 +141,20 @@ fn reads_a_file_made_by_siftool() {
     std::fs::write(root.join("bin/hello"), "hi").unwrap();
     let sif_path = dir.path().join("img.sif");
     let mksif = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/mksif.sh");
-    run(Command::new(mksif).arg(&root).arg(&sif_path));
+    // One fixed build time for both squashfs builds below: their superblocks record it, and
+    // two builds a second apart would differ there.
+    let epoch = ("SOURCE_DATE_EPOCH", "1700000000");
+    run(Command::new(mksif)
+        .arg(&root)
+        .arg(&sif_path)
+        .env(epoch.0, epoch.1));
     // The same tree as a plain squashfs, to compare the partition with.
     let sqfs = dir.path().join("root.sqfs");
-    run(Command::new("mksquashfs").arg(&root).arg(&sqfs).args([
-        "-noappend",
-        "-quiet",
-        "-all-root",
-    ]));
+    run(Command::new("mksquashfs")
+        .arg(&root)
+        .arg(&sqfs)
+        .args(["-noappend", "-quiet", "-all-root"])
+        .env(epoch.0, epoch.1));
     let part = primary_partition(&sif_path).unwrap();
     assert_eq!(part.size, std::fs::metadata(&sqfs).unwrap().len());
     // The partition is the squashfs, byte for byte.

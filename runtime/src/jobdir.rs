@@ -57,7 +57,9 @@ impl JobDir {
 
     /// Creates the directory (mode 0711: the container's unprivileged ids must traverse it to
     /// reach the root bound inside; the files with the job's details are 0600) and writes the
-    /// spec. Fails with `InvalidInput` if it exists.
+    /// spec. Fails with `InvalidInput` if it exists. The spec is not fsynced: a job outlives
+    /// an agent crash (the page cache keeps the file) but never a node crash, and the launch
+    /// should not wait for the disk.
     pub fn create(&self, spec: &ContainerSpec) -> Result<(), RuntimeError> {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
@@ -66,7 +68,7 @@ impl JobDir {
             .map_err(|e| {
                 RuntimeError::io(format!("creating job directory {}", self.root.display()), e)
             })?;
-        Self::write_atomic(&self.spec(), spec)
+        write_json(&self.spec(), spec, false)
     }
 
     /// Reads the spec.
@@ -79,24 +81,33 @@ impl JobDir {
         read_json(&self.outcome()).ok()
     }
 
-    /// Writes `value` as JSON to `path` so that readers see all of it or none (temp file,
-    /// fsync, rename).
+    /// Writes `value` as JSON to `path` so that readers see all of it or none, and it
+    /// survives a node crash (temp file, fsync, rename).
     pub fn write_atomic<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), RuntimeError> {
-        let tmp = path.with_extension("tmp");
-        let body = serde_json::to_vec_pretty(value)
-            .map_err(|e| RuntimeError::new(crate::ErrorKind::InvalidInput, e.to_string()))?;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| RuntimeError::io(tmp.display(), e))?;
-        f.write_all(&body)
-            .and_then(|_| f.sync_all())
-            .map_err(|e| RuntimeError::io(tmp.display(), e))?;
-        std::fs::rename(&tmp, path).map_err(|e| RuntimeError::io(path.display(), e))
+        write_json(path, value, true)
     }
+}
+
+/// Writes `value` as JSON to a temp file (fsynced when `durable`) renamed over `path`.
+fn write_json<T: serde::Serialize>(
+    path: &Path,
+    value: &T,
+    durable: bool,
+) -> Result<(), RuntimeError> {
+    let tmp = path.with_extension("tmp");
+    let body = serde_json::to_vec_pretty(value)
+        .map_err(|e| RuntimeError::new(crate::ErrorKind::InvalidInput, e.to_string()))?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| RuntimeError::io(tmp.display(), e))?;
+    f.write_all(&body)
+        .and_then(|_| if durable { f.sync_all() } else { Ok(()) })
+        .map_err(|e| RuntimeError::io(tmp.display(), e))?;
+    std::fs::rename(&tmp, path).map_err(|e| RuntimeError::io(path.display(), e))
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, RuntimeError> {

@@ -12,6 +12,21 @@ use crate::error::{ErrorKind, RuntimeError};
 use crate::jobdir::JobDir;
 use crate::spec::{ContainerSpec, Outcome};
 
+/// State letter and start time (clock ticks after boot) of process `pid`, from
+/// `/proc/PID/stat` (fields 3 and 22; the command name before them may hold any byte).
+fn stat_of(pid: u32) -> Option<(String, u64)> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some((
+        after_name.first()?.to_string(),
+        after_name.get(19)?.parse().ok()?,
+    ))
+}
+
+fn start_time(pid: u32) -> Option<u64> {
+    stat_of(pid).map(|(_, t)| t)
+}
+
 /// What the agent can tell about a job from its directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobStatus {
@@ -40,8 +55,11 @@ impl Launcher {
         Launcher { exe }
     }
 
-    /// Writes the spec to `dir` and starts its shim, detached in its own session so that it
-    /// outlives an agent restart. Returns the shim pid. Fails if the job directory exists.
+    /// Writes the spec to `dir` and starts its shim in its own process group, so that it
+    /// outlives an agent restart and a terminal's signals to the agent (SIGINT, SIGHUP).
+    /// Spawned without a pre-exec hook, so the standard library can use posix_spawn rather
+    /// than fork the (large, threaded) agent. Returns the shim pid. Fails if the job directory
+    /// exists.
     pub fn launch(&self, dir: &JobDir, spec: &ContainerSpec) -> Result<u32, RuntimeError> {
         dir.create(spec)?;
         let log =
@@ -52,21 +70,15 @@ impl Launcher {
             .arg(dir.path())
             .stdin(Stdio::null())
             .stdout(log)
-            .stderr(log2);
-        // SAFETY: setsid is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setsid() < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+            .stderr(log2)
+            .process_group(0);
         let mut child = cmd
             .spawn()
             .map_err(|e| RuntimeError::io(format!("starting {} shim", self.exe.display()), e))?;
         let pid = child.id();
-        fs::write(dir.pid(), pid.to_string())
+        // The pid and the process's start time name this shim even after the pid is reused.
+        let started = start_time(pid).unwrap_or_default();
+        fs::write(dir.pid(), format!("{pid} {started}"))
             .map_err(|e| RuntimeError::io(dir.pid().display(), e))?;
         // Reap it when it ends; after an agent restart init does.
         std::thread::spawn(move || child.wait());
@@ -113,15 +125,23 @@ impl Launcher {
         }
     }
 
-    /// The shim's pid if that process is alive and is this job's shim (not a reused pid).
+    /// The shim's pid if that process is alive and is this job's shim (not a reused pid: the
+    /// start time recorded at launch must match; the command line is not used, since it is
+    /// empty for a moment while the shim is being exec'd).
     fn live_pid(&self, dir: &JobDir) -> Option<u32> {
-        let pid: u32 = fs::read_to_string(dir.pid()).ok()?.trim().parse().ok()?;
-        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let text = fs::read_to_string(dir.pid()).ok()?;
+        let mut fields = text.split_whitespace();
+        let pid: u32 = fields.next()?.parse().ok()?;
+        let (state, started) = stat_of(pid)?;
+        let ours = match fields.next().and_then(|t| t.parse::<u64>().ok()) {
+            Some(recorded) => started == recorded,
+            // A pid file from an older agent: the shim's command line names the directory.
+            None => fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let needle = dir.path().as_os_str().as_encoded_bytes();
+                c.split(|&b| b == 0).any(|arg| arg == needle)
+            }),
+        };
         // A zombie has finished; its outcome is what counts.
-        let state = stat.rsplit(')').next()?.split_whitespace().next()?;
-        let needle = dir.path().as_os_str().as_encoded_bytes();
-        let ours = cmdline.split(|&b| b == 0).any(|arg| arg == needle);
         (ours && state != "Z").then_some(pid)
     }
 
@@ -129,6 +149,14 @@ impl Launcher {
     /// without cleaning up (killed, say), whatever it left is removed first: every process in
     /// the job's cgroup, the container's state and cgroups, or the engine's container.
     pub fn remove(&self, dir: &JobDir) -> Result<(), RuntimeError> {
+        // A shim that has written its outcome is on its way out: give it a moment.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while self.live_pid(dir).is_some()
+            && dir.read_outcome().is_some()
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         if let Some(pid) = self.live_pid(dir) {
             return Err(RuntimeError::new(
                 ErrorKind::InvalidInput,
@@ -146,5 +174,36 @@ impl Launcher {
             }
             _ => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir_with_pid_file(text: &str) -> (tempfile::TempDir, JobDir) {
+        let tmp = tempfile::tempdir().unwrap();
+        let jd = JobDir::new(tmp.path().join("7"));
+        fs::create_dir(jd.path()).unwrap();
+        fs::write(jd.pid(), text).unwrap();
+        (tmp, jd)
+    }
+
+    #[test]
+    fn a_shim_is_known_by_its_pid_and_start_time() {
+        let launcher = Launcher::new("/nonexistent".into());
+        let me = std::process::id();
+        let started = start_time(me).unwrap();
+        let (_t, jd) = dir_with_pid_file(&format!("{me} {started}"));
+        assert!(matches!(
+            launcher.status(&jd),
+            JobStatus::Running { pid, .. } if pid == me
+        ));
+        // The same pid with another start time is a reused pid: the shim is gone.
+        let (_t, jd) = dir_with_pid_file(&format!("{me} {}", started + 1));
+        assert!(matches!(launcher.status(&jd), JobStatus::Lost(_)));
+        // An older pid file (pid only) falls back to the command line, which is not a shim's.
+        let (_t, jd) = dir_with_pid_file(&me.to_string());
+        assert!(matches!(launcher.status(&jd), JobStatus::Lost(_)));
     }
 }

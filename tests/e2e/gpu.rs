@@ -236,3 +236,57 @@ fn without_a_cdi_spec_gpu_jobs_get_the_driver_files_found_on_the_node() {
         stderr(&out)
     );
 }
+
+#[test]
+fn agent_probe_prints_the_node_it_would_register() {
+    if !can_run("agent_probe_prints_the_node_it_would_register") {
+        return;
+    }
+    let dev = tempfile::Builder::new()
+        .prefix("wharf-fakedev-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    fake_gpus(dev.path(), 3);
+    let config = dev.path().join("wharf.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agent]\nnode_name = \"probe-node\"\ndev_root = \"{}\"\n",
+            dev.path().display()
+        ),
+    )
+    .unwrap();
+    // No controller is running: the probe reads only this machine.
+    let out = std::process::Command::new(wharf_bin())
+        .args(["agent", "--probe", "--json", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(info["name"], "probe-node");
+    let indices: Vec<u64> = info["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(indices, [0, 1, 2]);
+    assert!(info["cpus"].as_u64().unwrap() >= 1);
+    let human = std::process::Command::new(wharf_bin())
+        .args(["agent", "--probe", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let text = stdout(&human);
+    assert!(
+        text.contains("gpus    3") && text.contains("/dev/nvidia2"),
+        "{text}"
+    );
+    // --json belongs to --probe.
+    let bad = std::process::Command::new(wharf_bin())
+        .args(["agent", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+}

@@ -149,6 +149,22 @@ impl Cluster {
         }
     }
 
+    /// Kills job `id`'s shim with SIGKILL (its pid is the first word of `shim.pid`).
+    pub fn kill9_shim(&self, id: u64) {
+        let file = self
+            .dir
+            .join("agent/jobs")
+            .join(id.to_string())
+            .join("shim.pid");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let pid: i32 = text.split_whitespace().next().unwrap().parse().unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap_or_else(|e| panic!("killing shim {pid} of job {id}: {e}"));
+    }
+
     /// The daemon's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("dev.log")).unwrap_or_default()

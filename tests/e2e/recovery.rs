@@ -36,10 +36,7 @@ fn job_lost_by_its_node_ends_as_node_fail() {
     c.kill9();
     // The node loses the job entirely (say, it was reinstalled): shim and directory gone.
     let job_dir = c.dir.join("agent/jobs").join(id.to_string());
-    let pid = std::fs::read_to_string(job_dir.join("shim.pid")).unwrap();
-    let _ = std::process::Command::new("kill")
-        .args(["-9", pid.trim()])
-        .status();
+    c.kill9_shim(id);
     std::thread::sleep(Duration::from_millis(300));
     std::fs::remove_dir_all(&job_dir).unwrap();
     c.spawn();
@@ -64,16 +61,7 @@ fn a_killed_shim_leaves_no_process_or_cgroup_behind() {
     let dave = user("wharf-dave");
     let id = submitted_id(&c.wharf_as(&dave, &["submit", "--wrap", "sleep 300 & sleep 300; wait"]));
     c.wait_running(id);
-    let pid = std::fs::read_to_string(
-        c.dir
-            .join("agent/jobs")
-            .join(id.to_string())
-            .join("shim.pid"),
-    )
-    .unwrap();
-    let _ = std::process::Command::new("kill")
-        .args(["-9", pid.trim()])
-        .status();
+    c.kill9_shim(id);
     let job = c.wait_done(id, Duration::from_secs(20));
     assert_eq!(job["state"], "FAILED", "{job}");
     assert!(
