@@ -17,15 +17,7 @@ use wharf_runtime::{JobDir, JobStatus, Launcher};
 const STAMP_C: &str = "#include <stdio.h>\n#include <time.h>\nint main(void){struct timespec t;\
 clock_gettime(CLOCK_MONOTONIC,&t);printf(\"%lld\\n\",(long long)t.tv_sec*1000000000LL+t.tv_nsec);return 0;}\n";
 
-fn mono_ns() -> i64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    t.tv_sec * 1_000_000_000 + t.tv_nsec
-}
+use wharf_runtime::timeline::{self, monotonic_ns as mono_ns};
 
 fn stamp_of(file: &Path) -> Option<i64> {
     std::fs::read_to_string(file).ok()?.trim().parse().ok()
@@ -82,7 +74,9 @@ fn bundle(dir: &Path) -> PathBuf {
     rootfs
 }
 
-fn wharf(runs: usize, dir: &Path, rootfs: &Path) -> Vec<f64> {
+/// Wharf's launches: the latency of each, and for each step of the shim's timeline its time
+/// after the launch call (ms), run by run.
+fn wharf(runs: usize, dir: &Path, rootfs: &Path) -> (Vec<f64>, Vec<Vec<(String, f64)>>) {
     let launcher = Launcher::new(PathBuf::from(env!("CARGO_BIN_EXE_wharf")));
     let out_dir = dir.join("out");
     std::fs::create_dir_all(&out_dir).unwrap();
@@ -92,6 +86,7 @@ fn wharf(runs: usize, dir: &Path, rootfs: &Path) -> Vec<f64> {
     )
     .unwrap();
     let mut ms = Vec::new();
+    let mut steps = Vec::new();
     for i in 0..runs {
         let out = out_dir.join(format!("wharf-{i}"));
         let mut spec = template(
@@ -125,10 +120,33 @@ fn wharf(runs: usize, dir: &Path, rootfs: &Path) -> Vec<f64> {
         }
         if let Some(stamp) = stamp_of(&out) {
             ms.push((stamp - t0) as f64 / 1e6);
+            steps.push(
+                timeline::read(&jd)
+                    .into_iter()
+                    .map(|(step, ns)| (step, (ns - t0) as f64 / 1e6))
+                    .collect(),
+            );
         }
         let _ = launcher.remove(&jd);
     }
-    ms
+    (ms, steps)
+}
+
+/// The median time after the launch call at which each step of the shim's timeline ended.
+fn print_steps(runs: &[Vec<(String, f64)>], exec_p50: f64) {
+    let Some(first) = runs.first() else { return };
+    let mut line = String::from("wharf    steps (p50 ms after the launch call):");
+    for (k, (step, _)) in first.iter().enumerate() {
+        let mut at: Vec<f64> = runs
+            .iter()
+            .filter_map(|r| r.get(k).filter(|(s, _)| s == step).map(|(_, t)| *t))
+            .collect();
+        at.sort_by(|a, b| a.total_cmp(b));
+        if !at.is_empty() {
+            line.push_str(&format!(" {step} {:.2},", percentile(&at, 0.5)));
+        }
+    }
+    println!("{line} first instruction {exec_p50:.2}");
 }
 
 /// An OCI CLI runtime (runc, youki, crun) on the same rootfs: `RUNTIME run` in the foreground.
@@ -249,8 +267,9 @@ fn main() {
     println!("launch-to-exec latency, {runs} launches each, same static program and rootfs");
     // One warm-up launch each so page cache and binaries are hot for everyone.
     let _ = wharf(1, dir.path(), &rootfs);
-    let ours =
-        summarize("wharf", wharf(runs, dir.path(), &rootfs)).expect("no wharf launches measured");
+    let (ms, steps) = wharf(runs, dir.path(), &rootfs);
+    let ours = summarize("wharf", ms).expect("no wharf launches measured");
+    print_steps(&steps, ours.p50);
     let mut anchors = Vec::new();
     for name in ["runc", "youki", "crun"] {
         let _ = oci_cli(name, "warm", 1, dir.path(), &rootfs);

@@ -46,6 +46,10 @@ impl JobDir {
     pub fn stop(&self) -> PathBuf {
         self.root.join("stop")
     }
+    /// The shim's launch timeline (see [`crate::timeline`]).
+    pub fn timeline(&self) -> PathBuf {
+        self.root.join("timeline")
+    }
     /// The OCI bundle (config.json).
     pub fn bundle(&self) -> PathBuf {
         self.root.join("bundle")

@@ -42,6 +42,7 @@ mod seccomp;
 mod seccomp;
 pub mod shim;
 mod spec;
+pub mod timeline;
 mod userns;
 
 pub use backend::{Backend, DockerBackend};

@@ -29,6 +29,7 @@ use crate::error::{ErrorKind, RuntimeError};
 use crate::jobdir::JobDir;
 use crate::oci::build_oci_spec;
 use crate::spec::{ContainerSpec, Outcome};
+use crate::timeline;
 use crate::userns::{id_maps, UserNsHolder};
 
 static CANCEL: AtomicBool = AtomicBool::new(false);
@@ -41,6 +42,7 @@ extern "C" fn on_cancel(_: libc::c_int) {
 /// 0 when an outcome was written.
 pub fn main(dir: &Path) -> i32 {
     let jd = JobDir::new(dir.to_path_buf());
+    timeline::mark(&jd, "shim");
     let outcome = match jd.read_spec() {
         Ok(spec) => supervise(&jd, &spec),
         Err(e) => Outcome {
@@ -122,7 +124,9 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
             id_maps(spec.uid, spec.gid, &spec.groups, spec.root_host_id)?
         };
         let mut holder = UserNsHolder::create(&uid_map, &gid_map)?;
+        timeline::mark(jd, "identity");
         let mut container = create(jd, spec, &holder, stdout, stderr)?;
+        timeline::mark(jd, "created");
         holder.release();
         run(jd, &mut container, spec, &mut out)
     });
@@ -153,6 +157,7 @@ fn create(
     oci.save(bundle.join("config.json")).map_err(|e| {
         RuntimeError::new(ErrorKind::Unavailable, format!("writing config.json: {e}"))
     })?;
+    timeline::mark(jd, "root");
     let devnull = File::open("/dev/null").map_err(|e| RuntimeError::io("/dev/null", e))?;
     let lc = |what: &str, e: libcontainer::error::LibcontainerError| {
         RuntimeError::new(
@@ -189,6 +194,7 @@ fn run(
             RuntimeError::new(ErrorKind::Unavailable, format!("starting container: {e}"))
         })
     });
+    timeline::mark(jd, "started");
     if let Err(e) = started {
         delete(container, spec);
         return Err(e);

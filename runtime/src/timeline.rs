@@ -1,0 +1,58 @@
+//! The shim's launch timeline: when each step of making a job's sandbox ended, as
+//! `STEP NANOSECONDS` lines (CLOCK_MONOTONIC, which every namespace shares) appended to the job
+//! directory's `timeline` file. It answers "why did this job take long to start?" and gives
+//! the launch benchmark its breakdown.
+
+use std::io::Write;
+
+use crate::jobdir::JobDir;
+
+/// The monotonic clock, in nanoseconds.
+pub fn monotonic_ns() -> i64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec * 1_000_000_000 + t.tv_nsec
+}
+
+/// Records that `step` has just ended. Best effort: a timeline never fails a job.
+pub(crate) fn mark(jd: &JobDir, step: &str) {
+    let line = format!("{step} {}\n", monotonic_ns());
+    let _ = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(jd.timeline())
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+}
+
+/// The steps recorded so far, in order.
+pub fn read(jd: &JobDir) -> Vec<(String, i64)> {
+    std::fs::read_to_string(jd.timeline())
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (step, ns) = l.split_once(' ')?;
+            Some((step.to_string(), ns.parse().ok()?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_read_back_in_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let jd = JobDir::new(tmp.path().to_path_buf());
+        mark(&jd, "shim");
+        mark(&jd, "root");
+        let steps = read(&jd);
+        let names: Vec<&str> = steps.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(names, ["shim", "root"]);
+        assert!(steps[0].1 <= steps[1].1);
+    }
+}
