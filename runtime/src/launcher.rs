@@ -1,9 +1,11 @@
 //! Starting and watching shims from the agent.
 
 use std::fs;
+use std::io::BufReader;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Arc, Mutex};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -23,8 +25,24 @@ fn stat_of(pid: u32) -> Option<(String, u64)> {
     ))
 }
 
-fn start_time(pid: u32) -> Option<u64> {
+pub(crate) fn start_time(pid: u32) -> Option<u64> {
     stat_of(pid).map(|(_, t)| t)
+}
+
+/// Records the shim's pid and start time, which name it even after the pid is reused. Written
+/// whole (temp file and rename): the shim forked by the spawner writes it too.
+pub(crate) fn write_pid_file(dir: &JobDir, pid: u32, started: u64) -> Result<(), RuntimeError> {
+    let tmp = dir.path().join(format!("shim.pid.{}", std::process::id()));
+    fs::write(&tmp, format!("{pid} {started}"))
+        .and_then(|_| fs::rename(&tmp, dir.pid()))
+        .map_err(|e| RuntimeError::io(dir.pid().display(), e))
+}
+
+/// The pid and start time in the pid file, when it holds both.
+fn read_pid_file(dir: &JobDir) -> Option<(u32, u64)> {
+    let text = fs::read_to_string(dir.pid()).ok()?;
+    let mut f = text.split_whitespace();
+    Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
 }
 
 /// What the agent can tell about a job from its directory.
@@ -43,25 +61,124 @@ pub enum JobStatus {
     Lost(String),
 }
 
-/// Starts shims (`<exe> shim <dir>`) and inspects them. Safe to use from many threads.
+/// Starts shims and inspects them. Safe to use from many threads.
+///
+/// Shims are forked by a pre-started spawner (`<exe> shim --spawner`, see [`crate::spawner`]),
+/// started with the first launch and again if it dies; if it cannot be used, the shim is
+/// started directly as `<exe> shim DIR`.
 #[derive(Debug, Clone)]
 pub struct Launcher {
     exe: PathBuf,
+    spawner: Arc<Mutex<Option<Spawner>>>,
+}
+
+/// The running spawner and its pipes.
+#[derive(Debug)]
+struct Spawner {
+    child: Child,
+    to: ChildStdin,
+    from: BufReader<ChildStdout>,
+}
+
+impl Drop for Spawner {
+    fn drop(&mut self) {
+        // It exits when its stdin closes; make sure, and reap it.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Launcher {
-    /// A launcher that runs `exe shim DIR`; `exe` is normally the `wharf` binary itself.
+    /// A launcher for the shims of `exe`, normally the `wharf` binary itself.
     pub fn new(exe: PathBuf) -> Self {
-        Launcher { exe }
+        Launcher {
+            exe,
+            spawner: Arc::new(Mutex::new(None)),
+        }
     }
 
     /// Writes the spec to `dir` and starts its shim in its own process group, so that it
     /// outlives an agent restart and a terminal's signals to the agent (SIGINT, SIGHUP).
-    /// Spawned without a pre-exec hook, so the standard library can use posix_spawn rather
-    /// than fork the (large, threaded) agent. Returns the shim pid. Fails if the job directory
-    /// exists.
+    /// Returns the shim pid. Fails if the job directory exists.
     pub fn launch(&self, dir: &JobDir, spec: &ContainerSpec) -> Result<u32, RuntimeError> {
         dir.create(spec)?;
+        let (pid, started) = match self.fork_shim(dir) {
+            Ok(shim) => shim,
+            // The spawner took the request (it made the log) and died: a shim may be running,
+            // and a second one must not be started. Its pid file says.
+            Err(e) if dir.log().exists() => {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+                loop {
+                    if let Some(shim) = read_pid_file(dir) {
+                        break shim;
+                    }
+                    if std::time::Instant::now() > deadline {
+                        return Err(RuntimeError::new(
+                            ErrorKind::Unavailable,
+                            format!("the shim spawner failed while starting the shim: {e}"),
+                        ));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "shim spawner unavailable; starting the shim directly");
+                self.spawn_shim(dir)?
+            }
+        };
+        write_pid_file(dir, pid, started)?;
+        Ok(pid)
+    }
+
+    /// Has the spawner fork the shim, starting the spawner first if it is not running, and
+    /// once more if the one running has died.
+    fn fork_shim(&self, dir: &JobDir) -> std::io::Result<(u32, u64)> {
+        let mut slot = self
+            .spawner
+            .lock()
+            .map_err(|_| std::io::Error::other("spawner lock poisoned"))?;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let s = match slot.as_mut() {
+                Some(s) => s,
+                None => slot.insert(self.start_spawner()?),
+            };
+            match crate::spawner::request(&mut s.to, &mut s.from, dir.path()) {
+                Ok(shim) => return Ok(shim),
+                Err(e) => {
+                    *slot = None;
+                    // Again with a new spawner only if the old one never took the request.
+                    if tries == 2 || dir.log().exists() {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    fn start_spawner(&self) -> std::io::Result<Spawner> {
+        let mut child = Command::new(&self.exe)
+            .args(["shim", "--spawner"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .spawn()?;
+        let (Some(to), Some(from)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(std::io::Error::other("spawner pipes missing"));
+        };
+        Ok(Spawner {
+            child,
+            to,
+            from: BufReader::new(from),
+        })
+    }
+
+    /// Starts the shim as its own process (`exe shim DIR`). Spawned without a pre-exec hook,
+    /// so the standard library can use posix_spawn rather than fork the (large, threaded)
+    /// agent.
+    fn spawn_shim(&self, dir: &JobDir) -> Result<(u32, u64), RuntimeError> {
         let log =
             fs::File::create(dir.log()).map_err(|e| RuntimeError::io(dir.log().display(), e))?;
         let log2 = log.try_clone().map_err(|e| RuntimeError::io("dup", e))?;
@@ -76,13 +193,10 @@ impl Launcher {
             .spawn()
             .map_err(|e| RuntimeError::io(format!("starting {} shim", self.exe.display()), e))?;
         let pid = child.id();
-        // The pid and the process's start time name this shim even after the pid is reused.
         let started = start_time(pid).unwrap_or_default();
-        fs::write(dir.pid(), format!("{pid} {started}"))
-            .map_err(|e| RuntimeError::io(dir.pid().display(), e))?;
         // Reap it when it ends; after an agent restart init does.
         std::thread::spawn(move || child.wait());
-        Ok(pid)
+        Ok((pid, started))
     }
 
     /// The job's status, from its directory and the shim's pid.

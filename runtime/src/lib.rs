@@ -41,6 +41,7 @@ mod seccomp;
 #[path = "seccomp_stub.rs"]
 mod seccomp;
 pub mod shim;
+pub mod spawner;
 mod spec;
 pub mod timeline;
 mod userns;

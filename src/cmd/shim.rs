@@ -1,4 +1,5 @@
-//! `wharf shim DIR`: the per-job supervisor (see `wharf_runtime::shim`).
+//! `wharf shim DIR`: the per-job supervisor (see `wharf_runtime::shim`); `wharf shim
+//! --spawner`: the agent's pre-started process that forks them (see `wharf_runtime::spawner`).
 
 use std::path::PathBuf;
 
@@ -6,7 +7,11 @@ use std::path::PathBuf;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The job directory (spec.json in, outcome.json out).
-    dir: PathBuf,
+    #[arg(required_unless_present = "spawner")]
+    dir: Option<PathBuf>,
+    /// Fork a shim for each job directory read from stdin, answering `PID STARTTIME`.
+    #[arg(long, conflicts_with = "dir")]
+    spawner: bool,
 }
 
 /// Runs the shim; returns its exit status.
@@ -19,5 +24,8 @@ pub fn run(args: &Args) -> i32 {
         .with_ansi(false)
         .with_writer(std::io::stderr)
         .init();
-    wharf_runtime::shim::main(&args.dir)
+    match &args.dir {
+        Some(dir) => wharf_runtime::shim::main(dir),
+        None => wharf_runtime::spawner::serve(),
+    }
 }

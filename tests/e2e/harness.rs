@@ -149,6 +149,25 @@ impl Cluster {
         }
     }
 
+    /// The agent's shim spawner (`wharf shim --spawner`, a child of the dev process), once a
+    /// job has been launched.
+    pub fn spawner_pid(&self) -> Option<i32> {
+        let parent = self.child.as_ref()?.id().to_string();
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .to_string();
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let spawner = cmdline.split(|&b| b == 0).any(|a| a == b"--spawner");
+            (ppid == parent && spawner).then_some(pid)
+        })
+    }
+
     /// Kills job `id`'s shim with SIGKILL (its pid is the first word of `shim.pid`).
     pub fn kill9_shim(&self, id: u64) {
         let file = self

@@ -86,3 +86,48 @@ fn a_killed_shim_leaves_no_process_or_cgroup_behind() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn launches_go_on_when_the_shim_spawner_dies_and_it_ends_with_the_agent() {
+    if !can_run("launches_go_on_when_the_shim_spawner_dies_and_it_ends_with_the_agent") {
+        return;
+    }
+    let mut c = Cluster::start();
+    let alice = user("wharf-alice");
+    let first = c.wharf_as(&alice, &["run", "--", "/bin/echo", "one"]);
+    assert_eq!(stdout(&first), "one\n", "{}", stderr(&first));
+    let spawner = c.spawner_pid().expect("no shim spawner after a launch");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(spawner),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    // The next launch finds it gone and starts another.
+    let second = c.wharf_as(&alice, &["run", "--", "/bin/echo", "two"]);
+    assert_eq!(stdout(&second), "two\n", "{}", stderr(&second));
+    let again = c.spawner_pid().expect("the spawner was not restarted");
+    assert_ne!(again, spawner);
+    // A running job outlives the agent; the spawner does not.
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", "--wrap", "sleep 2; echo done"]));
+    c.wait_running(id);
+    c.kill9();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::path::Path::new(&format!("/proc/{again}")).exists() {
+        let state = std::fs::read_to_string(format!("/proc/{again}/stat")).unwrap_or_default();
+        if state
+            .rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the spawner outlived the agent"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.spawn();
+    c.wait_node_up();
+    let job = c.wait_done(id, Duration::from_secs(30));
+    assert_eq!(job["state"], "COMPLETED", "{job}");
+}

@@ -1,0 +1,149 @@
+//! A pre-started, single-threaded process that forks shims on request (`wharf shim
+//! --spawner`), so that a launch does not wait for the kernel to exec the `wharf` binary and
+//! for its start-up: about 2 ms of an 8 ms launch.
+//!
+//! The agent's [`crate::Launcher`] starts it once and writes one job directory per line to its
+//! stdin; it forks, and answers `PID STARTTIME` (or `ERR message`) on stdout. The child is a
+//! fresh shim in every way that matters: its own process group, stdin from /dev/null, stdout
+//! and stderr to the job's `shim.log`, and no other file descriptor (closed at once, since no
+//! exec will close them). The spawner reaps the shims it forked and exits when its stdin
+//! closes, that is when the agent goes; shims live on without it.
+
+use std::io::{BufRead, Write};
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::path::Path;
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{fork, ForkResult, Pid};
+
+/// Serves requests on stdin until it closes. Returns the process's exit status.
+pub fn serve() -> i32 {
+    let mut out = std::io::stdout().lock();
+    // SAFETY: fd 0 stays open for the life of the process.
+    let stdin = unsafe { BorrowedFd::borrow_raw(0) };
+    loop {
+        reap();
+        // Wake up now and then to reap shims even while no launch comes.
+        let mut fds = [PollFd::new(stdin, PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(1000u16)) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => {}
+            Err(_) => return 1,
+        }
+        let Some(dir) = read_line(stdin) else {
+            return 0;
+        };
+        let reply = match spawn(Path::new(&dir)) {
+            Ok((pid, started)) => format!("{pid} {started}\n"),
+            Err(e) => format!("ERR {}\n", e.replace('\n', " ")),
+        };
+        if out
+            .write_all(reply.as_bytes())
+            .and_then(|_| out.flush())
+            .is_err()
+        {
+            return 0;
+        }
+    }
+}
+
+/// One line from `fd`, unbuffered (so that poll sees what is left); `None` at the end.
+fn read_line(fd: BorrowedFd<'_>) -> Option<String> {
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        match nix::unistd::read(fd.as_raw_fd(), &mut byte) {
+            Ok(0) => return None,
+            Ok(_) if byte[0] == b'\n' => return String::from_utf8(line).ok(),
+            Ok(_) if line.len() < 4096 => line.push(byte[0]),
+            Err(nix::errno::Errno::EINTR) => {}
+            Ok(_) | Err(_) => return None,
+        }
+    }
+}
+
+/// Forks a shim for `dir`. Returns its pid and start time.
+fn spawn(dir: &Path) -> Result<(u32, u64), String> {
+    if !dir.is_absolute() || !dir.is_dir() {
+        return Err(format!("{} is not a job directory", dir.display()));
+    }
+    let log = std::fs::File::create(dir.join("shim.log"))
+        .map_err(|e| format!("creating {}/shim.log: {e}", dir.display()))?;
+    let devnull = std::fs::File::open("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
+    // SAFETY: this process is single-threaded (it never starts a thread), so the child may
+    // run any code.
+    match unsafe { fork() }.map_err(|e| format!("fork: {e}"))? {
+        ForkResult::Child => {
+            let ok = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).is_ok()
+                && nix::unistd::dup2(devnull.as_raw_fd(), 0).is_ok()
+                && nix::unistd::dup2(log.as_raw_fd(), 1).is_ok()
+                && nix::unistd::dup2(log.as_raw_fd(), 2).is_ok();
+            // SAFETY: closes every descriptor above stderr; nothing here uses them again
+            // (`log` and `devnull` are forgotten, not dropped).
+            let closed = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+            std::mem::forget(log);
+            std::mem::forget(devnull);
+            if !ok || closed != 0 {
+                // SAFETY: leaving the forked child without running the parent's destructors.
+                unsafe { libc::_exit(1) };
+            }
+            // The shim names itself, so that the agent learns of it even if the spawner dies
+            // before it answers.
+            let me = std::process::id();
+            let started = crate::launcher::start_time(me).unwrap_or_default();
+            if crate::launcher::write_pid_file(&crate::JobDir::new(dir.to_path_buf()), me, started)
+                .is_err()
+            {
+                // SAFETY: as above.
+                unsafe { libc::_exit(1) };
+            }
+            let status = crate::shim::main(dir);
+            // SAFETY: as above; the shim has written its outcome.
+            unsafe { libc::_exit(status) }
+        }
+        ForkResult::Parent { child } => {
+            let pid = child.as_raw() as u32;
+            let started = crate::launcher::start_time(pid).unwrap_or_default();
+            Ok((pid, started))
+        }
+    }
+}
+
+/// Reaps every shim that has ended.
+fn reap() {
+    while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+        if status == WaitStatus::StillAlive {
+            break;
+        }
+    }
+}
+
+/// Hands a line to the spawner and reads its answer.
+pub(crate) fn request(
+    to: &mut impl Write,
+    from: &mut impl BufRead,
+    dir: &Path,
+) -> std::io::Result<(u32, u64)> {
+    let text = dir
+        .to_str()
+        .filter(|s| !s.contains('\n'))
+        .ok_or_else(|| std::io::Error::other("job directory path is not plain text"))?;
+    to.write_all(format!("{text}\n").as_bytes())?;
+    to.flush()?;
+    let mut answer = String::new();
+    if from.read_line(&mut answer)? == 0 {
+        return Err(std::io::Error::other("the spawner closed its output"));
+    }
+    if let Some(err) = answer.strip_prefix("ERR ") {
+        return Err(std::io::Error::other(err.trim().to_string()));
+    }
+    let mut fields = answer.split_whitespace();
+    let parse = |f: Option<&str>| f.and_then(|v| v.parse::<u64>().ok());
+    match (parse(fields.next()), parse(fields.next())) {
+        (Some(pid), Some(started)) => Ok((pid as u32, started)),
+        _ => Err(std::io::Error::other(format!(
+            "the spawner answered {answer:?}"
+        ))),
+    }
+}
