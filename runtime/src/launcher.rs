@@ -130,6 +130,21 @@ impl Launcher {
         Ok(pid)
     }
 
+    /// Starts the spawner now rather than with the first launch (which would then wait for
+    /// it). The agent calls this when it starts.
+    pub fn warm_up(&self) -> Result<(), RuntimeError> {
+        let mut slot = self
+            .spawner
+            .lock()
+            .map_err(|_| RuntimeError::new(ErrorKind::Unavailable, "spawner lock poisoned"))?;
+        if slot.is_none() {
+            *slot = Some(self.start_spawner().map_err(|e| {
+                RuntimeError::io(format!("starting {} shim --spawner", self.exe.display()), e)
+            })?);
+        }
+        Ok(())
+    }
+
     /// Has the spawner fork the shim, starting the spawner first if it is not running, and
     /// once more if the one running has died.
     fn fork_shim(&self, dir: &JobDir) -> std::io::Result<(u32, u64)> {
