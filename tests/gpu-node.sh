@@ -22,6 +22,9 @@ check() { # check NAME COMMAND...: the command's status decides
     name=$1; shift
     if "$@"; then pass "$name"; else fail "$name"; fi
 }
+# has TEXT GREP-ARGS...: TEXT (a job's output, say) matches; never evaluated as shell code.
+has() { text=$1; shift; printf '%s\n' "$text" | grep -q "$@"; }
+lacks() { ! has "$@"; }
 
 echo "== node"
 uname -r
@@ -38,7 +41,7 @@ probe=$("$WHARF" agent --probe --json)
 probe_uuids=$(echo "$probe" | sed -n 's/.*"uuid": "\(GPU-[^"]*\)".*/\1/p' | sort)
 check "NVML finds the $ngpus GPU(s) nvidia-smi lists, by UUID" [ "$probe_uuids" = "$smi_uuids" ]
 smi_model=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-check "NVML reports the model ($smi_model)" sh -c "echo '$probe' | grep -q '\"model\": \"$smi_model\"'"
+check "NVML reports the model ($smi_model)" has "$probe" -F "\"model\": \"$smi_model\""
 
 echo "== a one-node cluster"
 data=$(mktemp -d /var/tmp/wharf-gpu.XXXXXX)
@@ -85,13 +88,16 @@ out=$(job --gpus 1 --cpus 2 --mem 4G -- sh -c '
     "$0" --query-gpu=uuid --format=csv,noheader
     echo done' "$smi" 2>&1)
 echo "$out"
-check "the job ran" sh -c "echo '$out' | grep -q '^done'"
+check "the job ran" has "$out" '^done'
 gpu_nodes=$(echo "$out" | sed -n 's/^devs: //p' | tr ' ' '\n' | grep -c '^nvidia[0-9][0-9]*$')
 check "the job sees exactly 1 /dev/nvidiaN" [ "$gpu_nodes" = 1 ]
 check "CUDA_VISIBLE_DEVICES=0 and NVIDIA_VISIBLE_DEVICES names the host GPU" \
-    sh -c "echo '$out' | grep -q '^CUDA_VISIBLE_DEVICES=0 NVIDIA_VISIBLE_DEVICES=[0-9]'"
-check "nvidia-smi in the job lists exactly one GPU, one of the node's" \
-    sh -c "[ \$(echo '$out' | grep -c '^GPU-') = 1 ] && echo '$smi_uuids' | grep -qx \"\$(echo '$out' | grep '^GPU-')\""
+    has "$out" '^CUDA_VISIBLE_DEVICES=0 NVIDIA_VISIBLE_DEVICES=[0-9]'
+one_of_the_nodes_gpus() {
+    [ "$(printf '%s\n' "$out" | grep -c '^GPU-')" = 1 ] &&
+        has "$smi_uuids" -x "$(printf '%s\n' "$out" | grep '^GPU-')"
+}
+check "nvidia-smi in the job lists exactly one GPU, one of the node's" one_of_the_nodes_gpus
 set -- $(echo "$out" | sed -n 's/^memlock: \([^ ]*\) WHARF_MEMLOCK=\(.*\)/\1 \2/p')
 if [ "${2:-}" = unlimited ]; then told=unlimited; else told=$((${2:-0} / 1024)); fi
 check "the job's locked-memory limit ($1 KiB) is the one it is told (WHARF_MEMLOCK=${2:-})" [ "${1:-x}" = "$told" ]
@@ -101,7 +107,7 @@ if [ $((0x$capeff >> 24 & 1)) = 1 ]; then
 else
     echo "note: root here lacks CAP_SYS_RESOURCE, so jobs get at most the 128 MiB a cgroup v2 device filter leaves"
 fi
-check "the job has no capabilities" sh -c "echo '$out' | grep -q 'CapEff:.*0000000000000000'"
+check "the job has no capabilities" has "$out" 'CapEff:.*0000000000000000'
 
 echo "== a job given no GPU"
 out=$(job --cpus 1 --mem 2G -- sh -c '
@@ -111,15 +117,15 @@ out=$(job --cpus 1 --mem 2G -- sh -c '
     ls /proc/1/root/dev | grep -q "^nvidia[0-9]" && echo "proc: host GPU visible"
     echo done' "$smi" 2>&1)
 echo "$out"
-check "the job ran" sh -c "echo '$out' | grep -q '^done'"
-check "no NVIDIA device node in a job without GPUs" sh -c "echo '$out' | grep -q '^devs: *$'"
-check "nvidia-smi finds no GPU" sh -c "echo '$out' | grep -q '^smi: no GPU'"
-check "mknod of a GPU node is refused" sh -c "! echo '$out' | grep -q '^mknod: made'"
-check "no GPU through /proc/1/root" sh -c "! echo '$out' | grep -q '^proc:'"
+check "the job ran" has "$out" '^done'
+check "no NVIDIA device node in a job without GPUs" has "$out" '^devs: *$'
+check "nvidia-smi finds no GPU" has "$out" '^smi: no GPU'
+check "mknod of a GPU node is refused in the job" lacks "$out" '^mknod: made'
+check "/proc/1/root is the job's own root, without GPUs" lacks "$out" '^proc:'
 out=$(job --cpus 1 --mem 4G --env LD_LIBRARY_PATH="$ldp" -- "$py" -c \
     'import torch; print("cuda available:", torch.cuda.is_available())' 2>&1)
 echo "$out"
-check "PyTorch sees no CUDA device without GPUs" sh -c "echo '$out' | grep -q 'cuda available: False'"
+check "PyTorch sees no CUDA device without GPUs" has "$out" 'cuda available: False'
 
 echo "== NCCL all-reduce from PyTorch in a job given 1 GPU"
 cat > "$home/nccl_allreduce.py" <<'PY'
@@ -141,18 +147,21 @@ chown "$user" "$home/nccl_allreduce.py"
 out=$(job --gpus 1 --cpus 2 --mem 16G --env LD_LIBRARY_PATH="$ldp" --env NCCL_DEBUG=WARN -- \
     "$py" "$home/nccl_allreduce.py" 2>&1)
 echo "$out" | tail -20
-check "NCCL all-reduce on the job's GPU" sh -c "echo '$out' | grep -q 'allreduce ok'"
+check "NCCL all-reduce on the job's GPU" has "$out" 'allreduce ok'
 
 echo "== the device cgroup holds even for host root inside the job's cgroup"
 if [ -e /sys/fs/cgroup/cgroup.controllers ]; then cgroot=/sys/fs/cgroup; else cgroot=/sys/fs/cgroup/devices; fi
-WHARF_SOCKET="$data/wharf.sock" runuser -u "$user" -- sh -c 'cd && exec "$0" submit --image host --gpus 1 --time 5m --wrap "sleep 60"' "$WHARF"
+sleeper=$(WHARF_SOCKET="$data/wharf.sock" runuser -u "$user" -- sh -c \
+    'cd && exec "$0" submit --image host --gpus 1 --time 5m --wrap "sleep 60"' "$WHARF" |
+    sed -n 's/^Submitted job //p')
+# The agent's default cgroup parent is "wharf".
+cg=$cgroot/wharf/wharf-$sleeper
 for _ in $(seq 100); do
-    cg=$(find "$cgroot" -type d -name 'wharf-*' 2>/dev/null | head -1)
-    [ -n "$cg" ] && [ -s "$cg/cgroup.procs" ] && break
+    grep -q . "$cg/cgroup.procs" 2>/dev/null && break
     sleep 0.1
 done
-echo "job cgroup: $cg"
-[ -n "$cg" ] || { fail "the job's cgroup appeared"; cg=/nonexistent; }
+echo "job $sleeper, cgroup $cg"
+[ -n "$sleeper" ] && grep -q . "$cg/cgroup.procs" 2>/dev/null || { fail "the job's cgroup appeared"; cg=/nonexistent; }
 others=$(ls /dev/nvidia-caps/* /dev/vd? /dev/sd? /dev/nvme?n? 2>/dev/null | head -3)
 out=$(sh -c 'echo $$ > "$0/cgroup.procs" || exit; exec "$@"' "$cg" "$py" -c '
 import os, sys
@@ -164,14 +173,20 @@ for path in sys.argv[1:]:
         print("open", path, "refused:", e.strerror)
 ' /dev/nvidia0 /dev/nvidiactl $others 2>&1)
 echo "$out"
-check "the allocated GPU opens inside the job's cgroup" sh -c "echo '$out' | grep -q 'open /dev/nvidia0 allowed'"
-check "other devices ($(echo $others)) are refused by the device cgroup" \
-    sh -c "[ -n '$others' ] && ! echo '$out' | grep -v -e /dev/nvidia0 -e /dev/nvidiactl | grep -q allowed"
-WHARF_SOCKET="$data/wharf.sock" "$WHARF" cancel "$(basename "$cg" | sed 's/^wharf-//')"
-for _ in $(seq 100); do [ -d "$cg" ] || break; sleep 0.1; done
+check "the allocated GPU opens inside the job's cgroup" has "$out" 'open /dev/nvidia0 allowed'
+others_refused() {
+    [ -n "$others" ] &&
+        ! printf '%s\n' "$out" | grep -v -e /dev/nvidia0 -e /dev/nvidiactl | grep -q allowed
+}
+check "other devices ($(echo $others)) are refused by the device cgroup" others_refused
+WHARF_SOCKET="$data/wharf.sock" "$WHARF" cancel "$sleeper"
+for _ in $(seq 100); do
+    [ -z "$(find /sys/fs/cgroup -type d -path "*/wharf/wharf-$sleeper" 2>/dev/null)" ] && break
+    sleep 0.1
+done
 
 echo "== after the jobs"
-left=$(find /sys/fs/cgroup -type d -name 'wharf-*' 2>/dev/null | head -5)
+left=$(find /sys/fs/cgroup -type d -path '*/wharf/wharf-*' 2>/dev/null | head -5)
 check "no job cgroup is left" [ -z "$left" ]
 WHARF_SOCKET="$data/wharf.sock" "$WHARF" queue --all
 echo "gpu-node: $fails check(s) failed"

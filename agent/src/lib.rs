@@ -111,6 +111,9 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     // The sandbox backend; the OCI one (libcontainer, through `wharf shim`) for now.
     let launcher: Arc<dyn Backend> = match &cfg.backend {
         BackendKind::Oci => {
+            if let Some(why) = wharf_runtime::device_filter_problem() {
+                tracing::error!("{why}");
+            }
             let launcher = Launcher::new(cfg.shim_exe.clone());
             // Launches then fork a warm process; without it they start the shim directly.
             if let Err(e) = launcher.warm_up() {
@@ -302,6 +305,8 @@ fn carry_out(
         }
         if let Err(e) = launcher.cancel(&dir) {
             tracing::warn!(job = kill.id, error = %e, "cancel failed");
+            // Not passed on after all: let the controller repeat it.
+            let _ = std::fs::remove_file(dir.stop());
         }
     }
     let forget: BTreeSet<u64> = orders.forget.into_iter().collect();

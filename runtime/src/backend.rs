@@ -69,7 +69,7 @@ pub struct DockerBackend {
 }
 
 impl DockerBackend {
-    /// A Docker backend whose shim is `exe shim DIR`.
+    /// A Docker backend whose shims are started from `exe` (see [`crate::Launcher`]).
     pub fn new(exe: std::path::PathBuf) -> Self {
         DockerBackend {
             launcher: crate::Launcher::new(exe),

@@ -12,6 +12,7 @@ use nix::unistd::Pid;
 
 use crate::error::{ErrorKind, RuntimeError};
 use crate::jobdir::JobDir;
+use crate::spawner::RequestError;
 use crate::spec::{ContainerSpec, Outcome};
 
 /// State letter and start time (clock ticks after boot) of process `pid`, from
@@ -64,8 +65,8 @@ pub enum JobStatus {
 /// Starts shims and inspects them. Safe to use from many threads.
 ///
 /// Shims are forked by a pre-started spawner (`<exe> shim --spawner`, see [`crate::spawner`]),
-/// started with the first launch and again if it dies; if it cannot be used, the shim is
-/// started directly as `<exe> shim DIR`.
+/// started by [`Launcher::warm_up`] (or the first launch) and again if it dies; if it cannot
+/// be used, the shim is started directly as `<exe> shim DIR`.
 #[derive(Debug, Clone)]
 pub struct Launcher {
     exe: PathBuf,
@@ -105,8 +106,9 @@ impl Launcher {
         let (pid, started) = match self.fork_shim(dir) {
             Ok(shim) => shim,
             // The spawner took the request (it made the log) and died: a shim may be running,
-            // and a second one must not be started. Its pid file says.
-            Err(e) if dir.log().exists() => {
+            // and a second one must not be started. A forked shim writes its pid file first
+            // thing; if none appears, it was never forked (or died at once).
+            Err(RequestError::Broken(e)) if dir.log().exists() => {
                 let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
                 loop {
                     if let Some(shim) = read_pid_file(dir) {
@@ -121,8 +123,9 @@ impl Launcher {
                     std::thread::sleep(std::time::Duration::from_millis(10));
                 }
             }
+            // Nothing was forked: start the shim as a process of its own.
             Err(e) => {
-                tracing::warn!(error = %e, "shim spawner unavailable; starting the shim directly");
+                tracing::warn!(error = %e, "starting the shim directly");
                 self.spawn_shim(dir)?
             }
         };
@@ -147,20 +150,24 @@ impl Launcher {
 
     /// Has the spawner fork the shim, starting the spawner first if it is not running, and
     /// once more if the one running has died.
-    fn fork_shim(&self, dir: &JobDir) -> std::io::Result<(u32, u64)> {
+    fn fork_shim(&self, dir: &JobDir) -> Result<(u32, u64), RequestError> {
         let mut slot = self
             .spawner
             .lock()
-            .map_err(|_| std::io::Error::other("spawner lock poisoned"))?;
+            .map_err(|_| RequestError::Refused("the spawner's lock is poisoned".into()))?;
         let mut tries = 0;
         loop {
             tries += 1;
             let s = match slot.as_mut() {
                 Some(s) => s,
-                None => slot.insert(self.start_spawner()?),
+                None => slot.insert(
+                    self.start_spawner()
+                        .map_err(|e| RequestError::Refused(format!("cannot start it: {e}")))?,
+                ),
             };
             match crate::spawner::request(&mut s.to, &mut s.from, dir.path()) {
                 Ok(shim) => return Ok(shim),
+                Err(e @ RequestError::Refused(_)) => return Err(e),
                 Err(e) => {
                     *slot = None;
                     // Again with a new spawner only if the old one never took the request.

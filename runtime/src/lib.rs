@@ -51,7 +51,7 @@ pub use cgroup::cgroup_dirs;
 pub use error::{ErrorKind, RuntimeError};
 pub use jobdir::JobDir;
 pub use launcher::{JobStatus, Launcher};
-pub use limits::{can_raise_limits, memlock_ceiling};
+pub use limits::{can_raise_limits, device_filter_problem, memlock_ceiling};
 pub use oci::build_oci_spec;
 pub use rootfs::SANDBOX_MOUNT_POINTS;
 pub use spec::{Bind, ContainerSpec, DeviceNode, DockerTarget, Identity, Outcome};

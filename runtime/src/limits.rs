@@ -27,7 +27,38 @@ pub fn memlock_ceiling() -> u64 {
     if can_raise_limits() {
         return u64::MAX;
     }
-    let hard = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK)
+    let hard = hard_memlock();
+    if device_filters() {
+        hard.min(V2_DEVICE_FILTER_MEMLOCK)
+    } else {
+        hard
+    }
+}
+
+/// Why this process cannot make sandboxes here, if it cannot: loading a job's device filter
+/// on a cgroup v2 host, libcgroups first sets the memlock limit to 128 MiB, which fails
+/// without CAP_SYS_RESOURCE when the hard limit is lower.
+pub fn device_filter_problem() -> Option<String> {
+    let hard = hard_memlock();
+    (device_filters() && !can_raise_limits() && hard < V2_DEVICE_FILTER_MEMLOCK).then(|| {
+        format!(
+            "this node cannot load a job's device filter: on cgroup v2 that needs a memlock \
+             limit of 128 MiB, and the agent's hard limit is {} KiB without CAP_SYS_RESOURCE; \
+             run the agent with CAP_SYS_RESOURCE (a systemd service has it) or a hard memlock \
+             limit of at least 128 MiB (systemd: LimitMEMLOCK=)",
+            hard / 1024
+        )
+    })
+}
+
+/// Whether sandboxes get a cgroup v2 device filter here.
+fn device_filters() -> bool {
+    cfg!(feature = "v2-devices") && crate::cgroup::is_v2()
+}
+
+/// This process's hard memlock limit, bytes (`u64::MAX` = unlimited).
+fn hard_memlock() -> u64 {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK)
         .map(|(_, h)| {
             if h == libc::RLIM_INFINITY {
                 u64::MAX
@@ -35,10 +66,5 @@ pub fn memlock_ceiling() -> u64 {
                 h
             }
         })
-        .unwrap_or(0);
-    if cfg!(feature = "v2-devices") && crate::cgroup::is_v2() {
-        hard.min(V2_DEVICE_FILTER_MEMLOCK)
-    } else {
-        hard
-    }
+        .unwrap_or(0)
 }

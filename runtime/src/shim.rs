@@ -194,11 +194,11 @@ fn run(
             RuntimeError::new(ErrorKind::Unavailable, format!("starting container: {e}"))
         })
     });
-    timeline::mark(jd, "started");
     if let Err(e) = started {
         delete(container, spec);
         return Err(e);
     }
+    timeline::mark(jd, "started");
     let started = Instant::now();
     out.started_ms = Some(crate::now_ms());
     if let Some(ms) = out.started_ms {

@@ -19,6 +19,18 @@ use nix::unistd::{fork, ForkResult, Pid};
 
 /// Serves requests on stdin until it closes. Returns the process's exit status.
 pub fn serve() -> i32 {
+    // Forking is safe only because this process has one thread; refuse to run otherwise.
+    let threads = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|v| v.trim().parse::<u32>().ok())
+        });
+    if threads != Some(1) {
+        eprintln!("wharf shim --spawner: must be single-threaded, has {threads:?} threads");
+        return 1;
+    }
     let mut out = std::io::stdout().lock();
     // SAFETY: fd 0 stays open for the life of the process.
     let stdin = unsafe { BorrowedFd::borrow_raw(0) };
@@ -75,31 +87,15 @@ fn spawn(dir: &Path) -> Result<(u32, u64), String> {
     // run any code.
     match unsafe { fork() }.map_err(|e| format!("fork: {e}"))? {
         ForkResult::Child => {
-            let ok = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).is_ok()
-                && nix::unistd::dup2(devnull.as_raw_fd(), 0).is_ok()
-                && nix::unistd::dup2(log.as_raw_fd(), 1).is_ok()
-                && nix::unistd::dup2(log.as_raw_fd(), 2).is_ok();
-            // SAFETY: closes every descriptor above stderr; nothing here uses them again
-            // (`log` and `devnull` are forgotten, not dropped).
-            let closed = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
-            std::mem::forget(log);
-            std::mem::forget(devnull);
-            if !ok || closed != 0 {
-                // SAFETY: leaving the forked child without running the parent's destructors.
-                unsafe { libc::_exit(1) };
-            }
-            // The shim names itself, so that the agent learns of it even if the spawner dies
-            // before it answers.
-            let me = std::process::id();
-            let started = crate::launcher::start_time(me).unwrap_or_default();
-            if crate::launcher::write_pid_file(&crate::JobDir::new(dir.to_path_buf()), me, started)
-                .is_err()
-            {
-                // SAFETY: as above.
-                unsafe { libc::_exit(1) };
-            }
-            let status = crate::shim::main(dir);
-            // SAFETY: as above; the shim has written its outcome.
+            let status = match become_shim(dir, log, devnull) {
+                Ok(()) => crate::shim::main(dir),
+                Err(why) => {
+                    // stderr is the job's shim.log by now, or the agent's log.
+                    eprintln!("wharf shim: cannot start: {why}");
+                    1
+                }
+            };
+            // SAFETY: leaving the forked child without running the parent's destructors.
             unsafe { libc::_exit(status) }
         }
         ForkResult::Parent { child } => {
@@ -108,6 +104,46 @@ fn spawn(dir: &Path) -> Result<(u32, u64), String> {
             Ok((pid, started))
         }
     }
+}
+
+/// Turns the forked child into a fresh shim: its own process group, a name of its own, stdin
+/// from /dev/null, stdout and stderr to the log, no other descriptor, and a pid file naming it
+/// (so that the agent learns of it even if the spawner dies before answering).
+fn become_shim(dir: &Path, log: std::fs::File, devnull: std::fs::File) -> Result<(), String> {
+    nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))
+        .map_err(|e| format!("setpgid: {e}"))?;
+    for (from, to) in [(&devnull, 0), (&log, 1), (&log, 2)] {
+        nix::unistd::dup2(from.as_raw_fd(), to).map_err(|e| format!("dup2: {e}"))?;
+    }
+    drop(log);
+    drop(devnull);
+    close_from(3)?;
+    // `ps` shows the spawner's command line for every shim; the name at least differs.
+    // SAFETY: a NUL-terminated name of under 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"wharf-shim".as_ptr(), 0, 0, 0) };
+    let me = std::process::id();
+    let started = crate::launcher::start_time(me).unwrap_or_default();
+    crate::launcher::write_pid_file(&crate::JobDir::new(dir.to_path_buf()), me, started)
+        .map_err(|e| e.to_string())
+}
+
+/// Closes every descriptor from `first` up (nothing will exec to close them).
+fn close_from(first: u32) -> Result<(), String> {
+    // SAFETY: closes descriptors this process no longer uses; nothing refers to them.
+    if unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) } == 0 {
+        return Ok(());
+    }
+    // Kernels before 5.9 have no close_range: close what /proc lists.
+    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map_err(|e| format!("listing /proc/self/fd: {e}"))?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd >= first as i32)
+        .collect();
+    for fd in fds {
+        let _ = nix::unistd::close(fd);
+    }
+    Ok(())
 }
 
 /// Reaps every shim that has ended.
@@ -119,31 +155,50 @@ fn reap() {
     }
 }
 
+/// Why a request to the spawner did not give a shim.
+#[derive(Debug)]
+pub(crate) enum RequestError {
+    /// The spawner answered that it forked nothing (the reason); it is still good.
+    Refused(String),
+    /// The spawner is gone or garbled; it may or may not have forked.
+    Broken(std::io::Error),
+}
+
+impl std::fmt::Display for RequestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequestError::Refused(why) => write!(f, "the shim spawner refused: {why}"),
+            RequestError::Broken(e) => write!(f, "the shim spawner failed: {e}"),
+        }
+    }
+}
+
 /// Hands a line to the spawner and reads its answer.
 pub(crate) fn request(
     to: &mut impl Write,
     from: &mut impl BufRead,
     dir: &Path,
-) -> std::io::Result<(u32, u64)> {
-    let text = dir
-        .to_str()
-        .filter(|s| !s.contains('\n'))
-        .ok_or_else(|| std::io::Error::other("job directory path is not plain text"))?;
-    to.write_all(format!("{text}\n").as_bytes())?;
-    to.flush()?;
+) -> Result<(u32, u64), RequestError> {
+    let text = dir.to_str().filter(|s| !s.contains('\n')).ok_or_else(|| {
+        RequestError::Refused(format!("{} is not a plain-text path", dir.display()))
+    })?;
+    let broken = RequestError::Broken;
+    to.write_all(format!("{text}\n").as_bytes())
+        .and_then(|_| to.flush())
+        .map_err(broken)?;
     let mut answer = String::new();
-    if from.read_line(&mut answer)? == 0 {
-        return Err(std::io::Error::other("the spawner closed its output"));
+    if from.read_line(&mut answer).map_err(broken)? == 0 {
+        return Err(broken(std::io::Error::other("it closed its output")));
     }
     if let Some(err) = answer.strip_prefix("ERR ") {
-        return Err(std::io::Error::other(err.trim().to_string()));
+        return Err(RequestError::Refused(err.trim().to_string()));
     }
     let mut fields = answer.split_whitespace();
     let parse = |f: Option<&str>| f.and_then(|v| v.parse::<u64>().ok());
     match (parse(fields.next()), parse(fields.next())) {
         (Some(pid), Some(started)) => Ok((pid as u32, started)),
-        _ => Err(std::io::Error::other(format!(
-            "the spawner answered {answer:?}"
-        ))),
+        _ => Err(broken(std::io::Error::other(format!(
+            "it answered {answer:?}"
+        )))),
     }
 }

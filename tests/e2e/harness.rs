@@ -149,8 +149,8 @@ impl Cluster {
         }
     }
 
-    /// The agent's shim spawner (`wharf shim --spawner`, a child of the dev process), once a
-    /// job has been launched.
+    /// The agent's shim spawner (`wharf shim --spawner`, a child of the dev process; the
+    /// shims it forks are its children, not the dev process's).
     pub fn spawner_pid(&self) -> Option<i32> {
         let parent = self.child.as_ref()?.id().to_string();
         std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {

@@ -146,7 +146,9 @@ fn cancel_removes_the_whole_process_tree_within_the_grace_period() {
     let stops = c
         .log()
         .lines()
-        .filter(|l| l.contains("stopping job") && l.contains(&format!("job={id}")))
+        .filter(|l| {
+            l.contains("stopping job") && l.split_whitespace().any(|w| w == format!("job={id}"))
+        })
         .count();
     assert_eq!(stops, 1, "stop order passed {stops} times:\n{}", c.log());
     assert_eq!(stdout(&pgrep()), "", "processes of the job remain");

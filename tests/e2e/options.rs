@@ -169,7 +169,8 @@ fn writable_jobs_change_their_own_copy_of_the_image_only() {
     let text = format!("{}{}", stdout(&out), stderr(&out));
     assert!(text.contains("Permission denied"), "{text}");
     assert!(!text.contains("Read-only"), "{text}");
-    // A layer is as large as the job's memory limit: it cannot fill the node.
+    // A layer is bounded by the job's memory limit (its size, and the cgroup its pages are
+    // charged to): it cannot fill the node.
     let out = run(
         &["--writable", "--remap-root"],
         "dd if=/dev/zero of=/big bs=1M count=200 2>/dev/null && echo wrote all",
