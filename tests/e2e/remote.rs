@@ -28,10 +28,7 @@ fn agent_joins_over_tcp_only_with_the_token() {
     if !can_run("agent_joins_over_tcp_only_with_the_token") {
         return;
     }
-    let dir = tempfile::Builder::new()
-        .prefix("wharf-remote-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
+    let dir = scratch("wharf-remote-");
     let d = dir.path();
     let port = free_port();
     let socket = d.join("wharf.sock");
@@ -84,10 +81,12 @@ fn agent_joins_over_tcp_only_with_the_token() {
     std::fs::write(&bad_token, "not-the-token\n").unwrap();
     let _intruder = agent("intruder", &bad_token);
     let _good = agent("good", &token);
+    // Run from the test's directory: a job's output file goes to the submit directory.
     let wharf = |args: &[&str], sock: &str| {
         Command::new(wharf_bin())
             .args(args)
             .env("WHARF_SOCKET", sock)
+            .current_dir(d)
             .output()
             .unwrap()
     };
@@ -109,6 +108,10 @@ fn agent_joins_over_tcp_only_with_the_token() {
     // A job runs on the remote agent.
     let run = wharf(&["run", "--", "/bin/echo", "over tcp"], sock);
     assert_eq!(stdout(&run), "over tcp\n", "{}", stderr(&run));
+    assert!(
+        d.join("wharf-1.out").exists(),
+        "output not in the submit directory"
+    );
 
     // Users may not use the TCP port: it carries no identity.
     let tcp = wharf(&["queue"], &format!("tcp://127.0.0.1:{port}"));
