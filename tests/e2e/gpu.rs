@@ -2,15 +2,15 @@
 //! mknod. Opening an allocated one reaches the (absent) driver: ENXIO, "No such device or
 //! address". Opening any other is refused by the device cgroup or the nodev root: EPERM/EACCES.
 
-use std::path::Path;
 use std::time::Duration;
 
 use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 
 use crate::harness::*;
 
-fn fake_gpus(dir: &Path, count: u32) {
-    std::fs::create_dir_all(dir).unwrap();
+/// A scratch directory holding `count` fake GPUs (`nvidia0..`), nvidiactl and nvidia-uvm.
+fn fake_dev(count: u32) -> tempfile::TempDir {
+    let dev = scratch("wharf-fakedev-");
     let mut nodes: Vec<(String, u64, u64)> = (0..count)
         .map(|i| (format!("nvidia{i}"), 195, u64::from(i)))
         .collect();
@@ -18,13 +18,14 @@ fn fake_gpus(dir: &Path, count: u32) {
     nodes.push(("nvidia-uvm".into(), 240, 0));
     for (name, major, minor) in nodes {
         mknod(
-            &dir.join(name),
+            &dev.path().join(name),
             SFlag::S_IFCHR,
             Mode::from_bits_truncate(0o666),
             makedev(major, minor),
         )
         .unwrap();
     }
+    dev
 }
 
 #[test]
@@ -32,11 +33,7 @@ fn job_given_two_of_eight_gpus_sees_and_opens_exactly_those() {
     if !can_run("job_given_two_of_eight_gpus_sees_and_opens_exactly_those") {
         return;
     }
-    let dev = tempfile::Builder::new()
-        .prefix("wharf-fakedev-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    fake_gpus(dev.path(), 8);
+    let dev = fake_dev(8);
     let c = Cluster::start_with(&format!("dev_root = \"{}\"", dev.path().display()));
     let nodes = stdout(&c.wharf(&["nodes"]));
     assert!(
@@ -104,11 +101,7 @@ fn gpu_job_on_a_node_missing_its_device_fails_at_once_with_the_reason() {
     if !can_run("gpu_job_on_a_node_missing_its_device_fails_at_once_with_the_reason") {
         return;
     }
-    let dev = tempfile::Builder::new()
-        .prefix("wharf-fakedev-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    fake_gpus(dev.path(), 2);
+    let dev = fake_dev(2);
     let c = Cluster::start_with(&format!("dev_root = \"{}\"", dev.path().display()));
     // The device disappears after the node registered (driver unloaded, say).
     std::fs::remove_file(dev.path().join("nvidia0")).unwrap();
@@ -131,11 +124,7 @@ fn gpu_jobs_get_the_driver_files_of_the_nodes_cdi_spec_read_only() {
     if !can_run("gpu_jobs_get_the_driver_files_of_the_nodes_cdi_spec_read_only") {
         return;
     }
-    let dev = tempfile::Builder::new()
-        .prefix("wharf-fakedev-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    fake_gpus(dev.path(), 2);
+    let dev = fake_dev(2);
     // A fake driver: a library and a tool, described by a CDI spec as nvidia-ctk writes it.
     let driver = dev.path().join("driver");
     std::fs::create_dir_all(&driver).unwrap();
@@ -202,11 +191,7 @@ fn without_a_cdi_spec_gpu_jobs_get_the_driver_files_found_on_the_node() {
     if !can_run("without_a_cdi_spec_gpu_jobs_get_the_driver_files_found_on_the_node") {
         return;
     }
-    let dev = tempfile::Builder::new()
-        .prefix("wharf-fakedev-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    fake_gpus(dev.path(), 1);
+    let dev = fake_dev(1);
     let (lib, bin) = (dev.path().join("lib"), dev.path().join("bin"));
     std::fs::create_dir_all(&lib).unwrap();
     std::fs::create_dir_all(&bin).unwrap();
@@ -242,11 +227,7 @@ fn agent_probe_prints_the_node_it_would_register() {
     if !can_run("agent_probe_prints_the_node_it_would_register") {
         return;
     }
-    let dev = tempfile::Builder::new()
-        .prefix("wharf-fakedev-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    fake_gpus(dev.path(), 3);
+    let dev = fake_dev(3);
     let config = dev.path().join("wharf.toml");
     std::fs::write(
         &config,

@@ -13,6 +13,14 @@ pub fn wharf_bin() -> &'static str {
     env!("CARGO_BIN_EXE_wharf")
 }
 
+/// A scratch directory under /var/tmp (jobs have their own /tmp), removed on drop.
+pub fn scratch(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/var/tmp")
+        .unwrap()
+}
+
 /// Returns false (after printing why) when the test cannot run here; panics instead under
 /// WHARF_TEST_STRICT=1.
 pub fn can_run(test: &str) -> bool {

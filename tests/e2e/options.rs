@@ -6,10 +6,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use crate::harness::*;
 
 fn shared_dir() -> tempfile::TempDir {
-    let d = tempfile::Builder::new()
-        .prefix("wharf-allowed-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
+    let d = scratch("wharf-allowed-");
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     d
 }

@@ -21,10 +21,7 @@ fn rdma_job_on_a_node_without_rdma_fails_at_once() {
     if !can_run("rdma_job_on_a_node_without_rdma_fails_at_once") {
         return;
     }
-    let dev = tempfile::Builder::new()
-        .prefix("wharf-fakedev-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
+    let dev = scratch("wharf-fakedev-");
     let c = Cluster::start_with(&format!("dev_root = \"{}\"", dev.path().display()));
     let alice = user("wharf-alice");
     let id = submitted_id(&c.wharf_as(&alice, &["submit", "--rdma", "--wrap", "true"]));
@@ -43,10 +40,7 @@ fn rdma_devices_are_passed_through_when_present() {
     if !can_run("rdma_devices_are_passed_through_when_present") {
         return;
     }
-    let dev = tempfile::Builder::new()
-        .prefix("wharf-fakedev-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
+    let dev = scratch("wharf-fakedev-");
     let ib = dev.path().join("infiniband");
     std::fs::create_dir_all(&ib).unwrap();
     for (name, major, minor) in [("uverbs0", 231, 192), ("rdma_cm", 10, 58)] {

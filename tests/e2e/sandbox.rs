@@ -172,10 +172,7 @@ fn image_jobs_get_shared_paths_their_workdir_and_their_user_entry() {
     }
     // A directory plays the site's shared storage, bound read-write at its own path and
     // read-only at /data.
-    let shared = tempfile::Builder::new()
-        .prefix("wharf-shared-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
+    let shared = scratch("wharf-shared-");
     std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let c = Cluster::start_with(&format!(
         "mounts = [\"{0}\", \"{0}:/data:ro\"]",
@@ -225,10 +222,7 @@ fn hostile_image_symlinks_cannot_point_mount_points_at_the_host() {
     if !can_run("hostile_image_symlinks_cannot_point_mount_points_at_the_host") {
         return;
     }
-    let shared = tempfile::Builder::new()
-        .prefix("wharf-shared-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
+    let shared = scratch("wharf-shared-");
     let marker = format!("wharf-e2e-{}", std::process::id());
     let c = Cluster::start_with(&format!(
         "mounts = [\"{}:/srv/{marker}\"]",

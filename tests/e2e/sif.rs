@@ -71,10 +71,7 @@ fn sif_image_runs_in_the_sandbox_and_leaves_no_loop_device() {
         return;
     }
     let c = Cluster::start();
-    let dir = tempfile::Builder::new()
-        .prefix("wharf-sif-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
+    let dir = scratch("wharf-sif-");
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let sif = make_sif(dir.path(), "good");
     let alice = user("wharf-alice");
@@ -128,10 +125,7 @@ fn corrupt_or_unreadable_sif_files_are_refused_with_the_reason() {
         return;
     }
     let c = Cluster::start();
-    let dir = tempfile::Builder::new()
-        .prefix("wharf-sif-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
+    let dir = scratch("wharf-sif-");
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let alice = user("wharf-alice");
     // Truncated in the middle of its partition.
