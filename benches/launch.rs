@@ -133,7 +133,18 @@ fn wharf(
         }
         let _ = launcher.remove(&jd);
     }
+    report_missing("wharf", runs, ms.len());
     (ms, steps)
+}
+
+/// Says how many launches left no stamp (and are not counted), if any did.
+fn report_missing(name: &str, runs: usize, stamped: usize) {
+    if stamped < runs {
+        println!(
+            "{name:<8} {} of {runs} launch(es) left no stamp (not counted)",
+            runs - stamped
+        );
+    }
 }
 
 /// The median time after the launch call at which each step of the shim's timeline ended.
@@ -243,6 +254,7 @@ fn oci_cli(
             ms.push((stamp - t0) as f64 / 1e6);
         }
     }
+    report_missing(name, runs - hung, ms.len());
     if hung > 0 {
         println!("{name:<8} hung {hung} time(s) of {runs} (killed after 10 s, not counted)");
     }

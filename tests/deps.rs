@@ -7,6 +7,7 @@ fn deps(package: &str) -> Vec<String> {
         .args([
             "tree",
             "--offline",
+            "--locked",
             "-e",
             "normal",
             "--prefix",

@@ -7,7 +7,6 @@
 # Prints PASS/FAIL per check and exits 1 if any check failed.
 set -u
 cd "$(dirname "$0")/.."
-repo=$(pwd)
 [ "$(id -u)" = 0 ] || { echo "gpu-node: run as root (the agent makes sandboxes)" >&2; exit 1; }
 command -v nvidia-smi >/dev/null || { echo "gpu-node: no nvidia-smi: not a GPU node" >&2; exit 1; }
 if [ -z "${WHARF:-}" ]; then

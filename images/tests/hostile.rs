@@ -143,6 +143,7 @@ fn devices_and_fifos_are_skipped() {
     assert!(!info.rootfs.join("dev/sda").exists());
     assert!(fs::symlink_metadata(info.rootfs.join("run/fifo")).is_err());
     assert!(info.rootfs.join("kept").exists());
+    s.assert_no_leftovers();
 }
 
 #[test]

@@ -47,7 +47,12 @@ fn controller_kill9_during_a_burst_of_500_submits_loses_nothing() {
             })
         })
         .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while acked.lock().unwrap().len() < 120 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "fewer than 120 submits acknowledged in 60 s"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     c.kill9();
