@@ -50,8 +50,6 @@ pub(crate) struct Budget {
     pub bytes: u64,
     /// Decompressed tar stream bytes read.
     pub stream_bytes: u64,
-    /// Entries not written on purpose: devices, FIFOs, sockets, unknown types.
-    pub skipped: u64,
 }
 
 impl Budget {
@@ -62,7 +60,6 @@ impl Budget {
             entries: 0,
             bytes: 0,
             stream_bytes: 0,
-            skipped: 0,
         }
     }
 

@@ -13,6 +13,3 @@ pub mod wire;
 pub use job::{ExitInfo, JobDefaults, JobId, JobRecord, JobRequest, JobSpec, JobState, Owner};
 pub use node::{NodeInfo, NodeRecord, NodeState};
 pub use resources::{parse_duration, parse_memory, Resources};
-
-/// Version of the HTTP API; every path starts with `/v1`.
-pub const API_VERSION: &str = "v1";

@@ -503,11 +503,6 @@ impl Cluster {
         }
         Ok(())
     }
-
-    /// Count of stored jobs in a state.
-    pub fn count(&self, state: JobState) -> Result<u64, Failure> {
-        Ok(self.store.count(state)?)
-    }
 }
 
 fn not_yours(id: JobId) -> Failure {

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension};
-use wharf_api::{JobId, JobRecord, JobState, NodeInfo};
+use wharf_api::{JobId, JobRecord, NodeInfo};
 
 /// A store failure.
 #[derive(Debug, thiserror::Error)]
@@ -143,8 +143,9 @@ impl Store {
         self.query(&sql, params![uid, limit])
     }
 
-    /// Number of jobs in a state (for status and tests).
-    pub fn count(&self, state: JobState) -> Result<u64, StoreError> {
+    /// Number of jobs in a state.
+    #[cfg(test)]
+    pub fn count(&self, state: wharf_api::JobState) -> Result<u64, StoreError> {
         Ok(self.conn.query_row(
             "SELECT COUNT(*) FROM jobs WHERE state = ?1",
             [state.as_str()],
@@ -190,7 +191,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wharf_api::{Owner, Resources};
+    use wharf_api::{JobState, Owner, Resources};
 
     fn record() -> JobRecord {
         JobRecord {

@@ -26,18 +26,6 @@ pub enum PendingReason {
     },
 }
 
-impl PendingReason {
-    /// Short Slurm-like code (`Resources`, `Priority`, ...).
-    pub fn code(&self) -> &'static str {
-        match self {
-            PendingReason::NoNodes => "NoNodes",
-            PendingReason::Resources => "Resources",
-            PendingReason::Priority { .. } => "Priority",
-            PendingReason::TooLarge { .. } => "TooLarge",
-        }
-    }
-}
-
 impl fmt::Display for PendingReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
