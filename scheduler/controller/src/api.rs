@@ -225,13 +225,12 @@ async fn cancel(
 ) -> ApiResult<wharf_api::JobRecord> {
     let c = caller(&s, &peer)?;
     let id = job_id(&id)?;
-    let c2 = c.clone();
-    let (_, node) = with_cluster(&s, move |cl, now| cl.cancel(&c2, id, now)).await?;
+    let (job, node) = with_cluster(&s, move |cl, now| cl.cancel(&c, id, now)).await?;
     if let Some(node) = node {
         s.wake_node(&node);
     }
     s.wake_scheduler();
-    Ok(Json(with_cluster(&s, move |cl, _| cl.job(&c, id)).await?))
+    Ok(Json(job))
 }
 
 async fn nodes(
@@ -326,17 +325,12 @@ async fn poll(
                 forget,
             }));
         }
+        // Woken or timed out: look again (past the deadline the answer goes out as it is).
         if tokio::time::timeout_at(deadline, notified.as_mut())
             .await
             .is_err()
         {
-            let (launch, kill) =
-                with_cluster(&s, move |cl, _| Ok(cl.orders(&node, &held, &stopping))).await?;
-            return Ok(Json(PollResponse {
-                launch,
-                kill,
-                forget,
-            }));
+            continue;
         }
         notified = Box::pin(notify.clone().notified_owned());
         notified.as_mut().enable();

@@ -166,14 +166,14 @@ impl Cluster {
         Ok(record.id)
     }
 
-    /// Cancels a job: a pending job ends now; a started one gets a kill order. Returns the state
-    /// after the request and the node to wake, if any.
+    /// Cancels a job: a pending job ends now; a started one gets a kill order. Returns the job
+    /// as the caller sees it after the request, and the node to wake, if any.
     pub fn cancel(
         &mut self,
         caller: &Caller,
         id: JobId,
         now: u64,
-    ) -> Result<(JobState, Option<String>), Failure> {
+    ) -> Result<(JobRecord, Option<String>), Failure> {
         let Some(job) = self.jobs.get(&id) else {
             return match self.store.job(id)? {
                 Some(j) if caller.may_manage(&j) => Err(Failure::new(
@@ -201,7 +201,7 @@ impl Cluster {
             ));
         }
         self.commit(vec![job.clone()])?;
-        Ok((job.state, wake))
+        Ok((view(caller, job), wake))
     }
 
     /// A job as `caller` may see it (private fields hidden from other users).
