@@ -192,10 +192,7 @@ fn local_state(
 /// The images this node can run: its store's, or the Docker engine's.
 fn image_names(cfg: &AgentConfig, images: &wharf_images::ImageStore) -> Vec<String> {
     match &cfg.backend {
-        BackendKind::Oci => images
-            .list()
-            .map(|l| l.into_iter().map(|i| i.name).collect())
-            .unwrap_or_default(),
+        BackendKind::Oci => images.names().unwrap_or_default(),
         // The client runs its own small runtime: call it from a plain thread.
         BackendKind::Docker(socket) => std::thread::scope(|s| {
             s.spawn(|| wharf_runtime::docker::list_images(socket))

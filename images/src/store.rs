@@ -13,9 +13,11 @@
 //! image or the new one, never a mix; on any error the directory is deleted and the store is
 //! as it was.
 
+use std::ffi::OsString;
 use std::fs::{self, DirBuilder};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -66,6 +68,8 @@ pub struct ImageInfo {
 pub struct ImageStore {
     root: PathBuf,
     limits: Limits,
+    /// [`ImageStore::names`]'s last answer, keyed by the image directories it was read from.
+    names: Arc<Mutex<(Vec<OsString>, Vec<String>)>>,
 }
 
 impl ImageStore {
@@ -87,6 +91,7 @@ impl ImageStore {
         let store = ImageStore {
             root,
             limits: Limits::default(),
+            names: Arc::default(),
         };
         clear_stale(&store.root.join(TMP));
         Ok(store)
@@ -153,6 +158,29 @@ impl ImageStore {
         write_synced(&staging.path.join(INFO), &json)?;
         staging.publish(&dest)?;
         Ok(info)
+    }
+
+    /// The images' names, sorted, as [`ImageStore::list`] gives them, but cheap to ask often
+    /// (the agent does, ten times a second): the image directories are named by a hash of the
+    /// image's name and published whole by one rename, so while their list is unchanged so
+    /// are the names, and no `image.json` is read again.
+    pub fn names(&self) -> Result<Vec<String>> {
+        let dir = self.root.join(IMAGES);
+        let mut dirs = fs::read_dir(&dir)
+            .map_err(|e| ImageError::io(dir.display(), e))?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| ImageError::io(dir.display(), e))?;
+        dirs.sort();
+        let mut cache = self
+            .names
+            .lock()
+            .map_err(|_| ImageError::new(ErrorKind::Unavailable, "image name cache poisoned"))?;
+        if cache.0 != dirs {
+            let names = self.list()?.into_iter().map(|i| i.name).collect();
+            *cache = (dirs, names);
+        }
+        Ok(cache.1.clone())
     }
 
     /// All images, sorted by name. Entries whose `image.json` is unreadable are left out.

@@ -133,6 +133,7 @@ fn list_get_replace_and_remove() {
         .map(|i| i.name)
         .collect();
     assert_eq!(names, ["alpha/x:1", "zeta:1"]);
+    assert_eq!(s.store.names().unwrap(), names);
 
     // Replacing swaps the whole image.
     let replaced = s.store.import(&b, "alpha/x:1").unwrap();
@@ -149,6 +150,11 @@ fn list_get_replace_and_remove() {
     assert_eq!(err.kind, ErrorKind::NotFound);
     assert!(err.to_string().contains("import"), "{err}");
     assert_eq!(s.store.list().unwrap().len(), 1);
+    // The cheap listing sees the removal too, and a later import.
+    assert_eq!(s.store.names().unwrap(), ["alpha/x:1"]);
+    s.store.import(&a, "beta:2").unwrap();
+    assert_eq!(s.store.names().unwrap(), ["alpha/x:1", "beta:2"]);
+    s.store.remove("beta:2").unwrap();
     s.assert_no_leftovers();
 
     // The store reopens with what it had.
