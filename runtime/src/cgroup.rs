@@ -7,33 +7,28 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// True on a pure cgroup v2 host.
 pub(crate) fn is_v2() -> bool {
-    Path::new(CGROUP_ROOT).join("cgroup.controllers").exists()
+    static V2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *V2.get_or_init(|| Path::new(CGROUP_ROOT).join("cgroup.controllers").exists())
 }
 
 /// Number of OOM kills recorded in the job's memory cgroup (`memory.oom_control` on v1,
 /// `memory.events` on v2). 0 when the cgroup or the counter is missing.
 pub(crate) fn oom_kills(cgroup_path: &str) -> u64 {
     let rel = cgroup_path.trim_start_matches('/');
-    let (file, key): (PathBuf, &str) = if is_v2() {
-        (
-            Path::new(CGROUP_ROOT).join(rel).join("memory.events"),
-            "oom_kill",
-        )
+    let file = if is_v2() {
+        Path::new(CGROUP_ROOT).join(rel).join("memory.events")
     } else {
-        (
-            Path::new(CGROUP_ROOT)
-                .join("memory")
-                .join(rel)
-                .join("memory.oom_control"),
-            "oom_kill",
-        )
+        Path::new(CGROUP_ROOT)
+            .join("memory")
+            .join(rel)
+            .join("memory.oom_control")
     };
     std::fs::read_to_string(file)
         .ok()
         .and_then(|text| {
             text.lines().find_map(|l| {
                 let (k, v) = l.split_once(' ')?;
-                (k == key).then(|| v.trim().parse().ok()).flatten()
+                (k == "oom_kill").then(|| v.trim().parse().ok()).flatten()
             })
         })
         .unwrap_or(0)

@@ -81,7 +81,6 @@ fn install_signal_handlers() -> Result<(), RuntimeError> {
 }
 
 /// Whether a cancel (SIGTERM/SIGINT to the shim) has arrived.
-#[cfg_attr(not(feature = "docker"), allow(dead_code))]
 pub(crate) fn cancelled() -> bool {
     CANCEL.load(Ordering::SeqCst)
 }
@@ -109,13 +108,8 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
     let mut out = Outcome::default();
     let result = install_signal_handlers().and_then(|_| {
         // The container's init is our grandchild; as subreaper we can wait for it.
-        // SAFETY: plain prctl with integer arguments.
-        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-            return Err(RuntimeError::io(
-                "PR_SET_CHILD_SUBREAPER",
-                std::io::Error::last_os_error(),
-            ));
-        }
+        nix::sys::prctl::set_child_subreaper(true)
+            .map_err(|e| RuntimeError::sys("PR_SET_CHILD_SUBREAPER", e))?;
         let (stdout, stderr) = open_outputs(spec)?;
         let spec = &apply_limits(spec)?;
         let (uid_map, gid_map) = if spec.remap_root {
@@ -184,7 +178,7 @@ fn run(
     spec: &ContainerSpec,
     out: &mut Outcome,
 ) -> Result<(), RuntimeError> {
-    if CANCEL.load(Ordering::SeqCst) {
+    if cancelled() {
         out.cancelled = true;
         delete(container, spec);
         return Ok(());
@@ -251,7 +245,7 @@ fn wait_init(
         }
         let now = Instant::now();
         let stopping = out.cancelled || out.timed_out;
-        if !stopping && CANCEL.load(Ordering::SeqCst) {
+        if !stopping && cancelled() {
             out.cancelled = true;
         } else if !stopping && deadline.is_some_and(|d| now >= d) {
             out.timed_out = true;
@@ -323,7 +317,8 @@ fn force_cleanup(jd: &JobDir, spec: &ContainerSpec) {
     }
 }
 
-fn reap_all() {
+/// Reaps every child that has ended, without waiting.
+pub(crate) fn reap_all() {
     while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
         if status == WaitStatus::StillAlive {
             break;
@@ -401,7 +396,7 @@ fn set_limit(res: Resource, want: u64) -> Result<u64, RuntimeError> {
     if setrlimit(res, want, want).is_ok() {
         return Ok(want);
     }
-    let clamped = clamp_limit(want, hard);
+    let clamped = want.min(hard);
     eprintln!("wharf shim: cannot raise {res:?} to {want} (no CAP_SYS_RESOURCE?); using {clamped}");
     setrlimit(res, clamped, clamped)
         .map_err(|e| RuntimeError::sys(format!("setrlimit({res:?})"), e))?;
@@ -414,11 +409,6 @@ fn memlock_text(v: u64) -> String {
     } else {
         v.to_string()
     }
-}
-
-/// The limit a process whose hard limit is `hard` can give.
-fn clamp_limit(want: u64, hard: u64) -> u64 {
-    want.min(hard)
 }
 
 /// Opens the job's output files as the user: with the user's fs ids and groups, so a path the
@@ -468,19 +458,4 @@ fn open_as_user(path: &Path, spec: &ContainerSpec) -> Result<OwnedFd, RuntimeErr
     // Honour 0600 even if the file existed with wider permissions.
     let _ = file.set_permissions(std::fs::Permissions::from_mode(0o600));
     Ok(file.into())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::clamp_limit;
-
-    #[test]
-    fn memlock_is_clamped_to_the_hard_limit() {
-        assert_eq!(clamp_limit(libc::RLIM_INFINITY, 8 << 20), 8 << 20);
-        assert_eq!(clamp_limit(1 << 20, 8 << 20), 1 << 20);
-        assert_eq!(
-            clamp_limit(libc::RLIM_INFINITY, libc::RLIM_INFINITY),
-            libc::RLIM_INFINITY
-        );
-    }
 }

@@ -14,19 +14,12 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::Path;
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
 
 /// Serves requests on stdin until it closes. Returns the process's exit status.
 pub fn serve() -> i32 {
     // Forking is safe only because this process has one thread; refuse to run otherwise.
-    let threads = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Threads:"))
-                .and_then(|v| v.trim().parse::<u32>().ok())
-        });
+    let threads = crate::limits::proc_self_status("Threads").and_then(|v| v.parse::<u32>().ok());
     if threads != Some(1) {
         eprintln!("wharf shim --spawner: must be single-threaded, has {threads:?} threads");
         return 1;
@@ -35,7 +28,7 @@ pub fn serve() -> i32 {
     // SAFETY: fd 0 stays open for the life of the process.
     let stdin = unsafe { BorrowedFd::borrow_raw(0) };
     loop {
-        reap();
+        crate::shim::reap_all();
         // Wake up now and then to reap shims even while no launch comes.
         let mut fds = [PollFd::new(stdin, PollFlags::POLLIN)];
         match poll(&mut fds, PollTimeout::from(1000u16)) {
@@ -119,8 +112,7 @@ fn become_shim(dir: &Path, log: std::fs::File, devnull: std::fs::File) -> Result
     drop(devnull);
     close_from(3)?;
     // `ps` shows the spawner's command line for every shim; the name at least differs.
-    // SAFETY: a NUL-terminated name of under 16 bytes.
-    unsafe { libc::prctl(libc::PR_SET_NAME, c"wharf-shim".as_ptr(), 0, 0, 0) };
+    let _ = nix::sys::prctl::set_name(c"wharf-shim");
     let me = std::process::id();
     let started = crate::launcher::start_time(me).unwrap_or_default();
     crate::launcher::write_pid_file(&crate::JobDir::new(dir.to_path_buf()), me, started)
@@ -144,15 +136,6 @@ fn close_from(first: u32) -> Result<(), String> {
         let _ = nix::unistd::close(fd);
     }
     Ok(())
-}
-
-/// Reaps every shim that has ended.
-fn reap() {
-    while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-        if status == WaitStatus::StillAlive {
-            break;
-        }
-    }
 }
 
 /// Why a request to the spawner did not give a shim.
