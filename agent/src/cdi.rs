@@ -129,10 +129,6 @@ fn find(dirs: &[PathBuf]) -> Result<Option<(PathBuf, Spec)>, String> {
             .collect();
         files.sort();
         for f in files {
-            if f.extension().is_some_and(|x| x != "json") {
-                // YAML specs are left to a later version; nvidia-ctk writes either.
-                continue;
-            }
             let spec = read(&f)?;
             if spec.kind == GPU_KIND {
                 return Ok(Some((f, spec)));
@@ -153,7 +149,13 @@ fn read(f: &Path) -> Result<Spec, String> {
         ));
     }
     let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("{}: not a CDI spec: {e}", f.display()))
+    // `nvidia-ctk cdi generate` writes YAML unless asked for JSON.
+    let parsed = if f.extension().is_some_and(|x| x == "json") {
+        serde_json::from_str(&text).map_err(|e| e.to_string())
+    } else {
+        serde_yaml::from_str(&text).map_err(|e| e.to_string())
+    };
+    parsed.map_err(|e| format!("{}: not a CDI spec: {e}", f.display()))
 }
 
 /// Driver files to inject when a node has no CDI spec: NVIDIA's user-space libraries found in
@@ -258,6 +260,31 @@ mod tests {
             None
         );
         std::fs::write(dir.path().join("a-broken.json"), "{").unwrap();
+        assert!(gpu_edits(&[dir.path().to_path_buf()], &[0])
+            .unwrap_err()
+            .contains("not a CDI spec"));
+    }
+
+    #[test]
+    fn yaml_specs_as_nvidia_ctk_writes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("nvidia.yaml"),
+            "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\ncontainerEdits:\n  deviceNodes:\n  - path: /dev/nvidiactl\n  mounts:\n  - hostPath: /usr/lib/libcuda.so.1\n    containerPath: /usr/lib/libcuda.so.1\n    options: [ro, nosuid, nodev, bind]\n",
+        )
+        .unwrap();
+        let e = gpu_edits(&[dir.path().to_path_buf()], &[0])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            e.device_nodes,
+            vec![
+                (PathBuf::from("/dev/nvidia0"), "/dev/nvidia0".into()),
+                (PathBuf::from("/dev/nvidiactl"), "/dev/nvidiactl".into())
+            ]
+        );
+        assert_eq!(e.binds.len(), 1);
+        std::fs::write(dir.path().join("nvidia.yaml"), "kind: [").unwrap();
         assert!(gpu_edits(&[dir.path().to_path_buf()], &[0])
             .unwrap_err()
             .contains("not a CDI spec"));
