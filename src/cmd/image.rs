@@ -44,13 +44,27 @@ pub enum Command {
 /// Which store.
 #[derive(Debug, clap::Args)]
 pub struct StoreArg {
-    /// The image store directory.
-    #[arg(
-        long,
-        env = "WHARF_IMAGE_STORE",
-        default_value = "/var/lib/wharf/images"
-    )]
-    store: PathBuf,
+    /// The image store directory (default: the configuration's `agent.image_store`).
+    #[arg(long, env = "WHARF_IMAGE_STORE")]
+    store: Option<PathBuf>,
+    /// Configuration file (default /etc/wharf/wharf.toml when present).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+impl StoreArg {
+    /// Opens the store named here, or the one the node's agent uses.
+    fn open(self) -> Result<ImageStore> {
+        let path = match self.store {
+            Some(p) => p,
+            None => {
+                crate::config::load(self.config.as_deref())?
+                    .agent
+                    .image_store
+            }
+        };
+        Ok(ImageStore::open(path)?)
+    }
 }
 
 /// Runs the command.
@@ -61,7 +75,7 @@ pub async fn run(cmd: Command) -> Result<i32> {
             name,
             store,
         } => {
-            let s = ImageStore::open(store.store)?;
+            let s = store.open()?;
             let started = std::time::Instant::now();
             let info =
                 tokio::task::spawn_blocking(move || s.import(std::path::Path::new(&source), &name))
@@ -76,7 +90,7 @@ pub async fn run(cmd: Command) -> Result<i32> {
             );
         }
         Command::List { store, json } => {
-            let images = ImageStore::open(store.store)?.list()?;
+            let images = store.open()?.list()?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&images)?);
             } else {
@@ -94,7 +108,7 @@ pub async fn run(cmd: Command) -> Result<i32> {
             }
         }
         Command::Remove { name, store } => {
-            ImageStore::open(store.store)?.remove(&name)?;
+            store.open()?.remove(&name)?;
             println!("Removed {name}");
         }
     }

@@ -168,3 +168,48 @@ fn cancel_removes_the_whole_process_tree_within_the_grace_period() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn image_commands_use_the_configured_store_by_default() {
+    if !can_run("image_commands_use_the_configured_store_by_default") {
+        return;
+    }
+    let d = scratch("wharf-store-");
+    let store = d.path().join("images");
+    let config = d.path().join("wharf.toml");
+    std::fs::write(
+        &config,
+        format!("[agent]\nimage_store = \"{}\"\n", store.display()),
+    )
+    .unwrap();
+    let rootfs = d.path().join("rootfs");
+    std::fs::create_dir_all(rootfs.join("bin")).unwrap();
+    std::fs::write(rootfs.join("bin/x"), "x").unwrap();
+    let wharf = |args: &[&str]| {
+        Command::new(wharf_bin())
+            .args(args)
+            .env_remove("WHARF_IMAGE_STORE")
+            .output()
+            .unwrap()
+    };
+    let cfg = config.to_str().unwrap();
+    let out = wharf(&[
+        "image",
+        "import",
+        rootfs.to_str().unwrap(),
+        "--name",
+        "mine",
+        "--config",
+        cfg,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        wharf_images::ImageStore::open(store)
+            .unwrap()
+            .get("mine")
+            .is_ok(),
+        "not imported into the configured store"
+    );
+    let ls = wharf(&["image", "ls", "--config", cfg]);
+    assert!(stdout(&ls).contains("mine"), "{}", stdout(&ls));
+}
