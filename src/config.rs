@@ -198,6 +198,11 @@ pub fn size(key: &str, text: &str) -> Result<u64> {
     wharf_api::parse_memory(text).map_err(|e| anyhow::anyhow!("{key}: {e}"))
 }
 
+/// A resource limit setting: a size, or `unlimited` (`u64::MAX`).
+pub fn limit(key: &str, text: &str) -> Result<u64> {
+    wharf_api::job::parse_limit(text).map_err(|e| anyhow::anyhow!("{key}: {e}"))
+}
+
 impl DefaultsSection {
     /// As job defaults.
     pub fn resolve(&self) -> Result<JobDefaults> {
@@ -266,4 +271,21 @@ pub fn admin_uids(names: &[String]) -> Result<Vec<u32>> {
                 .ok_or_else(|| anyhow::anyhow!("controller.admins: no user {n:?}")),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_sizes_or_unlimited() {
+        assert_eq!(limit("agent.memlock", "unlimited").unwrap(), u64::MAX);
+        assert_eq!(limit("agent.memlock", "Infinity").unwrap(), u64::MAX);
+        assert_eq!(limit("agent.stack", "64M").unwrap(), 64 << 20);
+        let err = limit("agent.stack", "12XB").unwrap_err().to_string();
+        assert!(
+            err.starts_with("agent.stack: ") && err.contains("unlimited"),
+            "{err}"
+        );
+    }
 }

@@ -64,15 +64,12 @@ pub fn settings(file: &FileConfig, token: String) -> Result<wharf_agent::AgentCo
         cdi_dirs: a.cdi_dirs.clone(),
         driver_lib_dirs: a.driver_lib_dirs.clone(),
         driver_bin_dirs: a.driver_bin_dirs.clone(),
-        stack: match a.stack.as_deref() {
-            None => None,
-            Some("unlimited") => Some(u64::MAX),
-            Some(s) => Some(config::size("agent.stack", s)?),
-        },
-        memlock: match a.memlock.as_str() {
-            "unlimited" | "infinity" => None,
-            other => Some(config::size("agent.memlock", other)?),
-        },
+        stack: a
+            .stack
+            .as_deref()
+            .map(|s| config::limit("agent.stack", s))
+            .transpose()?,
+        memlock: Some(config::limit("agent.memlock", &a.memlock)?).filter(|&m| m != u64::MAX),
     })
 }
 

@@ -114,10 +114,17 @@ fn de_quantity<'de, D: serde::Deserializer<'de>>(
 
 /// Parses a memlock need: `unlimited` or a size.
 pub fn parse_memlock(text: &str) -> Result<u64, String> {
-    if text.trim().eq_ignore_ascii_case("unlimited") {
+    parse_limit(text).map_err(|e| format!("memlock: {e}"))
+}
+
+/// Parses a resource limit: `unlimited` (or `infinity`, as ulimit says it; `u64::MAX`) or a
+/// size.
+pub fn parse_limit(text: &str) -> Result<u64, String> {
+    let word = text.trim();
+    if word.eq_ignore_ascii_case("unlimited") || word.eq_ignore_ascii_case("infinity") {
         Ok(u64::MAX)
     } else {
-        parse_memory(text).map_err(|e| format!("memlock: {e} (or \"unlimited\")"))
+        parse_memory(text).map_err(|e| format!("{e} (or \"unlimited\")"))
     }
 }
 
