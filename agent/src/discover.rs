@@ -87,7 +87,6 @@ pub fn nvml_gpus() -> Result<Vec<GpuInfo>, nvml_wrapper::error::NvmlError> {
 /// GPUs from the NVIDIA device nodes under `dev_root` (`nvidia0`, `nvidia1`, ...): character
 /// devices with NVIDIA's major number 195 and a minor below 255 (255 is nvidiactl).
 fn device_gpus(dev_root: &Path) -> Vec<GpuInfo> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let Ok(entries) = std::fs::read_dir(dev_root) else {
         return vec![];
     };
@@ -96,17 +95,13 @@ fn device_gpus(dev_root: &Path) -> Vec<GpuInfo> {
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
             let index: u32 = name.strip_prefix("nvidia")?.parse().ok()?;
-            let meta = std::fs::metadata(e.path()).ok()?;
-            let rdev = meta.rdev();
-            let (major, minor) = (libc::major(rdev), libc::minor(rdev));
-            (meta.file_type().is_char_device() && major == 195 && minor == index).then_some(
-                GpuInfo {
-                    index,
-                    model: None,
-                    uuid: None,
-                    memory: None,
-                },
-            )
+            let node = wharf_runtime::DeviceNode::from_host(&e.path(), "").ok()?;
+            (node.major == 195 && node.minor == i64::from(index)).then_some(GpuInfo {
+                index,
+                model: None,
+                uuid: None,
+                memory: None,
+            })
         })
         .collect();
     gpus.sort_by_key(|g| g.index);

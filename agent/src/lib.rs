@@ -108,21 +108,20 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         AgentError::Setup(format!("image store {}: {e}", cfg.image_store.display()))
     })?;
     let client = Client::new(cfg.controller.clone(), Some(cfg.token.clone()));
-    // The sandbox backend; the OCI one (libcontainer, through `wharf shim`) for now.
+    // The sandbox backend: the OCI one (libcontainer, through `wharf shim`), or Docker.
     let launcher: Arc<dyn Backend> = match &cfg.backend {
         BackendKind::Oci => {
             if let Some(why) = wharf_runtime::device_filter_problem() {
                 tracing::error!("{why}");
             }
-            let launcher = Launcher::new(cfg.shim_exe.clone());
-            // Launches then fork a warm process; without it they start the shim directly.
-            if let Err(e) = launcher.warm_up() {
-                tracing::warn!(error = %e, "cannot start the shim spawner");
-            }
-            Arc::new(launcher)
+            Arc::new(Launcher::new(cfg.shim_exe.clone()))
         }
         BackendKind::Docker(_) => Arc::new(wharf_runtime::DockerBackend::new(cfg.shim_exe.clone())),
     };
+    // Launches then fork a warm shim spawner; without it they start shims directly.
+    if let Err(e) = launcher.warm_up() {
+        tracing::warn!(error = %e, "cannot start the shim spawner");
+    }
     let cpus = discover::cpus();
     let mut wait_ms = 0;
     let mut registered = false;

@@ -41,6 +41,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// Deletes an ended job's directory. Idempotent (a missing directory is fine); refuses
     /// with `InvalidInput` while the job runs.
     fn remove(&self, dir: &JobDir) -> Result<(), RuntimeError>;
+
+    /// Prepares what launches need before the first one comes (the agent calls it as it
+    /// starts), so that the first job does not wait for it. Nothing by default.
+    fn warm_up(&self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
 }
 
 impl Backend for crate::Launcher {
@@ -58,6 +64,9 @@ impl Backend for crate::Launcher {
     }
     fn remove(&self, dir: &JobDir) -> Result<(), RuntimeError> {
         crate::Launcher::remove(self, dir)
+    }
+    fn warm_up(&self) -> Result<(), RuntimeError> {
+        crate::Launcher::warm_up(self)
     }
 }
 
@@ -98,5 +107,8 @@ impl Backend for DockerBackend {
     }
     fn remove(&self, dir: &JobDir) -> Result<(), RuntimeError> {
         self.launcher.remove(dir)
+    }
+    fn warm_up(&self) -> Result<(), RuntimeError> {
+        self.launcher.warm_up()
     }
 }

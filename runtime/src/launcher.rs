@@ -39,11 +39,12 @@ pub(crate) fn write_pid_file(dir: &JobDir, pid: u32, started: u64) -> Result<(),
         .map_err(|e| RuntimeError::io(dir.pid().display(), e))
 }
 
-/// The pid and start time in the pid file, when it holds both.
-fn read_pid_file(dir: &JobDir) -> Option<(u32, u64)> {
+/// The pid in the pid file, and the start time when it records one (older agents did not).
+fn read_pid_file(dir: &JobDir) -> Option<(u32, Option<u64>)> {
     let text = fs::read_to_string(dir.pid()).ok()?;
     let mut f = text.split_whitespace();
-    Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+    let pid = f.next()?.parse().ok()?;
+    Some((pid, f.next().and_then(|t| t.parse().ok())))
 }
 
 /// What the agent can tell about a job from its directory.
@@ -111,8 +112,8 @@ impl Launcher {
             Err(RequestError::Broken(e)) if dir.log().exists() => {
                 let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
                 loop {
-                    if let Some(shim) = read_pid_file(dir) {
-                        break shim;
+                    if let Some((pid, Some(started))) = read_pid_file(dir) {
+                        break (pid, started);
                     }
                     if std::time::Instant::now() > deadline {
                         return Err(RuntimeError::new(
@@ -265,11 +266,9 @@ impl Launcher {
     /// start time recorded at launch must match; the command line is not used, since it is
     /// empty for a moment while the shim is being exec'd).
     fn live_pid(&self, dir: &JobDir) -> Option<u32> {
-        let text = fs::read_to_string(dir.pid()).ok()?;
-        let mut fields = text.split_whitespace();
-        let pid: u32 = fields.next()?.parse().ok()?;
+        let (pid, recorded) = read_pid_file(dir)?;
         let (state, started) = stat_of(pid)?;
-        let ours = match fields.next().and_then(|t| t.parse::<u64>().ok()) {
+        let ours = match recorded {
             Some(recorded) => started == recorded,
             // A pid file from an older agent: the shim's command line names the directory.
             None => fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
