@@ -147,24 +147,12 @@ pub fn binds(entries: &[String]) -> Result<Vec<wharf_runtime::Bind>> {
     entries
         .iter()
         .map(|e| {
-            let mut parts: Vec<&str> = e.split(':').collect();
-            let read_only = parts.last() == Some(&"ro");
-            if read_only || parts.last() == Some(&"rw") {
-                parts.pop();
-            }
-            let (src, dst) = match parts.as_slice() {
-                [p] => (*p, *p),
-                [s, d] => (*s, *d),
-                _ => anyhow::bail!("agent.mounts: {e:?} is not PATH[:ro] or SOURCE:DEST[:ro]"),
-            };
-            let ok = |p: &str| p.starts_with('/') && !p.split('/').any(|c| c == "..") && p != "/";
-            if !ok(src) || !ok(dst) {
-                anyhow::bail!("agent.mounts: {e:?}: paths must be absolute, not `/`, without `..`");
-            }
+            let m = wharf_api::job::parse_mount(e, true)
+                .map_err(|why| anyhow::anyhow!("agent.mounts: {why}"))?;
             Ok(wharf_runtime::Bind {
-                source: src.into(),
-                destination: dst.into(),
-                read_only,
+                source: m.source.into(),
+                destination: m.destination,
+                read_only: m.read_only,
             })
         })
         .collect()

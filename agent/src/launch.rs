@@ -256,16 +256,9 @@ fn user_bind(
     uid: u32,
     groups: &[u32],
 ) -> Result<wharf_runtime::Bind, LaunchError> {
-    let parts: Vec<&str> = entry.split(':').collect();
-    let (src, dst, read_only) = match parts.as_slice() {
-        [s, d] => (*s, *d, false),
-        [s, d, m] => (*s, *d, *m == "ro"),
-        _ => {
-            return Err(LaunchError(format!(
-                "mount {entry:?} is not SOURCE:DEST[:ro]"
-            )))
-        }
-    };
+    let m = wharf_api::job::parse_mount(entry, false)
+        .map_err(|why| LaunchError(format!("mount {why}")))?;
+    let (src, dst, read_only) = (m.source.as_str(), m.destination.as_str(), m.read_only);
     let real = std::fs::canonicalize(src).map_err(|e| {
         LaunchError(format!(
             "mount {entry:?}: {src} on node {}: {e}",

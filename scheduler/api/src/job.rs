@@ -375,22 +375,53 @@ fn validate_mounts(mounts: &[String]) -> Result<Vec<String>, String> {
         ));
     }
     for m in mounts {
-        let parts: Vec<&str> = m.split(':').collect();
-        let ok_path = |p: &str| {
-            p.starts_with('/') && p != "/" && !p.split('/').any(|c| c == "..") && !p.contains('\0')
-        };
-        let ok = match parts.as_slice() {
-            [s, d] => ok_path(s) && ok_path(d),
-            [s, d, mode] => ok_path(s) && ok_path(d) && (*mode == "ro" || *mode == "rw"),
-            _ => false,
-        };
-        if !ok {
-            return Err(format!(
-                "`mounts` entry {m:?} is not SOURCE:DEST[:ro] with absolute paths (no `..`)"
-            ));
-        }
+        parse_mount(m, false).map_err(|e| format!("`mounts` entry {e}"))?;
     }
     Ok(mounts.to_vec())
+}
+
+/// A bind as written: `SOURCE:DEST[:ro|rw]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountSpec {
+    /// Host path.
+    pub source: String,
+    /// Path inside the container.
+    pub destination: String,
+    /// Bound read-only (`:ro`).
+    pub read_only: bool,
+}
+
+/// Parses `SOURCE:DEST[:ro|rw]`, and with `path_alone` also `PATH[:ro|rw]` (bound at the
+/// same path). Paths are absolute, not `/`, without `..` or NUL. The one rule for a user's
+/// `--mount`, the node's check of it, and `[agent] mounts`.
+pub fn parse_mount(text: &str, path_alone: bool) -> Result<MountSpec, String> {
+    let form = if path_alone {
+        "PATH[:ro] or SOURCE:DEST[:ro]"
+    } else {
+        "SOURCE:DEST[:ro]"
+    };
+    let bad = || format!("{text:?} is not {form} with absolute paths (not `/`, no `..`)");
+    let mut parts: Vec<&str> = text.split(':').collect();
+    let read_only = parts.last() == Some(&"ro");
+    if read_only || parts.last() == Some(&"rw") {
+        parts.pop();
+    }
+    let (source, destination) = match parts.as_slice() {
+        [p] if path_alone => (*p, *p),
+        [s, d] => (*s, *d),
+        _ => return Err(bad()),
+    };
+    let ok = |p: &str| {
+        p.starts_with('/') && p != "/" && !p.split('/').any(|c| c == "..") && !p.contains('\0')
+    };
+    if !ok(source) || !ok(destination) {
+        return Err(bad());
+    }
+    Ok(MountSpec {
+        source: source.into(),
+        destination: destination.into(),
+        read_only,
+    })
 }
 
 /// Image names are a store name (letters, digits, `._-:/@`) or `host`.
@@ -632,6 +663,31 @@ mod tests {
             command: Some(vec!["/bin/true".into()]),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn mounts_have_one_form_everywhere() {
+        let m = parse_mount("/data/a:/in:ro", false).unwrap();
+        assert_eq!(
+            (m.source.as_str(), m.destination.as_str(), m.read_only),
+            ("/data/a", "/in", true)
+        );
+        assert!(!parse_mount("/a:/b:rw", false).unwrap().read_only);
+        assert_eq!(parse_mount("/home", true).unwrap().destination, "/home");
+        assert!(parse_mount("/data:ro", true).unwrap().read_only);
+        for bad in [
+            "/home",
+            "/a:/b:rx",
+            "a:/b",
+            "/a:/",
+            "/a/../b:/c",
+            "/a:/b:ro:x",
+            "/a\0:/b",
+        ] {
+            let e = parse_mount(bad, false).unwrap_err();
+            assert!(e.contains("is not SOURCE:DEST[:ro]"), "{bad}: {e}");
+        }
+        assert!(parse_mount("/", true).is_err());
     }
 
     #[test]
