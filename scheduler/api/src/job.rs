@@ -263,6 +263,13 @@ impl JobRequest {
         }
         let image = self.image.clone().unwrap_or_else(|| defaults.image.clone());
         validate_image_name(&image)?;
+        // A path names an Apptainer SIF file; a node runs nothing else from a path.
+        if image.starts_with('/') && !image.ends_with(".sif") {
+            return Err(format!(
+                "`image` {image:?} is a path but not a .sif file; name an imported image, \
+                 \"host\", or an Apptainer SIF file"
+            ));
+        }
         if self.writable == Some(true) && image == "host" {
             return Err(
                 "`writable` needs an image: the node's own filesystem (image \"host\") is never \
@@ -732,6 +739,19 @@ mod tests {
             ..req()
         };
         assert!(writable_image.resolve("/", &d).unwrap().writable);
+        let not_sif = JobRequest {
+            image: Some("/shared/images/pytorch".into()),
+            ..req()
+        };
+        assert!(not_sif
+            .resolve("/", &d)
+            .unwrap_err()
+            .contains("is a path but not a .sif file"));
+        let sif = JobRequest {
+            image: Some("/shared/images/pytorch.sif".into()),
+            ..req()
+        };
+        assert!(sif.resolve("/", &d).is_ok());
         let env = JobRequest {
             env: [("1X".into(), "v".into())].into(),
             ..req()
