@@ -129,6 +129,16 @@ fn block_on<T>(
         .block_on(f)
 }
 
+/// A client of the engine at `socket`, with a timeout for each request.
+fn connect(socket: &std::path::Path, timeout_secs: u64) -> Result<Docker, RuntimeError> {
+    Docker::connect_with_unix(
+        socket.to_str().unwrap_or_default(),
+        timeout_secs,
+        bollard::API_DEFAULT_VERSION,
+    )
+    .map_err(|e| engine("connect", e))
+}
+
 fn engine(what: &str, e: bollard::errors::Error) -> RuntimeError {
     RuntimeError::new(ErrorKind::Unavailable, format!("docker {what}: {e}"))
 }
@@ -153,9 +163,7 @@ async fn run(
     stderr: OwnedFd,
     out: &mut Outcome,
 ) -> Result<(), RuntimeError> {
-    let socket = target.socket.to_str().unwrap_or_default();
-    let docker = Docker::connect_with_unix(socket, 120, bollard::API_DEFAULT_VERSION)
-        .map_err(|e| engine("connect", e))?;
+    let docker = connect(&target.socket, 120)?;
     let name = spec.id.as_str();
     // A container left by an earlier, killed shim of this job goes first.
     let force = RemoveContainerOptions {
@@ -275,12 +283,7 @@ async fn run_created(
 /// Removes the engine's container `name` (killing it if it runs). Missing is fine.
 pub fn remove(target: &DockerTarget, name: &str) -> Result<(), RuntimeError> {
     block_on(async {
-        let docker = Docker::connect_with_unix(
-            target.socket.to_str().unwrap_or_default(),
-            30,
-            bollard::API_DEFAULT_VERSION,
-        )
-        .map_err(|e| engine("connect", e))?;
+        let docker = connect(&target.socket, 30)?;
         match docker
             .remove_container(
                 name,
@@ -303,12 +306,7 @@ pub fn remove(target: &DockerTarget, name: &str) -> Result<(), RuntimeError> {
 /// The engine's image tags (`name:tag`), for the node's report.
 pub fn list_images(socket: &std::path::Path) -> Result<Vec<String>, RuntimeError> {
     block_on(async {
-        let docker = Docker::connect_with_unix(
-            socket.to_str().unwrap_or_default(),
-            10,
-            bollard::API_DEFAULT_VERSION,
-        )
-        .map_err(|e| engine("connect", e))?;
+        let docker = connect(socket, 10)?;
         let images = docker
             .list_images(None::<bollard::query_parameters::ListImagesOptions>)
             .await
