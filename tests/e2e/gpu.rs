@@ -55,10 +55,7 @@ fn job_given_two_of_eight_gpus_sees_and_opens_exactly_those() {
          head -c1 {fakedev}/nvidia5 2>&1 | sed 's/^/host path: /'; \
          head -c1 /proc/self/root/dev/nvidia6 2>&1 | sed 's/^/proc path: /'"
     );
-    let out = c.wharf_as(
-        &alice,
-        &["run", "--gpus", "2", "--", "/bin/sh", "-c", &script],
-    );
+    let out = c.run_sh(&alice, &["--gpus", "2"], &script);
     let text = stdout(&out);
     let line = |prefix: &str| {
         text.lines()
@@ -158,12 +155,7 @@ fn gpu_jobs_get_the_driver_files_of_the_nodes_cdi_spec_read_only() {
     let script = "cat /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/bin/nvidia-smi; \
         (echo x > /usr/bin/nvidia-smi) 2>/dev/null || echo ro; \
         echo caps=$NVIDIA_DRIVER_CAPABILITIES visible=$NVIDIA_VISIBLE_DEVICES; echo $(ls /dev | grep nvidia)";
-    let out = c.wharf_as(
-        &alice,
-        &[
-            "run", "--image", "tiny", "--gpus", "1", "--", "/bin/sh", "-c", script,
-        ],
-    );
+    let out = c.run_sh(&alice, &["--image", "tiny", "--gpus", "1"], script);
     assert_eq!(
         stdout(&out),
         "fake libcuda\nfake nvidia-smi\nro\ncaps=compute,utility visible=0\nnvidia-uvm nvidia0 nvidiactl\n",
@@ -171,17 +163,10 @@ fn gpu_jobs_get_the_driver_files_of_the_nodes_cdi_spec_read_only() {
         stderr(&out)
     );
     // A job without GPUs gets none of it.
-    let out = c.wharf_as(
+    let out = c.run_sh(
         &alice,
-        &[
-            "run",
-            "--image",
-            "tiny",
-            "--",
-            "/bin/sh",
-            "-c",
-            "cat /usr/bin/nvidia-smi 2>/dev/null || echo absent",
-        ],
+        &["--image", "tiny"],
+        "cat /usr/bin/nvidia-smi 2>/dev/null || echo absent",
     );
     assert_eq!(stdout(&out), "absent\n");
 }
@@ -208,12 +193,7 @@ fn without_a_cdi_spec_gpu_jobs_get_the_driver_files_found_on_the_node() {
     c.import_tiny();
     let alice = user("wharf-alice");
     let script = format!("cat {0}/libcuda.so.550.1 {0}/libnvidia-ml.so.1 {1}/nvidia-smi; ls {0}/libunrelated.so.1 2>/dev/null || echo only-driver-files", lib.display(), bin.display());
-    let out = c.wharf_as(
-        &alice,
-        &[
-            "run", "--image", "tiny", "--gpus", "1", "--", "/bin/sh", "-c", &script,
-        ],
-    );
+    let out = c.run_sh(&alice, &["--image", "tiny", "--gpus", "1"], &script);
     assert_eq!(
         stdout(&out),
         "cuda\nnvml\nsmi\nonly-driver-files\n",

@@ -222,6 +222,14 @@ impl Cluster {
         as_user(user, &home, wharf_bin(), args, &self.socket)
     }
 
+    /// `wharf run OPTS -- /bin/sh -c SCRIPT` as `user`.
+    pub fn run_sh(&self, user: &User, opts: &[&str], script: &str) -> Output {
+        let mut args = vec!["run"];
+        args.extend_from_slice(opts);
+        args.extend_from_slice(&["--", "/bin/sh", "-c", script]);
+        self.wharf_as(user, &args)
+    }
+
     /// Imports a tiny image built from this machine's programs as `tiny`.
     pub fn import_tiny(&self) {
         let rootfs = self.dir.join("rootfs");

@@ -33,19 +33,10 @@ fn user_binds_only_under_allowed_paths_and_only_where_the_user_can_reach() {
     std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
 
     let bind = format!("{}:/input:ro", data.display());
-    let out = c.wharf_as(
+    let out = c.run_sh(
         &alice,
-        &[
-            "run",
-            "--image",
-            "tiny",
-            "--mount",
-            &bind,
-            "--",
-            "/bin/sh",
-            "-c",
-            "cat /input/in.txt; (echo x > /input/y) 2>/dev/null || echo ro",
-        ],
+        &["--image", "tiny", "--mount", &bind],
+        "cat /input/in.txt; (echo x > /input/y) 2>/dev/null || echo ro",
     );
     assert_eq!(stdout(&out), "shared input\nro\n", "{}", stderr(&out));
 
@@ -110,19 +101,7 @@ fn remapped_root_is_root_inside_and_the_user_outside() {
         "id -u; id -g; grep CapEff /proc/self/status; touch {}",
         file.display()
     );
-    let out = c.wharf_as(
-        &alice,
-        &[
-            "run",
-            "--image",
-            "tiny",
-            "--remap-root",
-            "--",
-            "/bin/sh",
-            "-c",
-            &script,
-        ],
-    );
+    let out = c.run_sh(&alice, &["--image", "tiny", "--remap-root"], &script);
     assert_eq!(
         stdout(&out),
         "0\n0\nCapEff:\t0000000000000000\n",

@@ -55,7 +55,7 @@ fn rdma_devices_are_passed_through_when_present() {
     let c = Cluster::start_with(&format!("dev_root = \"{}\"", dev.path().display()));
     let alice = user("wharf-alice");
     let script = "echo $(ls /dev/infiniband); head -c1 /dev/infiniband/uverbs0 2>&1 | grep -o 'No such device or address'";
-    let out = c.wharf_as(&alice, &["run", "--rdma", "--", "/bin/sh", "-c", script]);
+    let out = c.run_sh(&alice, &["--rdma"], script);
     assert_eq!(
         stdout(&out),
         "rdma_cm uverbs0\nNo such device or address\n",
@@ -63,15 +63,10 @@ fn rdma_devices_are_passed_through_when_present() {
         stderr(&out)
     );
     // Without --rdma the job gets none.
-    let out = c.wharf_as(
+    let out = c.run_sh(
         &alice,
-        &[
-            "run",
-            "--",
-            "/bin/sh",
-            "-c",
-            "ls /dev/infiniband 2>&1 | grep -c 'No such file'",
-        ],
+        &[],
+        "ls /dev/infiniband 2>&1 | grep -c 'No such file'",
     );
     assert_eq!(stdout(&out), "1\n");
 }

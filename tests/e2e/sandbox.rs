@@ -18,10 +18,7 @@ fn job_runs_as_the_submitting_user_with_no_privilege() {
         touch /tmp/f; chown 0 /tmp/f 2>/dev/null && echo chown-allowed || echo chown-refused; \
         touch /etc/x 2>/dev/null && echo root-writable || echo root-read-only; \
         echo procs $(ls /proc | grep -c '^[0-9]')";
-    let out = c.wharf_as(
-        &alice,
-        &["run", "--image", "tiny", "--", "/bin/sh", "-c", script],
-    );
+    let out = c.run_sh(&alice, &["--image", "tiny"], script);
     let text = stdout(&out);
     assert!(out.status.success(), "run failed: {text}{}", stderr(&out));
     let lines: Vec<&str> = text.lines().collect();
@@ -56,10 +53,7 @@ fn host_image_runs_in_the_same_sandbox() {
     let alice = user("wharf-alice");
     let script = "id -u; cat /proc/1/cmdline | tr '\\0' ' '; echo; touch /usr/x 2>/dev/null && echo rw || echo ro; \
         ls /proc | grep -c '^[0-9]'";
-    let out = c.wharf_as(
-        &alice,
-        &["run", "--image", "host", "--", "/bin/sh", "-c", script],
-    );
+    let out = c.run_sh(&alice, &["--image", "host"], script);
     let text = stdout(&out);
     assert!(out.status.success(), "{text}{}", stderr(&out));
     let lines: Vec<&str> = text.lines().collect();
@@ -79,16 +73,7 @@ fn run_exits_with_the_jobs_status() {
     }
     let c = Cluster::start();
     let alice = user("wharf-alice");
-    let out = c.wharf_as(
-        &alice,
-        &[
-            "run",
-            "--",
-            "/bin/sh",
-            "-c",
-            "echo out; echo err >&2; exit 7",
-        ],
-    );
+    let out = c.run_sh(&alice, &[], "echo out; echo err >&2; exit 7");
     assert_eq!(out.status.code(), Some(7));
     assert_eq!(stdout(&out), "out\nerr\n");
     assert!(stderr(&out).contains("FAILED"), "{}", stderr(&out));
@@ -105,16 +90,7 @@ fn memlock_is_raised_or_clamped_to_what_the_node_can_give() {
     }
     let c = Cluster::start();
     let alice = user("wharf-alice");
-    let out = c.wharf_as(
-        &alice,
-        &[
-            "run",
-            "--",
-            "/bin/sh",
-            "-c",
-            "ulimit -l; echo $WHARF_MEMLOCK",
-        ],
-    );
+    let out = c.run_sh(&alice, &[], "ulimit -l; echo $WHARF_MEMLOCK");
     let (_, hard) =
         nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK).unwrap();
     let v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
@@ -279,17 +255,10 @@ fn setuid_binaries_give_no_privilege_and_no_agent_fd_leaks_in() {
     .unwrap();
     c.import(&rootfs, "suid");
     let alice = user("wharf-alice");
-    let out = c.wharf_as(
+    let out = c.run_sh(
         &alice,
-        &[
-            "run",
-            "--image",
-            "suid",
-            "--",
-            "/bin/sh",
-            "-c",
-            "suid-id -u; echo $(ls /proc/self/fd)",
-        ],
+        &["--image", "suid"],
+        "suid-id -u; echo $(ls /proc/self/fd)",
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
@@ -316,10 +285,7 @@ fn image_with_symlinked_proc_or_dev_is_refused() {
         std::fs::remove_dir(rootfs.join(link)).unwrap();
         std::os::unix::fs::symlink("/etc", rootfs.join(link)).unwrap();
         c.import(&rootfs, name);
-        let out = c.wharf_as(
-            &alice,
-            &["run", "--image", name, "--", "/bin/sh", "-c", "echo ran"],
-        );
+        let out = c.run_sh(&alice, &["--image", name], "echo ran");
         assert_ne!(out.status.code(), Some(0), "{name} ran");
         assert!(
             stderr(&out).contains(&format!("image refused: /{link} must be a directory")),
@@ -368,17 +334,10 @@ fn docker_backend_runs_jobs_as_their_user_through_the_agent() {
         std::thread::sleep(Duration::from_millis(200));
     }
     let alice = user("wharf-alice");
-    let out = c.wharf_as(
+    let out = c.run_sh(
         &alice,
-        &[
-            "run",
-            "--image",
-            "wharf-e2e-docker",
-            "--",
-            "/bin/sh",
-            "-c",
-            "id -u; echo $WHARF_JOB_ID",
-        ],
+        &["--image", "wharf-e2e-docker"],
+        "id -u; echo $WHARF_JOB_ID",
     );
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     let text = stdout(&out);
@@ -399,7 +358,7 @@ fn stack_limit_is_set_as_configured() {
     }
     let c = Cluster::start_with("stack = \"16M\"");
     let alice = user("wharf-alice");
-    let out = c.wharf_as(&alice, &["run", "--", "/bin/sh", "-c", "ulimit -s"]);
+    let out = c.run_sh(&alice, &[], "ulimit -s");
     assert_eq!(stdout(&out), "16384\n", "{}", stderr(&out));
 }
 

@@ -75,17 +75,10 @@ fn sif_image_runs_in_the_sandbox_and_leaves_no_loop_device() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let sif = make_sif(dir.path(), "good");
     let alice = user("wharf-alice");
-    let out = c.wharf_as(
+    let out = c.run_sh(
         &alice,
-        &[
-            "run",
-            "--image",
-            sif.to_str().unwrap(),
-            "--",
-            "/bin/sh",
-            "-c",
-            "id -u; cat /etc/marker; touch /etc/x 2>/dev/null || echo read-only",
-        ],
+        &["--image", sif.to_str().unwrap()],
+        "id -u; cat /etc/marker; touch /etc/x 2>/dev/null || echo read-only",
     );
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     assert_eq!(
@@ -93,19 +86,15 @@ fn sif_image_runs_in_the_sandbox_and_leaves_no_loop_device() {
         format!("{}\ninside good\nread-only\n", alice.uid)
     );
     // Writable, root inside: the squashfs is mapped like any image.
-    let out = c.wharf_as(
+    let out = c.run_sh(
         &alice,
         &[
-            "run",
             "--image",
             sif.to_str().unwrap(),
             "--writable",
             "--remap-root",
-            "--",
-            "/bin/sh",
-            "-c",
-            "echo changed > /etc/marker && cat /etc/marker",
         ],
+        "echo changed > /etc/marker && cat /etc/marker",
     );
     assert_eq!(stdout(&out), "changed\n", "{}", stderr(&out));
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
