@@ -5,7 +5,8 @@
 //! The job's process is a static program that prints CLOCK_MONOTONIC as its first act; the
 //! clock is shared by every namespace, so `stamp - t0` is the launch latency.
 //!
-//! `cargo bench --bench launch` (as root). WHARF_BENCH_RUNS sets the launches per runtime.
+//! `cargo bench --bench launch` (as root). WHARF_BENCH_RUNS sets the launches per runtime;
+//! WHARF_BENCH_STAMP names a prebuilt static stamp program for nodes without `cc`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -59,6 +60,12 @@ fn bundle(dir: &Path) -> PathBuf {
     let rootfs = dir.join("rootfs");
     for d in ["proc", "sys", "dev", "tmp", "etc"] {
         std::fs::create_dir_all(rootfs.join(d)).unwrap();
+    }
+    // A node without a C toolchain (a GPU node, say) can be given the program built elsewhere.
+    if let Some(prebuilt) = std::env::var_os("WHARF_BENCH_STAMP") {
+        std::fs::copy(&prebuilt, rootfs.join("stamp"))
+            .expect("WHARF_BENCH_STAMP: a static stamp program");
+        return rootfs;
     }
     std::fs::write(dir.join("stamp.c"), STAMP_C).unwrap();
     let cc = Command::new("cc")

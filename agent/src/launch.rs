@@ -384,11 +384,6 @@ pub fn node_memlock(cfg: &AgentConfig) -> u64 {
 }
 
 fn preflight_memlock(cfg: &AgentConfig, need: Option<u64>) -> Result<(), LaunchError> {
-    if matches!(cfg.backend, crate::BackendKind::Oci) {
-        if let Some(why) = wharf_runtime::device_filter_problem() {
-            return Err(LaunchError(why));
-        }
-    }
     let Some(need) = need else { return Ok(()) };
     let can = node_memlock(cfg);
     if need <= can {

@@ -74,7 +74,7 @@ pub struct AgentConfig {
 /// The sandbox backend an agent uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BackendKind {
-    /// libcontainer through `wharf shim` (images from the store, SIF files, the host).
+    /// Wharf's own sandbox through `wharf shim` (images from the store, SIF files, the host).
     Oci,
     /// The Docker engine at this socket (images from the engine).
     Docker(PathBuf),
@@ -108,14 +108,9 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         AgentError::Setup(format!("image store {}: {e}", cfg.image_store.display()))
     })?;
     let client = Client::new(cfg.controller.clone(), Some(cfg.token.clone()));
-    // The sandbox backend: the OCI one (libcontainer, through `wharf shim`), or Docker.
+    // The sandbox backend: Wharf's own OCI sandbox (through `wharf shim`), or Docker.
     let launcher: Arc<dyn Backend> = match &cfg.backend {
-        BackendKind::Oci => {
-            if let Some(why) = wharf_runtime::device_filter_problem() {
-                tracing::error!("{why}");
-            }
-            Arc::new(Launcher::new(cfg.shim_exe.clone()))
-        }
+        BackendKind::Oci => Arc::new(Launcher::new(cfg.shim_exe.clone())),
         BackendKind::Docker(_) => Arc::new(wharf_runtime::DockerBackend::new(cfg.shim_exe.clone())),
     };
     // Launches then fork a warm shim spawner; without it they start shims directly.

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 /// Root of the cgroup filesystems.
-const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+pub(crate) const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// True on a pure cgroup v2 host.
 pub(crate) fn is_v2() -> bool {

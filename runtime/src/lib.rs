@@ -2,8 +2,8 @@
 //!
 //! A job's container is run by a small supervisor process, the *shim* (`wharf shim DIR`, like
 //! containerd's shims or slurmstepd): one per job, single-threaded, started detached by the
-//! agent. It creates the user namespace, builds and starts the container with youki's
-//! libcontainer, enforces the time limit, forwards cancellation (SIGTERM, grace, SIGKILL of the
+//! agent. It makes the job's cgroup, clones the container's init into fresh namespaces (Wharf's
+//! own lean create, see `sandbox`), prepares its root, enforces the time limit, forwards cancellation (SIGTERM, grace, SIGKILL of the
 //! whole cgroup), detects OOM kills, removes every trace of the container and writes the
 //! [`Outcome`] to the job directory. Because the shim does not depend on the agent staying up,
 //! an agent restart loses no job.
@@ -33,8 +33,8 @@ mod jobdir;
 mod launcher;
 mod limits;
 mod loopdev;
-mod oci;
 mod rootfs;
+mod sandbox;
 #[cfg(feature = "seccomp")]
 mod seccomp;
 #[cfg(not(feature = "seccomp"))]
@@ -43,6 +43,7 @@ mod seccomp;
 pub mod shim;
 pub mod spawner;
 mod spec;
+mod sys;
 pub mod timeline;
 mod userns;
 
@@ -51,8 +52,7 @@ pub use cgroup::cgroup_dirs;
 pub use error::{ErrorKind, RuntimeError};
 pub use jobdir::JobDir;
 pub use launcher::{JobStatus, Launcher};
-pub use limits::{can_raise_limits, device_filter_problem, memlock_ceiling};
-pub use oci::build_oci_spec;
+pub use limits::{can_raise_limits, memlock_ceiling};
 pub use rootfs::SANDBOX_MOUNT_POINTS;
 pub use spec::{Bind, ContainerSpec, DeviceNode, DockerTarget, Identity, Outcome};
 

@@ -19,7 +19,6 @@
 //! its owners through the job's user namespace, so the image's root-owned files are the job's
 //! root's to change (say, to install a package), and nothing of that reaches the shared image.
 
-use std::ffi::CString;
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -32,28 +31,17 @@ use nix::sys::stat::{mkdirat, Mode};
 use crate::error::{ErrorKind, RuntimeError};
 use crate::spec::{ContainerSpec, Identity};
 
+use crate::sys;
+
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
-const MOUNT_ATTR_IDMAP: u64 = 0x100000;
 /// Size of the per-job layer over an image (mount points and identity files only).
 const LAYER_SIZE: &str = "size=16m";
 
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
-/// Enters a private mount namespace and prepares the root for `spec` under `job_dir`.
-/// Returns the path to give the container as its root.
-pub(crate) fn prepare_root(
-    spec: &ContainerSpec,
-    job_dir: &Path,
-    userns: &Path,
-) -> Result<PathBuf, RuntimeError> {
+/// Moves the shim into a private mount namespace (the host sees none of its mounts, and they
+/// all go when the shim and its container do).
+pub(crate) fn enter_private_mount_ns() -> Result<(), RuntimeError> {
     unshare(CloneFlags::CLONE_NEWNS)
         .map_err(|e| RuntimeError::sys("unshare mount namespace", e))?;
     mount(
@@ -63,7 +51,17 @@ pub(crate) fn prepare_root(
         MsFlags::MS_REC | MsFlags::MS_SLAVE,
         None::<&str>,
     )
-    .map_err(|e| RuntimeError::sys("making mounts private", e))?;
+    .map_err(|e| RuntimeError::sys("making mounts private", e))
+}
+
+/// Prepares the root for `spec` under `job_dir`, in the shim's private mount namespace (see
+/// [`enter_private_mount_ns`]). `userns` is the job's user namespace, for an idmapped image.
+/// Returns the path of the container's root.
+pub(crate) fn prepare_root(
+    spec: &ContainerSpec,
+    job_dir: &Path,
+    userns: &Path,
+) -> Result<PathBuf, RuntimeError> {
     let target = job_dir.join("rootfs");
     mkdir(&target)?;
     if spec.rootfs == Path::new("/") {
@@ -121,75 +119,26 @@ pub(crate) fn prepare_root(
 /// user namespace at `userns`: a file the image's root owns is owned by that namespace's root.
 fn idmapped_bind(source: &Path, target: &Path, userns: &Path) -> Result<PathBuf, RuntimeError> {
     mkdir(target)?;
-    let c = |p: &Path| {
-        CString::new(p.as_os_str().as_encoded_bytes())
-            .map_err(|_| RuntimeError::new(ErrorKind::InvalidInput, "path contains NUL"))
-    };
-    let (src, dst) = (c(source)?, c(target)?);
     let ns = std::fs::File::open(userns).map_err(|e| RuntimeError::io(userns.display(), e))?;
-    // SAFETY: a valid C string; the result is checked.
-    let tree = unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            src.as_ptr(),
-            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC,
-        )
-    };
-    if tree < 0 {
-        return Err(RuntimeError::io(
+    let tree = sys::clone_tree(None, source.as_os_str(), false).map_err(|e| {
+        RuntimeError::io(
             format!("cloning the mount of image {}", source.display()),
-            std::io::Error::last_os_error(),
-        ));
-    }
-    // SAFETY: a fresh fd we own.
-    let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
-    let attr = MountAttr {
-        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: std::os::fd::AsRawFd::as_raw_fd(&ns) as u64,
-    };
-    let empty = CString::default();
-    // SAFETY: valid fds, an empty C string with AT_EMPTY_PATH, a properly sized mount_attr.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            std::os::fd::AsRawFd::as_raw_fd(&tree),
-            empty.as_ptr(),
-            libc::AT_EMPTY_PATH,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
+            e,
         )
-    };
-    if rc != 0 {
-        return Err(RuntimeError::io(
+    })?;
+    sys::idmap(&tree, &OwnedFd::from(ns), MOUNT_ATTR_RDONLY).map_err(|e| {
+        RuntimeError::io(
             format!(
                 "mapping the owners of image {} for a writable job that is root inside (its \
                  filesystem must support idmapped mounts; run without --remap-root, or without \
                  --writable)",
                 source.display()
             ),
-            std::io::Error::last_os_error(),
-        ));
-    }
-    // SAFETY: valid fd and C strings; the result is checked.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            std::os::fd::AsRawFd::as_raw_fd(&tree),
-            empty.as_ptr(),
-            libc::AT_FDCWD,
-            dst.as_ptr(),
-            libc::MOVE_MOUNT_F_EMPTY_PATH,
+            e,
         )
-    };
-    if rc != 0 {
-        return Err(RuntimeError::io(
-            "mounting the idmapped image",
-            std::io::Error::last_os_error(),
-        ));
-    }
+    })?;
+    sys::move_tree_to(&tree, target.as_os_str())
+        .map_err(|e| RuntimeError::io("mounting the idmapped image", e))?;
     Ok(target.to_path_buf())
 }
 
@@ -282,7 +231,11 @@ fn open_dir(p: &Path) -> Result<OwnedFd, RuntimeError> {
 }
 
 /// Opens `path` inside `root`, resolving every component (symlinks included) within it.
-fn open_in_root(root: &OwnedFd, path: &str, flags: OFlag) -> Result<OwnedFd, nix::Error> {
+pub(crate) fn open_in_root(
+    root: &OwnedFd,
+    path: &str,
+    flags: OFlag,
+) -> Result<OwnedFd, nix::Error> {
     let rel = path.trim_start_matches('/');
     let rel = if rel.is_empty() { "." } else { rel };
     let mut how = OpenHow::new()
@@ -321,7 +274,7 @@ fn check_mount_points(root: &OwnedFd) -> Result<(), RuntimeError> {
 }
 
 /// `mkdir -p` of `path` inside `root`, every component resolved inside it.
-fn mkdir_in_root(root: &OwnedFd, path: &str) -> Result<(), RuntimeError> {
+pub(crate) fn mkdir_in_root(root: &OwnedFd, path: &str) -> Result<(), RuntimeError> {
     let mut done = String::new();
     for comp in path.split('/').filter(|c| !c.is_empty() && *c != ".") {
         if comp == ".." {
@@ -353,7 +306,7 @@ fn mkdir_in_root(root: &OwnedFd, path: &str) -> Result<(), RuntimeError> {
 
 /// Creates an empty file at `path` inside `root` (a mount point for a bound file), parents
 /// included, unless something is there.
-fn touch_in_root(root: &OwnedFd, path: &str) -> Result<(), RuntimeError> {
+pub(crate) fn touch_in_root(root: &OwnedFd, path: &str) -> Result<(), RuntimeError> {
     let parent = Path::new(path)
         .parent()
         .and_then(|p| p.to_str())
@@ -427,30 +380,6 @@ fn write_identity(root: &OwnedFd, uid: u32, gid: u32, id: &Identity) -> Result<(
 
 /// Sets mount attributes (read-only, nosuid, nodev) on `target` and everything under it.
 fn set_attrs(target: &Path, attrs: u64) -> Result<(), RuntimeError> {
-    let attr = MountAttr {
-        attr_set: attrs,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    let path = CString::new(target.as_os_str().as_encoded_bytes())
-        .map_err(|_| RuntimeError::new(ErrorKind::InvalidInput, "root path contains NUL"))?;
-    // SAFETY: valid C string and a properly sized mount_attr.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            libc::AT_RECURSIVE,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if rc != 0 {
-        return Err(RuntimeError::io(
-            "making the root read-only",
-            std::io::Error::last_os_error(),
-        ));
-    }
-    Ok(())
+    sys::set_attrs_at(target.as_os_str(), attrs)
+        .map_err(|e| RuntimeError::io("making the root read-only", e))
 }

@@ -4,7 +4,7 @@
 //! that need none (keyrings, userfaultfd, perf, bpf) or that a future capability bug would
 //! open (module loading, kexec, mounts, clock and swap changes).
 
-use serde_json::{json, Value};
+use libseccomp::{ScmpAction, ScmpArch, ScmpFilterContext, ScmpSyscall};
 
 /// Refused system calls.
 const DENIED: [&str; 27] = [
@@ -37,11 +37,33 @@ const DENIED: [&str; 27] = [
     "fsopen",
 ];
 
-/// The profile for the OCI spec's `linux.seccomp`.
-pub(crate) fn profile() -> Option<Value> {
-    Some(json!({
-        "defaultAction": "SCMP_ACT_ALLOW",
-        "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32", "SCMP_ARCH_AARCH64", "SCMP_ARCH_ARM"],
-        "syscalls": [{ "names": DENIED, "action": "SCMP_ACT_ERRNO", "errnoRet": libc::EPERM }],
-    }))
+/// Architectures the filter also covers, besides the native one: a job must not dodge it
+/// through another ABI (i386 or x32 calls on x86_64, arm on aarch64).
+const ARCHES: [ScmpArch; 5] = [
+    ScmpArch::X8664,
+    ScmpArch::X86,
+    ScmpArch::X32,
+    ScmpArch::Aarch64,
+    ScmpArch::Arm,
+];
+
+/// Builds the profile and loads it into the calling process (no_new_privs must be set).
+pub(crate) fn load() -> Result<(), String> {
+    let e = |e: libseccomp::error::SeccompError| e.to_string();
+    let mut filter = ScmpFilterContext::new(ScmpAction::Allow).map_err(e)?;
+    // Only the architectures this kernel runs (the native one and its compat ABIs).
+    for arch in ARCHES {
+        if arch != ScmpArch::native() {
+            let _ = filter.add_arch(arch);
+        }
+    }
+    for name in DENIED {
+        // A call this libseccomp does not know cannot be made by name either.
+        if let Ok(call) = ScmpSyscall::from_name(name) {
+            filter
+                .add_rule(ScmpAction::Errno(libc::EPERM), call)
+                .map_err(e)?;
+        }
+    }
+    filter.load().map_err(e)
 }

@@ -1,36 +1,33 @@
 //! The per-job supervisor (`wharf shim DIR`). See the crate documentation.
 //!
 //! ```text
-//!  read spec ─▶ open output files as the user ─▶ user namespace ─▶ create container
-//!      │                                                               │ start
-//!      ▼                                                               ▼
-//!  outcome.json ◀─ delete container ◀─ reap ◀─ exit ◀── wait (time limit, SIGTERM = cancel:
-//!                                                        TERM all, grace, KILL all)
+//!  read spec ─▶ open output files as the user ─▶ cgroup ─▶ clone the init ─▶ map its ids
+//!      ─▶ prepare the root ─▶ start (the init builds the sandbox and execs the job)
+//!                                                               │
+//!  outcome.json ◀─ remove cgroup ◀─ kill what is left ◀─ exit ◀─ wait (time limit, SIGTERM =
+//!                                                        cancel: TERM all, grace, KILL all)
 //! ```
 //! Single-threaded by design: it forks, and its signal handling relies on one thread.
 
 use std::fs::{File, OpenOptions};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use libcontainer::container::builder::ContainerBuilder;
-use libcontainer::container::Container;
-use libcontainer::syscall::syscall::SyscallType;
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{getgroups, setfsgid, setfsuid, setgroups, Gid, Pid, Uid};
 
 use crate::cgroup;
-use crate::error::{ErrorKind, RuntimeError};
+use crate::error::RuntimeError;
 use crate::jobdir::JobDir;
-use crate::oci::build_oci_spec;
+use crate::sandbox::{self, Init, InitIo, JobCgroup, Plan};
 use crate::spec::{ContainerSpec, Outcome};
 use crate::timeline;
-use crate::userns::{id_maps, UserNsHolder};
+use crate::userns::id_maps;
 
 static CANCEL: AtomicBool = AtomicBool::new(false);
 
@@ -106,140 +103,83 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
         return supervise_docker(jd, spec, target);
     }
     let mut out = Outcome::default();
+    let mut job_cgroup = None;
     let result = install_signal_handlers().and_then(|_| {
-        // The container's init is our grandchild; as subreaper we can wait for it.
-        nix::sys::prctl::set_child_subreaper(true)
-            .map_err(|e| RuntimeError::sys("PR_SET_CHILD_SUBREAPER", e))?;
         let (stdout, stderr) = open_outputs(spec)?;
+        let stdin = File::open("/dev/null").map_err(|e| RuntimeError::io("/dev/null", e))?;
+        let plan = Plan::new(spec, jd.path().join("rootfs"));
+        let cg = job_cgroup.insert(JobCgroup::create(spec, &plan.devices)?);
+        timeline::mark(jd, "cgroup");
+        // The init inherits the shim's limits (a hard limit cannot be raised inside).
         let spec = &apply_limits(spec)?;
+        let plan = Plan {
+            env: spec.env.clone(),
+            ..plan
+        };
         let (uid_map, gid_map) = if spec.remap_root {
             crate::userns::root_maps(spec.uid, spec.gid, &spec.groups)
         } else {
             id_maps(spec.uid, spec.gid, &spec.groups, spec.root_host_id)?
         };
-        let mut holder = UserNsHolder::create(&uid_map, &gid_map)?;
+        crate::rootfs::enter_private_mount_ns()?;
+        let io = InitIo {
+            stdin: stdin.into(),
+            stdout,
+            stderr,
+        };
+        let mut init = sandbox::spawn(&plan, io, cg)?;
+        init.map_ids(&uid_map, &gid_map)?;
+        cg.join(init.pid())?;
         timeline::mark(jd, "identity");
-        let mut container = create(jd, spec, &holder, stdout, stderr)?;
-        timeline::mark(jd, "created");
-        holder.release();
-        run(jd, &mut container, spec, &mut out)
+        crate::rootfs::prepare_root(spec, jd.path(), &init.userns_path())?;
+        timeline::mark(jd, "root");
+        if cancelled() {
+            out.cancelled = true;
+            init.abort();
+            return Ok(());
+        }
+        init.start()?;
+        timeline::mark(jd, "started");
+        run(jd, &init, spec, &mut out);
+        Ok(())
     });
     if let Err(e) = result {
         out.error = Some(e.to_string());
-        force_cleanup(jd, spec);
+    }
+    // Whatever happened, nothing of the job is left: no process, no cgroup.
+    kill_all(spec);
+    out.oom = cgroup::oom_kills(&spec.cgroup_path()) > 0;
+    if let Some(mut cg) = job_cgroup {
+        cg.remove();
     }
     reap_all();
     out.ended_ms = crate::now_ms();
     out
 }
 
-fn create(
-    jd: &JobDir,
-    spec: &ContainerSpec,
-    holder: &UserNsHolder,
-    stdout: OwnedFd,
-    stderr: OwnedFd,
-) -> Result<Container, RuntimeError> {
-    let mut spec = spec.clone();
-    spec.rootfs = crate::rootfs::prepare_root(&spec, jd.path(), &holder.ns_path())?;
-    let oci = build_oci_spec(&spec, &holder.ns_path())?;
-    let bundle = jd.bundle();
-    std::fs::create_dir_all(&bundle).map_err(|e| RuntimeError::io(bundle.display(), e))?;
-    // config.json holds the job's environment: root only.
-    std::fs::set_permissions(&bundle, std::fs::Permissions::from_mode(0o700))
-        .map_err(|e| RuntimeError::io(bundle.display(), e))?;
-    oci.save(bundle.join("config.json")).map_err(|e| {
-        RuntimeError::new(ErrorKind::Unavailable, format!("writing config.json: {e}"))
-    })?;
-    timeline::mark(jd, "root");
-    let devnull = File::open("/dev/null").map_err(|e| RuntimeError::io("/dev/null", e))?;
-    let lc = |what: &str, e: libcontainer::error::LibcontainerError| {
-        RuntimeError::new(
-            ErrorKind::Unavailable,
-            format!("{what} container {}: {e}", spec.id),
-        )
-    };
-    ContainerBuilder::new(spec.id.clone(), SyscallType::default())
-        .with_root_path(jd.state())
-        .map_err(|e| lc("preparing", e))?
-        .with_stdin(devnull)
-        .with_stdout(stdout)
-        .with_stderr(stderr)
-        .as_init(&bundle)
-        .with_systemd(false)
-        .with_detach(true)
-        .build()
-        .map_err(|e| lc("creating", e))
-}
-
-fn run(
-    jd: &JobDir,
-    container: &mut Container,
-    spec: &ContainerSpec,
-    out: &mut Outcome,
-) -> Result<(), RuntimeError> {
-    if cancelled() {
-        out.cancelled = true;
-        delete(container, spec);
-        return Ok(());
-    }
-    let started = restore_memlock(container, spec).and_then(|()| {
-        container.start().map_err(|e| {
-            RuntimeError::new(ErrorKind::Unavailable, format!("starting container: {e}"))
-        })
-    });
-    if let Err(e) = started {
-        delete(container, spec);
-        return Err(e);
-    }
-    timeline::mark(jd, "started");
+/// Supervises the started job to its end.
+fn run(jd: &JobDir, init: &Init, spec: &ContainerSpec, out: &mut Outcome) {
     let started = Instant::now();
     out.started_ms = Some(crate::now_ms());
     if let Some(ms) = out.started_ms {
         let _ = std::fs::write(jd.started(), ms.to_string());
     }
-    let Some(init) = container.pid() else {
-        delete(container, spec);
-        return Err(RuntimeError::new(
-            ErrorKind::Unavailable,
-            "container has no init pid",
-        ));
-    };
-    let status = wait_init(container, spec, init, started, out);
+    let status = wait_init(init, spec, started, out);
     match status {
         WaitStatus::Exited(_, code) => out.exit_code = Some(code),
         WaitStatus::Signaled(_, sig, _) => out.signal = Some(sig as i32),
         _ => {}
     }
-    // The pid namespace dies with its init, but make sure before the cgroup goes.
-    let gone_by = Instant::now() + Duration::from_secs(5);
-    while !cgroup::pids(&spec.cgroup_path()).is_empty() && Instant::now() < gone_by {
-        let _ = container.kill(Signal::SIGKILL, true);
-        reap_all();
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    out.oom = cgroup::oom_kills(&spec.cgroup_path()) > 0;
-    delete(container, spec);
-    Ok(())
 }
 
 /// Waits for the container's init, enforcing the time limit and cancellation.
-fn wait_init(
-    container: &mut Container,
-    spec: &ContainerSpec,
-    init: Pid,
-    started: Instant,
-    out: &mut Outcome,
-) -> WaitStatus {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, init.as_raw(), 0) } as i32;
-    let pidfd = (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) });
+fn wait_init(init: &Init, spec: &ContainerSpec, started: Instant, out: &mut Outcome) -> WaitStatus {
     let deadline = spec.time_limit.map(|t| started + Duration::from_secs(t));
     let grace = Duration::from_secs(spec.grace_secs);
     let mut kill_at: Option<Instant> = None;
     loop {
         if let Ok(status @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) =
-            waitpid(init, Some(WaitPidFlag::WNOHANG))
+            waitpid(init.pid(), Some(WaitPidFlag::WNOHANG))
         {
             return status;
         }
@@ -251,11 +191,12 @@ fn wait_init(
             out.timed_out = true;
         }
         if !stopping && (out.cancelled || out.timed_out) {
-            let _ = container.kill(Signal::SIGTERM, true);
+            signal_all(spec, init.pid(), Signal::SIGTERM);
             kill_at = Some(now + grace);
         }
         if kill_at.is_some_and(|k| now >= k) {
-            let _ = container.kill(Signal::SIGKILL, true);
+            // The init is pid 1 of the job's pid namespace: the kernel kills the rest with it.
+            signal_all(spec, init.pid(), Signal::SIGKILL);
             kill_at = Some(now + Duration::from_secs(1)); // repeat until init is gone
         }
         let next = [deadline.filter(|_| kill_at.is_none()), kill_at]
@@ -266,55 +207,48 @@ fn wait_init(
             .unwrap_or(Duration::from_secs(1))
             .min(Duration::from_secs(1));
         let ms = next.as_millis().max(1) as i32;
-        match &pidfd {
-            Some(fd) => {
-                let mut pfd = libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd; EINTR (a cancel) just loops.
-                unsafe { libc::poll(&mut pfd, 1, ms) };
-            }
-            None => std::thread::sleep(Duration::from_millis(ms.min(50) as u64)),
-        }
+        let mut pfd = libc::pollfd {
+            fd: init.pidfd().as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; EINTR (a cancel) just loops.
+        unsafe { libc::poll(&mut pfd, 1, ms) };
     }
 }
 
-fn delete(container: &mut Container, spec: &ContainerSpec) {
-    if let Err(e) = container.delete(true) {
-        eprintln!("wharf shim: deleting container {}: {e}", spec.id);
+/// Sends `sig` to the init and to every process in the job's cgroup.
+fn signal_all(spec: &ContainerSpec, init: Pid, sig: Signal) {
+    let _ = nix::sys::signal::kill(init, sig);
+    for pid in cgroup::pids(&spec.cgroup_path()) {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
     }
 }
 
-/// After a shim died without an outcome: kill what is left of its job and remove it.
-pub(crate) fn clean_up_after_lost_shim(jd: &JobDir, spec: &ContainerSpec) {
-    if let Some(target) = &spec.docker {
-        let _ = crate::docker::remove(target, &spec.id);
-        return;
-    }
-    for _ in 0..50 {
+/// Kills every process in the job's cgroup until none is left (5 s at most).
+fn kill_all(spec: &ContainerSpec) {
+    let gone_by = Instant::now() + Duration::from_secs(5);
+    loop {
         let pids = cgroup::pids(&spec.cgroup_path());
-        if pids.is_empty() {
+        if pids.is_empty() || Instant::now() > gone_by {
             break;
         }
         for pid in pids {
             let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
-        std::thread::sleep(Duration::from_millis(20));
+        reap_all();
+        std::thread::sleep(Duration::from_millis(10));
     }
-    force_cleanup(jd, spec);
 }
 
-/// After a failed create: remove whatever libcontainer left (state, cgroups).
-fn force_cleanup(jd: &JobDir, spec: &ContainerSpec) {
-    if let Ok(mut c) = Container::load(jd.state().join(&spec.id)) {
-        let _ = c.kill(Signal::SIGKILL, true);
-        let _ = c.delete(true);
+/// After a shim died without an outcome: kill what is left of its job and remove it.
+pub(crate) fn clean_up_after_lost_shim(_jd: &JobDir, spec: &ContainerSpec) {
+    if let Some(target) = &spec.docker {
+        let _ = crate::docker::remove(target, &spec.id);
+        return;
     }
-    for dir in cgroup::cgroup_dirs(&spec.cgroup_path()) {
-        let _ = std::fs::remove_dir(dir);
-    }
+    kill_all(spec);
+    JobCgroup::remove_all(spec);
 }
 
 /// Reaps every child that has ended, without waiting.
@@ -329,48 +263,13 @@ pub(crate) fn reap_all() {
 /// Sets the shim's RLIMIT_MEMLOCK (soft and hard) to `want` (`None` = unlimited), no higher
 /// than [`crate::memlock_ceiling`], and returns the limit in force. Inside the container's
 /// user namespace a hard limit can never be raised, so the container gets it from outside:
-/// inherited, then set again on its init before start ([`restore_memlock`]).
+/// the init inherits it.
 fn set_memlock(want: Option<u64>) -> Result<u64, RuntimeError> {
     set_limit(
         Resource::RLIMIT_MEMLOCK,
         want.unwrap_or(libc::RLIM_INFINITY)
             .min(crate::limits::memlock_ceiling()),
     )
-}
-
-/// Gives the created (not yet started) container init the memlock limit in force for the job.
-/// libcgroups, when it loads the device filter on a cgroup v2 host, sets the memlock limit of
-/// the process doing it to 128 MiB, soft and hard, and the container inherits that; inside the
-/// job's user namespace it could never be raised again, so it is set here, from outside, before
-/// the user's program runs.
-fn restore_memlock(container: &Container, spec: &ContainerSpec) -> Result<(), RuntimeError> {
-    let Some(init) = container.pid() else {
-        return Err(RuntimeError::new(
-            ErrorKind::Unavailable,
-            "created container has no init pid",
-        ));
-    };
-    let want = spec.memlock.unwrap_or(libc::RLIM_INFINITY);
-    let limit = libc::rlimit {
-        rlim_cur: want,
-        rlim_max: want,
-    };
-    // SAFETY: a valid rlimit for the new value and no old-value pointer.
-    if unsafe {
-        libc::prlimit(
-            init.as_raw(),
-            libc::RLIMIT_MEMLOCK,
-            &limit,
-            std::ptr::null_mut(),
-        )
-    } != 0
-    {
-        return Err(RuntimeError::io(
-            format!("setting the memlock limit of container init {init}"),
-            std::io::Error::last_os_error(),
-        ));
-    }
-    Ok(())
 }
 
 /// Sets the shim's memlock and stack limits for the job (the container inherits them; the

@@ -1,0 +1,338 @@
+//! The job's cgroup, made and filled by the shim (real root) before the container's init
+//! exists, so the init is born limited: on cgroup v2 it is cloned straight into it
+//! (`CLONE_INTO_CGROUP`, no migration); on v1 it is moved in before it runs anything of its
+//! own.
+//!
+//! v2: one directory `/sys/fs/cgroup/PARENT/ID`, with the cpu, cpuset, memory and pids
+//! controllers enabled above it, and the device filter (an eBPF program, see
+//! [`super::devices`]) attached to it. v1: one directory per controller that Wharf sets
+//! (memory, cpu, cpuset, pids, devices), the device list written to `devices.deny`/`allow`.
+
+use std::fs;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use nix::unistd::Pid;
+
+use super::plan::DeviceRule;
+use crate::cgroup::{is_v2, CGROUP_ROOT};
+use crate::error::{ErrorKind, RuntimeError};
+use crate::spec::ContainerSpec;
+
+/// The v1 controllers Wharf creates a job directory in. cpuacct shares cpu's hierarchy on
+/// every common layout and is reached through it.
+const V1_CONTROLLERS: [&str; 5] = ["memory", "cpu", "cpuset", "pids", "devices"];
+/// The v2 controllers enabled for job cgroups (those the kernel offers).
+const V2_CONTROLLERS: [&str; 4] = ["cpu", "cpuset", "memory", "pids"];
+/// CPU bandwidth period, µs.
+const CPU_PERIOD_US: u64 = 100_000;
+
+/// A job's cgroup: its directories, and on v2 a descriptor to clone into.
+#[derive(Debug)]
+pub(crate) struct JobCgroup {
+    dirs: Vec<PathBuf>,
+    v2_fd: Option<OwnedFd>,
+}
+
+impl JobCgroup {
+    /// Creates the job's cgroup with the spec's limits and the device filter `devices`
+    /// (everything else denied). A directory left by an earlier, crashed shim of the same job
+    /// is reused if it is empty. On failure nothing is left behind.
+    pub(crate) fn create(
+        spec: &ContainerSpec,
+        devices: &[DeviceRule],
+    ) -> Result<JobCgroup, RuntimeError> {
+        let rel = spec.cgroup_path();
+        let rel = rel.trim_start_matches('/');
+        let mut cg = JobCgroup {
+            dirs: Vec::new(),
+            v2_fd: None,
+        };
+        let made = if is_v2() {
+            cg.create_v2(rel, spec, devices)
+        } else {
+            cg.create_v1(rel, spec, devices)
+        };
+        match made {
+            Ok(()) => Ok(cg),
+            Err(e) => {
+                cg.remove();
+                Err(e)
+            }
+        }
+    }
+
+    fn create_v2(
+        &mut self,
+        rel: &str,
+        spec: &ContainerSpec,
+        devices: &[DeviceRule],
+    ) -> Result<(), RuntimeError> {
+        let root = Path::new(CGROUP_ROOT);
+        let dir = root.join(rel);
+        // Enable the controllers on the way down (the job's own directory is a leaf).
+        let mut at = root.to_path_buf();
+        for comp in Path::new(rel)
+            .parent()
+            .into_iter()
+            .flat_map(Path::components)
+        {
+            enable_controllers(&at)?;
+            at.push(comp);
+            mkdir(&at)?;
+        }
+        enable_controllers(&at)?;
+        make_leaf(&dir)?;
+        self.dirs.push(dir.clone());
+        if let Some(mem) = spec.memory {
+            write(&dir, "memory.max", &mem.to_string())?;
+            // A memory limit is a limit on memory, not on memory plus swap.
+            write_if_present(&dir, "memory.swap.max", "0")?;
+        }
+        if let Some(cpus) = spec.cpus {
+            let quota = u64::from(cpus) * CPU_PERIOD_US;
+            write(&dir, "cpu.max", &format!("{quota} {CPU_PERIOD_US}"))?;
+        }
+        if !spec.cpuset.is_empty() {
+            write(&dir, "cpuset.cpus", &cpu_list(&spec.cpuset))?;
+        }
+        if let Some(pids) = spec.pids {
+            write(&dir, "pids.max", &pids.to_string())?;
+        }
+        let fd = nix::fcntl::open(
+            &dir,
+            nix::fcntl::OFlag::O_DIRECTORY
+                | nix::fcntl::OFlag::O_RDONLY
+                | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|e| RuntimeError::sys(dir.display(), e))?;
+        // SAFETY: a fresh descriptor we own.
+        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        super::devices::attach_filter(&fd, devices).map_err(|e| {
+            RuntimeError::new(ErrorKind::Unavailable, format!("{}: {e}", dir.display()))
+        })?;
+        self.v2_fd = Some(fd);
+        Ok(())
+    }
+
+    fn create_v1(
+        &mut self,
+        rel: &str,
+        spec: &ContainerSpec,
+        devices: &[DeviceRule],
+    ) -> Result<(), RuntimeError> {
+        for ctl in V1_CONTROLLERS {
+            let hierarchy = Path::new(CGROUP_ROOT).join(ctl);
+            if !hierarchy.is_dir() {
+                if ctl == "devices" {
+                    return Err(RuntimeError::new(
+                        ErrorKind::Unavailable,
+                        "this node has no devices cgroup (/sys/fs/cgroup/devices): jobs cannot be isolated from its devices",
+                    ));
+                }
+                continue;
+            }
+            let dir = hierarchy.join(rel);
+            // A new cpuset cgroup has no CPUs or memory nodes: give each level its parent's.
+            if ctl == "cpuset" {
+                let mut at = hierarchy.clone();
+                for comp in Path::new(rel)
+                    .parent()
+                    .into_iter()
+                    .flat_map(Path::components)
+                {
+                    let parent = at.clone();
+                    at.push(comp);
+                    mkdir(&at)?;
+                    inherit_cpuset(&parent, &at)?;
+                }
+                make_leaf(&dir)?;
+                self.dirs.push(dir.clone());
+                inherit_cpuset(&at, &dir)?;
+                if !spec.cpuset.is_empty() {
+                    write(&dir, "cpuset.cpus", &cpu_list(&spec.cpuset))?;
+                }
+                continue;
+            }
+            if let Some(parent) = dir.parent() {
+                mkdir(parent)?;
+            }
+            make_leaf(&dir)?;
+            self.dirs.push(dir.clone());
+            match ctl {
+                "memory" => {
+                    if let Some(mem) = spec.memory {
+                        write(&dir, "memory.limit_in_bytes", &mem.to_string())?;
+                        write_if_present(&dir, "memory.memsw.limit_in_bytes", &mem.to_string())?;
+                    }
+                }
+                "cpu" => {
+                    if let Some(cpus) = spec.cpus {
+                        write(&dir, "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
+                        let quota = u64::from(cpus) * CPU_PERIOD_US;
+                        write(&dir, "cpu.cfs_quota_us", &quota.to_string())?;
+                    }
+                }
+                "pids" => {
+                    if let Some(pids) = spec.pids {
+                        write(&dir, "pids.max", &pids.to_string())?;
+                    }
+                }
+                "devices" => {
+                    write(&dir, "devices.deny", "a")?;
+                    for rule in devices {
+                        write(&dir, "devices.allow", &v1_rule(rule))?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// On v2, the descriptor to clone the init into; `None` on v1 (use [`JobCgroup::join`]).
+    pub(crate) fn clone_target(&self) -> Option<&OwnedFd> {
+        self.v2_fd.as_ref()
+    }
+
+    /// Moves `pid` into the job's cgroup (v1: into every controller's directory). Nothing to do
+    /// on v2, where the init was cloned into it.
+    pub(crate) fn join(&self, pid: Pid) -> Result<(), RuntimeError> {
+        if self.v2_fd.is_some() {
+            return Ok(());
+        }
+        let pid = pid.to_string();
+        for dir in &self.dirs {
+            write(dir, "cgroup.procs", &pid)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the job's directories. They must be empty of processes; what cannot be removed
+    /// is left for [`crate::cgroup::cgroup_dirs`] to find. Idempotent.
+    pub(crate) fn remove(&mut self) {
+        self.v2_fd = None;
+        for dir in self.dirs.drain(..).rev() {
+            let _ = fs::remove_dir(&dir);
+        }
+    }
+
+    /// Removes whatever cgroup directories of `spec`'s job exist (after a shim was lost).
+    pub(crate) fn remove_all(spec: &ContainerSpec) {
+        for dir in crate::cgroup::cgroup_dirs(&spec.cgroup_path()) {
+            let _ = fs::remove_dir(dir);
+        }
+    }
+}
+
+/// `devices.allow` line of a rule.
+fn v1_rule(rule: &DeviceRule) -> String {
+    let minor = rule.minor.map_or("*".to_string(), |m| m.to_string());
+    let access = if rule.mknod { "rwm" } else { "rw" };
+    format!("c {}:{minor} {access}", rule.major)
+}
+
+fn cpu_list(cpus: &[u32]) -> String {
+    cpus.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn mkdir(dir: &Path) -> Result<(), RuntimeError> {
+    match fs::create_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(RuntimeError::io(
+            format!("creating cgroup {}", dir.display()),
+            e,
+        )),
+    }
+}
+
+/// Creates the job's own directory; one that exists must be empty (a crashed earlier shim's).
+fn make_leaf(dir: &Path) -> Result<(), RuntimeError> {
+    if fs::create_dir(dir).is_ok() {
+        return Ok(());
+    }
+    let busy = fs::read_to_string(dir.join("cgroup.procs"))
+        .map(|t| !t.trim().is_empty())
+        .unwrap_or(false);
+    if busy {
+        return Err(RuntimeError::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "cgroup {} exists and has processes: is this job already running?",
+                dir.display()
+            ),
+        ));
+    }
+    mkdir(dir)
+}
+
+fn write(dir: &Path, file: &str, value: &str) -> Result<(), RuntimeError> {
+    let path = dir.join(file);
+    fs::write(&path, value)
+        .map_err(|e| RuntimeError::io(format!("writing {value:?} to {}", path.display()), e))
+}
+
+fn write_if_present(dir: &Path, file: &str, value: &str) -> Result<(), RuntimeError> {
+    if dir.join(file).exists() {
+        write(dir, file, value)
+    } else {
+        Ok(())
+    }
+}
+
+/// Enables in `dir`'s children every job controller the kernel offers there that is not yet
+/// enabled.
+fn enable_controllers(dir: &Path) -> Result<(), RuntimeError> {
+    let read = |f: &str| fs::read_to_string(dir.join(f)).unwrap_or_default();
+    let (offered, enabled) = (read("cgroup.controllers"), read("cgroup.subtree_control"));
+    let has = |text: &str, c: &str| text.split_whitespace().any(|w| w == c);
+    let missing: Vec<String> = V2_CONTROLLERS
+        .iter()
+        .filter(|c| has(&offered, c) && !has(&enabled, c))
+        .map(|c| format!("+{c}"))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    write(dir, "cgroup.subtree_control", &missing.join(" "))
+}
+
+/// Gives a v1 cpuset cgroup its parent's CPUs and memory nodes where it has none.
+fn inherit_cpuset(parent: &Path, dir: &Path) -> Result<(), RuntimeError> {
+    for file in ["cpuset.cpus", "cpuset.mems"] {
+        let mine = fs::read_to_string(dir.join(file)).unwrap_or_default();
+        if mine.trim().is_empty() {
+            let theirs = fs::read_to_string(parent.join(file))
+                .map_err(|e| RuntimeError::io(parent.join(file).display(), e))?;
+            write(dir, file, theirs.trim())?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v1_rules_name_the_device_and_never_give_mknod_for_job_devices() {
+        let gpu = DeviceRule {
+            major: 195,
+            minor: Some(3),
+            mknod: false,
+        };
+        assert_eq!(v1_rule(&gpu), "c 195:3 rw");
+        let pts = DeviceRule {
+            major: 136,
+            minor: None,
+            mknod: true,
+        };
+        assert_eq!(v1_rule(&pts), "c 136:* rwm");
+        assert_eq!(cpu_list(&[0, 2, 5]), "0,2,5");
+    }
+}

@@ -1,0 +1,299 @@
+//! The container's init, from its clone to the exec of the job's program.
+//!
+//! It is born (see [`super::spawn`]) in a new user, pid, ipc and uts namespace, inside the
+//! job's cgroup on v2, sharing the shim's private mount namespace. It waits for the shim's go
+//! (ids mapped, cgroup joined, root prepared), then, as root of its own user namespace only:
+//!
+//! ```text
+//!  new mount ns ─▶ proc, /dev (tmpfs, devpts, shm, standard and job devices), /sys (ro),
+//!  /tmp, shared paths ─▶ masked and read-only paths ─▶ pivot_root ─▶ hostname ─▶ stdio ─▶
+//!  drop every capability (bounding set too) ─▶ user, group, groups ─▶ no_new_privs ─▶
+//!  seccomp ─▶ working directory ─▶ default signals ─▶ exec
+//! ```
+//!
+//! Every mount target is resolved inside the root (openat2 `RESOLVE_IN_ROOT`) and mounted
+//! through its descriptor, so a hostile image's symlinks cannot aim a mount at the host.
+//! A failure is written to the report pipe and the init exits 127; a successful exec closes
+//! the pipe (it is close-on-exec), which is how the shim learns the job has started.
+//!
+//! It runs in a fork of a single-threaded process, so it may allocate; it never returns.
+
+use std::ffi::{CString, OsStr};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+
+use nix::fcntl::OFlag;
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::{unshare, CloneFlags};
+use nix::sys::stat::SFlag;
+use nix::unistd::{Gid, Uid};
+
+use super::plan::{
+    Mount, Plan, Source, Target, ATTR_NODEV, ATTR_NOEXEC, ATTR_NOSUID, ATTR_RDONLY, DEV_SYMLINKS,
+    MASKED_PATHS, READONLY_PATHS,
+};
+use crate::rootfs::{mkdir_in_root, open_in_root, touch_in_root};
+use crate::sys;
+
+/// The descriptors the init is given.
+#[derive(Debug)]
+pub(crate) struct InitIo {
+    /// Becomes the job's stdin, stdout and stderr.
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+}
+
+/// What went wrong, for the report pipe.
+type Failed = String;
+
+fn fail(what: impl std::fmt::Display, e: impl std::fmt::Display) -> Failed {
+    format!("{what}: {e}")
+}
+
+/// The init's whole life. Never returns: it execs the job's program or exits 127 with the
+/// reason written to `report`.
+pub(super) fn run(plan: &Plan, io: &InitIo, go: OwnedFd, report: OwnedFd) -> ! {
+    let why = match setup(plan, io, go) {
+        Ok(()) => exec(plan),
+        Err(why) => why,
+    };
+    let _ = nix::unistd::write(&report, why.as_bytes());
+    // SAFETY: leaving the cloned child without running the parent's destructors.
+    unsafe { libc::_exit(127) }
+}
+
+fn setup(plan: &Plan, io: &InitIo, go: OwnedFd) -> Result<(), Failed> {
+    // Until it drops its ids, a shim that dies takes its init along.
+    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    let mut byte = [0u8; 1];
+    if !matches!(nix::unistd::read(go.as_raw_fd(), &mut byte), Ok(1)) {
+        // The shim gave up on this launch (or died): nothing to report to.
+        // SAFETY: as in `run`.
+        unsafe { libc::_exit(126) }
+    }
+    drop(go);
+    // Root of the user namespace (an unprivileged id outside), so that what it makes in its
+    // own filesystems has a mapped owner.
+    nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0))
+        .map_err(|e| fail("becoming root of the user namespace (setresgid)", e))?;
+    nix::unistd::setgroups(&[]).map_err(|e| fail("clearing groups", e))?;
+    nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0))
+        .map_err(|e| fail("becoming root of the user namespace (setresuid)", e))?;
+    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| fail("unsharing the mount namespace", e))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| fail("making mounts private", e))?;
+    // The root came from the shim's more privileged mount namespace, so here it is locked to
+    // its parent and pivot_root refuses it: a bind of it onto itself is the init's own mount.
+    sys::clone_tree(None, plan.root.as_os_str(), true)
+        .and_then(|tree| sys::move_tree_to(&tree, plan.root.as_os_str()))
+        .map_err(|e| fail(format!("binding the root {}", plan.root.display()), e))?;
+    let root = open_path(&plan.root).map_err(|e| fail(plan.root.display(), e))?;
+    for m in &plan.mounts {
+        mount_one(&root, m)?;
+    }
+    dev_symlinks(&root)?;
+    for path in MASKED_PATHS {
+        mask(&root, path)?;
+    }
+    for path in READONLY_PATHS {
+        read_only(&root, path)?;
+    }
+    pivot(&root)?;
+    nix::unistd::sethostname(&plan.hostname).map_err(|e| fail("setting the hostname", e))?;
+    for (fd, target) in [(&io.stdin, 0), (&io.stdout, 1), (&io.stderr, 2)] {
+        sys::dup_to(fd.as_raw_fd(), target).map_err(|e| fail("setting up stdio", e))?;
+    }
+    become_the_user(plan)?;
+    crate::seccomp::load().map_err(|e| fail("loading the seccomp profile", e))?;
+    nix::unistd::chdir(plan.cwd.as_str())
+        .map_err(|e| fail(format!("entering the working directory {}", plan.cwd), e))?;
+    sys::default_signals();
+    // Nothing of the shim's reaches the job: every descriptor but stdio closes at exec.
+    sys::cloexec_from(3).map_err(|e| fail("closing descriptors", e))?;
+    Ok(())
+}
+
+/// Drops every capability (the bounding set first, while it may), then takes the job's ids
+/// and forbids gaining privilege again: a setuid binary in the image gives nothing.
+fn become_the_user(plan: &Plan) -> Result<(), Failed> {
+    caps::clear(None, caps::CapSet::Bounding).map_err(|e| fail("dropping capabilities", e))?;
+    caps::clear(None, caps::CapSet::Ambient).map_err(|e| fail("dropping capabilities", e))?;
+    let groups: Vec<Gid> = plan.groups.iter().map(|&g| Gid::from_raw(g)).collect();
+    nix::unistd::setgroups(&groups).map_err(|e| fail("setting the job's groups", e))?;
+    let gid = Gid::from_raw(plan.gid);
+    nix::unistd::setresgid(gid, gid, gid)
+        .map_err(|e| fail(format!("becoming group {}", plan.gid), e))?;
+    let uid = Uid::from_raw(plan.uid);
+    nix::unistd::setresuid(uid, uid, uid)
+        .map_err(|e| fail(format!("becoming user {}", plan.uid), e))?;
+    for set in [
+        caps::CapSet::Effective,
+        caps::CapSet::Permitted,
+        caps::CapSet::Inheritable,
+    ] {
+        caps::clear(None, set).map_err(|e| fail("dropping capabilities", e))?;
+    }
+    nix::sys::prctl::set_no_new_privs().map_err(|e| fail("setting no_new_privs", e))
+}
+
+/// Execs the job's program, searching the job's `PATH` for a bare name. Returns why not.
+fn exec(plan: &Plan) -> Failed {
+    let Some(prog) = plan.argv.first() else {
+        return "the job has no command".into();
+    };
+    let cstr = |s: &str| CString::new(s).unwrap_or_default();
+    let argv: Vec<CString> = plan.argv.iter().map(|a| cstr(a)).collect();
+    let env: Vec<CString> = plan.env.iter().map(|e| cstr(e)).collect();
+    let candidates: Vec<String> = if prog.contains('/') {
+        vec![prog.clone()]
+    } else {
+        let path = plan
+            .env
+            .iter()
+            .find_map(|e| e.strip_prefix("PATH="))
+            .unwrap_or("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+        path.split(':')
+            .filter(|d| !d.is_empty())
+            .map(|d| format!("{d}/{prog}"))
+            .collect()
+    };
+    let mut last = nix::Error::ENOENT;
+    for c in &candidates {
+        // Returns only on failure.
+        let Err(e) = nix::unistd::execve(&cstr(c), &argv, &env);
+        // Like execvp: a candidate that is missing or not ours to run lets the next one try.
+        if !matches!(
+            e,
+            nix::Error::ENOENT | nix::Error::ENOTDIR | nix::Error::EACCES
+        ) {
+            return fail(format!("cannot run {c}"), e);
+        }
+        if last == nix::Error::ENOENT || e == nix::Error::EACCES {
+            last = e;
+        }
+    }
+    match last {
+        nix::Error::ENOENT => format!("command not found in the image: {prog}"),
+        e => fail(format!("cannot run {prog}"), e),
+    }
+}
+
+fn open_path(p: &Path) -> nix::Result<OwnedFd> {
+    let fd = nix::fcntl::open(
+        p,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    // SAFETY: a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `/proc/self/fd/N`: a path that reaches exactly the object open at `fd`.
+fn fd_path(fd: &OwnedFd) -> String {
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+/// The mount point of `m` inside the root, made first where the plan says so.
+fn target(root: &OwnedFd, m: &Mount) -> Result<OwnedFd, Failed> {
+    let made = match m.target {
+        Target::Existing => Ok(()),
+        Target::Dir => mkdir_in_root(root, &m.path),
+        Target::File => touch_in_root(root, &m.path),
+    };
+    made.map_err(|e| e.to_string())?;
+    open_in_root(root, &m.path, OFlag::O_PATH)
+        .map_err(|e| fail(format!("mount point {} in the root", m.path), e))
+}
+
+fn mount_one(root: &OwnedFd, m: &Mount) -> Result<(), Failed> {
+    let at = target(root, m)?;
+    match &m.source {
+        Source::Fs {
+            fstype,
+            flags,
+            data,
+        } => mount(
+            Some(*fstype),
+            fd_path(&at).as_str(),
+            Some(*fstype),
+            *flags,
+            Some(data.as_str()),
+        )
+        .map_err(|e| fail(format!("mounting {fstype} at {}", m.path), e)),
+        Source::Bind { host, attrs } => {
+            let tree = sys::clone_tree(None, host.as_os_str(), true)
+                .map_err(|e| fail(format!("binding {}", host.display()), e))?;
+            sys::set_attrs(&tree, *attrs)
+                .map_err(|e| fail(format!("restricting {}", host.display()), e))?;
+            sys::move_tree(&tree, &at)
+                .map_err(|e| fail(format!("binding {} at {}", host.display(), m.path), e))
+        }
+    }
+}
+
+fn dev_symlinks(root: &OwnedFd) -> Result<(), Failed> {
+    let dev = open_in_root(root, "/dev", OFlag::O_PATH | OFlag::O_DIRECTORY)
+        .map_err(|e| fail("/dev in the root", e))?;
+    for (to, link) in DEV_SYMLINKS {
+        let name = link.trim_start_matches("/dev/");
+        nix::unistd::symlinkat(to, Some(dev.as_raw_fd()), name)
+            .map_err(|e| fail(format!("making {link}"), e))?;
+    }
+    Ok(())
+}
+
+/// Hides `path` when the root has it: a directory under an empty read-only tmpfs, a file
+/// under `/dev/null`.
+fn mask(root: &OwnedFd, path: &str) -> Result<(), Failed> {
+    let at = match open_in_root(root, path, OFlag::O_PATH) {
+        Ok(fd) => fd,
+        Err(nix::Error::ENOENT) => return Ok(()),
+        Err(e) => return Err(fail(format!("masking {path}"), e)),
+    };
+    let st = nix::sys::stat::fstat(at.as_raw_fd()).map_err(|e| fail(path, e))?;
+    let masked = if SFlag::from_bits_truncate(st.st_mode & libc::S_IFMT) == SFlag::S_IFDIR {
+        mount(
+            Some("tmpfs"),
+            fd_path(&at).as_str(),
+            Some("tmpfs"),
+            MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            Some("size=0"),
+        )
+        .map_err(std::io::Error::from)
+    } else {
+        sys::clone_tree(None, OsStr::new("/dev/null"), false)
+            .and_then(|tree| sys::move_tree(&tree, &at))
+    };
+    masked.map_err(|e| fail(format!("masking {path}"), e))
+}
+
+/// Makes `path` (and everything under it) read-only, when the root has it.
+fn read_only(root: &OwnedFd, path: &str) -> Result<(), Failed> {
+    let at = match open_in_root(root, path, OFlag::O_PATH) {
+        Ok(fd) => fd,
+        Err(nix::Error::ENOENT) => return Ok(()),
+        Err(e) => return Err(fail(format!("making {path} read-only"), e)),
+    };
+    sys::clone_tree(Some(at.as_fd()), OsStr::new(""), true)
+        .and_then(|tree| {
+            sys::set_attrs(&tree, ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV | ATTR_NOEXEC)?;
+            sys::move_tree(&tree, &at)
+        })
+        .map_err(|e| fail(format!("making {path} read-only"), e))
+}
+
+/// Makes the root `/`, leaving nothing of the host's tree reachable.
+fn pivot(root: &OwnedFd) -> Result<(), Failed> {
+    nix::unistd::fchdir(root.as_raw_fd()).map_err(|e| fail("entering the root", e))?;
+    // The old root lands on top of the new one, and is then detached from it.
+    nix::unistd::pivot_root(".", ".").map_err(|e| fail("pivot_root", e))?;
+    umount2(".", MntFlags::MNT_DETACH).map_err(|e| fail("detaching the host's root", e))?;
+    nix::unistd::chdir("/").map_err(|e| fail("chdir /", e))
+}

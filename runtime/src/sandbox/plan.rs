@@ -1,0 +1,364 @@
+//! What a job's sandbox is made of, computed from its [`ContainerSpec`]. Pure: the result
+//! depends only on the input, so the whole layout is unit-tested without a kernel.
+//!
+//! The layout is runc's default one, adapted to a user namespace with the host network: no
+//! `gid=`/`uid=` mount options (those ids are unmapped), the host's `/sys` bound read-only (a
+//! fresh sysfs needs a network namespace of its own), the standard devices bound from the host
+//! (mknod is impossible in a user namespace), a private `/tmp` and a sized `/dev/shm`.
+
+use std::path::PathBuf;
+
+use nix::mount::MsFlags;
+
+use crate::spec::ContainerSpec;
+
+/// `mount_setattr` flags (linux/mount.h).
+pub(crate) const ATTR_RDONLY: u64 = 0x1;
+pub(crate) const ATTR_NOSUID: u64 = 0x2;
+pub(crate) const ATTR_NODEV: u64 = 0x4;
+pub(crate) const ATTR_NOEXEC: u64 = 0x8;
+
+/// Character devices every container may use (runc's default allow list): null, zero, full,
+/// random, urandom, tty, ptmx and the pts devices (`None` = any minor).
+pub(crate) const STANDARD_DEVICES: [(i64, Option<i64>); 8] = [
+    (1, Some(3)),
+    (1, Some(5)),
+    (1, Some(7)),
+    (1, Some(8)),
+    (1, Some(9)),
+    (5, Some(0)),
+    (5, Some(2)),
+    (136, None),
+];
+
+/// The standard device nodes bound from the host into the sandbox's `/dev`.
+const STANDARD_NODES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
+
+/// Paths hidden from the job (runc's defaults): a file gets `/dev/null` over it, a directory an
+/// empty read-only tmpfs.
+pub(crate) const MASKED_PATHS: [&str; 11] = [
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+
+/// Paths the job may read but never change (runc's defaults).
+pub(crate) const READONLY_PATHS: [&str; 5] = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+/// `/dev` symlinks every Linux program expects.
+pub(crate) const DEV_SYMLINKS: [(&str, &str); 5] = [
+    ("/proc/self/fd", "/dev/fd"),
+    ("/proc/self/fd/0", "/dev/stdin"),
+    ("/proc/self/fd/1", "/dev/stdout"),
+    ("/proc/self/fd/2", "/dev/stderr"),
+    ("pts/ptmx", "/dev/ptmx"),
+];
+
+/// What is mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// A new filesystem of this type (`proc`, `tmpfs`, `devpts`), with these `mount(2)` flags
+    /// and data.
+    Fs {
+        fstype: &'static str,
+        flags: MsFlags,
+        data: String,
+    },
+    /// A bind of this host path (recursive when it is a directory), then `attrs` set on every
+    /// mount of it.
+    Bind { host: PathBuf, attrs: u64 },
+}
+
+/// What must exist at a mount's target before mounting. The sandbox creates targets only
+/// inside its own `/dev`; everywhere else they must exist (the shim made them in the job's
+/// layer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// Already there (a directory or file of the root).
+    Existing,
+    /// A directory, made if missing (with its parents).
+    Dir,
+    /// An empty file, made if missing (with its parents): a device node's mount point.
+    File,
+}
+
+/// One mount, at a path inside the root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Mount {
+    /// Absolute path inside the container.
+    pub path: String,
+    /// What goes there.
+    pub source: Source,
+    /// What must be there first.
+    pub target: Target,
+}
+
+/// One device-cgroup allow rule: character device `major:minor` (`None` = any minor).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeviceRule {
+    pub major: i64,
+    pub minor: Option<i64>,
+    /// Also allows creating the node (never for the job's own devices).
+    pub mknod: bool,
+}
+
+/// The whole sandbox, in the order it is built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// The prepared root (an overlay or the bound host root).
+    pub root: PathBuf,
+    /// Mounts, in order: later ones may sit on earlier ones.
+    pub mounts: Vec<Mount>,
+    /// The device cgroup: everything denied except these.
+    pub devices: Vec<DeviceRule>,
+    /// Hostname inside.
+    pub hostname: String,
+    /// Ids inside the container: user, group, supplementary groups.
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+    /// The program, its arguments and environment.
+    pub argv: Vec<String>,
+    pub env: Vec<String>,
+    /// Working directory inside.
+    pub cwd: String,
+}
+
+impl Plan {
+    /// The sandbox for `spec`, whose root has been prepared at `root`.
+    pub(crate) fn new(spec: &ContainerSpec, root: PathBuf) -> Plan {
+        let mut devices: Vec<DeviceRule> = STANDARD_DEVICES
+            .iter()
+            .map(|&(major, minor)| DeviceRule {
+                major,
+                minor,
+                mknod: true,
+            })
+            .collect();
+        // Each allocated device by its own number: read and write, never mknod.
+        devices.extend(spec.devices.iter().map(|d| DeviceRule {
+            major: d.major,
+            minor: Some(d.minor),
+            mknod: false,
+        }));
+        let (uid, gid) = if spec.remap_root {
+            (0, 0)
+        } else {
+            (spec.uid, spec.gid)
+        };
+        let mut groups: Vec<u32> = spec
+            .groups
+            .iter()
+            .copied()
+            .filter(|&g| g != spec.gid)
+            .collect();
+        groups.sort_unstable();
+        groups.dedup();
+        Plan {
+            root,
+            mounts: mounts(spec),
+            devices,
+            hostname: spec.hostname.clone(),
+            uid,
+            gid,
+            groups,
+            argv: spec.argv.clone(),
+            env: spec.env.clone(),
+            cwd: spec.cwd.clone(),
+        }
+    }
+}
+
+fn fs(path: &str, fstype: &'static str, flags: MsFlags, data: String, target: Target) -> Mount {
+    Mount {
+        path: path.into(),
+        source: Source::Fs {
+            fstype,
+            flags,
+            data,
+        },
+        target,
+    }
+}
+
+fn bind(path: &str, host: impl Into<PathBuf>, attrs: u64, target: Target) -> Mount {
+    Mount {
+        path: path.into(),
+        source: Source::Bind {
+            host: host.into(),
+            attrs,
+        },
+        target,
+    }
+}
+
+fn mounts(spec: &ContainerSpec) -> Vec<Mount> {
+    let nosuid = MsFlags::MS_NOSUID;
+    let (noexec, nodev) = (MsFlags::MS_NOEXEC, MsFlags::MS_NODEV);
+    let mut list = vec![
+        fs(
+            "/proc",
+            "proc",
+            nosuid | noexec | nodev,
+            String::new(),
+            Target::Existing,
+        ),
+        fs(
+            "/dev",
+            "tmpfs",
+            nosuid | MsFlags::MS_STRICTATIME,
+            "mode=755,size=65536k".into(),
+            Target::Existing,
+        ),
+        fs(
+            "/dev/pts",
+            "devpts",
+            nosuid | noexec,
+            "newinstance,ptmxmode=0666,mode=0620".into(),
+            Target::Dir,
+        ),
+        fs(
+            "/dev/shm",
+            "tmpfs",
+            nosuid | noexec | nodev,
+            format!("mode=1777,size={}", spec.shm_size),
+            Target::Dir,
+        ),
+    ];
+    for name in STANDARD_NODES {
+        let path = format!("/dev/{name}");
+        list.push(bind(&path, &path, ATTR_NOSUID | ATTR_NOEXEC, Target::File));
+    }
+    list.push(bind(
+        "/sys",
+        "/sys",
+        ATTR_RDONLY | ATTR_NOSUID | ATTR_NOEXEC | ATTR_NODEV,
+        Target::Existing,
+    ));
+    list.push(fs(
+        "/tmp",
+        "tmpfs",
+        nosuid | nodev,
+        format!("mode=1777,size={}", spec.tmp_size),
+        Target::Existing,
+    ));
+    for b in &spec.binds {
+        let ro = if b.read_only { ATTR_RDONLY } else { 0 };
+        list.push(bind(
+            &b.destination,
+            &b.source,
+            ro | ATTR_NOSUID | ATTR_NODEV,
+            Target::Existing,
+        ));
+    }
+    // Device nodes are bound one by one (mknod is impossible in a user namespace).
+    for d in &spec.devices {
+        list.push(bind(
+            &d.path,
+            &d.host_path,
+            ATTR_NOSUID | ATTR_NOEXEC,
+            Target::File,
+        ));
+    }
+    list
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    pub(crate) fn sample() -> ContainerSpec {
+        let mut s = crate::conformance::template("wharf-1", Path::new("/images/x"), 1000, 1000);
+        s.argv = vec!["/bin/true".into()];
+        s.groups = vec![1000, 27];
+        s.hostname = "n1".into();
+        s.memory = Some(1 << 30);
+        s.cpus = Some(2);
+        s.cpuset = vec![0, 1];
+        s.cgroup_parent = "wharf".into();
+        s.binds = vec![crate::Bind {
+            source: "/data".into(),
+            destination: "/data".into(),
+            read_only: true,
+        }];
+        s.devices = vec![crate::DeviceNode {
+            host_path: "/fake/nvidia3".into(),
+            path: "/dev/nvidia3".into(),
+            major: 195,
+            minor: 3,
+        }];
+        s
+    }
+
+    fn find<'a>(p: &'a Plan, path: &str) -> &'a Mount {
+        p.mounts.iter().find(|m| m.path == path).unwrap()
+    }
+
+    #[test]
+    fn sandbox_is_locked_down() {
+        let p = Plan::new(&sample(), "/jobs/1/rootfs".into());
+        assert_eq!((p.uid, p.gid, p.groups.as_slice()), (1000, 1000, &[27][..]));
+        // The job's GPU: read and write by its own number, never mknod; bound, not made.
+        assert_eq!(
+            p.devices.last(),
+            Some(&DeviceRule {
+                major: 195,
+                minor: Some(3),
+                mknod: false
+            })
+        );
+        assert_eq!(p.devices.len(), STANDARD_DEVICES.len() + 1);
+        let gpu = find(&p, "/dev/nvidia3");
+        assert_eq!(
+            gpu.source,
+            Source::Bind {
+                host: "/fake/nvidia3".into(),
+                attrs: ATTR_NOSUID | ATTR_NOEXEC
+            }
+        );
+        // The host's /sys is read-only, nosuid, noexec and nodev all the way down.
+        let Source::Bind { attrs, .. } = &find(&p, "/sys").source else {
+            panic!("/sys is not a bind")
+        };
+        assert_eq!(*attrs, ATTR_RDONLY | ATTR_NOSUID | ATTR_NOEXEC | ATTR_NODEV);
+        // Shared paths are nosuid and nodev, read-only when asked.
+        let Source::Bind { attrs, .. } = &find(&p, "/data").source else {
+            panic!("/data is not a bind")
+        };
+        assert_eq!(*attrs, ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV);
+        // No mount option names an id (they are unmapped in the user namespace).
+        for m in &p.mounts {
+            if let Source::Fs { data, flags, .. } = &m.source {
+                assert!(!data.contains("gid=") && !data.contains("uid="), "{m:?}");
+                assert!(flags.contains(MsFlags::MS_NOSUID), "{m:?}");
+            }
+        }
+        // /dev comes before everything mounted inside it; /tmp before the binds.
+        let at = |path: &str| p.mounts.iter().position(|m| m.path == path).unwrap();
+        assert!(at("/dev") < at("/dev/pts") && at("/dev") < at("/dev/nvidia3"));
+        assert!(at("/tmp") < at("/data"));
+    }
+
+    #[test]
+    fn remapped_root_is_root_inside() {
+        let mut s = sample();
+        s.remap_root = true;
+        let p = Plan::new(&s, "/r".into());
+        assert_eq!((p.uid, p.gid), (0, 0));
+    }
+}

@@ -1,0 +1,292 @@
+//! The few system calls the sandbox needs that nix does not wrap: `clone3`, the new mount API
+//! (`open_tree`, `mount_setattr`, `move_mount`), and the init's last steps before exec.
+
+use std::ffi::{CString, OsStr};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+
+/// `clone3` flags not (portably) in libc.
+pub(crate) const CLONE_PIDFD: u64 = 0x1000;
+pub(crate) const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// `mount_setattr` flag: the mount's owners are seen through a user namespace.
+pub(crate) const ATTR_IDMAP: u64 = 0x10_0000;
+
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// What `clone3` made, in the parent.
+#[derive(Debug)]
+pub(crate) enum Cloned {
+    /// In the child (which shares nothing but a copy of memory and descriptors).
+    Child,
+    /// In the parent: the child's pid and a pidfd for it.
+    Parent { pid: i32, pidfd: OwnedFd },
+}
+
+/// `clone3` like fork (a copy of this process, on a copy of its stack), with `flags`
+/// (namespaces), a pidfd for the child and, given `cgroup`, born inside that cgroup v2
+/// directory. The caller must be single-threaded: the child runs on from here.
+pub(crate) fn clone(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> std::io::Result<Cloned> {
+    let mut pidfd: RawFd = -1;
+    let mut args = CloneArgs {
+        flags: flags | CLONE_PIDFD,
+        pidfd: &mut pidfd as *mut RawFd as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        ..Default::default()
+    };
+    if let Some(fd) = cgroup {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = fd.as_raw_fd() as u64;
+    }
+    // SAFETY: a valid clone_args of the size passed; with no stack given the child continues
+    // on a copy of this one, as after fork, which is sound in a single-threaded process.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    match pid {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => Ok(Cloned::Child),
+        pid => Ok(Cloned::Parent {
+            pid: pid as i32,
+            // SAFETY: the kernel gave us this descriptor.
+            pidfd: unsafe { OwnedFd::from_raw_fd(pidfd) },
+        }),
+    }
+}
+
+fn cstring(p: &OsStr) -> std::io::Result<CString> {
+    CString::new(p.as_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains NUL"))
+}
+
+fn check(rc: libc::c_long) -> std::io::Result<libc::c_long> {
+    if rc < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// A detached copy of the mount tree at `path` (relative to `dir`, or the object `dir` is
+/// when `path` is empty), with its submounts when `recursive`: `open_tree(OPEN_TREE_CLONE)`.
+pub(crate) fn clone_tree(
+    dir: Option<BorrowedFd<'_>>,
+    path: &OsStr,
+    recursive: bool,
+) -> std::io::Result<OwnedFd> {
+    let c = cstring(path)?;
+    let mut flags = (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint;
+    if recursive {
+        flags |= libc::AT_RECURSIVE as libc::c_uint;
+    }
+    if path.is_empty() {
+        flags |= libc::AT_EMPTY_PATH as libc::c_uint;
+    }
+    let dirfd = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+    // SAFETY: a valid C string; the result is checked.
+    let fd = check(unsafe { libc::syscall(libc::SYS_open_tree, dirfd, c.as_ptr(), flags) })?;
+    // SAFETY: a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+fn setattr(
+    dirfd: RawFd,
+    path: &CString,
+    flags: libc::c_int,
+    attr: &MountAttr,
+) -> std::io::Result<()> {
+    // SAFETY: valid descriptor and C string, a mount_attr of the size passed.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            dirfd,
+            path.as_ptr(),
+            flags,
+            attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+    .map(drop)
+}
+
+/// Sets `attrs` (`ATTR_*`) on every mount of the detached `tree`. No-op for none.
+pub(crate) fn set_attrs(tree: &OwnedFd, attrs: u64) -> std::io::Result<()> {
+    if attrs == 0 {
+        return Ok(());
+    }
+    let attr = MountAttr {
+        attr_set: attrs,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    setattr(
+        tree.as_raw_fd(),
+        &CString::default(),
+        libc::AT_EMPTY_PATH | libc::AT_RECURSIVE,
+        &attr,
+    )
+}
+
+/// Sets `attrs` on the mount at `path` and every mount under it.
+pub(crate) fn set_attrs_at(path: &OsStr, attrs: u64) -> std::io::Result<()> {
+    let attr = MountAttr {
+        attr_set: attrs,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    setattr(libc::AT_FDCWD, &cstring(path)?, libc::AT_RECURSIVE, &attr)
+}
+
+/// Makes the detached `tree` show its files' owners as mapped through the user namespace
+/// open at `userns` (and read-only besides `attrs`).
+pub(crate) fn idmap(tree: &OwnedFd, userns: &OwnedFd, attrs: u64) -> std::io::Result<()> {
+    let attr = MountAttr {
+        attr_set: ATTR_IDMAP | attrs,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
+    setattr(
+        tree.as_raw_fd(),
+        &CString::default(),
+        libc::AT_EMPTY_PATH,
+        &attr,
+    )
+}
+
+/// Attaches the detached `tree` on the object open at `target`.
+pub(crate) fn move_tree(tree: &OwnedFd, target: &OwnedFd) -> std::io::Result<()> {
+    let empty = CString::default();
+    // SAFETY: valid descriptors and an empty C string with the EMPTY_PATH flags.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            target.as_raw_fd(),
+            empty.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    })
+    .map(drop)
+}
+
+/// Attaches the detached `tree` at `path`.
+pub(crate) fn move_tree_to(tree: &OwnedFd, path: &OsStr) -> std::io::Result<()> {
+    let (empty, dst) = (CString::default(), cstring(path)?);
+    // SAFETY: valid descriptor and C strings.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            dst.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    })
+    .map(drop)
+}
+
+/// Makes `target` a copy of `fd`, inherited across exec (dup2; for `fd == target`, clears
+/// close-on-exec instead).
+pub(crate) fn dup_to(fd: RawFd, target: RawFd) -> nix::Result<()> {
+    if fd == target {
+        return nix::fcntl::fcntl(
+            fd,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+        )
+        .map(drop);
+    }
+    nix::unistd::dup2(fd, target).map(drop)
+}
+
+/// Marks every descriptor from `first` up close-on-exec.
+pub(crate) fn cloexec_from(first: u32) -> std::io::Result<()> {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags.
+    if unsafe { libc::close_range(first, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as libc::c_int) } == 0
+    {
+        return Ok(());
+    }
+    // Kernels before 5.11: one by one.
+    for entry in std::fs::read_dir("/proc/self/fd")?.flatten() {
+        if let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<RawFd>().ok())
+        {
+            if fd >= first as RawFd {
+                // SAFETY: setting a flag on a descriptor number; a stale one just fails.
+                unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every signal back to its default action and unblocked: what the shim or its ancestors
+/// ignore or block is not the job's business (an ignored SIGPIPE, or a real-time signal, would
+/// stay ignored across exec). The raw system call reaches the two real-time signals libc
+/// keeps for itself.
+pub(crate) fn default_signals() {
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: libc::c_ulong,
+        restorer: usize,
+        mask: u64,
+    }
+    let dfl = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    for sig in 1..=libc::SIGRTMAX() {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            // SAFETY: a valid kernel sigaction for the default action; no old action asked.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    sig,
+                    &dfl as *const KernelSigaction,
+                    std::ptr::null_mut::<KernelSigaction>(),
+                    std::mem::size_of::<u64>(),
+                )
+            };
+        }
+    }
+    let _ = nix::sys::signal::sigprocmask(
+        nix::sys::signal::SigmaskHow::SIG_SETMASK,
+        Some(&nix::sys::signal::SigSet::empty()),
+        None,
+    );
+}
