@@ -68,6 +68,21 @@ fn wait_started(b: &dyn Backend, dir: &JobDir) {
     }
 }
 
+/// The job's mounts (its root, layer, image) lived in its own mount namespace: none is seen
+/// from here, the node's.
+fn no_mount_under(n: &str, dir: &JobDir) {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let path = dir.path().to_string_lossy();
+    let leaked: Vec<&str> = table
+        .lines()
+        .filter(|l| l.contains(path.as_ref()))
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "[{n}] the node has the job's mounts: {leaked:?}"
+    );
+}
+
 /// Runs every case against `b`. Panics with the backend's name on the first failure.
 pub fn run(b: &dyn Backend, suite: &Suite) {
     let n = b.name();
@@ -104,6 +119,7 @@ pub fn run(b: &dyn Backend, suite: &Suite) {
         b.remove(&dir)
             .unwrap_or_else(|e| panic!("[{n}] second remove: {e}"));
         assert!(!dir.path().exists(), "[{n}] directory remains");
+        no_mount_under(n, &dir);
     }
 
     // Cancel: ends within the grace period, reported as cancelled; remove refused before.
@@ -120,6 +136,7 @@ pub fn run(b: &dyn Backend, suite: &Suite) {
         .unwrap_or_else(|e| panic!("[{n}] second cancel: {e}"));
     let o = wait(b, &dir, Duration::from_secs(spec.grace_secs + 10));
     assert!(o.cancelled && !o.timed_out, "[{n}] cancel: {o:?}");
+    no_mount_under(n, &dir);
     assert!(
         asked.elapsed() < Duration::from_secs(spec.grace_secs + 3),
         "[{n}] cancel took {:?}",
@@ -134,6 +151,7 @@ pub fn run(b: &dyn Backend, suite: &Suite) {
         .unwrap_or_else(|e| panic!("[{n}] launch: {e}"));
     let o = wait(b, &dir, Duration::from_secs(1 + spec.grace_secs + 10));
     assert!(o.timed_out && !o.cancelled, "[{n}] time limit: {o:?}");
+    no_mount_under(n, &dir);
     b.remove(&dir)
         .unwrap_or_else(|e| panic!("[{n}] remove: {e}"));
 

@@ -1,8 +1,6 @@
-//! The container's root, prepared inside the shim's own mount namespace.
-//!
-//! The shim moves into a private mount namespace first, so every mount made here disappears
-//! when the shim and its container are gone: nothing to clean up on the host, even after a
-//! crash.
+//! The container's root, prepared by the shim inside the container's mount namespace, so every
+//! mount made here disappears with the container: nothing to clean up on the host, even after
+//! a crash.
 //!
 //! - An image root is an overlay: the image (shared by every job, never written) under a small
 //!   per-job tmpfs layer. Wharf writes into that layer what the job needs and the image lacks:
@@ -25,7 +23,6 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
 use nix::mount::{mount, MsFlags};
-use nix::sched::{unshare, CloneFlags};
 use nix::sys::stat::{mkdirat, Mode};
 
 use crate::error::{ErrorKind, RuntimeError};
@@ -39,23 +36,8 @@ const MOUNT_ATTR_NODEV: u64 = 0x4;
 /// Size of the per-job layer over an image (mount points and identity files only).
 const LAYER_SIZE: &str = "size=16m";
 
-/// Moves the shim into a private mount namespace (the host sees none of its mounts, and they
-/// all go when the shim and its container do).
-pub(crate) fn enter_private_mount_ns() -> Result<(), RuntimeError> {
-    unshare(CloneFlags::CLONE_NEWNS)
-        .map_err(|e| RuntimeError::sys("unshare mount namespace", e))?;
-    mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_SLAVE,
-        None::<&str>,
-    )
-    .map_err(|e| RuntimeError::sys("making mounts private", e))
-}
-
-/// Prepares the root for `spec` under `job_dir`, in the shim's private mount namespace (see
-/// [`enter_private_mount_ns`]). `userns` is the job's user namespace, for an idmapped image.
+/// Prepares the root for `spec` under `job_dir`, in the container's mount namespace (the
+/// caller has entered it). `userns` is the job's user namespace, for an idmapped image.
 /// Returns the path of the container's root.
 pub(crate) fn prepare_root(
     spec: &ContainerSpec,

@@ -121,7 +121,6 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
         } else {
             id_maps(spec.uid, spec.gid, &spec.groups, spec.root_host_id)?
         };
-        crate::rootfs::enter_private_mount_ns()?;
         let io = InitIo {
             stdin: stdin.into(),
             stdout,
@@ -131,7 +130,7 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
         init.map_ids(&uid_map, &gid_map)?;
         cg.join(init.pid())?;
         timeline::mark(jd, "identity");
-        crate::rootfs::prepare_root(spec, jd.path(), &init.userns_path())?;
+        init.in_mount_ns(|| crate::rootfs::prepare_root(spec, jd.path(), &init.userns_path()))?;
         timeline::mark(jd, "root");
         if cancelled() {
             out.cancelled = true;

@@ -1,11 +1,11 @@
 //! The container's init, from its clone to the exec of the job's program.
 //!
-//! It is born (see [`super::spawn`]) in a new user, pid, ipc and uts namespace, inside the
-//! job's cgroup on v2, sharing the shim's private mount namespace. It waits for the shim's go
-//! (ids mapped, cgroup joined, root prepared), then, as root of its own user namespace only:
+//! It is born (see [`super::spawn`]) in new user, mount, pid, ipc and uts namespaces, inside
+//! the job's cgroup on v2. It waits for the shim's go (ids mapped, cgroup joined, root
+//! prepared in its mount namespace), then, as root of its own user namespace only:
 //!
 //! ```text
-//!  new mount ns ─▶ proc, /dev (tmpfs, devpts, shm, standard and job devices), /sys (ro),
+//!  proc, /dev (tmpfs, devpts, shm, standard and job devices), /sys (ro),
 //!  /tmp, shared paths ─▶ masked and read-only paths ─▶ pivot_root ─▶ hostname ─▶ stdio ─▶
 //!  drop every capability (bounding set too) ─▶ user, group, groups ─▶ no_new_privs ─▶
 //!  seccomp ─▶ working directory ─▶ default signals ─▶ exec
@@ -24,7 +24,6 @@ use std::path::Path;
 
 use nix::fcntl::OFlag;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
-use nix::sched::{unshare, CloneFlags};
 use nix::sys::stat::SFlag;
 use nix::unistd::{Gid, Uid};
 
@@ -80,20 +79,6 @@ fn setup(plan: &Plan, io: &InitIo, go: OwnedFd) -> Result<(), Failed> {
     nix::unistd::setgroups(&[]).map_err(|e| fail("clearing groups", e))?;
     nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0))
         .map_err(|e| fail("becoming root of the user namespace (setresuid)", e))?;
-    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| fail("unsharing the mount namespace", e))?;
-    mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-        None::<&str>,
-    )
-    .map_err(|e| fail("making mounts private", e))?;
-    // The root came from the shim's more privileged mount namespace, so here it is locked to
-    // its parent and pivot_root refuses it: a bind of it onto itself is the init's own mount.
-    sys::clone_tree(None, plan.root.as_os_str(), true)
-        .and_then(|tree| sys::move_tree_to(&tree, plan.root.as_os_str()))
-        .map_err(|e| fail(format!("binding the root {}", plan.root.display()), e))?;
     let root = open_path(&plan.root).map_err(|e| fail(plan.root.display(), e))?;
     for m in &plan.mounts {
         mount_one(&root, m)?;

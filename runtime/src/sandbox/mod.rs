@@ -2,13 +2,13 @@
 //! and a short, fixed sequence of system calls in the child before it execs the job.
 //!
 //! ```text
-//!  shim (real root, own mount ns)                  init (new user, pid, ipc, uts ns)
-//!  ─────────────────────────────                   ──────────────────────────────────
+//!  shim (real root)                                init (new user, mount, pid, ipc, uts ns)
+//!  ────────────────                                ────────────────────────────────────────
 //!  JobCgroup::create (limits, device filter)
 //!  spawn: clone3 ─────────────────────────────────▶ born in the cgroup (v2), waits for go
 //!  map_ids (uid_map, gid_map), join cgroup (v1)
-//!  prepare the root (overlay; idmapped via the
-//!    init's user namespace when asked)
+//!  in_mount_ns: prepare the root (overlay;
+//!    idmapped via the init's user ns when asked)
 //!  start: go ─────────────────────────────────────▶ mounts, pivot_root, drop everything, exec
 //!         ◀──── report pipe: EOF at exec, or why ──
 //!  wait (pidfd), time limit, cancel; remove cgroup
@@ -36,6 +36,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 
 use nix::fcntl::OFlag;
+use nix::sched::CloneFlags;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::waitpid;
 use nix::unistd::{pipe2, Pid};
@@ -47,10 +48,14 @@ pub(crate) use plan::Plan;
 use crate::error::{ErrorKind, RuntimeError};
 use crate::sys::{self, Cloned};
 
-/// The namespaces the init is born in. The mount namespace comes later, from the init
-/// itself, once the shim has prepared the root in the mount namespace they share.
-const NAMESPACES: u64 =
-    (libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
+/// The namespaces the init is born in. Its mount namespace is a copy of the host's, owned by
+/// its user namespace: the host's mounts in it are locked, and their propagation is one-way
+/// (shared ones become slaves), so nothing mounted in it reaches the host.
+const NAMESPACES: u64 = (libc::CLONE_NEWUSER
+    | libc::CLONE_NEWNS
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUTS) as u64;
 
 /// The container's init process, seen from the shim.
 #[derive(Debug)]
@@ -103,6 +108,26 @@ impl Init {
     /// The init's user namespace, for idmapped mounts.
     pub(crate) fn userns_path(&self) -> PathBuf {
         PathBuf::from(format!("/proc/{}/ns/user", self.pid))
+    }
+
+    /// Runs `f` in the init's mount namespace, then returns to the shim's own: what `f` mounts
+    /// (the job's root) is the init's, made by real root (so not locked: pivot_root takes it),
+    /// and goes when the init's namespace does. Must be called from a single-threaded process.
+    pub(crate) fn in_mount_ns<T>(
+        &self,
+        f: impl FnOnce() -> Result<T, RuntimeError>,
+    ) -> Result<T, RuntimeError> {
+        let open = |p: &str| {
+            std::fs::File::open(p).map_err(|e| RuntimeError::io(format!("opening {p}"), e))
+        };
+        let own = open("/proc/self/ns/mnt")?;
+        let theirs = open(&format!("/proc/{}/ns/mnt", self.pid))?;
+        nix::sched::setns(&theirs, CloneFlags::CLONE_NEWNS)
+            .map_err(|e| RuntimeError::sys("entering the container's mount namespace", e))?;
+        let result = f();
+        nix::sched::setns(&own, CloneFlags::CLONE_NEWNS)
+            .map_err(|e| RuntimeError::sys("leaving the container's mount namespace", e))?;
+        result
     }
 
     /// Writes the init's id maps (from outside, as real root: any number of lines).
