@@ -1,8 +1,9 @@
 //! The per-job supervisor (`wharf shim DIR`). See the crate documentation.
 //!
 //! ```text
-//!  read spec ─▶ open output files as the user ─▶ cgroup ─▶ clone the init ─▶ map its ids
-//!      ─▶ prepare the root ─▶ start (the init builds the sandbox and execs the job)
+//!  read spec ─▶ open output files as the user ─▶ cgroup (v2) ─▶ clone the init ─▶ map its
+//!      ids ─▶ prepare the root ─▶ build (the init mounts; meanwhile, on v1, the cgroup is
+//!      made and the init moved in) ─▶ start (the init takes the job's ids and execs it)
 //!                                                               │
 //!  outcome.json ◀─ remove cgroup ◀─ kill what is left ◀─ exit ◀─ wait (time limit, SIGTERM =
 //!                                                        cancel: TERM all, grace, KILL all)
@@ -108,8 +109,12 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
         let (stdout, stderr) = open_outputs(spec)?;
         let stdin = File::open("/dev/null").map_err(|e| RuntimeError::io("/dev/null", e))?;
         let plan = Plan::new(spec, jd.path().join("rootfs"));
-        let cg = job_cgroup.insert(JobCgroup::create(spec, &plan.devices)?);
-        timeline::mark(jd, "cgroup");
+        // On cgroup v2 the init is cloned straight into its cgroup, which must exist first; on
+        // v1 it has to be moved in anyway, so the cgroup is made while the init mounts.
+        if crate::cgroup::is_v2() {
+            job_cgroup = Some(JobCgroup::create(spec, &plan.devices)?);
+            timeline::mark(jd, "cgroup");
+        }
         // The init inherits the shim's limits (a hard limit cannot be raised inside).
         let spec = &apply_limits(spec)?;
         let plan = Plan {
@@ -126,9 +131,8 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
             stdout,
             stderr,
         };
-        let mut init = sandbox::spawn(&plan, io, cg)?;
+        let mut init = sandbox::spawn(&plan, io, job_cgroup.as_ref())?;
         init.map_ids(&uid_map, &gid_map)?;
-        cg.join(init.pid())?;
         timeline::mark(jd, "identity");
         init.in_mount_ns(|| crate::rootfs::prepare_root(spec, jd.path(), &init.userns_path()))?;
         timeline::mark(jd, "root");
@@ -136,6 +140,12 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
             out.cancelled = true;
             init.abort();
             return Ok(());
+        }
+        if job_cgroup.is_none() {
+            init.build()?;
+            let cg = job_cgroup.insert(JobCgroup::create(spec, &plan.devices)?);
+            cg.join(init.pid())?;
+            timeline::mark(jd, "cgroup");
         }
         init.start()?;
         timeline::mark(jd, "started");

@@ -110,6 +110,7 @@ fn kernel_interfaces_are_masked_or_read_only_and_dev_is_minimal() {
             [ -e $p ] && echo mounted $p $(opts $p); done; \
         echo dev $(ls /dev); \
         echo null $(echo x > /dev/null && echo ok); \
+        read -r pid comm state ppid pgrp sid rest < /proc/self/stat; echo session $pid $sid; \
         grep -E '^Sig(Ign|Blk)' /proc/self/status";
     let out = c.run_sh(&alice, &["--image", "tiny"], script);
     let text = stdout(&out);
@@ -166,6 +167,8 @@ fn kernel_interfaces_are_masked_or_read_only_and_dev_is_minimal() {
         "{text}"
     );
     assert_eq!(line("null "), "ok", "{text}");
+    // The job leads a session of its own (pid 1 of its pid namespace).
+    assert_eq!(line("session "), "1 1", "{text}");
     // Nothing the supervisor ignores or blocks reaches the job.
     assert_eq!(line("SigIgn:"), "0000000000000000", "{text}");
     assert_eq!(line("SigBlk:"), "0000000000000000", "{text}");

@@ -1,14 +1,15 @@
 //! The container's init, from its clone to the exec of the job's program.
 //!
 //! It is born (see [`super::spawn`]) in new user, mount, pid, ipc and uts namespaces, inside
-//! the job's cgroup on v2. It waits for the shim's go (ids mapped, cgroup joined, root
-//! prepared in its mount namespace), then, as root of its own user namespace only:
+//! the job's cgroup on v2. It waits for the shim's BUILD (ids mapped, root prepared in its
+//! mount namespace), then, as root of its own user namespace only:
 //!
 //! ```text
 //!  proc, /dev (tmpfs, devpts, shm, standard and job devices), /sys (ro),
-//!  /tmp, shared paths ─▶ masked and read-only paths ─▶ pivot_root ─▶ hostname ─▶ stdio ─▶
-//!  drop every capability (bounding set too) ─▶ user, group, groups ─▶ no_new_privs ─▶
-//!  seccomp ─▶ working directory ─▶ default signals ─▶ exec
+//!  /tmp, shared paths ─▶ masked and read-only paths ─▶ pivot_root ─▶ hostname ─▶ stdio
+//!  ─▶ wait for START (in the job's cgroup by then) ─▶ drop every capability (bounding set
+//!  too) ─▶ user, group, groups ─▶ no_new_privs ─▶ seccomp ─▶ working directory ─▶
+//!  default signals ─▶ exec
 //! ```
 //!
 //! Every mount target is resolved inside the root (openat2 `RESOLVE_IN_ROOT`) and mounted
@@ -65,13 +66,10 @@ pub(super) fn run(plan: &Plan, io: &InitIo, go: OwnedFd, report: OwnedFd) -> ! {
 fn setup(plan: &Plan, io: &InitIo, go: OwnedFd) -> Result<(), Failed> {
     // Until it drops its ids, a shim that dies takes its init along.
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
-    let mut byte = [0u8; 1];
-    if !matches!(nix::unistd::read(go.as_raw_fd(), &mut byte), Ok(1)) {
-        // The shim gave up on this launch (or died): nothing to report to.
-        // SAFETY: as in `run`.
-        unsafe { libc::_exit(126) }
-    }
-    drop(go);
+    wait_for(&go, super::BUILD);
+    // A session of its own, as a batch job's leader: no controlling terminal, and nothing
+    // sent to the shim's process group reaches it.
+    nix::unistd::setsid().map_err(|e| fail("setsid", e))?;
     // Root of the user namespace (an unprivileged id outside), so that what it makes in its
     // own filesystems has a mapped owner.
     nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0))
@@ -95,6 +93,9 @@ fn setup(plan: &Plan, io: &InitIo, go: OwnedFd) -> Result<(), Failed> {
     for (fd, target) in [(&io.stdin, 0), (&io.stdout, 1), (&io.stderr, 2)] {
         sys::dup_to(fd.as_raw_fd(), target).map_err(|e| fail("setting up stdio", e))?;
     }
+    // The shim has put this process in the job's cgroup by now, or does so before it says go.
+    wait_for(&go, super::START);
+    drop(go);
     become_the_user(plan)?;
     crate::seccomp::load().map_err(|e| fail("loading the seccomp profile", e))?;
     nix::unistd::chdir(plan.cwd.as_str())
@@ -103,6 +104,20 @@ fn setup(plan: &Plan, io: &InitIo, go: OwnedFd) -> Result<(), Failed> {
     // Nothing of the shim's reaches the job: every descriptor but stdio closes at exec.
     sys::cloexec_from(3).map_err(|e| fail("closing descriptors", e))?;
     Ok(())
+}
+
+/// Waits for the shim to say `what`. A shim that gave up on this launch (or died) closes the
+/// pipe instead: then there is nobody to report to, and nothing of the job's has run.
+fn wait_for(go: &OwnedFd, what: u8) {
+    let mut byte = [0u8; 1];
+    loop {
+        match nix::unistd::read(go.as_raw_fd(), &mut byte) {
+            Ok(1) if byte[0] == what => return,
+            Err(nix::Error::EINTR) => continue,
+            // SAFETY: as in `run`.
+            _ => unsafe { libc::_exit(126) },
+        }
+    }
 }
 
 /// Drops every capability (the bounding set first, while it may), then takes the job's ids

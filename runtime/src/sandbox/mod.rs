@@ -9,7 +9,10 @@
 //!  map_ids (uid_map, gid_map), join cgroup (v1)
 //!  in_mount_ns: prepare the root (overlay;
 //!    idmapped via the init's user ns when asked)
-//!  start: go ─────────────────────────────────────▶ mounts, pivot_root, drop everything, exec
+//!  build ─────────────────────────────────────────▶ mounts, pivot_root, stdio
+//!  (v1: make the cgroup, move the init in,            │ at the same time
+//!   while the init mounts)                            ▼
+//!  start ─────────────────────────────────────────▶ drop everything, take the job's ids, exec
 //!         ◀──── report pipe: EOF at exec, or why ──
 //!  wait (pidfd), time limit, cancel; remove cgroup
 //! ```
@@ -20,8 +23,9 @@
 //! the root; what was left for it cost most of a launch (3.8 ms of 6.2 on a cgroup v2 node,
 //! about 6 of 9 on a v1 one). This is the same sandbox, built with the calls that make it.
 //!
-//! Lifecycle of an [`Init`]: spawned (waiting) ─start─▶ running (exec'd) ─▶ exited (the
-//! shim reaps it); spawned ─abort─▶ killed. A dropped, unstarted `Init` is aborted.
+//! Lifecycle of an [`Init`]: spawned (waiting) ─build─▶ built (waiting) ─start─▶ running
+//! (exec'd) ─▶ exited (the shim reaps it); spawned or built ─abort─▶ killed. A dropped,
+//! unstarted `Init` is aborted.
 
 mod cgroup;
 #[cfg(feature = "v2-devices")]
@@ -57,23 +61,37 @@ const NAMESPACES: u64 = (libc::CLONE_NEWUSER
     | libc::CLONE_NEWIPC
     | libc::CLONE_NEWUTS) as u64;
 
+/// What the shim tells the init, in this order: build the sandbox; then take the job's
+/// identity and exec it.
+pub(crate) const BUILD: u8 = b'b';
+pub(crate) const START: u8 = b's';
+
 /// The container's init process, seen from the shim.
 #[derive(Debug)]
 pub(crate) struct Init {
     pid: Pid,
     pidfd: OwnedFd,
-    /// Held until start: writing to it lets the init go on, closing it unwritten ends it.
+    /// Held until start: the init reads [`BUILD`], then [`START`]; closing it early ends it.
     go: Option<OwnedFd>,
+    /// [`BUILD`] was sent.
+    built: bool,
     /// EOF when the init has exec'd the job; its reason when it could not.
     report: OwnedFd,
 }
 
-/// Clones the init for `plan` into its namespaces (and, on cgroup v2, into `cgroup`). It
-/// waits for [`Init::start`]. Must be called from a single-threaded process.
-pub(crate) fn spawn(plan: &Plan, io: InitIo, cgroup: &JobCgroup) -> Result<Init, RuntimeError> {
+/// Clones the init for `plan` into its namespaces (and, given a cgroup v2 `cgroup`, into it).
+/// It waits for [`Init::build`]. Must be called from a single-threaded process.
+pub(crate) fn spawn(
+    plan: &Plan,
+    io: InitIo,
+    cgroup: Option<&JobCgroup>,
+) -> Result<Init, RuntimeError> {
     let (go_r, go_w) = pipe2(OFlag::O_CLOEXEC).map_err(|e| RuntimeError::sys("pipe", e))?;
     let (report_r, report_w) = pipe2(OFlag::O_CLOEXEC).map_err(|e| RuntimeError::sys("pipe", e))?;
-    let cloned = sys::clone(NAMESPACES, cgroup.clone_target().map(|fd| fd.as_fd())).map_err(|e| {
+    let cloned = sys::clone(
+        NAMESPACES,
+        cgroup.and_then(JobCgroup::clone_target).map(|fd| fd.as_fd()),
+    ).map_err(|e| {
         RuntimeError::new(
             ErrorKind::Unavailable,
             format!("creating the container's namespaces (clone3): {e} (are user namespaces enabled: user.max_user_namespaces?)"),
@@ -89,6 +107,7 @@ pub(crate) fn spawn(plan: &Plan, io: InitIo, cgroup: &JobCgroup) -> Result<Init,
             pid: Pid::from_raw(pid),
             pidfd,
             go: Some(go_w),
+            built: false,
             report: report_r,
         }),
     }
@@ -139,18 +158,22 @@ impl Init {
             .map_err(|e| RuntimeError::io(format!("writing gid_map {gid_map:?}"), e))
     }
 
-    /// Lets the init build the sandbox and exec the job; returns once it has exec'd, or why
-    /// it could not (it has then exited and been reaped).
+    /// Lets the init build the sandbox (mounts, pivot_root); it then waits for
+    /// [`Init::start`] before it takes the job's identity. The shim may meanwhile put it in its
+    /// cgroup: nothing of the job's has run yet.
+    pub(crate) fn build(&mut self) -> Result<(), RuntimeError> {
+        self.signal(BUILD)
+    }
+
+    /// Lets the init (built or not) take the job's identity and exec the job; returns once it
+    /// has exec'd, or why it could not (it has then exited and been reaped).
     pub(crate) fn start(&mut self) -> Result<(), RuntimeError> {
-        let Some(go) = self.go.take() else {
-            return Err(RuntimeError::new(
-                ErrorKind::InvalidInput,
-                "container already started",
-            ));
-        };
-        nix::unistd::write(&go, b"g")
-            .map_err(|e| RuntimeError::sys("starting the container", e))?;
-        drop(go);
+        if !self.built {
+            self.build()?;
+        }
+        self.signal(START)?;
+        // Closing it now means the init's next read would see EOF: it has nothing more to wait for.
+        self.go = None;
         let mut why = Vec::new();
         let mut buf = [0u8; 512];
         loop {
@@ -169,6 +192,19 @@ impl Init {
             ErrorKind::Unavailable,
             format!("starting the container: {}", String::from_utf8_lossy(&why)),
         ))
+    }
+
+    fn signal(&mut self, byte: u8) -> Result<(), RuntimeError> {
+        let Some(go) = &self.go else {
+            return Err(RuntimeError::new(
+                ErrorKind::InvalidInput,
+                "container already started",
+            ));
+        };
+        nix::unistd::write(go, &[byte])
+            .map_err(|e| RuntimeError::sys("starting the container", e))?;
+        self.built |= byte == BUILD;
+        Ok(())
     }
 
     /// Ends an init that has not started (it has run nothing of the job's) and reaps it.
