@@ -27,7 +27,7 @@ use crate::error::RuntimeError;
 use crate::jobdir::JobDir;
 use crate::sandbox::{self, Init, InitIo, JobCgroup, Plan};
 use crate::spec::{ContainerSpec, Outcome};
-use crate::timeline;
+use crate::timeline::Timeline;
 use crate::userns::id_maps;
 
 static CANCEL: AtomicBool = AtomicBool::new(false);
@@ -40,9 +40,10 @@ extern "C" fn on_cancel(_: libc::c_int) {
 /// 0 when an outcome was written.
 pub fn main(dir: &Path) -> i32 {
     let jd = JobDir::new(dir.to_path_buf());
-    timeline::mark(&jd, "shim");
+    let mut timeline = Timeline::open(&jd);
+    timeline.mark("shim");
     let outcome = match jd.read_spec() {
-        Ok(spec) => supervise(&jd, &spec),
+        Ok(spec) => supervise(&jd, &spec, &mut timeline),
         Err(e) => Outcome {
             error: Some(e.to_string()),
             ended_ms: crate::now_ms(),
@@ -99,7 +100,7 @@ fn supervise_docker(jd: &JobDir, spec: &ContainerSpec, target: &crate::DockerTar
     out
 }
 
-fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
+fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &mut Timeline) -> Outcome {
     if let Some(target) = &spec.docker {
         return supervise_docker(jd, spec, target);
     }
@@ -113,7 +114,7 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
         // v1 it has to be moved in anyway, so the cgroup is made while the init mounts.
         if crate::cgroup::is_v2() {
             job_cgroup = Some(JobCgroup::create(spec, &plan.devices)?);
-            timeline::mark(jd, "cgroup");
+            timeline.mark("cgroup");
         }
         // The init inherits the shim's limits (a hard limit cannot be raised inside).
         let spec = &apply_limits(spec)?;
@@ -133,9 +134,9 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
         };
         let mut init = sandbox::spawn(&plan, io, job_cgroup.as_ref())?;
         init.map_ids(&uid_map, &gid_map)?;
-        timeline::mark(jd, "identity");
+        timeline.mark("identity");
         init.in_mount_ns(|| crate::rootfs::prepare_root(spec, jd.path(), &init.userns_path()))?;
-        timeline::mark(jd, "root");
+        timeline.mark("root");
         if cancelled() {
             out.cancelled = true;
             init.abort();
@@ -145,10 +146,10 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec) -> Outcome {
             init.build()?;
             let cg = job_cgroup.insert(JobCgroup::create(spec, &plan.devices)?);
             cg.join(init.pid())?;
-            timeline::mark(jd, "cgroup");
+            timeline.mark("cgroup");
         }
         init.start()?;
-        timeline::mark(jd, "started");
+        timeline.mark("started");
         run(jd, &init, spec, &mut out);
         Ok(())
     });

@@ -24,6 +24,7 @@ pub fn serve() -> i32 {
         eprintln!("wharf shim --spawner: must be single-threaded, has {threads:?} threads");
         return 1;
     }
+    crate::sandbox::warm_up();
     let mut out = std::io::stdout().lock();
     // SAFETY: fd 0 stays open for the life of the process.
     let stdin = unsafe { BorrowedFd::borrow_raw(0) };

@@ -18,14 +18,29 @@ pub fn monotonic_ns() -> i64 {
     t.tv_sec * 1_000_000_000 + t.tv_nsec
 }
 
-/// Records that `step` has just ended. Best effort: a timeline never fails a job.
-pub(crate) fn mark(jd: &JobDir, step: &str) {
-    let line = format!("{step} {}\n", monotonic_ns());
-    let _ = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(jd.timeline())
-        .and_then(|mut f| f.write_all(line.as_bytes()));
+/// A job's timeline, open for appending (kept open: a launch should not pay for opening the
+/// file at every step).
+#[derive(Debug)]
+pub(crate) struct Timeline(Option<std::fs::File>);
+
+impl Timeline {
+    /// Opens (creates) the job's timeline. Best effort: a timeline never fails a job.
+    pub(crate) fn open(jd: &JobDir) -> Timeline {
+        Timeline(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(jd.timeline())
+                .ok(),
+        )
+    }
+
+    /// Records that `step` has just ended.
+    pub(crate) fn mark(&mut self, step: &str) {
+        if let Some(f) = &mut self.0 {
+            let _ = writeln!(f, "{step} {}", monotonic_ns());
+        }
+    }
 }
 
 /// The steps recorded so far, in order.
@@ -48,8 +63,9 @@ mod tests {
     fn steps_read_back_in_order() {
         let tmp = tempfile::tempdir().unwrap();
         let jd = JobDir::new(tmp.path().to_path_buf());
-        mark(&jd, "shim");
-        mark(&jd, "root");
+        let mut t = Timeline::open(&jd);
+        t.mark("shim");
+        t.mark("root");
         let steps = read(&jd);
         let names: Vec<&str> = steps.iter().map(|(s, _)| s.as_str()).collect();
         assert_eq!(names, ["shim", "root"]);

@@ -42,6 +42,18 @@ pub(crate) fn attach_filter(cgroup: &OwnedFd, rules: &[DeviceRule]) -> Result<()
         .map_err(|e| format!("attaching the device filter: {e}"))
 }
 
+/// Loads (and drops) a filter once, so that libbpf's one-time probe of the kernel is done in
+/// the process that forks the shims, and every shim inherits its answer instead of repeating
+/// it on the launch path. Best effort.
+pub(crate) fn warm_up() {
+    if let Ok(prog) = program(&[]) {
+        if let Ok(fd) = bpf::prog::load(LICENSE, prog.bytecodes()) {
+            // SAFETY: a fresh descriptor we own.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,3 +9,6 @@ use super::plan::DeviceRule;
 pub(crate) fn attach_filter(_cgroup: &OwnedFd, _rules: &[DeviceRule]) -> Result<(), String> {
     Ok(())
 }
+
+/// Nothing to warm up.
+pub(crate) fn warm_up() {}

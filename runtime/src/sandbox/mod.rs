@@ -61,6 +61,14 @@ const NAMESPACES: u64 = (libc::CLONE_NEWUSER
     | libc::CLONE_NEWIPC
     | libc::CLONE_NEWUTS) as u64;
 
+/// Prepares, in the process that forks the shims, what every launch would otherwise do once
+/// for itself (the cgroup v2 device filter's kernel probe).
+pub(crate) fn warm_up() {
+    if crate::cgroup::is_v2() {
+        devices::warm_up();
+    }
+}
+
 /// What the shim tells the init, in this order: build the sandbox; then take the job's
 /// identity and exec it.
 pub(crate) const BUILD: u8 = b'b';
