@@ -256,3 +256,101 @@ fn docker_jobs_run_as_the_user_with_only_their_devices_and_no_privilege() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&ps.stdout).contains(&spec.id));
 }
+
+/// Runs `spec` in `dir` with the OCI backend and returns its outcome.
+fn run_to_end(
+    backend: &Launcher,
+    dir: &Path,
+    spec: &wharf_runtime::ContainerSpec,
+) -> wharf_runtime::Outcome {
+    use wharf_runtime::{JobDir, JobStatus};
+    let jd = JobDir::new(dir.to_path_buf());
+    backend.launch(&jd, spec).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match backend.status(&jd) {
+            JobStatus::Exited(o) => {
+                backend.remove(&jd).unwrap();
+                return o;
+            }
+            JobStatus::Lost(why) => panic!("job lost: {why}"),
+            JobStatus::Running { .. } => {}
+        }
+        assert!(std::time::Instant::now() < deadline, "job did not end");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn oci_sandbox_failures_name_their_cause_and_leave_nothing_behind() {
+    let Some(dir) = scratch(
+        "oci_sandbox_failures_name_their_cause_and_leave_nothing_behind",
+        "wharf-failures-",
+    ) else {
+        return;
+    };
+    let rootfs = dir.path().join("rootfs");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
+    assert!(std::process::Command::new(script)
+        .arg(&rootfs)
+        .args(["sh", "true"])
+        .status()
+        .unwrap()
+        .success());
+    // A program without `#!` that the kernel will not run is run by /bin/sh, as execvp does.
+    std::fs::write(rootfs.join("plain-script"), "echo plain $1\n").unwrap();
+    std::fs::set_permissions(
+        rootfs.join("plain-script"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let backend = Launcher::new(PathBuf::from(env!("CARGO_BIN_EXE_wharf")));
+    let mut spec = template("fail", &rootfs, 4245, 4245);
+    let out = dir.path().join("out");
+    spec.stdout = out.clone();
+    spec.stderr = out.clone();
+
+    let mut s = spec.clone();
+    s.id = format!("fail-script-{}", std::process::id());
+    s.argv = vec!["/plain-script".into(), "arg".into()];
+    let o = run_to_end(&backend, &dir.path().join("job-script"), &s);
+    assert_eq!((o.exit_code, o.error.as_deref()), (Some(0), None), "{o:?}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "plain arg\n");
+
+    let gone = dir.path().join("gone");
+    let mut cases = Vec::new();
+    let mut s = spec.clone();
+    s.binds = vec![wharf_runtime::Bind {
+        source: gone.clone(),
+        destination: "/data".into(),
+        read_only: true,
+    }];
+    cases.push(("bind", s, format!("binding {}", gone.display())));
+    let mut s = spec.clone();
+    s.argv = vec!["no-such-program".into()];
+    cases.push((
+        "command",
+        s,
+        "command not found in the image: no-such-program".to_string(),
+    ));
+    let mut s = spec.clone();
+    s.argv = vec!["/etc".into()];
+    cases.push(("not a program", s, "cannot run /etc".to_string()));
+    for (name, mut s, want) in cases {
+        s.id = format!("fail-{}-{}", name.replace(' ', "-"), std::process::id());
+        let job = dir.path().join(format!("job-{}", name.replace(' ', "-")));
+        let o = run_to_end(&backend, &job, &s);
+        let error = o.error.clone().unwrap_or_default();
+        assert!(error.contains(&want), "{name}: {o:?}");
+        assert!(o.started_ms.is_none(), "{name}: counted as started: {o:?}");
+        assert!(
+            wharf_runtime::cgroup_dirs(&s.cgroup_path()).is_empty(),
+            "{name}: cgroup left"
+        );
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(
+            !table.contains(job.to_str().unwrap()),
+            "{name}: the node has the job's mounts"
+        );
+    }
+}

@@ -125,7 +125,7 @@ fn idmapped_bind(source: &Path, target: &Path, userns: &Path) -> Result<PathBuf,
 }
 
 /// Mounts the squashfs at `file[offset..offset+size]` read-only at `target`. The loop device
-/// frees itself when the shim's mount namespace goes.
+/// frees itself when the container's mount namespace goes.
 fn mount_squashfs(
     file: &Path,
     offset: u64,

@@ -144,11 +144,15 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &mut Timeline) -> Outc
         }
         if job_cgroup.is_none() {
             init.build()?;
-            let cg = job_cgroup.insert(JobCgroup::create(spec, &plan.devices)?);
-            cg.join(init.pid())?;
+            let cg = JobCgroup::create(spec, &plan.devices).map_err(|e| init.explain(e))?;
+            let cg = job_cgroup.insert(cg);
+            cg.join(init.pid()).map_err(|e| init.explain(e))?;
             timeline.mark("cgroup");
         }
-        init.start()?;
+        if !init.start(cancelled)? {
+            out.cancelled = true;
+            return Ok(());
+        }
         timeline.mark("started");
         run(jd, &init, spec, &mut out);
         Ok(())

@@ -1,7 +1,7 @@
-//! The job's cgroup, made and filled by the shim (real root) before the container's init
-//! exists, so the init is born limited: on cgroup v2 it is cloned straight into it
-//! (`CLONE_INTO_CGROUP`, no migration); on v1 it is moved in before it runs anything of its
-//! own.
+//! The job's cgroup, made and filled by the shim (real root). On cgroup v2 it is made before
+//! the container's init exists, which is cloned straight into it (`CLONE_INTO_CGROUP`, no
+//! migration); on v1, where a move is unavoidable, it is made while the init mounts, and the
+//! init is moved in before it runs anything of the job's.
 //!
 //! v2: one directory `/sys/fs/cgroup/PARENT/ID`, with the cpu, cpuset, memory and pids
 //! controllers enabled above it, and the device filter (an eBPF program, see
@@ -125,13 +125,25 @@ impl JobCgroup {
         for ctl in V1_CONTROLLERS {
             let hierarchy = Path::new(CGROUP_ROOT).join(ctl);
             if !hierarchy.is_dir() {
-                if ctl == "devices" {
-                    return Err(RuntimeError::new(
-                        ErrorKind::Unavailable,
-                        "this node has no devices cgroup (/sys/fs/cgroup/devices): jobs cannot be isolated from its devices",
-                    ));
+                // Devices isolate the job and pids find its processes: always needed. The
+                // others only when the job has that limit.
+                let needed = match ctl {
+                    "memory" => spec.memory.is_some(),
+                    "cpu" => spec.cpus.is_some(),
+                    "cpuset" => !spec.cpuset.is_empty(),
+                    _ => true,
+                };
+                if !needed {
+                    continue;
                 }
-                continue;
+                return Err(RuntimeError::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "this node has no {ctl} cgroup at {} (cgroup v1): the job's limits \
+                         cannot be applied; mount the {ctl} controller there",
+                        hierarchy.display()
+                    ),
+                ));
             }
             let dir = hierarchy.join(rel);
             // A new cpuset cgroup has no CPUs or memory nodes: give each level its parent's.
@@ -156,7 +168,9 @@ impl JobCgroup {
                 continue;
             }
             if let Some(parent) = dir.parent() {
-                mkdir(parent)?;
+                fs::create_dir_all(parent).map_err(|e| {
+                    RuntimeError::io(format!("creating cgroup {}", parent.display()), e)
+                })?;
             }
             make_leaf(&dir)?;
             self.dirs.push(dir.clone());

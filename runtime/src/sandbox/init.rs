@@ -54,10 +54,14 @@ fn fail(what: impl std::fmt::Display, e: impl std::fmt::Display) -> Failed {
 /// The init's whole life. Never returns: it execs the job's program or exits 127 with the
 /// reason written to `report`.
 pub(super) fn run(plan: &Plan, io: &InitIo, go: OwnedFd, report: OwnedFd) -> ! {
-    let why = match setup(plan, io, go) {
-        Ok(()) => exec(plan),
-        Err(why) => why,
-    };
+    // A panic must not unwind through the shim's frames copied into this process: it becomes
+    // a reason like any other.
+    let why =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match setup(plan, io, go) {
+            Ok(()) => exec(plan),
+            Err(why) => why,
+        }))
+        .unwrap_or_else(|_| "internal error while building the sandbox (a panic)".into());
     let _ = nix::unistd::write(&report, why.as_bytes());
     // SAFETY: leaving the cloned child without running the parent's destructors.
     unsafe { libc::_exit(127) }
@@ -66,6 +70,9 @@ pub(super) fn run(plan: &Plan, io: &InitIo, go: OwnedFd, report: OwnedFd) -> ! {
 fn setup(plan: &Plan, io: &InitIo, go: OwnedFd) -> Result<(), Failed> {
     // Until it drops its ids, a shim that dies takes its init along.
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    // Nobody may ptrace it (and take the shim's descriptors it still holds) before the exec,
+    // which makes it dumpable again, whatever fs.suid_dumpable says.
+    nix::sys::prctl::set_dumpable(false).map_err(|e| fail("PR_SET_DUMPABLE", e))?;
     wait_for(&go, super::BUILD);
     // A session of its own, as a batch job's leader: no controlling terminal, and nothing
     // sent to the shim's process group reaches it.
@@ -123,7 +130,16 @@ fn wait_for(go: &OwnedFd, what: u8) {
 /// Drops every capability (the bounding set first, while it may), then takes the job's ids
 /// and forbids gaining privilege again: a setuid binary in the image gives nothing.
 fn become_the_user(plan: &Plan) -> Result<(), Failed> {
-    caps::clear(None, caps::CapSet::Bounding).map_err(|e| fail("dropping capabilities", e))?;
+    // Every capability this kernel has, not only those a library knows of.
+    for cap in 0..64 {
+        // SAFETY: a plain prctl with integer arguments.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
+            match nix::Error::last() {
+                nix::Error::EINVAL => break, // past the last capability
+                e => return Err(fail("dropping the bounding set", e)),
+            }
+        }
+    }
     caps::clear(None, caps::CapSet::Ambient).map_err(|e| fail("dropping capabilities", e))?;
     let groups: Vec<Gid> = plan.groups.iter().map(|&g| Gid::from_raw(g)).collect();
     nix::unistd::setgroups(&groups).map_err(|e| fail("setting the job's groups", e))?;
@@ -143,7 +159,9 @@ fn become_the_user(plan: &Plan) -> Result<(), Failed> {
     nix::sys::prctl::set_no_new_privs().map_err(|e| fail("setting no_new_privs", e))
 }
 
-/// Execs the job's program, searching the job's `PATH` for a bare name. Returns why not.
+/// Execs the job's program as execvp does, but with the job's `PATH`: a bare name is looked
+/// up in it (an empty entry is the working directory), and a file without a `#!` line that the
+/// kernel will not run is run by `/bin/sh`. Returns why not.
 fn exec(plan: &Plan) -> Failed {
     let Some(prog) = plan.argv.first() else {
         return "the job has no command".into();
@@ -151,38 +169,44 @@ fn exec(plan: &Plan) -> Failed {
     let cstr = |s: &str| CString::new(s).unwrap_or_default();
     let argv: Vec<CString> = plan.argv.iter().map(|a| cstr(a)).collect();
     let env: Vec<CString> = plan.env.iter().map(|e| cstr(e)).collect();
-    let candidates: Vec<String> = if prog.contains('/') {
-        vec![prog.clone()]
-    } else {
-        let path = plan
-            .env
-            .iter()
-            .find_map(|e| e.strip_prefix("PATH="))
-            .unwrap_or("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
-        path.split(':')
-            .filter(|d| !d.is_empty())
-            .map(|d| format!("{d}/{prog}"))
-            .collect()
-    };
-    let mut last = nix::Error::ENOENT;
-    for c in &candidates {
+    let path = plan
+        .env
+        .iter()
+        .find_map(|e| e.strip_prefix("PATH="))
+        .unwrap_or("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    let mut denied = false;
+    for c in candidates(prog, path) {
         // Returns only on failure.
-        let Err(e) = nix::unistd::execve(&cstr(c), &argv, &env);
-        // Like execvp: a candidate that is missing or not ours to run lets the next one try.
-        if !matches!(
-            e,
-            nix::Error::ENOENT | nix::Error::ENOTDIR | nix::Error::EACCES
-        ) {
-            return fail(format!("cannot run {c}"), e);
-        }
-        if last == nix::Error::ENOENT || e == nix::Error::EACCES {
-            last = e;
+        let Err(e) = nix::unistd::execve(&cstr(&c), &argv, &env);
+        match e {
+            nix::Error::ENOEXEC => {
+                let mut sh = vec![cstr("/bin/sh"), cstr(&c)];
+                sh.extend(argv.iter().skip(1).cloned());
+                let Err(e) = nix::unistd::execve(&sh[0], &sh, &env);
+                return fail(format!("cannot run {c} (not a program; /bin/sh)"), e);
+            }
+            // A candidate that is missing or not ours to run lets the next one try.
+            nix::Error::ENOENT | nix::Error::ENOTDIR | nix::Error::ESTALE => {}
+            nix::Error::EACCES => denied = true,
+            e => return fail(format!("cannot run {c}"), e),
         }
     }
-    match last {
-        nix::Error::ENOENT => format!("command not found in the image: {prog}"),
-        e => fail(format!("cannot run {prog}"), e),
+    if denied {
+        fail(format!("cannot run {prog}"), nix::Error::EACCES)
+    } else {
+        format!("command not found in the image: {prog}")
     }
+}
+
+/// Where execvp would look for `prog` along `path`.
+fn candidates(prog: &str, path: &str) -> Vec<String> {
+    if prog.contains('/') {
+        return vec![prog.to_string()];
+    }
+    path.split(':')
+        .map(|d| if d.is_empty() { "." } else { d })
+        .map(|d| format!("{}/{prog}", d.trim_end_matches('/')))
+        .collect()
 }
 
 fn open_path(p: &Path) -> nix::Result<OwnedFd> {
@@ -296,4 +320,19 @@ fn pivot(root: &OwnedFd) -> Result<(), Failed> {
     nix::unistd::pivot_root(".", ".").map_err(|e| fail("pivot_root", e))?;
     umount2(".", MntFlags::MNT_DETACH).map_err(|e| fail("detaching the host's root", e))?;
     nix::unistd::chdir("/").map_err(|e| fail("chdir /", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::candidates;
+
+    #[test]
+    fn bare_names_are_looked_up_like_execvp() {
+        assert_eq!(candidates("/bin/true", "/x"), ["/bin/true"]);
+        assert_eq!(candidates("./run.sh", "/x"), ["./run.sh"]);
+        assert_eq!(
+            candidates("python", "/opt/bin/::/usr/bin"),
+            ["/opt/bin/python", "./python", "/usr/bin/python"]
+        );
+    }
 }

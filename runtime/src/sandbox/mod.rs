@@ -6,7 +6,7 @@
 //!  ────────────────                                ────────────────────────────────────────
 //!  JobCgroup::create (limits, device filter)
 //!  spawn: clone3 ─────────────────────────────────▶ born in the cgroup (v2), waits for go
-//!  map_ids (uid_map, gid_map), join cgroup (v1)
+//!  map_ids (uid_map, gid_map)
 //!  in_mount_ns: prepare the root (overlay;
 //!    idmapped via the init's user ns when asked)
 //!  build ─────────────────────────────────────────▶ mounts, pivot_root, stdio
@@ -73,6 +73,16 @@ pub(crate) fn warm_up() {
 /// identity and exec it.
 pub(crate) const BUILD: u8 = b'b';
 pub(crate) const START: u8 = b's';
+
+/// What the report pipe said.
+enum Report {
+    /// EOF alone: the init exec'd the job.
+    Exec,
+    /// The init's reason for not doing so.
+    Failed(String),
+    /// The shim stopped waiting (a cancel).
+    GaveUp,
+}
 
 /// The container's init process, seen from the shim.
 #[derive(Debug)]
@@ -173,33 +183,91 @@ impl Init {
         self.signal(BUILD)
     }
 
-    /// Lets the init (built or not) take the job's identity and exec the job; returns once it
-    /// has exec'd, or why it could not (it has then exited and been reaped).
-    pub(crate) fn start(&mut self) -> Result<(), RuntimeError> {
-        if !self.built {
-            self.build()?;
-        }
-        self.signal(START)?;
-        // Closing it now means the init's next read would see EOF: it has nothing more to wait for.
+    /// Lets the init (built or not) take the job's identity and exec the job. Returns `true`
+    /// once it has exec'd; `false` when `give_up` (asked while waiting) said to stop first,
+    /// after killing and reaping it; or why it could not (it has then exited and been reaped).
+    pub(crate) fn start(&mut self, give_up: impl Fn() -> bool) -> Result<bool, RuntimeError> {
+        let sent = if self.built { Ok(()) } else { self.build() };
+        let sent = sent.and_then(|()| self.signal(START));
+        // From here the init reads no more: closing the pipe changes nothing for it.
         self.go = None;
+        // Whatever the write did, the report says what the init did.
+        match self.read_report(&give_up)? {
+            Report::Exec => match sent {
+                Ok(()) => Ok(true),
+                Err(e) => {
+                    // It could not be told to start: it is gone, with nothing to say.
+                    let _ = waitpid(self.pid, None);
+                    Err(e)
+                }
+            },
+            Report::Failed(why) => {
+                let _ = waitpid(self.pid, None);
+                Err(RuntimeError::new(
+                    ErrorKind::Unavailable,
+                    format!("starting the container: {why}"),
+                ))
+            }
+            Report::GaveUp => {
+                let _ = kill(self.pid, Signal::SIGKILL);
+                let _ = waitpid(self.pid, None);
+                Ok(false)
+            }
+        }
+    }
+
+    /// `e`, or the init's own reason when it has already failed (it may have, while the shim
+    /// was busy with its cgroup).
+    pub(crate) fn explain(&mut self, e: RuntimeError) -> RuntimeError {
+        let mut pfd = libc::pollfd {
+            fd: self.pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no waiting.
+        let exited = unsafe { libc::poll(&mut pfd, 1, 0) } == 1;
+        if exited {
+            if let Ok(Report::Failed(why)) = self.read_report(&|| false) {
+                return RuntimeError::new(
+                    ErrorKind::Unavailable,
+                    format!("starting the container: {why}"),
+                );
+            }
+        }
+        e
+    }
+
+    /// Reads the report pipe to its end: EOF alone at exec, the reason if the init failed.
+    /// Checks `give_up` every 200 ms and whenever a signal interrupts the wait.
+    fn read_report(&mut self, give_up: &dyn Fn() -> bool) -> Result<Report, RuntimeError> {
         let mut why = Vec::new();
         let mut buf = [0u8; 512];
         loop {
+            let mut pfd = libc::pollfd {
+                fd: self.report.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            let ready = unsafe { libc::poll(&mut pfd, 1, 200) };
+            if ready <= 0 {
+                if give_up() {
+                    return Ok(Report::GaveUp);
+                }
+                continue;
+            }
             match nix::unistd::read(self.report.as_raw_fd(), &mut buf) {
                 Ok(0) => break,
                 Ok(n) => why.extend_from_slice(&buf[..n]),
-                Err(nix::Error::EINTR) => continue,
+                Err(nix::Error::EINTR | nix::Error::EAGAIN) => continue,
                 Err(e) => return Err(RuntimeError::sys("waiting for the container to start", e)),
             }
         }
-        if why.is_empty() {
-            return Ok(());
-        }
-        let _ = waitpid(self.pid, None);
-        Err(RuntimeError::new(
-            ErrorKind::Unavailable,
-            format!("starting the container: {}", String::from_utf8_lossy(&why)),
-        ))
+        Ok(if why.is_empty() {
+            Report::Exec
+        } else {
+            Report::Failed(String::from_utf8_lossy(&why).into_owned())
+        })
     }
 
     fn signal(&mut self, byte: u8) -> Result<(), RuntimeError> {
