@@ -70,8 +70,8 @@ impl Backend for crate::Launcher {
     }
 }
 
-/// The Docker backend: the same detached shim, driving the Docker engine instead of
-/// libcontainer. Every spec it launches must name its engine image (`spec.docker`).
+/// The Docker backend: the same detached shim, driving the Docker engine instead of making
+/// the sandbox itself. Every spec it launches must name its engine image (`spec.docker`).
 #[derive(Debug, Clone)]
 pub struct DockerBackend {
     launcher: crate::Launcher,

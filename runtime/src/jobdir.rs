@@ -50,14 +50,6 @@ impl JobDir {
     pub fn timeline(&self) -> PathBuf {
         self.root.join("timeline")
     }
-    /// The OCI bundle (config.json).
-    pub fn bundle(&self) -> PathBuf {
-        self.root.join("bundle")
-    }
-    /// libcontainer's state root.
-    pub fn state(&self) -> PathBuf {
-        self.root.join("state")
-    }
 
     /// Creates the directory (mode 0711: the container's unprivileged ids must traverse it to
     /// reach the root bound inside; the files with the job's details are 0600) and writes the

@@ -60,7 +60,7 @@ pub struct ContainerSpec {
     /// RLIMIT_STACK for the job, bytes (`u64::MAX` = unlimited); `None` keeps the node's.
     #[serde(default)]
     pub stack: Option<u64>,
-    /// Run through the Docker engine instead of libcontainer (the `docker` backend).
+    /// Run through the Docker engine instead of Wharf's own sandbox (the `docker` backend).
     #[serde(default)]
     pub docker: Option<DockerTarget>,
     /// The user is root inside (uid/gid 0 map to the user's ids); still no capabilities.

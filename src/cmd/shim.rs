@@ -16,7 +16,8 @@ pub struct Args {
 
 /// Runs the shim; returns its exit status.
 pub fn run(args: &Args) -> i32 {
-    // libcontainer logs through `tracing`; keep warnings in the shim's log, without colours.
+    // Libraries the shim uses (bollard, libcgroups) log through `tracing`; keep errors in the
+    // shim's log, without colours.
     let filter = tracing_subscriber::EnvFilter::try_from_env("WHARF_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
     tracing_subscriber::fmt()
