@@ -50,6 +50,26 @@ fn job_lost_by_its_node_ends_as_node_fail() {
             .contains("no longer has this job"),
         "{job}"
     );
+    // The test took the job from its node behind the agent's back (a reinstalled node would
+    // have rebooted): end what is left of it, which no agent knows of any more.
+    let cgroup = format!("/{}/wharf-{id}", c.cgroup_parent);
+    for _ in 0..100 {
+        let dirs = wharf_runtime::cgroup_dirs(&cgroup);
+        if dirs.iter().all(|d| std::fs::remove_dir(d).is_ok()) {
+            break;
+        }
+        for d in &dirs {
+            let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(wharf_runtime::cgroup_dirs(&cgroup).is_empty());
 }
 
 #[test]
