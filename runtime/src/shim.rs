@@ -131,6 +131,7 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &mut Timeline) -> Outc
             stdin: stdin.into(),
             stdout,
             stderr,
+            timeline: timeline.raw_fd(),
         };
         let mut init = sandbox::spawn(&plan, io, job_cgroup.as_ref())?;
         init.map_ids(&uid_map, &gid_map)?;

@@ -35,12 +35,27 @@ impl Timeline {
         )
     }
 
+    /// The open file, for a process cloned from this one to add its own steps with
+    /// [`mark_fd`] (it is close-on-exec).
+    pub(crate) fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.0.as_ref().map(std::os::fd::AsRawFd::as_raw_fd)
+    }
+
     /// Records that `step` has just ended.
     pub(crate) fn mark(&mut self, step: &str) {
         if let Some(f) = &mut self.0 {
             let _ = writeln!(f, "{step} {}", monotonic_ns());
         }
     }
+}
+
+/// Records `step` in the timeline open at `fd` (see [`Timeline::raw_fd`]). One write: lines
+/// from the shim and its container's init do not mix.
+pub(crate) fn mark_fd(fd: std::os::fd::RawFd, step: &str) {
+    let line = format!("{step} {}\n", monotonic_ns());
+    // SAFETY: the descriptor is open for as long as the caller holds it; a stale one fails.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let _ = nix::unistd::write(fd, line.as_bytes());
 }
 
 /// The steps recorded so far, in order.

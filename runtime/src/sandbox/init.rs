@@ -42,6 +42,8 @@ pub(crate) struct InitIo {
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
+    /// The job's timeline, to record when the sandbox was built.
+    pub timeline: Option<std::os::fd::RawFd>,
 }
 
 /// What went wrong, for the report pipe.
@@ -99,6 +101,9 @@ fn setup(plan: &Plan, io: &InitIo, go: OwnedFd) -> Result<(), Failed> {
     nix::unistd::sethostname(&plan.hostname).map_err(|e| fail("setting the hostname", e))?;
     for (fd, target) in [(&io.stdin, 0), (&io.stdout, 1), (&io.stderr, 2)] {
         sys::dup_to(fd.as_raw_fd(), target).map_err(|e| fail("setting up stdio", e))?;
+    }
+    if let Some(fd) = io.timeline {
+        crate::timeline::mark_fd(fd, "built");
     }
     // The shim has put this process in the job's cgroup by now, or does so before it says go.
     wait_for(&go, super::START);
