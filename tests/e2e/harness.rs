@@ -326,6 +326,16 @@ impl Drop for Cluster {
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+        // The cgroup parent is the test's own: remove it (and any empty job cgroup left in it)
+        // so that runs do not pile up cgroups on the machine.
+        for dir in wharf_runtime::cgroup_dirs(&format!("/{}", self.cgroup_parent)) {
+            for child in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if child.path().is_dir() {
+                    let _ = std::fs::remove_dir(child.path());
+                }
+            }
+            let _ = std::fs::remove_dir(&dir);
+        }
     }
 }
 
