@@ -27,12 +27,8 @@ use nix::sys::stat::{mkdirat, Mode};
 
 use crate::error::{ErrorKind, RuntimeError};
 use crate::spec::{ContainerSpec, Identity};
+use crate::sys::{self, ATTR_NODEV, ATTR_NOSUID, ATTR_RDONLY};
 
-use crate::sys;
-
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
-const MOUNT_ATTR_NOSUID: u64 = 0x2;
-const MOUNT_ATTR_NODEV: u64 = 0x4;
 /// Size of the per-job layer over an image (mount points and identity files only).
 const LAYER_SIZE: &str = "size=16m";
 
@@ -91,9 +87,9 @@ pub(crate) fn prepare_root(
     let read_only = if spec.writable && spec.rootfs != Path::new("/") {
         0
     } else {
-        MOUNT_ATTR_RDONLY
+        ATTR_RDONLY
     };
-    set_attrs(&target, read_only | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)?;
+    set_attrs(&target, read_only | ATTR_NOSUID | ATTR_NODEV)?;
     Ok(target)
 }
 
@@ -108,7 +104,7 @@ fn idmapped_bind(source: &Path, target: &Path, userns: &Path) -> Result<PathBuf,
             e,
         )
     })?;
-    sys::idmap(&tree, &OwnedFd::from(ns), MOUNT_ATTR_RDONLY).map_err(|e| {
+    sys::idmap(&tree, &OwnedFd::from(ns), ATTR_RDONLY).map_err(|e| {
         RuntimeError::io(
             format!(
                 "mapping the owners of image {} for a writable job that is root inside (its \
@@ -202,14 +198,8 @@ fn overlay(lower: &Path, layer: &Path, target: &Path, opts: &Layer) -> Result<()
 }
 
 fn open_dir(p: &Path) -> Result<OwnedFd, RuntimeError> {
-    let fd = nix::fcntl::open(
-        p,
-        OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| RuntimeError::sys(p.display(), e))?;
-    // SAFETY: a fresh fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    sys::open_fd(p, OFlag::O_DIRECTORY | OFlag::O_RDONLY)
+        .map_err(|e| RuntimeError::sys(p.display(), e))
 }
 
 /// Opens `path` inside `root`, resolving every component (symlinks included) within it.

@@ -111,32 +111,13 @@ fn become_shim(dir: &Path, log: std::fs::File, devnull: std::fs::File) -> Result
     }
     drop(log);
     drop(devnull);
-    close_from(3)?;
+    crate::sys::close_from(3, false).map_err(|e| format!("closing descriptors: {e}"))?;
     // `ps` shows the spawner's command line for every shim; the name at least differs.
     let _ = nix::sys::prctl::set_name(c"wharf-shim");
     let me = std::process::id();
     let started = crate::launcher::start_time(me).unwrap_or_default();
     crate::launcher::write_pid_file(&crate::JobDir::new(dir.to_path_buf()), me, started)
         .map_err(|e| e.to_string())
-}
-
-/// Closes every descriptor from `first` up (nothing will exec to close them).
-fn close_from(first: u32) -> Result<(), String> {
-    // SAFETY: closes descriptors this process no longer uses; nothing refers to them.
-    if unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) } == 0 {
-        return Ok(());
-    }
-    // Kernels before 5.9 have no close_range: close what /proc lists.
-    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
-        .map_err(|e| format!("listing /proc/self/fd: {e}"))?
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .filter(|&fd| fd >= first as i32)
-        .collect();
-    for fd in fds {
-        let _ = nix::unistd::close(fd);
-    }
-    Ok(())
 }
 
 /// Why a request to the spawner did not give a shim.

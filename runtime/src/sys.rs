@@ -2,15 +2,20 @@
 //! (`open_tree`, `mount_setattr`, `move_mount`), and the init's last steps before exec.
 
 use std::ffi::{CString, OsStr};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 
 /// `clone3` flags not (portably) in libc.
 pub(crate) const CLONE_PIDFD: u64 = 0x1000;
 pub(crate) const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
-/// `mount_setattr` flag: the mount's owners are seen through a user namespace.
-pub(crate) const ATTR_IDMAP: u64 = 0x10_0000;
+/// `mount_setattr` flags (linux/mount.h).
+pub(crate) const ATTR_RDONLY: u64 = 0x1;
+pub(crate) const ATTR_NOSUID: u64 = 0x2;
+pub(crate) const ATTR_NODEV: u64 = 0x4;
+pub(crate) const ATTR_NOEXEC: u64 = 0x8;
+/// The mount's owners are seen through a user namespace.
+const ATTR_IDMAP: u64 = 0x10_0000;
 
 #[repr(C)]
 #[derive(Default)]
@@ -34,6 +39,18 @@ struct MountAttr {
     attr_clr: u64,
     propagation: u64,
     userns_fd: u64,
+}
+
+impl MountAttr {
+    /// Sets `attrs`, clears nothing, leaves propagation alone.
+    fn set(attrs: u64) -> MountAttr {
+        MountAttr {
+            attr_set: attrs,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        }
+    }
 }
 
 /// What `clone3` made, in the parent.
@@ -78,6 +95,25 @@ pub(crate) fn clone(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> std::io::Resu
             pidfd: unsafe { OwnedFd::from_raw_fd(pidfd) },
         }),
     }
+}
+
+/// Opens `path` (`O_CLOEXEC` added to `flags`) as a descriptor we own.
+pub(crate) fn open_fd(path: &std::path::Path, flags: nix::fcntl::OFlag) -> nix::Result<OwnedFd> {
+    let fd = nix::fcntl::open(
+        path,
+        flags | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    // SAFETY: a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Waits up to `ms` milliseconds for `fd` to be readable (a pidfd: its process has ended).
+/// False on timeout or when a signal interrupts the wait.
+pub(crate) fn readable(fd: &OwnedFd, ms: u16) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
 }
 
 fn cstring(p: &OsStr) -> std::io::Result<CString> {
@@ -140,39 +176,30 @@ pub(crate) fn set_attrs(tree: &OwnedFd, attrs: u64) -> std::io::Result<()> {
     if attrs == 0 {
         return Ok(());
     }
-    let attr = MountAttr {
-        attr_set: attrs,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
     setattr(
         tree.as_raw_fd(),
         &CString::default(),
         libc::AT_EMPTY_PATH | libc::AT_RECURSIVE,
-        &attr,
+        &MountAttr::set(attrs),
     )
 }
 
 /// Sets `attrs` on the mount at `path` and every mount under it.
 pub(crate) fn set_attrs_at(path: &OsStr, attrs: u64) -> std::io::Result<()> {
-    let attr = MountAttr {
-        attr_set: attrs,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    setattr(libc::AT_FDCWD, &cstring(path)?, libc::AT_RECURSIVE, &attr)
+    setattr(
+        libc::AT_FDCWD,
+        &cstring(path)?,
+        libc::AT_RECURSIVE,
+        &MountAttr::set(attrs),
+    )
 }
 
 /// Makes the detached `tree` show its files' owners as mapped through the user namespace
 /// open at `userns` (and read-only besides `attrs`).
 pub(crate) fn idmap(tree: &OwnedFd, userns: &OwnedFd, attrs: u64) -> std::io::Result<()> {
     let attr = MountAttr {
-        attr_set: ATTR_IDMAP | attrs,
-        attr_clr: 0,
-        propagation: 0,
         userns_fd: userns.as_raw_fd() as u64,
+        ..MountAttr::set(ATTR_IDMAP | attrs)
     };
     setattr(
         tree.as_raw_fd(),
@@ -229,23 +256,31 @@ pub(crate) fn dup_to(fd: RawFd, target: RawFd) -> nix::Result<()> {
     nix::unistd::dup2(fd, target).map(drop)
 }
 
-/// Marks every descriptor from `first` up close-on-exec.
-pub(crate) fn cloexec_from(first: u32) -> std::io::Result<()> {
-    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags.
-    if unsafe { libc::close_range(first, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as libc::c_int) } == 0
-    {
+/// Closes every descriptor from `first` up, or with `on_exec` marks them close-on-exec.
+pub(crate) fn close_from(first: u32, on_exec: bool) -> std::io::Result<()> {
+    let flags = if on_exec {
+        libc::CLOSE_RANGE_CLOEXEC
+    } else {
+        0
+    };
+    // SAFETY: the caller no longer uses these descriptors (or only until exec). The raw call
+    // needs no glibc of 2.34 or later.
+    if unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, flags) } == 0 {
         return Ok(());
     }
-    // Kernels before 5.11: one by one.
-    for entry in std::fs::read_dir("/proc/self/fd")?.flatten() {
-        if let Some(fd) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<RawFd>().ok())
-        {
-            if fd >= first as RawFd {
-                // SAFETY: setting a flag on a descriptor number; a stale one just fails.
-                unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    // Kernels without close_range (before 5.9; its CLOEXEC flag came in 5.11): one by one.
+    let fds: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd >= first as RawFd)
+        .collect();
+    for fd in fds {
+        // SAFETY: as above; a number that was the directory listing's own just fails.
+        unsafe {
+            if on_exec {
+                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            } else {
+                libc::close(fd);
             }
         }
     }

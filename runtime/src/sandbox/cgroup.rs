@@ -99,16 +99,11 @@ impl JobCgroup {
         if let Some(pids) = spec.pids {
             write(&dir, "pids.max", &pids.to_string())?;
         }
-        let fd = nix::fcntl::open(
+        let fd = crate::sys::open_fd(
             &dir,
-            nix::fcntl::OFlag::O_DIRECTORY
-                | nix::fcntl::OFlag::O_RDONLY
-                | nix::fcntl::OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::empty(),
+            nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_RDONLY,
         )
         .map_err(|e| RuntimeError::sys(dir.display(), e))?;
-        // SAFETY: a fresh descriptor we own.
-        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
         super::devices::attach_filter(&fd, devices).map_err(|e| {
             RuntimeError::new(ErrorKind::Unavailable, format!("{}: {e}", dir.display()))
         })?;

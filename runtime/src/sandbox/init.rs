@@ -20,20 +20,16 @@
 //! It runs in a fork of a single-threaded process, so it may allocate; it never returns.
 
 use std::ffi::{CString, OsStr};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-use std::path::Path;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use nix::fcntl::OFlag;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::stat::SFlag;
 use nix::unistd::{Gid, Uid};
 
-use super::plan::{
-    Mount, Plan, Source, Target, ATTR_NODEV, ATTR_NOEXEC, ATTR_NOSUID, ATTR_RDONLY, DEV_SYMLINKS,
-    MASKED_PATHS, READONLY_PATHS,
-};
+use super::plan::{Mount, Plan, Source, Target, DEV_SYMLINKS, MASKED_PATHS, READONLY_PATHS};
 use crate::rootfs::{mkdir_in_root, open_in_root, touch_in_root};
-use crate::sys;
+use crate::sys::{self, ATTR_NODEV, ATTR_NOEXEC, ATTR_NOSUID, ATTR_RDONLY};
 
 /// The descriptors the init is given.
 #[derive(Debug)]
@@ -86,7 +82,8 @@ fn setup(plan: &Plan, io: &InitIo, go: OwnedFd) -> Result<(), Failed> {
     nix::unistd::setgroups(&[]).map_err(|e| fail("clearing groups", e))?;
     nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0))
         .map_err(|e| fail("becoming root of the user namespace (setresuid)", e))?;
-    let root = open_path(&plan.root).map_err(|e| fail(plan.root.display(), e))?;
+    let root = sys::open_fd(&plan.root, OFlag::O_PATH | OFlag::O_DIRECTORY)
+        .map_err(|e| fail(plan.root.display(), e))?;
     for m in &plan.mounts {
         mount_one(&root, m)?;
     }
@@ -114,7 +111,7 @@ fn setup(plan: &Plan, io: &InitIo, go: OwnedFd) -> Result<(), Failed> {
         .map_err(|e| fail(format!("entering the working directory {}", plan.cwd), e))?;
     sys::default_signals();
     // Nothing of the shim's reaches the job: every descriptor but stdio closes at exec.
-    sys::cloexec_from(3).map_err(|e| fail("closing descriptors", e))?;
+    sys::close_from(3, true).map_err(|e| fail("closing descriptors", e))?;
     Ok(())
 }
 
@@ -212,16 +209,6 @@ fn candidates(prog: &str, path: &str) -> Vec<String> {
         .map(|d| if d.is_empty() { "." } else { d })
         .map(|d| format!("{}/{prog}", d.trim_end_matches('/')))
         .collect()
-}
-
-fn open_path(p: &Path) -> nix::Result<OwnedFd> {
-    let fd = nix::fcntl::open(
-        p,
-        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::empty(),
-    )?;
-    // SAFETY: a fresh descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// `/proc/self/fd/N`: a path that reaches exactly the object open at `fd`.

@@ -137,9 +137,10 @@ impl Init {
         self.pid
     }
 
-    /// A pidfd of the init, readable once it has exited.
-    pub(crate) fn pidfd(&self) -> &OwnedFd {
-        &self.pidfd
+    /// Whether the init ends within `ms` milliseconds (it is then left to reap). A signal
+    /// to the shim ends the wait early.
+    pub(crate) fn exits_within(&self, ms: u16) -> bool {
+        sys::readable(&self.pidfd, ms)
     }
 
     /// The init's user namespace, for idmapped mounts.
@@ -219,14 +220,7 @@ impl Init {
     /// `e`, or the init's own reason when it has already failed (it may have, while the shim
     /// was busy with its cgroup).
     pub(crate) fn explain(&mut self, e: RuntimeError) -> RuntimeError {
-        let mut pfd = libc::pollfd {
-            fd: self.pidfd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, no waiting.
-        let exited = unsafe { libc::poll(&mut pfd, 1, 0) } == 1;
-        if exited {
+        if self.exits_within(0) {
             if let Ok(Report::Failed(why)) = self.read_report(&|| false) {
                 return RuntimeError::new(
                     ErrorKind::Unavailable,
@@ -243,14 +237,7 @@ impl Init {
         let mut why = Vec::new();
         let mut buf = [0u8; 512];
         loop {
-            let mut pfd = libc::pollfd {
-                fd: self.report.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            let ready = unsafe { libc::poll(&mut pfd, 1, 200) };
-            if ready <= 0 {
+            if !sys::readable(&self.report, 200) {
                 if give_up() {
                     return Ok(Report::GaveUp);
                 }

@@ -11,12 +11,7 @@ use std::path::PathBuf;
 use nix::mount::MsFlags;
 
 use crate::spec::ContainerSpec;
-
-/// `mount_setattr` flags (linux/mount.h).
-pub(crate) const ATTR_RDONLY: u64 = 0x1;
-pub(crate) const ATTR_NOSUID: u64 = 0x2;
-pub(crate) const ATTR_NODEV: u64 = 0x4;
-pub(crate) const ATTR_NOEXEC: u64 = 0x8;
+use crate::sys::{ATTR_NODEV, ATTR_NOEXEC, ATTR_NOSUID, ATTR_RDONLY};
 
 /// Character devices every container may use (runc's default allow list): null, zero, full,
 /// random, urandom, tty, ptmx and the pts devices (`None` = any minor).
