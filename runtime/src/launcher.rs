@@ -300,7 +300,7 @@ impl Launcher {
         }
         if dir.read_outcome().is_none() {
             if let Ok(spec) = dir.read_spec() {
-                crate::shim::clean_up_after_lost_shim(dir, &spec);
+                crate::shim::clean_up_after_lost_shim(&spec);
             }
         }
         match fs::remove_dir_all(dir.path()) {

@@ -40,10 +40,10 @@ extern "C" fn on_cancel(_: libc::c_int) {
 /// 0 when an outcome was written.
 pub fn main(dir: &Path) -> i32 {
     let jd = JobDir::new(dir.to_path_buf());
-    let mut timeline = Timeline::open(&jd);
+    let timeline = Timeline::open(&jd);
     timeline.mark("shim");
     let outcome = match jd.read_spec() {
-        Ok(spec) => supervise(&jd, &spec, &mut timeline),
+        Ok(spec) => supervise(&jd, &spec, &timeline),
         Err(e) => Outcome {
             error: Some(e.to_string()),
             ended_ms: crate::now_ms(),
@@ -100,7 +100,7 @@ fn supervise_docker(jd: &JobDir, spec: &ContainerSpec, target: &crate::DockerTar
     out
 }
 
-fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &mut Timeline) -> Outcome {
+fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome {
     if let Some(target) = &spec.docker {
         return supervise_docker(jd, spec, target);
     }
@@ -109,6 +109,8 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &mut Timeline) -> Outc
     let result = install_signal_handlers().and_then(|_| {
         let (stdout, stderr) = open_outputs(spec)?;
         let stdin = File::open("/dev/null").map_err(|e| RuntimeError::io("/dev/null", e))?;
+        // The init inherits the shim's limits (a hard limit cannot be raised inside).
+        let spec = &apply_limits(spec)?;
         let plan = Plan::new(spec, jd.path().join("rootfs"));
         // On cgroup v2 the init is cloned straight into its cgroup, which must exist first; on
         // v1 it has to be moved in anyway, so the cgroup is made while the init mounts.
@@ -116,12 +118,6 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &mut Timeline) -> Outc
             job_cgroup = Some(JobCgroup::create(spec, &plan.devices)?);
             timeline.mark("cgroup");
         }
-        // The init inherits the shim's limits (a hard limit cannot be raised inside).
-        let spec = &apply_limits(spec)?;
-        let plan = Plan {
-            env: spec.env.clone(),
-            ..plan
-        };
         let (uid_map, gid_map) = if spec.remap_root {
             crate::userns::root_maps(spec.uid, spec.gid, &spec.groups)
         } else {
@@ -251,7 +247,7 @@ fn kill_all(spec: &ContainerSpec) {
 }
 
 /// After a shim died without an outcome: kill what is left of its job and remove it.
-pub(crate) fn clean_up_after_lost_shim(_jd: &JobDir, spec: &ContainerSpec) {
+pub(crate) fn clean_up_after_lost_shim(spec: &ContainerSpec) {
     if let Some(target) = &spec.docker {
         let _ = crate::docker::remove(target, &spec.id);
         return;

@@ -287,10 +287,10 @@ pub(crate) fn close_from(first: u32, on_exec: bool) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Every signal back to its default action and unblocked: what the shim or its ancestors
-/// ignore or block is not the job's business (an ignored SIGPIPE, or a real-time signal, would
-/// stay ignored across exec). The raw system call reaches the two real-time signals libc
-/// keeps for itself.
+/// Every signal the process ignores back to its default action, and none blocked: what the
+/// shim or its ancestors ignore or block is not the job's business (an ignored SIGPIPE, or a
+/// real-time signal, would stay ignored across exec; handled ones are reset by exec itself).
+/// The raw system call reaches the two real-time signals libc keeps for itself.
 pub(crate) fn default_signals() {
     #[repr(C)]
     struct KernelSigaction {
@@ -305,8 +305,12 @@ pub(crate) fn default_signals() {
         restorer: 0,
         mask: 0,
     };
+    // Bit n-1 of SigIgn is signal n; unreadable, every signal is reset.
+    let ignored = crate::limits::proc_self_status("SigIgn")
+        .and_then(|v| u64::from_str_radix(&v, 16).ok())
+        .unwrap_or(u64::MAX);
     for sig in 1..=libc::SIGRTMAX() {
-        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+        if ignored & (1 << (sig - 1)) != 0 && sig != libc::SIGKILL && sig != libc::SIGSTOP {
             // SAFETY: a valid kernel sigaction for the default action; no old action asked.
             unsafe {
                 libc::syscall(

@@ -3,7 +3,6 @@
 //! directory's `timeline` file. It answers "why did this job take long to start?" and gives
 //! the launch benchmark its breakdown.
 
-use std::io::Write;
 
 use crate::jobdir::JobDir;
 
@@ -42,9 +41,9 @@ impl Timeline {
     }
 
     /// Records that `step` has just ended.
-    pub(crate) fn mark(&mut self, step: &str) {
-        if let Some(f) = &mut self.0 {
-            let _ = writeln!(f, "{step} {}", monotonic_ns());
+    pub(crate) fn mark(&self, step: &str) {
+        if let Some(fd) = self.raw_fd() {
+            mark_fd(fd, step);
         }
     }
 }
@@ -78,7 +77,7 @@ mod tests {
     fn steps_read_back_in_order() {
         let tmp = tempfile::tempdir().unwrap();
         let jd = JobDir::new(tmp.path().to_path_buf());
-        let mut t = Timeline::open(&jd);
+        let t = Timeline::open(&jd);
         t.mark("shim");
         t.mark("root");
         let steps = read(&jd);

@@ -168,9 +168,25 @@ fn exec(plan: &Plan) -> Failed {
     let Some(prog) = plan.argv.first() else {
         return "the job has no command".into();
     };
-    let cstr = |s: &str| CString::new(s).unwrap_or_default();
-    let argv: Vec<CString> = plan.argv.iter().map(|a| cstr(a)).collect();
-    let env: Vec<CString> = plan.env.iter().map(|e| cstr(e)).collect();
+    let cstr = |s: &str| CString::new(s).map_err(|_| format!("{s:?} contains a NUL byte"));
+    let argv = match plan
+        .argv
+        .iter()
+        .map(|a| cstr(a))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(v) => v,
+        Err(why) => return format!("bad command: {why}"),
+    };
+    let env = match plan
+        .env
+        .iter()
+        .map(|e| cstr(e))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(v) => v,
+        Err(why) => return format!("bad environment: {why}"),
+    };
     let path = plan
         .env
         .iter()
@@ -179,10 +195,11 @@ fn exec(plan: &Plan) -> Failed {
     let mut denied = false;
     for c in candidates(prog, path) {
         // Returns only on failure.
-        let Err(e) = nix::unistd::execve(&cstr(&c), &argv, &env);
+        let Ok(path) = cstr(&c) else { continue };
+        let Err(e) = nix::unistd::execve(&path, &argv, &env);
         match e {
             nix::Error::ENOEXEC => {
-                let mut sh = vec![cstr("/bin/sh"), cstr(&c)];
+                let mut sh = vec![c"/bin/sh".to_owned(), path];
                 sh.extend(argv.iter().skip(1).cloned());
                 let Err(e) = nix::unistd::execve(&sh[0], &sh, &env);
                 return fail(format!("cannot run {c} (not a program; /bin/sh)"), e);
