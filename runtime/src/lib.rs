@@ -2,11 +2,11 @@
 //!
 //! A job's container is run by a small supervisor process, the *shim* (`wharf shim DIR`, like
 //! containerd's shims or slurmstepd): one per job, single-threaded, started detached by the
-//! agent. It makes the job's cgroup, clones the container's init into fresh namespaces (Wharf's
-//! own lean create, see `sandbox`), prepares its root, enforces the time limit, forwards cancellation (SIGTERM, grace, SIGKILL of the
-//! whole cgroup), detects OOM kills, removes every trace of the container and writes the
-//! [`Outcome`] to the job directory. Because the shim does not depend on the agent staying up,
-//! an agent restart loses no job.
+//! agent. It makes the job's cgroup, clones the container's init into fresh namespaces
+//! (Wharf's own lean create, see `sandbox`), prepares its root, enforces the time limit,
+//! forwards cancellation (SIGTERM, grace, SIGKILL of the whole cgroup), detects OOM kills,
+//! removes every trace of the container and writes the [`Outcome`] to the job directory.
+//! Because the shim does not depend on the agent staying up, an agent restart loses no job.
 //!
 //! ```no_run
 //! use wharf_runtime::{ContainerSpec, JobDir, Launcher, JobStatus};

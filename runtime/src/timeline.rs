@@ -3,7 +3,6 @@
 //! directory's `timeline` file. It answers "why did this job take long to start?" and gives
 //! the launch benchmark its breakdown.
 
-
 use crate::jobdir::JobDir;
 
 /// The monotonic clock, in nanoseconds.

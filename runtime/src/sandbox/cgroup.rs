@@ -141,32 +141,7 @@ impl JobCgroup {
                 ));
             }
             let dir = hierarchy.join(rel);
-            // A new cpuset cgroup has no CPUs or memory nodes: give each level its parent's.
-            if ctl == "cpuset" {
-                let mut at = hierarchy.clone();
-                for comp in Path::new(rel)
-                    .parent()
-                    .into_iter()
-                    .flat_map(Path::components)
-                {
-                    let parent = at.clone();
-                    at.push(comp);
-                    mkdir(&at)?;
-                    inherit_cpuset(&parent, &at)?;
-                }
-                make_leaf(&dir)?;
-                self.dirs.push(dir.clone());
-                inherit_cpuset(&at, &dir)?;
-                if !spec.cpuset.is_empty() {
-                    write(&dir, "cpuset.cpus", &cpu_list(&spec.cpuset))?;
-                }
-                continue;
-            }
-            if let Some(parent) = dir.parent() {
-                fs::create_dir_all(parent).map_err(|e| {
-                    RuntimeError::io(format!("creating cgroup {}", parent.display()), e)
-                })?;
-            }
+            make_parents(&hierarchy, rel, ctl == "cpuset")?;
             make_leaf(&dir)?;
             self.dirs.push(dir.clone());
             match ctl {
@@ -181,6 +156,15 @@ impl JobCgroup {
                         write(&dir, "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
                         let quota = u64::from(cpus) * CPU_PERIOD_US;
                         write(&dir, "cpu.cfs_quota_us", &quota.to_string())?;
+                    }
+                }
+                "cpuset" => {
+                    // A new cpuset cgroup has no CPUs or memory nodes until it is given some.
+                    if let Some(parent) = dir.parent() {
+                        inherit_cpuset(parent, &dir)?;
+                    }
+                    if !spec.cpuset.is_empty() {
+                        write(&dir, "cpuset.cpus", &cpu_list(&spec.cpuset))?;
                     }
                 }
                 "pids" => {
@@ -233,6 +217,25 @@ impl JobCgroup {
             let _ = fs::remove_dir(dir);
         }
     }
+}
+
+/// Makes every level above the job's directory `rel` in `hierarchy`; in a v1 cpuset
+/// hierarchy each new level gets its parent's CPUs and memory nodes.
+fn make_parents(hierarchy: &Path, rel: &str, cpuset: bool) -> Result<(), RuntimeError> {
+    let mut at = hierarchy.to_path_buf();
+    for comp in Path::new(rel)
+        .parent()
+        .into_iter()
+        .flat_map(Path::components)
+    {
+        let parent = at.clone();
+        at.push(comp);
+        mkdir(&at)?;
+        if cpuset {
+            inherit_cpuset(&parent, &at)?;
+        }
+    }
+    Ok(())
 }
 
 /// `devices.allow` line of a rule.

@@ -4,7 +4,7 @@
 //! ```text
 //!  shim (real root)                                init (new user, mount, pid, ipc, uts ns)
 //!  ────────────────                                ────────────────────────────────────────
-//!  JobCgroup::create (limits, device filter)
+//!  JobCgroup::create (v2: limits, device filter)
 //!  spawn: clone3 ─────────────────────────────────▶ born in the cgroup (v2), waits for go
 //!  map_ids (uid_map, gid_map)
 //!  in_mount_ns: prepare the root (overlay;
