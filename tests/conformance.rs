@@ -4,7 +4,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use wharf_runtime::conformance::{run as run_suite, template, Suite};
+use wharf_runtime::conformance::{run as run_suite, template, wait, Suite};
 use wharf_runtime::Launcher;
 
 /// A scratch directory (0777, in /var/tmp) for a test that needs root; `None` (after saying
@@ -27,6 +27,18 @@ fn scratch(test: &str, prefix: &str) -> Option<tempfile::TempDir> {
     Some(dir)
 }
 
+/// A root filesystem at `rootfs` holding these programs of this machine
+/// (`examples/mkrootfs.sh`).
+fn mkrootfs(rootfs: &Path, progs: &[&str]) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
+    let ok = std::process::Command::new(script)
+        .arg(rootfs)
+        .args(progs)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "mkrootfs.sh {}", rootfs.display());
+}
+
 #[test]
 fn oci_backend_passes_the_conformance_suite() {
     let Some(dir) = scratch(
@@ -36,13 +48,7 @@ fn oci_backend_passes_the_conformance_suite() {
         return;
     };
     let rootfs = dir.path().join("rootfs");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
-    let ok = std::process::Command::new(script)
-        .arg(&rootfs)
-        .args(["sh", "true", "false", "sleep"])
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    mkrootfs(&rootfs, &["sh", "true", "false", "sleep"]);
     let backend = Launcher::new(PathBuf::from(env!("CARGO_BIN_EXE_wharf")));
     let suite = Suite {
         dir: dir.path().to_path_buf(),
@@ -75,13 +81,7 @@ fn sif_images_pass_the_conformance_suite() {
         return;
     };
     let rootfs = dir.path().join("rootfs");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
-    assert!(std::process::Command::new(script)
-        .arg(&rootfs)
-        .args(["sh", "true", "false", "sleep"])
-        .status()
-        .unwrap()
-        .success());
+    mkrootfs(&rootfs, &["sh", "true", "false", "sleep"]);
     let sif = dir.path().join("root.sif");
     let mksif = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mksif.sh");
     assert!(std::process::Command::new(mksif)
@@ -119,13 +119,7 @@ pub fn docker_image(dir: &Path, name: &str, progs: &[&str]) -> bool {
         return false;
     }
     let rootfs = dir.join(format!("{}-rootfs", name.replace([':', '/'], "-")));
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
-    assert!(std::process::Command::new(script)
-        .arg(&rootfs)
-        .args(progs)
-        .status()
-        .unwrap()
-        .success());
+    mkrootfs(&rootfs, progs);
     let import = format!(
         "tar -C '{}' -c . | docker import - '{name}'",
         rootfs.display()
@@ -263,22 +257,11 @@ fn run_to_end(
     dir: &Path,
     spec: &wharf_runtime::ContainerSpec,
 ) -> wharf_runtime::Outcome {
-    use wharf_runtime::{JobDir, JobStatus};
-    let jd = JobDir::new(dir.to_path_buf());
+    let jd = wharf_runtime::JobDir::new(dir.to_path_buf());
     backend.launch(&jd, spec).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        match backend.status(&jd) {
-            JobStatus::Exited(o) => {
-                backend.remove(&jd).unwrap();
-                return o;
-            }
-            JobStatus::Lost(why) => panic!("job lost: {why}"),
-            JobStatus::Running { .. } => {}
-        }
-        assert!(std::time::Instant::now() < deadline, "job did not end");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let o = wait(backend, &jd, std::time::Duration::from_secs(30));
+    backend.remove(&jd).unwrap();
+    o
 }
 
 #[test]
@@ -290,13 +273,7 @@ fn oci_sandbox_failures_name_their_cause_and_leave_nothing_behind() {
         return;
     };
     let rootfs = dir.path().join("rootfs");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
-    assert!(std::process::Command::new(script)
-        .arg(&rootfs)
-        .args(["sh", "true"])
-        .status()
-        .unwrap()
-        .success());
+    mkrootfs(&rootfs, &["sh", "true"]);
     // A program without `#!` that the kernel will not run is run by /bin/sh, as execvp does.
     std::fs::write(rootfs.join("plain-script"), "echo plain $1\n").unwrap();
     std::fs::set_permissions(

@@ -32,7 +32,9 @@ impl Suite {
     }
 }
 
-fn wait(b: &dyn Backend, dir: &JobDir, limit: Duration) -> Outcome {
+/// Waits for the job in `dir` to end (at most `limit`) and returns its outcome; panics,
+/// naming the backend, if it is lost or does not end.
+pub fn wait(b: &dyn Backend, dir: &JobDir, limit: Duration) -> Outcome {
     let deadline = Instant::now() + limit;
     loop {
         match b.status(dir) {
