@@ -311,6 +311,9 @@ fn oci_sandbox_failures_name_their_cause_and_leave_nothing_behind() {
         "command not found in the image: no-such-program".to_string(),
     ));
     let mut s = spec.clone();
+    s.argv = vec!["/bin/sh".into(), "-c".into(), "true\0 ignored".into()];
+    cases.push(("nul", s, "bad command: ".to_string()));
+    let mut s = spec.clone();
     s.argv = vec!["/etc".into()];
     cases.push(("not a program", s, "cannot run /etc".to_string()));
     for (name, mut s, want) in cases {

@@ -169,23 +169,15 @@ fn exec(plan: &Plan) -> Failed {
         return "the job has no command".into();
     };
     let cstr = |s: &str| CString::new(s).map_err(|_| format!("{s:?} contains a NUL byte"));
-    let argv = match plan
-        .argv
-        .iter()
-        .map(|a| cstr(a))
-        .collect::<Result<Vec<_>, _>>()
-    {
-        Ok(v) => v,
-        Err(why) => return format!("bad command: {why}"),
+    let all = |list: &[String], what: &str| {
+        list.iter()
+            .map(|s| cstr(s))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|why| format!("bad {what}: {why}"))
     };
-    let env = match plan
-        .env
-        .iter()
-        .map(|e| cstr(e))
-        .collect::<Result<Vec<_>, _>>()
-    {
-        Ok(v) => v,
-        Err(why) => return format!("bad environment: {why}"),
+    let (argv, env) = match (all(&plan.argv, "command"), all(&plan.env, "environment")) {
+        (Ok(argv), Ok(env)) => (argv, env),
+        (Err(why), _) | (_, Err(why)) => return why,
     };
     let path = plan
         .env

@@ -273,7 +273,7 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    pub(crate) fn sample() -> ContainerSpec {
+    fn sample() -> ContainerSpec {
         let mut s = crate::conformance::template("wharf-1", Path::new("/images/x"), 1000, 1000);
         s.argv = vec!["/bin/true".into()];
         s.groups = vec![1000, 27];
