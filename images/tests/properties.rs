@@ -47,14 +47,14 @@ fn valid_sif() -> Vec<u8> {
         put(&mut b, at, v);
     }
     for (i, (dt, id, link, off, size)) in [
-        (0x4004, 1u32, 0u32, 8192i64, 8192i64),
+        (0x4004i32, 1u32, 0u32, 8192i64, 8192i64),
         (0x4005, 2, 1, 4096, 64),
     ]
     .into_iter()
     .enumerate()
     {
         let d = &mut b[desc_off + i * DESC..desc_off + (i + 1) * DESC];
-        d[0..4].copy_from_slice(&(dt as i32).to_le_bytes());
+        d[0..4].copy_from_slice(&dt.to_le_bytes());
         d[4] = 1;
         d[5..9].copy_from_slice(&id.to_le_bytes());
         d[9..13].copy_from_slice(&0xf000_0001u32.to_le_bytes());
