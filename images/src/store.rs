@@ -102,9 +102,10 @@ impl ImageStore {
                 .map_err(|e| ImageError::io(format!("creating {}", path.display()), e))
         };
         mkdir(&root)?;
+        let fd = open_own(&root)?;
         mkdir(&root.join(IMAGES))?;
         mkdir(&root.join(TMP))?;
-        lock_down(&root)?;
+        lock_down(&root, &fd)?;
         let store = ImageStore {
             root,
             limits: Limits::default(),
@@ -256,9 +257,8 @@ impl ImageStore {
     }
 }
 
-/// Makes the store's directories [`PRIVATE`], through descriptors (a symlink planted inside
-/// is refused, not followed), after checking that this process's user owns the store.
-fn lock_down(root: &Path) -> Result<()> {
+/// Opens the store's root, checking that this process's user owns it.
+fn open_own(root: &Path) -> Result<OwnedFd> {
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
     let fd = match nix::fcntl::open(root, flags, Mode::empty()) {
         Ok(fd) => owned(fd),
@@ -269,6 +269,12 @@ fn lock_down(root: &Path) -> Result<()> {
     if st.st_uid != nix::unistd::geteuid().as_raw() {
         return Err(not_owner(root, Some(st.st_uid)));
     }
+    Ok(fd)
+}
+
+/// Makes the store's directories [`PRIVATE`], through descriptors from the root `fd` (a
+/// symlink planted inside is refused, not followed).
+fn lock_down(root: &Path, fd: &OwnedFd) -> Result<()> {
     let private = |fd: &OwnedFd, what: &dyn std::fmt::Display| -> Result<()> {
         let st = fstat(fd.as_raw_fd()).map_err(|e| ImageError::sys(what, e))?;
         if st.st_mode & 0o7777 == PRIVATE {
@@ -277,7 +283,7 @@ fn lock_down(root: &Path) -> Result<()> {
         fchmod(fd.as_raw_fd(), Mode::from_bits_truncate(PRIVATE))
             .map_err(|e| ImageError::sys(format!("making {what} private (0700)"), e))
     };
-    private(&fd, &root.display())?;
+    private(fd, &root.display())?;
     for sub in [TMP, IMAGES] {
         let path = root.join(sub);
         let dir = open_dir_nofollow(fd.as_raw_fd(), OsStr::new(sub))
