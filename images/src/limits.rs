@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::{ImageError, Result};
 
-/// Bounds on what one import may consume; [`Limits::default`] suits real images (a CUDA
-/// and PyTorch image is about 20 GiB in some 300,000 files, its largest file under 2 GiB).
+/// Bounds on what one import may consume; [`Limits::default`] suits real images (large CUDA
+/// images run to tens of GiB in a few hundred thousand files). `wharf image import` sets the
+/// first three with `--max-entries`, `--max-unpacked` and `--max-file`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Most archive entries in one import, all layers together.
@@ -93,7 +94,7 @@ impl Budget {
         if self.entries > self.limits.max_entries {
             return Err(ImageError::invalid(format!(
                 "image has more than {} entries (the limit per image); refused as an archive \
-                 bomb",
+                 bomb (if the image is genuine, raise the limit: --max-entries)",
                 self.limits.max_entries
             )));
         }
@@ -106,7 +107,7 @@ impl Budget {
         if size > self.limits.max_file_bytes {
             return Err(ImageError::invalid(format!(
                 "entry '{}' is {size} bytes, over the limit of {} per file; refused as an \
-                 archive bomb",
+                 archive bomb (if the image is genuine, raise the limit: --max-file)",
                 entry.display(),
                 self.limits.max_file_bytes
             )));
@@ -129,7 +130,7 @@ impl Budget {
     fn over_total(&self) -> ImageError {
         ImageError::invalid(format!(
             "image unpacks to more than {} bytes (the limit per image); refused as an archive \
-             bomb",
+             bomb (if the image is genuine, raise the limit: --max-unpacked)",
             self.limits.max_unpacked_bytes
         ))
     }

@@ -83,3 +83,37 @@ fn image_store_is_private_to_root_yet_jobs_run_its_images() {
         [eve.uid.to_string().as_str(), "4755"]
     );
 }
+
+#[test]
+fn import_limits_are_set_on_the_command_line() {
+    if !can_run("import_limits_are_set_on_the_command_line") {
+        return;
+    }
+    let dir = scratch("whimg-limits-");
+    let rootfs = dir.path().join("rootfs");
+    std::fs::create_dir_all(rootfs.join("data")).unwrap();
+    std::fs::write(rootfs.join("data/big"), vec![7u8; 4096]).unwrap();
+    let store = dir.path().join("store");
+    let import = |extra: &[&str]| {
+        std::process::Command::new(wharf_bin())
+            .args(["image", "import"])
+            .arg(&rootfs)
+            .args(["--name", "img", "--store"])
+            .arg(&store)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    for (flag, value, expect) in [
+        ("--max-file", "1K", "per file"),
+        ("--max-unpacked", "2K", "per image"),
+        ("--max-entries", "1", "entries"),
+    ] {
+        let out = import(&[flag, value]);
+        assert!(!out.status.success(), "{flag} {value} accepted");
+        let err = stderr(&out);
+        assert!(err.contains(expect) && err.contains(flag), "{err}");
+    }
+    let out = import(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
