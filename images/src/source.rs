@@ -175,7 +175,7 @@ fn read_layer(
     let file = layout.open_blob(desc)?;
     let mut raw = HashingReader::new(BufReader::with_capacity(READ_BUF, file).take(desc.size));
     let diff = decompress(compression, &mut raw)
-        .and_then(|stream| with_tar(stream, budget, "the uncompressed layers", read));
+        .and_then(|stream| with_tar(stream, budget, "the layer", read));
     // Read the rest either way: when reading failed, a digest mismatch is the better reason.
     let drained = raw.drain();
     let complete = raw.len() == desc.size;
