@@ -176,3 +176,20 @@ fn a_million_entries_are_refused_within_seconds() {
     let dir = one_layer(&s, LAYER_GZIP, blob, Some(sha256(b"unknown")));
     refused_within(&s, &dir, "entries", bound);
 }
+
+#[test]
+fn an_import_over_its_time_limit_is_refused_and_leaves_nothing() {
+    let limits = wharf_images::Limits {
+        max_duration: Duration::ZERO,
+        ..wharf_images::Limits::default()
+    };
+    // The clock starts when the import does; its first entry is already late.
+    let s = common::scratch_with(limits);
+    refused(
+        &s,
+        &s.put("t.tar.gz", &gzip(&small())),
+        "longer than the limit",
+    );
+    let dir = one_layer(&s, LAYER_GZIP, gzip(&small()), None);
+    refused(&s, &dir, "longer than the limit");
+}
