@@ -110,6 +110,31 @@ pub(crate) fn apply_stream(
     Ok(())
 }
 
+/// Reads every entry header of the tar stream `stream`, writing nothing, and counts entries
+/// and declared file sizes against `budget`: a bomb is refused before anything is unpacked,
+/// at the cost of reading the stream (not the disk) once more. Content is skipped unread
+/// where the reader can seek, read and dropped otherwise.
+pub(crate) fn scan_stream(stream: impl Read, budget: &mut Budget) -> Result<()> {
+    let mut archive = tar::Archive::new(stream);
+    let entries = archive
+        .entries()
+        .map_err(|e| ImageError::stream("reading the archive", e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| ImageError::stream("reading the archive", e))?;
+        budget.add_entry()?;
+        let kind = entry.header().entry_type();
+        if matches!(
+            kind,
+            EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse
+        ) {
+            let raw = entry.path_bytes();
+            budget.check_file(Path::new(OsStr::from_bytes(&raw)), entry.size())?;
+            budget.add_bytes(entry.size())?;
+        }
+    }
+    Ok(())
+}
+
 fn apply_entry<R: Read>(
     root: &RootDir,
     entry: &mut tar::Entry<'_, R>,
@@ -148,6 +173,7 @@ fn apply_entry<R: Read>(
     match kind {
         _ if is_dir => root.make_dir(&path, &meta),
         EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
+            budget.check_file(&path, entry.size())?;
             root.write_file(&path, &meta, entry, budget, buf)
         }
         EntryType::Symlink => {

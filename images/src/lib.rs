@@ -13,8 +13,11 @@
 //! - skips devices, FIFOs and sockets, and applies OCI whiteouts in layers.
 //!
 //! Directories are archived on the fly into the same extractor. Every OCI blob is checked
-//! against its digest, every import against [`Limits`], and an import either publishes a
-//! complete image or leaves the store as it was.
+//! against its digest and every layer's uncompressed stream against the config's `diff_id`;
+//! a compressed stream must end cleanly (checksums right, nothing after it). Every archive is
+//! scanned against [`Limits`] before anything is written, so bombs are refused in seconds,
+//! and an import either publishes a complete image or leaves the store as it was. The store
+//! is private to its owner (see [`ImageStore`]).
 //!
 //! ```no_run
 //! use std::path::{Path, PathBuf};

@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 
 use crate::dirsource::with_tar_stream;
 use crate::error::{ImageError, Result};
-use crate::extract::{apply_stream, Whiteouts};
+use crate::extract::{apply_stream, scan_stream, Whiteouts};
 use crate::limits::Budget;
 use crate::oci::{layer_compression, Descriptor, Layout};
 use crate::rootfs::RootDir;
-use crate::stream::{decompress, sniff, CapReader, Compression, HashingReader};
+use crate::stream::{decompress, finish_stream, sniff, CapReader, HashingReader};
 
 const READ_BUF: usize = 256 << 10;
 
@@ -66,16 +66,28 @@ impl Source {
 
     /// Unpacks into `root`; returns the image digest: SHA-256 of the uncompressed tar stream
     /// for a tarball or directory, the manifest digest for an OCI layout.
+    ///
+    /// An archive (a tarball, each layer) is first scanned, writing nothing, against the
+    /// limits (see [`crate::limits`]); a directory is the node's own and is not.
     pub fn unpack(&self, root: &RootDir, budget: &mut Budget) -> Result<String> {
         match self {
             Source::Tarball(path) => {
-                let file = File::open(path).map_err(|e| ImageError::io(path.display(), e))?;
-                let (kind, raw) = sniff(BufReader::with_capacity(READ_BUF, file))?;
-                unpack_tar(root, decompress(kind, raw)?, budget)
+                let open = || -> Result<Box<dyn Read>> {
+                    let file = File::open(path).map_err(|e| ImageError::io(path.display(), e))?;
+                    let (kind, raw) = sniff(BufReader::with_capacity(READ_BUF, file))?;
+                    decompress(kind, raw)
+                };
+                let mut scan = budget.clone();
+                with_tar(open()?, &mut scan, "the tarball", |s, b| scan_stream(s, b))?;
+                with_tar(open()?, budget, "the tarball", |s, b| {
+                    apply_stream(root, s, Whiteouts::Literal, b)
+                })
             }
-            Source::Directory(dir) => {
-                with_tar_stream(dir, |stream| unpack_tar(root, stream, budget))
-            }
+            Source::Directory(dir) => with_tar_stream(dir, |stream| {
+                with_tar(stream, budget, "the directory's archive", |s, b| {
+                    apply_stream(root, s, Whiteouts::Literal, b)
+                })
+            }),
             Source::OciLayout { dir, tag } => unpack_layout(root, dir, tag.as_deref(), budget),
         }
     }
@@ -90,23 +102,25 @@ fn split_tag(source: &Path) -> Option<(PathBuf, String)> {
     Some((PathBuf::from(dir), tag.to_string()))
 }
 
-/// Unpacks one uncompressed tar stream with whiteouts taken literally; returns its digest.
-fn unpack_tar(root: &RootDir, stream: impl Read, budget: &mut Budget) -> Result<String> {
-    let capped = CapReader::new(
-        stream,
-        budget.stream_allowance(),
-        "the uncompressed tarball",
-    );
-    let mut hashed = HashingReader::new(capped);
-    apply_stream(root, &mut hashed, Whiteouts::Literal, budget)?;
-    hashed
-        .drain()
-        .map_err(|e| ImageError::stream("reading the end of the tarball", e))?;
-    budget.spend_stream(hashed.len());
-    Ok(hashed.digest())
+/// Runs `read` (a scan or an unpack) over the uncompressed tar stream `stream`, capped by the
+/// budget, then reads the stream to its end ([`finish_stream`]); returns the SHA-256 of all
+/// of it, the image's `diff_id`.
+fn with_tar(
+    stream: impl Read,
+    budget: &mut Budget,
+    what: &'static str,
+    read: impl FnOnce(&mut dyn Read, &mut Budget) -> Result<()>,
+) -> Result<String> {
+    let mut capped = CapReader::new(stream, budget.stream_allowance(), what);
+    let mut hashed = HashingReader::new(&mut capped);
+    let res = read(&mut hashed, budget).and_then(|()| finish_stream(&mut hashed, what));
+    let digest = hashed.digest();
+    budget.spend_stream(capped.count());
+    res.map(|()| digest)
 }
 
-/// Unpacks the chosen manifest's layers, bottom first; returns the manifest digest.
+/// Scans then unpacks the chosen manifest's layers, bottom first; returns the manifest
+/// digest.
 fn unpack_layout(
     root: &RootDir,
     dir: &Path,
@@ -115,28 +129,54 @@ fn unpack_layout(
 ) -> Result<String> {
     let layout = Layout::open(dir, budget.limits().max_json_bytes)?;
     let resolved = layout.resolve(tag, budget.limits().max_layers)?;
-    for (i, desc) in resolved.layers.iter().enumerate() {
-        unpack_layer(root, &layout, desc, budget).map_err(|e| {
-            ImageError::new(
-                e.kind,
-                format!("layer {} ({}): {}", i + 1, desc.digest, e.message),
-            )
-        })?;
+    let in_layer = |i: usize, desc: &Descriptor, e: ImageError| {
+        ImageError::new(
+            e.kind,
+            format!("layer {} ({}): {}", i + 1, desc.digest, e.message),
+        )
+    };
+    let check_diff = |diff: String, diff_id: &str| {
+        if diff == diff_id {
+            return Ok(());
+        }
+        Err(ImageError::invalid(format!(
+            "uncompressed content hashes to {diff}, but the image config's diff_id for it is \
+             {diff_id}; the image is corrupt or was tampered with"
+        )))
+    };
+    let layers = || resolved.layers.iter().zip(&resolved.diff_ids).enumerate();
+    // The scan checks both digests too, so a tampered layer is refused before anything is
+    // written; the unpack checks them again, as the blobs could change in between.
+    let mut scan = budget.clone();
+    for (i, (desc, diff_id)) in layers() {
+        read_layer(&layout, desc, &mut scan, |s, b| scan_stream(s, b))
+            .and_then(|diff| check_diff(diff, diff_id))
+            .map_err(|e| in_layer(i, desc, e))?;
+    }
+    for (i, (desc, diff_id)) in layers() {
+        read_layer(&layout, desc, budget, |s, b| {
+            apply_stream(root, s, Whiteouts::Apply, b)
+        })
+        .and_then(|diff| check_diff(diff, diff_id))
+        .map_err(|e| in_layer(i, desc, e))?;
     }
     Ok(resolved.digest)
 }
 
-fn unpack_layer(
-    root: &RootDir,
+/// Runs `read` over layer `desc`, decompressed, checking the blob against its digest as it
+/// streams; returns the digest of the uncompressed stream.
+fn read_layer(
     layout: &Layout,
     desc: &Descriptor,
     budget: &mut Budget,
-) -> Result<()> {
+    read: impl FnOnce(&mut dyn Read, &mut Budget) -> Result<()>,
+) -> Result<String> {
     let compression = layer_compression(&desc.media_type)?;
     let file = layout.open_blob(desc)?;
     let mut raw = HashingReader::new(BufReader::with_capacity(READ_BUF, file).take(desc.size));
-    let unpacked = apply_layer(root, compression, &mut raw, budget);
-    // Read the rest either way: when unpacking failed, a digest mismatch is the better reason.
+    let diff = decompress(compression, &mut raw)
+        .and_then(|stream| with_tar(stream, budget, "the layer", read));
+    // Read the rest either way: when reading failed, a digest mismatch is the better reason.
     let drained = raw.drain();
     let complete = raw.len() == desc.size;
     let digest = raw.digest();
@@ -146,22 +186,9 @@ fn unpack_layer(
              or was tampered with"
         )));
     }
-    unpacked?;
+    let diff = diff?;
     drained.map_err(|e| ImageError::io("reading the layer blob", e))?;
-    Ok(())
-}
-
-fn apply_layer(
-    root: &RootDir,
-    compression: Compression,
-    raw: impl Read,
-    budget: &mut Budget,
-) -> Result<()> {
-    let stream = decompress(compression, raw)?;
-    let mut capped = CapReader::new(stream, budget.stream_allowance(), "the uncompressed layers");
-    let res = apply_stream(root, &mut capped, Whiteouts::Apply, budget);
-    budget.spend_stream(capped.count());
-    res
+    Ok(diff)
 }
 
 #[cfg(test)]

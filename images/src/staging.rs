@@ -2,7 +2,7 @@
 
 use std::fs::{self, DirBuilder};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -21,7 +21,8 @@ pub(crate) struct Staging {
 static STAGING_SEQ: AtomicU64 = AtomicU64::new(0);
 
 impl Staging {
-    /// Creates `tmp/<what>-<pid>-<seq>-<nanos>`; the pid lets `open` tell leftovers.
+    /// Creates `tmp/<what>-<pid>-<seq>-<nanos>` with exactly `mode`; the pid lets `open` tell
+    /// leftovers.
     pub fn create(tmp: &Path, what: &str, mode: u32) -> Result<Staging> {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -30,7 +31,13 @@ impl Staging {
             let seq = STAGING_SEQ.fetch_add(1, Ordering::Relaxed);
             let path = tmp.join(format!("{what}-{}-{seq}-{nanos}", std::process::id()));
             match DirBuilder::new().mode(mode).create(&path) {
-                Ok(()) => return Ok(Staging { path }),
+                Ok(()) => {
+                    let staging = Staging { path };
+                    // The umask may have taken bits away; `mode` is what the store needs.
+                    fs::set_permissions(&staging.path, fs::Permissions::from_mode(mode))
+                        .map_err(|e| ImageError::io(staging.path.display(), e))?;
+                    return Ok(staging);
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(ImageError::io(format!("creating {}", path.display()), e)),
             }

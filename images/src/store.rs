@@ -1,29 +1,41 @@
 //! The store: imported images on disk, each replaced or removed whole.
 //!
-//! Layout under the root (0755):
+//! Layout under the root:
 //!
 //! ```text
 //! images/<sha256 of name>/image.json   ImageInfo as JSON
 //! images/<sha256 of name>/rootfs/      the unpacked root filesystem
-//! tmp/                                 (0700) imports in progress and removals
+//! tmp/                                 imports in progress and removals
 //! ```
+//!
+//! The root, `images/`, `tmp/` and every image directory are 0700 and owned by the store's
+//! owner (root on a node), whatever the umask: an image holds files that are setuid root on
+//! the host (its `/usr/bin/sudo`, say), and a path to them that any local user could walk
+//! would let that user run them on the host as root. Jobs never walk these paths: the shim,
+//! as real root, mounts an image's `rootfs/` as the lower layer of the job's overlay, and the
+//! job sees only the mount. Opening a store fixes the modes of one made by older versions.
 //!
 //! An import unpacks into a fresh directory under `tmp/`, then renames it into `images/`
 //! (atomically exchanging it with the previous image of that name), so readers see the old
 //! image or the new one, never a mix; on any error the directory is deleted and the store is
 //! as it was.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs::{self, DirBuilder};
-use std::os::unix::fs::DirBuilderExt;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::{fchmod, fstat, Mode};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{ErrorKind, ImageError, Result};
+use crate::fsutil::{list_dir, open_dir_nofollow, owned};
 use crate::limits::{Budget, Limits};
 use crate::name::validate_name;
 use crate::rootfs::RootDir;
@@ -34,6 +46,8 @@ const IMAGES: &str = "images";
 const TMP: &str = "tmp";
 const INFO: &str = "image.json";
 const ROOTFS: &str = "rootfs";
+/// Mode of the store's own directories: its owner's alone.
+const PRIVATE: u32 = 0o700;
 
 /// An image in the store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,21 +87,25 @@ pub struct ImageStore {
 }
 
 impl ImageStore {
-    /// Opens the store at `root`, creating it (0755) if missing, with default [`Limits`].
-    /// Also clears leftovers of imports whose process is gone.
+    /// Opens the store at `root`, creating it if missing, with default [`Limits`]; makes the
+    /// root, `images/`, `tmp/` and every image directory 0700 (see the module docs). Also
+    /// clears leftovers of imports whose process is gone.
     ///
-    /// Errors: `PermissionDenied` or `Unavailable` when the directories cannot be created.
+    /// Errors: `PermissionDenied` when the directories cannot be created or the store belongs
+    /// to another user (a node's store is root's: run as root); `Unavailable` otherwise.
     pub fn open(root: PathBuf) -> Result<ImageStore> {
-        let mkdir = |path: &Path, mode: u32| {
+        let mkdir = |path: &Path| {
             DirBuilder::new()
                 .recursive(true)
-                .mode(mode)
+                .mode(PRIVATE)
                 .create(path)
                 .map_err(|e| ImageError::io(format!("creating {}", path.display()), e))
         };
-        mkdir(&root, 0o755)?;
-        mkdir(&root.join(IMAGES), 0o755)?;
-        mkdir(&root.join(TMP), 0o700)?;
+        mkdir(&root)?;
+        let fd = open_own(&root)?;
+        mkdir(&root.join(IMAGES))?;
+        mkdir(&root.join(TMP))?;
+        lock_down(&root, &fd)?;
         let store = ImageStore {
             root,
             limits: Limits::default(),
@@ -127,11 +145,13 @@ impl ImageStore {
     pub fn import(&self, source: &Path, name: &str) -> Result<ImageInfo> {
         validate_name(name)?;
         let source = Source::classify(source)?;
-        let staging = Staging::create(&self.root.join(TMP), "import", 0o755)?;
+        let staging = Staging::create(&self.root.join(TMP), "import", PRIVATE)?;
         let rootfs = staging.path.join(ROOTFS);
+        // The image's `/`: 0755 whatever the umask, unless the image says otherwise.
         DirBuilder::new()
             .mode(0o755)
             .create(&rootfs)
+            .and_then(|()| fs::set_permissions(&rootfs, fs::Permissions::from_mode(0o755)))
             .map_err(|e| ImageError::io(format!("creating {}", rootfs.display()), e))?;
         let root = RootDir::open(&rootfs)?;
         let mut budget = Budget::new(self.limits);
@@ -220,7 +240,7 @@ impl ImageStore {
     /// Errors: `InvalidInput` for a bad name; `NotFound` when there is no such image.
     pub fn remove(&self, name: &str) -> Result<()> {
         validate_name(name)?;
-        let trash = Staging::create(&self.root.join(TMP), "remove", 0o700)?;
+        let trash = Staging::create(&self.root.join(TMP), "remove", PRIVATE)?;
         match fs::rename(self.image_dir(name), &trash.path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ImageError::not_found(
@@ -235,6 +255,66 @@ impl ImageStore {
             .join(IMAGES)
             .join(hex::encode(Sha256::digest(name.as_bytes())))
     }
+}
+
+/// Opens the store's root, checking that this process's user owns it.
+fn open_own(root: &Path) -> Result<OwnedFd> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let fd = match nix::fcntl::open(root, flags, Mode::empty()) {
+        Ok(fd) => owned(fd),
+        Err(Errno::EACCES) => return Err(not_owner(root, None)),
+        Err(e) => return Err(ImageError::sys(format!("opening {}", root.display()), e)),
+    };
+    let st = fstat(fd.as_raw_fd()).map_err(|e| ImageError::sys(root.display(), e))?;
+    if st.st_uid != nix::unistd::geteuid().as_raw() {
+        return Err(not_owner(root, Some(st.st_uid)));
+    }
+    Ok(fd)
+}
+
+/// Makes the store's directories [`PRIVATE`], through descriptors from the root `fd` (a
+/// symlink planted inside is refused, not followed).
+fn lock_down(root: &Path, fd: &OwnedFd) -> Result<()> {
+    let private = |fd: &OwnedFd, what: &dyn std::fmt::Display| -> Result<()> {
+        let st = fstat(fd.as_raw_fd()).map_err(|e| ImageError::sys(what, e))?;
+        if st.st_mode & 0o7777 == PRIVATE {
+            return Ok(());
+        }
+        fchmod(fd.as_raw_fd(), Mode::from_bits_truncate(PRIVATE))
+            .map_err(|e| ImageError::sys(format!("making {what} private (0700)"), e))
+    };
+    private(fd, &root.display())?;
+    for sub in [TMP, IMAGES] {
+        let path = root.join(sub);
+        let dir = open_dir_nofollow(fd.as_raw_fd(), OsStr::new(sub))
+            .map_err(|e| ImageError::sys(format!("opening {}", path.display()), e))?;
+        private(&dir, &path.display())?;
+        if sub != IMAGES {
+            continue;
+        }
+        for name in list_dir(&dir).map_err(|e| ImageError::sys(path.display(), e))? {
+            let image = path.join(&name);
+            match open_dir_nofollow(dir.as_raw_fd(), &name) {
+                Ok(d) => private(&d, &image.display())?,
+                // Not a directory this store made: not an image, nothing to protect.
+                Err(Errno::ENOTDIR | Errno::ELOOP | Errno::ENOENT) => {}
+                Err(e) => return Err(ImageError::sys(format!("opening {}", image.display()), e)),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn not_owner(root: &Path, owner: Option<u32>) -> ImageError {
+    let whose = owner.map_or("another user's".to_string(), |uid| format!("uid {uid}'s"));
+    ImageError::new(
+        ErrorKind::PermissionDenied,
+        format!(
+            "the image store {} is {whose} and private to it; run `wharf image` as that user \
+             (root for a node's store), or give --store a directory of your own",
+            root.display()
+        ),
+    )
 }
 
 fn read_info(path: &Path) -> Result<ImageInfo> {

@@ -61,6 +61,30 @@ pub(crate) fn decompress<'a, R: Read + 'a>(kind: Compression, r: R) -> Result<Bo
     })
 }
 
+/// Most bytes accepted after a tar archive's end-of-archive block: the rest of its record
+/// (tar pads to 10 KiB records by default, to 1 MiB with `tar -b 2048`).
+pub(crate) const MAX_TRAILER: u64 = 1 << 20;
+
+/// Reads what is left of `r` once the tar reader has stopped at the end-of-archive block, so
+/// that a decompressor checks its trailer (gzip CRC and length, zstd checksum) and refuses
+/// bytes after the compressed stream, and a digest over `r` covers the whole stream. More
+/// than [`MAX_TRAILER`] bytes is refused: nothing legitimate lies there.
+pub(crate) fn finish_stream(r: &mut impl Read, what: &str) -> Result<()> {
+    let left = io::copy(&mut r.take(MAX_TRAILER + 1), &mut io::sink()).map_err(|e| {
+        let what = format!(
+            "{what} is corrupt at its end (a bad checksum, a truncated stream, or bytes after \
+             the compressed stream)"
+        );
+        ImageError::stream(what, e)
+    })?;
+    if left > MAX_TRAILER {
+        return Err(ImageError::invalid(format!(
+            "{what} goes on for more than {MAX_TRAILER} bytes after the end of its tar archive"
+        )));
+    }
+    Ok(())
+}
+
 /// `sha256:<hex>` of `bytes`.
 pub(crate) fn sha256_digest(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
@@ -189,5 +213,24 @@ mod tests {
         let mut c = CapReader::new(&b"hello"[..], 5, "stream");
         io::copy(&mut c, &mut io::sink()).unwrap();
         assert_eq!(c.count(), 5);
+    }
+
+    #[test]
+    fn finishing_checks_the_trailer_and_bounds_what_is_left() {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        io::Write::write_all(&mut gz, &[0u8; 4096]).unwrap();
+        let gz = gz.finish().unwrap();
+        let finish = |bytes: &[u8]| finish_stream(&mut MultiGzDecoder::new(bytes), "layer");
+        finish(&gz).unwrap();
+        let mut bad_crc = gz.clone();
+        let at = bad_crc.len() - 8;
+        bad_crc[at] ^= 1;
+        assert!(finish(&bad_crc).unwrap_err().message.contains("checksum"));
+        let mut trailing = gz.clone();
+        trailing.extend_from_slice(b"junk");
+        assert!(finish(&trailing).unwrap_err().message.contains("corrupt"));
+        let mut long = io::repeat(0).take(MAX_TRAILER + 1);
+        let err = finish_stream(&mut long, "layer").unwrap_err();
+        assert!(err.message.contains("more than"), "{err}");
     }
 }

@@ -1,39 +1,138 @@
 //! The SIF reader: files made by Debian's siftool, and corrupt or hostile ones made here.
 
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
 
-use wharf_images::sif::{host_arch, primary_partition};
+use wharf_images::sif::{host_arch, primary_partition, primary_partition_of};
 use wharf_images::ErrorKind;
 
-/// A SIF file with one descriptor per `(datatype, used, offset, size, fstype, parttype, arch)`.
-fn sif(
-    descs: &[(i32, bool, i64, i64, i32, i32, &str)],
-    total: i64,
-    desc_off: i64,
-    file_len: usize,
-) -> Vec<u8> {
+/// One data-object descriptor of a test file.
+#[derive(Debug, Clone, Copy)]
+struct Obj {
+    datatype: i32,
+    used: bool,
+    id: u32,
+    group: u32,
+    link: u32,
+    offset: i64,
+    size: i64,
+    fstype: i32,
+    parttype: i32,
+    arch: &'static str,
+}
+
+const GROUP: u32 = 0xf000_0000;
+
+/// The primary squashfs partition for this host, id 1, at `offset`+`size`.
+fn part(offset: i64, size: i64) -> Obj {
+    Obj {
+        datatype: 0x4004,
+        used: true,
+        id: 1,
+        group: GROUP | 1,
+        link: 0,
+        offset,
+        size,
+        fstype: 1,
+        parttype: 2,
+        arch: host_arch(),
+    }
+}
+
+/// A generic data object (a signature, say) with `id`, linking to `link`.
+fn obj(id: u32, link: u32, offset: i64, size: i64) -> Obj {
+    Obj {
+        datatype: 0x4005,
+        id,
+        link,
+        offset,
+        size,
+        group: GROUP,
+        fstype: 0,
+        parttype: 0,
+        arch: "",
+        ..part(0, 0)
+    }
+}
+
+/// Offsets of the header fields a test corrupts.
+const FREE: usize = 80;
+const DESC_SIZE: usize = 104;
+const DATA_OFF: usize = 112;
+const DATA_SIZE: usize = 120;
+
+fn set(b: &mut [u8], at: usize, v: i64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// A SIF file of `file_len` bytes with `total` descriptors at `desc_off`, the first ones
+/// `objs`; the header's counts and data section agree with them (the data section runs from
+/// the table's end to the end of the file).
+fn sif_objs(objs: &[Obj], total: i64, desc_off: i64, file_len: usize) -> Vec<u8> {
     let mut b = vec![0u8; file_len.max(128)];
     b[32..42].copy_from_slice(b"SIF_MAGIC\0");
     b[42..45].copy_from_slice(b"01\0");
     b[45..48].copy_from_slice(format!("{}\0", host_arch()).as_bytes());
-    b[88..96].copy_from_slice(&total.to_le_bytes());
-    b[96..104].copy_from_slice(&desc_off.to_le_bytes());
-    for (i, (dt, used, off, size, fs, pt, arch)) in descs.iter().enumerate() {
+    let used = objs.iter().filter(|o| o.used).count() as i64;
+    let table = total.saturating_mul(585);
+    let data_off = desc_off.saturating_add(table);
+    set(&mut b, FREE, total - used);
+    set(&mut b, 88, total);
+    set(&mut b, 96, desc_off);
+    set(&mut b, DESC_SIZE, table);
+    set(&mut b, DATA_OFF, data_off);
+    set(
+        &mut b,
+        DATA_SIZE,
+        (file_len as i64).saturating_sub(data_off),
+    );
+    for (i, o) in objs.iter().enumerate() {
         let at = desc_off as usize + i * 585;
         if at + 585 > b.len() {
             break;
         }
         let d = &mut b[at..at + 585];
-        d[0..4].copy_from_slice(&dt.to_le_bytes());
-        d[4] = u8::from(*used);
-        d[17..25].copy_from_slice(&off.to_le_bytes());
-        d[25..33].copy_from_slice(&size.to_le_bytes());
-        d[201..205].copy_from_slice(&fs.to_le_bytes());
-        d[205..209].copy_from_slice(&pt.to_le_bytes());
-        d[209..209 + arch.len()].copy_from_slice(arch.as_bytes());
+        d[0..4].copy_from_slice(&o.datatype.to_le_bytes());
+        d[4] = u8::from(o.used);
+        d[5..9].copy_from_slice(&o.id.to_le_bytes());
+        d[9..13].copy_from_slice(&o.group.to_le_bytes());
+        d[13..17].copy_from_slice(&o.link.to_le_bytes());
+        d[17..25].copy_from_slice(&o.offset.to_le_bytes());
+        d[25..33].copy_from_slice(&o.size.to_le_bytes());
+        d[201..205].copy_from_slice(&o.fstype.to_le_bytes());
+        d[205..209].copy_from_slice(&o.parttype.to_le_bytes());
+        d[209..209 + o.arch.len()].copy_from_slice(o.arch.as_bytes());
     }
     b
+}
+
+/// [`sif_objs`] with one descriptor per `(datatype, used, offset, size, fstype, parttype,
+/// arch)`, numbered from 1.
+fn sif(
+    descs: &[(i32, bool, i64, i64, i32, i32, &'static str)],
+    total: i64,
+    desc_off: i64,
+    file_len: usize,
+) -> Vec<u8> {
+    let objs: Vec<Obj> = descs
+        .iter()
+        .enumerate()
+        .map(
+            |(i, &(datatype, used, offset, size, fstype, parttype, arch))| Obj {
+                datatype,
+                used,
+                id: i as u32 + 1,
+                offset,
+                size,
+                fstype,
+                parttype,
+                arch,
+                ..part(0, 0)
+            },
+        )
+        .collect();
+    sif_objs(&objs, total, desc_off, file_len)
 }
 
 fn check(bytes: &[u8], expect: &str) {
@@ -47,6 +146,7 @@ fn check(bytes: &[u8], expect: &str) {
         "{expect:?} not in {:?}",
         e.message
     );
+    assert!(e.message.starts_with(&p.display().to_string()), "{e}");
 }
 
 #[test]
@@ -66,6 +166,111 @@ fn reads_a_well_formed_file() {
     std::fs::write(&p, b).unwrap();
     let part = primary_partition(&p).unwrap();
     assert_eq!((part.offset, part.size), (8192, 4096));
+}
+
+#[test]
+fn links_to_objects_and_groups_are_accepted() {
+    // A signature linking to the partition, another to the partition's group, unused slots.
+    let objs = [
+        part(8192, 4096),
+        obj(2, 1, 4096, 100),
+        obj(3, GROUP | 1, 4196, 100),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("ok.sif");
+    std::fs::write(&p, sif_objs(&objs, 5, 128, 12288)).unwrap();
+    assert_eq!(primary_partition(&p).unwrap().offset, 8192);
+}
+
+#[test]
+fn reads_from_an_open_descriptor_by_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("ok.sif");
+    std::fs::write(&p, sif_objs(&[part(8192, 4096)], 1, 128, 12288)).unwrap();
+    let file = std::fs::File::open(&p).unwrap();
+    // The path is gone; the descriptor is what is read.
+    std::fs::remove_file(&p).unwrap();
+    let part = primary_partition_of(&file).unwrap();
+    assert_eq!((part.offset, part.size), (8192, 4096));
+    let mut first = [0u8; 1];
+    file.read_exact_at(&mut first, 0).unwrap();
+    use std::io::Seek;
+    assert_eq!((&file).stream_position().unwrap(), 0, "offset left alone");
+
+    let not_a_file = std::fs::File::open(dir.path()).unwrap();
+    let err = primary_partition_of(&not_a_file).unwrap_err();
+    assert!(err.message.contains("not a regular file"), "{err}");
+}
+
+#[test]
+fn refuses_inconsistent_descriptor_tables() {
+    let p = part(8192, 4096);
+    let len = 12288;
+    let table = |objs: &[Obj]| sif_objs(objs, 4, 128, len);
+    check(&table(&[Obj { link: 1, ..p }]), "object 1 links to itself");
+    check(
+        &table(&[
+            Obj { link: 2, ..p },
+            obj(2, 3, 4096, 10),
+            obj(3, 1, 4106, 10),
+        ]),
+        "cycle",
+    );
+    check(
+        &table(&[p, obj(2, 9, 4096, 10)]),
+        "links to object 9, which does not exist",
+    );
+    check(
+        &table(&[p, obj(2, GROUP | 7, 4096, 10)]),
+        "group 7, which has no objects",
+    );
+    check(
+        &table(&[p, obj(1, 0, 4096, 10)]),
+        "two descriptors have id 1",
+    );
+    check(&table(&[p, obj(0, 0, 4096, 10)]), "id 0");
+    // Overlapping partitions, and a data object inside the partition.
+    check(
+        &table(&[
+            p,
+            Obj {
+                id: 2,
+                parttype: 3,
+                offset: 10000,
+                size: 2000,
+                ..p
+            },
+        ]),
+        "objects 1 and 2 overlap",
+    );
+    check(&table(&[p, obj(2, 0, 9000, 10)]), "overlap");
+    // Data past the end of the file, or before the data section (over the table).
+    check(
+        &table(&[p, obj(2, 0, len as i64 - 5, 10)]),
+        "lies outside the file",
+    );
+    check(&table(&[p, obj(2, 0, 200, 10)]), "outside the data section");
+    check(&table(&[Obj { size: -5, ..p }]), "negative");
+
+    // Header counts that disagree with the table.
+    let mut b = table(&[p]);
+    set(&mut b, FREE, 0);
+    check(&b, "the header counts 0 free descriptors, the table has 3");
+    let mut b = table(&[p]);
+    set(&mut b, FREE, 9);
+    check(&b, "free descriptors of 4");
+    let mut b = table(&[p]);
+    set(&mut b, DESC_SIZE, 585);
+    check(&b, "descriptor table 585 bytes");
+    let mut b = table(&[p]);
+    set(&mut b, DATA_SIZE, len as i64);
+    check(&b, "lies outside the file");
+    let mut b = table(&[p]);
+    set(&mut b, DATA_OFF, 200);
+    check(&b, "overlaps the descriptor table");
+    let mut b = table(&[p]);
+    set(&mut b, DATA_OFF, -1);
+    check(&b, "negative offset or size");
 }
 
 #[test]
@@ -96,7 +301,11 @@ fn refuses_corrupt_and_hostile_files() {
     );
     check(
         &sif(&[(0x4004, true, 8192, -5, 1, 2, arch)], 1, 128, 12288),
-        "lies outside the file",
+        "negative",
+    );
+    check(
+        &sif(&[(0x4004, true, 8192, 0, 1, 2, arch)], 1, 128, 12288),
+        "primary partition is 0 bytes",
     );
     check(
         &sif(&[(0x4004, true, 8192, 4096, 2, 2, arch)], 1, 128, 12288),
@@ -110,7 +319,15 @@ fn refuses_corrupt_and_hostile_files() {
         &sif(&[(0x4004, true, 8192, 4096, 1, 3, arch)], 1, 128, 12288),
         "no primary system partition",
     );
-    check(&sif(&[good, good], 2, 128, 12288), "more than one primary");
+    check(
+        &sif(
+            &[good, (0x4004, true, 4096, 4096, 1, 2, arch)],
+            2,
+            128,
+            12288,
+        ),
+        "more than one primary",
+    );
     let other = if arch == "04" { "02" } else { "04" };
     check(
         &sif(&[(0x4004, true, 8192, 4096, 1, 2, other)], 1, 128, 12288),

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use wharf_api::resources::format_memory;
-use wharf_images::ImageStore;
+use wharf_api::resources::{format_memory, parse_memory};
+use wharf_images::{ImageStore, Limits};
 
 use crate::output;
 
@@ -21,6 +21,8 @@ pub enum Command {
         name: String,
         #[command(flatten)]
         store: StoreArg,
+        #[command(flatten)]
+        limits: LimitArgs,
     },
     /// List images.
     #[command(alias = "ls")]
@@ -39,6 +41,34 @@ pub enum Command {
         #[command(flatten)]
         store: StoreArg,
     },
+}
+
+/// Limits against archive bombs, for an image that genuinely exceeds the defaults.
+#[derive(Debug, clap::Args)]
+pub struct LimitArgs {
+    /// Most entries (files, directories, links) in the image, all layers together
+    /// [default: 1000000].
+    #[arg(long, value_name = "N")]
+    max_entries: Option<u64>,
+    /// Most bytes of file content the image unpacks to, e.g. 100G [default: 64G].
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
+    max_unpacked: Option<u64>,
+    /// Largest single file in the image, e.g. 20G [default: 8G].
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
+    max_file: Option<u64>,
+}
+
+impl LimitArgs {
+    /// The default limits with the ones given here.
+    fn limits(&self) -> Limits {
+        let d = Limits::default();
+        Limits {
+            max_entries: self.max_entries.unwrap_or(d.max_entries),
+            max_unpacked_bytes: self.max_unpacked.unwrap_or(d.max_unpacked_bytes),
+            max_file_bytes: self.max_file.unwrap_or(d.max_file_bytes),
+            ..d
+        }
+    }
 }
 
 /// Which store.
@@ -74,8 +104,9 @@ pub async fn run(cmd: Command) -> Result<i32> {
             source,
             name,
             store,
+            limits,
         } => {
-            let s = store.open()?;
+            let s = store.open()?.with_limits(limits.limits());
             let started = std::time::Instant::now();
             let info =
                 tokio::task::spawn_blocking(move || s.import(std::path::Path::new(&source), &name))

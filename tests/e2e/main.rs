@@ -7,6 +7,7 @@
 mod durability;
 mod gpu;
 mod harness;
+mod images;
 mod jobfile;
 mod lifecycle;
 mod options;

@@ -59,6 +59,18 @@ struct Manifest {
     layers: Vec<Descriptor>,
 }
 
+/// The fields of an image config that Wharf checks.
+#[derive(Debug, Deserialize)]
+struct Config {
+    rootfs: RootFs,
+}
+
+#[derive(Debug, Deserialize)]
+struct RootFs {
+    #[serde(default)]
+    diff_ids: Vec<String>,
+}
+
 /// The manifest chosen for import.
 #[derive(Debug)]
 pub(crate) struct Resolved {
@@ -66,11 +78,28 @@ pub(crate) struct Resolved {
     pub digest: String,
     /// Layers, bottom first.
     pub layers: Vec<Descriptor>,
+    /// The digest of each layer's uncompressed tar stream, from the config, bottom first.
+    pub diff_ids: Vec<String>,
 }
 
 /// Whether `dir` looks like an OCI image layout.
 pub(crate) fn is_layout(dir: &Path) -> bool {
     dir.join("oci-layout").is_file() && dir.join("index.json").is_file()
+}
+
+/// The hex part of a well-formed `sha256:<64 lowercase hex>` digest; else why not.
+fn sha256_hex(digest: &str) -> Result<&str, String> {
+    let hex = digest
+        .strip_prefix("sha256:")
+        .ok_or_else(|| format!("{digest:?} is not sha256 (the only supported)"))?;
+    if hex.len() != 64
+        || !hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Err(format!("{digest:?} is malformed"));
+    }
+    Ok(hex)
 }
 
 /// An OCI image layout on disk.
@@ -131,11 +160,31 @@ impl Layout {
                     manifest.layers.len()
                 )));
             }
-            // Not used, but it is part of the image: verify it like every other blob.
-            let _config: serde_json::Value = self.read_json_blob(&manifest.config)?;
+            // The config's diff_ids pin each layer's uncompressed content, which the
+            // manifest's digests (of compressed blobs) alone do not.
+            let config: Config = self.read_json_blob(&manifest.config)?;
+            let diff_ids = config.rootfs.diff_ids;
+            if diff_ids.len() != manifest.layers.len() {
+                return Err(ImageError::invalid(format!(
+                    "image config {} lists {} diff_ids for the manifest's {} layers; the image \
+                     is corrupt",
+                    manifest.config.digest,
+                    diff_ids.len(),
+                    manifest.layers.len()
+                )));
+            }
+            for id in &diff_ids {
+                sha256_hex(id).map_err(|e| {
+                    ImageError::invalid(format!(
+                        "image config {}: diff_id {e}",
+                        manifest.config.digest
+                    ))
+                })?;
+            }
             return Ok(Resolved {
                 digest: chosen.digest,
                 layers: manifest.layers,
+                diff_ids,
             });
         }
         Err(ImageError::invalid(format!(
@@ -145,20 +194,7 @@ impl Layout {
 
     /// Path of the blob `digest`, after checking that it is a well-formed sha256 digest.
     fn blob_path(&self, digest: &str) -> Result<PathBuf> {
-        let hex = digest.strip_prefix("sha256:").ok_or_else(|| {
-            ImageError::invalid(format!(
-                "digest {digest:?} is not sha256 (the only supported)"
-            ))
-        })?;
-        if hex.len() != 64
-            || !hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
-            return Err(ImageError::invalid(format!(
-                "digest {digest:?} is malformed"
-            )));
-        }
+        let hex = sha256_hex(digest).map_err(|e| ImageError::invalid(format!("digest {e}")))?;
         Ok(self.dir.join("blobs/sha256").join(hex))
     }
 

@@ -226,11 +226,25 @@ impl Layout {
     }
 
     /// Stores a config and a manifest over `layers` (media type, blob); returns the
-    /// manifest's descriptor.
+    /// manifest's descriptor. The config's diff_ids are the layers' true ones.
     pub fn manifest(&self, layers: &[(&str, Vec<u8>)]) -> serde_json::Value {
+        let diff_ids: Vec<String> = layers.iter().map(|(m, b)| diff_id(m, b)).collect();
+        self.manifest_with_diff_ids(layers, &diff_ids)
+    }
+
+    /// [`Layout::manifest`] with the config's diff_ids given.
+    pub fn manifest_with_diff_ids(
+        &self,
+        layers: &[(&str, Vec<u8>)],
+        diff_ids: &[String],
+    ) -> serde_json::Value {
+        let config = serde_json::json!({
+            "architecture": "amd64", "os": "linux",
+            "rootfs": { "type": "layers", "diff_ids": diff_ids },
+        });
         let config = self.blob(
             "application/vnd.oci.image.config.v1+json",
-            br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#,
+            &serde_json::to_vec(&config).unwrap(),
         );
         let layers: Vec<_> = layers.iter().map(|(m, b)| self.blob(m, b)).collect();
         let manifest = serde_json::json!({
@@ -256,6 +270,22 @@ impl Layout {
         )
         .unwrap();
     }
+}
+
+/// The digest of a layer's uncompressed content (its blob, for a media type not handled).
+pub fn diff_id(media_type: &str, blob: &[u8]) -> String {
+    let plain = if media_type.ends_with("gzip") {
+        let mut out = Vec::new();
+        let mut d = flate2::read::MultiGzDecoder::new(blob);
+        std::io::Read::read_to_end(&mut d, &mut out)
+            .map(|_| out)
+            .ok()
+    } else if media_type.ends_with("zstd") {
+        zstd::decode_all(blob).ok()
+    } else {
+        None
+    };
+    sha256(plain.as_deref().unwrap_or(blob))
 }
 
 /// `desc` with a tag annotation.
