@@ -10,6 +10,7 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use crate::error::{ErrorKind, ImageError};
@@ -35,9 +36,43 @@ pub struct SifPartition {
 }
 
 fn bad(path: &Path, why: impl std::fmt::Display) -> ImageError {
+    let at = if path.as_os_str().is_empty() {
+        String::new()
+    } else {
+        format!("{}: ", path.display())
+    };
     ImageError {
         kind: ErrorKind::InvalidInput,
-        message: format!("{}: not a usable SIF file: {why}", path.display()),
+        message: format!("{at}not a usable SIF file: {why}"),
+    }
+}
+
+/// `Read` and `Seek` over positioned reads of a shared `&File`.
+struct ReadAt<'a> {
+    file: &'a File,
+    at: u64,
+}
+
+impl Read for ReadAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read_at(buf, self.at)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for ReadAt<'_> {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        match to {
+            SeekFrom::Start(at) => self.at = at,
+            _ => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    "only absolute seeks",
+                ))
+            }
+        }
+        Ok(self.at)
     }
 }
 
@@ -68,9 +103,14 @@ pub fn host_arch() -> &'static str {
     }
 }
 
+/// The partition a job runs from (the name [`primary_partition_of`] returns).
+pub type Partition = SifPartition;
+/// Why a SIF file cannot be used.
+pub type SifError = ImageError;
+
 /// Finds the primary system partition of the SIF file at `path`.
 pub fn primary_partition(path: &Path) -> Result<SifPartition, ImageError> {
-    let mut f = File::open(path).map_err(|e| ImageError {
+    let f = File::open(path).map_err(|e| ImageError {
         kind: if e.kind() == std::io::ErrorKind::NotFound {
             ErrorKind::NotFound
         } else {
@@ -78,7 +118,20 @@ pub fn primary_partition(path: &Path) -> Result<SifPartition, ImageError> {
         },
         message: format!("{}: {e}", path.display()),
     })?;
-    let len = f.metadata().map_err(|e| bad(path, e))?.len();
+    primary_partition_of(&f).map_err(|e| ImageError {
+        message: format!("{}: {}", path.display(), e.message),
+        ..e
+    })
+}
+
+/// Finds the primary system partition of the SIF file open at `file`, read with positioned
+/// reads (the descriptor's offset is left alone). What a caller checks and what it mounts are
+/// then one file: it opened it, this reads it, and the loop device is given the same
+/// descriptor.
+pub fn primary_partition_of(file: &File) -> Result<Partition, SifError> {
+    let mut f = ReadAt { file, at: 0 };
+    let path = Path::new("");
+    let len = file.metadata().map_err(|e| bad(path, e))?.len();
     let mut h = [0u8; HEADER_LEN];
     f.read_exact(&mut h)
         .map_err(|_| bad(path, "shorter than a SIF header"))?;
