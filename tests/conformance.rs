@@ -301,6 +301,7 @@ fn oci_sandbox_failures_name_their_cause_and_leave_nothing_behind() {
         source: gone.clone(),
         destination: "/data".into(),
         read_only: true,
+        beneath: None,
     }];
     cases.push(("bind", s, format!("binding {}", gone.display())));
     let mut s = spec.clone();

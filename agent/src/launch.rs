@@ -209,7 +209,10 @@ pub fn container_spec(
 }
 
 /// The job's root: the host's `/`, an image in the store, or a SIF file (an absolute path
-/// ending in `.sif`, which the user must be able to read: the agent reads it as root).
+/// ending in `.sif`, which the user must be able to read). The agent reads it as root, so it
+/// refuses early, with a clear reason, a file the user could not open (symlinks resolved
+/// first: what counts is the directories above the target); the shim then opens it as the
+/// user, and only that descriptor is mounted.
 fn resolve_image(
     cfg: &AgentConfig,
     images: &wharf_images::ImageStore,
@@ -231,7 +234,9 @@ fn resolve_image(
     }
     if image.starts_with('/') && image.ends_with(".sif") {
         let path = PathBuf::from(image);
-        if !readable_by(&path, order.owner.uid, groups) {
+        let readable = std::fs::canonicalize(&path)
+            .is_ok_and(|real| readable_by(&real, order.owner.uid, groups));
+        if !readable {
             return Err(LaunchError(format!(
                 "{image}: not readable by {} on node {}",
                 order.owner.user, cfg.node_name
@@ -249,7 +254,9 @@ fn resolve_image(
 
 /// A bind the user asked for (`SOURCE:DEST[:ro]`): the source, symlinks resolved, must lie
 /// under one of the node's `allowed_mounts`, and the user must be able to reach it (a bind
-/// must not let them past a directory they could not enter).
+/// must not let them past a directory they could not enter). This is the early check, for a
+/// clear error; the path may change after it. What is bound is what the shim opens as the
+/// user, beneath that allowed directory and through no symlink (`Bind::beneath`).
 fn user_bind(
     cfg: &AgentConfig,
     entry: &str,
@@ -265,12 +272,14 @@ fn user_bind(
             cfg.node_name
         ))
     })?;
+    // The innermost allowed directory holding it: the shim resolves the rest beneath it.
     let allowed = cfg
         .allowed_mounts
         .iter()
         .filter_map(|a| std::fs::canonicalize(a).ok())
-        .any(|a| real.starts_with(&a));
-    if !allowed {
+        .filter(|a| real.starts_with(a))
+        .max_by_key(|a| a.as_os_str().len());
+    let Some(beneath) = allowed else {
         let list: Vec<String> = cfg
             .allowed_mounts
             .iter()
@@ -285,7 +294,7 @@ fn user_bind(
                 list.join(", ")
             }
         )));
-    }
+    };
     if !reachable_by(&real, uid, groups) {
         return Err(LaunchError(format!(
             "mount {entry:?}: you cannot reach {} on node {}",
@@ -297,6 +306,7 @@ fn user_bind(
         source: real,
         destination: dst.to_string(),
         read_only,
+        beneath: Some(beneath),
     })
 }
 
@@ -323,8 +333,8 @@ fn reachable_by(path: &Path, uid: u32, groups: &[u32]) -> bool {
     })
 }
 
-/// Whether `uid` (with `groups`) could open `path` for reading: the file's permission bits
-/// and every directory above it searchable.
+/// Whether `uid` (with `groups`) could open `path`, a path without symlinks, for reading: the
+/// file's permission bits and every directory above it searchable.
 fn readable_by(path: &Path, uid: u32, groups: &[u32]) -> bool {
     use std::os::unix::fs::MetadataExt;
     let allowed = |m: &std::fs::Metadata, bits: u32| {

@@ -19,6 +19,7 @@
 //! }
 //! ```
 
+mod as_user;
 mod backend;
 mod cgroup;
 pub mod conformance;
