@@ -471,3 +471,22 @@ pub fn gpu_devices(
 pub fn job_dir(state_dir: &Path, id: u64) -> wharf_runtime::JobDir {
     wharf_runtime::JobDir::new(state_dir.join("jobs").join(id.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    /// The controller refuses at submit what the sandbox refuses to build: one list, kept
+    /// in two crates (the scheduler's API does not depend on the runtime).
+    #[test]
+    fn submit_and_sandbox_reserve_the_same_destinations() {
+        assert_eq!(
+            wharf_api::job::RESERVED_DESTINATIONS,
+            wharf_runtime::RESERVED_DESTINATIONS
+        );
+        // Every directory the sandbox mounts its own filesystem on is reserved but /tmp, in
+        // which nothing is made (a bind may replace it).
+        for top in wharf_runtime::SANDBOX_MOUNT_POINTS {
+            let reserved = wharf_api::job::reserved_destination(&format!("/{top}/x"));
+            assert_eq!(reserved.is_none(), top == "tmp", "/{top}");
+        }
+    }
+}

@@ -143,7 +143,7 @@ pub(crate) struct Plan {
 /// symlinks inside the bound host directory. `/tmp` is a tmpfs in which nothing is made, so a
 /// bind may replace it. The same rule refuses such a `--mount` at submit
 /// (`wharf_api::job::reserved_destination`).
-pub(crate) const RESERVED: [&str; 3] = ["/proc", "/sys", "/dev"];
+pub const RESERVED: [&str; 3] = ["/proc", "/sys", "/dev"];
 
 /// The reserved directory (or `/`) that `destination` lands at or under.
 pub(crate) fn reserved(destination: &str) -> Option<&'static str> {
