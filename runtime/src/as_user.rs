@@ -214,3 +214,82 @@ fn kind(fd: &OwnedFd) -> Result<SFlag, RuntimeError> {
     let st = fstat(fd.as_raw_fd()).map_err(|e| RuntimeError::sys("fstat", e))?;
     Ok(SFlag::from_bits_truncate(st.st_mode & libc::S_IFMT))
 }
+
+/// The user's bind trees attached, in the node's mount namespace, at `DIR/binds/N` inside a
+/// root-only directory, for the Docker engine, which binds by path: it is given these paths,
+/// which the user can neither reach nor change. Detached when dropped, and by [`unstage`]
+/// before a job directory is removed.
+pub(crate) struct Staged {
+    dir: PathBuf,
+}
+
+/// Opens the user's binds of `spec` as `user` and stages them under the job directory `dir`
+/// for the engine; returns the spec with those binds' sources replaced by the staged paths.
+pub(crate) fn stage_for_engine(
+    dir: &Path,
+    spec: &ContainerSpec,
+    user: &AsUser,
+) -> Result<(ContainerSpec, Staged), RuntimeError> {
+    let trees = open_user_binds(spec, user)?;
+    let staged = Staged {
+        dir: dir.join("binds"),
+    };
+    let mut spec = spec.clone();
+    if trees.is_empty() {
+        return Ok((spec, staged));
+    }
+    std::fs::create_dir(&staged.dir)
+        .and_then(|()| {
+            std::fs::set_permissions(
+                &staged.dir,
+                std::os::unix::fs::PermissionsExt::from_mode(0o700),
+            )
+        })
+        .map_err(|e| RuntimeError::io(staged.dir.display(), e))?;
+    for t in trees {
+        let at = staged.dir.join(t.bind.to_string());
+        let made = if t.is_dir {
+            std::fs::create_dir(&at)
+        } else {
+            std::fs::File::create(&at).map(drop)
+        };
+        made.map_err(|e| RuntimeError::io(at.display(), e))?;
+        let ro = if spec.binds[t.bind].read_only {
+            sys::ATTR_RDONLY
+        } else {
+            0
+        };
+        sys::set_attrs(&t.tree, ro | sys::ATTR_NOSUID | sys::ATTR_NODEV)
+            .map_err(|e| RuntimeError::io(format!("restricting a bind at {}", at.display()), e))?;
+        sys::move_tree_to(&t.tree, at.as_os_str())
+            .map_err(|e| RuntimeError::io(format!("staging a bind at {}", at.display()), e))?;
+        spec.binds[t.bind].source = at;
+    }
+    Ok((spec, staged))
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        unstage_dir(&self.dir);
+    }
+}
+
+/// Detaches and removes whatever a shim staged for the engine in the job directory `dir`
+/// (nothing when it staged nothing). Must run before the directory is removed: a recursive
+/// removal would otherwise descend into the user's bound directories.
+pub(crate) fn unstage(dir: &Path) {
+    unstage_dir(&dir.join("binds"));
+}
+
+fn unstage_dir(binds: &Path) {
+    let Ok(entries) = std::fs::read_dir(binds) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let at = e.path();
+        // Every mount stacked there, until the mount point itself is left.
+        while nix::mount::umount2(&at, nix::mount::MntFlags::MNT_DETACH).is_ok() {}
+        let _ = std::fs::remove_dir(&at).or_else(|_| std::fs::remove_file(&at));
+    }
+    let _ = std::fs::remove_dir(binds);
+}

@@ -92,6 +92,8 @@ fn supervise_docker(jd: &JobDir, spec: &ContainerSpec, target: &crate::DockerTar
         let (o, e) = open_outputs(spec)?;
         // The engine sets the container's limits; ask only for what this node can give.
         let spec = apply_limits(spec)?;
+        // The engine binds by path: it gets paths the user cannot change (see as_user.rs).
+        let (spec, _staged) = as_user::stage_for_engine(jd.path(), &spec, &AsUser::of(&spec))?;
         crate::docker::supervise(jd, &spec, target, o, e, &mut out)
     });
     if let Err(e) = result {

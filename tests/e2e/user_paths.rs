@@ -112,7 +112,6 @@ fn mount_source_swapped_for_symlinks_never_binds_outside_the_allowed_root() {
     if !can_run("mount_source_swapped_for_symlinks_never_binds_outside_the_allowed_root") {
         return;
     }
-    const JOBS: u64 = 120;
     let allowed = scratch("wharf-allowed-");
     mode(allowed.path(), 0o755);
     let c = Cluster::start_with(&format!(
@@ -120,8 +119,72 @@ fn mount_source_swapped_for_symlinks_never_binds_outside_the_allowed_root() {
         allowed.path().display()
     ));
     c.import_tiny();
+    swap_race(&c, allowed.path(), "tiny", 120);
+}
+
+#[test]
+fn docker_mount_source_swapped_for_symlinks_never_binds_outside_the_allowed_root() {
+    const TEST: &str =
+        "docker_mount_source_swapped_for_symlinks_never_binds_outside_the_allowed_root";
+    if !can_run(TEST) {
+        return;
+    }
+    if !Command::new("docker")
+        .arg("info")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        let why = format!("{TEST}: needs the Docker engine (docker info failed)");
+        assert!(
+            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+            "{why}"
+        );
+        eprintln!("SKIPPED {why}");
+        return;
+    }
+    let allowed = scratch("wharf-allowed-");
+    mode(allowed.path(), 0o755);
+    let c = Cluster::start_with(&format!(
+        "backend = \"docker\"\nallowed_mounts = [\"{}\"]",
+        allowed.path().display()
+    ));
+    let rootfs = c.dir.join("docker-rootfs");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
+    assert!(Command::new(script)
+        .arg(&rootfs)
+        .args(["sh", "ls"])
+        .status()
+        .unwrap()
+        .success());
+    let import = format!(
+        "tar -C '{}' -c . | docker import - whmnt-e2e-docker:latest",
+        rootfs.display()
+    );
+    assert!(Command::new("sh")
+        .args(["-c", &import])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !stdout(&c.wharf(&["nodes", "--json"])).contains("\"whmnt-e2e-docker\"") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node never listed the engine image"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    swap_race(&c, allowed.path(), "whmnt-e2e-docker", 100);
+    // Nothing staged for the engine is left mounted on the node.
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!table.contains(c.dir.to_str().unwrap()), "{table}");
+}
+
+/// Launches `jobs` jobs of `image` binding the user's `data` directory, under `allowed`, while
+/// another thread keeps exchanging it with symlinks to /etc and /proc (what the user's own
+/// process could do): every job sees the directory or is refused, none sees the host.
+fn swap_race(c: &Cluster, allowed: &Path, image: &str, jobs: u64) {
     let mallory = user("whmnt-race");
-    let mine = allowed.path().join("whmnt-race");
+    let mine = allowed.join("whmnt-race");
     let data = mine.join("data");
     std::fs::create_dir_all(&data).unwrap();
     std::fs::write(data.join("marker"), "").unwrap();
@@ -133,8 +196,8 @@ fn mount_source_swapped_for_symlinks_never_binds_outside_the_allowed_root() {
     }
     let outputs = c.home(&mallory);
 
-    // The user's other process: `data` is, by turns, the directory, a symlink to /etc and one
-    // to /proc, for as long as the jobs launch.
+    // `data` is, by turns, the directory, a symlink to /etc and one to /proc, for as long as
+    // the jobs launch.
     let stop = Arc::new(AtomicBool::new(false));
     let swaps = Arc::new(AtomicU64::new(0));
     let swapper = {
@@ -153,14 +216,14 @@ fn mount_source_swapped_for_symlinks_never_binds_outside_the_allowed_root() {
     };
     let bind = format!("{}:/data", data.display());
     let out_pattern = format!("{}/race-%j.out", outputs.display());
-    let ids: Vec<u64> = (0..JOBS)
+    let ids: Vec<u64> = (0..jobs)
         .map(|_| {
             submitted_id(&c.wharf_as(
                 &mallory,
                 &[
                     "submit",
                     "--image",
-                    "tiny",
+                    image,
                     "--mount",
                     &bind,
                     "--output",
@@ -202,19 +265,19 @@ fn mount_source_swapped_for_symlinks_never_binds_outside_the_allowed_root() {
     stop.store(true, Ordering::Relaxed);
     swapper.join().unwrap();
     eprintln!(
-        "{JOBS} jobs: {clean} saw the user's directory, {by_node} refused by the node's check, \
+        "{jobs} jobs: {clean} saw the user's directory, {by_node} refused by the node's check, \
          {by_shim} by the shim's, {} saw something else; {} swaps",
         seen.len(),
         swaps.load(Ordering::Relaxed)
     );
     assert!(
         seen.is_empty(),
-        "{} of {JOBS} jobs saw something outside the allowed directory:\n{}",
+        "{} of {jobs} jobs saw something outside the allowed directory:\n{}",
         seen.len(),
         seen.join("\n")
     );
     assert!(
-        swaps.load(Ordering::Relaxed) > JOBS,
+        swaps.load(Ordering::Relaxed) > jobs,
         "the swapper hardly ran"
     );
     assert!(clean > 0, "no job ever saw the user's directory");
