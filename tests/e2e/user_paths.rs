@@ -258,7 +258,10 @@ fn swap_race(c: &Cluster, allowed: &Path, image: &str, jobs: u64) {
                     "something else"
                 };
                 let short: String = out.chars().take(60).collect();
-                seen.push(format!("job {id}: {} ({what}): {short:?}", job["state"]));
+                seen.push(format!(
+                    "job {id}: {} {reason:?} ({what}): {short:?}",
+                    job["state"]
+                ));
             }
         }
     }
