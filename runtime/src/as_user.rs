@@ -230,6 +230,8 @@ pub(crate) fn stage_for_engine(
     spec: &ContainerSpec,
     user: &AsUser,
 ) -> Result<(ContainerSpec, Staged), RuntimeError> {
+    crate::sandbox::plan::check_destinations(spec)?;
+    crate::sandbox::plan::check_not_nested(spec)?;
     let trees = open_user_binds(spec, user)?;
     let staged = Staged {
         dir: dir.join("binds"),

@@ -236,8 +236,16 @@ fn target(root: &OwnedFd, m: &Mount) -> Result<OwnedFd, Failed> {
         Target::File => touch_in_root(root, &m.path),
     };
     made.map_err(|e| e.to_string())?;
-    open_in_root(root, &m.path, OFlag::O_PATH)
-        .map_err(|e| fail(format!("mount point {} in the root", m.path), e))
+    open_in_root(root, &m.path, OFlag::O_PATH).map_err(|e| match (m.target, e) {
+        // The shim made the mount points in an image's job layer; one inside another bind
+        // (or in the host's root) must be there already: the sandbox makes nothing there.
+        (Target::Existing, nix::Error::ENOENT) => format!(
+            "mount point {} is missing: inside another bind, or in the host's root, it must \
+             already exist (the sandbox makes nothing in a bound directory)",
+            m.path
+        ),
+        (_, e) => fail(format!("mount point {} in the root", m.path), e),
+    })
 }
 
 fn mount_one(root: &OwnedFd, m: &Mount, trees: &[BindTree]) -> Result<(), Failed> {

@@ -158,23 +158,62 @@ pub(crate) fn reserved(destination: &str) -> Option<&'static str> {
     }
 }
 
-impl Plan {
-    /// The sandbox for `spec`, whose root has been prepared at `root`. Refuses a bind at or
-    /// under what the sandbox makes itself ([`RESERVED`]).
-    pub(crate) fn new(spec: &ContainerSpec, root: PathBuf) -> Result<Plan, RuntimeError> {
-        for b in &spec.binds {
-            if let Some(dir) = reserved(&b.destination) {
+/// Refuses a bind at or under what the sandbox makes itself ([`RESERVED`]), or at `/`.
+pub(crate) fn check_destinations(spec: &ContainerSpec) -> Result<(), RuntimeError> {
+    for b in &spec.binds {
+        if let Some(dir) = reserved(&b.destination) {
+            return Err(RuntimeError::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "mount {}:{}: the sandbox makes {dir} itself; no bind may land at or under \
+                     it (choose another destination)",
+                    b.source.display(),
+                    b.destination
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// For the Docker engine: refuses a bind whose destination lies inside another bind's. The
+/// engine makes a missing mount point itself, as root, and inside a bind that is the bound
+/// host directory (a user's, or a shared one). Wharf's own sandbox makes mount points in the
+/// job's layer only, and a nested one must already exist there.
+pub(crate) fn check_not_nested(spec: &ContainerSpec) -> Result<(), RuntimeError> {
+    let parts = |p: &str| -> Vec<String> {
+        p.split('/')
+            .filter(|c| !c.is_empty() && *c != ".")
+            .map(str::to_string)
+            .collect()
+    };
+    for outer in &spec.binds {
+        let top = parts(&outer.destination);
+        for inner in &spec.binds {
+            let under = parts(&inner.destination);
+            if under.len() > top.len() && under.starts_with(&top) {
                 return Err(RuntimeError::new(
                     ErrorKind::InvalidInput,
                     format!(
-                        "mount {}:{}: the sandbox makes {dir} itself; no bind may land at or \
-                         under it (choose another destination)",
-                        b.source.display(),
-                        b.destination
+                        "mount {}:{} lies inside the bind at {}: the Docker engine would make \
+                         its mount point in {} itself; mount it beside it instead",
+                        inner.source.display(),
+                        inner.destination,
+                        outer.destination,
+                        outer.source.display()
                     ),
                 ));
             }
         }
+    }
+    Ok(())
+}
+
+impl Plan {
+    /// The sandbox for `spec`, whose root has been prepared at `root`. Refuses a bind at or
+    /// under what the sandbox makes itself ([`RESERVED`]).
+    pub(crate) fn new(spec: &ContainerSpec, root: PathBuf) -> Result<Plan, RuntimeError> {
+        check_destinations(spec)?;
         let mut devices: Vec<DeviceRule> = STANDARD_DEVICES
             .iter()
             .map(|&(major, minor)| DeviceRule {
@@ -438,6 +477,21 @@ mod tests {
             let mut s = sample();
             s.binds[1].destination = dest.into();
             assert!(Plan::new(&s, "/r".into()).is_ok(), "{dest}");
+        }
+    }
+
+    #[test]
+    fn the_engine_gets_no_bind_inside_another() {
+        let mut s = sample();
+        assert!(check_not_nested(&s).is_ok());
+        for dest in ["/data/x", "//data/./x/y"] {
+            s.binds[1].destination = dest.into();
+            let e = check_not_nested(&s).unwrap_err();
+            assert!(e.message.contains("lies inside the bind at /data"), "{e}");
+        }
+        for dest in ["/data", "/database", "/in"] {
+            s.binds[1].destination = dest.into();
+            assert!(check_not_nested(&s).is_ok(), "{dest}");
         }
     }
 
