@@ -383,9 +383,9 @@ fn docker_job_makes_nothing_in_the_users_bound_directory() {
         allowed.path(),
         DOCKER_IMAGE,
         &[
-            (&["/dev"], Seen::Refused),
-            (&["/data"], Seen::Marker),
             (&["/data", "/data/sub"], Seen::Failed),
+            (&["/data"], Seen::Marker),
+            (&["/dev"], Seen::Refused),
         ],
     );
 }
