@@ -234,16 +234,22 @@ fn resolve_image(
     }
     if image.starts_with('/') && image.ends_with(".sif") {
         let path = PathBuf::from(image);
-        let readable = std::fs::canonicalize(&path)
-            .is_ok_and(|real| readable_by(&real, order.owner.uid, groups));
-        if !readable {
+        let real = std::fs::canonicalize(&path)
+            .ok()
+            .filter(|real| readable_by(real, order.owner.uid, groups));
+        let Some(real) = real else {
             return Err(LaunchError(format!(
                 "{image}: not readable by {} on node {}",
                 order.owner.user, cfg.node_name
             )));
-        }
-        let part =
-            wharf_images::sif::primary_partition(&path).map_err(|e| LaunchError(e.to_string()))?;
+        };
+        // What was checked is parsed (the shim opens the user's path again, as the user).
+        let part = wharf_images::sif::primary_partition(&real).map_err(|e| {
+            LaunchError(
+                e.to_string()
+                    .replacen(&real.display().to_string(), image, 1),
+            )
+        })?;
         return Ok((path, Some((part.offset, part.size))));
     }
     let info = images
