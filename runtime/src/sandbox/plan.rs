@@ -176,10 +176,12 @@ pub(crate) fn check_destinations(spec: &ContainerSpec) -> Result<(), RuntimeErro
     Ok(())
 }
 
-/// For the Docker engine: refuses a bind whose destination lies inside another bind's. The
-/// engine makes a missing mount point itself, as root, and inside a bind that is the bound
-/// host directory (a user's, or a shared one). Wharf's own sandbox makes mount points in the
-/// job's layer only, and a nested one must already exist there.
+/// For the Docker engine: refuses a bind whose destination lies inside another bind's when
+/// either is the user's. The engine makes a missing mount point itself, as root, and inside a
+/// bind that is the bound host directory: the user's own, or a shared one that holds theirs
+/// (a home under `/home`). Two of the node's own binds nest as the admin set them. Wharf's
+/// own sandbox makes mount points in the job's layer only, and a nested one must already
+/// exist there.
 pub(crate) fn check_not_nested(spec: &ContainerSpec) -> Result<(), RuntimeError> {
     let parts = |p: &str| -> Vec<String> {
         p.split('/')
@@ -191,7 +193,8 @@ pub(crate) fn check_not_nested(spec: &ContainerSpec) -> Result<(), RuntimeError>
         let top = parts(&outer.destination);
         for inner in &spec.binds {
             let under = parts(&inner.destination);
-            if under.len() > top.len() && under.starts_with(&top) {
+            let users = outer.beneath.is_some() || inner.beneath.is_some();
+            if users && under.len() > top.len() && under.starts_with(&top) {
                 return Err(RuntimeError::new(
                     ErrorKind::InvalidInput,
                     format!(
@@ -493,6 +496,13 @@ mod tests {
             s.binds[1].destination = dest.into();
             assert!(check_not_nested(&s).is_ok(), "{dest}");
         }
+        // The user's bind holding one of the node's.
+        s.binds[1].destination = "/in".into();
+        s.binds[0].destination = "/in/shared".into();
+        assert!(check_not_nested(&s).is_err());
+        // The node's own binds nest as the admin set them.
+        s.binds[1].beneath = None;
+        assert!(check_not_nested(&s).is_ok());
     }
 
     #[test]
