@@ -240,13 +240,9 @@ pub(crate) fn stage_for_engine(
     if trees.is_empty() {
         return Ok((spec, staged));
     }
-    std::fs::create_dir(&staged.dir)
-        .and_then(|()| {
-            std::fs::set_permissions(
-                &staged.dir,
-                std::os::unix::fs::PermissionsExt::from_mode(0o700),
-            )
-        })
+    // Root's alone from the start: another user must not reach a bind through it.
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+        .create(&staged.dir)
         .map_err(|e| RuntimeError::io(staged.dir.display(), e))?;
     for t in trees {
         let at = staged.dir.join(t.bind.to_string());
