@@ -168,7 +168,7 @@ fn docker_cluster(test: &str, allowed: &Path) -> Option<Cluster> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
     assert!(Command::new(script)
         .arg(&rootfs)
-        .args(["sh", "ls", "cat"])
+        .args(["sh", "ls", "cat", "sleep"])
         .status()
         .unwrap()
         .success());
@@ -448,4 +448,61 @@ fn bound_dir_untouched(c: &Cluster, allowed: &Path, image: &str, cases: &[(&[&st
         eprintln!("{image} {dests:?}: {got:?}: {}", why.trim());
         assert_eq!(&got, want, "{dests:?}: {why}");
     }
+}
+
+#[test]
+fn docker_bind_staged_by_a_killed_shim_is_detached_before_its_job_directory_goes() {
+    let allowed = scratch("wharf-allowed-");
+    let Some(c) = docker_cluster(
+        "docker_bind_staged_by_a_killed_shim_is_detached_before_its_job_directory_goes",
+        allowed.path(),
+    ) else {
+        return;
+    };
+    let mallory = user("whmnt-staged");
+    let mine = allowed.path().join("whmnt-staged");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::write(mine.join("marker"), "mine\n").unwrap();
+    chown(&mine, &mallory);
+    let bind = format!("{}:/data", mine.display());
+    let id = submitted_id(&c.wharf_as(
+        &mallory,
+        &[
+            "submit",
+            "--image",
+            DOCKER_IMAGE,
+            "--mount",
+            &bind,
+            "--wrap",
+            "sleep 60",
+        ],
+    ));
+    c.wait_running(id);
+    let job_dir = c.dir.join("agent/jobs").join(id.to_string());
+    let staged = job_dir.join("binds/0");
+    assert!(
+        staged.join("marker").exists(),
+        "nothing staged at {staged:?}"
+    );
+    // The shim dies with the bind attached: the node cleans up after it and removes the job
+    // directory, which must not take the user's files along.
+    c.kill9_shim(id);
+    c.wait_done(id, Duration::from_secs(60));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while job_dir.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} was never removed; log:\n{}",
+            job_dir.display(),
+            c.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(entries(&mine), ["marker"]);
+    assert_eq!(
+        std::fs::read_to_string(mine.join("marker")).unwrap(),
+        "mine\n"
+    );
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!table.contains(c.dir.to_str().unwrap()), "{table}");
 }
