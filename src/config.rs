@@ -153,6 +153,7 @@ pub fn binds(entries: &[String]) -> Result<Vec<wharf_runtime::Bind>> {
                 source: m.source.into(),
                 destination: m.destination,
                 read_only: m.read_only,
+                beneath: None,
             })
         })
         .collect()

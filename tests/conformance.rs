@@ -301,6 +301,7 @@ fn oci_sandbox_failures_name_their_cause_and_leave_nothing_behind() {
         source: gone.clone(),
         destination: "/data".into(),
         read_only: true,
+        beneath: None,
     }];
     cases.push(("bind", s, format!("binding {}", gone.display())));
     let mut s = spec.clone();
@@ -332,5 +333,123 @@ fn oci_sandbox_failures_name_their_cause_and_leave_nothing_behind() {
             !table.contains(job.to_str().unwrap()),
             "{name}: the node has the job's mounts"
         );
+    }
+}
+
+/// A SIF file the user could not open by its own path (a 0700 directory of root's), named
+/// through a symlink in a directory anyone may write: the shim opens the path as the user,
+/// whatever was checked before it, and refuses.
+#[test]
+fn shim_opens_the_sif_file_as_the_user() {
+    let have = |t: &str| {
+        std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !have("siftool") || !have("mksquashfs") {
+        let why = "shim_opens_the_sif_file_as_the_user: needs siftool and mksquashfs";
+        assert!(
+            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+            "{why}"
+        );
+        eprintln!("SKIPPED {why}");
+        return;
+    }
+    let Some(dir) = scratch("shim_opens_the_sif_file_as_the_user", "wharf-sif-user-") else {
+        return;
+    };
+    let vault = dir.path().join("vault");
+    let rootfs = vault.join("rootfs");
+    mkrootfs(&rootfs, &["sh", "true"]);
+    let sif = vault.join("root.sif");
+    let mksif = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mksif.sh");
+    assert!(std::process::Command::new(mksif)
+        .arg(&rootfs)
+        .arg(&sif)
+        .status()
+        .unwrap()
+        .success());
+    std::fs::set_permissions(&sif, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(&vault, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let link = dir.path().join("borrowed.sif");
+    std::os::unix::fs::symlink(&sif, &link).unwrap();
+    let part = wharf_images::sif::primary_partition(&sif).unwrap();
+    let backend = Launcher::new(PathBuf::from(env!("CARGO_BIN_EXE_wharf")));
+    let mut spec = template("sif-user", &link, 4246, 4246);
+    spec.id = format!("sif-user-{}", std::process::id());
+    spec.rootfs_partition = Some((part.offset, part.size));
+    spec.argv = vec!["/bin/true".into()];
+    spec.stdout = dir.path().join("out");
+    spec.stderr = spec.stdout.clone();
+    let o = run_to_end(&backend, &dir.path().join("job"), &spec);
+    let error = o.error.clone().unwrap_or_default();
+    assert!(
+        error.contains("cannot be opened by uid 4246") && error.contains("Permission denied"),
+        "{o:?}"
+    );
+    assert!(o.started_ms.is_none(), "it ran: {o:?}");
+    // Root's own job may use it: the refusal is the user's permissions, not the symlink.
+    let mut spec = spec.clone();
+    (spec.uid, spec.gid, spec.groups) = (0, 0, vec![0]);
+    let o = run_to_end(&backend, &dir.path().join("job-root"), &spec);
+    assert_eq!((o.exit_code, o.error.as_deref()), (Some(0), None), "{o:?}");
+}
+
+/// A user's bind is resolved by the shim, as the user, beneath its allowed directory and
+/// through no symlink, whatever the path pointed to when the node checked it.
+#[test]
+fn shim_resolves_user_binds_beneath_their_allowed_directory() {
+    let Some(dir) = scratch(
+        "shim_resolves_user_binds_beneath_their_allowed_directory",
+        "wharf-bind-user-",
+    ) else {
+        return;
+    };
+    let rootfs = dir.path().join("rootfs");
+    mkrootfs(&rootfs, &["sh", "cat"]);
+    let allowed = dir.path().join("allowed");
+    let data = allowed.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("marker"), "inside\n").unwrap();
+    std::os::unix::fs::symlink("/etc", allowed.join("to-etc")).unwrap();
+    std::os::unix::fs::symlink("data", allowed.join("to-data")).unwrap();
+    let locked = allowed.join("locked");
+    std::fs::create_dir_all(locked.join("inner")).unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let backend = Launcher::new(PathBuf::from(env!("CARGO_BIN_EXE_wharf")));
+    let mut spec = template("bind-user", &rootfs, 4247, 4247);
+    let out = dir.path().join("out");
+    spec.stdout = out.clone();
+    spec.stderr = out.clone();
+    spec.argv = vec!["/bin/cat".into(), "/in/marker".into()];
+    let bind = |source: PathBuf| wharf_runtime::Bind {
+        source,
+        destination: "/in".into(),
+        read_only: true,
+        beneath: Some(allowed.clone()),
+    };
+    for (name, source, want) in [
+        ("plain", data.clone(), None),
+        ("etc", allowed.join("to-etc"), Some("a symlink")),
+        ("inside", allowed.join("to-data"), Some("a symlink")),
+        ("locked", locked.join("inner"), Some("you cannot reach")),
+        ("outside", PathBuf::from("/etc"), Some("not under")),
+    ] {
+        let mut s = spec.clone();
+        s.id = format!("bind-user-{name}-{}", std::process::id());
+        s.binds = vec![bind(source)];
+        let o = run_to_end(&backend, &dir.path().join(format!("job-{name}")), &s);
+        match want {
+            None => {
+                assert_eq!((o.exit_code, o.error.as_deref()), (Some(0), None), "{o:?}");
+                assert_eq!(std::fs::read_to_string(&out).unwrap(), "inside\n");
+            }
+            Some(want) => {
+                let error = o.error.clone().unwrap_or_default();
+                assert!(error.contains(want), "{name}: {o:?}");
+                assert!(o.started_ms.is_none(), "{name}: it ran: {o:?}");
+            }
+        }
     }
 }

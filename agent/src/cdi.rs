@@ -91,6 +91,7 @@ pub fn gpu_edits(dirs: &[PathBuf], gpu_ids: &[u32]) -> Result<Option<GpuEdits>, 
                 source: PathBuf::from(&m.host_path),
                 destination: m.container_path.clone(),
                 read_only: !m.options.iter().any(|o| o == "rw"),
+                beneath: None,
             });
         }
     };
@@ -196,6 +197,7 @@ pub fn discovered_driver_files(
                     source: p.clone(),
                     destination: p.display().to_string(),
                     read_only: true,
+                    beneath: None,
                 });
             }
         }

@@ -209,7 +209,10 @@ pub fn container_spec(
 }
 
 /// The job's root: the host's `/`, an image in the store, or a SIF file (an absolute path
-/// ending in `.sif`, which the user must be able to read: the agent reads it as root).
+/// ending in `.sif`, which the user must be able to read). The agent reads it as root, so it
+/// refuses early, with a clear reason, a file the user could not open (symlinks resolved
+/// first: what counts is the directories above the target); the shim then opens it as the
+/// user, and only that descriptor is mounted.
 fn resolve_image(
     cfg: &AgentConfig,
     images: &wharf_images::ImageStore,
@@ -231,14 +234,22 @@ fn resolve_image(
     }
     if image.starts_with('/') && image.ends_with(".sif") {
         let path = PathBuf::from(image);
-        if !readable_by(&path, order.owner.uid, groups) {
+        let real = std::fs::canonicalize(&path)
+            .ok()
+            .filter(|real| readable_by(real, order.owner.uid, groups));
+        let Some(real) = real else {
             return Err(LaunchError(format!(
                 "{image}: not readable by {} on node {}",
                 order.owner.user, cfg.node_name
             )));
-        }
-        let part =
-            wharf_images::sif::primary_partition(&path).map_err(|e| LaunchError(e.to_string()))?;
+        };
+        // What was checked is parsed (the shim opens the user's path again, as the user).
+        let part = wharf_images::sif::primary_partition(&real).map_err(|e| {
+            LaunchError(
+                e.to_string()
+                    .replacen(&real.display().to_string(), image, 1),
+            )
+        })?;
         return Ok((path, Some((part.offset, part.size))));
     }
     let info = images
@@ -249,7 +260,9 @@ fn resolve_image(
 
 /// A bind the user asked for (`SOURCE:DEST[:ro]`): the source, symlinks resolved, must lie
 /// under one of the node's `allowed_mounts`, and the user must be able to reach it (a bind
-/// must not let them past a directory they could not enter).
+/// must not let them past a directory they could not enter). This is the early check, for a
+/// clear error; the path may change after it. What is bound is what the shim opens as the
+/// user, beneath that allowed directory and through no symlink (`Bind::beneath`).
 fn user_bind(
     cfg: &AgentConfig,
     entry: &str,
@@ -265,12 +278,14 @@ fn user_bind(
             cfg.node_name
         ))
     })?;
+    // The innermost allowed directory holding it: the shim resolves the rest beneath it.
     let allowed = cfg
         .allowed_mounts
         .iter()
         .filter_map(|a| std::fs::canonicalize(a).ok())
-        .any(|a| real.starts_with(&a));
-    if !allowed {
+        .filter(|a| real.starts_with(a))
+        .max_by_key(|a| a.as_os_str().len());
+    let Some(beneath) = allowed else {
         let list: Vec<String> = cfg
             .allowed_mounts
             .iter()
@@ -285,7 +300,7 @@ fn user_bind(
                 list.join(", ")
             }
         )));
-    }
+    };
     if !reachable_by(&real, uid, groups) {
         return Err(LaunchError(format!(
             "mount {entry:?}: you cannot reach {} on node {}",
@@ -297,6 +312,7 @@ fn user_bind(
         source: real,
         destination: dst.to_string(),
         read_only,
+        beneath: Some(beneath),
     })
 }
 
@@ -323,8 +339,8 @@ fn reachable_by(path: &Path, uid: u32, groups: &[u32]) -> bool {
     })
 }
 
-/// Whether `uid` (with `groups`) could open `path` for reading: the file's permission bits
-/// and every directory above it searchable.
+/// Whether `uid` (with `groups`) could open `path`, a path without symlinks, for reading: the
+/// file's permission bits and every directory above it searchable.
 fn readable_by(path: &Path, uid: u32, groups: &[u32]) -> bool {
     use std::os::unix::fs::MetadataExt;
     let allowed = |m: &std::fs::Metadata, bits: u32| {
@@ -460,4 +476,23 @@ pub fn gpu_devices(
 /// Where job `id` lives on this node.
 pub fn job_dir(state_dir: &Path, id: u64) -> wharf_runtime::JobDir {
     wharf_runtime::JobDir::new(state_dir.join("jobs").join(id.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The controller refuses at submit what the sandbox refuses to build: one list, kept
+    /// in two crates (the scheduler's API does not depend on the runtime).
+    #[test]
+    fn submit_and_sandbox_reserve_the_same_destinations() {
+        assert_eq!(
+            wharf_api::job::RESERVED_DESTINATIONS,
+            wharf_runtime::RESERVED_DESTINATIONS
+        );
+        // Every directory the sandbox mounts its own filesystem on is reserved but /tmp, in
+        // which nothing is made (a bind may replace it).
+        for top in wharf_runtime::SANDBOX_MOUNT_POINTS {
+            let reserved = wharf_api::job::reserved_destination(&format!("/{top}/x"));
+            assert_eq!(reserved.is_none(), top == "tmp", "/{top}");
+        }
+    }
 }

@@ -303,6 +303,8 @@ impl Launcher {
                 crate::shim::clean_up_after_lost_shim(&spec);
             }
         }
+        // Binds staged for the Docker engine go first: the removal must not descend into them.
+        crate::as_user::unstage(dir.path());
         match fs::remove_dir_all(dir.path()) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(RuntimeError::io(dir.path().display(), e))

@@ -19,6 +19,7 @@
 //! }
 //! ```
 
+mod as_user;
 mod backend;
 mod cgroup;
 pub mod conformance;
@@ -54,6 +55,7 @@ pub use jobdir::JobDir;
 pub use launcher::{JobStatus, Launcher};
 pub use limits::{can_raise_limits, memlock_ceiling};
 pub use rootfs::SANDBOX_MOUNT_POINTS;
+pub use sandbox::plan::RESERVED as RESERVED_DESTINATIONS;
 pub use spec::{Bind, ContainerSpec, DeviceNode, DockerTarget, Identity, Outcome};
 
 /// Milliseconds since the Unix epoch.

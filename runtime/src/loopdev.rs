@@ -3,7 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::error::{ErrorKind, RuntimeError};
 
@@ -39,10 +39,14 @@ struct LoopConfig {
     reserved: [u64; 8],
 }
 
-/// A loop device over `file[offset..offset+size]`, read-only, autoclear. The device stays
-/// attached while the returned handle is open and until the last mount of it is gone.
-pub(crate) fn attach(file: &Path, offset: u64, size: u64) -> Result<(PathBuf, File), RuntimeError> {
-    let backing = File::open(file).map_err(|e| RuntimeError::io(file.display(), e))?;
+/// A loop device over `backing[offset..offset+size]`, read-only, autoclear: the very file the
+/// caller opened (and checked), never a path opened again. The device stays attached while
+/// the returned handle is open and until the last mount of it is gone.
+pub(crate) fn attach(
+    backing: &File,
+    offset: u64,
+    size: u64,
+) -> Result<(PathBuf, File), RuntimeError> {
     let ctl = OpenOptions::new()
         .read(true)
         .write(true)

@@ -25,6 +25,7 @@ use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
 use nix::mount::{mount, MsFlags};
 use nix::sys::stat::{mkdirat, Mode};
 
+use crate::as_user::SifImage;
 use crate::error::{ErrorKind, RuntimeError};
 use crate::spec::{ContainerSpec, Identity};
 use crate::sys::{self, ATTR_NODEV, ATTR_NOSUID, ATTR_RDONLY};
@@ -33,12 +34,16 @@ use crate::sys::{self, ATTR_NODEV, ATTR_NOSUID, ATTR_RDONLY};
 const LAYER_SIZE: &str = "size=16m";
 
 /// Prepares the root for `spec` under `job_dir`, in the container's mount namespace (the
-/// caller has entered it). `userns` is the job's user namespace, for an idmapped image.
-/// Returns the path of the container's root.
+/// caller has entered it). `userns` is the job's user namespace, for an idmapped image;
+/// `sif`, the SIF file of a SIF job, opened as the user; `opened`, for each user bind opened
+/// as the user, its index in `spec.binds` and whether it is a directory (its mount point is
+/// made to match what was opened). Returns the path of the container's root.
 pub(crate) fn prepare_root(
     spec: &ContainerSpec,
     job_dir: &Path,
     userns: &Path,
+    sif: Option<&SifImage>,
+    opened: &[(usize, bool)],
 ) -> Result<PathBuf, RuntimeError> {
     let target = job_dir.join("rootfs");
     mkdir(&target)?;
@@ -52,11 +57,18 @@ pub(crate) fn prepare_root(
         )
         .map_err(|e| RuntimeError::sys("binding the host root", e))?;
     } else {
-        let mut lower = match spec.rootfs_partition {
-            Some((offset, size)) => {
-                mount_squashfs(&spec.rootfs, offset, size, &job_dir.join("image"))?
+        let mut lower = match (spec.rootfs_partition, sif) {
+            (Some(_), Some(sif)) => mount_squashfs(&spec.rootfs, sif, &job_dir.join("image"))?,
+            (Some(_), None) => {
+                return Err(RuntimeError::new(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "image {}: the SIF file was not opened",
+                        spec.rootfs.display()
+                    ),
+                ))
             }
-            None => spec.rootfs.clone(),
+            (None, _) => spec.rootfs.clone(),
         };
         let mut layer = Layer {
             size: LAYER_SIZE.into(),
@@ -72,8 +84,13 @@ pub(crate) fn prepare_root(
         overlay(&lower, &job_dir.join("layer"), &target, &layer)?;
         let root = open_dir(&target)?;
         check_mount_points(&root)?;
-        for b in &spec.binds {
-            if b.source.is_dir() {
+        for (i, b) in spec.binds.iter().enumerate() {
+            // A user's source is what was opened as the user; the node's own are its paths.
+            let is_dir = match opened.iter().find(|(bind, _)| *bind == i) {
+                Some(&(_, is_dir)) => is_dir,
+                None => b.source.is_dir(),
+            };
+            if is_dir {
                 mkdir_in_root(&root, &b.destination)?;
             } else {
                 touch_in_root(&root, &b.destination)?;
@@ -120,16 +137,11 @@ fn idmapped_bind(source: &Path, target: &Path, userns: &Path) -> Result<PathBuf,
     Ok(target.to_path_buf())
 }
 
-/// Mounts the squashfs at `file[offset..offset+size]` read-only at `target`. The loop device
-/// frees itself when the container's mount namespace goes.
-fn mount_squashfs(
-    file: &Path,
-    offset: u64,
-    size: u64,
-    target: &Path,
-) -> Result<PathBuf, RuntimeError> {
+/// Mounts the squashfs partition of `sif` (the SIF file at `file`) read-only at `target`.
+/// The loop device frees itself when the container's mount namespace goes.
+fn mount_squashfs(file: &Path, sif: &SifImage, target: &Path) -> Result<PathBuf, RuntimeError> {
     mkdir(target)?;
-    let (dev, _handle) = crate::loopdev::attach(file, offset, size)?;
+    let (dev, _handle) = crate::loopdev::attach(&sif.file, sif.offset, sif.size)?;
     let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     mount(Some(&dev), target, Some("squashfs"), flags, None::<&str>).map_err(|e| {
         RuntimeError::sys(

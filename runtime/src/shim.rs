@@ -22,6 +22,7 @@ use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{getgroups, setfsgid, setfsuid, setgroups, Gid, Pid, Uid};
 
+use crate::as_user::{self, AsUser};
 use crate::cgroup;
 use crate::error::RuntimeError;
 use crate::jobdir::JobDir;
@@ -91,6 +92,8 @@ fn supervise_docker(jd: &JobDir, spec: &ContainerSpec, target: &crate::DockerTar
         let (o, e) = open_outputs(spec)?;
         // The engine sets the container's limits; ask only for what this node can give.
         let spec = apply_limits(spec)?;
+        // The engine binds by path: it gets paths the user cannot change (see as_user.rs).
+        let (spec, _staged) = as_user::stage_for_engine(jd.path(), &spec, &AsUser::of(&spec))?;
         crate::docker::supervise(jd, &spec, target, o, e, &mut out)
     });
     if let Err(e) = result {
@@ -111,7 +114,16 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
         let stdin = File::open("/dev/null").map_err(|e| RuntimeError::io("/dev/null", e))?;
         // The init inherits the shim's limits (a hard limit cannot be raised inside).
         let spec = &apply_limits(spec)?;
-        let plan = Plan::new(spec, jd.path().join("rootfs"));
+        let plan = Plan::new(spec, jd.path().join("rootfs"))?;
+        // What the user names (a SIF file, bind sources) is opened once, as the user, and
+        // those descriptors are what the sandbox uses.
+        let user = AsUser::of(spec);
+        let sif = match spec.rootfs_partition {
+            Some(_) => Some(as_user::open_sif(&spec.rootfs, &user)?),
+            None => None,
+        };
+        let trees = as_user::open_user_binds(spec, &user)?;
+        let is_dir: Vec<(usize, bool)> = trees.iter().map(|t| (t.bind, t.is_dir)).collect();
         // On cgroup v2 the init is cloned straight into its cgroup, which must exist first; on
         // v1 it has to be moved in anyway, so the cgroup is made while the init mounts.
         if crate::cgroup::is_v2() {
@@ -128,11 +140,15 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
             stdout,
             stderr,
             timeline: timeline.raw_fd(),
+            trees,
         };
         let mut init = sandbox::spawn(&plan, io, job_cgroup.as_ref())?;
         init.map_ids(&uid_map, &gid_map)?;
         timeline.mark("identity");
-        init.in_mount_ns(|| crate::rootfs::prepare_root(spec, jd.path(), &init.userns_path()))?;
+        init.in_mount_ns(|| {
+            let userns = init.userns_path();
+            crate::rootfs::prepare_root(spec, jd.path(), &userns, sif.as_ref(), &is_dir)
+        })?;
         timeline.mark("root");
         if cancelled() {
             out.cancelled = true;

@@ -100,6 +100,12 @@ pub struct Bind {
     pub destination: String,
     /// Mounted read-only.
     pub read_only: bool,
+    /// For a user's bind: the node's allowed directory `source` lies under. The shim then
+    /// resolves `source` beneath it as the job's user, with no symlink on the way, and binds
+    /// that descriptor ([`crate::shim`]). `None` for the node's own binds (shared paths, GPU
+    /// driver files), which are bound by path.
+    #[serde(default)]
+    pub beneath: Option<PathBuf>,
 }
 
 /// The job user's names, for an image's `/etc/passwd` and `/etc/group`.

@@ -16,3 +16,4 @@ mod recovery;
 mod remote;
 mod sandbox;
 mod sif;
+mod user_paths;

@@ -76,7 +76,7 @@ mod tests {
                 minor: n,
             })
             .collect();
-        let plan = Plan::new(&spec, "/r".into());
+        let plan = Plan::new(&spec, "/r".into()).unwrap();
         assert_eq!(plan.devices.len(), STANDARD_DEVICES.len() + 2);
         let p = program(&plan.devices).unwrap();
         assert!(allows(&p, 195, 2, "rw") && allows(&p, 195, 3, "r"));

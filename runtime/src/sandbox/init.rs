@@ -28,6 +28,7 @@ use nix::sys::stat::SFlag;
 use nix::unistd::{Gid, Uid};
 
 use super::plan::{Mount, Plan, Source, Target, DEV_SYMLINKS, MASKED_PATHS, READONLY_PATHS};
+use crate::as_user::BindTree;
 use crate::rootfs::{mkdir_in_root, open_in_root, touch_in_root};
 use crate::sys::{self, ATTR_NODEV, ATTR_NOEXEC, ATTR_NOSUID, ATTR_RDONLY};
 
@@ -40,6 +41,8 @@ pub(crate) struct InitIo {
     pub stderr: OwnedFd,
     /// The job's timeline, to record when the sandbox was built.
     pub timeline: Option<std::os::fd::RawFd>,
+    /// The mount trees of the user's binds, opened by the shim as the user.
+    pub trees: Vec<BindTree>,
 }
 
 /// What went wrong, for the report pipe.
@@ -85,7 +88,7 @@ fn setup(plan: &Plan, io: &InitIo, go: OwnedFd) -> Result<(), Failed> {
     let root = sys::open_fd(&plan.root, OFlag::O_PATH | OFlag::O_DIRECTORY)
         .map_err(|e| fail(plan.root.display(), e))?;
     for m in &plan.mounts {
-        mount_one(&root, m)?;
+        mount_one(&root, m, &io.trees)?;
     }
     dev_symlinks(&root)?;
     for path in MASKED_PATHS {
@@ -233,11 +236,19 @@ fn target(root: &OwnedFd, m: &Mount) -> Result<OwnedFd, Failed> {
         Target::File => touch_in_root(root, &m.path),
     };
     made.map_err(|e| e.to_string())?;
-    open_in_root(root, &m.path, OFlag::O_PATH)
-        .map_err(|e| fail(format!("mount point {} in the root", m.path), e))
+    open_in_root(root, &m.path, OFlag::O_PATH).map_err(|e| match (m.target, e) {
+        // The shim made the mount points in an image's job layer; one inside another bind
+        // (or in the host's root) must be there already: the sandbox makes nothing there.
+        (Target::Existing, nix::Error::ENOENT) => format!(
+            "mount point {} is missing: inside another bind, or in the host's root, it must \
+             already exist (the sandbox makes nothing in a bound directory)",
+            m.path
+        ),
+        (_, e) => fail(format!("mount point {} in the root", m.path), e),
+    })
 }
 
-fn mount_one(root: &OwnedFd, m: &Mount) -> Result<(), Failed> {
+fn mount_one(root: &OwnedFd, m: &Mount, trees: &[BindTree]) -> Result<(), Failed> {
     let at = target(root, m)?;
     match &m.source {
         Source::Fs {
@@ -259,6 +270,15 @@ fn mount_one(root: &OwnedFd, m: &Mount) -> Result<(), Failed> {
                 .map_err(|e| fail(format!("restricting {}", host.display()), e))?;
             sys::move_tree(&tree, &at)
                 .map_err(|e| fail(format!("binding {} at {}", host.display(), m.path), e))
+        }
+        Source::Opened { bind, attrs } => {
+            let tree = trees
+                .iter()
+                .find(|t| t.bind == *bind)
+                .map(|t| &t.tree)
+                .ok_or_else(|| format!("internal error: no source opened for {}", m.path))?;
+            sys::set_attrs(tree, *attrs).map_err(|e| fail(format!("restricting {}", m.path), e))?;
+            sys::move_tree(tree, &at).map_err(|e| fail(format!("binding at {}", m.path), e))
         }
     }
 }

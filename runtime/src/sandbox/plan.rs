@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use nix::mount::MsFlags;
 
+use crate::error::{ErrorKind, RuntimeError};
 use crate::spec::ContainerSpec;
 use crate::sys::{ATTR_NODEV, ATTR_NOEXEC, ATTR_NOSUID, ATTR_RDONLY};
 
@@ -76,11 +77,15 @@ pub(crate) enum Source {
     /// A bind of this host path (recursive when it is a directory), then `attrs` set on every
     /// mount of it.
     Bind { host: PathBuf, attrs: u64 },
+    /// A user's bind: the mount tree the shim cloned from the source it opened as the user
+    /// (for the spec's `binds[bind]`, see `as_user.rs`), then `attrs` set on every mount of it.
+    Opened { bind: usize, attrs: u64 },
 }
 
 /// What must exist at a mount's target before mounting. The sandbox creates targets only
-/// inside its own `/dev`; everywhere else they must exist (the shim made them in the job's
-/// layer).
+/// inside its own `/dev`, where no bind may land ([`RESERVED`]); everywhere else they must
+/// exist (the shim made them in the job's layer, before any bind): nothing is ever created
+/// in a bound host directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Target {
     /// Already there (a directory or file of the root).
@@ -133,9 +138,85 @@ pub(crate) struct Plan {
     pub cwd: String,
 }
 
+/// What the sandbox makes itself: no bind may land at or under one of these (or at `/`). A
+/// bind there would hide them or, worse, have the init make its mount points and `/dev`
+/// symlinks inside the bound host directory. `/tmp` is a tmpfs in which nothing is made, so a
+/// bind may replace it. The same rule refuses such a `--mount` at submit
+/// (`wharf_api::job::reserved_destination`).
+pub const RESERVED: [&str; 3] = ["/proc", "/sys", "/dev"];
+
+/// The reserved directory (or `/`) that `destination` lands at or under.
+pub(crate) fn reserved(destination: &str) -> Option<&'static str> {
+    let mut parts = destination
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".");
+    match parts.next() {
+        None => Some("/"),
+        Some(top) => RESERVED
+            .into_iter()
+            .find(|r| r.trim_start_matches('/') == top),
+    }
+}
+
+/// Refuses a bind at or under what the sandbox makes itself ([`RESERVED`]), or at `/`.
+pub(crate) fn check_destinations(spec: &ContainerSpec) -> Result<(), RuntimeError> {
+    for b in &spec.binds {
+        if let Some(dir) = reserved(&b.destination) {
+            return Err(RuntimeError::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "mount {}:{}: the sandbox makes {dir} itself; no bind may land at or under \
+                     it (choose another destination)",
+                    b.source.display(),
+                    b.destination
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// For the Docker engine: refuses a bind whose destination lies inside another bind's when
+/// either is the user's. The engine makes a missing mount point itself, as root, and inside a
+/// bind that is the bound host directory: the user's own, or a shared one that holds theirs
+/// (a home under `/home`). Two of the node's own binds nest as the admin set them. Wharf's
+/// own sandbox makes mount points in the job's layer only, and a nested one must already
+/// exist there.
+pub(crate) fn check_not_nested(spec: &ContainerSpec) -> Result<(), RuntimeError> {
+    let parts = |p: &str| -> Vec<String> {
+        p.split('/')
+            .filter(|c| !c.is_empty() && *c != ".")
+            .map(str::to_string)
+            .collect()
+    };
+    for outer in &spec.binds {
+        let top = parts(&outer.destination);
+        for inner in &spec.binds {
+            let under = parts(&inner.destination);
+            let users = outer.beneath.is_some() || inner.beneath.is_some();
+            if users && under.len() > top.len() && under.starts_with(&top) {
+                return Err(RuntimeError::new(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "mount {}:{} lies inside the bind at {}: the Docker engine would make \
+                         its mount point in {} itself; mount it beside it instead",
+                        inner.source.display(),
+                        inner.destination,
+                        outer.destination,
+                        outer.source.display()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Plan {
-    /// The sandbox for `spec`, whose root has been prepared at `root`.
-    pub(crate) fn new(spec: &ContainerSpec, root: PathBuf) -> Plan {
+    /// The sandbox for `spec`, whose root has been prepared at `root`. Refuses a bind at or
+    /// under what the sandbox makes itself ([`RESERVED`]).
+    pub(crate) fn new(spec: &ContainerSpec, root: PathBuf) -> Result<Plan, RuntimeError> {
+        check_destinations(spec)?;
         let mut devices: Vec<DeviceRule> = STANDARD_DEVICES
             .iter()
             .map(|&(major, minor)| DeviceRule {
@@ -163,7 +244,7 @@ impl Plan {
             .collect();
         groups.sort_unstable();
         groups.dedup();
-        Plan {
+        Ok(Plan {
             root,
             mounts: mounts(spec),
             devices,
@@ -174,7 +255,7 @@ impl Plan {
             argv: spec.argv.clone(),
             env: spec.env.clone(),
             cwd: spec.cwd.clone(),
-        }
+        })
     }
 }
 
@@ -252,14 +333,20 @@ fn mounts(spec: &ContainerSpec) -> Vec<Mount> {
         format!("mode=1777,size={}", spec.tmp_size),
         Target::Existing,
     ));
-    for b in &spec.binds {
-        let ro = if b.read_only { ATTR_RDONLY } else { 0 };
-        list.push(bind(
-            &b.destination,
-            &b.source,
-            ro | ATTR_NOSUID | ATTR_NODEV,
-            Target::Existing,
-        ));
+    for (i, b) in spec.binds.iter().enumerate() {
+        let attrs = ATTR_NOSUID | ATTR_NODEV | if b.read_only { ATTR_RDONLY } else { 0 };
+        let source = match b.beneath {
+            Some(_) => Source::Opened { bind: i, attrs },
+            None => Source::Bind {
+                host: b.source.clone(),
+                attrs,
+            },
+        };
+        list.push(Mount {
+            path: b.destination.clone(),
+            source,
+            target: Target::Existing,
+        });
     }
     // Device nodes are bound one by one (mknod is impossible in a user namespace).
     for d in &spec.devices {
@@ -282,11 +369,20 @@ mod tests {
         s.cpus = Some(2);
         s.cpuset = vec![0, 1];
         s.cgroup_parent = "wharf".into();
-        s.binds = vec![crate::Bind {
-            source: "/data".into(),
-            destination: "/data".into(),
-            read_only: true,
-        }];
+        s.binds = vec![
+            crate::Bind {
+                source: "/data".into(),
+                destination: "/data".into(),
+                read_only: true,
+                beneath: None,
+            },
+            crate::Bind {
+                source: "/scratch/alice/in".into(),
+                destination: "/in".into(),
+                read_only: false,
+                beneath: Some("/scratch".into()),
+            },
+        ];
         s.devices = vec![crate::DeviceNode {
             host_path: "/fake/nvidia3".into(),
             path: "/dev/nvidia3".into(),
@@ -302,7 +398,7 @@ mod tests {
 
     #[test]
     fn sandbox_is_locked_down() {
-        let p = Plan::new(&sample(), "/jobs/1/rootfs".into());
+        let p = Plan::new(&sample(), "/jobs/1/rootfs".into()).unwrap();
         assert_eq!((p.uid, p.gid, p.groups.as_slice()), (1000, 1000, &[27][..]));
         // The job's GPU: read and write by its own number, never mknod; bound, not made.
         assert_eq!(
@@ -332,6 +428,14 @@ mod tests {
             panic!("/data is not a bind")
         };
         assert_eq!(*attrs, ATTR_RDONLY | ATTR_NOSUID | ATTR_NODEV);
+        // A user's bind is the tree the shim opened as the user, never a path.
+        assert_eq!(
+            find(&p, "/in").source,
+            Source::Opened {
+                bind: 1,
+                attrs: ATTR_NOSUID | ATTR_NODEV
+            }
+        );
         // No mount option names an id (they are unmapped in the user namespace).
         for m in &p.mounts {
             if let Source::Fs { data, flags, .. } = &m.source {
@@ -346,10 +450,66 @@ mod tests {
     }
 
     #[test]
+    fn nothing_is_made_where_a_bind_may_land() {
+        // Every mount point the sandbox creates is in its own /dev ...
+        let p = Plan::new(&sample(), "/r".into()).unwrap();
+        for m in p.mounts.iter().filter(|m| m.target != Target::Existing) {
+            assert_eq!(reserved(&m.path), Some("/dev"), "{m:?}");
+        }
+        for (_, link) in DEV_SYMLINKS {
+            assert_eq!(reserved(link), Some("/dev"));
+        }
+        // ... and no bind may land there, nor on anything else the sandbox makes.
+        for dest in [
+            "/dev",
+            "/dev/x",
+            "//dev/shm",
+            "/proc",
+            "/proc/1",
+            "/sys/fs",
+            "/",
+            "/.",
+        ] {
+            let mut s = sample();
+            s.binds[1].destination = dest.into();
+            let e = Plan::new(&s, "/r".into()).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::InvalidInput, "{dest}");
+            assert!(e.message.contains("no bind may land"), "{dest}: {e}");
+        }
+        for dest in ["/tmp", "/tmp/x", "/devel", "/mnt/dev"] {
+            let mut s = sample();
+            s.binds[1].destination = dest.into();
+            assert!(Plan::new(&s, "/r".into()).is_ok(), "{dest}");
+        }
+    }
+
+    #[test]
+    fn the_engine_gets_no_bind_inside_another() {
+        let mut s = sample();
+        assert!(check_not_nested(&s).is_ok());
+        for dest in ["/data/x", "//data/./x/y"] {
+            s.binds[1].destination = dest.into();
+            let e = check_not_nested(&s).unwrap_err();
+            assert!(e.message.contains("lies inside the bind at /data"), "{e}");
+        }
+        for dest in ["/data", "/database", "/in"] {
+            s.binds[1].destination = dest.into();
+            assert!(check_not_nested(&s).is_ok(), "{dest}");
+        }
+        // The user's bind holding one of the node's.
+        s.binds[1].destination = "/in".into();
+        s.binds[0].destination = "/in/shared".into();
+        assert!(check_not_nested(&s).is_err());
+        // The node's own binds nest as the admin set them.
+        s.binds[1].beneath = None;
+        assert!(check_not_nested(&s).is_ok());
+    }
+
+    #[test]
     fn remapped_root_is_root_inside() {
         let mut s = sample();
         s.remap_root = true;
-        let p = Plan::new(&s, "/r".into());
+        let p = Plan::new(&s, "/r".into()).unwrap();
         assert_eq!((p.uid, p.gid), (0, 0));
     }
 }

@@ -398,9 +398,31 @@ pub struct MountSpec {
     pub read_only: bool,
 }
 
+/// Directories the sandbox makes itself, with what it puts under them: its own proc, the host's
+/// read-only `/sys` with paths masked, a private `/dev` with its device nodes and symlinks.
+/// No bind may land at or under one, nor at `/`: it would hide them, or have the sandbox
+/// make its mount points and symlinks in the bound host directory. `/tmp`, the sandbox's
+/// private tmpfs, is not here: nothing is made in it, so a bind over it simply replaces it
+/// (a user's scratch as `/tmp`, as Slurm sites do).
+pub const RESERVED_DESTINATIONS: [&str; 3] = ["/proc", "/sys", "/dev"];
+
+/// The reserved directory (or `/`) that `destination`, an absolute path, lands at or under.
+pub fn reserved_destination(destination: &str) -> Option<&'static str> {
+    let mut parts = destination
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".");
+    match parts.next() {
+        None => Some("/"),
+        Some(top) => RESERVED_DESTINATIONS
+            .into_iter()
+            .find(|r| r.trim_start_matches('/') == top),
+    }
+}
+
 /// Parses `SOURCE:DEST[:ro|rw]`, and with `path_alone` also `PATH[:ro|rw]` (bound at the
-/// same path). Paths are absolute, not `/`, without `..` or NUL. The one rule for a user's
-/// `--mount`, the node's check of it, and `[agent] mounts`.
+/// same path). Paths are absolute, not `/`, without `..` or NUL; the destination is not at or
+/// under one of [`RESERVED_DESTINATIONS`]. The one rule for a user's `--mount`, the node's
+/// check of it, and `[agent] mounts`.
 pub fn parse_mount(text: &str, path_alone: bool) -> Result<MountSpec, String> {
     let form = if path_alone {
         "PATH[:ro] or SOURCE:DEST[:ro]"
@@ -423,6 +445,22 @@ pub fn parse_mount(text: &str, path_alone: bool) -> Result<MountSpec, String> {
     };
     if !ok(source) || !ok(destination) {
         return Err(bad());
+    }
+    if let Some(reserved) = reserved_destination(destination) {
+        let what = if reserved == "/" {
+            "/ (the whole root)".to_string()
+        } else {
+            format!("{reserved}, which the sandbox makes itself")
+        };
+        return Err(format!(
+            "{text:?} cannot be mounted at {destination}: it lies at or under {what}; \
+             mount it elsewhere (for example /mnt{})",
+            source
+                .rsplit('/')
+                .find(|c| !c.is_empty())
+                .map(|c| format!("/{c}"))
+                .unwrap_or_default()
+        ));
     }
     Ok(MountSpec {
         source: source.into(),
@@ -695,6 +733,49 @@ mod tests {
             assert!(e.contains("is not SOURCE:DEST[:ro]"), "{bad}: {e}");
         }
         assert!(parse_mount("/", true).is_err());
+    }
+
+    #[test]
+    fn mounts_never_land_on_what_the_sandbox_makes() {
+        for (dest, under) in [
+            ("//", "/ (the whole root)"),
+            ("/.", "/ (the whole root)"),
+            ("/dev", "/dev, which"),
+            ("/dev/", "/dev, which"),
+            ("/dev/x", "/dev, which"),
+            ("//dev/shm", "/dev, which"),
+            ("/./dev", "/dev, which"),
+            ("/proc", "/proc, which"),
+            ("/proc/1/root", "/proc, which"),
+            ("/sys", "/sys, which"),
+            ("/sys/fs/cgroup", "/sys, which"),
+        ] {
+            let e = parse_mount(&format!("/data/a:{dest}"), false).unwrap_err();
+            assert!(
+                e.contains(&format!("at or under {under}")) && e.contains("/mnt/a"),
+                "{dest}: {e}"
+            );
+            // The node's own shared paths follow the same rule.
+            assert!(
+                parse_mount(&format!("/data/a:{dest}"), true).is_err(),
+                "{dest}"
+            );
+        }
+        // Near misses, and the sandbox's /tmp (nothing is made in it: a bind replaces it).
+        for dest in [
+            "/devices",
+            "/proc2",
+            "/system",
+            "/tmp",
+            "/tmp/scratch",
+            "/mnt/dev",
+        ] {
+            assert!(
+                parse_mount(&format!("/data/a:{dest}"), false).is_ok(),
+                "{dest}"
+            );
+        }
+        assert!(parse_mount("/dev/infiniband", true).is_err());
     }
 
     #[test]

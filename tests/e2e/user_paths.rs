@@ -1,0 +1,508 @@
+//! Paths a user names (a SIF image, `--mount` sources and destinations) are used only as that
+//! user could use them, as they were when checked, and never to make the sandbox write into
+//! the user's host directories.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::harness::*;
+
+fn chown(path: &Path, user: &User) {
+    nix::unistd::chown(path, Some(user.uid.into()), Some(user.gid.into())).unwrap();
+}
+
+fn mode(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// The names in `dir`, sorted.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn sif_tools() -> bool {
+    let ok = ["siftool", "mksquashfs"].iter().all(|t| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if !ok {
+        let why = "SIF tests need siftool and mksquashfs (apt-get install siftool squashfs-tools)";
+        assert!(
+            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+            "{why}"
+        );
+        eprintln!("SKIPPED {why}");
+    }
+    ok
+}
+
+#[test]
+fn sif_behind_a_symlink_into_a_root_only_directory_is_refused() {
+    if !can_run("sif_behind_a_symlink_into_a_root_only_directory_is_refused") || !sif_tools() {
+        return;
+    }
+    let c = Cluster::start();
+    let dir = scratch("wharf-sif-vault-");
+    mode(dir.path(), 0o755);
+    // Root's own image: the file is 0644 but its directory is 0700.
+    let vault = dir.path().join("vault");
+    std::fs::create_dir(&vault).unwrap();
+    let root = vault.join("root");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
+    assert!(Command::new(script)
+        .arg(&root)
+        .args(["sh", "true"])
+        .status()
+        .unwrap()
+        .success());
+    let sif = vault.join("private.sif");
+    let mksif = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mksif.sh");
+    assert!(Command::new(mksif)
+        .arg(&root)
+        .arg(&sif)
+        .status()
+        .unwrap()
+        .success());
+    mode(&sif, 0o644);
+    mode(&vault, 0o700);
+    let mallory = user("whmnt-sif");
+    // A symlink to it in a directory the user owns.
+    let link = c.home(&mallory).join("borrowed.sif");
+    std::os::unix::fs::symlink(&sif, &link).unwrap();
+    for image in [&link, &sif] {
+        let out = c.wharf_as(
+            &mallory,
+            &["run", "--image", image.to_str().unwrap(), "--", "/bin/true"],
+        );
+        assert_ne!(
+            out.status.code(),
+            Some(0),
+            "{} ran as {}",
+            image.display(),
+            mallory.name
+        );
+        assert!(
+            stderr(&out).contains("not readable by whmnt-sif"),
+            "{}: {}",
+            image.display(),
+            stderr(&out)
+        );
+    }
+}
+
+/// Exchanges `a` and `b` (renameat2 RENAME_EXCHANGE).
+fn exchange(a: &Path, b: &Path) {
+    nix::fcntl::renameat2(None, a, None, b, nix::fcntl::RenameFlags::RENAME_EXCHANGE)
+        .unwrap_or_else(|e| panic!("exchanging {} and {}: {e}", a.display(), b.display()));
+}
+
+#[test]
+fn mount_source_swapped_for_symlinks_never_binds_outside_the_allowed_root() {
+    if !can_run("mount_source_swapped_for_symlinks_never_binds_outside_the_allowed_root") {
+        return;
+    }
+    let allowed = scratch("wharf-allowed-");
+    mode(allowed.path(), 0o755);
+    let c = Cluster::start_with(&format!(
+        "allowed_mounts = [\"{}\"]",
+        allowed.path().display()
+    ));
+    c.import_tiny();
+    swap_race(&c, allowed.path(), "tiny", 120);
+}
+
+#[test]
+fn docker_mount_source_swapped_for_symlinks_never_binds_outside_the_allowed_root() {
+    let allowed = scratch("wharf-allowed-");
+    let Some(c) = docker_cluster(
+        "docker_mount_source_swapped_for_symlinks_never_binds_outside_the_allowed_root",
+        allowed.path(),
+    ) else {
+        return;
+    };
+    swap_race(&c, allowed.path(), DOCKER_IMAGE, 100);
+    // Nothing staged for the engine is left mounted on the node.
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!table.contains(c.dir.to_str().unwrap()), "{table}");
+}
+
+/// The engine image the Docker tests run.
+const DOCKER_IMAGE: &str = "whmnt-e2e-docker";
+
+/// A cluster whose node runs jobs with Docker and may bind from under `allowed`, with an
+/// engine image [`DOCKER_IMAGE`]; `None` (after saying why) without an engine.
+fn docker_cluster(test: &str, allowed: &Path) -> Option<Cluster> {
+    if !can_run(test) {
+        return None;
+    }
+    if !Command::new("docker")
+        .arg("info")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        let why = format!("{test}: needs the Docker engine (docker info failed)");
+        assert!(
+            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+            "{why}"
+        );
+        eprintln!("SKIPPED {why}");
+        return None;
+    }
+    mode(allowed, 0o755);
+    let c = Cluster::start_with(&format!(
+        "backend = \"docker\"\nallowed_mounts = [\"{}\"]",
+        allowed.display()
+    ));
+    let rootfs = c.dir.join("docker-rootfs");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
+    assert!(Command::new(script)
+        .arg(&rootfs)
+        .args(["sh", "ls", "cat", "sleep"])
+        .status()
+        .unwrap()
+        .success());
+    let import = format!(
+        "tar -C '{}' -c . | docker import - {DOCKER_IMAGE}:latest >/dev/null",
+        rootfs.display()
+    );
+    assert!(Command::new("sh")
+        .args(["-c", &import])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !stdout(&c.wharf(&["nodes", "--json"])).contains(&format!("\"{DOCKER_IMAGE}\"")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node never listed the engine image"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Some(c)
+}
+
+/// Launches `jobs` jobs of `image` binding the user's `data` directory, under `allowed`, while
+/// another thread keeps exchanging it with symlinks to /etc and /proc (what the user's own
+/// process could do): every job sees the directory or is refused, none sees the host.
+fn swap_race(c: &Cluster, allowed: &Path, image: &str, jobs: u64) {
+    let mallory = user("whmnt-race");
+    let mine = allowed.join("whmnt-race");
+    let data = mine.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("marker"), "").unwrap();
+    let (to_etc, to_proc) = (mine.join("to-etc"), mine.join("to-proc"));
+    std::os::unix::fs::symlink("/etc", &to_etc).unwrap();
+    std::os::unix::fs::symlink("/proc", &to_proc).unwrap();
+    for p in [&mine, &data, &data.join("marker")] {
+        chown(p, &mallory);
+    }
+    let outputs = c.home(&mallory);
+
+    // `data` is, by turns, the directory, a symlink to /etc and one to /proc, for as long as
+    // the jobs launch.
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicU64::new(0));
+    let swapper = {
+        let (stop, swaps, data) = (stop.clone(), swaps.clone(), data.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                for link in [&to_etc, &to_proc] {
+                    exchange(&data, link);
+                    std::thread::yield_now();
+                    exchange(&data, link);
+                    swaps.fetch_add(2, Ordering::Relaxed);
+                    std::thread::yield_now();
+                }
+            }
+        })
+    };
+    let bind = format!("{}:/data", data.display());
+    let out_pattern = format!("{}/race-%j.out", outputs.display());
+    let ids: Vec<u64> = (0..jobs)
+        .map(|_| {
+            submitted_id(&c.wharf_as(
+                &mallory,
+                &[
+                    "submit",
+                    "--image",
+                    image,
+                    "--mount",
+                    &bind,
+                    "--output",
+                    &out_pattern,
+                    "--wrap",
+                    "ls -A /data",
+                ],
+            ))
+        })
+        .collect();
+    let mut seen = Vec::new();
+    let (mut clean, mut by_node, mut by_shim) = (0, 0, 0);
+    for id in &ids {
+        let job = c.wait_done(*id, Duration::from_secs(120));
+        let out =
+            std::fs::read_to_string(outputs.join(format!("race-{id}.out"))).unwrap_or_default();
+        let reason = job["reason"].as_str().unwrap_or_default();
+        match (job["state"].as_str(), out.as_str()) {
+            (Some("COMPLETED"), "marker\n") => clean += 1,
+            // The node's early check saw a symlink out of the allowed directory ...
+            (Some("FAILED"), "") if reason.contains("is not under a path this node allows") => {
+                by_node += 1
+            }
+            // ... or the shim's own resolution, as the user, met the symlink.
+            (Some("FAILED"), "") if reason.contains("a symlink") => by_shim += 1,
+            _ => {
+                let what = if out.contains("passwd") {
+                    "the host's /etc"
+                } else if out.contains("self") {
+                    "the host's /proc"
+                } else {
+                    "something else"
+                };
+                let short: String = out.chars().take(60).collect();
+                seen.push(format!(
+                    "job {id}: {} {reason:?} ({what}): {short:?}",
+                    job["state"]
+                ));
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    eprintln!(
+        "{jobs} jobs: {clean} saw the user's directory, {by_node} refused by the node's check, \
+         {by_shim} by the shim's, {} saw something else; {} swaps",
+        seen.len(),
+        swaps.load(Ordering::Relaxed)
+    );
+    assert!(
+        seen.is_empty(),
+        "{} of {jobs} jobs saw something outside the allowed directory:\n{}",
+        seen.len(),
+        seen.join("\n")
+    );
+    assert!(
+        swaps.load(Ordering::Relaxed) > jobs,
+        "the swapper hardly ran"
+    );
+    assert!(clean > 0, "no job ever saw the user's directory");
+}
+
+#[test]
+fn mounts_onto_what_the_sandbox_makes_are_refused_at_submit() {
+    if !can_run("mounts_onto_what_the_sandbox_makes_are_refused_at_submit") {
+        return;
+    }
+    let c = Cluster::start();
+    let mallory = user("whmnt-dest");
+    let src = c.home(&mallory);
+    for (dest, expect) in [
+        ("/", "not `/`".to_string()),
+        ("//", "at or under / (the whole root)".to_string()),
+        (
+            "/dev",
+            "at or under /dev, which the sandbox makes itself".into(),
+        ),
+        (
+            "/dev/x",
+            "at or under /dev, which the sandbox makes itself".into(),
+        ),
+        (
+            "/dev/shm",
+            "at or under /dev, which the sandbox makes itself".into(),
+        ),
+        (
+            "/proc",
+            "at or under /proc, which the sandbox makes itself".into(),
+        ),
+        (
+            "/sys/fs",
+            "at or under /sys, which the sandbox makes itself".into(),
+        ),
+    ] {
+        let bind = format!("{}:{dest}", src.display());
+        let out = c.wharf_as(&mallory, &["submit", "--mount", &bind, "--wrap", "true"]);
+        assert_ne!(out.status.code(), Some(0), "{bind} accepted");
+        assert!(stderr(&out).contains(&expect), "{bind}: {}", stderr(&out));
+    }
+    let queue = c.wharf(&["queue", "--json"]);
+    assert!(!stdout(&queue).contains("whmnt-dest"), "{}", stdout(&queue));
+}
+
+#[test]
+fn a_job_makes_nothing_in_the_users_bound_directory() {
+    if !can_run("a_job_makes_nothing_in_the_users_bound_directory") {
+        return;
+    }
+    let allowed = scratch("wharf-allowed-");
+    mode(allowed.path(), 0o755);
+    let c = Cluster::start_with(&format!(
+        "allowed_mounts = [\"{}\"]",
+        allowed.path().display()
+    ));
+    c.import_tiny();
+    // Over the sandbox's /dev (refused; it used to get /dev's symlinks), its private /tmp
+    // (replaced by the bind), a plain directory, and a second bind inside the first, whose
+    // mount point the user's directory lacks (the sandbox makes none there: it fails).
+    bound_dir_untouched(
+        &c,
+        allowed.path(),
+        "tiny",
+        &[
+            (&["/dev"], Seen::Refused),
+            (&["/tmp"], Seen::Marker),
+            (&["/data"], Seen::Marker),
+            (&["/data", "/data/sub"], Seen::Failed),
+        ],
+    );
+}
+
+#[test]
+fn docker_job_makes_nothing_in_the_users_bound_directory() {
+    let allowed = scratch("wharf-allowed-");
+    let Some(c) = docker_cluster(
+        "docker_job_makes_nothing_in_the_users_bound_directory",
+        allowed.path(),
+    ) else {
+        return;
+    };
+    // The engine would make a nested bind's mount point in the user's directory: refused.
+    bound_dir_untouched(
+        &c,
+        allowed.path(),
+        DOCKER_IMAGE,
+        &[
+            (&["/data", "/data/sub"], Seen::Failed),
+            (&["/data"], Seen::Marker),
+            (&["/dev"], Seen::Refused),
+        ],
+    );
+}
+
+/// How a job with some binds of the user's directory ended.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    /// Refused at submit.
+    Refused,
+    /// Accepted, then failed.
+    Failed,
+    /// Ran and printed the directory's marker (once, or repeated by the engine's attach).
+    Marker,
+}
+
+/// Runs a job of `image` per case, binding the user's directory (under `allowed`) at each of
+/// the case's destinations, and checks how it ended and that the directory is unchanged.
+fn bound_dir_untouched(c: &Cluster, allowed: &Path, image: &str, cases: &[(&[&str], Seen)]) {
+    let mallory = user("whmnt-bound");
+    let mine = allowed.join("whmnt-bound");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::write(mine.join("marker"), "mine\n").unwrap();
+    chown(&mine, &mallory);
+    let before = entries(&mine);
+    for (dests, want) in cases {
+        let mounts: Vec<String> = dests
+            .iter()
+            .map(|d| format!("{}:{d}", mine.display()))
+            .collect();
+        let mut args = vec!["submit", "--image", image];
+        for m in &mounts {
+            args.extend(["--mount", m.as_str()]);
+        }
+        let script = format!("cat {}/marker", dests[0]);
+        args.extend(["--wrap", &script]);
+        let out = c.wharf_as(&mallory, &args);
+        let (got, why) = if out.status.success() {
+            let id = submitted_id(&out);
+            let job = c.wait_done(id, Duration::from_secs(60));
+            let why = job["reason"].as_str().unwrap_or_default().to_string();
+            if job["state"] == "COMPLETED" {
+                let output = job["spec"]["output"]
+                    .as_str()
+                    .unwrap()
+                    .replace("%j", &id.to_string());
+                let text = std::fs::read_to_string(c.home(&mallory).join(output)).unwrap();
+                let marker = !text.is_empty() && text.lines().all(|l| l == "mine");
+                (if marker { Seen::Marker } else { Seen::Failed }, text)
+            } else {
+                (Seen::Failed, why)
+            }
+        } else {
+            (Seen::Refused, stderr(&out))
+        };
+        assert_eq!(
+            entries(&mine),
+            before,
+            "a job with {dests:?} made entries in the user's directory"
+        );
+        eprintln!("{image} {dests:?}: {got:?}: {}", why.trim());
+        assert_eq!(&got, want, "{dests:?}: {why}");
+    }
+}
+
+#[test]
+fn docker_bind_staged_by_a_killed_shim_is_detached_before_its_job_directory_goes() {
+    let allowed = scratch("wharf-allowed-");
+    let Some(c) = docker_cluster(
+        "docker_bind_staged_by_a_killed_shim_is_detached_before_its_job_directory_goes",
+        allowed.path(),
+    ) else {
+        return;
+    };
+    let mallory = user("whmnt-staged");
+    let mine = allowed.path().join("whmnt-staged");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::write(mine.join("marker"), "mine\n").unwrap();
+    chown(&mine, &mallory);
+    let bind = format!("{}:/data", mine.display());
+    let id = submitted_id(&c.wharf_as(
+        &mallory,
+        &[
+            "submit",
+            "--image",
+            DOCKER_IMAGE,
+            "--mount",
+            &bind,
+            "--wrap",
+            "sleep 60",
+        ],
+    ));
+    c.wait_running(id);
+    let job_dir = c.dir.join("agent/jobs").join(id.to_string());
+    let staged = job_dir.join("binds/0");
+    assert!(
+        staged.join("marker").exists(),
+        "nothing staged at {staged:?}"
+    );
+    // The shim dies with the bind attached: the node cleans up after it and removes the job
+    // directory, which must not take the user's files along.
+    c.kill9_shim(id);
+    c.wait_done(id, Duration::from_secs(60));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while job_dir.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} was never removed; log:\n{}",
+            job_dir.display(),
+            c.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(entries(&mine), ["marker"]);
+    assert_eq!(
+        std::fs::read_to_string(mine.join("marker")).unwrap(),
+        "mine\n"
+    );
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!table.contains(c.dir.to_str().unwrap()), "{table}");
+}
