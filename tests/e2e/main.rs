@@ -15,3 +15,4 @@ mod recovery;
 mod remote;
 mod sandbox;
 mod sif;
+mod state_files;

@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod cluster;
+pub mod private;
 pub mod store;
 
 use std::collections::BTreeMap;
@@ -99,8 +100,20 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StartError {
 
 /// Opens the store, binds the listeners and serves until the task is dropped.
 pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
-    std::fs::create_dir_all(&config.state_dir)
-        .map_err(io(format!("creating {}", config.state_dir.display())))?;
+    // The database holds every job's command and environment: only root may reach it.
+    if config.socket.starts_with(&config.state_dir) {
+        return Err(StartError::Io {
+            what: format!(
+                "controller.socket {} lies inside controller.state_dir {}, which only root may \
+                 enter; put the socket elsewhere (default /run/wharf/wharf.sock)",
+                config.socket.display(),
+                config.state_dir.display()
+            ),
+            err: std::io::ErrorKind::InvalidInput.into(),
+        });
+    }
+    private::dir(&config.state_dir, 0o700)
+        .map_err(io(format!("securing {}", config.state_dir.display())))?;
     let store = store::Store::open(&config.state_dir.join("wharf.db"))?;
     let cluster = cluster::Cluster::load(
         store,
@@ -116,7 +129,8 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
     });
 
     if let Some(parent) = config.socket.parent() {
-        std::fs::create_dir_all(parent).map_err(io(format!("creating {}", parent.display())))?;
+        // Users must reach the socket whatever the umask: a directory made here is 0755.
+        private::public_dir(parent).map_err(io(format!("creating {}", parent.display())))?;
     }
     let _ = std::fs::remove_file(&config.socket);
     let unix = tokio::net::UnixListener::bind(&config.socket)
