@@ -16,3 +16,4 @@ mod remote;
 mod sandbox;
 mod sif;
 mod state_files;
+mod untrusted_text;

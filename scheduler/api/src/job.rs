@@ -256,7 +256,7 @@ impl JobRequest {
             Some(n) => n.clone(),
             None => default_name(&argv, self.script.is_some()),
         };
-        if name.is_empty() || name.len() > MAX_NAME || name.chars().any(|c| c.is_control()) {
+        if name.is_empty() || name.len() > MAX_NAME || name.chars().any(crate::text::is_unsafe) {
             return Err(format!(
                 "`name` must be 1 to {MAX_NAME} printable characters"
             ));
