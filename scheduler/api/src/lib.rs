@@ -6,6 +6,7 @@
 
 pub mod job;
 pub mod jobfile;
+pub mod limits;
 pub mod node;
 pub mod resources;
 pub mod text;

@@ -68,6 +68,7 @@ pub struct Cluster {
     nodes: BTreeMap<String, NodeEntry>,
     defaults: JobDefaults,
     node_timeout_ms: u64,
+    max_pending_per_user: u32,
 }
 
 impl Cluster {
@@ -103,7 +104,14 @@ impl Cluster {
             nodes,
             defaults,
             node_timeout_ms,
+            max_pending_per_user: u32::MAX,
         })
+    }
+
+    /// Sets the most jobs one user may have pending (`u32::MAX`: no limit).
+    pub fn with_max_pending_per_user(mut self, max: u32) -> Cluster {
+        self.max_pending_per_user = max;
+        self
     }
 
     /// Validates and stores a job. Returns its id once committed.
@@ -113,10 +121,48 @@ impl Cluster {
         req: &SubmitRequest,
         now: u64,
     ) -> Result<JobId, Failure> {
+        if let Some(t) = &req.client_token {
+            if t.is_empty() || t.len() > 128 {
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    "client_token must be 1 to 128 characters",
+                ));
+            }
+            // A retry of a submit that was stored: the same answer, whatever changed since.
+            match self.store.job_by_token(t)? {
+                Some((id, uid)) if uid == caller.owner.uid => return Ok(id),
+                Some(_) => {
+                    return Err(Failure::new(
+                        ErrorKind::InvalidInput,
+                        "client_token is already in use; choose a new random token",
+                    ))
+                }
+                None => {}
+            }
+        }
         let spec = req
             .job
             .resolve(&req.cwd, &self.defaults)
             .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
+        wharf_api::limits::fits_some_node(
+            &spec.resources,
+            self.nodes.values().map(|n| n.info.capacity()),
+        )
+        .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
+        let pending = self
+            .jobs
+            .values()
+            .filter(|j| j.owner.uid == caller.owner.uid && j.state == JobState::Pending)
+            .count();
+        if pending >= self.max_pending_per_user as usize {
+            return Err(Failure::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "you have {pending} pending jobs, the most one user may have \
+                     ([controller] max_pending_per_user); wait for some to start or cancel some"
+                ),
+            ));
+        }
         // A path (a SIF file on shared storage) is checked by the node that runs the job.
         if spec.image != "host"
             && !spec.image.starts_with('/')
@@ -130,14 +176,6 @@ impl Cluster {
                     spec.image, spec.image
                 ),
             ));
-        }
-        if let Some(t) = &req.client_token {
-            if t.is_empty() || t.len() > 128 {
-                return Err(Failure::new(
-                    ErrorKind::InvalidInput,
-                    "client_token must be 1 to 128 characters",
-                ));
-            }
         }
         let mut record = JobRecord {
             id: 0,

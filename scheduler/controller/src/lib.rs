@@ -8,6 +8,7 @@
 pub mod api;
 pub mod cluster;
 pub mod private;
+pub mod serve;
 pub mod store;
 
 use std::collections::BTreeMap;
@@ -39,6 +40,12 @@ pub struct ControllerConfig {
     pub node_timeout: Duration,
     /// Longest an agent poll is held open.
     pub poll_wait: Duration,
+    /// Most jobs one user may have pending.
+    pub max_pending_per_user: u32,
+    /// Largest request body accepted, bytes.
+    pub max_request_bytes: usize,
+    /// Connection caps and timeouts.
+    pub connections: serve::ConnectionLimits,
 }
 
 /// State shared by the handlers and the scheduler task.
@@ -120,7 +127,8 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
         config.defaults.clone(),
         config.node_timeout.as_millis() as u64,
         now_ms(),
-    )?;
+    )?
+    .with_max_pending_per_user(config.max_pending_per_user);
     let shared = Arc::new(Shared {
         config: config.clone(),
         cluster: Mutex::new(cluster),
@@ -139,24 +147,28 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
     std::fs::set_permissions(&config.socket, std::fs::Permissions::from_mode(0o666))
         .map_err(io(format!("chmod {}", config.socket.display())))?;
     let app = api::router(shared.clone());
-    let unix_server = axum::serve(
-        unix,
-        app.clone()
-            .into_make_service_with_connect_info::<api::Peer>(),
-    );
+    // Both listeners share the caps: a peer is a uid on the socket, an address on TCP.
+    let nofile = serve::raise_nofile_limit();
+    let limits = config.connections.clone().within_descriptors(nofile);
+    let counts = serve::Counts::new();
+    let unix_server = serve::serve(unix, app.clone(), limits.clone(), counts.clone());
     let tcp_server = match config.listen {
         Some(addr) => {
             let l = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(io(format!("binding {addr}")))?;
-            Some(axum::serve(
-                l,
-                app.into_make_service_with_connect_info::<api::Peer>(),
-            ))
+            Some(serve::serve(l, app, limits.clone(), counts))
         }
         None => None,
     };
-    tracing::info!(socket = %config.socket.display(), listen = ?config.listen, "controller ready");
+    tracing::info!(
+        socket = %config.socket.display(),
+        listen = ?config.listen,
+        nofile,
+        max_connections = limits.max_connections,
+        max_connections_per_user = limits.max_per_peer,
+        "controller ready"
+    );
     tokio::spawn(scheduler_loop(shared.clone()));
     let tcp = async move {
         match tcp_server {

@@ -131,6 +131,18 @@ impl Store {
         )
     }
 
+    /// The job stored with `client_token`, as (id, owner uid).
+    pub fn job_by_token(&self, client_token: &str) -> Result<Option<(JobId, u32)>, StoreError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT id, uid FROM jobs WHERE client_token = ?1",
+                [client_token],
+                |r| Ok((r.get::<_, i64>(0)? as JobId, r.get::<_, u32>(1)?)),
+            )
+            .optional()?)
+    }
+
     /// One job by id.
     pub fn job(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
         Ok(self
