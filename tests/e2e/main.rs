@@ -16,4 +16,5 @@ mod remote;
 mod sandbox;
 mod sif;
 mod state_files;
+mod submit_limits;
 mod untrusted_text;
