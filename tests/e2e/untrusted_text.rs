@@ -75,7 +75,8 @@ fn control_characters_are_escaped_and_reasons_stay_private() {
     assert_eq!(mine["spec"]["argv"][2], script.as_str());
 
     let ids = [running.to_string(), failed.to_string()];
-    let views: [(&str, Box<dyn Fn(&[&str]) -> std::process::Output>); 3] = [
+    type Cli<'a> = Box<dyn Fn(&[&str]) -> std::process::Output + 'a>;
+    let views: [(&str, Cli); 3] = [
         ("root", Box::new(|a: &[&str]| c.wharf(a))),
         ("owner", Box::new(|a: &[&str]| c.wharf_as(&owner, a))),
         ("other", Box::new(|a: &[&str]| c.wharf_as(&other, a))),
