@@ -183,3 +183,30 @@ fn thousands_of_idle_connections_from_one_user_do_not_starve_another() {
         std::panic::resume_unwind(e);
     }
 }
+
+#[test]
+fn a_stalled_request_is_closed_after_the_idle_timeout() {
+    if !can_run("a_stalled_request_is_closed_after_the_idle_timeout") {
+        return;
+    }
+    use std::io::{Read, Write};
+    // The harness's agents poll with a 5 s wait: 11 s is the shortest idle timeout allowed.
+    let c = Cluster::start_with("[limits]\nheader_timeout = \"3s\"\nidle_timeout = \"11s\"\n");
+    let mut s = std::os::unix::net::UnixStream::connect(&c.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(40))).unwrap();
+    // A complete head, then one byte of a 1000-byte body, then nothing.
+    s.write_all(b"POST /v1/jobs HTTP/1.1\r\nHost: wharf\r\nContent-Length: 1000\r\n\r\n{")
+        .unwrap();
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(8) && took < Duration::from_secs(30),
+        "the stalled request ended after {took:?}: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    // Meanwhile, and after, the controller serves others.
+    let out = c.wharf(&["queue"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::connect_info::ConnectInfo;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use axum::extract::DefaultBodyLimit;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -130,7 +130,7 @@ fn body<T: serde::de::DeserializeOwned>(
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiFailure> {
     let bytes = bytes.map_err(|e| match e {
-        BytesRejection::FailedToBufferBody(_) => fail(
+        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => fail(
             ErrorKind::InvalidInput,
             format!(
                 "request body is over the controller's limit of {} bytes ([limits] \
