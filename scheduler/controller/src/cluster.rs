@@ -12,6 +12,7 @@ use wharf_api::{
 use wharf_core::{schedule, ClusterView, Decision, NodeView, PendingJob};
 
 use crate::store::{Store, StoreError};
+use crate::visibility::{ended_reason, view};
 
 /// A refused or failed request, with its kind and words for the user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +48,8 @@ pub struct Caller {
 }
 
 impl Caller {
-    fn may_manage(&self, job: &JobRecord) -> bool {
+    /// May see everything of `job` and cancel it: its owner or an admin.
+    pub fn may_manage(&self, job: &JobRecord) -> bool {
         self.admin || job.owner.uid == self.owner.uid
     }
 }
@@ -548,61 +550,6 @@ fn not_yours(id: JobId) -> Failure {
         ErrorKind::PermissionDenied,
         format!("job {id} belongs to another user; only its owner or an admin may do that"),
     )
-}
-
-/// Hides the private parts (command, environment, paths) of other users' jobs. Their reason
-/// is rebuilt from public fields only ([`public_reason`]): the stored one may quote the
-/// agent's words about the job's command, files or mounts.
-fn view(caller: &Caller, mut job: JobRecord) -> JobRecord {
-    if !caller.may_manage(&job) {
-        job.spec = None;
-        if let Some(exit) = job.exit.as_mut() {
-            exit.message = None;
-        }
-        job.reason = public_reason(&job);
-    }
-    job
-}
-
-/// The reason of `job` as users other than its owner see it: made of its state, resources,
-/// node and exit status, never of text that came from its spec or its node.
-pub fn public_reason(job: &JobRecord) -> Option<String> {
-    let exit = job.exit.clone().unwrap_or_default();
-    match job.state {
-        // The scheduler's words ([`wharf_core::PendingReason`]), made from resources alone.
-        JobState::Pending => job.reason.clone(),
-        JobState::Starting => Some(match &job.node {
-            Some(n) => format!("starting on {n}"),
-            None => "starting".into(),
-        }),
-        JobState::Running if job.cancel_requested => Some("cancel requested; stopping".into()),
-        JobState::Running | JobState::Completed => None,
-        JobState::Failed if exit.code.is_none() && exit.signal.is_none() => {
-            Some("could not start (the details are shown to its owner and admins only)".into())
-        }
-        JobState::Failed => Some(format!("exit {}", exit.code_signal())),
-        JobState::Cancelled => Some("cancelled".into()),
-        JobState::Timeout | JobState::OutOfMemory => ended_reason(job),
-        JobState::NodeFail => Some(match &job.node {
-            Some(n) => format!("node {n} failed or lost the job"),
-            None => "its node failed".into(),
-        }),
-    }
-}
-
-/// Why a job that hit a limit ended, from its public limits.
-fn ended_reason(job: &JobRecord) -> Option<String> {
-    match job.state {
-        JobState::OutOfMemory => Some(format!(
-            "killed by the kernel for using more than its {} memory limit",
-            wharf_api::resources::format_memory(job.resources.memory)
-        )),
-        JobState::Timeout => Some(format!(
-            "killed at its time limit of {}",
-            wharf_api::resources::format_duration(job.time_limit)
-        )),
-        _ => None,
-    }
 }
 
 fn finish(mut job: JobRecord, exit: &ExitInfo, aj: &AgentJob, now: u64) -> JobRecord {

@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod private;
 pub mod serve;
 pub mod store;
+pub mod visibility;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
