@@ -46,6 +46,7 @@ fn flood(user: &User, socket: &std::path::Path) -> (nix::unistd::Pid, u32) {
         *d = *s as libc::c_char;
     }
     let (uid, gid) = (user.uid, user.gid);
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
     let (r, w) = nix::unistd::pipe().unwrap();
     use std::os::fd::AsRawFd;
     let (rfd, wfd) = (r.as_raw_fd(), w.as_raw_fd());
@@ -56,7 +57,14 @@ fn flood(user: &User, socket: &std::path::Path) -> (nix::unistd::Pid, u32) {
                 rlim_cur: 2 * FLOOD as libc::rlim_t,
                 rlim_max: 2 * FLOOD as libc::rlim_t,
             };
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                // Without CAP_SYS_RESOURCE: as many as the hard limit allows.
+                let lim = libc::rlimit {
+                    rlim_cur: hard as libc::rlim_t,
+                    rlim_max: hard as libc::rlim_t,
+                };
+                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            }
             if libc::setgroups(0, std::ptr::null()) != 0
                 || libc::setgid(gid) != 0
                 || libc::setuid(uid) != 0
