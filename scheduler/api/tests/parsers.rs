@@ -148,7 +148,11 @@ proptest! {
     }
 
     #[test]
-    fn option_words_never_panic(words in prop::collection::vec(nearly("--?[a-zJ-]{1,10}(=[0-9a-zA-Z]{0,6})?"), 0..6)) {
+    fn option_words_never_panic(words in prop::collection::vec(prop_oneof![
+        nearly("--?[a-zJ-]{1,10}(=[0-9a-zA-Z]{0,6})?"),
+        // A short option whose letter takes several bytes.
+        any::<(char, String)>().prop_map(|(c, rest)| format!("-{c}{rest}")),
+    ], 0..6)) {
         let mut req = JobRequest::default();
         if let Err(e) = apply_words(&mut req, &words) {
             prop_assert!(!e.is_empty());
