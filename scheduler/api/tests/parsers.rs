@@ -9,9 +9,13 @@ use wharf_api::jobfile::{apply_words, parse_job_file};
 use wharf_api::resources::{format_duration, format_memory};
 use wharf_api::{parse_duration, parse_memory, JobDefaults, JobRequest};
 
+/// 512 cases a property; `PROPTEST_CASES=N` runs more for a deeper search.
 fn config() -> ProptestConfig {
     ProptestConfig {
-        cases: 512,
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(512),
         failure_persistence: None,
         ..ProptestConfig::default()
     }
