@@ -350,6 +350,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn limits_and_ceilings_parse_and_are_checked() {
+        let file: FileConfig = toml::from_str(
+            "[defaults]\nmax_gpus = 8\nmax_memory = \"512G\"\nmax_env_size = \"16K\"\n\
+             [limits]\nmax_pending_per_user = 5\nheader_timeout = \"3s\"\nidle_timeout = \"20s\"\n",
+        )
+        .unwrap();
+        let d = file.defaults.resolve().unwrap();
+        assert_eq!(d.max_resources.gpus, Some(8));
+        assert_eq!(d.max_resources.memory, Some(512 << 30));
+        assert_eq!(d.max_resources.cpus, None);
+        assert_eq!(d.max_env_bytes, 16 << 10);
+        let c = file.limits.connections(Duration::from_secs(10)).unwrap();
+        assert_eq!(c.header_timeout, Duration::from_secs(3));
+        assert_eq!(file.limits.max_request_bytes().unwrap(), 1 << 20);
+        let err = file
+            .limits
+            .connections(Duration::from_secs(30))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("limits.idle_timeout") && err.contains("poll_wait"),
+            "{err}"
+        );
+        assert!(toml::from_str::<FileConfig>("[limits]\nmax_conections = 1\n").is_err());
+    }
+
+    #[test]
     fn limits_are_sizes_or_unlimited() {
         assert_eq!(limit("agent.memlock", "unlimited").unwrap(), u64::MAX);
         assert_eq!(limit("agent.memlock", "Infinity").unwrap(), u64::MAX);
