@@ -29,6 +29,69 @@ pub struct FileConfig {
     pub defaults: DefaultsSection,
     /// `[agent]`.
     pub agent: AgentSection,
+    /// `[limits]`: what the controller allows each client.
+    pub limits: LimitsSection,
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsSection {
+    pub max_pending_per_user: u32,
+    pub max_request_size: String,
+    pub max_connections: usize,
+    pub max_connections_per_user: usize,
+    pub header_timeout: String,
+    pub idle_timeout: String,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        let c = wharf_controller::serve::ConnectionLimits::default();
+        LimitsSection {
+            max_pending_per_user: 1000,
+            max_request_size: "1M".into(),
+            max_connections: c.max_connections,
+            max_connections_per_user: c.max_per_peer,
+            header_timeout: "10s".into(),
+            idle_timeout: "60s".into(),
+        }
+    }
+}
+
+impl LimitsSection {
+    /// The connection limits; the idle timeout must outlast an agent's held poll.
+    pub fn connections(
+        &self,
+        poll_wait: Duration,
+    ) -> Result<wharf_controller::serve::ConnectionLimits> {
+        let header_timeout = duration("limits.header_timeout", &self.header_timeout)?;
+        let idle_timeout = duration("limits.idle_timeout", &self.idle_timeout)?;
+        if idle_timeout <= poll_wait + Duration::from_secs(5) {
+            anyhow::bail!(
+                "limits.idle_timeout ({}s) must be longer than controller.poll_wait ({}s) plus 5s: \
+                 an agent's poll is held that long without a byte moving",
+                idle_timeout.as_secs(),
+                poll_wait.as_secs()
+            );
+        }
+        if self.max_connections == 0 || self.max_connections_per_user == 0 {
+            anyhow::bail!(
+                "limits.max_connections and limits.max_connections_per_user must be at least 1"
+            );
+        }
+        Ok(wharf_controller::serve::ConnectionLimits {
+            max_connections: self.max_connections,
+            max_per_peer: self.max_connections_per_user,
+            header_timeout,
+            idle_timeout,
+        })
+    }
+
+    /// The largest request body, bytes.
+    pub fn max_request_bytes(&self) -> Result<usize> {
+        Ok(size("limits.max_request_size", &self.max_request_size)? as usize)
+    }
 }
 
 /// `[controller]`.
@@ -67,6 +130,11 @@ pub struct DefaultsSection {
     pub time: String,
     pub max_time: String,
     pub image: String,
+    pub max_cpus: Option<u32>,
+    pub max_memory: Option<String>,
+    pub max_gpus: Option<u32>,
+    pub max_env_size: String,
+    pub max_command_size: String,
 }
 
 impl Default for DefaultsSection {
@@ -77,6 +145,11 @@ impl Default for DefaultsSection {
             time: "1h".into(),
             max_time: "7d".into(),
             image: "host".into(),
+            max_cpus: None,
+            max_memory: None,
+            max_gpus: None,
+            max_env_size: "64K".into(),
+            max_command_size: "128K".into(),
         }
     }
 }
@@ -201,6 +274,17 @@ impl DefaultsSection {
             time: duration("defaults.time", &self.time)?.as_secs(),
             max_time: duration("defaults.max_time", &self.max_time)?.as_secs(),
             image: self.image.clone(),
+            max_resources: wharf_api::limits::Ceiling {
+                cpus: self.max_cpus,
+                memory: self
+                    .max_memory
+                    .as_deref()
+                    .map(|m| size("defaults.max_memory", m))
+                    .transpose()?,
+                gpus: self.max_gpus,
+            },
+            max_env_bytes: size("defaults.max_env_size", &self.max_env_size)? as usize,
+            max_command_bytes: size("defaults.max_command_size", &self.max_command_size)? as usize,
         })
     }
 }
@@ -265,6 +349,33 @@ pub fn admin_uids(names: &[String]) -> Result<Vec<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_and_ceilings_parse_and_are_checked() {
+        let file: FileConfig = toml::from_str(
+            "[defaults]\nmax_gpus = 8\nmax_memory = \"512G\"\nmax_env_size = \"16K\"\n\
+             [limits]\nmax_pending_per_user = 5\nheader_timeout = \"3s\"\nidle_timeout = \"20s\"\n",
+        )
+        .unwrap();
+        let d = file.defaults.resolve().unwrap();
+        assert_eq!(d.max_resources.gpus, Some(8));
+        assert_eq!(d.max_resources.memory, Some(512 << 30));
+        assert_eq!(d.max_resources.cpus, None);
+        assert_eq!(d.max_env_bytes, 16 << 10);
+        let c = file.limits.connections(Duration::from_secs(10)).unwrap();
+        assert_eq!(c.header_timeout, Duration::from_secs(3));
+        assert_eq!(file.limits.max_request_bytes().unwrap(), 1 << 20);
+        let err = file
+            .limits
+            .connections(Duration::from_secs(30))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("limits.idle_timeout") && err.contains("poll_wait"),
+            "{err}"
+        );
+        assert!(toml::from_str::<FileConfig>("[limits]\nmax_conections = 1\n").is_err());
+    }
 
     #[test]
     fn limits_are_sizes_or_unlimited() {

@@ -94,7 +94,7 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", output::clean(&format!("{e:#}")));
             std::process::exit(1);
         }
     }

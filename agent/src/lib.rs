@@ -102,8 +102,10 @@ pub fn node_info(cfg: &AgentConfig) -> NodeInfo {
 
 /// Runs the agent until the task is dropped. Controller outages are waited out.
 pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
-    std::fs::create_dir_all(cfg.state_dir.join("jobs"))
-        .map_err(|e| AgentError::Setup(format!("creating {}: {e}", cfg.state_dir.display())))?;
+    for dir in [cfg.state_dir.clone(), cfg.state_dir.join("jobs")] {
+        traverse_only_dir(&dir)
+            .map_err(|e| AgentError::Setup(format!("securing {}: {e}", dir.display())))?;
+    }
     let images = wharf_images::ImageStore::open(cfg.image_store.clone()).map_err(|e| {
         AgentError::Setup(format!("image store {}: {e}", cfg.image_store.display()))
     })?;
@@ -291,7 +293,18 @@ fn carry_out(
         let dir = launch::job_dir(&cfg.state_dir, kill.id);
         tracing::info!(job = kill.id, reason = %kill.reason, "stopping job");
         // Recorded first, so that the order is not repeated while the job winds down.
-        if let Err(e) = std::fs::write(dir.stop(), &kill.reason) {
+        let written = {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(dir.stop())
+                .and_then(|mut f| f.write_all(kill.reason.as_bytes()))
+        };
+        if let Err(e) = written {
             tracing::warn!(job = kill.id, error = %e, "cannot record the stop order");
         }
         if let Err(e) = launcher.cancel(&dir) {
@@ -306,6 +319,32 @@ fn carry_out(
             tracing::warn!(job = id, error = %e, "cannot remove job directory");
         }
     }
+}
+
+/// Makes `dir` a directory of mode 0711 whatever the umask (and corrects an existing one):
+/// a job's unprivileged ids must pass through the state directory to reach the root bound in
+/// its job directory, but no one but root may list it, and the files that hold a job's
+/// details are 0600.
+fn traverse_only_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    match std::fs::DirBuilder::new().mode(0o711).create(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(dir.parent().unwrap_or(dir))?;
+            std::fs::DirBuilder::new().mode(0o711).create(dir)?;
+        }
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    if !std::fs::symlink_metadata(dir)?.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a directory",
+        ));
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
 }
 
 /// Launches a job unless this node already has it (orders are repeated until confirmed).
@@ -326,7 +365,7 @@ fn start(
         .and_then(|spec| launcher.launch(&dir, &spec).map_err(|e| e.to_string()));
     if let Err(message) = result {
         tracing::warn!(job = order.id, error = %message, "launch failed");
-        let _ = std::fs::create_dir_all(dir.path());
+        let _ = traverse_only_dir(dir.path());
         let outcome = Outcome {
             error: Some(message),
             ended_ms: wharf_runtime::now_ms(),

@@ -115,7 +115,7 @@ fn probe(args: &Args) -> Result<i32> {
         println!("{}", serde_json::to_string_pretty(&info)?);
         return Ok(0);
     }
-    println!("node    {}", info.name);
+    println!("node    {}", crate::output::clean(&info.name));
     println!("cpus    {}", info.cpus);
     println!(
         "memory  {} (after agent.reserved_memory)",
@@ -126,13 +126,15 @@ fn probe(args: &Args) -> Result<i32> {
         println!(
             "  /dev/nvidia{:<3} {:<28} {:<10} {}",
             g.index,
-            g.model
-                .as_deref()
-                .unwrap_or("(model unknown: NVML not loaded)"),
+            crate::output::clean(
+                g.model
+                    .as_deref()
+                    .unwrap_or("(model unknown: NVML not loaded)")
+            ),
             g.memory
                 .map(wharf_api::resources::format_memory)
                 .unwrap_or_default(),
-            g.uuid.as_deref().unwrap_or("")
+            crate::output::clean(g.uuid.as_deref().unwrap_or(""))
         );
     }
     Ok(0)

@@ -37,7 +37,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
                 done.push(job);
             }
             Err(ClientError::Api { error, .. }) => {
-                eprintln!("error: job {id}: {}", error.error);
+                eprintln!("error: job {id}: {}", crate::output::clean(&error.error));
                 status = 1;
             }
             Err(e) => return Err(e.into()),

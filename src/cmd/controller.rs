@@ -27,6 +27,7 @@ pub fn settings(
     token: String,
 ) -> Result<wharf_controller::ControllerConfig> {
     let c = &file.controller;
+    let poll_wait = config::duration("controller.poll_wait", &c.poll_wait)?;
     Ok(wharf_controller::ControllerConfig {
         state_dir: c.state_dir.clone(),
         socket,
@@ -42,7 +43,10 @@ pub fn settings(
         admins: config::admin_uids(&c.admins)?,
         defaults: file.defaults.resolve()?,
         node_timeout: config::duration("controller.node_timeout", &c.node_timeout)?,
-        poll_wait: config::duration("controller.poll_wait", &c.poll_wait)?,
+        poll_wait,
+        max_pending_per_user: file.limits.max_pending_per_user,
+        max_request_bytes: file.limits.max_request_bytes()?,
+        connections: file.limits.connections(poll_wait)?,
     })
 }
 

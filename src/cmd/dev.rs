@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::config;
 
@@ -23,6 +23,11 @@ pub async fn run(args: Args) -> Result<i32> {
         anyhow::bail!("`wharf dev` runs the node agent and must run as root (e.g. with sudo)");
     }
     let mut file = config::load(args.config.as_deref())?;
+    // The data dir may hold the socket, which users must reach; its contents are private
+    // (the controller's directory 0700, the agent's 0711 with 0600 files), so it is 0711:
+    // passable, not listable.
+    wharf_controller::private::dir(&args.data_dir, 0o711)
+        .with_context(|| format!("securing {}", args.data_dir.display()))?;
     file.controller.state_dir = args.data_dir.join("controller");
     file.agent.state_dir = args.data_dir.join("agent");
     // The agent talks to the controller over its own socket; the token lives only in memory.

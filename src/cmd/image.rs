@@ -113,9 +113,9 @@ pub async fn run(cmd: Command) -> Result<i32> {
                     .await??;
             println!(
                 "Imported {} ({}, {}, {} unpacked) in {:.1}s",
-                info.name,
-                info.digest,
-                info.source,
+                output::clean(&info.name),
+                output::clean(&info.digest),
+                output::clean(&info.source),
                 format_memory(info.size),
                 started.elapsed().as_secs_f64()
             );
@@ -140,7 +140,7 @@ pub async fn run(cmd: Command) -> Result<i32> {
         }
         Command::Remove { name, store } => {
             store.open()?.remove(&name)?;
-            println!("Removed {name}");
+            println!("Removed {}", output::clean(&name));
         }
     }
     Ok(0)

@@ -88,7 +88,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         };
         if job.state == JobState::Pending && !said_pending {
             if let Some(r) = &job.reason {
-                eprintln!("wharf: job {id} queued ({r})");
+                eprintln!("wharf: job {id} queued ({})", crate::output::clean(r));
                 said_pending = true;
             }
         }
@@ -105,7 +105,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     if job.state != JobState::Completed {
-        let why = job.reason.clone().unwrap_or_default();
+        let why = crate::output::clean(job.reason.as_deref().unwrap_or_default()).into_owned();
         eprintln!(
             "wharf: job {id} {}{}",
             job.state,

@@ -91,7 +91,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         None => rows.push(("Details", "private to the job's owner".into())),
     }
     for (k, v) in rows {
-        println!("{:>12}: {v}", k);
+        println!("{:>12}: {}", k, output::clean(&v));
     }
     Ok(0)
 }

@@ -139,10 +139,18 @@ pub async fn submit(socket: &str, job: JobRequest) -> Result<u64> {
     };
     let client = Client::new(Endpoint::parse(socket), None);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let mut retrying = false;
     loop {
         match client.post::<_, SubmitResponse>("/v1/jobs", &req).await {
             Ok(r) => return Ok(r.id),
             Err(e) if e.is_transient() && tokio::time::Instant::now() < deadline => {
+                if !retrying {
+                    eprintln!(
+                        "wharf: {}; retrying for up to 15s",
+                        crate::output::clean(&e.to_string())
+                    );
+                    retrying = true;
+                }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             Err(ClientError::Api { error, .. }) => anyhow::bail!("job rejected: {}", error.error),

@@ -1,10 +1,61 @@
 //! Acknowledged submits survive a `kill -9` of the controller; none is stored twice.
 
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::harness::*;
+
+/// POSTs a submit with `token` over the socket; returns the id the controller answers.
+fn submit_with_token(socket: &Path, token: &str) -> u64 {
+    let body = format!(
+        r#"{{"job": {{"command": ["/bin/true"], "name": "token-{token}"}}, "cwd": "/tmp", "client_token": "{token}"}}"#
+    );
+    let mut s = UnixStream::connect(socket).unwrap();
+    write!(
+        s,
+        "POST /v1/jobs HTTP/1.1\r\nHost: wharf\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let json = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let v: serde_json::Value =
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    v["id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no id: {answer}"))
+}
+
+#[test]
+fn one_client_token_is_one_job() {
+    if !can_run("one_client_token_is_one_job") {
+        return;
+    }
+    let mut c = Cluster::start();
+    let first = submit_with_token(&c.socket, "whctl-token-a");
+    assert_eq!(submit_with_token(&c.socket, "whctl-token-a"), first);
+    let other = submit_with_token(&c.socket, "whctl-token-b");
+    assert_ne!(other, first);
+    // The token outlives the controller.
+    c.kill9();
+    c.spawn();
+    c.wait_node_up();
+    assert_eq!(submit_with_token(&c.socket, "whctl-token-a"), first);
+    let out = c.wharf(&["queue", "--all", "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let named = list["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["name"] == "token-whctl-token-a")
+        .count();
+    assert_eq!(named, 1, "one token, one job: {list}");
+}
 
 #[test]
 fn controller_kill9_during_a_burst_of_500_submits_loses_nothing() {
@@ -12,21 +63,37 @@ fn controller_kill9_during_a_burst_of_500_submits_loses_nothing() {
         return;
     }
     let mut c = Cluster::start();
+    // One job holds every CPU, so that the burst (asking for all of them) stays pending: the
+    // test is about the store.
+    let nodes: serde_json::Value =
+        serde_json::from_slice(&c.wharf(&["nodes", "--json"]).stdout).unwrap();
+    let cpus = nodes["nodes"][0]["info"]["cpus"]
+        .as_u64()
+        .unwrap()
+        .to_string();
+    let blocker = submitted_id(&c.wharf(&["submit", "--cpus", &cpus, "--wrap", "sleep 600"]));
+    c.wait_running(blocker);
     let (clients, per_client) = (4, 125);
     let acked: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+    let retried: Arc<Mutex<Vec<String>>> = Arc::default();
     let threads: Vec<_> = (0..clients)
         .map(|t| {
-            let (socket, dir, acked) = (c.socket.clone(), c.dir.clone(), acked.clone());
+            let (socket, dir, acked, retried) = (
+                c.socket.clone(),
+                c.dir.clone(),
+                acked.clone(),
+                retried.clone(),
+            );
+            let cpus = cpus.clone();
             std::thread::spawn(move || {
                 for n in 0..per_client {
                     let name = format!("burst-{t}-{n}");
-                    // 64 CPUs never fit this node: the jobs stay pending and the test is about the store.
                     let out = std::process::Command::new(wharf_bin())
                         .args([
                             "submit",
                             "--json",
                             "--cpus",
-                            "64",
+                            &cpus,
                             "--job-name",
                             &name,
                             "--wrap",
@@ -41,7 +108,11 @@ fn controller_kill9_during_a_burst_of_500_submits_loses_nothing() {
                         acked
                             .lock()
                             .unwrap()
-                            .insert(name, v["id"].as_u64().unwrap());
+                            .insert(name.clone(), v["id"].as_u64().unwrap());
+                        // The CLI says when it could not reach the controller and tries again.
+                        if String::from_utf8_lossy(&out.stderr).contains("retrying") {
+                            retried.lock().unwrap().push(name);
+                        }
                     }
                 }
             })
@@ -73,6 +144,11 @@ fn controller_kill9_during_a_burst_of_500_submits_loses_nothing() {
         clients * per_client,
         "every submit is eventually acknowledged (the CLI retries)"
     );
+    let retried = retried.lock().unwrap().clone();
+    assert!(
+        !retried.is_empty(),
+        "no client retried across the kill: the test did not test the retry"
+    );
 
     let out = c.wharf(&["queue", "--all", "--limit", "10000", "--json"]);
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -83,6 +159,7 @@ fn controller_kill9_during_a_burst_of_500_submits_loses_nothing() {
             .or_default()
             .push(j["id"].as_u64().unwrap());
     }
+    stored.retain(|name, _| name.starts_with("burst-"));
     for (name, id) in &acked {
         assert_eq!(
             stored.get(name),
@@ -95,4 +172,11 @@ fn controller_kill9_during_a_burst_of_500_submits_loses_nothing() {
         clients * per_client,
         "a job was stored twice"
     );
+    eprintln!(
+        "{} of {} submits retried across the kill",
+        retried.len(),
+        acked.len()
+    );
+    let ok = c.wharf(&["cancel", &blocker.to_string()]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
 }

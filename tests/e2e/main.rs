@@ -4,6 +4,7 @@
 //! Without root they fail under `WHARF_TEST_STRICT=1` (CI) and skip with a printed reason
 //! otherwise.
 
+mod connections;
 mod durability;
 mod gpu;
 mod harness;
@@ -16,4 +17,7 @@ mod recovery;
 mod remote;
 mod sandbox;
 mod sif;
+mod state_files;
+mod submit_limits;
+mod untrusted_text;
 mod user_paths;

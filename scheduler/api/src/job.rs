@@ -149,6 +149,16 @@ pub struct JobDefaults {
     pub max_time: u64,
     /// Image when the job names none.
     pub image: String,
+    /// Most CPUs, memory and GPUs one job may ask for; an axis left `None` is bounded by the
+    /// largest node ever registered (see [`crate::limits::fits_some_node`]).
+    #[serde(default)]
+    pub max_resources: crate::limits::Ceiling,
+    /// Most bytes of environment (names and values) a job may set.
+    #[serde(default = "crate::limits::default_env_bytes")]
+    pub max_env_bytes: usize,
+    /// Most bytes of command (all words together) or script a job may have.
+    #[serde(default = "crate::limits::default_command_bytes")]
+    pub max_command_bytes: usize,
 }
 
 impl Default for JobDefaults {
@@ -159,6 +169,9 @@ impl Default for JobDefaults {
             time: 3600,
             max_time: 7 * 86400,
             image: "host".into(),
+            max_resources: crate::limits::Ceiling::default(),
+            max_env_bytes: crate::limits::default_env_bytes(),
+            max_command_bytes: crate::limits::default_command_bytes(),
         }
     }
 }
@@ -221,6 +234,7 @@ impl JobRequest {
     /// Validates the request and fills defaults. `cwd` is where the user submitted from. The
     /// error names the offending field.
     pub fn resolve(&self, cwd: &str, defaults: &JobDefaults) -> Result<JobSpec, String> {
+        crate::limits::check_sizes(self, cwd, defaults)?;
         let argv = match (&self.command, &self.script) {
             (Some(_), Some(_)) => return Err("set either `command` or `script`, not both".into()),
             (None, None) => return Err("nothing to run: set `command` or `script`".into()),
@@ -256,7 +270,7 @@ impl JobRequest {
             Some(n) => n.clone(),
             None => default_name(&argv, self.script.is_some()),
         };
-        if name.is_empty() || name.len() > MAX_NAME || name.chars().any(|c| c.is_control()) {
+        if name.is_empty() || name.len() > MAX_NAME || name.chars().any(crate::text::is_unsafe) {
             return Err(format!(
                 "`name` must be 1 to {MAX_NAME} printable characters"
             ));
@@ -287,6 +301,7 @@ impl JobRequest {
                 "`nodes` = {nodes}: this controller runs single-node jobs only; submit with nodes = 1"
             ));
         }
+        let gpus = self.gpus.unwrap_or(0);
         let time_limit = self.time.unwrap_or(defaults.time);
         if time_limit > defaults.max_time {
             return Err(format!(
@@ -302,6 +317,8 @@ impl JobRequest {
                 format_memory(memory)
             ));
         }
+        let resources = Resources { cpus, memory, gpus };
+        defaults.max_resources.check(&resources)?;
         if !cwd.starts_with('/') {
             return Err(format!("submit directory {cwd:?} is not absolute"));
         }
@@ -343,11 +360,7 @@ impl JobRequest {
             argv,
             workdir,
             env: self.env.clone(),
-            resources: Resources {
-                cpus,
-                memory,
-                gpus: self.gpus.unwrap_or(0),
-            },
+            resources,
             nodes,
             time_limit,
             output: self.output.clone().unwrap_or_else(|| "wharf-%j.out".into()),

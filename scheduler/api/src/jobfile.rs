@@ -146,7 +146,9 @@ pub fn apply_words(req: &mut JobRequest, words: &[String]) -> Result<(), String>
                 None => (long.to_string(), None),
             }
         } else if let Some(short) = w.strip_prefix('-').filter(|s| !s.is_empty()) {
-            let (k, v) = short.split_at(1);
+            // One character, which may take several bytes.
+            let first = short.chars().next().map_or(0, char::len_utf8);
+            let (k, v) = short.split_at(first);
             (k.to_string(), (!v.is_empty()).then(|| v.to_string()))
         } else {
             return Err(format!("expected an option like --cpus=2, found {w:?}"));
@@ -304,5 +306,7 @@ mod tests {
         assert!(e.to_string().contains("line 1: --mem"), "{e}");
         let e = parse_job_file("a.sh", "#WHARF --cpus\n").unwrap_err();
         assert!(e.message.contains("needs a value"), "{e}");
+        let e = parse_job_file("a.sh", "#WHARF -\u{e9}2\n").unwrap_err();
+        assert!(e.message.contains("unknown option --\u{e9}"), "{e}");
     }
 }

@@ -6,8 +6,10 @@
 
 pub mod job;
 pub mod jobfile;
+pub mod limits;
 pub mod node;
 pub mod resources;
+pub mod text;
 pub mod wire;
 
 pub use job::{ExitInfo, JobDefaults, JobId, JobRecord, JobRequest, JobSpec, JobState, Owner};

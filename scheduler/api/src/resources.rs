@@ -104,16 +104,26 @@ pub fn parse_duration(text: &str) -> Result<u64, String> {
         .map(|p| p.parse::<u64>())
         .collect::<Result<_, _>>()
         .map_err(|_| bad())?;
+    // Checked: a huge value must be an error, not a panic or a wrapped small limit.
+    let hms = |h: u64, m: u64, s: u64| {
+        h.checked_mul(3600)?
+            .checked_add(m.checked_mul(60)?)?
+            .checked_add(s)?
+            .checked_add(days.checked_mul(86400)?)
+    };
     let secs = match (t.contains('-'), parts.as_slice()) {
-        (false, [m]) => m * 60,
-        (false, [m, s]) => m * 60 + s,
-        (false, [h, m, s]) => h * 3600 + m * 60 + s,
-        (true, [h]) => h * 3600,
-        (true, [h, m]) => h * 3600 + m * 60,
-        (true, [h, m, s]) => h * 3600 + m * 60 + s,
+        (false, [m]) => hms(0, *m, 0),
+        (false, [m, s]) => hms(0, *m, *s),
+        (false, [h, m, s]) => hms(*h, *m, *s),
+        (true, [h]) => hms(*h, 0, 0),
+        (true, [h, m]) => hms(*h, *m, 0),
+        (true, [h, m, s]) => hms(*h, *m, *s),
         _ => return Err(bad()),
     };
-    positive(days * 86400 + secs, text)
+    positive(
+        secs.ok_or_else(|| format!("time limit {text:?} is out of range"))?,
+        text,
+    )
 }
 
 fn positive(secs: u64, text: &str) -> Result<u64, String> {
@@ -165,6 +175,9 @@ mod tests {
         assert!(parse_duration("0").is_err());
         assert!(parse_duration("abc").is_err());
         assert!(parse_duration("1:2:3:4").is_err());
+        let huge = parse_duration("18446744073709551615").unwrap_err();
+        assert!(huge.contains("out of range"), "{huge}");
+        assert!(parse_duration("213503982334602-00").is_err());
         assert_eq!(format_duration(93600), "1-02:00:00");
         assert_eq!(format_duration(59), "00:00:59");
     }

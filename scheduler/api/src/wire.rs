@@ -32,8 +32,9 @@ pub struct ApiError {
     pub kind: ErrorKind,
 }
 
-/// `POST /v1/jobs`.
+/// `POST /v1/jobs`. Unknown fields are refused, as in the job itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
     /// The job's options.
     pub job: JobRequest,

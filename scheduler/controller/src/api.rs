@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::connect_info::ConnectInfo;
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
+use axum::extract::DefaultBodyLimit;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -36,24 +38,6 @@ pub enum Peer {
     Remote(std::net::SocketAddr),
     /// Peer credentials could not be read.
     Unknown,
-}
-
-impl Connected<axum::serve::IncomingStream<'_, tokio::net::UnixListener>> for Peer {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, tokio::net::UnixListener>) -> Self {
-        match stream.io().peer_cred() {
-            Ok(c) => Peer::Local {
-                uid: c.uid(),
-                gid: c.gid(),
-            },
-            Err(_) => Peer::Unknown,
-        }
-    }
-}
-
-impl Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>> for Peer {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> Self {
-        Peer::Remote(*stream.remote_addr())
-    }
 }
 
 /// An error response.
@@ -107,6 +91,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/agent/register", post(register))
         .route("/v1/agent/poll", post(poll))
         .fallback(|| async { fail(ErrorKind::NotFound, "no such API route; see docs/api.md") })
+        .layer(DefaultBodyLimit::max(shared.config.max_request_bytes))
         .with_state(shared)
 }
 
@@ -140,8 +125,23 @@ fn caller(shared: &Shared, peer: &Peer) -> Result<Caller, ApiFailure> {
     }
 }
 
-fn body<T: serde::de::DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiFailure> {
-    serde_json::from_slice(bytes)
+fn body<T: serde::de::DeserializeOwned>(
+    s: &Shared,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiFailure> {
+    let bytes = bytes.map_err(|e| match e {
+        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => fail(
+            ErrorKind::InvalidInput,
+            format!(
+                "request body is over the controller's limit of {} bytes ([limits] \
+                 max_request_size); make the job smaller (a long script or environment \
+                 belongs in a file)",
+                s.config.max_request_bytes
+            ),
+        ),
+        other => fail(ErrorKind::InvalidInput, format!("request body: {other}")),
+    })?;
+    serde_json::from_slice(&bytes)
         .map_err(|e| fail(ErrorKind::InvalidInput, format!("request body: {e}")))
 }
 
@@ -174,10 +174,10 @@ async fn whoami(
 async fn submit(
     State(s): State<Arc<Shared>>,
     ConnectInfo(peer): ConnectInfo<Peer>,
-    bytes: Bytes,
+    bytes: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiFailure> {
     let c = caller(&s, &peer)?;
-    let req: SubmitRequest = body(&bytes)?;
+    let req: SubmitRequest = body(&s, bytes)?;
     let id = with_cluster(&s, move |cl, now| cl.submit(&c, &req, now)).await?;
     s.wake_scheduler();
     Ok((StatusCode::CREATED, Json(SubmitResponse { id })))
@@ -270,10 +270,10 @@ fn check_token(s: &Shared, headers: &HeaderMap) -> Result<(), ApiFailure> {
 async fn register(
     State(s): State<Arc<Shared>>,
     headers: HeaderMap,
-    bytes: Bytes,
+    bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<RegisterResponse> {
     check_token(&s, &headers)?;
-    let req: RegisterRequest = body(&bytes)?;
+    let req: RegisterRequest = body(&s, bytes)?;
     with_cluster(&s, move |cl, now| cl.register(req.node, now)).await?;
     s.wake_scheduler();
     Ok(Json(RegisterResponse {
@@ -284,10 +284,10 @@ async fn register(
 async fn poll(
     State(s): State<Arc<Shared>>,
     headers: HeaderMap,
-    bytes: Bytes,
+    bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<PollResponse> {
     check_token(&s, &headers)?;
-    let req: PollRequest = body(&bytes)?;
+    let req: PollRequest = body(&s, bytes)?;
     let node = req.node.clone();
     let held: BTreeSet<JobId> = req
         .jobs

@@ -12,6 +12,7 @@ use wharf_api::{
 use wharf_core::{schedule, ClusterView, Decision, NodeView, PendingJob};
 
 use crate::store::{Store, StoreError};
+use crate::visibility::{ended_reason, view};
 
 /// A refused or failed request, with its kind and words for the user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +48,8 @@ pub struct Caller {
 }
 
 impl Caller {
-    fn may_manage(&self, job: &JobRecord) -> bool {
+    /// May see everything of `job` and cancel it: its owner or an admin.
+    pub fn may_manage(&self, job: &JobRecord) -> bool {
         self.admin || job.owner.uid == self.owner.uid
     }
 }
@@ -68,6 +70,7 @@ pub struct Cluster {
     nodes: BTreeMap<String, NodeEntry>,
     defaults: JobDefaults,
     node_timeout_ms: u64,
+    max_pending_per_user: u32,
 }
 
 impl Cluster {
@@ -103,7 +106,14 @@ impl Cluster {
             nodes,
             defaults,
             node_timeout_ms,
+            max_pending_per_user: u32::MAX,
         })
+    }
+
+    /// Sets the most jobs one user may have pending (`u32::MAX`: no limit).
+    pub fn with_max_pending_per_user(mut self, max: u32) -> Cluster {
+        self.max_pending_per_user = max;
+        self
     }
 
     /// Validates and stores a job. Returns its id once committed.
@@ -113,10 +123,48 @@ impl Cluster {
         req: &SubmitRequest,
         now: u64,
     ) -> Result<JobId, Failure> {
+        if let Some(t) = &req.client_token {
+            if t.is_empty() || t.len() > 128 {
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    "client_token must be 1 to 128 characters",
+                ));
+            }
+            // A retry of a submit that was stored: the same answer, whatever changed since.
+            match self.store.job_by_token(t)? {
+                Some((id, uid)) if uid == caller.owner.uid => return Ok(id),
+                Some(_) => {
+                    return Err(Failure::new(
+                        ErrorKind::InvalidInput,
+                        "client_token is already in use; choose a new random token",
+                    ))
+                }
+                None => {}
+            }
+        }
         let spec = req
             .job
             .resolve(&req.cwd, &self.defaults)
             .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
+        wharf_api::limits::fits_some_node(
+            &spec.resources,
+            self.nodes.values().map(|n| n.info.capacity()),
+        )
+        .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
+        let pending = self
+            .jobs
+            .values()
+            .filter(|j| j.owner.uid == caller.owner.uid && j.state == JobState::Pending)
+            .count();
+        if pending >= self.max_pending_per_user as usize {
+            return Err(Failure::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "you have {pending} pending jobs, the most one user may have \
+                     ([controller] max_pending_per_user); wait for some to start or cancel some"
+                ),
+            ));
+        }
         // A path (a SIF file on shared storage) is checked by the node that runs the job.
         if spec.image != "host"
             && !spec.image.starts_with('/')
@@ -130,14 +178,6 @@ impl Cluster {
                     spec.image, spec.image
                 ),
             ));
-        }
-        if let Some(t) = &req.client_token {
-            if t.is_empty() || t.len() > 128 {
-                return Err(Failure::new(
-                    ErrorKind::InvalidInput,
-                    "client_token must be 1 to 128 characters",
-                ));
-            }
         }
         let mut record = JobRecord {
             id: 0,
@@ -512,31 +552,13 @@ fn not_yours(id: JobId) -> Failure {
     )
 }
 
-/// Hides the private parts (command, environment, paths) of other users' jobs.
-fn view(caller: &Caller, mut job: JobRecord) -> JobRecord {
-    if !caller.may_manage(&job) {
-        job.spec = None;
-        if let Some(exit) = job.exit.as_mut() {
-            exit.message = None;
-        }
-    }
-    job
-}
-
 fn finish(mut job: JobRecord, exit: &ExitInfo, aj: &AgentJob, now: u64) -> JobRecord {
     job.state = exit.final_state();
     job.start_time = job.start_time.or(aj.start_time);
     job.end_time = Some(aj.end_time.unwrap_or(now));
     job.cancel_requested = false;
     job.reason = match job.state {
-        JobState::OutOfMemory => Some(format!(
-            "killed by the kernel for using more than its {} memory limit",
-            wharf_api::resources::format_memory(job.resources.memory)
-        )),
-        JobState::Timeout => Some(format!(
-            "killed at its time limit of {}",
-            wharf_api::resources::format_duration(job.time_limit)
-        )),
+        JobState::OutOfMemory | JobState::Timeout => ended_reason(&job),
         JobState::Failed => exit
             .message
             .clone()

@@ -7,7 +7,10 @@
 
 pub mod api;
 pub mod cluster;
+pub mod private;
+pub mod serve;
 pub mod store;
+pub mod visibility;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -38,6 +41,12 @@ pub struct ControllerConfig {
     pub node_timeout: Duration,
     /// Longest an agent poll is held open.
     pub poll_wait: Duration,
+    /// Most jobs one user may have pending.
+    pub max_pending_per_user: u32,
+    /// Largest request body accepted, bytes.
+    pub max_request_bytes: usize,
+    /// Connection caps and timeouts.
+    pub connections: serve::ConnectionLimits,
 }
 
 /// State shared by the handlers and the scheduler task.
@@ -99,15 +108,28 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StartError {
 
 /// Opens the store, binds the listeners and serves until the task is dropped.
 pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
-    std::fs::create_dir_all(&config.state_dir)
-        .map_err(io(format!("creating {}", config.state_dir.display())))?;
+    // The database holds every job's command and environment: only root may reach it.
+    if config.socket.starts_with(&config.state_dir) {
+        return Err(StartError::Io {
+            what: format!(
+                "controller.socket {} lies inside controller.state_dir {}, which only root may \
+                 enter; put the socket elsewhere (default /run/wharf/wharf.sock)",
+                config.socket.display(),
+                config.state_dir.display()
+            ),
+            err: std::io::ErrorKind::InvalidInput.into(),
+        });
+    }
+    private::dir(&config.state_dir, 0o700)
+        .map_err(io(format!("securing {}", config.state_dir.display())))?;
     let store = store::Store::open(&config.state_dir.join("wharf.db"))?;
     let cluster = cluster::Cluster::load(
         store,
         config.defaults.clone(),
         config.node_timeout.as_millis() as u64,
         now_ms(),
-    )?;
+    )?
+    .with_max_pending_per_user(config.max_pending_per_user);
     let shared = Arc::new(Shared {
         config: config.clone(),
         cluster: Mutex::new(cluster),
@@ -116,7 +138,8 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
     });
 
     if let Some(parent) = config.socket.parent() {
-        std::fs::create_dir_all(parent).map_err(io(format!("creating {}", parent.display())))?;
+        // Users must reach the socket whatever the umask: a directory made here is 0755.
+        private::public_dir(parent).map_err(io(format!("creating {}", parent.display())))?;
     }
     let _ = std::fs::remove_file(&config.socket);
     let unix = tokio::net::UnixListener::bind(&config.socket)
@@ -125,24 +148,28 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
     std::fs::set_permissions(&config.socket, std::fs::Permissions::from_mode(0o666))
         .map_err(io(format!("chmod {}", config.socket.display())))?;
     let app = api::router(shared.clone());
-    let unix_server = axum::serve(
-        unix,
-        app.clone()
-            .into_make_service_with_connect_info::<api::Peer>(),
-    );
+    // Both listeners share the caps: a peer is a uid on the socket, an address on TCP.
+    let nofile = serve::raise_nofile_limit();
+    let limits = config.connections.clone().within_descriptors(nofile);
+    let counts = serve::Counts::new();
+    let unix_server = serve::serve(unix, app.clone(), limits.clone(), counts.clone());
     let tcp_server = match config.listen {
         Some(addr) => {
             let l = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(io(format!("binding {addr}")))?;
-            Some(axum::serve(
-                l,
-                app.into_make_service_with_connect_info::<api::Peer>(),
-            ))
+            Some(serve::serve(l, app, limits.clone(), counts))
         }
         None => None,
     };
-    tracing::info!(socket = %config.socket.display(), listen = ?config.listen, "controller ready");
+    tracing::info!(
+        socket = %config.socket.display(),
+        listen = ?config.listen,
+        nofile,
+        max_connections = limits.max_connections,
+        max_connections_per_user = limits.max_per_peer,
+        "controller ready"
+    );
     tokio::spawn(scheduler_loop(shared.clone()));
     let tcp = async move {
         match tcp_server {

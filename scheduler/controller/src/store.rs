@@ -18,6 +18,9 @@ pub enum StoreError {
     /// A stored record does not parse (written by a newer version?).
     #[error("state store: corrupt record: {0}")]
     Corrupt(#[from] serde_json::Error),
+    /// The database file could not be made private.
+    #[error("state store: cannot make {0} private (mode 0600): {1}")]
+    Mode(String, std::io::Error),
 }
 
 const SCHEMA: &str = "
@@ -48,8 +51,12 @@ pub struct Store {
 const ACTIVE: &str = "('PENDING','STARTING','RUNNING')";
 
 impl Store {
-    /// Opens (creating) the database at `path`: WAL, synchronous=FULL, schema applied.
+    /// Opens (creating) the database at `path`: WAL, synchronous=FULL, schema applied. The
+    /// database and its `-wal`, `-shm` and `-journal` files are made (or corrected to) 0600:
+    /// they hold every job's command and environment.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        crate::private::file(path, &["-wal", "-shm", "-journal"])
+            .map_err(|e| StoreError::Mode(path.display().to_string(), e))?;
         let conn = Connection::open(path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
@@ -122,6 +129,18 @@ impl Store {
             &format!("SELECT record FROM jobs WHERE state IN {ACTIVE} ORDER BY id"),
             [],
         )
+    }
+
+    /// The job stored with `client_token`, as (id, owner uid).
+    pub fn job_by_token(&self, client_token: &str) -> Result<Option<(JobId, u32)>, StoreError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT id, uid FROM jobs WHERE client_token = ?1",
+                [client_token],
+                |r| Ok((r.get::<_, i64>(0)? as JobId, r.get::<_, u32>(1)?)),
+            )
+            .optional()?)
     }
 
     /// One job by id.

@@ -1,0 +1,70 @@
+//! Showing untrusted text (job names, commands, paths, reasons, error messages) to a person.
+//!
+//! Any user chooses the text of their job, and other users (admins included) see some of it in
+//! their terminals. [`printable`] is the one escaping every human output goes through: control
+//! characters cannot move the cursor, change colours, set window titles or forge lines.
+//! JSON output keeps the exact values.
+//!
+//! ```
+//! use wharf_api::text::printable;
+//! assert_eq!(printable("a\x1b[31mb\nState: OK"), "a\\e[31mb\\nState: OK");
+//! assert_eq!(printable("plain"), "plain");
+//! ```
+
+use std::borrow::Cow;
+use std::fmt::Write;
+
+/// True for characters that must not reach a terminal raw: C0 and C1 controls, DEL, and the
+/// invisible formatting characters that reorder or hide text (bidirectional overrides and
+/// isolates, zero-width characters, the byte-order mark).
+pub fn is_unsafe(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}'
+        )
+}
+
+/// `text` with every unsafe character written as an escape: `\e` for ESC, `\n`, `\r`, `\t`,
+/// `\xHH` for the other C0 characters and DEL, `\u{HHHH}` for the rest. Borrowed unchanged when
+/// there is nothing to escape.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_unsafe) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\x1b' => out.push_str("\\e"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x80 && is_unsafe(c) => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if is_unsafe(c) => {
+                let _ = write!(out, "\\u{{{:04x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_every_control_and_keeps_the_rest() {
+        assert!(matches!(printable("héllo wörld/ok"), Cow::Borrowed(_)));
+        assert_eq!(printable("\x1b]0;title\x07"), "\\e]0;title\\x07");
+        assert_eq!(printable("a\r\nb\tc\x7f"), "a\\r\\nb\\tc\\x7f");
+        assert_eq!(printable("\u{9b}31m"), "\\u{009b}31m");
+        assert_eq!(printable("x\u{202e}y"), "x\\u{202e}y");
+        for c in (0u32..0x11_0000).filter_map(char::from_u32) {
+            let shown = printable(c.encode_utf8(&mut [0; 4])).into_owned();
+            assert!(!shown.chars().any(is_unsafe), "{c:?} shown as {shown:?}");
+        }
+    }
+}

@@ -1,0 +1,426 @@
+//! Serving the API with limits per connection, so that no user can starve the others of the
+//! controller's descriptors or time.
+//!
+//! Every accepted connection is charged to its peer (a uid on the Unix socket, an address on
+//! TCP). A peer over [`ConnectionLimits::max_per_peer`], or any connection past
+//! [`ConnectionLimits::max_connections`] (kept below the descriptor limit), is closed at
+//! once. A connection that sends no request head within the header timeout (a fresh one, or
+//! an idle keep-alive one) is closed by hyper; one that moves no byte either way for the idle
+//! timeout (a stalled body, a client that never reads its answer) is closed by [`Watched`].
+//!
+//! ```
+//! use wharf_controller::serve::{ConnectionLimits, Counts, PeerKey};
+//! let limits = ConnectionLimits { max_connections: 3, max_per_peer: 2, ..Default::default() };
+//! let counts = Counts::new();
+//! let a1 = counts.admit(PeerKey::Uid(1000), &limits).unwrap();
+//! let _a2 = counts.admit(PeerKey::Uid(1000), &limits).unwrap();
+//! assert!(counts.admit(PeerKey::Uid(1000), &limits).is_err());
+//! let _b = counts.admit(PeerKey::Uid(1001), &limits).unwrap();
+//! assert!(counts.admit(PeerKey::Uid(1002), &limits).is_err()); // the global cap
+//! drop(a1);
+//! assert!(counts.admit(PeerKey::Uid(1000), &limits).is_ok());
+//! ```
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::extract::connect_info::ConnectInfo;
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+use crate::api::Peer;
+
+/// Descriptors kept back from the global cap for the database, the listeners, logs and the
+/// blocking pool.
+pub const RESERVED_FDS: u64 = 256;
+
+/// How many connections the controller holds, and for how long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Most connections in all (lowered to the descriptor limit less [`RESERVED_FDS`]).
+    pub max_connections: usize,
+    /// Most connections of one user (uid) or one TCP address.
+    pub max_per_peer: usize,
+    /// Longest wait for a request head, on a new or a kept-alive connection.
+    pub header_timeout: Duration,
+    /// Longest time a connection may move no byte in either direction. Must exceed the
+    /// agents' poll wait, during which a poll's answer is held back.
+    pub idle_timeout: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            max_connections: 8192,
+            max_per_peer: 64,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl ConnectionLimits {
+    /// These limits with the global cap kept `RESERVED_FDS` below a descriptor limit of
+    /// `nofile`.
+    pub fn within_descriptors(mut self, nofile: u64) -> ConnectionLimits {
+        let room = nofile.saturating_sub(RESERVED_FDS).max(16);
+        self.max_connections = self.max_connections.min(room as usize);
+        self
+    }
+}
+
+/// Raises the soft limit on open descriptors to the hard limit; returns the soft limit in
+/// force afterwards.
+pub fn raise_nofile_limit() -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return 1024;
+    };
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return hard;
+    }
+    soft
+}
+
+/// Who a connection is charged to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PeerKey {
+    /// A local user.
+    Uid(u32),
+    /// A TCP client.
+    Addr(IpAddr),
+    /// A Unix peer whose credentials could not be read.
+    Unknown,
+}
+
+impl PeerKey {
+    /// The key of a peer.
+    pub fn of(peer: &Peer) -> PeerKey {
+        match peer {
+            Peer::Local { uid, .. } => PeerKey::Uid(*uid),
+            Peer::Remote(addr) => PeerKey::Addr(addr.ip()),
+            Peer::Unknown => PeerKey::Unknown,
+        }
+    }
+}
+
+/// Why a connection was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The peer holds its most connections.
+    PerPeer,
+    /// The controller holds its most connections.
+    Global,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    total: usize,
+    per_peer: BTreeMap<PeerKey, usize>,
+}
+
+/// Open connections, in all and per peer.
+#[derive(Debug, Clone, Default)]
+pub struct Counts(Arc<Mutex<Inner>>);
+
+impl Counts {
+    /// No connection yet.
+    pub fn new() -> Counts {
+        Counts::default()
+    }
+
+    /// Charges a new connection of `key`, or says which cap refuses it. The connection is
+    /// counted until the returned [`Slot`] is dropped.
+    pub fn admit(&self, key: PeerKey, limits: &ConnectionLimits) -> Result<Slot, Refused> {
+        let mut inner = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = inner.per_peer.get(&key).copied().unwrap_or(0);
+        if mine >= limits.max_per_peer {
+            return Err(Refused::PerPeer);
+        }
+        if inner.total >= limits.max_connections {
+            return Err(Refused::Global);
+        }
+        inner.total += 1;
+        inner.per_peer.insert(key, mine + 1);
+        Ok(Slot {
+            counts: self.clone(),
+            key,
+        })
+    }
+
+    /// Connections open now: in all, and of `key`.
+    pub fn open(&self, key: PeerKey) -> (usize, usize) {
+        let inner = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        (inner.total, inner.per_peer.get(&key).copied().unwrap_or(0))
+    }
+}
+
+/// One admitted connection; dropping it frees its place.
+#[derive(Debug)]
+pub struct Slot {
+    counts: Counts,
+    key: PeerKey,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut inner = self.counts.0.lock().unwrap_or_else(|p| p.into_inner());
+        inner.total = inner.total.saturating_sub(1);
+        if let Some(n) = inner.per_peer.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                inner.per_peer.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// A stream that fails with `TimedOut` once it has moved no byte for its idle timeout while
+/// someone waits on it.
+#[derive(Debug)]
+pub struct Watched<S> {
+    inner: S,
+    idle: Duration,
+    deadline: Pin<Box<Sleep>>,
+}
+
+impl<S> Watched<S> {
+    /// Watches `inner`.
+    pub fn new(inner: S, idle: Duration) -> Watched<S> {
+        Watched {
+            inner,
+            idle,
+            deadline: Box::pin(tokio::time::sleep(idle)),
+        }
+    }
+
+    fn moved(&mut self) {
+        let next = Instant::now() + self.idle;
+        self.deadline.as_mut().reset(next);
+    }
+
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        self.deadline.as_mut().poll(cx).is_ready()
+    }
+}
+
+fn timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "connection idle for too long")
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    self.moved();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending if self.expired(cx) => Poll::Ready(Err(timed_out())),
+            other => other,
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write(cx, buf) {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.moved();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending if self.expired(cx) => Poll::Ready(Err(timed_out())),
+            other => other,
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match Pin::new(&mut self.inner).poll_flush(cx) {
+            Poll::Pending if self.expired(cx) => Poll::Ready(Err(timed_out())),
+            other => other,
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A listener the server accepts from, with the peer of each connection.
+pub trait Accept: Send + 'static {
+    /// The connection type.
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    /// Waits for the next connection.
+    fn accept(&self) -> impl Future<Output = io::Result<(Self::Io, Peer)>> + Send;
+}
+
+impl Accept for tokio::net::UnixListener {
+    type Io = tokio::net::UnixStream;
+    async fn accept(&self) -> io::Result<(Self::Io, Peer)> {
+        let (s, _) = tokio::net::UnixListener::accept(self).await?;
+        let peer = match s.peer_cred() {
+            Ok(c) => Peer::Local {
+                uid: c.uid(),
+                gid: c.gid(),
+            },
+            Err(_) => Peer::Unknown,
+        };
+        Ok((s, peer))
+    }
+}
+
+impl Accept for tokio::net::TcpListener {
+    type Io = tokio::net::TcpStream;
+    async fn accept(&self) -> io::Result<(Self::Io, Peer)> {
+        let (s, addr) = tokio::net::TcpListener::accept(self).await?;
+        Ok((s, Peer::Remote(addr)))
+    }
+}
+
+/// Accepts connections from `listener` and serves `app` on each, within `limits`. Returns
+/// only on a listener error that is not about one connection or a passing shortage.
+pub async fn serve<L: Accept>(
+    listener: L,
+    app: Router,
+    limits: ConnectionLimits,
+    counts: Counts,
+) -> io::Result<()> {
+    let mut warned: BTreeMap<PeerKey, Instant> = BTreeMap::new();
+    loop {
+        let (io, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) if is_passing(&e) => {
+                // Out of descriptors or memory for now: let connections end, then go on.
+                tracing::warn!(error = %e, "cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let key = PeerKey::of(&peer);
+        let slot = match counts.admit(key, &limits) {
+            Ok(s) => s,
+            Err(why) => {
+                // Closed at once (dropping it); said in the log at most once a minute a peer.
+                let now = Instant::now();
+                if warned
+                    .get(&key)
+                    .is_none_or(|t| now.duration_since(*t) > Duration::from_secs(60))
+                {
+                    let (total, mine) = counts.open(key);
+                    tracing::warn!(peer = ?key, ?why, total, mine, "refusing connections");
+                    warned.insert(key, now);
+                }
+                continue;
+            }
+        };
+        let app = app.clone();
+        let limits = limits.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |mut req| {
+                req.extensions_mut().insert(ConnectInfo(peer.clone()));
+                tower_service::Service::call(&mut app.clone(), req)
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
+                .serve_connection(TokioIo::new(Watched::new(io, limits.idle_timeout)), service);
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended");
+            }
+            drop(slot);
+        });
+    }
+}
+
+/// Accept errors that pass: about one connection, or a shortage of descriptors or memory.
+fn is_passing(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::EMFILE
+                | libc::ENFILE
+                | libc::ENOBUFS
+                | libc::ENOMEM
+                | libc::ECONNABORTED
+                | libc::EINTR
+                | libc::EPROTO
+                | libc::EPERM
+        )
+    ) || matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_global_cap_stays_below_the_descriptor_limit() {
+        let l = ConnectionLimits::default().within_descriptors(1024);
+        assert_eq!(l.max_connections, 1024 - RESERVED_FDS as usize);
+        let l = ConnectionLimits::default().within_descriptors(1 << 20);
+        assert_eq!(l.max_connections, 8192);
+    }
+
+    #[test]
+    fn peers_are_capped_apart() {
+        let limits = ConnectionLimits {
+            max_connections: 100,
+            max_per_peer: 2,
+            ..Default::default()
+        };
+        let c = Counts::new();
+        let slots: Vec<Slot> = (0..2)
+            .map(|_| c.admit(PeerKey::Uid(7), &limits).unwrap())
+            .collect();
+        assert_eq!(
+            c.admit(PeerKey::Uid(7), &limits).err(),
+            Some(Refused::PerPeer)
+        );
+        let tcp = PeerKey::Addr("10.0.0.1".parse().unwrap());
+        assert!(c.admit(tcp, &limits).is_ok());
+        assert_eq!(c.open(PeerKey::Uid(7)), (2, 2));
+        drop(slots);
+        assert_eq!(c.open(PeerKey::Uid(7)), (0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_stream_times_out_and_a_busy_one_does_not() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (a, mut b) = tokio::io::duplex(64);
+        let mut w = Watched::new(a, Duration::from_secs(5));
+        let mut buf = [0u8; 8];
+        b.write_all(b"x").await.unwrap();
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert_eq!(w.read(&mut buf).await.unwrap(), 1);
+        tokio::time::advance(Duration::from_secs(4)).await;
+        // Four seconds after the last byte: still alive; then silence past five.
+        let read = w.read(&mut buf).await;
+        assert_eq!(read.unwrap_err().kind(), io::ErrorKind::TimedOut);
+    }
+}

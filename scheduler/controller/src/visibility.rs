@@ -1,0 +1,127 @@
+//! What each caller may see of a job. Its owner and admins see all of it; other users see
+//! its public fields (name, owner, resources, state, times, node) and a reason rebuilt from
+//! them, never the spec (command, environment, paths) or words that came from it.
+
+use wharf_api::{JobRecord, JobState};
+
+use crate::cluster::Caller;
+
+/// Hides the private parts (command, environment, paths) of other users' jobs. Their reason
+/// is rebuilt from public fields only ([`public_reason`]): the stored one may quote the
+/// agent's words about the job's command, files or mounts.
+pub fn view(caller: &Caller, mut job: JobRecord) -> JobRecord {
+    if !caller.may_manage(&job) {
+        job.spec = None;
+        if let Some(exit) = job.exit.as_mut() {
+            exit.message = None;
+        }
+        job.reason = public_reason(&job);
+    }
+    job
+}
+
+/// The reason of `job` as users other than its owner see it: made of its state, resources,
+/// node and exit status, never of text that came from its spec or its node.
+pub fn public_reason(job: &JobRecord) -> Option<String> {
+    let exit = job.exit.clone().unwrap_or_default();
+    match job.state {
+        // The scheduler's words ([`wharf_core::PendingReason`]), made from resources alone.
+        JobState::Pending => job.reason.clone(),
+        JobState::Starting => Some(match &job.node {
+            Some(n) => format!("starting on {n}"),
+            None => "starting".into(),
+        }),
+        JobState::Running if job.cancel_requested => Some("cancel requested; stopping".into()),
+        JobState::Running | JobState::Completed => None,
+        JobState::Failed if exit.code.is_none() && exit.signal.is_none() => {
+            Some("could not start (the details are shown to its owner and admins only)".into())
+        }
+        JobState::Failed => Some(format!("exit {}", exit.code_signal())),
+        JobState::Cancelled => Some("cancelled".into()),
+        JobState::Timeout | JobState::OutOfMemory => ended_reason(job),
+        JobState::NodeFail => Some(match &job.node {
+            Some(n) => format!("node {n} failed or lost the job"),
+            None => "its node failed".into(),
+        }),
+    }
+}
+
+/// Why a job that hit a limit ended, from its public limits.
+pub fn ended_reason(job: &JobRecord) -> Option<String> {
+    match job.state {
+        JobState::OutOfMemory => Some(format!(
+            "killed by the kernel for using more than its {} memory limit",
+            wharf_api::resources::format_memory(job.resources.memory)
+        )),
+        JobState::Timeout => Some(format!(
+            "killed at its time limit of {}",
+            wharf_api::resources::format_duration(job.time_limit)
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wharf_api::{ExitInfo, Owner, Resources};
+
+    fn failed(message: &str, code: Option<i32>) -> JobRecord {
+        JobRecord {
+            id: 3,
+            owner: Owner {
+                uid: 1000,
+                gid: 1000,
+                user: "alice".into(),
+            },
+            spec: None,
+            name: "train".into(),
+            resources: Resources {
+                cpus: 1,
+                memory: 1 << 30,
+                gpus: 0,
+            },
+            time_limit: 60,
+            state: JobState::Failed,
+            reason: Some(message.into()),
+            submit_time: 1,
+            start_time: None,
+            end_time: Some(2),
+            node: Some("n1".into()),
+            cpu_ids: vec![],
+            gpu_ids: vec![],
+            exit: Some(ExitInfo {
+                code,
+                message: Some(message.into()),
+                ..Default::default()
+            }),
+            cancel_requested: false,
+        }
+    }
+
+    fn caller(uid: u32, admin: bool) -> Caller {
+        Caller {
+            owner: Owner {
+                uid,
+                gid: uid,
+                user: uid.to_string(),
+            },
+            admin,
+        }
+    }
+
+    #[test]
+    fn others_see_no_words_from_the_job_or_its_node() {
+        let secret = "cannot create output file /home/alice/secret/out as uid 1000";
+        for code in [None, Some(3)] {
+            let seen = view(&caller(1001, false), failed(secret, code));
+            let reason = seen.reason.unwrap_or_default();
+            assert!(!reason.contains("secret") && !reason.is_empty(), "{reason}");
+            assert_eq!(seen.exit.unwrap().message, None);
+        }
+        for who in [caller(1000, false), caller(1001, true)] {
+            let seen = view(&who, failed(secret, None));
+            assert_eq!(seen.reason.as_deref(), Some(secret));
+        }
+    }
+}
