@@ -33,6 +33,7 @@ mod jobdir;
 mod launcher;
 mod limits;
 mod loopdev;
+mod output;
 mod rootfs;
 mod sandbox;
 #[cfg(feature = "seccomp")]
