@@ -315,14 +315,75 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// Every shim this cluster's agent started, by the pid files in its job directories (a
+    /// shim forked by the spawner is neither the dev process's child nor named after its job
+    /// directory), with the start time recorded there, so a reused pid is never taken for one.
+    fn shim_pids(&self) -> Vec<i32> {
+        let jobs = self.dir.join("agent/jobs");
+        let mut pids = Vec::new();
+        for job in std::fs::read_dir(jobs).into_iter().flatten().flatten() {
+            let Ok(text) = std::fs::read_to_string(job.path().join("shim.pid")) else {
+                continue;
+            };
+            let mut words = text.split_whitespace();
+            let (Some(pid), recorded) = (words.next().and_then(|p| p.parse().ok()), words.next())
+            else {
+                continue;
+            };
+            if recorded.is_some() && recorded == start_time(pid).as_deref() {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    /// Every process in the cluster's cgroups (its jobs' processes).
+    fn job_pids(&self) -> Vec<i32> {
+        let mut pids = Vec::new();
+        for dir in wharf_runtime::cgroup_dirs(&format!("/{}", self.cgroup_parent)) {
+            let children = std::fs::read_dir(&dir).into_iter().flatten().flatten();
+            for d in children.map(|e| e.path()).chain([dir.clone()]) {
+                let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+                pids.extend(procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+            }
+        }
+        pids
+    }
+}
+
+/// Field 22 of `/proc/PID/stat`: when the process started (clock ticks after boot).
+fn start_time(pid: i32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)
+        .map(str::to_string)
+}
+
+fn kill9(pid: i32) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
+        let spawner = self.spawner_pid();
         self.kill9();
-        // Cancelled or not, no shim may outlive the test.
-        let _ = Command::new("pkill")
-            .args(["-9", "-f"])
-            .arg(format!("shim {}", self.dir.display()))
-            .status();
+        // Cancelled or not, no shim and no job process may outlive the test.
+        spawner.into_iter().chain(self.shim_pids()).for_each(kill9);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let left = self.job_pids();
+            if left.is_empty() || Instant::now() > deadline {
+                break;
+            }
+            left.into_iter().for_each(kill9);
+            std::thread::sleep(Duration::from_millis(20));
+        }
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }

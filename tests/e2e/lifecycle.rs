@@ -413,3 +413,45 @@ fn a_fifo_as_output_fails_the_job_within_seconds_with_the_reason() {
     let _ = reader.kill();
     let _ = reader.wait();
 }
+
+#[test]
+fn a_dropped_cluster_leaves_no_shim_and_no_job_process() {
+    if !can_run("a_dropped_cluster_leaves_no_shim_and_no_job_process") {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("whlife-alice");
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", "--wrap", "sleep 300"]));
+    c.wait_running(id);
+    let pid_file = c.dir.join(format!("agent/jobs/{id}/shim.pid"));
+    let text = std::fs::read_to_string(pid_file).unwrap();
+    let shim: i32 = text.split_whitespace().next().unwrap().parse().unwrap();
+    let cgroup = format!("/{}/wharf-{id}", c.cgroup_parent);
+    let job: Vec<i32> = wharf_runtime::cgroup_dirs(&cgroup)
+        .iter()
+        .flat_map(|d| {
+            std::fs::read_to_string(d.join("cgroup.procs"))
+                .unwrap_or_default()
+                .lines()
+                .map(|l| l.parse::<i32>().unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(!job.is_empty(), "no job process in {cgroup}");
+    // The shim was forked by the spawner: not a child of the dev process.
+    drop(c);
+    let gone = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !(gone(shim) && job.iter().all(|&p| gone(p))) {
+        assert!(
+            Instant::now() < deadline,
+            "shim {shim} or job processes {job:?} outlived the cluster"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
