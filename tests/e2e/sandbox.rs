@@ -322,31 +322,47 @@ fn setuid_binaries_give_no_privilege_and_no_agent_fd_leaks_in() {
     }
     let c = Cluster::start();
     let rootfs = c.dir.join("suid");
-    mkrootfs(&rootfs, &["sh", "id", "ls"]);
-    // A root-owned setuid copy of `id` in the image.
-    std::fs::copy(rootfs.join("usr/bin/id"), rootfs.join("bin/suid-id")).unwrap();
-    std::fs::set_permissions(
-        rootfs.join("bin/suid-id"),
-        std::fs::Permissions::from_mode(0o4755),
-    )
-    .unwrap();
+    mkrootfs(&rootfs, &["sh", "id", "ls", "cat", "stat", "grep"]);
+    // A setuid copy of `cat` owned by the host id container root maps to (`root_host_id`,
+    // 65534 by default): inside, it is root's, and the kernel would honour the bit (a file of
+    // an unmapped owner would not be). It prints its own credentials.
+    let suid = rootfs.join("bin/suid-cat");
+    std::fs::copy(rootfs.join("usr/bin/cat"), &suid).unwrap();
+    nix::unistd::chown(&suid, Some(65534.into()), Some(65534.into())).unwrap();
+    std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).unwrap();
     c.import(&rootfs, "suid");
-    let alice = user("wharf-alice");
+    let alice = user("whlife-alice");
     let out = c.run_sh(
         &alice,
         &["--image", "suid"],
-        "suid-id -u; echo $(ls /proc/self/fd)",
+        "stat -c 'owner %u %A' /bin/suid-cat; \
+         suid-cat /proc/self/status | grep -E '^(Uid|Gid|CapEff|CapPrm|NoNewPrivs):'; \
+         echo fds $(ls /proc/self/fd)",
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
-    let mut lines = text.lines();
+    let line = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} in {text}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    // The premise: inside, the file is root's and setuid.
+    assert_eq!(line("owner "), "0 -rwsr-xr-x", "{text}");
+    let (u, g) = (alice.uid.to_string(), alice.gid.to_string());
     assert_eq!(
-        lines.next(),
-        Some(alice.uid.to_string().as_str()),
+        line("Uid:"),
+        [&*u, &u, &u, &u].join(" "),
         "setuid took effect: {text}"
     );
+    assert_eq!(line("Gid:"), [&*g, &g, &g, &g].join(" "), "{text}");
+    assert_eq!(line("CapEff:"), "0000000000000000", "{text}");
+    assert_eq!(line("CapPrm:"), "0000000000000000", "{text}");
+    assert_eq!(line("NoNewPrivs:"), "1", "{text}");
     // 0, 1 and 2, plus the directory `ls` itself opened: nothing of the agent or shim.
-    assert_eq!(lines.next().map(str::trim), Some("0 1 2 3"), "{text}");
+    assert_eq!(line("fds "), "0 1 2 3", "{text}");
 }
 
 #[test]

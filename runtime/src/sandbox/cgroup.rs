@@ -173,9 +173,8 @@ impl JobCgroup {
                     }
                 }
                 "devices" => {
-                    write(&dir, "devices.deny", "a")?;
-                    for rule in devices {
-                        write(&dir, "devices.allow", &v1_rule(rule))?;
+                    for (file, line) in v1_device_writes(devices) {
+                        write(&dir, file, &line)?;
                     }
                 }
                 _ => {}
@@ -236,6 +235,15 @@ fn make_parents(hierarchy: &Path, rel: &str, cpuset: bool) -> Result<(), Runtime
         }
     }
     Ok(())
+}
+
+/// What is written to a v1 devices cgroup, in order: deny everything, then allow each rule.
+fn v1_device_writes(devices: &[DeviceRule]) -> Vec<(&'static str, String)> {
+    let allow = devices.iter().map(|r| ("devices.allow", v1_rule(r)));
+    [("devices.deny", "a".to_string())]
+        .into_iter()
+        .chain(allow)
+        .collect()
 }
 
 /// `devices.allow` line of a rule.
@@ -345,6 +353,17 @@ mod tests {
             mknod: true,
         };
         assert_eq!(v1_rule(&pts), "c 136:* rwm");
+        // Everything is denied before anything is allowed.
+        let writes = v1_device_writes(&[pts, gpu]);
+        let lines: Vec<(&str, &str)> = writes.iter().map(|(f, l)| (*f, l.as_str())).collect();
+        assert_eq!(
+            lines,
+            [
+                ("devices.deny", "a"),
+                ("devices.allow", "c 136:* rwm"),
+                ("devices.allow", "c 195:3 rw")
+            ]
+        );
         assert_eq!(cpu_list(&[0, 2, 5]), "0,2,5");
     }
 }
