@@ -455,3 +455,41 @@ fn a_dropped_cluster_leaves_no_shim_and_no_job_process() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn output_is_opened_as_the_user_so_planted_links_and_root_paths_are_refused() {
+    if !can_run("output_is_opened_as_the_user_so_planted_links_and_root_paths_are_refused") {
+        return;
+    }
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let c = Cluster::start();
+    let alice = user("whlife-alice");
+    // A root-owned file the user can read but not write, and a link to it planted as the
+    // output file's name.
+    let target = c.dir.join("root-owned");
+    std::fs::write(&target, "root's\n").unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::symlink(&target, c.home(&alice).join("link.out")).unwrap();
+    let in_etc = format!("/etc/whlife-e2e-{}.out", std::process::id());
+    for (output, want) in [
+        ("link.out", "is a symbolic link".to_string()),
+        (
+            in_etc.as_str(),
+            format!("cannot create output file {in_etc} as uid {}", alice.uid),
+        ),
+    ] {
+        let id = submitted_id(&c.wharf_as(
+            &alice,
+            &["submit", "-o", output, "--wrap", "echo written-by-the-job"],
+        ));
+        let job = c.wait_done(id, Duration::from_secs(30));
+        assert_eq!(job["state"], "FAILED", "{output}: {job}");
+        assert!(job["start_time"].is_null(), "{output}: {job}");
+        let reason = job["reason"].as_str().unwrap();
+        assert!(reason.contains(&want), "{output}: {reason}");
+    }
+    let meta = std::fs::metadata(&target).unwrap();
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "root's\n");
+    assert_eq!((meta.uid(), meta.mode() & 0o7777), (0, 0o644));
+    assert!(!std::path::Path::new(&in_etc).exists(), "{in_etc} was made");
+}
