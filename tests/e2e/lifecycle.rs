@@ -105,8 +105,10 @@ fn job_over_its_time_limit_is_killed_and_reported_timed_out() {
     let id = submitted_id(&c.wharf_as(&alice, &["submit", "--time", "2s", "--wrap", "sleep 60"]));
     let job = c.wait_done(id, Duration::from_secs(30));
     assert_eq!(job["state"], "TIMEOUT", "{job}");
+    // Never before its limit; after it, within the grace period (2 s) and a margin for busy
+    // cores that only a job left running (60 s) would exceed. Both times are the shim's.
     let ran = job["end_time"].as_u64().unwrap() - job["start_time"].as_u64().unwrap();
-    assert!((2000..2000 + 2000 + 1500).contains(&ran), "ran {ran} ms");
+    assert!((2000..2000 + 2000 + 10_000).contains(&ran), "ran {ran} ms");
 }
 
 #[test]
@@ -132,15 +134,21 @@ fn cancel_removes_the_whole_process_tree_within_the_grace_period() {
         assert!(Instant::now() < deadline, "job processes never appeared");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let asked = Instant::now();
+    let asked = now_ms();
     assert!(c
         .wharf_as(&carol, &["cancel", &id.to_string()])
         .status
         .success());
-    let job = c.wait_done(id, Duration::from_secs(15));
-    let took = asked.elapsed();
+    let job = c.wait_done(id, Duration::from_secs(30));
     assert_eq!(job["state"], "CANCELLED", "{job}");
-    assert!(took < Duration::from_secs(2 + 3), "cancel took {took:?}");
+    // From the cancel to the end the shim recorded: the grace period (2 s: the job ignores
+    // TERM, so only the KILL after it ends the job), plus a margin for busy cores that only a
+    // job left running (300 s) would exceed.
+    let took = job["end_time"].as_u64().unwrap().saturating_sub(asked);
+    assert!(
+        (1900..2000 + 10_000).contains(&took),
+        "cancel took {took} ms: {job}"
+    );
     // The order reaches the agent once; it is not repeated (a busy loop) through the grace
     // period.
     let stops = c
