@@ -55,6 +55,7 @@ pub use jobdir::JobDir;
 pub use launcher::{JobStatus, Launcher};
 pub use limits::{can_raise_limits, memlock_ceiling};
 pub use rootfs::SANDBOX_MOUNT_POINTS;
+pub use seccomp::denied_calls as seccomp_denied_calls;
 pub use spec::{Bind, ContainerSpec, DeviceNode, DockerTarget, Identity, Outcome};
 
 /// Milliseconds since the Unix epoch.
