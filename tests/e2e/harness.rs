@@ -73,6 +73,8 @@ pub struct Cluster {
     pub cgroup_parent: String,
     child: Option<Child>,
     extra_config: String,
+    /// Handed to the dev process as descriptor 9, inheritable (see [`Cluster::start_leaking`]).
+    leaked: Option<std::fs::File>,
 }
 
 impl Cluster {
@@ -81,8 +83,18 @@ impl Cluster {
         Self::start_with("")
     }
 
+    /// Starts with `file` open in the dev process as descriptor 9, not close-on-exec: what a
+    /// careless service manager or shell would hand the daemons, and they to their children.
+    pub fn start_leaking(file: std::fs::File) -> Cluster {
+        Self::start_from("", Some(file))
+    }
+
     /// Starts with extra `[agent]` settings (TOML lines) in the generated config.
     pub fn start_with(extra: &str) -> Cluster {
+        Self::start_from(extra, None)
+    }
+
+    fn start_from(extra: &str, leaked: Option<std::fs::File>) -> Cluster {
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let dir = PathBuf::from(format!("/tmp/wharf-e2e-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -94,6 +106,7 @@ impl Cluster {
             dir,
             child: None,
             extra_config: extra.to_string(),
+            leaked,
         };
         c.spawn();
         c.wait_node_up();
@@ -120,15 +133,28 @@ impl Cluster {
             .append(true)
             .open(self.dir.join("dev.log"))
             .unwrap();
-        let child = Command::new(wharf_bin())
-            .args(["dev", "--config"])
+        let mut cmd = Command::new(wharf_bin());
+        cmd.args(["dev", "--config"])
             .arg(self.config())
             .arg("--data-dir")
             .arg(&self.dir)
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start wharf dev");
+            .stderr(log);
+        if let Some(file) = &self.leaked {
+            use std::os::fd::AsRawFd;
+            use std::os::unix::process::CommandExt;
+            let from = file.as_raw_fd();
+            // SAFETY: dup2 is async-signal-safe; its copy is not close-on-exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::dup2(from, 9) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd.spawn().expect("start wharf dev");
         self.child = Some(child);
     }
 

@@ -501,3 +501,44 @@ fn output_is_opened_as_the_user_so_planted_links_and_root_paths_are_refused() {
     assert_eq!((meta.uid(), meta.mode() & 0o7777), (0, 0o644));
     assert!(!std::path::Path::new(&in_etc).exists(), "{in_etc} was made");
 }
+
+#[test]
+fn a_descriptor_the_daemons_inherit_reaches_no_shim_and_no_job() {
+    if !can_run("a_descriptor_the_daemons_inherit_reaches_no_shim_and_no_job") {
+        return;
+    }
+    let scratch = scratch("whlife-leak-");
+    let secret = scratch.path().join("secret");
+    std::fs::write(&secret, "the node's").unwrap();
+    let c = Cluster::start_leaking(std::fs::File::open(&secret).unwrap());
+    let holds = |pid: i32| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .flatten()
+            .any(|e| std::fs::read_link(e.path()).ok().as_deref() == Some(secret.as_path()))
+    };
+    // The premise: the spawner (the agent's child) inherited it, as any child would.
+    let spawner = c.spawner_pid().expect("the agent's shim spawner");
+    assert!(holds(spawner), "the spawner does not hold the descriptor");
+    let alice = user("whlife-alice");
+    let id = submitted_id(&c.wharf_as(
+        &alice,
+        &["submit", "--wrap", "ls -l /proc/self/fd; sleep 60"],
+    ));
+    c.wait_running(id);
+    let text = std::fs::read_to_string(c.dir.join(format!("agent/jobs/{id}/shim.pid"))).unwrap();
+    let shim: i32 = text.split_whitespace().next().unwrap().parse().unwrap();
+    // A forked shim closes what the spawner holds; the job gets stdio alone.
+    assert!(
+        !holds(shim),
+        "shim {shim} of job {id} holds the daemons' descriptor"
+    );
+    assert!(c.wharf(&["cancel", &id.to_string()]).status.success());
+    c.wait_done(id, Duration::from_secs(15));
+    let out = std::fs::read_to_string(c.home(&alice).join(format!("wharf-{id}.out"))).unwrap();
+    assert!(
+        !out.contains("secret"),
+        "the job held the descriptor:\n{out}"
+    );
+    let _ = std::fs::remove_dir_all(secret.parent().unwrap());
+}
