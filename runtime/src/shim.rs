@@ -6,9 +6,13 @@
 //!      made and the init moved in) ─▶ start (the init takes the job's ids and execs it)
 //!                                                               │
 //!  outcome.json ◀─ remove cgroup ◀─ kill what is left ◀─ exit ◀─ wait (time limit, SIGTERM =
-//!                                                        cancel: TERM all, grace, KILL all)
+//!        ▲                                               cancel: TERM all, grace, KILL all)
+//!        └── launch stopped (CANCELLED / TIMEOUT, never started) or failed (the reason)
 //! ```
-//! Single-threaded by design: it forks, and its signal handling relies on one thread.
+//! Every step of the launch is bounded, and a cancel or the time limit (counted from the
+//! shim's start until the job starts) ends it between steps and while it waits: see
+//! `Launch`. Single-threaded by design: it forks, and its signal handling relies on one
+//! thread.
 
 use std::fs::File;
 use std::path::Path;
