@@ -298,6 +298,21 @@ fn now_ms() -> u64 {
 /// Submits, as `user`, a job taking every CPU of the node whose output file `name` (in their
 /// directory, owned by them) is held by a lease; returns the job and the holder once the launch
 /// waits on it (the holder has been asked to give the lease up) and the job is STARTING.
+/// Whether this node lets processes take file leases (`fs.leases-enable`); says why not, or
+/// fails under WHARF_TEST_STRICT=1.
+fn leases_enabled(test: &str) -> bool {
+    let on = std::fs::read_to_string("/proc/sys/fs/leases-enable").is_ok_and(|v| v.trim() != "0");
+    if !on {
+        let why = format!("{test}: file leases are off on this node (fs.leases-enable = 0)");
+        assert!(
+            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+            "{why}"
+        );
+        eprintln!("SKIPPED {why}");
+    }
+    on
+}
+
 fn held_in_starting(c: &Cluster, user: &User, name: &str, opts: &[&str]) -> (u64, LeaseHolder) {
     let file = c.home(user).join(name);
     std::fs::write(&file, "").unwrap();
@@ -316,6 +331,11 @@ fn held_in_starting(c: &Cluster, user: &User, name: &str, opts: &[&str]) -> (u64
 #[test]
 fn a_job_held_in_starting_is_cancelled_promptly_by_its_owner_or_root_and_frees_its_cpus() {
     if !can_run(
+        "a_job_held_in_starting_is_cancelled_promptly_by_its_owner_or_root_and_frees_its_cpus",
+    ) {
+        return;
+    }
+    if !leases_enabled(
         "a_job_held_in_starting_is_cancelled_promptly_by_its_owner_or_root_and_frees_its_cpus",
     ) {
         return;
@@ -350,6 +370,9 @@ fn a_job_held_in_starting_is_cancelled_promptly_by_its_owner_or_root_and_frees_i
 #[test]
 fn a_job_held_in_starting_ends_at_its_time_limit() {
     if !can_run("a_job_held_in_starting_ends_at_its_time_limit") {
+        return;
+    }
+    if !leases_enabled("a_job_held_in_starting_ends_at_its_time_limit") {
         return;
     }
     let c = Cluster::start();
