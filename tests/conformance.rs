@@ -453,3 +453,58 @@ fn shim_resolves_user_binds_beneath_their_allowed_directory() {
         }
     }
 }
+
+#[test]
+fn a_descriptor_the_shim_inherits_never_reaches_the_job() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let Some(dir) = scratch(
+        "a_descriptor_the_shim_inherits_never_reaches_the_job",
+        "wharf-fds-",
+    ) else {
+        return;
+    };
+    let rootfs = dir.path().join("rootfs");
+    mkrootfs(&rootfs, &["sh", "ls", "sleep"]);
+    let mut spec = template("fds", &rootfs, 4247, 4247);
+    spec.id = format!("fds-{}", std::process::id());
+    spec.argv = ["/bin/sh", "-c", "echo $(ls /proc/self/fd); sleep 1"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    spec.stdout = dir.path().join("out");
+    spec.stderr = spec.stdout.clone();
+    let jd = wharf_runtime::JobDir::new(dir.path().join("job"));
+    jd.create(&spec).unwrap();
+    // The shim is started directly with descriptor 9 open and inheritable (as a careless
+    // parent would leave it), so only the sandbox's own close step can keep it from the job.
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "the agent's").unwrap();
+    let held = std::fs::File::open(&secret).unwrap();
+    let from = held.as_raw_fd();
+    let mut shim = std::process::Command::new(env!("CARGO_BIN_EXE_wharf"));
+    shim.arg("shim").arg(jd.path());
+    // SAFETY: dup2 is async-signal-safe; the new descriptor has no close-on-exec flag.
+    unsafe {
+        shim.pre_exec(move || {
+            if libc::dup2(from, 9) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = shim.spawn().unwrap();
+    // The premise: the shim holds it.
+    let fd9 = format!("/proc/{}/fd/9", child.id());
+    assert_eq!(std::fs::read_link(&fd9).ok(), Some(secret.clone()), "{fd9}");
+    assert!(child.wait().unwrap().success());
+    let outcome = jd.read_outcome().expect("outcome");
+    assert_eq!(
+        (outcome.exit_code, outcome.error.as_deref()),
+        (Some(0), None),
+        "{outcome:?}"
+    );
+    // 0, 1 and 2, plus the directory `ls` itself opened.
+    assert_eq!(std::fs::read_to_string(&spec.stdout).unwrap(), "0 1 2 3\n");
+    drop(held);
+}

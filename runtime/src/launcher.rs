@@ -166,7 +166,8 @@ impl Launcher {
                         .map_err(|e| RequestError::Refused(format!("cannot start it: {e}")))?,
                 ),
             };
-            match crate::spawner::request(&mut s.to, &mut s.from, dir.path()) {
+            let within = crate::spawner::ANSWER_WITHIN;
+            match crate::spawner::request(&mut s.to, &mut s.from, dir.path(), within) {
                 Ok(shim) => return Ok(shim),
                 Err(e @ RequestError::Refused(_)) => return Err(e),
                 Err(e) => {

@@ -34,6 +34,7 @@ mod jobdir;
 mod launcher;
 mod limits;
 mod loopdev;
+mod output;
 mod rootfs;
 mod sandbox;
 #[cfg(feature = "seccomp")]
@@ -56,6 +57,7 @@ pub use launcher::{JobStatus, Launcher};
 pub use limits::{can_raise_limits, memlock_ceiling};
 pub use rootfs::SANDBOX_MOUNT_POINTS;
 pub use sandbox::plan::RESERVED as RESERVED_DESTINATIONS;
+pub use seccomp::denied_calls as seccomp_denied_calls;
 pub use spec::{Bind, ContainerSpec, DeviceNode, DockerTarget, Identity, Outcome};
 
 /// Milliseconds since the Unix epoch.

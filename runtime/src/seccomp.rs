@@ -37,6 +37,11 @@ const DENIED: [&str; 27] = [
     "fsopen",
 ];
 
+/// The system calls the profile refuses with EPERM, by name (for tests and documentation).
+pub fn denied_calls() -> &'static [&'static str] {
+    &DENIED
+}
+
 /// Architectures the filter also covers, besides the native one: a job must not dodge it
 /// through another ABI (i386 or x32 calls on x86_64, arm on aarch64).
 const ARCHES: [ScmpArch; 5] = [

@@ -6,13 +6,15 @@
 //!      made and the init moved in) ─▶ start (the init takes the job's ids and execs it)
 //!                                                               │
 //!  outcome.json ◀─ remove cgroup ◀─ kill what is left ◀─ exit ◀─ wait (time limit, SIGTERM =
-//!                                                        cancel: TERM all, grace, KILL all)
+//!        ▲                                               cancel: TERM all, grace, KILL all)
+//!        └── launch stopped (CANCELLED / TIMEOUT, never started) or failed (the reason)
 //! ```
-//! Single-threaded by design: it forks, and its signal handling relies on one thread.
+//! Every step of the launch is bounded, and a cancel or the time limit (counted from the
+//! shim's start until the job starts) ends it between steps and while it waits: see
+//! `Launch`. Single-threaded by design: it forks, and its signal handling relies on one
+//! thread.
 
-use std::fs::{File, OpenOptions};
-use std::os::fd::OwnedFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -20,12 +22,13 @@ use std::time::{Duration, Instant};
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::{getgroups, setfsgid, setfsuid, setgroups, Gid, Pid, Uid};
+use nix::unistd::Pid;
 
 use crate::as_user::{self, AsUser};
 use crate::cgroup;
 use crate::error::RuntimeError;
 use crate::jobdir::JobDir;
+use crate::output::open_outputs;
 use crate::sandbox::{self, Init, InitIo, JobCgroup, Plan};
 use crate::spec::{ContainerSpec, Outcome};
 use crate::timeline::Timeline;
@@ -85,19 +88,89 @@ pub(crate) fn cancelled() -> bool {
     CANCEL.load(Ordering::SeqCst)
 }
 
+/// Why a launch ended before the job ran, other than a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// The job was cancelled (SIGTERM or SIGINT to the shim).
+    Cancelled,
+    /// The launch outlasted the job's time limit.
+    TimedOut,
+}
+
+/// How a step of a launch ends early: stopped, or failed with the reason.
+#[derive(Debug)]
+pub(crate) enum Abort {
+    Stop(Stop),
+    Failed(RuntimeError),
+}
+
+impl From<RuntimeError> for Abort {
+    fn from(e: RuntimeError) -> Self {
+        Abort::Failed(e)
+    }
+}
+
+/// The watch over a launch: a cancel, and the time limit, which runs from the shim's start
+/// until the job starts (then again from the job's start, see [`wait_init`]). Every step of a
+/// launch is bounded; between steps, and while one waits, the launch asks [`Launch::stop`].
+#[derive(Debug, Clone, Copy)]
+struct Launch {
+    deadline: Option<Instant>,
+}
+
+impl Launch {
+    fn new(spec: &ContainerSpec) -> Launch {
+        Launch {
+            deadline: spec
+                .time_limit
+                .map(|t| Instant::now() + Duration::from_secs(t)),
+        }
+    }
+
+    /// Whether the launch must stop now, and why.
+    fn stop(&self) -> Option<Stop> {
+        if cancelled() {
+            Some(Stop::Cancelled)
+        } else if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            Some(Stop::TimedOut)
+        } else {
+            None
+        }
+    }
+
+    /// `Err` when the launch must stop now.
+    fn check(&self) -> Result<(), Abort> {
+        self.stop().map_or(Ok(()), |s| Err(Abort::Stop(s)))
+    }
+}
+
+/// Records how a launch ended early in the outcome.
+fn record_abort(out: &mut Outcome, abort: Abort) {
+    match abort {
+        Abort::Stop(Stop::Cancelled) => out.cancelled = true,
+        Abort::Stop(Stop::TimedOut) => out.timed_out = true,
+        Abort::Failed(e) => out.error = Some(e.to_string()),
+    }
+}
+
 /// Runs a Docker-backend job: the engine supervises the processes, the shim the job.
 fn supervise_docker(jd: &JobDir, spec: &ContainerSpec, target: &crate::DockerTarget) -> Outcome {
     let mut out = Outcome::default();
-    let result = install_signal_handlers().and_then(|_| {
-        let (o, e) = open_outputs(spec)?;
-        // The engine sets the container's limits; ask only for what this node can give.
-        let spec = apply_limits(spec)?;
-        // The engine binds by path: it gets paths the user cannot change (see as_user.rs).
-        let (spec, _staged) = as_user::stage_for_engine(jd.path(), &spec, &AsUser::of(&spec))?;
-        crate::docker::supervise(jd, &spec, target, o, e, &mut out)
-    });
-    if let Err(e) = result {
-        out.error = Some(e.to_string());
+    let launch = Launch::new(spec);
+    let result = install_signal_handlers()
+        .map_err(Abort::from)
+        .and_then(|_| {
+            let (o, e) = open_outputs(spec, &|| launch.stop())?;
+            launch.check()?;
+            // The engine sets the container's limits; ask only for what this node can give.
+            let spec = apply_limits(spec)?;
+            // The engine binds by path: it gets paths the user cannot change (see as_user.rs).
+            let (spec, _staged) = as_user::stage_for_engine(jd.path(), &spec, &AsUser::of(&spec))?;
+            launch.check()?;
+            Ok(crate::docker::supervise(jd, &spec, target, o, e, &mut out)?)
+        });
+    if let Err(abort) = result {
+        record_abort(&mut out, abort);
     }
     out.ended_ms = crate::now_ms();
     out
@@ -109,69 +182,72 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
     }
     let mut out = Outcome::default();
     let mut job_cgroup = None;
-    let result = install_signal_handlers().and_then(|_| {
-        let (stdout, stderr) = open_outputs(spec)?;
-        let stdin = File::open("/dev/null").map_err(|e| RuntimeError::io("/dev/null", e))?;
-        // The init inherits the shim's limits (a hard limit cannot be raised inside).
-        let spec = &apply_limits(spec)?;
-        let plan = Plan::new(spec, jd.path().join("rootfs"))?;
-        // What the user names (a SIF file, bind sources) is opened once, as the user, and
-        // those descriptors are what the sandbox uses.
-        let user = AsUser::of(spec);
-        let sif = match spec.rootfs_partition {
-            Some(_) => Some(as_user::open_sif(&spec.rootfs, &user)?),
-            None => None,
-        };
-        let trees = as_user::open_user_binds(spec, &user)?;
-        let is_dir: Vec<(usize, bool)> = trees.iter().map(|t| (t.bind, t.is_dir)).collect();
-        // On cgroup v2 the init is cloned straight into its cgroup, which must exist first; on
-        // v1 it has to be moved in anyway, so the cgroup is made while the init mounts.
-        if crate::cgroup::is_v2() {
-            job_cgroup = Some(JobCgroup::create(spec, &plan.devices)?);
-            timeline.mark("cgroup");
-        }
-        let (uid_map, gid_map) = if spec.remap_root {
-            crate::userns::root_maps(spec.uid, spec.gid, &spec.groups)
-        } else {
-            id_maps(spec.uid, spec.gid, &spec.groups, spec.root_host_id)?
-        };
-        let io = InitIo {
-            stdin: stdin.into(),
-            stdout,
-            stderr,
-            timeline: timeline.raw_fd(),
-            trees,
-        };
-        let mut init = sandbox::spawn(&plan, io, job_cgroup.as_ref())?;
-        init.map_ids(&uid_map, &gid_map)?;
-        timeline.mark("identity");
-        init.in_mount_ns(|| {
-            let userns = init.userns_path();
-            crate::rootfs::prepare_root(spec, jd.path(), &userns, sif.as_ref(), &is_dir)
-        })?;
-        timeline.mark("root");
-        if cancelled() {
-            out.cancelled = true;
-            init.abort();
-            return Ok(());
-        }
-        if job_cgroup.is_none() {
-            init.build()?;
-            let cg = JobCgroup::create(spec, &plan.devices).map_err(|e| init.explain(e))?;
-            let cg = job_cgroup.insert(cg);
-            cg.join(init.pid()).map_err(|e| init.explain(e))?;
-            timeline.mark("cgroup");
-        }
-        if !init.start(cancelled)? {
-            out.cancelled = true;
-            return Ok(());
-        }
-        timeline.mark("started");
-        run(jd, &init, spec, &mut out);
-        Ok(())
-    });
-    if let Err(e) = result {
-        out.error = Some(e.to_string());
+    let launch = Launch::new(spec);
+    let result = install_signal_handlers()
+        .map_err(Abort::from)
+        .and_then(|_| {
+            let (stdout, stderr) = open_outputs(spec, &|| launch.stop())?;
+            launch.check()?;
+            let stdin = File::open("/dev/null").map_err(|e| RuntimeError::io("/dev/null", e))?;
+            // The init inherits the shim's limits (a hard limit cannot be raised inside).
+            let spec = &apply_limits(spec)?;
+            let plan = Plan::new(spec, jd.path().join("rootfs"))?;
+            // What the user names (a SIF file, bind sources) is opened once, as the user, and
+            // those descriptors are what the sandbox uses.
+            let user = AsUser::of(spec);
+            let sif = match spec.rootfs_partition {
+                Some(_) => Some(as_user::open_sif(&spec.rootfs, &user)?),
+                None => None,
+            };
+            let trees = as_user::open_user_binds(spec, &user)?;
+            let is_dir: Vec<(usize, bool)> = trees.iter().map(|t| (t.bind, t.is_dir)).collect();
+            launch.check()?;
+            // On cgroup v2 the init is cloned straight into its cgroup, which must exist first;
+            // on v1 it has to be moved in anyway, so the cgroup is made while the init mounts.
+            if crate::cgroup::is_v2() {
+                job_cgroup = Some(JobCgroup::create(spec, &plan.devices)?);
+                timeline.mark("cgroup");
+            }
+            let (uid_map, gid_map) = if spec.remap_root {
+                crate::userns::root_maps(spec.uid, spec.gid, &spec.groups)
+            } else {
+                id_maps(spec.uid, spec.gid, &spec.groups, spec.root_host_id)?
+            };
+            let io = InitIo {
+                stdin: stdin.into(),
+                stdout,
+                stderr,
+                timeline: timeline.raw_fd(),
+                trees,
+            };
+            // From here a dropped `init` is killed and reaped: an early return leaves nothing.
+            let mut init = sandbox::spawn(&plan, io, job_cgroup.as_ref())?;
+            init.map_ids(&uid_map, &gid_map)?;
+            timeline.mark("identity");
+            launch.check()?;
+            init.in_mount_ns(|| {
+                let userns = init.userns_path();
+                crate::rootfs::prepare_root(spec, jd.path(), &userns, sif.as_ref(), &is_dir)
+            })?;
+            timeline.mark("root");
+            launch.check()?;
+            if job_cgroup.is_none() {
+                init.build()?;
+                let cg = JobCgroup::create(spec, &plan.devices).map_err(|e| init.explain(e))?;
+                let cg = job_cgroup.insert(cg);
+                cg.join(init.pid()).map_err(|e| init.explain(e))?;
+                timeline.mark("cgroup");
+            }
+            if !init.start(|| launch.stop().is_some())? {
+                // It gave up because a stop was asked (and a stop, once asked, stays).
+                return Err(Abort::Stop(launch.stop().unwrap_or(Stop::Cancelled)));
+            }
+            timeline.mark("started");
+            run(jd, &init, spec, &mut out);
+            Ok(())
+        });
+    if let Err(abort) = result {
+        record_abort(&mut out, abort);
     }
     // Whatever happened, nothing of the job is left: no process, no cgroup.
     kill_all(spec);
@@ -329,53 +405,4 @@ fn memlock_text(v: u64) -> String {
     } else {
         v.to_string()
     }
-}
-
-/// Opens the job's output files as the user: with the user's fs ids and groups, so a path the
-/// user could not write (or a symlink they planted) cannot be used against root. Mode 0600.
-fn open_outputs(spec: &ContainerSpec) -> Result<(OwnedFd, OwnedFd), RuntimeError> {
-    let stdout = open_as_user(&spec.stdout, spec)?;
-    let stderr = if spec.stderr == spec.stdout {
-        stdout.try_clone().map_err(|e| RuntimeError::io("dup", e))?
-    } else {
-        open_as_user(&spec.stderr, spec)?
-    };
-    Ok((stdout, stderr))
-}
-
-fn open_as_user(path: &Path, spec: &ContainerSpec) -> Result<OwnedFd, RuntimeError> {
-    let saved = getgroups().map_err(|e| RuntimeError::sys("getgroups", e))?;
-    let groups: Vec<Gid> = spec
-        .groups
-        .iter()
-        .chain([&spec.gid])
-        .map(|&g| Gid::from_raw(g))
-        .collect();
-    setgroups(&groups).map_err(|e| RuntimeError::sys("setgroups", e))?;
-    // setfsuid/setfsgid act on this thread only; the shim has one.
-    setfsgid(Gid::from_raw(spec.gid));
-    setfsuid(Uid::from_raw(spec.uid));
-    let opened = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path);
-    setfsuid(Uid::from_raw(0));
-    setfsgid(Gid::from_raw(0));
-    let _ = setgroups(&saved);
-    let file = opened.map_err(|e| {
-        RuntimeError::io(
-            format!(
-                "cannot create output file {} as uid {}",
-                path.display(),
-                spec.uid
-            ),
-            e,
-        )
-    })?;
-    // Honour 0600 even if the file existed with wider permissions.
-    let _ = file.set_permissions(std::fs::Permissions::from_mode(0o600));
-    Ok(file.into())
 }

@@ -9,9 +9,10 @@
 //! exec will close them). The spawner reaps the shims it forked and exits when its stdin
 //! closes, that is when the agent goes; shims live on without it.
 
-use std::io::{BufRead, Write};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::unistd::{fork, ForkResult, Pid};
@@ -138,11 +139,17 @@ impl std::fmt::Display for RequestError {
     }
 }
 
-/// Hands a line to the spawner and reads its answer.
-pub(crate) fn request(
+/// How long the agent waits for the spawner's answer. It forks and answers in about a
+/// millisecond; one that has not answered in this time is wedged (stopped, or stuck in the
+/// kernel), and the agent must not wait on it with every launch of the node behind it.
+pub(crate) const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+
+/// Hands a line to the spawner and reads its answer, waiting at most `within` for it.
+pub(crate) fn request<R: Read + AsFd>(
     to: &mut impl Write,
-    from: &mut impl BufRead,
+    from: &mut BufReader<R>,
     dir: &Path,
+    within: Duration,
 ) -> Result<(u32, u64), RequestError> {
     let text = dir.to_str().filter(|s| !s.contains('\n')).ok_or_else(|| {
         RequestError::Refused(format!("{} is not a plain-text path", dir.display()))
@@ -151,6 +158,12 @@ pub(crate) fn request(
     to.write_all(format!("{text}\n").as_bytes())
         .and_then(|_| to.flush())
         .map_err(broken)?;
+    if from.buffer().is_empty() && !answers_within(from.get_ref().as_fd(), within) {
+        return Err(broken(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {within:?}"),
+        )));
+    }
     let mut answer = String::new();
     if from.read_line(&mut answer).map_err(broken)? == 0 {
         return Err(broken(std::io::Error::other("it closed its output")));
@@ -165,5 +178,53 @@ pub(crate) fn request(
         _ => Err(broken(std::io::Error::other(format!(
             "it answered {answer:?}"
         )))),
+    }
+}
+
+/// Whether `fd` has something to read (or is at its end) within `within`. Signals do not cut
+/// the wait short.
+fn answers_within(fd: BorrowedFd<'_>, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(n) if n > 0 => return true,
+            Ok(_) if left.is_zero() => return false,
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return true, // let the read say what is wrong
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spawner_that_does_not_answer_is_given_up_on() {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let mut from = BufReader::new(std::fs::File::from(r));
+        let mut to = Vec::new();
+        let started = Instant::now();
+        let got = request(
+            &mut to,
+            &mut from,
+            Path::new("/jobs/1"),
+            Duration::from_millis(200),
+        );
+        assert!(matches!(got, Err(RequestError::Broken(_))), "{got:?}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(to, b"/jobs/1\n");
+        // An answer that is there is read.
+        nix::unistd::write(&w, b"42 7\n").unwrap();
+        let got = request(
+            &mut to,
+            &mut from,
+            Path::new("/jobs/2"),
+            Duration::from_millis(200),
+        );
+        assert_eq!(got.unwrap(), (42, 7));
     }
 }

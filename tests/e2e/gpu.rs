@@ -251,3 +251,58 @@ fn agent_probe_prints_the_node_it_would_register() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
 }
+
+/// The device cgroup holds for every process in the job's cgroup, not only for what the
+/// job's private `/dev` shows: a root process moved into it (with no user namespace, no
+/// nodev mount and the node's device paths in reach) still cannot open a GPU the job was not
+/// given (EPERM), while the job's own reaches the (absent) driver (ENXIO). This runs the code
+/// path of the host's cgroup version: v1 here is `devices.deny`/`devices.allow`, v2 the eBPF
+/// filter (which the runtime's unit tests also check on the unified hierarchy).
+#[test]
+fn device_cgroup_refuses_unallocated_gpus_to_root_inside_the_jobs_cgroup() {
+    if !can_run("device_cgroup_refuses_unallocated_gpus_to_root_inside_the_jobs_cgroup") {
+        return;
+    }
+    use std::io::Write;
+    let dev = fake_dev(4);
+    let c = Cluster::start_with(&format!("dev_root = \"{}\"", dev.path().display()));
+    let alice = user("whlife-alice");
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", "--gpus", "1", "--wrap", "sleep 60"]));
+    c.wait_running(id);
+    let gpu = c.job(id)["gpu_ids"][0].as_u64().expect("gpu_ids");
+    let other = (gpu + 1) % 4;
+    let cgroups = wharf_runtime::cgroup_dirs(&format!("/{}/wharf-{id}", c.cgroup_parent));
+    assert!(!cgroups.is_empty(), "job {id} has no cgroup");
+    let script = format!(
+        "read go; head -c1 {0}/nvidia{other} 2>&1; head -c1 {0}/nvidia{gpu} 2>&1",
+        dev.path().display()
+    );
+    let mut helper = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let moved: Vec<_> = cgroups
+        .iter()
+        .map(|d| std::fs::write(d.join("cgroup.procs"), helper.id().to_string()))
+        .collect();
+    let _ = helper.stdin.take().unwrap().write_all(b"go\n");
+    let out = helper.wait_with_output().unwrap();
+    assert!(c.wharf(&["cancel", &id.to_string()]).status.success());
+    c.wait_done(id, Duration::from_secs(15));
+    for (dir, m) in cgroups.iter().zip(&moved) {
+        assert!(m.is_ok(), "moving the helper into {}: {m:?}", dir.display());
+    }
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].ends_with("Operation not permitted"),
+        "GPU {other}, not the job's: {text}"
+    );
+    assert!(
+        lines[1].ends_with("No such device or address"),
+        "GPU {gpu}, the job's: {text}"
+    );
+}

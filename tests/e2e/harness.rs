@@ -73,6 +73,8 @@ pub struct Cluster {
     pub cgroup_parent: String,
     child: Option<Child>,
     extra_config: String,
+    /// Handed to the dev process as descriptor 9, inheritable (see [`Cluster::start_leaking`]).
+    leaked: Option<std::fs::File>,
 }
 
 impl Cluster {
@@ -81,8 +83,18 @@ impl Cluster {
         Self::start_with("")
     }
 
+    /// Starts with `file` open in the dev process as descriptor 9, not close-on-exec: what a
+    /// careless service manager or shell would hand the daemons, and they to their children.
+    pub fn start_leaking(file: std::fs::File) -> Cluster {
+        Self::start_from("", Some(file))
+    }
+
     /// Starts with extra `[agent]` settings (TOML lines) in the generated config.
     pub fn start_with(extra: &str) -> Cluster {
+        Self::start_from(extra, None)
+    }
+
+    fn start_from(extra: &str, leaked: Option<std::fs::File>) -> Cluster {
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let dir = PathBuf::from(format!("/tmp/wharf-e2e-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -94,6 +106,7 @@ impl Cluster {
             dir,
             child: None,
             extra_config: extra.to_string(),
+            leaked,
         };
         c.spawn();
         c.wait_node_up();
@@ -120,15 +133,28 @@ impl Cluster {
             .append(true)
             .open(self.dir.join("dev.log"))
             .unwrap();
-        let child = Command::new(wharf_bin())
-            .args(["dev", "--config"])
+        let mut cmd = Command::new(wharf_bin());
+        cmd.args(["dev", "--config"])
             .arg(self.config())
             .arg("--data-dir")
             .arg(&self.dir)
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start wharf dev");
+            .stderr(log);
+        if let Some(file) = &self.leaked {
+            use std::os::fd::AsRawFd;
+            use std::os::unix::process::CommandExt;
+            let from = file.as_raw_fd();
+            // SAFETY: dup2 is async-signal-safe; its copy is not close-on-exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::dup2(from, 9) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd.spawn().expect("start wharf dev");
         self.child = Some(child);
     }
 
@@ -315,14 +341,75 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// Every shim this cluster's agent started, by the pid files in its job directories (a
+    /// shim forked by the spawner is neither the dev process's child nor named after its job
+    /// directory), with the start time recorded there, so a reused pid is never taken for one.
+    fn shim_pids(&self) -> Vec<i32> {
+        let jobs = self.dir.join("agent/jobs");
+        let mut pids = Vec::new();
+        for job in std::fs::read_dir(jobs).into_iter().flatten().flatten() {
+            let Ok(text) = std::fs::read_to_string(job.path().join("shim.pid")) else {
+                continue;
+            };
+            let mut words = text.split_whitespace();
+            let (Some(pid), recorded) = (words.next().and_then(|p| p.parse().ok()), words.next())
+            else {
+                continue;
+            };
+            if recorded.is_some() && recorded == start_time(pid).as_deref() {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    /// Every process in the cluster's cgroups (its jobs' processes).
+    fn job_pids(&self) -> Vec<i32> {
+        let mut pids = Vec::new();
+        for dir in wharf_runtime::cgroup_dirs(&format!("/{}", self.cgroup_parent)) {
+            let children = std::fs::read_dir(&dir).into_iter().flatten().flatten();
+            for d in children.map(|e| e.path()).chain([dir.clone()]) {
+                let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+                pids.extend(procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+            }
+        }
+        pids
+    }
+}
+
+/// Field 22 of `/proc/PID/stat`: when the process started (clock ticks after boot).
+fn start_time(pid: i32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)
+        .map(str::to_string)
+}
+
+fn kill9(pid: i32) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
+        let spawner = self.spawner_pid();
         self.kill9();
-        // Cancelled or not, no shim may outlive the test.
-        let _ = Command::new("pkill")
-            .args(["-9", "-f"])
-            .arg(format!("shim {}", self.dir.display()))
-            .status();
+        // Cancelled or not, no shim and no job process may outlive the test.
+        spawner.into_iter().chain(self.shim_pids()).for_each(kill9);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let left = self.job_pids();
+            if left.is_empty() || Instant::now() > deadline {
+                break;
+            }
+            left.into_iter().for_each(kill9);
+            std::thread::sleep(Duration::from_millis(20));
+        }
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }

@@ -322,31 +322,47 @@ fn setuid_binaries_give_no_privilege_and_no_agent_fd_leaks_in() {
     }
     let c = Cluster::start();
     let rootfs = c.dir.join("suid");
-    mkrootfs(&rootfs, &["sh", "id", "ls"]);
-    // A root-owned setuid copy of `id` in the image.
-    std::fs::copy(rootfs.join("usr/bin/id"), rootfs.join("bin/suid-id")).unwrap();
-    std::fs::set_permissions(
-        rootfs.join("bin/suid-id"),
-        std::fs::Permissions::from_mode(0o4755),
-    )
-    .unwrap();
+    mkrootfs(&rootfs, &["sh", "id", "ls", "cat", "stat", "grep"]);
+    // A setuid copy of `cat` owned by the host id container root maps to (`root_host_id`,
+    // 65534 by default): inside, it is root's, and the kernel would honour the bit (a file of
+    // an unmapped owner would not be). It prints its own credentials.
+    let suid = rootfs.join("bin/suid-cat");
+    std::fs::copy(rootfs.join("usr/bin/cat"), &suid).unwrap();
+    nix::unistd::chown(&suid, Some(65534.into()), Some(65534.into())).unwrap();
+    std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).unwrap();
     c.import(&rootfs, "suid");
-    let alice = user("wharf-alice");
+    let alice = user("whlife-alice");
     let out = c.run_sh(
         &alice,
         &["--image", "suid"],
-        "suid-id -u; echo $(ls /proc/self/fd)",
+        "stat -c 'owner %u %A' /bin/suid-cat; \
+         suid-cat /proc/self/status | grep -E '^(Uid|Gid|CapEff|CapPrm|NoNewPrivs):'; \
+         echo fds $(ls /proc/self/fd)",
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
-    let mut lines = text.lines();
+    let line = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} in {text}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    // The premise: inside, the file is root's and setuid.
+    assert_eq!(line("owner "), "0 -rwsr-xr-x", "{text}");
+    let (u, g) = (alice.uid.to_string(), alice.gid.to_string());
     assert_eq!(
-        lines.next(),
-        Some(alice.uid.to_string().as_str()),
+        line("Uid:"),
+        [&*u, &u, &u, &u].join(" "),
         "setuid took effect: {text}"
     );
+    assert_eq!(line("Gid:"), [&*g, &g, &g, &g].join(" "), "{text}");
+    assert_eq!(line("CapEff:"), "0000000000000000", "{text}");
+    assert_eq!(line("CapPrm:"), "0000000000000000", "{text}");
+    assert_eq!(line("NoNewPrivs:"), "1", "{text}");
     // 0, 1 and 2, plus the directory `ls` itself opened: nothing of the agent or shim.
-    assert_eq!(lines.next().map(str::trim), Some("0 1 2 3"), "{text}");
+    assert_eq!(line("fds "), "0 1 2 3", "{text}");
 }
 
 #[test]
@@ -439,17 +455,173 @@ fn stack_limit_is_set_as_configured() {
     assert_eq!(stdout(&out), "16384\n", "{}", stderr(&out));
 }
 
-/// Built with `--features seccomp`: refused system calls fail with EPERM inside jobs.
-#[cfg(feature = "seccomp")]
+/// One call of the profile's, with arguments for which the kernel, without the profile, answers
+/// something other than EPERM (so the EPERM seen is the filter's), except where it checks a
+/// capability the job lacks before anything else (`by_capability`): for those EPERM is the
+/// kernel's answer too, and the filter is the second line behind it.
+#[cfg(all(feature = "seccomp", target_arch = "x86_64"))]
+struct Probe {
+    name: &'static str,
+    nr: libc::c_long,
+    /// Perl arguments after the call number (a string through `w`: `syscall` writes to its
+    /// string arguments, so they must be copies, not literals).
+    args: &'static str,
+    by_capability: bool,
+}
+
+#[cfg(all(feature = "seccomp", target_arch = "x86_64"))]
+const PROBES: [Probe; 27] = {
+    const fn p(
+        name: &'static str,
+        nr: libc::c_long,
+        args: &'static str,
+        by_capability: bool,
+    ) -> Probe {
+        Probe {
+            name,
+            nr,
+            args,
+            by_capability,
+        }
+    }
+    [
+        p("acct", libc::SYS_acct, "0", true),
+        // An empty key type: EINVAL.
+        p(
+            "add_key",
+            libc::SYS_add_key,
+            "w('w('), w(')x'), 0, 0, -3",
+            false,
+        ),
+        // An unknown command: EINVAL.
+        p("bpf", libc::SYS_bpf, "999, 0, 0", false),
+        // Reading the clock's state (modes 0) needs nothing: it succeeds.
+        p("clock_adjtime", libc::SYS_clock_adjtime, "0, $timex", false),
+        // An unknown clock: EINVAL.
+        p("clock_settime", libc::SYS_clock_settime, "999, $ts", false),
+        // Gone from the kernel: ENOSYS.
+        p("create_module", 174, "0, 0", false),
+        p("delete_module", libc::SYS_delete_module, "w('x'), 0", true),
+        p("finit_module", libc::SYS_finit_module, "-1, w(''), 0", true),
+        p("init_module", libc::SYS_init_module, "0, 0, w('')", true),
+        p(
+            "kexec_file_load",
+            libc::SYS_kexec_file_load,
+            "-1, -1, 0, w(''), 0",
+            true,
+        ),
+        p("kexec_load", libc::SYS_kexec_load, "0, 0, 0, 0", true),
+        // The session keyring's id: it succeeds.
+        p("keyctl", libc::SYS_keyctl, "0, -3, 0", false),
+        // Gone from the kernel: ENOSYS.
+        p("lookup_dcookie", libc::SYS_lookup_dcookie, "0, 0, 0", false),
+        // The target is looked up first: ENOENT.
+        p(
+            "mount",
+            libc::SYS_mount,
+            "w('none'), w('/nonexistent-wharf'), w('tmpfs'), 0, 0",
+            false,
+        ),
+        p(
+            "move_mount",
+            libc::SYS_move_mount,
+            "-1, w(''), -1, w(''), 0",
+            true,
+        ),
+        // A bad directory descriptor: EBADF.
+        p(
+            "open_by_handle_at",
+            libc::SYS_open_by_handle_at,
+            "-1, $fh, 0",
+            false,
+        ),
+        // No attributes: EFAULT.
+        p(
+            "perf_event_open",
+            libc::SYS_perf_event_open,
+            "0, 0, -1, -1, 0",
+            false,
+        ),
+        p(
+            "pivot_root",
+            libc::SYS_pivot_root,
+            "w('.w('), w(').')",
+            true,
+        ),
+        // Q_SYNC of quota type 99: EINVAL.
+        p("quotactl", libc::SYS_quotactl, "0x80000163, 0, 0, 0", false),
+        p("reboot", libc::SYS_reboot, "0, 0, 0, 0", true),
+        // No such key: ENOKEY.
+        p(
+            "request_key",
+            libc::SYS_request_key,
+            "w('user'), w('wharf-no-such-key'), 0, 0",
+            false,
+        ),
+        // 2 000 000 microseconds: EINVAL.
+        p("settimeofday", libc::SYS_settimeofday, "$tv, 0", false),
+        p(
+            "swapoff",
+            libc::SYS_swapoff,
+            "w('/nonexistent-wharf')",
+            true,
+        ),
+        p(
+            "swapon",
+            libc::SYS_swapon,
+            "w('/nonexistent-wharf'), 0",
+            true,
+        ),
+        // Unknown flags: EINVAL.
+        p("umount2", libc::SYS_umount2, "w('/'), 0xff00", false),
+        // User-mode-only faults need no privilege: it succeeds.
+        p("userfaultfd", libc::SYS_userfaultfd, "1", false),
+        p("fsopen", libc::SYS_fsopen, "w('tmpfs'), 0", true),
+    ]
+};
+
+/// Built with `--features seccomp`: every call the profile refuses fails with EPERM inside a
+/// job, made raw (perl's `syscall`) by a process of the job's.
+#[cfg(all(feature = "seccomp", target_arch = "x86_64"))]
 #[test]
-fn seccomp_profile_refuses_kernel_keyrings_and_friends() {
-    if !can_run("seccomp_profile_refuses_kernel_keyrings_and_friends") {
+fn seccomp_profile_refuses_every_call_it_denies() {
+    if !can_run("seccomp_profile_refuses_every_call_it_denies") {
         return;
     }
+    let denied = wharf_runtime::seccomp_denied_calls();
+    let mut names: Vec<&str> = PROBES.iter().map(|p| p.name).collect();
+    let mut expected = denied.to_vec();
+    names.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(names, expected, "every call the profile denies has a probe");
+    let mut perl = String::from(
+        "$timex = \"\\0\" x 208; $ts = pack('qq', 0, 0); $tv = pack('qq', 0, 2000000); \
+         $fh = pack('Li', 8, 0) . \"\\0\" x 8; \
+         sub w { my $s = $_[0]; $s } sub r { my ($n, $r, $e) = @_; print \"$n \", ($r == -1 ? $e : 'ok'), \"\\n\" } ",
+    );
+    for p in &PROBES {
+        perl.push_str(&format!(
+            "r('{}', syscall({}, {}), $!+0); ",
+            p.name, p.nr, p.args
+        ));
+    }
+    perl.push_str("open(my $s, '<', '/proc/self/status'); print grep { /^Seccomp:/ } <$s>;");
     let c = Cluster::start();
-    let alice = user("wharf-alice");
-    // keyctl(KEYCTL_GET_KEYRING_ID=0, KEY_SPEC_SESSION_KEYRING=-3, 0) succeeds normally.
-    let perl = "syscall(250, 0, -3, 0); print(($!+0) == 1 ? \"EPERM\\n\" : \"allowed\\n\")";
-    let out = c.wharf_as(&alice, &["run", "--", "/usr/bin/perl", "-e", perl]);
-    assert_eq!(stdout(&out), "EPERM\n", "{}", stderr(&out));
+    let alice = user("whlife-alice");
+    let out = c.wharf_as(&alice, &["run", "--", "/usr/bin/perl", "-e", &perl]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(text.contains("Seccomp:\t2\n"), "no filter: {text}");
+    for p in &PROBES {
+        let got = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{} ", p.name)))
+            .unwrap_or_else(|| panic!("no answer for {}: {text}", p.name));
+        let why = if p.by_capability {
+            " (the kernel's own capability check also refuses it)"
+        } else {
+            ""
+        };
+        assert_eq!(got, libc::EPERM.to_string(), "{}{why}: {text}", p.name);
+    }
 }

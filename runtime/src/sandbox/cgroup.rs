@@ -49,7 +49,7 @@ impl JobCgroup {
             v2_fd: None,
         };
         let made = if is_v2() {
-            cg.create_v2(rel, spec, devices)
+            cg.create_v2(Path::new(CGROUP_ROOT), rel, spec, devices)
         } else {
             cg.create_v1(rel, spec, devices)
         };
@@ -62,13 +62,15 @@ impl JobCgroup {
         }
     }
 
+    /// The v2 cgroup `rel` under the hierarchy mounted at `root` (the node's cgroup root; a
+    /// test may name a hybrid host's unified hierarchy).
     fn create_v2(
         &mut self,
+        root: &Path,
         rel: &str,
         spec: &ContainerSpec,
         devices: &[DeviceRule],
     ) -> Result<(), RuntimeError> {
-        let root = Path::new(CGROUP_ROOT);
         let dir = root.join(rel);
         // Enable the controllers on the way down (the job's own directory is a leaf).
         let mut at = root.to_path_buf();
@@ -173,9 +175,8 @@ impl JobCgroup {
                     }
                 }
                 "devices" => {
-                    write(&dir, "devices.deny", "a")?;
-                    for rule in devices {
-                        write(&dir, "devices.allow", &v1_rule(rule))?;
+                    for (file, line) in v1_device_writes(devices) {
+                        write(&dir, file, &line)?;
                     }
                 }
                 _ => {}
@@ -236,6 +237,15 @@ fn make_parents(hierarchy: &Path, rel: &str, cpuset: bool) -> Result<(), Runtime
         }
     }
     Ok(())
+}
+
+/// What is written to a v1 devices cgroup, in order: deny everything, then allow each rule.
+fn v1_device_writes(devices: &[DeviceRule]) -> Vec<(&'static str, String)> {
+    let allow = devices.iter().map(|r| ("devices.allow", v1_rule(r)));
+    [("devices.deny", "a".to_string())]
+        .into_iter()
+        .chain(allow)
+        .collect()
 }
 
 /// `devices.allow` line of a rule.
@@ -331,6 +341,110 @@ fn inherit_cpuset(parent: &Path, dir: &Path) -> Result<(), RuntimeError> {
 mod tests {
     use super::*;
 
+    /// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup` on a v2 host, often
+    /// `/sys/fs/cgroup/unified` on a hybrid one), from the mount table.
+    #[cfg(feature = "v2-devices")]
+    fn cgroup2_mount() -> Option<PathBuf> {
+        let table = fs::read_to_string("/proc/self/mountinfo").ok()?;
+        table.lines().find_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let at = left.split_whitespace().nth(4)?;
+            (right.split_whitespace().next() == Some("cgroup2")).then(|| PathBuf::from(at))
+        })
+    }
+
+    /// The cgroup v2 device filter, attached by the code path v2 nodes run
+    /// ([`JobCgroup::create_v2`]), stops every process in the job's cgroup, root's included,
+    /// from opening a device the job was not given: EPERM, where without the filter the open
+    /// reaches the (absent) driver: ENXIO. On a hybrid host it runs on the unified hierarchy,
+    /// whose device programs the kernel consults as on a v2 host.
+    #[cfg(feature = "v2-devices")]
+    #[test]
+    fn v2_device_filter_refuses_an_unallocated_gpu_to_root_in_the_jobs_cgroup() {
+        use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+        use std::io::Write;
+        let test = "v2_device_filter_refuses_an_unallocated_gpu_to_root_in_the_jobs_cgroup";
+        let why = match (nix::unistd::geteuid().is_root(), cgroup2_mount()) {
+            (false, _) => Some("needs root"),
+            (_, None) => Some("no cgroup2 hierarchy is mounted"),
+            _ => None,
+        };
+        if let Some(why) = why {
+            assert!(
+                std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+                "{test}: {why}"
+            );
+            eprintln!("SKIPPED {test}: {why}");
+            return;
+        }
+        let root = cgroup2_mount().unwrap();
+        // Device nodes need a filesystem without nodev.
+        let dev = tempfile::Builder::new()
+            .prefix("wharf-fakegpu-")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        let mut spec = crate::conformance::template("devtest", Path::new("/"), 1, 1);
+        // No limits: a hybrid host's unified hierarchy has no controllers.
+        (spec.memory, spec.cpus, spec.pids) = (None, None, None);
+        for minor in 0..2u32 {
+            let host = dev.path().join(format!("nvidia{minor}"));
+            mknod(
+                &host,
+                SFlag::S_IFCHR,
+                Mode::from_bits_truncate(0o666),
+                makedev(195, minor.into()),
+            )
+            .unwrap();
+            if minor == 1 {
+                spec.devices = vec![crate::DeviceNode::from_host(&host, "/dev/nvidia1").unwrap()];
+            }
+        }
+        let plan = crate::sandbox::Plan::new(&spec, "/r".into()).unwrap();
+        let rel = format!("wharf-devtest-{}/job", std::process::id());
+        let mut cg = JobCgroup {
+            dirs: Vec::new(),
+            v2_fd: None,
+        };
+        let made = cg.create_v2(&root, &rel, &spec, &plan.devices);
+        let parent = root.join(format!("wharf-devtest-{}", std::process::id()));
+        if let Err(e) = made {
+            cg.remove();
+            let _ = fs::remove_dir(&parent);
+            panic!("{test}: {e}");
+        }
+        // A root helper, moved into the job's cgroup before it opens anything.
+        let script = format!(
+            "read go; head -c1 {0}/nvidia0 2>&1; head -c1 {0}/nvidia1 2>&1",
+            dev.path().display()
+        );
+        let mut helper = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let moved = fs::write(
+            root.join(&rel).join("cgroup.procs"),
+            helper.id().to_string(),
+        );
+        let _ = helper.stdin.take().unwrap().write_all(b"go\n");
+        let out = helper.wait_with_output().unwrap();
+        cg.remove();
+        let _ = fs::remove_dir(&parent);
+        moved.unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(
+            lines[0].ends_with("Operation not permitted"),
+            "unallocated GPU: {text}"
+        );
+        assert!(
+            lines[1].ends_with("No such device or address"),
+            "allocated GPU: {text}"
+        );
+    }
+
     #[test]
     fn v1_rules_name_the_device_and_never_give_mknod_for_job_devices() {
         let gpu = DeviceRule {
@@ -345,6 +459,17 @@ mod tests {
             mknod: true,
         };
         assert_eq!(v1_rule(&pts), "c 136:* rwm");
+        // Everything is denied before anything is allowed.
+        let writes = v1_device_writes(&[pts, gpu]);
+        let lines: Vec<(&str, &str)> = writes.iter().map(|(f, l)| (*f, l.as_str())).collect();
+        assert_eq!(
+            lines,
+            [
+                ("devices.deny", "a"),
+                ("devices.allow", "c 136:* rwm"),
+                ("devices.allow", "c 195:3 rw")
+            ]
+        );
         assert_eq!(cpu_list(&[0, 2, 5]), "0,2,5");
     }
 }

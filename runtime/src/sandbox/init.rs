@@ -132,13 +132,18 @@ fn wait_for(go: &OwnedFd, what: u8) {
     }
 }
 
-/// Drops every capability (the bounding set first, while it may), then takes the job's ids
-/// and forbids gaining privilege again: a setuid binary in the image gives nothing.
+/// Drops every capability the plan does not keep (the bounding set first, while it may), then
+/// takes the job's ids and, as the plan says (always), forbids gaining privilege again: a
+/// setuid binary in the image gives nothing.
 fn become_the_user(plan: &Plan) -> Result<(), Failed> {
+    let keep = &plan.privileges.capabilities;
     // Every capability this kernel has, not only those a library knows of.
-    for cap in 0..64 {
+    for cap in 0..64u8 {
+        if keep.iter().any(|c| c.index() == cap) {
+            continue;
+        }
         // SAFETY: a plain prctl with integer arguments.
-        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) } != 0 {
             match nix::Error::last() {
                 nix::Error::EINVAL => break, // past the last capability
                 e => return Err(fail("dropping the bounding set", e)),
@@ -154,14 +159,18 @@ fn become_the_user(plan: &Plan) -> Result<(), Failed> {
     let uid = Uid::from_raw(plan.uid);
     nix::unistd::setresuid(uid, uid, uid)
         .map_err(|e| fail(format!("becoming user {}", plan.uid), e))?;
+    let kept: caps::CapsHashSet = keep.iter().copied().collect();
     for set in [
         caps::CapSet::Effective,
         caps::CapSet::Permitted,
         caps::CapSet::Inheritable,
     ] {
-        caps::clear(None, set).map_err(|e| fail("dropping capabilities", e))?;
+        caps::set(None, set, &kept).map_err(|e| fail("dropping capabilities", e))?;
     }
-    nix::sys::prctl::set_no_new_privs().map_err(|e| fail("setting no_new_privs", e))
+    if plan.privileges.no_new_privs {
+        nix::sys::prctl::set_no_new_privs().map_err(|e| fail("setting no_new_privs", e))?;
+    }
+    Ok(())
 }
 
 /// Execs the job's program as execvp does, but with the job's `PATH`: a bare name is looked

@@ -116,6 +116,15 @@ pub(crate) struct DeviceRule {
     pub mknod: bool,
 }
 
+/// What the job may do beyond its ids: the capabilities it keeps (in every set: bounding,
+/// permitted, effective, inheritable, ambient) and whether it may ever gain more (a setuid
+/// file, file capabilities). Every job keeps none and gains none, root inside included.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Privileges {
+    pub capabilities: Vec<caps::Capability>,
+    pub no_new_privs: bool,
+}
+
 /// The whole sandbox, in the order it is built.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Plan {
@@ -125,6 +134,8 @@ pub(crate) struct Plan {
     pub mounts: Vec<Mount>,
     /// The device cgroup: everything denied except these.
     pub devices: Vec<DeviceRule>,
+    /// Capabilities and no_new_privs, applied when the init takes the job's ids.
+    pub privileges: Privileges,
     /// Hostname inside.
     pub hostname: String,
     /// Ids inside the container: user, group, supplementary groups.
@@ -248,6 +259,10 @@ impl Plan {
             root,
             mounts: mounts(spec),
             devices,
+            privileges: Privileges {
+                capabilities: Vec::new(),
+                no_new_privs: true,
+            },
             hostname: spec.hostname.clone(),
             uid,
             gid,
@@ -503,6 +518,41 @@ mod tests {
         // The node's own binds nest as the admin set them.
         s.binds[1].beneath = None;
         assert!(check_not_nested(&s).is_ok());
+    }
+
+    #[test]
+    fn no_job_keeps_a_capability_gains_privilege_or_reaches_another_device() {
+        let standard: Vec<DeviceRule> = STANDARD_DEVICES
+            .iter()
+            .map(|&(major, minor)| DeviceRule {
+                major,
+                minor,
+                mknod: true,
+            })
+            .collect();
+        for (remap_root, writable, image) in [
+            (false, false, "/images/x"),
+            (true, true, "/images/x"),
+            (false, false, "/"),
+        ] {
+            let mut s = sample();
+            (s.remap_root, s.writable, s.rootfs) = (remap_root, writable, image.into());
+            let p = Plan::new(&s, "/r".into()).unwrap();
+            let what = format!("remap_root={remap_root} writable={writable} image={image}");
+            assert!(p.privileges.capabilities.is_empty(), "{what}");
+            assert!(p.privileges.no_new_privs, "{what}");
+            // Deny-all, then exactly the standard list and the job's own GPU (rw, no mknod).
+            let mut expected = standard.clone();
+            expected.push(DeviceRule {
+                major: 195,
+                minor: Some(3),
+                mknod: false,
+            });
+            assert_eq!(p.devices, expected, "{what}");
+        }
+        let mut s = sample();
+        s.devices.clear();
+        assert_eq!(Plan::new(&s, "/r".into()).unwrap().devices, standard);
     }
 
     #[test]
