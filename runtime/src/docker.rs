@@ -215,7 +215,7 @@ async fn run_created(
     let started = Instant::now();
     out.started_ms = Some(crate::now_ms());
     if let Some(ms) = out.started_ms {
-        let _ = std::fs::write(jd.started(), ms.to_string());
+        let _ = crate::JobDir::write_private(&jd.started(), ms.to_string().as_bytes());
     }
     let deadline = spec.time_limit.map(|t| started + Duration::from_secs(t));
     let mut wait = docker.wait_container(name, None::<WaitContainerOptions>);

@@ -9,6 +9,7 @@ mod durability;
 mod gpu;
 mod harness;
 mod images;
+mod job_files;
 mod jobfile;
 mod lifecycle;
 mod options;
