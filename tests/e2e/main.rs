@@ -18,6 +18,7 @@ mod recovery;
 mod remote;
 mod sandbox;
 mod sif;
+mod sif_fifo;
 mod state_files;
 mod submit_limits;
 mod untrusted_text;
