@@ -251,6 +251,77 @@ fn docker_jobs_run_as_the_user_with_only_their_devices_and_no_privilege() {
     assert!(!String::from_utf8_lossy(&ps.stdout).contains(&spec.id));
 }
 
+/// Each byte a Docker job writes reaches its output files once: the engine's log is not
+/// replayed into them on top of the live stream (which duplicated whatever the job wrote
+/// while the engine was still reading its log). A job printing numbered lines as fast as it
+/// can from its first instant, several times over.
+#[test]
+fn docker_output_reaches_the_files_exactly_once() {
+    use wharf_runtime::{Backend, JobDir};
+    let Some(dir) = scratch(
+        "docker_output_reaches_the_files_exactly_once",
+        "wharf-docker-",
+    ) else {
+        return;
+    };
+    if !docker_image(dir.path(), "wharf-docker-once:latest", &["sh"]) {
+        return;
+    }
+    const LINES: usize = 3000;
+    const RUNS: usize = 8;
+    let backend = wharf_runtime::DockerBackend::new(PathBuf::from(env!("CARGO_BIN_EXE_wharf")));
+    let mut spec = template("dockeronce", Path::new("/"), 4247, 4247);
+    spec.docker = Some(wharf_runtime::DockerTarget {
+        socket: "/var/run/docker.sock".into(),
+        image: "wharf-docker-once:latest".into(),
+    });
+    spec.argv = [
+        "/bin/sh",
+        "-c",
+        &format!("i=0; while [ $i -lt {LINES} ]; do echo o$i; echo e$i >&2; i=$((i+1)); done"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    spec.time_limit = Some(120);
+    let expect = |tag: &str| -> String { (0..LINES).map(|i| format!("{tag}{i}\n")).collect() };
+    // All at once: an engine busy starting the others is slow to answer each attach, which
+    // is when a replay of the log would catch the job's first lines.
+    let runs: Vec<_> = (0..RUNS)
+        .map(|run| {
+            let mut s = spec.clone();
+            s.id = format!("wharf-dockeronce-{}-{run}", std::process::id());
+            s.stdout = dir.path().join(format!("out-{run}"));
+            s.stderr = dir.path().join(format!("err-{run}"));
+            let jd = JobDir::new(dir.path().join(format!("job-{run}")));
+            backend.launch(&jd, &s).unwrap();
+            (s, jd)
+        })
+        .collect();
+    let mut failures = Vec::new();
+    for (run, (s, jd)) in runs.iter().enumerate() {
+        let o = wait(&backend, jd, std::time::Duration::from_secs(120));
+        backend.remove(jd).unwrap();
+        assert_eq!(o.exit_code, Some(0), "run {run}: {o:?}");
+        for (path, tag) in [(&s.stdout, "o"), (&s.stderr, "e")] {
+            let text = std::fs::read_to_string(path).unwrap();
+            if text != expect(tag) {
+                let lines = text.lines().count();
+                let repeated = lines - text.lines().collect::<std::collections::HashSet<_>>().len();
+                failures.push(format!(
+                    "run {run}, {}: {lines} lines for {LINES}, {repeated} repeated",
+                    path.display()
+                ));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "output not written exactly once:\n{}",
+        failures.join("\n")
+    );
+}
+
 /// Runs `spec` in `dir` with the OCI backend and returns its outcome.
 fn run_to_end(
     backend: &Launcher,

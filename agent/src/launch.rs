@@ -243,8 +243,10 @@ fn resolve_image(
                 order.owner.user, cfg.node_name
             )));
         };
-        // What was checked is parsed (the shim opens the user's path again, as the user).
-        let part = wharf_images::sif::primary_partition(&real).map_err(|e| {
+        // What was checked is parsed (the shim opens the user's path again, as the user). As
+        // root, so never waiting on it: a FIFO swapped in since would hold this launch thread,
+        // and with it every launch and stop on the node.
+        let part = wharf_images::sif::primary_partition_no_follow(&real).map_err(|e| {
             LaunchError(
                 e.to_string()
                     .replacen(&real.display().to_string(), image, 1),

@@ -293,17 +293,7 @@ fn carry_out(
         let dir = launch::job_dir(&cfg.state_dir, kill.id);
         tracing::info!(job = kill.id, reason = %kill.reason, "stopping job");
         // Recorded first, so that the order is not repeated while the job winds down.
-        let written = {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(dir.stop())
-                .and_then(|mut f| f.write_all(kill.reason.as_bytes()))
-        };
+        let written = JobDir::write_private(&dir.stop(), kill.reason.as_bytes());
         if let Err(e) = written {
             tracing::warn!(job = kill.id, error = %e, "cannot record the stop order");
         }

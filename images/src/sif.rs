@@ -83,17 +83,53 @@ pub fn host_arch() -> &'static str {
     }
 }
 
-/// Finds the primary system partition of the SIF file at `path`: opens it (as the caller)
-/// and runs [`primary_partition_of`]. Messages start with the path.
+/// Finds the primary system partition of the SIF file at `path`: opens it (as the caller,
+/// following symlinks; see [`open`]) and runs [`primary_partition_of`]. Messages start
+/// with the path.
 ///
 /// Errors: `NotFound` for a missing file, `PermissionDenied` when the caller cannot read it,
-/// `InvalidInput` for a file that is not a usable SIF, `Unavailable` for other IO errors.
+/// `InvalidInput` for a file that is not a usable SIF (a FIFO or a device included, refused
+/// without waiting on it), `Unavailable` for other IO errors.
 pub fn primary_partition(path: &Path) -> Result<SifPartition, ImageError> {
-    let file = File::open(path).map_err(|e| ImageError::io(path.display(), e))?;
+    partition_at(path, false)
+}
+
+/// [`primary_partition`] for a path whose symlinks the caller has already resolved (and
+/// checked): a symlink found there now was swapped in since, and is refused
+/// (`InvalidInput`) rather than followed.
+pub fn primary_partition_no_follow(path: &Path) -> Result<SifPartition, ImageError> {
+    partition_at(path, true)
+}
+
+fn partition_at(path: &Path, no_follow: bool) -> Result<SifPartition, ImageError> {
+    let file = open(path, no_follow)?;
     primary_partition_of(&file).map_err(|e| ImageError {
         kind: e.kind,
         message: format!("{}: {}", path.display(), e.message),
     })
+}
+
+/// Opens `path` for reading without ever waiting on it: non-blocking (a FIFO named as an
+/// image would otherwise hold the caller until someone writes to it), never becoming a
+/// controlling terminal, close-on-exec, and through no symlink as the last component when
+/// `no_follow`. What it is, is then decided by fstat of this descriptor
+/// ([`primary_partition_of`] refuses all but a regular file, whose reads O_NONBLOCK does not
+/// change).
+fn open(path: &Path, no_follow: bool) -> Result<File, ImageError> {
+    use nix::fcntl::OFlag;
+    let mut flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+    if no_follow {
+        flags |= OFlag::O_NOFOLLOW;
+    }
+    match nix::fcntl::open(path, flags, nix::sys::stat::Mode::empty()) {
+        // SAFETY: a fresh descriptor that nothing else owns.
+        Ok(fd) => Ok(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) }),
+        Err(nix::errno::Errno::ELOOP) if no_follow => Err(ImageError::invalid(format!(
+            "{}: is now a symbolic link (it changed after it was checked); name the file itself",
+            path.display()
+        ))),
+        Err(e) => Err(ImageError::sys(path.display(), e)),
+    }
 }
 
 /// Finds the primary system partition of the SIF file open as `file`, reading by position

@@ -390,3 +390,47 @@ fn run(cmd: &mut Command) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Runs `f` on a thread and returns its result, or fails the test if it has not returned
+/// within 10 s (a blocking open would never return).
+fn within_seconds<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(f()));
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .expect("the SIF reader blocked opening the file")
+}
+
+#[test]
+fn a_fifo_or_device_named_as_a_sif_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("x.sif");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    for no_follow in [false, true] {
+        let p = fifo.clone();
+        let e = within_seconds(move || {
+            if no_follow {
+                wharf_images::sif::primary_partition_no_follow(&p)
+            } else {
+                primary_partition(&p)
+            }
+        })
+        .expect_err("a FIFO was accepted");
+        assert_eq!(e.kind, ErrorKind::InvalidInput, "{e}");
+        assert!(e.message.contains("not a regular file"), "{e}");
+        assert!(e.message.starts_with(&fifo.display().to_string()), "{e}");
+    }
+    // A symlink to one is refused as well, followed or not.
+    let link = dir.path().join("link.sif");
+    std::os::unix::fs::symlink(&fifo, &link).unwrap();
+    let p = link.clone();
+    let e = within_seconds(move || primary_partition(&p)).expect_err("a FIFO was accepted");
+    assert!(e.message.contains("not a regular file"), "{e}");
+    let p = link.clone();
+    let e = within_seconds(move || wharf_images::sif::primary_partition_no_follow(&p))
+        .expect_err("a symlink was followed");
+    assert_eq!(e.kind, ErrorKind::InvalidInput, "{e}");
+    assert!(e.message.contains("symbolic link"), "{e}");
+    let e = within_seconds(|| primary_partition(Path::new("/dev/null")))
+        .expect_err("a device was accepted");
+    assert!(e.message.contains("not a regular file"), "{e}");
+}

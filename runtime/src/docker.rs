@@ -197,30 +197,13 @@ async fn run_created(
     out: &mut Outcome,
 ) -> Result<(), RuntimeError> {
     let name = spec.id.as_str();
-    let attach = AttachContainerOptions {
-        stream: true,
-        stdout: true,
-        stderr: true,
-        logs: true,
-        ..Default::default()
-    };
-    let mut output = docker
-        .attach_container(name, Some(attach))
-        .await
-        .map_err(|e| engine("attach", e))?
-        .output;
-    let (mut o, mut e) = (std::fs::File::from(stdout), std::fs::File::from(stderr));
-    let pump = tokio::spawn(async move {
-        while let Some(Ok(chunk)) = output.next().await {
-            let _ = match chunk {
-                LogOutput::StdErr { message } => e.write_all(&message),
-                LogOutput::StdOut { message } | LogOutput::Console { message } => {
-                    o.write_all(&message)
-                }
-                LogOutput::StdIn { .. } => Ok(()),
-            };
-        }
-    });
+    let pump = pump_output(
+        docker,
+        name,
+        std::fs::File::from(stdout),
+        std::fs::File::from(stderr),
+    )
+    .await?;
     if crate::shim::cancelled() {
         out.cancelled = true;
         return Ok(());
@@ -232,7 +215,7 @@ async fn run_created(
     let started = Instant::now();
     out.started_ms = Some(crate::now_ms());
     if let Some(ms) = out.started_ms {
-        let _ = std::fs::write(jd.started(), ms.to_string());
+        let _ = crate::JobDir::write_private(&jd.started(), ms.to_string().as_bytes());
     }
     let deadline = spec.time_limit.map(|t| started + Duration::from_secs(t));
     let mut wait = docker.wait_container(name, None::<WaitContainerOptions>);
@@ -278,6 +261,48 @@ async fn run_created(
         out.exit_code = Some(code);
     }
     Ok(())
+}
+
+/// What the shim asks of the engine's attach: the live stream, and not the engine's log
+/// (`logs`). The engine joins the stream before it answers the attach, and the shim attaches
+/// before it starts the container, so the stream alone carries every byte. The log would be
+/// read after that answer, concurrently with the start: whatever the job wrote before the
+/// engine finished reading it would reach the files twice (once replayed, once streamed).
+fn attach_options() -> AttachContainerOptions {
+    AttachContainerOptions {
+        stream: true,
+        stdout: true,
+        stderr: true,
+        logs: false,
+        ..Default::default()
+    }
+}
+
+/// Attaches to container `name` and copies what it writes from now on into `stdout` and
+/// `stderr`, each byte once, until its output ends. The engine has attached when this
+/// returns; the task ends with the container's output.
+async fn pump_output(
+    docker: &Docker,
+    name: &str,
+    mut stdout: std::fs::File,
+    mut stderr: std::fs::File,
+) -> Result<tokio::task::JoinHandle<()>, RuntimeError> {
+    let mut output = docker
+        .attach_container(name, Some(attach_options()))
+        .await
+        .map_err(|e| engine("attach", e))?
+        .output;
+    Ok(tokio::spawn(async move {
+        while let Some(Ok(chunk)) = output.next().await {
+            let _ = match chunk {
+                LogOutput::StdErr { message } => stderr.write_all(&message),
+                LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                    stdout.write_all(&message)
+                }
+                LogOutput::StdIn { .. } => Ok(()),
+            };
+        }
+    }))
 }
 
 /// Removes the engine's container `name` (killing it if it runs). Missing is fine.
@@ -352,5 +377,132 @@ mod tests {
         assert_eq!(h.cap_add, None);
         assert_eq!(h.group_add, Some(vec!["44".to_string()]));
         assert_eq!(h.ulimits.unwrap()[0].hard, Some(-1));
+    }
+
+    /// The engine and an image of `sh` and `sleep` (made with `examples/mkrootfs.sh` and
+    /// `docker import`), or `None` after saying why (a failure under WHARF_TEST_STRICT=1).
+    fn engine_image(test: &str, name: &str) -> Option<tempfile::TempDir> {
+        let up = nix::unistd::geteuid().is_root()
+            && std::process::Command::new("docker")
+                .arg("info")
+                .output()
+                .is_ok_and(|o| o.status.success());
+        if !up {
+            let why = format!("{test}: needs root and the Docker engine (docker info)");
+            assert!(
+                std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+                "{why}"
+            );
+            eprintln!("SKIPPED {why}");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let rootfs = dir.path().join("rootfs");
+        let mkrootfs =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/mkrootfs.sh");
+        let made = std::process::Command::new(mkrootfs)
+            .arg(&rootfs)
+            .args(["sh", "sleep"])
+            .status()
+            .unwrap();
+        assert!(made.success(), "mkrootfs.sh");
+        let import = format!(
+            "tar -C '{}' -c . | docker import - '{name}'",
+            rootfs.display()
+        );
+        let ok = std::process::Command::new("sh")
+            .args(["-c", &import])
+            .status()
+            .unwrap();
+        assert!(ok.success(), "docker import {name}");
+        Some(dir)
+    }
+
+    /// The attach carries only what the job writes after it, never the engine's log: a job's
+    /// first lines written while the engine would still be reading that log must not reach the
+    /// files a second time. Shown deterministically by attaching after the job has written.
+    #[test]
+    fn the_attach_never_replays_what_the_job_wrote_before_it() {
+        let test = "the_attach_never_replays_what_the_job_wrote_before_it";
+        let image = "wharf-runtime-attach:latest";
+        let Some(dir) = engine_image(test, image) else {
+            return;
+        };
+        let name = format!("wharf-attach-{}", std::process::id());
+        let (out, err) = (dir.path().join("out"), dir.path().join("err"));
+        block_on(async {
+            let docker = connect(std::path::Path::new("/var/run/docker.sock"), 60)?;
+            let body = ContainerCreateBody {
+                image: Some(image.into()),
+                cmd: Some(
+                    [
+                        "/bin/sh",
+                        "-c",
+                        "echo early; echo early-err >&2; sleep 5; echo late; echo late-err >&2",
+                    ]
+                    .map(String::from)
+                    .to_vec(),
+                ),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                ..Default::default()
+            };
+            let create = CreateContainerOptions {
+                name: Some(name.clone()),
+                ..Default::default()
+            };
+            docker
+                .create_container(Some(create), body)
+                .await
+                .map_err(|e| engine("create", e))?;
+            docker
+                .start_container(&name, None)
+                .await
+                .map_err(|e| engine("start", e))?;
+            // Wait until the engine has logged the early lines.
+            let since = Instant::now();
+            loop {
+                let logs: Vec<_> = docker
+                    .logs(
+                        &name,
+                        Some(bollard::query_parameters::LogsOptions {
+                            stdout: true,
+                            stderr: true,
+                            ..Default::default()
+                        }),
+                    )
+                    .collect()
+                    .await;
+                if logs.len() >= 2 {
+                    break;
+                }
+                assert!(
+                    since.elapsed() < Duration::from_secs(4),
+                    "the job's first lines never reached the engine's log"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let pump = pump_output(
+                &docker,
+                &name,
+                std::fs::File::create(&out).unwrap(),
+                std::fs::File::create(&err).unwrap(),
+            )
+            .await?;
+            let _ = docker
+                .wait_container(&name, None::<WaitContainerOptions>)
+                .next()
+                .await;
+            let _ = tokio::time::timeout(Duration::from_secs(10), pump).await;
+            let force = RemoveContainerOptions {
+                force: true,
+                ..Default::default()
+            };
+            let _ = docker.remove_container(&name, Some(force)).await;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "late\n");
+        assert_eq!(std::fs::read_to_string(&err).unwrap(), "late-err\n");
     }
 }

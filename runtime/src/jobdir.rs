@@ -52,8 +52,8 @@ impl JobDir {
     }
 
     /// Creates the directory (mode 0711: the container's unprivileged ids must traverse it to
-    /// reach the root bound inside; the files with the job's details are 0600) and writes the
-    /// spec. Fails with `InvalidInput` if it exists. The spec is not fsynced: a job outlives
+    /// reach the root bound inside; every file in it is 0600, see [`JobDir::open_private`])
+    /// and writes the spec. Fails with `InvalidInput` if it exists. The spec is not fsynced: a job outlives
     /// an agent crash (the page cache keeps the file) but never a node crash, and the launch
     /// should not wait for the disk.
     pub fn create(&self, spec: &ContainerSpec) -> Result<(), RuntimeError> {
@@ -82,6 +82,44 @@ impl JobDir {
     pub fn write_atomic<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), RuntimeError> {
         write_json(path, value, true)
     }
+
+    /// Opens `path`, a file of a job directory, for writing: appending when `append`, else
+    /// emptied. The file is mode 0600 whatever the umask (created so, and made so if it
+    /// existed): the directory is 0711, and a user who guesses a name in it must not read
+    /// another job's command, shim errors or timings. Never through a symlink; close-on-exec;
+    /// anything but a regular file is refused (`InvalidInput`), and not emptied first.
+    pub fn open_private(path: &Path, append: bool) -> std::io::Result<std::fs::File> {
+        use std::os::unix::fs::PermissionsExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .append(append)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(path)?;
+        if !f.metadata()?.is_file() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{} is not a regular file", path.display()),
+            ));
+        }
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        // Non-blocking was for the open only (a FIFO would have blocked it).
+        use nix::fcntl::{fcntl, FcntlArg, OFlag};
+        use std::os::fd::AsRawFd;
+        let flags = OFlag::from_bits_retain(fcntl(f.as_raw_fd(), FcntlArg::F_GETFL)?);
+        fcntl(f.as_raw_fd(), FcntlArg::F_SETFL(flags - OFlag::O_NONBLOCK))?;
+        if !append {
+            f.set_len(0)?;
+        }
+        Ok(f)
+    }
+
+    /// Writes `bytes` as the whole of `path`, a private file of a job directory (see
+    /// [`JobDir::open_private`]).
+    pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        Self::open_private(path, false)?.write_all(bytes)
+    }
 }
 
 /// Writes `value` as JSON to a temp file (fsynced when `durable`) renamed over `path`.
@@ -93,13 +131,8 @@ fn write_json<T: serde::Serialize>(
     let tmp = path.with_extension("tmp");
     let body = serde_json::to_vec_pretty(value)
         .map_err(|e| RuntimeError::new(crate::ErrorKind::InvalidInput, e.to_string()))?;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| RuntimeError::io(tmp.display(), e))?;
+    let mut f =
+        JobDir::open_private(&tmp, false).map_err(|e| RuntimeError::io(tmp.display(), e))?;
     f.write_all(&body)
         .and_then(|_| if durable { f.sync_all() } else { Ok(()) })
         .map_err(|e| RuntimeError::io(tmp.display(), e))?;
@@ -114,4 +147,53 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, RuntimeEr
             format!("{}: {e}", path.display()),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn private_files_are_0600_whatever_the_umask_and_were() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fresh = tmp.path().join("fresh");
+        JobDir::write_private(&fresh, b"a").unwrap();
+        assert_eq!(mode(&fresh), 0o600);
+        // A file left by an older version, readable by all, is narrowed and emptied.
+        let old = tmp.path().join("old");
+        std::fs::write(&old, "old text").unwrap();
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
+        JobDir::write_private(&old, b"new").unwrap();
+        assert_eq!(
+            (mode(&old), std::fs::read_to_string(&old).unwrap()),
+            (0o600, "new".into())
+        );
+        // Appending keeps what is there.
+        let mut f = JobDir::open_private(&old, true).unwrap();
+        f.write_all(b"+").unwrap();
+        assert_eq!(std::fs::read_to_string(&old).unwrap(), "new+");
+    }
+
+    #[test]
+    fn private_files_are_never_opened_through_a_symlink_or_a_fifo() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("target");
+        std::fs::write(&target, "keep").unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(JobDir::write_private(&link, b"x").is_err());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+        // A FIFO with no reader would block a plain open for writing.
+        let fifo = tmp.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(JobDir::write_private(&fifo, b"x").is_err()));
+        let refused = rx.recv_timeout(std::time::Duration::from_secs(10));
+        assert_eq!(refused, Ok(true), "a FIFO was opened (or blocked the open)");
+    }
 }

@@ -34,7 +34,7 @@ pub(crate) fn start_time(pid: u32) -> Option<u64> {
 /// whole (temp file and rename): the shim forked by the spawner writes it too.
 pub(crate) fn write_pid_file(dir: &JobDir, pid: u32, started: u64) -> Result<(), RuntimeError> {
     let tmp = dir.path().join(format!("shim.pid.{}", std::process::id()));
-    fs::write(&tmp, format!("{pid} {started}"))
+    JobDir::write_private(&tmp, format!("{pid} {started}").as_bytes())
         .and_then(|_| fs::rename(&tmp, dir.pid()))
         .map_err(|e| RuntimeError::io(dir.pid().display(), e))
 }
@@ -203,8 +203,8 @@ impl Launcher {
     /// so the standard library can use posix_spawn rather than fork the (large, threaded)
     /// agent.
     fn spawn_shim(&self, dir: &JobDir) -> Result<(u32, u64), RuntimeError> {
-        let log =
-            fs::File::create(dir.log()).map_err(|e| RuntimeError::io(dir.log().display(), e))?;
+        let log = JobDir::open_private(&dir.log(), false)
+            .map_err(|e| RuntimeError::io(dir.log().display(), e))?;
         let log2 = log.try_clone().map_err(|e| RuntimeError::io("dup", e))?;
         let mut cmd = Command::new(&self.exe);
         cmd.arg("shim")

@@ -265,7 +265,7 @@ fn run(jd: &JobDir, init: &Init, spec: &ContainerSpec, out: &mut Outcome) {
     let started = Instant::now();
     out.started_ms = Some(crate::now_ms());
     if let Some(ms) = out.started_ms {
-        let _ = std::fs::write(jd.started(), ms.to_string());
+        let _ = JobDir::write_private(&jd.started(), ms.to_string().as_bytes());
     }
     let status = wait_init(init, spec, started, out);
     match status {

@@ -75,7 +75,7 @@ fn spawn(dir: &Path) -> Result<(u32, u64), String> {
     if !dir.is_absolute() || !dir.is_dir() {
         return Err(format!("{} is not a job directory", dir.display()));
     }
-    let log = std::fs::File::create(dir.join("shim.log"))
+    let log = crate::JobDir::open_private(&crate::JobDir::new(dir.to_path_buf()).log(), false)
         .map_err(|e| format!("creating {}/shim.log: {e}", dir.display()))?;
     let devnull = std::fs::File::open("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
     // SAFETY: this process is single-threaded (it never starts a thread), so the child may

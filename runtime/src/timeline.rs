@@ -24,13 +24,7 @@ pub(crate) struct Timeline(Option<std::fs::File>);
 impl Timeline {
     /// Opens (creates) the job's timeline. Best effort: a timeline never fails a job.
     pub(crate) fn open(jd: &JobDir) -> Timeline {
-        Timeline(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(jd.timeline())
-                .ok(),
-        )
+        Timeline(JobDir::open_private(&jd.timeline(), true).ok())
     }
 
     /// The open file, for a process cloned from this one to add its own steps with
