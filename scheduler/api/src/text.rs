@@ -15,13 +15,20 @@ use std::borrow::Cow;
 use std::fmt::Write;
 
 /// True for characters that must not reach a terminal raw: C0 and C1 controls, DEL, and the
-/// invisible formatting characters that reorder or hide text (bidirectional overrides and
-/// isolates, zero-width characters, the byte-order mark).
+/// invisible formatting characters that reorder or hide text (bidirectional marks, overrides
+/// and isolates, the Arabic letter mark, zero-width characters, the byte-order mark), the line
+/// and paragraph separators (terminals and editors may break lines at them) and the
+/// interlinear annotation characters (which hide the text between them).
 pub fn is_unsafe(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
-            '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}'
+            '\u{061c}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{feff}'
+                | '\u{fff9}'..='\u{fffb}'
         )
 }
 
@@ -62,6 +69,19 @@ mod tests {
         assert_eq!(printable("a\r\nb\tc\x7f"), "a\\r\\nb\\tc\\x7f");
         assert_eq!(printable("\u{9b}31m"), "\\u{009b}31m");
         assert_eq!(printable("x\u{202e}y"), "x\\u{202e}y");
+        // Invisible or line-breaking characters outside the C0/C1 ranges.
+        for (c, shown) in [
+            ('\u{061c}', "\\u{061c}"),
+            ('\u{2028}', "\\u{2028}"),
+            ('\u{2029}', "\\u{2029}"),
+            ('\u{fff9}', "\\u{fff9}"),
+            ('\u{fffa}', "\\u{fffa}"),
+            ('\u{fffb}', "\\u{fffb}"),
+        ] {
+            assert!(is_unsafe(c), "{c:?} must be escaped");
+            assert_eq!(printable(&format!("a{c}b")), format!("a{shown}b"));
+        }
+        assert!(!is_unsafe('\u{fffc}') && !is_unsafe('\u{061b}') && !is_unsafe('\u{2027}'));
         for c in (0u32..0x11_0000).filter_map(char::from_u32) {
             let shown = printable(c.encode_utf8(&mut [0; 4])).into_owned();
             assert!(!shown.chars().any(is_unsafe), "{c:?} shown as {shown:?}");
