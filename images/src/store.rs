@@ -88,18 +88,22 @@ pub struct ImageStore {
 
 impl ImageStore {
     /// Opens the store at `root`, creating it if missing, with default [`Limits`]; makes the
-    /// root, `images/`, `tmp/` and every image directory 0700 (see the module docs). Also
+    /// root, `images/`, `tmp/` and every image directory 0700 (see the module docs), and any
+    /// missing directory above the root 0755 (it is shared with what jobs must reach). Also
     /// clears leftovers of imports whose process is gone.
     ///
     /// Errors: `PermissionDenied` when the directories cannot be created or the store belongs
     /// to another user (a node's store is root's: run as root); `Unavailable` otherwise.
     pub fn open(root: PathBuf) -> Result<ImageStore> {
-        let mkdir = |path: &Path| {
-            DirBuilder::new()
-                .recursive(true)
-                .mode(PRIVATE)
-                .create(path)
-                .map_err(|e| ImageError::io(format!("creating {}", path.display()), e))
+        if let Some(parent) = root.parent() {
+            make_public_parents(parent)?;
+        }
+        // Only the store's own directories are private; an existing one is corrected below.
+        let mkdir = |path: &Path| match DirBuilder::new().mode(PRIVATE).create(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                Err(ImageError::io(format!("creating {}", path.display()), e))
+            }
+            _ => Ok(()),
         };
         mkdir(&root)?;
         let fd = open_own(&root)?;
@@ -255,6 +259,30 @@ impl ImageStore {
             .join(IMAGES)
             .join(hex::encode(Sha256::digest(name.as_bytes())))
     }
+}
+
+/// Mode of the missing directories above the store that opening it creates (`/var/lib/wharf`
+/// on a node): other directories live there too (the agent's job roots) that jobs must pass
+/// through, so they stay traversable by everyone.
+const PUBLIC_PARENT: u32 = 0o755;
+
+/// Creates the missing directories of `dir`, each exactly [`PUBLIC_PARENT`] whatever the umask.
+/// Directories that exist are left as they are: their modes are their owner's choice.
+fn make_public_parents(dir: &Path) -> Result<()> {
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|p| !p.as_os_str().is_empty() && fs::symlink_metadata(p).is_err())
+        .collect();
+    for path in missing.into_iter().rev() {
+        match DirBuilder::new().mode(PUBLIC_PARENT).create(path) {
+            Ok(()) => fs::set_permissions(path, fs::Permissions::from_mode(PUBLIC_PARENT))
+                .map_err(|e| ImageError::io(format!("chmod {}", path.display()), e))?,
+            // Made meanwhile by someone else: theirs.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(ImageError::io(format!("creating {}", path.display()), e)),
+        }
+    }
+    Ok(())
 }
 
 /// Opens the store's root, checking that this process's user owns it.

@@ -148,3 +148,32 @@ fn store_is_private_whatever_the_umask_and_old_stores_are_fixed() {
     assert_eq!(mode(&rootfs.join("f")), 0o644);
     assert_eq!(mode(&rootfs.join("tmp")), 0o1777);
 }
+
+/// `wharf image import` may run before the agent ever started: the directories it makes above
+/// the store (`/var/lib/wharf`) are shared with the agent's job roots, which jobs must pass
+/// through, so only the store itself is private.
+#[test]
+fn missing_parents_of_the_store_are_0755_and_only_the_store_is_private() {
+    let _umask = UMASK.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    for mask in [0o022, 0o077] {
+        let top = tmp.path().join(format!("var{mask:o}"));
+        let root = top.join("lib/wharf/images");
+        let old = umask(Mode::from_bits_truncate(mask));
+        let opened = ImageStore::open(root.clone());
+        umask(old);
+        let store = opened.unwrap();
+        for dir in [&top, &top.join("lib"), &top.join("lib/wharf")] {
+            assert_eq!(mode(dir), 0o755, "umask {mask:03o}: {}", dir.display());
+        }
+        for dir in store_dirs(&store) {
+            assert_eq!(mode(&dir), 0o700, "umask {mask:03o}: {}", dir.display());
+        }
+    }
+    // An existing parent keeps the mode its owner gave it.
+    let mine = tmp.path().join("mine");
+    fs::create_dir(&mine).unwrap();
+    fs::set_permissions(&mine, fs::Permissions::from_mode(0o750)).unwrap();
+    ImageStore::open(mine.join("store")).unwrap();
+    assert_eq!(mode(&mine), 0o750);
+}
