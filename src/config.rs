@@ -39,6 +39,7 @@ pub struct FileConfig {
 pub struct LimitsSection {
     pub max_pending_per_user: u32,
     pub max_request_size: String,
+    pub max_agent_request_size: String,
     pub max_connections: usize,
     pub max_connections_per_user: usize,
     pub header_timeout: String,
@@ -51,6 +52,7 @@ impl Default for LimitsSection {
         LimitsSection {
             max_pending_per_user: 1000,
             max_request_size: "1M".into(),
+            max_agent_request_size: "64M".into(),
             max_connections: c.max_connections,
             max_connections_per_user: c.max_per_peer,
             header_timeout: "10s".into(),
@@ -91,6 +93,14 @@ impl LimitsSection {
     /// The largest request body, bytes.
     pub fn max_request_bytes(&self) -> Result<usize> {
         Ok(size("limits.max_request_size", &self.max_request_size)? as usize)
+    }
+
+    /// The largest body of an agent's request, bytes.
+    pub fn max_agent_request_bytes(&self) -> Result<usize> {
+        Ok(size(
+            "limits.max_agent_request_size",
+            &self.max_agent_request_size,
+        )? as usize)
     }
 }
 
@@ -365,6 +375,7 @@ mod tests {
         let c = file.limits.connections(Duration::from_secs(10)).unwrap();
         assert_eq!(c.header_timeout, Duration::from_secs(3));
         assert_eq!(file.limits.max_request_bytes().unwrap(), 1 << 20);
+        assert_eq!(file.limits.max_agent_request_bytes().unwrap(), 64 << 20);
         let err = file
             .limits
             .connections(Duration::from_secs(30))

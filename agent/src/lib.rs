@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use std::sync::Arc;
+use wharf_api::text::bound_message;
 use wharf_api::wire::{
     AgentJob, LaunchOrder, PollRequest, PollResponse, RegisterRequest, RegisterResponse,
 };
@@ -122,6 +123,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let cpus = discover::cpus();
     let mut wait_ms = 0;
     let mut registered = false;
+    let mut detail = Detail::default();
     loop {
         if !registered {
             let req = RegisterRequest {
@@ -143,7 +145,8 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                 }
             }
         }
-        let (jobs, image_names) = local_state(&cfg, launcher.as_ref(), &images);
+        let (mut jobs, image_names) = local_state(&cfg, launcher.as_ref(), &images);
+        detail.apply(&mut jobs);
         let req = PollRequest {
             node: cfg.node_name.clone(),
             jobs,
@@ -165,6 +168,18 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                         .await;
             }
             Err(ClientError::Api { status: 404, .. }) => registered = false,
+            // The report itself was refused (too large for the controller): registering
+            // again would not help, and would make the node look alive while its reports are
+            // lost. Send less detail until the controller takes it.
+            Err(
+                e @ ClientError::Api {
+                    status: 400 | 413, ..
+                },
+            ) => {
+                detail = detail.refused(&req.jobs);
+                tracing::error!(error = %e, ?detail, "the controller refused this node's report; sending less of each ended job's message");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "poll failed; retrying");
                 if !e.is_transient() {
@@ -172,6 +187,56 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                 }
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
+        }
+    }
+}
+
+/// How much of each ended job's message a poll carries. Full unless the controller refused a
+/// report; then shorter until the jobs whose reports were refused are gone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+enum Detail {
+    /// Messages as recorded (each at most [`wharf_api::text::MAX_MESSAGE`] bytes).
+    #[default]
+    Full,
+    /// Messages cut to [`SHORT_MESSAGE`] bytes while any of these jobs is reported.
+    Short(BTreeSet<u64>),
+    /// No messages while any of these jobs is reported.
+    Bare(BTreeSet<u64>),
+}
+
+/// A message's length once a report was refused.
+const SHORT_MESSAGE: usize = 256;
+
+impl Detail {
+    /// The next step down after the controller refused a report of `jobs`.
+    fn refused(&self, jobs: &[AgentJob]) -> Detail {
+        let ended = jobs
+            .iter()
+            .filter(|j| j.exit.is_some())
+            .map(|j| j.id)
+            .collect();
+        match self {
+            Detail::Full => Detail::Short(ended),
+            Detail::Short(_) | Detail::Bare(_) => Detail::Bare(ended),
+        }
+    }
+
+    /// Cuts the messages of `jobs` to this detail; back to full once the jobs of the refused
+    /// report are all gone.
+    fn apply(&mut self, jobs: &mut [AgentJob]) {
+        let (Detail::Short(refused) | Detail::Bare(refused)) = &*self else {
+            return;
+        };
+        if !jobs.iter().any(|j| refused.contains(&j.id)) {
+            *self = Detail::Full;
+            return;
+        }
+        let short = matches!(self, Detail::Short(_));
+        for exit in jobs.iter_mut().filter_map(|j| j.exit.as_mut()) {
+            exit.message = match exit.message.take() {
+                Some(m) if short => Some(wharf_api::text::bounded(&m, SHORT_MESSAGE).into_owned()),
+                _ => None,
+            };
         }
     }
 }
@@ -248,7 +313,7 @@ fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentJob> {
             JobStatus::Exited(o) => (Some(exit_info(&o)), Some(o.ended_ms), o.started_ms),
             JobStatus::Lost(why) => (
                 Some(ExitInfo {
-                    message: Some(why),
+                    message: Some(bound_message(why)),
                     ..Default::default()
                 }),
                 Some(wharf_runtime::now_ms()),
@@ -275,7 +340,9 @@ fn exit_info(o: &Outcome) -> ExitInfo {
         oom: o.oom,
         timed_out: o.timed_out,
         cancelled: o.cancelled,
-        message: o.error.clone(),
+        // An outcome written by an older shim may hold a message of any length; every
+        // report carries it until the controller lets the job go.
+        message: o.error.clone().map(bound_message),
     }
 }
 
@@ -357,12 +424,73 @@ fn start(
         tracing::warn!(job = order.id, error = %message, "launch failed");
         let _ = traverse_only_dir(dir.path());
         let outcome = Outcome {
-            error: Some(message),
+            error: Some(bound_message(message)),
             ended_ms: wharf_runtime::now_ms(),
             ..Default::default()
         };
         if let Err(e) = JobDir::write_atomic(&dir.outcome(), &outcome) {
             tracing::error!(job = order.id, error = %e, "cannot record launch failure");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended(id: u64, message: &str) -> AgentJob {
+        AgentJob {
+            id,
+            start_time: None,
+            exit: Some(ExitInfo {
+                message: Some(message.into()),
+                ..Default::default()
+            }),
+            end_time: Some(1),
+            stopping: false,
+        }
+    }
+
+    #[test]
+    fn a_refused_report_is_sent_with_less_detail_until_its_jobs_are_gone() {
+        let long = "x".repeat(4000);
+        let mut detail = Detail::default();
+        let mut jobs = vec![ended(1, &long), ended(2, "short")];
+        detail.apply(&mut jobs);
+        assert_eq!(
+            jobs[0].exit.as_ref().unwrap().message.as_deref(),
+            Some(&*long)
+        );
+        detail = detail.refused(&jobs);
+        detail.apply(&mut jobs);
+        let cut = jobs[0].exit.as_ref().unwrap().message.clone().unwrap();
+        assert!(
+            cut.len() <= SHORT_MESSAGE && cut.starts_with("xxx"),
+            "{cut}"
+        );
+        detail = detail.refused(&jobs);
+        let mut again = vec![ended(1, &long), ended(3, "new")];
+        detail.apply(&mut again);
+        assert!(again
+            .iter()
+            .all(|j| j.exit.as_ref().unwrap().message.is_none()));
+        // Job 1 forgotten by the controller: the next report is whole again.
+        let mut later = vec![ended(3, "new")];
+        detail.apply(&mut later);
+        assert_eq!(detail, Detail::Full);
+        assert_eq!(
+            later[0].exit.as_ref().unwrap().message.as_deref(),
+            Some("new")
+        );
+    }
+
+    #[test]
+    fn exit_messages_are_bounded_when_carried() {
+        let o = Outcome {
+            error: Some("\u{1}".repeat(131_000)),
+            ..Default::default()
+        };
+        let m = exit_info(&o).message.unwrap();
+        assert!(m.len() <= wharf_api::text::MAX_MESSAGE, "{}", m.len());
     }
 }

@@ -46,7 +46,7 @@ pub fn main(dir: &Path) -> i32 {
     let jd = JobDir::new(dir.to_path_buf());
     let timeline = Timeline::open(&jd);
     timeline.mark("shim");
-    let outcome = match jd.read_spec() {
+    let mut outcome = match jd.read_spec() {
         Ok(spec) => supervise(&jd, &spec, &timeline),
         Err(e) => Outcome {
             error: Some(e.to_string()),
@@ -54,6 +54,9 @@ pub fn main(dir: &Path) -> i32 {
             ..Default::default()
         },
     };
+    // The agent reports the error at every poll until the job is forgotten: keep it short
+    // whatever the job's command (a reason may quote it).
+    outcome.error = outcome.error.map(wharf_api::text::bound_message);
     match JobDir::write_atomic(&jd.outcome(), &outcome) {
         Ok(()) => 0,
         Err(e) => {

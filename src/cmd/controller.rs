@@ -46,6 +46,7 @@ pub fn settings(
         poll_wait,
         max_pending_per_user: file.limits.max_pending_per_user,
         max_request_bytes: file.limits.max_request_bytes()?,
+        max_agent_request_bytes: file.limits.max_agent_request_bytes()?,
         connections: file.limits.connections(poll_wait)?,
     })
 }

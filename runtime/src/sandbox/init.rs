@@ -63,6 +63,8 @@ pub(super) fn run(plan: &Plan, io: &InitIo, go: OwnedFd, report: OwnedFd) -> ! {
             Err(why) => why,
         }))
         .unwrap_or_else(|_| "internal error while building the sandbox (a panic)".into());
+    // The shim reads at most MAX_MESSAGE bytes of it; a longer reason would be cut there.
+    let why = wharf_api::text::bound_message(why);
     let _ = nix::unistd::write(&report, why.as_bytes());
     // SAFETY: leaving the cloned child without running the parent's destructors.
     unsafe { libc::_exit(127) }
@@ -206,19 +208,28 @@ fn exec(plan: &Plan) -> Failed {
                 let mut sh = vec![c"/bin/sh".to_owned(), path];
                 sh.extend(argv.iter().skip(1).cloned());
                 let Err(e) = nix::unistd::execve(&sh[0], &sh, &env);
-                return fail(format!("cannot run {c} (not a program; /bin/sh)"), e);
+                return fail(
+                    format!("cannot run {} (not a program; /bin/sh)", shown(&c)),
+                    e,
+                );
             }
             // A candidate that is missing or not ours to run lets the next one try.
             nix::Error::ENOENT | nix::Error::ENOTDIR | nix::Error::ESTALE => {}
             nix::Error::EACCES => denied = true,
-            e => return fail(format!("cannot run {c}"), e),
+            e => return fail(format!("cannot run {}", shown(&c)), e),
         }
     }
     if denied {
-        fail(format!("cannot run {prog}"), nix::Error::EACCES)
+        fail(format!("cannot run {}", shown(prog)), nix::Error::EACCES)
     } else {
-        format!("command not found in the image: {prog}")
+        format!("command not found in the image: {}", shown(prog))
     }
+}
+
+/// A program name as a reason quotes it: a command may be 128 KiB long, the reason not (the
+/// errno after the name must survive the reason's own bound).
+fn shown(name: &str) -> std::borrow::Cow<'_, str> {
+    wharf_api::text::bounded(name, 512)
 }
 
 /// Where execvp would look for `prog` along `path`.

@@ -49,6 +49,8 @@ pub(crate) use cgroup::JobCgroup;
 pub(crate) use init::InitIo;
 pub(crate) use plan::Plan;
 
+use wharf_api::text::MAX_MESSAGE;
+
 use crate::error::{ErrorKind, RuntimeError};
 use crate::sys::{self, Cloned};
 
@@ -232,9 +234,12 @@ impl Init {
     }
 
     /// Reads the report pipe to its end: EOF alone at exec, the reason if the init failed.
-    /// Checks `give_up` every 200 ms and whenever a signal interrupts the wait.
+    /// Checks `give_up` every 200 ms and whenever a signal interrupts the wait. Keeps at most
+    /// [`MAX_MESSAGE`] bytes of a reason (and drains the rest, so that the init is not left
+    /// blocked on a full pipe).
     fn read_report(&mut self, give_up: &dyn Fn() -> bool) -> Result<Report, RuntimeError> {
         let mut why = Vec::new();
+        let mut dropped = 0usize;
         let mut buf = [0u8; 512];
         loop {
             if !sys::readable(&self.report, 200) {
@@ -245,7 +250,11 @@ impl Init {
             }
             match nix::unistd::read(self.report.as_raw_fd(), &mut buf) {
                 Ok(0) => break,
-                Ok(n) => why.extend_from_slice(&buf[..n]),
+                Ok(n) => {
+                    let keep = n.min(MAX_MESSAGE - why.len());
+                    why.extend_from_slice(&buf[..keep]);
+                    dropped += n - keep;
+                }
                 Err(nix::Error::EINTR | nix::Error::EAGAIN) => continue,
                 Err(e) => return Err(RuntimeError::sys("waiting for the container to start", e)),
             }
@@ -253,7 +262,18 @@ impl Init {
         Ok(if why.is_empty() {
             Report::Exec
         } else {
-            Report::Failed(String::from_utf8_lossy(&why).into_owned())
+            let total = why.len() + dropped;
+            let mut why = String::from_utf8_lossy(&why).into_owned();
+            if dropped > 0 {
+                let note = format!("... [cut from {total} bytes]");
+                let mut end = MAX_MESSAGE.saturating_sub(note.len()).min(why.len());
+                while !why.is_char_boundary(end) {
+                    end -= 1;
+                }
+                why.truncate(end);
+                why.push_str(&note);
+            }
+            Report::Failed(why)
         })
     }
 

@@ -32,6 +32,51 @@ pub fn is_unsafe(c: char) -> bool {
         )
 }
 
+/// Most bytes of a failure or exit message (why a job could not start, an agent's words about
+/// it): room for any real reason, while a report that carries the messages of many jobs stays
+/// small whatever their commands were.
+pub const MAX_MESSAGE: usize = 4096;
+
+/// `text` cut to at most `max` bytes on a character boundary, ending with a marker that says
+/// how many bytes were left out. Borrowed unchanged when it fits.
+///
+/// ```
+/// use wharf_api::text::bounded;
+/// assert_eq!(bounded("short", 64), "short");
+/// let long = "é".repeat(100);
+/// let cut = bounded(&long, 64);
+/// assert!(cut.len() <= 64 && cut.ends_with("more bytes]"), "{cut}");
+/// ```
+pub fn bounded(text: &str, max: usize) -> Cow<'_, str> {
+    if text.len() <= max {
+        return Cow::Borrowed(text);
+    }
+    // The marker's own length depends on the count; the widest count is the whole text's.
+    let marker_room = format!("... [{} more bytes]", text.len()).len();
+    let mut end = max.saturating_sub(marker_room);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let marker = format!("... [{} more bytes]", text.len() - end);
+    if marker.len() > max {
+        // No room even for the marker: the cut text alone.
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        return Cow::Borrowed(&text[..end]);
+    }
+    Cow::Owned(format!("{}{marker}", &text[..end]))
+}
+
+/// `message` within [`MAX_MESSAGE`] bytes (see [`bounded`]).
+pub fn bound_message(message: String) -> String {
+    match bounded(&message, MAX_MESSAGE) {
+        Cow::Borrowed(_) => message,
+        Cow::Owned(cut) => cut,
+    }
+}
+
 /// `text` with every unsafe character written as an escape: `\e` for ESC, `\n`, `\r`, `\t`,
 /// `\xHH` for the other C0 characters and DEL, `\u{HHHH}` for the rest. Borrowed unchanged when
 /// there is nothing to escape.
@@ -61,6 +106,29 @@ pub fn printable(text: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_are_cut_on_a_character_boundary_with_a_marker() {
+        assert!(matches!(bounded("fits", 4), Cow::Borrowed("fits")));
+        for text in [
+            "\u{1}".repeat(131_000),
+            "é".repeat(10_000),
+            "日本".repeat(3000),
+        ] {
+            for max in [0, 3, 10, 40, 41, 100, MAX_MESSAGE] {
+                let cut = bounded(&text, max);
+                assert!(cut.len() <= max, "{max}: {} bytes", cut.len());
+                if max >= 40 {
+                    let kept = cut.find("... [").unwrap();
+                    assert!(text.starts_with(&cut[..kept]));
+                    let left: usize = cut[kept + 5..].split(' ').next().unwrap().parse().unwrap();
+                    assert_eq!(kept + left, text.len(), "{cut}");
+                }
+            }
+        }
+        assert_eq!(bound_message("x".repeat(MAX_MESSAGE)).len(), MAX_MESSAGE);
+        assert!(bound_message("x".repeat(MAX_MESSAGE + 1)).len() <= MAX_MESSAGE);
+    }
 
     #[test]
     fn escapes_every_control_and_keeps_the_rest() {

@@ -11,6 +11,7 @@ use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use axum::extract::DefaultBodyLimit;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -81,18 +82,40 @@ fn fail(kind: ErrorKind, message: impl Into<String>) -> ApiFailure {
 type ApiResult<T> = Result<Json<T>, ApiFailure>;
 
 /// The router for both listeners.
+///
+/// Users' routes take bodies up to `[limits] max_request_size`. The agents' routes have their
+/// own, larger limit (`max_agent_request_size`): a poll reports every job the node holds, and
+/// a node with many ended jobs must never be shut out by the size of its own report. The join
+/// token is checked before an agent's body is read, so that only agents may send that much.
 pub fn router(shared: Arc<Shared>) -> Router {
+    let agents = Router::new()
+        .route("/v1/agent/register", post(register))
+        .route("/v1/agent/poll", post(poll))
+        .layer(DefaultBodyLimit::max(shared.config.max_agent_request_bytes))
+        .route_layer(middleware::from_fn_with_state(shared.clone(), agents_only));
     Router::new()
         .route("/v1/whoami", get(whoami))
         .route("/v1/jobs", post(submit).get(list))
         .route("/v1/jobs/{id}", get(show))
         .route("/v1/jobs/{id}/cancel", post(cancel))
         .route("/v1/nodes", get(nodes))
-        .route("/v1/agent/register", post(register))
-        .route("/v1/agent/poll", post(poll))
-        .fallback(|| async { fail(ErrorKind::NotFound, "no such API route; see docs/api.md") })
         .layer(DefaultBodyLimit::max(shared.config.max_request_bytes))
+        .merge(agents)
+        .fallback(|| async { fail(ErrorKind::NotFound, "no such API route; see docs/api.md") })
         .with_state(shared)
+}
+
+/// Lets only requests with the join token reach the agents' routes (before their bodies are
+/// read).
+async fn agents_only(
+    State(s): State<Arc<Shared>>,
+    req: axum::extract::Request,
+    next: middleware::Next,
+) -> Response {
+    match check_token(&s, req.headers()) {
+        Ok(()) => next.run(req).await,
+        Err(refused) => refused.into_response(),
+    }
 }
 
 fn caller(shared: &Shared, peer: &Peer) -> Result<Caller, ApiFailure> {
@@ -137,6 +160,26 @@ fn body<T: serde::de::DeserializeOwned>(
                  max_request_size); make the job smaller (a long script or environment \
                  belongs in a file)",
                 s.config.max_request_bytes
+            ),
+        ),
+        other => fail(ErrorKind::InvalidInput, format!("request body: {other}")),
+    })?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| fail(ErrorKind::InvalidInput, format!("request body: {e}")))
+}
+
+/// An agent's body: like [`body`], with the agents' own limit.
+fn agent_body<T: serde::de::DeserializeOwned>(
+    s: &Shared,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiFailure> {
+    let bytes = bytes.map_err(|e| match e {
+        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => fail(
+            ErrorKind::InvalidInput,
+            format!(
+                "agent report is over the controller's limit of {} bytes ([limits] \
+                 max_agent_request_size); raise it for nodes that hold this many jobs",
+                s.config.max_agent_request_bytes
             ),
         ),
         other => fail(ErrorKind::InvalidInput, format!("request body: {other}")),
@@ -273,7 +316,7 @@ async fn register(
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<RegisterResponse> {
     check_token(&s, &headers)?;
-    let req: RegisterRequest = body(&s, bytes)?;
+    let req: RegisterRequest = agent_body(&s, bytes)?;
     with_cluster(&s, move |cl, now| cl.register(req.node, now)).await?;
     s.wake_scheduler();
     Ok(Json(RegisterResponse {
@@ -287,7 +330,7 @@ async fn poll(
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<PollResponse> {
     check_token(&s, &headers)?;
-    let req: PollRequest = body(&s, bytes)?;
+    let req: PollRequest = agent_body(&s, bytes)?;
     let node = req.node.clone();
     let held: BTreeSet<JobId> = req
         .jobs

@@ -562,9 +562,13 @@ fn finish(mut job: JobRecord, exit: &ExitInfo, aj: &AgentJob, now: u64) -> JobRe
         JobState::Failed => exit
             .message
             .clone()
+            .map(wharf_api::text::bound_message)
             .or_else(|| Some(format!("exit {}", exit.code_signal()))),
         _ => None,
     };
-    job.exit = Some(exit.clone());
+    // An agent of an older version sends a launch error whole: what is kept is bounded.
+    let mut exit = exit.clone();
+    exit.message = exit.message.map(wharf_api::text::bound_message);
+    job.exit = Some(exit);
     job
 }

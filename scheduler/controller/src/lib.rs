@@ -43,8 +43,10 @@ pub struct ControllerConfig {
     pub poll_wait: Duration,
     /// Most jobs one user may have pending.
     pub max_pending_per_user: u32,
-    /// Largest request body accepted, bytes.
+    /// Largest request body accepted from a user, bytes.
     pub max_request_bytes: usize,
+    /// Largest request body accepted from an agent (with the join token), bytes.
+    pub max_agent_request_bytes: usize,
     /// Connection caps and timeouts.
     pub connections: serve::ConnectionLimits,
 }
