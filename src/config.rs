@@ -44,11 +44,14 @@ pub struct LimitsSection {
     pub max_connections_per_user: usize,
     pub header_timeout: String,
     pub idle_timeout: String,
+    pub max_unauthenticated_connections: usize,
+    pub unauthenticated_timeout: String,
 }
 
 impl Default for LimitsSection {
     fn default() -> Self {
         let c = wharf_controller::serve::ConnectionLimits::default();
+        let tcp = wharf_controller::serve::TcpLimits::default();
         LimitsSection {
             max_pending_per_user: 1000,
             max_request_size: "1M".into(),
@@ -57,6 +60,8 @@ impl Default for LimitsSection {
             max_connections_per_user: c.max_per_peer,
             header_timeout: "10s".into(),
             idle_timeout: "60s".into(),
+            max_unauthenticated_connections: tcp.max_unauthenticated,
+            unauthenticated_timeout: "3s".into(),
         }
     }
 }
@@ -87,6 +92,24 @@ impl LimitsSection {
             max_per_peer: self.max_connections_per_user,
             header_timeout,
             idle_timeout,
+        })
+    }
+
+    /// How the TCP listener admits connections that have not shown the join token.
+    pub fn tcp(&self) -> Result<wharf_controller::serve::TcpLimits> {
+        let unauthenticated_timeout = duration(
+            "limits.unauthenticated_timeout",
+            &self.unauthenticated_timeout,
+        )?;
+        if self.max_unauthenticated_connections == 0 || unauthenticated_timeout.is_zero() {
+            anyhow::bail!(
+                "limits.max_unauthenticated_connections and limits.unauthenticated_timeout \
+                 must be above 0: agents connect through them"
+            );
+        }
+        Ok(wharf_controller::serve::TcpLimits {
+            max_unauthenticated: self.max_unauthenticated_connections,
+            unauthenticated_timeout,
         })
     }
 

@@ -48,6 +48,7 @@ pub fn settings(
         max_request_bytes: file.limits.max_request_bytes()?,
         max_agent_request_bytes: file.limits.max_agent_request_bytes()?,
         connections: file.limits.connections(poll_wait)?,
+        tcp: file.limits.tcp()?,
     })
 }
 

@@ -218,3 +218,266 @@ fn a_stalled_request_is_closed_after_the_idle_timeout() {
     let out = c.wharf(&["queue"]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// A controller listening on TCP and an agent joined over it from 127.0.0.1, as separate
+/// processes (killed on drop).
+struct TcpCluster {
+    dir: tempfile::TempDir,
+    port: u16,
+    socket: std::path::PathBuf,
+    procs: Vec<std::process::Child>,
+}
+
+impl Drop for TcpCluster {
+    fn drop(&mut self) {
+        for p in &mut self.procs {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+    }
+}
+
+impl TcpCluster {
+    fn start(limits: &str) -> TcpCluster {
+        let dir = scratch("wharf-tcp-conn-");
+        let d = dir.path().to_path_buf();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let socket = d.join("wharf.sock");
+        let config = d.join("wharf.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[controller]\nstate_dir = \"{0}/ctl\"\nsocket = \"{1}\"\nlisten = \"127.0.0.1:{port}\"\nnode_timeout = \"10s\"\n[agent]\nstate_dir = \"{0}/agent\"\nimage_store = \"{0}/images\"\n[limits]\n{limits}\n",
+                d.display(),
+                socket.display()
+            ),
+        )
+        .unwrap();
+        let log = |name: &str| std::fs::File::create(d.join(name)).unwrap();
+        let mut c = TcpCluster {
+            dir,
+            port,
+            socket: socket.clone(),
+            procs: vec![],
+        };
+        c.procs.push(
+            Command::new(wharf_bin())
+                .args(["controller", "--config"])
+                .arg(&config)
+                .stderr(log("ctl.log"))
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let token = d.join("ctl/join-token");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !token.exists() || !socket.exists() {
+            assert!(Instant::now() < deadline, "controller did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        c.procs.push(
+            Command::new(wharf_bin())
+                .args(["agent", "--config"])
+                .arg(&config)
+                .args(["--controller", &format!("127.0.0.1:{port}")])
+                .args(["--node-name", "n1", "--join-token-file"])
+                .arg(&token)
+                .stderr(log("agent.log"))
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !c.nodes().contains("UP") {
+            assert!(Instant::now() < deadline, "the agent never registered");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        c
+    }
+
+    fn wharf(&self, args: &[&str]) -> std::process::Output {
+        Command::new(wharf_bin())
+            .args(args)
+            .env("WHARF_SOCKET", &self.socket)
+            .current_dir(self.dir.path())
+            .output()
+            .unwrap()
+    }
+
+    fn nodes(&self) -> String {
+        stdout(&self.wharf(&["nodes"]))
+    }
+
+    fn logs(&self) -> String {
+        let tail = |name: &str| {
+            let text = std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(8)..].join("\n")
+        };
+        format!(
+            "controller:\n{}\nagent:\n{}",
+            tail("ctl.log"),
+            tail("agent.log")
+        )
+    }
+}
+
+/// Holds `per_source` idle TCP connections to `port` from each source address, reopening
+/// those the controller closes, until dropped.
+struct TcpFlood {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TcpFlood {
+    fn start(sources: Vec<std::net::Ipv4Addr>, per_source: usize, port: u16) -> TcpFlood {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let open = |src: std::net::Ipv4Addr| -> Option<OwnedFd> {
+                // SAFETY: plain socket calls on a descriptor this function owns.
+                unsafe {
+                    let fd =
+                        libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0);
+                    if fd < 0 {
+                        return None;
+                    }
+                    let fd = OwnedFd::from_raw_fd(fd);
+                    let mut a: libc::sockaddr_in = std::mem::zeroed();
+                    a.sin_family = libc::AF_INET as libc::sa_family_t;
+                    a.sin_addr.s_addr = u32::from(src).to_be();
+                    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+                    if libc::bind(fd.as_raw_fd(), &a as *const _ as *const libc::sockaddr, len) != 0
+                    {
+                        return None;
+                    }
+                    a.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+                    a.sin_port = port.to_be();
+                    let r =
+                        libc::connect(fd.as_raw_fd(), &a as *const _ as *const libc::sockaddr, len);
+                    (r == 0 || *libc::__errno_location() == libc::EINPROGRESS).then_some(fd)
+                }
+            };
+            let alive = |fd: &OwnedFd| {
+                let mut b = [0u8; 1];
+                // SAFETY: reads into a local buffer.
+                let n = unsafe {
+                    libc::recv(fd.as_raw_fd(), b.as_mut_ptr().cast(), 1, libc::MSG_DONTWAIT)
+                };
+                n > 0
+                    || (n < 0
+                        && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock)
+            };
+            let mut held: Vec<Vec<OwnedFd>> = sources.iter().map(|_| Vec::new()).collect();
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                for (src, fds) in sources.iter().zip(&mut held) {
+                    fds.retain(alive);
+                    while fds.len() < per_source {
+                        match open(*src) {
+                            Some(fd) => fds.push(fd),
+                            None => break,
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        TcpFlood {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for TcpFlood {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Jobs share their node's network, so any job can connect to the controller from its agent's
+/// address. On the old code 64 idle connections from that address (the cap per TCP peer)
+/// locked the agent out: its polls failed and the node went DOWN within the 10 s node timeout,
+/// failing its jobs. Now a connection counts as unauthenticated until it shows the join token,
+/// the oldest unauthenticated one is closed for a newcomer, and an agent's connection moves to
+/// a pool of its own.
+#[test]
+fn idle_tcp_connections_from_the_agents_address_do_not_lock_it_out() {
+    if !can_run("idle_tcp_connections_from_the_agents_address_do_not_lock_it_out") {
+        return;
+    }
+    let c = TcpCluster::start("");
+    let flood = TcpFlood::start(vec![std::net::Ipv4Addr::LOCALHOST], 100, c.port);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(25) {
+        let nodes = c.nodes();
+        assert!(
+            nodes.contains("UP"),
+            "the node went down {:?} into the flood: {nodes}\n{}",
+            t.elapsed(),
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let id = submitted_id(&c.wharf(&["submit", "--wrap", "true"]));
+    let t = Instant::now();
+    loop {
+        let job: serde_json::Value =
+            serde_json::from_slice(&c.wharf(&["show", &id.to_string(), "--json"]).stdout).unwrap();
+        if job["state"] == "COMPLETED" {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "a job did not run during the flood: {job}\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(flood);
+}
+
+/// The socket and TCP have caps and counts of their own. On the old code they shared one
+/// global cap: idle TCP connections from ten addresses (each under the per-address cap) filled
+/// it, and a user's submit on the socket was closed unanswered.
+#[test]
+fn a_tcp_flood_does_not_starve_socket_users() {
+    if !can_run("a_tcp_flood_does_not_starve_socket_users") {
+        return;
+    }
+    let c = TcpCluster::start("max_connections = 300\n");
+    let victim = user("whfc-sockuser");
+    let home = c.dir.path().join("home-victim");
+    std::fs::create_dir_all(&home).unwrap();
+    nix::unistd::chown(&home, Some(victim.uid.into()), Some(victim.gid.into())).unwrap();
+    let sources = (2..12)
+        .map(|i| std::net::Ipv4Addr::new(127, 0, 0, i))
+        .collect();
+    let _flood = TcpFlood::start(sources, 60, c.port);
+    std::thread::sleep(Duration::from_secs(3));
+    for i in 0..3 {
+        let t = Instant::now();
+        let out = as_user(
+            &victim,
+            &home,
+            wharf_bin(),
+            &["submit", "--wrap", "true"],
+            &c.socket,
+        );
+        let took = t.elapsed();
+        assert!(
+            out.status.success() && took < Duration::from_secs(1),
+            "submit {i} on the socket during a TCP flood: {took:?}: {}\n{}",
+            stderr(&out),
+            c.logs()
+        );
+    }
+}

@@ -47,8 +47,10 @@ pub struct ControllerConfig {
     pub max_request_bytes: usize,
     /// Largest request body accepted from an agent (with the join token), bytes.
     pub max_agent_request_bytes: usize,
-    /// Connection caps and timeouts.
+    /// Connection caps and timeouts (each listener has its own).
     pub connections: serve::ConnectionLimits,
+    /// How the TCP listener admits connections before they show the join token.
+    pub tcp: serve::TcpLimits,
 }
 
 /// State shared by the handlers and the scheduler task.
@@ -150,17 +152,30 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
     std::fs::set_permissions(&config.socket, std::fs::Permissions::from_mode(0o666))
         .map_err(io(format!("chmod {}", config.socket.display())))?;
     let app = api::router(shared.clone());
-    // Both listeners share the caps: a peer is a uid on the socket, an address on TCP.
+    // Each listener has its own caps and counts, so that a flood on one cannot starve the
+    // other: on the socket a peer is a uid; on TCP a connection counts as unauthenticated
+    // until it shows the join token, then as an agent's (see serve::TcpLimits). With both
+    // listening, each gets half of the descriptors.
     let nofile = serve::raise_nofile_limit();
-    let limits = config.connections.clone().within_descriptors(nofile);
-    let counts = serve::Counts::new();
-    let unix_server = serve::serve(unix, app.clone(), limits.clone(), counts.clone());
+    let share = if config.listen.is_some() {
+        nofile / 2
+    } else {
+        nofile
+    };
+    let limits = config.connections.clone().within_descriptors(share);
+    let unix_server = serve::serve(unix, app.clone(), limits.clone(), serve::Counts::new());
     let tcp_server = match config.listen {
         Some(addr) => {
             let l = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(io(format!("binding {addr}")))?;
-            Some(serve::serve(l, app, limits.clone(), counts))
+            let mut agents = limits.clone();
+            agents.max_connections = agents
+                .max_connections
+                .saturating_sub(config.tcp.max_unauthenticated)
+                .max(16);
+            let gate = serve::Gate::new(&config.join_token, config.tcp.clone(), agents);
+            Some(serve::serve_tcp(l, app, limits.clone(), gate))
         }
         None => None,
     };
@@ -170,6 +185,7 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
         nofile,
         max_connections = limits.max_connections,
         max_connections_per_user = limits.max_per_peer,
+        max_unauthenticated_connections = config.tcp.max_unauthenticated,
         "controller ready"
     );
     tokio::spawn(scheduler_loop(shared.clone()));

@@ -353,6 +353,244 @@ pub async fn serve<L: Accept>(
     }
 }
 
+/// How the TCP listener admits connections. Jobs share their node's network, so a job's
+/// process connects from its agent's address: a cap per address would let any job lock its
+/// node's agent out. Instead a connection is charged to a small pool of unauthenticated
+/// connections until a request on it shows the join token; then it moves to the agents' pool
+/// ([`ConnectionLimits::max_connections`] and `max_per_peer`), where no one without the token
+/// can take its place. When the unauthenticated pool is full, its oldest connection is closed
+/// for the newcomer: an agent sends its request with the token at once, so it is promoted
+/// long before connections held idle, which are also closed after
+/// [`TcpLimits::unauthenticated_timeout`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpLimits {
+    /// Most connections that have not shown the join token.
+    pub max_unauthenticated: usize,
+    /// Longest a connection may stay without showing the join token.
+    pub unauthenticated_timeout: Duration,
+}
+
+impl Default for TcpLimits {
+    fn default() -> Self {
+        TcpLimits {
+            max_unauthenticated: 64,
+            unauthenticated_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+/// The TCP listener's admission: unauthenticated connections (oldest closed first when full)
+/// and agents' connections.
+#[derive(Debug, Clone)]
+pub struct Gate(Arc<GateInner>);
+
+#[derive(Debug)]
+struct GateInner {
+    token: Vec<u8>,
+    tcp: TcpLimits,
+    limits: ConnectionLimits,
+    agents: Counts,
+    pending: Mutex<Pending>,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    next: u64,
+    /// Oldest first: a connection's number and how to close it.
+    queue: std::collections::VecDeque<(u64, Arc<tokio::sync::Notify>)>,
+}
+
+/// A connection's place in the [`Gate`].
+#[derive(Debug)]
+pub struct Ticket {
+    gate: Gate,
+    id: u64,
+    /// Told when the connection must close to make room.
+    pub evicted: Arc<tokio::sync::Notify>,
+    agent: Mutex<Option<Slot>>,
+}
+
+impl Gate {
+    /// A gate for agents presenting `token`; agents' connections are capped by `limits`.
+    pub fn new(token: &str, tcp: TcpLimits, limits: ConnectionLimits) -> Gate {
+        Gate(Arc::new(GateInner {
+            token: token.as_bytes().to_vec(),
+            tcp,
+            limits,
+            agents: Counts::new(),
+            pending: Mutex::default(),
+        }))
+    }
+
+    /// Admits a new connection as unauthenticated, closing the oldest unauthenticated one
+    /// when the pool is full.
+    pub fn enter(&self) -> Ticket {
+        let evicted = Arc::new(tokio::sync::Notify::new());
+        let mut p = self.0.pending.lock().unwrap_or_else(|e| e.into_inner());
+        while p.queue.len() >= self.0.tcp.max_unauthenticated.max(1) {
+            if let Some((_, oldest)) = p.queue.pop_front() {
+                oldest.notify_one();
+            }
+        }
+        let id = p.next;
+        p.next += 1;
+        p.queue.push_back((id, evicted.clone()));
+        Ticket {
+            gate: self.clone(),
+            id,
+            evicted,
+            agent: Mutex::new(None),
+        }
+    }
+
+    /// Unauthenticated connections open now.
+    pub fn unauthenticated(&self) -> usize {
+        self.0
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .queue
+            .len()
+    }
+
+    /// Agents' connections open now, in all.
+    pub fn agents(&self) -> usize {
+        self.0.agents.open(PeerKey::Unknown).0
+    }
+
+    /// True when `headers` carry the join token (compared in constant time).
+    fn has_token(&self, headers: &axum::http::HeaderMap) -> bool {
+        let given = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("")
+            .as_bytes();
+        let want = &self.0.token;
+        !want.is_empty()
+            && given.len() == want.len()
+            && given
+                .iter()
+                .zip(want)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    }
+}
+
+impl Ticket {
+    /// True once a request on this connection showed the join token.
+    pub fn authenticated(&self) -> bool {
+        self.agent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// Moves the connection to the agents' pool when `headers` carry the join token and the
+    /// pool has room (charged to `key`). Idempotent.
+    fn present(&self, headers: &axum::http::HeaderMap, key: PeerKey) {
+        if self.authenticated() || !self.gate.has_token(headers) {
+            return;
+        }
+        let Ok(slot) = self.gate.0.agents.admit(key, &self.gate.0.limits) else {
+            return;
+        };
+        *self.agent.lock().unwrap_or_else(|e| e.into_inner()) = Some(slot);
+        self.leave_pending();
+    }
+
+    fn leave_pending(&self) {
+        let mut p = self
+            .gate
+            .0
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        p.queue.retain(|(id, _)| *id != self.id);
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.leave_pending();
+    }
+}
+
+/// Serves `app` on TCP connections from `listener`, admitted through `gate` (see
+/// [`TcpLimits`]). Returns only on a listener error that is not about one connection or a
+/// passing shortage.
+pub async fn serve_tcp(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: ConnectionLimits,
+    gate: Gate,
+) -> io::Result<()> {
+    let mut warned: Option<Instant> = None;
+    loop {
+        let (io, peer) = match Accept::accept(&listener).await {
+            Ok(c) => c,
+            Err(e) if is_passing(&e) => {
+                tracing::warn!(error = %e, "cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let key = PeerKey::of(&peer);
+        if gate.unauthenticated() >= gate.0.tcp.max_unauthenticated {
+            let now = Instant::now();
+            if warned.is_none_or(|t| now.duration_since(t) > Duration::from_secs(60)) {
+                tracing::warn!(peer = ?key, "unauthenticated TCP connections at their cap; closing the oldest");
+                warned = Some(now);
+            }
+        }
+        let ticket = Arc::new(gate.enter());
+        let app = app.clone();
+        let limits = limits.clone();
+        let timeout = gate.0.tcp.unauthenticated_timeout;
+        tokio::spawn(async move {
+            let t = ticket.clone();
+            let service = hyper::service::service_fn(move |mut req: axum::http::Request<_>| {
+                t.present(req.headers(), key);
+                req.extensions_mut().insert(ConnectInfo(peer.clone()));
+                tower_service::Service::call(&mut app.clone(), req)
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
+                .serve_connection(TokioIo::new(Watched::new(io, limits.idle_timeout)), service);
+            tokio::pin!(conn);
+            let deadline = tokio::time::sleep(timeout);
+            tokio::pin!(deadline);
+            let mut timer_done = false;
+            loop {
+                tokio::select! {
+                    r = &mut conn => {
+                        if let Err(e) = r {
+                            tracing::debug!(error = %e, "connection ended");
+                        }
+                        break;
+                    }
+                    // Only unauthenticated connections are in the queue that evicts; one
+                    // promoted just as it was picked) ignores it.
+                    () = ticket.evicted.notified() => {
+                        if !ticket.authenticated() {
+                            break;
+                        }
+                    }
+                    () = &mut deadline, if !timer_done => {
+                        timer_done = true;
+                        if !ticket.authenticated() {
+                            break;
+                        }
+                    }
+                }
+            }
+            drop(ticket);
+        });
+    }
+}
+
 /// Accept errors that pass: about one connection, or a shortage of descriptors or memory.
 fn is_passing(e: &io::Error) -> bool {
     matches!(
@@ -407,6 +645,56 @@ mod tests {
         assert_eq!(c.open(PeerKey::Uid(7)), (2, 2));
         drop(slots);
         assert_eq!(c.open(PeerKey::Uid(7)), (0, 0));
+    }
+
+    fn bearer(token: &str) -> axum::http::HeaderMap {
+        let mut h = axum::http::HeaderMap::new();
+        h.insert("authorization", format!("Bearer {token}").parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn the_oldest_unauthenticated_connection_makes_room_and_agents_are_kept() {
+        let tcp = TcpLimits {
+            max_unauthenticated: 2,
+            ..Default::default()
+        };
+        let gate = Gate::new("secret", tcp, ConnectionLimits::default());
+        let key = PeerKey::Addr("127.0.0.1".parse().unwrap());
+        let agent = gate.enter();
+        agent.present(&bearer("secret"), key);
+        assert!(agent.authenticated());
+        let idle: Vec<Ticket> = (0..2).map(|_| gate.enter()).collect();
+        assert_eq!((gate.unauthenticated(), gate.agents()), (2, 1));
+        // A wrong token promotes nothing.
+        idle[1].present(&bearer("secreT"), key);
+        idle[1].present(&axum::http::HeaderMap::new(), key);
+        assert!(!idle[1].authenticated());
+        // A newcomer closes the oldest unauthenticated connection, never the agent's.
+        let newcomer = gate.enter();
+        assert_eq!(gate.unauthenticated(), 2);
+        let evicted = |t: &Ticket| {
+            let n = t.evicted.notified();
+            tokio::pin!(n);
+            n.as_mut().enable()
+        };
+        assert!(evicted(&idle[0]));
+        assert!(!evicted(&idle[1]) && !evicted(&agent));
+        // The newcomer shows the token: it moves to the agents' pool.
+        newcomer.present(&bearer("secret"), key);
+        assert_eq!((gate.unauthenticated(), gate.agents()), (1, 2));
+        drop(newcomer);
+        drop(agent);
+        drop(idle);
+        assert_eq!((gate.unauthenticated(), gate.agents()), (0, 0));
+    }
+
+    #[test]
+    fn no_token_configured_promotes_nobody() {
+        let gate = Gate::new("", TcpLimits::default(), ConnectionLimits::default());
+        let t = gate.enter();
+        t.present(&bearer(""), PeerKey::Unknown);
+        assert!(!t.authenticated());
     }
 
     #[tokio::test(start_paused = true)]
