@@ -108,3 +108,71 @@ fn tail(log: &str) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// Sends `head` (and `body`) to the controller at `port`; the status line of the answer, or
+/// why there was none within `limit`.
+fn exchange(port: u16, head: &str, body: &[u8], limit: Duration) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(limit)).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    if let Err(e) = s.write_all(body) {
+        return format!("sending the body: {e}");
+    }
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e) => return format!("no answer: {e}"),
+        }
+    }
+    String::from_utf8_lossy(&answer)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The agents' routes have their own body limit (a poll reports every job of its node) and
+/// check the join token before reading a body. On the old code an agent's 2 MB report was
+/// refused by the users' 1 MiB limit, and a request without the token was answered only
+/// after its body had been read.
+#[test]
+fn agents_routes_check_the_token_first_and_take_large_reports() {
+    if !can_run("agents_routes_check_the_token_first_and_take_large_reports") {
+        return;
+    }
+    let c = crate::connections::TcpCluster::start("");
+    let token = std::fs::read_to_string(c.dir.path().join("ctl/join-token")).unwrap();
+    let token = token.trim();
+    // A valid report padded with 2 MB of JSON whitespace.
+    let mut body = br#"{"node":"n1","jobs":[],"wait_ms":0,"images":[]}"#.to_vec();
+    body.resize(body.len() + 2_000_000, b' ');
+    let head = |auth: &str, len: usize| {
+        format!(
+            "POST /v1/agent/poll HTTP/1.1\r\nhost: wharf\r\ncontent-type: application/json\r\n{auth}content-length: {len}\r\nconnection: close\r\n\r\n"
+        )
+    };
+    let with_token = format!("authorization: Bearer {token}\r\n");
+    let status = exchange(
+        c.port,
+        &head(&with_token, body.len()),
+        &body,
+        Duration::from_secs(20),
+    );
+    assert!(
+        status.contains(" 200 "),
+        "a 2 MB report with the token: {status}"
+    );
+    // Without the token: refused on the head alone, the announced body never sent.
+    let t = Instant::now();
+    let status = exchange(c.port, &head("", body.len()), &[], Duration::from_secs(2));
+    assert!(
+        status.contains(" 403 "),
+        "no token, 2 MB announced and not sent: {status} after {:?}",
+        t.elapsed()
+    );
+    assert!(c.nodes().contains("UP"), "{}", c.nodes());
+}

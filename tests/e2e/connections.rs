@@ -221,9 +221,9 @@ fn a_stalled_request_is_closed_after_the_idle_timeout() {
 
 /// A controller listening on TCP and an agent joined over it from 127.0.0.1, as separate
 /// processes (killed on drop).
-struct TcpCluster {
-    dir: tempfile::TempDir,
-    port: u16,
+pub(crate) struct TcpCluster {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) port: u16,
     socket: std::path::PathBuf,
     procs: Vec<std::process::Child>,
 }
@@ -238,7 +238,7 @@ impl Drop for TcpCluster {
 }
 
 impl TcpCluster {
-    fn start(limits: &str) -> TcpCluster {
+    pub(crate) fn start(limits: &str) -> TcpCluster {
         let dir = scratch("wharf-tcp-conn-");
         let d = dir.path().to_path_buf();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -308,7 +308,7 @@ impl TcpCluster {
             .unwrap()
     }
 
-    fn nodes(&self) -> String {
+    pub(crate) fn nodes(&self) -> String {
         stdout(&self.wharf(&["nodes"]))
     }
 
