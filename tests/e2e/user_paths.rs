@@ -610,3 +610,73 @@ fn a_mount_point_reached_through_a_symlink_never_lands_on_what_the_sandbox_makes
         }
     }
 }
+
+/// The Docker engine's runtime resolves a destination through the image's symlinks, as real
+/// root, and makes its `/dev` nodes and symlinks after the binds: an image whose `/data` is a
+/// symlink to `/dev` had a bind at `/data` receive root-owned device nodes (null, zero, tty,
+/// ...) and `/dev` symlinks in the user's host directory. Refused with the reason; the
+/// directory gains nothing.
+#[test]
+fn docker_mount_point_reached_through_an_image_symlink_is_refused() {
+    let allowed = scratch("wharf-allowed-");
+    let Some(c) = docker_cluster(
+        "docker_mount_point_reached_through_an_image_symlink_is_refused",
+        allowed.path(),
+    ) else {
+        return;
+    };
+    const LINKED: &str = "whfr-e2e-docker-linked";
+    let rootfs = c.dir.join("docker-linked-rootfs");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
+    assert!(Command::new(script)
+        .arg(&rootfs)
+        .args(["sh", "ls", "cat"])
+        .status()
+        .unwrap()
+        .success());
+    std::os::unix::fs::symlink("/dev", rootfs.join("data")).unwrap();
+    let import = format!(
+        "tar -C '{}' -c . | docker import - {LINKED}:latest >/dev/null",
+        rootfs.display()
+    );
+    assert!(Command::new("sh")
+        .args(["-c", &import])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !stdout(&c.wharf(&["nodes", "--json"])).contains(&format!("\"{LINKED}\"")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node never listed the engine image"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mallory = user("whfr-dlink");
+    let mine = allowed.path().join("whfr-dlink");
+    std::fs::create_dir(&mine).unwrap();
+    chown(&mine, &mallory);
+    mode(&mine, 0o777);
+    std::fs::write(mine.join("marker"), "mine\n").unwrap();
+    let before = entries(&mine);
+    let bind = format!("{}:/data", mine.display());
+    let out = c.wharf_as(
+        &mallory,
+        &[
+            "submit", "--image", LINKED, "--mount", &bind, "--wrap", "ls /dev",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = c.wait_done(submitted_id(&out), Duration::from_secs(60));
+    assert_eq!(
+        entries(&mine),
+        before,
+        "the job made entries in the user's directory: {job}"
+    );
+    let reason = job["reason"].as_str().unwrap_or_default();
+    assert_eq!(job["state"], "FAILED", "{job}");
+    assert!(
+        reason.contains("mount point /data passes through a symlink of the image"),
+        "{reason}"
+    );
+}
