@@ -579,3 +579,62 @@ fn a_descriptor_the_shim_inherits_never_reaches_the_job() {
     assert_eq!(std::fs::read_to_string(&spec.stdout).unwrap(), "0 1 2 3\n");
     drop(held);
 }
+
+/// The node's own binds (site paths, CDI driver files) may pass through symlinks in the root,
+/// as driver files do in real installs (`/lib64 -> usr/lib64`, say), but never land on what the
+/// sandbox makes: a destination whose symlink leads to `/dev` is refused with where it led,
+/// and the bound directory gains nothing.
+#[test]
+fn node_binds_may_pass_through_symlinks_but_never_land_on_what_the_sandbox_makes() {
+    let Some(dir) = scratch(
+        "node_binds_may_pass_through_symlinks_but_never_land_on_what_the_sandbox_makes",
+        "wharf-nodebind-",
+    ) else {
+        return;
+    };
+    let rootfs = dir.path().join("rootfs");
+    mkrootfs(&rootfs, &["sh", "cat", "ls"]);
+    std::fs::create_dir_all(rootfs.join("usr/lib")).unwrap();
+    std::os::unix::fs::symlink("usr/lib", rootfs.join("drivers")).unwrap();
+    std::os::unix::fs::symlink("/dev", rootfs.join("data")).unwrap();
+    let driver = dir.path().join("libdriver.so");
+    std::fs::write(&driver, "driver\n").unwrap();
+    let site = dir.path().join("site");
+    std::fs::create_dir(&site).unwrap();
+    std::fs::set_permissions(&site, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let backend = Launcher::new(PathBuf::from(env!("CARGO_BIN_EXE_wharf")));
+    let mut spec = template("nodebind", &rootfs, 4250, 4250);
+    let out = dir.path().join("out");
+    spec.stdout = out.clone();
+    spec.stderr = out.clone();
+    let node_bind = |source: &Path, destination: &str| wharf_runtime::Bind {
+        source: source.to_path_buf(),
+        destination: destination.into(),
+        read_only: true,
+        beneath: None,
+    };
+
+    let mut s = spec.clone();
+    s.id = format!("nodebind-ok-{}", std::process::id());
+    s.binds = vec![node_bind(&driver, "/drivers/libdriver.so")];
+    s.argv = vec!["/bin/cat".into(), "/usr/lib/libdriver.so".into()];
+    let o = run_to_end(&backend, &dir.path().join("job-ok"), &s);
+    assert_eq!((o.exit_code, o.error.as_deref()), (Some(0), None), "{o:?}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "driver\n");
+
+    let mut s = spec.clone();
+    s.id = format!("nodebind-dev-{}", std::process::id());
+    s.binds = vec![node_bind(&site, "/data")];
+    s.argv = vec!["/bin/ls".into(), "/dev".into()];
+    let o = run_to_end(&backend, &dir.path().join("job-dev"), &s);
+    let error = o.error.clone().unwrap_or_default();
+    assert!(
+        error.contains("mount point /data leads to /dev") && o.started_ms.is_none(),
+        "{o:?}"
+    );
+    let made: Vec<_> = std::fs::read_dir(&site).unwrap().flatten().collect();
+    assert!(
+        made.is_empty(),
+        "the sandbox made {made:?} in the bound directory"
+    );
+}

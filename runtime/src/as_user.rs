@@ -100,17 +100,21 @@ pub(crate) fn open_sif(path: &Path, user: &AsUser) -> Result<SifImage, RuntimeEr
             e,
         )
     };
-    // Non-blocking: a FIFO planted at the path must not hold the launch.
-    let fd = user
-        .run(|| sys::open_fd(path, OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY))?
-        .map_err(denied)?;
-    if kind(&fd)? != SFlag::S_IFREG {
-        return Err(RuntimeError::new(
-            ErrorKind::InvalidInput,
-            format!("image {}: not a regular file", path.display()),
-        ));
-    }
-    let file = File::from(fd);
+    // Looked at through an O_PATH descriptor, and opened (through it) only when a regular
+    // file: a FIFO planted at the path must not hold the launch, and a device's open would
+    // run its driver for the shim, which keeps its capabilities while it acts as the user.
+    let file = user
+        .run(|| {
+            let at = sys::open_fd(path, OFlag::O_PATH)?;
+            sys::reopen_regular(&at, OFlag::O_RDONLY)
+        })?
+        .map_err(denied)?
+        .ok_or_else(|| {
+            RuntimeError::new(
+                ErrorKind::InvalidInput,
+                format!("image {}: not a regular file", path.display()),
+            )
+        })?;
     let part = wharf_images::sif::primary_partition_of(&file).map_err(|e| {
         RuntimeError::new(ErrorKind::InvalidInput, format!("{}: {e}", path.display()))
     })?;
@@ -290,4 +294,51 @@ fn unstage_dir(binds: &Path) {
         let _ = std::fs::remove_dir(&at).or_else(|_| std::fs::remove_file(&at));
     }
     let _ = std::fs::remove_dir(binds);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A FIFO at the SIF's path, whose writer waits in its open: an open for reading, even
+    /// one refused right after by its type, would let the writer through. Only a regular
+    /// file is ever opened, so the writer still waits.
+    #[test]
+    fn only_a_regular_file_is_opened_as_a_sif() {
+        if !nix::unistd::geteuid().is_root() {
+            assert!(
+                std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+                "needs root"
+            );
+            eprintln!("SKIPPED only_a_regular_file_is_opened_as_a_sif: needs root");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("image.sif");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let writer = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                let opened =
+                    nix::fcntl::open(&fifo, OFlag::O_WRONLY, nix::sys::stat::Mode::empty());
+                tx.send(opened.is_ok()).unwrap();
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let spec = crate::conformance::template("sif", Path::new("/"), 0, 0);
+        let Err(err) = open_sif(&fifo, &AsUser::of(&spec)) else {
+            panic!("a FIFO was taken as a SIF");
+        };
+        assert!(err.message.contains("not a regular file"), "{err}");
+        let opened = rx.recv_timeout(std::time::Duration::from_millis(500));
+        // Let the writer go whatever happened.
+        let _reader = nix::fcntl::open(
+            &fifo,
+            OFlag::O_RDONLY | OFlag::O_NONBLOCK,
+            nix::sys::stat::Mode::empty(),
+        );
+        writer.join().unwrap();
+        assert!(opened.is_err(), "the FIFO was opened for reading");
+    }
 }

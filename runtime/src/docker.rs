@@ -181,11 +181,75 @@ async fn run(
         )
         .await
         .map_err(|e| engine(&format!("create (image {:?})", target.image), e))?;
-    let result = run_created(jd, &docker, spec, stdout, stderr, out).await;
+    let result = match check_mount_points(&docker, spec).await {
+        Ok(()) => run_created(jd, &docker, spec, stdout, stderr, out).await,
+        Err(e) => Err(e),
+    };
     if let Err(e) = docker.remove_container(name, Some(force)).await {
         eprintln!("wharf shim: removing container {name}: {e}");
     }
     result
+}
+
+/// Go's `os.ModeSymlink`, in the engine's path stat.
+const GO_MODE_SYMLINK: u32 = 1 << 27;
+
+/// Where each bind would land in the created container's image. The engine's runtime resolves
+/// a destination through the image's symlinks (as real root) and makes its `/dev` nodes and
+/// symlinks after the binds: an image whose `/data` is a symlink to `/dev` had a bind at
+/// `/data` receive them in the bound host directory. As in Wharf's own sandbox
+/// (`sandbox/init.rs`): a user's destination may pass through no symlink of the image, and
+/// no bind may lead to `/`, or at or under `/proc`, `/sys` or `/dev`. Binds do not nest on
+/// this backend when one is a user's (`plan::check_not_nested`), so the image alone decides.
+async fn check_mount_points(docker: &Docker, spec: &ContainerSpec) -> Result<(), RuntimeError> {
+    let name = spec.id.as_str();
+    for b in &spec.binds {
+        let mut prefix = String::new();
+        for part in b
+            .destination
+            .split('/')
+            .filter(|p| !p.is_empty() && *p != ".")
+        {
+            prefix.push('/');
+            prefix.push_str(part);
+            let options = bollard::query_parameters::ContainerArchiveInfoOptionsBuilder::default()
+                .path(&prefix)
+                .build();
+            let stat = match docker.get_container_archive_info(name, Some(options)).await {
+                Ok(stat) => stat,
+                // Missing: the engine makes it, in the container's own layer.
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => break,
+                Err(e) => return Err(engine(&format!("looking at {prefix} in the image"), e)),
+            };
+            if stat.file_mode & GO_MODE_SYMLINK == 0 {
+                continue;
+            }
+            if b.beneath.is_some() {
+                return Err(RuntimeError::new(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "mount point {} passes through a symlink of the image ({prefix} -> {}): \
+                         a --mount destination must be reached through no symlink; give the \
+                         path it points to",
+                        b.destination, stat.link_target
+                    ),
+                ));
+            }
+            if let Some(dir) = crate::sandbox::plan::reserved(&stat.link_target) {
+                return Err(RuntimeError::new(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "mount point {} leads to {}, at or under {dir}, which the sandbox makes \
+                         itself: no bind may land there (choose another destination)",
+                        b.destination, stat.link_target
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 async fn run_created(

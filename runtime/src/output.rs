@@ -1,15 +1,16 @@
 //! The job's output files, opened by the shim **as the user** (their fs ids and groups), so a
 //! path they could not write, or a symlink they planted, cannot be turned against root.
 //!
-//! Opening never waits on something the user controls: the open is non-blocking (a FIFO
-//! without a reader answers ENXIO at once instead of waiting for one, a file under a lease
-//! answers EWOULDBLOCK instead of waiting for the lease to be broken), and what was opened is
-//! checked by its descriptor: only a regular file, or `/dev/null` itself, receives output.
+//! Opening never waits on something the user controls, and opens nothing but a regular file
+//! or `/dev/null`: the path is looked at through an `O_PATH` descriptor, and only those are
+//! opened (non-blocking: a file under a lease answers EWOULDBLOCK instead of waiting for the
+//! lease to be broken); a FIFO, socket or other device is refused without being opened.
 //! A leased file is tried again until the kernel has broken the lease (within
 //! `fs.lease-break-time`), the job is cancelled or its time limit passes.
 //!
 //! ```text
-//!  open O_WRONLY|O_CREAT|O_NONBLOCK|O_NOFOLLOW|O_NOCTTY, 0600, as the user
+//!  as the user: O_PATH|O_NOFOLLOW ─▶ fstat: a regular file or /dev/null? reopen it through
+//!  the descriptor O_WRONLY|O_NONBLOCK|O_NOCTTY; missing: O_CREAT|O_EXCL, 0600; else refused
 //!    ├─ EWOULDBLOCK (a lease) ─▶ stop asked? ─▶ no: wait 50 ms, again
 //!    └─ fstat ─▶ regular: truncate, 0600 (when the user owns it) ─┐
 //!             ─▶ /dev/null's device number ───────────────────────┼─▶ blocking again ─▶ job
@@ -59,7 +60,8 @@ fn open_output(
 ) -> Result<OwnedFd, Abort> {
     loop {
         match AsUser::of(spec).run(|| open_once(path, spec.uid, null))? {
-            Err(Errno::EWOULDBLOCK) => {}
+            // A lease being broken, or a file that appeared between two looks.
+            Err(Errno::EWOULDBLOCK | Errno::EEXIST) => {}
             Ok(Ok(fd)) => return Ok(fd),
             Ok(Err(refused)) => return Err(refused.into()),
             Err(e) => return Err(refused(path, spec.uid, e).into()),
@@ -72,20 +74,46 @@ fn open_output(
 }
 
 /// One try, as the user: the descriptor, a refusal (a file of the wrong type), or the errno.
+/// Whatever is at the path is looked at through an `O_PATH` descriptor first, and only a
+/// regular file or `/dev/null` is opened for writing (through that descriptor): the open of
+/// any other device would run the driver's code for the shim, which keeps its capabilities
+/// while it acts as the user. A missing file is created fresh (`O_EXCL`); EEXIST (something
+/// appeared meanwhile) is tried again like a lease.
 fn open_once(
     path: &Path,
     uid: u32,
     null: libc::dev_t,
 ) -> Result<Result<OwnedFd, RuntimeError>, Errno> {
-    let flags = OFlag::O_WRONLY
-        | OFlag::O_CREAT
-        | OFlag::O_NONBLOCK
-        | OFlag::O_NOFOLLOW
-        | OFlag::O_NOCTTY
-        | OFlag::O_CLOEXEC;
-    let fd = nix::fcntl::open(path, flags, Mode::from_bits_truncate(0o600))?;
-    // SAFETY: a fresh descriptor we own.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = match crate::sys::open_fd(path, OFlag::O_PATH | OFlag::O_NOFOLLOW) {
+        Ok(at) => {
+            let st = fstat(at.as_raw_fd())?;
+            match SFlag::from_bits_truncate(st.st_mode & libc::S_IFMT) {
+                SFlag::S_IFREG => {}
+                SFlag::S_IFCHR if st.st_rdev == null => {}
+                SFlag::S_IFLNK => return Err(Errno::ELOOP),
+                other => return Ok(Err(wrong_type(path, other))),
+            }
+            let reopen = format!("/proc/self/fd/{}", at.as_raw_fd());
+            crate::sys::open_fd(
+                Path::new(&reopen),
+                OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY,
+            )?
+        }
+        Err(Errno::ENOENT) => {
+            let flags = OFlag::O_WRONLY
+                | OFlag::O_CREAT
+                | OFlag::O_EXCL
+                | OFlag::O_NONBLOCK
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_NOCTTY
+                | OFlag::O_CLOEXEC;
+            let fd = nix::fcntl::open(path, flags, Mode::from_bits_truncate(0o600))?;
+            // SAFETY: a fresh descriptor we own.
+            unsafe { OwnedFd::from_raw_fd(fd) }
+        }
+        Err(e) => return Err(e),
+    };
+    // What was opened is what was checked (the same inode); checked again all the same.
     let st = fstat(fd.as_raw_fd())?;
     match SFlag::from_bits_truncate(st.st_mode & libc::S_IFMT) {
         SFlag::S_IFREG => {
@@ -203,6 +231,35 @@ mod tests {
             nix::fcntl::open(&fifo, OFlag::O_RDONLY | OFlag::O_NONBLOCK, Mode::empty()).unwrap();
         let why = message(open_outputs(&spec, &never));
         assert!(why.contains("is a named pipe (FIFO)"), "{why}");
+    }
+
+    /// A FIFO whose reader waits in its open: an open for writing, even one refused right
+    /// after by its type, would let the reader through. Nothing but a regular file or
+    /// `/dev/null` is ever opened, so the reader still waits.
+    #[test]
+    fn nothing_but_a_regular_file_or_dev_null_is_ever_opened() {
+        if !as_root("nothing_but_a_regular_file_or_dev_null_is_ever_opened") {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o666)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                let opened = nix::fcntl::open(&fifo, OFlag::O_RDONLY, Mode::empty());
+                tx.send(opened.is_ok()).unwrap();
+            })
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        let why = message(open_outputs(&spec_in(tmp.path(), "fifo"), &never));
+        assert!(why.contains("is a named pipe (FIFO)"), "{why}");
+        let opened = rx.recv_timeout(Duration::from_millis(500));
+        // Let the reader go whatever happened.
+        let _writer = nix::fcntl::open(&fifo, OFlag::O_WRONLY | OFlag::O_NONBLOCK, Mode::empty());
+        reader.join().unwrap();
+        assert!(opened.is_err(), "the FIFO was opened for writing");
     }
 
     #[test]

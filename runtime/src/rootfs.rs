@@ -194,11 +194,13 @@ fn overlay(lower: &Path, layer: &Path, target: &Path, opts: &Layer) -> Result<()
         upper.display(),
         work.display()
     );
+    // nosuid and nodev from the start: the shim reads and writes in it as root before the
+    // root's attributes are set, and a plain-directory image is not nodev itself.
     mount(
         Some("overlay"),
         target,
         Some("overlay"),
-        MsFlags::empty(),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
         Some(opts.as_str()),
     )
     .map_err(|e| {
@@ -289,19 +291,22 @@ pub(crate) fn mkdir_in_root(root: &OwnedFd, path: &str) -> Result<(), RuntimeErr
 }
 
 /// Creates an empty file at `path` inside `root` (a mount point for a bound file), parents
-/// included, unless something is there.
+/// included, unless something is there. Whatever is there is never opened: an image's FIFO
+/// would hold an open (even a non-blocking one for writing, ENXIO aside), and the mount point
+/// is reached later by an `O_PATH` descriptor only.
 pub(crate) fn touch_in_root(root: &OwnedFd, path: &str) -> Result<(), RuntimeError> {
     let parent = Path::new(path)
         .parent()
         .and_then(|p| p.to_str())
         .unwrap_or("/");
     mkdir_in_root(root, parent)?;
+    // O_EXCL: only ever a fresh file; something already there is left as it is.
     match open_in_root(
         root,
         path,
-        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK,
     ) {
-        Ok(_) | Err(nix::Error::EISDIR) | Err(nix::Error::ELOOP) => Ok(()),
+        Ok(_) | Err(nix::Error::EEXIST) => Ok(()),
         Err(e) => Err(RuntimeError::sys(
             format!("creating {path} in the image"),
             e,
@@ -309,16 +314,64 @@ pub(crate) fn touch_in_root(root: &OwnedFd, path: &str) -> Result<(), RuntimeErr
     }
 }
 
-/// Adds the user and their groups to the image's `/etc/passwd` and `/etc/group` (in the job's
-/// layer), replacing entries with the same name or id.
+/// The text of the image's file at `path`, when it is a regular file. Nothing else is ever
+/// opened for reading: the path is resolved to an `O_PATH` descriptor, checked on that
+/// descriptor, and only a regular file is opened again (through the descriptor, never the
+/// path). A FIFO in a user's image would hold the open, as root, past the job's time limit;
+/// a device's open could act on the device. Anything but a regular file (missing, a FIFO, a
+/// device, a directory, unreadable) reads as absent: the job's layer gets a fresh file
+/// instead (see [`replace_in_root`]).
+fn read_regular_in_root(root: &OwnedFd, path: &str) -> Option<String> {
+    let at = open_in_root(root, path, OFlag::O_PATH).ok()?;
+    let file = sys::reopen_regular(&at, OFlag::O_RDONLY).ok()??;
+    std::io::read_to_string(file).ok()
+}
+
+/// Writes `text` as a fresh regular file at `path` inside `root` (in the job's layer of an
+/// image root), replacing whatever the image had there: it is unlinked first (the overlay
+/// whites it out; the image is never written) and the new file is created with `O_EXCL`, so
+/// nothing already there (a FIFO, a device, a symlink) is ever opened.
+fn replace_in_root(root: &OwnedFd, path: &str, text: &str) -> Result<(), RuntimeError> {
+    let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+    let dir = open_in_root(root, dir, OFlag::O_PATH | OFlag::O_DIRECTORY)
+        .map_err(|e| RuntimeError::sys(format!("writing {path} in the image"), e))?;
+    let dirfd = std::os::fd::AsRawFd::as_raw_fd(&dir);
+    match nix::unistd::unlinkat(Some(dirfd), name, nix::unistd::UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(nix::Error::ENOENT) => {}
+        Err(e) => {
+            return Err(RuntimeError::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "image refused: its {path} cannot be replaced by the job's own ({e}); it \
+                     must be a regular file"
+                ),
+            ))
+        }
+    }
+    let fd = nix::fcntl::openat(
+        Some(dirfd),
+        name,
+        OFlag::O_WRONLY
+            | OFlag::O_CREAT
+            | OFlag::O_EXCL
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o644),
+    )
+    .map_err(|e| RuntimeError::sys(format!("writing {path} in the image"), e))?;
+    // SAFETY: a fresh descriptor we own.
+    std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) })
+        .write_all(text.as_bytes())
+        .map_err(|e| RuntimeError::io(format!("writing {path}"), e))
+}
+
+/// Adds the user and their groups to the image's `/etc/passwd` and `/etc/group` (fresh files
+/// in the job's layer), replacing entries with the same name or id. An image whose file is not
+/// a regular file (a FIFO, a device) is taken as having none.
 fn write_identity(root: &OwnedFd, uid: u32, gid: u32, id: &Identity) -> Result<(), RuntimeError> {
     mkdir_in_root(root, "/etc")?;
-    let read = |name: &str| -> String {
-        open_in_root(root, name, OFlag::O_RDONLY)
-            .ok()
-            .and_then(|fd| std::io::read_to_string(std::fs::File::from(fd)).ok())
-            .unwrap_or_default()
-    };
+    let read = |name: &str| read_regular_in_root(root, name).unwrap_or_default();
     let keep = |text: &str, names: &[&str], ids: &[u32]| -> String {
         text.lines()
             .filter(|l| {
@@ -349,15 +402,7 @@ fn write_identity(root: &OwnedFd, uid: u32, gid: u32, id: &Identity) -> Result<(
         group.push_str(&format!("{name}:x:{g}:{members}\n"));
     }
     for (file, text) in [("/etc/passwd", passwd), ("/etc/group", group)] {
-        let fd = open_in_root(
-            root,
-            file,
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_NOFOLLOW,
-        )
-        .map_err(|e| RuntimeError::sys(format!("writing {file} in the image"), e))?;
-        std::fs::File::from(fd)
-            .write_all(text.as_bytes())
-            .map_err(|e| RuntimeError::io(format!("writing {file}"), e))?;
+        replace_in_root(root, file, &text)?;
     }
     Ok(())
 }
@@ -366,4 +411,77 @@ fn write_identity(root: &OwnedFd, uid: u32, gid: u32, id: &Identity) -> Result<(
 fn set_attrs(target: &Path, attrs: u64) -> Result<(), RuntimeError> {
     sys::set_attrs_at(target.as_os_str(), attrs)
         .map_err(|e| RuntimeError::io("making the root read-only", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `f` on a thread and fails (rather than hangs) when it waits more than 10 s.
+    fn within_seconds<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(f()));
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("waited on something in the image")
+    }
+
+    #[test]
+    fn identity_files_and_mount_points_of_an_image_are_never_opened_unless_regular() {
+        let dir = tempfile::tempdir().unwrap();
+        let etc = dir.path().join("etc");
+        std::fs::create_dir(&etc).unwrap();
+        // A FIFO nobody writes to, where the identity file and a file bind's mount point go.
+        for name in ["passwd", "hosts"] {
+            nix::unistd::mkfifo(&etc.join(name), Mode::from_bits_truncate(0o644)).unwrap();
+        }
+        std::fs::write(etc.join("group"), "staff:x:50:\nold:x:4300:\n").unwrap();
+        let root = open_dir(dir.path()).unwrap();
+        let id = Identity {
+            user: "alice".into(),
+            home: "/home/alice".into(),
+            groups: vec![(4300, "alice".into())],
+        };
+        within_seconds(move || {
+            write_identity(&root, 4300, 4300, &id).unwrap();
+            touch_in_root(&root, "/etc/hosts").unwrap();
+        });
+        let kind = |name: &str| {
+            std::fs::symlink_metadata(etc.join(name))
+                .unwrap()
+                .file_type()
+        };
+        assert!(kind("passwd").is_file(), "the FIFO is replaced by a file");
+        assert_eq!(
+            std::fs::read_to_string(etc.join("passwd")).unwrap(),
+            "root:x:0:0:root:/root:/bin/sh\nalice:x:4300:4300::/home/alice:/bin/sh\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(etc.join("group")).unwrap(),
+            "staff:x:50:\nalice:x:4300:\n"
+        );
+        use std::os::unix::fs::FileTypeExt;
+        assert!(
+            kind("hosts").is_fifo(),
+            "a mount point already there is left"
+        );
+    }
+
+    #[test]
+    fn an_identity_file_that_is_a_directory_is_refused_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("etc/passwd/x")).unwrap();
+        let root = open_dir(dir.path()).unwrap();
+        let id = Identity {
+            user: "alice".into(),
+            home: "/".into(),
+            groups: vec![(4300, "alice".into())],
+        };
+        let err = write_identity(&root, 4300, 4300, &id)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("/etc/passwd cannot be replaced") && err.contains("regular file"),
+            "{err}"
+        );
+    }
 }

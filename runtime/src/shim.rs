@@ -35,9 +35,41 @@ use crate::timeline::Timeline;
 use crate::userns::id_maps;
 
 static CANCEL: AtomicBool = AtomicBool::new(false);
+/// Set by the launch's alarm: the time limit passed while the job was not started yet.
+static LAUNCH_EXPIRED: AtomicBool = AtomicBool::new(false);
+/// Whether a launch is under way (its alarm is armed, see [`Launch`]).
+static LAUNCHING: AtomicBool = AtomicBool::new(false);
+
+/// How often a stopped launch's alarm interrupts whatever the launch waits on, until it ends.
+const STOP_TICK: Duration = Duration::from_millis(100);
 
 extern "C" fn on_cancel(_: libc::c_int) {
     CANCEL.store(true, Ordering::SeqCst);
+    // This signal interrupts the call the launch is in; the alarm interrupts any later one.
+    if LAUNCHING.load(Ordering::SeqCst) {
+        set_alarm(STOP_TICK, STOP_TICK);
+    }
+}
+
+extern "C" fn on_alarm(_: libc::c_int) {
+    if LAUNCHING.load(Ordering::SeqCst) && !CANCEL.load(Ordering::SeqCst) {
+        LAUNCH_EXPIRED.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Arms the shim's real-time alarm (SIGALRM) to fire after `first`, then every `every`;
+/// both zero disarms it. A plain system call: safe in a signal handler.
+fn set_alarm(first: Duration, every: Duration) {
+    let tv = |d: Duration| libc::timeval {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_usec: libc::suseconds_t::from(d.subsec_micros() as i32),
+    };
+    let timer = libc::itimerval {
+        it_interval: tv(every),
+        it_value: tv(first),
+    };
+    // SAFETY: setitimer with a valid value and no old value asked for.
+    unsafe { libc::setitimer(libc::ITIMER_REAL, &timer, std::ptr::null_mut()) };
 }
 
 /// Runs the job in `dir` to the end and writes its outcome. Returns the shim's exit status:
@@ -67,9 +99,14 @@ pub fn main(dir: &Path) -> i32 {
 }
 
 fn install_signal_handlers() -> Result<(), RuntimeError> {
-    // No SA_RESTART: a cancel must interrupt the wait at once.
+    // No SA_RESTART: a cancel, or the launch's alarm, must interrupt the wait at once.
     let cancel = SigAction::new(
         SigHandler::Handler(on_cancel),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    let alarm = SigAction::new(
+        SigHandler::Handler(on_alarm),
         SaFlags::empty(),
         SigSet::empty(),
     );
@@ -79,6 +116,7 @@ fn install_signal_handlers() -> Result<(), RuntimeError> {
         for sig in [Signal::SIGTERM, Signal::SIGINT] {
             sigaction(sig, &cancel).map_err(|e| RuntimeError::sys("sigaction", e))?;
         }
+        sigaction(Signal::SIGALRM, &alarm).map_err(|e| RuntimeError::sys("sigaction", e))?;
         for sig in [Signal::SIGHUP, Signal::SIGPIPE] {
             sigaction(sig, &ignore).map_err(|e| RuntimeError::sys("sigaction", e))?;
         }
@@ -116,17 +154,30 @@ impl From<RuntimeError> for Abort {
 /// The watch over a launch: a cancel, and the time limit, which runs from the shim's start
 /// until the job starts (then again from the job's start, see [`wait_init`]). Every step of a
 /// launch is bounded; between steps, and while one waits, the launch asks [`Launch::stop`].
-#[derive(Debug, Clone, Copy)]
+///
+/// And in case a step would wait on something nobody foresaw (an open of something in a
+/// user's image, say): from the time limit, or from a cancel, an alarm without `SA_RESTART`
+/// interrupts whatever system call the launch is in, every [`STOP_TICK`], until the launch
+/// ends. A call that is retried on EINTR (or a process in uninterruptible sleep) is beyond it.
+#[derive(Debug)]
 struct Launch {
     deadline: Option<Instant>,
 }
 
 impl Launch {
-    fn new(spec: &ContainerSpec) -> Launch {
+    /// Starts the watch over a launch for a job with this time limit (seconds). The signal
+    /// handlers must be installed (SIGALRM's default kills).
+    fn start(time_limit: Option<u64>) -> Launch {
+        let limit = time_limit.map(Duration::from_secs);
+        LAUNCHING.store(true, Ordering::SeqCst);
+        match limit {
+            // A zero value would disarm it: a zero limit fires at once.
+            Some(limit) => set_alarm(limit.max(Duration::from_micros(1)), STOP_TICK),
+            None if cancelled() => set_alarm(STOP_TICK, STOP_TICK),
+            None => {}
+        }
         Launch {
-            deadline: spec
-                .time_limit
-                .map(|t| Instant::now() + Duration::from_secs(t)),
+            deadline: limit.map(|t| Instant::now() + t),
         }
     }
 
@@ -134,7 +185,9 @@ impl Launch {
     fn stop(&self) -> Option<Stop> {
         if cancelled() {
             Some(Stop::Cancelled)
-        } else if self.deadline.is_some_and(|d| Instant::now() >= d) {
+        } else if LAUNCH_EXPIRED.load(Ordering::SeqCst)
+            || self.deadline.is_some_and(|d| Instant::now() >= d)
+        {
             Some(Stop::TimedOut)
         } else {
             None
@@ -144,6 +197,28 @@ impl Launch {
     /// `Err` when the launch must stop now.
     fn check(&self) -> Result<(), Abort> {
         self.stop().map_or(Ok(()), |s| Err(Abort::Stop(s)))
+    }
+
+    /// How the launch ended early: a step that failed once a stop was asked (say, a call the
+    /// alarm or the cancel interrupted, EINTR) ends it stopped, not failed.
+    fn explain(&self, abort: Abort) -> Abort {
+        match (abort, self.stop()) {
+            (Abort::Failed(_), Some(stop)) => Abort::Stop(stop),
+            (abort, _) => abort,
+        }
+    }
+
+    /// Ends the watch: the job has started (its own time limit and cancel are handled while
+    /// it runs), or the launch ended.
+    fn end(&self) {
+        LAUNCHING.store(false, Ordering::SeqCst);
+        set_alarm(Duration::ZERO, Duration::ZERO);
+    }
+}
+
+impl Drop for Launch {
+    fn drop(&mut self) {
+        self.end();
     }
 }
 
@@ -159,17 +234,23 @@ fn record_abort(out: &mut Outcome, abort: Abort) {
 /// Runs a Docker-backend job: the engine supervises the processes, the shim the job.
 fn supervise_docker(jd: &JobDir, spec: &ContainerSpec, target: &crate::DockerTarget) -> Outcome {
     let mut out = Outcome::default();
-    let launch = Launch::new(spec);
     let result = install_signal_handlers()
         .map_err(Abort::from)
         .and_then(|_| {
-            let (o, e) = open_outputs(spec, &|| launch.stop())?;
-            launch.check()?;
-            // The engine sets the container's limits; ask only for what this node can give.
-            let spec = apply_limits(spec)?;
-            // The engine binds by path: it gets paths the user cannot change (see as_user.rs).
-            let (spec, _staged) = as_user::stage_for_engine(jd.path(), &spec, &AsUser::of(&spec))?;
-            launch.check()?;
+            let launch = Launch::start(spec.time_limit);
+            let launched = || -> Result<_, Abort> {
+                let (o, e) = open_outputs(spec, &|| launch.stop())?;
+                launch.check()?;
+                // The engine sets the container's limits; ask only for what this node can give.
+                let spec = apply_limits(spec)?;
+                // The engine binds by path: it gets paths the user cannot change (see as_user.rs).
+                let staged = as_user::stage_for_engine(jd.path(), &spec, &AsUser::of(&spec))?;
+                launch.check()?;
+                Ok((o, e, staged))
+            };
+            let (o, e, (spec, _staged)) = launched().map_err(|a| launch.explain(a))?;
+            // The engine's supervision handles the time limit and a cancel from here.
+            launch.end();
             Ok(crate::docker::supervise(jd, &spec, target, o, e, &mut out)?)
         });
     if let Err(abort) = result {
@@ -185,69 +266,74 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
     }
     let mut out = Outcome::default();
     let mut job_cgroup = None;
-    let launch = Launch::new(spec);
     let result = install_signal_handlers()
         .map_err(Abort::from)
         .and_then(|_| {
-            let (stdout, stderr) = open_outputs(spec, &|| launch.stop())?;
-            launch.check()?;
-            let stdin = File::open("/dev/null").map_err(|e| RuntimeError::io("/dev/null", e))?;
-            // The init inherits the shim's limits (a hard limit cannot be raised inside).
-            let spec = &apply_limits(spec)?;
-            let plan = Plan::new(spec, jd.path().join("rootfs"))?;
-            // What the user names (a SIF file, bind sources) is opened once, as the user, and
-            // those descriptors are what the sandbox uses.
-            let user = AsUser::of(spec);
-            let sif = match spec.rootfs_partition {
-                Some(_) => Some(as_user::open_sif(&spec.rootfs, &user)?),
-                None => None,
+            let launch = Launch::start(spec.time_limit);
+            let mut launched = || -> Result<(), Abort> {
+                let (stdout, stderr) = open_outputs(spec, &|| launch.stop())?;
+                launch.check()?;
+                let stdin =
+                    File::open("/dev/null").map_err(|e| RuntimeError::io("/dev/null", e))?;
+                // The init inherits the shim's limits (a hard limit cannot be raised inside).
+                let spec = &apply_limits(spec)?;
+                let plan = Plan::new(spec, jd.path().join("rootfs"))?;
+                // What the user names (a SIF file, bind sources) is opened once, as the user, and
+                // those descriptors are what the sandbox uses.
+                let user = AsUser::of(spec);
+                let sif = match spec.rootfs_partition {
+                    Some(_) => Some(as_user::open_sif(&spec.rootfs, &user)?),
+                    None => None,
+                };
+                let trees = as_user::open_user_binds(spec, &user)?;
+                let is_dir: Vec<(usize, bool)> = trees.iter().map(|t| (t.bind, t.is_dir)).collect();
+                launch.check()?;
+                // On cgroup v2 the init is cloned straight into its cgroup, which must exist first;
+                // on v1 it has to be moved in anyway, so the cgroup is made while the init mounts.
+                if crate::cgroup::is_v2() {
+                    job_cgroup = Some(JobCgroup::create(spec, &plan.devices)?);
+                    timeline.mark("cgroup");
+                }
+                let (uid_map, gid_map) = if spec.remap_root {
+                    crate::userns::root_maps(spec.uid, spec.gid, &spec.groups)
+                } else {
+                    id_maps(spec.uid, spec.gid, &spec.groups, spec.root_host_id)?
+                };
+                let io = InitIo {
+                    stdin: stdin.into(),
+                    stdout,
+                    stderr,
+                    timeline: timeline.raw_fd(),
+                    trees,
+                };
+                // From here a dropped `init` is killed and reaped: an early return leaves nothing.
+                let mut init = sandbox::spawn(&plan, io, job_cgroup.as_ref())?;
+                init.map_ids(&uid_map, &gid_map)?;
+                timeline.mark("identity");
+                launch.check()?;
+                init.in_mount_ns(|| {
+                    let userns = init.userns_path();
+                    crate::rootfs::prepare_root(spec, jd.path(), &userns, sif.as_ref(), &is_dir)
+                })?;
+                timeline.mark("root");
+                launch.check()?;
+                if job_cgroup.is_none() {
+                    init.build()?;
+                    let cg = JobCgroup::create(spec, &plan.devices).map_err(|e| init.explain(e))?;
+                    let cg = job_cgroup.insert(cg);
+                    cg.join(init.pid()).map_err(|e| init.explain(e))?;
+                    timeline.mark("cgroup");
+                }
+                if !init.start(|| launch.stop().is_some())? {
+                    // It gave up because a stop was asked (and a stop, once asked, stays).
+                    return Err(Abort::Stop(launch.stop().unwrap_or(Stop::Cancelled)));
+                }
+                timeline.mark("started");
+                launch.end();
+                run(jd, &init, spec, &mut out);
+                Ok(())
             };
-            let trees = as_user::open_user_binds(spec, &user)?;
-            let is_dir: Vec<(usize, bool)> = trees.iter().map(|t| (t.bind, t.is_dir)).collect();
-            launch.check()?;
-            // On cgroup v2 the init is cloned straight into its cgroup, which must exist first;
-            // on v1 it has to be moved in anyway, so the cgroup is made while the init mounts.
-            if crate::cgroup::is_v2() {
-                job_cgroup = Some(JobCgroup::create(spec, &plan.devices)?);
-                timeline.mark("cgroup");
-            }
-            let (uid_map, gid_map) = if spec.remap_root {
-                crate::userns::root_maps(spec.uid, spec.gid, &spec.groups)
-            } else {
-                id_maps(spec.uid, spec.gid, &spec.groups, spec.root_host_id)?
-            };
-            let io = InitIo {
-                stdin: stdin.into(),
-                stdout,
-                stderr,
-                timeline: timeline.raw_fd(),
-                trees,
-            };
-            // From here a dropped `init` is killed and reaped: an early return leaves nothing.
-            let mut init = sandbox::spawn(&plan, io, job_cgroup.as_ref())?;
-            init.map_ids(&uid_map, &gid_map)?;
-            timeline.mark("identity");
-            launch.check()?;
-            init.in_mount_ns(|| {
-                let userns = init.userns_path();
-                crate::rootfs::prepare_root(spec, jd.path(), &userns, sif.as_ref(), &is_dir)
-            })?;
-            timeline.mark("root");
-            launch.check()?;
-            if job_cgroup.is_none() {
-                init.build()?;
-                let cg = JobCgroup::create(spec, &plan.devices).map_err(|e| init.explain(e))?;
-                let cg = job_cgroup.insert(cg);
-                cg.join(init.pid()).map_err(|e| init.explain(e))?;
-                timeline.mark("cgroup");
-            }
-            if !init.start(|| launch.stop().is_some())? {
-                // It gave up because a stop was asked (and a stop, once asked, stays).
-                return Err(Abort::Stop(launch.stop().unwrap_or(Stop::Cancelled)));
-            }
-            timeline.mark("started");
-            run(jd, &init, spec, &mut out);
-            Ok(())
+            launched().map_err(|a| launch.explain(a))
         });
     if let Err(abort) = result {
         record_abort(&mut out, abort);
@@ -407,5 +493,78 @@ fn memlock_text(v: u64) -> String {
         "unlimited".into()
     } else {
         v.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::Mode;
+    use nix::unistd::{fork, ForkResult};
+
+    /// In a child process (the alarm and the handlers are process-wide): starts a launch
+    /// watch, then opens a FIFO nobody writes to, twice, each a blocking open that is not
+    /// retried. Returns the child's exit code: 0 when both opens were interrupted and the
+    /// launch ended as `expect`; 1, 2 otherwise; killed after 20 s.
+    fn launch_held_by_a_fifo(time_limit: Option<u64>, cancel: bool, expect: Stop) -> i32 {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
+        // SAFETY: the child only makes system calls, then _exits.
+        match unsafe { fork() }.unwrap() {
+            ForkResult::Child => {
+                let code = (|| {
+                    install_signal_handlers().ok()?;
+                    let launch = Launch::start(time_limit);
+                    for _ in 0..2 {
+                        let opened = nix::fcntl::open(&fifo, OFlag::O_RDONLY, Mode::empty());
+                        if opened != Err(nix::Error::EINTR) {
+                            return Some(1);
+                        }
+                    }
+                    let failed = Abort::Failed(RuntimeError::sys("open", nix::Error::EINTR));
+                    match launch.explain(failed) {
+                        Abort::Stop(stop) if stop == expect => Some(0),
+                        _ => Some(2),
+                    }
+                })()
+                .unwrap_or(3);
+                // SAFETY: leaving the forked test process at once.
+                unsafe { libc::_exit(code) }
+            }
+            ForkResult::Parent { child } => {
+                if cancel {
+                    std::thread::sleep(Duration::from_millis(500));
+                    nix::sys::signal::kill(child, Signal::SIGTERM).unwrap();
+                }
+                let give_up = Instant::now() + Duration::from_secs(20);
+                loop {
+                    match waitpid(child, Some(WaitPidFlag::WNOHANG)).unwrap() {
+                        WaitStatus::Exited(_, code) => return code,
+                        WaitStatus::StillAlive if Instant::now() < give_up => {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        other => {
+                            let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+                            let _ = waitpid(child, None);
+                            panic!("the launch was still held after 20 s ({other:?})");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn no_launch_step_waits_past_the_time_limit() {
+        let t = Instant::now();
+        assert_eq!(launch_held_by_a_fifo(Some(1), false, Stop::TimedOut), 0);
+        assert!(t.elapsed() >= Duration::from_secs(1), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn one_cancel_ends_a_held_launch_cancelled_however_often_it_waits_again() {
+        assert_eq!(launch_held_by_a_fifo(None, true, Stop::Cancelled), 0);
     }
 }

@@ -108,6 +108,27 @@ pub(crate) fn open_fd(path: &std::path::Path, flags: nix::fcntl::OFlag) -> nix::
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Opens again, with `flags` (never waiting, never a controlling terminal), the object open
+/// at the `O_PATH` descriptor `at`, when it is a regular file; `None` when it is anything
+/// else, which is never opened. Through `/proc/self/fd`, the same inode that was checked:
+/// nothing swapped in at its path since is reached.
+pub(crate) fn reopen_regular(
+    at: &OwnedFd,
+    flags: nix::fcntl::OFlag,
+) -> nix::Result<Option<std::fs::File>> {
+    use std::os::fd::AsRawFd;
+    let st = nix::sys::stat::fstat(at.as_raw_fd())?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Ok(None);
+    }
+    let path = format!("/proc/self/fd/{}", at.as_raw_fd());
+    let fd = open_fd(
+        std::path::Path::new(&path),
+        flags | nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_NOCTTY,
+    )?;
+    Ok(Some(fd.into()))
+}
+
 /// Waits up to `ms` milliseconds for `fd` to be readable (a pidfd: its process has ended).
 /// False on timeout or when a signal interrupts the wait.
 pub(crate) fn readable(fd: &OwnedFd, ms: u16) -> bool {

@@ -506,3 +506,177 @@ fn docker_bind_staged_by_a_killed_shim_is_detached_before_its_job_directory_goes
     let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!table.contains(c.dir.to_str().unwrap()), "{table}");
 }
+
+/// A `--mount` destination is text; where it lands is what the root has there. A symlink
+/// (in an outer bind of the user's, in the image, or in the host's root) aimed a bind at the
+/// sandbox's `/dev`, and the sandbox then made its `/dev` symlinks (fd, stdin, stdout,
+/// stderr, ptmx) in the user's host directory. Each case is refused with the reason, the
+/// user's directory gains nothing, and a plain nested bind still works.
+#[test]
+fn a_mount_point_reached_through_a_symlink_never_lands_on_what_the_sandbox_makes() {
+    if !can_run("a_mount_point_reached_through_a_symlink_never_lands_on_what_the_sandbox_makes") {
+        return;
+    }
+    let allowed = scratch("wharf-allowed-");
+    mode(allowed.path(), 0o755);
+    let c = Cluster::start_with(&format!(
+        "allowed_mounts = [\"{}\"]",
+        allowed.path().display()
+    ));
+    // An image whose /data is a symlink to /dev.
+    let rootfs = allowed.path().join("linked-rootfs");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
+    let out = Command::new(script)
+        .arg(&rootfs)
+        .args(["sh", "cat", "ls"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mkrootfs: {out:?}");
+    std::os::unix::fs::symlink("/dev", rootfs.join("data")).unwrap();
+    c.import(&rootfs, "linked");
+    c.import_tiny();
+    let mallory = user("whfr-link");
+    let mine = allowed.path().join("whfr-link");
+    // `outer/x` and `outer/real` are where the inner bind goes: through a symlink to /dev,
+    // or a plain directory; `inner` is writable by anyone (the sandbox's root is nobody),
+    // the worst case.
+    let (outer, inner) = (mine.join("outer"), mine.join("inner"));
+    for d in [&mine, &outer, &inner, &outer.join("real")] {
+        std::fs::create_dir_all(d).unwrap();
+        chown(d, &mallory);
+    }
+    mode(&inner, 0o777);
+    std::fs::write(inner.join("marker"), "mine\n").unwrap();
+    for link in [outer.join("x"), mine.join("dev-link")] {
+        std::os::unix::fs::symlink("/dev", &link).unwrap();
+        nix::unistd::fchownat(
+            None,
+            &link,
+            Some(mallory.uid.into()),
+            Some(mallory.gid.into()),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .unwrap();
+    }
+    let before = entries(&inner);
+    let (o, i) = (outer.display(), inner.display());
+    let host_link = format!("{}/dev-link", mine.display());
+    let cases: [(&str, Vec<String>, &str, bool); 4] = [
+        // A nested bind through the outer bind's symlink.
+        (
+            "tiny",
+            vec![format!("{o}:/data"), format!("{i}:/data/x")],
+            "/data/x",
+            false,
+        ),
+        // The image's symlink.
+        ("linked", vec![format!("{i}:/data")], "/data", false),
+        // The host's root, through a symlink of the user's.
+        ("host", vec![format!("{i}:{host_link}")], &host_link, false),
+        // A nested bind through no symlink still works.
+        (
+            "tiny",
+            vec![format!("{o}:/data"), format!("{i}:/data/real")],
+            "/data/real",
+            true,
+        ),
+    ];
+    for (image, mounts, dest, runs) in cases {
+        let mut args = vec!["submit", "--image", image];
+        for m in &mounts {
+            args.extend(["--mount", m.as_str()]);
+        }
+        let script = format!("cat {dest}/marker && ls /dev");
+        args.extend(["--wrap", &script]);
+        let out = c.wharf_as(&mallory, &args);
+        assert!(out.status.success(), "{mounts:?}: {}", stderr(&out));
+        let job = c.wait_done(submitted_id(&out), Duration::from_secs(60));
+        let reason = job["reason"].as_str().unwrap_or_default();
+        eprintln!("{image} {mounts:?}: {} {reason}", job["state"]);
+        assert_eq!(
+            entries(&inner),
+            before,
+            "{image} {mounts:?} made entries in the user's directory: {job}"
+        );
+        if runs {
+            assert_eq!(job["state"], "COMPLETED", "{mounts:?}: {job}");
+        } else {
+            assert_eq!(job["state"], "FAILED", "{mounts:?}: {job}");
+            assert!(
+                reason.contains(&format!("mount point {dest}"))
+                    && reason.contains("through no symlink"),
+                "{mounts:?}: {reason}"
+            );
+        }
+    }
+}
+
+/// The Docker engine's runtime resolves a destination through the image's symlinks, as real
+/// root, and makes its `/dev` nodes and symlinks after the binds: an image whose `/data` is a
+/// symlink to `/dev` had a bind at `/data` receive root-owned device nodes (null, zero, tty,
+/// ...) and `/dev` symlinks in the user's host directory. Refused with the reason; the
+/// directory gains nothing.
+#[test]
+fn docker_mount_point_reached_through_an_image_symlink_is_refused() {
+    let allowed = scratch("wharf-allowed-");
+    let Some(c) = docker_cluster(
+        "docker_mount_point_reached_through_an_image_symlink_is_refused",
+        allowed.path(),
+    ) else {
+        return;
+    };
+    const LINKED: &str = "whfr-e2e-docker-linked";
+    let rootfs = c.dir.join("docker-linked-rootfs");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
+    assert!(Command::new(script)
+        .arg(&rootfs)
+        .args(["sh", "ls", "cat"])
+        .status()
+        .unwrap()
+        .success());
+    std::os::unix::fs::symlink("/dev", rootfs.join("data")).unwrap();
+    let import = format!(
+        "tar -C '{}' -c . | docker import - {LINKED}:latest >/dev/null",
+        rootfs.display()
+    );
+    assert!(Command::new("sh")
+        .args(["-c", &import])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !stdout(&c.wharf(&["nodes", "--json"])).contains(&format!("\"{LINKED}\"")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node never listed the engine image"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mallory = user("whfr-dlink");
+    let mine = allowed.path().join("whfr-dlink");
+    std::fs::create_dir(&mine).unwrap();
+    chown(&mine, &mallory);
+    mode(&mine, 0o777);
+    std::fs::write(mine.join("marker"), "mine\n").unwrap();
+    let before = entries(&mine);
+    let bind = format!("{}:/data", mine.display());
+    let out = c.wharf_as(
+        &mallory,
+        &[
+            "submit", "--image", LINKED, "--mount", &bind, "--wrap", "ls /dev",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = c.wait_done(submitted_id(&out), Duration::from_secs(60));
+    assert_eq!(
+        entries(&mine),
+        before,
+        "the job made entries in the user's directory: {job}"
+    );
+    let reason = job["reason"].as_str().unwrap_or_default();
+    assert_eq!(job["state"], "FAILED", "{job}");
+    assert!(
+        reason.contains("mount point /data passes through a symlink of the image"),
+        "{reason}"
+    );
+}

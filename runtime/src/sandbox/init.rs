@@ -27,7 +27,9 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::stat::SFlag;
 use nix::unistd::{Gid, Uid};
 
-use super::plan::{Mount, Plan, Source, Target, DEV_SYMLINKS, MASKED_PATHS, READONLY_PATHS};
+use super::plan::{
+    reserved, Mount, Plan, Source, Target, DEV_SYMLINKS, MASKED_PATHS, READONLY_PATHS,
+};
 use crate::as_user::BindTree;
 use crate::rootfs::{mkdir_in_root, open_in_root, touch_in_root};
 use crate::sys::{self, ATTR_NODEV, ATTR_NOEXEC, ATTR_NOSUID, ATTR_RDONLY};
@@ -248,24 +250,80 @@ fn fd_path(fd: &OwnedFd) -> String {
     format!("/proc/self/fd/{}", fd.as_raw_fd())
 }
 
-/// The mount point of `m` inside the root, made first where the plan says so.
+/// The mount point of `m` inside the root, made first where the plan says so. A bind's is
+/// checked where it resolves to (see [`Target::Bind`]).
 fn target(root: &OwnedFd, m: &Mount) -> Result<OwnedFd, Failed> {
     let made = match m.target {
-        Target::Existing => Ok(()),
+        Target::Existing | Target::Bind { .. } => Ok(()),
         Target::Dir => mkdir_in_root(root, &m.path),
         Target::File => touch_in_root(root, &m.path),
     };
     made.map_err(|e| e.to_string())?;
-    open_in_root(root, &m.path, OFlag::O_PATH).map_err(|e| match (m.target, e) {
+    let opened = match m.target {
+        Target::Bind { symlinks: false } => open_in_root_no_symlinks(root, &m.path),
+        _ => open_in_root(root, &m.path, OFlag::O_PATH),
+    };
+    let at = opened.map_err(|e| match (m.target, e) {
         // The shim made the mount points in an image's job layer; one inside another bind
         // (or in the host's root) must be there already: the sandbox makes nothing there.
-        (Target::Existing, nix::Error::ENOENT) => format!(
+        (Target::Existing | Target::Bind { .. }, nix::Error::ENOENT) => format!(
             "mount point {} is missing: inside another bind, or in the host's root, it must \
              already exist (the sandbox makes nothing in a bound directory)",
             m.path
         ),
+        (Target::Bind { symlinks: false }, nix::Error::ELOOP | nix::Error::EXDEV) => format!(
+            "mount point {} is, or passes through, a symlink (in the image, the host's root or \
+             another bind): a --mount destination must be reached through no symlink; give \
+             the path it points to",
+            m.path
+        ),
         (_, e) => fail(format!("mount point {} in the root", m.path), e),
-    })
+    })?;
+    if let Target::Bind { .. } = m.target {
+        let lands = lands_at(root, &at)?;
+        if let Some(dir) = reserved(&lands) {
+            return Err(format!(
+                "mount point {} leads to {lands}, at or under {dir}, which the sandbox makes \
+                 itself: no bind may land there (choose another destination)",
+                m.path
+            ));
+        }
+    }
+    Ok(at)
+}
+
+/// `path` inside `root`, as an `O_PATH` descriptor, through no symlink at all.
+fn open_in_root_no_symlinks(root: &OwnedFd, path: &str) -> Result<OwnedFd, nix::Error> {
+    use std::os::fd::FromRawFd;
+    let rel = path.trim_start_matches('/');
+    let rel = if rel.is_empty() { "." } else { rel };
+    let how = nix::fcntl::OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(
+            nix::fcntl::ResolveFlag::RESOLVE_IN_ROOT | nix::fcntl::ResolveFlag::RESOLVE_NO_SYMLINKS,
+        );
+    let fd = nix::fcntl::openat2(root.as_raw_fd(), rel, how)?;
+    // SAFETY: a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Where `at` (opened inside `root`) lies in the root, as the kernel names it: the path the
+/// job will see, whatever symlinks led there.
+fn lands_at(root: &OwnedFd, at: &OwnedFd) -> Result<String, Failed> {
+    let name = |fd: &OwnedFd| {
+        std::fs::read_link(fd_path(fd))
+            .map_err(|e| fail("naming a mount point", e))
+            .map(|p| p.to_string_lossy().into_owned())
+    };
+    let (root_name, at_name) = (name(root)?, name(at)?);
+    let inside = match at_name.strip_prefix(root_name.trim_end_matches('/')) {
+        Some("") => Some("/"),
+        Some(rest) if rest.starts_with('/') => Some(rest),
+        _ => None,
+    };
+    inside
+        .map(str::to_string)
+        .ok_or_else(|| format!("mount point {at_name} lies outside the root"))
 }
 
 fn mount_one(root: &OwnedFd, m: &Mount, trees: &[BindTree]) -> Result<(), Failed> {

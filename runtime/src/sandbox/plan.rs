@@ -94,6 +94,13 @@ pub(crate) enum Target {
     Dir,
     /// An empty file, made if missing (with its parents): a device node's mount point.
     File,
+    /// A bind's mount point: already there, like [`Target::Existing`], and checked where it
+    /// resolves to: never at or under what the sandbox makes ([`RESERVED`]), whatever the
+    /// path's text says (a symlink in the image, the host's root or an outer bind could aim
+    /// it there). A user's is also reached through no symlink at all (`symlinks: false`); the
+    /// node's own binds (site paths, CDI driver files, which real driver installs reach
+    /// through symlinks such as `/lib64`) may pass through symlinks inside the root.
+    Bind { symlinks: bool },
 }
 
 /// One mount, at a path inside the root.
@@ -360,7 +367,9 @@ fn mounts(spec: &ContainerSpec) -> Vec<Mount> {
         list.push(Mount {
             path: b.destination.clone(),
             source,
-            target: Target::Existing,
+            target: Target::Bind {
+                symlinks: b.beneath.is_none(),
+            },
         });
     }
     // Device nodes are bound one by one (mknod is impossible in a user namespace).
@@ -468,9 +477,25 @@ mod tests {
     fn nothing_is_made_where_a_bind_may_land() {
         // Every mount point the sandbox creates is in its own /dev ...
         let p = Plan::new(&sample(), "/r".into()).unwrap();
-        for m in p.mounts.iter().filter(|m| m.target != Target::Existing) {
-            assert_eq!(reserved(&m.path), Some("/dev"), "{m:?}");
+        for m in p.mounts.iter() {
+            match m.target {
+                Target::Dir | Target::File => assert_eq!(reserved(&m.path), Some("/dev"), "{m:?}"),
+                Target::Existing => {
+                    assert!(matches!(m.source, Source::Fs { .. }) || m.path == "/sys")
+                }
+                Target::Bind { symlinks } => {
+                    // Every bind of the spec, checked where it lands; a user's through no symlink.
+                    let b = p.mounts.iter().position(|x| x == m).unwrap();
+                    assert!(b > 0 && reserved(&m.path).is_none(), "{m:?}");
+                    assert_eq!(symlinks, matches!(m.source, Source::Bind { .. }), "{m:?}");
+                }
+            }
         }
+        let binds = p
+            .mounts
+            .iter()
+            .filter(|m| matches!(m.target, Target::Bind { .. }));
+        assert_eq!(binds.count(), sample().binds.len());
         for (_, link) in DEV_SYMLINKS {
             assert_eq!(reserved(link), Some("/dev"));
         }
