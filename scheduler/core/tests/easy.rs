@@ -54,11 +54,9 @@ fn the_reserved_job_starts_when_its_resources_free_up_and_is_not_starved() {
     // A stream of 1-GPU jobs keeps arriving; the 4-GPU job still starts at its reservation.
     let mut state = busy_node();
     state.pending = vec![job(1, "u", 4, 4, 60, 0)];
-    let mut next = 100;
     let mut now = MIN;
-    for _ in 0..10 {
+    for next in 100..110 {
         state.pending.push(job(next, "u", 1, 1, 45, now));
-        next += 1;
         let plan = schedule(now, &state, &easy());
         apply(&mut state, &plan, now);
         // Jobs end at their time limit.

@@ -1,5 +1,7 @@
 //! Fair Tree fair share: siblings ranked by usage against shares at each level, users
 //! depth-first; one heavy user of an account cannot hurt another account.
+// Configs are built field by field so each test shows only what it changes.
+#![allow(clippy::field_reassign_with_default)]
 
 mod common;
 use std::collections::BTreeMap;

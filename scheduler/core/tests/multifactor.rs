@@ -1,5 +1,7 @@
 //! The multifactor policy: priority order (partition tier first), factors reported per job,
 //! several reservations, backfill around all of them.
+// Configs are built field by field so each test shows only what it changes.
+#![allow(clippy::field_reassign_with_default)]
 
 mod common;
 use common::*;
