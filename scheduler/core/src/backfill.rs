@@ -70,8 +70,9 @@ impl Failed {
 
 /// How many failed shapes each partition remembers.
 const FAILED_KEPT: usize = 16;
-/// How many start times a multi-node reservation tries before its fallback.
-const MULTI_NODE_TRIES: usize = 32;
+/// How many node checks a multi-node reservation may spend on candidate start times before
+/// it falls back to the time after which nothing changes (at least 32 times are tried).
+const MULTI_NODE_BUDGET: usize = 200_000;
 
 /// Runs the pass over `ready`, already in scheduling order.
 pub(crate) fn pass(
@@ -243,7 +244,7 @@ fn reserve(
     } else {
         let mut times: Vec<Time> = cands[want - 1..].iter().map(|c| c.0).collect();
         times.dedup();
-        times.truncate(MULTI_NODE_TRIES);
+        times.truncate((MULTI_NODE_BUDGET / cands.len()).max(32));
         let last = cands
             .iter()
             .map(|c| table.nodes[c.1].profile.last_event(now))
