@@ -124,6 +124,13 @@ impl Cluster {
         self
     }
 
+    /// Sets the scheduling policy; fair-share usage decays with its half-life.
+    pub fn with_scheduler(mut self, config: SchedConfig) -> Cluster {
+        self.usage = UsageLedger::new(config.half_life);
+        self.sched = config;
+        self
+    }
+
     /// Validates and stores a job. Returns its id once committed.
     pub fn submit(
         &mut self,
