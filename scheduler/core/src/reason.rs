@@ -7,8 +7,9 @@ use wharf_api::JobId;
 
 use crate::state::Time;
 
-/// Why a job has not started.
+/// Why a job has not started. More reasons come with more policies, so match with a `_` arm.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PendingReason {
     /// Nodes exist that could hold it, but not enough is free now.
     Resources,
