@@ -211,6 +211,8 @@ impl Cluster {
             gpu_ids: vec![],
             exit: None,
             cancel_requested: false,
+            priority: None,
+            expected_start: None,
         };
         if self
             .store

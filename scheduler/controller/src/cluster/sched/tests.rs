@@ -84,6 +84,15 @@ fn gpus_are_the_ids_the_agent_reported_and_waiting_jobs_carry_the_sentence() {
         reason.starts_with("Resources: ") && reason.contains("expected to start in about"),
         "{reason}"
     );
+    // Started at 1 s with the default 1 h limit: the node is expected free at 3,601 s.
+    assert_eq!(waiting.expected_start, Some(3_601_000));
+    let p = waiting.priority.unwrap();
+    assert_eq!(p.fairshare, 10_000, "no usage yet: fair share factor 1");
+    assert_eq!(
+        p.total,
+        p.age + p.fairshare + p.job_size + p.partition + p.qos
+    );
+    assert_eq!(record(&c, first).priority, None, "started jobs carry none");
 }
 
 #[test]
