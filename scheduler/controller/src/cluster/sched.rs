@@ -6,10 +6,14 @@ use std::collections::BTreeSet;
 use wharf_api::{JobRecord, JobState, PriorityView};
 use wharf_core::{
     schedule, Alloc, Assoc, Gpu, Node, NodeState as SchedNodeState, PendingJob, Priority, Request,
-    RunningJob, State as SchedState, Weights,
+    RunningJob, State as SchedState, UsageLedger, Weights,
 };
 
 use super::{Cluster, Failure};
+use crate::store::StoreError;
+
+/// How many of the most recent ended jobs a controller start charges to fair share.
+const USAGE_HISTORY: u32 = 50_000;
 
 impl Cluster {
     /// One scheduling pass. Returns the nodes that got work.
@@ -118,6 +122,18 @@ impl Cluster {
             pending,
             usage: self.usage.snapshot(now),
         }
+    }
+
+    /// Rebuilds fair-share usage from the most recent ended jobs in the store, oldest first, so
+    /// that a restart keeps it (older jobs have decayed to little).
+    pub(super) fn replay_usage(&mut self) -> Result<(), StoreError> {
+        self.usage = UsageLedger::new(self.sched.half_life);
+        let mut ended = self.store.finished_jobs(None, USAGE_HISTORY)?;
+        ended.reverse();
+        for job in &ended {
+            self.charge(job);
+        }
+        Ok(())
     }
 
     /// Charges an ended job's billing-weighted TRES-seconds to its user for fair share.

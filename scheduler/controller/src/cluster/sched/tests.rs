@@ -118,6 +118,30 @@ fn ended_jobs_count_against_their_user_for_fair_share() {
 }
 
 #[test]
+fn fair_share_usage_survives_a_controller_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
+    {
+        let mut c = cluster(&dir);
+        let hog = submit(&mut c, &ann, 3, 10);
+        c.schedule(1_000).unwrap();
+        let mut ended = record(&c, hog);
+        ended.state = JobState::Completed;
+        ended.start_time = Some(1_000);
+        ended.end_time = Some(3_601_000);
+        c.commit(vec![ended]).unwrap();
+    }
+    // A new controller on the same store: ann's hour on the whole node still counts.
+    let store = Store::open(&dir.path().join("wharf.db")).unwrap();
+    let mut c = Cluster::load(store, JobDefaults::default(), 60_000, 3_700_000).unwrap();
+    let ann_next = submit(&mut c, &ann, 3, 3_700_000);
+    let bob_next = submit(&mut c, &bob, 3, 3_700_001);
+    c.schedule(3_700_002).unwrap();
+    assert_eq!(record(&c, bob_next).state, JobState::Starting);
+    assert_eq!(record(&c, ann_next).state, JobState::Pending);
+}
+
+#[test]
 fn gpu_types_are_read_from_the_model_name() {
     assert_eq!(gpu_kind(Some("NVIDIA H100 80GB HBM3")), "h100");
     assert_eq!(gpu_kind(Some("NVIDIA A100-SXM4-80GB")), "a100");
