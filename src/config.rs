@@ -59,6 +59,18 @@ pub struct SchedulerSection {
     /// `[[scheduler.user]]`: users' shares in accounts.
     #[serde(rename = "user")]
     pub users: Vec<UserSection>,
+    /// `[[scheduler.qos]]`: qualities of service.
+    #[serde(rename = "qos")]
+    pub qos: Vec<QosSection>,
+}
+
+/// One `[[scheduler.qos]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QosSection {
+    pub name: String,
+    #[serde(default)]
+    pub priority: u32,
 }
 
 /// One `[[scheduler.account]]`.
@@ -200,6 +212,7 @@ impl Default for SchedulerSection {
             partitions: vec![],
             accounts: vec![],
             users: vec![],
+            qos: vec![],
         }
     }
 }
@@ -260,6 +273,22 @@ impl SchedulerSection {
         }
         c.default_partition = defaults.first().map(|d| d.to_string());
         self.resolve_accounts(&mut c)?;
+        let mut seen = std::collections::BTreeSet::new();
+        for q in &self.qos {
+            if !valid_name(&q.name) {
+                anyhow::bail!(
+                    "scheduler.qos {:?}: name must be 1 to 64 letters, digits, '-', '_' or '.'",
+                    q.name
+                );
+            }
+            if !seen.insert(q.name.as_str()) {
+                anyhow::bail!("scheduler.qos {:?} is defined twice", q.name);
+            }
+            c.qos.push(wharf_controller::SchedulerQos {
+                name: q.name.clone(),
+                priority: q.priority,
+            });
+        }
         Ok(c)
     }
 
