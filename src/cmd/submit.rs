@@ -24,9 +24,12 @@ pub struct JobFlags {
     /// Memory, e.g. 4G or 512M.
     #[arg(long)]
     pub mem: Option<String>,
-    /// GPUs.
+    /// GPUs per node: COUNT, or TYPE:COUNT for one type (e.g. h100:2).
     #[arg(short = 'G', long)]
     pub gpus: Option<String>,
+    /// GPUs per node as Slurm's --gres writes them: gpu:COUNT or gpu:TYPE:COUNT.
+    #[arg(long, conflicts_with = "gpus")]
+    pub gres: Option<String>,
     /// Time limit, e.g. 30m, 2h, 1:00:00.
     #[arg(short = 't', long)]
     pub time: Option<String>,
@@ -87,6 +90,7 @@ impl JobFlags {
             ("cpus", &self.cpus),
             ("mem", &self.mem),
             ("gpus", &self.gpus),
+            ("gres", &self.gres),
             ("time", &self.time),
             ("nodes", &self.nodes),
             ("partition", &self.partition),

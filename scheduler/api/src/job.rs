@@ -92,6 +92,9 @@ pub struct JobRequest {
     /// Quality of service (default: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qos: Option<String>,
+    /// GPU type (`h100` in `--gpus h100:2`); none: any type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
     /// Slurm's nice: subtracted from the priority; negative values are for admins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nice: Option<i32>,
@@ -235,6 +238,9 @@ pub struct JobSpec {
     /// QoS asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qos: Option<String>,
+    /// GPU type asked for, lower case; `None` takes any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
     /// Nice, subtracted from the priority.
     #[serde(default)]
     pub nice: i32,
@@ -248,7 +254,7 @@ impl JobRequest {
         }
         take!(
             name, image, command, script, cpus, memory, gpus, time, nodes, workdir, output, error,
-            rdma, memlock, remap_root, writable, partition, account, qos, nice
+            rdma, memlock, remap_root, writable, partition, account, qos, nice, gpu_type
         );
         self.env.extend(other.env);
         self.mounts.extend(other.mounts);
@@ -405,6 +411,13 @@ impl JobRequest {
             },
             qos: match &self.qos {
                 Some(q) => Some(validate_name("qos", q)?),
+                None => None,
+            },
+            gpu_type: match &self.gpu_type {
+                Some(_) if gpus == 0 => {
+                    return Err("`gpu_type` needs `gpus` of at least 1, e.g. --gpus h100:2".into())
+                }
+                Some(t) => Some(validate_name("gpu_type", &t.to_ascii_lowercase())?),
                 None => None,
             },
             nice: match self.nice.unwrap_or(0) {
@@ -829,6 +842,33 @@ mod tests {
             assert!(err.contains("is not a partition name"), "{err}");
         }
         assert_eq!(req().resolve("/tmp", &d).unwrap().partition, None);
+    }
+
+    #[test]
+    fn gpus_take_a_type_as_slurm_writes_it() {
+        let d = JobDefaults::default();
+        for (key, value, gpus, kind) in [
+            ("gpus", "2", 2, None),
+            ("gpus", "H100:2", 2, Some("h100")),
+            ("gres", "gpu:a100:4", 4, Some("a100")),
+            ("gres", "gpu:1", 1, None),
+        ] {
+            let mut r = req();
+            crate::jobfile::set_option(&mut r, key, value).unwrap();
+            let spec = r.resolve("/tmp", &d).unwrap();
+            assert_eq!(spec.resources.gpus, gpus, "{value}");
+            assert_eq!(spec.gpu_type.as_deref(), kind, "{value}");
+        }
+        for (key, value) in [("gpus", "h100:x"), ("gres", "nic:1"), ("gpus", "a:b:c")] {
+            let mut r = req();
+            assert!(
+                crate::jobfile::set_option(&mut r, key, value).is_err(),
+                "{value}"
+            );
+        }
+        let mut r = req();
+        crate::jobfile::set_option(&mut r, "gpus", "h100:0").unwrap();
+        assert!(r.resolve("/tmp", &d).unwrap_err().contains("needs `gpus`"));
     }
 
     #[test]

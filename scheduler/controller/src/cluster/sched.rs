@@ -1,7 +1,7 @@
 //! The controller's side of scheduling: builds the core's [`SchedState`] from the jobs and
 //! nodes it holds, applies the [`wharf_core::Plan`], and keeps fair-share usage.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use wharf_api::resources::format_duration;
 use wharf_api::wire::ErrorKind;
@@ -117,6 +117,7 @@ impl Cluster {
                     if let Some(spec) = &job.spec {
                         p.qos = spec.qos.clone();
                         p.nice = spec.nice;
+                        p.request.gpu_kind = spec.gpu_type.clone();
                     }
                     pending.push(p);
                 }
@@ -234,6 +235,50 @@ impl Cluster {
         Err(Failure::new(
             ErrorKind::InvalidInput,
             format!("you are not in account {account:?} ({yours}); leave --account out or name one of yours"),
+        ))
+    }
+
+    /// Refuses a GPU type no node has enough of (when nodes have joined: a job that could never
+    /// run).
+    pub(super) fn check_gpu_type(&self, spec: &JobSpec) -> Result<(), Failure> {
+        let Some(kind) = spec.gpu_type.as_deref() else {
+            return Ok(());
+        };
+        if self.nodes.is_empty() {
+            return Ok(());
+        }
+        let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+        let mut best = 0;
+        for n in self.nodes.values() {
+            let mut per_node: BTreeMap<String, u32> = BTreeMap::new();
+            for g in &n.info.gpus {
+                *per_node.entry(gpu_kind(g.model.as_deref())).or_default() += 1;
+            }
+            best = best.max(per_node.get(kind).copied().unwrap_or(0));
+            for (k, c) in per_node {
+                let e = counts.entry(k).or_default();
+                *e = (*e).max(c);
+            }
+        }
+        if best >= spec.resources.gpus {
+            return Ok(());
+        }
+        let have: Vec<String> = counts
+            .iter()
+            .filter(|(k, _)| !k.is_empty())
+            .map(|(k, c)| format!("{k}:{c}"))
+            .collect();
+        Err(Failure::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "no node has {} {kind} GPUs; the most of each type on one node: {}",
+                spec.resources.gpus,
+                if have.is_empty() {
+                    "none".to_string()
+                } else {
+                    have.join(", ")
+                }
+            ),
         ))
     }
 

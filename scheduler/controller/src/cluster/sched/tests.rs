@@ -278,6 +278,35 @@ fn qos_and_nice_shape_the_priority_and_are_checked_at_submit() {
 }
 
 #[test]
+fn a_gpu_type_is_placed_on_that_type_and_an_absent_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let mut a100 = c.nodes["n1"].info.clone();
+    a100.name = "n2".into();
+    for g in &mut a100.gpus {
+        g.model = Some("NVIDIA A100-SXM4-80GB".into());
+    }
+    c.register(a100, 0).unwrap();
+    let ann = caller(1000, "ann");
+    let typed = |t: &str, n: u32| {
+        let mut r = JobRequest::default();
+        wharf_api::jobfile::set_option(&mut r, "gpus", &format!("{t}:{n}")).unwrap();
+        r
+    };
+    let err = submit_job(&mut c, &ann, typed("l40", 1), 1).unwrap_err();
+    assert!(
+        err.message.contains("no node has 1 l40 GPUs") && err.message.contains("a100:3, h100:3"),
+        "{}",
+        err.message
+    );
+    let a = submit_job(&mut c, &ann, typed("a100", 2), 2).unwrap();
+    let h = submit_job(&mut c, &ann, typed("H100", 2), 3).unwrap();
+    c.schedule(1_000).unwrap();
+    assert_eq!(record(&c, a).node.as_deref(), Some("n2"));
+    assert_eq!(record(&c, h).node.as_deref(), Some("n1"));
+}
+
+#[test]
 fn gpu_types_are_read_from_the_model_name() {
     assert_eq!(gpu_kind(Some("NVIDIA H100 80GB HBM3")), "h100");
     assert_eq!(gpu_kind(Some("NVIDIA A100-SXM4-80GB")), "a100");
