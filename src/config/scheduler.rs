@@ -384,6 +384,17 @@ mod tests {
     }
 
     #[test]
+    fn the_gpu_lab_example_is_a_valid_config() {
+        let text = include_str!("../../examples/gpu-lab.toml");
+        let file: FileConfig = toml::from_str(text).unwrap();
+        let c = file.scheduler.resolve().unwrap();
+        assert_eq!(c.partitions.len(), 2);
+        assert_eq!(c.default_partition.as_deref(), Some("batch"));
+        assert_eq!(c.accounts.len(), 4);
+        assert_eq!(c.qos[0].name, "deadline");
+    }
+
+    #[test]
     fn accounts_and_users_build_the_fair_share_tree() {
         let file: FileConfig = toml::from_str(
             "[[scheduler.account]]\nname = \"physics\"\nshares = 3\n\
