@@ -71,7 +71,8 @@ impl Failed {
 /// How many failed shapes each partition remembers.
 const FAILED_KEPT: usize = 16;
 /// How many node checks a multi-node reservation may spend on candidate start times before
-/// it falls back to the time after which nothing changes (at least 32 times are tried).
+/// it falls back to the time after which nothing changes (at least 32 times are tried). Below
+/// the budget the earliest common start is exact.
 const MULTI_NODE_BUDGET: usize = 200_000;
 
 /// Runs the pass over `ready`, already in scheduling order.
@@ -249,7 +250,18 @@ fn reserve(
         start = cands[0].0;
         picks = vec![(cands[0].1, cands[0].2)];
     } else {
-        let mut times: Vec<Time> = cands[want - 1..].iter().map(|c| c.0).collect();
+        // A common start can only be where some candidate node's availability rises: one of
+        // their earliest times, releases or reservation ends, no sooner than the `want`-th
+        // earliest.
+        let floor = cands[want - 1].0;
+        let mut times: Vec<Time> = cands.iter().map(|c| c.0).collect();
+        for c in &cands {
+            let prof = &table.nodes[c.1].profile;
+            times.extend(prof.releases.iter().map(|(t, _)| *t));
+            times.extend(prof.reserved.iter().map(|(_, e, _)| *e));
+        }
+        times.retain(|&t| t >= floor);
+        times.sort_unstable();
         times.dedup();
         times.truncate((MULTI_NODE_BUDGET / cands.len()).max(32));
         let last = cands

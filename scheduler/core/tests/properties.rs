@@ -330,11 +330,6 @@ proptest! {
     #[test]
     fn a_reservation_is_kept_when_the_plan_is_run_forward(mut case in arb_case()) {
         case.config.policy = Policy::Easy;
-        // Multi-node reservations try a bounded set of start times, so they are checked for
-        // feasibility above, and for punctuality here on one-node jobs.
-        for j in &mut case.state.pending {
-            j.request.nodes = 1;
-        }
         let plan = schedule(case.now, &case.state, &case.config);
         if let Some(r) = plan.reservations.first() {
             let started = simulate_until_started(&case, r.job, r.start);
