@@ -8,6 +8,9 @@ use anyhow::{Context, Result};
 use serde::Deserialize;
 use wharf_api::JobDefaults;
 
+mod scheduler;
+pub use scheduler::SchedulerSection;
+
 /// Default socket of the controller.
 pub const DEFAULT_SOCKET: &str = "/run/wharf/wharf.sock";
 /// Default configuration file.
@@ -31,6 +34,8 @@ pub struct FileConfig {
     pub agent: AgentSection,
     /// `[limits]`: what the controller allows each client.
     pub limits: LimitsSection,
+    /// `[scheduler]`: the scheduling policy and its weights.
+    pub scheduler: SchedulerSection,
 }
 
 /// `[limits]`.

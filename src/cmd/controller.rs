@@ -49,6 +49,7 @@ pub fn settings(
         max_agent_request_bytes: file.limits.max_agent_request_bytes()?,
         connections: file.limits.connections(poll_wait)?,
         tcp: file.limits.tcp()?,
+        scheduler: file.scheduler.resolve()?,
     })
 }
 

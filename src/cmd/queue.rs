@@ -71,12 +71,21 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     ]);
     for j in &jobs {
         let where_ = match (&j.node, j.state) {
-            (_, JobState::Pending) => j
-                .reason
-                .as_deref()
-                .and_then(|r| r.split(':').next())
-                .unwrap_or("")
-                .to_string(),
+            (_, JobState::Pending) => {
+                let code = j
+                    .reason
+                    .as_deref()
+                    .and_then(|r| r.split(':').next())
+                    .unwrap_or("");
+                match j.expected_start {
+                    // Slurm's `squeue --start`, in one column.
+                    Some(at) => format!(
+                        "{code}, starts in {}",
+                        format_duration(at.saturating_sub(now) / 1000)
+                    ),
+                    None => code.to_string(),
+                }
+            }
             (Some(n), _) => n.clone(),
             (None, _) => "-".into(),
         };

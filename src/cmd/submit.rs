@@ -24,15 +24,30 @@ pub struct JobFlags {
     /// Memory, e.g. 4G or 512M.
     #[arg(long)]
     pub mem: Option<String>,
-    /// GPUs.
+    /// GPUs per node: COUNT, or TYPE:COUNT for one type (e.g. h100:2).
     #[arg(short = 'G', long)]
     pub gpus: Option<String>,
+    /// GPUs per node as Slurm's --gres writes them: gpu:COUNT or gpu:TYPE:COUNT.
+    #[arg(long, conflicts_with = "gpus")]
+    pub gres: Option<String>,
     /// Time limit, e.g. 30m, 2h, 1:00:00.
     #[arg(short = 't', long)]
     pub time: Option<String>,
     /// Nodes.
     #[arg(short = 'N', long)]
     pub nodes: Option<String>,
+    /// Partition to run in (default: the site's default partition).
+    #[arg(short = 'p', long)]
+    pub partition: Option<String>,
+    /// Account to charge (default: your default account).
+    #[arg(short = 'A', long)]
+    pub account: Option<String>,
+    /// Quality of service.
+    #[arg(short = 'q', long)]
+    pub qos: Option<String>,
+    /// Lower the job's priority by this much (negative: admins only).
+    #[arg(long, allow_hyphen_values = true)]
+    pub nice: Option<String>,
     /// Working directory (default: the current directory).
     #[arg(short = 'D', long)]
     pub chdir: Option<String>,
@@ -75,8 +90,13 @@ impl JobFlags {
             ("cpus", &self.cpus),
             ("mem", &self.mem),
             ("gpus", &self.gpus),
+            ("gres", &self.gres),
             ("time", &self.time),
             ("nodes", &self.nodes),
+            ("partition", &self.partition),
+            ("account", &self.account),
+            ("qos", &self.qos),
+            ("nice", &self.nice),
             ("chdir", &self.chdir),
             ("output", &self.output),
             ("error", &self.error),

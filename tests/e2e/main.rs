@@ -18,6 +18,7 @@ mod preflight;
 mod recovery;
 mod remote;
 mod sandbox;
+mod scheduling;
 mod sif;
 mod sif_fifo;
 mod state_files;

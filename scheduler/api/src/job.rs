@@ -83,6 +83,21 @@ pub struct JobRequest {
         skip_serializing_if = "Option::is_none"
     )]
     pub memlock: Option<u64>,
+    /// Partition to run in (default: the site's default partition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    /// Account to charge (default: the user's default account).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// Quality of service (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
+    /// GPU type (`h100` in `--gpus h100:2`); none: any type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
+    /// Slurm's nice: subtracted from the priority; negative values are for admins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nice: Option<i32>,
 }
 
 fn de_memlock<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -214,6 +229,21 @@ pub struct JobSpec {
     /// Locked memory needed, bytes (`u64::MAX` = unlimited).
     #[serde(default)]
     pub memlock: Option<u64>,
+    /// Partition asked for; `None` runs in the default partition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    /// Account asked for; `None` charges the user's default account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// QoS asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
+    /// GPU type asked for, lower case; `None` takes any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
+    /// Nice, subtracted from the priority.
+    #[serde(default)]
+    pub nice: i32,
 }
 
 impl JobRequest {
@@ -224,7 +254,7 @@ impl JobRequest {
         }
         take!(
             name, image, command, script, cpus, memory, gpus, time, nodes, workdir, output, error,
-            rdma, memlock, remap_root, writable
+            rdma, memlock, remap_root, writable, partition, account, qos, nice, gpu_type
         );
         self.env.extend(other.env);
         self.mounts.extend(other.mounts);
@@ -371,7 +401,54 @@ impl JobRequest {
             remap_root: self.remap_root.unwrap_or(false),
             writable: self.writable.unwrap_or(false),
             memlock: self.memlock,
+            partition: match &self.partition {
+                Some(p) => Some(validate_name("partition", p)?),
+                None => None,
+            },
+            account: match &self.account {
+                Some(a) => Some(validate_name("account", a)?),
+                None => None,
+            },
+            qos: match &self.qos {
+                Some(q) => Some(validate_name("qos", q)?),
+                None => None,
+            },
+            gpu_type: match &self.gpu_type {
+                Some(_) if gpus == 0 => {
+                    return Err("`gpu_type` needs `gpus` of at least 1, e.g. --gpus h100:2".into())
+                }
+                Some(t) => Some(validate_name("gpu_type", &t.to_ascii_lowercase())?),
+                None => None,
+            },
+            nice: match self.nice.unwrap_or(0) {
+                n if n.unsigned_abs() <= MAX_NICE.unsigned_abs() => n,
+                n => {
+                    return Err(format!(
+                        "`nice` {n} is out of range; use -{MAX_NICE} to {MAX_NICE}"
+                    ))
+                }
+            },
         })
+    }
+}
+
+/// The largest nice, either way (Slurm's limit).
+pub const MAX_NICE: i32 = 2_147_483_645;
+
+/// A partition or account name: 1 to 64 letters, digits, `-`, `_` or `.`.
+fn validate_name(what: &str, name: &str) -> Result<String, String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "`{what}` {name:?} is not a{} {what} name: use 1 to 64 letters, digits, '-', '_' or '.'",
+            if what.starts_with('a') { "n" } else { "" }
+        ))
     }
 }
 
@@ -699,6 +776,33 @@ pub struct JobRecord {
     pub exit: Option<ExitInfo>,
     /// A cancel was asked for and the node has not confirmed yet.
     pub cancel_requested: bool,
+    /// A pending job's priority at the last scheduling pass, factor by factor (public).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<PriorityView>,
+    /// When the last scheduling pass expects a pending job to start, ms since the Unix epoch
+    /// (public); set only for jobs holding a reservation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_start: Option<u64>,
+}
+
+/// A multifactor priority as Slurm's `sprio` shows it: each factor already multiplied by its
+/// weight, so `total` is their sum less nice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PriorityView {
+    /// The priority.
+    pub total: u64,
+    /// Age factor times its weight.
+    pub age: u64,
+    /// Fair-share factor times its weight.
+    pub fairshare: u64,
+    /// Job size factor times its weight.
+    pub job_size: u64,
+    /// Partition factor times its weight.
+    pub partition: u64,
+    /// QoS factor times its weight.
+    pub qos: u64,
+    /// Nice, subtracted.
+    pub nice: i64,
 }
 
 impl JobRecord {
@@ -721,6 +825,50 @@ mod tests {
             command: Some(vec!["/bin/true".into()]),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_partition_is_a_plain_name() {
+        let d = JobDefaults::default();
+        let mut r = req();
+        crate::jobfile::set_option(&mut r, "p", "gpu-a100").unwrap();
+        assert_eq!(
+            r.resolve("/tmp", &d).unwrap().partition.as_deref(),
+            Some("gpu-a100")
+        );
+        for bad in ["", "a b", "../x", &"p".repeat(65)] {
+            r.partition = Some(bad.to_string());
+            let err = r.resolve("/tmp", &d).unwrap_err();
+            assert!(err.contains("is not a partition name"), "{err}");
+        }
+        assert_eq!(req().resolve("/tmp", &d).unwrap().partition, None);
+    }
+
+    #[test]
+    fn gpus_take_a_type_as_slurm_writes_it() {
+        let d = JobDefaults::default();
+        for (key, value, gpus, kind) in [
+            ("gpus", "2", 2, None),
+            ("gpus", "H100:2", 2, Some("h100")),
+            ("gres", "gpu:a100:4", 4, Some("a100")),
+            ("gres", "gpu:1", 1, None),
+        ] {
+            let mut r = req();
+            crate::jobfile::set_option(&mut r, key, value).unwrap();
+            let spec = r.resolve("/tmp", &d).unwrap();
+            assert_eq!(spec.resources.gpus, gpus, "{value}");
+            assert_eq!(spec.gpu_type.as_deref(), kind, "{value}");
+        }
+        for (key, value) in [("gpus", "h100:x"), ("gres", "nic:1"), ("gpus", "a:b:c")] {
+            let mut r = req();
+            assert!(
+                crate::jobfile::set_option(&mut r, key, value).is_err(),
+                "{value}"
+            );
+        }
+        let mut r = req();
+        crate::jobfile::set_option(&mut r, "gpus", "h100:0").unwrap();
+        assert!(r.resolve("/tmp", &d).unwrap_err().contains("needs `gpus`"));
     }
 
     #[test]

@@ -201,9 +201,40 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
         "mem" | "memory" => {
             req.memory = Some(parse_memory(value).map_err(|e| format!("--mem: {e}"))?)
         }
-        "G" | "gpus" => req.gpus = Some(num("gpus")?),
+        // `2`, `h100:2` (Slurm's --gpus), or `gpu:h100:2` / `gpu:2` (Slurm's --gres).
+        "G" | "gpus" | "gres" => {
+            let v = value.trim();
+            let v = if key == "gres" {
+                v.strip_prefix("gpu:").ok_or_else(|| {
+                    format!("--gres supports GPUs only: write gpu:COUNT or gpu:TYPE:COUNT, found {value:?}")
+                })?
+            } else {
+                v
+            };
+            let (kind, count) = match v.rsplit_once(':') {
+                Some((k, c)) => (Some(k), c),
+                None => (None, v),
+            };
+            req.gpus = Some(count.trim().parse::<u32>().map_err(|_| {
+                format!(
+                    "--{key} expects a whole number or TYPE:COUNT (e.g. h100:2), found {value:?}"
+                )
+            })?);
+            req.gpu_type = kind.map(|k| k.trim().to_ascii_lowercase());
+        }
         "t" | "time" => req.time = Some(parse_duration(value).map_err(|e| format!("--time: {e}"))?),
         "N" | "nodes" => req.nodes = Some(num("nodes")?),
+        "p" | "partition" => req.partition = Some(value.trim().to_string()),
+        "A" | "account" => req.account = Some(value.trim().to_string()),
+        "q" | "qos" => req.qos = Some(value.trim().to_string()),
+        "nice" => {
+            req.nice = Some(
+                value
+                    .trim()
+                    .parse::<i32>()
+                    .map_err(|_| format!("--nice expects a whole number, found {value:?}"))?,
+            )
+        }
         "D" | "chdir" | "workdir" => req.workdir = Some(value.to_string()),
         "o" | "output" => req.output = Some(value.to_string()),
         "e" | "error" => req.error = Some(value.to_string()),

@@ -9,10 +9,12 @@ use wharf_api::{
     ExitInfo, JobDefaults, JobId, JobRecord, JobState, NodeInfo, NodeRecord, NodeState, Owner,
     Resources,
 };
-use wharf_core::{schedule, ClusterView, Decision, NodeView, PendingJob};
+use wharf_core::{Config as SchedConfig, UsageLedger};
 
 use crate::store::{Store, StoreError};
 use crate::visibility::{ended_reason, view};
+
+mod sched;
 
 /// A refused or failed request, with its kind and words for the user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +73,10 @@ pub struct Cluster {
     defaults: JobDefaults,
     node_timeout_ms: u64,
     max_pending_per_user: u32,
+    sched: SchedConfig,
+    /// Fair-share usage of jobs that ended since this controller started. Kept in memory
+    /// only: after a restart fair share starts from zero (the store keeps no usage yet).
+    usage: UsageLedger,
 }
 
 impl Cluster {
@@ -100,20 +106,36 @@ impl Cluster {
                 (entry.info.name.clone(), entry)
             })
             .collect();
-        Ok(Cluster {
+        let mut cluster = Cluster {
             store,
             jobs,
             nodes,
             defaults,
             node_timeout_ms,
             max_pending_per_user: u32::MAX,
-        })
+            usage: UsageLedger::new(SchedConfig::default().half_life),
+            sched: SchedConfig::default(),
+        };
+        cluster.replay_usage()?;
+        Ok(cluster)
     }
 
     /// Sets the most jobs one user may have pending (`u32::MAX`: no limit).
     pub fn with_max_pending_per_user(mut self, max: u32) -> Cluster {
         self.max_pending_per_user = max;
         self
+    }
+
+    /// Sets the scheduling policy; the ended jobs in the store are charged again to fair
+    /// share under it when it differs from the default.
+    pub fn with_scheduler(mut self, config: SchedConfig) -> Result<Cluster, StoreError> {
+        // Half-life, accounts and billing weights all shape the usage of ended jobs.
+        let replay = config != self.sched;
+        self.sched = config;
+        if replay {
+            self.replay_usage()?;
+        }
+        Ok(self)
     }
 
     /// Validates and stores a job. Returns its id once committed.
@@ -151,6 +173,10 @@ impl Cluster {
             self.nodes.values().map(|n| n.info.capacity()),
         )
         .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
+        self.check_partition(&spec)?;
+        self.check_account(&spec, &caller.owner.user)?;
+        self.check_qos_and_nice(&spec, caller)?;
+        self.check_gpu_type(&spec)?;
         let pending = self
             .jobs
             .values()
@@ -196,6 +222,8 @@ impl Cluster {
             gpu_ids: vec![],
             exit: None,
             cancel_requested: false,
+            priority: None,
+            expected_start: None,
         };
         if self
             .store
@@ -428,74 +456,6 @@ impl Cluster {
         (launch, kill)
     }
 
-    /// One scheduling pass. Returns the nodes that got work.
-    pub fn schedule(&mut self, now: u64) -> Result<BTreeSet<String>, Failure> {
-        let mut views: BTreeMap<&str, NodeView> = self
-            .nodes
-            .values()
-            .map(|n| {
-                let mut v = NodeView::new(&n.info.name, n.info.capacity());
-                v.up = n.up;
-                (n.info.name.as_str(), v)
-            })
-            .collect();
-        let mut pending = Vec::new();
-        for job in self.jobs.values() {
-            match (job.state, job.node.as_deref()) {
-                (s, Some(node)) if s.holds_resources() => {
-                    if let Some(v) = views.get_mut(node) {
-                        v.hold(&job.cpu_ids, &job.gpu_ids, job.resources.memory);
-                    }
-                }
-                (JobState::Pending, _) => pending.push(PendingJob {
-                    id: job.id,
-                    resources: job.resources,
-                    submit_time: job.submit_time,
-                    priority: 0,
-                }),
-                _ => {}
-            }
-        }
-        if pending.is_empty() {
-            return Ok(BTreeSet::new());
-        }
-        let view = ClusterView {
-            nodes: views.into_values().collect(),
-            pending,
-        };
-        let mut started = Vec::new();
-        let mut woken = BTreeSet::new();
-        for decision in schedule(&view, now) {
-            match decision {
-                Decision::Start {
-                    job,
-                    node,
-                    cpu_ids,
-                    gpu_ids,
-                } => {
-                    let Some(rec) = self.jobs.get(&job) else {
-                        continue;
-                    };
-                    let mut rec = rec.clone();
-                    rec.state = JobState::Starting;
-                    rec.reason = Some(format!("starting on {node}"));
-                    rec.node = Some(node.clone());
-                    rec.cpu_ids = cpu_ids;
-                    rec.gpu_ids = gpu_ids;
-                    woken.insert(node);
-                    started.push(rec);
-                }
-                Decision::Wait { job, reason } => {
-                    if let Some(rec) = self.jobs.get_mut(&job) {
-                        rec.reason = Some(reason.to_string());
-                    }
-                }
-            }
-        }
-        self.commit(started)?;
-        Ok(woken)
-    }
-
     /// Marks nodes silent for longer than the node timeout as down and fails their jobs.
     pub fn check_nodes(&mut self, now: u64) -> Result<(), Failure> {
         let mut lost = Vec::new();
@@ -536,6 +496,7 @@ impl Cluster {
         self.store.update_jobs(&changed)?;
         for job in changed {
             if job.state.is_terminal() {
+                self.charge(&job);
                 self.jobs.remove(&job.id);
             } else {
                 self.jobs.insert(job.id, job);

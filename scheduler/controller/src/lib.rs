@@ -12,6 +12,12 @@ pub mod serve;
 pub mod store;
 pub mod visibility;
 
+pub use wharf_core::{
+    Account as SchedulerAccount, Billing as SchedulerBilling, Config as SchedulerConfig,
+    Partition as SchedulerPartition, PartitionState, Policy as SchedulerPolicy,
+    Qos as SchedulerQos, UserShares as SchedulerUserShares,
+};
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -51,6 +57,8 @@ pub struct ControllerConfig {
     pub connections: serve::ConnectionLimits,
     /// How the TCP listener admits connections before they show the join token.
     pub tcp: serve::TcpLimits,
+    /// The scheduling policy and its weights.
+    pub scheduler: SchedulerConfig,
 }
 
 /// State shared by the handlers and the scheduler task.
@@ -133,7 +141,8 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
         config.node_timeout.as_millis() as u64,
         now_ms(),
     )?
-    .with_max_pending_per_user(config.max_pending_per_user);
+    .with_max_pending_per_user(config.max_pending_per_user)
+    .with_scheduler(config.scheduler.clone())?;
     let shared = Arc::new(Shared {
         config: config.clone(),
         cluster: Mutex::new(cluster),

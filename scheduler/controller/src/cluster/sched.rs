@@ -1,0 +1,378 @@
+//! The controller's side of scheduling: builds the core's [`SchedState`] from the jobs and
+//! nodes it holds, applies the [`wharf_core::Plan`], and keeps fair-share usage.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use wharf_api::resources::format_duration;
+use wharf_api::wire::ErrorKind;
+use wharf_api::{JobRecord, JobSpec, JobState, PriorityView};
+use wharf_core::{
+    schedule, Alloc, Assoc, Gpu, Node, NodeState as SchedNodeState, PartitionState, PendingJob,
+    Priority, Request, RunningJob, State as SchedState, UsageLedger, Weights, DEFAULT_PARTITION,
+};
+
+use super::{Caller, Cluster, Failure};
+use crate::store::StoreError;
+
+/// How many of the most recent ended jobs a controller start charges to fair share.
+const USAGE_HISTORY: u32 = 50_000;
+
+impl Cluster {
+    /// One scheduling pass. Returns the nodes that got work.
+    pub fn schedule(&mut self, now: u64) -> Result<BTreeSet<String>, Failure> {
+        let state = self.sched_state(now);
+        if state.pending.is_empty() {
+            return Ok(BTreeSet::new());
+        }
+        let plan = schedule(now, &state, &self.sched);
+        let mut started = Vec::new();
+        let mut woken = BTreeSet::new();
+        for start in &plan.starts {
+            // Jobs here are single-node (admission refuses more).
+            let (Some(rec), Some(alloc)) = (self.jobs.get(&start.job), start.allocs.first()) else {
+                continue;
+            };
+            let mut rec = rec.clone();
+            rec.state = JobState::Starting;
+            rec.reason = Some(format!("starting on {}", alloc.node));
+            rec.node = Some(alloc.node.clone());
+            rec.cpu_ids = alloc.cpu_ids.clone();
+            rec.gpu_ids = alloc.gpu_ids.clone();
+            rec.priority = None;
+            rec.expected_start = None;
+            woken.insert(alloc.node.clone());
+            started.push(rec);
+        }
+        let weights = self.sched.weights;
+        for wait in &plan.waiting {
+            let priority = plan.priority(wait.job).map(|p| sprio(p, &weights));
+            if let Some(rec) = self.jobs.get_mut(&wait.job) {
+                rec.priority = priority;
+                rec.expected_start = wait.estimated_start;
+                // The scheduler's sentence is made of public fields only (resources, limits,
+                // partition and job ids), so other users may see it too.
+                rec.reason = Some(match wait.estimated_start {
+                    Some(at) => format!(
+                        "{}; expected to start in about {}",
+                        wait.reason,
+                        wharf_api::resources::format_duration(at.saturating_sub(now) / 1000)
+                    ),
+                    None => wait.reason.to_string(),
+                });
+            }
+        }
+        self.commit(started)?;
+        Ok(woken)
+    }
+
+    /// The scheduler's view: every node (GPUs with the ids their agent reported), running
+    /// jobs expected to end at start + time limit, pending jobs, and decayed usage. Each user
+    /// is its own fair-share account until accounts are configured.
+    fn sched_state(&self, now: u64) -> SchedState {
+        let nodes = self
+            .nodes
+            .values()
+            .map(|n| {
+                let gpus = n
+                    .info
+                    .gpus
+                    .iter()
+                    .map(|g| Gpu::new(g.index, &gpu_kind(g.model.as_deref())))
+                    .collect();
+                let mut node = Node::new(&n.info.name, n.info.cpus, n.info.memory, gpus);
+                if !n.up {
+                    node.state = SchedNodeState::Down;
+                }
+                node
+            })
+            .collect();
+        let mut running = Vec::new();
+        let mut pending = Vec::new();
+        for job in self.jobs.values() {
+            match (job.state, job.node.as_deref()) {
+                (s, Some(node)) if s.holds_resources() => running.push(RunningJob {
+                    id: job.id,
+                    assoc: self.assoc(job),
+                    partition: partition(job),
+                    // A job still starting is taken to start now.
+                    start: job.start_time.unwrap_or(now),
+                    time_limit: job.time_limit.saturating_mul(1000),
+                    allocs: vec![Alloc {
+                        node: node.to_string(),
+                        cpu_ids: job.cpu_ids.clone(),
+                        gpu_ids: job.gpu_ids.clone(),
+                        memory: job.resources.memory,
+                    }],
+                }),
+                (JobState::Pending, _) => {
+                    let r = job.resources;
+                    let mut p = PendingJob::new(
+                        job.id,
+                        self.assoc(job),
+                        Request::per_node(r.cpus, r.memory, r.gpus),
+                        job.submit_time,
+                    );
+                    p.time_limit = Some(job.time_limit.saturating_mul(1000));
+                    p.partition = partition(job);
+                    if let Some(spec) = &job.spec {
+                        p.qos = spec.qos.clone();
+                        p.nice = spec.nice;
+                        p.request.gpu_kind = spec.gpu_type.clone();
+                    }
+                    pending.push(p);
+                }
+                _ => {}
+            }
+        }
+        SchedState {
+            nodes,
+            running,
+            pending,
+            usage: self.usage.snapshot(now),
+        }
+    }
+
+    /// Refuses a job whose partition does not exist, takes no new jobs, or allows less time
+    /// than it asks for: it could never run there.
+    pub(super) fn check_partition(&self, spec: &JobSpec) -> Result<(), Failure> {
+        let parts = &self.sched.partitions;
+        let name = spec.partition.as_deref();
+        let known: Vec<&str> = if parts.is_empty() {
+            vec![DEFAULT_PARTITION]
+        } else {
+            parts.iter().map(|p| p.name.as_str()).collect()
+        };
+        let part = match name {
+            Some(n) if !known.contains(&n) => {
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "unknown partition {n:?}; this cluster has: {}",
+                        known.join(", ")
+                    ),
+                ))
+            }
+            Some(n) => parts.iter().find(|p| p.name == n),
+            None => self
+                .sched
+                .default_partition
+                .as_deref()
+                .and_then(|d| parts.iter().find(|p| p.name == d))
+                .or(parts.first()),
+        };
+        let Some(part) = part else {
+            return Ok(());
+        };
+        if matches!(part.state, PartitionState::Drain | PartitionState::Inactive) {
+            return Err(Failure::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "partition {} takes no new jobs (it is {}); choose another with --partition",
+                    part.name,
+                    if part.state == PartitionState::Drain {
+                        "draining"
+                    } else {
+                        "inactive"
+                    }
+                ),
+            ));
+        }
+        if let Some(max) = part.max_time {
+            if spec.time_limit.saturating_mul(1000) > max {
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "`time` {} is over partition {}'s maximum of {}; ask for less time",
+                        format_duration(spec.time_limit),
+                        part.name,
+                        format_duration(max / 1000)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Who a job runs for: the account it named, else its user's default account (the first
+    /// configured for them), else an account of the user's own name.
+    fn assoc(&self, job: &JobRecord) -> Assoc {
+        let user = job.owner.user.as_str();
+        let account = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.account.as_deref())
+            .or_else(|| {
+                self.sched
+                    .users
+                    .iter()
+                    .find(|u| u.user == user)
+                    .map(|u| u.account.as_str())
+            })
+            .unwrap_or(user);
+        Assoc::new(account, user)
+    }
+
+    /// Refuses an account the user is not in.
+    pub(super) fn check_account(&self, spec: &JobSpec, user: &str) -> Result<(), Failure> {
+        let Some(account) = spec.account.as_deref() else {
+            return Ok(());
+        };
+        let mine: Vec<&str> = self
+            .sched
+            .users
+            .iter()
+            .filter(|u| u.user == user)
+            .map(|u| u.account.as_str())
+            .collect();
+        if mine.contains(&account) || (mine.is_empty() && account == user) {
+            return Ok(());
+        }
+        let yours = if mine.is_empty() {
+            format!("you are charged to your own account {user:?}")
+        } else {
+            format!("yours: {}", mine.join(", "))
+        };
+        Err(Failure::new(
+            ErrorKind::InvalidInput,
+            format!("you are not in account {account:?} ({yours}); leave --account out or name one of yours"),
+        ))
+    }
+
+    /// Refuses a GPU type no node has enough of (when nodes have joined: a job that could never
+    /// run).
+    pub(super) fn check_gpu_type(&self, spec: &JobSpec) -> Result<(), Failure> {
+        let Some(kind) = spec.gpu_type.as_deref() else {
+            return Ok(());
+        };
+        if self.nodes.is_empty() {
+            return Ok(());
+        }
+        let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+        let mut best = 0;
+        for n in self.nodes.values() {
+            let mut per_node: BTreeMap<String, u32> = BTreeMap::new();
+            for g in &n.info.gpus {
+                *per_node.entry(gpu_kind(g.model.as_deref())).or_default() += 1;
+            }
+            best = best.max(per_node.get(kind).copied().unwrap_or(0));
+            for (k, c) in per_node {
+                let e = counts.entry(k).or_default();
+                *e = (*e).max(c);
+            }
+        }
+        if best >= spec.resources.gpus {
+            return Ok(());
+        }
+        let have: Vec<String> = counts
+            .iter()
+            .filter(|(k, _)| !k.is_empty())
+            .map(|(k, c)| format!("{k}:{c}"))
+            .collect();
+        Err(Failure::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "no node has {} {kind} GPUs; the most of each type on one node: {}",
+                spec.resources.gpus,
+                if have.is_empty() {
+                    "none".to_string()
+                } else {
+                    have.join(", ")
+                }
+            ),
+        ))
+    }
+
+    /// Refuses an unknown QoS, and a negative nice from anyone but an admin (it would raise
+    /// the job above others).
+    pub(super) fn check_qos_and_nice(
+        &self,
+        spec: &JobSpec,
+        caller: &Caller,
+    ) -> Result<(), Failure> {
+        if let Some(q) = spec.qos.as_deref() {
+            if !self.sched.qos.iter().any(|d| d.name == q) {
+                let known: Vec<&str> = self.sched.qos.iter().map(|d| d.name.as_str()).collect();
+                let has = if known.is_empty() {
+                    "none is configured".to_string()
+                } else {
+                    format!("this cluster has: {}", known.join(", "))
+                };
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    format!("unknown QoS {q:?}; {has}"),
+                ));
+            }
+        }
+        if spec.nice < 0 && !caller.admin {
+            return Err(Failure::new(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "--nice {} would raise the job's priority; only an admin may; use 0 or more",
+                    spec.nice
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Rebuilds fair-share usage from the most recent ended jobs in the store, oldest first, so
+    /// that a restart keeps it (older jobs have decayed to little).
+    pub(super) fn replay_usage(&mut self) -> Result<(), StoreError> {
+        self.usage = UsageLedger::new(self.sched.half_life);
+        let mut ended = self.store.finished_jobs(None, USAGE_HISTORY)?;
+        ended.reverse();
+        for job in &ended {
+            self.charge(job);
+        }
+        Ok(())
+    }
+
+    /// Charges an ended job's billing-weighted TRES-seconds to its user for fair share.
+    pub(super) fn charge(&mut self, job: &JobRecord) {
+        let (Some(start), Some(end)) = (job.start_time, job.end_time) else {
+            return;
+        };
+        let r = job.resources;
+        let rate = self.sched.billing_for(partition(job).as_deref()).rate(
+            r.cpus.into(),
+            r.memory,
+            r.gpus.into(),
+        );
+        let secs = end.saturating_sub(start) as f64 / 1000.0;
+        let assoc = self.assoc(job);
+        self.usage.record(&assoc, rate * secs, end);
+    }
+}
+
+fn partition(job: &JobRecord) -> Option<String> {
+    job.spec.as_ref().and_then(|s| s.partition.clone())
+}
+
+/// A priority the way `sprio` shows it: each factor times its weight.
+fn sprio(p: &Priority, w: &Weights) -> PriorityView {
+    let weighted = |weight: u32, factor: f64| (weight as f64 * factor).round() as u64;
+    PriorityView {
+        total: p.value,
+        age: weighted(w.age, p.age),
+        fairshare: weighted(w.fairshare, p.fairshare),
+        job_size: weighted(w.job_size, p.job_size),
+        partition: weighted(w.partition, p.partition),
+        qos: weighted(w.qos, p.qos),
+        nice: p.nice.into(),
+    }
+}
+
+/// The GPU type from NVML's model name: "NVIDIA H100 80GB HBM3" is `h100`,
+/// "NVIDIA A100-SXM4-80GB" is `a100`; empty when unknown.
+fn gpu_kind(model: Option<&str>) -> String {
+    let model = model.unwrap_or("").to_ascii_lowercase();
+    model
+        .split_whitespace()
+        .filter(|w| !matches!(*w, "nvidia" | "tesla" | "geforce" | "quadro"))
+        .find(|w| w.chars().any(|c| c.is_ascii_digit()))
+        .map(|w| w.split('-').next().unwrap_or(w).to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,316 @@
+use std::collections::BTreeSet;
+
+use wharf_api::node::GpuInfo;
+use wharf_api::wire::{ErrorKind, SubmitRequest};
+use wharf_api::{JobDefaults, JobId, JobRecord, JobRequest, JobState, NodeInfo, Owner};
+
+use super::gpu_kind;
+use crate::cluster::{Caller, Cluster};
+use crate::store::Store;
+use wharf_core::Assoc;
+
+fn caller(uid: u32, user: &str) -> Caller {
+    Caller {
+        owner: Owner {
+            uid,
+            gid: uid,
+            user: user.into(),
+        },
+        admin: false,
+    }
+}
+
+/// A cluster with one node whose agent reported GPUs 0, 1 and 3.
+fn cluster(dir: &tempfile::TempDir) -> Cluster {
+    let store = Store::open(&dir.path().join("wharf.db")).unwrap();
+    let mut c = Cluster::load(store, JobDefaults::default(), 60_000, 0).unwrap();
+    let gpus = [0, 1, 3]
+        .into_iter()
+        .map(|index| GpuInfo {
+            index,
+            model: Some("NVIDIA H100 80GB HBM3".into()),
+            uuid: None,
+            memory: None,
+        })
+        .collect();
+    c.register(
+        NodeInfo {
+            name: "n1".into(),
+            address: "127.0.0.1".into(),
+            cpus: 8,
+            memory: 16 << 30,
+            gpus,
+            version: "test".into(),
+        },
+        0,
+    )
+    .unwrap();
+    c
+}
+
+fn submit(c: &mut Cluster, who: &Caller, gpus: u32, now: u64) -> JobId {
+    let job = JobRequest {
+        gpus: Some(gpus),
+        ..Default::default()
+    };
+    submit_job(c, who, job, now).unwrap()
+}
+
+fn submit_job(
+    c: &mut Cluster,
+    who: &Caller,
+    mut job: JobRequest,
+    now: u64,
+) -> Result<JobId, crate::cluster::Failure> {
+    job.command = Some(vec!["/bin/true".into()]);
+    job.image = Some("host".into());
+    let req = SubmitRequest {
+        job,
+        cwd: "/tmp".into(),
+        client_token: None,
+    };
+    c.submit(who, &req, now)
+}
+
+fn record(c: &Cluster, id: JobId) -> JobRecord {
+    c.jobs[&id].clone()
+}
+
+#[test]
+fn gpus_are_the_ids_the_agent_reported_and_waiting_jobs_carry_the_sentence() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let ann = caller(1000, "ann");
+    let first = submit(&mut c, &ann, 2, 10);
+    let second = submit(&mut c, &ann, 1, 20);
+    let third = submit(&mut c, &ann, 2, 30);
+    let woken = c.schedule(1_000).unwrap();
+    assert_eq!(woken, BTreeSet::from(["n1".to_string()]));
+    assert_eq!(record(&c, first).gpu_ids, vec![0, 1]);
+    assert_eq!(record(&c, second).gpu_ids, vec![3], "never GPU 2");
+    let waiting = record(&c, third);
+    assert_eq!(waiting.state, JobState::Pending);
+    let reason = waiting.reason.unwrap();
+    assert!(
+        reason.starts_with("Resources: ") && reason.contains("expected to start in about"),
+        "{reason}"
+    );
+    // Started at 1 s with the default 1 h limit: the node is expected free at 3,601 s.
+    assert_eq!(waiting.expected_start, Some(3_601_000));
+    let p = waiting.priority.unwrap();
+    assert_eq!(p.fairshare, 10_000, "no usage yet: fair share factor 1");
+    assert_eq!(
+        p.total,
+        p.age + p.fairshare + p.job_size + p.partition + p.qos
+    );
+    assert_eq!(record(&c, first).priority, None, "started jobs carry none");
+}
+
+#[test]
+fn ended_jobs_count_against_their_user_for_fair_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
+    let hog = submit(&mut c, &ann, 3, 10);
+    c.schedule(1_000).unwrap();
+    // ann's earlier job used the whole node for an hour.
+    let mut ended = record(&c, hog);
+    ended.start_time = Some(0);
+    ended.end_time = Some(3_600_000);
+    c.charge(&ended);
+    let ann_next = submit(&mut c, &ann, 3, 2_000);
+    let bob_next = submit(&mut c, &bob, 3, 3_000);
+    c.schedule(4_000).unwrap();
+    let ann_reason = record(&c, ann_next).reason.unwrap();
+    let bob_reason = record(&c, bob_next).reason.unwrap();
+    // Both wait for the node; bob, who used nothing, is planned first.
+    assert!(bob_reason.ends_with("about 01:00:00"), "{bob_reason}");
+    assert!(ann_reason.ends_with("about 02:00:00"), "{ann_reason}");
+}
+
+#[test]
+fn fair_share_usage_survives_a_controller_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
+    {
+        let mut c = cluster(&dir);
+        let hog = submit(&mut c, &ann, 3, 10);
+        c.schedule(1_000).unwrap();
+        let mut ended = record(&c, hog);
+        ended.state = JobState::Completed;
+        ended.start_time = Some(1_000);
+        ended.end_time = Some(3_601_000);
+        c.commit(vec![ended]).unwrap();
+    }
+    // A new controller on the same store: ann's hour on the whole node still counts.
+    let store = Store::open(&dir.path().join("wharf.db")).unwrap();
+    let mut c = Cluster::load(store, JobDefaults::default(), 60_000, 3_700_000).unwrap();
+    let ann_next = submit(&mut c, &ann, 3, 3_700_000);
+    let bob_next = submit(&mut c, &bob, 3, 3_700_001);
+    c.schedule(3_700_002).unwrap();
+    assert_eq!(record(&c, bob_next).state, JobState::Starting);
+    assert_eq!(record(&c, ann_next).state, JobState::Pending);
+}
+
+#[test]
+fn jobs_run_in_their_partition_and_impossible_ones_are_refused_at_submit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    let mut short = wharf_core::Partition::new("short", &["n1"]);
+    short.max_time = Some(3_600_000);
+    config.partitions = vec![short, wharf_core::Partition::new("big", &["n2"])];
+    config.default_partition = Some("big".into());
+    let mut c = cluster(&dir).with_scheduler(config).unwrap();
+    let mut n2 = c.nodes["n1"].info.clone();
+    n2.name = "n2".into();
+    c.register(n2, 0).unwrap();
+    let ann = caller(1000, "ann");
+    let named = |p: &str, time: Option<u64>| JobRequest {
+        partition: Some(p.into()),
+        time,
+        ..Default::default()
+    };
+
+    let err = submit_job(&mut c, &ann, named("nope", None), 1).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidInput);
+    assert!(
+        err.message
+            .contains("unknown partition \"nope\"; this cluster has: short, big"),
+        "{}",
+        err.message
+    );
+    let err = submit_job(&mut c, &ann, named("short", Some(7200)), 2).unwrap_err();
+    assert!(
+        err.message.contains("over partition short's maximum"),
+        "{}",
+        err.message
+    );
+    let in_short = submit_job(&mut c, &ann, named("short", Some(600)), 3).unwrap();
+    let in_default = submit_job(&mut c, &ann, JobRequest::default(), 4).unwrap();
+    c.schedule(1_000).unwrap();
+    assert_eq!(record(&c, in_short).node.as_deref(), Some("n1"));
+    assert_eq!(record(&c, in_default).node.as_deref(), Some("n2"));
+}
+
+#[test]
+fn jobs_are_charged_to_the_account_they_name_or_their_default_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    for name in ["physics", "bio"] {
+        config.accounts.push(wharf_core::Account {
+            name: name.into(),
+            parent: None,
+            shares: 1,
+        });
+    }
+    for account in ["bio", "physics"] {
+        config.users.push(wharf_core::UserShares {
+            user: "ann".into(),
+            account: account.into(),
+            shares: 1,
+        });
+    }
+    let mut c = cluster(&dir).with_scheduler(config).unwrap();
+    let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
+    let account = |a: &str| JobRequest {
+        account: Some(a.into()),
+        ..Default::default()
+    };
+    let plain = submit_job(&mut c, &ann, JobRequest::default(), 1).unwrap();
+    let named = submit_job(&mut c, &ann, account("physics"), 2).unwrap();
+    let bobs = submit_job(&mut c, &bob, JobRequest::default(), 3).unwrap();
+    assert_eq!(c.assoc(&record(&c, plain)), Assoc::new("bio", "ann"));
+    assert_eq!(c.assoc(&record(&c, named)), Assoc::new("physics", "ann"));
+    assert_eq!(c.assoc(&record(&c, bobs)), Assoc::new("bob", "bob"));
+    let err = submit_job(&mut c, &bob, account("physics"), 4).unwrap_err();
+    assert!(
+        err.message.contains("you are not in account \"physics\""),
+        "{}",
+        err.message
+    );
+    let err = submit_job(&mut c, &ann, account("chem"), 5).unwrap_err();
+    assert!(
+        err.message.contains("yours: bio, physics"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn qos_and_nice_shape_the_priority_and_are_checked_at_submit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    config.qos.push(wharf_core::Qos {
+        name: "high".into(),
+        priority: 10,
+    });
+    let mut c = cluster(&dir).with_scheduler(config).unwrap();
+    let ann = caller(1000, "ann");
+    let with = |qos: Option<&str>, nice: Option<i32>| JobRequest {
+        qos: qos.map(str::to_string),
+        nice,
+        gpus: Some(3),
+        ..Default::default()
+    };
+    let err = submit_job(&mut c, &ann, with(Some("gold"), None), 1).unwrap_err();
+    assert!(
+        err.message
+            .contains("unknown QoS \"gold\"; this cluster has: high"),
+        "{}",
+        err.message
+    );
+    let err = submit_job(&mut c, &ann, with(None, Some(-5)), 1).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PermissionDenied);
+    let mut root = caller(0, "root");
+    root.admin = true;
+    submit_job(&mut c, &root, with(None, Some(-5)), 1).unwrap();
+    // The node is taken; three more wait. The QoS job outranks the older plain and nice ones.
+    submit_job(&mut c, &ann, with(None, None), 2).unwrap();
+    c.schedule(3).unwrap();
+    let plain = submit_job(&mut c, &ann, with(None, None), 4).unwrap();
+    let nice = submit_job(&mut c, &ann, with(None, Some(100)), 5).unwrap();
+    let high = submit_job(&mut c, &ann, with(Some("high"), None), 6).unwrap();
+    c.schedule(7).unwrap();
+    let prio = |id| record(&c, id).priority.unwrap();
+    assert_eq!(prio(high).qos, 2_000);
+    assert!(prio(high).total > prio(plain).total);
+    assert_eq!(prio(plain).total - prio(nice).total, 100);
+}
+
+#[test]
+fn a_gpu_type_is_placed_on_that_type_and_an_absent_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let mut a100 = c.nodes["n1"].info.clone();
+    a100.name = "n2".into();
+    for g in &mut a100.gpus {
+        g.model = Some("NVIDIA A100-SXM4-80GB".into());
+    }
+    c.register(a100, 0).unwrap();
+    let ann = caller(1000, "ann");
+    let typed = |t: &str, n: u32| {
+        let mut r = JobRequest::default();
+        wharf_api::jobfile::set_option(&mut r, "gpus", &format!("{t}:{n}")).unwrap();
+        r
+    };
+    let err = submit_job(&mut c, &ann, typed("l40", 1), 1).unwrap_err();
+    assert!(
+        err.message.contains("no node has 1 l40 GPUs") && err.message.contains("a100:3, h100:3"),
+        "{}",
+        err.message
+    );
+    let a = submit_job(&mut c, &ann, typed("a100", 2), 2).unwrap();
+    let h = submit_job(&mut c, &ann, typed("H100", 2), 3).unwrap();
+    c.schedule(1_000).unwrap();
+    assert_eq!(record(&c, a).node.as_deref(), Some("n2"));
+    assert_eq!(record(&c, h).node.as_deref(), Some("n1"));
+}
+
+#[test]
+fn gpu_types_are_read_from_the_model_name() {
+    assert_eq!(gpu_kind(Some("NVIDIA H100 80GB HBM3")), "h100");
+    assert_eq!(gpu_kind(Some("NVIDIA A100-SXM4-80GB")), "a100");
+    assert_eq!(gpu_kind(Some("Tesla V100-PCIE-32GB")), "v100");
+    assert_eq!(gpu_kind(Some("NVIDIA GeForce RTX 4090")), "4090");
+    assert_eq!(gpu_kind(None), "");
+}
