@@ -361,6 +361,73 @@ pub fn gpu_synthetic(opt: &GpuOptions) -> Workload {
     }
 }
 
+/// How to generate a deep backlog for the `sched` benchmark.
+#[derive(Debug, Clone)]
+pub struct BacklogOptions {
+    /// Seed.
+    pub seed: u64,
+    /// Nodes of 8 GPUs.
+    pub nodes: u32,
+    /// Jobs (array tasks count one each).
+    pub jobs: usize,
+    /// Accounts, equal shares.
+    pub accounts: u32,
+}
+
+/// A backlog submitted at once: arrays of 10–1,000 identical tasks (1, 2, 4 or 8 GPUs, runs
+/// log-uniform from 5 minutes to 4 hours), owners spread over `accounts`, submits 1 ms apart
+/// per array so submit order is defined.
+pub fn array_backlog(opt: &BacklogOptions) -> Workload {
+    let mut rng = SplitMix64::new(opt.seed);
+    let nodes: Vec<SimNodeSpec> = (0..opt.nodes.max(1))
+        .map(|i| SimNodeSpec {
+            name: format!("gpu{i:05}"),
+            capacity: GPU_NODE,
+        })
+        .collect();
+    let accounts = opt.accounts.max(1);
+    let mut jobs = Vec::with_capacity(opt.jobs);
+    let mut array = 0u64;
+    while jobs.len() < opt.jobs {
+        let count = ((10.0 * 100f64.powf(rng.unit())) as usize).min(opt.jobs - jobs.len());
+        let gpus = [1, 1, 2, 4, 8][rng.below(5) as usize];
+        let run_s = (300.0 * 48f64.powf(rng.unit())).round() as u64;
+        let limit = synthetic_limit(run_s, &mut rng);
+        let account = rng.below(accounts as u64) as u32;
+        let user = account * 4 + rng.below(4) as u32;
+        for _ in 0..count {
+            jobs.push(SimJob {
+                id: jobs.len() as JobId + 1,
+                submit: array,
+                run: run_s * MS,
+                limit: limit * MS,
+                nodes: 1,
+                per_node: Resources {
+                    cpus: 8 * gpus,
+                    memory: (64 << 30) * gpus as u64,
+                    gpus,
+                },
+                user,
+                account,
+            });
+        }
+        array += 1;
+    }
+    Workload {
+        name: format!(
+            "array backlog ({} nodes x 8 GPUs, {} jobs, {} accounts)",
+            nodes.len(),
+            jobs.len(),
+            accounts
+        ),
+        nodes,
+        accounts: equal_accounts(accounts),
+        jobs,
+        measure: Measure::Gpus,
+        skipped: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
