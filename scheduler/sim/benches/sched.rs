@@ -68,8 +68,8 @@ fn main() {
     }
     let now = last_submit;
     let t = Instant::now();
-    let starts = driver.pass(&sim.snapshot(), now).expect("first pass");
-    sim.apply_plan(&starts, now).expect("first plan");
+    let starts = driver.pass(now).expect("first pass");
+    sim.apply_plan(&starts, now, &mut driver).expect("first plan");
     let full_pass = t.elapsed();
     println!(
         "full pass: {:.1} ms over {} pending jobs, {} starts",
@@ -108,8 +108,8 @@ fn main() {
             continue;
         }
         let t = Instant::now();
-        let starts = driver.pass(&sim.snapshot(), at).expect("pass");
-        sim.apply_plan(&starts, at).expect("plan");
+        let starts = driver.pass(at).expect("pass");
+        sim.apply_plan(&starts, at, &mut driver).expect("plan");
         pass_times.push(t.elapsed());
         started += starts.len();
     }

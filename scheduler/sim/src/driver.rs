@@ -1,23 +1,31 @@
-//! The one place the simulator meets `wharf-core`: builds the core's view of the cluster from
-//! the simulator's state, calls the core, and turns its decisions into [`Start`]s. No policy is
-//! decided here; FCFS, EASY and Wharf's policy are the core's own configurations.
+//! The one place the simulator meets `wharf-core`: keeps the core's [`State`] as the controller
+//! keeps its in-memory view (jobs join on submit, move to running on start, leave on end, usage
+//! goes into a [`UsageLedger`] on end), calls [`wharf_core::schedule`], and turns the plan's
+//! starts into the simulator's terms. No policy is decided here: FCFS, EASY and Wharf's policy
+//! are the core's own [`Config`]s.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use wharf_core::{schedule, ClusterView, Decision, NodeView, PendingJob};
+use wharf_api::JobId;
+use wharf_core::{
+    schedule, Account, Alloc, Assoc, Config, Node, Partition, PendingJob, Request, RunningJob,
+    State, UsageLedger, Weights,
+};
 
-use crate::engine::{Placement, SimError, Snapshot, Start};
+use crate::engine::{Placement, SimError, Start};
 use crate::workload::{SimJob, Workload};
 
 /// A scheduling policy, as a configuration of the core.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Policy {
-    /// First come, first served: priority by submit time, head-of-line blocking, no backfill.
+    /// First come, first served: submit order, the first job that cannot start blocks the rest.
     Fcfs,
-    /// EASY backfill: submit-time order, one reservation for the head job.
+    /// EASY backfill: submit order, one reservation for the first blocked job.
     Easy,
-    /// Wharf's configured policy.
+    /// Wharf's configured policy: multifactor priority (Fair Tree fair share, age, size),
+    /// reservations for the first N blocked jobs, backfill around them.
     Wharf,
 }
 
@@ -31,92 +39,231 @@ impl fmt::Display for Policy {
     }
 }
 
+/// The knobs of Wharf's policy a replay may change; `Default` is the core's default config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Knobs {
+    /// Reservations per pass (Slurm's backfill depth).
+    pub reservations: usize,
+    /// Multifactor weights.
+    pub weights: Weights,
+    /// Usage half-life, ms.
+    pub half_life: u64,
+    /// Age at which the age factor is 1, ms.
+    pub max_age: u64,
+    /// The job-size factor favours small jobs.
+    pub favor_small: bool,
+}
+
+impl Default for Knobs {
+    fn default() -> Knobs {
+        let c = Config::default();
+        Knobs {
+            reservations: c.reservations,
+            weights: c.weights,
+            half_life: c.half_life,
+            max_age: c.max_age,
+            favor_small: c.favor_small,
+        }
+    }
+}
+
+/// The core's configuration for `policy` on `workload`: its accounts (with their shares) and
+/// partitions, plus the knobs for Wharf's policy.
+pub fn config_for(policy: Policy, workload: &Workload, knobs: &Knobs) -> Config {
+    let mut c = match policy {
+        Policy::Fcfs => Config::with_policy(wharf_core::Policy::Fcfs),
+        Policy::Easy => Config::with_policy(wharf_core::Policy::Easy),
+        Policy::Wharf => Config {
+            reservations: knobs.reservations,
+            weights: knobs.weights,
+            half_life: knobs.half_life,
+            max_age: knobs.max_age,
+            favor_small: knobs.favor_small,
+            ..Config::with_policy(wharf_core::Policy::Multifactor)
+        },
+    };
+    c.accounts = workload
+        .accounts
+        .iter()
+        .map(|a| Account {
+            name: a.name.clone(),
+            parent: None,
+            shares: a.shares,
+        })
+        .collect();
+    c.partitions = workload
+        .partitions
+        .iter()
+        .map(|(name, nodes)| {
+            let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+            Partition::new(name, &nodes)
+        })
+        .collect();
+    c
+}
+
 /// Drives the core for one replay.
 #[derive(Debug)]
 pub struct Driver {
-    policy: Policy,
+    config: Config,
+    ledger: UsageLedger,
+    state: State,
+    node_index: BTreeMap<String, usize>,
+    accounts: Vec<String>,
+    partitions: Vec<String>,
+    // Moves are applied to `state` in one sweep at the next pass, not one scan per event.
+    left_pending: BTreeSet<JobId>,
+    left_running: BTreeSet<JobId>,
 }
 
 impl Driver {
-    /// A driver for `policy` on `workload`.
+    /// A driver for `policy` on `workload`, with Wharf's policy at the core's defaults.
     pub fn new(policy: Policy, workload: &Workload) -> Result<Driver, SimError> {
-        if policy != Policy::Fcfs {
-            return Err(SimError::Unsupported {
-                policy,
-                what: "this core has no backfill or priority factors".into(),
-            });
-        }
-        if workload.jobs.iter().any(|j| j.nodes > 1) {
-            return Err(SimError::Unsupported {
-                policy,
-                what: "this core places jobs on one node only".into(),
-            });
-        }
-        Ok(Driver { policy })
+        Driver::with_knobs(policy, workload, &Knobs::default())
     }
 
-    /// Tells the core's accounting that a job ended (fair-share usage).
-    pub fn job_ended(&mut self, _job: &SimJob, _start: u64, _end: u64) {}
-
-    /// One scheduling pass at `now`.
-    pub fn pass(&mut self, snap: &Snapshot<'_>, now: u64) -> Result<Vec<Start>, SimError> {
-        let _ = self.policy;
-        let nodes: Vec<NodeView> = snap
+    /// A driver with Wharf's policy tuned by `knobs` (ignored for FCFS and EASY).
+    pub fn with_knobs(
+        policy: Policy,
+        workload: &Workload,
+        knobs: &Knobs,
+    ) -> Result<Driver, SimError> {
+        let config = config_for(policy, workload, knobs);
+        let nodes = workload
             .nodes
             .iter()
             .map(|n| {
-                let mut v = NodeView::new(&n.spec.name, n.spec.capacity);
-                v.used_cpus = n.used_cpus.clone();
-                v.used_gpus = n.used_gpus.clone();
-                v.used_memory = n.used_memory;
-                v
+                Node::new(
+                    &n.name,
+                    n.capacity.cpus,
+                    n.capacity.memory,
+                    Node::numbered_gpus(n.capacity.gpus, "gpu"),
+                )
             })
             .collect();
-        let pending = snap
-            .pending
-            .values()
-            .map(|&i| {
-                let j = &snap.workload.jobs[i];
-                PendingJob {
-                    id: j.id,
-                    resources: j.per_node,
-                    submit_time: j.submit,
-                    priority: 0,
-                }
-            })
-            .collect();
-        let view = ClusterView { nodes, pending };
-        let by_name: std::collections::BTreeMap<&str, usize> = snap
-            .nodes
+        Ok(Driver {
+            ledger: UsageLedger::new(config.half_life),
+            config,
+            state: State {
+                nodes,
+                ..State::default()
+            },
+            node_index: workload
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.clone(), i))
+                .collect(),
+            accounts: workload.accounts.iter().map(|a| a.name.clone()).collect(),
+            partitions: workload.partitions.iter().map(|p| p.0.clone()).collect(),
+            left_pending: BTreeSet::new(),
+            left_running: BTreeSet::new(),
+        })
+    }
+
+    fn assoc(&self, job: &SimJob) -> Assoc {
+        let account = self
+            .accounts
+            .get(job.account as usize)
+            .map(String::as_str)
+            .unwrap_or("root");
+        Assoc::new(account, &format!("u{}", job.user))
+    }
+
+    fn partition(&self, job: &SimJob) -> Option<String> {
+        job.partition
+            .and_then(|p| self.partitions.get(p as usize))
+            .cloned()
+    }
+
+    /// A job was submitted.
+    pub fn submitted(&mut self, job: &SimJob) {
+        let request = Request {
+            nodes: job.nodes,
+            cpus: job.per_node.cpus,
+            memory: job.per_node.memory,
+            gpus: job.per_node.gpus,
+            gpu_kind: None,
+        };
+        let mut p = PendingJob::new(job.id, self.assoc(job), request, job.submit);
+        p.time_limit = Some(job.limit);
+        p.partition = self.partition(job);
+        self.state.pending.push(p);
+    }
+
+    /// A start was applied: the job holds `allocs` from `now`.
+    pub fn started(&mut self, job: &SimJob, start: &Start, nodes: &[String], now: u64) {
+        self.left_pending.insert(job.id);
+        let allocs = start
+            .placements
             .iter()
-            .enumerate()
-            .map(|(i, n)| (n.spec.name.as_str(), i))
+            .map(|p| Alloc {
+                node: nodes[p.node].clone(),
+                cpu_ids: p.cpu_ids.clone(),
+                gpu_ids: p.gpu_ids.clone(),
+                memory: job.per_node.memory,
+            })
             .collect();
-        let mut starts = Vec::new();
-        for d in schedule(&view, now) {
-            if let Decision::Start {
-                job,
-                node,
-                cpu_ids,
-                gpu_ids,
-            } = d
-            {
-                let Some(&node) = by_name.get(node.as_str()) else {
-                    return Err(SimError::BadPlan {
-                        now,
-                        what: format!("job {job} placed on unknown node {node}"),
-                    });
-                };
-                starts.push(Start {
-                    job,
-                    placements: vec![Placement {
-                        node,
-                        cpu_ids,
-                        gpu_ids,
-                    }],
-                });
-            }
+        self.state.running.push(RunningJob {
+            id: job.id,
+            assoc: self.assoc(job),
+            partition: self.partition(job),
+            start: now,
+            time_limit: start.time_limit,
+            allocs,
+        });
+    }
+
+    /// A job ended: its usage goes into the fair-share ledger.
+    pub fn ended(&mut self, job: &SimJob, start: u64, end: u64) {
+        self.left_running.insert(job.id);
+        let billing = self.config.billing_for(self.partition(job).as_deref());
+        let n = job.nodes as u64;
+        let rate = billing.rate(
+            job.per_node.cpus as u64 * n,
+            job.per_node.memory * n,
+            job.per_node.gpus as u64 * n,
+        );
+        let secs = end.saturating_sub(start) as f64 / 1000.0;
+        self.ledger.record(&self.assoc(job), rate * secs, end);
+    }
+
+    /// One scheduling pass at `now`: the core's plan, as starts.
+    pub fn pass(&mut self, now: u64) -> Result<Vec<Start>, SimError> {
+        if !self.left_pending.is_empty() {
+            let gone = std::mem::take(&mut self.left_pending);
+            self.state.pending.retain(|j| !gone.contains(&j.id));
         }
-        Ok(starts)
+        if !self.left_running.is_empty() {
+            let gone = std::mem::take(&mut self.left_running);
+            self.state.running.retain(|j| !gone.contains(&j.id));
+        }
+        self.state.usage = self.ledger.snapshot(now);
+        let plan = schedule(now, &self.state, &self.config);
+        plan.starts
+            .into_iter()
+            .map(|s| {
+                let placements = s
+                    .allocs
+                    .into_iter()
+                    .map(|a| match self.node_index.get(&a.node) {
+                        Some(&node) => Ok(Placement {
+                            node,
+                            cpu_ids: a.cpu_ids,
+                            gpu_ids: a.gpu_ids,
+                        }),
+                        None => Err(SimError::BadPlan {
+                            now,
+                            what: format!("job {} placed on unknown node {}", s.job, a.node),
+                        }),
+                    })
+                    .collect::<Result<_, _>>()?;
+                Ok(Start {
+                    job: s.job,
+                    placements,
+                    time_limit: s.time_limit,
+                })
+            })
+            .collect()
     }
 }

@@ -4,7 +4,7 @@
 //! ```text
 //!   events (time, kind, job) ──pop all at t──▶ ends free resources, submits queue jobs
 //!                                                   │
-//!                         driver::pass(snapshot, t) ◀┘  (the real core decides)
+//!                               driver::pass(t) ◀┘  (the real core decides)
 //!                                                   │
 //!                          apply_plan(starts, t) ◀──┘  (checks, holds resources, queues ends)
 //! ```
@@ -75,6 +75,8 @@ pub struct Start {
     pub job: JobId,
     /// Where.
     pub placements: Vec<Placement>,
+    /// Its time limit as the core set it, ms: it is killed there if still running.
+    pub time_limit: u64,
 }
 
 /// A job that is running.
@@ -86,19 +88,6 @@ pub struct Running {
     pub start: u64,
     /// Where it runs.
     pub placements: Vec<Placement>,
-}
-
-/// What the driver sees at a pass.
-#[derive(Debug)]
-pub struct Snapshot<'a> {
-    /// The workload (jobs are looked up by index).
-    pub workload: &'a Workload,
-    /// Nodes.
-    pub nodes: &'a [NodeState],
-    /// Pending jobs: id → index in the workload.
-    pub pending: &'a BTreeMap<JobId, usize>,
-    /// Running jobs.
-    pub running: &'a BTreeMap<JobId, Running>,
 }
 
 /// A decision as recorded for the determinism check: time, job, and node names with ids.
@@ -132,8 +121,8 @@ pub fn replay(workload: &Workload, policy: Policy) -> Result<Replay, SimError> {
         if sim.pending.is_empty() {
             continue;
         }
-        let starts = driver.pass(&sim.snapshot(), now)?;
-        sim.apply_plan(&starts, now)?;
+        let starts = driver.pass(now)?;
+        sim.apply_plan(&starts, now, &mut driver)?;
         sim.passes += 1;
     }
     Ok(sim.finish())
@@ -146,6 +135,7 @@ pub struct Sim<'w> {
     index: BTreeMap<JobId, usize>,
     events: BinaryHeap<Reverse<(u64, Kind, JobId)>>,
     nodes: Vec<NodeState>,
+    node_names: Vec<String>,
     pending: BTreeMap<JobId, usize>,
     running: BTreeMap<JobId, Running>,
     outcomes: Vec<Outcome>,
@@ -181,6 +171,7 @@ impl<'w> Sim<'w> {
                     used_memory: 0,
                 })
                 .collect(),
+            node_names: workload.nodes.iter().map(|n| n.name.clone()).collect(),
             pending: BTreeMap::new(),
             running: BTreeMap::new(),
             outcomes: Vec::new(),
@@ -213,7 +204,9 @@ impl<'w> Sim<'w> {
             self.events.pop();
             match kind {
                 Kind::Submit => {
-                    self.pending.insert(id, self.index[&id]);
+                    let index = self.index[&id];
+                    self.pending.insert(id, index);
+                    driver.submitted(&self.workload.jobs[index]);
                 }
                 Kind::End => {
                     if let Some(r) = self.running.remove(&id) {
@@ -229,7 +222,7 @@ impl<'w> Sim<'w> {
                             n.used_memory = n.used_memory.saturating_sub(job.per_node.memory);
                         }
                         let job = &self.workload.jobs[r.index];
-                        driver.job_ended(job, r.start, now);
+                        driver.ended(job, r.start, now);
                         self.outcomes.push(Outcome {
                             id,
                             account: job.account,
@@ -244,16 +237,6 @@ impl<'w> Sim<'w> {
         }
     }
 
-    /// What the driver sees.
-    pub fn snapshot(&self) -> Snapshot<'_> {
-        Snapshot {
-            workload: self.workload,
-            nodes: &self.nodes,
-            pending: &self.pending,
-            running: &self.running,
-        }
-    }
-
     /// Carries out a plan's starts: checks each against the cluster (job pending, right number
     /// of nodes, ids in range and free, memory fits), holds the resources and queues the end.
     ///
@@ -261,7 +244,12 @@ impl<'w> Sim<'w> {
     /// (`scheduler/controller/src/cluster.rs`, `Cluster::schedule`'s loop over decisions), kept
     /// to this one function so both can move onto one shared implementation. A start that
     /// fails a check stops the replay: it would be an over-allocation in production.
-    pub fn apply_plan(&mut self, starts: &[Start], now: u64) -> Result<(), SimError> {
+    pub fn apply_plan(
+        &mut self,
+        starts: &[Start],
+        now: u64,
+        driver: &mut Driver,
+    ) -> Result<(), SimError> {
         for s in starts {
             let bad = |what: String| SimError::BadPlan { now, what };
             let Some(index) = self.pending.remove(&s.job) else {
@@ -303,8 +291,10 @@ impl<'w> Sim<'w> {
                 n.used_gpus.extend(&p.gpu_ids);
                 n.used_memory += job.per_node.memory;
             }
-            self.events
-                .push(Reverse((now + job.run, Kind::End, job.id)));
+            // The controller kills a job at its limit.
+            let end = now + job.run.min(s.time_limit);
+            self.events.push(Reverse((end, Kind::End, job.id)));
+            driver.started(job, s, &self.node_names, now);
             self.decisions.push((
                 now,
                 s.job,

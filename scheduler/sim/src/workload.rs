@@ -38,6 +38,8 @@ pub struct SimJob {
     pub user: u32,
     /// Account index, into [`Workload::accounts`].
     pub account: u32,
+    /// Partition index, into [`Workload::partitions`]; `None`: the default partition.
+    pub partition: Option<u32>,
 }
 
 impl SimJob {
@@ -89,6 +91,8 @@ pub struct Workload {
     pub nodes: Vec<SimNodeSpec>,
     /// Accounts.
     pub accounts: Vec<Account>,
+    /// Partitions: name and node names (empty: every node is in one default partition).
+    pub partitions: Vec<(String, Vec<String>)>,
     /// Jobs, by submit time then id.
     pub jobs: Vec<SimJob>,
     /// The resource utilization is measured on.
@@ -204,12 +208,14 @@ pub fn from_swf(name: &str, trace: &SwfTrace, opt: &SwfOptions) -> Workload {
             },
             user: user.min(u32::MAX as u64) as u32,
             account: account_of(opt.seed, user, opt.accounts),
+            partition: None,
         });
     }
     jobs.sort_by_key(|j| (j.submit, j.id));
     Workload {
         name: name.into(),
         nodes,
+        partitions: Vec::new(),
         accounts: equal_accounts(opt.accounts),
         jobs,
         measure: Measure::Cpus,
@@ -342,6 +348,7 @@ pub fn gpu_synthetic(opt: &GpuOptions) -> Workload {
                 },
                 user,
                 account: b.account,
+                partition: None,
             });
         }
     }
@@ -354,6 +361,7 @@ pub fn gpu_synthetic(opt: &GpuOptions) -> Workload {
             opt.load
         ),
         nodes,
+        partitions: Vec::new(),
         accounts: equal_accounts(accounts),
         jobs,
         measure: Measure::Gpus,
@@ -374,8 +382,12 @@ pub struct BacklogOptions {
     pub accounts: u32,
 }
 
+/// Partitions of [`array_backlog`]: `all` and four quarters.
+pub const BACKLOG_PARTITIONS: u32 = 5;
+
 /// A backlog submitted at once: arrays of 10–1,000 identical tasks (1, 2, 4 or 8 GPUs, runs
-/// log-uniform from 5 minutes to 4 hours), owners spread over `accounts`, submits 1 ms apart
+/// log-uniform from 5 minutes to 4 hours), owners spread over `accounts`, each array in one of
+/// [`BACKLOG_PARTITIONS`] partitions, submits 1 ms apart
 /// per array so submit order is defined.
 pub fn array_backlog(opt: &BacklogOptions) -> Workload {
     let mut rng = SplitMix64::new(opt.seed);
@@ -386,6 +398,18 @@ pub fn array_backlog(opt: &BacklogOptions) -> Workload {
         })
         .collect();
     let accounts = opt.accounts.max(1);
+    // `all` holds every node; the other four each hold a quarter (a node is in two).
+    let quarter = nodes.len().div_ceil(4);
+    let mut partitions = vec![(
+        "all".to_string(),
+        nodes.iter().map(|n| n.name.clone()).collect::<Vec<_>>(),
+    )];
+    for (q, chunk) in nodes.chunks(quarter.max(1)).enumerate() {
+        partitions.push((
+            format!("q{q}"),
+            chunk.iter().map(|n| n.name.clone()).collect(),
+        ));
+    }
     let mut jobs = Vec::with_capacity(opt.jobs);
     let mut array = 0u64;
     while jobs.len() < opt.jobs {
@@ -395,6 +419,7 @@ pub fn array_backlog(opt: &BacklogOptions) -> Workload {
         let limit = synthetic_limit(run_s, &mut rng);
         let account = rng.below(accounts as u64) as u32;
         let user = account * 4 + rng.below(4) as u32;
+        let partition = rng.below(BACKLOG_PARTITIONS as u64) as u32;
         for _ in 0..count {
             jobs.push(SimJob {
                 id: jobs.len() as JobId + 1,
@@ -409,6 +434,7 @@ pub fn array_backlog(opt: &BacklogOptions) -> Workload {
                 },
                 user,
                 account,
+                partition: Some(partition),
             });
         }
         array += 1;
@@ -421,6 +447,7 @@ pub fn array_backlog(opt: &BacklogOptions) -> Workload {
             accounts
         ),
         nodes,
+        partitions,
         accounts: equal_accounts(accounts),
         jobs,
         measure: Measure::Gpus,
