@@ -9,7 +9,10 @@ use wharf_api::{
     ExitInfo, JobDefaults, JobId, JobRecord, JobState, NodeInfo, NodeRecord, NodeState, Owner,
     Resources,
 };
-use wharf_core::{schedule, ClusterView, Decision, NodeView, PendingJob};
+use wharf_core::{
+    schedule, Alloc, Assoc, Config as SchedConfig, Gpu, Node, NodeState as SchedNodeState,
+    PendingJob, Request, RunningJob, State as SchedState, UsageLedger,
+};
 
 use crate::store::{Store, StoreError};
 use crate::visibility::{ended_reason, view};
@@ -71,6 +74,10 @@ pub struct Cluster {
     defaults: JobDefaults,
     node_timeout_ms: u64,
     max_pending_per_user: u32,
+    sched: SchedConfig,
+    /// Fair-share usage of jobs that ended since this controller started. Kept in memory
+    /// only: after a restart fair share starts from zero (the store keeps no usage yet).
+    usage: UsageLedger,
 }
 
 impl Cluster {
@@ -107,6 +114,8 @@ impl Cluster {
             defaults,
             node_timeout_ms,
             max_pending_per_user: u32::MAX,
+            usage: UsageLedger::new(SchedConfig::default().half_life),
+            sched: SchedConfig::default(),
         })
     }
 
@@ -430,70 +439,118 @@ impl Cluster {
 
     /// One scheduling pass. Returns the nodes that got work.
     pub fn schedule(&mut self, now: u64) -> Result<BTreeSet<String>, Failure> {
-        let mut views: BTreeMap<&str, NodeView> = self
-            .nodes
-            .values()
-            .map(|n| {
-                let mut v = NodeView::new(&n.info.name, n.info.capacity());
-                v.up = n.up;
-                (n.info.name.as_str(), v)
-            })
-            .collect();
-        let mut pending = Vec::new();
-        for job in self.jobs.values() {
-            match (job.state, job.node.as_deref()) {
-                (s, Some(node)) if s.holds_resources() => {
-                    if let Some(v) = views.get_mut(node) {
-                        v.hold(&job.cpu_ids, &job.gpu_ids, job.resources.memory);
-                    }
-                }
-                (JobState::Pending, _) => pending.push(PendingJob {
-                    id: job.id,
-                    resources: job.resources,
-                    submit_time: job.submit_time,
-                    priority: 0,
-                }),
-                _ => {}
-            }
-        }
-        if pending.is_empty() {
+        let state = self.sched_state(now);
+        if state.pending.is_empty() {
             return Ok(BTreeSet::new());
         }
-        let view = ClusterView {
-            nodes: views.into_values().collect(),
-            pending,
-        };
+        let plan = schedule(now, &state, &self.sched);
         let mut started = Vec::new();
         let mut woken = BTreeSet::new();
-        for decision in schedule(&view, now) {
-            match decision {
-                Decision::Start {
-                    job,
-                    node,
-                    cpu_ids,
-                    gpu_ids,
-                } => {
-                    let Some(rec) = self.jobs.get(&job) else {
-                        continue;
-                    };
-                    let mut rec = rec.clone();
-                    rec.state = JobState::Starting;
-                    rec.reason = Some(format!("starting on {node}"));
-                    rec.node = Some(node.clone());
-                    rec.cpu_ids = cpu_ids;
-                    rec.gpu_ids = gpu_ids;
-                    woken.insert(node);
-                    started.push(rec);
-                }
-                Decision::Wait { job, reason } => {
-                    if let Some(rec) = self.jobs.get_mut(&job) {
-                        rec.reason = Some(reason.to_string());
-                    }
-                }
+        for start in plan.starts {
+            // Jobs here are single-node (admission refuses more).
+            let (Some(rec), Some(alloc)) = (self.jobs.get(&start.job), start.allocs.first()) else {
+                continue;
+            };
+            let mut rec = rec.clone();
+            rec.state = JobState::Starting;
+            rec.reason = Some(format!("starting on {}", alloc.node));
+            rec.node = Some(alloc.node.clone());
+            rec.cpu_ids = alloc.cpu_ids.clone();
+            rec.gpu_ids = alloc.gpu_ids.clone();
+            woken.insert(alloc.node.clone());
+            started.push(rec);
+        }
+        for wait in plan.waiting {
+            if let Some(rec) = self.jobs.get_mut(&wait.job) {
+                // The scheduler's sentence is made of public fields only (resources, limits,
+                // partition and job ids), so other users may see it too.
+                rec.reason = Some(match wait.estimated_start {
+                    Some(at) => format!(
+                        "{}; expected to start in about {}",
+                        wait.reason,
+                        wharf_api::resources::format_duration(at.saturating_sub(now) / 1000)
+                    ),
+                    None => wait.reason.to_string(),
+                });
             }
         }
         self.commit(started)?;
         Ok(woken)
+    }
+
+    /// The scheduler's view: every node (GPUs with the ids their agent reported), running
+    /// jobs expected to end at start + time limit, pending jobs, and decayed usage. Each user
+    /// is its own fair-share account until accounts are configured.
+    fn sched_state(&self, now: u64) -> SchedState {
+        let nodes = self
+            .nodes
+            .values()
+            .map(|n| {
+                let gpus = n
+                    .info
+                    .gpus
+                    .iter()
+                    .map(|g| Gpu::new(g.index, &gpu_kind(g.model.as_deref())))
+                    .collect();
+                let mut node = Node::new(&n.info.name, n.info.cpus, n.info.memory, gpus);
+                if !n.up {
+                    node.state = SchedNodeState::Down;
+                }
+                node
+            })
+            .collect();
+        let mut running = Vec::new();
+        let mut pending = Vec::new();
+        for job in self.jobs.values() {
+            match (job.state, job.node.as_deref()) {
+                (s, Some(node)) if s.holds_resources() => running.push(RunningJob {
+                    id: job.id,
+                    assoc: assoc(job),
+                    partition: None,
+                    // A job still starting is taken to start now.
+                    start: job.start_time.unwrap_or(now),
+                    time_limit: job.time_limit.saturating_mul(1000),
+                    allocs: vec![Alloc {
+                        node: node.to_string(),
+                        cpu_ids: job.cpu_ids.clone(),
+                        gpu_ids: job.gpu_ids.clone(),
+                        memory: job.resources.memory,
+                    }],
+                }),
+                (JobState::Pending, _) => {
+                    let r = job.resources;
+                    let mut p = PendingJob::new(
+                        job.id,
+                        assoc(job),
+                        Request::per_node(r.cpus, r.memory, r.gpus),
+                        job.submit_time,
+                    );
+                    p.time_limit = Some(job.time_limit.saturating_mul(1000));
+                    pending.push(p);
+                }
+                _ => {}
+            }
+        }
+        SchedState {
+            nodes,
+            running,
+            pending,
+            usage: self.usage.snapshot(now),
+        }
+    }
+
+    /// Charges an ended job's billing-weighted TRES-seconds to its user for fair share.
+    fn charge(&mut self, job: &JobRecord) {
+        let (Some(start), Some(end)) = (job.start_time, job.end_time) else {
+            return;
+        };
+        let r = job.resources;
+        let rate = self
+            .sched
+            .billing_for(None)
+            .rate(r.cpus.into(), r.memory, r.gpus.into());
+        let secs = end.saturating_sub(start) as f64 / 1000.0;
+        self.usage.record(&assoc(job), rate * secs, end);
     }
 
     /// Marks nodes silent for longer than the node timeout as down and fails their jobs.
@@ -536,6 +593,7 @@ impl Cluster {
         self.store.update_jobs(&changed)?;
         for job in changed {
             if job.state.is_terminal() {
+                self.charge(&job);
                 self.jobs.remove(&job.id);
             } else {
                 self.jobs.insert(job.id, job);
@@ -543,6 +601,23 @@ impl Cluster {
         }
         Ok(())
     }
+}
+
+/// Each user is charged to an account of its own name until accounts are configured.
+fn assoc(job: &JobRecord) -> Assoc {
+    Assoc::new(&job.owner.user, &job.owner.user)
+}
+
+/// The GPU type from NVML's model name: "NVIDIA H100 80GB HBM3" is `h100`,
+/// "NVIDIA A100-SXM4-80GB" is `a100`; empty when unknown.
+fn gpu_kind(model: Option<&str>) -> String {
+    let model = model.unwrap_or("").to_ascii_lowercase();
+    model
+        .split_whitespace()
+        .filter(|w| !matches!(*w, "nvidia" | "tesla" | "geforce" | "quadro"))
+        .find(|w| w.chars().any(|c| c.is_ascii_digit()))
+        .map(|w| w.split('-').next().unwrap_or(w).to_string())
+        .unwrap_or_default()
 }
 
 fn not_yours(id: JobId) -> Failure {

@@ -1,144 +1,151 @@
 //! The scheduler's policy, as pure functions: no IO, no clock, no hash order.
 //!
-//! The controller builds a [`ClusterView`] from its state and calls [`schedule`] with the time;
-//! it gets back one [`Decision`] per pending job and carries them out.
+//! The caller builds a [`State`] (nodes with their own CPU and GPU ids, running jobs with
+//! their start times and time limits, pending jobs, decayed usage), picks a [`Config`] (FCFS,
+//! EASY or the multifactor policy, partitions, account tree, QoS, weights) and calls
+//! [`schedule`] with the time. The [`Plan`] says which jobs start where with which ids, which
+//! jobs hold reservations and when they are expected to start, and for every pending job its
+//! priority factors and, when it waits, a typed [`PendingReason`].
 //!
 //! ```
-//! use wharf_api::Resources;
-//! use wharf_core::{schedule, ClusterView, Decision, NodeView, PendingJob};
+//! use wharf_core::{schedule, Assoc, Config, Gpu, Node, PendingJob, Request, State};
 //!
-//! let node = NodeView::new("n1", Resources { cpus: 4, memory: 8 << 30, gpus: 0 });
-//! let job = PendingJob { id: 1, resources: Resources { cpus: 2, memory: 1 << 30, gpus: 0 }, submit_time: 0, priority: 0 };
-//! let view = ClusterView { nodes: vec![node], pending: vec![job] };
-//! let decisions = schedule(&view, 1_000);
-//! assert!(matches!(&decisions[0], Decision::Start { node, .. } if node == "n1"));
+//! let gpus = vec![Gpu::new(0, "h100"), Gpu::new(1, "h100"), Gpu::new(3, "h100")];
+//! let node = Node::new("n1", 8, 64 << 30, gpus);
+//! let mut req = Request::per_node(2, 4 << 30, 2);
+//! req.gpu_kind = Some("h100".into());
+//! let job = PendingJob::new(1, Assoc::new("physics", "ann"), req, 0);
+//! let state = State { nodes: vec![node], pending: vec![job], ..State::default() };
+//! let plan = schedule(1_000, &state, &Config::default());
+//! assert_eq!(plan.starts[0].allocs[0].gpu_ids, vec![0, 1]);
+//! assert_eq!(plan.starts[0].allocs[0].cpu_ids, vec![0, 1]);
 //! ```
 
+mod backfill;
+mod config;
+pub mod fairshare;
+mod partition;
 mod placement;
+mod plan;
+mod priority;
+mod profile;
 mod reason;
+mod state;
+mod tres;
 
-pub use placement::NodeView;
+pub use config::{
+    Account, Billing, Config, Partition, PartitionState, Policy, Qos, UserShares, Weights,
+};
+pub use fairshare::UsageLedger;
+pub use partition::DEFAULT_PARTITION;
+pub use plan::{Plan, Priority, Reservation, Start, Waiting};
 pub use reason::PendingReason;
+pub use state::{Alloc, Assoc, Hold, Node, NodeState, PendingJob, RunningJob, State, Time};
+pub use tres::{Gpu, Request, GPU_SLOTS};
 
-use wharf_api::{JobId, Resources};
+use std::collections::{BTreeMap, BTreeSet};
 
-/// A job waiting to be placed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingJob {
-    /// Job id.
-    pub id: JobId,
-    /// What it needs on its node.
-    pub resources: Resources,
-    /// Submit time, ms.
-    pub submit_time: u64,
-    /// Higher runs first.
-    pub priority: i64,
-}
+use backfill::Ready;
+use partition::Partitions;
+use placement::Table;
+use priority::Scale;
+use wharf_api::JobId;
 
-/// The cluster as the scheduler sees it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ClusterView {
-    /// Nodes, with what is allocated on them.
-    pub nodes: Vec<NodeView>,
-    /// Jobs waiting.
-    pub pending: Vec<PendingJob>,
-}
+/// One scheduling pass at time `now` (ms). Pure: the same arguments give the same plan.
+pub fn schedule(now: Time, state: &State, config: &Config) -> Plan {
+    let parts = Partitions::resolve(config, &state.nodes);
+    let usage = usage_now(now, state, &parts);
+    let assocs = state.pending.iter().map(|j| j.assoc.clone());
+    let fairshare = fairshare::factors(config, assocs, &usage);
+    let scale = Scale {
+        config,
+        fairshare: &fairshare,
+        max_tier: parts.max_tier,
+        max_qos: config.qos.iter().map(|q| q.priority).max().unwrap_or(0),
+    };
+    let active: BTreeSet<JobId> = state
+        .pending
+        .iter()
+        .map(|j| j.id)
+        .chain(state.running.iter().map(|j| j.id))
+        .collect();
 
-/// What to do with one pending job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    /// Start it now on `node` with these CPUs and GPUs.
-    Start {
-        /// Job id.
-        job: JobId,
-        /// Node name.
-        node: String,
-        /// CPU indices.
-        cpu_ids: Vec<u32>,
-        /// GPU indices.
-        gpu_ids: Vec<u32>,
-    },
-    /// Leave it pending, for this reason.
-    Wait {
-        /// Job id.
-        job: JobId,
-        /// Why.
-        reason: PendingReason,
-    },
-}
-
-/// One scheduling pass: jobs in priority order (priority, then submit time, then id) start on
-/// the best-fitting node. The first job that must wait for resources blocks the jobs behind it
-/// (no backfill yet), so a large job is never starved by a stream of small ones. Jobs that no
-/// node could ever hold do not block anyone.
-pub fn schedule(view: &ClusterView, _now: u64) -> Vec<Decision> {
-    let mut nodes = view.nodes.clone();
-    nodes.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut order: Vec<&PendingJob> = view.pending.iter().collect();
-    order.sort_by(|a, b| {
-        b.priority
-            .cmp(&a.priority)
-            .then(a.submit_time.cmp(&b.submit_time))
-            .then(a.id.cmp(&b.id))
-    });
-    let mut blocked_by: Option<JobId> = None;
-    let mut out = Vec::with_capacity(order.len());
-    for job in order {
-        if let Some(reason) = never_fits(&nodes, &job.resources) {
-            out.push(Decision::Wait {
+    let mut plan = Plan::default();
+    let mut blocked = Vec::new();
+    let mut ready = Vec::new();
+    let mut prio: BTreeMap<JobId, Priority> = BTreeMap::new();
+    for job in &state.pending {
+        let admitted = parts.admit(job, config);
+        let part = admitted.as_ref().ok().map(|&(p, _)| &parts.parts[p]);
+        let priority = scale.priority(job, part, now);
+        prio.insert(job.id, priority);
+        let reason = match (&admitted, job.hold) {
+            (_, Some(Hold::User)) => Some(PendingReason::JobHeldUser),
+            (_, Some(Hold::Admin)) => Some(PendingReason::JobHeldAdmin),
+            _ if job.begin.is_some_and(|b| b > now) => Some(PendingReason::BeginTime {
+                at: job.begin.unwrap_or(0),
+            }),
+            (Err(reason), _) => Some(reason.clone()),
+            _ => job
+                .after
+                .iter()
+                .find(|d| **d != job.id && active.contains(d))
+                .map(|&on| PendingReason::Dependency { on }),
+        };
+        match (reason, admitted) {
+            (Some(reason), _) => blocked.push(Waiting {
                 job: job.id,
                 reason,
-            });
-            continue;
-        }
-        if let Some(first) = blocked_by {
-            out.push(Decision::Wait {
-                job: job.id,
-                reason: PendingReason::Priority { behind: first },
-            });
-            continue;
-        }
-        match placement::best_fit(&nodes, &job.resources) {
-            Some(i) => {
-                let (cpu_ids, gpu_ids) = nodes[i].allocate(&job.resources);
-                out.push(Decision::Start {
-                    job: job.id,
-                    node: nodes[i].name.clone(),
-                    cpu_ids,
-                    gpu_ids,
-                });
-            }
-            None => {
-                blocked_by = Some(job.id);
-                out.push(Decision::Wait {
-                    job: job.id,
-                    reason: PendingReason::Resources,
-                });
-            }
+                estimated_start: None,
+            }),
+            (None, Ok((part, limit))) => ready.push((
+                order_key(config.policy, parts.parts[part].tier, &priority, job),
+                Ready { job, part, limit },
+            )),
+            (None, Err(_)) => unreachable!("a refused job has a reason"),
         }
     }
-    out
+    ready.sort_by_key(|a| a.0);
+    let ready: Vec<Ready<'_>> = ready.into_iter().map(|(_, r)| r).collect();
+    let mut table = Table::build(&state.nodes, &state.running, &parts, now);
+    let out = backfill::pass(now, &state.nodes, config, &parts, &mut table, &ready);
+    plan.starts = out.starts;
+    plan.reservations = out.reservations;
+    plan.waiting = out.waiting;
+    blocked.sort_by_key(|w| w.job);
+    plan.waiting.extend(blocked);
+    plan.priorities = prio.into_iter().collect();
+    plan
 }
 
-/// `Some(reason)` when no up node, even empty, could hold `need`.
-fn never_fits(nodes: &[NodeView], need: &Resources) -> Option<PendingReason> {
-    let up: Vec<&NodeView> = nodes.iter().filter(|n| n.up).collect();
-    if up.is_empty() {
-        return Some(PendingReason::NoNodes);
+/// Sort key: FCFS and EASY go by submit time; the multifactor policy by partition tier, then
+/// priority, then submit time. Job id breaks ties.
+fn order_key(policy: Policy, tier: u32, p: &Priority, job: &PendingJob) -> (u64, u64, Time, JobId) {
+    match policy {
+        Policy::Fcfs | Policy::Easy => (0, 0, job.submit, job.id),
+        Policy::Multifactor => (
+            u64::from(u32::MAX - tier),
+            u64::MAX - p.value,
+            job.submit,
+            job.id,
+        ),
     }
-    if up.iter().any(|n| need.fits_in(&n.capacity)) {
-        return None;
-    }
-    let largest = Resources {
-        cpus: up.iter().map(|n| n.capacity.cpus).max().unwrap_or(0),
-        memory: up.iter().map(|n| n.capacity.memory).max().unwrap_or(0),
-        gpus: up.iter().map(|n| n.capacity.gpus).max().unwrap_or(0),
-    };
-    Some(PendingReason::TooLarge {
-        need: *need,
-        largest,
-    })
 }
 
-#[cfg(test)]
-mod tests;
+/// Decayed past usage plus what running jobs have used so far (not decayed: it is recent).
+fn usage_now(now: Time, state: &State, parts: &Partitions) -> BTreeMap<Assoc, f64> {
+    let mut usage = state.usage.clone();
+    for job in &state.running {
+        let billing = parts.billing(job.partition.as_deref());
+        let (cpus, memory, gpus) = job.allocs.iter().fold((0u64, 0u64, 0u64), |acc, a| {
+            (
+                acc.0 + a.cpu_ids.len() as u64,
+                acc.1 + a.memory,
+                acc.2 + a.gpu_ids.len() as u64,
+            )
+        });
+        let secs = now.saturating_sub(job.start) as f64 / 1000.0;
+        *usage.entry(job.assoc.clone()).or_insert(0.0) += billing.rate(cpus, memory, gpus) * secs;
+    }
+    usage
+}

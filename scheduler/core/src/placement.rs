@@ -1,89 +1,222 @@
-//! Placement: which node a job goes to and which CPUs and GPUs on it.
+//! Placement: the nodes of a pass with their free ids, an index of free capacity per
+//! partition, and the choice of nodes and ids for a job.
+//!
+//! Ids always come from the node's own lists (a node whose GPUs are 0, 1 and 3 is never given
+//! GPU 2); counts are kept per GPU type slot so that time profiles stay small.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use wharf_api::Resources;
+use crate::partition::{takes_work, Partitions};
+use crate::profile::Profile;
+use crate::state::{Alloc, Node, RunningJob, Time};
+use crate::tres::{Request, Tres, GPU_SLOTS};
 
-/// A node as the scheduler sees it: capacity and what is taken.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeView {
-    /// Node name.
-    pub name: String,
-    /// Whether it takes work.
+/// A node during a pass.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeRt {
     pub up: bool,
-    /// Total resources.
-    pub capacity: Resources,
-    /// CPU indices in use.
-    pub used_cpus: BTreeSet<u32>,
-    /// GPU indices in use.
-    pub used_gpus: BTreeSet<u32>,
-    /// Memory in use, bytes.
-    pub used_memory: u64,
+    pub capacity: Tres,
+    /// GPU type of each slot.
+    pub kinds: Vec<String>,
+    /// Free CPU ids, ascending.
+    pub free_cpus: Vec<u32>,
+    /// Free GPU ids per slot, ascending.
+    pub free_gpus: [Vec<u32>; GPU_SLOTS],
+    pub profile: Profile,
+    /// Partitions it is in.
+    pub parts: Vec<usize>,
 }
 
-impl NodeView {
-    /// An empty, up node.
-    pub fn new(name: &str, capacity: Resources) -> NodeView {
-        NodeView {
-            name: name.into(),
-            up: true,
-            capacity,
-            used_cpus: BTreeSet::new(),
-            used_gpus: BTreeSet::new(),
-            used_memory: 0,
-        }
-    }
+/// Index key: free GPUs, free CPUs, node index. Ascending order is best fit first.
+type Key = (u32, u32, usize);
 
-    /// Marks resources of a running job as taken. Indices out of range are ignored (a node that
-    /// re-registered smaller).
-    pub fn hold(&mut self, cpu_ids: &[u32], gpu_ids: &[u32], memory: u64) {
-        self.used_cpus
-            .extend(cpu_ids.iter().filter(|&&c| c < self.capacity.cpus));
-        self.used_gpus
-            .extend(gpu_ids.iter().filter(|&&g| g < self.capacity.gpus));
-        self.used_memory = self.used_memory.saturating_add(memory);
-    }
+/// All nodes of a pass and the free-capacity index of each partition.
+pub(crate) struct Table {
+    pub nodes: Vec<NodeRt>,
+    index: Vec<BTreeSet<Key>>,
+}
 
-    /// What is free now.
-    pub fn free(&self) -> Resources {
-        Resources {
-            cpus: self
-                .capacity
-                .cpus
-                .saturating_sub(self.used_cpus.len() as u32),
-            memory: self.capacity.memory.saturating_sub(self.used_memory),
-            gpus: self
-                .capacity
-                .gpus
-                .saturating_sub(self.used_gpus.len() as u32),
-        }
-    }
-
-    /// Takes the lowest free CPU and GPU indices for `need`. Call only when `need` fits.
-    pub(crate) fn allocate(&mut self, need: &Resources) -> (Vec<u32>, Vec<u32>) {
-        let cpus: Vec<u32> = (0..self.capacity.cpus)
-            .filter(|c| !self.used_cpus.contains(c))
-            .take(need.cpus as usize)
+impl Table {
+    /// Builds the table from the nodes and what running jobs hold. Running jobs are expected
+    /// to give their resources back at `start + time_limit`, or just after `now` when late.
+    pub fn build(nodes: &[Node], running: &[RunningJob], parts: &Partitions, now: Time) -> Table {
+        let by_name: BTreeMap<&str, usize> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i))
             .collect();
-        let gpus: Vec<u32> = (0..self.capacity.gpus)
-            .filter(|g| !self.used_gpus.contains(g))
-            .take(need.gpus as usize)
+        let mut rt: Vec<NodeRt> = nodes.iter().map(node_rt).collect();
+        for (p, part) in parts.parts.iter().enumerate() {
+            for &i in &part.nodes {
+                rt[i].parts.push(p);
+            }
+        }
+        for job in running {
+            let end = job.start.saturating_add(job.time_limit).max(now + 1);
+            for a in &job.allocs {
+                let Some(&i) = by_name.get(a.node.as_str()) else {
+                    continue;
+                };
+                let n = &mut rt[i];
+                let mut held = Tres::default();
+                for id in &a.cpu_ids {
+                    if let Ok(pos) = n.free_cpus.binary_search(id) {
+                        n.free_cpus.remove(pos);
+                        held.cpus += 1;
+                    }
+                }
+                for id in &a.gpu_ids {
+                    for (s, ids) in n.free_gpus.iter_mut().enumerate() {
+                        if let Ok(pos) = ids.binary_search(id) {
+                            ids.remove(pos);
+                            held.gpus[s] += 1;
+                        }
+                    }
+                }
+                held.memory = a.memory.min(n.profile.free.memory);
+                n.profile.take(&held, end);
+            }
+        }
+        let mut index = vec![BTreeSet::new(); parts.parts.len()];
+        for (i, n) in rt.iter().enumerate() {
+            if n.up {
+                for &p in &n.parts {
+                    index[p].insert(key(n, i));
+                }
+            }
+        }
+        Table { nodes: rt, index }
+    }
+
+    /// What `req` needs on node `i` if its GPUs come from `slot`.
+    fn need(&self, req: &Request, slot: Option<usize>) -> Tres {
+        let mut t = Tres {
+            cpus: req.cpus,
+            memory: req.memory,
+            gpus: [0; GPU_SLOTS],
+        };
+        if let Some(s) = slot {
+            t.gpus[s] = req.gpus;
+        }
+        t
+    }
+
+    /// The shapes `req` may take on node `i`: one per usable GPU type slot, most free first.
+    pub fn shapes(&self, i: usize, req: &Request) -> Vec<Tres> {
+        let n = &self.nodes[i];
+        if req.gpus == 0 {
+            return vec![self.need(req, None)];
+        }
+        let mut slots: Vec<usize> = (0..n.kinds.len())
+            .filter(|&s| req.gpu_kind.as_deref().is_none_or(|k| n.kinds[s] == k))
             .collect();
-        self.hold(&cpus, &gpus, need.memory);
-        (cpus, gpus)
+        slots.sort_by_key(|&s| (std::cmp::Reverse(n.profile.free.gpus[s]), s));
+        slots.into_iter().map(|s| self.need(req, Some(s))).collect()
+    }
+
+    /// Up to `req.nodes` nodes of partition `p` where `req` can start now and run for
+    /// `duration` without touching any reservation; best fit first. `None` if too few.
+    pub fn fit_now(
+        &self,
+        p: usize,
+        req: &Request,
+        now: Time,
+        duration: Time,
+    ) -> Option<Vec<(usize, Tres)>> {
+        let want = req.node_count() as usize;
+        let end = now.saturating_add(duration);
+        let mut picked = Vec::with_capacity(want);
+        for &(_, cpus, i) in self.index[p].range((req.gpus, req.cpus, 0)..) {
+            if cpus < req.cpus || self.nodes[i].profile.free.memory < req.memory {
+                continue;
+            }
+            let prof = &self.nodes[i].profile;
+            let shape = self.shapes(i, req).into_iter().find(|need| {
+                prof.free.covers(need) && (prof.reserved.is_empty() || prof.fits(need, now, end))
+            });
+            if let Some(need) = shape {
+                picked.push((i, need));
+                if picked.len() == want {
+                    return Some(picked);
+                }
+            }
+        }
+        None
+    }
+
+    /// Takes ids for `need` on node `i` from now until `end`; returns them.
+    pub fn allocate(&mut self, i: usize, need: &Tres, end: Time, name: &str) -> Alloc {
+        let old = key(&self.nodes[i], i);
+        let n = &mut self.nodes[i];
+        let cpu_ids: Vec<u32> = n.free_cpus.drain(..need.cpus as usize).collect();
+        let mut gpu_ids = Vec::new();
+        for (s, &count) in need.gpus.iter().enumerate() {
+            gpu_ids.extend(n.free_gpus[s].drain(..count as usize));
+        }
+        gpu_ids.sort_unstable();
+        n.profile.take(need, end);
+        let new = key(n, i);
+        if n.up {
+            for &p in &self.nodes[i].parts {
+                self.index[p].remove(&old);
+                self.index[p].insert(new);
+            }
+        }
+        Alloc {
+            node: name.into(),
+            cpu_ids,
+            gpu_ids,
+            memory: need.memory,
+        }
     }
 }
 
-/// The up node where `need` fits leaving the fewest CPUs free (then the fewest GPUs, then by
-/// name), so large holes stay open for large jobs.
-pub(crate) fn best_fit(nodes: &[NodeView], need: &Resources) -> Option<usize> {
-    nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| n.up && need.fits_in(&n.free()))
-        .min_by(|(_, a), (_, b)| {
-            let (fa, fb) = (a.free(), b.free());
-            (fa.gpus, fa.cpus, &a.name).cmp(&(fb.gpus, fb.cpus, &b.name))
-        })
-        .map(|(i, _)| i)
+fn key(n: &NodeRt, i: usize) -> Key {
+    (n.profile.free.gpu_total(), n.profile.free.cpus, i)
+}
+
+fn node_rt(node: &Node) -> NodeRt {
+    let mut cpus = node.cpu_ids.clone();
+    cpus.sort_unstable();
+    cpus.dedup();
+    let mut gpus = node.gpus.clone();
+    gpus.sort();
+    gpus.dedup_by_key(|g| g.id);
+    let mut kinds: Vec<String> = Vec::new();
+    let mut free_gpus: [Vec<u32>; GPU_SLOTS] = Default::default();
+    for g in &gpus {
+        let slot = match kinds.iter().position(|k| *k == g.kind) {
+            Some(s) => s,
+            None if kinds.len() < GPU_SLOTS => {
+                kinds.push(g.kind.clone());
+                kinds.len() - 1
+            }
+            // More types than slots: those GPUs are not scheduled.
+            None => continue,
+        };
+        free_gpus[slot].push(g.id);
+    }
+    for ids in &mut free_gpus {
+        ids.sort_unstable();
+    }
+    let mut capacity = Tres {
+        cpus: cpus.len() as u32,
+        memory: node.memory,
+        gpus: [0; GPU_SLOTS],
+    };
+    for (s, ids) in free_gpus.iter().enumerate() {
+        capacity.gpus[s] = ids.len() as u32;
+    }
+    NodeRt {
+        up: takes_work(node.state),
+        capacity,
+        kinds,
+        free_cpus: cpus,
+        free_gpus,
+        profile: Profile {
+            free: capacity,
+            ..Profile::default()
+        },
+        parts: Vec::new(),
+    }
 }

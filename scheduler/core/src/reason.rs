@@ -1,75 +1,176 @@
-//! Why a job is pending, in words a user can act on.
+//! Why a job is pending: Slurm's vocabulary, each with a sentence a user can act on.
 
 use std::fmt;
 
-use wharf_api::resources::format_memory;
-use wharf_api::{JobId, Resources};
+use wharf_api::resources::{format_duration, format_memory};
+use wharf_api::JobId;
+
+use crate::state::Time;
 
 /// Why a job has not started.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PendingReason {
-    /// No node is up.
-    NoNodes,
     /// Nodes exist that could hold it, but not enough is free now.
     Resources,
-    /// A job ahead of it in the queue is waiting for resources.
-    Priority {
-        /// The job at the head of the queue.
-        behind: JobId,
+    /// Jobs ahead of it in priority order hold or have reserved what it needs.
+    Priority,
+    /// Its partition is DOWN.
+    PartitionDown {
+        /// Partition.
+        partition: String,
     },
-    /// No up node could ever hold it.
+    /// Its partition is INACTIVE.
+    PartitionInactive {
+        /// Partition.
+        partition: String,
+    },
+    /// It names a partition that does not exist.
+    InvalidPartition {
+        /// Partition.
+        partition: String,
+    },
+    /// Its time limit is over the partition's MaxTime.
+    PartitionTimeLimit {
+        /// Its time limit, ms.
+        limit: Time,
+        /// The partition's MaxTime, ms.
+        max: Time,
+    },
+    /// It asks for more nodes than the partition's MaxNodes.
+    PartitionNodeLimit {
+        /// Nodes asked for.
+        nodes: u32,
+        /// The partition's MaxNodes (or its node count).
+        max: u32,
+    },
+    /// No node of its partition that could hold it is up.
+    ReqNodeNotAvail,
+    /// No node of its partition could ever hold it.
     TooLarge {
-        /// What it asks for.
-        need: Resources,
-        /// The largest of each resource on any node.
-        largest: Resources,
+        /// CPUs, memory, GPUs per node asked for.
+        cpus: u32,
+        /// Bytes.
+        memory: u64,
+        /// GPUs.
+        gpus: u32,
+        /// GPU type, if any.
+        gpu_kind: Option<String>,
     },
+    /// Not before its begin time.
+    BeginTime {
+        /// The begin time.
+        at: Time,
+    },
+    /// Held by its owner.
+    JobHeldUser,
+    /// Held by an admin.
+    JobHeldAdmin,
+    /// Waits for other jobs to leave the queue.
+    Dependency {
+        /// The first job it waits for.
+        on: JobId,
+    },
+}
+
+impl PendingReason {
+    /// Slurm's name for the reason (`Resources`, `Priority`, ...).
+    pub fn code(&self) -> &'static str {
+        match self {
+            PendingReason::Resources => "Resources",
+            PendingReason::Priority => "Priority",
+            PendingReason::PartitionDown { .. } => "PartitionDown",
+            PendingReason::PartitionInactive { .. } => "PartitionInactive",
+            PendingReason::InvalidPartition { .. } => "PartitionConfig",
+            PendingReason::PartitionTimeLimit { .. } => "PartitionTimeLimit",
+            PendingReason::PartitionNodeLimit { .. } => "PartitionNodeLimit",
+            PendingReason::ReqNodeNotAvail => "ReqNodeNotAvail",
+            PendingReason::TooLarge { .. } => "BadConstraints",
+            PendingReason::BeginTime { .. } => "BeginTime",
+            PendingReason::JobHeldUser => "JobHeldUser",
+            PendingReason::JobHeldAdmin => "JobHeldAdmin",
+            PendingReason::Dependency { .. } => "Dependency",
+        }
+    }
+
+    /// True when the job cannot start whatever other jobs do (only a change of the job, the
+    /// configuration or the nodes helps).
+    pub fn is_stuck(&self) -> bool {
+        matches!(
+            self,
+            PendingReason::InvalidPartition { .. }
+                | PendingReason::PartitionTimeLimit { .. }
+                | PendingReason::PartitionNodeLimit { .. }
+                | PendingReason::TooLarge { .. }
+        )
+    }
+}
+
+fn secs(ms: Time) -> String {
+    format_duration(ms / 1000)
 }
 
 impl fmt::Display for PendingReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let code = self.code();
         match self {
-            PendingReason::NoNodes => {
-                write!(f, "NoNodes: no node is up; is `wharf agent` running?")
-            }
-            PendingReason::Resources => {
-                write!(f, "Resources: waiting for CPUs, memory or GPUs to free up")
-            }
-            PendingReason::Priority { behind } => {
+            PendingReason::Resources => write!(
+                f,
+                "{code}: waiting for CPUs, memory or GPUs to free up; it is next in line"
+            ),
+            PendingReason::Priority => write!(
+                f,
+                "{code}: jobs of higher priority are ahead of it for the resources it needs"
+            ),
+            PendingReason::PartitionDown { partition } => write!(
+                f,
+                "{code}: partition {partition} is down; its jobs start when an admin brings it up"
+            ),
+            PendingReason::PartitionInactive { partition } => write!(
+                f,
+                "{code}: partition {partition} is inactive; ask an admin or choose another partition"
+            ),
+            PendingReason::InvalidPartition { partition } => write!(
+                f,
+                "{code}: there is no partition {partition}; resubmit to an existing one"
+            ),
+            PendingReason::PartitionTimeLimit { limit, max } => write!(
+                f,
+                "{code}: its time limit of {} is over the partition's maximum of {}; lower it",
+                secs(*limit),
+                secs(*max)
+            ),
+            PendingReason::PartitionNodeLimit { nodes, max } => write!(
+                f,
+                "{code}: it asks for {nodes} nodes and the partition allows {max}; ask for fewer"
+            ),
+            PendingReason::ReqNodeNotAvail => write!(
+                f,
+                "{code}: the nodes that could run it are down or draining; it starts when they return"
+            ),
+            PendingReason::TooLarge {
+                cpus,
+                memory,
+                gpus,
+                gpu_kind,
+            } => {
+                let kind = gpu_kind.as_deref().map(|k| format!("{k} ")).unwrap_or_default();
                 write!(
                     f,
-                    "Priority: queued behind job {behind}, which is waiting for resources"
+                    "{code}: no node of its partition has {cpus} CPUs, {} memory and {gpus} {kind}GPUs; ask for less",
+                    format_memory(*memory)
                 )
             }
-            PendingReason::TooLarge { need, largest } => {
-                let mut parts = Vec::new();
-                if need.cpus > largest.cpus {
-                    parts.push(format!(
-                        "{} CPUs (largest node has {})",
-                        need.cpus, largest.cpus
-                    ));
-                }
-                if need.memory > largest.memory {
-                    parts.push(format!(
-                        "{} memory (largest node has {})",
-                        format_memory(need.memory),
-                        format_memory(largest.memory)
-                    ));
-                }
-                if need.gpus > largest.gpus {
-                    parts.push(format!(
-                        "{} GPUs (largest node has {})",
-                        need.gpus, largest.gpus
-                    ));
-                }
-                if parts.is_empty() {
-                    parts.push("more than any single node has".into());
-                }
-                write!(
-                    f,
-                    "TooLarge: no node can hold {}; ask for less or wait for bigger nodes",
-                    parts.join(", ")
-                )
+            PendingReason::BeginTime { at } => {
+                write!(f, "{code}: it may not start before its begin time ({at} ms)")
+            }
+            PendingReason::JobHeldUser => {
+                write!(f, "{code}: held by its owner; release it to let it start")
+            }
+            PendingReason::JobHeldAdmin => {
+                write!(f, "{code}: held by an admin; ask them to release it")
+            }
+            PendingReason::Dependency { on } => {
+                write!(f, "{code}: waiting for job {on} to end")
             }
         }
     }

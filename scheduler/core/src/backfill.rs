@@ -1,0 +1,264 @@
+//! The pass: jobs in scheduling order start where they fit now; the first blocked jobs get
+//! reservations at the earliest time their shape fits; later jobs start now only when they
+//! delay no reservation (they fit beside it or end before it). FCFS makes no reservation and
+//! stops at the first blocked job; EASY makes one; the multifactor policy makes
+//! [`crate::Config::reservations`].
+//!
+//! Cost: a job is tried against the free-capacity index of its partition, not every node; a
+//! shape that failed to start makes every larger-or-equal, longer-or-equal job of the same
+//! partition fail at once (starts and reservations only ever take capacity away within a
+//! pass); only reserved jobs look at every node's time profile.
+
+use std::collections::BTreeMap;
+
+use wharf_api::JobId;
+
+use crate::config::{Config, Policy};
+use crate::partition::Partitions;
+use crate::placement::Table;
+use crate::plan::{Reservation, Start, Waiting};
+use crate::reason::PendingReason;
+use crate::state::{Node, PendingJob, Time};
+use crate::tres::{Request, Tres};
+
+/// A job that passed every check but resources: its partition and time limit.
+pub(crate) struct Ready<'a> {
+    pub job: &'a PendingJob,
+    pub part: usize,
+    pub limit: Time,
+}
+
+/// What the pass decided for the ready jobs.
+#[derive(Default)]
+pub(crate) struct Outcome {
+    pub starts: Vec<Start>,
+    pub reservations: Vec<Reservation>,
+    pub waiting: Vec<Waiting>,
+}
+
+/// A shape that could not start now in one partition.
+struct Failed {
+    kind: Option<String>,
+    nodes: u32,
+    cpus: u32,
+    memory: u64,
+    gpus: u32,
+    limit: Time,
+}
+
+impl Failed {
+    fn of(r: &Request, limit: Time) -> Failed {
+        Failed {
+            kind: r.gpu_kind.clone(),
+            nodes: r.node_count(),
+            cpus: r.cpus,
+            memory: r.memory,
+            gpus: r.gpus,
+            limit,
+        }
+    }
+
+    fn dominated_by(&self, r: &Request, limit: Time) -> bool {
+        self.kind == r.gpu_kind
+            && r.node_count() >= self.nodes
+            && r.cpus >= self.cpus
+            && r.memory >= self.memory
+            && r.gpus >= self.gpus
+            && limit >= self.limit
+    }
+}
+
+/// How many failed shapes each partition remembers.
+const FAILED_KEPT: usize = 16;
+/// How many start times a multi-node reservation tries before its fallback.
+const MULTI_NODE_TRIES: usize = 32;
+
+/// Runs the pass over `ready`, already in scheduling order.
+pub(crate) fn pass(
+    now: Time,
+    nodes: &[Node],
+    config: &Config,
+    parts: &Partitions,
+    table: &mut Table,
+    ready: &[Ready<'_>],
+) -> Outcome {
+    let mut out = Outcome::default();
+    let max_res = config.reservation_limit();
+    let mut failed: Vec<Vec<Failed>> = (0..parts.parts.len()).map(|_| Vec::new()).collect();
+    let mut never: BTreeMap<(usize, Request), Option<PendingReason>> = BTreeMap::new();
+    let mut blocked = false;
+    for (n, r) in ready.iter().enumerate() {
+        let req = &r.job.request;
+        let wait = |reason: PendingReason, at: Option<Time>| Waiting {
+            job: r.job.id,
+            reason,
+            estimated_start: at,
+        };
+        if n >= config.max_job_test || (blocked && config.policy == Policy::Fcfs) {
+            out.waiting.push(wait(PendingReason::Priority, None));
+            continue;
+        }
+        let stuck = never
+            .entry((r.part, req.clone()))
+            .or_insert_with(|| never_fits(table, parts, r.part, req))
+            .clone();
+        if let Some(reason) = stuck {
+            out.waiting.push(wait(reason, None));
+            continue;
+        }
+        let known_fail = failed[r.part].iter().any(|f| f.dominated_by(req, r.limit));
+        if !known_fail {
+            if let Some(picks) = table.fit_now(r.part, req, now, r.limit) {
+                let end = now.saturating_add(r.limit);
+                let allocs = picks
+                    .iter()
+                    .map(|(i, need)| table.allocate(*i, need, end, &nodes[*i].name))
+                    .collect();
+                out.starts.push(Start {
+                    job: r.job.id,
+                    allocs,
+                    time_limit: r.limit,
+                });
+                continue;
+            }
+            let list = &mut failed[r.part];
+            if list.len() == FAILED_KEPT {
+                list.remove(0);
+            }
+            list.push(Failed::of(req, r.limit));
+        }
+        if out.reservations.len() < max_res {
+            if let Some(res) = reserve(table, parts, r.part, req, now, r.limit, nodes, r.job.id) {
+                out.waiting
+                    .push(wait(PendingReason::Resources, Some(res.start)));
+                out.reservations.push(res);
+                blocked = true;
+                continue;
+            }
+        }
+        let reason = if blocked {
+            PendingReason::Priority
+        } else {
+            PendingReason::Resources
+        };
+        out.waiting.push(wait(reason, None));
+        blocked = true;
+    }
+    out
+}
+
+/// Why `req` can never start in partition `p` (node shapes and states alone), if so.
+fn never_fits(table: &Table, parts: &Partitions, p: usize, req: &Request) -> Option<PendingReason> {
+    let want = req.node_count() as usize;
+    let (mut could, mut up) = (0usize, 0usize);
+    for &i in &parts.parts[p].nodes {
+        let node = &table.nodes[i];
+        if table
+            .shapes(i, req)
+            .iter()
+            .any(|need| node.capacity.covers(need))
+        {
+            could += 1;
+            up += usize::from(node.up);
+            if up >= want {
+                return None;
+            }
+        }
+    }
+    if could == 0 {
+        Some(PendingReason::TooLarge {
+            cpus: req.cpus,
+            memory: req.memory,
+            gpus: req.gpus,
+            gpu_kind: req.gpu_kind.clone(),
+        })
+    } else if could < want {
+        Some(PendingReason::PartitionNodeLimit {
+            nodes: req.node_count(),
+            max: could as u32,
+        })
+    } else {
+        Some(PendingReason::ReqNodeNotAvail)
+    }
+}
+
+/// Finds the earliest time `req` fits on up nodes of `p` for `limit`, and sets the resources
+/// aside there.
+#[allow(clippy::too_many_arguments)]
+fn reserve(
+    table: &mut Table,
+    parts: &Partitions,
+    p: usize,
+    req: &Request,
+    now: Time,
+    limit: Time,
+    nodes: &[Node],
+    job: JobId,
+) -> Option<Reservation> {
+    let want = req.node_count() as usize;
+    let mut cands: Vec<(Time, usize, Tres)> = Vec::new();
+    for &i in &parts.parts[p].nodes {
+        let node = &table.nodes[i];
+        if !node.up {
+            continue;
+        }
+        let best = table
+            .shapes(i, req)
+            .into_iter()
+            .filter_map(|need| {
+                node.profile
+                    .earliest(&need, &node.capacity, now, limit)
+                    .map(|t| (t, i, need))
+            })
+            .min();
+        cands.extend(best);
+    }
+    if cands.len() < want {
+        return None;
+    }
+    cands.sort();
+    let picks: Vec<(usize, Tres)>;
+    let start: Time;
+    if want == 1 {
+        start = cands[0].0;
+        picks = vec![(cands[0].1, cands[0].2)];
+    } else {
+        let mut times: Vec<Time> = cands[want - 1..].iter().map(|c| c.0).collect();
+        times.dedup();
+        times.truncate(MULTI_NODE_TRIES);
+        let last = cands
+            .iter()
+            .map(|c| table.nodes[c.1].profile.last_event(now))
+            .max()
+            .unwrap_or(now);
+        times.push(last);
+        let found = times.into_iter().find_map(|t| {
+            let end = t.saturating_add(limit);
+            let fit: Vec<(usize, Tres)> = cands
+                .iter()
+                .filter(|c| c.0 <= t)
+                .filter_map(|c| {
+                    let prof = &table.nodes[c.1].profile;
+                    table
+                        .shapes(c.1, req)
+                        .into_iter()
+                        .find(|need| prof.fits(need, t, end))
+                        .map(|need| (c.1, need))
+                })
+                .take(want)
+                .collect();
+            (fit.len() == want).then_some((t, fit))
+        })?;
+        (start, picks) = found;
+    }
+    let end = start.saturating_add(limit);
+    for (i, need) in &picks {
+        table.nodes[*i].profile.reserve(need, start, end);
+    }
+    Some(Reservation {
+        job,
+        start,
+        end,
+        nodes: picks.iter().map(|(i, _)| nodes[*i].name.clone()).collect(),
+    })
+}

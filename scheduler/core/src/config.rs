@@ -1,0 +1,233 @@
+//! How the scheduler is set up: the policy, partitions, the account tree, QoS and weights.
+
+use crate::state::Time;
+
+/// Which scheduling policy a pass follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Policy {
+    /// Strict submit order: the first job that cannot start blocks every job behind it.
+    Fcfs,
+    /// Submit order with EASY backfill: the first blocked job gets a reservation; later jobs
+    /// start early only when they do not delay it.
+    Easy,
+    /// Multifactor priority (partition tier first), reservations for the first
+    /// [`Config::reservations`] blocked jobs, backfill around all of them.
+    #[default]
+    Multifactor,
+}
+
+/// Whether a partition takes work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PartitionState {
+    /// Jobs are accepted and started.
+    #[default]
+    Up,
+    /// Jobs are accepted but not started.
+    Down,
+    /// No new jobs are accepted (admission's business); queued jobs still start.
+    Drain,
+    /// Neither accepted nor started.
+    Inactive,
+}
+
+/// Billing weights: a job's billing rate is the weighted sum of what it holds, per second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Billing {
+    /// Per CPU.
+    pub cpu: f64,
+    /// Per GiB of memory.
+    pub memory_gib: f64,
+    /// Per GPU.
+    pub gpu: f64,
+}
+
+impl Default for Billing {
+    /// Slurm's default: CPUs only.
+    fn default() -> Billing {
+        Billing {
+            cpu: 1.0,
+            memory_gib: 0.0,
+            gpu: 0.0,
+        }
+    }
+}
+
+/// A partition: a named set of nodes with its own limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Partition {
+    /// Name.
+    pub name: String,
+    /// Node names in it; a node may be in several partitions. Empty means every node.
+    pub nodes: Vec<String>,
+    /// Whether it takes work.
+    pub state: PartitionState,
+    /// Jobs of higher tiers are scheduled first, whatever their priority.
+    pub priority_tier: u32,
+    /// Longest time limit a job may have here, ms.
+    pub max_time: Option<Time>,
+    /// Time limit of jobs that give none, ms.
+    pub default_time: Option<Time>,
+    /// Most nodes one job may use here.
+    pub max_nodes: Option<u32>,
+    /// Billing weights for usage here.
+    pub billing: Billing,
+}
+
+impl Partition {
+    /// An up partition over `nodes` (empty: all), tier 0, no limits.
+    pub fn new(name: &str, nodes: &[&str]) -> Partition {
+        Partition {
+            name: name.into(),
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            state: PartitionState::Up,
+            priority_tier: 0,
+            max_time: None,
+            default_time: None,
+            max_nodes: None,
+            billing: Billing::default(),
+        }
+    }
+}
+
+/// An account in the fair-share tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    /// Name, unique.
+    pub name: String,
+    /// Parent account; `None` hangs it under the root.
+    pub parent: Option<String>,
+    /// Shares against its siblings.
+    pub shares: u32,
+}
+
+/// A user's shares in one account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserShares {
+    /// User name.
+    pub user: String,
+    /// Account.
+    pub account: String,
+    /// Shares against the other users of that account.
+    pub shares: u32,
+}
+
+/// A quality of service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Qos {
+    /// Name.
+    pub name: String,
+    /// Priority; normalised against the largest of all QoS.
+    pub priority: u32,
+}
+
+/// Integer weights of the multifactor priority (Slurm's `PriorityWeight*`). Each factor is in
+/// [0, 1]; the priority is the weighted sum, minus nice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Weights {
+    /// Time waiting, capped at `max_age`.
+    pub age: u32,
+    /// Fair share (Fair Tree).
+    pub fairshare: u32,
+    /// Job size against the partition.
+    pub job_size: u32,
+    /// Partition tier against the highest tier.
+    pub partition: u32,
+    /// QoS priority against the highest QoS priority.
+    pub qos: u32,
+}
+
+impl Default for Weights {
+    fn default() -> Weights {
+        Weights {
+            age: 1_000,
+            fairshare: 10_000,
+            job_size: 1_000,
+            partition: 1_000,
+            qos: 2_000,
+        }
+    }
+}
+
+/// The scheduler's configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// FCFS, EASY or multifactor.
+    pub policy: Policy,
+    /// Reservations the multifactor policy makes per pass (Slurm's backfill reserves for the
+    /// first jobs it cannot start); EASY makes 1, FCFS none.
+    pub reservations: usize,
+    /// Most pending jobs one pass looks at, in priority order (Slurm's `bf_max_job_test`);
+    /// the rest wait with reason `Priority`.
+    pub max_job_test: usize,
+    /// Multifactor weights.
+    pub weights: Weights,
+    /// Age at which the age factor reaches 1, ms.
+    pub max_age: Time,
+    /// Job size factor favours small jobs instead of large ones.
+    pub favor_small: bool,
+    /// Half-life of usage decay, ms (used by [`crate::UsageLedger`]).
+    pub half_life: Time,
+    /// Partitions. Empty: every node is in one partition named `default`.
+    pub partitions: Vec<Partition>,
+    /// Partition of jobs that name none; `None`: the first one.
+    pub default_partition: Option<String>,
+    /// Time limit of jobs that give none and whose partition has no DefaultTime, ms.
+    pub default_time: Time,
+    /// The account tree. Accounts jobs name that are not here hang under the root with 1
+    /// share; users not in [`Config::users`] have 1 share in their account.
+    pub accounts: Vec<Account>,
+    /// Users' shares in accounts.
+    pub users: Vec<UserShares>,
+    /// QoS definitions.
+    pub qos: Vec<Qos>,
+}
+
+impl Config {
+    /// The given policy with defaults for everything else.
+    pub fn with_policy(policy: Policy) -> Config {
+        Config {
+            policy,
+            ..Config::default()
+        }
+    }
+
+    /// Billing weights of partition `name` (the default partition for `None`): multiply
+    /// [`Billing::rate`] by seconds held to get the usage to record in a
+    /// [`crate::UsageLedger`].
+    pub fn billing_for(&self, name: Option<&str>) -> Billing {
+        let name = name.or(self.default_partition.as_deref());
+        name.and_then(|n| self.partitions.iter().find(|p| p.name == n))
+            .or(self.partitions.first())
+            .map(|p| p.billing)
+            .unwrap_or_default()
+    }
+
+    /// How many reservations a pass makes under this policy.
+    pub fn reservation_limit(&self) -> usize {
+        match self.policy {
+            Policy::Fcfs => 0,
+            Policy::Easy => 1,
+            Policy::Multifactor => self.reservations,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            policy: Policy::Multifactor,
+            reservations: 8,
+            max_job_test: 100_000,
+            weights: Weights::default(),
+            max_age: 7 * 24 * 3600 * 1000,
+            favor_small: false,
+            half_life: 7 * 24 * 3600 * 1000,
+            partitions: Vec::new(),
+            default_partition: None,
+            default_time: 3600 * 1000,
+            accounts: Vec::new(),
+            users: Vec::new(),
+            qos: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! Fair share, the Fair Tree way (Slurm's `PriorityFlags=FAIR_TREE`).
+//!
+//! The account tree has shares at every level. At each level, siblings (sub-accounts and users)
+//! are ranked by their level fair share `S / U`: their shares as a fraction of their siblings'
+//! and their usage as a fraction of their siblings'. Users are then numbered depth-first in that
+//! order, so every user of a better-ranked account comes before every user of a worse one: one
+//! heavy user of an account lowers only that account (and, inside it, that user). A user's
+//! factor is `rank / users`, in (0, 1]; tied siblings share a rank.
+//!
+//! Usage is billing-weighted TRES-seconds, decayed with a half-life. Callers keep it in a
+//! [`UsageLedger`] (no clock: every call takes the time) and pass [`UsageLedger::snapshot`] as
+//! [`crate::State::usage`]; a pass adds what running jobs have used so far.
+//!
+//! ```
+//! use wharf_core::{Assoc, UsageLedger};
+//! let hour = 3_600_000;
+//! let mut ledger = UsageLedger::new(hour);
+//! ledger.record(&Assoc::new("physics", "ann"), 100.0, 0);
+//! assert_eq!(ledger.snapshot(hour)[&Assoc::new("physics", "ann")], 50.0);
+//! ```
+
+use std::collections::BTreeMap;
+
+use crate::config::Config;
+use crate::state::{Assoc, Time};
+
+/// Decayed usage per association.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct UsageLedger {
+    half_life: Time,
+    entries: BTreeMap<Assoc, (f64, Time)>,
+}
+
+impl UsageLedger {
+    /// An empty ledger; usage halves every `half_life` ms (0: never decays).
+    pub fn new(half_life: Time) -> UsageLedger {
+        UsageLedger {
+            half_life,
+            entries: BTreeMap::new(),
+        }
+    }
+
+    fn decay(&self, value: f64, from: Time, to: Time) -> f64 {
+        if self.half_life == 0 || to <= from {
+            return value;
+        }
+        value * 0.5f64.powf((to - from) as f64 / self.half_life as f64)
+    }
+
+    /// Adds `amount` billing-seconds charged to `assoc` at time `at`.
+    pub fn record(&mut self, assoc: &Assoc, amount: f64, at: Time) {
+        let (old, since) = self.entries.get(assoc).copied().unwrap_or((0.0, at));
+        let base = at.max(since);
+        let value = self.decay(old, since, base) + amount.max(0.0);
+        self.entries.insert(assoc.clone(), (value, base));
+    }
+
+    /// Every association's usage decayed to `now`.
+    pub fn snapshot(&self, now: Time) -> BTreeMap<Assoc, f64> {
+        self.entries
+            .iter()
+            .map(|(a, &(v, since))| (a.clone(), self.decay(v, since, now)))
+            .collect()
+    }
+}
+
+/// One node of the tree: an account or a user.
+#[derive(Debug)]
+struct TreeNode {
+    shares: f64,
+    usage: f64,
+    children: Vec<usize>,
+    user: Option<Assoc>,
+    name: String,
+}
+
+/// The fair-share factor of every association in `assocs` (and in `usage`).
+pub fn factors(
+    config: &Config,
+    assocs: impl IntoIterator<Item = Assoc>,
+    usage: &BTreeMap<Assoc, f64>,
+) -> BTreeMap<Assoc, f64> {
+    let mut tree = vec![TreeNode {
+        shares: 1.0,
+        usage: 0.0,
+        children: Vec::new(),
+        user: None,
+        name: String::new(),
+    }];
+    let mut accounts: BTreeMap<&str, usize> = BTreeMap::new();
+    for a in &config.accounts {
+        tree.push(TreeNode {
+            shares: a.shares as f64,
+            usage: 0.0,
+            children: Vec::new(),
+            user: None,
+            name: a.name.clone(),
+        });
+        accounts.insert(&a.name, tree.len() - 1);
+    }
+    for a in &config.accounts {
+        let me = accounts[a.name.as_str()];
+        // A parent that is unknown, or the account itself, hangs it under the root.
+        let parent = a
+            .parent
+            .as_deref()
+            .and_then(|p| accounts.get(p).copied())
+            .filter(|&p| p != me && !is_below(&config.accounts, &accounts, p, me))
+            .unwrap_or(0);
+        tree[parent].children.push(me);
+    }
+    let user_shares: BTreeMap<(&str, &str), u32> = config
+        .users
+        .iter()
+        .map(|u| ((u.account.as_str(), u.user.as_str()), u.shares))
+        .collect();
+    let mut all: Vec<Assoc> = assocs.into_iter().chain(usage.keys().cloned()).collect();
+    all.sort();
+    all.dedup();
+    for assoc in &all {
+        let acct = match accounts.get(assoc.account.as_str()) {
+            Some(&i) => i,
+            None => {
+                tree.push(TreeNode {
+                    shares: 1.0,
+                    usage: 0.0,
+                    children: Vec::new(),
+                    user: None,
+                    name: assoc.account.clone(),
+                });
+                let i = tree.len() - 1;
+                tree[0].children.push(i);
+                accounts.insert(assoc.account.as_str(), i);
+                i
+            }
+        };
+        let shares = user_shares
+            .get(&(assoc.account.as_str(), assoc.user.as_str()))
+            .copied()
+            .unwrap_or(1);
+        tree.push(TreeNode {
+            shares: shares as f64,
+            usage: usage.get(assoc).copied().unwrap_or(0.0).max(0.0),
+            children: Vec::new(),
+            user: Some(assoc.clone()),
+            name: assoc.user.clone(),
+        });
+        let i = tree.len() - 1;
+        tree[acct].children.push(i);
+    }
+    sum_usage(&mut tree, 0);
+    let mut ranked: Vec<(Assoc, usize)> = Vec::with_capacity(all.len());
+    let mut group = 0usize;
+    visit(&tree, 0, &mut ranked, &mut group);
+    // `ranked` is best first; the group number says which users tie.
+    let n = ranked.len() as f64;
+    let mut out = BTreeMap::new();
+    let mut i = 0;
+    while i < ranked.len() {
+        let mut j = i;
+        while j < ranked.len() && ranked[j].1 == ranked[i].1 {
+            j += 1;
+        }
+        let rank = (ranked.len() - i) as f64;
+        for (assoc, _) in &ranked[i..j] {
+            out.insert(assoc.clone(), rank / n);
+        }
+        i = j;
+    }
+    out
+}
+
+fn is_below(
+    accounts: &[crate::config::Account],
+    index: &BTreeMap<&str, usize>,
+    node: usize,
+    ancestor: usize,
+) -> bool {
+    // Walks `node`'s parents; a cycle through `ancestor` would make the tree a loop.
+    let by_idx: BTreeMap<usize, Option<&str>> = accounts
+        .iter()
+        .map(|a| (index[a.name.as_str()], a.parent.as_deref()))
+        .collect();
+    let mut cur = node;
+    for _ in 0..=accounts.len() {
+        match by_idx
+            .get(&cur)
+            .copied()
+            .flatten()
+            .and_then(|p| index.get(p))
+        {
+            Some(&p) if p == ancestor => return true,
+            Some(&p) => cur = p,
+            None => return false,
+        }
+    }
+    true
+}
+
+fn sum_usage(tree: &mut [TreeNode], i: usize) -> f64 {
+    let children = tree[i].children.clone();
+    let mut total = tree[i].usage;
+    for c in children {
+        total += sum_usage(tree, c);
+    }
+    tree[i].usage = total;
+    total
+}
+
+/// Depth first, siblings best `S / U` first; users get a group number (equal = tied).
+fn visit(tree: &[TreeNode], i: usize, out: &mut Vec<(Assoc, usize)>, group: &mut usize) {
+    let kids = &tree[i].children;
+    let share_sum: f64 = kids.iter().map(|&c| tree[c].shares).sum();
+    let usage_sum: f64 = kids.iter().map(|&c| tree[c].usage).sum();
+    let level = |c: usize| -> f64 {
+        let s = if share_sum > 0.0 {
+            tree[c].shares / share_sum
+        } else {
+            0.0
+        };
+        let u = if usage_sum > 0.0 {
+            tree[c].usage / usage_sum
+        } else {
+            0.0
+        };
+        if u > 0.0 {
+            s / u
+        } else if s > 0.0 {
+            f64::INFINITY
+        } else {
+            0.0
+        }
+    };
+    let mut order: Vec<(f64, usize)> = kids.iter().map(|&c| (level(c), c)).collect();
+    order.sort_by(|a, b| {
+        b.0.total_cmp(&a.0)
+            .then_with(|| tree[a.1].name.cmp(&tree[b.1].name))
+            .then(a.1.cmp(&b.1))
+    });
+    let mut prev: Option<f64> = None;
+    for (fs, c) in order {
+        match &tree[c].user {
+            Some(assoc) => {
+                if prev != Some(fs) {
+                    *group += 1;
+                }
+                prev = Some(fs);
+                out.push((assoc.clone(), *group));
+            }
+            None => {
+                prev = None;
+                visit(tree, c, out, group);
+            }
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Partitions: which nodes a job may use, its time limit after defaults, and the limits that
+//! keep it pending whatever other jobs do.
+
+use std::collections::BTreeMap;
+
+use crate::config::{Billing, Config, PartitionState};
+use crate::reason::PendingReason;
+use crate::state::{Node, NodeState, PendingJob, Time};
+
+/// Name of the partition made when none is configured.
+pub const DEFAULT_PARTITION: &str = "default";
+
+/// A partition resolved against the nodes of this pass.
+#[derive(Debug, Clone)]
+pub(crate) struct PartView {
+    pub name: String,
+    pub nodes: Vec<usize>,
+    pub state: PartitionState,
+    pub tier: u32,
+    pub max_time: Option<Time>,
+    pub default_time: Option<Time>,
+    pub max_nodes: Option<u32>,
+    pub billing: Billing,
+    /// Total CPUs and GPUs of its nodes, for the job size factor.
+    pub cpus: u64,
+    pub gpus: u64,
+}
+
+/// All partitions of a pass.
+#[derive(Debug, Clone)]
+pub(crate) struct Partitions {
+    pub parts: Vec<PartView>,
+    by_name: BTreeMap<String, usize>,
+    default: usize,
+    pub max_tier: u32,
+}
+
+impl Partitions {
+    /// Resolves the configured partitions (or one `default` partition over every node).
+    pub fn resolve(config: &Config, nodes: &[Node]) -> Partitions {
+        let index: BTreeMap<&str, usize> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i))
+            .collect();
+        let mut parts = Vec::new();
+        if config.partitions.is_empty() {
+            parts.push(view(
+                DEFAULT_PARTITION,
+                (0..nodes.len()).collect(),
+                nodes,
+                &crate::config::Partition::new(DEFAULT_PARTITION, &[]),
+            ));
+        }
+        for p in &config.partitions {
+            let members: Vec<usize> = if p.nodes.is_empty() {
+                (0..nodes.len()).collect()
+            } else {
+                let mut m: Vec<usize> = p
+                    .nodes
+                    .iter()
+                    .filter_map(|n| index.get(n.as_str()).copied())
+                    .collect();
+                m.sort_unstable();
+                m.dedup();
+                m
+            };
+            parts.push(view(&p.name, members, nodes, p));
+        }
+        let by_name: BTreeMap<String, usize> = parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.clone(), i))
+            .collect();
+        let default = config
+            .default_partition
+            .as_ref()
+            .and_then(|d| by_name.get(d).copied())
+            .unwrap_or(0);
+        let max_tier = parts.iter().map(|p| p.tier).max().unwrap_or(0);
+        Partitions {
+            parts,
+            by_name,
+            default,
+            max_tier,
+        }
+    }
+
+    /// The partition `job` runs in, and its time limit after defaults; or why it cannot start
+    /// for reasons of its partition alone.
+    pub fn admit(&self, job: &PendingJob, config: &Config) -> Result<(usize, Time), PendingReason> {
+        let idx = match &job.partition {
+            None => self.default,
+            Some(name) => match self.by_name.get(name) {
+                Some(&i) => i,
+                None => {
+                    return Err(PendingReason::InvalidPartition {
+                        partition: name.clone(),
+                    })
+                }
+            },
+        };
+        let p = &self.parts[idx];
+        match p.state {
+            PartitionState::Down => {
+                return Err(PendingReason::PartitionDown {
+                    partition: p.name.clone(),
+                })
+            }
+            PartitionState::Inactive => {
+                return Err(PendingReason::PartitionInactive {
+                    partition: p.name.clone(),
+                })
+            }
+            PartitionState::Up | PartitionState::Drain => {}
+        }
+        let limit = job
+            .time_limit
+            .or(p.default_time)
+            .unwrap_or(config.default_time)
+            .max(1);
+        if let Some(max) = p.max_time {
+            if limit > max {
+                return Err(PendingReason::PartitionTimeLimit { limit, max });
+            }
+        }
+        let max_nodes = p
+            .max_nodes
+            .unwrap_or(u32::MAX)
+            .min(p.nodes.len().min(u32::MAX as usize) as u32);
+        if job.request.node_count() > max_nodes {
+            return Err(PendingReason::PartitionNodeLimit {
+                nodes: job.request.node_count(),
+                max: max_nodes,
+            });
+        }
+        Ok((idx, limit))
+    }
+
+    /// Billing weights of the partition named `name` (the default one for `None`).
+    pub fn billing(&self, name: Option<&str>) -> Billing {
+        let idx = name
+            .and_then(|n| self.by_name.get(n).copied())
+            .unwrap_or(self.default);
+        self.parts.get(idx).map(|p| p.billing).unwrap_or_default()
+    }
+}
+
+fn view(name: &str, members: Vec<usize>, nodes: &[Node], p: &crate::config::Partition) -> PartView {
+    let cpus = members.iter().map(|&i| nodes[i].cpu_ids.len() as u64).sum();
+    let gpus = members.iter().map(|&i| nodes[i].gpus.len() as u64).sum();
+    PartView {
+        name: name.into(),
+        nodes: members,
+        state: p.state,
+        tier: p.priority_tier,
+        max_time: p.max_time,
+        default_time: p.default_time,
+        max_nodes: p.max_nodes,
+        billing: p.billing,
+        cpus,
+        gpus,
+    }
+}
+
+impl Billing {
+    /// Billing units per second for holding this much.
+    pub fn rate(&self, cpus: u64, memory: u64, gpus: u64) -> f64 {
+        self.cpu * cpus as f64
+            + self.memory_gib * memory as f64 / (1u64 << 30) as f64
+            + self.gpu * gpus as f64
+    }
+}
+
+/// True when `state` lets a node take new work.
+pub(crate) fn takes_work(state: NodeState) -> bool {
+    state == NodeState::Up
+}

@@ -1,0 +1,84 @@
+//! What a pass decides: jobs to start, reservations, and for every pending job its priority
+//! and, when it waits, why and until when.
+
+use wharf_api::JobId;
+
+use crate::reason::PendingReason;
+use crate::state::{Alloc, Time};
+
+/// The multifactor priority of one job, with each factor so it can be shown.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Priority {
+    /// The weighted sum, minus nice, at least 0. Higher runs first (within a partition tier).
+    pub value: u64,
+    /// Age factor, [0, 1].
+    pub age: f64,
+    /// Fair-share factor, (0, 1].
+    pub fairshare: f64,
+    /// Job size factor, [0, 1].
+    pub job_size: f64,
+    /// Partition tier factor, [0, 1].
+    pub partition: f64,
+    /// QoS factor, [0, 1].
+    pub qos: f64,
+    /// Nice, as given.
+    pub nice: i32,
+}
+
+/// Start this job now on these nodes with these ids.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Start {
+    /// Job id.
+    pub job: JobId,
+    /// One entry per node, ids taken from the node's own lists.
+    pub allocs: Vec<Alloc>,
+    /// Its time limit, ms (after partition defaults).
+    pub time_limit: Time,
+}
+
+/// A job that stays pending.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Waiting {
+    /// Job id.
+    pub job: JobId,
+    /// Why.
+    pub reason: PendingReason,
+    /// When the backfill plan expects it to start, when it holds a reservation.
+    pub estimated_start: Option<Time>,
+}
+
+/// Resources set aside for a blocked job: nothing that would delay it starts before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    /// Job id.
+    pub job: JobId,
+    /// Expected start.
+    pub start: Time,
+    /// Expected end (start + time limit).
+    pub end: Time,
+    /// Nodes set aside, by name.
+    pub nodes: Vec<String>,
+}
+
+/// The result of one pass.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Plan {
+    /// Jobs to start now, in the order they were decided.
+    pub starts: Vec<Start>,
+    /// Reservations, highest priority first.
+    pub reservations: Vec<Reservation>,
+    /// Every pending job not started, in scheduling order.
+    pub waiting: Vec<Waiting>,
+    /// Every pending job's priority, by job id order.
+    pub priorities: Vec<(JobId, Priority)>,
+}
+
+impl Plan {
+    /// The priority of `job`, if it was pending.
+    pub fn priority(&self, job: JobId) -> Option<&Priority> {
+        self.priorities
+            .binary_search_by_key(&job, |(id, _)| *id)
+            .ok()
+            .map(|i| &self.priorities[i].1)
+    }
+}

@@ -1,0 +1,89 @@
+//! Multifactor priority, as Slurm's `priority/multifactor`: each factor is normalised to [0, 1]
+//! and weighted by an integer; nice is subtracted.
+//!
+//! - age: time since submit (or begin time, when later), capped at `max_age`;
+//! - fair share: the Fair Tree factor of the job's association ([`crate::fairshare`]);
+//! - job size: the larger of its share of the partition's CPUs and of its GPUs (or one minus
+//!   that with `favor_small`);
+//! - partition: its partition's tier against the highest tier;
+//! - QoS: its QoS priority against the highest QoS priority.
+
+use std::collections::BTreeMap;
+
+use crate::config::Config;
+use crate::partition::PartView;
+use crate::plan::Priority;
+use crate::state::{Assoc, PendingJob, Time};
+
+/// What the factors are normalised against, computed once per pass.
+pub(crate) struct Scale<'a> {
+    pub config: &'a Config,
+    pub fairshare: &'a BTreeMap<Assoc, f64>,
+    pub max_tier: u32,
+    pub max_qos: u32,
+}
+
+impl Scale<'_> {
+    /// The priority of `job` in partition `part` at `now`.
+    pub fn priority(&self, job: &PendingJob, part: Option<&PartView>, now: Time) -> Priority {
+        let c = self.config;
+        let since = job.begin.unwrap_or(0).max(job.submit);
+        let age = if c.max_age == 0 {
+            1.0
+        } else {
+            (now.saturating_sub(since).min(c.max_age)) as f64 / c.max_age as f64
+        };
+        let fairshare = self.fairshare.get(&job.assoc).copied().unwrap_or(1.0);
+        let job_size = part.map_or(0.0, |p| size(job, p, c.favor_small));
+        let partition = match (part, self.max_tier) {
+            (Some(p), t) if t > 0 => p.tier as f64 / t as f64,
+            _ => 0.0,
+        };
+        let qos_prio = job
+            .qos
+            .as_deref()
+            .and_then(|q| c.qos.iter().find(|d| d.name == q))
+            .map_or(0, |d| d.priority);
+        let qos = if self.max_qos > 0 {
+            qos_prio as f64 / self.max_qos as f64
+        } else {
+            0.0
+        };
+        let w = &c.weights;
+        let sum = w.age as f64 * age
+            + w.fairshare as f64 * fairshare
+            + w.job_size as f64 * job_size
+            + w.partition as f64 * partition
+            + w.qos as f64 * qos;
+        let value = (sum.round() as i64).saturating_sub(job.nice as i64).max(0) as u64;
+        Priority {
+            value,
+            age,
+            fairshare,
+            job_size,
+            partition,
+            qos,
+            nice: job.nice,
+        }
+    }
+}
+
+fn size(job: &PendingJob, p: &PartView, favor_small: bool) -> f64 {
+    let n = job.request.node_count() as f64;
+    let cpu = if p.cpus > 0 {
+        n * job.request.cpus as f64 / p.cpus as f64
+    } else {
+        0.0
+    };
+    let gpu = if p.gpus > 0 {
+        n * job.request.gpus as f64 / p.gpus as f64
+    } else {
+        0.0
+    };
+    let s = cpu.max(gpu).clamp(0.0, 1.0);
+    if favor_small {
+        1.0 - s
+    } else {
+        s
+    }
+}

@@ -1,0 +1,98 @@
+//! A node's availability over time: what is free now, what running jobs give back at their
+//! expected ends, and what reservations set aside. Availability only changes at those events,
+//! so every question is answered by looking at a handful of them, never by scanning time.
+
+use crate::state::Time;
+use crate::tres::Tres;
+
+/// One node's time profile.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Profile {
+    /// Free now (exactly the free ids).
+    pub free: Tres,
+    /// Given back at these times (all later than the pass's `now`).
+    pub releases: Vec<(Time, Tres)>,
+    /// Set aside on `[start, end)`.
+    pub reserved: Vec<(Time, Time, Tres)>,
+}
+
+impl Profile {
+    /// What is available at `t`: free now, plus what was given back by `t`, minus what is set
+    /// aside at `t`.
+    pub fn avail(&self, t: Time) -> Tres {
+        let mut a = self.free;
+        for (at, r) in &self.releases {
+            if *at <= t {
+                a.add(r);
+            }
+        }
+        let mut held = Tres::default();
+        for (s, e, r) in &self.reserved {
+            if *s <= t && t < *e {
+                held.add(r);
+            }
+        }
+        // Reservations never exceed what is available; `sub` saturates rather than wraps.
+        a.sub(&held);
+        a
+    }
+
+    /// `need` is available during all of `[from, to)`. Releases only add, so the minimum is at
+    /// `from` or where a reservation begins inside the window.
+    pub fn fits(&self, need: &Tres, from: Time, to: Time) -> bool {
+        if !self.avail(from).covers(need) {
+            return false;
+        }
+        self.reserved
+            .iter()
+            .filter(|(s, _, _)| from < *s && *s < to)
+            .all(|(s, _, _)| self.avail(*s).covers(need))
+    }
+
+    /// The earliest time at or after `now` from which `need` is available for `duration`;
+    /// `None` when even an empty node could not hold it (`capacity`).
+    pub fn earliest(
+        &self,
+        need: &Tres,
+        capacity: &Tres,
+        now: Time,
+        duration: Time,
+    ) -> Option<Time> {
+        if !capacity.covers(need) {
+            return None;
+        }
+        let mut times: Vec<Time> =
+            Vec::with_capacity(1 + self.releases.len() + self.reserved.len());
+        times.push(now);
+        times.extend(self.releases.iter().map(|(t, _)| *t).filter(|t| *t > now));
+        times.extend(
+            self.reserved
+                .iter()
+                .map(|(_, e, _)| *e)
+                .filter(|t| *t > now),
+        );
+        times.sort_unstable();
+        times.dedup();
+        times
+            .into_iter()
+            .find(|&t| self.fits(need, t, t.saturating_add(duration)))
+    }
+
+    /// The time after which nothing changes any more.
+    pub fn last_event(&self, now: Time) -> Time {
+        let r = self.releases.iter().map(|(t, _)| *t);
+        let e = self.reserved.iter().map(|(_, e, _)| *e);
+        r.chain(e).fold(now, Time::max)
+    }
+
+    /// Takes `need` now until `end`.
+    pub fn take(&mut self, need: &Tres, end: Time) {
+        self.free.sub(need);
+        self.releases.push((end, *need));
+    }
+
+    /// Sets `need` aside on `[start, end)`.
+    pub fn reserve(&mut self, need: &Tres, start: Time, end: Time) {
+        self.reserved.push((start, end, *need));
+    }
+}
