@@ -69,7 +69,8 @@ fn main() {
     let now = last_submit;
     let t = Instant::now();
     let starts = driver.pass(now).expect("first pass");
-    sim.apply_plan(&starts, now, &mut driver).expect("first plan");
+    sim.apply_plan(&starts, now, &mut driver)
+        .expect("first plan");
     let full_pass = t.elapsed();
     println!(
         "full pass: {:.1} ms over {} pending jobs, {} starts",
