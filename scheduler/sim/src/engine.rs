@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use wharf_api::{JobId, Resources};
 
-use crate::driver::{Driver, Policy};
+use crate::driver::{Driver, Knobs, Policy};
 use crate::metrics::Outcome;
 use crate::workload::{Measure, SimJob, SimNodeSpec, Workload};
 
@@ -112,9 +112,14 @@ enum Kind {
     Submit = 1,
 }
 
-/// Replays `workload` under `policy`.
+/// Replays `workload` under `policy` (Wharf's at the core's default configuration).
 pub fn replay(workload: &Workload, policy: Policy) -> Result<Replay, SimError> {
-    let mut driver = Driver::new(policy, workload)?;
+    replay_with(workload, policy, &Knobs::default())
+}
+
+/// Replays `workload` under `policy`, Wharf's tuned by `knobs`.
+pub fn replay_with(workload: &Workload, policy: Policy, knobs: &Knobs) -> Result<Replay, SimError> {
+    let mut driver = Driver::with_knobs(policy, workload, knobs)?;
     let mut sim = Sim::new(workload);
     while let Some(now) = sim.next_instant() {
         sim.handle_events(now, &mut driver);

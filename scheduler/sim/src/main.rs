@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
-use wharf_sim::driver::Policy;
+use wharf_sim::driver::{Knobs, Policy};
 use wharf_sim::report::{render, Column, Report};
 use wharf_sim::workload::{self, GpuOptions, SwfOptions, Workload};
 use wharf_sim::{engine, metrics, swf};
@@ -41,6 +41,59 @@ struct Common {
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
     json: bool,
+    /// Wharf's policy: reservations per pass (backfill depth). Default: the core's.
+    #[arg(long, global = true)]
+    reservations: Option<usize>,
+    /// Wharf's policy: age weight.
+    #[arg(long, global = true)]
+    weight_age: Option<u32>,
+    /// Wharf's policy: fair-share weight.
+    #[arg(long, global = true)]
+    weight_fairshare: Option<u32>,
+    /// Wharf's policy: job-size weight.
+    #[arg(long, global = true)]
+    weight_job_size: Option<u32>,
+    /// Wharf's policy: the job-size factor favours small jobs.
+    #[arg(long, global = true)]
+    favor_small: bool,
+    /// Wharf's policy: usage half-life, hours.
+    #[arg(long, global = true)]
+    half_life_h: Option<f64>,
+    /// Wharf's policy: age at which the age factor is full, hours.
+    #[arg(long, global = true)]
+    max_age_h: Option<f64>,
+}
+
+impl Common {
+    fn knobs(&self) -> Result<Knobs> {
+        let mut k = Knobs::default();
+        let hours = |h: f64, what: &str| -> Result<u64> {
+            if !(h.is_finite() && h > 0.0) {
+                bail!("--{what} must be a positive number of hours, not {h}");
+            }
+            Ok((h * 3_600_000.0) as u64)
+        };
+        if let Some(r) = self.reservations {
+            k.reservations = r;
+        }
+        if let Some(w) = self.weight_age {
+            k.weights.age = w;
+        }
+        if let Some(w) = self.weight_fairshare {
+            k.weights.fairshare = w;
+        }
+        if let Some(w) = self.weight_job_size {
+            k.weights.job_size = w;
+        }
+        k.favor_small |= self.favor_small;
+        if let Some(h) = self.half_life_h {
+            k.half_life = hours(h, "half-life-h")?;
+        }
+        if let Some(h) = self.max_age_h {
+            k.max_age = hours(h, "max-age-h")?;
+        }
+        Ok(k)
+    }
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -106,11 +159,12 @@ fn main() -> Result<()> {
     if w.jobs.is_empty() {
         bail!("the workload has no job to replay ({} skipped)", w.skipped);
     }
+    let knobs = cli.common.knobs()?;
     let mut columns = Vec::new();
     for p in &cli.common.policy {
         let policy = Policy::from(*p);
         let t0 = Instant::now();
-        let replay = engine::replay(&w, policy)
+        let replay = engine::replay_with(&w, policy, &knobs)
             .with_context(|| format!("replaying {} under {policy}", w.name))?;
         columns.push(Column {
             policy,

@@ -6,13 +6,20 @@
 //! - **Wait**: start − submit. Mean and max, seconds.
 //! - **Bounded slowdown**: `max(1, (wait + run) / max(run, τ))`, τ = 10 s, so jobs of a few
 //!   seconds do not dominate the mean (Feitelson et al., 1997).
-//! - **Fairness**: Jain's index `(Σx)² / (n·Σx²)` over the accounts that ran jobs, of each
-//!   account's **mean bounded slowdown**. Why this quantity: it is what a user feels (how much
-//!   longer than its run a job takes), normalised for job length, and it does not depend on how
-//!   much each account asks for. Share-normalised usage would score a scheduler down for an
-//!   account that simply submitted less than its share, which no policy can fix; slowdown equal
-//!   across accounts is what fair share is meant to buy when one account floods the queue.
-//!   1.0 means every account sees the same slowdown; 1/n means one account takes all the delay.
+//! - **Fairness** is Jain's index `(Σx)² / (n·Σx²)` over the accounts that ran jobs (1.0: all
+//!   equal; 1/n: one account takes everything), of two quantities:
+//!   - **usage over entitlement** (the one the goal is judged by): in each hour, every account
+//!     is entitled to its max-min fair share of the cluster — capacity divided by shares, but
+//!     never more than it asked for (the resource-time of its jobs pending or running in that
+//!     hour), what it leaves over going to the others by shares. `x` is the account's
+//!     resource-time used over its resource-time entitled, summed over the hours. This is the
+//!     quantity fair share controls: an account that floods the queue is entitled to no more
+//!     than its share while others wait, and one that asks little is not counted as wronged.
+//!     Plain share-normalised usage would instead score a policy down for an account that
+//!     submitted less than its share, which no scheduler can fix.
+//!   - **per-account mean bounded slowdown**: what users feel. Reported beside it, but it is not
+//!     a fairness target for fair share: fair share is meant to make the account that uses more
+//!     than its share wait longer, which lowers this index by design.
 
 use serde::Serialize;
 
@@ -64,8 +71,12 @@ pub struct Metrics {
     pub mean_bounded_slowdown: f64,
     /// Max wait, seconds.
     pub max_wait_s: f64,
-    /// Jain's index of per-account mean bounded slowdown.
+    /// Jain's index of per-account usage over max-min fair entitlement (hourly).
     pub jain_fairness: f64,
+    /// Jain's index of per-account mean bounded slowdown.
+    pub jain_bounded_slowdown: f64,
+    /// Per-account usage over entitlement.
+    pub account_usage_ratio: Vec<(String, f64)>,
     /// Per-account mean bounded slowdown, by account index (accounts without jobs omitted).
     pub account_bounded_slowdown: Vec<(String, f64)>,
 }
@@ -113,15 +124,97 @@ pub fn compute(workload: &Workload, done: &[Outcome]) -> Metrics {
         .map(|((s, k), a)| (a.name.clone(), s / *k as f64))
         .collect();
     let xs: Vec<f64> = account_bounded_slowdown.iter().map(|(_, x)| *x).collect();
+    let account_usage_ratio = usage_over_entitlement(workload, done, capacity);
+    let ratios: Vec<f64> = account_usage_ratio.iter().map(|(_, x)| *x).collect();
     Metrics {
         jobs: done.len(),
         utilization: if span > 0.0 { used / span } else { 0.0 },
         mean_wait_s: done.iter().map(Outcome::wait_s).sum::<f64>() / n,
         mean_bounded_slowdown: done.iter().map(Outcome::bounded_slowdown).sum::<f64>() / n,
         max_wait_s: done.iter().map(Outcome::wait_s).fold(0.0, f64::max),
-        jain_fairness: jain(&xs),
+        jain_fairness: jain(&ratios),
+        jain_bounded_slowdown: jain(&xs),
         account_bounded_slowdown,
+        account_usage_ratio,
     }
+}
+
+/// Window of the entitlement computation, ms.
+pub const FAIR_WINDOW_MS: u64 = 3_600_000;
+
+/// Each account's resource-time used over its max-min fair entitlement, window by window.
+fn usage_over_entitlement(
+    workload: &Workload,
+    done: &[Outcome],
+    capacity: u64,
+) -> Vec<(String, f64)> {
+    let n = workload.accounts.len();
+    let (Some(t0), Some(t1)) = (
+        done.iter().map(|o| o.submit).min(),
+        done.iter().map(|o| o.end).max(),
+    ) else {
+        return Vec::new();
+    };
+    let windows = ((t1 - t0) / FAIR_WINDOW_MS + 1) as usize;
+    let mut demand = vec![vec![0.0f64; n]; windows];
+    let mut used = vec![vec![0.0f64; n]; windows];
+    let spread = |grid: &mut Vec<Vec<f64>>, a: usize, from: u64, to: u64, units: u64| {
+        let mut t = from;
+        while t < to {
+            let w = ((t - t0) / FAIR_WINDOW_MS) as usize;
+            let w_end = t0 + (w as u64 + 1) * FAIR_WINDOW_MS;
+            let upto = to.min(w_end);
+            grid[w][a] += units as f64 * (upto - t) as f64;
+            t = upto;
+        }
+    };
+    for o in done {
+        let a = o.account as usize;
+        if a < n {
+            spread(&mut demand, a, o.submit, o.end, o.units);
+            spread(&mut used, a, o.start, o.end, o.units);
+        }
+    }
+    let shares: Vec<f64> = workload
+        .accounts
+        .iter()
+        .map(|a| a.shares.max(1) as f64)
+        .collect();
+    let mut total_used = vec![0.0; n];
+    let mut total_entitled = vec![0.0; n];
+    for w in 0..windows {
+        let e = water_fill(capacity as f64 * FAIR_WINDOW_MS as f64, &shares, &demand[w]);
+        for a in 0..n {
+            total_used[a] += used[w][a];
+            total_entitled[a] += e[a];
+        }
+    }
+    (0..n)
+        .filter(|&a| total_entitled[a] > 0.0)
+        .map(|a| {
+            (
+                workload.accounts[a].name.clone(),
+                total_used[a] / total_entitled[a],
+            )
+        })
+        .collect()
+}
+
+/// Max-min fair division of `capacity` by `shares`, no one getting more than its `demand`.
+pub fn water_fill(capacity: f64, shares: &[f64], demand: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..shares.len()).collect();
+    // Fill the accounts that ask least per share first; what they leave goes to the rest.
+    order.sort_by(|&a, &b| (demand[a] / shares[a]).total_cmp(&(demand[b] / shares[b])));
+    let mut out = vec![0.0; shares.len()];
+    let mut left = capacity;
+    let mut shares_left: f64 = shares.iter().sum();
+    for a in order {
+        let fair = left * shares[a] / shares_left;
+        out[a] = demand[a].min(fair);
+        left -= out[a];
+        shares_left -= shares[a];
+    }
+    out
 }
 
 #[cfg(test)]
@@ -132,6 +225,16 @@ mod tests {
     fn jain_bounds() {
         assert_eq!(jain(&[2.0, 2.0, 2.0]), 1.0);
         assert!((jain(&[1.0, 0.0, 0.0, 0.0]) - 0.25).abs() < 1e-12);
+    }
+
+    #[test]
+    fn water_fill_is_max_min() {
+        let e = water_fill(12.0, &[1.0, 1.0, 1.0], &[1.0, 100.0, 100.0]);
+        assert_eq!(e, vec![1.0, 5.5, 5.5]);
+        let e = water_fill(12.0, &[2.0, 1.0], &[100.0, 100.0]);
+        assert_eq!(e, vec![8.0, 4.0]);
+        let e = water_fill(12.0, &[1.0, 1.0], &[0.0, 3.0]);
+        assert_eq!(e, vec![0.0, 3.0]);
     }
 
     #[test]

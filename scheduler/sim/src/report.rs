@@ -50,7 +50,7 @@ pub fn render(report: &Report) -> String {
     }
     t.set_header(header);
     type Get = fn(&Column) -> f64;
-    let rows: [(&str, Get, usize); 8] = [
+    let rows: [(&str, Get, usize); 9] = [
         ("jobs finished", |c| c.metrics.jobs as f64, 0),
         ("utilization", |c| c.metrics.utilization, 4),
         ("mean wait (s)", |c| c.metrics.mean_wait_s, 1),
@@ -60,7 +60,16 @@ pub fn render(report: &Report) -> String {
             3,
         ),
         ("max wait (s)", |c| c.metrics.max_wait_s, 0),
-        ("Jain fairness (acct BSLD)", |c| c.metrics.jain_fairness, 4),
+        (
+            "Jain fairness (usage/entitled)",
+            |c| c.metrics.jain_fairness,
+            4,
+        ),
+        (
+            "Jain of acct mean BSLD",
+            |c| c.metrics.jain_bounded_slowdown,
+            4,
+        ),
         ("never started", |c| c.never_started as f64, 0),
         ("replay wall (s)", |c| c.wall_s, 2),
     ];
@@ -90,10 +99,17 @@ pub fn render(report: &Report) -> String {
             .iter()
             .map(|(a, x)| format!("{a}={x:.2}"))
             .collect();
+        let ratio: Vec<String> = c
+            .metrics
+            .account_usage_ratio
+            .iter()
+            .map(|(a, x)| format!("{a}={x:.3}"))
+            .collect();
         out.push_str(&format!(
-            "{:>5} per-account BSLD: {}\n",
+            "{:>5} per account: BSLD {} | usage/entitled {}\n",
             c.policy,
-            per.join(" ")
+            per.join(" "),
+            ratio.join(" ")
         ));
     }
     out
