@@ -228,8 +228,18 @@ impl Driver {
         self.ledger.record(&self.assoc(job), rate * secs, end);
     }
 
-    /// One scheduling pass at `now`: the core's plan, as starts.
-    pub fn pass(&mut self, now: u64) -> Result<Vec<Start>, SimError> {
+    /// The core's state as the next pass will see it (after this pass's moves are swept).
+    pub fn core_state(&mut self, now: u64) -> &State {
+        self.sweep(now);
+        &self.state
+    }
+
+    /// The core's configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn sweep(&mut self, now: u64) {
         if !self.left_pending.is_empty() {
             let gone = std::mem::take(&mut self.left_pending);
             self.state.pending.retain(|j| !gone.contains(&j.id));
@@ -239,6 +249,11 @@ impl Driver {
             self.state.running.retain(|j| !gone.contains(&j.id));
         }
         self.state.usage = self.ledger.snapshot(now);
+    }
+
+    /// One scheduling pass at `now`: the core's plan, as starts.
+    pub fn pass(&mut self, now: u64) -> Result<Vec<Start>, SimError> {
+        self.sweep(now);
         let plan = schedule(now, &self.state, &self.config);
         plan.starts
             .into_iter()
