@@ -257,7 +257,7 @@ impl<'w> Sim<'w> {
     ) -> Result<(), SimError> {
         for s in starts {
             let bad = |what: String| SimError::BadPlan { now, what };
-            let Some(index) = self.pending.remove(&s.job) else {
+            let Some(&index) = self.pending.get(&s.job) else {
                 return Err(bad(format!("job {} is not pending", s.job)));
             };
             let job = &self.workload.jobs[index];
@@ -268,8 +268,9 @@ impl<'w> Sim<'w> {
                     s.job, job.nodes, distinct
                 )));
             }
+            // Check every node before taking anything, so a refused start changes nothing.
             for p in &s.placements {
-                let Some(n) = self.nodes.get_mut(p.node) else {
+                let Some(n) = self.nodes.get(p.node) else {
                     return Err(bad(format!("job {}: no node #{}", s.job, p.node)));
                 };
                 check_ids(
@@ -292,6 +293,10 @@ impl<'w> Sim<'w> {
                         s.job, n.spec.name
                     )));
                 }
+            }
+            self.pending.remove(&s.job);
+            for p in &s.placements {
+                let n = &mut self.nodes[p.node];
                 n.used_cpus.extend(&p.cpu_ids);
                 n.used_gpus.extend(&p.gpu_ids);
                 n.used_memory += job.per_node.memory;
