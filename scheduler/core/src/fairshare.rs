@@ -5,7 +5,7 @@
 //! and their usage as a fraction of their siblings'. Users are then numbered depth-first in that
 //! order, so every user of a better-ranked account comes before every user of a worse one: one
 //! heavy user of an account lowers only that account (and, inside it, that user). A user's
-//! factor is `rank / users`, in (0, 1]; tied siblings share a rank.
+//! factor is `rank / users`, in (0, 1]; tied siblings are ranked together.
 //!
 //! Usage is billing-weighted TRES-seconds, decayed with a half-life. Callers keep it in a
 //! [`UsageLedger`] (no clock: every call takes the time) and pass [`UsageLedger::snapshot`] as
@@ -149,23 +149,16 @@ pub fn factors(
         tree[acct].children.push(i);
     }
     sum_usage(&mut tree, 0);
-    let mut ranked: Vec<(Assoc, usize)> = Vec::with_capacity(all.len());
-    let mut group = 0usize;
-    visit(&tree, 0, &mut ranked, &mut group);
-    // `ranked` is best first; the group number says which users tie.
-    let n = ranked.len() as f64;
+    let groups = visit(&tree, 0);
+    let n = groups.iter().map(Vec::len).sum::<usize>() as f64;
     let mut out = BTreeMap::new();
-    let mut i = 0;
-    while i < ranked.len() {
-        let mut j = i;
-        while j < ranked.len() && ranked[j].1 == ranked[i].1 {
-            j += 1;
+    let mut before = 0usize;
+    for group in groups {
+        let rank = n - before as f64;
+        before += group.len();
+        for assoc in group {
+            out.insert(assoc, rank / n);
         }
-        let rank = (ranked.len() - i) as f64;
-        for (assoc, _) in &ranked[i..j] {
-            out.insert(assoc.clone(), rank / n);
-        }
-        i = j;
     }
     out
 }
@@ -207,8 +200,9 @@ fn sum_usage(tree: &mut [TreeNode], i: usize) -> f64 {
     total
 }
 
-/// Depth first, siblings best `S / U` first; users get a group number (equal = tied).
-fn visit(tree: &[TreeNode], i: usize, out: &mut Vec<(Assoc, usize)>, group: &mut usize) {
+/// The users under `i`, best first, in groups of equal rank. Siblings go best `S / U` first;
+/// tied siblings are ranked together: their own rankings are merged level by level.
+fn visit(tree: &[TreeNode], i: usize) -> Vec<Vec<Assoc>> {
     let kids = &tree[i].children;
     let share_sum: f64 = kids.iter().map(|&c| tree[c].shares).sum();
     let usage_sum: f64 = kids.iter().map(|&c| tree[c].usage).sum();
@@ -237,20 +231,27 @@ fn visit(tree: &[TreeNode], i: usize, out: &mut Vec<(Assoc, usize)>, group: &mut
             .then_with(|| tree[a.1].name.cmp(&tree[b.1].name))
             .then(a.1.cmp(&b.1))
     });
-    let mut prev: Option<f64> = None;
-    for (fs, c) in order {
-        match &tree[c].user {
-            Some(assoc) => {
-                if prev != Some(fs) {
-                    *group += 1;
+    let mut out: Vec<Vec<Assoc>> = Vec::new();
+    let mut k = 0;
+    while k < order.len() {
+        let mut merged: Vec<Vec<Assoc>> = Vec::new();
+        let mut j = k;
+        while j < order.len() && order[j].0 == order[k].0 {
+            let c = order[j].1;
+            let ranking = match &tree[c].user {
+                Some(assoc) => vec![vec![assoc.clone()]],
+                None => visit(tree, c),
+            };
+            for (depth, group) in ranking.into_iter().enumerate() {
+                if merged.len() <= depth {
+                    merged.push(Vec::new());
                 }
-                prev = Some(fs);
-                out.push((assoc.clone(), *group));
+                merged[depth].extend(group);
             }
-            None => {
-                prev = None;
-                visit(tree, c, out, group);
-            }
+            j += 1;
         }
+        out.extend(merged);
+        k = j;
     }
+    out
 }

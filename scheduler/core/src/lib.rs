@@ -53,6 +53,12 @@ use wharf_api::JobId;
 
 /// One scheduling pass at time `now` (ms). Pure: the same arguments give the same plan.
 pub fn schedule(now: Time, state: &State, config: &Config) -> Plan {
+    // Ties between nodes go by name, whatever order the caller keeps them in.
+    if !state.nodes.is_sorted_by(|a, b| a.name <= b.name) {
+        let mut sorted = state.clone();
+        sorted.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        return schedule(now, &sorted, config);
+    }
     let parts = Partitions::resolve(config, &state.nodes);
     let usage = usage_now(now, state, &parts);
     let assocs = state.pending.iter().map(|j| j.assoc.clone());

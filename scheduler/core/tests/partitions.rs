@@ -1,0 +1,153 @@
+//! Partitions: node sets, default partition and time, limits and states, each with its reason.
+// Configs are built field by field so each test shows only what it changes.
+#![allow(clippy::field_reassign_with_default)]
+
+mod common;
+use common::*;
+use wharf_core::*;
+
+fn two_partitions() -> Config {
+    let mut c = Config::default();
+    let mut gpu = Partition::new("gpu", &["g1", "g2"]);
+    gpu.max_time = Some(60 * MIN);
+    gpu.default_time = Some(30 * MIN);
+    gpu.max_nodes = Some(1);
+    let all = Partition::new("all", &["c1", "g1", "g2"]);
+    c.partitions = vec![all, gpu];
+    c.default_partition = Some("all".into());
+    c
+}
+
+fn nodes() -> Vec<Node> {
+    vec![
+        node("c1", 8, 64, 0),
+        node("g1", 8, 64, 4),
+        node("g2", 8, 64, 4),
+    ]
+}
+
+#[test]
+fn a_job_runs_only_on_its_partitions_nodes_and_gets_its_default_time() {
+    let mut j = job(1, "u", 8, 0, 0, 0);
+    j.partition = Some("gpu".into());
+    j.time_limit = None;
+    let state = State {
+        nodes: nodes(),
+        pending: vec![j, job(2, "u", 8, 0, 10, 1)],
+        ..State::default()
+    };
+    let plan = schedule(MIN, &state, &two_partitions());
+    let s = &plan.starts[0];
+    assert_eq!(
+        (s.job, s.allocs[0].node.as_str(), s.time_limit),
+        (1, "g1", 30 * MIN)
+    );
+    // The default partition includes c1 and the GPU nodes; best fit takes c1 (no GPUs).
+    assert_eq!(plan.starts[1].allocs[0].node, "c1");
+}
+
+#[test]
+fn limits_and_states_keep_jobs_pending_with_their_reasons() {
+    let mut config = two_partitions();
+    let mut long = job(1, "u", 1, 0, 120, 0);
+    long.partition = Some("gpu".into());
+    let mut wide = job(2, "u", 1, 0, 10, 0);
+    wide.partition = Some("gpu".into());
+    wide.request.nodes = 2;
+    let mut nowhere = job(3, "u", 1, 0, 10, 0);
+    nowhere.partition = Some("nope".into());
+    let state = State {
+        nodes: nodes(),
+        pending: vec![long, wide, nowhere],
+        ..State::default()
+    };
+    let plan = schedule(MIN, &state, &config);
+    assert!(plan.starts.is_empty());
+    let r1 = &waiting(&plan, 1).reason;
+    assert_eq!(
+        r1,
+        &PendingReason::PartitionTimeLimit {
+            limit: 120 * MIN,
+            max: 60 * MIN
+        }
+    );
+    assert!(
+        r1.to_string().contains("2h") || r1.to_string().contains("02:00"),
+        "{r1}"
+    );
+    assert_eq!(
+        waiting(&plan, 2).reason,
+        PendingReason::PartitionNodeLimit { nodes: 2, max: 1 }
+    );
+    assert_eq!(waiting(&plan, 3).reason.code(), "PartitionConfig");
+
+    config.partitions[1].state = PartitionState::Down;
+    let mut j = job(4, "u", 1, 0, 10, 0);
+    j.partition = Some("gpu".into());
+    let state = State {
+        nodes: nodes(),
+        pending: vec![j],
+        ..State::default()
+    };
+    let plan = schedule(MIN, &state, &config);
+    assert_eq!(
+        waiting(&plan, 4).reason,
+        PendingReason::PartitionDown {
+            partition: "gpu".into()
+        }
+    );
+    config.partitions[1].state = PartitionState::Inactive;
+    let plan = schedule(MIN, &state, &config);
+    assert_eq!(waiting(&plan, 4).reason.code(), "PartitionInactive");
+    config.partitions[1].state = PartitionState::Drain;
+    let plan = schedule(MIN, &state, &config);
+    assert_eq!(
+        started(&plan),
+        vec![4],
+        "a draining partition still runs its queue"
+    );
+}
+
+#[test]
+fn held_delayed_and_dependent_jobs_wait_with_their_reasons() {
+    let mut held = job(1, "u", 1, 0, 10, 0);
+    held.hold = Some(Hold::User);
+    let mut admin = job(2, "u", 1, 0, 10, 0);
+    admin.hold = Some(Hold::Admin);
+    let mut later = job(3, "u", 1, 0, 10, 0);
+    later.begin = Some(10 * MIN);
+    let mut after = job(4, "u", 1, 0, 10, 0);
+    after.after = vec![77, 1];
+    let mut free = job(5, "u", 1, 0, 10, 0);
+    free.after = vec![78];
+    let state = State {
+        nodes: nodes(),
+        pending: vec![held, admin, later, after, free],
+        ..State::default()
+    };
+    let plan = schedule(MIN, &state, &Config::default());
+    assert_eq!(
+        started(&plan),
+        vec![5],
+        "a dependency on a job no longer queued is met"
+    );
+    assert_eq!(waiting(&plan, 1).reason, PendingReason::JobHeldUser);
+    assert_eq!(waiting(&plan, 2).reason, PendingReason::JobHeldAdmin);
+    assert_eq!(
+        waiting(&plan, 3).reason,
+        PendingReason::BeginTime { at: 10 * MIN }
+    );
+    assert_eq!(
+        waiting(&plan, 4).reason,
+        PendingReason::Dependency { on: 1 }
+    );
+    for w in &plan.waiting {
+        let text = w.reason.to_string();
+        assert!(
+            text.starts_with(w.reason.code()) && text.len() > 30,
+            "{text}"
+        );
+    }
+    let plan = schedule(10 * MIN, &state, &Config::default());
+    assert!(started(&plan).contains(&3));
+}

@@ -1,0 +1,120 @@
+//! Placement on the node's own ids: CPU ids and GPU ids (with types) exactly as reported.
+
+mod common;
+use common::*;
+use wharf_core::*;
+
+#[test]
+fn gpu_ids_come_from_the_node_never_from_positions() {
+    let gpus = vec![
+        Gpu::new(0, "h100"),
+        Gpu::new(1, "h100"),
+        Gpu::new(3, "h100"),
+    ];
+    let mut n = Node::new("a", 4, 64 * GIB, gpus);
+    n.cpu_ids = vec![10, 11, 20, 21];
+    let state = State {
+        nodes: vec![n],
+        pending: vec![
+            job(1, "u", 1, 2, 10, 0),
+            job(2, "u", 1, 1, 10, 1),
+            job(3, "u", 1, 1, 10, 2),
+        ],
+        ..State::default()
+    };
+    let plan = schedule(MIN, &state, &Config::default());
+    assert_eq!(plan.starts[0].allocs[0].gpu_ids, vec![0, 1]);
+    assert_eq!(plan.starts[0].allocs[0].cpu_ids, vec![10]);
+    assert_eq!(plan.starts[1].allocs[0].gpu_ids, vec![3], "never GPU 2");
+    assert_eq!(plan.starts[1].allocs[0].cpu_ids, vec![11]);
+    assert_eq!(started(&plan), vec![1, 2]);
+    assert_eq!(waiting(&plan, 3).reason, PendingReason::Resources);
+}
+
+#[test]
+fn running_jobs_hold_their_ids() {
+    let gpus = vec![
+        Gpu::new(0, "h100"),
+        Gpu::new(1, "h100"),
+        Gpu::new(3, "h100"),
+    ];
+    let state = State {
+        nodes: vec![Node::new("a", 4, 64 * GIB, gpus)],
+        running: vec![running(9, "a", vec![0, 2], vec![0, 3], 0, 60)],
+        pending: vec![job(1, "u", 2, 1, 10, 0)],
+        ..State::default()
+    };
+    let plan = schedule(MIN, &state, &Config::default());
+    assert_eq!(plan.starts[0].allocs[0].cpu_ids, vec![1, 3]);
+    assert_eq!(plan.starts[0].allocs[0].gpu_ids, vec![1]);
+}
+
+#[test]
+fn typed_requests_get_only_that_type() {
+    let gpus = vec![
+        Gpu::new(0, "A100"),
+        Gpu::new(1, "a100"),
+        Gpu::new(4, "h100"),
+        Gpu::new(5, "h100"),
+    ];
+    let mut h = job(1, "u", 1, 2, 10, 0);
+    h.request.gpu_kind = Some("h100".into());
+    let mut other = job(2, "u", 1, 1, 10, 1);
+    other.request.gpu_kind = Some("h100".into());
+    let mut l40 = job(3, "u", 1, 1, 10, 2);
+    l40.request.gpu_kind = Some("l40".into());
+    let any = job(4, "u", 1, 2, 10, 3);
+    let state = State {
+        nodes: vec![Node::new("a", 8, 64 * GIB, gpus)],
+        pending: vec![h, other, l40, any],
+        ..State::default()
+    };
+    let plan = schedule(MIN, &state, &Config::default());
+    let by_job = |id| {
+        plan.starts
+            .iter()
+            .find(|s| s.job == id)
+            .map(|s| s.allocs[0].gpu_ids.clone())
+    };
+    assert_eq!(by_job(1), Some(vec![4, 5]));
+    assert_eq!(by_job(4), Some(vec![0, 1]), "an untyped job takes one type");
+    assert_eq!(by_job(2), None);
+    assert_eq!(waiting(&plan, 3).reason.code(), "BadConstraints");
+}
+
+#[test]
+fn memory_is_never_over_allocated_and_best_fit_keeps_gpu_nodes_for_gpu_jobs() {
+    let mut big = job(1, "u", 1, 0, 10, 0);
+    big.request.memory = 48 * GIB;
+    let mut big2 = job(2, "u", 1, 0, 10, 1);
+    big2.request.memory = 48 * GIB;
+    let cpu_only = job(3, "u", 1, 0, 10, 2);
+    let state = State {
+        nodes: vec![node("cpu", 8, 64, 0), node("gpu", 8, 64, 8)],
+        pending: vec![big, big2, cpu_only],
+        ..State::default()
+    };
+    let plan = schedule(MIN, &state, &Config::default());
+    let nodes: Vec<&str> = plan
+        .starts
+        .iter()
+        .map(|s| s.allocs[0].node.as_str())
+        .collect();
+    assert_eq!(nodes, vec!["cpu", "gpu", "cpu"]);
+}
+
+#[test]
+fn down_and_draining_nodes_take_no_work() {
+    let mut down = node("a", 8, 64, 0);
+    down.state = NodeState::Down;
+    let mut drain = node("b", 8, 64, 0);
+    drain.state = NodeState::Drain;
+    let state = State {
+        nodes: vec![down, drain],
+        pending: vec![job(1, "u", 1, 0, 10, 0)],
+        ..State::default()
+    };
+    let plan = schedule(MIN, &state, &Config::default());
+    assert!(plan.starts.is_empty());
+    assert_eq!(waiting(&plan, 1).reason, PendingReason::ReqNodeNotAvail);
+}

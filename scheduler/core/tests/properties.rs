@@ -1,0 +1,295 @@
+//! Properties over random clusters and queues, for every policy: nothing is over-allocated,
+//! ids are the node's own, a job starts at most once and gets what it asked for, and no job
+//! started now makes any reservation infeasible anywhere in its window.
+// Configs are built field by field so each test shows only what it changes.
+#![allow(clippy::field_reassign_with_default)]
+
+mod common;
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::*;
+use proptest::prelude::*;
+use wharf_core::*;
+
+#[derive(Debug, Clone)]
+struct Case {
+    state: State,
+    config: Config,
+    now: Time,
+}
+
+fn arb_node(i: usize) -> impl Strategy<Value = Node> {
+    (
+        1u32..16,
+        1u64..64,
+        proptest::collection::btree_set(0u32..10, 0..6),
+        prop_oneof![Just("h100"), Just("a100")],
+        prop_oneof![8 => Just(NodeState::Up), 1 => Just(NodeState::Drain), 1 => Just(NodeState::Down)],
+        0u32..3,
+    )
+        .prop_map(move |(cpus, gib, gpu_ids, kind, state, cpu_offset)| {
+            let gpus = gpu_ids.into_iter().map(|id| Gpu::new(id, kind)).collect();
+            let mut n = Node::new(&format!("n{i}"), cpus, gib * GIB, gpus);
+            n.cpu_ids = (0..cpus).map(|c| c * 2 + cpu_offset).collect();
+            n.state = state;
+            n
+        })
+}
+
+fn arb_job(id: u64) -> impl Strategy<Value = PendingJob> {
+    (
+        1u32..10,
+        1u64..40,
+        prop_oneof![2 => Just(0u32), 1 => 1u32..5],
+        prop_oneof![3 => Just(None), 1 => Just(Some("h100")), 1 => Just(Some("a100"))],
+        prop_oneof![4 => Just(1u32), 1 => 2u32..4],
+        1u64..120,
+        0u64..60,
+        0usize..4,
+    )
+        .prop_map(
+            move |(cpus, gib, gpus, kind, nodes, minutes, submit, user)| {
+                let mut j = job(id, &format!("u{user}"), cpus, gpus, minutes, submit * MIN);
+                j.request.memory = gib * GIB;
+                j.request.gpu_kind = kind.map(str::to_string);
+                j.request.nodes = nodes;
+                j
+            },
+        )
+}
+
+/// Running jobs carved out of the nodes' own ids, within their capacity.
+fn carve(nodes: &[Node], seeds: &[(u8, u8, u8, u64, u64)]) -> Vec<RunningJob> {
+    let mut out = Vec::new();
+    let mut used: Vec<(usize, usize, u64)> = vec![(0, 0, 0); nodes.len()];
+    for (k, &(n, c, g, start, minutes)) in seeds.iter().enumerate() {
+        let i = n as usize % nodes.len();
+        let node = &nodes[i];
+        let (cu, gu, mu) = used[i];
+        let cpus: Vec<u32> = node
+            .cpu_ids
+            .iter()
+            .skip(cu)
+            .take(c as usize % 4 + 1)
+            .copied()
+            .collect();
+        let gpus: Vec<u32> = node
+            .gpus
+            .iter()
+            .skip(gu)
+            .take(g as usize % 3)
+            .map(|g| g.id)
+            .collect();
+        let mem = GIB.min(node.memory - mu.min(node.memory));
+        if cpus.is_empty() || node.state == NodeState::Down {
+            continue;
+        }
+        used[i] = (cu + cpus.len(), gu + gpus.len(), mu + mem);
+        out.push(RunningJob {
+            id: 1000 + k as u64,
+            assoc: Assoc::new("r", "r"),
+            partition: None,
+            start: start * MIN,
+            time_limit: minutes * MIN,
+            allocs: vec![Alloc {
+                node: node.name.clone(),
+                cpu_ids: cpus,
+                gpu_ids: gpus,
+                memory: mem,
+            }],
+        });
+    }
+    out
+}
+
+fn arb_case() -> impl Strategy<Value = Case> {
+    let nodes = (1usize..6).prop_flat_map(|n| (0..n).map(arb_node).collect::<Vec<_>>());
+    let jobs =
+        (0usize..25).prop_flat_map(|n| (0..n as u64).map(|i| arb_job(i + 1)).collect::<Vec<_>>());
+    let seeds = proptest::collection::vec(
+        (any::<u8>(), any::<u8>(), any::<u8>(), 0u64..60, 1u64..120),
+        0..8,
+    );
+    let policy = prop_oneof![
+        Just(Policy::Fcfs),
+        Just(Policy::Easy),
+        Just(Policy::Multifactor)
+    ];
+    (nodes, jobs, seeds, policy, 1usize..5, 60u64..120).prop_map(
+        |(nodes, pending, seeds, policy, reservations, now)| {
+            let running = carve(&nodes, &seeds);
+            let mut config = Config::with_policy(policy);
+            config.reservations = reservations;
+            Case {
+                state: State {
+                    nodes,
+                    running,
+                    pending,
+                    usage: BTreeMap::new(),
+                },
+                config,
+                now: now * MIN,
+            }
+        },
+    )
+}
+
+/// Per node: CPUs, memory and GPUs per type held at `t` by running and started jobs.
+fn held_at(
+    case: &Case,
+    plan: &Plan,
+    t: Time,
+) -> BTreeMap<String, (usize, u64, BTreeMap<String, usize>)> {
+    let now = case.now;
+    let kinds: BTreeMap<(&str, u32), &str> = case
+        .state
+        .nodes
+        .iter()
+        .flat_map(|n| {
+            n.gpus
+                .iter()
+                .map(move |g| ((n.name.as_str(), g.id), g.kind.as_str()))
+        })
+        .collect();
+    let mut out: BTreeMap<String, (usize, u64, BTreeMap<String, usize>)> = BTreeMap::new();
+    let running = case
+        .state
+        .running
+        .iter()
+        .map(|r| ((r.start + r.time_limit).max(now + 1), &r.allocs));
+    let started = plan.starts.iter().map(|s| (now + s.time_limit, &s.allocs));
+    for (end, allocs) in running.chain(started) {
+        if end <= t {
+            continue;
+        }
+        for a in allocs {
+            let e = out.entry(a.node.clone()).or_default();
+            e.0 += a.cpu_ids.len();
+            e.1 += a.memory;
+            for g in &a.gpu_ids {
+                if let Some(k) = kinds.get(&(a.node.as_str(), *g)) {
+                    *e.2.entry(k.to_string()).or_default() += 1;
+                }
+            }
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn plans_are_sound(case in arb_case()) {
+        let plan = schedule(case.now, &case.state, &case.config);
+        let nodes: BTreeMap<&str, &Node> = case.state.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let pending: BTreeMap<u64, &PendingJob> = case.state.pending.iter().map(|j| (j.id, j)).collect();
+
+        // Every pending job is either started once or waiting once.
+        let mut seen = BTreeSet::new();
+        for id in plan.starts.iter().map(|s| s.job).chain(plan.waiting.iter().map(|w| w.job)) {
+            prop_assert!(seen.insert(id), "job {} decided twice", id);
+        }
+        prop_assert_eq!(seen, pending.keys().copied().collect::<BTreeSet<_>>());
+
+        // Ids are the node's own and never shared; memory never exceeds the node's.
+        let mut cpus: BTreeSet<(String, u32)> = BTreeSet::new();
+        let mut gpus: BTreeSet<(String, u32)> = BTreeSet::new();
+        let mut memory: BTreeMap<String, u64> = BTreeMap::new();
+        let all = case.state.running.iter().flat_map(|r| r.allocs.iter()).map(|a| (a, false))
+            .chain(plan.starts.iter().flat_map(|s| s.allocs.iter()).map(|a| (a, true)));
+        for (a, new) in all {
+            let node = nodes[a.node.as_str()];
+            if new {
+                prop_assert_eq!(node.state, NodeState::Up);
+            }
+            for c in &a.cpu_ids {
+                prop_assert!(node.cpu_ids.contains(c), "cpu {} not on {}", c, node.name);
+                prop_assert!(cpus.insert((a.node.clone(), *c)), "cpu {} of {} twice", c, node.name);
+            }
+            for g in &a.gpu_ids {
+                prop_assert!(node.gpus.iter().any(|x| x.id == *g), "gpu {} not on {}", g, node.name);
+                prop_assert!(gpus.insert((a.node.clone(), *g)), "gpu {} of {} twice", g, node.name);
+            }
+            *memory.entry(a.node.clone()).or_default() += a.memory;
+            prop_assert!(memory[&a.node] <= node.memory);
+        }
+
+        // A started job gets exactly its shape on distinct nodes.
+        for s in &plan.starts {
+            let r = &pending[&s.job].request;
+            prop_assert_eq!(s.allocs.len(), r.node_count() as usize);
+            let distinct: BTreeSet<&str> = s.allocs.iter().map(|a| a.node.as_str()).collect();
+            prop_assert_eq!(distinct.len(), s.allocs.len());
+            for a in &s.allocs {
+                prop_assert_eq!(a.cpu_ids.len(), r.cpus as usize);
+                prop_assert_eq!(a.gpu_ids.len(), r.gpus as usize);
+                prop_assert_eq!(a.memory, r.memory);
+                if let Some(k) = &r.gpu_kind {
+                    let node = nodes[a.node.as_str()];
+                    for g in &a.gpu_ids {
+                        prop_assert!(node.gpus.iter().any(|x| x.id == *g && &x.kind == k));
+                    }
+                }
+            }
+        }
+
+        // Reservations: no more than the policy allows, and each stays feasible through its
+        // window given every running and started job and every other reservation.
+        prop_assert!(plan.reservations.len() <= case.config.reservation_limit());
+        for r in &plan.reservations {
+            prop_assert!(r.start >= case.now);
+            let w = plan.waiting.iter().find(|w| w.job == r.job).unwrap();
+            prop_assert_eq!(w.estimated_start, Some(r.start));
+            let mut points: Vec<Time> = vec![r.start];
+            points.extend(plan.reservations.iter().map(|o| o.start).filter(|&s| s > r.start && s < r.end));
+            for t in points {
+                let held = held_at(&case, &plan, t);
+                for name in &r.nodes {
+                    let node = nodes[name.as_str()];
+                    let (mut c, mut m, mut g) = held.get(name).cloned().unwrap_or_default();
+                    for o in plan.reservations.iter().filter(|o| o.start <= t && t < o.end && o.nodes.contains(name)) {
+                        let req = &pending[&o.job].request;
+                        c += req.cpus as usize;
+                        m += req.memory;
+                        // Nodes here carry one GPU type, so an untyped request takes it.
+                        let kind = req.gpu_kind.clone().or_else(|| node.gpus.first().map(|x| x.kind.clone())).unwrap_or_default();
+                        *g.entry(kind).or_default() += req.gpus as usize;
+                    }
+                    prop_assert!(c <= node.cpu_ids.len(), "CPUs of {} over at {}", name, t);
+                    prop_assert!(m <= node.memory, "memory of {} over at {}", name, t);
+                    for (kind, n) in g {
+                        if n == 0 { continue; }
+                        let have = node.gpus.iter().filter(|x| x.kind == kind).count();
+                        prop_assert!(n <= have, "{} GPUs of {} over at {}", kind, name, t);
+                    }
+                }
+            }
+        }
+
+        // FCFS never lets a job pass a blocked one.
+        if case.config.policy == Policy::Fcfs {
+            let first_blocked = plan.waiting.iter().find(|w| matches!(w.reason, PendingReason::Resources));
+            if let Some(b) = first_blocked {
+                let b = pending[&b.job];
+                for s in &plan.starts {
+                    let j = pending[&s.job];
+                    prop_assert!((j.submit, j.id) < (b.submit, b.id));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn same_input_same_plan(case in arb_case()) {
+        let a = schedule(case.now, &case.state, &case.config);
+        let b = schedule(case.now, &case.state.clone(), &case.config.clone());
+        prop_assert_eq!(&a, &b);
+        // Input order does not matter either.
+        let mut shuffled = case.state.clone();
+        shuffled.nodes.reverse();
+        shuffled.pending.reverse();
+        shuffled.running.reverse();
+        prop_assert_eq!(a, schedule(case.now, &shuffled, &case.config));
+    }
+}
