@@ -127,8 +127,20 @@ pub enum SwfError {
         /// Job number.
         job: u64,
     },
-    /// A MaxNodes or MaxProcs header that is not a positive whole number.
-    #[error("line {line}: header {key} is {text:?}, not a positive whole number")]
+    /// A job number seen before: decisions are keyed by it.
+    #[error("line {line}: job number {job} appears twice (first on line {first}); job numbers must be unique")]
+    DuplicateJob {
+        /// Line number.
+        line: usize,
+        /// Job number.
+        job: u64,
+        /// Line of its first appearance.
+        first: usize,
+    },
+    /// A MaxNodes or MaxProcs header that is not a positive whole number (or -1, unknown).
+    #[error(
+        "line {line}: header {key} is {text:?}, not a positive whole number (or -1 for unknown)"
+    )]
     BadHeader {
         /// Line number.
         line: usize,
@@ -163,6 +175,7 @@ const NAMES: [&str; FIELDS] = [
 /// Parses a whole trace.
 pub fn parse(text: &str) -> Result<SwfTrace, SwfError> {
     let mut trace = SwfTrace::default();
+    let mut seen = BTreeMap::new();
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
         let body = raw.trim();
@@ -173,7 +186,16 @@ pub fn parse(text: &str) -> Result<SwfTrace, SwfError> {
             header_line(&mut trace.header, comment, line)?;
             continue;
         }
-        trace.jobs.push(job_line(body, line)?);
+        let job = job_line(body, line)?;
+        if let Some(&first) = seen.get(&job.id) {
+            return Err(SwfError::DuplicateJob {
+                line,
+                job: job.id,
+                first,
+            });
+        }
+        seen.insert(job.id, line);
+        trace.jobs.push(job);
     }
     Ok(trace)
 }
@@ -192,8 +214,9 @@ fn header_line(header: &mut SwfHeader, comment: &str, line: usize) -> Result<(),
         _ => None,
     };
     if let Some(slot) = slot {
-        match value.parse::<u64>() {
-            Ok(n) if n > 0 => *slot = Some(n),
+        match value.parse::<i64>() {
+            Ok(-1) => *slot = None,
+            Ok(n) if n > 0 => *slot = Some(n as u64),
             _ => {
                 return Err(SwfError::BadHeader {
                     line,
@@ -321,6 +344,20 @@ mod tests {
                 ..
             }
         ));
+        let e = parse(
+            "1 0 -1 6 2 -1 -1 2 -1 -1 1 -1 -1 -1 0 -1 -1 -1\n\
+             1 5 -1 6 2 -1 -1 2 -1 -1 1 -1 -1 -1 0 -1 -1 -1\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            SwfError::DuplicateJob {
+                line: 2,
+                job: 1,
+                first: 1
+            }
+        );
+        assert_eq!(parse("; MaxProcs: -1\n").unwrap().header.max_procs, None);
         let e = parse("; MaxProcs: many\n").unwrap_err();
         assert!(matches!(e, SwfError::BadHeader { line: 1, .. }));
     }

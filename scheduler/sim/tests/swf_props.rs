@@ -54,6 +54,7 @@ proptest! {
                     | SwfError::NotANumber { line, .. }
                     | SwfError::OutOfRange { line, .. }
                     | SwfError::NoSubmitTime { line, .. }
+                    | SwfError::DuplicateJob { line, .. }
                     | SwfError::BadHeader { line, .. } => line,
                 };
                 prop_assert!(line >= 1 && line <= lines.len());
@@ -64,7 +65,11 @@ proptest! {
     }
 
     #[test]
-    fn well_formed_lines_round_trip(jobs in prop::collection::vec(job_line(), 1..30)) {
+    fn well_formed_lines_round_trip(mut jobs in prop::collection::vec(job_line(), 1..30)) {
+        // Job numbers are unique in a trace.
+        for (k, job) in jobs.iter_mut().enumerate() {
+            job.0 = job.0 * 100 + k as u64;
+        }
         let mut text = String::from("; Version: 2\n; MaxProcs: 512\n");
         for (id, submit, rest) in &jobs {
             text.push_str(&format!("{id} {submit} {}\n", rest.join("  ")));
