@@ -31,6 +31,83 @@ pub struct FileConfig {
     pub agent: AgentSection,
     /// `[limits]`: what the controller allows each client.
     pub limits: LimitsSection,
+    /// `[scheduler]`: the scheduling policy and its weights.
+    pub scheduler: SchedulerSection,
+}
+
+/// `[scheduler]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerSection {
+    pub policy: String,
+    pub reservations: usize,
+    pub max_job_test: usize,
+    pub half_life: String,
+    pub max_age: String,
+    pub favor_small: bool,
+    pub weight_age: u32,
+    pub weight_fairshare: u32,
+    pub weight_job_size: u32,
+    pub weight_partition: u32,
+    pub weight_qos: u32,
+}
+
+impl Default for SchedulerSection {
+    fn default() -> Self {
+        let c = wharf_controller::SchedulerConfig::default();
+        SchedulerSection {
+            policy: "multifactor".into(),
+            reservations: c.reservations,
+            max_job_test: c.max_job_test,
+            half_life: "7d".into(),
+            max_age: "7d".into(),
+            favor_small: c.favor_small,
+            weight_age: c.weights.age,
+            weight_fairshare: c.weights.fairshare,
+            weight_job_size: c.weights.job_size,
+            weight_partition: c.weights.partition,
+            weight_qos: c.weights.qos,
+        }
+    }
+}
+
+impl SchedulerSection {
+    /// The scheduler's configuration.
+    pub fn resolve(&self) -> Result<wharf_controller::SchedulerConfig> {
+        use wharf_controller::SchedulerPolicy;
+        let policy = match self.policy.to_ascii_lowercase().as_str() {
+            "fcfs" => SchedulerPolicy::Fcfs,
+            "easy" => SchedulerPolicy::Easy,
+            "multifactor" => SchedulerPolicy::Multifactor,
+            other => anyhow::bail!(
+                "scheduler.policy {other:?}: use \"fcfs\", \"easy\" or \"multifactor\""
+            ),
+        };
+        if self.reservations == 0 {
+            anyhow::bail!(
+                "scheduler.reservations must be at least 1: without a reservation a large job \
+                 can wait forever behind small ones"
+            );
+        }
+        if self.max_job_test == 0 {
+            anyhow::bail!("scheduler.max_job_test must be at least 1");
+        }
+        let ms = |key: &str, text: &str| -> Result<u64> {
+            Ok(duration(key, text)?.as_millis().min(u64::MAX as u128) as u64)
+        };
+        let mut c = wharf_controller::SchedulerConfig::with_policy(policy);
+        c.reservations = self.reservations;
+        c.max_job_test = self.max_job_test;
+        c.half_life = ms("scheduler.half_life", &self.half_life)?;
+        c.max_age = ms("scheduler.max_age", &self.max_age)?;
+        c.favor_small = self.favor_small;
+        c.weights.age = self.weight_age;
+        c.weights.fairshare = self.weight_fairshare;
+        c.weights.job_size = self.weight_job_size;
+        c.weights.partition = self.weight_partition;
+        c.weights.qos = self.weight_qos;
+        Ok(c)
+    }
 }
 
 /// `[limits]`.
@@ -375,6 +452,29 @@ mod tests {
             "{err}"
         );
         assert!(toml::from_str::<FileConfig>("[limits]\nmax_conections = 1\n").is_err());
+    }
+
+    #[test]
+    fn scheduler_section_chooses_the_policy_and_refuses_nonsense() {
+        let file: FileConfig = toml::from_str(
+            "[scheduler]\npolicy = \"easy\"\nhalf_life = \"1d\"\nweight_fairshare = 5\n",
+        )
+        .unwrap();
+        let c = file.scheduler.resolve().unwrap();
+        assert_eq!(c.policy, wharf_controller::SchedulerPolicy::Easy);
+        assert_eq!(c.half_life, 24 * 3600 * 1000);
+        assert_eq!(c.weights.fairshare, 5);
+        let d = FileConfig::default().scheduler.resolve().unwrap();
+        assert_eq!(d, wharf_controller::SchedulerConfig::default());
+        for (text, want) in [
+            ("policy = \"sjf\"", "scheduler.policy \"sjf\""),
+            ("reservations = 0", "scheduler.reservations"),
+            ("half_life = \"soon\"", "scheduler.half_life"),
+        ] {
+            let file: FileConfig = toml::from_str(&format!("[scheduler]\n{text}\n")).unwrap();
+            let err = file.scheduler.resolve().unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
     }
 
     #[test]

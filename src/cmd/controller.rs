@@ -47,6 +47,7 @@ pub fn settings(
         max_pending_per_user: file.limits.max_pending_per_user,
         max_request_bytes: file.limits.max_request_bytes()?,
         connections: file.limits.connections(poll_wait)?,
+        scheduler: file.scheduler.resolve()?,
     })
 }
 

@@ -12,6 +12,8 @@ pub mod serve;
 pub mod store;
 pub mod visibility;
 
+pub use wharf_core::{Config as SchedulerConfig, Policy as SchedulerPolicy};
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -47,6 +49,8 @@ pub struct ControllerConfig {
     pub max_request_bytes: usize,
     /// Connection caps and timeouts.
     pub connections: serve::ConnectionLimits,
+    /// The scheduling policy and its weights.
+    pub scheduler: SchedulerConfig,
 }
 
 /// State shared by the handlers and the scheduler task.
@@ -129,7 +133,8 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
         config.node_timeout.as_millis() as u64,
         now_ms(),
     )?
-    .with_max_pending_per_user(config.max_pending_per_user);
+    .with_max_pending_per_user(config.max_pending_per_user)
+    .with_scheduler(config.scheduler.clone());
     let shared = Arc::new(Shared {
         config: config.clone(),
         cluster: Mutex::new(cluster),

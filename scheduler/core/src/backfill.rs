@@ -70,8 +70,9 @@ impl Failed {
 
 /// How many failed shapes each partition remembers.
 const FAILED_KEPT: usize = 16;
-/// How many start times a multi-node reservation tries before its fallback.
-const MULTI_NODE_TRIES: usize = 32;
+/// How many node checks a multi-node reservation may spend on candidate start times before
+/// it falls back to the time after which nothing changes (at least 32 times are tried).
+const MULTI_NODE_BUDGET: usize = 200_000;
 
 /// Runs the pass over `ready`, already in scheduling order.
 pub(crate) fn pass(
@@ -85,7 +86,7 @@ pub(crate) fn pass(
     let mut out = Outcome::default();
     let max_res = config.reservation_limit();
     let mut failed: Vec<Vec<Failed>> = (0..parts.parts.len()).map(|_| Vec::new()).collect();
-    let mut never: BTreeMap<(usize, Request), Option<PendingReason>> = BTreeMap::new();
+    let classes = classes(table, parts);
     let mut blocked = false;
     for (n, r) in ready.iter().enumerate() {
         let req = &r.job.request;
@@ -98,11 +99,7 @@ pub(crate) fn pass(
             out.waiting.push(wait(PendingReason::Priority, None));
             continue;
         }
-        let stuck = never
-            .entry((r.part, req.clone()))
-            .or_insert_with(|| never_fits(table, parts, r.part, req))
-            .clone();
-        if let Some(reason) = stuck {
+        if let Some(reason) = never_fits(table, &classes[r.part], req) {
             out.waiting.push(wait(reason, None));
             continue;
         }
@@ -147,25 +144,47 @@ pub(crate) fn pass(
     out
 }
 
-/// Why `req` can never start in partition `p` (node shapes and states alone), if so.
-fn never_fits(table: &Table, parts: &Partitions, p: usize, req: &Request) -> Option<PendingReason> {
+/// Nodes of one partition grouped by shape: (a node of the group, how many, how many up).
+/// Clusters have few node shapes, so "could this job ever run here" looks at a handful.
+pub(crate) fn classes(table: &Table, parts: &Partitions) -> Vec<Vec<(usize, usize, usize)>> {
+    parts
+        .parts
+        .iter()
+        .map(|part| {
+            let mut groups: BTreeMap<(Tres, &[String]), (usize, usize, usize)> = BTreeMap::new();
+            for &i in &part.nodes {
+                let n = &table.nodes[i];
+                let g = groups.entry((n.capacity, &n.kinds)).or_insert((i, 0, 0));
+                g.1 += 1;
+                g.2 += usize::from(n.up);
+            }
+            groups.into_values().collect()
+        })
+        .collect()
+}
+
+/// Why `req` can never start in its partition (node shapes and states alone), if so.
+fn never_fits(
+    table: &Table,
+    classes: &[(usize, usize, usize)],
+    req: &Request,
+) -> Option<PendingReason> {
     let want = req.node_count() as usize;
     let (mut could, mut up) = (0usize, 0usize);
-    for &i in &parts.parts[p].nodes {
+    for &(i, count, up_count) in classes {
         let node = &table.nodes[i];
         if table
             .shapes(i, req)
             .iter()
             .any(|need| node.capacity.covers(need))
         {
-            could += 1;
-            up += usize::from(node.up);
-            if up >= want {
-                return None;
-            }
+            could += count;
+            up += up_count;
         }
     }
-    if could == 0 {
+    if up >= want {
+        None
+    } else if could == 0 {
         Some(PendingReason::TooLarge {
             cpus: req.cpus,
             memory: req.memory,
@@ -225,7 +244,7 @@ fn reserve(
     } else {
         let mut times: Vec<Time> = cands[want - 1..].iter().map(|c| c.0).collect();
         times.dedup();
-        times.truncate(MULTI_NODE_TRIES);
+        times.truncate((MULTI_NODE_BUDGET / cands.len()).max(32));
         let last = cands
             .iter()
             .map(|c| table.nodes[c.1].profile.last_event(now))

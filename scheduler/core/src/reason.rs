@@ -160,8 +160,8 @@ impl fmt::Display for PendingReason {
                     format_memory(*memory)
                 )
             }
-            PendingReason::BeginTime { at } => {
-                write!(f, "{code}: it may not start before its begin time ({at} ms)")
+            PendingReason::BeginTime { .. } => {
+                write!(f, "{code}: it may not start before the begin time it was given")
             }
             PendingReason::JobHeldUser => {
                 write!(f, "{code}: held by its owner; release it to let it start")

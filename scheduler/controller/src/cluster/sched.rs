@@ -1,0 +1,150 @@
+//! The controller's side of scheduling: builds the core's [`SchedState`] from the jobs and
+//! nodes it holds, applies the [`wharf_core::Plan`], and keeps fair-share usage.
+
+use std::collections::BTreeSet;
+
+use wharf_api::{JobRecord, JobState};
+use wharf_core::{
+    schedule, Alloc, Assoc, Gpu, Node, NodeState as SchedNodeState, PendingJob, Request,
+    RunningJob, State as SchedState,
+};
+
+use super::{Cluster, Failure};
+
+impl Cluster {
+    /// One scheduling pass. Returns the nodes that got work.
+    pub fn schedule(&mut self, now: u64) -> Result<BTreeSet<String>, Failure> {
+        let state = self.sched_state(now);
+        if state.pending.is_empty() {
+            return Ok(BTreeSet::new());
+        }
+        let plan = schedule(now, &state, &self.sched);
+        let mut started = Vec::new();
+        let mut woken = BTreeSet::new();
+        for start in plan.starts {
+            // Jobs here are single-node (admission refuses more).
+            let (Some(rec), Some(alloc)) = (self.jobs.get(&start.job), start.allocs.first()) else {
+                continue;
+            };
+            let mut rec = rec.clone();
+            rec.state = JobState::Starting;
+            rec.reason = Some(format!("starting on {}", alloc.node));
+            rec.node = Some(alloc.node.clone());
+            rec.cpu_ids = alloc.cpu_ids.clone();
+            rec.gpu_ids = alloc.gpu_ids.clone();
+            woken.insert(alloc.node.clone());
+            started.push(rec);
+        }
+        for wait in plan.waiting {
+            if let Some(rec) = self.jobs.get_mut(&wait.job) {
+                // The scheduler's sentence is made of public fields only (resources, limits,
+                // partition and job ids), so other users may see it too.
+                rec.reason = Some(match wait.estimated_start {
+                    Some(at) => format!(
+                        "{}; expected to start in about {}",
+                        wait.reason,
+                        wharf_api::resources::format_duration(at.saturating_sub(now) / 1000)
+                    ),
+                    None => wait.reason.to_string(),
+                });
+            }
+        }
+        self.commit(started)?;
+        Ok(woken)
+    }
+
+    /// The scheduler's view: every node (GPUs with the ids their agent reported), running
+    /// jobs expected to end at start + time limit, pending jobs, and decayed usage. Each user
+    /// is its own fair-share account until accounts are configured.
+    fn sched_state(&self, now: u64) -> SchedState {
+        let nodes = self
+            .nodes
+            .values()
+            .map(|n| {
+                let gpus = n
+                    .info
+                    .gpus
+                    .iter()
+                    .map(|g| Gpu::new(g.index, &gpu_kind(g.model.as_deref())))
+                    .collect();
+                let mut node = Node::new(&n.info.name, n.info.cpus, n.info.memory, gpus);
+                if !n.up {
+                    node.state = SchedNodeState::Down;
+                }
+                node
+            })
+            .collect();
+        let mut running = Vec::new();
+        let mut pending = Vec::new();
+        for job in self.jobs.values() {
+            match (job.state, job.node.as_deref()) {
+                (s, Some(node)) if s.holds_resources() => running.push(RunningJob {
+                    id: job.id,
+                    assoc: assoc(job),
+                    partition: None,
+                    // A job still starting is taken to start now.
+                    start: job.start_time.unwrap_or(now),
+                    time_limit: job.time_limit.saturating_mul(1000),
+                    allocs: vec![Alloc {
+                        node: node.to_string(),
+                        cpu_ids: job.cpu_ids.clone(),
+                        gpu_ids: job.gpu_ids.clone(),
+                        memory: job.resources.memory,
+                    }],
+                }),
+                (JobState::Pending, _) => {
+                    let r = job.resources;
+                    let mut p = PendingJob::new(
+                        job.id,
+                        assoc(job),
+                        Request::per_node(r.cpus, r.memory, r.gpus),
+                        job.submit_time,
+                    );
+                    p.time_limit = Some(job.time_limit.saturating_mul(1000));
+                    pending.push(p);
+                }
+                _ => {}
+            }
+        }
+        SchedState {
+            nodes,
+            running,
+            pending,
+            usage: self.usage.snapshot(now),
+        }
+    }
+
+    /// Charges an ended job's billing-weighted TRES-seconds to its user for fair share.
+    pub(super) fn charge(&mut self, job: &JobRecord) {
+        let (Some(start), Some(end)) = (job.start_time, job.end_time) else {
+            return;
+        };
+        let r = job.resources;
+        let rate = self
+            .sched
+            .billing_for(None)
+            .rate(r.cpus.into(), r.memory, r.gpus.into());
+        let secs = end.saturating_sub(start) as f64 / 1000.0;
+        self.usage.record(&assoc(job), rate * secs, end);
+    }
+}
+
+/// Each user is charged to an account of its own name until accounts are configured.
+fn assoc(job: &JobRecord) -> Assoc {
+    Assoc::new(&job.owner.user, &job.owner.user)
+}
+
+/// The GPU type from NVML's model name: "NVIDIA H100 80GB HBM3" is `h100`,
+/// "NVIDIA A100-SXM4-80GB" is `a100`; empty when unknown.
+fn gpu_kind(model: Option<&str>) -> String {
+    let model = model.unwrap_or("").to_ascii_lowercase();
+    model
+        .split_whitespace()
+        .filter(|w| !matches!(*w, "nvidia" | "tesla" | "geforce" | "quadro"))
+        .find(|w| w.chars().any(|c| c.is_ascii_digit()))
+        .map(|w| w.split('-').next().unwrap_or(w).to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

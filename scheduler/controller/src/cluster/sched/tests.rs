@@ -1,0 +1,118 @@
+use std::collections::BTreeSet;
+
+use wharf_api::node::GpuInfo;
+use wharf_api::wire::SubmitRequest;
+use wharf_api::{JobDefaults, JobId, JobRecord, JobRequest, JobState, NodeInfo, Owner};
+
+use super::gpu_kind;
+use crate::cluster::{Caller, Cluster};
+use crate::store::Store;
+
+fn caller(uid: u32, user: &str) -> Caller {
+    Caller {
+        owner: Owner {
+            uid,
+            gid: uid,
+            user: user.into(),
+        },
+        admin: false,
+    }
+}
+
+/// A cluster with one node whose agent reported GPUs 0, 1 and 3.
+fn cluster(dir: &tempfile::TempDir) -> Cluster {
+    let store = Store::open(&dir.path().join("wharf.db")).unwrap();
+    let mut c = Cluster::load(store, JobDefaults::default(), 60_000, 0).unwrap();
+    let gpus = [0, 1, 3]
+        .into_iter()
+        .map(|index| GpuInfo {
+            index,
+            model: Some("NVIDIA H100 80GB HBM3".into()),
+            uuid: None,
+            memory: None,
+        })
+        .collect();
+    c.register(
+        NodeInfo {
+            name: "n1".into(),
+            address: "127.0.0.1".into(),
+            cpus: 8,
+            memory: 16 << 30,
+            gpus,
+            version: "test".into(),
+        },
+        0,
+    )
+    .unwrap();
+    c
+}
+
+fn submit(c: &mut Cluster, who: &Caller, gpus: u32, now: u64) -> JobId {
+    let req = SubmitRequest {
+        job: JobRequest {
+            command: Some(vec!["/bin/true".into()]),
+            image: Some("host".into()),
+            gpus: Some(gpus),
+            ..Default::default()
+        },
+        cwd: "/tmp".into(),
+        client_token: None,
+    };
+    c.submit(who, &req, now).unwrap()
+}
+
+fn record(c: &Cluster, id: JobId) -> JobRecord {
+    c.jobs[&id].clone()
+}
+
+#[test]
+fn gpus_are_the_ids_the_agent_reported_and_waiting_jobs_carry_the_sentence() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let ann = caller(1000, "ann");
+    let first = submit(&mut c, &ann, 2, 10);
+    let second = submit(&mut c, &ann, 1, 20);
+    let third = submit(&mut c, &ann, 2, 30);
+    let woken = c.schedule(1_000).unwrap();
+    assert_eq!(woken, BTreeSet::from(["n1".to_string()]));
+    assert_eq!(record(&c, first).gpu_ids, vec![0, 1]);
+    assert_eq!(record(&c, second).gpu_ids, vec![3], "never GPU 2");
+    let waiting = record(&c, third);
+    assert_eq!(waiting.state, JobState::Pending);
+    let reason = waiting.reason.unwrap();
+    assert!(
+        reason.starts_with("Resources: ") && reason.contains("expected to start in about"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn ended_jobs_count_against_their_user_for_fair_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
+    let hog = submit(&mut c, &ann, 3, 10);
+    c.schedule(1_000).unwrap();
+    // ann's earlier job used the whole node for an hour.
+    let mut ended = record(&c, hog);
+    ended.start_time = Some(0);
+    ended.end_time = Some(3_600_000);
+    c.charge(&ended);
+    let ann_next = submit(&mut c, &ann, 3, 2_000);
+    let bob_next = submit(&mut c, &bob, 3, 3_000);
+    c.schedule(4_000).unwrap();
+    let ann_reason = record(&c, ann_next).reason.unwrap();
+    let bob_reason = record(&c, bob_next).reason.unwrap();
+    // Both wait for the node; bob, who used nothing, is planned first.
+    assert!(bob_reason.ends_with("about 01:00:00"), "{bob_reason}");
+    assert!(ann_reason.ends_with("about 02:00:00"), "{ann_reason}");
+}
+
+#[test]
+fn gpu_types_are_read_from_the_model_name() {
+    assert_eq!(gpu_kind(Some("NVIDIA H100 80GB HBM3")), "h100");
+    assert_eq!(gpu_kind(Some("NVIDIA A100-SXM4-80GB")), "a100");
+    assert_eq!(gpu_kind(Some("Tesla V100-PCIE-32GB")), "v100");
+    assert_eq!(gpu_kind(Some("NVIDIA GeForce RTX 4090")), "4090");
+    assert_eq!(gpu_kind(None), "");
+}
