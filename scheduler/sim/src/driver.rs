@@ -10,7 +10,7 @@ use std::fmt;
 use wharf_api::JobId;
 use wharf_core::{
     schedule, Account, Alloc, Assoc, Config, Node, Partition, PendingJob, Request, RunningJob,
-    State, UsageLedger, Weights,
+    State, UsageLedger,
 };
 
 use crate::engine::{Placement, SimError, Start};
@@ -39,48 +39,23 @@ impl fmt::Display for Policy {
     }
 }
 
-/// The knobs of Wharf's policy a replay may change; `Default` is the core's default config.
-#[derive(Debug, Clone, PartialEq)]
+/// Wharf's configured policy: the core configuration a controller would run with (the
+/// `[scheduler]` section of its config file, see [`crate::config`]); `Default` is the core's
+/// default, which is also the controller's when the section is absent. Accounts and partitions
+/// come from the workload.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Knobs {
-    /// Reservations per pass (Slurm's backfill depth).
-    pub reservations: usize,
-    /// Multifactor weights.
-    pub weights: Weights,
-    /// Usage half-life, ms.
-    pub half_life: u64,
-    /// Age at which the age factor is 1, ms.
-    pub max_age: u64,
-    /// The job-size factor favours small jobs.
-    pub favor_small: bool,
-}
-
-impl Default for Knobs {
-    fn default() -> Knobs {
-        let c = Config::default();
-        Knobs {
-            reservations: c.reservations,
-            weights: c.weights,
-            half_life: c.half_life,
-            max_age: c.max_age,
-            favor_small: c.favor_small,
-        }
-    }
+    /// The configuration.
+    pub config: Config,
 }
 
 /// The core's configuration for `policy` on `workload`: its accounts (with their shares) and
-/// partitions, plus the knobs for Wharf's policy.
+/// partitions, and for Wharf's policy the configured one.
 pub fn config_for(policy: Policy, workload: &Workload, knobs: &Knobs) -> Config {
     let mut c = match policy {
         Policy::Fcfs => Config::with_policy(wharf_core::Policy::Fcfs),
         Policy::Easy => Config::with_policy(wharf_core::Policy::Easy),
-        Policy::Wharf => Config {
-            reservations: knobs.reservations,
-            weights: knobs.weights,
-            half_life: knobs.half_life,
-            max_age: knobs.max_age,
-            favor_small: knobs.favor_small,
-            ..Config::with_policy(wharf_core::Policy::Multifactor)
-        },
+        Policy::Wharf => knobs.config.clone(),
     };
     c.accounts = workload
         .accounts

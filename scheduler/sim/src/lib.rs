@@ -11,6 +11,7 @@
 //! assert!(m.utilization > 0.0 && m.utilization <= 1.0);
 //! ```
 
+pub mod config;
 pub mod driver;
 pub mod engine;
 pub mod metrics;

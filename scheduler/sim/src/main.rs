@@ -6,6 +6,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
+use wharf_sim::config::scheduler_config;
 use wharf_sim::driver::{Knobs, Policy};
 use wharf_sim::report::{render, Column, Report};
 use wharf_sim::workload::{self, GpuOptions, SwfOptions, Workload};
@@ -41,7 +42,11 @@ struct Common {
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
     json: bool,
-    /// Wharf's policy: reservations per pass (backfill depth). Default: the core's.
+    /// Wharf's policy from this controller config file's `[scheduler]` section (default: the
+    /// core's defaults, which are also the controller's); the flags below override it.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Wharf's policy: reservations per pass (backfill depth).
     #[arg(long, global = true)]
     reservations: Option<usize>,
     /// Wharf's policy: age weight.
@@ -66,7 +71,14 @@ struct Common {
 
 impl Common {
     fn knobs(&self) -> Result<Knobs> {
-        let mut k = Knobs::default();
+        let mut c = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                scheduler_config(&text).with_context(|| format!("in {}", path.display()))?
+            }
+            None => wharf_core::Config::default(),
+        };
         let hours = |h: f64, what: &str| -> Result<u64> {
             if !(h.is_finite() && h > 0.0) {
                 bail!("--{what} must be a positive number of hours, not {h}");
@@ -74,25 +86,28 @@ impl Common {
             Ok((h * 3_600_000.0) as u64)
         };
         if let Some(r) = self.reservations {
-            k.reservations = r;
+            if r == 0 {
+                bail!("--reservations must be at least 1");
+            }
+            c.reservations = r;
         }
         if let Some(w) = self.weight_age {
-            k.weights.age = w;
+            c.weights.age = w;
         }
         if let Some(w) = self.weight_fairshare {
-            k.weights.fairshare = w;
+            c.weights.fairshare = w;
         }
         if let Some(w) = self.weight_job_size {
-            k.weights.job_size = w;
+            c.weights.job_size = w;
         }
-        k.favor_small |= self.favor_small;
+        c.favor_small |= self.favor_small;
         if let Some(h) = self.half_life_h {
-            k.half_life = hours(h, "half-life-h")?;
+            c.half_life = hours(h, "half-life-h")?;
         }
         if let Some(h) = self.max_age_h {
-            k.max_age = hours(h, "max-age-h")?;
+            c.max_age = hours(h, "max-age-h")?;
         }
-        Ok(k)
+        Ok(Knobs { config: c })
     }
 }
 
