@@ -147,7 +147,8 @@ enum Source {
         #[arg(long)]
         jobs: Option<usize>,
     },
-    /// A generated GPU workload: nodes of 8 GPUs, jobs of 1-8 GPUs, one heavy account.
+    /// A generated GPU workload: nodes of 8 GPUs, jobs of 1-8 GPUs or 2-4 whole nodes, one heavy
+    /// account.
     Gpu {
         /// Nodes.
         #[arg(long, default_value_t = 16)]
@@ -162,7 +163,7 @@ enum Source {
         #[arg(long, default_value_t = 0.9)]
         load: f64,
         /// Fraction of jobs spanning 2-4 whole nodes.
-        #[arg(long, default_value_t = 0.0)]
+        #[arg(long, default_value_t = 0.1)]
         multi_node: f64,
     },
 }

@@ -258,7 +258,7 @@ impl Default for GpuOptions {
             jobs: 4_000,
             accounts: 4,
             load: 0.9,
-            multi_node: 0.0,
+            multi_node: 0.1,
         }
     }
 }
