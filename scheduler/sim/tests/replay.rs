@@ -95,3 +95,39 @@ fn applying_refuses_a_plan_that_over_allocates() {
     assert!(err.to_string().contains("not pending"), "{err}");
     assert_eq!(sim.running(), 1);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+    /// Whatever the workload, every plan the core gives under every policy passes the applying
+    /// step's checks (no over-allocation, right node count, ids free), every job ends, and no
+    /// job starts before it was submitted.
+    #[test]
+    fn any_gpu_workload_replays_cleanly(
+        seed in 0u64..u64::MAX,
+        nodes in 1u32..5,
+        jobs in 10usize..80,
+        multi_node in 0.0f64..0.5,
+        load in 0.3f64..1.5,
+    ) {
+        let w = gpu_synthetic(&GpuOptions {
+            seed,
+            nodes,
+            jobs,
+            accounts: 3,
+            load,
+            multi_node,
+        });
+        // Jobs wider than the cluster could never start; admission would refuse them.
+        let fits = w.jobs.iter().filter(|j| j.nodes <= nodes).count();
+        for p in [Policy::Fcfs, Policy::Easy, Policy::Wharf] {
+            let r = replay(&w, p).unwrap();
+            proptest::prop_assert_eq!(r.outcomes.len(), fits, "{}", p);
+            for o in &r.outcomes {
+                proptest::prop_assert!(o.submit <= o.start && o.start <= o.end);
+            }
+            let m = compute(&w, &r.outcomes);
+            proptest::prop_assert!(m.utilization <= 1.0 + 1e-9, "{}: {}", p, m.utilization);
+        }
+    }
+}
