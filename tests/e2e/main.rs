@@ -16,6 +16,7 @@ mod preflight;
 mod recovery;
 mod remote;
 mod sandbox;
+mod scheduling;
 mod sif;
 mod state_files;
 mod submit_limits;

@@ -184,6 +184,8 @@ fn never_fits(
     }
     if up >= want {
         None
+    } else if classes.is_empty() {
+        Some(PendingReason::NoNodes)
     } else if could == 0 {
         Some(PendingReason::TooLarge {
             cpus: req.cpus,

@@ -124,15 +124,14 @@ impl Partitions {
                 return Err(PendingReason::PartitionTimeLimit { limit, max });
             }
         }
-        let max_nodes = p
-            .max_nodes
-            .unwrap_or(u32::MAX)
-            .min(p.nodes.len().min(u32::MAX as usize) as u32);
-        if job.request.node_count() > max_nodes {
-            return Err(PendingReason::PartitionNodeLimit {
-                nodes: job.request.node_count(),
-                max: max_nodes,
-            });
+        // The partition's size is checked against node shapes later (backfill::never_fits).
+        if let Some(max) = p.max_nodes {
+            if job.request.node_count() > max {
+                return Err(PendingReason::PartitionNodeLimit {
+                    nodes: job.request.node_count(),
+                    max,
+                });
+            }
         }
         Ok((idx, limit))
     }

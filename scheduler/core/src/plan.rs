@@ -67,7 +67,8 @@ pub struct Plan {
     pub starts: Vec<Start>,
     /// Reservations, highest priority first.
     pub reservations: Vec<Reservation>,
-    /// Every pending job not started, in scheduling order.
+    /// Every pending job not started: those that could run, in scheduling order, then those
+    /// held back by holds, begin times, dependencies or their partition, by job id.
     pub waiting: Vec<Waiting>,
     /// Every pending job's priority, by job id order.
     pub priorities: Vec<(JobId, Priority)>,

@@ -7,8 +7,9 @@ use wharf_api::JobId;
 
 use crate::state::Time;
 
-/// Why a job has not started.
+/// Why a job has not started. More reasons come with more policies, so match with a `_` arm.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PendingReason {
     /// Nodes exist that could hold it, but not enough is free now.
     Resources,
@@ -40,11 +41,13 @@ pub enum PendingReason {
     PartitionNodeLimit {
         /// Nodes asked for.
         nodes: u32,
-        /// The partition's MaxNodes (or its node count).
+        /// The partition's MaxNodes, or how many of its nodes could hold the job.
         max: u32,
     },
     /// No node of its partition that could hold it is up.
     ReqNodeNotAvail,
+    /// Its partition has no node at all (none registered yet).
+    NoNodes,
     /// No node of its partition could ever hold it.
     TooLarge {
         /// CPUs, memory, GPUs per node asked for.
@@ -83,7 +86,7 @@ impl PendingReason {
             PendingReason::InvalidPartition { .. } => "PartitionConfig",
             PendingReason::PartitionTimeLimit { .. } => "PartitionTimeLimit",
             PendingReason::PartitionNodeLimit { .. } => "PartitionNodeLimit",
-            PendingReason::ReqNodeNotAvail => "ReqNodeNotAvail",
+            PendingReason::ReqNodeNotAvail | PendingReason::NoNodes => "ReqNodeNotAvail",
             PendingReason::TooLarge { .. } => "BadConstraints",
             PendingReason::BeginTime { .. } => "BeginTime",
             PendingReason::JobHeldUser => "JobHeldUser",
@@ -146,6 +149,10 @@ impl fmt::Display for PendingReason {
             PendingReason::ReqNodeNotAvail => write!(
                 f,
                 "{code}: the nodes that could run it are down or draining; it starts when they return"
+            ),
+            PendingReason::NoNodes => write!(
+                f,
+                "{code}: no node has joined its partition yet; is `wharf agent` running on the nodes?"
             ),
             PendingReason::TooLarge {
                 cpus,

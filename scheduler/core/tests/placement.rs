@@ -118,3 +118,15 @@ fn down_and_draining_nodes_take_no_work() {
     assert!(plan.starts.is_empty());
     assert_eq!(waiting(&plan, 1).reason, PendingReason::ReqNodeNotAvail);
 }
+
+#[test]
+fn with_no_node_at_all_the_reason_says_so() {
+    let state = State {
+        pending: vec![job(1, "u", 1, 0, 10, 0)],
+        ..State::default()
+    };
+    let plan = schedule(MIN, &state, &Config::default());
+    let reason = &waiting(&plan, 1).reason;
+    assert_eq!(reason, &PendingReason::NoNodes);
+    assert!(reason.to_string().contains("wharf agent"), "{reason}");
+}

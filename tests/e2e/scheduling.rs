@@ -1,0 +1,82 @@
+//! The live controller schedules with the core's policy: a short job backfills past a job that
+//! waits for the whole node, a long one does not, and each waiting job says why in words.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+#[test]
+fn a_short_job_backfills_and_waiting_jobs_say_why() {
+    if !can_run("a_short_job_backfills_and_waiting_jobs_say_why") {
+        return;
+    }
+    let c = Cluster::start_with("[scheduler]\npolicy = \"easy\"\n");
+    let u = user("whsched-bf");
+    let nodes: serde_json::Value =
+        serde_json::from_slice(&c.wharf(&["nodes", "--json"]).stdout).unwrap();
+    let cpus = nodes["nodes"][0]["info"]["cpus"].as_u64().unwrap();
+    if cpus < 2 {
+        let msg = "a_short_job_backfills_and_waiting_jobs_say_why needs a node with 2 CPUs";
+        assert!(std::env::var_os("WHARF_TEST_STRICT").is_none(), "{msg}");
+        eprintln!("SKIP: {msg}");
+        return;
+    }
+    let submit = |n: u64, time: &str, script: &str| {
+        submitted_id(&c.wharf_as(
+            &u,
+            &[
+                "submit",
+                "--cpus",
+                &n.to_string(),
+                "--mem",
+                "16M",
+                "--time",
+                time,
+                "--wrap",
+                script,
+            ],
+        ))
+    };
+    // Every CPU but one is busy for up to 10 minutes.
+    let busy = submit(cpus - 1, "10m", "sleep 600");
+    c.wait_running(busy);
+    let whole = submit(cpus, "10m", "true"); // reserved at the busy job's end
+    let long = submit(1, "30m", "true"); // would hold a CPU past that reservation
+    let short = submit(1, "1m", "true"); // ends before it: backfills now
+
+    let done = c.wait_done(short, Duration::from_secs(30));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (w, l) = (c.job(whole), c.job(long));
+        let (wr, lr) = (
+            w["reason"].as_str().unwrap_or_default().to_string(),
+            l["reason"].as_str().unwrap_or_default().to_string(),
+        );
+        if wr.starts_with("Resources:") && lr.starts_with("Priority:") {
+            assert_eq!(w["state"], "PENDING");
+            assert_eq!(l["state"], "PENDING");
+            assert!(wr.contains("expected to start in about"), "{wr}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "reasons: {wr:?} / {lr:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Another user sees the same words: they come from public fields only.
+    let other = user("whsched-bf2");
+    let seen: serde_json::Value = serde_json::from_slice(
+        &c.wharf_as(&other, &["show", &whole.to_string(), "--json"])
+            .stdout,
+    )
+    .unwrap();
+    assert!(
+        seen["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("Resources:"),
+        "{seen}"
+    );
+    for id in [busy, whole, long] {
+        assert!(c.wharf(&["cancel", &id.to_string()]).status.success());
+    }
+}
