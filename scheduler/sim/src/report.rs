@@ -50,9 +50,14 @@ pub fn render(report: &Report) -> String {
     }
     t.set_header(header);
     type Get = fn(&Column) -> f64;
-    let rows: [(&str, Get, usize); 9] = [
+    let rows: [(&str, Get, usize); 10] = [
         ("jobs finished", |c| c.metrics.jobs as f64, 0),
         ("utilization", |c| c.metrics.utilization, 4),
+        (
+            "utilization (arrival span)",
+            |c| c.metrics.utilization_arrivals,
+            4,
+        ),
         ("mean wait (s)", |c| c.metrics.mean_wait_s, 1),
         (
             "mean bounded slowdown",
