@@ -131,3 +131,26 @@ proptest::proptest! {
         }
     }
 }
+
+/// Wharf's policy with age as its only factor and one reservation orders jobs by submit time,
+/// as EASY does, so the two must make the same decisions: a check that the simulator drives
+/// both configurations through the same machinery.
+#[test]
+fn multifactor_with_age_only_and_one_reservation_is_easy() {
+    let trace = swf::parse(include_str!("data/lublin_256_head.swf")).unwrap();
+    let w = from_swf("t", &trace, &SwfOptions::default());
+    let mut config = wharf_core::Config {
+        reservations: 1,
+        ..wharf_core::Config::default()
+    };
+    config.weights.fairshare = 0;
+    config.weights.job_size = 0;
+    let knobs = wharf_sim::driver::Knobs { config };
+    let easy = replay(&w, Policy::Easy).unwrap();
+    let wharf = wharf_sim::engine::replay_with(&w, Policy::Wharf, &knobs).unwrap();
+    assert!(easy.decisions.len() > 400);
+    assert_eq!(easy.decisions, wharf.decisions);
+    // With its default weights, fair share reorders the queue.
+    let default = replay(&w, Policy::Wharf).unwrap();
+    assert_ne!(easy.decisions, default.decisions);
+}
