@@ -45,6 +45,18 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         };
         rows.push((label, r.clone()));
     }
+    if let Some(at) = j.expected_start {
+        rows.push(("Expected start", output::time(Some(at))));
+    }
+    if let Some(p) = &j.priority {
+        rows.push((
+            "Priority",
+            format!(
+                "{} = age {} + fair share {} + job size {} + partition {} + QoS {} - nice {}",
+                p.total, p.age, p.fairshare, p.job_size, p.partition, p.qos, p.nice
+            ),
+        ));
+    }
     rows.extend([
         (
             "Resources",

@@ -76,6 +76,12 @@ fn a_short_job_backfills_and_waiting_jobs_say_why() {
             .starts_with("Resources:"),
         "{seen}"
     );
+    // `wharf show` prints the expected start and each priority factor.
+    let shown = stdout(&c.wharf_as(&u, &["show", &whole.to_string()]));
+    assert!(
+        shown.contains("Expected start") && shown.contains("+ fair share "),
+        "{shown}"
+    );
     for id in [busy, whole, long] {
         assert!(c.wharf(&["cancel", &id.to_string()]).status.success());
     }

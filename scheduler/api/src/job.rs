@@ -699,6 +699,33 @@ pub struct JobRecord {
     pub exit: Option<ExitInfo>,
     /// A cancel was asked for and the node has not confirmed yet.
     pub cancel_requested: bool,
+    /// A pending job's priority at the last scheduling pass, factor by factor (public).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<PriorityView>,
+    /// When the last scheduling pass expects a pending job to start, ms since the Unix epoch
+    /// (public); set only for jobs holding a reservation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_start: Option<u64>,
+}
+
+/// A multifactor priority as Slurm's `sprio` shows it: each factor already multiplied by its
+/// weight, so `total` is their sum less nice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PriorityView {
+    /// The priority.
+    pub total: u64,
+    /// Age factor times its weight.
+    pub age: u64,
+    /// Fair-share factor times its weight.
+    pub fairshare: u64,
+    /// Job size factor times its weight.
+    pub job_size: u64,
+    /// Partition factor times its weight.
+    pub partition: u64,
+    /// QoS factor times its weight.
+    pub qos: u64,
+    /// Nice, subtracted.
+    pub nice: i64,
 }
 
 impl JobRecord {

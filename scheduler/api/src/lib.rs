@@ -12,6 +12,8 @@ pub mod resources;
 pub mod text;
 pub mod wire;
 
-pub use job::{ExitInfo, JobDefaults, JobId, JobRecord, JobRequest, JobSpec, JobState, Owner};
+pub use job::{
+    ExitInfo, JobDefaults, JobId, JobRecord, JobRequest, JobSpec, JobState, Owner, PriorityView,
+};
 pub use node::{NodeInfo, NodeRecord, NodeState};
 pub use resources::{parse_duration, parse_memory, Resources};

@@ -106,7 +106,7 @@ impl Cluster {
                 (entry.info.name.clone(), entry)
             })
             .collect();
-        Ok(Cluster {
+        let mut cluster = Cluster {
             store,
             jobs,
             nodes,
@@ -115,7 +115,9 @@ impl Cluster {
             max_pending_per_user: u32::MAX,
             usage: UsageLedger::new(SchedConfig::default().half_life),
             sched: SchedConfig::default(),
-        })
+        };
+        cluster.replay_usage()?;
+        Ok(cluster)
     }
 
     /// Sets the most jobs one user may have pending (`u32::MAX`: no limit).
@@ -124,11 +126,15 @@ impl Cluster {
         self
     }
 
-    /// Sets the scheduling policy; fair-share usage decays with its half-life.
-    pub fn with_scheduler(mut self, config: SchedConfig) -> Cluster {
-        self.usage = UsageLedger::new(config.half_life);
+    /// Sets the scheduling policy; fair-share usage decays with its half-life (the ended
+    /// jobs in the store are charged again when it differs from the default).
+    pub fn with_scheduler(mut self, config: SchedConfig) -> Result<Cluster, StoreError> {
+        let replay = config.half_life != self.sched.half_life;
         self.sched = config;
-        self
+        if replay {
+            self.replay_usage()?;
+        }
+        Ok(self)
     }
 
     /// Validates and stores a job. Returns its id once committed.
@@ -211,6 +217,8 @@ impl Cluster {
             gpu_ids: vec![],
             exit: None,
             cancel_requested: false,
+            priority: None,
+            expected_start: None,
         };
         if self
             .store

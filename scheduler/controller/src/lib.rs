@@ -134,7 +134,7 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
         now_ms(),
     )?
     .with_max_pending_per_user(config.max_pending_per_user)
-    .with_scheduler(config.scheduler.clone());
+    .with_scheduler(config.scheduler.clone())?;
     let shared = Arc::new(Shared {
         config: config.clone(),
         cluster: Mutex::new(cluster),

@@ -238,6 +238,8 @@ mod tests {
             gpu_ids: vec![],
             exit: None,
             cancel_requested: false,
+            priority: None,
+            expected_start: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! What each caller may see of a job. Its owner and admins see all of it; other users see
-//! its public fields (name, owner, resources, state, times, node) and a reason rebuilt from
-//! them, never the spec (command, environment, paths) or words that came from it.
+//! its public fields (name, owner, resources, state, times, node, priority, expected start)
+//! and a reason rebuilt from them, never the spec (command, environment, paths) or words that
+//! came from it.
 
 use wharf_api::{JobRecord, JobState};
 
@@ -96,6 +97,8 @@ mod tests {
                 ..Default::default()
             }),
             cancel_requested: false,
+            priority: None,
+            expected_start: None,
         }
     }
 

@@ -95,12 +95,17 @@ pub(crate) fn pass(
             reason,
             estimated_start: at,
         };
-        if n >= config.max_job_test || (blocked && config.policy == Policy::Fcfs) {
+        if n >= config.max_job_test {
             out.waiting.push(wait(PendingReason::Priority, None));
             continue;
         }
+        // A job that can never run here says so whatever is ahead of it, and blocks nobody.
         if let Some(reason) = never_fits(table, &classes[r.part], req) {
             out.waiting.push(wait(reason, None));
+            continue;
+        }
+        if blocked && config.policy == Policy::Fcfs {
+            out.waiting.push(wait(PendingReason::Priority, None));
             continue;
         }
         let known_fail = failed[r.part].iter().any(|f| f.dominated_by(req, r.limit));

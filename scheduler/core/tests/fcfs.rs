@@ -39,6 +39,19 @@ fn head_of_line_blocks_a_job_that_would_fit() {
 }
 
 #[test]
+fn behind_a_blocked_job_a_job_that_can_never_run_still_says_why() {
+    let state = State {
+        nodes: vec![node("a", 4, 8, 0)],
+        running: vec![running(9, "a", vec![0], vec![], 0, 60)],
+        pending: vec![job(1, "u", 4, 0, 10, 10), job(2, "u", 64, 0, 1, 20)],
+        ..State::default()
+    };
+    let plan = schedule(100, &state, &fcfs());
+    assert_eq!(waiting(&plan, 1).reason, PendingReason::Resources);
+    assert_eq!(waiting(&plan, 2).reason.code(), "BadConstraints");
+}
+
+#[test]
 fn a_job_that_can_never_fit_blocks_nobody() {
     let state = State {
         nodes: vec![node("a", 4, 8, 0)],

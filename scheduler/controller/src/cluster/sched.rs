@@ -3,13 +3,17 @@
 
 use std::collections::BTreeSet;
 
-use wharf_api::{JobRecord, JobState};
+use wharf_api::{JobRecord, JobState, PriorityView};
 use wharf_core::{
-    schedule, Alloc, Assoc, Gpu, Node, NodeState as SchedNodeState, PendingJob, Request,
-    RunningJob, State as SchedState,
+    schedule, Alloc, Assoc, Gpu, Node, NodeState as SchedNodeState, PendingJob, Priority, Request,
+    RunningJob, State as SchedState, UsageLedger, Weights,
 };
 
 use super::{Cluster, Failure};
+use crate::store::StoreError;
+
+/// How many of the most recent ended jobs a controller start charges to fair share.
+const USAGE_HISTORY: u32 = 50_000;
 
 impl Cluster {
     /// One scheduling pass. Returns the nodes that got work.
@@ -21,7 +25,7 @@ impl Cluster {
         let plan = schedule(now, &state, &self.sched);
         let mut started = Vec::new();
         let mut woken = BTreeSet::new();
-        for start in plan.starts {
+        for start in &plan.starts {
             // Jobs here are single-node (admission refuses more).
             let (Some(rec), Some(alloc)) = (self.jobs.get(&start.job), start.allocs.first()) else {
                 continue;
@@ -32,11 +36,17 @@ impl Cluster {
             rec.node = Some(alloc.node.clone());
             rec.cpu_ids = alloc.cpu_ids.clone();
             rec.gpu_ids = alloc.gpu_ids.clone();
+            rec.priority = None;
+            rec.expected_start = None;
             woken.insert(alloc.node.clone());
             started.push(rec);
         }
-        for wait in plan.waiting {
+        let weights = self.sched.weights;
+        for wait in &plan.waiting {
+            let priority = plan.priority(wait.job).map(|p| sprio(p, &weights));
             if let Some(rec) = self.jobs.get_mut(&wait.job) {
+                rec.priority = priority;
+                rec.expected_start = wait.estimated_start;
                 // The scheduler's sentence is made of public fields only (resources, limits,
                 // partition and job ids), so other users may see it too.
                 rec.reason = Some(match wait.estimated_start {
@@ -114,6 +124,18 @@ impl Cluster {
         }
     }
 
+    /// Rebuilds fair-share usage from the most recent ended jobs in the store, oldest first, so
+    /// that a restart keeps it (older jobs have decayed to little).
+    pub(super) fn replay_usage(&mut self) -> Result<(), StoreError> {
+        self.usage = UsageLedger::new(self.sched.half_life);
+        let mut ended = self.store.finished_jobs(None, USAGE_HISTORY)?;
+        ended.reverse();
+        for job in &ended {
+            self.charge(job);
+        }
+        Ok(())
+    }
+
     /// Charges an ended job's billing-weighted TRES-seconds to its user for fair share.
     pub(super) fn charge(&mut self, job: &JobRecord) {
         let (Some(start), Some(end)) = (job.start_time, job.end_time) else {
@@ -132,6 +154,20 @@ impl Cluster {
 /// Each user is charged to an account of its own name until accounts are configured.
 fn assoc(job: &JobRecord) -> Assoc {
     Assoc::new(&job.owner.user, &job.owner.user)
+}
+
+/// A priority the way `sprio` shows it: each factor times its weight.
+fn sprio(p: &Priority, w: &Weights) -> PriorityView {
+    let weighted = |weight: u32, factor: f64| (weight as f64 * factor).round() as u64;
+    PriorityView {
+        total: p.value,
+        age: weighted(w.age, p.age),
+        fairshare: weighted(w.fairshare, p.fairshare),
+        job_size: weighted(w.job_size, p.job_size),
+        partition: weighted(w.partition, p.partition),
+        qos: weighted(w.qos, p.qos),
+        nice: p.nice.into(),
+    }
 }
 
 /// The GPU type from NVML's model name: "NVIDIA H100 80GB HBM3" is `h100`,

@@ -84,6 +84,15 @@ fn gpus_are_the_ids_the_agent_reported_and_waiting_jobs_carry_the_sentence() {
         reason.starts_with("Resources: ") && reason.contains("expected to start in about"),
         "{reason}"
     );
+    // Started at 1 s with the default 1 h limit: the node is expected free at 3,601 s.
+    assert_eq!(waiting.expected_start, Some(3_601_000));
+    let p = waiting.priority.unwrap();
+    assert_eq!(p.fairshare, 10_000, "no usage yet: fair share factor 1");
+    assert_eq!(
+        p.total,
+        p.age + p.fairshare + p.job_size + p.partition + p.qos
+    );
+    assert_eq!(record(&c, first).priority, None, "started jobs carry none");
 }
 
 #[test]
@@ -106,6 +115,30 @@ fn ended_jobs_count_against_their_user_for_fair_share() {
     // Both wait for the node; bob, who used nothing, is planned first.
     assert!(bob_reason.ends_with("about 01:00:00"), "{bob_reason}");
     assert!(ann_reason.ends_with("about 02:00:00"), "{ann_reason}");
+}
+
+#[test]
+fn fair_share_usage_survives_a_controller_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
+    {
+        let mut c = cluster(&dir);
+        let hog = submit(&mut c, &ann, 3, 10);
+        c.schedule(1_000).unwrap();
+        let mut ended = record(&c, hog);
+        ended.state = JobState::Completed;
+        ended.start_time = Some(1_000);
+        ended.end_time = Some(3_601_000);
+        c.commit(vec![ended]).unwrap();
+    }
+    // A new controller on the same store: ann's hour on the whole node still counts.
+    let store = Store::open(&dir.path().join("wharf.db")).unwrap();
+    let mut c = Cluster::load(store, JobDefaults::default(), 60_000, 3_700_000).unwrap();
+    let ann_next = submit(&mut c, &ann, 3, 3_700_000);
+    let bob_next = submit(&mut c, &bob, 3, 3_700_001);
+    c.schedule(3_700_002).unwrap();
+    assert_eq!(record(&c, bob_next).state, JobState::Starting);
+    assert_eq!(record(&c, ann_next).state, JobState::Pending);
 }
 
 #[test]
