@@ -93,6 +93,10 @@ pub struct Driver {
     // Wall time spent inside `wharf_core::schedule`, for the benchmark's breakdown; it never
     // feeds a decision.
     core_time: Duration,
+    // Jobs that held a reservation after the last pass, and how many times a job still pending
+    // lost its reservation to another: a measure of how stable the backfill plan is.
+    reserved: BTreeSet<JobId>,
+    reservations_dropped: u64,
 }
 
 impl Driver {
@@ -138,6 +142,8 @@ impl Driver {
             left_pending: BTreeSet::new(),
             left_running: BTreeSet::new(),
             core_time: Duration::ZERO,
+            reserved: BTreeSet::new(),
+            reservations_dropped: 0,
         })
     }
 
@@ -208,6 +214,13 @@ impl Driver {
         self.ledger.record(&self.assoc(job), rate * secs, end);
     }
 
+    /// How many times a job that held a reservation lost it while still pending (neither started
+    /// nor gone): a high count means the plan churns and idle time held for one job goes to
+    /// another.
+    pub fn reservations_dropped(&self) -> u64 {
+        self.reservations_dropped
+    }
+
     /// Wall time spent inside the core's `schedule` so far.
     pub fn core_time(&self) -> Duration {
         self.core_time
@@ -231,6 +244,15 @@ impl Driver {
         let t = Instant::now();
         let plan = schedule(now, &self.state, &self.config);
         self.core_time += t.elapsed();
+        let reserved: BTreeSet<JobId> = plan.reservations.iter().map(|r| r.job).collect();
+        let started: BTreeSet<JobId> = plan.starts.iter().map(|s| s.job).collect();
+        self.reservations_dropped += self
+            .reserved
+            .iter()
+            .filter(|j| !reserved.contains(j) && !started.contains(j))
+            .filter(|j| !self.left_pending.contains(j))
+            .count() as u64;
+        self.reserved = reserved;
         plan.starts
             .into_iter()
             .map(|s| {

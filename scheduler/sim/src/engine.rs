@@ -104,6 +104,8 @@ pub struct Replay {
     pub never_started: Vec<JobId>,
     /// Scheduling passes run.
     pub passes: u64,
+    /// Times a still-pending job lost its reservation ([`Driver::reservations_dropped`]).
+    pub reservations_dropped: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -130,7 +132,9 @@ pub fn replay_with(workload: &Workload, policy: Policy, knobs: &Knobs) -> Result
         sim.apply_plan(&starts, now, &mut driver)?;
         sim.passes += 1;
     }
-    Ok(sim.finish())
+    let mut replay = sim.finish();
+    replay.reservations_dropped = driver.reservations_dropped();
+    Ok(replay)
 }
 
 /// The simulator's state; public so that benchmarks can drive passes one by one.
@@ -338,6 +342,7 @@ impl<'w> Sim<'w> {
             decisions: self.decisions,
             never_started: self.pending.keys().copied().collect(),
             passes: self.passes,
+            reservations_dropped: 0,
         }
     }
 }

@@ -17,6 +17,8 @@ pub struct Column {
     pub never_started: usize,
     /// Scheduling passes.
     pub passes: u64,
+    /// Times a still-pending job lost its reservation.
+    pub reservations_dropped: u64,
     /// Wall-clock seconds the replay took.
     pub wall_s: f64,
 }
@@ -50,7 +52,7 @@ pub fn render(report: &Report) -> String {
     }
     t.set_header(header);
     type Get = fn(&Column) -> f64;
-    let rows: [(&str, Get, usize); 10] = [
+    let rows: [(&str, Get, usize); 12] = [
         ("jobs finished", |c| c.metrics.jobs as f64, 0),
         ("utilization", |c| c.metrics.utilization, 4),
         (
@@ -76,6 +78,8 @@ pub fn render(report: &Report) -> String {
             4,
         ),
         ("never started", |c| c.never_started as f64, 0),
+        ("passes", |c| c.passes as f64, 0),
+        ("reservations dropped", |c| c.reservations_dropped as f64, 0),
         ("replay wall (s)", |c| c.wall_s, 2),
     ];
     for (name, get, digits) in rows {
