@@ -250,9 +250,12 @@ impl<'w> Sim<'w> {
     /// of nodes, ids in range and free, memory fits), holds the resources and queues the end.
     ///
     /// This is the simulator's copy of the controller's plan-applying step
-    /// (`scheduler/controller/src/cluster.rs`, `Cluster::schedule`'s loop over decisions), kept
-    /// to this one function so both can move onto one shared implementation. A start that
-    /// fails a check stops the replay: it would be an over-allocation in production.
+    /// (`scheduler/controller/src/cluster/sched.rs`, `Cluster::schedule`'s loop over
+    /// `plan.starts`), kept to this one function so both can move onto one shared
+    /// implementation. It checks more than the controller does today (which trusts the core),
+    /// because a replay is where a core bug should surface. A start that fails a check is
+    /// refused before anything is taken, and stops the replay: it would be an over-allocation
+    /// in production.
     pub fn apply_plan(
         &mut self,
         starts: &[Start],
