@@ -12,7 +12,8 @@
 //!
 //! Printed next to Slurm's documented sustained rate of 500 jobs/s. Environment:
 //! `WHARF_SCHED_SCALE` (default 1.0) scales nodes and jobs; `WHARF_SCHED_SECONDS` (default 60)
-//! bounds the sustained phase's wall time; `WHARF_SCHED_PASSES` (default 2,000) its passes.
+//! bounds the sustained phase's wall time; `WHARF_SCHED_PASSES` (default 2,000) its passes;
+//! `WHARF_SCHED_INTERVAL_MS` (default 1,000) the least simulated time between passes.
 
 use std::time::{Duration, Instant};
 
@@ -21,8 +22,6 @@ use wharf_sim::engine::Sim;
 use wharf_sim::workload::{array_backlog, BacklogOptions, MS};
 
 const SLURM_STARTS_PER_S: f64 = 500.0;
-/// Passes run at most once per this much simulated time.
-const PASS_INTERVAL_MS: u64 = MS;
 
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
     match std::env::var(name) {
@@ -45,6 +44,8 @@ fn main() {
     let scale: f64 = env("WHARF_SCHED_SCALE", 1.0);
     let budget = Duration::from_secs_f64(env("WHARF_SCHED_SECONDS", 60.0));
     let max_passes: usize = env("WHARF_SCHED_PASSES", 2_000);
+    // Passes run at most once per this much simulated time.
+    let interval: u64 = env("WHARF_SCHED_INTERVAL_MS", MS);
     let nodes = ((10_000.0 * scale) as u32).max(1);
     let jobs = ((100_000.0 * scale) as usize).max(1);
     let t = Instant::now();
@@ -82,7 +83,7 @@ fn main() {
     let core_before = driver.core_time();
     let mut pass_times = Vec::new();
     let mut started = 0usize;
-    let mut next_pass = now + PASS_INTERVAL_MS;
+    let mut next_pass = now + interval;
     let phase = Instant::now();
     // A pass is owed once events arrived since the last one; it runs at the first event at or
     // after `next_pass`, or at `next_pass` itself when the clock would otherwise skip past it.
@@ -105,7 +106,7 @@ fn main() {
             None => break,
         };
         owed = false;
-        next_pass = at + PASS_INTERVAL_MS;
+        next_pass = at + interval;
         if sim.pending() == 0 {
             continue;
         }
