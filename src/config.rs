@@ -50,6 +50,100 @@ pub struct SchedulerSection {
     pub weight_job_size: u32,
     pub weight_partition: u32,
     pub weight_qos: u32,
+    /// `[[scheduler.partition]]` entries; none: every node in one partition.
+    #[serde(rename = "partition")]
+    pub partitions: Vec<PartitionSection>,
+}
+
+/// One `[[scheduler.partition]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PartitionSection {
+    pub name: String,
+    pub nodes: Vec<String>,
+    pub default: bool,
+    pub state: String,
+    pub priority_tier: u32,
+    pub max_time: Option<String>,
+    pub default_time: Option<String>,
+    pub max_nodes: Option<u32>,
+    pub billing_cpu: f64,
+    pub billing_memory_gib: f64,
+    pub billing_gpu: f64,
+}
+
+impl Default for PartitionSection {
+    fn default() -> Self {
+        let b = wharf_controller::SchedulerBilling::default();
+        PartitionSection {
+            name: String::new(),
+            nodes: vec![],
+            default: false,
+            state: "up".into(),
+            priority_tier: 0,
+            max_time: None,
+            default_time: None,
+            max_nodes: None,
+            billing_cpu: b.cpu,
+            billing_memory_gib: b.memory_gib,
+            billing_gpu: b.gpu,
+        }
+    }
+}
+
+impl PartitionSection {
+    fn resolve(&self) -> Result<wharf_controller::SchedulerPartition> {
+        use wharf_controller::PartitionState;
+        let name = &self.name;
+        let key = format!("scheduler.partition {name:?}");
+        let ok_name = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !ok_name {
+            anyhow::bail!("{key}: name must be 1 to 64 letters, digits, '-', '_' or '.'");
+        }
+        let state = match self.state.to_ascii_lowercase().as_str() {
+            "up" => PartitionState::Up,
+            "down" => PartitionState::Down,
+            "drain" => PartitionState::Drain,
+            "inactive" => PartitionState::Inactive,
+            other => anyhow::bail!(
+                "{key}: state {other:?}: use \"up\", \"down\", \"drain\" or \"inactive\""
+            ),
+        };
+        let ms = |what: &str, text: &Option<String>| -> Result<Option<u64>> {
+            text.as_deref()
+                .map(|t| Ok(duration(&format!("{key} {what}"), t)?.as_millis() as u64))
+                .transpose()
+        };
+        for (what, w) in [
+            ("billing_cpu", self.billing_cpu),
+            ("billing_memory_gib", self.billing_memory_gib),
+            ("billing_gpu", self.billing_gpu),
+        ] {
+            if !(w.is_finite() && w >= 0.0) {
+                anyhow::bail!("{key}: {what} must be a number at least 0");
+            }
+        }
+        if self.max_nodes == Some(0) {
+            anyhow::bail!("{key}: max_nodes must be at least 1");
+        }
+        let nodes: Vec<&str> = self.nodes.iter().map(String::as_str).collect();
+        let mut p = wharf_controller::SchedulerPartition::new(name, &nodes);
+        p.state = state;
+        p.priority_tier = self.priority_tier;
+        p.max_time = ms("max_time", &self.max_time)?;
+        p.default_time = ms("default_time", &self.default_time)?;
+        p.max_nodes = self.max_nodes;
+        p.billing = wharf_controller::SchedulerBilling {
+            cpu: self.billing_cpu,
+            memory_gib: self.billing_memory_gib,
+            gpu: self.billing_gpu,
+        };
+        Ok(p)
+    }
 }
 
 impl Default for SchedulerSection {
@@ -67,6 +161,7 @@ impl Default for SchedulerSection {
             weight_job_size: c.weights.job_size,
             weight_partition: c.weights.partition,
             weight_qos: c.weights.qos,
+            partitions: vec![],
         }
     }
 }
@@ -106,6 +201,26 @@ impl SchedulerSection {
         c.weights.job_size = self.weight_job_size;
         c.weights.partition = self.weight_partition;
         c.weights.qos = self.weight_qos;
+        let mut names = std::collections::BTreeSet::new();
+        for p in &self.partitions {
+            if !names.insert(p.name.as_str()) {
+                anyhow::bail!("scheduler.partition {:?} is defined twice", p.name);
+            }
+            c.partitions.push(p.resolve()?);
+        }
+        let defaults: Vec<&str> = self
+            .partitions
+            .iter()
+            .filter(|p| p.default)
+            .map(|p| p.name.as_str())
+            .collect();
+        if defaults.len() > 1 {
+            anyhow::bail!(
+                "scheduler.partition: {} are all marked default; mark one",
+                defaults.join(", ")
+            );
+        }
+        c.default_partition = defaults.first().map(|d| d.to_string());
         Ok(c)
     }
 }
@@ -466,6 +581,31 @@ mod tests {
         assert_eq!(c.weights.fairshare, 5);
         let d = FileConfig::default().scheduler.resolve().unwrap();
         assert_eq!(d, wharf_controller::SchedulerConfig::default());
+        let file: FileConfig = toml::from_str(
+            "[[scheduler.partition]]\nname = \"cpu\"\n\
+             [[scheduler.partition]]\nname = \"gpu\"\nnodes = [\"g1\"]\ndefault = true\n\
+             max_time = \"1d\"\npriority_tier = 2\nbilling_gpu = 10.0\nstate = \"drain\"\n",
+        )
+        .unwrap();
+        let c = file.scheduler.resolve().unwrap();
+        assert_eq!(c.default_partition.as_deref(), Some("gpu"));
+        let gpu = &c.partitions[1];
+        assert_eq!(gpu.nodes, vec!["g1".to_string()]);
+        assert_eq!(gpu.max_time, Some(24 * 3600 * 1000));
+        assert_eq!(gpu.billing.gpu, 10.0);
+        assert_eq!(gpu.state, wharf_controller::PartitionState::Drain);
+        for (text, want) in [
+            ("name = \"a\"\n[[scheduler.partition]]\nname = \"a\"", "defined twice"),
+            ("name = \"a b\"", "name must be"),
+            ("name = \"a\"\nstate = \"closed\"", "state \"closed\""),
+            ("name = \"a\"\nbilling_gpu = -1.0", "billing_gpu"),
+            ("name = \"a\"\ndefault = true\n[[scheduler.partition]]\nname = \"b\"\ndefault = true", "mark one"),
+        ] {
+            let file: FileConfig =
+                toml::from_str(&format!("[[scheduler.partition]]\n{text}\n")).unwrap();
+            let err = file.scheduler.resolve().unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
         for (text, want) in [
             ("policy = \"sjf\"", "scheduler.policy \"sjf\""),
             ("reservations = 0", "scheduler.reservations"),

@@ -33,6 +33,9 @@ pub struct JobFlags {
     /// Nodes.
     #[arg(short = 'N', long)]
     pub nodes: Option<String>,
+    /// Partition to run in (default: the site's default partition).
+    #[arg(short = 'p', long)]
+    pub partition: Option<String>,
     /// Working directory (default: the current directory).
     #[arg(short = 'D', long)]
     pub chdir: Option<String>,
@@ -77,6 +80,7 @@ impl JobFlags {
             ("gpus", &self.gpus),
             ("time", &self.time),
             ("nodes", &self.nodes),
+            ("partition", &self.partition),
             ("chdir", &self.chdir),
             ("output", &self.output),
             ("error", &self.error),

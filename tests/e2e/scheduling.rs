@@ -86,3 +86,33 @@ fn a_short_job_backfills_and_waiting_jobs_say_why() {
         assert!(c.wharf(&["cancel", &id.to_string()]).status.success());
     }
 }
+
+#[test]
+fn partitions_from_the_config_are_chosen_with_dash_p_and_checked_at_submit() {
+    if !can_run("partitions_from_the_config_are_chosen_with_dash_p_and_checked_at_submit") {
+        return;
+    }
+    let c = Cluster::start_with(
+        "[[scheduler.partition]]\nname = \"batch\"\ndefault = true\n\
+         [[scheduler.partition]]\nname = \"quick\"\nmax_time = \"10m\"\n",
+    );
+    let u = user("whsched-part");
+    let out = c.wharf_as(&u, &["submit", "-p", "nope", "--wrap", "true"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("unknown partition \"nope\"; this cluster has: batch, quick"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.wharf_as(&u, &["submit", "-p", "quick", "-t", "1h", "--wrap", "true"]);
+    assert!(
+        stderr(&out).contains("over partition quick's maximum of"),
+        "{}",
+        stderr(&out)
+    );
+    let id =
+        submitted_id(&c.wharf_as(&u, &["submit", "-p", "quick", "-t", "5m", "--wrap", "true"]));
+    let done = c.wait_done(id, Duration::from_secs(30));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    assert_eq!(done["spec"]["partition"], "quick", "{done}");
+}

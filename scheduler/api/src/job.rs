@@ -83,6 +83,9 @@ pub struct JobRequest {
         skip_serializing_if = "Option::is_none"
     )]
     pub memlock: Option<u64>,
+    /// Partition to run in (default: the site's default partition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
 }
 
 fn de_memlock<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -214,6 +217,9 @@ pub struct JobSpec {
     /// Locked memory needed, bytes (`u64::MAX` = unlimited).
     #[serde(default)]
     pub memlock: Option<u64>,
+    /// Partition asked for; `None` runs in the default partition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
 }
 
 impl JobRequest {
@@ -224,7 +230,7 @@ impl JobRequest {
         }
         take!(
             name, image, command, script, cpus, memory, gpus, time, nodes, workdir, output, error,
-            rdma, memlock, remap_root, writable
+            rdma, memlock, remap_root, writable, partition
         );
         self.env.extend(other.env);
         self.mounts.extend(other.mounts);
@@ -371,7 +377,27 @@ impl JobRequest {
             remap_root: self.remap_root.unwrap_or(false),
             writable: self.writable.unwrap_or(false),
             memlock: self.memlock,
+            partition: match &self.partition {
+                Some(p) => Some(validate_partition(p)?),
+                None => None,
+            },
         })
+    }
+}
+
+/// A partition name: 1 to 64 letters, digits, `-`, `_` or `.`.
+fn validate_partition(name: &str) -> Result<String, String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "`partition` {name:?} is not a partition name: use 1 to 64 letters, digits, '-', '_' or '.'"
+        ))
     }
 }
 
@@ -748,6 +774,23 @@ mod tests {
             command: Some(vec!["/bin/true".into()]),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_partition_is_a_plain_name() {
+        let d = JobDefaults::default();
+        let mut r = req();
+        crate::jobfile::set_option(&mut r, "p", "gpu-a100").unwrap();
+        assert_eq!(
+            r.resolve("/tmp", &d).unwrap().partition.as_deref(),
+            Some("gpu-a100")
+        );
+        for bad in ["", "a b", "../x", &"p".repeat(65)] {
+            r.partition = Some(bad.to_string());
+            let err = r.resolve("/tmp", &d).unwrap_err();
+            assert!(err.contains("is not a partition name"), "{err}");
+        }
+        assert_eq!(req().resolve("/tmp", &d).unwrap().partition, None);
     }
 
     #[test]

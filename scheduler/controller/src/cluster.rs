@@ -172,6 +172,7 @@ impl Cluster {
             self.nodes.values().map(|n| n.info.capacity()),
         )
         .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
+        self.check_partition(&spec)?;
         let pending = self
             .jobs
             .values()

@@ -12,7 +12,10 @@ pub mod serve;
 pub mod store;
 pub mod visibility;
 
-pub use wharf_core::{Config as SchedulerConfig, Policy as SchedulerPolicy};
+pub use wharf_core::{
+    Billing as SchedulerBilling, Config as SchedulerConfig, Partition as SchedulerPartition,
+    PartitionState, Policy as SchedulerPolicy,
+};
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

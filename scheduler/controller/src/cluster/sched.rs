@@ -3,10 +3,12 @@
 
 use std::collections::BTreeSet;
 
-use wharf_api::{JobRecord, JobState, PriorityView};
+use wharf_api::resources::format_duration;
+use wharf_api::wire::ErrorKind;
+use wharf_api::{JobRecord, JobSpec, JobState, PriorityView};
 use wharf_core::{
-    schedule, Alloc, Assoc, Gpu, Node, NodeState as SchedNodeState, PendingJob, Priority, Request,
-    RunningJob, State as SchedState, UsageLedger, Weights,
+    schedule, Alloc, Assoc, Gpu, Node, NodeState as SchedNodeState, PartitionState, PendingJob,
+    Priority, Request, RunningJob, State as SchedState, UsageLedger, Weights, DEFAULT_PARTITION,
 };
 
 use super::{Cluster, Failure};
@@ -91,7 +93,7 @@ impl Cluster {
                 (s, Some(node)) if s.holds_resources() => running.push(RunningJob {
                     id: job.id,
                     assoc: assoc(job),
-                    partition: None,
+                    partition: partition(job),
                     // A job still starting is taken to start now.
                     start: job.start_time.unwrap_or(now),
                     time_limit: job.time_limit.saturating_mul(1000),
@@ -111,6 +113,7 @@ impl Cluster {
                         job.submit_time,
                     );
                     p.time_limit = Some(job.time_limit.saturating_mul(1000));
+                    p.partition = partition(job);
                     pending.push(p);
                 }
                 _ => {}
@@ -122,6 +125,67 @@ impl Cluster {
             pending,
             usage: self.usage.snapshot(now),
         }
+    }
+
+    /// Refuses a job whose partition does not exist, takes no new jobs, or allows less time
+    /// than it asks for: it could never run there.
+    pub(super) fn check_partition(&self, spec: &JobSpec) -> Result<(), Failure> {
+        let parts = &self.sched.partitions;
+        let name = spec.partition.as_deref();
+        let known: Vec<&str> = if parts.is_empty() {
+            vec![DEFAULT_PARTITION]
+        } else {
+            parts.iter().map(|p| p.name.as_str()).collect()
+        };
+        let part = match name {
+            Some(n) if !known.contains(&n) => {
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "unknown partition {n:?}; this cluster has: {}",
+                        known.join(", ")
+                    ),
+                ))
+            }
+            Some(n) => parts.iter().find(|p| p.name == n),
+            None => self
+                .sched
+                .default_partition
+                .as_deref()
+                .and_then(|d| parts.iter().find(|p| p.name == d))
+                .or(parts.first()),
+        };
+        let Some(part) = part else {
+            return Ok(());
+        };
+        if matches!(part.state, PartitionState::Drain | PartitionState::Inactive) {
+            return Err(Failure::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "partition {} takes no new jobs (it is {}); choose another with --partition",
+                    part.name,
+                    if part.state == PartitionState::Drain {
+                        "draining"
+                    } else {
+                        "inactive"
+                    }
+                ),
+            ));
+        }
+        if let Some(max) = part.max_time {
+            if spec.time_limit.saturating_mul(1000) > max {
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "`time` {} is over partition {}'s maximum of {}; ask for less time",
+                        format_duration(spec.time_limit),
+                        part.name,
+                        format_duration(max / 1000)
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Rebuilds fair-share usage from the most recent ended jobs in the store, oldest first, so
@@ -142,10 +206,11 @@ impl Cluster {
             return;
         };
         let r = job.resources;
-        let rate = self
-            .sched
-            .billing_for(None)
-            .rate(r.cpus.into(), r.memory, r.gpus.into());
+        let rate = self.sched.billing_for(partition(job).as_deref()).rate(
+            r.cpus.into(),
+            r.memory,
+            r.gpus.into(),
+        );
         let secs = end.saturating_sub(start) as f64 / 1000.0;
         self.usage.record(&assoc(job), rate * secs, end);
     }
@@ -154,6 +219,10 @@ impl Cluster {
 /// Each user is charged to an account of its own name until accounts are configured.
 fn assoc(job: &JobRecord) -> Assoc {
     Assoc::new(&job.owner.user, &job.owner.user)
+}
+
+fn partition(job: &JobRecord) -> Option<String> {
+    job.spec.as_ref().and_then(|s| s.partition.clone())
 }
 
 /// A priority the way `sprio` shows it: each factor times its weight.

@@ -1,7 +1,7 @@
 use std::collections::BTreeSet;
 
 use wharf_api::node::GpuInfo;
-use wharf_api::wire::SubmitRequest;
+use wharf_api::wire::{ErrorKind, SubmitRequest};
 use wharf_api::{JobDefaults, JobId, JobRecord, JobRequest, JobState, NodeInfo, Owner};
 
 use super::gpu_kind;
@@ -48,17 +48,27 @@ fn cluster(dir: &tempfile::TempDir) -> Cluster {
 }
 
 fn submit(c: &mut Cluster, who: &Caller, gpus: u32, now: u64) -> JobId {
+    let job = JobRequest {
+        gpus: Some(gpus),
+        ..Default::default()
+    };
+    submit_job(c, who, job, now).unwrap()
+}
+
+fn submit_job(
+    c: &mut Cluster,
+    who: &Caller,
+    mut job: JobRequest,
+    now: u64,
+) -> Result<JobId, crate::cluster::Failure> {
+    job.command = Some(vec!["/bin/true".into()]);
+    job.image = Some("host".into());
     let req = SubmitRequest {
-        job: JobRequest {
-            command: Some(vec!["/bin/true".into()]),
-            image: Some("host".into()),
-            gpus: Some(gpus),
-            ..Default::default()
-        },
+        job,
         cwd: "/tmp".into(),
         client_token: None,
     };
-    c.submit(who, &req, now).unwrap()
+    c.submit(who, &req, now)
 }
 
 fn record(c: &Cluster, id: JobId) -> JobRecord {
@@ -139,6 +149,46 @@ fn fair_share_usage_survives_a_controller_restart() {
     c.schedule(3_700_002).unwrap();
     assert_eq!(record(&c, bob_next).state, JobState::Starting);
     assert_eq!(record(&c, ann_next).state, JobState::Pending);
+}
+
+#[test]
+fn jobs_run_in_their_partition_and_impossible_ones_are_refused_at_submit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    let mut short = wharf_core::Partition::new("short", &["n1"]);
+    short.max_time = Some(3_600_000);
+    config.partitions = vec![short, wharf_core::Partition::new("big", &["n2"])];
+    config.default_partition = Some("big".into());
+    let mut c = cluster(&dir).with_scheduler(config).unwrap();
+    let mut n2 = c.nodes["n1"].info.clone();
+    n2.name = "n2".into();
+    c.register(n2, 0).unwrap();
+    let ann = caller(1000, "ann");
+    let named = |p: &str, time: Option<u64>| JobRequest {
+        partition: Some(p.into()),
+        time,
+        ..Default::default()
+    };
+
+    let err = submit_job(&mut c, &ann, named("nope", None), 1).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidInput);
+    assert!(
+        err.message
+            .contains("unknown partition \"nope\"; this cluster has: short, big"),
+        "{}",
+        err.message
+    );
+    let err = submit_job(&mut c, &ann, named("short", Some(7200)), 2).unwrap_err();
+    assert!(
+        err.message.contains("over partition short's maximum"),
+        "{}",
+        err.message
+    );
+    let in_short = submit_job(&mut c, &ann, named("short", Some(600)), 3).unwrap();
+    let in_default = submit_job(&mut c, &ann, JobRequest::default(), 4).unwrap();
+    c.schedule(1_000).unwrap();
+    assert_eq!(record(&c, in_short).node.as_deref(), Some("n1"));
+    assert_eq!(record(&c, in_default).node.as_deref(), Some("n2"));
 }
 
 #[test]
