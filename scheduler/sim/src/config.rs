@@ -15,7 +15,7 @@
 //! ```
 
 use serde::Deserialize;
-use wharf_core::{Config, Policy};
+use wharf_core::{Billing, Config, Policy};
 
 /// Why a config file's `[scheduler]` section was refused; each names the key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -53,6 +53,70 @@ struct Section {
     weight_job_size: Option<u32>,
     weight_partition: Option<u32>,
     weight_qos: Option<u32>,
+    partition: Vec<PartitionEntry>,
+}
+
+/// One `[[scheduler.partition]]`. Its node set names the cluster's real nodes, which a replay
+/// does not have, so only its billing weights are used (see [`SchedulerFile::billing`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct PartitionEntry {
+    name: String,
+    nodes: Vec<String>,
+    default: bool,
+    state: Option<String>,
+    priority_tier: Option<u32>,
+    max_time: Option<String>,
+    default_time: Option<String>,
+    max_nodes: Option<u32>,
+    billing_cpu: Option<f64>,
+    billing_memory_gib: Option<f64>,
+    billing_gpu: Option<f64>,
+}
+
+/// What a replay takes from a config file: the core configuration (without partitions: the
+/// workload brings its own nodes and partitions) and the billing weights of the file's default
+/// partition, which decide what fair-share usage counts (CPUs, memory, GPUs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerFile {
+    /// The core configuration.
+    pub config: Config,
+    /// Billing weights of the default partition (marked `default`, else the first), if any
+    /// partition is configured.
+    pub billing: Option<Billing>,
+}
+
+/// Reads a whole config file: [`scheduler_config`] plus the default partition's billing.
+pub fn scheduler_file(text: &str) -> Result<SchedulerFile, ConfigError> {
+    let config = scheduler_config(text)?;
+    let file: File = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+    let parts = file.scheduler.map(|s| s.partition).unwrap_or_default();
+    let default = parts.iter().find(|p| p.default).or(parts.first());
+    let billing = match default {
+        None => None,
+        Some(p) => {
+            let d = Billing::default();
+            let b = Billing {
+                cpu: p.billing_cpu.unwrap_or(d.cpu),
+                memory_gib: p.billing_memory_gib.unwrap_or(d.memory_gib),
+                gpu: p.billing_gpu.unwrap_or(d.gpu),
+            };
+            if [b.cpu, b.memory_gib, b.gpu]
+                .iter()
+                .any(|w| !w.is_finite() || *w < 0.0)
+            {
+                return Err(ConfigError::Value {
+                    key: "partition.billing",
+                    why: format!(
+                        "partition {:?}: billing weights must be finite and >= 0",
+                        p.name
+                    ),
+                });
+            }
+            Some(b)
+        }
+    };
+    Ok(SchedulerFile { config, billing })
 }
 
 /// The core configuration a config file's `[scheduler]` section sets (the core's defaults for
@@ -146,14 +210,33 @@ mod tests {
     }
 
     #[test]
+    fn partitions_are_read_for_their_billing() {
+        let f = scheduler_file(
+            "[scheduler]\nweight_age = 5\n\
+             [[scheduler.partition]]\nname = \"cpu\"\nnodes = [\"c1\"]\n\
+             [[scheduler.partition]]\nname = \"gpu\"\ndefault = true\nbilling_cpu = 0.0\nbilling_gpu = 1.0\nmax_time = \"1d\"\n",
+        )
+        .unwrap();
+        assert_eq!(f.config.weights.age, 5);
+        assert!(f.config.partitions.is_empty());
+        let b = f.billing.unwrap();
+        assert_eq!((b.cpu, b.gpu), (0.0, 1.0));
+        assert_eq!(scheduler_file("").unwrap().billing, None);
+    }
+
+    #[test]
     fn nonsense_is_refused_with_the_key() {
         for (text, key) in [
             ("policy = \"sjf\"", "scheduler.policy"),
             ("reservations = 0", "scheduler.reservations"),
             ("half_life = \"soon\"", "scheduler.half_life"),
             ("bogus = 1", "bogus"),
+            (
+                "[[scheduler.partition]]\nname = \"a\"\nbilling_gpu = -1.0",
+                "scheduler.partition.billing",
+            ),
         ] {
-            let err = scheduler_config(&format!("[scheduler]\n{text}\n")).unwrap_err();
+            let err = scheduler_file(&format!("[scheduler]\n{text}\n")).unwrap_err();
             assert!(err.to_string().contains(key), "{text}: {err}");
         }
     }

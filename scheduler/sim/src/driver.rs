@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use wharf_api::JobId;
 use wharf_core::{
-    schedule, Account, Alloc, Assoc, Config, Node, Partition, PendingJob, Request, RunningJob,
-    State, UsageLedger,
+    schedule, Account, Alloc, Assoc, Billing, Config, Node, Partition, PendingJob, Request,
+    RunningJob, State, UsageLedger,
 };
 
 use crate::engine::{Placement, SimError, Start};
@@ -46,8 +46,11 @@ impl fmt::Display for Policy {
 /// come from the workload.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Knobs {
-    /// The configuration.
+    /// The configuration (its partitions are replaced by the workload's).
     pub config: Config,
+    /// Billing weights for every partition of the replay (the config file's default
+    /// partition's); `None`: the core's default (CPUs only).
+    pub billing: Option<Billing>,
 }
 
 /// The core's configuration for `policy` on `workload`: its accounts (with their shares) and
@@ -57,6 +60,10 @@ pub fn config_for(policy: Policy, workload: &Workload, knobs: &Knobs) -> Config 
         Policy::Fcfs => Config::with_policy(wharf_core::Policy::Fcfs),
         Policy::Easy => Config::with_policy(wharf_core::Policy::Easy),
         Policy::Wharf => knobs.config.clone(),
+    };
+    let billing = match policy {
+        Policy::Wharf => knobs.billing,
+        Policy::Fcfs | Policy::Easy => None,
     };
     c.accounts = workload
         .accounts
@@ -75,6 +82,15 @@ pub fn config_for(policy: Policy, workload: &Workload, knobs: &Knobs) -> Config 
             Partition::new(name, &nodes)
         })
         .collect();
+    c.default_partition = None;
+    if let Some(b) = billing {
+        if c.partitions.is_empty() {
+            c.partitions.push(Partition::new("default", &[]));
+        }
+        for p in &mut c.partitions {
+            p.billing = b;
+        }
+    }
     c
 }
 

@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
-use wharf_sim::config::scheduler_config;
+use wharf_sim::config::scheduler_file;
 use wharf_sim::driver::{Knobs, Policy};
 use wharf_sim::report::{render, Column, Report};
 use wharf_sim::workload::{self, GpuOptions, SwfOptions, Workload};
@@ -43,7 +43,8 @@ struct Common {
     #[arg(long, global = true)]
     json: bool,
     /// Wharf's policy from this controller config file's `[scheduler]` section (default: the
-    /// core's defaults, which are also the controller's); the flags below override it.
+    /// core's defaults, which are also the controller's); the flags below override it. Its
+    /// partitions name real nodes, so only the default partition's billing weights are used.
     #[arg(long, global = true)]
     config: Option<PathBuf>,
     /// Wharf's policy: reservations per pass (backfill depth).
@@ -71,13 +72,14 @@ struct Common {
 
 impl Common {
     fn knobs(&self) -> Result<Knobs> {
-        let mut c = match &self.config {
+        let (mut c, billing) = match &self.config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("reading {}", path.display()))?;
-                scheduler_config(&text).with_context(|| format!("in {}", path.display()))?
+                let f = scheduler_file(&text).with_context(|| format!("in {}", path.display()))?;
+                (f.config, f.billing)
             }
-            None => wharf_core::Config::default(),
+            None => (wharf_core::Config::default(), None),
         };
         let hours = |h: f64, what: &str| -> Result<u64> {
             if !(h.is_finite() && h > 0.0) {
@@ -107,7 +109,7 @@ impl Common {
         if let Some(h) = self.max_age_h {
             c.max_age = hours(h, "max-age-h")?;
         }
-        Ok(Knobs { config: c })
+        Ok(Knobs { config: c, billing })
     }
 }
 

@@ -145,7 +145,10 @@ fn multifactor_with_age_only_and_one_reservation_is_easy() {
     };
     config.weights.fairshare = 0;
     config.weights.job_size = 0;
-    let knobs = wharf_sim::driver::Knobs { config };
+    let knobs = wharf_sim::driver::Knobs {
+        config,
+        billing: None,
+    };
     let easy = replay(&w, Policy::Easy).unwrap();
     let wharf = wharf_sim::engine::replay_with(&w, Policy::Wharf, &knobs).unwrap();
     assert!(easy.decisions.len() > 400);
