@@ -53,6 +53,39 @@ pub struct SchedulerSection {
     /// `[[scheduler.partition]]` entries; none: every node in one partition.
     #[serde(rename = "partition")]
     pub partitions: Vec<PartitionSection>,
+    /// `[[scheduler.account]]`: the fair-share account tree.
+    #[serde(rename = "account")]
+    pub accounts: Vec<AccountSection>,
+    /// `[[scheduler.user]]`: users' shares in accounts.
+    #[serde(rename = "user")]
+    pub users: Vec<UserSection>,
+}
+
+/// One `[[scheduler.account]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountSection {
+    pub name: String,
+    #[serde(default)]
+    pub parent: Option<String>,
+    #[serde(default = "one")]
+    pub shares: u32,
+}
+
+/// One `[[scheduler.user]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserSection {
+    pub name: String,
+    pub account: String,
+    #[serde(default = "one")]
+    pub shares: u32,
+    #[serde(default)]
+    pub default: bool,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// One `[[scheduler.partition]]`.
@@ -91,17 +124,20 @@ impl Default for PartitionSection {
     }
 }
 
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
 impl PartitionSection {
     fn resolve(&self) -> Result<wharf_controller::SchedulerPartition> {
         use wharf_controller::PartitionState;
         let name = &self.name;
         let key = format!("scheduler.partition {name:?}");
-        let ok_name = !name.is_empty()
-            && name.len() <= 64
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if !ok_name {
+        if !valid_name(name) {
             anyhow::bail!("{key}: name must be 1 to 64 letters, digits, '-', '_' or '.'");
         }
         let state = match self.state.to_ascii_lowercase().as_str() {
@@ -162,6 +198,8 @@ impl Default for SchedulerSection {
             weight_partition: c.weights.partition,
             weight_qos: c.weights.qos,
             partitions: vec![],
+            accounts: vec![],
+            users: vec![],
         }
     }
 }
@@ -221,7 +259,76 @@ impl SchedulerSection {
             );
         }
         c.default_partition = defaults.first().map(|d| d.to_string());
+        self.resolve_accounts(&mut c)?;
         Ok(c)
+    }
+
+    /// The account tree and users' shares. Each user's default account comes first among
+    /// their entries (the one marked `default`, else the first listed).
+    fn resolve_accounts(&self, c: &mut wharf_controller::SchedulerConfig) -> Result<()> {
+        let mut names = std::collections::BTreeSet::new();
+        for a in &self.accounts {
+            let key = format!("scheduler.account {:?}", a.name);
+            if !valid_name(&a.name) {
+                anyhow::bail!("{key}: name must be 1 to 64 letters, digits, '-', '_' or '.'");
+            }
+            if !names.insert(a.name.as_str()) {
+                anyhow::bail!("{key} is defined twice");
+            }
+            if a.shares == 0 {
+                anyhow::bail!("{key}: shares must be at least 1");
+            }
+        }
+        for a in &self.accounts {
+            if let Some(p) = &a.parent {
+                if !names.contains(p.as_str()) || p == &a.name {
+                    anyhow::bail!(
+                        "scheduler.account {:?}: parent {p:?} is not another defined account",
+                        a.name
+                    );
+                }
+            }
+            c.accounts.push(wharf_controller::SchedulerAccount {
+                name: a.name.clone(),
+                parent: a.parent.clone(),
+                shares: a.shares,
+            });
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for u in &self.users {
+            let key = format!("scheduler.user {:?} in {:?}", u.name, u.account);
+            if !names.contains(u.account.as_str()) {
+                anyhow::bail!("{key}: no [[scheduler.account]] is named {:?}", u.account);
+            }
+            if !seen.insert((u.name.as_str(), u.account.as_str())) {
+                anyhow::bail!("{key} is defined twice");
+            }
+            if u.shares == 0 {
+                anyhow::bail!("{key}: shares must be at least 1");
+            }
+            let marked = self
+                .users
+                .iter()
+                .filter(|o| o.name == u.name && o.default)
+                .count();
+            if marked > 1 {
+                anyhow::bail!(
+                    "scheduler.user {:?} has {marked} default accounts; mark one",
+                    u.name
+                );
+            }
+        }
+        let mut ordered: Vec<&UserSection> = self.users.iter().collect();
+        // Stable: the default entry first, then the order written.
+        ordered.sort_by_key(|u| !u.default);
+        for u in ordered {
+            c.users.push(wharf_controller::SchedulerUserShares {
+                user: u.name.clone(),
+                account: u.account.clone(),
+                shares: u.shares,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -612,6 +719,42 @@ mod tests {
             ("half_life = \"soon\"", "scheduler.half_life"),
         ] {
             let file: FileConfig = toml::from_str(&format!("[scheduler]\n{text}\n")).unwrap();
+            let err = file.scheduler.resolve().unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
+    }
+
+    #[test]
+    fn accounts_and_users_build_the_fair_share_tree() {
+        let file: FileConfig = toml::from_str(
+            "[[scheduler.account]]\nname = \"physics\"\nshares = 3\n\
+             [[scheduler.account]]\nname = \"theory\"\nparent = \"physics\"\n\
+             [[scheduler.user]]\nname = \"ann\"\naccount = \"physics\"\n\
+             [[scheduler.user]]\nname = \"ann\"\naccount = \"theory\"\ndefault = true\n",
+        )
+        .unwrap();
+        let c = file.scheduler.resolve().unwrap();
+        assert_eq!(c.accounts[0].shares, 3);
+        assert_eq!(c.accounts[1].parent.as_deref(), Some("physics"));
+        assert_eq!(
+            c.users[0].account, "theory",
+            "the default account comes first"
+        );
+        for (text, want) in [
+            (
+                "[[scheduler.account]]\nname = \"a\"\nparent = \"b\"",
+                "parent \"b\"",
+            ),
+            (
+                "[[scheduler.user]]\nname = \"u\"\naccount = \"nope\"",
+                "no [[scheduler.account]]",
+            ),
+            (
+                "[[scheduler.account]]\nname = \"a\"\nshares = 0",
+                "shares must be",
+            ),
+        ] {
+            let file: FileConfig = toml::from_str(text).unwrap();
             let err = file.scheduler.resolve().unwrap_err().to_string();
             assert!(err.contains(want), "{err}");
         }

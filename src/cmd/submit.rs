@@ -36,6 +36,9 @@ pub struct JobFlags {
     /// Partition to run in (default: the site's default partition).
     #[arg(short = 'p', long)]
     pub partition: Option<String>,
+    /// Account to charge (default: your default account).
+    #[arg(short = 'A', long)]
+    pub account: Option<String>,
     /// Working directory (default: the current directory).
     #[arg(short = 'D', long)]
     pub chdir: Option<String>,
@@ -81,6 +84,7 @@ impl JobFlags {
             ("time", &self.time),
             ("nodes", &self.nodes),
             ("partition", &self.partition),
+            ("account", &self.account),
             ("chdir", &self.chdir),
             ("output", &self.output),
             ("error", &self.error),

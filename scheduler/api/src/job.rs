@@ -86,6 +86,9 @@ pub struct JobRequest {
     /// Partition to run in (default: the site's default partition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<String>,
+    /// Account to charge (default: the user's default account).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
 }
 
 fn de_memlock<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -220,6 +223,9 @@ pub struct JobSpec {
     /// Partition asked for; `None` runs in the default partition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<String>,
+    /// Account asked for; `None` charges the user's default account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
 }
 
 impl JobRequest {
@@ -230,7 +236,7 @@ impl JobRequest {
         }
         take!(
             name, image, command, script, cpus, memory, gpus, time, nodes, workdir, output, error,
-            rdma, memlock, remap_root, writable, partition
+            rdma, memlock, remap_root, writable, partition, account
         );
         self.env.extend(other.env);
         self.mounts.extend(other.mounts);
@@ -378,15 +384,19 @@ impl JobRequest {
             writable: self.writable.unwrap_or(false),
             memlock: self.memlock,
             partition: match &self.partition {
-                Some(p) => Some(validate_partition(p)?),
+                Some(p) => Some(validate_name("partition", p)?),
+                None => None,
+            },
+            account: match &self.account {
+                Some(a) => Some(validate_name("account", a)?),
                 None => None,
             },
         })
     }
 }
 
-/// A partition name: 1 to 64 letters, digits, `-`, `_` or `.`.
-fn validate_partition(name: &str) -> Result<String, String> {
+/// A partition or account name: 1 to 64 letters, digits, `-`, `_` or `.`.
+fn validate_name(what: &str, name: &str) -> Result<String, String> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name
@@ -396,7 +406,8 @@ fn validate_partition(name: &str) -> Result<String, String> {
         Ok(name.to_string())
     } else {
         Err(format!(
-            "`partition` {name:?} is not a partition name: use 1 to 64 letters, digits, '-', '_' or '.'"
+            "`{what}` {name:?} is not a{} {what} name: use 1 to 64 letters, digits, '-', '_' or '.'",
+            if what.starts_with('a') { "n" } else { "" }
         ))
     }
 }

@@ -205,6 +205,7 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
         "t" | "time" => req.time = Some(parse_duration(value).map_err(|e| format!("--time: {e}"))?),
         "N" | "nodes" => req.nodes = Some(num("nodes")?),
         "p" | "partition" => req.partition = Some(value.trim().to_string()),
+        "A" | "account" => req.account = Some(value.trim().to_string()),
         "D" | "chdir" | "workdir" => req.workdir = Some(value.to_string()),
         "o" | "output" => req.output = Some(value.to_string()),
         "e" | "error" => req.error = Some(value.to_string()),

@@ -126,10 +126,11 @@ impl Cluster {
         self
     }
 
-    /// Sets the scheduling policy; fair-share usage decays with its half-life (the ended
-    /// jobs in the store are charged again when it differs from the default).
+    /// Sets the scheduling policy; the ended jobs in the store are charged again to fair
+    /// share under it when it differs from the default.
     pub fn with_scheduler(mut self, config: SchedConfig) -> Result<Cluster, StoreError> {
-        let replay = config.half_life != self.sched.half_life;
+        // Half-life, accounts and billing weights all shape the usage of ended jobs.
+        let replay = config != self.sched;
         self.sched = config;
         if replay {
             self.replay_usage()?;
@@ -173,6 +174,7 @@ impl Cluster {
         )
         .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
         self.check_partition(&spec)?;
+        self.check_account(&spec, &caller.owner.user)?;
         let pending = self
             .jobs
             .values()

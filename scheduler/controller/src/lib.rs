@@ -13,8 +13,9 @@ pub mod store;
 pub mod visibility;
 
 pub use wharf_core::{
-    Billing as SchedulerBilling, Config as SchedulerConfig, Partition as SchedulerPartition,
-    PartitionState, Policy as SchedulerPolicy,
+    Account as SchedulerAccount, Billing as SchedulerBilling, Config as SchedulerConfig,
+    Partition as SchedulerPartition, PartitionState, Policy as SchedulerPolicy,
+    UserShares as SchedulerUserShares,
 };
 
 use std::collections::BTreeMap;

@@ -92,7 +92,7 @@ impl Cluster {
             match (job.state, job.node.as_deref()) {
                 (s, Some(node)) if s.holds_resources() => running.push(RunningJob {
                     id: job.id,
-                    assoc: assoc(job),
+                    assoc: self.assoc(job),
                     partition: partition(job),
                     // A job still starting is taken to start now.
                     start: job.start_time.unwrap_or(now),
@@ -108,7 +108,7 @@ impl Cluster {
                     let r = job.resources;
                     let mut p = PendingJob::new(
                         job.id,
-                        assoc(job),
+                        self.assoc(job),
                         Request::per_node(r.cpus, r.memory, r.gpus),
                         job.submit_time,
                     );
@@ -188,6 +188,51 @@ impl Cluster {
         Ok(())
     }
 
+    /// Who a job runs for: the account it named, else its user's default account (the first
+    /// configured for them), else an account of the user's own name.
+    fn assoc(&self, job: &JobRecord) -> Assoc {
+        let user = job.owner.user.as_str();
+        let account = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.account.as_deref())
+            .or_else(|| {
+                self.sched
+                    .users
+                    .iter()
+                    .find(|u| u.user == user)
+                    .map(|u| u.account.as_str())
+            })
+            .unwrap_or(user);
+        Assoc::new(account, user)
+    }
+
+    /// Refuses an account the user is not in.
+    pub(super) fn check_account(&self, spec: &JobSpec, user: &str) -> Result<(), Failure> {
+        let Some(account) = spec.account.as_deref() else {
+            return Ok(());
+        };
+        let mine: Vec<&str> = self
+            .sched
+            .users
+            .iter()
+            .filter(|u| u.user == user)
+            .map(|u| u.account.as_str())
+            .collect();
+        if mine.contains(&account) || (mine.is_empty() && account == user) {
+            return Ok(());
+        }
+        let yours = if mine.is_empty() {
+            format!("you are charged to your own account {user:?}")
+        } else {
+            format!("yours: {}", mine.join(", "))
+        };
+        Err(Failure::new(
+            ErrorKind::InvalidInput,
+            format!("you are not in account {account:?} ({yours}); leave --account out or name one of yours"),
+        ))
+    }
+
     /// Rebuilds fair-share usage from the most recent ended jobs in the store, oldest first, so
     /// that a restart keeps it (older jobs have decayed to little).
     pub(super) fn replay_usage(&mut self) -> Result<(), StoreError> {
@@ -212,13 +257,9 @@ impl Cluster {
             r.gpus.into(),
         );
         let secs = end.saturating_sub(start) as f64 / 1000.0;
-        self.usage.record(&assoc(job), rate * secs, end);
+        let assoc = self.assoc(job);
+        self.usage.record(&assoc, rate * secs, end);
     }
-}
-
-/// Each user is charged to an account of its own name until accounts are configured.
-fn assoc(job: &JobRecord) -> Assoc {
-    Assoc::new(&job.owner.user, &job.owner.user)
 }
 
 fn partition(job: &JobRecord) -> Option<String> {

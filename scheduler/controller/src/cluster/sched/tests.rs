@@ -7,6 +7,7 @@ use wharf_api::{JobDefaults, JobId, JobRecord, JobRequest, JobState, NodeInfo, O
 use super::gpu_kind;
 use crate::cluster::{Caller, Cluster};
 use crate::store::Store;
+use wharf_core::Assoc;
 
 fn caller(uid: u32, user: &str) -> Caller {
     Caller {
@@ -189,6 +190,50 @@ fn jobs_run_in_their_partition_and_impossible_ones_are_refused_at_submit() {
     c.schedule(1_000).unwrap();
     assert_eq!(record(&c, in_short).node.as_deref(), Some("n1"));
     assert_eq!(record(&c, in_default).node.as_deref(), Some("n2"));
+}
+
+#[test]
+fn jobs_are_charged_to_the_account_they_name_or_their_default_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    for name in ["physics", "bio"] {
+        config.accounts.push(wharf_core::Account {
+            name: name.into(),
+            parent: None,
+            shares: 1,
+        });
+    }
+    for account in ["bio", "physics"] {
+        config.users.push(wharf_core::UserShares {
+            user: "ann".into(),
+            account: account.into(),
+            shares: 1,
+        });
+    }
+    let mut c = cluster(&dir).with_scheduler(config).unwrap();
+    let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
+    let account = |a: &str| JobRequest {
+        account: Some(a.into()),
+        ..Default::default()
+    };
+    let plain = submit_job(&mut c, &ann, JobRequest::default(), 1).unwrap();
+    let named = submit_job(&mut c, &ann, account("physics"), 2).unwrap();
+    let bobs = submit_job(&mut c, &bob, JobRequest::default(), 3).unwrap();
+    assert_eq!(c.assoc(&record(&c, plain)), Assoc::new("bio", "ann"));
+    assert_eq!(c.assoc(&record(&c, named)), Assoc::new("physics", "ann"));
+    assert_eq!(c.assoc(&record(&c, bobs)), Assoc::new("bob", "bob"));
+    let err = submit_job(&mut c, &bob, account("physics"), 4).unwrap_err();
+    assert!(
+        err.message.contains("you are not in account \"physics\""),
+        "{}",
+        err.message
+    );
+    let err = submit_job(&mut c, &ann, account("chem"), 5).unwrap_err();
+    assert!(
+        err.message.contains("yours: bio, physics"),
+        "{}",
+        err.message
+    );
 }
 
 #[test]
