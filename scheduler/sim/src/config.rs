@@ -54,6 +54,35 @@ struct Section {
     weight_partition: Option<u32>,
     weight_qos: Option<u32>,
     partition: Vec<PartitionEntry>,
+    // The account tree and users name the cluster's real accounts and users; a replay brings
+    // its own (the workload's), so these are read only to refuse what the controller refuses.
+    account: Vec<AccountEntry>,
+    user: Vec<UserEntry>,
+}
+
+/// One `[[scheduler.account]]` (read, not used: see [`SchedulerFile`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct AccountEntry {
+    name: String,
+    #[serde(default)]
+    parent: Option<String>,
+    #[serde(default)]
+    shares: Option<u32>,
+}
+
+/// One `[[scheduler.user]]` (read, not used: see [`SchedulerFile`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct UserEntry {
+    name: String,
+    account: String,
+    #[serde(default)]
+    shares: Option<u32>,
+    #[serde(default)]
+    default: bool,
 }
 
 /// One `[[scheduler.partition]]`. Its node set names the cluster's real nodes, which a replay
@@ -74,9 +103,10 @@ struct PartitionEntry {
     billing_gpu: Option<f64>,
 }
 
-/// What a replay takes from a config file: the core configuration (without partitions: the
-/// workload brings its own nodes and partitions) and the billing weights of the file's default
-/// partition, which decide what fair-share usage counts (CPUs, memory, GPUs).
+/// What a replay takes from a config file: the core configuration (without partitions,
+/// accounts or users: the workload brings its own nodes, partitions and owners) and the billing
+/// weights of the file's default partition, which decide what fair-share usage counts (CPUs,
+/// memory, GPUs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchedulerFile {
     /// The core configuration.
@@ -222,6 +252,15 @@ mod tests {
         let b = f.billing.unwrap();
         assert_eq!((b.cpu, b.gpu), (0.0, 1.0));
         assert_eq!(scheduler_file("").unwrap().billing, None);
+        let f = scheduler_file(
+            "[[scheduler.account]]\nname = \"physics\"\nshares = 2\n\
+             [[scheduler.user]]\nname = \"ann\"\naccount = \"physics\"\ndefault = true\n",
+        )
+        .unwrap();
+        assert!(
+            f.config.accounts.is_empty(),
+            "the workload brings its accounts"
+        );
     }
 
     #[test]
@@ -234,6 +273,10 @@ mod tests {
             (
                 "[[scheduler.partition]]\nname = \"a\"\nbilling_gpu = -1.0",
                 "scheduler.partition.billing",
+            ),
+            (
+                "[[scheduler.user]]\nname = \"ann\"\nacount = \"x\"",
+                "acount",
             ),
         ] {
             let err = scheduler_file(&format!("[scheduler]\n{text}\n")).unwrap_err();
