@@ -39,6 +39,12 @@ pub struct JobFlags {
     /// Account to charge (default: your default account).
     #[arg(short = 'A', long)]
     pub account: Option<String>,
+    /// Quality of service.
+    #[arg(short = 'q', long)]
+    pub qos: Option<String>,
+    /// Lower the job's priority by this much (negative: admins only).
+    #[arg(long, allow_hyphen_values = true)]
+    pub nice: Option<String>,
     /// Working directory (default: the current directory).
     #[arg(short = 'D', long)]
     pub chdir: Option<String>,
@@ -85,6 +91,8 @@ impl JobFlags {
             ("nodes", &self.nodes),
             ("partition", &self.partition),
             ("account", &self.account),
+            ("qos", &self.qos),
+            ("nice", &self.nice),
             ("chdir", &self.chdir),
             ("output", &self.output),
             ("error", &self.error),

@@ -89,6 +89,12 @@ pub struct JobRequest {
     /// Account to charge (default: the user's default account).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<String>,
+    /// Quality of service (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
+    /// Slurm's nice: subtracted from the priority; negative values are for admins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nice: Option<i32>,
 }
 
 fn de_memlock<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -226,6 +232,12 @@ pub struct JobSpec {
     /// Account asked for; `None` charges the user's default account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<String>,
+    /// QoS asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
+    /// Nice, subtracted from the priority.
+    #[serde(default)]
+    pub nice: i32,
 }
 
 impl JobRequest {
@@ -236,7 +248,7 @@ impl JobRequest {
         }
         take!(
             name, image, command, script, cpus, memory, gpus, time, nodes, workdir, output, error,
-            rdma, memlock, remap_root, writable, partition, account
+            rdma, memlock, remap_root, writable, partition, account, qos, nice
         );
         self.env.extend(other.env);
         self.mounts.extend(other.mounts);
@@ -391,9 +403,24 @@ impl JobRequest {
                 Some(a) => Some(validate_name("account", a)?),
                 None => None,
             },
+            qos: match &self.qos {
+                Some(q) => Some(validate_name("qos", q)?),
+                None => None,
+            },
+            nice: match self.nice.unwrap_or(0) {
+                n if n.unsigned_abs() <= MAX_NICE.unsigned_abs() => n,
+                n => {
+                    return Err(format!(
+                        "`nice` {n} is out of range; use -{MAX_NICE} to {MAX_NICE}"
+                    ))
+                }
+            },
         })
     }
 }
+
+/// The largest nice, either way (Slurm's limit).
+pub const MAX_NICE: i32 = 2_147_483_645;
 
 /// A partition or account name: 1 to 64 letters, digits, `-`, `_` or `.`.
 fn validate_name(what: &str, name: &str) -> Result<String, String> {

@@ -206,6 +206,15 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
         "N" | "nodes" => req.nodes = Some(num("nodes")?),
         "p" | "partition" => req.partition = Some(value.trim().to_string()),
         "A" | "account" => req.account = Some(value.trim().to_string()),
+        "q" | "qos" => req.qos = Some(value.trim().to_string()),
+        "nice" => {
+            req.nice = Some(
+                value
+                    .trim()
+                    .parse::<i32>()
+                    .map_err(|_| format!("--nice expects a whole number, found {value:?}"))?,
+            )
+        }
         "D" | "chdir" | "workdir" => req.workdir = Some(value.to_string()),
         "o" | "output" => req.output = Some(value.to_string()),
         "e" | "error" => req.error = Some(value.to_string()),

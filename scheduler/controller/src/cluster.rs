@@ -175,6 +175,7 @@ impl Cluster {
         .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
         self.check_partition(&spec)?;
         self.check_account(&spec, &caller.owner.user)?;
+        self.check_qos_and_nice(&spec, caller)?;
         let pending = self
             .jobs
             .values()

@@ -15,7 +15,7 @@ pub mod visibility;
 pub use wharf_core::{
     Account as SchedulerAccount, Billing as SchedulerBilling, Config as SchedulerConfig,
     Partition as SchedulerPartition, PartitionState, Policy as SchedulerPolicy,
-    UserShares as SchedulerUserShares,
+    Qos as SchedulerQos, UserShares as SchedulerUserShares,
 };
 
 use std::collections::BTreeMap;

@@ -11,7 +11,7 @@ use wharf_core::{
     Priority, Request, RunningJob, State as SchedState, UsageLedger, Weights, DEFAULT_PARTITION,
 };
 
-use super::{Cluster, Failure};
+use super::{Caller, Cluster, Failure};
 use crate::store::StoreError;
 
 /// How many of the most recent ended jobs a controller start charges to fair share.
@@ -114,6 +114,10 @@ impl Cluster {
                     );
                     p.time_limit = Some(job.time_limit.saturating_mul(1000));
                     p.partition = partition(job);
+                    if let Some(spec) = &job.spec {
+                        p.qos = spec.qos.clone();
+                        p.nice = spec.nice;
+                    }
                     pending.push(p);
                 }
                 _ => {}
@@ -231,6 +235,39 @@ impl Cluster {
             ErrorKind::InvalidInput,
             format!("you are not in account {account:?} ({yours}); leave --account out or name one of yours"),
         ))
+    }
+
+    /// Refuses an unknown QoS, and a negative nice from anyone but an admin (it would raise
+    /// the job above others).
+    pub(super) fn check_qos_and_nice(
+        &self,
+        spec: &JobSpec,
+        caller: &Caller,
+    ) -> Result<(), Failure> {
+        if let Some(q) = spec.qos.as_deref() {
+            if !self.sched.qos.iter().any(|d| d.name == q) {
+                let known: Vec<&str> = self.sched.qos.iter().map(|d| d.name.as_str()).collect();
+                let has = if known.is_empty() {
+                    "none is configured".to_string()
+                } else {
+                    format!("this cluster has: {}", known.join(", "))
+                };
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    format!("unknown QoS {q:?}; {has}"),
+                ));
+            }
+        }
+        if spec.nice < 0 && !caller.admin {
+            return Err(Failure::new(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "--nice {} would raise the job's priority; only an admin may; use 0 or more",
+                    spec.nice
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Rebuilds fair-share usage from the most recent ended jobs in the store, oldest first, so

@@ -237,6 +237,47 @@ fn jobs_are_charged_to_the_account_they_name_or_their_default_one() {
 }
 
 #[test]
+fn qos_and_nice_shape_the_priority_and_are_checked_at_submit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    config.qos.push(wharf_core::Qos {
+        name: "high".into(),
+        priority: 10,
+    });
+    let mut c = cluster(&dir).with_scheduler(config).unwrap();
+    let ann = caller(1000, "ann");
+    let with = |qos: Option<&str>, nice: Option<i32>| JobRequest {
+        qos: qos.map(str::to_string),
+        nice,
+        gpus: Some(3),
+        ..Default::default()
+    };
+    let err = submit_job(&mut c, &ann, with(Some("gold"), None), 1).unwrap_err();
+    assert!(
+        err.message
+            .contains("unknown QoS \"gold\"; this cluster has: high"),
+        "{}",
+        err.message
+    );
+    let err = submit_job(&mut c, &ann, with(None, Some(-5)), 1).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PermissionDenied);
+    let mut root = caller(0, "root");
+    root.admin = true;
+    submit_job(&mut c, &root, with(None, Some(-5)), 1).unwrap();
+    // The node is taken; three more wait. The QoS job outranks the older plain and nice ones.
+    submit_job(&mut c, &ann, with(None, None), 2).unwrap();
+    c.schedule(3).unwrap();
+    let plain = submit_job(&mut c, &ann, with(None, None), 4).unwrap();
+    let nice = submit_job(&mut c, &ann, with(None, Some(100)), 5).unwrap();
+    let high = submit_job(&mut c, &ann, with(Some("high"), None), 6).unwrap();
+    c.schedule(7).unwrap();
+    let prio = |id| record(&c, id).priority.unwrap();
+    assert_eq!(prio(high).qos, 2_000);
+    assert!(prio(high).total > prio(plain).total);
+    assert_eq!(prio(plain).total - prio(nice).total, 100);
+}
+
+#[test]
 fn gpu_types_are_read_from_the_model_name() {
     assert_eq!(gpu_kind(Some("NVIDIA H100 80GB HBM3")), "h100");
     assert_eq!(gpu_kind(Some("NVIDIA A100-SXM4-80GB")), "a100");

@@ -1,0 +1,421 @@
+//! `[scheduler]`: the policy, its weights, partitions, the account tree and QoS.
+
+use anyhow::Result;
+use serde::Deserialize;
+
+use super::duration;
+
+/// `[scheduler]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerSection {
+    pub policy: String,
+    pub reservations: usize,
+    pub max_job_test: usize,
+    pub half_life: String,
+    pub max_age: String,
+    pub favor_small: bool,
+    pub weight_age: u32,
+    pub weight_fairshare: u32,
+    pub weight_job_size: u32,
+    pub weight_partition: u32,
+    pub weight_qos: u32,
+    /// `[[scheduler.partition]]` entries; none: every node in one partition.
+    #[serde(rename = "partition")]
+    pub partitions: Vec<PartitionSection>,
+    /// `[[scheduler.account]]`: the fair-share account tree.
+    #[serde(rename = "account")]
+    pub accounts: Vec<AccountSection>,
+    /// `[[scheduler.user]]`: users' shares in accounts.
+    #[serde(rename = "user")]
+    pub users: Vec<UserSection>,
+    /// `[[scheduler.qos]]`: qualities of service.
+    #[serde(rename = "qos")]
+    pub qos: Vec<QosSection>,
+}
+
+/// One `[[scheduler.qos]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QosSection {
+    pub name: String,
+    #[serde(default)]
+    pub priority: u32,
+}
+
+/// One `[[scheduler.account]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountSection {
+    pub name: String,
+    #[serde(default)]
+    pub parent: Option<String>,
+    #[serde(default = "one")]
+    pub shares: u32,
+}
+
+/// One `[[scheduler.user]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserSection {
+    pub name: String,
+    pub account: String,
+    #[serde(default = "one")]
+    pub shares: u32,
+    #[serde(default)]
+    pub default: bool,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// One `[[scheduler.partition]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PartitionSection {
+    pub name: String,
+    pub nodes: Vec<String>,
+    pub default: bool,
+    pub state: String,
+    pub priority_tier: u32,
+    pub max_time: Option<String>,
+    pub default_time: Option<String>,
+    pub max_nodes: Option<u32>,
+    pub billing_cpu: f64,
+    pub billing_memory_gib: f64,
+    pub billing_gpu: f64,
+}
+
+impl Default for PartitionSection {
+    fn default() -> Self {
+        let b = wharf_controller::SchedulerBilling::default();
+        PartitionSection {
+            name: String::new(),
+            nodes: vec![],
+            default: false,
+            state: "up".into(),
+            priority_tier: 0,
+            max_time: None,
+            default_time: None,
+            max_nodes: None,
+            billing_cpu: b.cpu,
+            billing_memory_gib: b.memory_gib,
+            billing_gpu: b.gpu,
+        }
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+impl PartitionSection {
+    fn resolve(&self) -> Result<wharf_controller::SchedulerPartition> {
+        use wharf_controller::PartitionState;
+        let name = &self.name;
+        let key = format!("scheduler.partition {name:?}");
+        if !valid_name(name) {
+            anyhow::bail!("{key}: name must be 1 to 64 letters, digits, '-', '_' or '.'");
+        }
+        let state = match self.state.to_ascii_lowercase().as_str() {
+            "up" => PartitionState::Up,
+            "down" => PartitionState::Down,
+            "drain" => PartitionState::Drain,
+            "inactive" => PartitionState::Inactive,
+            other => anyhow::bail!(
+                "{key}: state {other:?}: use \"up\", \"down\", \"drain\" or \"inactive\""
+            ),
+        };
+        let ms = |what: &str, text: &Option<String>| -> Result<Option<u64>> {
+            text.as_deref()
+                .map(|t| Ok(duration(&format!("{key} {what}"), t)?.as_millis() as u64))
+                .transpose()
+        };
+        for (what, w) in [
+            ("billing_cpu", self.billing_cpu),
+            ("billing_memory_gib", self.billing_memory_gib),
+            ("billing_gpu", self.billing_gpu),
+        ] {
+            if !(w.is_finite() && w >= 0.0) {
+                anyhow::bail!("{key}: {what} must be a number at least 0");
+            }
+        }
+        if self.max_nodes == Some(0) {
+            anyhow::bail!("{key}: max_nodes must be at least 1");
+        }
+        let nodes: Vec<&str> = self.nodes.iter().map(String::as_str).collect();
+        let mut p = wharf_controller::SchedulerPartition::new(name, &nodes);
+        p.state = state;
+        p.priority_tier = self.priority_tier;
+        p.max_time = ms("max_time", &self.max_time)?;
+        p.default_time = ms("default_time", &self.default_time)?;
+        p.max_nodes = self.max_nodes;
+        p.billing = wharf_controller::SchedulerBilling {
+            cpu: self.billing_cpu,
+            memory_gib: self.billing_memory_gib,
+            gpu: self.billing_gpu,
+        };
+        Ok(p)
+    }
+}
+
+impl Default for SchedulerSection {
+    fn default() -> Self {
+        let c = wharf_controller::SchedulerConfig::default();
+        SchedulerSection {
+            policy: "multifactor".into(),
+            reservations: c.reservations,
+            max_job_test: c.max_job_test,
+            half_life: "7d".into(),
+            max_age: "7d".into(),
+            favor_small: c.favor_small,
+            weight_age: c.weights.age,
+            weight_fairshare: c.weights.fairshare,
+            weight_job_size: c.weights.job_size,
+            weight_partition: c.weights.partition,
+            weight_qos: c.weights.qos,
+            partitions: vec![],
+            accounts: vec![],
+            users: vec![],
+            qos: vec![],
+        }
+    }
+}
+
+impl SchedulerSection {
+    /// The scheduler's configuration.
+    pub fn resolve(&self) -> Result<wharf_controller::SchedulerConfig> {
+        use wharf_controller::SchedulerPolicy;
+        let policy = match self.policy.to_ascii_lowercase().as_str() {
+            "fcfs" => SchedulerPolicy::Fcfs,
+            "easy" => SchedulerPolicy::Easy,
+            "multifactor" => SchedulerPolicy::Multifactor,
+            other => anyhow::bail!(
+                "scheduler.policy {other:?}: use \"fcfs\", \"easy\" or \"multifactor\""
+            ),
+        };
+        if self.reservations == 0 {
+            anyhow::bail!(
+                "scheduler.reservations must be at least 1: without a reservation a large job \
+                 can wait forever behind small ones"
+            );
+        }
+        if self.max_job_test == 0 {
+            anyhow::bail!("scheduler.max_job_test must be at least 1");
+        }
+        let ms = |key: &str, text: &str| -> Result<u64> {
+            Ok(duration(key, text)?.as_millis().min(u64::MAX as u128) as u64)
+        };
+        let mut c = wharf_controller::SchedulerConfig::with_policy(policy);
+        c.reservations = self.reservations;
+        c.max_job_test = self.max_job_test;
+        c.half_life = ms("scheduler.half_life", &self.half_life)?;
+        c.max_age = ms("scheduler.max_age", &self.max_age)?;
+        c.favor_small = self.favor_small;
+        c.weights.age = self.weight_age;
+        c.weights.fairshare = self.weight_fairshare;
+        c.weights.job_size = self.weight_job_size;
+        c.weights.partition = self.weight_partition;
+        c.weights.qos = self.weight_qos;
+        let mut names = std::collections::BTreeSet::new();
+        for p in &self.partitions {
+            if !names.insert(p.name.as_str()) {
+                anyhow::bail!("scheduler.partition {:?} is defined twice", p.name);
+            }
+            c.partitions.push(p.resolve()?);
+        }
+        let defaults: Vec<&str> = self
+            .partitions
+            .iter()
+            .filter(|p| p.default)
+            .map(|p| p.name.as_str())
+            .collect();
+        if defaults.len() > 1 {
+            anyhow::bail!(
+                "scheduler.partition: {} are all marked default; mark one",
+                defaults.join(", ")
+            );
+        }
+        c.default_partition = defaults.first().map(|d| d.to_string());
+        self.resolve_accounts(&mut c)?;
+        let mut seen = std::collections::BTreeSet::new();
+        for q in &self.qos {
+            if !valid_name(&q.name) {
+                anyhow::bail!(
+                    "scheduler.qos {:?}: name must be 1 to 64 letters, digits, '-', '_' or '.'",
+                    q.name
+                );
+            }
+            if !seen.insert(q.name.as_str()) {
+                anyhow::bail!("scheduler.qos {:?} is defined twice", q.name);
+            }
+            c.qos.push(wharf_controller::SchedulerQos {
+                name: q.name.clone(),
+                priority: q.priority,
+            });
+        }
+        Ok(c)
+    }
+
+    /// The account tree and users' shares. Each user's default account comes first among
+    /// their entries (the one marked `default`, else the first listed).
+    fn resolve_accounts(&self, c: &mut wharf_controller::SchedulerConfig) -> Result<()> {
+        let mut names = std::collections::BTreeSet::new();
+        for a in &self.accounts {
+            let key = format!("scheduler.account {:?}", a.name);
+            if !valid_name(&a.name) {
+                anyhow::bail!("{key}: name must be 1 to 64 letters, digits, '-', '_' or '.'");
+            }
+            if !names.insert(a.name.as_str()) {
+                anyhow::bail!("{key} is defined twice");
+            }
+            if a.shares == 0 {
+                anyhow::bail!("{key}: shares must be at least 1");
+            }
+        }
+        for a in &self.accounts {
+            if let Some(p) = &a.parent {
+                if !names.contains(p.as_str()) || p == &a.name {
+                    anyhow::bail!(
+                        "scheduler.account {:?}: parent {p:?} is not another defined account",
+                        a.name
+                    );
+                }
+            }
+            c.accounts.push(wharf_controller::SchedulerAccount {
+                name: a.name.clone(),
+                parent: a.parent.clone(),
+                shares: a.shares,
+            });
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for u in &self.users {
+            let key = format!("scheduler.user {:?} in {:?}", u.name, u.account);
+            if !names.contains(u.account.as_str()) {
+                anyhow::bail!("{key}: no [[scheduler.account]] is named {:?}", u.account);
+            }
+            if !seen.insert((u.name.as_str(), u.account.as_str())) {
+                anyhow::bail!("{key} is defined twice");
+            }
+            if u.shares == 0 {
+                anyhow::bail!("{key}: shares must be at least 1");
+            }
+            let marked = self
+                .users
+                .iter()
+                .filter(|o| o.name == u.name && o.default)
+                .count();
+            if marked > 1 {
+                anyhow::bail!(
+                    "scheduler.user {:?} has {marked} default accounts; mark one",
+                    u.name
+                );
+            }
+        }
+        let mut ordered: Vec<&UserSection> = self.users.iter().collect();
+        // Stable: the default entry first, then the order written.
+        ordered.sort_by_key(|u| !u.default);
+        for u in ordered {
+            c.users.push(wharf_controller::SchedulerUserShares {
+                user: u.name.clone(),
+                account: u.account.clone(),
+                shares: u.shares,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::FileConfig;
+
+    #[test]
+    fn scheduler_section_chooses_the_policy_and_refuses_nonsense() {
+        let file: FileConfig = toml::from_str(
+            "[scheduler]\npolicy = \"easy\"\nhalf_life = \"1d\"\nweight_fairshare = 5\n",
+        )
+        .unwrap();
+        let c = file.scheduler.resolve().unwrap();
+        assert_eq!(c.policy, wharf_controller::SchedulerPolicy::Easy);
+        assert_eq!(c.half_life, 24 * 3600 * 1000);
+        assert_eq!(c.weights.fairshare, 5);
+        let d = FileConfig::default().scheduler.resolve().unwrap();
+        assert_eq!(d, wharf_controller::SchedulerConfig::default());
+        let file: FileConfig = toml::from_str(
+            "[[scheduler.partition]]\nname = \"cpu\"\n\
+             [[scheduler.partition]]\nname = \"gpu\"\nnodes = [\"g1\"]\ndefault = true\n\
+             max_time = \"1d\"\npriority_tier = 2\nbilling_gpu = 10.0\nstate = \"drain\"\n",
+        )
+        .unwrap();
+        let c = file.scheduler.resolve().unwrap();
+        assert_eq!(c.default_partition.as_deref(), Some("gpu"));
+        let gpu = &c.partitions[1];
+        assert_eq!(gpu.nodes, vec!["g1".to_string()]);
+        assert_eq!(gpu.max_time, Some(24 * 3600 * 1000));
+        assert_eq!(gpu.billing.gpu, 10.0);
+        assert_eq!(gpu.state, wharf_controller::PartitionState::Drain);
+        for (text, want) in [
+            ("name = \"a\"\n[[scheduler.partition]]\nname = \"a\"", "defined twice"),
+            ("name = \"a b\"", "name must be"),
+            ("name = \"a\"\nstate = \"closed\"", "state \"closed\""),
+            ("name = \"a\"\nbilling_gpu = -1.0", "billing_gpu"),
+            ("name = \"a\"\ndefault = true\n[[scheduler.partition]]\nname = \"b\"\ndefault = true", "mark one"),
+        ] {
+            let file: FileConfig =
+                toml::from_str(&format!("[[scheduler.partition]]\n{text}\n")).unwrap();
+            let err = file.scheduler.resolve().unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
+        for (text, want) in [
+            ("policy = \"sjf\"", "scheduler.policy \"sjf\""),
+            ("reservations = 0", "scheduler.reservations"),
+            ("half_life = \"soon\"", "scheduler.half_life"),
+        ] {
+            let file: FileConfig = toml::from_str(&format!("[scheduler]\n{text}\n")).unwrap();
+            let err = file.scheduler.resolve().unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
+    }
+
+    #[test]
+    fn accounts_and_users_build_the_fair_share_tree() {
+        let file: FileConfig = toml::from_str(
+            "[[scheduler.account]]\nname = \"physics\"\nshares = 3\n\
+             [[scheduler.account]]\nname = \"theory\"\nparent = \"physics\"\n\
+             [[scheduler.user]]\nname = \"ann\"\naccount = \"physics\"\n\
+             [[scheduler.user]]\nname = \"ann\"\naccount = \"theory\"\ndefault = true\n",
+        )
+        .unwrap();
+        let c = file.scheduler.resolve().unwrap();
+        assert_eq!(c.accounts[0].shares, 3);
+        assert_eq!(c.accounts[1].parent.as_deref(), Some("physics"));
+        assert_eq!(
+            c.users[0].account, "theory",
+            "the default account comes first"
+        );
+        for (text, want) in [
+            (
+                "[[scheduler.account]]\nname = \"a\"\nparent = \"b\"",
+                "parent \"b\"",
+            ),
+            (
+                "[[scheduler.user]]\nname = \"u\"\naccount = \"nope\"",
+                "no [[scheduler.account]]",
+            ),
+            (
+                "[[scheduler.account]]\nname = \"a\"\nshares = 0",
+                "shares must be",
+            ),
+        ] {
+            let file: FileConfig = toml::from_str(text).unwrap();
+            let err = file.scheduler.resolve().unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
+    }
+}
