@@ -2,7 +2,7 @@
 //! (`docs/configuration.md`), so a replay runs the policy a cluster would run. Other sections
 //! are ignored; unknown keys in `[scheduler]` are refused, as the controller refuses them.
 //!
-//! The controller's own reader is `SchedulerSection::resolve` in `src/config.rs` (the `wharf`
+//! The controller's own reader is `SchedulerSection::resolve` in `src/config/scheduler.rs` (the `wharf`
 //! binary, which a library cannot depend on); this one must stay key-for-key the same until
 //! that section moves into a library both use.
 //!
@@ -58,6 +58,17 @@ struct Section {
     // its own (the workload's), so these are read only to refuse what the controller refuses.
     account: Vec<AccountEntry>,
     user: Vec<UserEntry>,
+    qos: Vec<QosEntry>,
+}
+
+/// One `[[scheduler.qos]]`: kept in the configuration (replayed jobs ask for no QoS, so it only
+/// matters once workloads carry one).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QosEntry {
+    name: String,
+    #[serde(default)]
+    priority: u32,
 }
 
 /// One `[[scheduler.account]]` (read, not used: see [`SchedulerFile`]).
@@ -198,6 +209,19 @@ pub fn scheduler_config(text: &str) -> Result<Config, ConfigError> {
     }
     if let Some(f) = s.favor_small {
         c.favor_small = f;
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for q in &s.qos {
+        if !seen.insert(q.name.as_str()) {
+            return Err(ConfigError::Value {
+                key: "qos",
+                why: format!("{:?} is defined twice", q.name),
+            });
+        }
+        c.qos.push(wharf_core::Qos {
+            name: q.name.clone(),
+            priority: q.priority,
+        });
     }
     let w = &mut c.weights;
     for (value, slot) in [
