@@ -1,0 +1,298 @@
+//! The one place the simulator meets `wharf-core`: keeps the core's [`State`] as the controller
+//! keeps its in-memory view (jobs join on submit, move to running on start, leave on end, usage
+//! goes into a [`UsageLedger`] on end), calls [`wharf_core::schedule`], and turns the plan's
+//! starts into the simulator's terms. No policy is decided here: FCFS, EASY and Wharf's policy
+//! are the core's own [`Config`]s.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use wharf_api::JobId;
+use wharf_core::{
+    schedule, Account, Alloc, Assoc, Billing, Config, Node, Partition, PendingJob, Request,
+    RunningJob, State, UsageLedger,
+};
+
+use crate::engine::{Placement, SimError, Start};
+use crate::workload::{SimJob, Workload};
+
+/// A scheduling policy, as a configuration of the core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// First come, first served: submit order, the first job that cannot start blocks the rest.
+    Fcfs,
+    /// EASY backfill: submit order, one reservation for the first blocked job.
+    Easy,
+    /// Wharf's configured policy: multifactor priority (Fair Tree fair share, age, size),
+    /// reservations for the first N blocked jobs, backfill around them.
+    Wharf,
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Policy::Fcfs => "fcfs",
+            Policy::Easy => "easy",
+            Policy::Wharf => "wharf",
+        })
+    }
+}
+
+/// Wharf's configured policy: the core configuration a controller would run with (the
+/// `[scheduler]` section of its config file, see [`crate::config`]); `Default` is the core's
+/// default, which is also the controller's when the section is absent. Accounts and partitions
+/// come from the workload.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Knobs {
+    /// The configuration (its partitions are replaced by the workload's).
+    pub config: Config,
+    /// Billing weights for every partition of the replay (the config file's default
+    /// partition's); `None`: the core's default (CPUs only).
+    pub billing: Option<Billing>,
+}
+
+/// The core's configuration for `policy` on `workload`: its accounts (with their shares) and
+/// partitions, and for Wharf's policy the configured one.
+pub fn config_for(policy: Policy, workload: &Workload, knobs: &Knobs) -> Config {
+    let mut c = match policy {
+        Policy::Fcfs => Config::with_policy(wharf_core::Policy::Fcfs),
+        Policy::Easy => Config::with_policy(wharf_core::Policy::Easy),
+        Policy::Wharf => knobs.config.clone(),
+    };
+    let billing = match policy {
+        Policy::Wharf => knobs.billing,
+        Policy::Fcfs | Policy::Easy => None,
+    };
+    c.accounts = workload
+        .accounts
+        .iter()
+        .map(|a| Account {
+            name: a.name.clone(),
+            parent: None,
+            shares: a.shares,
+        })
+        .collect();
+    c.partitions = workload
+        .partitions
+        .iter()
+        .map(|(name, nodes)| {
+            let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+            Partition::new(name, &nodes)
+        })
+        .collect();
+    c.default_partition = None;
+    if let Some(b) = billing {
+        if c.partitions.is_empty() {
+            c.partitions.push(Partition::new("default", &[]));
+        }
+        for p in &mut c.partitions {
+            p.billing = b;
+        }
+    }
+    c
+}
+
+/// Drives the core for one replay.
+#[derive(Debug)]
+pub struct Driver {
+    config: Config,
+    ledger: UsageLedger,
+    state: State,
+    node_index: BTreeMap<String, usize>,
+    accounts: Vec<String>,
+    partitions: Vec<String>,
+    // Moves are applied to `state` in one sweep at the next pass, not one scan per event.
+    left_pending: BTreeSet<JobId>,
+    left_running: BTreeSet<JobId>,
+    // Wall time spent inside `wharf_core::schedule`, for the benchmark's breakdown; it never
+    // feeds a decision.
+    core_time: Duration,
+    // Jobs that held a reservation after the last pass, and how many times a job still pending
+    // lost its reservation to another: a measure of how stable the backfill plan is.
+    reserved: BTreeSet<JobId>,
+    reservations_dropped: u64,
+}
+
+impl Driver {
+    /// A driver for `policy` on `workload`, with Wharf's policy at the core's defaults.
+    pub fn new(policy: Policy, workload: &Workload) -> Result<Driver, SimError> {
+        Driver::with_knobs(policy, workload, &Knobs::default())
+    }
+
+    /// A driver with Wharf's policy tuned by `knobs` (ignored for FCFS and EASY).
+    pub fn with_knobs(
+        policy: Policy,
+        workload: &Workload,
+        knobs: &Knobs,
+    ) -> Result<Driver, SimError> {
+        let config = config_for(policy, workload, knobs);
+        let nodes = workload
+            .nodes
+            .iter()
+            .map(|n| {
+                Node::new(
+                    &n.name,
+                    n.capacity.cpus,
+                    n.capacity.memory,
+                    Node::numbered_gpus(n.capacity.gpus, "gpu"),
+                )
+            })
+            .collect();
+        Ok(Driver {
+            ledger: UsageLedger::new(config.half_life),
+            config,
+            state: State {
+                nodes,
+                ..State::default()
+            },
+            node_index: workload
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.clone(), i))
+                .collect(),
+            accounts: workload.accounts.iter().map(|a| a.name.clone()).collect(),
+            partitions: workload.partitions.iter().map(|p| p.0.clone()).collect(),
+            left_pending: BTreeSet::new(),
+            left_running: BTreeSet::new(),
+            core_time: Duration::ZERO,
+            reserved: BTreeSet::new(),
+            reservations_dropped: 0,
+        })
+    }
+
+    fn assoc(&self, job: &SimJob) -> Assoc {
+        let account = self
+            .accounts
+            .get(job.account as usize)
+            .map(String::as_str)
+            .unwrap_or("root");
+        Assoc::new(account, &format!("u{}", job.user))
+    }
+
+    fn partition(&self, job: &SimJob) -> Option<String> {
+        job.partition
+            .and_then(|p| self.partitions.get(p as usize))
+            .cloned()
+    }
+
+    /// A job was submitted.
+    pub fn submitted(&mut self, job: &SimJob) {
+        let request = Request {
+            nodes: job.nodes,
+            cpus: job.per_node.cpus,
+            memory: job.per_node.memory,
+            gpus: job.per_node.gpus,
+            gpu_kind: None,
+        };
+        let mut p = PendingJob::new(job.id, self.assoc(job), request, job.submit);
+        p.time_limit = Some(job.limit);
+        p.partition = self.partition(job);
+        self.state.pending.push(p);
+    }
+
+    /// A start was applied: the job holds `allocs` from `now`.
+    pub fn started(&mut self, job: &SimJob, start: &Start, nodes: &[String], now: u64) {
+        self.left_pending.insert(job.id);
+        let allocs = start
+            .placements
+            .iter()
+            .map(|p| Alloc {
+                node: nodes[p.node].clone(),
+                cpu_ids: p.cpu_ids.clone(),
+                gpu_ids: p.gpu_ids.clone(),
+                memory: job.per_node.memory,
+            })
+            .collect();
+        self.state.running.push(RunningJob {
+            id: job.id,
+            assoc: self.assoc(job),
+            partition: self.partition(job),
+            start: now,
+            time_limit: start.time_limit,
+            allocs,
+        });
+    }
+
+    /// A job ended: its usage goes into the fair-share ledger.
+    pub fn ended(&mut self, job: &SimJob, start: u64, end: u64) {
+        self.left_running.insert(job.id);
+        let billing = self.config.billing_for(self.partition(job).as_deref());
+        let n = job.nodes as u64;
+        let rate = billing.rate(
+            job.per_node.cpus as u64 * n,
+            job.per_node.memory * n,
+            job.per_node.gpus as u64 * n,
+        );
+        let secs = end.saturating_sub(start) as f64 / 1000.0;
+        self.ledger.record(&self.assoc(job), rate * secs, end);
+    }
+
+    /// How many times a job that held a reservation lost it while still pending (neither started
+    /// nor gone): a high count means the plan churns and idle time held for one job goes to
+    /// another.
+    pub fn reservations_dropped(&self) -> u64 {
+        self.reservations_dropped
+    }
+
+    /// Wall time spent inside the core's `schedule` so far.
+    pub fn core_time(&self) -> Duration {
+        self.core_time
+    }
+
+    fn sweep(&mut self, now: u64) {
+        if !self.left_pending.is_empty() {
+            let gone = std::mem::take(&mut self.left_pending);
+            self.state.pending.retain(|j| !gone.contains(&j.id));
+        }
+        if !self.left_running.is_empty() {
+            let gone = std::mem::take(&mut self.left_running);
+            self.state.running.retain(|j| !gone.contains(&j.id));
+        }
+        self.state.usage = self.ledger.snapshot(now);
+    }
+
+    /// One scheduling pass at `now`: the core's plan, as starts.
+    pub fn pass(&mut self, now: u64) -> Result<Vec<Start>, SimError> {
+        self.sweep(now);
+        let t = Instant::now();
+        let plan = schedule(now, &self.state, &self.config);
+        self.core_time += t.elapsed();
+        let reserved: BTreeSet<JobId> = plan.reservations.iter().map(|r| r.job).collect();
+        let started: BTreeSet<JobId> = plan.starts.iter().map(|s| s.job).collect();
+        self.reservations_dropped += self
+            .reserved
+            .iter()
+            .filter(|j| !reserved.contains(j) && !started.contains(j))
+            .filter(|j| !self.left_pending.contains(j))
+            .count() as u64;
+        self.reserved = reserved;
+        plan.starts
+            .into_iter()
+            .map(|s| {
+                let placements = s
+                    .allocs
+                    .into_iter()
+                    .map(|a| match self.node_index.get(&a.node) {
+                        Some(&node) => Ok(Placement {
+                            node,
+                            cpu_ids: a.cpu_ids,
+                            gpu_ids: a.gpu_ids,
+                        }),
+                        None => Err(SimError::BadPlan {
+                            now,
+                            what: format!("job {} placed on unknown node {}", s.job, a.node),
+                        }),
+                    })
+                    .collect::<Result<_, _>>()?;
+                Ok(Start {
+                    job: s.job,
+                    placements,
+                    time_limit: s.time_limit,
+                })
+            })
+            .collect()
+    }
+}
