@@ -110,6 +110,12 @@ fn another_user_cannot_read_the_database_or_a_job_spec() {
     c.wait_node_up();
     assert_eq!(mode(&state), 0o700);
     assert_eq!(mode(&db), 0o600);
+    // The controller remembers the node as up from before the kill, so the agent may still be
+    // starting: its directory is corrected when it does, within seconds.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while mode(&c.dir.join("agent")) != 0o711 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     assert_eq!(mode(&c.dir.join("agent")), 0o711);
     assert!(
         !readable_by(&other, &c, &db),
