@@ -1,4 +1,4 @@
-//! The dependency rules of DESIGN.md §3, checked on the real dependency graph.
+//! The dependency rules of docs/architecture.md, checked on the real dependency graph.
 
 use std::process::Command;
 

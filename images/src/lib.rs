@@ -1,5 +1,5 @@
 //! Wharf's local image store: imports root filesystems from tarballs, directories and OCI
-//! image layouts, unpacked so that no entry can write outside the image (DESIGN §4.8).
+//! image layouts, unpacked so that no entry can write outside the image.
 //!
 //! Every archive entry, whatever the source, goes through one extractor that
 //!

@@ -2,7 +2,7 @@
 //!
 //! Why not `tar::Entry::unpack_in`: it checks paths lexically and then writes through host
 //! paths, so a symlink planted by an earlier entry (or layer) can redirect a later write
-//! outside the root (FIELD-NOTES, "Images and registries"). Here every parent directory is
+//! outside the root. Here every parent directory is
 //! opened with `openat2(RESOLVE_IN_ROOT)`, so the kernel resolves `..` and symlinks as if the
 //! root were `/`; the final component is created relative to that descriptor with
 //! `O_NOFOLLOW`/`O_EXCL`, after unlinking whatever non-directory was there (see [`create`]).

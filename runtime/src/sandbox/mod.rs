@@ -17,7 +17,7 @@
 //!  wait (pidfd), time limit, cancel; remove cgroup
 //! ```
 //!
-//! **Why not libcontainer** (DESIGN.md §4.7 names it): its create forks twice, re-reads
+//! **Why not libcontainer** (the first design named it; docs/architecture.md records why not): its create forks twice, re-reads
 //! `/proc/self/mountinfo` for every v1 controller, writes and re-reads state files, and
 //! cannot write a multi-line id map itself, so the shim already made the user namespace and
 //! the root; what was left for it cost most of a launch (3.8 ms of 6.2 on a cgroup v2 node,

@@ -1,5 +1,5 @@
 //! The durable store: SQLite in WAL mode with full sync. Every change a client is told about
-//! is committed here first (DESIGN.md §4.1).
+//! is committed here first (docs/architecture.md).
 //!
 //! Jobs are kept as JSON records with the columns needed to find them; node registrations are
 //! kept so a restarted controller knows its nodes before they poll again.

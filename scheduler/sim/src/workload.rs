@@ -1,7 +1,7 @@
 //! Workloads to replay: jobs with a shape, a run time, a time limit and an owner, and the nodes
 //! they run on. Built from an SWF trace or generated (GPU jobs from several accounts).
 //!
-//! Rules for what a trace lacks (both stated in the CLI's help and DESIGN notes):
+//! Rules for what a trace lacks (both stated in the CLI's help and in scheduler/sim/traces/README.md):
 //! - **Time limit.** A trace's requested time (field 9) when known. Otherwise
 //!   `run × f`, `f` uniform in `[1, 5)` drawn per job from the seed, rounded up to a whole minute
 //!   (users ask for minutes), at least one minute. A job never runs past its limit (the
