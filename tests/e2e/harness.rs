@@ -35,6 +35,54 @@ pub fn can_run(test: &str) -> bool {
     false
 }
 
+/// Returns false (after printing why) when siftool or mksquashfs, which SIF tests need to
+/// make images, is missing; panics instead under WHARF_TEST_STRICT=1.
+pub fn sif_tools() -> bool {
+    let ok = ["siftool", "mksquashfs"].iter().all(|t| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if !ok {
+        let why = "SIF tests need siftool and mksquashfs (apt-get install siftool squashfs-tools)";
+        assert!(
+            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+            "{why}"
+        );
+        eprintln!("SKIPPED {why}");
+    }
+    ok
+}
+
+/// Runs one of the `examples/` scripts with these arguments; panics with its output if it
+/// fails.
+fn example(script: &str, args: &[&std::ffi::OsStr]) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(script);
+    let out = Command::new(&path).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{script} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Makes a root filesystem at `rootfs` holding these programs of this machine
+/// (`examples/mkrootfs.sh`).
+pub fn mkrootfs(rootfs: &Path, progs: &[&str]) {
+    let mut args = vec![rootfs.as_os_str()];
+    args.extend(progs.iter().map(std::ffi::OsStr::new));
+    example("mkrootfs.sh", &args);
+}
+
+/// Makes the SIF image `sif` of the root filesystem `rootfs` (`examples/mksif.sh`).
+pub fn mksif(rootfs: &Path, sif: &Path) {
+    example("mksif.sh", &[rootfs.as_os_str(), sif.as_os_str()]);
+}
+
 /// A Unix user made for tests (created once, reused).
 #[derive(Debug, Clone)]
 pub struct User {
@@ -259,14 +307,8 @@ impl Cluster {
     /// Imports a tiny image built from this machine's programs as `tiny`.
     pub fn import_tiny(&self) {
         let rootfs = self.dir.join("rootfs");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
         let progs = "sh ls cat id echo sleep true false head tail dd mount chown env grep ps stat touch readlink wc kill";
-        let out = Command::new(script)
-            .arg(&rootfs)
-            .args(progs.split(' '))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "mkrootfs: {out:?}");
+        mkrootfs(&rootfs, &progs.split(' ').collect::<Vec<_>>());
         self.import(&rootfs, "tiny");
     }
 

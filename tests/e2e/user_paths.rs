@@ -29,24 +29,6 @@ fn entries(dir: &Path) -> Vec<String> {
     names
 }
 
-fn sif_tools() -> bool {
-    let ok = ["siftool", "mksquashfs"].iter().all(|t| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {t}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if !ok {
-        let why = "SIF tests need siftool and mksquashfs (apt-get install siftool squashfs-tools)";
-        assert!(
-            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
-            "{why}"
-        );
-        eprintln!("SKIPPED {why}");
-    }
-    ok
-}
-
 #[test]
 fn sif_behind_a_symlink_into_a_root_only_directory_is_refused() {
     if !can_run("sif_behind_a_symlink_into_a_root_only_directory_is_refused") || !sif_tools() {
@@ -59,21 +41,9 @@ fn sif_behind_a_symlink_into_a_root_only_directory_is_refused() {
     let vault = dir.path().join("vault");
     std::fs::create_dir(&vault).unwrap();
     let root = vault.join("root");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
-    assert!(Command::new(script)
-        .arg(&root)
-        .args(["sh", "true"])
-        .status()
-        .unwrap()
-        .success());
+    mkrootfs(&root, &["sh", "true"]);
     let sif = vault.join("private.sif");
-    let mksif = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mksif.sh");
-    assert!(Command::new(mksif)
-        .arg(&root)
-        .arg(&sif)
-        .status()
-        .unwrap()
-        .success());
+    mksif(&root, &sif);
     mode(&sif, 0o644);
     mode(&vault, 0o700);
     let mallory = user("whmnt-sif");
