@@ -144,7 +144,7 @@ fn agents_routes_check_the_token_first_and_take_large_reports() {
     if !can_run("agents_routes_check_the_token_first_and_take_large_reports") {
         return;
     }
-    let c = crate::connections::TcpCluster::start("");
+    let c = TcpCluster::start("");
     let token = std::fs::read_to_string(c.dir.path().join("ctl/join-token")).unwrap();
     let token = token.trim();
     // A valid report padded with 2 MB of JSON whitespace.
