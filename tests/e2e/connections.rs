@@ -3,7 +3,7 @@
 //! connections that send no request.
 
 use std::os::unix::ffi::OsStrExt;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
@@ -104,13 +104,7 @@ fn flood(user: &User, socket: &std::path::Path) -> (nix::unistd::Pid, u32) {
 fn timed_submit(c: &Cluster, user: &User) -> Result<Duration, String> {
     let home = c.home(user);
     let started = Instant::now();
-    let mut child = Command::new("setpriv")
-        .args([
-            format!("--reuid={}", user.uid),
-            format!("--regid={}", user.gid),
-            "--init-groups".into(),
-            "--".into(),
-        ])
+    let mut child = setpriv(user)
         .arg(wharf_bin())
         .args(["submit", "--wrap", "true"])
         .env("WHARF_SOCKET", &c.socket)

@@ -468,15 +468,22 @@ impl Drop for Cluster {
     }
 }
 
+/// A `setpriv` command that runs what its further arguments name as `user`, with the user's
+/// groups.
+pub fn setpriv(user: &User) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        format!("--reuid={}", user.uid),
+        format!("--regid={}", user.gid),
+        "--init-groups".into(),
+        "--".into(),
+    ]);
+    cmd
+}
+
 /// Runs `exe args` as `user` with setpriv, from `cwd`.
 pub fn as_user(user: &User, cwd: &Path, exe: &str, args: &[&str], socket: &Path) -> Output {
-    Command::new("setpriv")
-        .args([
-            format!("--reuid={}", user.uid),
-            format!("--regid={}", user.gid),
-            "--init-groups".into(),
-            "--".into(),
-        ])
+    setpriv(user)
         .arg(exe)
         .args(args)
         .env("WHARF_SOCKET", socket)
