@@ -307,16 +307,7 @@ pub async fn serve<L: Accept>(
 ) -> io::Result<()> {
     let mut warned: BTreeMap<PeerKey, Instant> = BTreeMap::new();
     loop {
-        let (io, peer) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) if is_passing(&e) => {
-                // Out of descriptors or memory for now: let connections end, then go on.
-                tracing::warn!(error = %e, "cannot accept a connection");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
+        let (io, peer) = next_connection(&listener).await?;
         let key = PeerKey::of(&peer);
         let slot = match counts.admit(key, &limits) {
             Ok(s) => s,
@@ -527,15 +518,7 @@ pub async fn serve_tcp(
 ) -> io::Result<()> {
     let mut warned: Option<Instant> = None;
     loop {
-        let (io, peer) = match Accept::accept(&listener).await {
-            Ok(c) => c,
-            Err(e) if is_passing(&e) => {
-                tracing::warn!(error = %e, "cannot accept a connection");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
+        let (io, peer) = next_connection(&listener).await?;
         let key = PeerKey::of(&peer);
         if gate.unauthenticated() >= gate.0.tcp.max_unauthenticated {
             let now = Instant::now();
@@ -588,6 +571,22 @@ pub async fn serve_tcp(
             }
             drop(ticket);
         });
+    }
+}
+
+/// The next connection from `listener`. An error that passes ([`is_passing`]) is logged and
+/// waited out; any other is returned.
+async fn next_connection<L: Accept>(listener: &L) -> io::Result<(L::Io, Peer)> {
+    loop {
+        match listener.accept().await {
+            Ok(c) => return Ok(c),
+            Err(e) if is_passing(&e) => {
+                // Out of descriptors or memory for now: let connections end, then go on.
+                tracing::warn!(error = %e, "cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 
