@@ -332,10 +332,7 @@ pub async fn serve<L: Accept>(
                 req.extensions_mut().insert(ConnectInfo(peer.clone()));
                 tower_service::Service::call(&mut app.clone(), req)
             });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout)
-                .serve_connection(TokioIo::new(Watched::new(io, limits.idle_timeout)), service);
+            let conn = http1(io, service, &limits);
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "connection ended");
             }
@@ -538,10 +535,7 @@ pub async fn serve_tcp(
                 req.extensions_mut().insert(ConnectInfo(peer.clone()));
                 tower_service::Service::call(&mut app.clone(), req)
             });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout)
-                .serve_connection(TokioIo::new(Watched::new(io, limits.idle_timeout)), service);
+            let conn = http1(io, service, &limits);
             tokio::pin!(conn);
             let deadline = tokio::time::sleep(timeout);
             tokio::pin!(deadline);
@@ -572,6 +566,26 @@ pub async fn serve_tcp(
             drop(ticket);
         });
     }
+}
+
+/// `io` served by `service` as one HTTP/1 connection, within `limits`' header and idle
+/// timeouts.
+fn http1<I, S>(
+    io: I,
+    service: S,
+    limits: &ConnectionLimits,
+) -> hyper::server::conn::http1::Connection<TokioIo<Watched<I>>, S>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+    S: hyper::service::HttpService<hyper::body::Incoming>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S::ResBody: 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .serve_connection(TokioIo::new(Watched::new(io, limits.idle_timeout)), service)
 }
 
 /// The next connection from `listener`. An error that passes ([`is_passing`]) is logged and
