@@ -7,16 +7,20 @@ use std::path::{Path, PathBuf};
 use wharf_runtime::conformance::{run as run_suite, template, wait, Suite};
 use wharf_runtime::Launcher;
 
+/// Says why a test does not run: fails under WHARF_TEST_STRICT=1, else prints the reason.
+fn skip(why: &str) {
+    assert!(
+        std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+        "{why}"
+    );
+    eprintln!("SKIPPED {why}");
+}
+
 /// A scratch directory (0777, in /var/tmp) for a test that needs root; `None` (after saying
 /// why, or failing under WHARF_TEST_STRICT=1) when not root.
 fn scratch(test: &str, prefix: &str) -> Option<tempfile::TempDir> {
     if !nix::unistd::geteuid().is_root() {
-        let why = format!("{test}: needs root");
-        assert!(
-            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
-            "{why}"
-        );
-        eprintln!("SKIPPED {why}");
+        skip(&format!("{test}: needs root"));
         return None;
     }
     let dir = tempfile::Builder::new()
@@ -39,6 +43,36 @@ fn mkrootfs(rootfs: &Path, progs: &[&str]) {
     assert!(ok.success(), "mkrootfs.sh {}", rootfs.display());
 }
 
+/// [`scratch`] for a test of SIF images, which also needs siftool and mksquashfs.
+fn sif_scratch(test: &str, prefix: &str) -> Option<tempfile::TempDir> {
+    let have = |t: &str| {
+        std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !have("siftool") || !have("mksquashfs") {
+        skip(&format!("{test}: needs siftool and mksquashfs"));
+        return None;
+    }
+    scratch(test, prefix)
+}
+
+/// A SIF image at `sif` of a root filesystem made at `rootfs` from these programs of this
+/// machine (`examples/mksif.sh`); returns its primary partition as (offset, size).
+fn mksif(rootfs: &Path, progs: &[&str], sif: &Path) -> (u64, u64) {
+    mkrootfs(rootfs, progs);
+    let mksif = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mksif.sh");
+    assert!(std::process::Command::new(mksif)
+        .arg(rootfs)
+        .arg(sif)
+        .status()
+        .unwrap()
+        .success());
+    let part = wharf_images::sif::primary_partition(sif).unwrap();
+    (part.offset, part.size)
+}
+
 #[test]
 fn oci_backend_passes_the_conformance_suite() {
     let Some(dir) = scratch(
@@ -59,40 +93,20 @@ fn oci_backend_passes_the_conformance_suite() {
 
 #[test]
 fn sif_images_pass_the_conformance_suite() {
-    let have = |t: &str| {
-        std::process::Command::new("sh")
-            .args(["-c", &format!("command -v {t}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if !have("siftool") || !have("mksquashfs") {
-        let why = "sif_images_pass_the_conformance_suite: needs siftool and mksquashfs";
-        assert!(
-            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
-            "{why}"
-        );
-        eprintln!("SKIPPED {why}");
-        return;
-    }
-    let Some(dir) = scratch(
+    let Some(dir) = sif_scratch(
         "sif_images_pass_the_conformance_suite",
         "wharf-conformance-",
     ) else {
         return;
     };
-    let rootfs = dir.path().join("rootfs");
-    mkrootfs(&rootfs, &["sh", "true", "false", "sleep"]);
     let sif = dir.path().join("root.sif");
-    let mksif = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mksif.sh");
-    assert!(std::process::Command::new(mksif)
-        .arg(&rootfs)
-        .arg(&sif)
-        .status()
-        .unwrap()
-        .success());
-    let part = wharf_images::sif::primary_partition(&sif).unwrap();
+    let part = mksif(
+        &dir.path().join("rootfs"),
+        &["sh", "true", "false", "sleep"],
+        &sif,
+    );
     let mut template = template("sif", &sif, 4244, 4244);
-    template.rootfs_partition = Some((part.offset, part.size));
+    template.rootfs_partition = Some(part);
     let backend = Launcher::new(PathBuf::from(env!("CARGO_BIN_EXE_wharf")));
     run_suite(
         &backend,
@@ -110,12 +124,7 @@ pub fn docker_image(dir: &Path, name: &str, progs: &[&str]) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !docker_up {
-        let why = "docker tests need the Docker engine (docker info failed)";
-        assert!(
-            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
-            "{why}"
-        );
-        eprintln!("SKIPPED {why}");
+        skip("docker tests need the Docker engine (docker info failed)");
         return false;
     }
     let rootfs = dir.join(format!("{}-rootfs", name.replace([':', '/'], "-")));
@@ -412,44 +421,20 @@ fn oci_sandbox_failures_name_their_cause_and_leave_nothing_behind() {
 /// whatever was checked before it, and refuses.
 #[test]
 fn shim_opens_the_sif_file_as_the_user() {
-    let have = |t: &str| {
-        std::process::Command::new("sh")
-            .args(["-c", &format!("command -v {t}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if !have("siftool") || !have("mksquashfs") {
-        let why = "shim_opens_the_sif_file_as_the_user: needs siftool and mksquashfs";
-        assert!(
-            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
-            "{why}"
-        );
-        eprintln!("SKIPPED {why}");
-        return;
-    }
-    let Some(dir) = scratch("shim_opens_the_sif_file_as_the_user", "wharf-sif-user-") else {
+    let Some(dir) = sif_scratch("shim_opens_the_sif_file_as_the_user", "wharf-sif-user-") else {
         return;
     };
     let vault = dir.path().join("vault");
-    let rootfs = vault.join("rootfs");
-    mkrootfs(&rootfs, &["sh", "true"]);
     let sif = vault.join("root.sif");
-    let mksif = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mksif.sh");
-    assert!(std::process::Command::new(mksif)
-        .arg(&rootfs)
-        .arg(&sif)
-        .status()
-        .unwrap()
-        .success());
+    let part = mksif(&vault.join("rootfs"), &["sh", "true"], &sif);
     std::fs::set_permissions(&sif, std::fs::Permissions::from_mode(0o644)).unwrap();
     std::fs::set_permissions(&vault, std::fs::Permissions::from_mode(0o700)).unwrap();
     let link = dir.path().join("borrowed.sif");
     std::os::unix::fs::symlink(&sif, &link).unwrap();
-    let part = wharf_images::sif::primary_partition(&sif).unwrap();
     let backend = Launcher::new(PathBuf::from(env!("CARGO_BIN_EXE_wharf")));
     let mut spec = template("sif-user", &link, 4246, 4246);
     spec.id = format!("sif-user-{}", std::process::id());
-    spec.rootfs_partition = Some((part.offset, part.size));
+    spec.rootfs_partition = Some(part);
     spec.argv = vec!["/bin/true".into()];
     spec.stdout = dir.path().join("out");
     spec.stderr = spec.stdout.clone();

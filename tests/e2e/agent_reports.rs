@@ -2,7 +2,7 @@
 //! jobs did: a user cannot cut a node off from the controller (and keep kill orders from it)
 //! with jobs whose launch errors are huge.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::*;
@@ -25,13 +25,7 @@ fn huge_launch_errors_do_not_cut_the_node_off() {
     let prog = "\u{1}".repeat(131_000);
     let runs: Vec<Child> = (0..2)
         .map(|_| {
-            Command::new("setpriv")
-                .args([
-                    format!("--reuid={}", eve.uid),
-                    format!("--regid={}", eve.gid),
-                    "--init-groups".into(),
-                    "--".into(),
-                ])
+            setpriv(&eve)
                 .arg(wharf_bin())
                 .args(["run", "-c", "1", "-J", "long-argv0", "--quiet", "--"])
                 .arg(&prog)
@@ -144,7 +138,7 @@ fn agents_routes_check_the_token_first_and_take_large_reports() {
     if !can_run("agents_routes_check_the_token_first_and_take_large_reports") {
         return;
     }
-    let c = crate::connections::TcpCluster::start("");
+    let c = TcpCluster::start("");
     let token = std::fs::read_to_string(c.dir.path().join("ctl/join-token")).unwrap();
     let token = token.trim();
     // A valid report padded with 2 MB of JSON whitespace.

@@ -3,7 +3,7 @@
 //! connections that send no request.
 
 use std::os::unix::ffi::OsStrExt;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
@@ -104,13 +104,7 @@ fn flood(user: &User, socket: &std::path::Path) -> (nix::unistd::Pid, u32) {
 fn timed_submit(c: &Cluster, user: &User) -> Result<Duration, String> {
     let home = c.home(user);
     let started = Instant::now();
-    let mut child = Command::new("setpriv")
-        .args([
-            format!("--reuid={}", user.uid),
-            format!("--regid={}", user.gid),
-            "--init-groups".into(),
-            "--".into(),
-        ])
+    let mut child = setpriv(user)
         .arg(wharf_bin())
         .args(["submit", "--wrap", "true"])
         .env("WHARF_SOCKET", &c.socket)
@@ -217,113 +211,6 @@ fn a_stalled_request_is_closed_after_the_idle_timeout() {
     // Meanwhile, and after, the controller serves others.
     let out = c.wharf(&["queue"]);
     assert!(out.status.success(), "{}", stderr(&out));
-}
-
-/// A controller listening on TCP and an agent joined over it from 127.0.0.1, as separate
-/// processes (killed on drop).
-pub(crate) struct TcpCluster {
-    pub(crate) dir: tempfile::TempDir,
-    pub(crate) port: u16,
-    socket: std::path::PathBuf,
-    procs: Vec<std::process::Child>,
-}
-
-impl Drop for TcpCluster {
-    fn drop(&mut self) {
-        for p in &mut self.procs {
-            let _ = p.kill();
-            let _ = p.wait();
-        }
-    }
-}
-
-impl TcpCluster {
-    pub(crate) fn start(limits: &str) -> TcpCluster {
-        let dir = scratch("wharf-tcp-conn-");
-        let d = dir.path().to_path_buf();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let socket = d.join("wharf.sock");
-        let config = d.join("wharf.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[controller]\nstate_dir = \"{0}/ctl\"\nsocket = \"{1}\"\nlisten = \"127.0.0.1:{port}\"\nnode_timeout = \"10s\"\n[agent]\nstate_dir = \"{0}/agent\"\nimage_store = \"{0}/images\"\n[limits]\n{limits}\n",
-                d.display(),
-                socket.display()
-            ),
-        )
-        .unwrap();
-        let log = |name: &str| std::fs::File::create(d.join(name)).unwrap();
-        let mut c = TcpCluster {
-            dir,
-            port,
-            socket: socket.clone(),
-            procs: vec![],
-        };
-        c.procs.push(
-            Command::new(wharf_bin())
-                .args(["controller", "--config"])
-                .arg(&config)
-                .stderr(log("ctl.log"))
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        let token = d.join("ctl/join-token");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !token.exists() || !socket.exists() {
-            assert!(Instant::now() < deadline, "controller did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        c.procs.push(
-            Command::new(wharf_bin())
-                .args(["agent", "--config"])
-                .arg(&config)
-                .args(["--controller", &format!("127.0.0.1:{port}")])
-                .args(["--node-name", "n1", "--join-token-file"])
-                .arg(&token)
-                .stderr(log("agent.log"))
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !c.nodes().contains("UP") {
-            assert!(Instant::now() < deadline, "the agent never registered");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        c
-    }
-
-    fn wharf(&self, args: &[&str]) -> std::process::Output {
-        Command::new(wharf_bin())
-            .args(args)
-            .env("WHARF_SOCKET", &self.socket)
-            .current_dir(self.dir.path())
-            .output()
-            .unwrap()
-    }
-
-    pub(crate) fn nodes(&self) -> String {
-        stdout(&self.wharf(&["nodes"]))
-    }
-
-    fn logs(&self) -> String {
-        let tail = |name: &str| {
-            let text = std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            lines[lines.len().saturating_sub(8)..].join("\n")
-        };
-        format!(
-            "controller:\n{}\nagent:\n{}",
-            tail("ctl.log"),
-            tail("agent.log")
-        )
-    }
 }
 
 /// Holds `per_source` idle TCP connections to `port` from each source address, reopening

@@ -35,6 +35,54 @@ pub fn can_run(test: &str) -> bool {
     false
 }
 
+/// Returns false (after printing why) when siftool or mksquashfs, which SIF tests need to
+/// make images, is missing; panics instead under WHARF_TEST_STRICT=1.
+pub fn sif_tools() -> bool {
+    let ok = ["siftool", "mksquashfs"].iter().all(|t| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if !ok {
+        let why = "SIF tests need siftool and mksquashfs (apt-get install siftool squashfs-tools)";
+        assert!(
+            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+            "{why}"
+        );
+        eprintln!("SKIPPED {why}");
+    }
+    ok
+}
+
+/// Runs one of the `examples/` scripts with these arguments; panics with its output if it
+/// fails.
+fn example(script: &str, args: &[&std::ffi::OsStr]) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(script);
+    let out = Command::new(&path).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{script} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Makes a root filesystem at `rootfs` holding these programs of this machine
+/// (`examples/mkrootfs.sh`).
+pub fn mkrootfs(rootfs: &Path, progs: &[&str]) {
+    let mut args = vec![rootfs.as_os_str()];
+    args.extend(progs.iter().map(std::ffi::OsStr::new));
+    example("mkrootfs.sh", &args);
+}
+
+/// Makes the SIF image `sif` of the root filesystem `rootfs` (`examples/mksif.sh`).
+pub fn mksif(rootfs: &Path, sif: &Path) {
+    example("mksif.sh", &[rootfs.as_os_str(), sif.as_os_str()]);
+}
+
 /// A Unix user made for tests (created once, reused).
 #[derive(Debug, Clone)]
 pub struct User {
@@ -259,14 +307,8 @@ impl Cluster {
     /// Imports a tiny image built from this machine's programs as `tiny`.
     pub fn import_tiny(&self) {
         let rootfs = self.dir.join("rootfs");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
         let progs = "sh ls cat id echo sleep true false head tail dd mount chown env grep ps stat touch readlink wc kill";
-        let out = Command::new(script)
-            .arg(&rootfs)
-            .args(progs.split(' '))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "mkrootfs: {out:?}");
+        mkrootfs(&rootfs, &progs.split(' ').collect::<Vec<_>>());
         self.import(&rootfs, "tiny");
     }
 
@@ -426,15 +468,22 @@ impl Drop for Cluster {
     }
 }
 
+/// A `setpriv` command that runs what its further arguments name as `user`, with the user's
+/// groups.
+pub fn setpriv(user: &User) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        format!("--reuid={}", user.uid),
+        format!("--regid={}", user.gid),
+        "--init-groups".into(),
+        "--".into(),
+    ]);
+    cmd
+}
+
 /// Runs `exe args` as `user` with setpriv, from `cwd`.
 pub fn as_user(user: &User, cwd: &Path, exe: &str, args: &[&str], socket: &Path) -> Output {
-    Command::new("setpriv")
-        .args([
-            format!("--reuid={}", user.uid),
-            format!("--regid={}", user.gid),
-            "--init-groups".into(),
-            "--".into(),
-        ])
+    setpriv(user)
         .arg(exe)
         .args(args)
         .env("WHARF_SOCKET", socket)
@@ -463,4 +512,139 @@ pub fn stdout(out: &Output) -> String {
 /// stderr as text.
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A controller listening on TCP at 127.0.0.1 and the agents joined over it, as separate
+/// processes (killed on drop), each logging to a file in `dir`.
+pub struct TcpCluster {
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    pub socket: PathBuf,
+    config: PathBuf,
+    procs: Vec<Child>,
+}
+
+impl Drop for TcpCluster {
+    fn drop(&mut self) {
+        for p in &mut self.procs {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+    }
+}
+
+impl TcpCluster {
+    /// A controller and one agent, `n1`, registered over TCP with the join token; `limits`
+    /// is the controller's `[limits]` table.
+    pub fn start(limits: &str) -> TcpCluster {
+        let mut c = TcpCluster::controller(
+            "wharf-tcp-conn-",
+            &format!("node_timeout = \"10s\"\n[limits]\n{limits}\n"),
+        );
+        c.agent("n1", &c.token());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !c.nodes().contains("UP") {
+            assert!(Instant::now() < deadline, "the agent never registered");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        c
+    }
+
+    /// A controller alone, listening on a free port of 127.0.0.1, in a scratch directory
+    /// named from `prefix`; `more` is added to its `[controller]` table (and may open further
+    /// tables). Its log is `ctl.log`.
+    pub fn controller(prefix: &str, more: &str) -> TcpCluster {
+        let dir = scratch(prefix);
+        let d = dir.path();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let socket = d.join("wharf.sock");
+        let config = d.join("wharf.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[controller]\nstate_dir = \"{0}/ctl\"\nsocket = \"{1}\"\nlisten = \"127.0.0.1:{port}\"\n{more}\n[agent]\nstate_dir = \"{0}/agent\"\nimage_store = \"{0}/images\"\n",
+                d.display(),
+                socket.display()
+            ),
+        )
+        .unwrap();
+        let ctl = Command::new(wharf_bin())
+            .args(["controller", "--config"])
+            .arg(&config)
+            .stderr(std::fs::File::create(d.join("ctl.log")).unwrap())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let c = TcpCluster {
+            dir,
+            port,
+            socket,
+            config,
+            procs: vec![ctl],
+        };
+        let token = c.token();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !token.exists() || !c.socket.exists() {
+            assert!(Instant::now() < deadline, "controller did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        c
+    }
+
+    /// The file holding the controller's join token.
+    pub fn token(&self) -> PathBuf {
+        self.dir.path().join("ctl/join-token")
+    }
+
+    /// Starts an agent, node `name`, joining over TCP with the token read from `token`; its
+    /// log is `NAME.log`.
+    pub fn agent(&mut self, name: &str, token: &Path) {
+        let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
+        self.procs.push(
+            Command::new(wharf_bin())
+                .args(["agent", "--config"])
+                .arg(&self.config)
+                .args(["--controller", &format!("127.0.0.1:{}", self.port)])
+                .args(["--node-name", name, "--join-token-file"])
+                .arg(token)
+                .stderr(log)
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+    }
+
+    /// Runs the CLI against the controller's Unix socket, from `dir` (a job's output file
+    /// goes to the submit directory).
+    pub fn wharf(&self, args: &[&str]) -> Output {
+        Command::new(wharf_bin())
+            .args(args)
+            .env("WHARF_SOCKET", &self.socket)
+            .current_dir(self.dir.path())
+            .output()
+            .unwrap()
+    }
+
+    /// `wharf nodes`.
+    pub fn nodes(&self) -> String {
+        stdout(&self.wharf(&["nodes"]))
+    }
+
+    /// The last lines of the controller's and agent `n1`'s logs.
+    pub fn logs(&self) -> String {
+        let tail = |name: &str| {
+            let text = std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(8)..].join("\n")
+        };
+        format!(
+            "controller:\n{}\nagent:\n{}",
+            tail("ctl.log"),
+            tail("n1.log")
+        )
+    }
 }

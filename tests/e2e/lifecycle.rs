@@ -237,16 +237,8 @@ impl LeaseHolder {
         let perl = "$| = 1; $SIG{IO} = sub { print \"breaking\\n\" }; \
             open(my $f, '<', $ARGV[0]) or die \"open: $!\"; \
             fcntl($f, 1024, 0) or die \"lease: $!\"; print \"held\\n\"; sleep 1 while 1";
-        let mut child = Command::new("setpriv")
-            .args([
-                format!("--reuid={}", user.uid),
-                format!("--regid={}", user.gid),
-                "--init-groups".into(),
-                "--".into(),
-                "perl".into(),
-                "-e".into(),
-                perl.into(),
-            ])
+        let mut child = setpriv(user)
+            .args(["perl", "-e", perl])
             .arg(file)
             .stdout(std::process::Stdio::piped())
             .spawn()

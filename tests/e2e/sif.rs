@@ -3,37 +3,9 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use crate::harness::*;
-
-fn tools_present() -> bool {
-    let ok = ["siftool", "mksquashfs"].iter().all(|t| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {t}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if !ok {
-        let why = "SIF tests need siftool and mksquashfs (apt-get install siftool squashfs-tools)";
-        assert!(
-            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
-            "{why}"
-        );
-        eprintln!("SKIPPED {why}");
-    }
-    ok
-}
-
-fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// Makes `dir/NAME.sif` from a small rootfs with a marker file.
 fn make_sif(dir: &Path, name: &str) -> PathBuf {
@@ -43,18 +15,11 @@ fn make_sif(dir: &Path, name: &str) -> PathBuf {
 /// Makes `dir/NAME.sif` from a small rootfs with a marker file, changed by `edit` first.
 fn make_sif_with(dir: &Path, name: &str, edit: impl FnOnce(&Path)) -> PathBuf {
     let root = dir.join(format!("{name}-root"));
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
-    run(Command::new(script)
-        .arg(&root)
-        .args(["sh", "cat", "id", "ls", "sleep"]));
+    mkrootfs(&root, &["sh", "cat", "id", "ls", "sleep"]);
     std::fs::write(root.join("etc/marker"), format!("inside {name}\n")).unwrap();
     edit(&root);
     let sif = dir.join(format!("{name}.sif"));
-    run(
-        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mksif.sh"))
-            .arg(&root)
-            .arg(&sif),
-    );
+    mksif(&root, &sif);
     sif
 }
 
@@ -73,7 +38,7 @@ fn loops_on(file: &Path) -> usize {
 
 #[test]
 fn sif_image_runs_in_the_sandbox_and_leaves_no_loop_device() {
-    if !can_run("sif_image_runs_in_the_sandbox_and_leaves_no_loop_device") || !tools_present() {
+    if !can_run("sif_image_runs_in_the_sandbox_and_leaves_no_loop_device") || !sif_tools() {
         return;
     }
     let c = Cluster::start();
@@ -116,7 +81,7 @@ fn sif_image_runs_in_the_sandbox_and_leaves_no_loop_device() {
 
 #[test]
 fn corrupt_or_unreadable_sif_files_are_refused_with_the_reason() {
-    if !can_run("corrupt_or_unreadable_sif_files_are_refused_with_the_reason") || !tools_present() {
+    if !can_run("corrupt_or_unreadable_sif_files_are_refused_with_the_reason") || !sif_tools() {
         return;
     }
     let c = Cluster::start();
@@ -177,7 +142,7 @@ fn fifo_identity_sif(dir: &Path, user: &User) -> PathBuf {
 fn a_fifo_identity_file_in_a_sif_neither_holds_the_launch_nor_outlives_the_time_limit() {
     if !can_run(
         "a_fifo_identity_file_in_a_sif_neither_holds_the_launch_nor_outlives_the_time_limit",
-    ) || !tools_present()
+    ) || !sif_tools()
     {
         return;
     }
@@ -234,9 +199,7 @@ fn a_fifo_identity_file_in_a_sif_neither_holds_the_launch_nor_outlives_the_time_
 /// does not wait on it, and a cancel during a launch always ends the job CANCELLED.
 #[test]
 fn a_job_whose_sif_has_fifo_identity_files_is_cancelled_not_failed() {
-    if !can_run("a_job_whose_sif_has_fifo_identity_files_is_cancelled_not_failed")
-        || !tools_present()
-    {
+    if !can_run("a_job_whose_sif_has_fifo_identity_files_is_cancelled_not_failed") || !sif_tools() {
         return;
     }
     let c = Cluster::start();

@@ -29,24 +29,6 @@ fn entries(dir: &Path) -> Vec<String> {
     names
 }
 
-fn sif_tools() -> bool {
-    let ok = ["siftool", "mksquashfs"].iter().all(|t| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {t}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if !ok {
-        let why = "SIF tests need siftool and mksquashfs (apt-get install siftool squashfs-tools)";
-        assert!(
-            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
-            "{why}"
-        );
-        eprintln!("SKIPPED {why}");
-    }
-    ok
-}
-
 #[test]
 fn sif_behind_a_symlink_into_a_root_only_directory_is_refused() {
     if !can_run("sif_behind_a_symlink_into_a_root_only_directory_is_refused") || !sif_tools() {
@@ -59,21 +41,9 @@ fn sif_behind_a_symlink_into_a_root_only_directory_is_refused() {
     let vault = dir.path().join("vault");
     std::fs::create_dir(&vault).unwrap();
     let root = vault.join("root");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
-    assert!(Command::new(script)
-        .arg(&root)
-        .args(["sh", "true"])
-        .status()
-        .unwrap()
-        .success());
+    mkrootfs(&root, &["sh", "true"]);
     let sif = vault.join("private.sif");
-    let mksif = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mksif.sh");
-    assert!(Command::new(mksif)
-        .arg(&root)
-        .arg(&sif)
-        .status()
-        .unwrap()
-        .success());
+    mksif(&root, &sif);
     mode(&sif, 0o644);
     mode(&vault, 0o700);
     let mallory = user("whmnt-sif");
@@ -113,11 +83,7 @@ fn mount_source_swapped_for_symlinks_never_binds_outside_the_allowed_root() {
         return;
     }
     let allowed = scratch("wharf-allowed-");
-    mode(allowed.path(), 0o755);
-    let c = Cluster::start_with(&format!(
-        "allowed_mounts = [\"{}\"]",
-        allowed.path().display()
-    ));
+    let c = allowed_cluster(allowed.path(), "");
     c.import_tiny();
     swap_race(&c, allowed.path(), "tiny", 120);
 }
@@ -159,21 +125,29 @@ fn docker_cluster(test: &str, allowed: &Path) -> Option<Cluster> {
         eprintln!("SKIPPED {why}");
         return None;
     }
+    let c = allowed_cluster(allowed, "backend = \"docker\"\n");
+    docker_import(&c, DOCKER_IMAGE, &["sh", "ls", "cat", "sleep"], |_| {});
+    Some(c)
+}
+
+/// A cluster whose node may bind from under `allowed` (made 0755), with these `extra` lines
+/// of its configuration.
+fn allowed_cluster(allowed: &Path, extra: &str) -> Cluster {
     mode(allowed, 0o755);
-    let c = Cluster::start_with(&format!(
-        "backend = \"docker\"\nallowed_mounts = [\"{}\"]",
+    Cluster::start_with(&format!(
+        "{extra}allowed_mounts = [\"{}\"]",
         allowed.display()
-    ));
-    let rootfs = c.dir.join("docker-rootfs");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
-    assert!(Command::new(script)
-        .arg(&rootfs)
-        .args(["sh", "ls", "cat", "sleep"])
-        .status()
-        .unwrap()
-        .success());
+    ))
+}
+
+/// Makes the engine image `name` from a rootfs of these programs of this machine, changed by
+/// `edit` first, and waits until `c`'s node lists it.
+fn docker_import(c: &Cluster, name: &str, progs: &[&str], edit: impl FnOnce(&Path)) {
+    let rootfs = c.dir.join(format!("{name}-rootfs"));
+    mkrootfs(&rootfs, progs);
+    edit(&rootfs);
     let import = format!(
-        "tar -C '{}' -c . | docker import - {DOCKER_IMAGE}:latest >/dev/null",
+        "tar -C '{}' -c . | docker import - {name}:latest >/dev/null",
         rootfs.display()
     );
     assert!(Command::new("sh")
@@ -182,14 +156,13 @@ fn docker_cluster(test: &str, allowed: &Path) -> Option<Cluster> {
         .unwrap()
         .success());
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !stdout(&c.wharf(&["nodes", "--json"])).contains(&format!("\"{DOCKER_IMAGE}\"")) {
+    while !stdout(&c.wharf(&["nodes", "--json"])).contains(&format!("\"{name}\"")) {
         assert!(
             std::time::Instant::now() < deadline,
             "node never listed the engine image"
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    Some(c)
 }
 
 /// Launches `jobs` jobs of `image` binding the user's `data` directory, under `allowed`, while
@@ -346,11 +319,7 @@ fn a_job_makes_nothing_in_the_users_bound_directory() {
         return;
     }
     let allowed = scratch("wharf-allowed-");
-    mode(allowed.path(), 0o755);
-    let c = Cluster::start_with(&format!(
-        "allowed_mounts = [\"{}\"]",
-        allowed.path().display()
-    ));
+    let c = allowed_cluster(allowed.path(), "");
     c.import_tiny();
     // Over the sandbox's /dev (refused; it used to get /dev's symlinks), its private /tmp
     // (replaced by the bind), a plain directory, and a second bind inside the first, whose
@@ -401,27 +370,45 @@ enum Seen {
     Marker,
 }
 
+/// The user's own directory under `allowed`, named after them, holding a file `marker`
+/// ("mine").
+fn users_dir(allowed: &Path, user: &User) -> std::path::PathBuf {
+    let mine = allowed.join(&user.name);
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::write(mine.join("marker"), "mine\n").unwrap();
+    chown(&mine, user);
+    mine
+}
+
+/// Submits, as `user`, a job of `image` with these `--mount`s that runs `script`.
+fn submit_with_mounts(
+    c: &Cluster,
+    user: &User,
+    image: &str,
+    mounts: &[String],
+    script: &str,
+) -> std::process::Output {
+    let mut args = vec!["submit", "--image", image];
+    for m in mounts {
+        args.extend(["--mount", m.as_str()]);
+    }
+    args.extend(["--wrap", script]);
+    c.wharf_as(user, &args)
+}
+
 /// Runs a job of `image` per case, binding the user's directory (under `allowed`) at each of
 /// the case's destinations, and checks how it ended and that the directory is unchanged.
 fn bound_dir_untouched(c: &Cluster, allowed: &Path, image: &str, cases: &[(&[&str], Seen)]) {
     let mallory = user("whmnt-bound");
-    let mine = allowed.join("whmnt-bound");
-    std::fs::create_dir(&mine).unwrap();
-    std::fs::write(mine.join("marker"), "mine\n").unwrap();
-    chown(&mine, &mallory);
+    let mine = users_dir(allowed, &mallory);
     let before = entries(&mine);
     for (dests, want) in cases {
         let mounts: Vec<String> = dests
             .iter()
             .map(|d| format!("{}:{d}", mine.display()))
             .collect();
-        let mut args = vec!["submit", "--image", image];
-        for m in &mounts {
-            args.extend(["--mount", m.as_str()]);
-        }
         let script = format!("cat {}/marker", dests[0]);
-        args.extend(["--wrap", &script]);
-        let out = c.wharf_as(&mallory, &args);
+        let out = submit_with_mounts(c, &mallory, image, &mounts, &script);
         let (got, why) = if out.status.success() {
             let id = submitted_id(&out);
             let job = c.wait_done(id, Duration::from_secs(60));
@@ -460,10 +447,7 @@ fn docker_bind_staged_by_a_killed_shim_is_detached_before_its_job_directory_goes
         return;
     };
     let mallory = user("whmnt-staged");
-    let mine = allowed.path().join("whmnt-staged");
-    std::fs::create_dir(&mine).unwrap();
-    std::fs::write(mine.join("marker"), "mine\n").unwrap();
-    chown(&mine, &mallory);
+    let mine = users_dir(allowed.path(), &mallory);
     let bind = format!("{}:/data", mine.display());
     let id = submitted_id(&c.wharf_as(
         &mallory,
@@ -518,20 +502,10 @@ fn a_mount_point_reached_through_a_symlink_never_lands_on_what_the_sandbox_makes
         return;
     }
     let allowed = scratch("wharf-allowed-");
-    mode(allowed.path(), 0o755);
-    let c = Cluster::start_with(&format!(
-        "allowed_mounts = [\"{}\"]",
-        allowed.path().display()
-    ));
+    let c = allowed_cluster(allowed.path(), "");
     // An image whose /data is a symlink to /dev.
     let rootfs = allowed.path().join("linked-rootfs");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
-    let out = Command::new(script)
-        .arg(&rootfs)
-        .args(["sh", "cat", "ls"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "mkrootfs: {out:?}");
+    mkrootfs(&rootfs, &["sh", "cat", "ls"]);
     std::os::unix::fs::symlink("/dev", rootfs.join("data")).unwrap();
     c.import(&rootfs, "linked");
     c.import_tiny();
@@ -582,13 +556,8 @@ fn a_mount_point_reached_through_a_symlink_never_lands_on_what_the_sandbox_makes
         ),
     ];
     for (image, mounts, dest, runs) in cases {
-        let mut args = vec!["submit", "--image", image];
-        for m in &mounts {
-            args.extend(["--mount", m.as_str()]);
-        }
         let script = format!("cat {dest}/marker && ls /dev");
-        args.extend(["--wrap", &script]);
-        let out = c.wharf_as(&mallory, &args);
+        let out = submit_with_mounts(&c, &mallory, image, &mounts, &script);
         assert!(out.status.success(), "{mounts:?}: {}", stderr(&out));
         let job = c.wait_done(submitted_id(&out), Duration::from_secs(60));
         let reason = job["reason"].as_str().unwrap_or_default();
@@ -626,38 +595,12 @@ fn docker_mount_point_reached_through_an_image_symlink_is_refused() {
         return;
     };
     const LINKED: &str = "whfr-e2e-docker-linked";
-    let rootfs = c.dir.join("docker-linked-rootfs");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
-    assert!(Command::new(script)
-        .arg(&rootfs)
-        .args(["sh", "ls", "cat"])
-        .status()
-        .unwrap()
-        .success());
-    std::os::unix::fs::symlink("/dev", rootfs.join("data")).unwrap();
-    let import = format!(
-        "tar -C '{}' -c . | docker import - {LINKED}:latest >/dev/null",
-        rootfs.display()
-    );
-    assert!(Command::new("sh")
-        .args(["-c", &import])
-        .status()
-        .unwrap()
-        .success());
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !stdout(&c.wharf(&["nodes", "--json"])).contains(&format!("\"{LINKED}\"")) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "node never listed the engine image"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    docker_import(&c, LINKED, &["sh", "ls", "cat"], |rootfs| {
+        std::os::unix::fs::symlink("/dev", rootfs.join("data")).unwrap();
+    });
     let mallory = user("whfr-dlink");
-    let mine = allowed.path().join("whfr-dlink");
-    std::fs::create_dir(&mine).unwrap();
-    chown(&mine, &mallory);
+    let mine = users_dir(allowed.path(), &mallory);
     mode(&mine, 0o777);
-    std::fs::write(mine.join("marker"), "mine\n").unwrap();
     let before = entries(&mine);
     let bind = format!("{}:/data", mine.display());
     let out = c.wharf_as(

@@ -123,6 +123,20 @@ pub(crate) struct DeviceRule {
     pub mknod: bool,
 }
 
+impl DeviceRule {
+    /// The rules for [`STANDARD_DEVICES`], which every job may use and make nodes of.
+    pub(crate) fn standard() -> Vec<DeviceRule> {
+        STANDARD_DEVICES
+            .iter()
+            .map(|&(major, minor)| DeviceRule {
+                major,
+                minor,
+                mknod: true,
+            })
+            .collect()
+    }
+}
+
 /// What the job may do beyond its ids: the capabilities it keeps (in every set: bounding,
 /// permitted, effective, inheritable, ambient) and whether it may ever gain more (a setuid
 /// file, file capabilities). Every job keeps none and gains none, root inside included.
@@ -235,14 +249,7 @@ impl Plan {
     /// under what the sandbox makes itself ([`RESERVED`]).
     pub(crate) fn new(spec: &ContainerSpec, root: PathBuf) -> Result<Plan, RuntimeError> {
         check_destinations(spec)?;
-        let mut devices: Vec<DeviceRule> = STANDARD_DEVICES
-            .iter()
-            .map(|&(major, minor)| DeviceRule {
-                major,
-                minor,
-                mknod: true,
-            })
-            .collect();
+        let mut devices = DeviceRule::standard();
         // Each allocated device by its own number: read and write, never mknod.
         devices.extend(spec.devices.iter().map(|d| DeviceRule {
             major: d.major,
@@ -547,14 +554,7 @@ mod tests {
 
     #[test]
     fn no_job_keeps_a_capability_gains_privilege_or_reaches_another_device() {
-        let standard: Vec<DeviceRule> = STANDARD_DEVICES
-            .iter()
-            .map(|&(major, minor)| DeviceRule {
-                major,
-                minor,
-                mknod: true,
-            })
-            .collect();
+        let standard = DeviceRule::standard();
         for (remap_root, writable, image) in [
             (false, false, "/images/x"),
             (true, true, "/images/x"),

@@ -148,24 +148,19 @@ fn caller(shared: &Shared, peer: &Peer) -> Result<Caller, ApiFailure> {
     }
 }
 
+/// A user's body, as JSON, within the users' limit.
 fn body<T: serde::de::DeserializeOwned>(
     s: &Shared,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiFailure> {
-    let bytes = bytes.map_err(|e| match e {
-        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => fail(
-            ErrorKind::InvalidInput,
-            format!(
-                "request body is over the controller's limit of {} bytes ([limits] \
-                 max_request_size); make the job smaller (a long script or environment \
-                 belongs in a file)",
-                s.config.max_request_bytes
-            ),
-        ),
-        other => fail(ErrorKind::InvalidInput, format!("request body: {other}")),
-    })?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| fail(ErrorKind::InvalidInput, format!("request body: {e}")))
+    json_body(bytes, || {
+        format!(
+            "request body is over the controller's limit of {} bytes ([limits] \
+             max_request_size); make the job smaller (a long script or environment \
+             belongs in a file)",
+            s.config.max_request_bytes
+        )
+    })
 }
 
 /// An agent's body: like [`body`], with the agents' own limit.
@@ -173,15 +168,25 @@ fn agent_body<T: serde::de::DeserializeOwned>(
     s: &Shared,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiFailure> {
+    json_body(bytes, || {
+        format!(
+            "agent report is over the controller's limit of {} bytes ([limits] \
+             max_agent_request_size); raise it for nodes that hold this many jobs",
+            s.config.max_agent_request_bytes
+        )
+    })
+}
+
+/// A body read within its route's limit and parsed as JSON; `over_limit` says which limit a
+/// body past it broke and what to do.
+fn json_body<T: serde::de::DeserializeOwned>(
+    bytes: Result<Bytes, BytesRejection>,
+    over_limit: impl FnOnce() -> String,
+) -> Result<T, ApiFailure> {
     let bytes = bytes.map_err(|e| match e {
-        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => fail(
-            ErrorKind::InvalidInput,
-            format!(
-                "agent report is over the controller's limit of {} bytes ([limits] \
-                 max_agent_request_size); raise it for nodes that hold this many jobs",
-                s.config.max_agent_request_bytes
-            ),
-        ),
+        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
+            fail(ErrorKind::InvalidInput, over_limit())
+        }
         other => fail(ErrorKind::InvalidInput, format!("request body: {other}")),
     })?;
     serde_json::from_slice(&bytes)

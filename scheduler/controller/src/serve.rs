@@ -307,16 +307,7 @@ pub async fn serve<L: Accept>(
 ) -> io::Result<()> {
     let mut warned: BTreeMap<PeerKey, Instant> = BTreeMap::new();
     loop {
-        let (io, peer) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) if is_passing(&e) => {
-                // Out of descriptors or memory for now: let connections end, then go on.
-                tracing::warn!(error = %e, "cannot accept a connection");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
+        let (io, peer) = next_connection(&listener).await?;
         let key = PeerKey::of(&peer);
         let slot = match counts.admit(key, &limits) {
             Ok(s) => s,
@@ -341,10 +332,7 @@ pub async fn serve<L: Accept>(
                 req.extensions_mut().insert(ConnectInfo(peer.clone()));
                 tower_service::Service::call(&mut app.clone(), req)
             });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout)
-                .serve_connection(TokioIo::new(Watched::new(io, limits.idle_timeout)), service);
+            let conn = http1(io, service, &limits);
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "connection ended");
             }
@@ -527,15 +515,7 @@ pub async fn serve_tcp(
 ) -> io::Result<()> {
     let mut warned: Option<Instant> = None;
     loop {
-        let (io, peer) = match Accept::accept(&listener).await {
-            Ok(c) => c,
-            Err(e) if is_passing(&e) => {
-                tracing::warn!(error = %e, "cannot accept a connection");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
+        let (io, peer) = next_connection(&listener).await?;
         let key = PeerKey::of(&peer);
         if gate.unauthenticated() >= gate.0.tcp.max_unauthenticated {
             let now = Instant::now();
@@ -555,10 +535,7 @@ pub async fn serve_tcp(
                 req.extensions_mut().insert(ConnectInfo(peer.clone()));
                 tower_service::Service::call(&mut app.clone(), req)
             });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout)
-                .serve_connection(TokioIo::new(Watched::new(io, limits.idle_timeout)), service);
+            let conn = http1(io, service, &limits);
             tokio::pin!(conn);
             let deadline = tokio::time::sleep(timeout);
             tokio::pin!(deadline);
@@ -588,6 +565,42 @@ pub async fn serve_tcp(
             }
             drop(ticket);
         });
+    }
+}
+
+/// `io` served by `service` as one HTTP/1 connection, within `limits`' header and idle
+/// timeouts.
+fn http1<I, S>(
+    io: I,
+    service: S,
+    limits: &ConnectionLimits,
+) -> hyper::server::conn::http1::Connection<TokioIo<Watched<I>>, S>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+    S: hyper::service::HttpService<hyper::body::Incoming>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S::ResBody: 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .serve_connection(TokioIo::new(Watched::new(io, limits.idle_timeout)), service)
+}
+
+/// The next connection from `listener`. An error that passes ([`is_passing`]) is logged and
+/// waited out; any other is returned.
+async fn next_connection<L: Accept>(listener: &L) -> io::Result<(L::Io, Peer)> {
+    loop {
+        match listener.accept().await {
+            Ok(c) => return Ok(c),
+            Err(e) if is_passing(&e) => {
+                // Out of descriptors or memory for now: let connections end, then go on.
+                tracing::warn!(error = %e, "cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 
