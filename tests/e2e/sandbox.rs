@@ -305,16 +305,6 @@ fn hostile_image_symlinks_cannot_point_mount_points_at_the_host() {
     );
 }
 
-fn mkrootfs(dir: &std::path::Path, progs: &[&str]) {
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mkrootfs.sh");
-    assert!(std::process::Command::new(script)
-        .arg(dir)
-        .args(progs)
-        .status()
-        .unwrap()
-        .success());
-}
-
 #[test]
 fn setuid_binaries_give_no_privilege_and_no_agent_fd_leaks_in() {
     if !can_run("setuid_binaries_give_no_privilege_and_no_agent_fd_leaks_in") {
