@@ -85,7 +85,7 @@ fn main() {
             Command::Cancel(a) => cmd::cancel::run(&socket, a).await,
             Command::Nodes(a) => cmd::nodes::run(&socket, a).await,
             Command::Image(c) => cmd::image::run(c).await,
-            Command::Controller(a) => cmd::controller::run(a).await,
+            Command::Controller(a) => cmd::controller::run(a, cli.socket.as_deref()).await,
             Command::Agent(a) => cmd::agent::run(a).await,
             Command::Dev(a) => cmd::dev::run(a).await,
             Command::Shim(_) => unreachable!("handled before the runtime starts"),

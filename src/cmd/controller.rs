@@ -53,9 +53,18 @@ pub fn settings(
     })
 }
 
-/// Runs until killed.
-pub async fn run(args: Args) -> Result<i32> {
+/// Runs until killed. `socket` is the global `--socket` flag (or `WHARF_SOCKET`): where the
+/// clients look is where the controller listens, whatever the file says.
+pub async fn run(args: Args, socket: Option<&str>) -> Result<i32> {
     let mut file = config::load(args.config.as_deref())?;
+    if let Some(s) = socket {
+        if s.starts_with("tcp://") {
+            anyhow::bail!(
+                "--socket {s:?}: the controller's socket is a path; agents on other hosts use --listen HOST:PORT"
+            );
+        }
+        file.controller.socket = PathBuf::from(s);
+    }
     if let Some(d) = args.state_dir {
         file.controller.state_dir = d;
     }

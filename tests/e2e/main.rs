@@ -7,6 +7,7 @@
 mod agent_reports;
 mod connections;
 mod durability;
+mod flags;
 mod gpu;
 mod harness;
 mod images;
