@@ -94,6 +94,7 @@ impl Cluster {
                     id: job.id,
                     assoc: self.assoc(job),
                     partition: partition(job),
+                    qos: job.spec.as_ref().and_then(|s| s.qos.clone()),
                     // A job still starting is taken to start now.
                     start: job.start_time.unwrap_or(now),
                     time_limit: job.time_limit.saturating_mul(1000),
