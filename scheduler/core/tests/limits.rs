@@ -402,3 +402,275 @@ fn submit_limits_count_pending_and_running_jobs() {
     assert_eq!(err.code(), "AssocMaxSubmitJobLimit");
     assert!(err.to_string().contains("account lab allows each user 3"), "{err}");
 }
+
+mod property {
+    //! No pass ever starts jobs that together take any limited scope over its limit.
+
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::common::*;
+    use wharf_core::*;
+
+    const USERS: [&str; 3] = ["u0", "u1", "u2"];
+    const ACCOUNTS: [&str; 3] = ["top", "mid", "leaf"]; // leaf < mid < top
+    const QOS: [&str; 2] = ["q0", "q1"];
+
+    fn cap() -> impl Strategy<Value = Option<u64>> {
+        prop_oneof![2 => Just(None), 1 => (0u64..8).prop_map(Some)]
+    }
+
+    fn tres() -> impl Strategy<Value = TresLimit> {
+        (cap(), cap(), prop_oneof![3 => Just(None), 1 => (1u64..8).prop_map(|g| Some(g * GIB))])
+            .prop_map(|(cpu, gpu, mem)| TresLimit { cpu, gpu, mem })
+    }
+
+    fn qos_limits() -> impl Strategy<Value = QosLimits> {
+        (tres(), cap(), tres(), cap(), prop_oneof![Just(None), Just(Some(40 * MIN))]).prop_map(
+            |(per_user, jobs, grp, grp_jobs, wall)| QosLimits {
+                max_tres_per_user: per_user,
+                max_jobs_per_user: jobs,
+                grp_tres: grp,
+                grp_jobs,
+                max_wall: wall,
+                ..QosLimits::default()
+            },
+        )
+    }
+
+    fn assoc_limits() -> impl Strategy<Value = AssocLimits> {
+        (tres(), cap(), cap(), tres()).prop_map(|(grp, grp_jobs, max_jobs, per_job)| {
+            AssocLimits {
+                grp_tres: grp,
+                grp_jobs,
+                max_jobs,
+                max_tres_per_job: per_job,
+                ..AssocLimits::default()
+            }
+        })
+    }
+
+    fn arb_job(id: u64) -> impl Strategy<Value = PendingJob> {
+        (0usize..3, 0usize..3, 0usize..3, 1u32..6, 0u32..3, 1u64..4, 1u64..90)
+            .prop_map(move |(u, a, q, cpus, gpus, gib, minutes)| {
+                let mut j = job(id, USERS[u], cpus, gpus, minutes, id);
+                j.assoc.account = ACCOUNTS[a].into();
+                j.request.memory = gib * GIB;
+                j.qos = QOS.get(q).map(|s| s.to_string());
+                j
+            })
+    }
+
+    fn arb_config() -> impl Strategy<Value = Config> {
+        (
+            prop_oneof![Just(Policy::Fcfs), Just(Policy::Easy), Just(Policy::Multifactor)],
+            proptest::collection::vec(proptest::option::of(qos_limits()), 2),
+            proptest::collection::vec(proptest::option::of(assoc_limits()), 3),
+            proptest::collection::vec(proptest::option::of(assoc_limits()), 3),
+        )
+            .prop_map(|(policy, qos, accounts, users)| {
+                let mut c = Config::with_policy(policy);
+                for (i, a) in ACCOUNTS.iter().enumerate() {
+                    c.accounts.push(Account {
+                        name: a.to_string(),
+                        parent: (i > 0).then(|| ACCOUNTS[i - 1].to_string()),
+                        shares: 1,
+                    });
+                }
+                for (name, l) in QOS.iter().zip(qos) {
+                    c.qos.push(Qos { name: name.to_string(), priority: 1 });
+                    if let Some(l) = l {
+                        c.limits.qos.insert(name.to_string(), l);
+                    }
+                }
+                for (name, l) in ACCOUNTS.iter().zip(accounts) {
+                    if let Some(l) = l {
+                        c.limits.accounts.insert(name.to_string(), l);
+                    }
+                }
+                for (i, l) in users.into_iter().enumerate() {
+                    if let Some(l) = l {
+                        c.limits.users.insert(Assoc::new(ACCOUNTS[i], USERS[i]), l);
+                    }
+                }
+                c
+            })
+    }
+
+    /// (cpus, gpus, memory) of a running job.
+    fn amount(j: &RunningJob) -> [u64; 3] {
+        j.allocs.iter().fold([0; 3], |a, x| {
+            [a[0] + x.cpu_ids.len() as u64, a[1] + x.gpu_ids.len() as u64, a[2] + x.memory]
+        })
+    }
+
+    fn over(l: &TresLimit, a: [u64; 3]) -> bool {
+        over_where(l, a, [1; 3])
+    }
+
+    /// Over the cap on a TRES that the new jobs add some of (a job asking none of a TRES is
+    /// not held back by it, as in Slurm).
+    fn over_where(l: &TresLimit, a: [u64; 3], added: [u64; 3]) -> bool {
+        [l.cpu, l.gpu, l.mem]
+            .iter()
+            .zip(a)
+            .zip(added)
+            .any(|((cap, n), add)| add > 0 && cap.is_some_and(|c| n > c))
+    }
+
+    fn below(account: &str, ancestor: &str) -> bool {
+        let pos = |n: &str| ACCOUNTS.iter().position(|a| *a == n).unwrap();
+        pos(account) >= pos(ancestor)
+    }
+
+    /// Every limit holds for `jobs` wherever a job of `new` takes part.
+    fn check_limits(config: &Config, jobs: &[RunningJob], new: &[u64]) -> Result<(), String> {
+        // Scope -> (jobs, amount, what new jobs add).
+        let mut scopes: BTreeMap<String, (u64, [u64; 3], [u64; 3], bool)> = BTreeMap::new();
+        for j in jobs {
+            let a = amount(j);
+            let fresh = new.contains(&j.id);
+            let mut keys = vec![format!("user:{}:{}", j.assoc.account, j.assoc.user)];
+            if let Some(q) = &j.qos {
+                keys.push(format!("qos:{q}"));
+                keys.push(format!("qosuser:{q}:{}", j.assoc.user));
+            }
+            for acct in ACCOUNTS.iter().filter(|acct| below(&j.assoc.account, acct)) {
+                keys.push(format!("account:{acct}"));
+            }
+            for k in keys {
+                let e = scopes.entry(k).or_insert((0, [0; 3], [0; 3], false));
+                e.0 += 1;
+                for i in 0..3 {
+                    e.1[i] += a[i];
+                    if fresh {
+                        e.2[i] += a[i];
+                    }
+                }
+                e.3 |= fresh;
+            }
+            if fresh {
+                let max_jobs_src = config
+                    .limits
+                    .users
+                    .get(&j.assoc)
+                    .filter(|l| !l.max_tres_per_job.is_empty())
+                    .or_else(|| {
+                        ACCOUNTS
+                            .iter()
+                            .rev()
+                            .filter(|acct| below(&j.assoc.account, acct))
+                            .filter_map(|acct| config.limits.accounts.get(*acct))
+                            .find(|l| !l.max_tres_per_job.is_empty())
+                    });
+                if let Some(l) = max_jobs_src {
+                    if over(&l.max_tres_per_job, a) {
+                        return Err(format!("job {} over MaxTRESPerJob", j.id));
+                    }
+                }
+                if let Some(q) = j.qos.as_ref().and_then(|q| config.limits.qos.get(q)) {
+                    if q.max_wall.is_some_and(|w| j.time_limit > w) {
+                        return Err(format!("job {} over MaxWall", j.id));
+                    }
+                }
+            }
+        }
+        for (key, (n, a, added, fresh)) in &scopes {
+            if !fresh {
+                continue;
+            }
+            let parts: Vec<&str> = key.split(':').collect();
+            let (tres, jobs): (Vec<&TresLimit>, Vec<Option<u64>>) = match parts[0] {
+                "qos" => config
+                    .limits
+                    .qos
+                    .get(parts[1])
+                    .map(|l| (vec![&l.grp_tres], vec![l.grp_jobs]))
+                    .unwrap_or_default(),
+                "qosuser" => config
+                    .limits
+                    .qos
+                    .get(parts[1])
+                    .map(|l| (vec![&l.max_tres_per_user], vec![l.max_jobs_per_user]))
+                    .unwrap_or_default(),
+                "account" => config
+                    .limits
+                    .accounts
+                    .get(parts[1])
+                    .map(|l| (vec![&l.grp_tres], vec![l.grp_jobs]))
+                    .unwrap_or_default(),
+                _ => {
+                    let assoc = Assoc::new(parts[1], parts[2]);
+                    let own = config.limits.users.get(&assoc);
+                    // MaxJobs: the user's own, else the nearest account's up the tree.
+                    let max_jobs = own.and_then(|l| l.max_jobs).or_else(|| {
+                        ACCOUNTS
+                            .iter()
+                            .rev()
+                            .filter(|acct| below(parts[1], acct))
+                            .filter_map(|acct| config.limits.accounts.get(*acct))
+                            .find_map(|l| l.max_jobs)
+                    });
+                    let mut jobs = vec![max_jobs];
+                    let mut tres = vec![];
+                    if let Some(l) = own {
+                        jobs.push(l.grp_jobs);
+                        tres.push(&l.grp_tres);
+                    }
+                    (tres, jobs)
+                }
+            };
+            for t in tres {
+                if over_where(t, *a, *added) {
+                    return Err(format!("{key} holds {a:?}, over {t:?}"));
+                }
+            }
+            for cap in jobs.into_iter().flatten() {
+                if *n > cap {
+                    return Err(format!("{key} runs {n} jobs, over {cap}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn run(now: Time, state: &mut State, config: &Config) -> Vec<u64> {
+        let plan = schedule(now, state, config);
+        apply(state, &plan, now);
+        started(&plan)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn no_pass_starts_jobs_that_together_exceed_a_limit(
+            config in arb_config(),
+            first in proptest::collection::vec(0u64..1, 0..8)
+                .prop_flat_map(|v| (0..v.len() as u64).map(arb_job).collect::<Vec<_>>()),
+            second in proptest::collection::vec(0u64..1, 0..14)
+                .prop_flat_map(|v| (100..100 + v.len() as u64).map(arb_job).collect::<Vec<_>>()),
+        ) {
+            let mut state = State {
+                nodes: vec![node("n1", 12, 32, 4), node("n2", 8, 16, 2)],
+                pending: first,
+                ..State::default()
+            };
+            // First, jobs start with no limits at all (they may be over them), then with.
+            run(MIN, &mut state, &Config::with_policy(config.policy));
+            let before = state.running.len();
+            state.pending.extend(second);
+            let new = run(2 * MIN, &mut state, &config);
+            prop_assert_eq!(state.running.len(), before + new.len());
+            if let Err(e) = check_limits(&config, &state.running, &new) {
+                return Err(TestCaseError::fail(e));
+            }
+            // A second pass with the limits starts nothing that breaks them either.
+            let more = run(3 * MIN, &mut state, &config);
+            if let Err(e) = check_limits(&config, &state.running, &more) {
+                return Err(TestCaseError::fail(e));
+            }
+        }
+    }
+}
