@@ -117,7 +117,15 @@ pub fn schedule(now: Time, state: &State, config: &Config) -> Plan {
     let ready: Vec<Ready<'_>> = ready.into_iter().map(|(_, r)| r).collect();
     let mut table = Table::build(&state.nodes, &state.running, &parts, now);
     let mut held = limits::Counters::new(config, &state.running);
-    let out = backfill::pass(now, &state.nodes, config, &parts, &mut table, &ready, &mut held);
+    let out = backfill::pass(
+        now,
+        &state.nodes,
+        config,
+        &parts,
+        &mut table,
+        &ready,
+        &mut held,
+    );
     plan.starts = out.starts;
     plan.reservations = out.reservations;
     plan.waiting = out.waiting;

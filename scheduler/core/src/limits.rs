@@ -547,7 +547,12 @@ impl Counters {
         };
         if c.active {
             for job in running {
-                c.charge(config, &job.assoc, job.qos.as_deref(), &Amount::of_running(job));
+                c.charge(
+                    config,
+                    &job.assoc,
+                    job.qos.as_deref(),
+                    &Amount::of_running(job),
+                );
             }
         }
         c
@@ -564,7 +569,12 @@ impl Counters {
     /// Adds a job that starts now.
     pub fn add(&mut self, config: &Config, job: &PendingJob) {
         if self.active {
-            self.charge(config, &job.assoc, job.qos.as_deref(), &Amount::of_pending(job));
+            self.charge(
+                config,
+                &job.assoc,
+                job.qos.as_deref(),
+                &Amount::of_pending(job),
+            );
         }
     }
 

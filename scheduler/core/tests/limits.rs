@@ -115,7 +115,10 @@ fn running_jobs_count_toward_the_qos_per_user_cpu_limit() {
         ..State::default()
     };
     let text = check(&state, &config, 1, "QOSMaxCpuPerUserLimit", &[2, 3]);
-    assert!(text.contains("3 CPUs are in use and it asks for 2 CPUs"), "{text}");
+    assert!(
+        text.contains("3 CPUs are in use and it asks for 2 CPUs"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -207,7 +210,11 @@ fn qos_max_wall_keeps_a_long_job_pending_as_stuck() {
 /// science > physics, and bio; EASY so that jobs go in submit order.
 fn tree() -> Config {
     let mut c = Config::with_policy(Policy::Easy);
-    for (name, parent) in [("science", None), ("physics", Some("science")), ("bio", None)] {
+    for (name, parent) in [
+        ("science", None),
+        ("physics", Some("science")),
+        ("bio", None),
+    ] {
         c.accounts.push(Account {
             name: name.into(),
             parent: parent.map(String::from),
@@ -299,7 +306,10 @@ fn max_jobs_is_per_user_and_inherited_from_the_account() {
         ..State::default()
     };
     let t = check(&state, &config, 2, "AssocMaxJobsLimit", &[1, 3, 4]);
-    assert!(t.contains("account physics allows each user 1 running jobs"), "{t}");
+    assert!(
+        t.contains("account physics allows each user 1 running jobs"),
+        "{t}"
+    );
     let t = check(&state, &config, 5, "AssocMaxJobsLimit", &[1, 3, 4]);
     assert!(t.contains("user bob in account physics"), "{t}");
 }
@@ -333,7 +343,10 @@ fn max_tres_per_job_and_a_user_group_limit() {
         ..State::default()
     };
     let t = check(&state, &config, 1, "AssocMaxGRESPerJob", &[2, 3, 5]);
-    assert!(t.contains("allows one job 1 GPUs") && t.contains("asks for 2 GPUs"), "{t}");
+    assert!(
+        t.contains("allows one job 1 GPUs") && t.contains("asks for 2 GPUs"),
+        "{t}"
+    );
     let t = check(&state, &config, 4, "AssocGrpCpuLimit", &[2, 3, 5]);
     assert!(t.contains("user ann in account physics"), "{t}");
     // The per-job cap can never be met: admission refuses such a job.
@@ -400,7 +413,10 @@ fn submit_limits_count_pending_and_running_jobs() {
     let three = [(&ann, None), (&ann, Some("q")), (&ann, None)];
     let err = limits::submit_fits(&config, &ann, None, three).unwrap_err();
     assert_eq!(err.code(), "AssocMaxSubmitJobLimit");
-    assert!(err.to_string().contains("account lab allows each user 3"), "{err}");
+    assert!(
+        err.to_string().contains("account lab allows each user 3"),
+        "{err}"
+    );
 }
 
 mod property {
@@ -422,37 +438,52 @@ mod property {
     }
 
     fn tres() -> impl Strategy<Value = TresLimit> {
-        (cap(), cap(), prop_oneof![3 => Just(None), 1 => (1u64..8).prop_map(|g| Some(g * GIB))])
+        (
+            cap(),
+            cap(),
+            prop_oneof![3 => Just(None), 1 => (1u64..8).prop_map(|g| Some(g * GIB))],
+        )
             .prop_map(|(cpu, gpu, mem)| TresLimit { cpu, gpu, mem })
     }
 
     fn qos_limits() -> impl Strategy<Value = QosLimits> {
-        (tres(), cap(), tres(), cap(), prop_oneof![Just(None), Just(Some(40 * MIN))]).prop_map(
-            |(per_user, jobs, grp, grp_jobs, wall)| QosLimits {
+        (
+            tres(),
+            cap(),
+            tres(),
+            cap(),
+            prop_oneof![Just(None), Just(Some(40 * MIN))],
+        )
+            .prop_map(|(per_user, jobs, grp, grp_jobs, wall)| QosLimits {
                 max_tres_per_user: per_user,
                 max_jobs_per_user: jobs,
                 grp_tres: grp,
                 grp_jobs,
                 max_wall: wall,
                 ..QosLimits::default()
-            },
-        )
+            })
     }
 
     fn assoc_limits() -> impl Strategy<Value = AssocLimits> {
-        (tres(), cap(), cap(), tres()).prop_map(|(grp, grp_jobs, max_jobs, per_job)| {
-            AssocLimits {
-                grp_tres: grp,
-                grp_jobs,
-                max_jobs,
-                max_tres_per_job: per_job,
-                ..AssocLimits::default()
-            }
+        (tres(), cap(), cap(), tres()).prop_map(|(grp, grp_jobs, max_jobs, per_job)| AssocLimits {
+            grp_tres: grp,
+            grp_jobs,
+            max_jobs,
+            max_tres_per_job: per_job,
+            ..AssocLimits::default()
         })
     }
 
     fn arb_job(id: u64) -> impl Strategy<Value = PendingJob> {
-        (0usize..3, 0usize..3, 0usize..3, 1u32..6, 0u32..3, 1u64..4, 1u64..90)
+        (
+            0usize..3,
+            0usize..3,
+            0usize..3,
+            1u32..6,
+            0u32..3,
+            1u64..4,
+            1u64..90,
+        )
             .prop_map(move |(u, a, q, cpus, gpus, gib, minutes)| {
                 let mut j = job(id, USERS[u], cpus, gpus, minutes, id);
                 j.assoc.account = ACCOUNTS[a].into();
@@ -464,7 +495,11 @@ mod property {
 
     fn arb_config() -> impl Strategy<Value = Config> {
         (
-            prop_oneof![Just(Policy::Fcfs), Just(Policy::Easy), Just(Policy::Multifactor)],
+            prop_oneof![
+                Just(Policy::Fcfs),
+                Just(Policy::Easy),
+                Just(Policy::Multifactor)
+            ],
             proptest::collection::vec(proptest::option::of(qos_limits()), 2),
             proptest::collection::vec(proptest::option::of(assoc_limits()), 3),
             proptest::collection::vec(proptest::option::of(assoc_limits()), 3),
@@ -479,7 +514,10 @@ mod property {
                     });
                 }
                 for (name, l) in QOS.iter().zip(qos) {
-                    c.qos.push(Qos { name: name.to_string(), priority: 1 });
+                    c.qos.push(Qos {
+                        name: name.to_string(),
+                        priority: 1,
+                    });
                     if let Some(l) = l {
                         c.limits.qos.insert(name.to_string(), l);
                     }
@@ -501,7 +539,11 @@ mod property {
     /// (cpus, gpus, memory) of a running job.
     fn amount(j: &RunningJob) -> [u64; 3] {
         j.allocs.iter().fold([0; 3], |a, x| {
-            [a[0] + x.cpu_ids.len() as u64, a[1] + x.gpu_ids.len() as u64, a[2] + x.memory]
+            [
+                a[0] + x.cpu_ids.len() as u64,
+                a[1] + x.gpu_ids.len() as u64,
+                a[2] + x.memory,
+            ]
         })
     }
 
