@@ -7,8 +7,9 @@ use wharf_api::resources::format_duration;
 use wharf_api::wire::ErrorKind;
 use wharf_api::{JobRecord, JobSpec, JobState, PriorityView};
 use wharf_core::{
-    schedule, Alloc, Assoc, Gpu, Node, NodeState as SchedNodeState, PartitionState, PendingJob,
-    Priority, Request, RunningJob, State as SchedState, UsageLedger, Weights, DEFAULT_PARTITION,
+    limits, schedule, Alloc, Assoc, Gpu, Node, NodeState as SchedNodeState, PartitionState,
+    PendingJob, Priority, Request, RunningJob, State as SchedState, UsageLedger, Weights,
+    DEFAULT_PARTITION,
 };
 
 use super::{Caller, Cluster, Failure};
@@ -197,10 +198,12 @@ impl Cluster {
     /// Who a job runs for: the account it named, else its user's default account (the first
     /// configured for them), else an account of the user's own name.
     fn assoc(&self, job: &JobRecord) -> Assoc {
-        let user = job.owner.user.as_str();
-        let account = job
-            .spec
-            .as_ref()
+        self.assoc_for(job.spec.as_ref(), &job.owner.user)
+    }
+
+    /// [`Cluster::assoc`] of a job `user` submits with `spec`.
+    fn assoc_for(&self, spec: Option<&JobSpec>, user: &str) -> Assoc {
+        let account = spec
             .and_then(|s| s.account.as_deref())
             .or_else(|| {
                 self.sched
@@ -314,6 +317,58 @@ impl Cluster {
             ));
         }
         Ok(())
+    }
+
+    /// Refuses a job that could never start under a QoS or association limit (over MaxWall,
+    /// MaxTRESPerJob, or a per-user or group TRES cap on its own), and a submit that would
+    /// take the user over MaxSubmitJobsPerUser or MaxSubmitJobs.
+    pub(super) fn check_limits(&self, spec: &JobSpec, user: &str) -> Result<(), Failure> {
+        let limits = &self.sched.limits;
+        if limits.is_empty() {
+            return Ok(());
+        }
+        let assoc = self.assoc_for(Some(spec), user);
+        let r = spec.resources;
+        let mut job = PendingJob::new(0, assoc, Request::per_node(r.cpus, r.memory, r.gpus), 0);
+        job.qos = spec.qos.clone();
+        if let Some(reason) =
+            limits::never_fits(&self.sched, &job, spec.time_limit.saturating_mul(1000))
+        {
+            return Err(Failure::new(
+                ErrorKind::InvalidInput,
+                format!("this job could never start: {reason}"),
+            ));
+        }
+        let capped = limits
+            .qos
+            .values()
+            .any(|q| q.max_submit_jobs_per_user.is_some())
+            || limits
+                .accounts
+                .values()
+                .any(|a| a.max_submit_jobs.is_some())
+            || limits.users.values().any(|u| u.max_submit_jobs.is_some());
+        if !capped {
+            return Ok(());
+        }
+        // Pending and running jobs of this user: only theirs can count toward their caps.
+        let active: Vec<(Assoc, Option<&str>)> = self
+            .jobs
+            .values()
+            .filter(|j| j.owner.user == user)
+            .filter(|j| j.state == JobState::Pending || j.state.holds_resources())
+            .map(|j| {
+                let qos = j.spec.as_ref().and_then(|s| s.qos.as_deref());
+                (self.assoc(j), qos)
+            })
+            .collect();
+        limits::submit_fits(
+            &self.sched,
+            &job.assoc,
+            job.qos.as_deref(),
+            active.iter().map(|(a, q)| (a, *q)),
+        )
+        .map_err(|reason| Failure::new(ErrorKind::Unavailable, format!("refused: {reason}")))
     }
 
     /// Rebuilds fair-share usage from the most recent ended jobs in the store, oldest first, so
