@@ -364,7 +364,10 @@ fn qos_limits_hold_a_users_second_job_and_refuse_what_could_never_run() {
     // The next pass counts the running jobs (by their QoS): still held.
     c.schedule(5).unwrap();
     assert_eq!(record(&c, second).state, JobState::Pending);
-    assert!(record(&c, second).reason.unwrap().starts_with("QOSMaxGRESPerUser"));
+    assert!(record(&c, second)
+        .reason
+        .unwrap()
+        .starts_with("QOSMaxGRESPerUser"));
 
     let err = submit_job(&mut c, &bob, job(3, None), 5).unwrap_err();
     assert_eq!(err.kind, ErrorKind::InvalidInput);
