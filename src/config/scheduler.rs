@@ -20,6 +20,8 @@ pub struct SchedulerSection {
     pub weight_job_size: u32,
     pub weight_partition: u32,
     pub weight_qos: u32,
+    /// QoS of jobs that name none.
+    pub default_qos: Option<String>,
     /// `[[scheduler.partition]]` entries; none: every node in one partition.
     #[serde(rename = "partition")]
     pub partitions: Vec<PartitionSection>,
@@ -276,6 +278,7 @@ impl Default for SchedulerSection {
             weight_job_size: c.weights.job_size,
             weight_partition: c.weights.partition,
             weight_qos: c.weights.qos,
+            default_qos: None,
             partitions: vec![],
             accounts: vec![],
             users: vec![],
@@ -355,6 +358,14 @@ impl SchedulerSection {
                 name: q.name.clone(),
                 priority: q.priority,
             });
+        }
+        if let Some(d) = &self.default_qos {
+            if !seen.contains(d.as_str()) {
+                anyhow::bail!(
+                    "scheduler.default_qos {d:?} is not a defined [[scheduler.qos]]; define it or leave default_qos out"
+                );
+            }
+            c.limits.default_qos = Some(d.clone());
         }
         for q in &self.qos {
             let key = format!("scheduler.qos {:?}", q.name);
@@ -537,6 +548,10 @@ mod tests {
         assert_eq!(c.default_partition.as_deref(), Some("batch"));
         assert_eq!(c.accounts.len(), 4);
         assert_eq!(c.qos[0].name, "deadline");
+        assert_eq!(c.limits.default_qos.as_deref(), Some("normal"));
+        assert_eq!(c.limits.qos["normal"].max_tres_per_user.gpu, Some(4));
+        assert_eq!(c.limits.qos["deadline"].max_jobs_per_user, Some(2));
+        assert_eq!(c.limits.accounts["robotics"].grp_tres.gpu, Some(8));
     }
 
     #[test]
@@ -630,6 +645,10 @@ mod tests {
             (
                 "[[scheduler.account]]\nname = \"a\"\nmax_tres_per_job = { mem = \"x\" }",
                 "scheduler.account \"a\" max_tres_per_job mem",
+            ),
+            (
+                "[scheduler]\ndefault_qos = \"gold\"",
+                "scheduler.default_qos \"gold\" is not a defined",
             ),
         ] {
             let file: FileConfig = toml::from_str(text).unwrap();

@@ -111,12 +111,19 @@ pub struct Limits {
     pub accounts: BTreeMap<String, AssocLimits>,
     /// Per user association (account, user).
     pub users: BTreeMap<Assoc, AssocLimits>,
+    /// QoS of jobs that name none (Slurm's DefaultQOS), so that leaving `--qos` out does not
+    /// escape QoS limits. The caller applies it when building [`crate::PendingJob::qos`] and
+    /// [`crate::RunningJob::qos`].
+    pub default_qos: Option<String>,
 }
 
 impl Limits {
     /// True when nothing is limited.
     pub fn is_empty(&self) -> bool {
-        self.qos.is_empty() && self.accounts.is_empty() && self.users.is_empty()
+        self.qos.is_empty()
+            && self.accounts.is_empty()
+            && self.users.is_empty()
+            && self.default_qos.is_none()
     }
 }
 

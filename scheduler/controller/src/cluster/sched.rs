@@ -95,7 +95,7 @@ impl Cluster {
                     id: job.id,
                     assoc: self.assoc(job),
                     partition: partition(job),
-                    qos: job.spec.as_ref().and_then(|s| s.qos.clone()),
+                    qos: self.qos_of(job.spec.as_ref()),
                     // A job still starting is taken to start now.
                     start: job.start_time.unwrap_or(now),
                     time_limit: job.time_limit.saturating_mul(1000),
@@ -117,7 +117,7 @@ impl Cluster {
                     p.time_limit = Some(job.time_limit.saturating_mul(1000));
                     p.partition = partition(job);
                     if let Some(spec) = &job.spec {
-                        p.qos = spec.qos.clone();
+                        p.qos = self.qos_of(Some(spec));
                         p.nice = spec.nice;
                         p.request.gpu_kind = spec.gpu_type.clone();
                     }
@@ -330,7 +330,7 @@ impl Cluster {
         let assoc = self.assoc_for(Some(spec), user);
         let r = spec.resources;
         let mut job = PendingJob::new(0, assoc, Request::per_node(r.cpus, r.memory, r.gpus), 0);
-        job.qos = spec.qos.clone();
+        job.qos = self.qos_of(Some(spec));
         if let Some(reason) =
             limits::never_fits(&self.sched, &job, spec.time_limit.saturating_mul(1000))
         {
@@ -352,23 +352,26 @@ impl Cluster {
             return Ok(());
         }
         // Pending and running jobs of this user: only theirs can count toward their caps.
-        let active: Vec<(Assoc, Option<&str>)> = self
+        let active: Vec<(Assoc, Option<String>)> = self
             .jobs
             .values()
             .filter(|j| j.owner.user == user)
             .filter(|j| j.state == JobState::Pending || j.state.holds_resources())
-            .map(|j| {
-                let qos = j.spec.as_ref().and_then(|s| s.qos.as_deref());
-                (self.assoc(j), qos)
-            })
+            .map(|j| (self.assoc(j), self.qos_of(j.spec.as_ref())))
             .collect();
         limits::submit_fits(
             &self.sched,
             &job.assoc,
             job.qos.as_deref(),
-            active.iter().map(|(a, q)| (a, *q)),
+            active.iter().map(|(a, q)| (a, q.as_deref())),
         )
         .map_err(|reason| Failure::new(ErrorKind::Unavailable, format!("refused: {reason}")))
+    }
+
+    /// The QoS a job runs in: the one it names, else the configured default.
+    fn qos_of(&self, spec: Option<&JobSpec>) -> Option<String> {
+        spec.and_then(|s| s.qos.clone())
+            .or_else(|| self.sched.limits.default_qos.clone())
     }
 
     /// Rebuilds fair-share usage from the most recent ended jobs in the store, oldest first, so

@@ -336,6 +336,7 @@ fn qos_limits_hold_a_users_second_job_and_refuse_what_could_never_run() {
             ..QosLimits::default()
         },
     );
+    config.limits.default_qos = Some("normal".into());
     let mut c = cluster(&dir).with_scheduler(config).unwrap();
     let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
     let job = |gpus: u32, time: Option<u64>| JobRequest {
@@ -393,6 +394,17 @@ fn qos_limits_hold_a_users_second_job_and_refuse_what_could_never_run() {
             && err
                 .message
                 .contains("allows each user 3 pending and running jobs"),
+        "{}",
+        err.message
+    );
+    // Leaving --qos out puts the job in the default QoS: no way around its limits.
+    let plain = JobRequest {
+        cpus: Some(1),
+        ..Default::default()
+    };
+    let err = submit_job(&mut c, &ann, plain, 7).unwrap_err();
+    assert!(
+        err.message.contains("QOSMaxSubmitJobPerUserLimit"),
         "{}",
         err.message
     );
