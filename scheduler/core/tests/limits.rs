@@ -584,10 +584,10 @@ mod property {
             for k in keys {
                 let e = scopes.entry(k).or_insert((0, [0; 3], [0; 3], false));
                 e.0 += 1;
-                for i in 0..3 {
-                    e.1[i] += a[i];
+                for (i, n) in a.iter().enumerate() {
+                    e.1[i] += n;
                     if fresh {
-                        e.2[i] += a[i];
+                        e.2[i] += n;
                     }
                 }
                 e.3 |= fresh;
