@@ -20,6 +20,8 @@ pub struct SchedulerSection {
     pub weight_job_size: u32,
     pub weight_partition: u32,
     pub weight_qos: u32,
+    /// QoS of jobs that name none.
+    pub default_qos: Option<String>,
     /// `[[scheduler.partition]]` entries; none: every node in one partition.
     #[serde(rename = "partition")]
     pub partitions: Vec<PartitionSection>,
@@ -41,6 +43,73 @@ pub struct QosSection {
     pub name: String,
     #[serde(default)]
     pub priority: u32,
+    /// MaxTRESPerUser: `{ gpu = 4, cpu = 64, mem = "256G" }`.
+    #[serde(default)]
+    pub max_tres_per_user: TresSection,
+    /// MaxJobsPerUser (running).
+    #[serde(default)]
+    pub max_jobs_per_user: Option<u64>,
+    /// MaxSubmitJobsPerUser (pending + running, at submit).
+    #[serde(default)]
+    pub max_submit_jobs_per_user: Option<u64>,
+    /// MaxWall, a duration.
+    #[serde(default)]
+    pub max_wall: Option<String>,
+    /// GrpTRES of the whole QoS.
+    #[serde(default)]
+    pub grp_tres: TresSection,
+    /// GrpJobs of the whole QoS (running).
+    #[serde(default)]
+    pub grp_jobs: Option<u64>,
+    /// QoS whose jobs this one may preempt.
+    #[serde(default)]
+    pub preempt: Vec<String>,
+}
+
+/// A TRES limit table: `{ cpu = 64, gpu = 4, mem = "256G" }`; a key left out is not capped.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TresSection {
+    pub cpu: Option<u64>,
+    pub gpu: Option<u64>,
+    pub mem: Option<String>,
+}
+
+impl TresSection {
+    fn resolve(&self, key: &str) -> Result<wharf_controller::sched_limits::TresLimit> {
+        let mem = self
+            .mem
+            .as_deref()
+            .map(|m| {
+                wharf_api::resources::parse_memory(m).map_err(|e| anyhow::anyhow!("{key} mem: {e}"))
+            })
+            .transpose()?;
+        Ok(wharf_controller::sched_limits::TresLimit {
+            cpu: self.cpu,
+            mem,
+            gpu: self.gpu,
+        })
+    }
+}
+
+/// The association limits written in a `[[scheduler.account]]` or `[[scheduler.user]]`
+/// (named `key` in errors), or `None` when none is set.
+fn assoc_limits(
+    key: &str,
+    grp_tres: &TresSection,
+    grp_jobs: Option<u64>,
+    max_jobs: Option<u64>,
+    max_submit_jobs: Option<u64>,
+    max_tres_per_job: &TresSection,
+) -> Result<Option<wharf_controller::sched_limits::AssocLimits>> {
+    let l = wharf_controller::sched_limits::AssocLimits {
+        grp_tres: grp_tres.resolve(&format!("{key} grp_tres"))?,
+        grp_jobs,
+        max_jobs,
+        max_submit_jobs,
+        max_tres_per_job: max_tres_per_job.resolve(&format!("{key} max_tres_per_job"))?,
+    };
+    Ok((l != Default::default()).then_some(l))
 }
 
 /// One `[[scheduler.account]]`.
@@ -52,6 +121,21 @@ pub struct AccountSection {
     pub parent: Option<String>,
     #[serde(default = "one")]
     pub shares: u32,
+    /// GrpTRES: all running jobs of the association (an account: every job below it).
+    #[serde(default)]
+    pub grp_tres: TresSection,
+    /// GrpJobs (running).
+    #[serde(default)]
+    pub grp_jobs: Option<u64>,
+    /// MaxJobs per user association (running).
+    #[serde(default)]
+    pub max_jobs: Option<u64>,
+    /// MaxSubmitJobs per user association (pending + running, at submit).
+    #[serde(default)]
+    pub max_submit_jobs: Option<u64>,
+    /// MaxTRESPerJob.
+    #[serde(default)]
+    pub max_tres_per_job: TresSection,
 }
 
 /// One `[[scheduler.user]]`.
@@ -64,6 +148,21 @@ pub struct UserSection {
     pub shares: u32,
     #[serde(default)]
     pub default: bool,
+    /// GrpTRES: all running jobs of the association (an account: every job below it).
+    #[serde(default)]
+    pub grp_tres: TresSection,
+    /// GrpJobs (running).
+    #[serde(default)]
+    pub grp_jobs: Option<u64>,
+    /// MaxJobs per user association (running).
+    #[serde(default)]
+    pub max_jobs: Option<u64>,
+    /// MaxSubmitJobs per user association (pending + running, at submit).
+    #[serde(default)]
+    pub max_submit_jobs: Option<u64>,
+    /// MaxTRESPerJob.
+    #[serde(default)]
+    pub max_tres_per_job: TresSection,
 }
 
 fn one() -> u32 {
@@ -179,6 +278,7 @@ impl Default for SchedulerSection {
             weight_job_size: c.weights.job_size,
             weight_partition: c.weights.partition,
             weight_qos: c.weights.qos,
+            default_qos: None,
             partitions: vec![],
             accounts: vec![],
             users: vec![],
@@ -259,6 +359,39 @@ impl SchedulerSection {
                 priority: q.priority,
             });
         }
+        if let Some(d) = &self.default_qos {
+            if !seen.contains(d.as_str()) {
+                anyhow::bail!(
+                    "scheduler.default_qos {d:?} is not a defined [[scheduler.qos]]; define it or leave default_qos out"
+                );
+            }
+            c.limits.default_qos = Some(d.clone());
+        }
+        for q in &self.qos {
+            let key = format!("scheduler.qos {:?}", q.name);
+            if let Some(p) = q.preempt.iter().find(|p| !seen.contains(p.as_str())) {
+                anyhow::bail!("{key}: preempt names {p:?}, which is not a defined QoS");
+            }
+            let max_wall = q
+                .max_wall
+                .as_deref()
+                .map(|t| ms(&format!("{key} max_wall"), t))
+                .transpose()?;
+            let limits = wharf_controller::sched_limits::QosLimits {
+                max_tres_per_user: q
+                    .max_tres_per_user
+                    .resolve(&format!("{key} max_tres_per_user"))?,
+                max_jobs_per_user: q.max_jobs_per_user,
+                max_submit_jobs_per_user: q.max_submit_jobs_per_user,
+                max_wall,
+                grp_tres: q.grp_tres.resolve(&format!("{key} grp_tres"))?,
+                grp_jobs: q.grp_jobs,
+                preempt: q.preempt.clone(),
+            };
+            if limits != Default::default() {
+                c.limits.qos.insert(q.name.clone(), limits);
+            }
+        }
         Ok(c)
     }
 
@@ -292,6 +425,16 @@ impl SchedulerSection {
                 parent: a.parent.clone(),
                 shares: a.shares,
             });
+            if let Some(l) = assoc_limits(
+                &format!("scheduler.account {:?}", a.name),
+                &a.grp_tres,
+                a.grp_jobs,
+                a.max_jobs,
+                a.max_submit_jobs,
+                &a.max_tres_per_job,
+            )? {
+                c.limits.accounts.insert(a.name.clone(), l);
+            }
         }
         let mut seen = std::collections::BTreeSet::new();
         for u in &self.users {
@@ -304,6 +447,19 @@ impl SchedulerSection {
             }
             if u.shares == 0 {
                 anyhow::bail!("{key}: shares must be at least 1");
+            }
+            if let Some(l) = assoc_limits(
+                &key,
+                &u.grp_tres,
+                u.grp_jobs,
+                u.max_jobs,
+                u.max_submit_jobs,
+                &u.max_tres_per_job,
+            )? {
+                c.limits.users.insert(
+                    wharf_controller::SchedulerAssoc::new(&u.account, &u.name),
+                    l,
+                );
             }
             let marked = self
                 .users
@@ -392,6 +548,10 @@ mod tests {
         assert_eq!(c.default_partition.as_deref(), Some("batch"));
         assert_eq!(c.accounts.len(), 4);
         assert_eq!(c.qos[0].name, "deadline");
+        assert_eq!(c.limits.default_qos.as_deref(), Some("normal"));
+        assert_eq!(c.limits.qos["normal"].max_tres_per_user.gpu, Some(4));
+        assert_eq!(c.limits.qos["deadline"].max_jobs_per_user, Some(2));
+        assert_eq!(c.limits.accounts["robotics"].grp_tres.gpu, Some(8));
     }
 
     #[test]
@@ -426,6 +586,90 @@ mod tests {
         ] {
             let file: FileConfig = toml::from_str(text).unwrap();
             let err = file.scheduler.resolve().unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
+    }
+
+    #[test]
+    fn qos_and_association_limits_are_read_and_nonsense_names_the_key() {
+        let file: FileConfig = toml::from_str(
+            "[[scheduler.qos]]\nname = \"normal\"\n\
+             max_tres_per_user = { gpu = 4, cpu = 64, mem = \"256G\" }\n\
+             max_jobs_per_user = 3\nmax_submit_jobs_per_user = 10\nmax_wall = \"1d\"\n\
+             grp_tres = { gpu = 16 }\ngrp_jobs = 20\npreempt = [\"scavenger\"]\n\
+             [[scheduler.qos]]\nname = \"scavenger\"\n\
+             [[scheduler.account]]\nname = \"physics\"\ngrp_tres = { cpu = 128 }\n\
+             grp_jobs = 50\nmax_jobs = 5\nmax_submit_jobs = 100\n\
+             max_tres_per_job = { gpu = 8 }\n\
+             [[scheduler.user]]\nname = \"ann\"\naccount = \"physics\"\nmax_jobs = 1\n",
+        )
+        .unwrap();
+        let c = file.scheduler.resolve().unwrap();
+        let q = &c.limits.qos["normal"];
+        assert_eq!(q.max_tres_per_user.gpu, Some(4));
+        assert_eq!(q.max_tres_per_user.cpu, Some(64));
+        assert_eq!(q.max_tres_per_user.mem, Some(256 << 30));
+        assert_eq!(q.max_jobs_per_user, Some(3));
+        assert_eq!(q.max_submit_jobs_per_user, Some(10));
+        assert_eq!(q.max_wall, Some(24 * 3600 * 1000));
+        assert_eq!(q.grp_tres.gpu, Some(16));
+        assert_eq!(q.grp_jobs, Some(20));
+        assert_eq!(q.preempt, vec!["scavenger".to_string()]);
+        assert!(
+            !c.limits.qos.contains_key("scavenger"),
+            "no limits, no entry"
+        );
+        let a = &c.limits.accounts["physics"];
+        assert_eq!(a.grp_tres.cpu, Some(128));
+        assert_eq!(
+            (a.grp_jobs, a.max_jobs, a.max_submit_jobs),
+            (Some(50), Some(5), Some(100))
+        );
+        assert_eq!(a.max_tres_per_job.gpu, Some(8));
+        let ann = wharf_controller::SchedulerAssoc::new("physics", "ann");
+        assert_eq!(c.limits.users[&ann].max_jobs, Some(1));
+
+        for (text, want) in [
+            (
+                "[[scheduler.qos]]\nname = \"q\"\npreempt = [\"nope\"]",
+                "scheduler.qos \"q\": preempt names \"nope\"",
+            ),
+            (
+                "[[scheduler.qos]]\nname = \"q\"\nmax_wall = \"soon\"",
+                "scheduler.qos \"q\" max_wall",
+            ),
+            (
+                "[[scheduler.qos]]\nname = \"q\"\ngrp_tres = { mem = \"lots\" }",
+                "scheduler.qos \"q\" grp_tres mem",
+            ),
+            (
+                "[[scheduler.account]]\nname = \"a\"\nmax_tres_per_job = { mem = \"x\" }",
+                "scheduler.account \"a\" max_tres_per_job mem",
+            ),
+            (
+                "[scheduler]\ndefault_qos = \"gold\"",
+                "scheduler.default_qos \"gold\" is not a defined",
+            ),
+        ] {
+            let file: FileConfig = toml::from_str(text).unwrap();
+            let err = file.scheduler.resolve().unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
+        for (text, want) in [
+            (
+                "[[scheduler.qos]]\nname = \"q\"\nmax_tres_per_user = { gpus = 4 }",
+                "unknown field `gpus`",
+            ),
+            (
+                "[[scheduler.account]]\nname = \"a\"\nmax_jobs = -1",
+                "max_jobs",
+            ),
+            (
+                "[[scheduler.user]]\nname = \"u\"\naccount = \"a\"\nmax_job = 1",
+                "unknown field `max_job`",
+            ),
+        ] {
+            let err = toml::from_str::<FileConfig>(text).unwrap_err().to_string();
             assert!(err.contains(want), "{err}");
         }
     }

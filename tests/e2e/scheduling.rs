@@ -119,3 +119,70 @@ fn partitions_from_the_config_are_chosen_with_dash_p_and_checked_at_submit() {
     assert_eq!(done["state"], "COMPLETED", "{done}");
     assert_eq!(done["spec"]["partition"], "quick", "{done}");
 }
+
+#[test]
+fn an_accounts_cpu_limit_holds_the_second_job_while_another_users_job_runs() {
+    let name = "an_accounts_cpu_limit_holds_the_second_job_while_another_users_job_runs";
+    if !can_run(name) {
+        return;
+    }
+    let c = Cluster::start_with(
+        "[[scheduler.account]]\nname = \"lab\"\ngrp_tres = { cpu = 1 }\n\
+         [[scheduler.user]]\nname = \"whlim-ann\"\naccount = \"lab\"\n",
+    );
+    let (ann, bob) = (user("whlim-ann"), user("whlim-bob"));
+    let nodes: serde_json::Value =
+        serde_json::from_slice(&c.wharf(&["nodes", "--json"]).stdout).unwrap();
+    if nodes["nodes"][0]["info"]["cpus"].as_u64().unwrap() < 2 {
+        let msg = format!("{name} needs a node with 2 CPUs");
+        assert!(std::env::var_os("WHARF_TEST_STRICT").is_none(), "{msg}");
+        eprintln!("SKIP: {msg}");
+        return;
+    }
+    let submit = |u: &User, cpus: &str, script: &str| {
+        c.wharf_as(
+            u,
+            &[
+                "submit", "--cpus", cpus, "--mem", "16M", "-t", "10m", "--wrap", script,
+            ],
+        )
+    };
+    // Over the account's limit on its own: refused at submit with the reason.
+    let out = submit(&ann, "2", "true");
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out)
+            .contains("this job could never start: AssocGrpCpuLimit: account lab allows 1 CPUs"),
+        "{}",
+        stderr(&out)
+    );
+    let first = submitted_id(&submit(&ann, "1", "sleep 600"));
+    c.wait_running(first);
+    let second = submitted_id(&submit(&ann, "1", "true"));
+    // A CPU is free, and another user's job takes it while ann's second job waits.
+    let other = submitted_id(&submit(&bob, "1", "true"));
+    let done = c.wait_done(other, Duration::from_secs(30));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    // Passes after bob's job ended (a CPU is free again) still hold ann's job by the limit.
+    std::thread::sleep(Duration::from_secs(2));
+    let want = "AssocGrpCpuLimit: account lab allows 1 CPUs for all its jobs together \
+                (grp_tres cpu); 1 CPUs are in use and it asks for 1 CPUs";
+    let job = c.job(second);
+    assert_eq!(job["state"], "PENDING", "{job}");
+    let reason = job["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with(want), "{reason}");
+    // Bob sees the same sentence (it names only the account and numbers).
+    let out = c.wharf_as(&bob, &["show", &second.to_string(), "--json"]);
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        seen["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with(want),
+        "{seen}"
+    );
+    // When the first job ends, the second starts.
+    assert!(c.wharf(&["cancel", &first.to_string()]).status.success());
+    let done = c.wait_done(second, Duration::from_secs(30));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+}

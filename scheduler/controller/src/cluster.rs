@@ -176,6 +176,7 @@ impl Cluster {
         self.check_partition(&spec)?;
         self.check_account(&spec, &caller.owner.user)?;
         self.check_qos_and_nice(&spec, caller)?;
+        self.check_limits(&spec, &caller.owner.user)?;
         self.check_gpu_type(&spec)?;
         let pending = self
             .jobs

@@ -12,10 +12,12 @@ pub mod serve;
 pub mod store;
 pub mod visibility;
 
+/// QoS and association limits (`[[scheduler.qos]]`, `[[scheduler.account]]`, `[[scheduler.user]]`).
+pub use wharf_core::limits as sched_limits;
 pub use wharf_core::{
-    Account as SchedulerAccount, Billing as SchedulerBilling, Config as SchedulerConfig,
-    Partition as SchedulerPartition, PartitionState, Policy as SchedulerPolicy,
-    Qos as SchedulerQos, UserShares as SchedulerUserShares,
+    Account as SchedulerAccount, Assoc as SchedulerAssoc, Billing as SchedulerBilling,
+    Config as SchedulerConfig, Partition as SchedulerPartition, PartitionState,
+    Policy as SchedulerPolicy, Qos as SchedulerQos, UserShares as SchedulerUserShares,
 };
 
 use std::collections::BTreeMap;

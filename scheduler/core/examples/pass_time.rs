@@ -125,6 +125,7 @@ fn main() {
             id: j.id,
             assoc: j.assoc,
             partition: j.partition,
+            qos: j.qos,
             start: now,
             time_limit: s.time_limit,
             allocs: s.allocs,

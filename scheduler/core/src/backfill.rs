@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use wharf_api::JobId;
 
 use crate::config::{Config, Policy};
+use crate::limits::Counters;
 use crate::partition::Partitions;
 use crate::placement::Table;
 use crate::plan::{Reservation, Start, Waiting};
@@ -83,6 +84,7 @@ pub(crate) fn pass(
     parts: &Partitions,
     table: &mut Table,
     ready: &[Ready<'_>],
+    held: &mut Counters,
 ) -> Outcome {
     let mut out = Outcome::default();
     let max_res = config.reservation_limit();
@@ -105,6 +107,12 @@ pub(crate) fn pass(
             out.waiting.push(wait(reason, None));
             continue;
         }
+        // Over a QoS or association limit now: waits without a reservation and, as in Slurm,
+        // holds back no job behind it.
+        if let Err(reason) = held.fits(config, r.job, r.limit) {
+            out.waiting.push(wait(PendingReason::Limit(reason), None));
+            continue;
+        }
         if blocked && config.policy == Policy::Fcfs {
             out.waiting.push(wait(PendingReason::Priority, None));
             continue;
@@ -117,6 +125,7 @@ pub(crate) fn pass(
                     .iter()
                     .map(|(i, need)| table.allocate(*i, need, end, &nodes[*i].name))
                     .collect();
+                held.add(config, r.job);
                 out.starts.push(Start {
                     job: r.job.id,
                     allocs,

@@ -1,5 +1,6 @@
 //! How the scheduler is set up: the policy, partitions, the account tree, QoS and weights.
 
+use crate::limits::Limits;
 use crate::state::Time;
 
 /// Which scheduling policy a pass follows.
@@ -180,6 +181,8 @@ pub struct Config {
     pub users: Vec<UserShares>,
     /// QoS definitions.
     pub qos: Vec<Qos>,
+    /// QoS and association limits (empty: none).
+    pub limits: Limits,
 }
 
 impl Config {
@@ -228,6 +231,7 @@ impl Default for Config {
             accounts: Vec::new(),
             users: Vec::new(),
             qos: Vec::new(),
+            limits: Limits::default(),
         }
     }
 }

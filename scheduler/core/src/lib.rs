@@ -24,6 +24,7 @@
 mod backfill;
 mod config;
 pub mod fairshare;
+pub mod limits;
 mod partition;
 mod placement;
 mod plan;
@@ -37,6 +38,7 @@ pub use config::{
     Account, Billing, Config, Partition, PartitionState, Policy, Qos, UserShares, Weights,
 };
 pub use fairshare::UsageLedger;
+pub use limits::{AssocLimits, LimitReason, Limits, QosLimits, TresKind, TresLimit};
 pub use partition::DEFAULT_PARTITION;
 pub use plan::{Plan, Priority, Reservation, Start, Waiting};
 pub use reason::PendingReason;
@@ -114,7 +116,16 @@ pub fn schedule(now: Time, state: &State, config: &Config) -> Plan {
     ready.sort_by_key(|a| a.0);
     let ready: Vec<Ready<'_>> = ready.into_iter().map(|(_, r)| r).collect();
     let mut table = Table::build(&state.nodes, &state.running, &parts, now);
-    let out = backfill::pass(now, &state.nodes, config, &parts, &mut table, &ready);
+    let mut held = limits::Counters::new(config, &state.running);
+    let out = backfill::pass(
+        now,
+        &state.nodes,
+        config,
+        &parts,
+        &mut table,
+        &ready,
+        &mut held,
+    );
     plan.starts = out.starts;
     plan.reservations = out.reservations;
     plan.waiting = out.waiting;

@@ -5,6 +5,7 @@ use std::fmt;
 use wharf_api::resources::{format_duration, format_memory};
 use wharf_api::JobId;
 
+use crate::limits::LimitReason;
 use crate::state::Time;
 
 /// Why a job has not started. More reasons come with more policies, so match with a `_` arm.
@@ -73,6 +74,8 @@ pub enum PendingReason {
         /// The first job it waits for.
         on: JobId,
     },
+    /// Starting it now would take a QoS or association over a limit.
+    Limit(LimitReason),
 }
 
 impl PendingReason {
@@ -92,12 +95,16 @@ impl PendingReason {
             PendingReason::JobHeldUser => "JobHeldUser",
             PendingReason::JobHeldAdmin => "JobHeldAdmin",
             PendingReason::Dependency { .. } => "Dependency",
+            PendingReason::Limit(l) => l.code(),
         }
     }
 
     /// True when the job cannot start whatever other jobs do (only a change of the job, the
     /// configuration or the nodes helps).
     pub fn is_stuck(&self) -> bool {
+        if let PendingReason::Limit(l) = self {
+            return l.is_stuck();
+        }
         matches!(
             self,
             PendingReason::InvalidPartition { .. }
@@ -179,6 +186,7 @@ impl fmt::Display for PendingReason {
             PendingReason::Dependency { on } => {
                 write!(f, "{code}: waiting for job {on} to end")
             }
+            PendingReason::Limit(l) => l.fmt(f),
         }
     }
 }

@@ -98,6 +98,8 @@ pub struct RunningJob {
     pub assoc: Assoc,
     /// Partition it runs in (for billing weights); `None` for the default.
     pub partition: Option<String>,
+    /// QoS it runs in (counts toward that QoS's limits); `None` for none.
+    pub qos: Option<String>,
     /// When it started.
     pub start: Time,
     /// Its time limit, ms: it is expected to end by `start + time_limit`.

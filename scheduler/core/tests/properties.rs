@@ -89,6 +89,7 @@ fn carve(nodes: &[Node], seeds: &[(u8, u8, u8, u64, u64)]) -> Vec<RunningJob> {
             id: 1000 + k as u64,
             assoc: Assoc::new("r", "r"),
             partition: None,
+            qos: None,
             start: start * MIN,
             time_limit: minutes * MIN,
             allocs: vec![Alloc {

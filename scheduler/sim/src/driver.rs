@@ -210,6 +210,7 @@ impl Driver {
             id: job.id,
             assoc: self.assoc(job),
             partition: self.partition(job),
+            qos: None,
             start: now,
             time_limit: start.time_limit,
             allocs,

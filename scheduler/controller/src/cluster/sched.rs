@@ -7,8 +7,9 @@ use wharf_api::resources::format_duration;
 use wharf_api::wire::ErrorKind;
 use wharf_api::{JobRecord, JobSpec, JobState, PriorityView};
 use wharf_core::{
-    schedule, Alloc, Assoc, Gpu, Node, NodeState as SchedNodeState, PartitionState, PendingJob,
-    Priority, Request, RunningJob, State as SchedState, UsageLedger, Weights, DEFAULT_PARTITION,
+    limits, schedule, Alloc, Assoc, Gpu, Node, NodeState as SchedNodeState, PartitionState,
+    PendingJob, Priority, Request, RunningJob, State as SchedState, UsageLedger, Weights,
+    DEFAULT_PARTITION,
 };
 
 use super::{Caller, Cluster, Failure};
@@ -94,6 +95,7 @@ impl Cluster {
                     id: job.id,
                     assoc: self.assoc(job),
                     partition: partition(job),
+                    qos: self.qos_of(job.spec.as_ref()),
                     // A job still starting is taken to start now.
                     start: job.start_time.unwrap_or(now),
                     time_limit: job.time_limit.saturating_mul(1000),
@@ -115,7 +117,7 @@ impl Cluster {
                     p.time_limit = Some(job.time_limit.saturating_mul(1000));
                     p.partition = partition(job);
                     if let Some(spec) = &job.spec {
-                        p.qos = spec.qos.clone();
+                        p.qos = self.qos_of(Some(spec));
                         p.nice = spec.nice;
                         p.request.gpu_kind = spec.gpu_type.clone();
                     }
@@ -196,10 +198,12 @@ impl Cluster {
     /// Who a job runs for: the account it named, else its user's default account (the first
     /// configured for them), else an account of the user's own name.
     fn assoc(&self, job: &JobRecord) -> Assoc {
-        let user = job.owner.user.as_str();
-        let account = job
-            .spec
-            .as_ref()
+        self.assoc_for(job.spec.as_ref(), &job.owner.user)
+    }
+
+    /// [`Cluster::assoc`] of a job `user` submits with `spec`.
+    fn assoc_for(&self, spec: Option<&JobSpec>, user: &str) -> Assoc {
+        let account = spec
             .and_then(|s| s.account.as_deref())
             .or_else(|| {
                 self.sched
@@ -313,6 +317,61 @@ impl Cluster {
             ));
         }
         Ok(())
+    }
+
+    /// Refuses a job that could never start under a QoS or association limit (over MaxWall,
+    /// MaxTRESPerJob, or a per-user or group TRES cap on its own), and a submit that would
+    /// take the user over MaxSubmitJobsPerUser or MaxSubmitJobs.
+    pub(super) fn check_limits(&self, spec: &JobSpec, user: &str) -> Result<(), Failure> {
+        let limits = &self.sched.limits;
+        if limits.is_empty() {
+            return Ok(());
+        }
+        let assoc = self.assoc_for(Some(spec), user);
+        let r = spec.resources;
+        let mut job = PendingJob::new(0, assoc, Request::per_node(r.cpus, r.memory, r.gpus), 0);
+        job.qos = self.qos_of(Some(spec));
+        if let Some(reason) =
+            limits::never_fits(&self.sched, &job, spec.time_limit.saturating_mul(1000))
+        {
+            return Err(Failure::new(
+                ErrorKind::InvalidInput,
+                format!("this job could never start: {reason}"),
+            ));
+        }
+        let capped = limits
+            .qos
+            .values()
+            .any(|q| q.max_submit_jobs_per_user.is_some())
+            || limits
+                .accounts
+                .values()
+                .any(|a| a.max_submit_jobs.is_some())
+            || limits.users.values().any(|u| u.max_submit_jobs.is_some());
+        if !capped {
+            return Ok(());
+        }
+        // Pending and running jobs of this user: only theirs can count toward their caps.
+        let active: Vec<(Assoc, Option<String>)> = self
+            .jobs
+            .values()
+            .filter(|j| j.owner.user == user)
+            .filter(|j| j.state == JobState::Pending || j.state.holds_resources())
+            .map(|j| (self.assoc(j), self.qos_of(j.spec.as_ref())))
+            .collect();
+        limits::submit_fits(
+            &self.sched,
+            &job.assoc,
+            job.qos.as_deref(),
+            active.iter().map(|(a, q)| (a, q.as_deref())),
+        )
+        .map_err(|reason| Failure::new(ErrorKind::Unavailable, format!("refused: {reason}")))
+    }
+
+    /// The QoS a job runs in: the one it names, else the configured default.
+    fn qos_of(&self, spec: Option<&JobSpec>) -> Option<String> {
+        spec.and_then(|s| s.qos.clone())
+            .or_else(|| self.sched.limits.default_qos.clone())
     }
 
     /// Rebuilds fair-share usage from the most recent ended jobs in the store, oldest first, so

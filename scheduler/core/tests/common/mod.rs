@@ -36,6 +36,7 @@ pub fn running(
         id,
         assoc: Assoc::new("other", "other"),
         partition: None,
+        qos: None,
         start,
         time_limit: minutes * MIN,
         allocs: vec![Alloc {
@@ -71,6 +72,7 @@ pub fn apply(state: &mut State, plan: &Plan, now: Time) {
             id: j.id,
             assoc: j.assoc,
             partition: j.partition,
+            qos: j.qos,
             start: now,
             time_limit: s.time_limit,
             allocs: s.allocs.clone(),

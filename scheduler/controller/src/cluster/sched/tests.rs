@@ -314,3 +314,165 @@ fn gpu_types_are_read_from_the_model_name() {
     assert_eq!(gpu_kind(Some("NVIDIA GeForce RTX 4090")), "4090");
     assert_eq!(gpu_kind(None), "");
 }
+
+#[test]
+fn qos_limits_hold_a_users_second_job_and_refuse_what_could_never_run() {
+    use wharf_core::{QosLimits, TresLimit};
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    config.qos.push(wharf_core::Qos {
+        name: "normal".into(),
+        priority: 0,
+    });
+    config.limits.qos.insert(
+        "normal".into(),
+        QosLimits {
+            max_tres_per_user: TresLimit {
+                gpu: Some(2),
+                ..TresLimit::default()
+            },
+            max_submit_jobs_per_user: Some(3),
+            max_wall: Some(3600 * 1000),
+            ..QosLimits::default()
+        },
+    );
+    config.limits.default_qos = Some("normal".into());
+    let mut c = cluster(&dir).with_scheduler(config).unwrap();
+    let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
+    let job = |gpus: u32, time: Option<u64>| JobRequest {
+        qos: Some("normal".into()),
+        gpus: Some(gpus),
+        cpus: Some(1),
+        time,
+        ..Default::default()
+    };
+    let first = submit_job(&mut c, &ann, job(2, None), 1).unwrap();
+    let second = submit_job(&mut c, &ann, job(1, None), 2).unwrap();
+    let other = submit_job(&mut c, &bob, job(1, None), 3).unwrap();
+    c.schedule(4).unwrap();
+    assert_eq!(record(&c, first).state, JobState::Starting);
+    assert_eq!(record(&c, other).state, JobState::Starting);
+    let held = record(&c, second);
+    assert_eq!(held.state, JobState::Pending);
+    assert_eq!(
+        held.reason.as_deref(),
+        Some(
+            "QOSMaxGRESPerUser: QoS normal allows each user 2 GPUs at once (max_tres_per_user \
+             gpu); 2 GPUs are in use and it asks for 1 GPUs; it starts when enough of them end"
+        )
+    );
+
+    // The next pass counts the running jobs (by their QoS): still held.
+    c.schedule(5).unwrap();
+    assert_eq!(record(&c, second).state, JobState::Pending);
+    assert!(record(&c, second)
+        .reason
+        .unwrap()
+        .starts_with("QOSMaxGRESPerUser"));
+
+    let err = submit_job(&mut c, &bob, job(3, None), 5).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidInput);
+    assert!(
+        err.message
+            .starts_with("this job could never start: QOSMaxGRESPerUser")
+            && err.message.contains("it asks for 3 GPUs on its own"),
+        "{}",
+        err.message
+    );
+    let err = submit_job(&mut c, &bob, job(0, Some(7200)), 5).unwrap_err();
+    assert!(
+        err.message.contains("QOSMaxWallDurationPerJobLimit"),
+        "{}",
+        err.message
+    );
+    // ann has two jobs (one running, one pending): a third is taken, a fourth is not.
+    submit_job(&mut c, &ann, job(0, None), 6).unwrap();
+    let err = submit_job(&mut c, &ann, job(0, None), 7).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Unavailable);
+    assert!(
+        err.message.contains("QOSMaxSubmitJobPerUserLimit")
+            && err
+                .message
+                .contains("allows each user 3 pending and running jobs"),
+        "{}",
+        err.message
+    );
+    // Leaving --qos out puts the job in the default QoS: no way around its limits.
+    let plain = JobRequest {
+        cpus: Some(1),
+        ..Default::default()
+    };
+    let err = submit_job(&mut c, &ann, plain, 7).unwrap_err();
+    assert!(
+        err.message.contains("QOSMaxSubmitJobPerUserLimit"),
+        "{}",
+        err.message
+    );
+    submit_job(&mut c, &bob, job(0, None), 8).unwrap();
+}
+
+#[test]
+fn an_accounts_cpu_limit_counts_jobs_of_every_user_below_it() {
+    use wharf_core::{Account, AssocLimits, TresLimit, UserShares};
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    for (name, parent) in [("science", None), ("physics", Some("science"))] {
+        config.accounts.push(Account {
+            name: name.into(),
+            parent: parent.map(str::to_string),
+            shares: 1,
+        });
+    }
+    for (user, account) in [("ann", "physics"), ("bob", "science")] {
+        config.users.push(UserShares {
+            user: user.into(),
+            account: account.into(),
+            shares: 1,
+        });
+    }
+    config.limits.accounts.insert(
+        "science".into(),
+        AssocLimits {
+            grp_tres: TresLimit {
+                cpu: Some(4),
+                ..TresLimit::default()
+            },
+            max_tres_per_job: TresLimit {
+                cpu: Some(3),
+                ..TresLimit::default()
+            },
+            ..AssocLimits::default()
+        },
+    );
+    let mut c = cluster(&dir).with_scheduler(config).unwrap();
+    let (ann, bob, cat) = (
+        caller(1000, "ann"),
+        caller(1001, "bob"),
+        caller(1002, "cat"),
+    );
+    let cpus = |n: u32| JobRequest {
+        cpus: Some(n),
+        ..Default::default()
+    };
+    let a = submit_job(&mut c, &ann, cpus(3), 1).unwrap();
+    let b = submit_job(&mut c, &bob, cpus(2), 2).unwrap();
+    let other = submit_job(&mut c, &cat, cpus(2), 3).unwrap(); // b would fit beside it
+    c.schedule(4).unwrap();
+    assert_eq!(record(&c, a).state, JobState::Starting);
+    assert_eq!(record(&c, other).state, JobState::Starting);
+    let held = record(&c, b);
+    assert_eq!(held.state, JobState::Pending);
+    let reason = held.reason.unwrap();
+    assert!(
+        reason.starts_with("AssocGrpCpuLimit: account science allows 4 CPUs")
+            && reason.contains("3 CPUs are in use and it asks for 2 CPUs"),
+        "{reason}"
+    );
+    let err = submit_job(&mut c, &ann, cpus(4), 5).unwrap_err();
+    assert!(
+        err.message
+            .contains("AssocMaxCpuPerJobLimit: account science allows one job 3 CPUs"),
+        "{}",
+        err.message
+    );
+}
