@@ -45,6 +45,19 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         };
         rows.push((label, r.clone()));
     }
+    if let Some(at) = j.begin_time {
+        rows.push(("Begin time", output::time(Some(at))));
+    }
+    if let Some(h) = j.hold {
+        rows.push((
+            "Held",
+            match h {
+                wharf_api::Hold::User => "by its owner (`wharf release` lets it start)",
+                wharf_api::Hold::Admin => "by an admin (only an admin may release it)",
+            }
+            .into(),
+        ));
+    }
     if let Some(at) = j.expected_start {
         rows.push(("Expected start", output::time(Some(at))));
     }

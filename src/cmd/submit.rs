@@ -48,6 +48,12 @@ pub struct JobFlags {
     /// Lower the job's priority by this much (negative: admins only).
     #[arg(long, allow_hyphen_values = true)]
     pub nice: Option<String>,
+    /// Do not start before this time: now+1h, now+30m, 2026-12-01T08:00 (UTC).
+    #[arg(short = 'b', long)]
+    pub begin: Option<String>,
+    /// Submit held: the job waits until you release it (`wharf release JOB`).
+    #[arg(short = 'H', long)]
+    pub hold: bool,
     /// Working directory (default: the current directory).
     #[arg(short = 'D', long)]
     pub chdir: Option<String>,
@@ -97,6 +103,7 @@ impl JobFlags {
             ("account", &self.account),
             ("qos", &self.qos),
             ("nice", &self.nice),
+            ("begin", &self.begin),
             ("chdir", &self.chdir),
             ("output", &self.output),
             ("error", &self.error),
@@ -111,6 +118,7 @@ impl JobFlags {
             (self.rdma, "rdma"),
             (self.remap_root, "remap-root"),
             (self.writable, "writable"),
+            (self.hold, "hold"),
         ] {
             if set {
                 set_option(&mut req, key, "yes").map_err(anyhow::Error::msg)?;

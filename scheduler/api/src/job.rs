@@ -98,6 +98,12 @@ pub struct JobRequest {
     /// Slurm's nice: subtracted from the priority; negative values are for admins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nice: Option<i32>,
+    /// Not before this time (`now+1h`, `2026-12-01T08:00` UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub begin: Option<crate::forms::Begin>,
+    /// Submit held: the job waits until its owner releases it (`wharf release`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<bool>,
 }
 
 fn de_memlock<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -254,7 +260,8 @@ impl JobRequest {
         }
         take!(
             name, image, command, script, cpus, memory, gpus, time, nodes, workdir, output, error,
-            rdma, memlock, remap_root, writable, partition, account, qos, nice, gpu_type
+            rdma, memlock, remap_root, writable, partition, account, qos, nice, gpu_type, begin,
+            hold
         );
         self.env.extend(other.env);
         self.mounts.extend(other.mounts);
@@ -783,6 +790,12 @@ pub struct JobRecord {
     /// (public); set only for jobs holding a reservation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_start: Option<u64>,
+    /// A pending job may not start before this time, ms since the Unix epoch (public).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub begin_time: Option<u64>,
+    /// Who holds a pending job back, if anyone (public).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<crate::forms::Hold>,
 }
 
 /// A multifactor priority as Slurm's `sprio` shows it: each factor already multiplied by its

@@ -98,6 +98,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/jobs", post(submit).get(list))
         .route("/v1/jobs/{id}", get(show))
         .route("/v1/jobs/{id}/cancel", post(cancel))
+        .route("/v1/jobs/{id}/hold", post(hold))
+        .route("/v1/jobs/{id}/release", post(release))
         .route("/v1/nodes", get(nodes))
         .layer(DefaultBodyLimit::max(shared.config.max_request_bytes))
         .merge(agents)
@@ -272,6 +274,28 @@ async fn cancel(
     if let Some(node) = node {
         s.wake_node(&node);
     }
+    s.wake_scheduler();
+    Ok(Json(job))
+}
+
+async fn hold(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(id): Path<String>,
+) -> ApiResult<wharf_api::JobRecord> {
+    let c = caller(&s, &peer)?;
+    let id = job_id(&id)?;
+    Ok(Json(with_cluster(&s, move |cl, _| cl.hold(&c, id)).await?))
+}
+
+async fn release(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(id): Path<String>,
+) -> ApiResult<wharf_api::JobRecord> {
+    let c = caller(&s, &peer)?;
+    let id = job_id(&id)?;
+    let job = with_cluster(&s, move |cl, _| cl.release(&c, id)).await?;
     s.wake_scheduler();
     Ok(Json(job))
 }

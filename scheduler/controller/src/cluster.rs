@@ -14,6 +14,7 @@ use wharf_core::{Config as SchedConfig, UsageLedger};
 use crate::store::{Store, StoreError};
 use crate::visibility::{ended_reason, view};
 
+mod forms;
 mod sched;
 
 /// A refused or failed request, with its kind and words for the user.
@@ -224,6 +225,8 @@ impl Cluster {
             cancel_requested: false,
             priority: None,
             expected_start: None,
+            begin_time: req.job.begin.map(|b| b.at(now)),
+            hold: (req.job.hold == Some(true)).then_some(wharf_api::Hold::User),
         };
         if self
             .store

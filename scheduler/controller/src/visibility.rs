@@ -99,6 +99,8 @@ mod tests {
             cancel_requested: false,
             priority: None,
             expected_start: None,
+            begin_time: None,
+            hold: None,
         }
     }
 

@@ -7,8 +7,9 @@ use wharf_api::resources::format_duration;
 use wharf_api::wire::ErrorKind;
 use wharf_api::{JobRecord, JobSpec, JobState, PriorityView};
 use wharf_core::{
-    schedule, Alloc, Assoc, Gpu, Node, NodeState as SchedNodeState, PartitionState, PendingJob,
-    Priority, Request, RunningJob, State as SchedState, UsageLedger, Weights, DEFAULT_PARTITION,
+    schedule, Alloc, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PartitionState,
+    PendingJob, Priority, Request, RunningJob, State as SchedState, UsageLedger, Weights,
+    DEFAULT_PARTITION,
 };
 
 use super::{Caller, Cluster, Failure};
@@ -114,6 +115,11 @@ impl Cluster {
                     );
                     p.time_limit = Some(job.time_limit.saturating_mul(1000));
                     p.partition = partition(job);
+                    p.begin = job.begin_time;
+                    p.hold = job.hold.map(|h| match h {
+                        wharf_api::Hold::User => Hold::User,
+                        wharf_api::Hold::Admin => Hold::Admin,
+                    });
                     if let Some(spec) = &job.spec {
                         p.qos = spec.qos.clone();
                         p.nice = spec.nice;

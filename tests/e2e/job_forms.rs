@@ -1,0 +1,138 @@
+//! Job forms through the real controller and agent, as real users: holds (the owner's and an
+//! admin's), begin times, and the `#WHARF` lines that carry them.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+/// Waits until `id` is pending with a reason starting with `code`, then checks that it stays so
+/// across more than one scheduling pass (the loop runs at least once a second).
+fn stays_pending(c: &Cluster, id: u64, code: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let j = c.job(id);
+        let reason = j["reason"].as_str().unwrap_or_default().to_string();
+        assert_eq!(j["state"], "PENDING", "{j}");
+        if reason.starts_with(code) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "job {id}: reason {reason:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    let j = c.job(id);
+    assert_eq!(j["state"], "PENDING", "{j}");
+    assert!(
+        j["reason"].as_str().unwrap_or_default().starts_with(code),
+        "{j}"
+    );
+}
+
+#[test]
+fn a_held_job_starts_only_when_released_and_only_an_admin_releases_an_admin_hold() {
+    if !can_run("a_held_job_starts_only_when_released_and_only_an_admin_releases_an_admin_hold") {
+        return;
+    }
+    let c = Cluster::start();
+    let u = user("whform-hold");
+    let other = user("whform-hold2");
+    // A job file held by its `#WHARF` line, and one held by the flag.
+    let script = c.home(&u).join("held.sh");
+    std::fs::write(&script, "#!/bin/sh\n#WHARF --hold --mem 16M\ntrue\n").unwrap();
+    let by_file = submitted_id(&c.wharf_as(&u, &["submit", script.to_str().unwrap()]));
+    let by_flag =
+        submitted_id(&c.wharf_as(&u, &["submit", "-H", "--mem", "16M", "--wrap", "true"]));
+    stays_pending(&c, by_file, "JobHeldUser");
+    stays_pending(&c, by_flag, "JobHeldUser");
+    let shown = stdout(&c.wharf_as(&u, &["show", &by_file.to_string()]));
+    assert!(shown.contains("by its owner"), "{shown}");
+
+    // Another user may not release it; its owner may.
+    let out = c.wharf_as(&other, &["release", &by_file.to_string()]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("belongs to another user"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.wharf_as(&u, &["release", &by_file.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let done = c.wait_done(by_file, Duration::from_secs(30));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+
+    // An admin's hold: the owner can neither release nor lower it.
+    let out = c.wharf(&["hold", &by_flag.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    stays_pending(&c, by_flag, "JobHeldAdmin");
+    let out = c.wharf_as(&u, &["release", &by_flag.to_string()]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("held by an admin"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.wharf_as(&u, &["hold", &by_flag.to_string()]);
+    assert!(
+        stdout(&out).contains("held by an admin"),
+        "{}",
+        stdout(&out)
+    );
+    stays_pending(&c, by_flag, "JobHeldAdmin");
+    let out = c.wharf(&["release", &by_flag.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let done = c.wait_done(by_flag, Duration::from_secs(30));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+
+    // Only pending jobs are held.
+    let out = c.wharf_as(&u, &["hold", &by_flag.to_string()]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("only pending jobs"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_job_starts_no_earlier_than_its_begin_time() {
+    if !can_run("a_job_starts_no_earlier_than_its_begin_time") {
+        return;
+    }
+    let c = Cluster::start();
+    let u = user("whform-begin");
+    let soon = submitted_id(&c.wharf_as(
+        &u,
+        &[
+            "submit", "--begin", "now+4s", "--mem", "16M", "--wrap", "true",
+        ],
+    ));
+    let script = c.home(&u).join("later.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n#WHARF --begin=now+1h --mem 16M\ntrue\n",
+    )
+    .unwrap();
+    let later = submitted_id(&c.wharf_as(&u, &["submit", script.to_str().unwrap()]));
+    let j = c.job(soon);
+    assert_eq!(j["state"], "PENDING", "{j}");
+    let done = c.wait_done(soon, Duration::from_secs(30));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    let (submit, start) = (
+        done["submit_time"].as_u64().unwrap(),
+        done["start_time"].as_u64().unwrap(),
+    );
+    assert!(
+        start >= submit + 4000,
+        "started {} ms after submit",
+        start - submit
+    );
+    stays_pending(&c, later, "BeginTime");
+    let j = c.job(later);
+    let begin = j["begin_time"].as_u64().unwrap();
+    let submitted = j["submit_time"].as_u64().unwrap();
+    assert_eq!(begin, submitted + 3_600_000, "{j}");
+    assert!(stdout(&c.wharf_as(&u, &["show", &later.to_string()])).contains("Begin time"));
+    let out = c.wharf_as(&u, &["submit", "--begin", "tomorrow", "--wrap", "true"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--begin"), "{}", stderr(&out));
+}
