@@ -50,6 +50,9 @@ pub fn settings(
         connections: file.limits.connections(poll_wait)?,
         tcp: file.limits.tcp()?,
         scheduler: file.scheduler.resolve()?,
+        forms: wharf_controller::FormsConfig {
+            kill_invalid_dependency: file.scheduler.kill_invalid_dependency,
+        },
     })
 }
 

@@ -51,6 +51,10 @@ pub struct JobFlags {
     /// Do not start before this time: now+1h, now+30m, 2026-12-01T08:00 (UTC).
     #[arg(short = 'b', long)]
     pub begin: Option<String>,
+    /// Start only after other jobs: afterok:ID[:ID], afternotok:ID, afterany:ID, after:ID,
+    /// singleton; joined by `,` (all) or `?` (any).
+    #[arg(short = 'd', long)]
+    pub dependency: Option<String>,
     /// Submit held: the job waits until you release it (`wharf release JOB`).
     #[arg(short = 'H', long)]
     pub hold: bool,
@@ -104,6 +108,7 @@ impl JobFlags {
             ("qos", &self.qos),
             ("nice", &self.nice),
             ("begin", &self.begin),
+            ("dependency", &self.dependency),
             ("chdir", &self.chdir),
             ("output", &self.output),
             ("error", &self.error),

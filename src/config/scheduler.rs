@@ -20,6 +20,8 @@ pub struct SchedulerSection {
     pub weight_job_size: u32,
     pub weight_partition: u32,
     pub weight_qos: u32,
+    /// Cancel a job whose dependency can never be met (Slurm's kill_invalid_depend).
+    pub kill_invalid_dependency: bool,
     /// `[[scheduler.partition]]` entries; none: every node in one partition.
     #[serde(rename = "partition")]
     pub partitions: Vec<PartitionSection>,
@@ -179,6 +181,7 @@ impl Default for SchedulerSection {
             weight_job_size: c.weights.job_size,
             weight_partition: c.weights.partition,
             weight_qos: c.weights.qos,
+            kill_invalid_dependency: true,
             partitions: vec![],
             accounts: vec![],
             users: vec![],

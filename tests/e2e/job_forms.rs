@@ -136,3 +136,84 @@ fn a_job_starts_no_earlier_than_its_begin_time() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("--begin"), "{}", stderr(&out));
 }
+
+#[test]
+fn afterok_starts_after_success_and_a_failed_parent_cancels_the_child_with_the_reason() {
+    if !can_run(
+        "afterok_starts_after_success_and_a_failed_parent_cancels_the_child_with_the_reason",
+    ) {
+        return;
+    }
+    let c = Cluster::start();
+    let u = user("whform-dep");
+    let other = user("whform-dep2");
+    let submit = |args: &[&str]| {
+        let mut all = vec!["submit", "--mem", "16M"];
+        all.extend_from_slice(args);
+        submitted_id(&c.wharf_as(&u, &all))
+    };
+    let good = submit(&["--wrap", "sleep 3"]);
+    let bad = submit(&["--wrap", "sleep 1; exit 3"]);
+    let on_good = submit(&["-d", &format!("afterok:{good}"), "--wrap", "true"]);
+    let on_bad = submit(&["--dependency", &format!("afterok:{bad}"), "--wrap", "true"]);
+    let script = c.home(&u).join("cleanup.sh");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\n#WHARF --dependency=afternotok:{bad} --mem 16M\ntrue\n"),
+    )
+    .unwrap();
+    let cleanup = submitted_id(&c.wharf_as(&u, &["submit", script.to_str().unwrap()]));
+    c.wait_running(good);
+    let j = c.job(on_good);
+    assert_eq!(j["state"], "PENDING", "{j}");
+    assert!(
+        j["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("Dependency"),
+        "{j}"
+    );
+
+    let gone = c.wait_done(on_bad, Duration::from_secs(30));
+    assert_eq!(gone["state"], "CANCELLED", "{gone}");
+    let reason = gone["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("DependencyNeverSatisfied")
+            && reason.contains(&format!("job {bad} ended FAILED")),
+        "{reason}"
+    );
+    assert!(gone["start_time"].is_null(), "{gone}");
+    let ran = c.wait_done(cleanup, Duration::from_secs(30));
+    assert_eq!(ran["state"], "COMPLETED", "{ran}");
+    let ran = c.wait_done(on_good, Duration::from_secs(30));
+    assert_eq!(ran["state"], "COMPLETED", "{ran}");
+    let parent = c.job(good);
+    assert_eq!(parent["state"], "COMPLETED", "{parent}");
+    assert!(
+        ran["start_time"].as_u64().unwrap() >= parent["end_time"].as_u64().unwrap(),
+        "child started before its parent ended: {ran} / {parent}"
+    );
+
+    // Another user may not depend on these jobs, nor anyone on a job that does not exist.
+    let out = c.wharf_as(
+        &other,
+        &[
+            "submit",
+            "-d",
+            &format!("afterany:{good}"),
+            "--wrap",
+            "true",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("belongs to another user"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.wharf_as(&u, &["submit", "-d", "afterok:99999", "--wrap", "true"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("does not exist"), "{}", stderr(&out));
+    let out = c.wharf_as(&u, &["submit", "-d", "afterok", "--wrap", "true"]);
+    assert!(stderr(&out).contains("--dependency"), "{}", stderr(&out));
+}

@@ -104,6 +104,9 @@ pub struct JobRequest {
     /// Submit held: the job waits until its owner releases it (`wharf release`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold: Option<bool>,
+    /// Start only after other jobs (`afterok:12`, `after:12:13,afterany:14`, `singleton`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency: Option<crate::dependency::Dependency>,
 }
 
 fn de_memlock<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -261,7 +264,7 @@ impl JobRequest {
         take!(
             name, image, command, script, cpus, memory, gpus, time, nodes, workdir, output, error,
             rdma, memlock, remap_root, writable, partition, account, qos, nice, gpu_type, begin,
-            hold
+            hold, dependency
         );
         self.env.extend(other.env);
         self.mounts.extend(other.mounts);
@@ -796,6 +799,9 @@ pub struct JobRecord {
     /// Who holds a pending job back, if anyone (public).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold: Option<crate::forms::Hold>,
+    /// What a pending job waits for (public, as Slurm's squeue shows it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency: Option<crate::dependency::Dependency>,
 }
 
 /// A multifactor priority as Slurm's `sprio` shows it: each factor already multiplied by its

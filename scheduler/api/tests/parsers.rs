@@ -4,6 +4,7 @@
 //! small so that the suite runs in seconds.
 
 use proptest::prelude::*;
+use wharf_api::dependency::parse_dependency;
 use wharf_api::forms::{format_utc, parse_begin, Begin};
 use wharf_api::job::{parse_limit, parse_mount, reserved_destination, validate_image_name};
 use wharf_api::jobfile::{apply_words, parse_job_file};
@@ -201,6 +202,19 @@ proptest! {
         prop_assert_eq!(parsed.begin, Some(begin));
         prop_assert_eq!(parsed.hold, Some(hold));
         prop_assert_eq!(parsed.cpus, Some(2));
+    }
+
+    #[test]
+    fn dependencies_never_panic_and_accepted_ones_round_trip(t in nearly("((after|afterok|afternotok|afterany|singleton|aftercorr)(:[0-9]{0,21}){0,3}[,?]?){0,4}")) {
+        match parse_dependency(&t) {
+            Ok(d) => {
+                let text = d.to_string();
+                prop_assert_eq!(parse_dependency(&text), Ok(d.clone()), "{}", text);
+                let line = format!("#!/bin/sh\n#WHARF --dependency={text}\ntrue\n");
+                prop_assert_eq!(parse_job_file("job.sh", &line).unwrap().dependency, Some(d));
+            }
+            Err(e) => prop_assert!(e.starts_with("--dependency:") && e.contains("afterok:12"), "{e}"),
+        }
     }
 
     #[test]

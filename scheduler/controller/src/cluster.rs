@@ -74,6 +74,7 @@ pub struct Cluster {
     defaults: JobDefaults,
     node_timeout_ms: u64,
     max_pending_per_user: u32,
+    forms: crate::FormsConfig,
     sched: SchedConfig,
     /// Fair-share usage of jobs that ended since this controller started. Kept in memory
     /// only: after a restart fair share starts from zero (the store keeps no usage yet).
@@ -114,6 +115,7 @@ impl Cluster {
             defaults,
             node_timeout_ms,
             max_pending_per_user: u32::MAX,
+            forms: crate::FormsConfig::default(),
             usage: UsageLedger::new(SchedConfig::default().half_life),
             sched: SchedConfig::default(),
         };
@@ -124,6 +126,12 @@ impl Cluster {
     /// Sets the most jobs one user may have pending (`u32::MAX`: no limit).
     pub fn with_max_pending_per_user(mut self, max: u32) -> Cluster {
         self.max_pending_per_user = max;
+        self
+    }
+
+    /// Sets how job forms behave (dependencies that can never be met, array sizes).
+    pub fn with_forms(mut self, forms: crate::FormsConfig) -> Cluster {
+        self.forms = forms;
         self
     }
 
@@ -178,6 +186,7 @@ impl Cluster {
         self.check_account(&spec, &caller.owner.user)?;
         self.check_qos_and_nice(&spec, caller)?;
         self.check_gpu_type(&spec)?;
+        self.check_dependency(req.job.dependency.as_ref(), caller)?;
         let pending = self
             .jobs
             .values()
@@ -227,6 +236,7 @@ impl Cluster {
             expected_start: None,
             begin_time: req.job.begin.map(|b| b.at(now)),
             hold: (req.job.hold == Some(true)).then_some(wharf_api::Hold::User),
+            dependency: req.job.dependency.clone(),
         };
         if self
             .store

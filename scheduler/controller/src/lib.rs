@@ -59,6 +59,25 @@ pub struct ControllerConfig {
     pub tcp: serve::TcpLimits,
     /// The scheduling policy and its weights.
     pub scheduler: SchedulerConfig,
+    /// How job forms behave.
+    pub forms: FormsConfig,
+}
+
+/// How job forms (dependencies, arrays) behave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FormsConfig {
+    /// Cancel a job whose dependency can never be met (`[scheduler] kill_invalid_dependency`,
+    /// Slurm's kill_invalid_depend); otherwise it stays pending with reason
+    /// DependencyNeverSatisfied.
+    pub kill_invalid_dependency: bool,
+}
+
+impl Default for FormsConfig {
+    fn default() -> Self {
+        FormsConfig {
+            kill_invalid_dependency: true,
+        }
+    }
 }
 
 /// State shared by the handlers and the scheduler task.
@@ -142,6 +161,7 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
         now_ms(),
     )?
     .with_max_pending_per_user(config.max_pending_per_user)
+    .with_forms(config.forms.clone())
     .with_scheduler(config.scheduler.clone())?;
     let shared = Arc::new(Shared {
         config: config.clone(),

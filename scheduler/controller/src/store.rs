@@ -242,6 +242,7 @@ mod tests {
             expected_start: None,
             begin_time: None,
             hold: None,
+            dependency: None,
         }
     }
 

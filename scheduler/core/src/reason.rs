@@ -73,6 +73,12 @@ pub enum PendingReason {
         /// The first job it waits for.
         on: JobId,
     },
+    /// Its dependency can never be met: a job it names ended the wrong way (afterok on a
+    /// failed job). Decided by the caller, which knows ended jobs.
+    DependencyNeverSatisfied {
+        /// The job that ended the wrong way.
+        on: JobId,
+    },
 }
 
 impl PendingReason {
@@ -92,6 +98,7 @@ impl PendingReason {
             PendingReason::JobHeldUser => "JobHeldUser",
             PendingReason::JobHeldAdmin => "JobHeldAdmin",
             PendingReason::Dependency { .. } => "Dependency",
+            PendingReason::DependencyNeverSatisfied { .. } => "DependencyNeverSatisfied",
         }
     }
 
@@ -104,6 +111,7 @@ impl PendingReason {
                 | PendingReason::PartitionTimeLimit { .. }
                 | PendingReason::PartitionNodeLimit { .. }
                 | PendingReason::TooLarge { .. }
+                | PendingReason::DependencyNeverSatisfied { .. }
         )
     }
 }
@@ -179,6 +187,10 @@ impl fmt::Display for PendingReason {
             PendingReason::Dependency { on } => {
                 write!(f, "{code}: waiting for job {on} to end")
             }
+            PendingReason::DependencyNeverSatisfied { on } => write!(
+                f,
+                "{code}: job {on} ended in a way its dependency rules out, so it can never start; cancel it"
+            ),
         }
     }
 }

@@ -8,9 +8,12 @@
 //! A hold never lowers an admin hold to a user hold. The change is committed before the
 //! answer, like every other.
 
+use std::collections::BTreeMap;
+
+use wharf_api::dependency::{Check, Dependency};
 use wharf_api::wire::ErrorKind;
 use wharf_api::{Hold, JobId, JobRecord, JobState};
-use wharf_core::PendingReason;
+use wharf_core::{PendingReason, State as SchedState};
 
 use super::{not_yours, Caller, Cluster, Failure};
 use crate::visibility::view;
@@ -78,6 +81,155 @@ impl Cluster {
             ));
         }
         Ok(job)
+    }
+}
+
+/// (uid, job name) -> (the first pending job's id, a job holding resources).
+type SingletonIndex<'a> = BTreeMap<(u32, &'a str), (JobId, Option<JobId>)>;
+
+/// A pending job whose dependency can never be met, and why.
+pub(super) struct NeverMet {
+    pub job: JobId,
+    pub on: JobId,
+    pub parent_state: JobState,
+}
+
+impl Cluster {
+    /// Refuses a dependency on a job that does not exist or, unless the caller is an admin,
+    /// belongs to someone else (its state would tell them about another user's job).
+    pub(super) fn check_dependency(
+        &self,
+        dep: Option<&Dependency>,
+        caller: &Caller,
+    ) -> Result<(), Failure> {
+        let Some(dep) = dep else {
+            return Ok(());
+        };
+        for id in dep.jobs() {
+            let owner = match self.jobs.get(&id) {
+                Some(j) => j.owner.uid,
+                None => match self.store.job(id)? {
+                    Some(j) => j.owner.uid,
+                    None => {
+                        return Err(Failure::new(
+                            ErrorKind::InvalidInput,
+                            format!("--dependency names job {id}, which does not exist; check the id with `wharf queue --all`"),
+                        ))
+                    }
+                },
+            };
+            if owner != caller.owner.uid && !caller.admin {
+                return Err(Failure::new(
+                    ErrorKind::PermissionDenied,
+                    format!("--dependency names job {id}, which belongs to another user; depend only on your own jobs"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Decides the dependencies of the pending jobs in `state`: a job waiting on another gets
+    /// it in `after` (the core then says `Dependency`); a job whose dependency can never be met
+    /// leaves `state` and is returned. Ended jobs are read from the store once each.
+    pub(super) fn apply_dependencies(
+        &self,
+        state: &mut SchedState,
+    ) -> Result<Vec<NeverMet>, Failure> {
+        let mut ended: BTreeMap<JobId, Option<JobState>> = BTreeMap::new();
+        let mut singles: Option<SingletonIndex> = None;
+        let mut never = Vec::new();
+        for p in &mut state.pending {
+            let Some(job) = self.jobs.get(&p.id) else {
+                continue;
+            };
+            let Some(dep) = &job.dependency else {
+                continue;
+            };
+            for id in dep.jobs() {
+                if !self.jobs.contains_key(&id) && !ended.contains_key(&id) {
+                    ended.insert(id, self.store.job(id)?.map(|j| j.state));
+                }
+            }
+            let single = if dep.singleton {
+                let index = singles.get_or_insert_with(|| self.singleton_index());
+                index.get(&(job.owner.uid, job.name.as_str())).and_then(
+                    |&(first_pending, running)| {
+                        running.or((first_pending < job.id).then_some(first_pending))
+                    },
+                )
+            } else {
+                None
+            };
+            let state_of = |id: JobId| match self.jobs.get(&id) {
+                Some(j) => Some(j.state),
+                None => ended.get(&id).copied().flatten(),
+            };
+            match dep.check(state_of, single) {
+                Check::Met => {}
+                Check::Waiting(on) => p.after.push(on),
+                Check::Never(on, parent_state) => never.push(NeverMet {
+                    job: p.id,
+                    on,
+                    parent_state,
+                }),
+            }
+        }
+        state
+            .pending
+            .retain(|p| !never.iter().any(|n| n.job == p.id));
+        Ok(never)
+    }
+
+    /// For each user and job name: the first pending job, and a job holding resources.
+    fn singleton_index(&self) -> SingletonIndex<'_> {
+        let mut index = SingletonIndex::new();
+        for j in self.jobs.values() {
+            let e = index
+                .entry((j.owner.uid, j.name.as_str()))
+                .or_insert((JobId::MAX, None));
+            if j.state == JobState::Pending {
+                e.0 = e.0.min(j.id);
+            } else if j.state.holds_resources() {
+                e.1 = Some(j.id);
+            }
+        }
+        index
+    }
+
+    /// What a pass does with jobs whose dependency can never be met: cancels them
+    /// (`kill_invalid_dependency`) or leaves them pending with the reason.
+    pub(super) fn never_met(&mut self, never: Vec<NeverMet>, now: u64) -> Vec<JobRecord> {
+        let mut cancelled = Vec::new();
+        for n in never {
+            let Some(rec) = self.jobs.get_mut(&n.job) else {
+                continue;
+            };
+            let words = format!(
+                "{} (job {} ended {})",
+                PendingReason::DependencyNeverSatisfied { on: n.on },
+                n.on,
+                n.parent_state
+            );
+            rec.priority = None;
+            rec.expected_start = None;
+            if self.forms.kill_invalid_dependency {
+                let mut rec = rec.clone();
+                rec.state = JobState::Cancelled;
+                rec.end_time = Some(now);
+                rec.reason = Some(format!(
+                    "{words}; cancelled ([scheduler] kill_invalid_dependency)"
+                ));
+                tracing::info!(
+                    job = n.job,
+                    on = n.on,
+                    "dependency can never be met; job cancelled"
+                );
+                cancelled.push(rec);
+            } else {
+                rec.reason = Some(words);
+            }
+        }
+        cancelled
     }
 }
 

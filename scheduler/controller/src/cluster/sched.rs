@@ -21,12 +21,13 @@ const USAGE_HISTORY: u32 = 50_000;
 impl Cluster {
     /// One scheduling pass. Returns the nodes that got work.
     pub fn schedule(&mut self, now: u64) -> Result<BTreeSet<String>, Failure> {
-        let state = self.sched_state(now);
+        let mut state = self.sched_state(now);
         if state.pending.is_empty() {
             return Ok(BTreeSet::new());
         }
+        let never = self.apply_dependencies(&mut state)?;
         let plan = schedule(now, &state, &self.sched);
-        let mut started = Vec::new();
+        let mut started = self.never_met(never, now);
         let mut woken = BTreeSet::new();
         for start in &plan.starts {
             // Jobs here are single-node (admission refuses more).

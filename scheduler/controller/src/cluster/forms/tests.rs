@@ -1,6 +1,7 @@
+use wharf_api::dependency::parse_dependency;
 use wharf_api::forms::parse_begin;
-use wharf_api::wire::{ErrorKind, SubmitRequest};
-use wharf_api::{Hold, JobDefaults, JobId, JobRequest, JobState, NodeInfo, Owner};
+use wharf_api::wire::{AgentJob, ErrorKind, PollRequest, SubmitRequest};
+use wharf_api::{ExitInfo, Hold, JobDefaults, JobId, JobRequest, JobState, NodeInfo, Owner};
 
 use crate::cluster::{Caller, Cluster};
 use crate::store::Store;
@@ -125,4 +126,146 @@ fn a_job_with_a_begin_time_waits_for_it_even_across_a_restart() {
     assert_eq!(state(&c, id).0, JobState::Pending);
     c.schedule(3_605_000).unwrap();
     assert_eq!(state(&c, id).0, JobState::Starting);
+}
+
+/// The agent of n1 reports job `id` ended with `code`.
+fn end(c: &mut Cluster, id: JobId, code: i32, now: u64) {
+    let report = PollRequest {
+        node: "n1".into(),
+        jobs: vec![AgentJob {
+            id,
+            start_time: Some(now - 1),
+            exit: Some(ExitInfo {
+                code: Some(code),
+                ..Default::default()
+            }),
+            end_time: Some(now),
+            stopping: false,
+        }],
+        wait_ms: 0,
+        images: vec![],
+    };
+    c.ingest(&report, now).unwrap();
+}
+
+fn after(text: &str) -> JobRequest {
+    JobRequest {
+        dependency: Some(parse_dependency(text).unwrap()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn afterok_waits_for_success_and_a_failed_parent_cancels_the_child_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let ok = submit(&mut c, &alice, JobRequest::default(), 1);
+    let bad = submit(&mut c, &alice, JobRequest::default(), 1);
+    let on_ok = submit(&mut c, &alice, after(&format!("afterok:{ok}")), 2);
+    let on_bad = submit(&mut c, &alice, after(&format!("afterok:{bad}")), 2);
+    let on_bad_or = submit(
+        &mut c,
+        &alice,
+        after(&format!("afterok:{bad}?afternotok:{bad}")),
+        2,
+    );
+    c.schedule(10).unwrap();
+    for child in [on_ok, on_bad, on_bad_or] {
+        let (s, r) = state(&c, child);
+        assert_eq!(s, JobState::Pending);
+        assert!(r.starts_with("Dependency: waiting for job"), "{r}");
+    }
+    end(&mut c, ok, 0, 20);
+    end(&mut c, bad, 1, 20);
+    c.schedule(30).unwrap();
+    assert_eq!(state(&c, on_ok).0, JobState::Starting);
+    assert_eq!(state(&c, on_bad_or).0, JobState::Starting);
+    let gone = c.job(&alice, on_bad).unwrap();
+    assert_eq!(gone.state, JobState::Cancelled);
+    let r = gone.reason.unwrap();
+    assert!(
+        r.starts_with("DependencyNeverSatisfied") && r.contains(&format!("job {bad} ended FAILED")),
+        "{r}"
+    );
+}
+
+#[test]
+fn without_kill_invalid_dependency_the_child_stays_pending_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir).with_forms(crate::FormsConfig {
+        kill_invalid_dependency: false,
+    });
+    let alice = caller(1001, "alice", false);
+    let parent = submit(&mut c, &alice, JobRequest::default(), 1);
+    c.schedule(5).unwrap();
+    end(&mut c, parent, 0, 10);
+    let child = submit(&mut c, &alice, after(&format!("afternotok:{parent}")), 11);
+    c.schedule(20).unwrap();
+    c.schedule(30).unwrap();
+    let (s, r) = state(&c, child);
+    assert_eq!(s, JobState::Pending);
+    assert!(r.starts_with("DependencyNeverSatisfied"), "{r}");
+    assert!(r.contains("ended COMPLETED"), "{r}");
+}
+
+#[test]
+fn singleton_runs_one_job_of_a_name_at_a_time_per_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let bob = caller(1002, "bob", false);
+    let named = || JobRequest {
+        name: Some("train".into()),
+        dependency: Some(parse_dependency("singleton").unwrap()),
+        ..Default::default()
+    };
+    let a1 = submit(&mut c, &alice, named(), 1);
+    let a2 = submit(&mut c, &alice, named(), 2);
+    let b1 = submit(&mut c, &bob, named(), 3);
+    c.schedule(10).unwrap();
+    assert_eq!(state(&c, a1).0, JobState::Starting);
+    assert_eq!(state(&c, b1).0, JobState::Starting);
+    let (s, r) = state(&c, a2);
+    assert_eq!(s, JobState::Pending);
+    assert!(r.contains(&format!("job {a1}")), "{r}");
+    end(&mut c, a1, 0, 20);
+    c.schedule(30).unwrap();
+    assert_eq!(state(&c, a2).0, JobState::Starting);
+}
+
+#[test]
+fn a_dependency_on_a_missing_or_someone_elses_job_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let bob = caller(1002, "bob", false);
+    let root = caller(0, "root", true);
+    let theirs = submit(&mut c, &bob, JobRequest::default(), 1);
+    let try_submit = |c: &mut Cluster, who: &Caller, text: &str| {
+        let mut job = after(text);
+        job.command = Some(vec!["/bin/true".into()]);
+        let req = SubmitRequest {
+            job,
+            cwd: "/tmp".into(),
+            client_token: None,
+        };
+        c.submit(who, &req, 2)
+    };
+    let e = try_submit(&mut c, &alice, "afterok:999").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidInput);
+    assert!(
+        e.message.contains("job 999, which does not exist"),
+        "{}",
+        e.message
+    );
+    let e = try_submit(&mut c, &alice, &format!("afterany:{theirs}")).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::PermissionDenied);
+    assert!(
+        e.message.contains("belongs to another user"),
+        "{}",
+        e.message
+    );
+    assert_eq!(c.jobs.len(), 1, "a refused submit stores nothing");
+    try_submit(&mut c, &root, &format!("afterany:{theirs}")).unwrap();
 }
