@@ -51,6 +51,8 @@ pub struct LimitsSection {
     pub idle_timeout: String,
     pub max_unauthenticated_connections: usize,
     pub unauthenticated_timeout: String,
+    /// Task ids of a job array must be below this.
+    pub max_array_size: u32,
 }
 
 impl Default for LimitsSection {
@@ -67,6 +69,7 @@ impl Default for LimitsSection {
             idle_timeout: "60s".into(),
             max_unauthenticated_connections: tcp.max_unauthenticated,
             unauthenticated_timeout: "3s".into(),
+            max_array_size: 10_001,
         }
     }
 }

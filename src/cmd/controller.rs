@@ -52,6 +52,7 @@ pub fn settings(
         scheduler: file.scheduler.resolve()?,
         forms: wharf_controller::FormsConfig {
             kill_invalid_dependency: file.scheduler.kill_invalid_dependency,
+            max_array_size: file.limits.max_array_size,
         },
     })
 }

@@ -55,6 +55,9 @@ pub struct JobFlags {
     /// singleton; joined by `,` (all) or `?` (any).
     #[arg(short = 'd', long)]
     pub dependency: Option<String>,
+    /// A job array, one job per task: 0-99, 1,3,5, 0-15:4; %8 runs at most 8 at once.
+    #[arg(short = 'a', long)]
+    pub array: Option<String>,
     /// Submit held: the job waits until you release it (`wharf release JOB`).
     #[arg(short = 'H', long)]
     pub hold: bool,
@@ -109,6 +112,7 @@ impl JobFlags {
             ("nice", &self.nice),
             ("begin", &self.begin),
             ("dependency", &self.dependency),
+            ("array", &self.array),
             ("chdir", &self.chdir),
             ("output", &self.output),
             ("error", &self.error),
@@ -204,9 +208,12 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         (None, None) => anyhow::bail!("give a job file (job.toml or a script) or --wrap 'COMMAND'"),
     };
     job = job.overlay(args.flags.to_request()?);
+    let tasks = job.array.as_ref().map(|a| a.tasks.len());
     let id = submit(socket, job).await?;
     if args.json {
         println!("{}", serde_json::json!({ "id": id }));
+    } else if let Some(n) = tasks {
+        println!("Submitted an array of {n} tasks as job {id}");
     } else {
         println!("Submitted job {id}");
     }

@@ -217,3 +217,85 @@ fn afterok_starts_after_success_and_a_failed_parent_cancels_the_child_with_the_r
     let out = c.wharf_as(&u, &["submit", "-d", "afterok", "--wrap", "true"]);
     assert!(stderr(&out).contains("--dependency"), "{}", stderr(&out));
 }
+
+#[test]
+fn each_array_task_sees_its_ids_and_writes_its_own_file() {
+    if !can_run("each_array_task_sees_its_ids_and_writes_its_own_file") {
+        return;
+    }
+    let c = Cluster::start();
+    let u = user("whform-array");
+    let script = c.home(&u).join("tasks.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n#WHARF --array=0-6:3 --mem 16M -o task-%A_%a.out\necho \"$WHARF_ARRAY_JOB_ID $WHARF_ARRAY_TASK_ID $SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID $WHARF_JOB_ID\"\n",
+    )
+    .unwrap();
+    let out = c.wharf_as(&u, &["submit", script.to_str().unwrap()]);
+    assert!(
+        stdout(&out).contains("array of 3 tasks"),
+        "{}",
+        stdout(&out)
+    );
+    let id = submitted_id(&out);
+    let queue = stdout(&c.wharf_as(&u, &["queue", "--all"]));
+    assert!(queue.contains(&format!("{id}_3")), "{queue}");
+    for (k, task) in [0u64, 3, 6].into_iter().enumerate() {
+        let done = c.wait_done(id + k as u64, Duration::from_secs(30));
+        assert_eq!(done["state"], "COMPLETED", "{done}");
+        let text =
+            std::fs::read_to_string(c.home(&u).join(format!("task-{id}_{task}.out"))).unwrap();
+        assert_eq!(
+            text.trim(),
+            format!("{id} {task} {id} {task} {}", id + k as u64),
+            "task {task}"
+        );
+    }
+    // `wharf show ARRAY_TASK` names the task.
+    let shown = stdout(&c.wharf_as(&u, &["show", &format!("{id}_6")]));
+    assert!(shown.contains(&format!("array task {id}_6")), "{shown}");
+}
+
+#[test]
+fn an_array_is_cancelled_whole_or_by_task_and_its_throttle_holds() {
+    if !can_run("an_array_is_cancelled_whole_or_by_task_and_its_throttle_holds") {
+        return;
+    }
+    let c = Cluster::start();
+    let u = user("whform-arrayc");
+    let out = c.wharf_as(
+        &u,
+        &[
+            "submit",
+            "--array",
+            "0-3%1",
+            "--mem",
+            "16M",
+            "--wrap",
+            "sleep 600",
+        ],
+    );
+    let id = submitted_id(&out);
+    c.wait_running(id);
+    stays_pending(&c, id + 1, "JobArrayTaskLimit");
+    let out = c.wharf_as(&u, &["cancel", &format!("{id}_2")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(c.job(id + 2)["state"], "CANCELLED");
+    assert_eq!(c.job(id + 3)["state"], "PENDING");
+    let other = user("whform-arrayc2");
+    let out = c.wharf_as(&other, &["cancel", &id.to_string()]);
+    assert!(
+        stderr(&out).contains("belongs to another user"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.wharf_as(&u, &["cancel", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for t in [id, id + 1, id + 3] {
+        let done = c.wait_done(t, Duration::from_secs(30));
+        assert_eq!(done["state"], "CANCELLED", "{done}");
+    }
+    let out = c.wharf_as(&u, &["submit", "--array", "0-20000", "--wrap", "true"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("max_array_size"), "{}", stderr(&out));
+}

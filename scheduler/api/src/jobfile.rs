@@ -236,6 +236,7 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
             )
         }
         "b" | "begin" => req.begin = Some(crate::forms::parse_begin(value)?),
+        "a" | "array" => req.array = Some(crate::array::parse_array(value)?),
         "d" | "dependency" => req.dependency = Some(crate::dependency::parse_dependency(value)?),
         "H" | "hold" => req.hold = Some(yes_no(key, value)?),
         "D" | "chdir" | "workdir" => req.workdir = Some(value.to_string()),

@@ -4,6 +4,7 @@
 //! small so that the suite runs in seconds.
 
 use proptest::prelude::*;
+use wharf_api::array::parse_array;
 use wharf_api::dependency::parse_dependency;
 use wharf_api::forms::{format_utc, parse_begin, Begin};
 use wharf_api::job::{parse_limit, parse_mount, reserved_destination, validate_image_name};
@@ -214,6 +215,20 @@ proptest! {
                 prop_assert_eq!(parse_job_file("job.sh", &line).unwrap().dependency, Some(d));
             }
             Err(e) => prop_assert!(e.starts_with("--dependency:") && e.contains("afterok:12"), "{e}"),
+        }
+    }
+
+    #[test]
+    fn arrays_never_panic_and_accepted_ones_round_trip(t in nearly("([0-9]{1,8}(-[0-9]{1,8}(:[0-9]{1,3})?)?,?){0,4}(%[0-9]{0,4})?")) {
+        match parse_array(&t) {
+            Ok(a) => {
+                prop_assert!(a.tasks.windows(2).all(|w| w[0] < w[1]));
+                let text = a.to_string();
+                prop_assert_eq!(parse_array(&text), Ok(a.clone()), "{}", text);
+                let line = format!("#!/bin/sh\n#WHARF --array={text}\ntrue\n");
+                prop_assert_eq!(parse_job_file("job.sh", &line).unwrap().array, Some(a));
+            }
+            Err(e) => prop_assert!(e.starts_with("--array:") && e.contains("0-99%8"), "{e}"),
         }
     }
 

@@ -248,9 +248,21 @@ async fn list(
     Ok(Json(JobList { jobs }))
 }
 
-fn job_id(text: &str) -> Result<JobId, ApiFailure> {
-    text.parse()
-        .map_err(|_| fail(ErrorKind::InvalidInput, format!("{text:?} is not a job id")))
+/// A job id, or `ARRAYID_TASKID` for one task of an array.
+fn job_id(text: &str) -> Result<(JobId, Option<u32>), ApiFailure> {
+    let bad = || {
+        fail(
+            ErrorKind::InvalidInput,
+            format!("{text:?} is not a job id (ID, or ARRAYID_TASKID for an array task)"),
+        )
+    };
+    match text.split_once('_') {
+        Some((a, t)) => Ok((
+            a.parse().map_err(|_| bad())?,
+            Some(t.parse().map_err(|_| bad())?),
+        )),
+        None => Ok((text.parse().map_err(|_| bad())?, None)),
+    }
 }
 
 async fn show(
@@ -259,8 +271,10 @@ async fn show(
     Path(id): Path<String>,
 ) -> ApiResult<wharf_api::JobRecord> {
     let c = caller(&s, &peer)?;
-    let id = job_id(&id)?;
-    Ok(Json(with_cluster(&s, move |cl, _| cl.job(&c, id)).await?))
+    let (id, task) = job_id(&id)?;
+    Ok(Json(
+        with_cluster(&s, move |cl, _| cl.job(&c, cl.resolve_task(id, task)?)).await?,
+    ))
 }
 
 async fn cancel(
@@ -269,9 +283,18 @@ async fn cancel(
     Path(id): Path<String>,
 ) -> ApiResult<wharf_api::JobRecord> {
     let c = caller(&s, &peer)?;
-    let id = job_id(&id)?;
-    let (job, node) = with_cluster(&s, move |cl, now| cl.cancel(&c, id, now)).await?;
-    if let Some(node) = node {
+    let (id, task) = job_id(&id)?;
+    let (job, nodes) = with_cluster(&s, move |cl, now| {
+        if task.is_none() {
+            if let Some(done) = cl.cancel_array(&c, id, now)? {
+                return Ok(done);
+            }
+        }
+        let (job, node) = cl.cancel(&c, cl.resolve_task(id, task)?, now)?;
+        Ok((job, node.into_iter().collect::<Vec<_>>()))
+    })
+    .await?;
+    for node in nodes {
         s.wake_node(&node);
     }
     s.wake_scheduler();
@@ -284,8 +307,10 @@ async fn hold(
     Path(id): Path<String>,
 ) -> ApiResult<wharf_api::JobRecord> {
     let c = caller(&s, &peer)?;
-    let id = job_id(&id)?;
-    Ok(Json(with_cluster(&s, move |cl, _| cl.hold(&c, id)).await?))
+    let (id, task) = job_id(&id)?;
+    Ok(Json(
+        with_cluster(&s, move |cl, _| cl.hold(&c, cl.resolve_task(id, task)?)).await?,
+    ))
 }
 
 async fn release(
@@ -294,8 +319,8 @@ async fn release(
     Path(id): Path<String>,
 ) -> ApiResult<wharf_api::JobRecord> {
     let c = caller(&s, &peer)?;
-    let id = job_id(&id)?;
-    let job = with_cluster(&s, move |cl, _| cl.release(&c, id)).await?;
+    let (id, task) = job_id(&id)?;
+    let job = with_cluster(&s, move |cl, _| cl.release(&c, cl.resolve_task(id, task)?)).await?;
     s.wake_scheduler();
     Ok(Json(job))
 }

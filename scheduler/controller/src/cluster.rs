@@ -14,6 +14,7 @@ use wharf_core::{Config as SchedConfig, UsageLedger};
 use crate::store::{Store, StoreError};
 use crate::visibility::{ended_reason, view};
 
+mod array;
 mod forms;
 mod sched;
 
@@ -187,17 +188,22 @@ impl Cluster {
         self.check_qos_and_nice(&spec, caller)?;
         self.check_gpu_type(&spec)?;
         self.check_dependency(req.job.dependency.as_ref(), caller)?;
+        let tasks = match &req.job.array {
+            Some(a) => self.check_array(a)?,
+            None => 1,
+        };
         let pending = self
             .jobs
             .values()
             .filter(|j| j.owner.uid == caller.owner.uid && j.state == JobState::Pending)
             .count();
-        if pending >= self.max_pending_per_user as usize {
+        if pending + tasks > self.max_pending_per_user as usize {
             return Err(Failure::new(
                 ErrorKind::Unavailable,
                 format!(
-                    "you have {pending} pending jobs, the most one user may have \
-                     ([controller] max_pending_per_user); wait for some to start or cancel some"
+                    "you have {pending} pending jobs and this submit adds {tasks}; one user may \
+                     have {} ([limits] max_pending_per_user); wait for some to start or cancel some",
+                    self.max_pending_per_user
                 ),
             ));
         }
@@ -237,7 +243,11 @@ impl Cluster {
             begin_time: req.job.begin.map(|b| b.at(now)),
             hold: (req.job.hold == Some(true)).then_some(wharf_api::Hold::User),
             dependency: req.job.dependency.clone(),
+            array: None,
         };
+        if let Some(array) = &req.job.array {
+            return self.insert_array(record, array, req.client_token.as_deref());
+        }
         if self
             .store
             .insert_job(&mut record, req.client_token.as_deref())?

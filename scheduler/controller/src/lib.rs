@@ -70,12 +70,16 @@ pub struct FormsConfig {
     /// Slurm's kill_invalid_depend); otherwise it stays pending with reason
     /// DependencyNeverSatisfied.
     pub kill_invalid_dependency: bool,
+    /// Task ids of an array must be below this (`[limits] max_array_size`, Slurm's
+    /// MaxArraySize), which also bounds the tasks of one submit.
+    pub max_array_size: u32,
 }
 
 impl Default for FormsConfig {
     fn default() -> Self {
         FormsConfig {
             kill_invalid_dependency: true,
+            max_array_size: 10_001,
         }
     }
 }

@@ -102,6 +102,7 @@ mod tests {
             begin_time: None,
             hold: None,
             dependency: None,
+            array: None,
         }
     }
 

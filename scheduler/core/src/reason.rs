@@ -79,6 +79,9 @@ pub enum PendingReason {
         /// The job that ended the wrong way.
         on: JobId,
     },
+    /// Its array already runs as many tasks as its throttle (`--array ...%N`) allows.
+    /// Decided by the caller, which knows the arrays.
+    JobArrayTaskLimit,
 }
 
 impl PendingReason {
@@ -99,6 +102,7 @@ impl PendingReason {
             PendingReason::JobHeldAdmin => "JobHeldAdmin",
             PendingReason::Dependency { .. } => "Dependency",
             PendingReason::DependencyNeverSatisfied { .. } => "DependencyNeverSatisfied",
+            PendingReason::JobArrayTaskLimit => "JobArrayTaskLimit",
         }
     }
 
@@ -190,6 +194,10 @@ impl fmt::Display for PendingReason {
             PendingReason::DependencyNeverSatisfied { on } => write!(
                 f,
                 "{code}: job {on} ended in a way its dependency rules out, so it can never start; cancel it"
+            ),
+            PendingReason::JobArrayTaskLimit => write!(
+                f,
+                "{code}: its array already runs as many tasks as its --array %N throttle allows"
             ),
         }
     }

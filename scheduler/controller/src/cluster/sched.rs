@@ -26,6 +26,7 @@ impl Cluster {
             return Ok(BTreeSet::new());
         }
         let never = self.apply_dependencies(&mut state)?;
+        self.apply_array_throttles(&mut state);
         let plan = schedule(now, &state, &self.sched);
         let mut started = self.never_met(never, now);
         let mut woken = BTreeSet::new();

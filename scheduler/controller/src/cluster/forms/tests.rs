@@ -195,6 +195,7 @@ fn without_kill_invalid_dependency_the_child_stays_pending_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(&dir).with_forms(crate::FormsConfig {
         kill_invalid_dependency: false,
+        ..Default::default()
     });
     let alice = caller(1001, "alice", false);
     let parent = submit(&mut c, &alice, JobRequest::default(), 1);
