@@ -115,20 +115,26 @@ impl From<ArraySpec> for String {
 }
 
 impl std::fmt::Display for ArraySpec {
-    /// Runs of consecutive ids as `A-B`, the rest one by one: `0-3,7,9-10%2`.
+    /// Evenly spaced runs as `A-B` or `A-B:STEP`, the rest one by one: `0-3,7,9-21:4%2`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let t = &self.tasks;
         let mut parts: Vec<String> = Vec::new();
         let mut i = 0;
-        while i < self.tasks.len() {
+        while i < t.len() {
+            let step = t.get(i + 1).map_or(0, |n| n - t[i]);
             let mut j = i;
-            while j + 1 < self.tasks.len() && self.tasks[j + 1] == self.tasks[j] + 1 {
+            while step > 0 && j + 1 < t.len() && t[j + 1] - t[j] == step {
                 j += 1;
             }
-            parts.push(if i == j {
-                self.tasks[i].to_string()
+            let run = j - i + 1;
+            if step == 1 && run >= 2 {
+                parts.push(format!("{}-{}", t[i], t[j]));
+            } else if step > 1 && run >= 3 {
+                parts.push(format!("{}-{}:{step}", t[i], t[j]));
             } else {
-                format!("{}-{}", self.tasks[i], self.tasks[j])
-            });
+                parts.push(t[i].to_string());
+                j = i;
+            }
             i = j + 1;
         }
         f.write_str(&parts.join(","))?;

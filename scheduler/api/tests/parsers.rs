@@ -225,8 +225,11 @@ proptest! {
                 prop_assert!(a.tasks.windows(2).all(|w| w[0] < w[1]));
                 let text = a.to_string();
                 prop_assert_eq!(parse_array(&text), Ok(a.clone()), "{}", text);
+                // Interleaved steps print long; a job file has its size limit.
                 let line = format!("#!/bin/sh\n#WHARF --array={text}\ntrue\n");
-                prop_assert_eq!(parse_job_file("job.sh", &line).unwrap().array, Some(a));
+                if line.len() <= wharf_api::jobfile::MAX_JOB_FILE {
+                    prop_assert_eq!(parse_job_file("job.sh", &line).unwrap().array, Some(a));
+                }
             }
             Err(e) => prop_assert!(e.starts_with("--array:") && e.contains("0-99%8"), "{e}"),
         }
