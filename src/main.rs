@@ -42,6 +42,8 @@ enum Command {
     Hold(cmd::hold::Args),
     /// Release held jobs.
     Release(cmd::hold::Args),
+    /// Change a pending job's time limit (only lower, unless admin), nice or partition.
+    Update(cmd::update::Args),
     /// List nodes and what is allocated on them.
     Nodes(cmd::nodes::Args),
     /// Manage the node's image store.
@@ -89,6 +91,7 @@ fn main() {
             Command::Cancel(a) => cmd::cancel::run(&socket, a).await,
             Command::Hold(a) => cmd::hold::run(&socket, a, false).await,
             Command::Release(a) => cmd::hold::run(&socket, a, true).await,
+            Command::Update(a) => cmd::update::run(&socket, a).await,
             Command::Nodes(a) => cmd::nodes::run(&socket, a).await,
             Command::Image(c) => cmd::image::run(c).await,
             Command::Controller(a) => cmd::controller::run(a).await,

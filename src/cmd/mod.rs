@@ -12,3 +12,4 @@ pub mod run;
 pub mod shim;
 pub mod show;
 pub mod submit;
+pub mod update;

@@ -299,3 +299,45 @@ fn an_array_is_cancelled_whole_or_by_task_and_its_throttle_holds() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("max_array_size"), "{}", stderr(&out));
 }
+
+#[test]
+fn an_owner_may_only_lower_a_pending_jobs_time_and_the_change_is_logged() {
+    if !can_run("an_owner_may_only_lower_a_pending_jobs_time_and_the_change_is_logged") {
+        return;
+    }
+    let c = Cluster::start();
+    let u = user("whform-upd");
+    let id = submitted_id(&c.wharf_as(
+        &u,
+        &["submit", "-H", "-t", "1h", "--mem", "16M", "--wrap", "true"],
+    ));
+    let job = id.to_string();
+    let out = c.wharf_as(&u, &["update", &job, "--time", "2h"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("only an admin may raise"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.wharf_as(&u, &["update", &job, "--time", "10m", "--nice", "5"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(c.job(id)["time_limit"], 600);
+    let out = c.wharf(&["update", &job, "--time", "3h"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(c.job(id)["time_limit"], 10800);
+    let log = c.log();
+    assert!(
+        log.contains("job updated") && log.contains("old_time=600"),
+        "no audit line in the log:\n{log}"
+    );
+    let out = c.wharf(&["release", &job]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let done = c.wait_done(id, Duration::from_secs(30));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    let out = c.wharf(&["update", &job, "--time", "1h"]);
+    assert!(
+        stderr(&out).contains("only pending jobs"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -100,6 +100,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/jobs/{id}/cancel", post(cancel))
         .route("/v1/jobs/{id}/hold", post(hold))
         .route("/v1/jobs/{id}/release", post(release))
+        .route("/v1/jobs/{id}/update", post(update))
         .route("/v1/nodes", get(nodes))
         .layer(DefaultBodyLimit::max(shared.config.max_request_bytes))
         .merge(agents)
@@ -321,6 +322,23 @@ async fn release(
     let c = caller(&s, &peer)?;
     let (id, task) = job_id(&id)?;
     let job = with_cluster(&s, move |cl, _| cl.release(&c, cl.resolve_task(id, task)?)).await?;
+    s.wake_scheduler();
+    Ok(Json(job))
+}
+
+async fn update(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(id): Path<String>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<wharf_api::JobRecord> {
+    let c = caller(&s, &peer)?;
+    let (id, task) = job_id(&id)?;
+    let req: wharf_api::wire::UpdateRequest = body(&s, bytes)?;
+    let job = with_cluster(&s, move |cl, _| {
+        cl.update(&c, cl.resolve_task(id, task)?, &req)
+    })
+    .await?;
     s.wake_scheduler();
     Ok(Json(job))
 }

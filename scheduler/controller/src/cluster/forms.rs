@@ -244,3 +244,78 @@ fn held_reason(hold: Hold) -> String {
 
 #[cfg(test)]
 mod tests;
+
+impl Cluster {
+    /// Changes a pending job's time limit, nice or partition (Slurm's `scontrol update`). Its
+    /// owner may only lower the time limit and may not set a negative nice; an admin may do
+    /// anything the checks at submit allow. Logged with who, what and the old values.
+    pub fn update(
+        &mut self,
+        caller: &Caller,
+        id: JobId,
+        req: &wharf_api::wire::UpdateRequest,
+    ) -> Result<JobRecord, Failure> {
+        let mut job = self.pending_for(caller, id, "updated")?;
+        let Some(mut spec) = job.spec.clone() else {
+            return Err(Failure::new(
+                ErrorKind::Internal,
+                format!("job {id} has no spec"),
+            ));
+        };
+        let old = (spec.time_limit, spec.nice, spec.partition.clone());
+        if let Some(t) = req.time {
+            if t == 0 {
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    "`time` must be greater than zero",
+                ));
+            }
+            if t > spec.time_limit && !caller.admin {
+                return Err(Failure::new(
+                    ErrorKind::PermissionDenied,
+                    format!(
+                        "only an admin may raise a time limit; you may lower job {id}'s below {}",
+                        wharf_api::resources::format_duration(spec.time_limit)
+                    ),
+                ));
+            }
+            if t > self.defaults.max_time && !caller.admin {
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    "`time` is over the site's maximum",
+                ));
+            }
+            spec.time_limit = t;
+        }
+        if let Some(n) = req.nice {
+            if n.unsigned_abs() > wharf_api::job::MAX_NICE.unsigned_abs() {
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    format!("`nice` {n} is out of range"),
+                ));
+            }
+            spec.nice = n;
+        }
+        if let Some(p) = &req.partition {
+            spec.partition = Some(p.trim().to_string());
+        }
+        self.check_partition(&spec)?;
+        self.check_qos_and_nice(&spec, caller)?;
+        job.time_limit = spec.time_limit;
+        tracing::info!(
+            job = id,
+            by = %caller.owner.user,
+            admin = caller.admin,
+            old_time = old.0,
+            old_nice = old.1,
+            old_partition = ?old.2,
+            time = spec.time_limit,
+            nice = spec.nice,
+            partition = ?spec.partition,
+            "job updated"
+        );
+        job.spec = Some(spec);
+        self.commit(vec![job.clone()])?;
+        Ok(view(caller, job))
+    }
+}

@@ -270,3 +270,63 @@ fn a_dependency_on_a_missing_or_someone_elses_job_is_refused() {
     assert_eq!(c.jobs.len(), 1, "a refused submit stores nothing");
     try_submit(&mut c, &root, &format!("afterany:{theirs}")).unwrap();
 }
+
+#[test]
+fn an_owner_may_only_lower_a_pending_jobs_time_and_an_admin_may_change_anything() {
+    use wharf_api::wire::UpdateRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let bob = caller(1002, "bob", false);
+    let root = caller(0, "root", true);
+    let held = JobRequest {
+        hold: Some(true),
+        time: Some(3600),
+        ..Default::default()
+    };
+    let id = submit(&mut c, &alice, held, 1);
+    let time = |t| UpdateRequest {
+        time: Some(t),
+        ..Default::default()
+    };
+    let e = c.update(&alice, id, &time(7200)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::PermissionDenied);
+    assert!(
+        e.message.contains("only an admin may raise"),
+        "{}",
+        e.message
+    );
+    assert_eq!(
+        c.update(&bob, id, &time(60)).unwrap_err().kind,
+        ErrorKind::PermissionDenied
+    );
+    let nice = UpdateRequest {
+        nice: Some(-5),
+        ..Default::default()
+    };
+    assert_eq!(
+        c.update(&alice, id, &nice).unwrap_err().kind,
+        ErrorKind::PermissionDenied
+    );
+    let part = UpdateRequest {
+        partition: Some("nosuch".into()),
+        ..Default::default()
+    };
+    assert!(c
+        .update(&root, id, &part)
+        .unwrap_err()
+        .message
+        .contains("unknown partition"));
+    assert_eq!(
+        c.jobs[&id].time_limit, 3600,
+        "a refused update changes nothing"
+    );
+    assert_eq!(c.update(&alice, id, &time(600)).unwrap().time_limit, 600);
+    assert_eq!(c.update(&root, id, &time(7200)).unwrap().time_limit, 7200);
+    assert_eq!(c.update(&root, id, &nice).unwrap().spec.unwrap().nice, -5);
+    // Stored: a restart keeps it.
+    drop(c);
+    let c = cluster(&dir);
+    assert_eq!(c.jobs[&id].time_limit, 7200);
+    assert_eq!(c.jobs[&id].spec.as_ref().unwrap().nice, -5);
+}
