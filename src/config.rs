@@ -51,6 +51,8 @@ pub struct LimitsSection {
     pub idle_timeout: String,
     pub max_unauthenticated_connections: usize,
     pub unauthenticated_timeout: String,
+    /// Task ids of a job array must be below this.
+    pub max_array_size: u32,
 }
 
 impl Default for LimitsSection {
@@ -58,7 +60,7 @@ impl Default for LimitsSection {
         let c = wharf_controller::serve::ConnectionLimits::default();
         let tcp = wharf_controller::serve::TcpLimits::default();
         LimitsSection {
-            max_pending_per_user: 1000,
+            max_pending_per_user: 20_000,
             max_request_size: "1M".into(),
             max_agent_request_size: "64M".into(),
             max_connections: c.max_connections,
@@ -67,6 +69,7 @@ impl Default for LimitsSection {
             idle_timeout: "60s".into(),
             max_unauthenticated_connections: tcp.max_unauthenticated,
             unauthenticated_timeout: "3s".into(),
+            max_array_size: 10_001,
         }
     }
 }

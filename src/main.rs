@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 
 /// Wharf: a container-native job runner for shared GPU clusters.
 ///
-/// Users submit jobs (`submit`, `run`), watch them (`queue`, `show`, `nodes`) and cancel them.
+/// Users submit jobs (`submit`, `run`), watch them (`queue`, `show`, `nodes`), hold, release and cancel them.
 /// Admins start `controller` on one host and `agent` on every node, or `dev` for both on one
 /// machine.
 #[derive(Debug, Parser)]
@@ -38,6 +38,12 @@ enum Command {
     Show(cmd::show::Args),
     /// Cancel jobs.
     Cancel(cmd::cancel::Args),
+    /// Hold pending jobs so they do not start (an admin's hold only an admin releases).
+    Hold(cmd::hold::Args),
+    /// Release held jobs.
+    Release(cmd::hold::Args),
+    /// Change a pending job's time limit (only lower, unless admin), nice or partition.
+    Update(cmd::update::Args),
     /// List nodes and what is allocated on them.
     Nodes(cmd::nodes::Args),
     /// Manage the node's image store.
@@ -83,6 +89,9 @@ fn main() {
             Command::Queue(a) => cmd::queue::run(&socket, a).await,
             Command::Show(a) => cmd::show::run(&socket, a).await,
             Command::Cancel(a) => cmd::cancel::run(&socket, a).await,
+            Command::Hold(a) => cmd::hold::run(&socket, a, false).await,
+            Command::Release(a) => cmd::hold::run(&socket, a, true).await,
+            Command::Update(a) => cmd::update::run(&socket, a).await,
             Command::Nodes(a) => cmd::nodes::run(&socket, a).await,
             Command::Image(c) => cmd::image::run(c).await,
             Command::Controller(a) => cmd::controller::run(a, cli.socket.as_deref()).await,

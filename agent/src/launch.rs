@@ -163,6 +163,15 @@ pub fn container_spec(
         ),
         ("WHARF_GPUS".into(), host_gpus.join(",")),
     ]);
+    if let Some(a) = spec.array {
+        let (job, task) = (a.job_id.to_string(), a.task_id.to_string());
+        env.extend([
+            ("WHARF_ARRAY_JOB_ID".into(), job.clone()),
+            ("WHARF_ARRAY_TASK_ID".into(), task.clone()),
+            ("SLURM_ARRAY_JOB_ID".into(), job),
+            ("SLURM_ARRAY_TASK_ID".into(), task),
+        ]);
+    }
     let stdout = PathBuf::from(spec.output_path(order.id));
     let stderr = spec
         .error_path(order.id)

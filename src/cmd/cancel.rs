@@ -9,7 +9,7 @@ use wharf_client::{Client, ClientError, Endpoint};
 pub struct Args {
     /// Job ids.
     #[arg(required = true)]
-    jobs: Vec<u64>,
+    jobs: Vec<String>,
     /// Print JSON.
     #[arg(long)]
     json: bool,

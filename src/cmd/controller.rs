@@ -50,6 +50,10 @@ pub fn settings(
         connections: file.limits.connections(poll_wait)?,
         tcp: file.limits.tcp()?,
         scheduler: file.scheduler.resolve()?,
+        forms: wharf_controller::FormsConfig {
+            kill_invalid_dependency: file.scheduler.kill_invalid_dependency,
+            max_array_size: file.limits.max_array_size,
+        },
     })
 }
 

@@ -90,7 +90,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             (None, _) => "-".into(),
         };
         t.add_row(vec![
-            j.id.to_string(),
+            j.array.map_or_else(|| j.id.to_string(), |a| a.label()),
             j.name.chars().take(20).collect(),
             j.owner.user.clone(),
             j.state.to_string(),

@@ -10,8 +10,8 @@ use crate::output;
 /// Arguments.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Job id.
-    job: u64,
+    /// Job id, or ARRAYID_TASKID for one task of an array.
+    job: String,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -27,7 +27,13 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     }
     let now = wharf_controller::now_ms();
     let mut rows: Vec<(&str, String)> = vec![
-        ("Job", format!("{} ({})", j.id, j.name)),
+        (
+            "Job",
+            match j.array {
+                Some(a) => format!("{} ({}, array task {})", j.id, j.name, a.label()),
+                None => format!("{} ({})", j.id, j.name),
+            },
+        ),
         (
             "User",
             format!(
@@ -44,6 +50,19 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             "Reason"
         };
         rows.push((label, r.clone()));
+    }
+    if let Some(at) = j.begin_time {
+        rows.push(("Begin time", output::time(Some(at))));
+    }
+    if let Some(h) = j.hold {
+        rows.push((
+            "Held",
+            match h {
+                wharf_api::Hold::User => "by its owner (`wharf release` lets it start)",
+                wharf_api::Hold::Admin => "by an admin (only an admin may release it)",
+            }
+            .into(),
+        ));
     }
     if let Some(at) = j.expected_start {
         rows.push(("Expected start", output::time(Some(at))));

@@ -48,6 +48,19 @@ pub struct JobFlags {
     /// Lower the job's priority by this much (negative: admins only).
     #[arg(long, allow_hyphen_values = true)]
     pub nice: Option<String>,
+    /// Do not start before this time: now+1h, now+30m, 2026-12-01T08:00 (UTC).
+    #[arg(short = 'b', long)]
+    pub begin: Option<String>,
+    /// Start only after other jobs: afterok:ID[:ID], afternotok:ID, afterany:ID, after:ID,
+    /// singleton; joined by `,` (all) or `?` (any).
+    #[arg(short = 'd', long)]
+    pub dependency: Option<String>,
+    /// A job array, one job per task: 0-99, 1,3,5, 0-15:4; %8 runs at most 8 at once.
+    #[arg(short = 'a', long)]
+    pub array: Option<String>,
+    /// Submit held: the job waits until you release it (`wharf release JOB`).
+    #[arg(short = 'H', long)]
+    pub hold: bool,
     /// Working directory (default: the current directory).
     #[arg(short = 'D', long)]
     pub chdir: Option<String>,
@@ -97,6 +110,9 @@ impl JobFlags {
             ("account", &self.account),
             ("qos", &self.qos),
             ("nice", &self.nice),
+            ("begin", &self.begin),
+            ("dependency", &self.dependency),
+            ("array", &self.array),
             ("chdir", &self.chdir),
             ("output", &self.output),
             ("error", &self.error),
@@ -111,6 +127,7 @@ impl JobFlags {
             (self.rdma, "rdma"),
             (self.remap_root, "remap-root"),
             (self.writable, "writable"),
+            (self.hold, "hold"),
         ] {
             if set {
                 set_option(&mut req, key, "yes").map_err(anyhow::Error::msg)?;
@@ -191,9 +208,12 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         (None, None) => anyhow::bail!("give a job file (job.toml or a script) or --wrap 'COMMAND'"),
     };
     job = job.overlay(args.flags.to_request()?);
+    let tasks = job.array.as_ref().map(|a| a.tasks.len());
     let id = submit(socket, job).await?;
     if args.json {
         println!("{}", serde_json::json!({ "id": id }));
+    } else if let Some(n) = tasks {
+        println!("Submitted an array of {n} tasks as job {id}");
     } else {
         println!("Submitted job {id}");
     }

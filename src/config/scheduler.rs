@@ -22,6 +22,8 @@ pub struct SchedulerSection {
     pub weight_qos: u32,
     /// QoS of jobs that name none.
     pub default_qos: Option<String>,
+    /// Cancel a job whose dependency can never be met (Slurm's kill_invalid_depend).
+    pub kill_invalid_dependency: bool,
     /// `[[scheduler.partition]]` entries; none: every node in one partition.
     #[serde(rename = "partition")]
     pub partitions: Vec<PartitionSection>,
@@ -279,6 +281,7 @@ impl Default for SchedulerSection {
             weight_partition: c.weights.partition,
             weight_qos: c.weights.qos,
             default_qos: None,
+            kill_invalid_dependency: true,
             partitions: vec![],
             accounts: vec![],
             users: vec![],

@@ -12,6 +12,7 @@ mod gpu;
 mod harness;
 mod images;
 mod job_files;
+mod job_forms;
 mod jobfile;
 mod lifecycle;
 mod options;

@@ -98,6 +98,18 @@ pub struct JobRequest {
     /// Slurm's nice: subtracted from the priority; negative values are for admins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nice: Option<i32>,
+    /// Not before this time (`now+1h`, `2026-12-01T08:00` UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub begin: Option<crate::forms::Begin>,
+    /// Submit held: the job waits until its owner releases it (`wharf release`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<bool>,
+    /// Start only after other jobs (`afterok:12`, `after:12:13,afterany:14`, `singleton`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency: Option<crate::dependency::Dependency>,
+    /// A job array: one job per task (`0-99`, `1,3,5`, `0-15:4`, `%8` at most 8 at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<crate::array::ArraySpec>,
 }
 
 fn de_memlock<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -244,6 +256,9 @@ pub struct JobSpec {
     /// Nice, subtracted from the priority.
     #[serde(default)]
     pub nice: i32,
+    /// The array task this job is, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<crate::array::ArrayTask>,
 }
 
 impl JobRequest {
@@ -254,7 +269,8 @@ impl JobRequest {
         }
         take!(
             name, image, command, script, cpus, memory, gpus, time, nodes, workdir, output, error,
-            rdma, memlock, remap_root, writable, partition, account, qos, nice, gpu_type
+            rdma, memlock, remap_root, writable, partition, account, qos, nice, gpu_type, begin,
+            hold, dependency, array
         );
         self.env.extend(other.env);
         self.mounts.extend(other.mounts);
@@ -428,6 +444,7 @@ impl JobRequest {
                     ))
                 }
             },
+            array: None,
         })
     }
 }
@@ -588,9 +605,13 @@ impl JobSpec {
     }
 
     fn expand(&self, pattern: &str, id: JobId) -> String {
+        // Outside an array, %A is the job id and %a is 0.
+        let (array_id, task) = self.array.map_or((id, 0), |a| (a.job_id, a.task_id));
         let p = pattern
             .replace("%j", &id.to_string())
-            .replace("%x", &self.name);
+            .replace("%x", &self.name)
+            .replace("%A", &array_id.to_string())
+            .replace("%a", &task.to_string());
         if p.starts_with('/') {
             p
         } else {
@@ -783,6 +804,18 @@ pub struct JobRecord {
     /// (public); set only for jobs holding a reservation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_start: Option<u64>,
+    /// A pending job may not start before this time, ms since the Unix epoch (public).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub begin_time: Option<u64>,
+    /// Who holds a pending job back, if anyone (public).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<crate::forms::Hold>,
+    /// What a pending job waits for (public, as Slurm's squeue shows it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency: Option<crate::dependency::Dependency>,
+    /// The array task this job is, if any (public).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<crate::array::ArrayTask>,
 }
 
 /// A multifactor priority as Slurm's `sprio` shows it: each factor already multiplied by its

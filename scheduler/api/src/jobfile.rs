@@ -184,7 +184,7 @@ fn yes_no(key: &str, value: &str) -> Result<bool, String> {
 }
 
 /// Options that are switches: given alone they mean yes.
-const BOOLEAN_OPTIONS: [&str; 3] = ["rdma", "remap-root", "writable"];
+const BOOLEAN_OPTIONS: [&str; 5] = ["rdma", "remap-root", "writable", "hold", "H"];
 
 /// Sets one option by its long or short name. The names match `wharf submit --help`.
 pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), String> {
@@ -235,6 +235,10 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
                     .map_err(|_| format!("--nice expects a whole number, found {value:?}"))?,
             )
         }
+        "b" | "begin" => req.begin = Some(crate::forms::parse_begin(value)?),
+        "a" | "array" => req.array = Some(crate::array::parse_array(value)?),
+        "d" | "dependency" => req.dependency = Some(crate::dependency::parse_dependency(value)?),
+        "H" | "hold" => req.hold = Some(yes_no(key, value)?),
         "D" | "chdir" | "workdir" => req.workdir = Some(value.to_string()),
         "o" | "output" => req.output = Some(value.to_string()),
         "e" | "error" => req.error = Some(value.to_string()),

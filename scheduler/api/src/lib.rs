@@ -4,6 +4,9 @@
 //! process boundary (the `/v1` HTTP API, the agent protocol, the job file) is defined here, so
 //! the three programs cannot disagree about it.
 
+pub mod array;
+pub mod dependency;
+pub mod forms;
 pub mod job;
 pub mod jobfile;
 pub mod limits;
@@ -12,6 +15,7 @@ pub mod resources;
 pub mod text;
 pub mod wire;
 
+pub use forms::{Begin, Hold};
 pub use job::{
     ExitInfo, JobDefaults, JobId, JobRecord, JobRequest, JobSpec, JobState, Owner, PriorityView,
 };

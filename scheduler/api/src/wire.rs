@@ -53,6 +53,22 @@ pub struct SubmitResponse {
     pub id: JobId,
 }
 
+/// `POST /v1/jobs/{id}/update`: new values for a pending job (Slurm's `scontrol update`).
+/// Unset fields stay as they are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateRequest {
+    /// Time limit, seconds (its owner may only lower it).
+    #[serde(default)]
+    pub time: Option<u64>,
+    /// Nice (negative: admins only).
+    #[serde(default)]
+    pub nice: Option<i32>,
+    /// Partition.
+    #[serde(default)]
+    pub partition: Option<String>,
+}
+
 /// `GET /v1/jobs`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobList {

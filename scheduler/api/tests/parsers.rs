@@ -4,6 +4,9 @@
 //! small so that the suite runs in seconds.
 
 use proptest::prelude::*;
+use wharf_api::array::parse_array;
+use wharf_api::dependency::parse_dependency;
+use wharf_api::forms::{format_utc, parse_begin, Begin};
 use wharf_api::job::{parse_limit, parse_mount, reserved_destination, validate_image_name};
 use wharf_api::jobfile::{apply_words, parse_job_file};
 use wharf_api::resources::{format_duration, format_memory};
@@ -166,6 +169,69 @@ proptest! {
         let mut req = JobRequest::default();
         if let Err(e) = apply_words(&mut req, &words) {
             prop_assert!(!e.is_empty());
+        }
+    }
+
+    #[test]
+    fn begin_times_never_panic_and_say_what_to_write(t in nearly("(now(\\+[0-9]{0,22}(s|m|h|d|w|y|minutes|)?)?|[0-9]{4}-[0-9]{2}-[0-9]{2}(T[0-9]{2}:[0-9]{2}(:[0-9]{2})?Z?)?)")) {
+        match parse_begin(&t) {
+            Ok(Begin::AfterSubmit(s)) => prop_assert!(s <= 100 * 365 * 86400),
+            Ok(Begin::At(s)) => prop_assert_eq!(parse_begin(&format_utc(s)), Ok(Begin::At(s))),
+            Err(e) => prop_assert!(e.starts_with("--begin:") && e.contains("now+1h"), "{e}"),
+        }
+    }
+
+    #[test]
+    fn begin_and_hold_round_trip_through_every_form(
+        secs in 0u64..4_000_000_000,
+        relative in any::<bool>(),
+        hold in any::<bool>(),
+    ) {
+        let begin = if relative { Begin::AfterSubmit(secs % (100 * 365 * 86400)) } else { Begin::At(secs) };
+        prop_assert_eq!(parse_begin(&begin.to_string()), Ok(begin));
+        let req = JobRequest {
+            command: Some(vec!["x".into()]),
+            begin: Some(begin),
+            hold: Some(hold),
+            ..Default::default()
+        };
+        let text = toml::to_string(&req).unwrap();
+        prop_assert_eq!(parse_job_file("job.toml", &text).unwrap(), req);
+        let flag = if hold { "--hold" } else { "--hold=no" };
+        let script = format!("#!/bin/sh\n#WHARF {flag} --begin {begin}\n#WHARF -c 2\necho hi\n");
+        let parsed = parse_job_file("job.sh", &script).unwrap();
+        prop_assert_eq!(parsed.begin, Some(begin));
+        prop_assert_eq!(parsed.hold, Some(hold));
+        prop_assert_eq!(parsed.cpus, Some(2));
+    }
+
+    #[test]
+    fn dependencies_never_panic_and_accepted_ones_round_trip(t in nearly("((after|afterok|afternotok|afterany|singleton|aftercorr)(:[0-9]{0,21}){0,3}[,?]?){0,4}")) {
+        match parse_dependency(&t) {
+            Ok(d) => {
+                let text = d.to_string();
+                prop_assert_eq!(parse_dependency(&text), Ok(d.clone()), "{}", text);
+                let line = format!("#!/bin/sh\n#WHARF --dependency={text}\ntrue\n");
+                prop_assert_eq!(parse_job_file("job.sh", &line).unwrap().dependency, Some(d));
+            }
+            Err(e) => prop_assert!(e.starts_with("--dependency:") && e.contains("afterok:12"), "{e}"),
+        }
+    }
+
+    #[test]
+    fn arrays_never_panic_and_accepted_ones_round_trip(t in nearly("([0-9]{1,8}(-[0-9]{1,8}(:[0-9]{1,3})?)?,?){0,4}(%[0-9]{0,4})?")) {
+        match parse_array(&t) {
+            Ok(a) => {
+                prop_assert!(a.tasks.windows(2).all(|w| w[0] < w[1]));
+                let text = a.to_string();
+                prop_assert_eq!(parse_array(&text), Ok(a.clone()), "{}", text);
+                // Interleaved steps print long; a job file has its size limit.
+                let line = format!("#!/bin/sh\n#WHARF --array={text}\ntrue\n");
+                if line.len() <= wharf_api::jobfile::MAX_JOB_FILE {
+                    prop_assert_eq!(parse_job_file("job.sh", &line).unwrap().array, Some(a));
+                }
+            }
+            Err(e) => prop_assert!(e.starts_with("--array:") && e.contains("0-99%8"), "{e}"),
         }
     }
 

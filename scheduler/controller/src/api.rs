@@ -98,6 +98,9 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/jobs", post(submit).get(list))
         .route("/v1/jobs/{id}", get(show))
         .route("/v1/jobs/{id}/cancel", post(cancel))
+        .route("/v1/jobs/{id}/hold", post(hold))
+        .route("/v1/jobs/{id}/release", post(release))
+        .route("/v1/jobs/{id}/update", post(update))
         .route("/v1/nodes", get(nodes))
         .layer(DefaultBodyLimit::max(shared.config.max_request_bytes))
         .merge(agents)
@@ -251,9 +254,21 @@ async fn list(
     Ok(Json(JobList { jobs }))
 }
 
-fn job_id(text: &str) -> Result<JobId, ApiFailure> {
-    text.parse()
-        .map_err(|_| fail(ErrorKind::InvalidInput, format!("{text:?} is not a job id")))
+/// A job id, or `ARRAYID_TASKID` for one task of an array.
+fn job_id(text: &str) -> Result<(JobId, Option<u32>), ApiFailure> {
+    let bad = || {
+        fail(
+            ErrorKind::InvalidInput,
+            format!("{text:?} is not a job id (ID, or ARRAYID_TASKID for an array task)"),
+        )
+    };
+    match text.split_once('_') {
+        Some((a, t)) => Ok((
+            a.parse().map_err(|_| bad())?,
+            Some(t.parse().map_err(|_| bad())?),
+        )),
+        None => Ok((text.parse().map_err(|_| bad())?, None)),
+    }
 }
 
 async fn show(
@@ -262,8 +277,10 @@ async fn show(
     Path(id): Path<String>,
 ) -> ApiResult<wharf_api::JobRecord> {
     let c = caller(&s, &peer)?;
-    let id = job_id(&id)?;
-    Ok(Json(with_cluster(&s, move |cl, _| cl.job(&c, id)).await?))
+    let (id, task) = job_id(&id)?;
+    Ok(Json(
+        with_cluster(&s, move |cl, _| cl.job(&c, cl.resolve_task(id, task)?)).await?,
+    ))
 }
 
 async fn cancel(
@@ -272,11 +289,61 @@ async fn cancel(
     Path(id): Path<String>,
 ) -> ApiResult<wharf_api::JobRecord> {
     let c = caller(&s, &peer)?;
-    let id = job_id(&id)?;
-    let (job, node) = with_cluster(&s, move |cl, now| cl.cancel(&c, id, now)).await?;
-    if let Some(node) = node {
+    let (id, task) = job_id(&id)?;
+    let (job, nodes) = with_cluster(&s, move |cl, now| {
+        if task.is_none() {
+            if let Some(done) = cl.cancel_array(&c, id, now)? {
+                return Ok(done);
+            }
+        }
+        let (job, node) = cl.cancel(&c, cl.resolve_task(id, task)?, now)?;
+        Ok((job, node.into_iter().collect::<Vec<_>>()))
+    })
+    .await?;
+    for node in nodes {
         s.wake_node(&node);
     }
+    s.wake_scheduler();
+    Ok(Json(job))
+}
+
+async fn hold(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(id): Path<String>,
+) -> ApiResult<wharf_api::JobRecord> {
+    let c = caller(&s, &peer)?;
+    let (id, task) = job_id(&id)?;
+    Ok(Json(
+        with_cluster(&s, move |cl, _| cl.hold(&c, cl.resolve_task(id, task)?)).await?,
+    ))
+}
+
+async fn release(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(id): Path<String>,
+) -> ApiResult<wharf_api::JobRecord> {
+    let c = caller(&s, &peer)?;
+    let (id, task) = job_id(&id)?;
+    let job = with_cluster(&s, move |cl, _| cl.release(&c, cl.resolve_task(id, task)?)).await?;
+    s.wake_scheduler();
+    Ok(Json(job))
+}
+
+async fn update(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(id): Path<String>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<wharf_api::JobRecord> {
+    let c = caller(&s, &peer)?;
+    let (id, task) = job_id(&id)?;
+    let req: wharf_api::wire::UpdateRequest = body(&s, bytes)?;
+    let job = with_cluster(&s, move |cl, _| {
+        cl.update(&c, cl.resolve_task(id, task)?, &req)
+    })
+    .await?;
     s.wake_scheduler();
     Ok(Json(job))
 }

@@ -14,6 +14,8 @@ use wharf_core::{Config as SchedConfig, UsageLedger};
 use crate::store::{Store, StoreError};
 use crate::visibility::{ended_reason, view};
 
+mod array;
+mod forms;
 mod sched;
 
 /// A refused or failed request, with its kind and words for the user.
@@ -73,6 +75,7 @@ pub struct Cluster {
     defaults: JobDefaults,
     node_timeout_ms: u64,
     max_pending_per_user: u32,
+    forms: crate::FormsConfig,
     sched: SchedConfig,
     /// Fair-share usage of jobs that ended since this controller started. Kept in memory
     /// only: after a restart fair share starts from zero (the store keeps no usage yet).
@@ -113,6 +116,7 @@ impl Cluster {
             defaults,
             node_timeout_ms,
             max_pending_per_user: u32::MAX,
+            forms: crate::FormsConfig::default(),
             usage: UsageLedger::new(SchedConfig::default().half_life),
             sched: SchedConfig::default(),
         };
@@ -123,6 +127,12 @@ impl Cluster {
     /// Sets the most jobs one user may have pending (`u32::MAX`: no limit).
     pub fn with_max_pending_per_user(mut self, max: u32) -> Cluster {
         self.max_pending_per_user = max;
+        self
+    }
+
+    /// Sets how job forms behave (dependencies that can never be met, array sizes).
+    pub fn with_forms(mut self, forms: crate::FormsConfig) -> Cluster {
+        self.forms = forms;
         self
     }
 
@@ -178,17 +188,23 @@ impl Cluster {
         self.check_qos_and_nice(&spec, caller)?;
         self.check_limits(&spec, &caller.owner.user)?;
         self.check_gpu_type(&spec)?;
+        self.check_dependency(req.job.dependency.as_ref(), caller)?;
+        let tasks = match &req.job.array {
+            Some(a) => self.check_array(a)?,
+            None => 1,
+        };
         let pending = self
             .jobs
             .values()
             .filter(|j| j.owner.uid == caller.owner.uid && j.state == JobState::Pending)
             .count();
-        if pending >= self.max_pending_per_user as usize {
+        if pending + tasks > self.max_pending_per_user as usize {
             return Err(Failure::new(
                 ErrorKind::Unavailable,
                 format!(
-                    "you have {pending} pending jobs, the most one user may have \
-                     ([controller] max_pending_per_user); wait for some to start or cancel some"
+                    "you have {pending} pending jobs and this submit adds {tasks}; one user may \
+                     have {} ([limits] max_pending_per_user); wait for some to start or cancel some",
+                    self.max_pending_per_user
                 ),
             ));
         }
@@ -225,7 +241,14 @@ impl Cluster {
             cancel_requested: false,
             priority: None,
             expected_start: None,
+            begin_time: req.job.begin.map(|b| b.at(now)),
+            hold: (req.job.hold == Some(true)).then_some(wharf_api::Hold::User),
+            dependency: req.job.dependency.clone(),
+            array: None,
         };
+        if let Some(array) = &req.job.array {
+            return self.insert_array(record, array, req.client_token.as_deref());
+        }
         if self
             .store
             .insert_job(&mut record, req.client_token.as_deref())?

@@ -61,6 +61,29 @@ pub struct ControllerConfig {
     pub tcp: serve::TcpLimits,
     /// The scheduling policy and its weights.
     pub scheduler: SchedulerConfig,
+    /// How job forms behave.
+    pub forms: FormsConfig,
+}
+
+/// How job forms (dependencies, arrays) behave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FormsConfig {
+    /// Cancel a job whose dependency can never be met (`[scheduler] kill_invalid_dependency`,
+    /// Slurm's kill_invalid_depend); otherwise it stays pending with reason
+    /// DependencyNeverSatisfied.
+    pub kill_invalid_dependency: bool,
+    /// Task ids of an array must be below this (`[limits] max_array_size`, Slurm's
+    /// MaxArraySize), which also bounds the tasks of one submit.
+    pub max_array_size: u32,
+}
+
+impl Default for FormsConfig {
+    fn default() -> Self {
+        FormsConfig {
+            kill_invalid_dependency: true,
+            max_array_size: 10_001,
+        }
+    }
 }
 
 /// State shared by the handlers and the scheduler task.
@@ -144,6 +167,7 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
         now_ms(),
     )?
     .with_max_pending_per_user(config.max_pending_per_user)
+    .with_forms(config.forms.clone())
     .with_scheduler(config.scheduler.clone())?;
     let shared = Arc::new(Shared {
         config: config.clone(),

@@ -100,6 +100,89 @@ impl Store {
         Ok(true)
     }
 
+    /// Inserts the tasks of a job array in one transaction, all or none. Their ids are
+    /// consecutive from the first's, which is the array job's id (set in each record's
+    /// `array.job_id`, in `spec.array` too). With a `client_token` already stored, returns the
+    /// existing array's id instead, and `false`.
+    pub fn insert_array(
+        &mut self,
+        records: &mut [JobRecord],
+        client_token: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let tx = self.conn.transaction()?;
+        if let Some(token) = client_token {
+            let existing: Option<i64> = tx
+                .query_row(
+                    "SELECT id FROM jobs WHERE client_token = ?1",
+                    [token],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if let Some(id) = existing {
+                if let Some(first) = records.first_mut() {
+                    first.id = id as JobId;
+                }
+                return Ok(false);
+            }
+        }
+        let Some(first) = records.first() else {
+            return Ok(true);
+        };
+        tx.execute(
+            "INSERT INTO jobs (uid, state, submit_time, client_token, record) VALUES (?1, ?2, ?3, ?4, '{}')",
+            params![first.owner.uid, first.state.as_str(), first.submit_time as i64, client_token],
+        )?;
+        let base = tx.last_insert_rowid() as JobId;
+        {
+            // Explicit ids: AUTOINCREMENT only ever grows, and this transaction holds the write
+            // lock, so base+1.. are free.
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO jobs (id, uid, state, submit_time, record) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            for (k, r) in records.iter_mut().enumerate() {
+                r.id = base + k as JobId;
+                if let Some(a) = r.array.as_mut() {
+                    a.job_id = base;
+                }
+                if let Some(a) = r.spec.as_mut().and_then(|s| s.array.as_mut()) {
+                    a.job_id = base;
+                }
+                if k > 0 {
+                    insert.execute(params![
+                        r.id as i64,
+                        r.owner.uid,
+                        r.state.as_str(),
+                        r.submit_time as i64,
+                        serde_json::to_string(&*r)?
+                    ])?;
+                }
+            }
+        }
+        tx.execute(
+            "UPDATE jobs SET record = ?1 WHERE id = ?2",
+            params![serde_json::to_string(&records[0])?, base as i64],
+        )?;
+        tx.commit()?;
+        Ok(true)
+    }
+
+    /// The active or ended task `task` of array `array_id`, if any.
+    /// `span` bounds the rows looked at: an array's tasks are its first `span` ids at most.
+    pub fn array_task(
+        &self,
+        array_id: JobId,
+        task: u32,
+        span: u64,
+    ) -> Result<Option<JobRecord>, StoreError> {
+        let found = self.query(
+            "SELECT record FROM jobs WHERE id >= ?1 AND id < ?1 + ?3 \
+             AND json_extract(record, '$.array.job_id') = ?1 \
+             AND json_extract(record, '$.array.task_id') = ?2 ORDER BY id LIMIT 1",
+            params![array_id as i64, task as i64, span as i64],
+        )?;
+        Ok(found.into_iter().next())
+    }
+
     /// Writes the new state of jobs, all or none.
     pub fn update_jobs<'a>(
         &mut self,
@@ -240,6 +323,10 @@ mod tests {
             cancel_requested: false,
             priority: None,
             expected_start: None,
+            begin_time: None,
+            hold: None,
+            dependency: None,
+            array: None,
         }
     }
 

@@ -99,6 +99,10 @@ mod tests {
             cancel_requested: false,
             priority: None,
             expected_start: None,
+            begin_time: None,
+            hold: None,
+            dependency: None,
+            array: None,
         }
     }
 

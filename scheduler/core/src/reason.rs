@@ -76,6 +76,15 @@ pub enum PendingReason {
     },
     /// Starting it now would take a QoS or association over a limit.
     Limit(LimitReason),
+    /// Its dependency can never be met: a job it names ended the wrong way (afterok on a
+    /// failed job). Decided by the caller, which knows ended jobs.
+    DependencyNeverSatisfied {
+        /// The job that ended the wrong way.
+        on: JobId,
+    },
+    /// Its array already runs as many tasks as its throttle (`--array ...%N`) allows.
+    /// Decided by the caller, which knows the arrays.
+    JobArrayTaskLimit,
 }
 
 impl PendingReason {
@@ -96,6 +105,8 @@ impl PendingReason {
             PendingReason::JobHeldAdmin => "JobHeldAdmin",
             PendingReason::Dependency { .. } => "Dependency",
             PendingReason::Limit(l) => l.code(),
+            PendingReason::DependencyNeverSatisfied { .. } => "DependencyNeverSatisfied",
+            PendingReason::JobArrayTaskLimit => "JobArrayTaskLimit",
         }
     }
 
@@ -111,6 +122,7 @@ impl PendingReason {
                 | PendingReason::PartitionTimeLimit { .. }
                 | PendingReason::PartitionNodeLimit { .. }
                 | PendingReason::TooLarge { .. }
+                | PendingReason::DependencyNeverSatisfied { .. }
         )
     }
 }
@@ -184,9 +196,17 @@ impl fmt::Display for PendingReason {
                 write!(f, "{code}: held by an admin; ask them to release it")
             }
             PendingReason::Dependency { on } => {
-                write!(f, "{code}: waiting for job {on} to end")
+                write!(f, "{code}: waiting for job {on}, as its --dependency asks (to start, to end, or to end a certain way)")
             }
             PendingReason::Limit(l) => l.fmt(f),
+            PendingReason::DependencyNeverSatisfied { on } => write!(
+                f,
+                "{code}: job {on} ended in a way its dependency rules out, so it can never start; cancel it"
+            ),
+            PendingReason::JobArrayTaskLimit => write!(
+                f,
+                "{code}: its array already runs as many tasks as its --array %N throttle allows"
+            ),
         }
     }
 }

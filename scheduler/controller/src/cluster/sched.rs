@@ -7,7 +7,7 @@ use wharf_api::resources::format_duration;
 use wharf_api::wire::ErrorKind;
 use wharf_api::{JobRecord, JobSpec, JobState, PriorityView};
 use wharf_core::{
-    limits, schedule, Alloc, Assoc, Gpu, Node, NodeState as SchedNodeState, PartitionState,
+    limits, schedule, Alloc, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PartitionState,
     PendingJob, Priority, Request, RunningJob, State as SchedState, UsageLedger, Weights,
     DEFAULT_PARTITION,
 };
@@ -21,12 +21,14 @@ const USAGE_HISTORY: u32 = 50_000;
 impl Cluster {
     /// One scheduling pass. Returns the nodes that got work.
     pub fn schedule(&mut self, now: u64) -> Result<BTreeSet<String>, Failure> {
-        let state = self.sched_state(now);
+        let mut state = self.sched_state(now);
         if state.pending.is_empty() {
             return Ok(BTreeSet::new());
         }
+        let never = self.apply_dependencies(&mut state)?;
+        self.apply_array_throttles(&mut state);
         let plan = schedule(now, &state, &self.sched);
-        let mut started = Vec::new();
+        let mut started = self.never_met(never, now);
         let mut woken = BTreeSet::new();
         for start in &plan.starts {
             // Jobs here are single-node (admission refuses more).
@@ -116,6 +118,11 @@ impl Cluster {
                     );
                     p.time_limit = Some(job.time_limit.saturating_mul(1000));
                     p.partition = partition(job);
+                    p.begin = job.begin_time;
+                    p.hold = job.hold.map(|h| match h {
+                        wharf_api::Hold::User => Hold::User,
+                        wharf_api::Hold::Admin => Hold::Admin,
+                    });
                     if let Some(spec) = &job.spec {
                         p.qos = self.qos_of(Some(spec));
                         p.nice = spec.nice;

@@ -1,0 +1,183 @@
+//! Job arrays, as Slurm's `--array` writes them: one submit, one job record per task.
+//!
+//! ```text
+//! --array 0-99        tasks 0 to 99
+//! --array 1,3,5       tasks 1, 3 and 5
+//! --array 0-15:4      tasks 0, 4, 8, 12
+//! --array 0-99%8      at most 8 of them running at once
+//! ```
+//!
+//! Each task runs with `WHARF_ARRAY_JOB_ID`/`WHARF_ARRAY_TASK_ID` (and the `SLURM_` names) set,
+//! and `%A`/`%a` in its output paths are the array job id and the task id.
+
+use serde::{Deserialize, Serialize};
+
+use crate::job::JobId;
+
+/// Largest task id accepted by the parser; sites lower it with `[limits] max_array_size`.
+pub const MAX_TASK_ID: u32 = 4_000_000;
+
+/// The tasks of an array, as the user wrote them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ArraySpec {
+    /// Task ids, ascending, each once.
+    pub tasks: Vec<u32>,
+    /// Most tasks running at once (`%N`).
+    pub throttle: Option<u32>,
+}
+
+/// One task of an array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayTask {
+    /// The array job's id: the id of its first task.
+    pub job_id: JobId,
+    /// This task's id.
+    pub task_id: u32,
+    /// Most tasks of the array running at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle: Option<u32>,
+}
+
+impl ArrayTask {
+    /// `ARRAYID_TASKID`, as `squeue` shows it.
+    pub fn label(&self) -> String {
+        format!("{}_{}", self.job_id, self.task_id)
+    }
+}
+
+/// Parses `--array` (see the module documentation).
+pub fn parse_array(text: &str) -> Result<ArraySpec, String> {
+    let bad = |why: String| {
+        format!("--array: {why} in {text:?}; write e.g. 0-99, 1,3,5, 0-15:4 or 0-99%8")
+    };
+    let t = text.trim();
+    let (list, throttle) = match t.split_once('%') {
+        Some((l, n)) => {
+            let n: u32 = n
+                .trim()
+                .parse()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| bad(format!("%{n} is not a whole number of at least 1")))?;
+            (l, Some(n))
+        }
+        None => (t, None),
+    };
+    let id = |s: &str| -> Result<u32, String> {
+        s.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&v| v <= MAX_TASK_ID)
+            .ok_or_else(|| bad(format!("{s:?} is not a task id (0 to {MAX_TASK_ID})")))
+    };
+    let mut tasks = Vec::new();
+    for part in list.split(',') {
+        let (range, step) = match part.split_once(':') {
+            Some((r, s)) => {
+                let s = id(s)?;
+                if s == 0 {
+                    return Err(bad("a step of 0".into()));
+                }
+                (r, s)
+            }
+            None => (part, 1),
+        };
+        let (lo, hi) = match range.split_once('-') {
+            Some((a, b)) => (id(a)?, id(b)?),
+            None if step != 1 => return Err(bad(format!("a step needs a range, in {part:?}"))),
+            None => (id(range)?, id(range)?),
+        };
+        if lo > hi {
+            return Err(bad(format!("{lo}-{hi} runs backwards")));
+        }
+        tasks.extend((lo..=hi).step_by(step as usize));
+        if tasks.len() > MAX_TASK_ID as usize {
+            return Err(bad("too many tasks".into()));
+        }
+    }
+    tasks.sort_unstable();
+    tasks.dedup();
+    Ok(ArraySpec { tasks, throttle })
+}
+
+impl TryFrom<String> for ArraySpec {
+    type Error = String;
+    fn try_from(text: String) -> Result<ArraySpec, String> {
+        parse_array(&text)
+    }
+}
+
+impl From<ArraySpec> for String {
+    fn from(a: ArraySpec) -> String {
+        a.to_string()
+    }
+}
+
+impl std::fmt::Display for ArraySpec {
+    /// Evenly spaced runs as `A-B` or `A-B:STEP`, the rest one by one: `0-3,7,9-21:4%2`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let t = &self.tasks;
+        let mut parts: Vec<String> = Vec::new();
+        let mut i = 0;
+        while i < t.len() {
+            let step = t.get(i + 1).map_or(0, |n| n - t[i]);
+            let mut j = i;
+            while step > 0 && j + 1 < t.len() && t[j + 1] - t[j] == step {
+                j += 1;
+            }
+            let run = j - i + 1;
+            if step == 1 && run >= 2 {
+                parts.push(format!("{}-{}", t[i], t[j]));
+            } else if step > 1 && run >= 3 {
+                parts.push(format!("{}-{}:{step}", t[i], t[j]));
+            } else {
+                parts.push(t[i].to_string());
+                j = i;
+            }
+            i = j + 1;
+        }
+        f.write_str(&parts.join(","))?;
+        if let Some(n) = self.throttle {
+            write!(f, "%{n}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slurm_forms() {
+        assert_eq!(parse_array("0-3").unwrap().tasks, vec![0, 1, 2, 3]);
+        assert_eq!(parse_array("1,3,5").unwrap().tasks, vec![1, 3, 5]);
+        assert_eq!(parse_array("0-15:4").unwrap().tasks, vec![0, 4, 8, 12]);
+        let a = parse_array("0-99%8").unwrap();
+        assert_eq!((a.tasks.len(), a.throttle), (100, Some(8)));
+        assert_eq!(parse_array("5,1-2,2").unwrap().tasks, vec![1, 2, 5]);
+        assert_eq!(
+            parse_array("0-3,7,9-10%2").unwrap().to_string(),
+            "0-3,7,9-10%2"
+        );
+        for bad in [
+            "",
+            "a",
+            "3-1",
+            "0-9%0",
+            "0-9%",
+            "1:2",
+            "0-9:0",
+            "-1",
+            "0-99999999",
+            "1,,2",
+        ] {
+            let e = parse_array(bad).unwrap_err();
+            assert!(
+                e.starts_with("--array:") && e.contains("0-99%8"),
+                "{bad}: {e}"
+            );
+        }
+    }
+}

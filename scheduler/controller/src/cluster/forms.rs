@@ -1,0 +1,321 @@
+//! Holding and releasing pending jobs (Slurm's `scontrol hold` / `release`).
+//!
+//! ```text
+//!   owner:  wharf hold J    -> held by user   (the owner or an admin may release)
+//!   admin:  wharf hold J    -> held by admin  (only an admin may release)
+//! ```
+//!
+//! A hold never lowers an admin hold to a user hold. The change is committed before the
+//! answer, like every other.
+
+use std::collections::BTreeMap;
+
+use wharf_api::dependency::{Check, Dependency};
+use wharf_api::wire::ErrorKind;
+use wharf_api::{Hold, JobId, JobRecord, JobState};
+use wharf_core::{PendingReason, State as SchedState};
+
+use super::{not_yours, Caller, Cluster, Failure};
+use crate::visibility::view;
+
+impl Cluster {
+    /// Holds a pending job: by its owner a user hold, by an admin an admin hold. Returns the
+    /// job as the caller sees it.
+    pub fn hold(&mut self, caller: &Caller, id: JobId) -> Result<JobRecord, Failure> {
+        let mut job = self.pending_for(caller, id, "held")?;
+        let hold = if caller.admin {
+            Hold::Admin
+        } else {
+            job.hold.unwrap_or(Hold::User)
+        };
+        job.hold = Some(hold);
+        job.reason = Some(held_reason(hold));
+        job.expected_start = None;
+        tracing::info!(job = id, by = %caller.owner.user, ?hold, "job held");
+        self.commit(vec![job.clone()])?;
+        Ok(view(caller, job))
+    }
+
+    /// Releases a held job. Only an admin releases an admin hold.
+    pub fn release(&mut self, caller: &Caller, id: JobId) -> Result<JobRecord, Failure> {
+        let mut job = self.pending_for(caller, id, "released")?;
+        match job.hold {
+            None => {
+                return Err(Failure::new(
+                    ErrorKind::Conflict,
+                    format!("job {id} is not held"),
+                ))
+            }
+            Some(Hold::Admin) if !caller.admin => {
+                return Err(Failure::new(
+                    ErrorKind::PermissionDenied,
+                    format!("job {id} is held by an admin; only an admin may release it"),
+                ))
+            }
+            Some(_) => {}
+        }
+        job.hold = None;
+        job.reason = Some("Queued: released; waiting for the scheduler".into());
+        tracing::info!(job = id, by = %caller.owner.user, "job released");
+        self.commit(vec![job.clone()])?;
+        Ok(view(caller, job))
+    }
+
+    /// The pending job `id` if `caller` may manage it, else the error that says why not.
+    fn pending_for(&self, caller: &Caller, id: JobId, what: &str) -> Result<JobRecord, Failure> {
+        let job = match self.jobs.get(&id) {
+            Some(j) => j.clone(),
+            None => match self.store.job(id)? {
+                Some(j) if caller.may_manage(&j) => j,
+                Some(_) => return Err(not_yours(id)),
+                None => return Err(Failure::new(ErrorKind::NotFound, format!("no job {id}"))),
+            },
+        };
+        if !caller.may_manage(&job) {
+            return Err(not_yours(id));
+        }
+        if job.state != JobState::Pending {
+            return Err(Failure::new(
+                ErrorKind::Conflict,
+                format!("job {id} is {}; only pending jobs can be {what}", job.state),
+            ));
+        }
+        Ok(job)
+    }
+}
+
+/// (uid, job name) -> (the first pending job's id, a job holding resources).
+type SingletonIndex<'a> = BTreeMap<(u32, &'a str), (JobId, Option<JobId>)>;
+
+/// A pending job whose dependency can never be met, and why.
+pub(super) struct NeverMet {
+    pub job: JobId,
+    pub on: JobId,
+    pub parent_state: JobState,
+}
+
+impl Cluster {
+    /// Refuses a dependency on a job that does not exist or, unless the caller is an admin,
+    /// belongs to someone else (its state would tell them about another user's job).
+    pub(super) fn check_dependency(
+        &self,
+        dep: Option<&Dependency>,
+        caller: &Caller,
+    ) -> Result<(), Failure> {
+        let Some(dep) = dep else {
+            return Ok(());
+        };
+        for id in dep.jobs() {
+            let owner = match self.jobs.get(&id) {
+                Some(j) => j.owner.uid,
+                None => match self.store.job(id)? {
+                    Some(j) => j.owner.uid,
+                    None => {
+                        return Err(Failure::new(
+                            ErrorKind::InvalidInput,
+                            format!("--dependency names job {id}, which does not exist; check the id with `wharf queue --all`"),
+                        ))
+                    }
+                },
+            };
+            if owner != caller.owner.uid && !caller.admin {
+                return Err(Failure::new(
+                    ErrorKind::PermissionDenied,
+                    format!("--dependency names job {id}, which belongs to another user; depend only on your own jobs"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Decides the dependencies of the pending jobs in `state`: a job waiting on another gets
+    /// it in `after` (the core then says `Dependency`); a job whose dependency can never be met
+    /// leaves `state` and is returned. Ended jobs are read from the store once each.
+    pub(super) fn apply_dependencies(
+        &self,
+        state: &mut SchedState,
+    ) -> Result<Vec<NeverMet>, Failure> {
+        let mut ended: BTreeMap<JobId, Option<JobState>> = BTreeMap::new();
+        let mut singles: Option<SingletonIndex> = None;
+        let mut never = Vec::new();
+        for p in &mut state.pending {
+            let Some(job) = self.jobs.get(&p.id) else {
+                continue;
+            };
+            let Some(dep) = &job.dependency else {
+                continue;
+            };
+            for id in dep.jobs() {
+                if !self.jobs.contains_key(&id) && !ended.contains_key(&id) {
+                    ended.insert(id, self.store.job(id)?.map(|j| j.state));
+                }
+            }
+            let single = if dep.singleton {
+                let index = singles.get_or_insert_with(|| self.singleton_index());
+                index.get(&(job.owner.uid, job.name.as_str())).and_then(
+                    |&(first_pending, running)| {
+                        running.or((first_pending < job.id).then_some(first_pending))
+                    },
+                )
+            } else {
+                None
+            };
+            let state_of = |id: JobId| match self.jobs.get(&id) {
+                Some(j) => Some(j.state),
+                None => ended.get(&id).copied().flatten(),
+            };
+            match dep.check(state_of, single) {
+                Check::Met => {}
+                Check::Waiting(on) => p.after.push(on),
+                Check::Never(on, parent_state) => never.push(NeverMet {
+                    job: p.id,
+                    on,
+                    parent_state,
+                }),
+            }
+        }
+        state
+            .pending
+            .retain(|p| !never.iter().any(|n| n.job == p.id));
+        Ok(never)
+    }
+
+    /// For each user and job name: the first pending job, and a job holding resources.
+    fn singleton_index(&self) -> SingletonIndex<'_> {
+        let mut index = SingletonIndex::new();
+        for j in self.jobs.values() {
+            let e = index
+                .entry((j.owner.uid, j.name.as_str()))
+                .or_insert((JobId::MAX, None));
+            if j.state == JobState::Pending {
+                e.0 = e.0.min(j.id);
+            } else if j.state.holds_resources() {
+                e.1 = Some(j.id);
+            }
+        }
+        index
+    }
+
+    /// What a pass does with jobs whose dependency can never be met: cancels them
+    /// (`kill_invalid_dependency`) or leaves them pending with the reason.
+    pub(super) fn never_met(&mut self, never: Vec<NeverMet>, now: u64) -> Vec<JobRecord> {
+        let mut cancelled = Vec::new();
+        for n in never {
+            let Some(rec) = self.jobs.get_mut(&n.job) else {
+                continue;
+            };
+            let words = format!(
+                "{} (job {} ended {})",
+                PendingReason::DependencyNeverSatisfied { on: n.on },
+                n.on,
+                n.parent_state
+            );
+            rec.priority = None;
+            rec.expected_start = None;
+            if self.forms.kill_invalid_dependency {
+                let mut rec = rec.clone();
+                rec.state = JobState::Cancelled;
+                rec.end_time = Some(now);
+                rec.reason = Some(format!(
+                    "{words}; cancelled ([scheduler] kill_invalid_dependency)"
+                ));
+                tracing::info!(
+                    job = n.job,
+                    on = n.on,
+                    "dependency can never be met; job cancelled"
+                );
+                cancelled.push(rec);
+            } else {
+                rec.reason = Some(words);
+            }
+        }
+        cancelled
+    }
+}
+
+/// The scheduler's sentence for a hold, so the job shows it before the next pass.
+fn held_reason(hold: Hold) -> String {
+    match hold {
+        Hold::User => PendingReason::JobHeldUser,
+        Hold::Admin => PendingReason::JobHeldAdmin,
+    }
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests;
+
+impl Cluster {
+    /// Changes a pending job's time limit, nice or partition (Slurm's `scontrol update`). Its
+    /// owner may only lower the time limit and may not set a negative nice; an admin may do
+    /// anything the checks at submit allow. Logged with who, what and the old values.
+    pub fn update(
+        &mut self,
+        caller: &Caller,
+        id: JobId,
+        req: &wharf_api::wire::UpdateRequest,
+    ) -> Result<JobRecord, Failure> {
+        let mut job = self.pending_for(caller, id, "updated")?;
+        let Some(mut spec) = job.spec.clone() else {
+            return Err(Failure::new(
+                ErrorKind::Internal,
+                format!("job {id} has no spec"),
+            ));
+        };
+        let old = (spec.time_limit, spec.nice, spec.partition.clone());
+        if let Some(t) = req.time {
+            if t == 0 {
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    "`time` must be greater than zero",
+                ));
+            }
+            if t > spec.time_limit && !caller.admin {
+                return Err(Failure::new(
+                    ErrorKind::PermissionDenied,
+                    format!(
+                        "only an admin may raise a time limit; you may lower job {id}'s below {}",
+                        wharf_api::resources::format_duration(spec.time_limit)
+                    ),
+                ));
+            }
+            if t > self.defaults.max_time && !caller.admin {
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    "`time` is over the site's maximum",
+                ));
+            }
+            spec.time_limit = t;
+        }
+        if let Some(n) = req.nice {
+            if n.unsigned_abs() > wharf_api::job::MAX_NICE.unsigned_abs() {
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    format!("`nice` {n} is out of range"),
+                ));
+            }
+            spec.nice = n;
+        }
+        if let Some(p) = &req.partition {
+            spec.partition = Some(p.trim().to_string());
+        }
+        self.check_partition(&spec)?;
+        self.check_qos_and_nice(&spec, caller)?;
+        job.time_limit = spec.time_limit;
+        tracing::info!(
+            job = id,
+            by = %caller.owner.user,
+            admin = caller.admin,
+            old_time = old.0,
+            old_nice = old.1,
+            old_partition = ?old.2,
+            time = spec.time_limit,
+            nice = spec.nice,
+            partition = ?spec.partition,
+            "job updated"
+        );
+        job.spec = Some(spec);
+        self.commit(vec![job.clone()])?;
+        Ok(view(caller, job))
+    }
+}

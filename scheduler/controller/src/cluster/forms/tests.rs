@@ -1,0 +1,332 @@
+use wharf_api::dependency::parse_dependency;
+use wharf_api::forms::parse_begin;
+use wharf_api::wire::{AgentJob, ErrorKind, PollRequest, SubmitRequest};
+use wharf_api::{ExitInfo, Hold, JobDefaults, JobId, JobRequest, JobState, NodeInfo, Owner};
+
+use crate::cluster::{Caller, Cluster};
+use crate::store::Store;
+
+fn caller(uid: u32, user: &str, admin: bool) -> Caller {
+    Caller {
+        owner: Owner {
+            uid,
+            gid: uid,
+            user: user.into(),
+        },
+        admin,
+    }
+}
+
+fn cluster(dir: &tempfile::TempDir) -> Cluster {
+    let store = Store::open(&dir.path().join("wharf.db")).unwrap();
+    let mut c = Cluster::load(store, JobDefaults::default(), u64::MAX / 4, 0).unwrap();
+    c.register(
+        NodeInfo {
+            name: "n1".into(),
+            address: "127.0.0.1".into(),
+            cpus: 8,
+            memory: 16 << 30,
+            gpus: vec![],
+            version: "test".into(),
+        },
+        0,
+    )
+    .unwrap();
+    c
+}
+
+fn submit(c: &mut Cluster, who: &Caller, mut job: JobRequest, now: u64) -> JobId {
+    job.command = Some(vec!["/bin/true".into()]);
+    let req = SubmitRequest {
+        job,
+        cwd: "/tmp".into(),
+        client_token: None,
+    };
+    c.submit(who, &req, now).unwrap()
+}
+
+fn state(c: &Cluster, id: JobId) -> (JobState, String) {
+    let j = &c.jobs[&id];
+    (j.state, j.reason.clone().unwrap_or_default())
+}
+
+#[test]
+fn a_held_job_waits_until_released_and_only_an_admin_releases_an_admin_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let bob = caller(1002, "bob", false);
+    let root = caller(0, "root", true);
+    let held = JobRequest {
+        hold: Some(true),
+        ..Default::default()
+    };
+    let a = submit(&mut c, &alice, held, 1);
+    let b = submit(&mut c, &alice, JobRequest::default(), 2);
+    c.hold(&root, b).unwrap();
+    c.schedule(10).unwrap();
+    let (s, r) = state(&c, a);
+    assert_eq!(s, JobState::Pending);
+    assert!(r.starts_with("JobHeldUser: held by its owner"), "{r}");
+    let (s, r) = state(&c, b);
+    assert_eq!(s, JobState::Pending);
+    assert!(r.starts_with("JobHeldAdmin"), "{r}");
+
+    // Someone else may neither hold nor release; the owner may not release an admin hold,
+    // nor lower it by holding again.
+    assert_eq!(
+        c.release(&bob, a).unwrap_err().kind,
+        ErrorKind::PermissionDenied
+    );
+    assert_eq!(
+        c.hold(&bob, a).unwrap_err().kind,
+        ErrorKind::PermissionDenied
+    );
+    let e = c.release(&alice, b).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::PermissionDenied);
+    assert!(e.message.contains("held by an admin"), "{}", e.message);
+    assert_eq!(c.hold(&alice, b).unwrap().hold, Some(Hold::Admin));
+
+    c.release(&alice, a).unwrap();
+    assert_eq!(c.release(&alice, a).unwrap_err().kind, ErrorKind::Conflict);
+    c.schedule(20).unwrap();
+    assert_eq!(state(&c, a).0, JobState::Starting);
+    assert_eq!(c.hold(&alice, a).unwrap_err().kind, ErrorKind::Conflict);
+    assert_eq!(state(&c, b).0, JobState::Pending);
+
+    // Holds are durable: a restarted controller keeps the admin's.
+    drop(c);
+    let mut c = cluster(&dir);
+    assert_eq!(c.jobs[&b].hold, Some(Hold::Admin));
+    c.schedule(30).unwrap();
+    assert_eq!(state(&c, b).0, JobState::Pending);
+    c.release(&root, b).unwrap();
+    c.schedule(40).unwrap();
+    assert_eq!(state(&c, b).0, JobState::Starting);
+}
+
+#[test]
+fn a_job_with_a_begin_time_waits_for_it_even_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let later = JobRequest {
+        begin: Some(parse_begin("now+1h").unwrap()),
+        ..Default::default()
+    };
+    let id = submit(&mut c, &alice, later, 5_000);
+    assert_eq!(c.jobs[&id].begin_time, Some(3_605_000));
+    c.schedule(3_604_999).unwrap();
+    let (s, r) = state(&c, id);
+    assert_eq!(s, JobState::Pending);
+    assert!(r.starts_with("BeginTime"), "{r}");
+    drop(c);
+    let mut c = cluster(&dir);
+    c.schedule(3_604_999).unwrap();
+    assert_eq!(state(&c, id).0, JobState::Pending);
+    c.schedule(3_605_000).unwrap();
+    assert_eq!(state(&c, id).0, JobState::Starting);
+}
+
+/// The agent of n1 reports job `id` ended with `code`.
+fn end(c: &mut Cluster, id: JobId, code: i32, now: u64) {
+    let report = PollRequest {
+        node: "n1".into(),
+        jobs: vec![AgentJob {
+            id,
+            start_time: Some(now - 1),
+            exit: Some(ExitInfo {
+                code: Some(code),
+                ..Default::default()
+            }),
+            end_time: Some(now),
+            stopping: false,
+        }],
+        wait_ms: 0,
+        images: vec![],
+    };
+    c.ingest(&report, now).unwrap();
+}
+
+fn after(text: &str) -> JobRequest {
+    JobRequest {
+        dependency: Some(parse_dependency(text).unwrap()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn afterok_waits_for_success_and_a_failed_parent_cancels_the_child_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let ok = submit(&mut c, &alice, JobRequest::default(), 1);
+    let bad = submit(&mut c, &alice, JobRequest::default(), 1);
+    let on_ok = submit(&mut c, &alice, after(&format!("afterok:{ok}")), 2);
+    let on_bad = submit(&mut c, &alice, after(&format!("afterok:{bad}")), 2);
+    let on_bad_or = submit(
+        &mut c,
+        &alice,
+        after(&format!("afterok:{bad}?afternotok:{bad}")),
+        2,
+    );
+    c.schedule(10).unwrap();
+    for child in [on_ok, on_bad, on_bad_or] {
+        let (s, r) = state(&c, child);
+        assert_eq!(s, JobState::Pending);
+        assert!(r.starts_with("Dependency: waiting for job"), "{r}");
+    }
+    end(&mut c, ok, 0, 20);
+    end(&mut c, bad, 1, 20);
+    c.schedule(30).unwrap();
+    assert_eq!(state(&c, on_ok).0, JobState::Starting);
+    assert_eq!(state(&c, on_bad_or).0, JobState::Starting);
+    let gone = c.job(&alice, on_bad).unwrap();
+    assert_eq!(gone.state, JobState::Cancelled);
+    let r = gone.reason.unwrap();
+    assert!(
+        r.starts_with("DependencyNeverSatisfied") && r.contains(&format!("job {bad} ended FAILED")),
+        "{r}"
+    );
+}
+
+#[test]
+fn without_kill_invalid_dependency_the_child_stays_pending_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir).with_forms(crate::FormsConfig {
+        kill_invalid_dependency: false,
+        ..Default::default()
+    });
+    let alice = caller(1001, "alice", false);
+    let parent = submit(&mut c, &alice, JobRequest::default(), 1);
+    c.schedule(5).unwrap();
+    end(&mut c, parent, 0, 10);
+    let child = submit(&mut c, &alice, after(&format!("afternotok:{parent}")), 11);
+    c.schedule(20).unwrap();
+    c.schedule(30).unwrap();
+    let (s, r) = state(&c, child);
+    assert_eq!(s, JobState::Pending);
+    assert!(r.starts_with("DependencyNeverSatisfied"), "{r}");
+    assert!(r.contains("ended COMPLETED"), "{r}");
+}
+
+#[test]
+fn singleton_runs_one_job_of_a_name_at_a_time_per_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let bob = caller(1002, "bob", false);
+    let named = || JobRequest {
+        name: Some("train".into()),
+        dependency: Some(parse_dependency("singleton").unwrap()),
+        ..Default::default()
+    };
+    let a1 = submit(&mut c, &alice, named(), 1);
+    let a2 = submit(&mut c, &alice, named(), 2);
+    let b1 = submit(&mut c, &bob, named(), 3);
+    c.schedule(10).unwrap();
+    assert_eq!(state(&c, a1).0, JobState::Starting);
+    assert_eq!(state(&c, b1).0, JobState::Starting);
+    let (s, r) = state(&c, a2);
+    assert_eq!(s, JobState::Pending);
+    assert!(r.contains(&format!("job {a1}")), "{r}");
+    end(&mut c, a1, 0, 20);
+    c.schedule(30).unwrap();
+    assert_eq!(state(&c, a2).0, JobState::Starting);
+}
+
+#[test]
+fn a_dependency_on_a_missing_or_someone_elses_job_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let bob = caller(1002, "bob", false);
+    let root = caller(0, "root", true);
+    let theirs = submit(&mut c, &bob, JobRequest::default(), 1);
+    let try_submit = |c: &mut Cluster, who: &Caller, text: &str| {
+        let mut job = after(text);
+        job.command = Some(vec!["/bin/true".into()]);
+        let req = SubmitRequest {
+            job,
+            cwd: "/tmp".into(),
+            client_token: None,
+        };
+        c.submit(who, &req, 2)
+    };
+    let e = try_submit(&mut c, &alice, "afterok:999").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidInput);
+    assert!(
+        e.message.contains("job 999, which does not exist"),
+        "{}",
+        e.message
+    );
+    let e = try_submit(&mut c, &alice, &format!("afterany:{theirs}")).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::PermissionDenied);
+    assert!(
+        e.message.contains("belongs to another user"),
+        "{}",
+        e.message
+    );
+    assert_eq!(c.jobs.len(), 1, "a refused submit stores nothing");
+    try_submit(&mut c, &root, &format!("afterany:{theirs}")).unwrap();
+}
+
+#[test]
+fn an_owner_may_only_lower_a_pending_jobs_time_and_an_admin_may_change_anything() {
+    use wharf_api::wire::UpdateRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let bob = caller(1002, "bob", false);
+    let root = caller(0, "root", true);
+    let held = JobRequest {
+        hold: Some(true),
+        time: Some(3600),
+        ..Default::default()
+    };
+    let id = submit(&mut c, &alice, held, 1);
+    let time = |t| UpdateRequest {
+        time: Some(t),
+        ..Default::default()
+    };
+    let e = c.update(&alice, id, &time(7200)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::PermissionDenied);
+    assert!(
+        e.message.contains("only an admin may raise"),
+        "{}",
+        e.message
+    );
+    assert_eq!(
+        c.update(&bob, id, &time(60)).unwrap_err().kind,
+        ErrorKind::PermissionDenied
+    );
+    let nice = UpdateRequest {
+        nice: Some(-5),
+        ..Default::default()
+    };
+    assert_eq!(
+        c.update(&alice, id, &nice).unwrap_err().kind,
+        ErrorKind::PermissionDenied
+    );
+    let part = UpdateRequest {
+        partition: Some("nosuch".into()),
+        ..Default::default()
+    };
+    assert!(c
+        .update(&root, id, &part)
+        .unwrap_err()
+        .message
+        .contains("unknown partition"));
+    assert_eq!(
+        c.jobs[&id].time_limit, 3600,
+        "a refused update changes nothing"
+    );
+    assert_eq!(c.update(&alice, id, &time(600)).unwrap().time_limit, 600);
+    assert_eq!(c.update(&root, id, &time(7200)).unwrap().time_limit, 7200);
+    assert_eq!(c.update(&root, id, &nice).unwrap().spec.unwrap().nice, -5);
+    // Stored: a restart keeps it.
+    drop(c);
+    let c = cluster(&dir);
+    assert_eq!(c.jobs[&id].time_limit, 7200);
+    assert_eq!(c.jobs[&id].spec.as_ref().unwrap().nice, -5);
+}

@@ -1,0 +1,343 @@
+//! Job forms through the real controller and agent, as real users: holds (the owner's and an
+//! admin's), begin times, and the `#WHARF` lines that carry them.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+/// Waits until `id` is pending with a reason starting with `code`, then checks that it stays so
+/// across more than one scheduling pass (the loop runs at least once a second).
+fn stays_pending(c: &Cluster, id: u64, code: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let j = c.job(id);
+        let reason = j["reason"].as_str().unwrap_or_default().to_string();
+        assert_eq!(j["state"], "PENDING", "{j}");
+        if reason.starts_with(code) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "job {id}: reason {reason:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    let j = c.job(id);
+    assert_eq!(j["state"], "PENDING", "{j}");
+    assert!(
+        j["reason"].as_str().unwrap_or_default().starts_with(code),
+        "{j}"
+    );
+}
+
+#[test]
+fn a_held_job_starts_only_when_released_and_only_an_admin_releases_an_admin_hold() {
+    if !can_run("a_held_job_starts_only_when_released_and_only_an_admin_releases_an_admin_hold") {
+        return;
+    }
+    let c = Cluster::start();
+    let u = user("whform-hold");
+    let other = user("whform-hold2");
+    // A job file held by its `#WHARF` line, and one held by the flag.
+    let script = c.home(&u).join("held.sh");
+    std::fs::write(&script, "#!/bin/sh\n#WHARF --hold --mem 16M\ntrue\n").unwrap();
+    let by_file = submitted_id(&c.wharf_as(&u, &["submit", script.to_str().unwrap()]));
+    let by_flag =
+        submitted_id(&c.wharf_as(&u, &["submit", "-H", "--mem", "16M", "--wrap", "true"]));
+    stays_pending(&c, by_file, "JobHeldUser");
+    stays_pending(&c, by_flag, "JobHeldUser");
+    let shown = stdout(&c.wharf_as(&u, &["show", &by_file.to_string()]));
+    assert!(shown.contains("by its owner"), "{shown}");
+
+    // Another user may not release it; its owner may.
+    let out = c.wharf_as(&other, &["release", &by_file.to_string()]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("belongs to another user"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.wharf_as(&u, &["release", &by_file.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let done = c.wait_done(by_file, Duration::from_secs(30));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+
+    // An admin's hold: the owner can neither release nor lower it.
+    let out = c.wharf(&["hold", &by_flag.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    stays_pending(&c, by_flag, "JobHeldAdmin");
+    let out = c.wharf_as(&u, &["release", &by_flag.to_string()]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("held by an admin"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.wharf_as(&u, &["hold", &by_flag.to_string()]);
+    assert!(
+        stdout(&out).contains("held by an admin"),
+        "{}",
+        stdout(&out)
+    );
+    stays_pending(&c, by_flag, "JobHeldAdmin");
+    let out = c.wharf(&["release", &by_flag.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let done = c.wait_done(by_flag, Duration::from_secs(30));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+
+    // Only pending jobs are held.
+    let out = c.wharf_as(&u, &["hold", &by_flag.to_string()]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("only pending jobs"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_job_starts_no_earlier_than_its_begin_time() {
+    if !can_run("a_job_starts_no_earlier_than_its_begin_time") {
+        return;
+    }
+    let c = Cluster::start();
+    let u = user("whform-begin");
+    let soon = submitted_id(&c.wharf_as(
+        &u,
+        &[
+            "submit", "--begin", "now+4s", "--mem", "16M", "--wrap", "true",
+        ],
+    ));
+    let script = c.home(&u).join("later.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n#WHARF --begin=now+1h --mem 16M\ntrue\n",
+    )
+    .unwrap();
+    let later = submitted_id(&c.wharf_as(&u, &["submit", script.to_str().unwrap()]));
+    let j = c.job(soon);
+    assert_eq!(j["state"], "PENDING", "{j}");
+    let done = c.wait_done(soon, Duration::from_secs(30));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    let (submit, start) = (
+        done["submit_time"].as_u64().unwrap(),
+        done["start_time"].as_u64().unwrap(),
+    );
+    assert!(
+        start >= submit + 4000,
+        "started {} ms after submit",
+        start - submit
+    );
+    stays_pending(&c, later, "BeginTime");
+    let j = c.job(later);
+    let begin = j["begin_time"].as_u64().unwrap();
+    let submitted = j["submit_time"].as_u64().unwrap();
+    assert_eq!(begin, submitted + 3_600_000, "{j}");
+    assert!(stdout(&c.wharf_as(&u, &["show", &later.to_string()])).contains("Begin time"));
+    let out = c.wharf_as(&u, &["submit", "--begin", "tomorrow", "--wrap", "true"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--begin"), "{}", stderr(&out));
+}
+
+#[test]
+fn afterok_starts_after_success_and_a_failed_parent_cancels_the_child_with_the_reason() {
+    if !can_run(
+        "afterok_starts_after_success_and_a_failed_parent_cancels_the_child_with_the_reason",
+    ) {
+        return;
+    }
+    let c = Cluster::start();
+    let u = user("whform-dep");
+    let other = user("whform-dep2");
+    let submit = |args: &[&str]| {
+        let mut all = vec!["submit", "--mem", "16M"];
+        all.extend_from_slice(args);
+        submitted_id(&c.wharf_as(&u, &all))
+    };
+    let good = submit(&["--wrap", "sleep 3"]);
+    let bad = submit(&["--wrap", "sleep 1; exit 3"]);
+    let on_good = submit(&["-d", &format!("afterok:{good}"), "--wrap", "true"]);
+    let on_bad = submit(&["--dependency", &format!("afterok:{bad}"), "--wrap", "true"]);
+    let script = c.home(&u).join("cleanup.sh");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\n#WHARF --dependency=afternotok:{bad} --mem 16M\ntrue\n"),
+    )
+    .unwrap();
+    let cleanup = submitted_id(&c.wharf_as(&u, &["submit", script.to_str().unwrap()]));
+    c.wait_running(good);
+    let j = c.job(on_good);
+    assert_eq!(j["state"], "PENDING", "{j}");
+    assert!(
+        j["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("Dependency"),
+        "{j}"
+    );
+
+    let gone = c.wait_done(on_bad, Duration::from_secs(30));
+    assert_eq!(gone["state"], "CANCELLED", "{gone}");
+    let reason = gone["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("DependencyNeverSatisfied")
+            && reason.contains(&format!("job {bad} ended FAILED")),
+        "{reason}"
+    );
+    assert!(gone["start_time"].is_null(), "{gone}");
+    let ran = c.wait_done(cleanup, Duration::from_secs(30));
+    assert_eq!(ran["state"], "COMPLETED", "{ran}");
+    let ran = c.wait_done(on_good, Duration::from_secs(30));
+    assert_eq!(ran["state"], "COMPLETED", "{ran}");
+    let parent = c.job(good);
+    assert_eq!(parent["state"], "COMPLETED", "{parent}");
+    assert!(
+        ran["start_time"].as_u64().unwrap() >= parent["end_time"].as_u64().unwrap(),
+        "child started before its parent ended: {ran} / {parent}"
+    );
+
+    // Another user may not depend on these jobs, nor anyone on a job that does not exist.
+    let out = c.wharf_as(
+        &other,
+        &[
+            "submit",
+            "-d",
+            &format!("afterany:{good}"),
+            "--wrap",
+            "true",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("belongs to another user"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.wharf_as(&u, &["submit", "-d", "afterok:99999", "--wrap", "true"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("does not exist"), "{}", stderr(&out));
+    let out = c.wharf_as(&u, &["submit", "-d", "afterok", "--wrap", "true"]);
+    assert!(stderr(&out).contains("--dependency"), "{}", stderr(&out));
+}
+
+#[test]
+fn each_array_task_sees_its_ids_and_writes_its_own_file() {
+    if !can_run("each_array_task_sees_its_ids_and_writes_its_own_file") {
+        return;
+    }
+    let c = Cluster::start();
+    let u = user("whform-array");
+    let script = c.home(&u).join("tasks.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n#WHARF --array=0-6:3 --mem 16M -o task-%A_%a.out\necho \"$WHARF_ARRAY_JOB_ID $WHARF_ARRAY_TASK_ID $SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID $WHARF_JOB_ID\"\n",
+    )
+    .unwrap();
+    let out = c.wharf_as(&u, &["submit", script.to_str().unwrap()]);
+    assert!(
+        stdout(&out).contains("array of 3 tasks"),
+        "{}",
+        stdout(&out)
+    );
+    let id = submitted_id(&out);
+    let queue = stdout(&c.wharf_as(&u, &["queue", "--all"]));
+    assert!(queue.contains(&format!("{id}_3")), "{queue}");
+    for (k, task) in [0u64, 3, 6].into_iter().enumerate() {
+        let done = c.wait_done(id + k as u64, Duration::from_secs(30));
+        assert_eq!(done["state"], "COMPLETED", "{done}");
+        let text =
+            std::fs::read_to_string(c.home(&u).join(format!("task-{id}_{task}.out"))).unwrap();
+        assert_eq!(
+            text.trim(),
+            format!("{id} {task} {id} {task} {}", id + k as u64),
+            "task {task}"
+        );
+    }
+    // `wharf show ARRAY_TASK` names the task.
+    let shown = stdout(&c.wharf_as(&u, &["show", &format!("{id}_6")]));
+    assert!(shown.contains(&format!("array task {id}_6")), "{shown}");
+}
+
+#[test]
+fn an_array_is_cancelled_whole_or_by_task_and_its_throttle_holds() {
+    if !can_run("an_array_is_cancelled_whole_or_by_task_and_its_throttle_holds") {
+        return;
+    }
+    let c = Cluster::start();
+    let u = user("whform-arrayc");
+    let out = c.wharf_as(
+        &u,
+        &[
+            "submit",
+            "--array",
+            "0-3%1",
+            "--mem",
+            "16M",
+            "--wrap",
+            "sleep 600",
+        ],
+    );
+    let id = submitted_id(&out);
+    c.wait_running(id);
+    stays_pending(&c, id + 1, "JobArrayTaskLimit");
+    let out = c.wharf_as(&u, &["cancel", &format!("{id}_2")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(c.job(id + 2)["state"], "CANCELLED");
+    assert_eq!(c.job(id + 3)["state"], "PENDING");
+    let other = user("whform-arrayc2");
+    let out = c.wharf_as(&other, &["cancel", &id.to_string()]);
+    assert!(
+        stderr(&out).contains("belongs to another user"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.wharf_as(&u, &["cancel", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for t in [id, id + 1, id + 3] {
+        let done = c.wait_done(t, Duration::from_secs(30));
+        assert_eq!(done["state"], "CANCELLED", "{done}");
+    }
+    let out = c.wharf_as(&u, &["submit", "--array", "0-20000", "--wrap", "true"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("max_array_size"), "{}", stderr(&out));
+}
+
+#[test]
+fn an_owner_may_only_lower_a_pending_jobs_time_and_the_change_is_logged() {
+    if !can_run("an_owner_may_only_lower_a_pending_jobs_time_and_the_change_is_logged") {
+        return;
+    }
+    let c = Cluster::start();
+    let u = user("whform-upd");
+    let id = submitted_id(&c.wharf_as(
+        &u,
+        &["submit", "-H", "-t", "1h", "--mem", "16M", "--wrap", "true"],
+    ));
+    let job = id.to_string();
+    let out = c.wharf_as(&u, &["update", &job, "--time", "2h"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("only an admin may raise"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.wharf_as(&u, &["update", &job, "--time", "10m", "--nice", "5"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(c.job(id)["time_limit"], 600);
+    let out = c.wharf(&["update", &job, "--time", "3h"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(c.job(id)["time_limit"], 10800);
+    let log = c.log();
+    assert!(
+        log.contains("job updated") && log.contains("old_time=600"),
+        "no audit line in the log:\n{log}"
+    );
+    let out = c.wharf(&["release", &job]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let done = c.wait_done(id, Duration::from_secs(30));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    let out = c.wharf(&["update", &job, "--time", "1h"]);
+    assert!(
+        stderr(&out).contains("only pending jobs"),
+        "{}",
+        stderr(&out)
+    );
+}
