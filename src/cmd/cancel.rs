@@ -17,22 +17,36 @@ pub struct Args {
 
 /// Runs the command. Exit status 1 if any cancel was refused.
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
+    post_each(socket, &args.jobs, args.json, "cancel", |job| {
+        if job.state.is_terminal() {
+            job.state.to_string()
+        } else {
+            "cancelling".into()
+        }
+    })
+    .await
+}
+
+/// Posts `/v1/jobs/ID/ACTION` for each job, printing `job ID: WHAT` (or, with `json`, the
+/// changed jobs at the end). Exit status 1 if the controller refused any of them.
+pub async fn post_each(
+    socket: &str,
+    jobs: &[String],
+    json: bool,
+    action: &str,
+    what: impl Fn(&JobRecord) -> String,
+) -> Result<i32> {
     let client = Client::new(Endpoint::parse(socket), None);
     let mut status = 0;
     let mut done = Vec::new();
-    for id in args.jobs {
+    for id in jobs {
         match client
-            .post::<_, JobRecord>(&format!("/v1/jobs/{id}/cancel"), &serde_json::json!({}))
+            .post::<_, JobRecord>(&format!("/v1/jobs/{id}/{action}"), &serde_json::json!({}))
             .await
         {
             Ok(job) => {
-                if !args.json {
-                    let what = if job.state.is_terminal() {
-                        job.state.to_string()
-                    } else {
-                        "cancelling".into()
-                    };
-                    println!("job {id}: {what}");
+                if !json {
+                    println!("job {id}: {}", what(&job));
                 }
                 done.push(job);
             }
@@ -43,7 +57,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             Err(e) => return Err(e.into()),
         }
     }
-    if args.json {
+    if json {
         println!("{}", serde_json::to_string_pretty(&done)?);
     }
     Ok(status)

@@ -73,35 +73,11 @@ impl Store {
         record: &mut JobRecord,
         client_token: Option<&str>,
     ) -> Result<bool, StoreError> {
-        let tx = self.conn.transaction()?;
-        if let Some(token) = client_token {
-            let existing: Option<i64> = tx
-                .query_row(
-                    "SELECT id FROM jobs WHERE client_token = ?1",
-                    [token],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if let Some(id) = existing {
-                record.id = id as JobId;
-                return Ok(false);
-            }
-        }
-        tx.execute(
-            "INSERT INTO jobs (uid, state, submit_time, client_token, record) VALUES (?1, ?2, ?3, ?4, '{}')",
-            params![record.owner.uid, record.state.as_str(), record.submit_time as i64, client_token],
-        )?;
-        record.id = tx.last_insert_rowid() as JobId;
-        tx.execute(
-            "UPDATE jobs SET record = ?1 WHERE id = ?2",
-            params![serde_json::to_string(record)?, record.id as i64],
-        )?;
-        tx.commit()?;
-        Ok(true)
+        self.insert_array(std::slice::from_mut(record), client_token)
     }
 
-    /// Inserts the tasks of a job array in one transaction, all or none. Their ids are
-    /// consecutive from the first's, which is the array job's id (set in each record's
+    /// Inserts the tasks of a job array (or one plain job) in one transaction, all or none.
+    /// Their ids are consecutive from the first's, which is the array job's id (set in each record's
     /// `array.job_id`, in `spec.array` too). With a `client_token` already stored, returns the
     /// existing array's id instead, and `false`.
     pub fn insert_array(
