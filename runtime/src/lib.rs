@@ -49,6 +49,19 @@ mod sys;
 pub mod timeline;
 mod userns;
 
+/// For the crate's own tests: whether `test` can run here. With `missing` set, says why it
+/// cannot, and fails instead under `WHARF_TEST_STRICT=1` (CI), so nothing skips unnoticed.
+#[cfg(test)]
+pub(crate) fn test_can_run(test: &str, missing: Option<&str>) -> bool {
+    let Some(why) = missing else { return true };
+    assert!(
+        std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+        "{test}: {why}"
+    );
+    eprintln!("SKIPPED {test}: {why}");
+    false
+}
+
 pub use backend::{Backend, DockerBackend};
 pub use cgroup::cgroup_dirs;
 pub use error::{ErrorKind, RuntimeError};

@@ -189,18 +189,10 @@ mod tests {
         s
     }
 
-    /// Opening as the user changes the fs ids and groups, which needs root: false (after
-    /// saying why, or failing under WHARF_TEST_STRICT=1) otherwise.
+    /// Opening as the user changes the fs ids and groups, which needs root.
     fn as_root(test: &str) -> bool {
-        if nix::unistd::geteuid().is_root() {
-            return true;
-        }
-        assert!(
-            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
-            "{test}: needs root"
-        );
-        eprintln!("SKIPPED {test}: needs root");
-        false
+        let root = nix::unistd::geteuid().is_root();
+        crate::test_can_run(test, (!root).then_some("needs root"))
     }
 
     fn never() -> Option<Stop> {
