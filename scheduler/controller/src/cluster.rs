@@ -77,18 +77,36 @@ pub struct Cluster {
     max_pending_per_user: u32,
     forms: crate::FormsConfig,
     sched: SchedConfig,
-    /// Fair-share usage of jobs that ended since this controller started. Kept in memory
-    /// only: after a restart fair share starts from zero (the store keeps no usage yet).
+    /// Fair-share usage: rebuilt at start from the store's most recent ended jobs, then
+    /// charged as jobs end (the store keeps no usage table yet).
     usage: UsageLedger,
 }
 
 impl Cluster {
-    /// Loads active jobs and known nodes from the store.
+    /// Loads active jobs and known nodes from the store, with the default scheduling policy.
     pub fn load(
         store: Store,
         defaults: JobDefaults,
         node_timeout_ms: u64,
         now: u64,
+    ) -> Result<Cluster, StoreError> {
+        Self::load_with_scheduler(
+            store,
+            defaults,
+            node_timeout_ms,
+            now,
+            SchedConfig::default(),
+        )
+    }
+
+    /// Loads active jobs and known nodes from the store and charges its ended jobs to fair
+    /// share under `sched` (read once, at start).
+    pub fn load_with_scheduler(
+        store: Store,
+        defaults: JobDefaults,
+        node_timeout_ms: u64,
+        now: u64,
+        sched: SchedConfig,
     ) -> Result<Cluster, StoreError> {
         let jobs = store
             .active_jobs()?
@@ -117,8 +135,8 @@ impl Cluster {
             node_timeout_ms,
             max_pending_per_user: u32::MAX,
             forms: crate::FormsConfig::default(),
-            usage: UsageLedger::new(SchedConfig::default().half_life),
-            sched: SchedConfig::default(),
+            usage: UsageLedger::new(sched.half_life),
+            sched,
         };
         cluster.replay_usage()?;
         Ok(cluster)

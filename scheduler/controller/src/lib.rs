@@ -160,15 +160,16 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
     private::dir(&config.state_dir, 0o700)
         .map_err(io(format!("securing {}", config.state_dir.display())))?;
     let store = store::Store::open(&config.state_dir.join("wharf.db"))?;
-    let cluster = cluster::Cluster::load(
+    // The scheduler's config comes with the load: ended jobs are read and charged once.
+    let cluster = cluster::Cluster::load_with_scheduler(
         store,
         config.defaults.clone(),
         config.node_timeout.as_millis() as u64,
         now_ms(),
+        config.scheduler.clone(),
     )?
     .with_max_pending_per_user(config.max_pending_per_user)
-    .with_forms(config.forms.clone())
-    .with_scheduler(config.scheduler.clone())?;
+    .with_forms(config.forms.clone());
     let shared = Arc::new(Shared {
         config: config.clone(),
         cluster: Mutex::new(cluster),
