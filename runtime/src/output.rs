@@ -93,11 +93,7 @@ fn open_once(
                 SFlag::S_IFLNK => return Err(Errno::ELOOP),
                 other => return Ok(Err(wrong_type(path, other))),
             }
-            let reopen = format!("/proc/self/fd/{}", at.as_raw_fd());
-            crate::sys::open_fd(
-                Path::new(&reopen),
-                OFlag::O_WRONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY,
-            )?
+            crate::sys::reopen(&at, OFlag::O_WRONLY)?
         }
         Err(Errno::ENOENT) => {
             let flags = OFlag::O_WRONLY

@@ -121,12 +121,19 @@ pub(crate) fn reopen_regular(
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Ok(None);
     }
+    Ok(Some(reopen(at, flags)?.into()))
+}
+
+/// Opens again, with `flags` (never waiting, never a controlling terminal), the object open
+/// at the `O_PATH` descriptor `at`, whatever it is: the caller has checked it. Through
+/// `/proc/self/fd`, so it is the same inode, whatever was swapped in at its path since.
+pub(crate) fn reopen(at: &OwnedFd, flags: nix::fcntl::OFlag) -> nix::Result<OwnedFd> {
+    use std::os::fd::AsRawFd;
     let path = format!("/proc/self/fd/{}", at.as_raw_fd());
-    let fd = open_fd(
+    open_fd(
         std::path::Path::new(&path),
         flags | nix::fcntl::OFlag::O_NONBLOCK | nix::fcntl::OFlag::O_NOCTTY,
-    )?;
-    Ok(Some(fd.into()))
+    )
 }
 
 /// Waits up to `ms` milliseconds for `fd` to be readable (a pidfd: its process has ended).
