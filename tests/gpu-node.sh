@@ -41,6 +41,26 @@ probe_uuids=$(echo "$probe" | sed -n 's/.*"uuid": "\(GPU-[^"]*\)".*/\1/p' | sort
 check "NVML finds the $ngpus GPU(s) nvidia-smi lists, by UUID" [ "$probe_uuids" = "$smi_uuids" ]
 smi_model=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 check "NVML reports the model ($smi_model)" has "$probe" -F "\"model\": \"$smi_model\""
+# nvidia-smi writes 00000000:3B:00.0; the kernel (and Wharf) 0000:3b:00.0.
+first_bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | head -1 |
+    tr 'A-F' 'a-f' | sed 's/^0000\(....:\)/\1/')
+check "NVML reports the first GPU's PCI address ($first_bus) and NVML index 0" \
+    has "$(echo "$probe" | tr -d ' \n')" -F "\"nvml_index\":0,\"pci_bus\":\"$first_bus\""
+numa=$(cat "/sys/bus/pci/devices/$first_bus/numa_node" 2>/dev/null || echo -1)
+echo "first GPU: $first_bus, NUMA node $numa (sysfs)"
+if [ "$numa" -ge 0 ] 2>/dev/null; then
+    check "the first GPU's NUMA node is sysfs's ($numa)" has "$probe" -F "\"numa_node\": $numa"
+else
+    check "no NUMA node is claimed where sysfs says none" lacks "$probe" -F '"numa_node"'
+fi
+printf '[agent]\nnvml = false\n' > /tmp/wharf-no-nvml.toml
+driver_probe=$("$WHARF" agent --probe --json --config /tmp/wharf-no-nvml.toml)
+"$WHARF" agent --probe --config /tmp/wharf-no-nvml.toml
+driver_uuids=$(echo "$driver_probe" | sed -n 's/.*"uuid": "\(GPU-[^"]*\)".*/\1/p' | sort)
+check "without NVML, the driver's /proc files give the same UUIDs" [ "$driver_uuids" = "$smi_uuids" ]
+check "without NVML, the same model and PCI address" \
+    has "$(echo "$driver_probe" | tr -d '\n')" -F "\"model\": \"$smi_model\""
+check "without NVML, the first GPU's PCI address" has "$driver_probe" -F "\"pci_bus\": \"$first_bus\""
 
 echo "== a one-node cluster"
 data=$(mktemp -d /var/tmp/wharf-gpu.XXXXXX)
@@ -90,8 +110,13 @@ echo "$out"
 check "the job ran" has "$out" '^done'
 gpu_nodes=$(echo "$out" | sed -n 's/^devs: //p' | tr ' ' '\n' | grep -c '^nvidia[0-9][0-9]*$')
 check "the job sees exactly 1 /dev/nvidiaN" [ "$gpu_nodes" = 1 ]
-check "CUDA_VISIBLE_DEVICES=0 and NVIDIA_VISIBLE_DEVICES names the host GPU" \
-    has "$out" '^CUDA_VISIBLE_DEVICES=0 NVIDIA_VISIBLE_DEVICES=[0-9]'
+check "CUDA_VISIBLE_DEVICES=0 and NVIDIA_VISIBLE_DEVICES names the GPU by UUID" \
+    has "$out" '^CUDA_VISIBLE_DEVICES=0 NVIDIA_VISIBLE_DEVICES=GPU-'
+visible_is_the_gpu_smi_sees() {
+    [ "$(printf '%s\n' "$out" | sed -n 's/^CUDA_VISIBLE_DEVICES=0 NVIDIA_VISIBLE_DEVICES=//p')" = \
+        "$(printf '%s\n' "$out" | grep '^GPU-')" ]
+}
+check "NVIDIA_VISIBLE_DEVICES is the UUID of the GPU nvidia-smi sees in the job" visible_is_the_gpu_smi_sees
 one_of_the_nodes_gpus() {
     [ "$(printf '%s\n' "$out" | grep -c '^GPU-')" = 1 ] &&
         has "$smi_uuids" -x "$(printf '%s\n' "$out" | grep '^GPU-')"

@@ -10,7 +10,7 @@ pub mod discover;
 pub mod launch;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use std::sync::Arc;
@@ -54,6 +54,8 @@ pub struct AgentConfig {
     pub reserved_memory: u64,
     /// Where GPU device nodes are looked for.
     pub dev_root: PathBuf,
+    /// Whether GPUs are described through NVML (else from the driver's `/proc` files).
+    pub nvml: bool,
     /// Which sandbox runs jobs.
     pub backend: BackendKind,
     /// RLIMIT_MEMLOCK for jobs, bytes; `None` = unlimited.
@@ -91,12 +93,14 @@ pub enum AgentError {
 
 /// The node's description.
 pub fn node_info(cfg: &AgentConfig) -> NodeInfo {
+    let cpus = discover::cpus();
     NodeInfo {
         name: cfg.node_name.clone(),
         address: cfg.node_name.clone(),
-        cpus: discover::cpus().len() as u32,
+        cpus: cpus.len() as u32,
         memory: discover::memory_total().saturating_sub(cfg.reserved_memory),
-        gpus: discover::gpus(&cfg.dev_root),
+        gpus: discover::gpus(&discover::Roots::host(&cfg.dev_root), cfg.nvml),
+        cpu_numa: discover::cpu_numa(Path::new("/sys"), &cpus),
         version: env!("CARGO_PKG_VERSION").into(),
     }
 }
@@ -120,7 +124,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     if let Err(e) = launcher.warm_up() {
         tracing::warn!(error = %e, "cannot start the shim spawner");
     }
-    let cpus = discover::cpus();
+    let machine = discover::Machine {
+        cpus: discover::cpus(),
+        gpus: discover::gpus(&discover::Roots::host(&cfg.dev_root), cfg.nvml),
+    };
     let mut wait_ms = 0;
     let mut registered = false;
     let mut detail = Detail::default();
@@ -162,9 +169,14 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         };
         match result {
             Ok(orders) => {
-                let (c, l, i, cp) = (cfg.clone(), launcher.clone(), images.clone(), cpus.clone());
+                let (c, l, i, m) = (
+                    cfg.clone(),
+                    launcher.clone(),
+                    images.clone(),
+                    machine.clone(),
+                );
                 let _ =
-                    tokio::task::spawn_blocking(move || carry_out(&c, l.as_ref(), &i, &cp, orders))
+                    tokio::task::spawn_blocking(move || carry_out(&c, l.as_ref(), &i, &m, orders))
                         .await;
             }
             Err(ClientError::Api { status: 404, .. }) => registered = false,
@@ -350,11 +362,11 @@ fn carry_out(
     cfg: &AgentConfig,
     launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
-    cpus: &[u32],
+    machine: &discover::Machine,
     orders: PollResponse,
 ) {
     for order in &orders.launch {
-        start(cfg, launcher, images, cpus, order);
+        start(cfg, launcher, images, machine, order);
     }
     for kill in &orders.kill {
         let dir = launch::job_dir(&cfg.state_dir, kill.id);
@@ -409,7 +421,7 @@ fn start(
     cfg: &AgentConfig,
     launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
-    cpus: &[u32],
+    machine: &discover::Machine,
     order: &LaunchOrder,
 ) {
     let dir = launch::job_dir(&cfg.state_dir, order.id);
@@ -417,7 +429,7 @@ fn start(
         return;
     }
     tracing::info!(job = order.id, user = %order.owner.user, image = %order.spec.image, "launching");
-    let result = launch::container_spec(cfg, images, order, cpus)
+    let result = launch::container_spec(cfg, images, order, machine)
         .map_err(|e| e.to_string())
         .and_then(|spec| launcher.launch(&dir, &spec).map_err(|e| e.to_string()));
     if let Err(message) = result {

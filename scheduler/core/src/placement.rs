@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::partition::{takes_work, Partitions};
 use crate::profile::Profile;
 use crate::state::{Alloc, Node, RunningJob, Time};
+use crate::topology::Topology;
 use crate::tres::{Request, Tres, GPU_SLOTS};
 
 /// A node during a pass.
@@ -25,6 +26,8 @@ pub(crate) struct NodeRt {
     pub profile: Profile,
     /// Partitions it is in.
     pub parts: Vec<usize>,
+    /// Where its GPUs and CPUs sit, when its agent said.
+    pub topology: Option<Box<Topology>>,
 }
 
 /// Index key: free GPUs, free CPUs, node index. Ascending order is best fit first.
@@ -148,12 +151,21 @@ impl Table {
     pub fn allocate(&mut self, i: usize, need: &Tres, end: Time, name: &str) -> Alloc {
         let old = key(&self.nodes[i], i);
         let n = &mut self.nodes[i];
-        let cpu_ids: Vec<u32> = n.free_cpus.drain(..need.cpus as usize).collect();
         let mut gpu_ids = Vec::new();
         for (s, &count) in need.gpus.iter().enumerate() {
-            gpu_ids.extend(n.free_gpus[s].drain(..count as usize));
+            match &n.topology {
+                Some(t) => gpu_ids.extend(t.take_gpus(&mut n.free_gpus[s], count as usize)),
+                None => gpu_ids.extend(n.free_gpus[s].drain(..count as usize)),
+            }
         }
         gpu_ids.sort_unstable();
+        let cpu_ids: Vec<u32> = match &n.topology {
+            Some(t) => {
+                let near = t.numa_of_gpus(&gpu_ids);
+                t.take_cpus(&mut n.free_cpus, need.cpus as usize, &near)
+            }
+            None => n.free_cpus.drain(..need.cpus as usize).collect(),
+        };
         n.profile.take(need, end);
         let new = key(n, i);
         if n.up {
@@ -218,5 +230,6 @@ fn node_rt(node: &Node) -> NodeRt {
             ..Profile::default()
         },
         parts: Vec::new(),
+        topology: Topology::of(node),
     }
 }
