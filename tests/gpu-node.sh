@@ -76,6 +76,7 @@ socket = "$data/wharf.sock"
 image_store = "$data/images"
 grace = "2s"
 mounts = ["$home"]
+sample_interval = "1s"
 TOML
 "$WHARF" dev --config "$data/wharf.toml" --data-dir "$data" 2> "$data/dev.log" &
 dev=$!
@@ -174,6 +175,42 @@ out=$(job --gpus 1 --cpus 2 --mem 16G --env LD_LIBRARY_PATH="$ldp" --env NCCL_DE
     "$py" "$home/nccl_allreduce.py" 2>&1)
 echo "$out" | tail -20
 check "NCCL all-reduce on the job's GPU" has "$out" 'allreduce ok'
+
+echo "== measured GPU use: a busy job and an idle one"
+cat > "$home/gpu_busy.py" <<'PY'
+import time
+import torch
+x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+end = time.time() + 12
+while time.time() < end:
+    for _ in range(20):
+        y = x @ x
+    torch.cuda.synchronize()
+import os
+print("busy done, job", os.environ["WHARF_JOB_ID"])
+PY
+chown "$user" "$home/gpu_busy.py"
+eff_of() { # eff_of OUTPUT: `wharf eff --json` of the job whose id `wharf run` printed
+    id=$(printf '%s\n' "$1" | sed -n 's/.*[Jj]ob \([0-9][0-9]*\).*/\1/p' | head -1)
+    WHARF_SOCKET="$data/wharf.sock" "$WHARF" eff "$id" --json
+}
+out=$(job --gpus 1 --cpus 2 --mem 16G --env LD_LIBRARY_PATH="$ldp" -- "$py" "$home/gpu_busy.py" 2>&1)
+echo "$out" | tail -3
+busy=$(eff_of "$out")
+echo "$busy" | tr -d ' \n' | head -c 600; echo
+util=$(echo "$busy" | sed -n 's/.*"gpu_utilization": \([0-9.]*\).*/\1/p' | cut -d. -f1)
+energy=$(echo "$busy" | sed -n 's/.*"energy_j": \([0-9]*\).*/\1/p')
+gmem=$(echo "$busy" | sed -n 's/.*"memory_peak": \([0-9]*\).*/\1/p' | tail -1)
+check "a job running matrix products shows high GPU utilization (${util:-none}%)" [ "${util:-0}" -ge 40 ]
+check "its GPU energy is measured (${energy:-none} J)" [ "${energy:-0}" -gt 0 ]
+check "its GPU memory peak is measured (${gmem:-none} bytes)" [ "${gmem:-0}" -gt 100000000 ]
+out=$(job --gpus 1 --cpus 1 --mem 2G -- sh -c 'echo "idle job $WHARF_JOB_ID"; sleep 5' 2>&1)
+idle=$(eff_of "$out")
+iutil=$(echo "$idle" | sed -n 's/.*"gpu_utilization": \([0-9.]*\).*/\1/p' | cut -d. -f1)
+low_util() { [ -n "$iutil" ] && [ "$iutil" -le 10 ]; }
+check "a job that holds a GPU and sleeps shows low utilization (${iutil:-none}%)" low_util
+check "and wharf eff says so in a hint" has "$(WHARF_SOCKET="$data/wharf.sock" "$WHARF" eff \
+    "$(printf '%s\n' "$out" | sed -n 's/.*[Jj]ob \([0-9][0-9]*\).*/\1/p' | head -1)")" 'GPUs were busy'
 
 echo "== the device cgroup holds even for host root inside the job's cgroup"
 if [ -e /sys/fs/cgroup/cgroup.controllers ]; then cgroot=/sys/fs/cgroup; else cgroot=/sys/fs/cgroup/devices; fi

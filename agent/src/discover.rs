@@ -126,12 +126,7 @@ fn describe(mut found: Vec<GpuInfo>, described: Vec<GpuInfo>, sys: &Path) -> Vec
 /// GPUs as NVML describes them, indexed by their device minor number (the N of `/dev/nvidiaN`,
 /// which is not always NVML's own index), with their MIG instances when MIG mode is on.
 pub fn nvml_gpus() -> Result<Vec<GpuInfo>, nvml_wrapper::error::NvmlError> {
-    use nvml_wrapper::Nvml;
-    // Driver installs ship the versioned name; the bare name comes only with development files.
-    let nvml = Nvml::builder()
-        .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
-        .init()
-        .or_else(|_| Nvml::init())?;
+    let nvml = open_nvml()?;
     let mut gpus = Vec::new();
     for i in 0..nvml.device_count()? {
         let dev = nvml.device_by_index(i)?;
@@ -164,6 +159,15 @@ pub fn nvml_gpus() -> Result<Vec<GpuInfo>, nvml_wrapper::error::NvmlError> {
     }
     gpus.sort_by_key(|g| g.index);
     Ok(gpus)
+}
+
+/// Loads the driver's NVML library. Driver installs ship the versioned name; the bare name
+/// comes only with development files.
+pub fn open_nvml() -> Result<nvml_wrapper::Nvml, nvml_wrapper::error::NvmlError> {
+    nvml_wrapper::Nvml::builder()
+        .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
+        .init()
+        .or_else(|_| nvml_wrapper::Nvml::init())
 }
 
 /// The profile in a MIG device's name: "NVIDIA H100 80GB HBM3 MIG 1g.10gb" is `1g.10gb`.

@@ -8,6 +8,7 @@
 pub mod cdi;
 pub mod discover;
 pub mod launch;
+pub mod usage;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -54,8 +55,11 @@ pub struct AgentConfig {
     pub reserved_memory: u64,
     /// Where GPU device nodes are looked for.
     pub dev_root: PathBuf,
-    /// Whether GPUs are described through NVML (else from the driver's `/proc` files).
+    /// Whether GPUs are described and measured through NVML (else described from the
+    /// driver's `/proc` files, and not measured).
     pub nvml: bool,
+    /// How often running jobs' usage is sampled; zero turns sampling off.
+    pub sample_interval: Duration,
     /// Which sandbox runs jobs.
     pub backend: BackendKind,
     /// RLIMIT_MEMLOCK for jobs, bytes; `None` = unlimited.
@@ -128,6 +132,12 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         cpus: discover::cpus(),
         gpus: discover::gpus(&discover::Roots::host(&cfg.dev_root), cfg.nvml),
     };
+    usage::spawn(
+        cfg.state_dir.join("jobs"),
+        cfg.sample_interval,
+        cfg.nvml && cfg.dev_root == Path::new("/dev"),
+        machine.clone(),
+    );
     let mut wait_ms = 0;
     let mut registered = false;
     let mut detail = Detail::default();
@@ -322,7 +332,7 @@ fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentJob> {
         let dir = JobDir::new(entry.path());
         let (exit, end_time, start_time) = match launcher.status(&dir) {
             JobStatus::Running { started_ms, .. } => (None, None, started_ms),
-            JobStatus::Exited(o) => (Some(exit_info(&o)), Some(o.ended_ms), o.started_ms),
+            JobStatus::Exited(o) => (Some(exit_info(&o, &dir)), Some(o.ended_ms), o.started_ms),
             JobStatus::Lost(why) => (
                 Some(ExitInfo {
                     message: Some(bound_message(why)),
@@ -345,7 +355,7 @@ fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentJob> {
     out
 }
 
-fn exit_info(o: &Outcome) -> ExitInfo {
+fn exit_info(o: &Outcome, dir: &JobDir) -> ExitInfo {
     ExitInfo {
         code: o.exit_code,
         signal: o.signal,
@@ -355,6 +365,7 @@ fn exit_info(o: &Outcome) -> ExitInfo {
         // An outcome written by an older shim may hold a message of any length; every
         // report carries it until the controller lets the job go.
         message: o.error.clone().map(bound_message),
+        usage: usage::summary(dir, o),
     }
 }
 
@@ -502,7 +513,10 @@ mod tests {
             error: Some("\u{1}".repeat(131_000)),
             ..Default::default()
         };
-        let m = exit_info(&o).message.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let m = exit_info(&o, &JobDir::new(dir.path().join("1")))
+            .message
+            .unwrap();
         assert!(m.len() <= wharf_api::text::MAX_MESSAGE, "{}", m.len());
     }
 }
