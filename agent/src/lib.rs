@@ -70,6 +70,8 @@ pub struct AgentConfig {
     pub driver_lib_dirs: Vec<PathBuf>,
     /// Without a CDI spec: where NVIDIA's tools are looked for.
     pub driver_bin_dirs: Vec<PathBuf>,
+    /// Features reported with the node, for jobs' `--constraint`.
+    pub features: Vec<String>,
 }
 
 /// The sandbox backend an agent uses.
@@ -98,6 +100,7 @@ pub fn node_info(cfg: &AgentConfig) -> NodeInfo {
         memory: discover::memory_total().saturating_sub(cfg.reserved_memory),
         gpus: discover::gpus(&cfg.dev_root),
         version: env!("CARGO_PKG_VERSION").into(),
+        features: cfg.features.clone(),
     }
 }
 

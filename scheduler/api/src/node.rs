@@ -34,6 +34,9 @@ pub struct NodeInfo {
     pub gpus: Vec<GpuInfo>,
     /// Agent version.
     pub version: String,
+    /// Features the node's admin gave it (`[agent] features`), for `--constraint`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<String>,
 }
 
 impl NodeInfo {

@@ -31,6 +31,7 @@ fn cluster(dir: &tempfile::TempDir) -> Cluster {
             memory: 16 << 30,
             gpus: vec![],
             version: "test".into(),
+            features: vec![],
         },
         0,
     )

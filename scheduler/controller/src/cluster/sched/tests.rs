@@ -41,6 +41,7 @@ fn cluster(dir: &tempfile::TempDir) -> Cluster {
             memory: 16 << 30,
             gpus,
             version: "test".into(),
+            features: vec![],
         },
         0,
     )
