@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use wharf_api::JobId;
 
+use crate::select::Selection;
 use crate::tres::{Gpu, Request};
 
 /// A time, in milliseconds.
@@ -37,6 +38,8 @@ pub struct Node {
     pub memory: u64,
     /// GPUs with their own ids and types.
     pub gpus: Vec<Gpu>,
+    /// Features its admin gave it, for jobs' constraints (GPU types are not features).
+    pub features: Vec<String>,
 }
 
 impl Node {
@@ -48,6 +51,7 @@ impl Node {
             cpu_ids: (0..cpus).collect(),
             memory,
             gpus,
+            features: Vec::new(),
         }
     }
 
@@ -143,6 +147,8 @@ pub struct PendingJob {
     /// Jobs that must leave the queue first (afterany): while any of them is pending or
     /// running, this one waits with reason `Dependency`.
     pub after: Vec<JobId>,
+    /// Which nodes it may use and whether it takes them whole.
+    pub select: Selection,
 }
 
 impl PendingJob {
@@ -160,6 +166,7 @@ impl PendingJob {
             hold: None,
             nice: 0,
             after: Vec::new(),
+            select: Selection::default(),
         }
     }
 }
