@@ -9,7 +9,7 @@ use crate::cluster::{Caller, Cluster};
 use crate::store::Store;
 use wharf_core::Assoc;
 
-fn caller(uid: u32, user: &str) -> Caller {
+pub(crate) fn caller(uid: u32, user: &str) -> Caller {
     Caller {
         owner: Owner {
             uid,
@@ -21,7 +21,7 @@ fn caller(uid: u32, user: &str) -> Caller {
 }
 
 /// A cluster with one node whose agent reported GPUs 0, 1 and 3.
-fn cluster(dir: &tempfile::TempDir) -> Cluster {
+pub(crate) fn cluster(dir: &tempfile::TempDir) -> Cluster {
     let store = Store::open(&dir.path().join("wharf.db")).unwrap();
     let mut c = Cluster::load(store, JobDefaults::default(), 60_000, 0).unwrap();
     let gpus = [0, 1, 3]
@@ -57,7 +57,7 @@ fn submit(c: &mut Cluster, who: &Caller, gpus: u32, now: u64) -> JobId {
     submit_job(c, who, job, now).unwrap()
 }
 
-fn submit_job(
+pub(crate) fn submit_job(
     c: &mut Cluster,
     who: &Caller,
     mut job: JobRequest,
@@ -73,7 +73,7 @@ fn submit_job(
     c.submit(who, &req, now)
 }
 
-fn record(c: &Cluster, id: JobId) -> JobRecord {
+pub(crate) fn record(c: &Cluster, id: JobId) -> JobRecord {
     c.jobs[&id].clone()
 }
 
