@@ -112,6 +112,29 @@ pub fn user(name: &str) -> User {
     }
 }
 
+/// Creates (if needed) the Unix group `name` and puts `members` in it (as supplementary
+/// members). Retries while another test holds the group file's lock.
+pub fn group(name: &str, members: &[&User]) {
+    let run = |cmd: &mut Command| {
+        for _ in 0..100 {
+            let out = cmd.output().expect("groupadd/usermod");
+            let err = String::from_utf8_lossy(&out.stderr);
+            if out.status.success() || err.contains("already exists") {
+                return;
+            }
+            assert!(err.contains("lock"), "{cmd:?}: {out:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{cmd:?}: the group file stayed locked");
+    };
+    if nix::unistd::Group::from_name(name).ok().flatten().is_none() {
+        run(Command::new("groupadd").arg(name));
+    }
+    for m in members {
+        run(Command::new("usermod").args(["-a", "-G", name, &m.name]));
+    }
+}
+
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
 /// A `wharf dev` cluster in a temp directory, killed on drop.
@@ -603,11 +626,32 @@ impl TcpCluster {
     /// Starts an agent, node `name`, joining over TCP with the token read from `token`; its
     /// log is `NAME.log`.
     pub fn agent(&mut self, name: &str, token: &Path) {
+        let config = self.config.clone();
+        self.spawn_agent(name, token, &config);
+    }
+
+    /// Starts agent `name` as [`TcpCluster::agent`] does, with a state directory of its own
+    /// (`agent-NAME`) and `extra` (TOML lines) in its `[agent]` table: nodes that differ.
+    pub fn agent_with(&mut self, name: &str, token: &Path, extra: &str) {
+        let d = self.dir.path();
+        let config = d.join(format!("agent-{name}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "[agent]\nstate_dir = \"{0}/agent-{name}\"\nimage_store = \"{0}/images\"\n{extra}\n",
+                d.display()
+            ),
+        )
+        .unwrap();
+        self.spawn_agent(name, token, &config);
+    }
+
+    fn spawn_agent(&mut self, name: &str, token: &Path, config: &Path) {
         let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
         self.procs.push(
             Command::new(wharf_bin())
                 .args(["agent", "--config"])
-                .arg(&self.config)
+                .arg(config)
                 .args(["--controller", &format!("127.0.0.1:{}", self.port)])
                 .args(["--node-name", name, "--join-token-file"])
                 .arg(token)
