@@ -3,6 +3,8 @@
 use anyhow::Result;
 use serde::Deserialize;
 
+use wharf_api::job::is_name;
+
 use super::duration;
 
 /// `[scheduler]`.
@@ -213,20 +215,12 @@ impl Default for PartitionSection {
     }
 }
 
-fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-}
-
 impl PartitionSection {
     fn resolve(&self) -> Result<wharf_controller::SchedulerPartition> {
         use wharf_controller::PartitionState;
         let name = &self.name;
         let key = format!("scheduler.partition {name:?}");
-        if !valid_name(name) {
+        if !is_name(name) {
             anyhow::bail!("{key}: name must be 1 to 64 letters, digits, '-', '_' or '.'");
         }
         let state = match self.state.to_ascii_lowercase().as_str() {
@@ -263,7 +257,7 @@ impl PartitionSection {
             nodes.extend(names);
         }
         let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
-        if let Some(bad) = self.allow_accounts.iter().find(|a| !valid_name(a)) {
+        if let Some(bad) = self.allow_accounts.iter().find(|a| !is_name(a)) {
             anyhow::bail!(
                 "{key}: allow_accounts: {bad:?} is not an account name (1 to 64 letters, digits, \
                  '-', '_' or '.')"
@@ -379,7 +373,7 @@ impl SchedulerSection {
         self.resolve_accounts(&mut c)?;
         let mut seen = std::collections::BTreeSet::new();
         for q in &self.qos {
-            if !valid_name(&q.name) {
+            if !is_name(&q.name) {
                 anyhow::bail!(
                     "scheduler.qos {:?}: name must be 1 to 64 letters, digits, '-', '_' or '.'",
                     q.name
@@ -435,7 +429,7 @@ impl SchedulerSection {
         let mut names = std::collections::BTreeSet::new();
         for a in &self.accounts {
             let key = format!("scheduler.account {:?}", a.name);
-            if !valid_name(&a.name) {
+            if !is_name(&a.name) {
                 anyhow::bail!("{key}: name must be 1 to 64 letters, digits, '-', '_' or '.'");
             }
             if !names.insert(a.name.as_str()) {

@@ -365,31 +365,12 @@ impl Cluster {
 
     /// A job as root sees it.
     pub fn job(&self, id: u64) -> Value {
-        let out = self.wharf(&["show", &id.to_string(), "--json"]);
-        assert!(
-            out.status.success(),
-            "show {id}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        show_json(&self.wharf(&["show", &id.to_string(), "--json"]), id)
     }
 
     /// Waits until job `id` reaches a terminal state; returns it.
     pub fn wait_done(&self, id: u64, limit: Duration) -> Value {
-        let deadline = Instant::now() + limit;
-        loop {
-            let job = self.job(id);
-            let state = job["state"].as_str().unwrap().to_string();
-            if !["PENDING", "STARTING", "RUNNING"].contains(&state.as_str()) {
-                return job;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "job {id} still {state} after {limit:?}; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_ended(|| self.job(id), id, limit, || self.log())
     }
 
     /// Waits until job `id` is RUNNING.
@@ -513,6 +494,40 @@ pub fn as_user(user: &User, cwd: &Path, exe: &str, args: &[&str], socket: &Path)
         .current_dir(cwd)
         .output()
         .expect("setpriv")
+}
+
+/// The job that `wharf show ID --json` printed; panics with its error if it failed.
+pub fn show_json(out: &Output, id: u64) -> Value {
+    assert!(
+        out.status.success(),
+        "show {id}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Polls `job` (job `id` as some cluster shows it) until it reaches a terminal state and
+/// returns it; after `limit`, fails with `log()`.
+pub fn wait_ended(
+    job: impl Fn() -> Value,
+    id: u64,
+    limit: Duration,
+    log: impl Fn() -> String,
+) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let job = job();
+        let state = job["state"].as_str().unwrap_or_default().to_string();
+        if !["PENDING", "STARTING", "RUNNING"].contains(&state.as_str()) {
+            return job;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {id} still {state} after {limit:?}: {job}\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Parses `Submitted job N`.

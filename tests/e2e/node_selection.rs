@@ -11,21 +11,8 @@ use crate::harness::*;
 
 /// Job `id` as root sees it, once it has ended (or `limit` passes, which fails the test).
 fn ended(c: &TcpCluster, id: u64, limit: Duration) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let job: Value =
-            serde_json::from_slice(&c.wharf(&["show", &id.to_string(), "--json"]).stdout).unwrap();
-        let state = job["state"].as_str().unwrap_or_default();
-        if !["PENDING", "STARTING", "RUNNING"].contains(&state) {
-            return job;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "job {id} still {state}: {job}\n{}",
-            c.logs()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let show = || show_json(&c.wharf(&["show", &id.to_string(), "--json"]), id);
+    wait_ended(show, id, limit, || c.logs())
 }
 
 #[test]

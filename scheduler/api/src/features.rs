@@ -25,12 +25,7 @@ pub const MAX_TERMS: usize = 64;
 
 /// Checks a feature name: 1 to 64 letters, digits, `-`, `_` or `.`.
 pub fn validate_feature(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
+    if crate::job::is_name(name) {
         Ok(())
     } else {
         Err(format!(

@@ -493,14 +493,19 @@ fn host_list(what: &str, text: &Option<String>) -> Result<HostList, String> {
 /// The largest nice, either way (Slurm's limit).
 pub const MAX_NICE: i32 = 2_147_483_645;
 
-/// A partition or account name: 1 to 64 letters, digits, `-`, `_` or `.`.
-fn validate_name(what: &str, name: &str) -> Result<String, String> {
-    let ok = !name.is_empty()
+/// True for a name of the cluster's vocabulary (a partition, account, QoS, GPU type or node
+/// feature): 1 to 64 letters, digits, `-`, `_` or `.`.
+pub fn is_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 64
         && name
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// A partition or account name ([`is_name`]).
+fn validate_name(what: &str, name: &str) -> Result<String, String> {
+    if is_name(name) {
         Ok(name.to_string())
     } else {
         Err(format!(

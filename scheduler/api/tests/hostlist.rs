@@ -2,20 +2,11 @@
 //! names, zero padding included; the order of the input does not matter; no text makes the
 //! parser panic or build more hosts than its limit.
 
+mod common;
+
+use common::config;
 use proptest::prelude::*;
 use wharf_api::hostlist::{compress, expand, HostList, HostlistError};
-
-/// 512 cases a property; `PROPTEST_CASES=N` runs more for a deeper search.
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(512),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
 
 /// Host names as clusters name them: a short prefix, often a number (padded or not), at times
 /// a suffix after it.
