@@ -223,6 +223,8 @@ pub struct AgentSection {
     pub cdi_dirs: Vec<PathBuf>,
     pub driver_lib_dirs: Vec<PathBuf>,
     pub driver_bin_dirs: Vec<PathBuf>,
+    /// Features of the node, for jobs' `--constraint`.
+    pub features: Vec<String>,
 }
 
 impl Default for AgentSection {
@@ -256,6 +258,7 @@ impl Default for AgentSection {
                 "/usr/lib".into(),
             ],
             driver_bin_dirs: vec!["/usr/bin".into()],
+            features: vec![],
         }
     }
 }

@@ -76,6 +76,8 @@ pub struct AgentConfig {
     pub driver_lib_dirs: Vec<PathBuf>,
     /// Without a CDI spec: where NVIDIA's tools are looked for.
     pub driver_bin_dirs: Vec<PathBuf>,
+    /// Features reported with the node, for jobs' `--constraint`.
+    pub features: Vec<String>,
 }
 
 /// The sandbox backend an agent uses.
@@ -106,6 +108,7 @@ pub fn node_info(cfg: &AgentConfig) -> NodeInfo {
         gpus: discover::gpus(&discover::Roots::host(&cfg.dev_root), cfg.nvml),
         cpu_numa: discover::cpu_numa(Path::new("/sys"), &cpus),
         version: env!("CARGO_PKG_VERSION").into(),
+        features: cfg.features.clone(),
     }
 }
 

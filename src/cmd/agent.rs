@@ -66,6 +66,11 @@ pub fn settings(file: &FileConfig, token: String) -> Result<wharf_agent::AgentCo
         cdi_dirs: a.cdi_dirs.clone(),
         driver_lib_dirs: a.driver_lib_dirs.clone(),
         driver_bin_dirs: a.driver_bin_dirs.clone(),
+        features: {
+            wharf_api::features::validate_features(&a.features)
+                .map_err(|e| anyhow::anyhow!("agent.features: {e}"))?;
+            a.features.clone()
+        },
         stack: a
             .stack
             .as_deref()

@@ -121,6 +121,18 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             if let Some(e) = s.error_path(j.id) {
                 rows.push(("Error", e));
             }
+            if let Some(c) = &s.constraint {
+                rows.push(("Constraint", c.to_string()));
+            }
+            if !s.nodelist.is_empty() {
+                rows.push(("Nodelist", s.nodelist.to_string()));
+            }
+            if !s.exclude.is_empty() {
+                rows.push(("Exclude", s.exclude.to_string()));
+            }
+            if s.exclusive {
+                rows.push(("Exclusive", "yes (whole nodes)".into()));
+            }
         }
         None => rows.push(("Details", "private to the job's owner".into())),
     }

@@ -3,6 +3,8 @@
 use anyhow::Result;
 use serde::Deserialize;
 
+use wharf_api::job::is_name;
+
 use super::duration;
 
 /// `[scheduler]`.
@@ -186,6 +188,10 @@ pub struct PartitionSection {
     pub billing_cpu: f64,
     pub billing_memory_gib: f64,
     pub billing_gpu: f64,
+    /// AllowAccounts: accounts whose jobs may run here; empty: all.
+    pub allow_accounts: Vec<String>,
+    /// AllowGroups: Unix groups whose members may run jobs here; empty: everyone.
+    pub allow_groups: Vec<String>,
 }
 
 impl Default for PartitionSection {
@@ -203,16 +209,10 @@ impl Default for PartitionSection {
             billing_cpu: b.cpu,
             billing_memory_gib: b.memory_gib,
             billing_gpu: b.gpu,
+            allow_accounts: vec![],
+            allow_groups: vec![],
         }
     }
-}
-
-fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 impl PartitionSection {
@@ -220,7 +220,7 @@ impl PartitionSection {
         use wharf_controller::PartitionState;
         let name = &self.name;
         let key = format!("scheduler.partition {name:?}");
-        if !valid_name(name) {
+        if !is_name(name) {
             anyhow::bail!("{key}: name must be 1 to 64 letters, digits, '-', '_' or '.'");
         }
         let state = match self.state.to_ascii_lowercase().as_str() {
@@ -249,8 +249,33 @@ impl PartitionSection {
         if self.max_nodes == Some(0) {
             anyhow::bail!("{key}: max_nodes must be at least 1");
         }
-        let nodes: Vec<&str> = self.nodes.iter().map(String::as_str).collect();
+        // Each entry is a host list: `gpu[01-16]`.
+        let mut nodes = Vec::new();
+        for entry in &self.nodes {
+            let names = wharf_api::hostlist::expand(entry, wharf_api::hostlist::MAX_HOSTS)
+                .map_err(|e| anyhow::anyhow!("{key}: nodes: {e}"))?;
+            nodes.extend(names);
+        }
+        let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+        if let Some(bad) = self.allow_accounts.iter().find(|a| !is_name(a)) {
+            anyhow::bail!(
+                "{key}: allow_accounts: {bad:?} is not an account name (1 to 64 letters, digits, \
+                 '-', '_' or '.')"
+            );
+        }
+        // Group names come from the system's databases (LDAP ones may hold spaces).
+        let bad_group = |g: &String| {
+            g.trim().is_empty()
+                || g.len() > 256
+                || g.contains([':', ','])
+                || g.chars().any(char::is_control)
+        };
+        if let Some(bad) = self.allow_groups.iter().find(|g| bad_group(g)) {
+            anyhow::bail!("{key}: allow_groups: {bad:?} is not a group name");
+        }
         let mut p = wharf_controller::SchedulerPartition::new(name, &nodes);
+        p.allow_accounts = self.allow_accounts.clone();
+        p.allow_groups = self.allow_groups.clone();
         p.state = state;
         p.priority_tier = self.priority_tier;
         p.max_time = ms("max_time", &self.max_time)?;
@@ -348,7 +373,7 @@ impl SchedulerSection {
         self.resolve_accounts(&mut c)?;
         let mut seen = std::collections::BTreeSet::new();
         for q in &self.qos {
-            if !valid_name(&q.name) {
+            if !is_name(&q.name) {
                 anyhow::bail!(
                     "scheduler.qos {:?}: name must be 1 to 64 letters, digits, '-', '_' or '.'",
                     q.name
@@ -404,7 +429,7 @@ impl SchedulerSection {
         let mut names = std::collections::BTreeSet::new();
         for a in &self.accounts {
             let key = format!("scheduler.account {:?}", a.name);
-            if !valid_name(&a.name) {
+            if !is_name(&a.name) {
                 anyhow::bail!("{key}: name must be 1 to 64 letters, digits, '-', '_' or '.'");
             }
             if !names.insert(a.name.as_str()) {
@@ -519,7 +544,19 @@ mod tests {
         assert_eq!(gpu.max_time, Some(24 * 3600 * 1000));
         assert_eq!(gpu.billing.gpu, 10.0);
         assert_eq!(gpu.state, wharf_controller::PartitionState::Drain);
+        let file: FileConfig = toml::from_str(
+            "[[scheduler.partition]]\nname = \"gpu\"\nnodes = [\"g[01-03]\", \"big1\"]\n\
+             allow_accounts = [\"physics\"]\nallow_groups = [\"gpuusers\"]\n",
+        )
+        .unwrap();
+        let c = file.scheduler.resolve().unwrap();
+        assert_eq!(c.partitions[0].nodes, ["g01", "g02", "g03", "big1"]);
+        assert_eq!(c.partitions[0].allow_accounts, ["physics"]);
+        assert_eq!(c.partitions[0].allow_groups, ["gpuusers"]);
         for (text, want) in [
+            ("name = \"a\"\nnodes = [\"g[1-\"]", "nodes: host list \"g[1-\""),
+            ("name = \"a\"\nallow_accounts = [\"a b\"]", "is not an account name"),
+            ("name = \"a\"\nallow_groups = [\"a,b\"]", "is not a group name"),
             ("name = \"a\"\n[[scheduler.partition]]\nname = \"a\"", "defined twice"),
             ("name = \"a b\"", "name must be"),
             ("name = \"a\"\nstate = \"closed\"", "state \"closed\""),

@@ -15,6 +15,7 @@ mod job_files;
 mod job_forms;
 mod jobfile;
 mod lifecycle;
+mod node_selection;
 mod options;
 mod preflight;
 mod recovery;

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::hostlist::HostList;
 use crate::resources::{format_duration, format_memory, parse_duration, parse_memory, Resources};
 
 /// A job's number, unique for the life of the controller's store.
@@ -110,6 +111,18 @@ pub struct JobRequest {
     /// A job array: one job per task (`0-99`, `1,3,5`, `0-15:4`, `%8` at most 8 at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<crate::array::ArraySpec>,
+    /// Node features the job needs: `ib&nvme` (all), `a100|h100` (any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraint: Option<String>,
+    /// Host list of the nodes the job may run on (`gpu[01-04]`); none: any node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodelist: Option<String>,
+    /// Host list of nodes the job must not run on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude: Option<String>,
+    /// The job takes its nodes whole: all their CPUs, memory and GPUs, shared with no job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<bool>,
 }
 
 fn de_memlock<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -259,6 +272,18 @@ pub struct JobSpec {
     /// The array task this job is, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<crate::array::ArrayTask>,
+    /// Node features it needs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraint: Option<crate::features::Constraint>,
+    /// Nodes it may run on; empty: any.
+    #[serde(default, skip_serializing_if = "HostList::is_empty")]
+    pub nodelist: HostList,
+    /// Nodes it must not run on.
+    #[serde(default, skip_serializing_if = "HostList::is_empty")]
+    pub exclude: HostList,
+    /// It takes whole nodes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exclusive: bool,
 }
 
 impl JobRequest {
@@ -270,7 +295,7 @@ impl JobRequest {
         take!(
             name, image, command, script, cpus, memory, gpus, time, nodes, workdir, output, error,
             rdma, memlock, remap_root, writable, partition, account, qos, nice, gpu_type, begin,
-            hold, dependency, array
+            hold, dependency, array, constraint, nodelist, exclude, exclusive
         );
         self.env.extend(other.env);
         self.mounts.extend(other.mounts);
@@ -445,21 +470,42 @@ impl JobRequest {
                 }
             },
             array: None,
+            constraint: self
+                .constraint
+                .as_deref()
+                .map(crate::features::Constraint::parse)
+                .transpose()?,
+            nodelist: host_list("nodelist", &self.nodelist)?,
+            exclude: host_list("exclude", &self.exclude)?,
+            exclusive: self.exclusive.unwrap_or(false),
         })
+    }
+}
+
+/// Parses the host list given as `--{what}`; none: empty.
+fn host_list(what: &str, text: &Option<String>) -> Result<HostList, String> {
+    match text {
+        Some(t) => HostList::parse(t).map_err(|e| format!("--{what}: {e}")),
+        None => Ok(HostList::default()),
     }
 }
 
 /// The largest nice, either way (Slurm's limit).
 pub const MAX_NICE: i32 = 2_147_483_645;
 
-/// A partition or account name: 1 to 64 letters, digits, `-`, `_` or `.`.
-fn validate_name(what: &str, name: &str) -> Result<String, String> {
-    let ok = !name.is_empty()
+/// True for a name of the cluster's vocabulary (a partition, account, QoS, GPU type or node
+/// feature): 1 to 64 letters, digits, `-`, `_` or `.`.
+pub fn is_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 64
         && name
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// A partition or account name ([`is_name`]).
+fn validate_name(what: &str, name: &str) -> Result<String, String> {
+    if is_name(name) {
         Ok(name.to_string())
     } else {
         Err(format!(

@@ -6,7 +6,9 @@
 
 pub mod array;
 pub mod dependency;
+pub mod features;
 pub mod forms;
+pub mod hostlist;
 pub mod job;
 pub mod jobfile;
 pub mod limits;

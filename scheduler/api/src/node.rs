@@ -97,6 +97,9 @@ pub struct NodeInfo {
     pub cpu_numa: Vec<u32>,
     /// Agent version.
     pub version: String,
+    /// Features the node's admin gave it (`[agent] features`), for `--constraint`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<String>,
 }
 
 impl NodeInfo {

@@ -14,6 +14,7 @@ use wharf_core::{Config as SchedConfig, UsageLedger};
 use crate::store::{Store, StoreError};
 use crate::visibility::{ended_reason, view};
 
+mod access;
 mod array;
 mod forms;
 mod sched;
@@ -80,6 +81,8 @@ pub struct Cluster {
     /// Fair-share usage: rebuilt at start from the store's most recent ended jobs, then
     /// charged as jobs end (the store keeps no usage table yet).
     usage: UsageLedger,
+    /// How a submitting user's Unix groups are found (partitions' AllowGroups).
+    groups: crate::groups::GroupLookup,
 }
 
 impl Cluster {
@@ -137,6 +140,7 @@ impl Cluster {
             forms: crate::FormsConfig::default(),
             usage: UsageLedger::new(sched.half_life),
             sched,
+            groups: crate::groups::unix_groups,
         };
         cluster.replay_usage()?;
         Ok(cluster)
@@ -151,6 +155,12 @@ impl Cluster {
     /// Sets how job forms behave (dependencies that can never be met, array sizes).
     pub fn with_forms(mut self, forms: crate::FormsConfig) -> Cluster {
         self.forms = forms;
+        self
+    }
+
+    /// Sets how users' Unix groups are found (the system's group database by default).
+    pub fn with_group_lookup(mut self, lookup: crate::groups::GroupLookup) -> Cluster {
+        self.groups = lookup;
         self
     }
 
@@ -201,7 +211,8 @@ impl Cluster {
             self.nodes.values().map(|n| n.info.capacity()),
         )
         .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
-        self.check_partition(&spec)?;
+        self.check_partition(&spec, caller)?;
+        self.check_selection(&spec, &caller.owner.user)?;
         self.check_account(&spec, &caller.owner.user)?;
         self.check_qos_and_nice(&spec, caller)?;
         self.check_limits(&spec, &caller.owner.user)?;
@@ -383,6 +394,12 @@ impl Cluster {
                 format!("invalid node name {:?}", info.name),
             ));
         }
+        wharf_api::features::validate_features(&info.features).map_err(|e| {
+            Failure::new(
+                ErrorKind::InvalidInput,
+                format!("node {}: features: {e}", info.name),
+            )
+        })?;
         self.store.upsert_node(&info, now)?;
         let images = self
             .nodes

@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod cluster;
+pub mod groups;
 pub mod private;
 pub mod serve;
 pub mod store;

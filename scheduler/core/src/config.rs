@@ -72,6 +72,12 @@ pub struct Partition {
     pub max_nodes: Option<u32>,
     /// Billing weights for usage here.
     pub billing: Billing,
+    /// Accounts whose jobs may run here (Slurm's AllowAccounts); empty: every account.
+    /// Checked by the controller at submit.
+    pub allow_accounts: Vec<String>,
+    /// Unix groups whose members may run jobs here (Slurm's AllowGroups); empty: everyone.
+    /// Checked by the controller at submit, which knows users' groups.
+    pub allow_groups: Vec<String>,
 }
 
 impl Partition {
@@ -86,6 +92,8 @@ impl Partition {
             default_time: None,
             max_nodes: None,
             billing: Billing::default(),
+            allow_accounts: Vec::new(),
+            allow_groups: Vec::new(),
         }
     }
 }

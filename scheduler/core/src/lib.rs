@@ -31,6 +31,7 @@ mod plan;
 mod priority;
 mod profile;
 mod reason;
+pub mod select;
 mod state;
 mod topology;
 mod tres;
@@ -43,6 +44,7 @@ pub use limits::{AssocLimits, LimitReason, Limits, QosLimits, TresKind, TresLimi
 pub use partition::DEFAULT_PARTITION;
 pub use plan::{Plan, Priority, Reservation, Start, Waiting};
 pub use reason::PendingReason;
+pub use select::Selection;
 pub use state::{Alloc, Assoc, Hold, Node, NodeState, PendingJob, RunningJob, State, Time};
 pub use tres::{Gpu, Request, GPU_SLOTS};
 

@@ -89,16 +89,10 @@ impl Partitions {
     /// The partition `job` runs in, and its time limit after defaults; or why it cannot start
     /// for reasons of its partition alone.
     pub fn admit(&self, job: &PendingJob, config: &Config) -> Result<(usize, Time), PendingReason> {
-        let idx = match &job.partition {
-            None => self.default,
-            Some(name) => match self.by_name.get(name) {
-                Some(&i) => i,
-                None => {
-                    return Err(PendingReason::InvalidPartition {
-                        partition: name.clone(),
-                    })
-                }
-            },
+        let Some(idx) = self.of(job) else {
+            return Err(PendingReason::InvalidPartition {
+                partition: job.partition.clone().unwrap_or_default(),
+            });
         };
         let p = &self.parts[idx];
         match p.state {
@@ -134,6 +128,14 @@ impl Partitions {
             }
         }
         Ok((idx, limit))
+    }
+
+    /// The partition `job` asks for (the default one when it names none), if it exists.
+    pub fn of(&self, job: &PendingJob) -> Option<usize> {
+        match &job.partition {
+            None => Some(self.default),
+            Some(name) => self.by_name.get(name).copied(),
+        }
     }
 
     /// Billing weights of the partition named `name` (the default one for `None`).

@@ -30,6 +30,23 @@ pub(crate) struct NodeRt {
     pub topology: Option<Box<Topology>>,
 }
 
+/// What placement needs to know of one job: its request per node, the nodes it may use and
+/// whether it takes them whole.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fit<'a> {
+    pub req: &'a Request,
+    /// By node index; `None`: every node.
+    pub allowed: Option<&'a [bool]>,
+    pub exclusive: bool,
+}
+
+impl Fit<'_> {
+    /// True when the job may use node `i`.
+    pub fn may_use(&self, i: usize) -> bool {
+        self.allowed.is_none_or(|a| a[i])
+    }
+}
+
 /// Index key: free GPUs, free CPUs, node index. Ascending order is best fit first.
 type Key = (u32, u32, usize);
 
@@ -105,8 +122,17 @@ impl Table {
     }
 
     /// The shapes `req` may take on node `i`: one per usable GPU type slot, most free first.
-    pub fn shapes(&self, i: usize, req: &Request) -> Vec<Tres> {
+    /// A job that takes whole nodes (`exclusive`) has one shape, the node's capacity, on a node
+    /// that could hold its request at all.
+    pub fn shapes(&self, i: usize, req: &Request, exclusive: bool) -> Vec<Tres> {
         let n = &self.nodes[i];
+        if exclusive {
+            let fits = self
+                .shapes(i, req, false)
+                .iter()
+                .any(|need| n.capacity.covers(need));
+            return if fits { vec![n.capacity] } else { vec![] };
+        }
         if req.gpus == 0 {
             return vec![self.need(req, None)];
         }
@@ -117,24 +143,27 @@ impl Table {
         slots.into_iter().map(|s| self.need(req, Some(s))).collect()
     }
 
-    /// Up to `req.nodes` nodes of partition `p` where `req` can start now and run for
-    /// `duration` without touching any reservation; best fit first. `None` if too few.
+    /// Up to `req.nodes` nodes of partition `p` that the job may use (`allowed`, by node
+    /// index; `None`: all) where `req` can start now and run for `duration` without touching
+    /// any reservation; best fit first. `None` if too few.
     pub fn fit_now(
         &self,
         p: usize,
-        req: &Request,
+        job: &Fit<'_>,
         now: Time,
         duration: Time,
     ) -> Option<Vec<(usize, Tres)>> {
+        let req = job.req;
         let want = req.node_count() as usize;
         let end = now.saturating_add(duration);
         let mut picked = Vec::with_capacity(want);
         for &(_, cpus, i) in self.index[p].range((req.gpus, req.cpus, 0)..) {
-            if cpus < req.cpus || self.nodes[i].profile.free.memory < req.memory {
+            if cpus < req.cpus || self.nodes[i].profile.free.memory < req.memory || !job.may_use(i)
+            {
                 continue;
             }
             let prof = &self.nodes[i].profile;
-            let shape = self.shapes(i, req).into_iter().find(|need| {
+            let shape = self.shapes(i, req, job.exclusive).into_iter().find(|need| {
                 prof.free.covers(need) && (prof.reserved.is_empty() || prof.fits(need, now, end))
             });
             if let Some(need) = shape {

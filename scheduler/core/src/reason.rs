@@ -85,6 +85,11 @@ pub enum PendingReason {
     /// Its array already runs as many tasks as its throttle (`--array ...%N`) allows.
     /// Decided by the caller, which knows the arrays.
     JobArrayTaskLimit,
+    /// No node of its partition matches its constraint, node list and excluded nodes.
+    NoNodeMatches {
+        /// What is missing, in words.
+        what: String,
+    },
 }
 
 impl PendingReason {
@@ -107,6 +112,7 @@ impl PendingReason {
             PendingReason::Limit(l) => l.code(),
             PendingReason::DependencyNeverSatisfied { .. } => "DependencyNeverSatisfied",
             PendingReason::JobArrayTaskLimit => "JobArrayTaskLimit",
+            PendingReason::NoNodeMatches { .. } => "BadConstraints",
         }
     }
 
@@ -123,6 +129,7 @@ impl PendingReason {
                 | PendingReason::PartitionNodeLimit { .. }
                 | PendingReason::TooLarge { .. }
                 | PendingReason::DependencyNeverSatisfied { .. }
+                | PendingReason::NoNodeMatches { .. }
         )
     }
 }
@@ -206,6 +213,10 @@ impl fmt::Display for PendingReason {
             PendingReason::JobArrayTaskLimit => write!(
                 f,
                 "{code}: its array already runs as many tasks as its --array %N throttle allows"
+            ),
+            PendingReason::NoNodeMatches { what } => write!(
+                f,
+                "{code}: Requested node configuration is not available: {what}"
             ),
         }
     }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use wharf_api::JobId;
 
+use crate::select::Selection;
 use crate::tres::{Gpu, Request};
 
 /// A time, in milliseconds.
@@ -39,6 +40,8 @@ pub struct Node {
     pub gpus: Vec<Gpu>,
     /// NUMA node of each CPU in `cpu_ids` (same order); empty when unknown or one node.
     pub cpu_numa: Vec<u32>,
+    /// Features its admin gave it, for jobs' constraints (GPU types are not features).
+    pub features: Vec<String>,
 }
 
 impl Node {
@@ -51,6 +54,7 @@ impl Node {
             memory,
             gpus,
             cpu_numa: Vec::new(),
+            features: Vec::new(),
         }
     }
 
@@ -146,6 +150,8 @@ pub struct PendingJob {
     /// Jobs that must leave the queue first (afterany): while any of them is pending or
     /// running, this one waits with reason `Dependency`.
     pub after: Vec<JobId>,
+    /// Which nodes it may use and whether it takes them whole.
+    pub select: Selection,
 }
 
 impl PendingJob {
@@ -163,6 +169,7 @@ impl PendingJob {
             hold: None,
             nice: 0,
             after: Vec::new(),
+            select: Selection::default(),
         }
     }
 }

@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use wharf_api::node::GpuInfo;
 use wharf_api::resources::format_duration;
 use wharf_api::wire::ErrorKind;
-use wharf_api::{JobRecord, JobSpec, JobState, PriorityView};
+use wharf_api::{JobRecord, JobSpec, JobState, PriorityView, Resources};
 use wharf_core::{
     limits, schedule, Alloc, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PartitionState,
-    PendingJob, Priority, Request, RunningJob, State as SchedState, UsageLedger, Weights,
-    DEFAULT_PARTITION,
+    PendingJob, Priority, Request, RunningJob, Selection, State as SchedState, UsageLedger,
+    Weights, DEFAULT_PARTITION,
 };
 
 use super::{Caller, Cluster, Failure};
@@ -37,6 +37,15 @@ impl Cluster {
                 continue;
             };
             let mut rec = rec.clone();
+            // A whole-node job holds, and is charged for, all of the node.
+            if let Some(spec) = rec.spec.as_mut().filter(|s| s.exclusive) {
+                spec.resources = Resources {
+                    cpus: alloc.cpu_ids.len() as u32,
+                    memory: alloc.memory,
+                    gpus: alloc.gpu_ids.len() as u32,
+                };
+                rec.resources = spec.resources;
+            }
             rec.state = JobState::Starting;
             rec.reason = Some(format!("starting on {}", alloc.node));
             rec.node = Some(alloc.node.clone());
@@ -73,23 +82,7 @@ impl Cluster {
     /// jobs expected to end at start + time limit, pending jobs, and decayed usage. Each user
     /// is its own fair-share account until accounts are configured.
     fn sched_state(&self, now: u64) -> SchedState {
-        let nodes = self
-            .nodes
-            .values()
-            .map(|n| {
-                let mut node = Node::new(
-                    &n.info.name,
-                    n.info.cpus,
-                    n.info.memory,
-                    sched_gpus(&n.info.gpus),
-                );
-                node.cpu_numa = n.info.cpu_numa.clone();
-                if !n.up {
-                    node.state = SchedNodeState::Down;
-                }
-                node
-            })
-            .collect();
+        let nodes = self.sched_nodes();
         let mut running = Vec::new();
         let mut pending = Vec::new();
         for job in self.jobs.values() {
@@ -128,6 +121,7 @@ impl Cluster {
                         p.qos = self.qos_of(Some(spec));
                         p.nice = spec.nice;
                         p.request.gpu_kind = spec.gpu_type.clone();
+                        p.select = selection(spec);
                     }
                     pending.push(p);
                 }
@@ -142,9 +136,30 @@ impl Cluster {
         }
     }
 
-    /// Refuses a job whose partition does not exist, takes no new jobs, or allows less time
-    /// than it asks for: it could never run there.
-    pub(super) fn check_partition(&self, spec: &JobSpec) -> Result<(), Failure> {
+    /// Every node (GPUs with the ids their agent reported, its features) as the core sees it.
+    pub(super) fn sched_nodes(&self) -> Vec<Node> {
+        self.nodes
+            .values()
+            .map(|n| {
+                let mut node = Node::new(
+                    &n.info.name,
+                    n.info.cpus,
+                    n.info.memory,
+                    sched_gpus(&n.info.gpus),
+                );
+                node.cpu_numa = n.info.cpu_numa.clone();
+                node.features = n.info.features.clone();
+                if !n.up {
+                    node.state = SchedNodeState::Down;
+                }
+                node
+            })
+            .collect()
+    }
+
+    /// Refuses a job whose partition does not exist, takes no new jobs, allows less time than
+    /// it asks for, or is closed to the caller's account or groups.
+    pub(super) fn check_partition(&self, spec: &JobSpec, caller: &Caller) -> Result<(), Failure> {
         let parts = &self.sched.partitions;
         let name = spec.partition.as_deref();
         let known: Vec<&str> = if parts.is_empty() {
@@ -200,17 +215,17 @@ impl Cluster {
                 ));
             }
         }
-        Ok(())
+        self.check_access(part, spec, caller)
     }
 
     /// Who a job runs for: the account it named, else its user's default account (the first
     /// configured for them), else an account of the user's own name.
-    fn assoc(&self, job: &JobRecord) -> Assoc {
+    pub(super) fn assoc(&self, job: &JobRecord) -> Assoc {
         self.assoc_for(job.spec.as_ref(), &job.owner.user)
     }
 
     /// [`Cluster::assoc`] of a job `user` submits with `spec`.
-    fn assoc_for(&self, spec: Option<&JobSpec>, user: &str) -> Assoc {
+    pub(super) fn assoc_for(&self, spec: Option<&JobSpec>, user: &str) -> Assoc {
         let account = spec
             .and_then(|s| s.account.as_deref())
             .or_else(|| {
@@ -411,6 +426,16 @@ impl Cluster {
     }
 }
 
+/// The core's view of a job's node selection.
+pub(super) fn selection(spec: &JobSpec) -> Selection {
+    Selection {
+        constraint: spec.constraint.clone(),
+        nodelist: spec.nodelist.names().iter().cloned().collect(),
+        exclude: spec.exclude.names().iter().cloned().collect(),
+        exclusive: spec.exclusive,
+    }
+}
+
 fn partition(job: &JobRecord) -> Option<String> {
     job.spec.as_ref().and_then(|s| s.partition.clone())
 }
@@ -449,4 +474,4 @@ fn sched_gpus(gpus: &[GpuInfo]) -> Vec<Gpu> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

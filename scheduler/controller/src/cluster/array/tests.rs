@@ -32,6 +32,7 @@ fn cluster(dir: &tempfile::TempDir) -> Cluster {
             gpus: vec![],
             cpu_numa: vec![],
             version: "test".into(),
+            features: vec![],
         },
         0,
     )

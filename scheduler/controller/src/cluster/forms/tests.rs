@@ -29,6 +29,7 @@ fn cluster(dir: &tempfile::TempDir) -> Cluster {
             gpus: vec![],
             cpu_numa: vec![],
             version: "test".into(),
+            features: vec![],
         },
         0,
     )

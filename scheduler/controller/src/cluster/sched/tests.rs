@@ -8,7 +8,7 @@ use crate::cluster::{Caller, Cluster};
 use crate::store::Store;
 use wharf_core::Assoc;
 
-fn caller(uid: u32, user: &str) -> Caller {
+pub(crate) fn caller(uid: u32, user: &str) -> Caller {
     Caller {
         owner: Owner {
             uid,
@@ -20,7 +20,7 @@ fn caller(uid: u32, user: &str) -> Caller {
 }
 
 /// A cluster with one node whose agent reported GPUs 0, 1 and 3.
-fn cluster(dir: &tempfile::TempDir) -> Cluster {
+pub(crate) fn cluster(dir: &tempfile::TempDir) -> Cluster {
     let store = Store::open(&dir.path().join("wharf.db")).unwrap();
     let mut c = Cluster::load(store, JobDefaults::default(), 60_000, 0).unwrap();
     let gpus = [0, 1, 3]
@@ -39,6 +39,7 @@ fn cluster(dir: &tempfile::TempDir) -> Cluster {
             gpus,
             cpu_numa: vec![],
             version: "test".into(),
+            features: vec![],
         },
         0,
     )
@@ -54,7 +55,7 @@ fn submit(c: &mut Cluster, who: &Caller, gpus: u32, now: u64) -> JobId {
     submit_job(c, who, job, now).unwrap()
 }
 
-fn submit_job(
+pub(crate) fn submit_job(
     c: &mut Cluster,
     who: &Caller,
     mut job: JobRequest,
@@ -70,7 +71,7 @@ fn submit_job(
     c.submit(who, &req, now)
 }
 
-fn record(c: &Cluster, id: JobId) -> JobRecord {
+pub(crate) fn record(c: &Cluster, id: JobId) -> JobRecord {
     c.jobs[&id].clone()
 }
 
@@ -327,6 +328,7 @@ fn gpus_and_cpus_are_taken_close_together_where_the_agent_says_where_they_sit() 
             memory: 16 << 30,
             gpus,
             cpu_numa: vec![0, 0, 0, 0, 1, 1, 1, 1],
+            features: vec![],
             version: "test".into(),
         },
         0,
