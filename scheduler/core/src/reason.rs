@@ -85,6 +85,12 @@ pub enum PendingReason {
     /// Its array already runs as many tasks as its throttle (`--array ...%N`) allows.
     /// Decided by the caller, which knows the arrays.
     JobArrayTaskLimit,
+    /// It preempted running jobs of lower precedence (or found jobs already being stopped)
+    /// and waits for them to end; their resources are reserved for it.
+    Preempting {
+        /// The jobs it waits for, by id.
+        victims: Vec<JobId>,
+    },
 }
 
 impl PendingReason {
@@ -107,6 +113,8 @@ impl PendingReason {
             PendingReason::Limit(l) => l.code(),
             PendingReason::DependencyNeverSatisfied { .. } => "DependencyNeverSatisfied",
             PendingReason::JobArrayTaskLimit => "JobArrayTaskLimit",
+            // Slurm shows a preemptor waiting for its victims as waiting for resources.
+            PendingReason::Preempting { .. } => "Resources",
         }
     }
 
@@ -207,6 +215,16 @@ impl fmt::Display for PendingReason {
                 f,
                 "{code}: its array already runs as many tasks as its --array %N throttle allows"
             ),
+            PendingReason::Preempting { victims } => {
+                let ids: Vec<String> = victims.iter().map(|v| v.to_string()).collect();
+                let (s, are) = if ids.len() == 1 { ("", "is") } else { ("s", "are") };
+                write!(
+                    f,
+                    "{code}: waiting for job{s} {}, which {are} being stopped (preempted) to \
+                     make room for it, to end; what they hold is reserved for it",
+                    ids.join(", ")
+                )
+            }
         }
     }
 }
