@@ -61,6 +61,13 @@ pub struct JobFlags {
     /// Submit held: the job waits until you release it (`wharf release JOB`).
     #[arg(short = 'H', long)]
     pub hold: bool,
+    /// Never requeue this job: a preemption in requeue mode ends it PREEMPTED instead, and
+    /// `wharf requeue` refuses it.
+    #[arg(long, conflicts_with = "requeue")]
+    pub no_requeue: bool,
+    /// May be requeued when preempted (the default; overrides a `--no-requeue` line).
+    #[arg(long)]
+    pub requeue: bool,
     /// Working directory (default: the current directory).
     #[arg(short = 'D', long)]
     pub chdir: Option<String>,
@@ -128,6 +135,8 @@ impl JobFlags {
             (self.remap_root, "remap-root"),
             (self.writable, "writable"),
             (self.hold, "hold"),
+            (self.no_requeue, "no-requeue"),
+            (self.requeue, "requeue"),
         ] {
             if set {
                 set_option(&mut req, key, "yes").map_err(anyhow::Error::msg)?;

@@ -184,7 +184,15 @@ fn yes_no(key: &str, value: &str) -> Result<bool, String> {
 }
 
 /// Options that are switches: given alone they mean yes.
-const BOOLEAN_OPTIONS: [&str; 5] = ["rdma", "remap-root", "writable", "hold", "H"];
+const BOOLEAN_OPTIONS: [&str; 7] = [
+    "rdma",
+    "remap-root",
+    "writable",
+    "hold",
+    "H",
+    "requeue",
+    "no-requeue",
+];
 
 /// Sets one option by its long or short name. The names match `wharf submit --help`.
 pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), String> {
@@ -239,6 +247,8 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
         "a" | "array" => req.array = Some(crate::array::parse_array(value)?),
         "d" | "dependency" => req.dependency = Some(crate::dependency::parse_dependency(value)?),
         "H" | "hold" => req.hold = Some(yes_no(key, value)?),
+        "requeue" => req.requeue = Some(yes_no(key, value)?),
+        "no-requeue" => req.requeue = Some(!yes_no(key, value)?),
         "D" | "chdir" | "workdir" => req.workdir = Some(value.to_string()),
         "o" | "output" => req.output = Some(value.to_string()),
         "e" | "error" => req.error = Some(value.to_string()),
