@@ -16,6 +16,7 @@ mod job_forms;
 mod jobfile;
 mod lifecycle;
 mod options;
+mod preemption;
 mod preflight;
 mod recovery;
 mod remote;
