@@ -279,6 +279,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn no_requeue_from_directives_job_files_and_flags() {
+        let req = parse_job_file("r.sh", "#WHARF --no-requeue\necho\n").unwrap();
+        assert_eq!(req.requeue, Some(false));
+        let req = parse_job_file("j.toml", "command = [\"x\"]\nrequeue = false\n").unwrap();
+        assert_eq!(req.requeue, Some(false));
+        let mut req = JobRequest::default();
+        set_option(&mut req, "requeue", "yes").unwrap();
+        assert_eq!(req.requeue, Some(true));
+        assert!(set_option(&mut req, "no-requeue", "maybe").is_err());
+    }
+
+    #[test]
     fn toml_job() {
         let text = "name = \"t\"\nimage = \"host\"\ncommand = [\"echo\", \"hi\"]\nmemory = \"2G\"\ntime = \"10m\"\n[env]\nA = \"b\"\n";
         let req = parse_job_file("job.toml", text).unwrap();
