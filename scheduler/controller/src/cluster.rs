@@ -457,16 +457,11 @@ impl Cluster {
             }
         }
         // A requeued job's last run is gone from its node: it may start again.
-        for job in self.jobs.values() {
-            if job.requeued_from.as_deref() == Some(report.node.as_str())
-                && !reported.contains_key(&job.id)
-            {
-                let mut job = job.clone();
-                job.requeued_from = None;
-                job.reason = Some("Queued: requeued; waiting for the scheduler".into());
-                changed.push(job);
-            }
-        }
+        changed.extend(
+            self.requeued_from(&report.node)
+                .filter(|j| !reported.contains_key(&j.id))
+                .map(requeue::let_go),
+        );
         for job in self.jobs_on(&report.node) {
             if job.state == JobState::Running && !reported.contains_key(&job.id) {
                 let mut job = job.clone();
@@ -543,6 +538,8 @@ impl Cluster {
         }
         let mut changed = Vec::new();
         for name in &lost {
+            // A node that is down cleans nothing up: its requeued jobs need not wait for it.
+            changed.extend(self.requeued_from(name).map(requeue::let_go));
             for job in self.jobs_on(name) {
                 let mut job = job.clone();
                 job.state = JobState::NodeFail;

@@ -59,6 +59,24 @@ impl Cluster {
         self.commit(vec![job.clone()])?;
         Ok((view(caller, job), wake))
     }
+
+    /// Requeued jobs waiting for `node` to let go of their last run.
+    pub(super) fn requeued_from<'a>(
+        &'a self,
+        node: &'a str,
+    ) -> impl Iterator<Item = &'a JobRecord> + 'a {
+        self.jobs
+            .values()
+            .filter(move |j| j.requeued_from.as_deref() == Some(node))
+    }
+}
+
+/// A requeued job whose last run its node has let go of: it may start again.
+pub(super) fn let_go(job: &JobRecord) -> JobRecord {
+    let mut job = job.clone();
+    job.requeued_from = None;
+    job.reason = Some("Queued: requeued; waiting for the scheduler".into());
+    job
 }
 
 /// A job that `stop` ended: back to the queue (same id and submit time, one more restart,
