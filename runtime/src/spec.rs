@@ -182,4 +182,7 @@ pub struct Outcome {
     pub ended_ms: u64,
     /// Why it could not start, or what went wrong while cleaning up.
     pub error: Option<String>,
+    /// What the kernel counted in its cgroup, read at its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::CgroupUsage>,
 }

@@ -4,6 +4,7 @@ pub mod agent;
 pub mod cancel;
 pub mod controller;
 pub mod dev;
+pub mod eff;
 pub mod hold;
 pub mod image;
 pub mod nodes;

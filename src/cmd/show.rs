@@ -119,6 +119,9 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
                 if e.oom { ", OOM kill" } else { "" }
             ),
         ));
+        if let Some(u) = &e.usage {
+            rows.push(("Usage", usage_line(u)));
+        }
     }
     match &j.spec {
         Some(s) => {
@@ -136,6 +139,29 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         println!("{:>12}: {}", k, output::clean(&v));
     }
     Ok(0)
+}
+
+/// A job's measured use in one line (`wharf eff` gives the detail).
+fn usage_line(u: &wharf_api::usage::JobUsage) -> String {
+    let mut parts = Vec::new();
+    if let Some(ms) = u.cpu_time_ms {
+        parts.push(format!("CPU time {}", format_duration(ms / 1000)));
+    }
+    if let Some(peak) = u.memory_peak {
+        parts.push(format!("memory peak {}", format_memory(peak)));
+    }
+    if let Some(util) = u.gpu_util() {
+        parts.push(format!("GPU utilization {util:.0}%"));
+    }
+    let energy: u64 = u.gpus.iter().filter_map(|g| g.energy_j).sum();
+    if energy > 0 {
+        parts.push(format!("GPU energy {energy} J"));
+    }
+    if parts.is_empty() {
+        "not measured".into()
+    } else {
+        parts.join(", ")
+    }
 }
 
 fn shell_words(argv: &[String]) -> String {

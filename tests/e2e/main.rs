@@ -27,4 +27,5 @@ mod sif_fifo;
 mod state_files;
 mod submit_limits;
 mod untrusted_text;
+mod usage;
 mod user_paths;

@@ -758,6 +758,9 @@ pub struct ExitInfo {
     pub cancelled: bool,
     /// Why it could not start, or other words from the agent.
     pub message: Option<String>,
+    /// What it used, as its node measured it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::usage::JobUsage>,
 }
 
 impl ExitInfo {

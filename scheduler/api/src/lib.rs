@@ -13,6 +13,7 @@ pub mod limits;
 pub mod node;
 pub mod resources;
 pub mod text;
+pub mod usage;
 pub mod wire;
 
 pub use forms::{Begin, Hold};

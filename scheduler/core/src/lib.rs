@@ -33,6 +33,7 @@ mod priority;
 mod profile;
 mod reason;
 mod state;
+mod topology;
 mod tres;
 
 pub use config::{

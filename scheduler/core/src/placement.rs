@@ -11,6 +11,7 @@ use wharf_api::JobId;
 use crate::partition::{takes_work, Partitions};
 use crate::profile::Profile;
 use crate::state::{Alloc, Node, RunningJob, Time};
+use crate::topology::Topology;
 use crate::tres::{Request, Tres, GPU_SLOTS};
 
 /// A node during a pass.
@@ -29,6 +30,8 @@ pub(crate) struct NodeRt {
     pub parts: Vec<usize>,
     /// The running jobs on it, in the order given.
     pub jobs: Vec<Holding>,
+    /// Where its GPUs and CPUs sit, when its agent said.
+    pub topology: Option<Box<Topology>>,
 }
 
 /// What one running job holds on one node, and when the profile has it given back.
@@ -184,12 +187,21 @@ impl Table {
     pub fn allocate(&mut self, i: usize, need: &Tres, end: Time, name: &str) -> Alloc {
         let old = key(&self.nodes[i], i);
         let n = &mut self.nodes[i];
-        let cpu_ids: Vec<u32> = n.free_cpus.drain(..need.cpus as usize).collect();
         let mut gpu_ids = Vec::new();
         for (s, &count) in need.gpus.iter().enumerate() {
-            gpu_ids.extend(n.free_gpus[s].drain(..count as usize));
+            match &n.topology {
+                Some(t) => gpu_ids.extend(t.take_gpus(&mut n.free_gpus[s], count as usize)),
+                None => gpu_ids.extend(n.free_gpus[s].drain(..count as usize)),
+            }
         }
         gpu_ids.sort_unstable();
+        let cpu_ids: Vec<u32> = match &n.topology {
+            Some(t) => {
+                let near = t.numa_of_gpus(&gpu_ids);
+                t.take_cpus(&mut n.free_cpus, need.cpus as usize, &near)
+            }
+            None => n.free_cpus.drain(..need.cpus as usize).collect(),
+        };
         n.profile.take(need, end);
         let new = key(n, i);
         if n.up {
@@ -255,5 +267,6 @@ fn node_rt(node: &Node) -> NodeRt {
         },
         parts: Vec::new(),
         jobs: Vec::new(),
+        topology: Topology::of(node),
     }
 }

@@ -37,6 +37,8 @@ pub struct Node {
     pub memory: u64,
     /// GPUs with their own ids and types.
     pub gpus: Vec<Gpu>,
+    /// NUMA node of each CPU in `cpu_ids` (same order); empty when unknown or one node.
+    pub cpu_numa: Vec<u32>,
 }
 
 impl Node {
@@ -48,6 +50,7 @@ impl Node {
             cpu_ids: (0..cpus).collect(),
             memory,
             gpus,
+            cpu_numa: Vec::new(),
         }
     }
 

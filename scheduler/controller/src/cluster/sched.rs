@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use wharf_api::node::GpuInfo;
 use wharf_api::resources::format_duration;
 use wharf_api::wire::ErrorKind;
 use wharf_api::{JobRecord, JobSpec, JobState, PriorityView, Stop};
@@ -92,13 +93,13 @@ impl Cluster {
             .nodes
             .values()
             .map(|n| {
-                let gpus = n
-                    .info
-                    .gpus
-                    .iter()
-                    .map(|g| Gpu::new(g.index, &gpu_kind(g.model.as_deref())))
-                    .collect();
-                let mut node = Node::new(&n.info.name, n.info.cpus, n.info.memory, gpus);
+                let mut node = Node::new(
+                    &n.info.name,
+                    n.info.cpus,
+                    n.info.memory,
+                    sched_gpus(&n.info.gpus),
+                );
+                node.cpu_numa = n.info.cpu_numa.clone();
                 if !n.up {
                     node.state = SchedNodeState::Down;
                 }
@@ -286,7 +287,7 @@ impl Cluster {
         for n in self.nodes.values() {
             let mut per_node: BTreeMap<String, u32> = BTreeMap::new();
             for g in &n.info.gpus {
-                *per_node.entry(gpu_kind(g.model.as_deref())).or_default() += 1;
+                *per_node.entry(g.kind()).or_default() += 1;
             }
             best = best.max(per_node.get(kind).copied().unwrap_or(0));
             for (k, c) in per_node {
@@ -451,16 +452,23 @@ fn sprio(p: &Priority, w: &Weights) -> PriorityView {
     }
 }
 
-/// The GPU type from NVML's model name: "NVIDIA H100 80GB HBM3" is `h100`,
-/// "NVIDIA A100-SXM4-80GB" is `a100`; empty when unknown.
-fn gpu_kind(model: Option<&str>) -> String {
-    let model = model.unwrap_or("").to_ascii_lowercase();
-    model
-        .split_whitespace()
-        .filter(|w| !matches!(*w, "nvidia" | "tesla" | "geforce" | "quadro"))
-        .find(|w| w.chars().any(|c| c.is_ascii_digit()))
-        .map(|w| w.split('-').next().unwrap_or(w).to_string())
-        .unwrap_or_default()
+/// A node's GPUs as the scheduler sees them: the agent's ids and type names, and where each
+/// sits (its PCIe switch named by a number of this node's own).
+fn sched_gpus(gpus: &[GpuInfo]) -> Vec<Gpu> {
+    let switches: BTreeSet<&str> = gpus
+        .iter()
+        .filter_map(|g| g.pcie_switch.as_deref())
+        .collect();
+    gpus.iter()
+        .map(|g| {
+            let switch = g
+                .pcie_switch
+                .as_deref()
+                .and_then(|s| switches.iter().position(|x| *x == s))
+                .map(|p| p as u32);
+            Gpu::new(g.index, &g.kind()).at(g.numa_node, switch)
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -4,7 +4,6 @@ use wharf_api::node::GpuInfo;
 use wharf_api::wire::{ErrorKind, SubmitRequest};
 use wharf_api::{JobDefaults, JobId, JobRecord, JobRequest, JobState, NodeInfo, Owner};
 
-use super::gpu_kind;
 use crate::cluster::{Caller, Cluster};
 use crate::store::Store;
 use wharf_core::Assoc;
@@ -27,10 +26,8 @@ fn cluster(dir: &tempfile::TempDir) -> Cluster {
     let gpus = [0, 1, 3]
         .into_iter()
         .map(|index| GpuInfo {
-            index,
             model: Some("NVIDIA H100 80GB HBM3".into()),
-            uuid: None,
-            memory: None,
+            ..GpuInfo::minor(index)
         })
         .collect();
     c.register(
@@ -40,6 +37,7 @@ fn cluster(dir: &tempfile::TempDir) -> Cluster {
             cpus: 8,
             memory: 16 << 30,
             gpus,
+            cpu_numa: vec![],
             version: "test".into(),
         },
         0,
@@ -307,12 +305,64 @@ fn a_gpu_type_is_placed_on_that_type_and_an_absent_one_is_refused() {
 }
 
 #[test]
-fn gpu_types_are_read_from_the_model_name() {
-    assert_eq!(gpu_kind(Some("NVIDIA H100 80GB HBM3")), "h100");
-    assert_eq!(gpu_kind(Some("NVIDIA A100-SXM4-80GB")), "a100");
-    assert_eq!(gpu_kind(Some("Tesla V100-PCIE-32GB")), "v100");
-    assert_eq!(gpu_kind(Some("NVIDIA GeForce RTX 4090")), "4090");
-    assert_eq!(gpu_kind(None), "");
+fn gpus_and_cpus_are_taken_close_together_where_the_agent_says_where_they_sit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("wharf.db")).unwrap();
+    let mut c = Cluster::load(store, JobDefaults::default(), 60_000, 0).unwrap();
+    // GPUs 0,1 behind one switch on NUMA 0; 2,3 behind another on NUMA 1; CPUs 0-3 on
+    // NUMA 0 and 4-7 on NUMA 1.
+    let gpus = (0..4)
+        .map(|index| GpuInfo {
+            model: Some("NVIDIA H100 80GB HBM3".into()),
+            numa_node: Some(index / 2),
+            pcie_switch: Some(format!("0000:{:02x}:00.0", 0x10 + index / 2)),
+            ..GpuInfo::minor(index)
+        })
+        .collect();
+    c.register(
+        NodeInfo {
+            name: "n1".into(),
+            address: "127.0.0.1".into(),
+            cpus: 8,
+            memory: 16 << 30,
+            gpus,
+            cpu_numa: vec![0, 0, 0, 0, 1, 1, 1, 1],
+            version: "test".into(),
+        },
+        0,
+    )
+    .unwrap();
+    let ann = caller(1000, "ann");
+    let one = submit_job(
+        &mut c,
+        &ann,
+        JobRequest {
+            gpus: Some(1),
+            cpus: Some(1),
+            ..JobRequest::default()
+        },
+        1,
+    )
+    .unwrap();
+    c.schedule(1_000).unwrap();
+    assert_eq!(record(&c, one).gpu_ids, [0]);
+    assert_eq!(record(&c, one).cpu_ids, [0]);
+    // Two GPUs: not 1 and 2 (lowest free ids, across NUMA nodes) but the pair 2,3, with
+    // CPUs on their NUMA node.
+    let two = submit_job(
+        &mut c,
+        &ann,
+        JobRequest {
+            gpus: Some(2),
+            cpus: Some(2),
+            ..JobRequest::default()
+        },
+        2,
+    )
+    .unwrap();
+    c.schedule(2_000).unwrap();
+    assert_eq!(record(&c, two).gpu_ids, [2, 3]);
+    assert_eq!(record(&c, two).cpu_ids, [4, 5]);
 }
 
 #[test]
