@@ -44,6 +44,8 @@ enum Command {
     Hold(cmd::hold::Args),
     /// Release held jobs.
     Release(cmd::hold::Args),
+    /// Stop running jobs and put them back in the queue (same id and submit time).
+    Requeue(cmd::requeue::Args),
     /// Change a pending job's time limit (only lower, unless admin), nice or partition.
     Update(cmd::update::Args),
     /// List nodes and what is allocated on them.
@@ -92,6 +94,7 @@ fn main() {
             Command::Show(a) => cmd::show::run(&socket, a).await,
             Command::Eff(a) => cmd::eff::run(&socket, a).await,
             Command::Cancel(a) => cmd::cancel::run(&socket, a).await,
+            Command::Requeue(a) => cmd::requeue::run(&socket, a).await,
             Command::Hold(a) => cmd::hold::run(&socket, a, false).await,
             Command::Release(a) => cmd::hold::run(&socket, a, true).await,
             Command::Update(a) => cmd::update::run(&socket, a).await,

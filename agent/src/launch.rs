@@ -195,6 +195,8 @@ pub fn container_spec(
         ("SLURM_JOB_ID".into(), order.id.to_string()),
         ("SLURM_JOB_NAME".into(), spec.name.clone()),
         ("SLURM_CPUS_ON_NODE".into(), spec.resources.cpus.to_string()),
+        ("WHARF_RESTART_COUNT".into(), order.restarts.to_string()),
+        ("SLURM_RESTART_COUNT".into(), order.restarts.to_string()),
         ("WHARF_GPUS".into(), host_gpus.join(",")),
     ]);
     env.extend(gpu_env(&gpus));
@@ -231,6 +233,8 @@ pub fn container_spec(
         shm_size: cfg.shm_size,
         stdout,
         stderr,
+        // A requeued job's next run adds to what the last one wrote.
+        append_output: order.restarts > 0,
         time_limit: Some(spec.time_limit),
         grace_secs: cfg.grace_secs,
         cgroup_parent: cfg.cgroup_parent.clone(),

@@ -43,6 +43,9 @@ pub struct ContainerSpec {
     pub stdout: PathBuf,
     /// File that receives standard error; equal to `stdout` for one combined file.
     pub stderr: PathBuf,
+    /// Append to the output files instead of truncating them (a requeued job's next run).
+    #[serde(default)]
+    pub append_output: bool,
     /// Time limit, seconds.
     pub time_limit: Option<u64>,
     /// Seconds between SIGTERM and SIGKILL.

@@ -9,6 +9,7 @@ pub mod hold;
 pub mod image;
 pub mod nodes;
 pub mod queue;
+pub mod requeue;
 pub mod run;
 pub mod shim;
 pub mod show;

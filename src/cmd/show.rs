@@ -51,6 +51,17 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         };
         rows.push((label, r.clone()));
     }
+    if j.restarts > 0 {
+        rows.push((
+            "Requeued",
+            format!(
+                "{} time{} (the job sees WHARF_RESTART_COUNT={})",
+                j.restarts,
+                if j.restarts == 1 { "" } else { "s" },
+                j.restarts
+            ),
+        ));
+    }
     if let Some(at) = j.begin_time {
         rows.push(("Begin time", output::time(Some(at))));
     }

@@ -73,6 +73,13 @@ pub struct JobFlags {
     /// Take whole nodes: all their CPUs, memory and GPUs, shared with no other job.
     #[arg(long)]
     pub exclusive: bool,
+    /// Never requeue this job: a preemption in requeue mode ends it PREEMPTED instead, and
+    /// `wharf requeue` refuses it.
+    #[arg(long, conflicts_with = "requeue")]
+    pub no_requeue: bool,
+    /// May be requeued when preempted (the default; overrides a `--no-requeue` line).
+    #[arg(long)]
+    pub requeue: bool,
     /// Working directory (default: the current directory).
     #[arg(short = 'D', long)]
     pub chdir: Option<String>,
@@ -144,6 +151,8 @@ impl JobFlags {
             (self.writable, "writable"),
             (self.hold, "hold"),
             (self.exclusive, "exclusive"),
+            (self.no_requeue, "no-requeue"),
+            (self.requeue, "requeue"),
         ] {
             if set {
                 set_option(&mut req, key, "yes").map_err(anyhow::Error::msg)?;

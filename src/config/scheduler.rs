@@ -68,6 +68,16 @@ pub struct QosSection {
     /// QoS whose jobs this one may preempt.
     #[serde(default)]
     pub preempt: Vec<String>,
+    /// What becomes of this QoS's jobs when preempted: off, requeue (default) or cancel.
+    #[serde(default)]
+    pub preempt_mode: Option<String>,
+}
+
+/// A `preempt_mode` value, or an error naming `key`.
+fn preempt_mode(key: &str, text: &str) -> Result<wharf_controller::PreemptMode> {
+    wharf_controller::PreemptMode::parse(text).ok_or_else(|| {
+        anyhow::anyhow!("{key}: preempt_mode {text:?}: use \"off\", \"requeue\" or \"cancel\"")
+    })
 }
 
 /// A TRES limit table: `{ cpu = 64, gpu = 4, mem = "256G" }`; a key left out is not capped.
@@ -192,6 +202,8 @@ pub struct PartitionSection {
     pub allow_accounts: Vec<String>,
     /// AllowGroups: Unix groups whose members may run jobs here; empty: everyone.
     pub allow_groups: Vec<String>,
+    /// What becomes of its jobs when a job of a higher tier needs their nodes.
+    pub preempt_mode: String,
 }
 
 impl Default for PartitionSection {
@@ -211,6 +223,7 @@ impl Default for PartitionSection {
             billing_gpu: b.gpu,
             allow_accounts: vec![],
             allow_groups: vec![],
+            preempt_mode: "off".into(),
         }
     }
 }
@@ -281,6 +294,7 @@ impl PartitionSection {
         p.max_time = ms("max_time", &self.max_time)?;
         p.default_time = ms("default_time", &self.default_time)?;
         p.max_nodes = self.max_nodes;
+        p.preempt_mode = preempt_mode(&key, &self.preempt_mode)?;
         p.billing = wharf_controller::SchedulerBilling {
             cpu: self.billing_cpu,
             memory_gib: self.billing_memory_gib,
@@ -415,6 +429,11 @@ impl SchedulerSection {
                 grp_tres: q.grp_tres.resolve(&format!("{key} grp_tres"))?,
                 grp_jobs: q.grp_jobs,
                 preempt: q.preempt.clone(),
+                preempt_mode: q
+                    .preempt_mode
+                    .as_deref()
+                    .map(|m| preempt_mode(&key, m))
+                    .transpose()?,
             };
             if limits != Default::default() {
                 c.limits.qos.insert(q.name.clone(), limits);
@@ -622,6 +641,37 @@ mod tests {
             (
                 "[[scheduler.account]]\nname = \"a\"\nshares = 0",
                 "shares must be",
+            ),
+        ] {
+            let file: FileConfig = toml::from_str(text).unwrap();
+            let err = file.scheduler.resolve().unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
+    }
+
+    #[test]
+    fn preempt_modes_are_read_and_a_bad_one_names_the_key() {
+        let file: FileConfig = toml::from_str(
+            "[[scheduler.partition]]\nname = \"scav\"\npreempt_mode = \"Requeue\"\n\
+             [[scheduler.partition]]\nname = \"high\"\npriority_tier = 1\n\
+             [[scheduler.qos]]\nname = \"high\"\npreempt = [\"low\"]\n\
+             [[scheduler.qos]]\nname = \"low\"\npreempt_mode = \"cancel\"\n",
+        )
+        .unwrap();
+        let c = file.scheduler.resolve().unwrap();
+        use wharf_controller::PreemptMode;
+        assert_eq!(c.partitions[0].preempt_mode, PreemptMode::Requeue);
+        assert_eq!(c.partitions[1].preempt_mode, PreemptMode::Off);
+        assert_eq!(c.limits.qos["high"].preempt_mode, None);
+        assert_eq!(c.limits.qos["low"].preempt_mode, Some(PreemptMode::Cancel));
+        for (text, want) in [
+            (
+                "[[scheduler.partition]]\nname = \"p\"\npreempt_mode = \"suspend\"",
+                "scheduler.partition \"p\": preempt_mode \"suspend\": use \"off\"",
+            ),
+            (
+                "[[scheduler.qos]]\nname = \"q\"\npreempt_mode = \"kill\"",
+                "scheduler.qos \"q\": preempt_mode \"kill\"",
             ),
         ] {
             let file: FileConfig = toml::from_str(text).unwrap();

@@ -17,6 +17,7 @@ mod jobfile;
 mod lifecycle;
 mod node_selection;
 mod options;
+mod preemption;
 mod preflight;
 mod recovery;
 mod remote;

@@ -194,7 +194,16 @@ fn yes_no(key: &str, value: &str) -> Result<bool, String> {
 }
 
 /// Options that are switches: given alone they mean yes.
-const BOOLEAN_OPTIONS: [&str; 6] = ["rdma", "remap-root", "writable", "hold", "H", "exclusive"];
+const BOOLEAN_OPTIONS: [&str; 8] = [
+    "rdma",
+    "remap-root",
+    "writable",
+    "hold",
+    "H",
+    "exclusive",
+    "requeue",
+    "no-requeue",
+];
 
 /// Sets one option by its long or short name. The names match `wharf submit --help`.
 pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), String> {
@@ -256,6 +265,8 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
         "w" | "nodelist" => req.nodelist = Some(host_list("nodelist", value)?),
         "x" | "exclude" => req.exclude = Some(host_list("exclude", value)?),
         "exclusive" => req.exclusive = Some(yes_no(key, value)?),
+        "requeue" => req.requeue = Some(yes_no(key, value)?),
+        "no-requeue" => req.requeue = Some(!yes_no(key, value)?),
         "D" | "chdir" | "workdir" => req.workdir = Some(value.to_string()),
         "o" | "output" => req.output = Some(value.to_string()),
         "e" | "error" => req.error = Some(value.to_string()),
@@ -284,6 +295,18 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_requeue_from_directives_job_files_and_flags() {
+        let req = parse_job_file("r.sh", "#WHARF --no-requeue\necho\n").unwrap();
+        assert_eq!(req.requeue, Some(false));
+        let req = parse_job_file("j.toml", "command = [\"x\"]\nrequeue = false\n").unwrap();
+        assert_eq!(req.requeue, Some(false));
+        let mut req = JobRequest::default();
+        set_option(&mut req, "requeue", "yes").unwrap();
+        assert_eq!(req.requeue, Some(true));
+        assert!(set_option(&mut req, "no-requeue", "maybe").is_err());
+    }
 
     #[test]
     fn toml_job() {

@@ -21,6 +21,7 @@ pub mod wire;
 pub use forms::{Begin, Hold};
 pub use job::{
     ExitInfo, JobDefaults, JobId, JobRecord, JobRequest, JobSpec, JobState, Owner, PriorityView,
+    Stop,
 };
 pub use node::{NodeInfo, NodeRecord, NodeState};
 pub use resources::{parse_duration, parse_memory, Resources};

@@ -17,6 +17,7 @@ use crate::visibility::{ended_reason, view};
 mod access;
 mod array;
 mod forms;
+mod requeue;
 mod sched;
 
 /// A refused or failed request, with its kind and words for the user.
@@ -274,6 +275,9 @@ impl Cluster {
             hold: (req.job.hold == Some(true)).then_some(wharf_api::Hold::User),
             dependency: req.job.dependency.clone(),
             array: None,
+            restarts: 0,
+            stop: None,
+            requeued_from: None,
         };
         if let Some(array) = &req.job.array {
             return self.insert_array(record, array, req.client_token.as_deref());
@@ -440,7 +444,22 @@ impl Cluster {
                 .filter(|j| j.node.as_deref() == Some(report.node.as_str()));
             match (ours, &aj.exit) {
                 (Some(job), Some(exit)) => {
-                    changed.push(finish(job.clone(), exit, aj, now));
+                    // Ended by the stop we sent (not on its own first, nor by a cancel).
+                    let stop = job
+                        .stop
+                        .clone()
+                        .filter(|_| exit.cancelled && !job.cancel_requested);
+                    let ended = finish(job.clone(), exit, aj, now);
+                    changed.push(match stop {
+                        Some(stop) => {
+                            // The run so far counts toward fair share, requeued or not.
+                            if stop.requeues() {
+                                self.charge(&ended);
+                            }
+                            requeue::stopped(ended, &stop, &report.node)
+                        }
+                        None => ended,
+                    });
                     forget.push(*id);
                 }
                 (None, Some(_)) => forget.push(*id),
@@ -454,6 +473,12 @@ impl Cluster {
                 _ => {}
             }
         }
+        // A requeued job's last run is gone from its node: it may start again.
+        changed.extend(
+            self.requeued_from(&report.node)
+                .filter(|j| !reported.contains_key(&j.id))
+                .map(requeue::let_go),
+        );
         for job in self.jobs_on(&report.node) {
             if job.state == JobState::Running && !reported.contains_key(&job.id) {
                 let mut job = job.clone();
@@ -490,14 +515,18 @@ impl Cluster {
                         spec: spec.clone(),
                         cpu_ids: job.cpu_ids.clone(),
                         gpu_ids: job.gpu_ids.clone(),
+                        restarts: job.restarts,
                     });
                 }
-            } else if held.contains(&job.id) && job.cancel_requested && !stopping.contains(&job.id)
+            } else if held.contains(&job.id)
+                && (job.cancel_requested || job.stop.is_some())
+                && !stopping.contains(&job.id)
             {
-                kill.push(KillOrder {
-                    id: job.id,
-                    reason: "cancelled".into(),
-                });
+                let reason = match &job.stop {
+                    Some(stop) if !job.cancel_requested => stop.to_string(),
+                    _ => "cancelled".into(),
+                };
+                kill.push(KillOrder { id: job.id, reason });
             }
         }
         for id in held.difference(stopping) {
@@ -526,6 +555,8 @@ impl Cluster {
         }
         let mut changed = Vec::new();
         for name in &lost {
+            // A node that is down cleans nothing up: its requeued jobs need not wait for it.
+            changed.extend(self.requeued_from(name).map(requeue::let_go));
             for job in self.jobs_on(name) {
                 let mut job = job.clone();
                 job.state = JobState::NodeFail;

@@ -18,7 +18,7 @@ pub use wharf_core::limits as sched_limits;
 pub use wharf_core::{
     Account as SchedulerAccount, Assoc as SchedulerAssoc, Billing as SchedulerBilling,
     Config as SchedulerConfig, Partition as SchedulerPartition, PartitionState,
-    Policy as SchedulerPolicy, Qos as SchedulerQos, UserShares as SchedulerUserShares,
+    Policy as SchedulerPolicy, PreemptMode, Qos as SchedulerQos, UserShares as SchedulerUserShares,
 };
 
 use std::collections::BTreeMap;

@@ -17,7 +17,8 @@ use crate::config::{Config, Policy};
 use crate::limits::Counters;
 use crate::partition::Partitions;
 use crate::placement::{Fit, Table};
-use crate::plan::{Reservation, Start, Waiting};
+use crate::plan::{Preemption, Reservation, Start, Waiting};
+use crate::preempt::{self, Asker, Victims};
 use crate::reason::PendingReason;
 use crate::select::{why_none, Selection};
 use crate::state::{Node, PendingJob, Time};
@@ -36,6 +37,7 @@ pub(crate) struct Outcome {
     pub starts: Vec<Start>,
     pub reservations: Vec<Reservation>,
     pub waiting: Vec<Waiting>,
+    pub preemptions: Vec<Preemption>,
 }
 
 /// A shape that could not start now in one partition.
@@ -86,7 +88,9 @@ const FAILED_KEPT: usize = 16;
 /// the budget the earliest common start is exact.
 const MULTI_NODE_BUDGET: usize = 200_000;
 
-/// Runs the pass over `ready`, already in scheduling order.
+/// Runs the pass over `ready`, already in scheduling order. A job that cannot start now
+/// preempts `victims` when it may (see [`crate::preempt`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn pass(
     now: Time,
     nodes: &[Node],
@@ -95,6 +99,7 @@ pub(crate) fn pass(
     table: &mut Table,
     ready: &[Ready<'_>],
     held: &mut Counters,
+    victims: &Victims<'_>,
 ) -> Outcome {
     let mut out = Outcome::default();
     let max_res = config.reservation_limit();
@@ -178,6 +183,41 @@ pub(crate) fn pass(
                 list.remove(0);
             }
             list.push(Failed::of(r.job, r.limit));
+        }
+        let tier = parts.parts[r.part].tier;
+        let qos = r.job.qos.as_deref();
+        if victims.any_for(tier, qos) {
+            let asker = Asker {
+                part: r.part,
+                tier,
+                qos,
+                fit,
+                limit: r.limit,
+            };
+            if let Some(c) = preempt::choose(table, parts, victims, &asker, now) {
+                out.preemptions
+                    .extend(c.victims.iter().map(|&(job, mode)| Preemption {
+                        job,
+                        by: r.job.id,
+                        mode,
+                    }));
+                let reason = PendingReason::Preempting {
+                    victims: c.waits_for,
+                };
+                out.waiting.push(wait(reason, Some(c.start)));
+                out.reservations.push(Reservation {
+                    job: r.job.id,
+                    start: c.start,
+                    end: c.start.saturating_add(r.limit),
+                    nodes: c
+                        .picks
+                        .iter()
+                        .map(|(i, _)| nodes[*i].name.clone())
+                        .collect(),
+                });
+                blocked = true;
+                continue;
+            }
         }
         if out.reservations.len() < max_res {
             if let Some(res) = reserve(table, parts, r.part, &fit, now, r.limit, nodes, r.job.id) {

@@ -83,8 +83,11 @@ pub struct QosLimits {
     pub grp_tres: TresLimit,
     /// Most running jobs in this QoS (GrpJobs).
     pub grp_jobs: Option<u64>,
-    /// QoS whose jobs this one may preempt (stored; preemption acts on it later).
+    /// QoS whose jobs this one may preempt.
     pub preempt: Vec<String>,
+    /// What happens to this QoS's running jobs when a job of a QoS that lists it in
+    /// `preempt` needs their resources; `None` is requeue (the default).
+    pub preempt_mode: Option<crate::config::PreemptMode>,
 }
 
 /// Limits of an association: an account (Grp limits count every job below it in the tree;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::{Billing, Config, PartitionState};
+use crate::config::{Billing, Config, PartitionState, PreemptMode};
 use crate::reason::PendingReason;
 use crate::state::{Node, NodeState, PendingJob, Time};
 
@@ -21,6 +21,7 @@ pub(crate) struct PartView {
     pub default_time: Option<Time>,
     pub max_nodes: Option<u32>,
     pub billing: Billing,
+    pub preempt_mode: PreemptMode,
     /// Total CPUs and GPUs of its nodes, for the job size factor.
     pub cpus: u64,
     pub gpus: u64,
@@ -140,10 +141,15 @@ impl Partitions {
 
     /// Billing weights of the partition named `name` (the default one for `None`).
     pub fn billing(&self, name: Option<&str>) -> Billing {
+        self.named(name).map(|p| p.billing).unwrap_or_default()
+    }
+
+    /// The partition named `name` (the default one for `None`, and for an unknown name).
+    pub fn named(&self, name: Option<&str>) -> Option<&PartView> {
         let idx = name
             .and_then(|n| self.by_name.get(n).copied())
             .unwrap_or(self.default);
-        self.parts.get(idx).map(|p| p.billing).unwrap_or_default()
+        self.parts.get(idx)
     }
 }
 
@@ -159,6 +165,7 @@ fn view(name: &str, members: Vec<usize>, nodes: &[Node], p: &crate::config::Part
         default_time: p.default_time,
         max_nodes: p.max_nodes,
         billing: p.billing,
+        preempt_mode: p.preempt_mode,
         cpus,
         gpus,
     }

@@ -6,6 +6,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use wharf_api::JobId;
+
 use crate::partition::{takes_work, Partitions};
 use crate::profile::Profile;
 use crate::state::{Alloc, Node, RunningJob, Time};
@@ -26,6 +28,8 @@ pub(crate) struct NodeRt {
     pub profile: Profile,
     /// Partitions it is in.
     pub parts: Vec<usize>,
+    /// The running jobs on it, in the order given.
+    pub jobs: Vec<Holding>,
     /// Where its GPUs and CPUs sit, when its agent said.
     pub topology: Option<Box<Topology>>,
 }
@@ -47,6 +51,19 @@ impl Fit<'_> {
     }
 }
 
+/// What one running job holds on one node, and when the profile has it given back.
+#[derive(Debug, Clone)]
+pub(crate) struct Holding {
+    pub id: JobId,
+    /// Its index in [`crate::State::running`].
+    pub run: usize,
+    pub tres: Tres,
+    /// Its release time in the node's profile.
+    pub end: Time,
+    /// A stop was sent to it (before or during this pass): it comes back at once.
+    pub stopping: bool,
+}
+
 /// Index key: free GPUs, free CPUs, node index. Ascending order is best fit first.
 type Key = (u32, u32, usize);
 
@@ -58,8 +75,15 @@ pub(crate) struct Table {
 
 impl Table {
     /// Builds the table from the nodes and what running jobs hold. Running jobs are expected
-    /// to give their resources back at `start + time_limit`, or just after `now` when late.
-    pub fn build(nodes: &[Node], running: &[RunningJob], parts: &Partitions, now: Time) -> Table {
+    /// to give their resources back at `start + time_limit`, or just after `now` when late
+    /// or `stopping`.
+    pub fn build(
+        nodes: &[Node],
+        running: &[RunningJob],
+        stopping: &BTreeSet<JobId>,
+        parts: &Partitions,
+        now: Time,
+    ) -> Table {
         let by_name: BTreeMap<&str, usize> = nodes
             .iter()
             .enumerate()
@@ -71,8 +95,13 @@ impl Table {
                 rt[i].parts.push(p);
             }
         }
-        for job in running {
-            let end = job.start.saturating_add(job.time_limit).max(now + 1);
+        for (run, job) in running.iter().enumerate() {
+            let stops = stopping.contains(&job.id);
+            let end = if stops {
+                now + 1
+            } else {
+                job.start.saturating_add(job.time_limit).max(now + 1)
+            };
             for a in &job.allocs {
                 let Some(&i) = by_name.get(a.node.as_str()) else {
                     continue;
@@ -95,6 +124,13 @@ impl Table {
                 }
                 held.memory = a.memory.min(n.profile.free.memory);
                 n.profile.take(&held, end);
+                n.jobs.push(Holding {
+                    id: job.id,
+                    run,
+                    tres: held,
+                    end,
+                    stopping: stops,
+                });
             }
         }
         let mut index = vec![BTreeSet::new(); parts.parts.len()];
@@ -259,6 +295,7 @@ fn node_rt(node: &Node) -> NodeRt {
             ..Profile::default()
         },
         parts: Vec::new(),
+        jobs: Vec::new(),
         topology: Topology::of(node),
     }
 }

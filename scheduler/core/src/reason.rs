@@ -90,6 +90,12 @@ pub enum PendingReason {
         /// What is missing, in words.
         what: String,
     },
+    /// It preempted running jobs of lower precedence (or found jobs already being stopped)
+    /// and waits for them to end; their resources are reserved for it.
+    Preempting {
+        /// The jobs it waits for, by id.
+        victims: Vec<JobId>,
+    },
 }
 
 impl PendingReason {
@@ -113,6 +119,8 @@ impl PendingReason {
             PendingReason::DependencyNeverSatisfied { .. } => "DependencyNeverSatisfied",
             PendingReason::JobArrayTaskLimit => "JobArrayTaskLimit",
             PendingReason::NoNodeMatches { .. } => "BadConstraints",
+            // Slurm shows a preemptor waiting for its victims as waiting for resources.
+            PendingReason::Preempting { .. } => "Resources",
         }
     }
 
@@ -218,6 +226,16 @@ impl fmt::Display for PendingReason {
                 f,
                 "{code}: Requested node configuration is not available: {what}"
             ),
+            PendingReason::Preempting { victims } => {
+                let ids: Vec<String> = victims.iter().map(|v| v.to_string()).collect();
+                let (s, are) = if ids.len() == 1 { ("", "is") } else { ("s", "are") };
+                write!(
+                    f,
+                    "{code}: waiting for job{s} {}, which {are} being stopped (preempted) to \
+                     make room for it, to end; what they hold is reserved for it",
+                    ids.join(", ")
+                )
+            }
         }
     }
 }

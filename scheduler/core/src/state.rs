@@ -3,7 +3,7 @@
 //! Times are milliseconds on the caller's clock (the controller uses the Unix epoch, a simulator
 //! its own); durations (time limits) are milliseconds too.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use wharf_api::JobId;
 
@@ -186,4 +186,7 @@ pub struct State {
     /// Past usage per association, billing-weighted TRES-seconds already decayed to `now`
     /// (see [`crate::UsageLedger`]). Running jobs' usage so far is added by the pass.
     pub usage: BTreeMap<Assoc, f64>,
+    /// Running jobs a stop was sent to (a cancel, a preemption, a requeue): their resources
+    /// are taken to come back at once, and they are never chosen to be preempted again.
+    pub stopping: BTreeSet<JobId>,
 }

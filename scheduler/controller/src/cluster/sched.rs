@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use wharf_api::node::GpuInfo;
 use wharf_api::resources::format_duration;
 use wharf_api::wire::ErrorKind;
-use wharf_api::{JobRecord, JobSpec, JobState, PriorityView, Resources};
+use wharf_api::{JobRecord, JobSpec, JobState, PriorityView, Resources, Stop};
 use wharf_core::{
     limits, schedule, Alloc, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PartitionState,
-    PendingJob, Priority, Request, RunningJob, Selection, State as SchedState, UsageLedger,
-    Weights, DEFAULT_PARTITION,
+    PendingJob, PreemptMode, Priority, Request, RunningJob, Selection, State as SchedState,
+    UsageLedger, Weights, DEFAULT_PARTITION,
 };
 
 use super::{Caller, Cluster, Failure};
@@ -56,6 +56,22 @@ impl Cluster {
             woken.insert(alloc.node.clone());
             started.push(rec);
         }
+        // Committed with the starts: a preemption and the reservation it makes are one
+        // decision.
+        for p in &plan.preemptions {
+            let Some(rec) = self.jobs.get(&p.job) else {
+                continue;
+            };
+            let mut rec = rec.clone();
+            let requeue =
+                p.mode == PreemptMode::Requeue && rec.spec.as_ref().is_none_or(|s| s.requeue);
+            let stop = Stop::Preempt { by: p.by, requeue };
+            tracing::info!(job = p.job, by = p.by, requeue, "preempting job");
+            rec.reason = Some(format!("{stop}; stopping"));
+            rec.stop = Some(stop);
+            woken.extend(rec.node.clone());
+            started.push(rec);
+        }
         let weights = self.sched.weights;
         for wait in &plan.waiting {
             let priority = plan.priority(wait.job).map(|p| sprio(p, &weights));
@@ -85,7 +101,11 @@ impl Cluster {
         let nodes = self.sched_nodes();
         let mut running = Vec::new();
         let mut pending = Vec::new();
+        let mut stopping = BTreeSet::new();
         for job in self.jobs.values() {
+            if job.state.holds_resources() && (job.cancel_requested || job.stop.is_some()) {
+                stopping.insert(job.id);
+            }
             match (job.state, job.node.as_deref()) {
                 (s, Some(node)) if s.holds_resources() => running.push(RunningJob {
                     id: job.id,
@@ -102,6 +122,8 @@ impl Cluster {
                         memory: job.resources.memory,
                     }],
                 }),
+                // Not before its node has let go of its last run (see `requeued_from`).
+                (JobState::Pending, _) if job.requeued_from.is_some() => {}
                 (JobState::Pending, _) => {
                     let r = job.resources;
                     let mut p = PendingJob::new(
@@ -133,6 +155,7 @@ impl Cluster {
             running,
             pending,
             usage: self.usage.snapshot(now),
+            stopping,
         }
     }
 

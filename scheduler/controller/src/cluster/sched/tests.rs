@@ -528,3 +528,98 @@ fn an_accounts_cpu_limit_counts_jobs_of_every_user_below_it() {
         err.message
     );
 }
+
+/// n1's agent reports these jobs: `(id, ended by a stop)`; the rest are gone from it.
+fn report(c: &mut Cluster, jobs: &[(JobId, bool)], now: u64) -> Vec<JobId> {
+    use wharf_api::wire::{AgentJob, PollRequest};
+    let jobs = jobs
+        .iter()
+        .map(|&(id, stopped)| AgentJob {
+            id,
+            start_time: Some(1),
+            exit: stopped.then(|| wharf_api::ExitInfo {
+                signal: Some(15),
+                cancelled: true,
+                ..Default::default()
+            }),
+            end_time: stopped.then_some(now),
+            stopping: false,
+        })
+        .collect();
+    let poll = PollRequest {
+        node: "n1".into(),
+        jobs,
+        wait_ms: 0,
+        images: vec![],
+    };
+    c.ingest(&poll, now).unwrap()
+}
+
+#[test]
+fn a_preempted_job_is_stopped_requeued_and_started_again_only_once_its_node_let_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    let mut scav = wharf_core::Partition::new("scav", &[]);
+    scav.preempt_mode = wharf_core::PreemptMode::Requeue;
+    let mut high = wharf_core::Partition::new("high", &[]);
+    high.priority_tier = 1;
+    config.partitions = vec![scav, high];
+    let mut c = cluster(&dir).with_scheduler(config).unwrap();
+    let ann = caller(1000, "ann");
+    let whole = |p: &str| JobRequest {
+        partition: Some(p.into()),
+        cpus: Some(8),
+        ..Default::default()
+    };
+    let low = submit_job(&mut c, &ann, whole("scav"), 10).unwrap();
+    c.schedule(1_000).unwrap();
+    report(&mut c, &[(low, false)], 1_500);
+    assert_eq!(record(&c, low).state, JobState::Running);
+
+    let high = submit_job(&mut c, &ann, whole("high"), 2_000).unwrap();
+    c.schedule(3_000).unwrap();
+    let stop = wharf_api::Stop::Preempt {
+        by: high,
+        requeue: true,
+    };
+    assert_eq!(record(&c, low).stop, Some(stop));
+    // Stored in the same commit as the pass's other decisions.
+    assert_eq!(
+        c.store.job(low).unwrap().unwrap().stop,
+        record(&c, low).stop
+    );
+    let waits = record(&c, high).reason.unwrap();
+    assert!(waits.contains(&format!("waiting for job {low}")), "{waits}");
+    let (launch, kill) = c.orders("n1", &BTreeSet::from([low]), &BTreeSet::new());
+    assert!(launch.is_empty());
+    assert_eq!(kill[0].reason, format!("preempted by job {high}"));
+    // A second pass chooses it no second time.
+    c.schedule(3_500).unwrap();
+    assert_eq!(record(&c, low).state, JobState::Running);
+
+    let forget = report(&mut c, &[(low, true)], 4_000);
+    assert_eq!(forget, vec![low]);
+    let requeued = record(&c, low);
+    assert_eq!(
+        (requeued.state, requeued.restarts, requeued.submit_time),
+        (JobState::Pending, 1, 10)
+    );
+    assert_eq!(requeued.requeued_from.as_deref(), Some("n1"));
+    assert_eq!((requeued.node, requeued.start_time), (None, None));
+    // The high job starts; the low one waits for n1 to let go of its last run, even when the
+    // agent repeats the old report.
+    c.schedule(5_000).unwrap();
+    assert_eq!(record(&c, high).state, JobState::Starting);
+    report(&mut c, &[(low, true), (high, false)], 5_500);
+    assert_eq!(record(&c, low).state, JobState::Pending);
+    assert_eq!(record(&c, low).restarts, 1);
+    report(&mut c, &[(high, false)], 6_000);
+    assert_eq!(record(&c, low).requeued_from, None);
+    // Once the high job is gone the low one starts again, told it is a restart.
+    c.cancel(&ann, high, 6_500).unwrap();
+    report(&mut c, &[(high, true)], 7_000);
+    c.schedule(8_000).unwrap();
+    assert_eq!(record(&c, low).state, JobState::Starting);
+    let (launch, _) = c.orders("n1", &BTreeSet::new(), &BTreeSet::new());
+    assert_eq!((launch[0].id, launch[0].restarts), (low, 1));
+}
