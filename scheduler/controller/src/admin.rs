@@ -1,0 +1,819 @@
+//! Associations managed at run time (`wharf admin`): the accounts, users' associations, QoS
+//! and partitions the scheduler works with, merged from the config file and the database.
+//!
+//! The rule: the config file seeds what the database does not have. An object no `wharf
+//! admin` change has touched is the config file's (edit the file and restart to change it).
+//! Once changed (or added, or removed) with `wharf admin`, its definition is kept in the
+//! database and wins over the file, across restarts; a removal is kept too, so a removed object
+//! the file still defines stays removed. `wharf admin ... show` says where each comes from.
+//!
+//! [`Registry`] holds the merge; a change is applied to a copy, checked whole
+//! ([`Registry::validate`]), stored with its audit, and only then replaces the registry and
+//! the scheduler's config, so a refused change changes nothing and the next pass sees an
+//! accepted one.
+
+pub mod settings;
+
+use wharf_api::admin::{
+    AccountDef, AdminAction, AdminChange, AdminKind, AssocCaps, Associations, PartitionDef, QosDef,
+    Source, Sourced, TresCaps, UserDef,
+};
+use wharf_core::limits::{AssocLimits, QosLimits, TresLimit};
+use wharf_core::{Account, Assoc, Billing, Config, Partition, PartitionState, Qos, UserShares};
+
+use crate::store::AssocRow;
+use settings::valid_name;
+
+/// The merged associations and the config file's scheduler config they came with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Registry {
+    base: Config,
+    assocs: Associations,
+}
+
+/// The store key of a user association.
+pub fn user_key(user: &str, account: &str) -> String {
+    format!("{user}@{account}")
+}
+
+fn tres_caps(t: &TresLimit) -> TresCaps {
+    TresCaps {
+        cpu: t.cpu,
+        mem: t.mem,
+        gpu: t.gpu,
+    }
+}
+
+fn tres_limit(t: &TresCaps) -> TresLimit {
+    TresLimit {
+        cpu: t.cpu,
+        mem: t.mem,
+        gpu: t.gpu,
+    }
+}
+
+fn assoc_caps(l: Option<&AssocLimits>) -> AssocCaps {
+    l.map(|l| AssocCaps {
+        grp_tres: tres_caps(&l.grp_tres),
+        grp_jobs: l.grp_jobs,
+        max_jobs: l.max_jobs,
+        max_submit_jobs: l.max_submit_jobs,
+        max_tres_per_job: tres_caps(&l.max_tres_per_job),
+    })
+    .unwrap_or_default()
+}
+
+fn assoc_limits(c: &AssocCaps) -> AssocLimits {
+    AssocLimits {
+        grp_tres: tres_limit(&c.grp_tres),
+        grp_jobs: c.grp_jobs,
+        max_jobs: c.max_jobs,
+        max_submit_jobs: c.max_submit_jobs,
+        max_tres_per_job: tres_limit(&c.max_tres_per_job),
+    }
+}
+
+fn state_name(s: PartitionState) -> &'static str {
+    match s {
+        PartitionState::Up => "UP",
+        PartitionState::Down => "DOWN",
+        PartitionState::Drain => "DRAIN",
+        PartitionState::Inactive => "INACTIVE",
+    }
+}
+
+fn config<T>(def: T) -> Sourced<T> {
+    Sourced {
+        def,
+        source: Source::Config,
+    }
+}
+
+/// The store key of an object.
+fn key_of<T: Keyed>(def: &T) -> String {
+    def.key()
+}
+
+/// Objects with a key in the store.
+trait Keyed {
+    fn key(&self) -> String;
+}
+
+impl Keyed for AccountDef {
+    fn key(&self) -> String {
+        self.name.clone()
+    }
+}
+impl Keyed for UserDef {
+    fn key(&self) -> String {
+        user_key(&self.user, &self.account)
+    }
+}
+impl Keyed for QosDef {
+    fn key(&self) -> String {
+        self.name.clone()
+    }
+}
+impl Keyed for PartitionDef {
+    fn key(&self) -> String {
+        self.name.clone()
+    }
+}
+
+/// Replaces (or adds, or with `None` removes) the object with `key`, from the database.
+fn put<T: Keyed + serde::de::DeserializeOwned>(
+    list: &mut Vec<Sourced<T>>,
+    key: &str,
+    record: Option<&str>,
+) -> Result<(), serde_json::Error> {
+    let at = list.iter().position(|e| e.def.key() == key);
+    match (record, at) {
+        (Some(text), at) => {
+            let entry = Sourced {
+                def: serde_json::from_str(text)?,
+                source: Source::Database,
+            };
+            match at {
+                Some(i) => list[i] = entry,
+                None => list.push(entry),
+            }
+        }
+        (None, Some(i)) => {
+            list.remove(i);
+        }
+        (None, None) => {}
+    }
+    Ok(())
+}
+
+/// The rows to store for the objects of one kind that differ between `before` and `after`.
+fn changed_rows<T: Keyed + PartialEq + serde::Serialize>(
+    kind: AdminKind,
+    before: &[Sourced<T>],
+    after: &mut [Sourced<T>],
+) -> Vec<AssocRow> {
+    let mut rows = Vec::new();
+    for e in after.iter_mut() {
+        let key = e.def.key();
+        if before.iter().any(|b| b.def.key() == key && b.def == e.def) {
+            continue;
+        }
+        e.source = Source::Database;
+        rows.push(AssocRow {
+            kind,
+            key,
+            record: serde_json::to_string(&e.def).ok(),
+        });
+    }
+    for b in before {
+        let key = b.def.key();
+        if !after.iter().any(|e| e.def.key() == key) {
+            rows.push(AssocRow {
+                kind,
+                key,
+                record: None,
+            });
+        }
+    }
+    rows
+}
+
+impl Registry {
+    /// The associations of the config file alone.
+    pub fn from_config(base: Config) -> Registry {
+        let l = &base.limits;
+        let accounts = base
+            .accounts
+            .iter()
+            .map(|a| {
+                config(AccountDef {
+                    name: a.name.clone(),
+                    parent: a.parent.clone(),
+                    shares: a.shares,
+                    limits: assoc_caps(l.accounts.get(&a.name)),
+                    coordinators: vec![],
+                })
+            })
+            .collect();
+        let users = base
+            .users
+            .iter()
+            .enumerate()
+            .map(|(i, u)| {
+                config(UserDef {
+                    user: u.user.clone(),
+                    account: u.account.clone(),
+                    shares: u.shares,
+                    // The first entry of a user is their default.
+                    default: !base.users[..i].iter().any(|o| o.user == u.user),
+                    limits: assoc_caps(l.users.get(&Assoc::new(&u.account, &u.user))),
+                })
+            })
+            .collect();
+        let qos = base
+            .qos
+            .iter()
+            .map(|q| {
+                let lim = l.qos.get(&q.name).cloned().unwrap_or_default();
+                config(QosDef {
+                    name: q.name.clone(),
+                    priority: q.priority,
+                    max_tres_per_user: tres_caps(&lim.max_tres_per_user),
+                    max_jobs_per_user: lim.max_jobs_per_user,
+                    max_submit_jobs_per_user: lim.max_submit_jobs_per_user,
+                    max_wall: lim.max_wall.map(|ms| ms / 1000),
+                    grp_tres: tres_caps(&lim.grp_tres),
+                    grp_jobs: lim.grp_jobs,
+                    preempt: lim.preempt.clone(),
+                })
+            })
+            .collect();
+        let partitions = base
+            .partitions
+            .iter()
+            .map(|p| {
+                config(PartitionDef {
+                    name: p.name.clone(),
+                    nodes: p.nodes.clone(),
+                    state: state_name(p.state).into(),
+                    priority_tier: p.priority_tier,
+                    max_time: p.max_time.map(|ms| ms / 1000),
+                    default_time: p.default_time.map(|ms| ms / 1000),
+                    max_nodes: p.max_nodes,
+                    billing_cpu: p.billing.cpu,
+                    billing_memory_gib: p.billing.memory_gib,
+                    billing_gpu: p.billing.gpu,
+                    default: base.default_partition.as_deref() == Some(p.name.as_str()),
+                })
+            })
+            .collect();
+        Registry {
+            assocs: Associations {
+                accounts,
+                users,
+                qos,
+                partitions,
+            },
+            base,
+        }
+    }
+
+    /// The config file's associations with the database's rows over them. Rows that no
+    /// longer fit the file (a user of an account the file and database no longer have, a
+    /// parent or preempted QoS gone) are set aside with a warning rather than stopping the
+    /// controller.
+    pub fn load(base: Config, rows: &[AssocRow]) -> Result<Registry, serde_json::Error> {
+        let mut r = Registry::from_config(base);
+        for row in rows {
+            let (key, rec) = (row.key.as_str(), row.record.as_deref());
+            match row.kind {
+                AdminKind::Account => put(&mut r.assocs.accounts, key, rec)?,
+                AdminKind::User => put(&mut r.assocs.users, key, rec)?,
+                AdminKind::Qos => put(&mut r.assocs.qos, key, rec)?,
+                AdminKind::Partition => put(&mut r.assocs.partitions, key, rec)?,
+            }
+        }
+        r.repair();
+        Ok(r)
+    }
+
+    /// Drops what no longer fits after a merge, with a warning each.
+    fn repair(&mut self) {
+        let a = &mut self.assocs;
+        let names: Vec<String> = a.accounts.iter().map(|e| e.def.name.clone()).collect();
+        for e in &mut a.accounts {
+            if let Some(p) = e
+                .def
+                .parent
+                .as_deref()
+                .filter(|p| !names.iter().any(|n| n == p))
+            {
+                tracing::warn!(account = %e.def.name, parent = p, "the account's parent no longer exists; it now hangs under the root");
+                e.def.parent = None;
+            }
+        }
+        a.users.retain(|e| {
+            let keep = names.contains(&e.def.account);
+            if !keep {
+                tracing::warn!(user = %e.def.user, account = %e.def.account, "dropping a user association whose account no longer exists");
+            }
+            keep
+        });
+        let qos: Vec<String> = a.qos.iter().map(|e| e.def.name.clone()).collect();
+        for e in &mut a.qos {
+            e.def.preempt.retain(|p| qos.contains(p));
+        }
+        self.normalize();
+        if let Err(problem) = self.validate() {
+            tracing::warn!(%problem, "the associations of the config file and the database disagree; fix it with `wharf admin`");
+        }
+    }
+
+    /// Gives every user with associations exactly one default (the first, when none is
+    /// marked), and the partitions at most one.
+    fn normalize(&mut self) {
+        let users = &mut self.assocs.users;
+        for i in 0..users.len() {
+            let user = users[i].def.user.clone();
+            let first_default = users
+                .iter()
+                .position(|e| e.def.user == user && e.def.default);
+            let first = users.iter().position(|e| e.def.user == user);
+            let keep = first_default.or(first);
+            for (j, e) in users.iter_mut().enumerate() {
+                if e.def.user == user {
+                    e.def.default = Some(j) == keep;
+                }
+            }
+        }
+    }
+
+    /// The associations, for `wharf admin show`.
+    pub fn associations(&self) -> &Associations {
+        &self.assocs
+    }
+
+    /// Replaces the config file's part (a reloaded config), keeping the database's changes
+    /// as they were merged.
+    pub fn rebase(&mut self, base: Config, rows: &[AssocRow]) -> Result<(), serde_json::Error> {
+        *self = Registry::load(base, rows)?;
+        Ok(())
+    }
+
+    /// The scheduler's config: the file's policy and weights with these associations.
+    pub fn config(&self) -> Config {
+        let mut c = self.base.clone();
+        let a = &self.assocs;
+        c.accounts = a
+            .accounts
+            .iter()
+            .map(|e| Account {
+                name: e.def.name.clone(),
+                parent: e.def.parent.clone(),
+                shares: e.def.shares,
+            })
+            .collect();
+        c.limits.accounts = a
+            .accounts
+            .iter()
+            .filter(|e| e.def.limits != AssocCaps::default())
+            .map(|e| (e.def.name.clone(), assoc_limits(&e.def.limits)))
+            .collect();
+        // The core takes a user's first entry as their default.
+        let mut users: Vec<&UserDef> = a.users.iter().map(|e| &e.def).collect();
+        users.sort_by_key(|u| !u.default);
+        c.users = users
+            .iter()
+            .map(|u| UserShares {
+                user: u.user.clone(),
+                account: u.account.clone(),
+                shares: u.shares,
+            })
+            .collect();
+        c.limits.users = users
+            .iter()
+            .filter(|u| u.limits != AssocCaps::default())
+            .map(|u| (Assoc::new(&u.account, &u.user), assoc_limits(&u.limits)))
+            .collect();
+        c.qos = a
+            .qos
+            .iter()
+            .map(|e| Qos {
+                name: e.def.name.clone(),
+                priority: e.def.priority,
+            })
+            .collect();
+        c.limits.qos = a
+            .qos
+            .iter()
+            .map(|e| {
+                let q = &e.def;
+                let l = QosLimits {
+                    max_tres_per_user: tres_limit(&q.max_tres_per_user),
+                    max_jobs_per_user: q.max_jobs_per_user,
+                    max_submit_jobs_per_user: q.max_submit_jobs_per_user,
+                    max_wall: q.max_wall.map(|s| s.saturating_mul(1000)),
+                    grp_tres: tres_limit(&q.grp_tres),
+                    grp_jobs: q.grp_jobs,
+                    preempt: q.preempt.clone(),
+                };
+                (q.name.clone(), l)
+            })
+            .filter(|(_, l)| *l != QosLimits::default())
+            .collect();
+        c.partitions = a
+            .partitions
+            .iter()
+            .map(|e| self.partition(&e.def))
+            .collect();
+        c.default_partition = a
+            .partitions
+            .iter()
+            .find(|e| e.def.default)
+            .map(|e| e.def.name.clone());
+        c
+    }
+
+    /// A partition for the core: the file's of that name (so settings `wharf admin` does not
+    /// manage stay as the file sets them), with the definition's settings over it.
+    fn partition(&self, d: &PartitionDef) -> Partition {
+        let mut p = self
+            .base
+            .partitions
+            .iter()
+            .find(|p| p.name == d.name)
+            .cloned()
+            .unwrap_or_else(|| Partition::new(&d.name, &[]));
+        p.nodes = d.nodes.clone();
+        p.state = match d.state.as_str() {
+            "DOWN" => PartitionState::Down,
+            "DRAIN" => PartitionState::Drain,
+            "INACTIVE" => PartitionState::Inactive,
+            _ => PartitionState::Up,
+        };
+        p.priority_tier = d.priority_tier;
+        p.max_time = d.max_time.map(|s| s.saturating_mul(1000));
+        p.default_time = d.default_time.map(|s| s.saturating_mul(1000));
+        p.max_nodes = d.max_nodes;
+        p.billing = Billing {
+            cpu: d.billing_cpu,
+            memory_gib: d.billing_memory_gib,
+            gpu: d.billing_gpu,
+        };
+        p
+    }
+
+    /// The account `name` and its ancestors, nearest first.
+    pub fn lineage(&self, name: &str) -> Vec<&AccountDef> {
+        let mut out: Vec<&AccountDef> = Vec::new();
+        let mut at = Some(name);
+        while let Some(n) = at {
+            let Some(a) = self.account(n) else { break };
+            if out.iter().any(|o| o.name == a.name) {
+                break;
+            }
+            out.push(a);
+            at = a.parent.as_deref();
+        }
+        out
+    }
+
+    /// The account `name`.
+    pub fn account(&self, name: &str) -> Option<&AccountDef> {
+        self.assocs
+            .accounts
+            .iter()
+            .find(|e| e.def.name == name)
+            .map(|e| &e.def)
+    }
+
+    /// The QoS jobs get when they name none.
+    pub fn default_qos(&self) -> Option<&str> {
+        self.base.limits.default_qos.as_deref()
+    }
+
+    /// Checks the whole set: names, shares, parents (known, no cycle), users' accounts and
+    /// defaults, preempt lists, one default partition. The error names the problem.
+    pub fn validate(&self) -> Result<(), String> {
+        let a = &self.assocs;
+        let bad_name = |what: &str, n: &str| {
+            format!("{what} {n:?}: a name is 1 to 64 letters, digits, '-', '_' or '.'")
+        };
+        for e in &a.accounts {
+            let d = &e.def;
+            if !valid_name(&d.name) {
+                return Err(bad_name("account", &d.name));
+            }
+            if d.shares == 0 {
+                return Err(format!("account {}: shares must be at least 1", d.name));
+            }
+            if let Some(c) = d.coordinators.iter().find(|c| !valid_name(c)) {
+                return Err(bad_name("coordinator", c));
+            }
+            if let Some(p) = &d.parent {
+                if self.account(p).is_none() {
+                    return Err(format!(
+                        "account {}: parent {p:?} is not an account; add it first",
+                        d.name
+                    ));
+                }
+                let line = self.lineage(&d.name);
+                let end = line.last().map(|l| l.parent.is_some()).unwrap_or(false);
+                if end || line.iter().skip(1).any(|l| l.name == d.name) {
+                    return Err(format!(
+                        "account {}: parent {p:?} would make a cycle ({} is below {})",
+                        d.name, p, d.name
+                    ));
+                }
+            }
+        }
+        for e in &a.users {
+            let d = &e.def;
+            if !valid_name(&d.user) {
+                return Err(bad_name("user", &d.user));
+            }
+            if self.account(&d.account).is_none() {
+                return Err(format!(
+                    "user {}: account {:?} is not an account; add it first",
+                    d.user, d.account
+                ));
+            }
+            if d.shares == 0 {
+                return Err(format!(
+                    "user {} in {}: shares must be at least 1",
+                    d.user, d.account
+                ));
+            }
+        }
+        for e in &a.qos {
+            let d = &e.def;
+            if !valid_name(&d.name) {
+                return Err(bad_name("qos", &d.name));
+            }
+            if let Some(p) = d
+                .preempt
+                .iter()
+                .find(|p| !a.qos.iter().any(|q| &q.def.name == *p))
+            {
+                return Err(format!(
+                    "qos {}: preempt names {p:?}, which is not a QoS",
+                    d.name
+                ));
+            }
+        }
+        for e in &a.partitions {
+            if !valid_name(&e.def.name) {
+                return Err(bad_name("partition", &e.def.name));
+            }
+            if let Some(n) = e.def.nodes.iter().find(|n| !valid_name(n)) {
+                return Err(bad_name("node", n));
+            }
+        }
+        if let Some(q) = self.default_qos() {
+            if !a.qos.iter().any(|e| e.def.name == q) {
+                return Err(format!(
+                    "qos {q} is the default QoS ([scheduler] default_qos); it must stay"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies `change` and checks the result. Returns the object's definition before and
+    /// after (as JSON, for the audit) and the rows to store: the object's, and those of
+    /// others the change touched (a user's former default, the former default partition).
+    pub fn apply(
+        &mut self,
+        change: &AdminChange,
+    ) -> Result<
+        (
+            Option<serde_json::Value>,
+            Option<serde_json::Value>,
+            Vec<AssocRow>,
+        ),
+        String,
+    > {
+        let before = self.assocs.clone();
+        let name = change.name.trim();
+        let (old, new) = match change.kind {
+            AdminKind::Account => {
+                let blank = AccountDef {
+                    name: name.into(),
+                    parent: None,
+                    shares: 1,
+                    limits: AssocCaps::default(),
+                    coordinators: vec![],
+                };
+                edit(
+                    &mut self.assocs.accounts,
+                    "account",
+                    name,
+                    change,
+                    blank,
+                    settings::account,
+                )?
+            }
+            AdminKind::User => {
+                let account = change
+                    .account
+                    .as_deref()
+                    .map(str::trim)
+                    .ok_or_else(|| format!("user {name}: name the account with --account"))?;
+                let key = user_key(name, account);
+                let first = !self.assocs.users.iter().any(|e| e.def.user == name);
+                let blank = UserDef {
+                    user: name.into(),
+                    account: account.into(),
+                    shares: 1,
+                    default: first,
+                    limits: AssocCaps::default(),
+                };
+                let mut change = change.clone();
+                change.name = key;
+                let out = edit(
+                    &mut self.assocs.users,
+                    "user",
+                    name,
+                    &change,
+                    blank,
+                    settings::user,
+                )?;
+                // A new default unmarks the user's others.
+                if change.settings.get("default").is_some_and(|v| {
+                    v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("yes")
+                }) {
+                    for e in &mut self.assocs.users {
+                        if e.def.user == name && e.def.account != account {
+                            e.def.default = false;
+                        }
+                    }
+                }
+                out
+            }
+            AdminKind::Qos => {
+                let blank = QosDef {
+                    name: name.into(),
+                    priority: 0,
+                    max_tres_per_user: TresCaps::default(),
+                    max_jobs_per_user: None,
+                    max_submit_jobs_per_user: None,
+                    max_wall: None,
+                    grp_tres: TresCaps::default(),
+                    grp_jobs: None,
+                    preempt: vec![],
+                };
+                let out = edit(
+                    &mut self.assocs.qos,
+                    "qos",
+                    name,
+                    change,
+                    blank,
+                    settings::qos,
+                )?;
+                if change.action == AdminAction::Remove {
+                    if let Some(q) = before
+                        .qos
+                        .iter()
+                        .find(|q| q.def.preempt.iter().any(|p| p == name))
+                    {
+                        return Err(format!(
+                            "qos {name} is in qos {}'s preempt list; take it out first",
+                            q.def.name
+                        ));
+                    }
+                }
+                out
+            }
+            AdminKind::Partition => {
+                let blank = PartitionDef {
+                    name: name.into(),
+                    nodes: vec![],
+                    state: "UP".into(),
+                    priority_tier: 0,
+                    max_time: None,
+                    default_time: None,
+                    max_nodes: None,
+                    billing_cpu: 1.0,
+                    billing_memory_gib: 0.0,
+                    billing_gpu: 0.0,
+                    default: false,
+                };
+                let out = edit(
+                    &mut self.assocs.partitions,
+                    "partition",
+                    name,
+                    change,
+                    blank,
+                    settings::partition,
+                )?;
+                if change.settings.get("default").is_some_and(|v| {
+                    v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("yes")
+                }) {
+                    for e in &mut self.assocs.partitions {
+                        e.def.default = e.def.name == name;
+                    }
+                }
+                out
+            }
+        };
+        if change.action == AdminAction::Remove && change.kind == AdminKind::Account {
+            if let Some(c) = before
+                .accounts
+                .iter()
+                .find(|e| e.def.parent.as_deref() == Some(name))
+            {
+                return Err(format!(
+                    "account {name} has child account {}; remove or move it first",
+                    c.def.name
+                ));
+            }
+            let users: Vec<&str> = before
+                .users
+                .iter()
+                .filter(|e| e.def.account == name)
+                .map(|e| e.def.user.as_str())
+                .collect();
+            if !users.is_empty() {
+                return Err(format!(
+                    "account {name} still has users ({}); remove them first with `wharf admin user rm USER --account {name}`",
+                    users.join(", ")
+                ));
+            }
+        }
+        self.normalize();
+        self.validate()?;
+        let mut rows = changed_rows(
+            AdminKind::Account,
+            &before.accounts,
+            &mut self.assocs.accounts,
+        );
+        rows.extend(changed_rows(
+            AdminKind::User,
+            &before.users,
+            &mut self.assocs.users,
+        ));
+        rows.extend(changed_rows(
+            AdminKind::Qos,
+            &before.qos,
+            &mut self.assocs.qos,
+        ));
+        rows.extend(changed_rows(
+            AdminKind::Partition,
+            &before.partitions,
+            &mut self.assocs.partitions,
+        ));
+        Ok((old, new, rows))
+    }
+}
+
+type Edited = (Option<serde_json::Value>, Option<serde_json::Value>);
+
+/// Adds, modifies or removes the object `change.name` (its store key) of one kind in `list`,
+/// setting each of the change's settings with `set`. `label` is what errors call it.
+fn edit<T: Keyed + Clone + serde::Serialize>(
+    list: &mut Vec<Sourced<T>>,
+    kind: &str,
+    label: &str,
+    change: &AdminChange,
+    blank: T,
+    set: fn(&mut T, &str, &str) -> Result<(), String>,
+) -> Result<Edited, String> {
+    let key = if change.kind == AdminKind::User {
+        change.name.clone()
+    } else {
+        if !valid_name(label) {
+            return Err(format!(
+                "{kind} {label:?}: a name is 1 to 64 letters, digits, '-', '_' or '.'"
+            ));
+        }
+        key_of(&blank)
+    };
+    let what = match (change.kind, change.account.as_deref()) {
+        (AdminKind::User, Some(a)) => format!("user {label} in account {a}"),
+        _ => format!("{kind} {label}"),
+    };
+    let at = list.iter().position(|e| e.def.key() == key);
+    let json = |d: &T| serde_json::to_value(d).ok();
+    match (change.action, at) {
+        (AdminAction::Add, Some(_)) => Err(format!("{what} exists; change it with `modify`")),
+        (AdminAction::Add, None) => {
+            let mut def = blank;
+            for (k, v) in &change.settings {
+                set(&mut def, k, v)?;
+            }
+            let new = json(&def);
+            list.push(Sourced {
+                def,
+                source: Source::Database,
+            });
+            Ok((None, new))
+        }
+        (_, None) => Err(match change.kind {
+            AdminKind::User => format!(
+                "{what}: no such association; add it with `wharf admin user add {label} --account {}`",
+                change.account.as_deref().unwrap_or("ACCOUNT")
+            ),
+            _ => format!("{what} does not exist"),
+        }),
+        (AdminAction::Modify, Some(i)) => {
+            if change.settings.is_empty() {
+                return Err(format!("{what}: nothing to change; give a setting"));
+            }
+            let old = json(&list[i].def);
+            let mut def = list[i].def.clone();
+            for (k, v) in &change.settings {
+                set(&mut def, k, v)?;
+            }
+            list[i].def = def;
+            Ok((old, json(&list[i].def)))
+        }
+        (AdminAction::Remove, Some(i)) => {
+            let old = json(&list[i].def);
+            list.remove(i);
+            Ok((old, None))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
