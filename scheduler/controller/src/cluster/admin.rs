@@ -95,7 +95,10 @@ impl Cluster {
             .collect();
         let what = match (change.kind, change.account.as_deref()) {
             (AdminKind::User, Some(a)) => format!("users of account {a}"),
-            (kind, _) => format!("{}s", kind.as_str()),
+            (AdminKind::Account, _) => "accounts".into(),
+            (AdminKind::User, None) => "users".into(),
+            (AdminKind::Qos, _) => "QoS".into(),
+            (AdminKind::Partition, _) => "partitions".into(),
         };
         let also = if mine.is_empty() {
             String::new()
