@@ -89,11 +89,6 @@ fn config<T>(def: T) -> Sourced<T> {
     }
 }
 
-/// The store key of an object.
-fn key_of<T: Keyed>(def: &T) -> String {
-    def.key()
-}
-
 /// Objects with a key in the store.
 trait Keyed {
     fn key(&self) -> String;
@@ -333,13 +328,6 @@ impl Registry {
         &self.assocs
     }
 
-    /// Replaces the config file's part (a reloaded config), keeping the database's changes
-    /// as they were merged.
-    pub fn rebase(&mut self, base: Config, rows: &[AssocRow]) -> Result<(), serde_json::Error> {
-        *self = Registry::load(base, rows)?;
-        Ok(())
-    }
-
     /// The scheduler's config: the file's policy and weights with these associations.
     pub fn config(&self) -> Config {
         let mut c = self.base.clone();
@@ -562,17 +550,7 @@ impl Registry {
     /// Applies `change` and checks the result. Returns the object's definition before and
     /// after (as JSON, for the audit) and the rows to store: the object's, and those of
     /// others the change touched (a user's former default, the former default partition).
-    pub fn apply(
-        &mut self,
-        change: &AdminChange,
-    ) -> Result<
-        (
-            Option<serde_json::Value>,
-            Option<serde_json::Value>,
-            Vec<AssocRow>,
-        ),
-        String,
-    > {
+    pub fn apply(&mut self, change: &AdminChange) -> Result<Applied, String> {
         let before = self.assocs.clone();
         let name = change.name.trim();
         let (old, new) = match change.kind {
@@ -746,7 +724,16 @@ impl Registry {
     }
 }
 
+/// An object's definition before and after a change, as JSON.
 type Edited = (Option<serde_json::Value>, Option<serde_json::Value>);
+
+/// What [`Registry::apply`] returns: the object's definition before and after, and the rows
+/// to store.
+pub type Applied = (
+    Option<serde_json::Value>,
+    Option<serde_json::Value>,
+    Vec<AssocRow>,
+);
 
 /// Adds, modifies or removes the object `change.name` (its store key) of one kind in `list`,
 /// setting each of the change's settings with `set`. `label` is what errors call it.
@@ -766,7 +753,7 @@ fn edit<T: Keyed + Clone + serde::Serialize>(
                 "{kind} {label:?}: a name is 1 to 64 letters, digits, '-', '_' or '.'"
             ));
         }
-        key_of(&blank)
+        blank.key()
     };
     let what = match (change.kind, change.account.as_deref()) {
         (AdminKind::User, Some(a)) => format!("user {label} in account {a}"),
