@@ -149,6 +149,19 @@ pub struct UserDef {
     pub limits: AssocCaps,
 }
 
+impl AccountDef {
+    /// An account under the root with 1 share, no limits and no coordinators.
+    pub fn new(name: &str) -> AccountDef {
+        AccountDef {
+            name: name.into(),
+            parent: None,
+            shares: 1,
+            limits: AssocCaps::default(),
+            coordinators: vec![],
+        }
+    }
+}
+
 /// A quality of service.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -179,6 +192,23 @@ pub struct QosDef {
     /// QoS whose jobs this one may preempt.
     #[serde(default)]
     pub preempt: Vec<String>,
+}
+
+impl QosDef {
+    /// A QoS of priority 0 with no limits.
+    pub fn new(name: &str) -> QosDef {
+        QosDef {
+            name: name.into(),
+            priority: 0,
+            max_tres_per_user: TresCaps::default(),
+            max_jobs_per_user: None,
+            max_submit_jobs_per_user: None,
+            max_wall: None,
+            grp_tres: TresCaps::default(),
+            grp_jobs: None,
+            preempt: vec![],
+        }
+    }
 }
 
 /// A partition.
@@ -213,6 +243,25 @@ pub struct PartitionDef {
     /// The partition of jobs that name none (one at most).
     #[serde(default)]
     pub default: bool,
+}
+
+impl PartitionDef {
+    /// An up partition over every node, tier 0, no time limits, billing CPUs only.
+    pub fn new(name: &str) -> PartitionDef {
+        PartitionDef {
+            name: name.into(),
+            nodes: vec![],
+            state: "UP".into(),
+            priority_tier: 0,
+            max_time: None,
+            default_time: None,
+            max_nodes: None,
+            billing_cpu: 1.0,
+            billing_memory_gib: 0.0,
+            billing_gpu: 0.0,
+            default: false,
+        }
+    }
 }
 
 /// Where an object's current definition comes from.

@@ -555,13 +555,7 @@ impl Registry {
         let name = change.name.trim();
         let (old, new) = match change.kind {
             AdminKind::Account => {
-                let blank = AccountDef {
-                    name: name.into(),
-                    parent: None,
-                    shares: 1,
-                    limits: AssocCaps::default(),
-                    coordinators: vec![],
-                };
+                let blank = AccountDef::new(name);
                 edit(
                     &mut self.assocs.accounts,
                     "account",
@@ -597,9 +591,7 @@ impl Registry {
                     settings::user,
                 )?;
                 // A new default unmarks the user's others.
-                if change.settings.get("default").is_some_and(|v| {
-                    v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("yes")
-                }) {
+                if marks_default(&change.settings) {
                     for e in &mut self.assocs.users {
                         if e.def.user == name && e.def.account != account {
                             e.def.default = false;
@@ -609,17 +601,7 @@ impl Registry {
                 out
             }
             AdminKind::Qos => {
-                let blank = QosDef {
-                    name: name.into(),
-                    priority: 0,
-                    max_tres_per_user: TresCaps::default(),
-                    max_jobs_per_user: None,
-                    max_submit_jobs_per_user: None,
-                    max_wall: None,
-                    grp_tres: TresCaps::default(),
-                    grp_jobs: None,
-                    preempt: vec![],
-                };
+                let blank = QosDef::new(name);
                 let out = edit(
                     &mut self.assocs.qos,
                     "qos",
@@ -643,19 +625,7 @@ impl Registry {
                 out
             }
             AdminKind::Partition => {
-                let blank = PartitionDef {
-                    name: name.into(),
-                    nodes: vec![],
-                    state: "UP".into(),
-                    priority_tier: 0,
-                    max_time: None,
-                    default_time: None,
-                    max_nodes: None,
-                    billing_cpu: 1.0,
-                    billing_memory_gib: 0.0,
-                    billing_gpu: 0.0,
-                    default: false,
-                };
+                let blank = PartitionDef::new(name);
                 let out = edit(
                     &mut self.assocs.partitions,
                     "partition",
@@ -664,9 +634,7 @@ impl Registry {
                     blank,
                     settings::partition,
                 )?;
-                if change.settings.get("default").is_some_and(|v| {
-                    v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("yes")
-                }) {
+                if marks_default(&change.settings) {
                     for e in &mut self.assocs.partitions {
                         e.def.default = e.def.name == name;
                     }
@@ -722,6 +690,13 @@ impl Registry {
         ));
         Ok((old, new, rows))
     }
+}
+
+/// True when the settings make the object a default (`default = true`).
+fn marks_default(settings: &std::collections::BTreeMap<String, String>) -> bool {
+    settings
+        .get("default")
+        .is_some_and(|v| v.eq_ignore_ascii_case("true") || v.eq_ignore_ascii_case("yes"))
 }
 
 /// An object's definition before and after a change, as JSON.

@@ -295,13 +295,7 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_key() {
-        let mut a = AccountDef {
-            name: "a".into(),
-            parent: None,
-            shares: 1,
-            limits: AssocCaps::default(),
-            coordinators: vec![],
-        };
+        let mut a = AccountDef::new("a");
         for (key, value, want) in [
             ("shares", "0", "at least 1"),
             ("shares", "-3", "at least 1"),
@@ -316,19 +310,7 @@ mod tests {
         assert_eq!(a.coordinators, ["ann", "bob"]);
         account(&mut a, "coordinators", "none").unwrap();
         assert!(a.coordinators.is_empty());
-        let mut p = PartitionDef {
-            name: "p".into(),
-            nodes: vec![],
-            state: "UP".into(),
-            priority_tier: 0,
-            max_time: None,
-            default_time: None,
-            max_nodes: None,
-            billing_cpu: 1.0,
-            billing_memory_gib: 0.0,
-            billing_gpu: 0.0,
-            default: false,
-        };
+        let mut p = PartitionDef::new("p");
         partition(&mut p, "state", "drain").unwrap();
         assert_eq!(p.state, "DRAIN");
         partition(&mut p, "max_time", "1d").unwrap();
