@@ -22,6 +22,7 @@ mod preemption;
 mod preflight;
 mod recovery;
 mod remote;
+mod rendezvous;
 mod sandbox;
 mod scheduling;
 mod sif;

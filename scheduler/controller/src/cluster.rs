@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use wharf_api::wire::{AgentJob, ErrorKind, KillOrder, LaunchOrder, PollRequest, SubmitRequest};
+use wharf_api::wire::{
+    AgentJob, ErrorKind, KillOrder, LaunchOrder, Peer, PollRequest, Rendezvous, SubmitRequest,
+};
 use wharf_api::{
     ExitInfo, JobDefaults, JobId, JobRecord, JobState, NodeInfo, NodeRecord, NodeState, Owner,
     Resources,
@@ -286,6 +288,7 @@ impl Cluster {
             dependency: req.job.dependency.clone(),
             array: None,
             restarts: 0,
+            port: None,
             stop: None,
             requeued_from: None,
         };
@@ -505,6 +508,21 @@ impl Cluster {
         Ok(forget)
     }
 
+    /// Node `name` as a job's peers reach it: its fabric address when its agent has one.
+    fn peer(&self, name: &str) -> Peer {
+        let info = self.nodes.get(name).map(|n| &n.info);
+        Peer {
+            name: name.to_string(),
+            address: info
+                .map(|i| {
+                    i.fabric_address
+                        .clone()
+                        .unwrap_or_else(|| i.address.clone())
+                })
+                .unwrap_or_else(|| name.to_string()),
+        }
+    }
+
     /// Orders for a node given what it holds: launches for jobs allocated to it that it does not
     /// have, kills for cancelled jobs and for jobs it runs that are not (or no longer) its,
     /// except those it already reports `stopping`.
@@ -526,6 +544,11 @@ impl Cluster {
                         cpu_ids: job.cpu_ids.clone(),
                         gpu_ids: job.gpu_ids.clone(),
                         restarts: job.restarts,
+                        rendezvous: Rendezvous {
+                            nodes: vec![self.peer(node)],
+                            node_rank: 0,
+                            port: job.port,
+                        },
                     });
                 }
             } else if held.contains(&job.id)

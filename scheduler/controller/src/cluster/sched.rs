@@ -51,6 +51,7 @@ impl Cluster {
             rec.node = Some(alloc.node.clone());
             rec.cpu_ids = alloc.cpu_ids.clone();
             rec.gpu_ids = alloc.gpu_ids.clone();
+            rec.port = start.port;
             rec.priority = None;
             rec.expected_start = None;
             woken.insert(alloc.node.clone());
@@ -121,6 +122,7 @@ impl Cluster {
                         gpu_ids: job.gpu_ids.clone(),
                         memory: job.resources.memory,
                     }],
+                    port: job.port,
                 }),
                 // Not before its node has let go of its last run (see `requeued_from`).
                 (JobState::Pending, _) if job.requeued_from.is_some() => {}

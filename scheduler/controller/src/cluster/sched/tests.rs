@@ -34,6 +34,7 @@ pub(crate) fn cluster(dir: &tempfile::TempDir) -> Cluster {
         NodeInfo {
             name: "n1".into(),
             address: "127.0.0.1".into(),
+            fabric_address: None,
             cpus: 8,
             memory: 16 << 30,
             gpus,
@@ -326,6 +327,7 @@ fn gpus_and_cpus_are_taken_close_together_where_the_agent_says_where_they_sit() 
         NodeInfo {
             name: "n1".into(),
             address: "127.0.0.1".into(),
+            fabric_address: None,
             cpus: 8,
             memory: 16 << 30,
             gpus,
