@@ -43,7 +43,10 @@ fn jobs_sharing_a_node_get_their_own_port_and_the_fabric_address() {
     let (va, vb) = (out(a), out(b));
     let node = stdout(&c.wharf(&["nodes", "--json"]));
     let node: serde_json::Value = serde_json::from_str(&node).unwrap();
-    let name = node["nodes"][0]["info"]["name"].as_str().unwrap().to_string();
+    let name = node["nodes"][0]["info"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
     for v in [&va, &vb] {
         assert_eq!(v["MASTER_ADDR"], "127.0.0.1", "{v:?}");
         assert_eq!(v["WORLD_SIZE"], "1");

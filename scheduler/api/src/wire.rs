@@ -67,6 +67,15 @@ pub struct UpdateRequest {
     /// Partition.
     #[serde(default)]
     pub partition: Option<String>,
+    /// QoS.
+    #[serde(default)]
+    pub qos: Option<String>,
+    /// Account charged.
+    #[serde(default)]
+    pub account: Option<String>,
+    /// Not before this time (`now+1h` counts from the update).
+    #[serde(default)]
+    pub begin: Option<crate::forms::Begin>,
 }
 
 /// `GET /v1/jobs`.

@@ -360,8 +360,8 @@ async fn update(
     let c = caller(&s, &peer)?;
     let (id, task) = job_id(&id)?;
     let req: wharf_api::wire::UpdateRequest = body(&s, bytes)?;
-    let job = with_cluster(&s, move |cl, _| {
-        cl.update(&c, cl.resolve_task(id, task)?, &req)
+    let job = with_cluster(&s, move |cl, now| {
+        cl.update(&c, cl.resolve_task(id, task)?, &req, now)
     })
     .await?;
     s.wake_scheduler();
