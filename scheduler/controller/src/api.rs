@@ -103,6 +103,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/jobs/{id}/release", post(release))
         .route("/v1/jobs/{id}/requeue", post(requeue))
         .route("/v1/jobs/{id}/update", post(update))
+        .route("/v1/acct", get(acct))
         .route("/v1/nodes", get(nodes))
         .route("/v1/admin/change", post(admin_change))
         .route("/v1/admin/associations", get(associations))
@@ -256,6 +257,16 @@ async fn list(
     let c = caller(&s, &peer)?;
     let finished = q.finished.min(10_000);
     let jobs = with_cluster(&s, move |cl, _| cl.list(&c, finished, q.user)).await?;
+    Ok(Json(JobList { jobs }))
+}
+
+async fn acct(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Query(q): Query<wharf_api::wire::AcctQuery>,
+) -> ApiResult<JobList> {
+    let c = caller(&s, &peer)?;
+    let jobs = with_cluster(&s, move |cl, now| cl.acct(&c, &q, now)).await?;
     Ok(Json(JobList { jobs }))
 }
 
