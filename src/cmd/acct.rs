@@ -171,7 +171,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
 }
 
 /// A window bound: an absolute time (as `--begin` takes) or `now-DURATION`, ms.
-fn window_time(flag: &str, text: &str, now: u64) -> Result<u64> {
+pub fn window_time(flag: &str, text: &str, now: u64) -> Result<u64> {
     let t = text.trim();
     if let Some(ago) = t.strip_prefix("now-") {
         let secs = parse_duration(ago).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;

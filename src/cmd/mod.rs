@@ -11,6 +11,7 @@ pub mod hold;
 pub mod image;
 pub mod nodes;
 pub mod queue;
+pub mod report;
 pub mod requeue;
 pub mod run;
 pub mod shim;

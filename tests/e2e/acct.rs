@@ -78,6 +78,48 @@ fn records_are_listed_filtered_and_kept_private() {
     assert_eq!(json.as_array().unwrap().len(), 2);
     assert!(json[0]["spec"]["account"].is_string(), "{json}");
 
+    // The report adds up the same records: every user's for root, her own for alice.
+    let report = |who: Option<&User>| -> serde_json::Value {
+        let out = match who {
+            Some(u) => c.wharf_as(u, &["report", "-S", "now-1h", "--json"]),
+            None => c.wharf(&["report", "-S", "now-1h", "--json"]),
+        };
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_str(&stdout(&out)).unwrap()
+    };
+    let all = report(None);
+    assert_eq!(all["total"]["jobs"], 3, "{all}");
+    let records: serde_json::Value =
+        serde_json::from_str(&stdout(&acct(None, &["-a", "--json", "-S", "now-1h"]))).unwrap();
+    let held_cpu_hours: f64 = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            let ms = j["end_time"].as_u64().unwrap() - j["start_time"].as_u64().unwrap();
+            j["resources"]["cpus"].as_f64().unwrap() * ms as f64 / 3_600_000.0
+        })
+        .sum();
+    let reported = all["total"]["cpu_hours"].as_f64().unwrap();
+    assert!(
+        (reported - held_cpu_hours).abs() < 1e-9,
+        "{reported} vs {held_cpu_hours}"
+    );
+    let users: Vec<&str> = all["users"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["name"].as_str().unwrap())
+        .collect();
+    assert!(users.iter().any(|u| u.ends_with("/wharf-bob")), "{users:?}");
+    let hers = report(Some(&alice));
+    assert_eq!(hers["total"]["jobs"], 2, "{hers}");
+    let text = stdout(&c.wharf(&["report", "-S", "now-1h"]));
+    assert!(
+        text.contains("ACCOUNT/USER") && text.contains("CPU-HOURS"),
+        "{text}"
+    );
+
     // Bad input names the problem.
     for (args, says) in [
         (&["-s", "DONE"][..], "unknown state \"DONE\""),

@@ -101,4 +101,54 @@ impl Cluster {
             })
             .collect())
     }
+
+    /// Usage over `[since, until)` (Slurm's `sreport`): every job's for an admin, the
+    /// caller's own otherwise.
+    pub fn report(
+        &self,
+        caller: &Caller,
+        since: u64,
+        until: u64,
+        now: u64,
+    ) -> Result<wharf_api::report::Report, Failure> {
+        if since >= until {
+            return Err(Failure::new(
+                ErrorKind::InvalidInput,
+                "the window's start must be before its end",
+            ));
+        }
+        let uid = (!caller.admin).then_some(caller.owner.uid);
+        let jobs = self
+            .store
+            .jobs_in_window(uid, None, since, until, MAX_ROWS)?;
+        let runs: Vec<wharf_api::report::Run> = jobs
+            .iter()
+            .filter_map(|j| {
+                let partition = super::sched::partition(j);
+                let billing = self
+                    .sched
+                    .partitions
+                    .iter()
+                    .find(|p| Some(&p.name) == partition.as_ref())
+                    .map(|p| p.billing)
+                    .unwrap_or_default();
+                wharf_api::report::Run::of(
+                    j,
+                    self.assoc(j).account,
+                    partition.unwrap_or_else(|| wharf_core::DEFAULT_PARTITION.to_string()),
+                    [billing.cpu, billing.memory_gib, billing.gpu],
+                    now,
+                )
+            })
+            .collect();
+        let cpus = self.nodes.values().map(|n| u64::from(n.info.cpus)).sum();
+        let gpus = self.nodes.values().map(|n| n.info.gpus.len() as u64).sum();
+        Ok(wharf_api::report::Report::of(
+            &runs,
+            since,
+            until.min(now.max(since + 1)),
+            cpus,
+            gpus,
+        ))
+    }
 }
