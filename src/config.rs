@@ -36,6 +36,30 @@ pub struct FileConfig {
     pub limits: LimitsSection,
     /// `[scheduler]`: the scheduling policy and its weights.
     pub scheduler: SchedulerSection,
+    /// `[accounting]`: how long job records are kept.
+    pub accounting: AccountingSection,
+}
+
+/// `[accounting]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccountingSection {
+    /// Records of jobs that ended longer ago move out of the database; `0s`: never.
+    pub keep: String,
+    /// Append them to compressed JSON lines in `archive_dir` before deleting them.
+    pub archive: bool,
+    /// Where; default `<controller.state_dir>/archive`.
+    pub archive_dir: Option<PathBuf>,
+}
+
+impl Default for AccountingSection {
+    fn default() -> Self {
+        AccountingSection {
+            keep: "0s".into(),
+            archive: true,
+            archive_dir: None,
+        }
+    }
 }
 
 /// `[limits]`.

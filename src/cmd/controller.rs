@@ -54,6 +54,18 @@ pub fn settings(
             kill_invalid_dependency: file.scheduler.kill_invalid_dependency,
             max_array_size: file.limits.max_array_size,
         },
+        retention: {
+            let a = &file.accounting;
+            let keep = config::duration("accounting.keep", &a.keep)?;
+            (!keep.is_zero()).then(|| wharf_controller::retention::Retention {
+                keep,
+                archive_dir: a.archive.then(|| {
+                    a.archive_dir
+                        .clone()
+                        .unwrap_or_else(|| c.state_dir.join("archive"))
+                }),
+            })
+        },
     })
 }
 

@@ -10,6 +10,7 @@ pub mod api;
 pub mod cluster;
 pub mod groups;
 pub mod private;
+pub mod retention;
 pub mod serve;
 pub mod store;
 pub mod visibility;
@@ -65,6 +66,8 @@ pub struct ControllerConfig {
     pub scheduler: SchedulerConfig,
     /// How job forms behave.
     pub forms: FormsConfig,
+    /// How long ended jobs' records stay in the database; `None`: forever.
+    pub retention: Option<retention::Retention>,
 }
 
 /// How job forms (dependencies, arrays) behave.
@@ -227,6 +230,9 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
         "controller ready"
     );
     tokio::spawn(scheduler_loop(shared.clone()));
+    if let Some(r) = config.retention.clone() {
+        tokio::spawn(retention_loop(shared.clone(), r));
+    }
     let tcp = async move {
         match tcp_server {
             Some(s) => s.await,
@@ -236,6 +242,25 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
     tokio::select! {
         r = unix_server => r.map_err(io("serving the Unix socket")),
         r = tcp => r.map_err(io("serving TCP")),
+    }
+}
+
+/// Moves old records out at start and every hour after (housekeeping, not on any job's path).
+async fn retention_loop(shared: Arc<Shared>, r: retention::Retention) {
+    loop {
+        let (s, r2) = (shared.clone(), r.clone());
+        let result = tokio::task::spawn_blocking(move || {
+            let mut cluster = s.cluster.lock().unwrap_or_else(|p| p.into_inner());
+            cluster.purge_records(&r2, now_ms())
+        })
+        .await;
+        match result {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => tracing::info!(records = n, "old job records moved out of the database"),
+            Ok(Err(e)) => tracing::error!(error = %e, "moving old job records out failed"),
+            Err(e) => tracing::error!(error = %e, "moving old job records out panicked"),
+        }
+        tokio::time::sleep(Duration::from_secs(3600)).await;
     }
 }
 

@@ -256,6 +256,30 @@ impl Store {
         }
     }
 
+    /// Ended jobs that ended before `cutoff` (ms), oldest first, at most `limit`.
+    pub fn ended_before(&self, cutoff: u64, limit: u32) -> Result<Vec<JobRecord>, StoreError> {
+        let sql = format!(
+            "SELECT record FROM jobs WHERE state NOT IN {ACTIVE} AND end_time < ?1 \
+             ORDER BY end_time, id LIMIT ?2"
+        );
+        self.query(&sql, params![cutoff as i64, limit])
+    }
+
+    /// Deletes these ended jobs' records, in one transaction; active jobs are never deleted.
+    pub fn delete_ended(&mut self, ids: &[JobId]) -> Result<usize, StoreError> {
+        let tx = self.conn.transaction()?;
+        let mut n = 0;
+        {
+            let sql = format!("DELETE FROM jobs WHERE id = ?1 AND state NOT IN {ACTIVE}");
+            let mut stmt = tx.prepare_cached(&sql)?;
+            for &id in ids {
+                n += stmt.execute([id as i64])?;
+            }
+        }
+        tx.commit()?;
+        Ok(n)
+    }
+
     /// Number of jobs in a state.
     #[cfg(test)]
     pub fn count(&self, state: wharf_api::JobState) -> Result<u64, StoreError> {
@@ -302,11 +326,11 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use wharf_api::{JobState, Owner, Resources};
 
-    pub(super) fn record() -> JobRecord {
+    pub(crate) fn record() -> JobRecord {
         JobRecord {
             id: 0,
             owner: Owner {
