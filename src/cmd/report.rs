@@ -101,16 +101,9 @@ fn table(title: &str, rows: &[UsageRow], limit: usize) {
 
 /// The first of `now`'s month, 00:00 UTC, ms.
 fn month_start(now: u64) -> u64 {
-    let days = now / 86_400_000;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm), then back.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5; // 0-based day of the month
-    (days as i64 - day) as u64 * 86_400_000
+    let days = (now / 86_400_000) as i64;
+    let (_, _, day) = wharf_api::forms::civil_from_days(days);
+    (days - i64::from(day) + 1) as u64 * 86_400_000
 }
 
 #[cfg(test)]

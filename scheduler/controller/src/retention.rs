@@ -77,16 +77,7 @@ fn append(dir: &Path, path: &Path, jobs: &[wharf_api::JobRecord]) -> std::io::Re
 
 /// `YYYY-MM` of a time in ms since the epoch (UTC).
 fn month(ms: u64) -> String {
-    let days = (ms / 86_400_000) as i64;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, _) = wharf_api::forms::civil_from_days((ms / 86_400_000) as i64);
     format!("{y:04}-{m:02}")
 }
 
