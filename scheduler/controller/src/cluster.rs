@@ -13,6 +13,7 @@ use wharf_core::{Config as SchedConfig, UsageLedger};
 
 use crate::store::{Store, StoreError};
 use crate::visibility::{ended_reason, view};
+use crate::watch::JobWatch;
 
 mod array;
 mod forms;
@@ -80,6 +81,8 @@ pub struct Cluster {
     /// Fair-share usage: rebuilt at start from the store's most recent ended jobs, then
     /// charged as jobs end (the store keeps no usage table yet).
     usage: UsageLedger,
+    /// Waiters on jobs' states, woken by every commit.
+    watch: JobWatch,
 }
 
 impl Cluster {
@@ -137,6 +140,7 @@ impl Cluster {
             forms: crate::FormsConfig::default(),
             usage: UsageLedger::new(sched.half_life),
             sched,
+            watch: JobWatch::default(),
         };
         cluster.replay_usage()?;
         Ok(cluster)
@@ -324,6 +328,18 @@ impl Cluster {
                 .ok_or_else(|| Failure::new(ErrorKind::NotFound, format!("no job {id}")))?,
         };
         Ok(view(caller, job))
+    }
+
+    /// Job `id` as `caller` may see it and, while it is active, a receiver of its state that
+    /// every later commit of the job updates (`GET /v1/jobs/{id}/wait`).
+    pub fn watch_job(
+        &mut self,
+        caller: &Caller,
+        id: JobId,
+    ) -> Result<(JobRecord, Option<tokio::sync::watch::Receiver<JobState>>), Failure> {
+        let job = self.job(caller, id)?;
+        let rx = (!job.state.is_terminal()).then(|| self.watch.subscribe(id, job.state));
+        Ok((job, rx))
     }
 
     /// Active jobs, plus up to `finished` ended ones (newest), oldest first.
@@ -537,6 +553,7 @@ impl Cluster {
         }
         self.store.update_jobs(&changed)?;
         for job in changed {
+            self.watch.changed(job.id, job.state);
             if job.state.is_terminal() {
                 self.charge(&job);
                 self.jobs.remove(&job.id);

@@ -11,6 +11,7 @@ pub mod private;
 pub mod serve;
 pub mod store;
 pub mod visibility;
+pub mod watch;
 
 /// QoS and association limits (`[[scheduler.qos]]`, `[[scheduler.account]]`, `[[scheduler.user]]`).
 pub use wharf_core::limits as sched_limits;
