@@ -61,6 +61,27 @@ pub fn exit_status(job: &JobRecord) -> i32 {
 /// `controller.poll_wait`); the client then asks again.
 const WAIT_MS: u64 = 60_000;
 
+/// How long the first wait for the job's start lasts: a job still pending then is said to be
+/// queued, with the scheduler's reason.
+const QUEUED_AFTER_MS: u64 = 1_000;
+
+/// Job `id` once it is in none of `states` (at once if it is not now), or after `wait_ms`;
+/// while the controller is unreachable (restarting), asked again every half second.
+async fn wait(client: &Client, id: u64, states: &[JobState], wait_ms: u64) -> Result<JobRecord> {
+    let states: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+    let path = format!(
+        "/v1/jobs/{id}/wait?state={}&wait_ms={wait_ms}",
+        states.join(",")
+    );
+    loop {
+        match client.get(&path).await {
+            Ok(job) => return Ok(job),
+            Err(e) if e.is_transient() => tokio::time::sleep(Duration::from_millis(500)).await,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// The job's output files, followed as they grow while the job runs.
 struct Output {
     out: Tail,
@@ -120,14 +141,16 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     .overlay(args.flags.to_request()?);
     let id = submit(socket, job).await?;
     let client = Client::new(Endpoint::parse(socket), None);
-    let mut job: JobRecord = client.get(&format!("/v1/jobs/{id}")).await?;
+    // Each wait is answered the moment the job leaves the states it waits out: no polling.
+    // Output is followed from the start; with --quiet only the end counts.
+    let before_start = [JobState::Pending, JobState::Starting];
+    let mut job = wait(&client, id, &before_start, QUEUED_AFTER_MS).await?;
     let spec = job
         .spec
         .clone()
         .ok_or_else(|| anyhow::anyhow!("job {id} has no spec"))?;
     let mut output = Output::new(spec.output_path(id), spec.error_path(id));
     let mut said_pending = false;
-    // Each wait is answered the moment the job changes state: no polling.
     loop {
         if job.state == JobState::Pending && !said_pending {
             if let Some(r) = &job.reason {
@@ -143,20 +166,20 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         if job.state.is_terminal() {
             break;
         }
-        let path = format!("/v1/jobs/{id}/wait?state={}&wait_ms={WAIT_MS}", job.state);
-        let mut next = std::pin::pin!(client.get::<JobRecord>(&path));
-        let answer = loop {
+        let mut waiting_out = match job.state {
+            JobState::Pending | JobState::Starting => before_start.to_vec(),
+            state => vec![state],
+        };
+        if args.quiet {
+            waiting_out.push(JobState::Running);
+        }
+        let mut next = std::pin::pin!(wait(&client, id, &waiting_out, WAIT_MS));
+        job = loop {
             tokio::select! {
-                answer = &mut next => break answer,
+                answer = &mut next => break answer?,
                 () = output.grown(), if streaming => output.pump(),
             }
         };
-        match answer {
-            Ok(j) => job = j,
-            // The controller is restarting: ask again once it may be back.
-            Err(e) if e.is_transient() => tokio::time::sleep(Duration::from_millis(500)).await,
-            Err(e) => return Err(e.into()),
-        }
     }
     if job.state != JobState::Completed {
         let why = crate::output::clean(job.reason.as_deref().unwrap_or_default()).into_owned();

@@ -27,3 +27,4 @@ mod state_files;
 mod submit_limits;
 mod untrusted_text;
 mod user_paths;
+mod waits;

@@ -286,15 +286,33 @@ async fn show(
 
 #[derive(Debug, Deserialize)]
 struct WaitQuery {
-    /// The state the caller knows.
-    state: JobState,
+    /// The states the caller waits out, comma-separated (`PENDING,STARTING`).
+    state: String,
     /// The longest wait, ms (at most `controller.poll_wait`, which is also the default).
     wait_ms: Option<u64>,
 }
 
-/// A long poll: answers with the job the moment a committed change takes it out of the state
-/// the caller knows (at once if it is in another already), or as it is after the wait. Each
-/// waiter holds a connection, charged to its user like any other (`[limits]
+/// The states of `state=A,B`; a clear error for an empty list or an unknown name.
+fn wait_states(text: &str) -> Result<Vec<JobState>, ApiFailure> {
+    text.split(',')
+        .map(|name| {
+            JobState::parse(name).ok_or_else(|| {
+                let known: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+                fail(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "state={name:?} is not a job state; give one or more of {}, comma-separated",
+                        known.join(", ")
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+/// A long poll: answers with the job the moment a committed change takes it out of the
+/// states the caller waits out (at once if it is in another already), or as it is after the
+/// wait. Each waiter holds a connection, charged to its user like any other (`[limits]
 /// max_connections_per_user`); the wait is capped at `controller.poll_wait`, which the
 /// configuration keeps below the idle timeout.
 async fn wait(
@@ -308,9 +326,12 @@ async fn wait(
     let Query(q) = query.map_err(|e| {
         fail(
             ErrorKind::InvalidInput,
-            format!("{e} (wait takes state=STATE, the state the caller knows, and wait_ms=N)"),
+            format!(
+                "{e} (wait takes state=STATE[,STATE...], the states to wait out, and wait_ms=N)"
+            ),
         )
     })?;
+    let states = wait_states(&q.state)?;
     let cap = s.config.poll_wait.as_millis() as u64;
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(q.wait_ms.unwrap_or(cap).min(cap));
@@ -320,11 +341,11 @@ async fn wait(
         cl.watch_job(&c2, id)
     })
     .await?;
-    let Some(mut rx) = rx.filter(|_| job.state == q.state) else {
+    let Some(mut rx) = rx.filter(|_| states.contains(&job.state)) else {
         return Ok(Json(job));
     };
     // Woken by the commit that changes the job's state; an ended job's sender goes away.
-    let _ = tokio::time::timeout_at(deadline, rx.wait_for(|now| *now != q.state)).await;
+    let _ = tokio::time::timeout_at(deadline, rx.wait_for(|now| !states.contains(now))).await;
     let id = job.id;
     Ok(Json(with_cluster(&s, move |cl, _| cl.job(&c, id)).await?))
 }
