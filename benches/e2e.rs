@@ -190,23 +190,7 @@ fn slurm(dir: &Path) -> (Daemons, PathBuf) {
 }
 
 fn main() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("e2e benchmark: needs root (`wharf dev` runs the node agent)");
-        std::process::exit(1);
-    }
-    let runs: usize = std::env::var("WHARF_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
-    let dir = tempfile::Builder::new()
-        .prefix("wharf-bench-e2e-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let (runs, dir) = common::start("e2e", "`wharf dev` runs the node agent", "e2e-", 200);
     println!("run-and-wait of /bin/true, {runs} runs each, one node");
     let wharf = {
         let (_dev, socket) = wharf_dev(dir.path());

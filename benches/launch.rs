@@ -241,23 +241,7 @@ fn oci_cli(
 }
 
 fn main() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("launch benchmark: needs root (it creates namespaces and cgroups)");
-        std::process::exit(1);
-    }
-    let runs: usize = std::env::var("WHARF_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
-    let dir = tempfile::Builder::new()
-        .prefix("wharf-bench-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let (runs, dir) = common::start("launch", "it creates namespaces and cgroups", "", 100);
     let rootfs = bundle(dir.path());
     println!("launch-to-exec latency, {runs} launches each, same static program and rootfs");
     // One warm-up launch each so page cache and binaries are hot for everyone.

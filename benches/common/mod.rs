@@ -33,3 +33,33 @@ pub fn summarize(name: &str, what: &str, mut ms: Vec<f64>) -> Option<Stats> {
     );
     Some(s)
 }
+
+/// What every benchmark starts with: it exits unless run as root (saying `why` root is
+/// needed), reads the runs asked for in WHARF_BENCH_RUNS (else `default_runs`) and makes a
+/// scratch directory `wharf-bench-PREFIX...` under /var/tmp, 0755 (the jobs' users pass
+/// through it), removed when dropped.
+pub fn start(
+    bench: &str,
+    why: &str,
+    prefix: &str,
+    default_runs: usize,
+) -> (usize, tempfile::TempDir) {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("{bench} benchmark: needs root ({why})");
+        std::process::exit(1);
+    }
+    let runs = std::env::var("WHARF_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default_runs);
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("wharf-bench-{prefix}"))
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    (runs, dir)
+}
