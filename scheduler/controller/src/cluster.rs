@@ -15,8 +15,10 @@ use crate::store::{Store, StoreError};
 use crate::visibility::{ended_reason, view};
 use crate::watch::JobWatch;
 
+mod access;
 mod array;
 mod forms;
+mod requeue;
 mod sched;
 
 /// A refused or failed request, with its kind and words for the user.
@@ -81,6 +83,8 @@ pub struct Cluster {
     /// Fair-share usage: rebuilt at start from the store's most recent ended jobs, then
     /// charged as jobs end (the store keeps no usage table yet).
     usage: UsageLedger,
+    /// How a submitting user's Unix groups are found (partitions' AllowGroups).
+    groups: crate::groups::GroupLookup,
     /// Waiters on jobs' states, woken by every commit.
     watch: JobWatch,
 }
@@ -140,6 +144,7 @@ impl Cluster {
             forms: crate::FormsConfig::default(),
             usage: UsageLedger::new(sched.half_life),
             sched,
+            groups: crate::groups::unix_groups,
             watch: JobWatch::default(),
         };
         cluster.replay_usage()?;
@@ -155,6 +160,12 @@ impl Cluster {
     /// Sets how job forms behave (dependencies that can never be met, array sizes).
     pub fn with_forms(mut self, forms: crate::FormsConfig) -> Cluster {
         self.forms = forms;
+        self
+    }
+
+    /// Sets how users' Unix groups are found (the system's group database by default).
+    pub fn with_group_lookup(mut self, lookup: crate::groups::GroupLookup) -> Cluster {
+        self.groups = lookup;
         self
     }
 
@@ -205,7 +216,8 @@ impl Cluster {
             self.nodes.values().map(|n| n.info.capacity()),
         )
         .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
-        self.check_partition(&spec)?;
+        self.check_partition(&spec, caller)?;
+        self.check_selection(&spec, &caller.owner.user)?;
         self.check_account(&spec, &caller.owner.user)?;
         self.check_qos_and_nice(&spec, caller)?;
         self.check_limits(&spec, &caller.owner.user)?;
@@ -267,6 +279,9 @@ impl Cluster {
             hold: (req.job.hold == Some(true)).then_some(wharf_api::Hold::User),
             dependency: req.job.dependency.clone(),
             array: None,
+            restarts: 0,
+            stop: None,
+            requeued_from: None,
         };
         if let Some(array) = &req.job.array {
             return self.insert_array(record, array, req.client_token.as_deref());
@@ -399,6 +414,12 @@ impl Cluster {
                 format!("invalid node name {:?}", info.name),
             ));
         }
+        wharf_api::features::validate_features(&info.features).map_err(|e| {
+            Failure::new(
+                ErrorKind::InvalidInput,
+                format!("node {}: features: {e}", info.name),
+            )
+        })?;
         self.store.upsert_node(&info, now)?;
         let images = self
             .nodes
@@ -439,7 +460,22 @@ impl Cluster {
                 .filter(|j| j.node.as_deref() == Some(report.node.as_str()));
             match (ours, &aj.exit) {
                 (Some(job), Some(exit)) => {
-                    changed.push(finish(job.clone(), exit, aj, now));
+                    // Ended by the stop we sent (not on its own first, nor by a cancel).
+                    let stop = job
+                        .stop
+                        .clone()
+                        .filter(|_| exit.cancelled && !job.cancel_requested);
+                    let ended = finish(job.clone(), exit, aj, now);
+                    changed.push(match stop {
+                        Some(stop) => {
+                            // The run so far counts toward fair share, requeued or not.
+                            if stop.requeues() {
+                                self.charge(&ended);
+                            }
+                            requeue::stopped(ended, &stop, &report.node)
+                        }
+                        None => ended,
+                    });
                     forget.push(*id);
                 }
                 (None, Some(_)) => forget.push(*id),
@@ -453,6 +489,12 @@ impl Cluster {
                 _ => {}
             }
         }
+        // A requeued job's last run is gone from its node: it may start again.
+        changed.extend(
+            self.requeued_from(&report.node)
+                .filter(|j| !reported.contains_key(&j.id))
+                .map(requeue::let_go),
+        );
         for job in self.jobs_on(&report.node) {
             if job.state == JobState::Running && !reported.contains_key(&job.id) {
                 let mut job = job.clone();
@@ -489,14 +531,18 @@ impl Cluster {
                         spec: spec.clone(),
                         cpu_ids: job.cpu_ids.clone(),
                         gpu_ids: job.gpu_ids.clone(),
+                        restarts: job.restarts,
                     });
                 }
-            } else if held.contains(&job.id) && job.cancel_requested && !stopping.contains(&job.id)
+            } else if held.contains(&job.id)
+                && (job.cancel_requested || job.stop.is_some())
+                && !stopping.contains(&job.id)
             {
-                kill.push(KillOrder {
-                    id: job.id,
-                    reason: "cancelled".into(),
-                });
+                let reason = match &job.stop {
+                    Some(stop) if !job.cancel_requested => stop.to_string(),
+                    _ => "cancelled".into(),
+                };
+                kill.push(KillOrder { id: job.id, reason });
             }
         }
         for id in held.difference(stopping) {
@@ -525,6 +571,8 @@ impl Cluster {
         }
         let mut changed = Vec::new();
         for name in &lost {
+            // A node that is down cleans nothing up: its requeued jobs need not wait for it.
+            changed.extend(self.requeued_from(name).map(requeue::let_go));
             for job in self.jobs_on(name) {
                 let mut job = job.clone();
                 job.state = JobState::NodeFail;

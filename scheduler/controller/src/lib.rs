@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod cluster;
+pub mod groups;
 pub mod private;
 pub mod serve;
 pub mod store;
@@ -18,7 +19,7 @@ pub use wharf_core::limits as sched_limits;
 pub use wharf_core::{
     Account as SchedulerAccount, Assoc as SchedulerAssoc, Billing as SchedulerBilling,
     Config as SchedulerConfig, Partition as SchedulerPartition, PartitionState,
-    Policy as SchedulerPolicy, Qos as SchedulerQos, UserShares as SchedulerUserShares,
+    Policy as SchedulerPolicy, PreemptMode, Qos as SchedulerQos, UserShares as SchedulerUserShares,
 };
 
 use std::collections::BTreeMap;
