@@ -5,6 +5,7 @@
 //! scheduler task runs a pass whenever something changes (and every second), and wakes the
 //! long-polling agents that got work.
 
+pub mod admin;
 pub mod api;
 pub mod cluster;
 pub mod groups;
