@@ -20,39 +20,11 @@ clock_gettime(CLOCK_MONOTONIC,&t);printf(\"%lld\\n\",(long long)t.tv_sec*1000000
 
 use wharf_runtime::timeline::{self, monotonic_ns as mono_ns};
 
+mod common;
+use common::{percentile, summarize};
+
 fn stamp_of(file: &Path) -> Option<i64> {
     std::fs::read_to_string(file).ok()?.trim().parse().ok()
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
-
-struct Stats {
-    name: String,
-    p50: f64,
-    p99: f64,
-}
-
-fn summarize(name: &str, mut ms: Vec<f64>) -> Option<Stats> {
-    if ms.is_empty() {
-        return None;
-    }
-    ms.sort_by(|a, b| a.total_cmp(b));
-    let s = Stats {
-        name: name.into(),
-        p50: percentile(&ms, 0.5),
-        p99: percentile(&ms, 0.99),
-    };
-    println!(
-        "{:<8} launches={:<4} p50={:>8.2} ms  p99={:>8.2} ms",
-        s.name,
-        ms.len(),
-        s.p50,
-        s.p99
-    );
-    Some(s)
 }
 
 /// Builds the bundle: a rootfs holding only the static stamp program.
@@ -269,23 +241,7 @@ fn oci_cli(
 }
 
 fn main() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("launch benchmark: needs root (it creates namespaces and cgroups)");
-        std::process::exit(1);
-    }
-    let runs: usize = std::env::var("WHARF_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
-    let dir = tempfile::Builder::new()
-        .prefix("wharf-bench-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let (runs, dir) = common::start("launch", "it creates namespaces and cgroups", "", 100);
     let rootfs = bundle(dir.path());
     println!("launch-to-exec latency, {runs} launches each, same static program and rootfs");
     // One warm-up launch each so page cache and binaries are hot for everyone.
@@ -294,13 +250,13 @@ fn main() {
     launcher.warm_up().expect("starting the shim spawner");
     let _ = wharf(&launcher, 1, dir.path(), &rootfs);
     let (ms, steps) = wharf(&launcher, runs, dir.path(), &rootfs);
-    let ours = summarize("wharf", ms).expect("no wharf launches measured");
+    let ours = summarize("wharf", "launches", ms).expect("no wharf launches measured");
     print_steps(&steps, ours.p50);
     let mut anchors = Vec::new();
     for name in ["runc", "youki", "crun"] {
         let _ = oci_cli(name, "warm", 1, dir.path(), &rootfs);
         match oci_cli(name, "bench", runs, dir.path(), &rootfs) {
-            Ok(ms) => anchors.extend(summarize(name, ms)),
+            Ok(ms) => anchors.extend(summarize(name, "launches", ms)),
             Err(why) => println!("{name:<8} not measured: {why}"),
         }
     }

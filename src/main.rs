@@ -85,9 +85,15 @@ fn main() {
         Command::Controller(_) | Command::Agent(_) | Command::Dev(_)
     );
     init_tracing(daemon);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build();
+    // A client command makes a few requests in a row: on one thread, none of them waits for
+    // another thread to be scheduled (which on a busy node costs more than the request).
+    let runtime = if daemon {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    }
+    .enable_all()
+    .build();
     let runtime = match runtime {
         Ok(r) => r,
         Err(e) => {

@@ -10,6 +10,7 @@ pub mod discover;
 pub mod env;
 pub mod launch;
 pub mod usage;
+pub mod watch;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -141,6 +142,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     if let Err(e) = launcher.warm_up() {
         tracing::warn!(error = %e, "cannot start the shim spawner");
     }
+    // The Docker engine's images are listed at each poll; the store's are watched.
+    let images_dir = (cfg.backend == BackendKind::Oci).then(|| images.images_dir());
+    let changes = watch::Changes::new(&cfg.state_dir.join("jobs"), images_dir.as_deref())
+        .map_err(|e| AgentError::Setup(format!("watching {}: {e}", cfg.state_dir.display())))?;
     let machine = discover::Machine {
         cpus: discover::cpus(),
         gpus: discover::gpus(&discover::Roots::host(&cfg.dev_root), cfg.nvml),
@@ -175,7 +180,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                 }
             }
         }
-        let (mut jobs, image_names) = local_state(&cfg, launcher.as_ref(), &images);
+        let ((mut jobs, shims), image_names) = local_state(&cfg, launcher.as_ref(), &images);
         detail.apply(&mut jobs);
         let req = PollRequest {
             node: cfg.node_name.clone(),
@@ -188,7 +193,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         // not at the end of a long poll.
         let result = tokio::select! {
             r = poll => r,
-            () = local_change(&cfg, launcher.as_ref(), &images, &req) => continue,
+            () = local_change(&cfg, launcher.as_ref(), &images, &changes, &req, shims) => continue,
         };
         match result {
             Ok(orders) => {
@@ -276,12 +281,12 @@ impl Detail {
     }
 }
 
-/// The jobs and images this node has now.
+/// The jobs (with the pids of their live shims) and images this node has now.
 fn local_state(
     cfg: &AgentConfig,
     launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
-) -> (Vec<AgentJob>, Vec<String>) {
+) -> ((Vec<AgentJob>, Vec<u32>), Vec<String>) {
     (report(cfg, launcher), image_names(cfg, images))
 }
 
@@ -302,12 +307,15 @@ fn image_names(cfg: &AgentConfig, images: &wharf_images::ImageStore) -> Vec<Stri
     }
 }
 
-/// Resolves when a job started or ended, or the image list changed, since `sent`.
+/// Resolves when a job started or ended, or the image list changed, since `sent`, whose live
+/// shims are `shims`: woken by what [`watch::Changes`] sees, never by a timer.
 async fn local_change(
     cfg: &AgentConfig,
     launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
+    changes: &watch::Changes,
     sent: &PollRequest,
+    mut shims: Vec<u32>,
 ) {
     let shape = |jobs: &[AgentJob]| -> Vec<(u64, bool, bool)> {
         jobs.iter()
@@ -316,24 +324,24 @@ async fn local_change(
     };
     let before = shape(&sent.jobs);
     loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let jobs = report(cfg, launcher);
-        // The engine's images are listed at each poll; watching them here would query the
-        // engine ten times a second.
+        changes.next(&shims).await;
+        let (jobs, live) = report(cfg, launcher);
         let images_changed =
             cfg.backend == BackendKind::Oci && image_names(cfg, images) != sent.images;
         if shape(&jobs) != before || images_changed {
             return;
         }
+        shims = live;
     }
 }
 
-/// Every job this node holds, from its directories.
-fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentJob> {
+/// Every job this node holds, from its directories, and the pids of the live shims.
+fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> (Vec<AgentJob>, Vec<u32>) {
     let Ok(entries) = std::fs::read_dir(cfg.state_dir.join("jobs")) else {
-        return vec![];
+        return (vec![], vec![]);
     };
     let mut out = Vec::new();
+    let mut shims = Vec::new();
     for entry in entries.flatten() {
         let Some(id) = entry
             .file_name()
@@ -344,7 +352,10 @@ fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentJob> {
         };
         let dir = JobDir::new(entry.path());
         let (exit, end_time, start_time) = match launcher.status(&dir) {
-            JobStatus::Running { started_ms, .. } => (None, None, started_ms),
+            JobStatus::Running { pid, started_ms } => {
+                shims.push(pid);
+                (None, None, started_ms)
+            }
             JobStatus::Exited(o) => (Some(exit_info(&o, &dir)), Some(o.ended_ms), o.started_ms),
             JobStatus::Lost(why) => (
                 Some(ExitInfo {
@@ -365,7 +376,7 @@ fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentJob> {
         });
     }
     out.sort_by_key(|j| j.id);
-    out
+    (out, shims)
 }
 
 fn exit_info(o: &Outcome, dir: &JobDir) -> ExitInfo {

@@ -130,6 +130,12 @@ impl ImageStore {
         &self.root
     }
 
+    /// The directory that holds one directory per image, each published into it by one
+    /// rename and removed from it whole: watching it tells when the names may have changed.
+    pub fn images_dir(&self) -> PathBuf {
+        self.root.join(IMAGES)
+    }
+
     /// The limits imports run under.
     pub fn limits(&self) -> &Limits {
         &self.limits
@@ -185,7 +191,7 @@ impl ImageStore {
     }
 
     /// The images' names, sorted, as [`ImageStore::list`] gives them, but cheap to ask often
-    /// (the agent does, ten times a second): the image directories are named by a hash of the
+    /// (the agent does, at every poll and every change of its jobs): the image directories are named by a hash of the
     /// image's name and published whole by one rename, so while their list is unchanged so
     /// are the names, and no `image.json` is read again.
     pub fn names(&self) -> Result<Vec<String>> {

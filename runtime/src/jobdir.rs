@@ -78,7 +78,7 @@ impl JobDir {
     }
 
     /// Writes `value` as JSON to `path` so that readers see all of it or none, and it
-    /// survives a node crash (temp file, fsync, rename).
+    /// survives a node crash once this returns (temp file, rename, fsync).
     pub fn write_atomic<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), RuntimeError> {
         write_json(path, value, true)
     }
@@ -122,7 +122,11 @@ impl JobDir {
     }
 }
 
-/// Writes `value` as JSON to a temp file (fsynced when `durable`) renamed over `path`.
+/// Writes `value` as JSON to a temp file renamed over `path`; when `durable`, fsynced after
+/// the rename. Readers see the whole file the moment it is written (the agent reports a job's
+/// outcome while the shim's fsync runs, not after it), and it is on disk once this returns;
+/// a node that crashes in between leaves no outcome, or one that does not parse, which
+/// readers take alike for none.
 fn write_json<T: serde::Serialize>(
     path: &Path,
     value: &T,
@@ -134,9 +138,13 @@ fn write_json<T: serde::Serialize>(
     let mut f =
         JobDir::open_private(&tmp, false).map_err(|e| RuntimeError::io(tmp.display(), e))?;
     f.write_all(&body)
-        .and_then(|_| if durable { f.sync_all() } else { Ok(()) })
         .map_err(|e| RuntimeError::io(tmp.display(), e))?;
-    std::fs::rename(&tmp, path).map_err(|e| RuntimeError::io(path.display(), e))
+    std::fs::rename(&tmp, path).map_err(|e| RuntimeError::io(path.display(), e))?;
+    if durable {
+        f.sync_all()
+            .map_err(|e| RuntimeError::io(path.display(), e))?;
+    }
+    Ok(())
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, RuntimeError> {

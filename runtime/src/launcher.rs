@@ -285,13 +285,15 @@ impl Launcher {
     /// without cleaning up (killed, say), whatever it left is removed first: every process in
     /// the job's cgroup, the container's state and cgroups, or the engine's container.
     pub fn remove(&self, dir: &JobDir) -> Result<(), RuntimeError> {
-        // A shim that has written its outcome is on its way out: give it a moment.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while self.live_pid(dir).is_some()
-            && dir.read_outcome().is_some()
-            && std::time::Instant::now() < deadline
-        {
-            std::thread::sleep(std::time::Duration::from_millis(10));
+        // A shim that has written its outcome is on its way out (it syncs the outcome, then
+        // exits): wait for its exit, 5 s at most.
+        if let (Some(pid), Some(_)) = (self.live_pid(dir), dir.read_outcome()) {
+            // Checked again once opened: the pidfd is the shim's, not a reused pid's.
+            if let Ok(fd) = crate::sys::pidfd_open(pid) {
+                if self.live_pid(dir) == Some(pid) {
+                    crate::sys::readable(&fd, 5000);
+                }
+            }
         }
         if let Some(pid) = self.live_pid(dir) {
             return Err(RuntimeError::new(

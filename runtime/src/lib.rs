@@ -72,6 +72,7 @@ pub use rootfs::SANDBOX_MOUNT_POINTS;
 pub use sandbox::plan::RESERVED as RESERVED_DESTINATIONS;
 pub use seccomp::denied_calls as seccomp_denied_calls;
 pub use spec::{Bind, ContainerSpec, DeviceNode, DockerTarget, Identity, Outcome};
+pub use sys::pidfd_open;
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {

@@ -144,6 +144,15 @@ pub(crate) fn readable(fd: &OwnedFd, ms: u16) -> bool {
     matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
 }
 
+/// A pidfd for process `pid` (close-on-exec; readable once the process has exited):
+/// `pidfd_open`, Linux 5.3 and later.
+pub fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = check(unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) })?;
+    // SAFETY: a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
 fn cstring(p: &OsStr) -> std::io::Result<CString> {
     CString::new(p.as_bytes())
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains NUL"))

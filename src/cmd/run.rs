@@ -57,6 +57,81 @@ pub fn exit_status(job: &JobRecord) -> i32 {
     }
 }
 
+/// How long the controller is asked to hold each wait for the job (it caps the wait at its
+/// `controller.poll_wait`); the client then asks again.
+const WAIT_MS: u64 = 60_000;
+
+/// How long the first wait for the job's start lasts: a job still pending then is said to be
+/// queued, with the scheduler's reason.
+const QUEUED_AFTER_MS: u64 = 1_000;
+
+/// Job `id` once it is in none of `states` (at once if it is not now), or after `wait_ms`;
+/// while the controller is unreachable (restarting), asked again every half second.
+async fn wait(client: &Client, id: u64, states: &[JobState], wait_ms: u64) -> Result<JobRecord> {
+    let states: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+    let path = format!(
+        "/v1/jobs/{id}/wait?state={}&wait_ms={wait_ms}",
+        states.join(",")
+    );
+    loop {
+        match client.get(&path).await {
+            Ok(job) => return Ok(job),
+            Err(e) if e.is_transient() => tokio::time::sleep(Duration::from_millis(500)).await,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The job's output files, followed as they grow while the job runs.
+struct Output {
+    out: Tail,
+    err: Option<Tail>,
+    /// Wakes the client when a file in the output's directories is written: the job's output
+    /// appears as it is written on this machine. Where that cannot be watched (or is written
+    /// by another machine, which inotify does not see), output appears at each answer of the
+    /// controller: when the job changes state, and at least every `controller.poll_wait`.
+    watch: Option<wharf_agent::watch::Inotify>,
+}
+
+impl Output {
+    fn new(out: String, err: Option<String>) -> Output {
+        use nix::sys::inotify::AddWatchFlags;
+        let watch = wharf_agent::watch::Inotify::new().ok().filter(|w| {
+            [Some(&out), err.as_ref()]
+                .into_iter()
+                .flatten()
+                .all(|path| {
+                    let dir = std::path::Path::new(path).parent().unwrap_or("/".as_ref());
+                    w.add(dir, AddWatchFlags::IN_MODIFY).is_ok()
+                })
+        });
+        Output {
+            out: Tail {
+                path: out,
+                offset: 0,
+            },
+            err: err.map(|path| Tail { path, offset: 0 }),
+            watch,
+        }
+    }
+
+    /// Copies what the files gained to stdout and stderr.
+    fn pump(&mut self) {
+        self.out.pump(&mut std::io::stdout());
+        if let Some(e) = self.err.as_mut() {
+            e.pump(&mut std::io::stderr());
+        }
+    }
+
+    /// Resolves when the output may have grown; never without a watch.
+    async fn grown(&self) {
+        match &self.watch {
+            Some(w) if w.events().await.is_ok() => {}
+            _ => std::future::pending().await,
+        }
+    }
+}
+
 /// Runs the command.
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
     let job = JobRequest {
@@ -66,26 +141,17 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     .overlay(args.flags.to_request()?);
     let id = submit(socket, job).await?;
     let client = Client::new(Endpoint::parse(socket), None);
-    let first: JobRecord = client.get(&format!("/v1/jobs/{id}")).await?;
-    let spec = first
+    // Each wait is answered the moment the job leaves the states it waits out: no polling.
+    // Output is followed from the start; with --quiet only the end counts.
+    let before_start = [JobState::Pending, JobState::Starting];
+    let mut job = wait(&client, id, &before_start, QUEUED_AFTER_MS).await?;
+    let spec = job
         .spec
         .clone()
         .ok_or_else(|| anyhow::anyhow!("job {id} has no spec"))?;
-    let mut out = Tail {
-        path: spec.output_path(id),
-        offset: 0,
-    };
-    let mut err = spec.error_path(id).map(|path| Tail { path, offset: 0 });
+    let mut output = Output::new(spec.output_path(id), spec.error_path(id));
     let mut said_pending = false;
-    let job = loop {
-        let job: JobRecord = match client.get(&format!("/v1/jobs/{id}")).await {
-            Ok(j) => j,
-            Err(e) if e.is_transient() => {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
-            }
-            Err(e) => return Err(e.into()),
-        };
+    loop {
         if job.state == JobState::Pending && !said_pending {
             if let Some(r) = &job.reason {
                 eprintln!("wharf: job {id} queued ({})", crate::output::clean(r));
@@ -93,17 +159,28 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             }
         }
         // Before the job starts its output file may hold an older run's output.
-        if !args.quiet && job.start_time.is_some() {
-            out.pump(&mut std::io::stdout());
-            if let Some(e) = err.as_mut() {
-                e.pump(&mut std::io::stderr());
-            }
+        let streaming = !args.quiet && job.start_time.is_some();
+        if streaming {
+            output.pump();
         }
         if job.state.is_terminal() {
-            break job;
+            break;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        let mut waiting_out = match job.state {
+            JobState::Pending | JobState::Starting => before_start.to_vec(),
+            state => vec![state],
+        };
+        if args.quiet {
+            waiting_out.push(JobState::Running);
+        }
+        let mut next = std::pin::pin!(wait(&client, id, &waiting_out, WAIT_MS));
+        job = loop {
+            tokio::select! {
+                answer = &mut next => break answer?,
+                () = output.grown(), if streaming => output.pump(),
+            }
+        };
+    }
     if job.state != JobState::Completed {
         let why = crate::output::clean(job.reason.as_deref().unwrap_or_default()).into_owned();
         eprintln!(

@@ -33,3 +33,4 @@ mod submit_limits;
 mod untrusted_text;
 mod usage;
 mod user_paths;
+mod waits;

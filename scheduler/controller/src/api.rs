@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::connect_info::ConnectInfo;
-use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody, QueryRejection};
 use axum::extract::DefaultBodyLimit;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -21,7 +21,7 @@ use wharf_api::wire::{
     ApiError, ErrorKind, JobList, NodeList, PollRequest, PollResponse, RegisterRequest,
     RegisterResponse, SubmitRequest, SubmitResponse, WhoAmI,
 };
-use wharf_api::{JobId, Owner};
+use wharf_api::{JobId, JobState, Owner};
 
 use crate::cluster::{Caller, Failure};
 use crate::Shared;
@@ -98,6 +98,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/whoami", get(whoami))
         .route("/v1/jobs", post(submit).get(list))
         .route("/v1/jobs/{id}", get(show))
+        .route("/v1/jobs/{id}/wait", get(wait))
         .route("/v1/jobs/{id}/cancel", post(cancel))
         .route("/v1/jobs/{id}/hold", post(hold))
         .route("/v1/jobs/{id}/release", post(release))
@@ -318,6 +319,72 @@ async fn show(
     Ok(Json(
         with_cluster(&s, move |cl, _| cl.job(&c, cl.resolve_task(id, task)?)).await?,
     ))
+}
+
+#[derive(Debug, Deserialize)]
+struct WaitQuery {
+    /// The states the caller waits out, comma-separated (`PENDING,STARTING`).
+    state: String,
+    /// The longest wait, ms (at most `controller.poll_wait`, which is also the default).
+    wait_ms: Option<u64>,
+}
+
+/// The states of `state=A,B`; a clear error for an empty list or an unknown name.
+fn wait_states(text: &str) -> Result<Vec<JobState>, ApiFailure> {
+    text.split(',')
+        .map(|name| {
+            JobState::parse(name).ok_or_else(|| {
+                let known: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+                fail(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "state={name:?} is not a job state; give one or more of {}, comma-separated",
+                        known.join(", ")
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+/// A long poll: answers with the job the moment a committed change takes it out of the
+/// states the caller waits out (at once if it is in another already), or as it is after the
+/// wait. Each waiter holds a connection, charged to its user like any other (`[limits]
+/// max_connections_per_user`); the wait is capped at `controller.poll_wait`, which the
+/// configuration keeps below the idle timeout.
+async fn wait(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(id): Path<String>,
+    query: Result<Query<WaitQuery>, QueryRejection>,
+) -> ApiResult<wharf_api::JobRecord> {
+    let c = caller(&s, &peer)?;
+    let (id, task) = job_id(&id)?;
+    let Query(q) = query.map_err(|e| {
+        fail(
+            ErrorKind::InvalidInput,
+            format!(
+                "{e} (wait takes state=STATE[,STATE...], the states to wait out, and wait_ms=N)"
+            ),
+        )
+    })?;
+    let states = wait_states(&q.state)?;
+    let cap = s.config.poll_wait.as_millis() as u64;
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(q.wait_ms.unwrap_or(cap).min(cap));
+    let c2 = c.clone();
+    let (job, rx) = with_cluster(&s, move |cl, _| {
+        let id = cl.resolve_task(id, task)?;
+        cl.watch_job(&c2, id)
+    })
+    .await?;
+    let Some(mut rx) = rx.filter(|_| states.contains(&job.state)) else {
+        return Ok(Json(job));
+    };
+    // Woken by the commit that changes the job's state; an ended job's sender goes away.
+    let _ = tokio::time::timeout_at(deadline, rx.wait_for(|now| !states.contains(now))).await;
+    let id = job.id;
+    Ok(Json(with_cluster(&s, move |cl, _| cl.job(&c, id)).await?))
 }
 
 async fn cancel(

@@ -15,6 +15,7 @@ use wharf_core::{Config as SchedConfig, UsageLedger};
 
 use crate::store::{Store, StoreError};
 use crate::visibility::{ended_reason, view};
+use crate::watch::JobWatch;
 
 mod access;
 pub mod acct;
@@ -91,6 +92,8 @@ pub struct Cluster {
     usage: UsageLedger,
     /// How a submitting user's Unix groups are found (partitions' AllowGroups).
     groups: crate::groups::GroupLookup,
+    /// Waiters on jobs' states, woken by every commit.
+    watch: JobWatch,
 }
 
 impl Cluster {
@@ -153,6 +156,7 @@ impl Cluster {
             usage: UsageLedger::new(sched.half_life),
             sched,
             groups: crate::groups::unix_groups,
+            watch: JobWatch::default(),
         };
         cluster.replay_usage()?;
         Ok(cluster)
@@ -353,6 +357,18 @@ impl Cluster {
                 .ok_or_else(|| Failure::new(ErrorKind::NotFound, format!("no job {id}")))?,
         };
         Ok(view(caller, job))
+    }
+
+    /// Job `id` as `caller` may see it and, while it is active, a receiver of its state that
+    /// every later commit of the job updates (`GET /v1/jobs/{id}/wait`).
+    pub fn watch_job(
+        &mut self,
+        caller: &Caller,
+        id: JobId,
+    ) -> Result<(JobRecord, Option<tokio::sync::watch::Receiver<JobState>>), Failure> {
+        let job = self.job(caller, id)?;
+        let rx = (!job.state.is_terminal()).then(|| self.watch.subscribe(id, job.state));
+        Ok((job, rx))
     }
 
     /// Active jobs, plus up to `finished` ended ones (newest), oldest first.
@@ -619,6 +635,7 @@ impl Cluster {
         }
         self.store.update_jobs(&changed)?;
         for job in changed {
+            self.watch.changed(job.id, job.state);
             if job.state.is_terminal() {
                 self.charge(&job);
                 self.jobs.remove(&job.id);

@@ -14,6 +14,7 @@ pub mod retention;
 pub mod serve;
 pub mod store;
 pub mod visibility;
+pub mod watch;
 
 /// QoS and association limits (`[[scheduler.qos]]`, `[[scheduler.account]]`, `[[scheduler.user]]`).
 pub use wharf_core::limits as sched_limits;
