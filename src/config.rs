@@ -44,8 +44,8 @@ pub struct FileConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AccountingSection {
-    /// Records of jobs that ended longer ago move out of the database; `0s`: never.
-    pub keep: String,
+    /// Records of jobs that ended longer ago move out of the database; unset: never.
+    pub keep: Option<String>,
     /// Append them to compressed JSON lines in `archive_dir` before deleting them.
     pub archive: bool,
     /// Where; default `<controller.state_dir>/archive`.
@@ -55,7 +55,7 @@ pub struct AccountingSection {
 impl Default for AccountingSection {
     fn default() -> Self {
         AccountingSection {
-            keep: "0s".into(),
+            keep: None,
             archive: true,
             archive_dir: None,
         }

@@ -407,11 +407,14 @@ fn wait_init(init: &Init, spec: &ContainerSpec, started: Instant, out: &mut Outc
     }
 }
 
-/// Sends `sig` to the init and to every process in the job's cgroup.
+/// Sends `sig` once to the init and to every other process in the job's cgroup (the init is
+/// in the cgroup too: signalled twice, a job that traps TERM would run its handler twice).
 fn signal_all(spec: &ContainerSpec, init: Pid, sig: Signal) {
     let _ = nix::sys::signal::kill(init, sig);
     for pid in cgroup::pids(&spec.cgroup_path()) {
-        let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
+        if pid != init.as_raw() {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
+        }
     }
 }
 

@@ -56,15 +56,17 @@ pub fn settings(
         },
         retention: {
             let a = &file.accounting;
-            let keep = config::duration("accounting.keep", &a.keep)?;
-            (!keep.is_zero()).then(|| wharf_controller::retention::Retention {
-                keep,
-                archive_dir: a.archive.then(|| {
-                    a.archive_dir
-                        .clone()
-                        .unwrap_or_else(|| c.state_dir.join("archive"))
+            match &a.keep {
+                None => None,
+                Some(k) => Some(wharf_controller::retention::Retention {
+                    keep: config::duration("accounting.keep", k)?,
+                    archive_dir: a.archive.then(|| {
+                        a.archive_dir
+                            .clone()
+                            .unwrap_or_else(|| c.state_dir.join("archive"))
+                    }),
                 }),
-            })
+            }
         },
     })
 }
