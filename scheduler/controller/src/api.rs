@@ -229,8 +229,8 @@ async fn submit(
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiFailure> {
     let c = caller(&s, &peer)?;
     let req: SubmitRequest = body(&s, bytes)?;
-    let id = with_cluster(&s, move |cl, now| cl.submit(&c, &req, now)).await?;
-    s.wake_scheduler();
+    // Committed with the submits that arrive with it; the writer wakes the scheduler.
+    let id = s.submits.submit(c, req).await?;
     Ok((StatusCode::CREATED, Json(SubmitResponse { id })))
 }
 

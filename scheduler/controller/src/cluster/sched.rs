@@ -49,20 +49,21 @@ impl Cluster {
         let weights = self.sched.weights;
         for wait in &plan.waiting {
             let priority = plan.priority(wait.job).map(|p| sprio(p, &weights));
-            if let Some(rec) = self.jobs.get_mut(&wait.job) {
+            // The scheduler's sentence is made of public fields only (resources, limits,
+            // partition and job ids), so other users may see it too.
+            let reason = match wait.estimated_start {
+                Some(at) => format!(
+                    "{}; expected to start in about {}",
+                    wait.reason,
+                    wharf_api::resources::format_duration(at.saturating_sub(now) / 1000)
+                ),
+                None => wait.reason.to_string(),
+            };
+            self.jobs.edit(wait.job, |rec| {
                 rec.priority = priority;
                 rec.expected_start = wait.estimated_start;
-                // The scheduler's sentence is made of public fields only (resources, limits,
-                // partition and job ids), so other users may see it too.
-                rec.reason = Some(match wait.estimated_start {
-                    Some(at) => format!(
-                        "{}; expected to start in about {}",
-                        wait.reason,
-                        wharf_api::resources::format_duration(at.saturating_sub(now) / 1000)
-                    ),
-                    None => wait.reason.to_string(),
-                });
-            }
+                rec.reason = Some(reason);
+            });
         }
         self.commit(started)?;
         Ok(woken)
@@ -204,7 +205,7 @@ impl Cluster {
 
     /// Who a job runs for: the account it named, else its user's default account (the first
     /// configured for them), else an account of the user's own name.
-    fn assoc(&self, job: &JobRecord) -> Assoc {
+    pub(super) fn assoc(&self, job: &JobRecord) -> Assoc {
         self.assoc_for(job.spec.as_ref(), &job.owner.user)
     }
 
@@ -329,7 +330,14 @@ impl Cluster {
     /// Refuses a job that could never start under a QoS or association limit (over MaxWall,
     /// MaxTRESPerJob, or a per-user or group TRES cap on its own), and a submit that would
     /// take the user over MaxSubmitJobsPerUser or MaxSubmitJobs.
-    pub(super) fn check_limits(&self, spec: &JobSpec, user: &str) -> Result<(), Failure> {
+    /// `earlier` are the (association, QoS) of the jobs of submits before this one in its
+    /// group, not stored yet.
+    pub(super) fn check_limits(
+        &self,
+        spec: &JobSpec,
+        user: &str,
+        earlier: &[(Assoc, Option<String>)],
+    ) -> Result<(), Failure> {
         let limits = &self.sched.limits;
         if limits.is_empty() {
             return Ok(());
@@ -365,6 +373,7 @@ impl Cluster {
             .filter(|j| j.owner.user == user)
             .filter(|j| j.state == JobState::Pending || j.state.holds_resources())
             .map(|j| (self.assoc(j), self.qos_of(j.spec.as_ref())))
+            .chain(earlier.iter().cloned())
             .collect();
         limits::submit_fits(
             &self.sched,
@@ -376,7 +385,7 @@ impl Cluster {
     }
 
     /// The QoS a job runs in: the one it names, else the configured default.
-    fn qos_of(&self, spec: Option<&JobSpec>) -> Option<String> {
+    pub(super) fn qos_of(&self, spec: Option<&JobSpec>) -> Option<String> {
         spec.and_then(|s| s.qos.clone())
             .or_else(|| self.sched.limits.default_qos.clone())
     }
