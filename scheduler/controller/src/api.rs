@@ -241,6 +241,9 @@ struct ListQuery {
     finished: u32,
     /// Only this user's jobs.
     user: Option<u32>,
+    /// Leave each job's spec out (what a queue listing shows does not need it).
+    #[serde(default)]
+    brief: bool,
 }
 
 async fn list(
@@ -250,7 +253,7 @@ async fn list(
 ) -> ApiResult<JobList> {
     let c = caller(&s, &peer)?;
     let finished = q.finished.min(10_000);
-    let jobs = with_cluster(&s, move |cl, _| cl.list(&c, finished, q.user)).await?;
+    let jobs = with_cluster(&s, move |cl, _| cl.list(&c, finished, q.user, q.brief)).await?;
     Ok(Json(JobList { jobs }))
 }
 

@@ -214,23 +214,30 @@ impl Cluster {
         Ok(view(caller, job))
     }
 
-    /// Active jobs, plus up to `finished` ended ones (newest), oldest first.
+    /// Active jobs, plus up to `finished` ended ones (newest), oldest first; `brief` leaves
+    /// out every spec (never copied, for a long queue).
     pub fn list(
         &self,
         caller: &Caller,
         finished: u32,
         only_uid: Option<u32>,
+        brief: bool,
     ) -> Result<Vec<JobRecord>, Failure> {
         let mut out: Vec<JobRecord> = self
             .jobs
             .values()
             .filter(|j| only_uid.is_none_or(|u| j.owner.uid == u))
-            .cloned()
+            .map(|j| if brief { j.without_spec() } else { j.clone() })
             .collect();
         if finished > 0 {
-            out.extend(self.store.finished_jobs(only_uid, finished)?);
+            let mut ended = self.store.finished_jobs(only_uid, finished)?;
+            if brief {
+                ended.iter_mut().for_each(|j| j.spec = None);
+            }
+            // Active jobs come in id order; ended ones are merged in by id.
+            out.extend(ended);
+            out.sort_by_key(|j| j.id);
         }
-        out.sort_by_key(|j| j.id);
         Ok(out.into_iter().map(|j| view(caller, j)).collect())
     }
 
