@@ -335,14 +335,14 @@ impl Cluster {
     pub(super) fn check_limits(
         &self,
         spec: &JobSpec,
-        user: &str,
+        owner: &wharf_api::Owner,
         earlier: &[(Assoc, Option<String>)],
     ) -> Result<(), Failure> {
         let limits = &self.sched.limits;
         if limits.is_empty() {
             return Ok(());
         }
-        let assoc = self.assoc_for(Some(spec), user);
+        let assoc = self.assoc_for(Some(spec), &owner.user);
         let r = spec.resources;
         let mut job = PendingJob::new(0, assoc, Request::per_node(r.cpus, r.memory, r.gpus), 0);
         job.qos = self.qos_of(Some(spec));
@@ -369,9 +369,7 @@ impl Cluster {
         // Pending and running jobs of this user: only theirs can count toward their caps.
         let active: Vec<(Assoc, Option<String>)> = self
             .jobs
-            .values()
-            .filter(|j| j.owner.user == user)
-            .filter(|j| j.state == JobState::Pending || j.state.holds_resources())
+            .active_of(owner.uid)
             .map(|j| (self.assoc(j), self.qos_of(j.spec.as_ref())))
             .chain(earlier.iter().cloned())
             .collect();

@@ -164,7 +164,7 @@ impl Cluster {
         self.check_partition(&spec)?;
         self.check_account(&spec, &caller.owner.user)?;
         self.check_qos_and_nice(&spec, caller)?;
-        self.check_limits(&spec, &caller.owner.user, &earlier.limited)?;
+        self.check_limits(&spec, &caller.owner, &earlier.limited)?;
         self.check_gpu_type(&spec)?;
         self.check_dependency(req.job.dependency.as_ref(), caller)?;
         let tasks = match &req.job.array {

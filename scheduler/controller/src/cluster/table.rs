@@ -1,6 +1,7 @@
 //! The active jobs, with the counts that requests need kept in step with every change, so
 //! that no request has to walk the whole queue: each user's pending jobs (checked at every
-//! submit against `[limits] max_pending_per_user`) and the jobs holding resources on each
+//! submit against `[limits] max_pending_per_user`), each user's pending and running jobs
+//! (counted at submit against MaxSubmitJobs limits) and the jobs holding resources on each
 //! node (read at every agent poll).
 //!
 //! Every change goes through [`Jobs::insert`], [`Jobs::remove`] or [`Jobs::edit`], which
@@ -17,6 +18,8 @@ pub(super) struct Jobs {
     map: BTreeMap<JobId, JobRecord>,
     /// Pending jobs (array tasks count one each) per uid; no entry for none.
     pending: BTreeMap<u32, u32>,
+    /// Pending jobs and jobs holding resources, per uid.
+    active_of: BTreeMap<u32, BTreeSet<JobId>>,
     /// Jobs holding resources, per node.
     on_node: BTreeMap<String, BTreeSet<JobId>>,
 }
@@ -25,6 +28,7 @@ pub(super) struct Jobs {
 #[derive(PartialEq, Eq)]
 struct Key {
     pending_of: Option<u32>,
+    active_of: Option<u32>,
     holds_on: Option<String>,
 }
 
@@ -39,6 +43,8 @@ impl std::ops::Index<&JobId> for Jobs {
 fn key(job: &JobRecord) -> Key {
     Key {
         pending_of: (job.state == JobState::Pending).then_some(job.owner.uid),
+        active_of: (job.state == JobState::Pending || job.state.holds_resources())
+            .then_some(job.owner.uid),
         holds_on: job.node.clone().filter(|_| job.state.holds_resources()),
     }
 }
@@ -125,6 +131,15 @@ impl Jobs {
         self.pending.get(&uid).copied().unwrap_or(0)
     }
 
+    /// The pending jobs and the jobs holding resources of `uid`, in id order.
+    pub fn active_of(&self, uid: u32) -> impl Iterator<Item = &JobRecord> + '_ {
+        self.active_of
+            .get(&uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.map.get(id))
+    }
+
     /// The jobs holding resources on `node`, in id order.
     pub fn on_node<'a>(&'a self, node: &str) -> impl Iterator<Item = &'a JobRecord> + 'a {
         self.on_node
@@ -137,6 +152,9 @@ impl Jobs {
     fn count(&mut self, id: JobId, k: &Key) {
         if let Some(uid) = k.pending_of {
             *self.pending.entry(uid).or_default() += 1;
+        }
+        if let Some(uid) = k.active_of {
+            self.active_of.entry(uid).or_default().insert(id);
         }
         if let Some(node) = &k.holds_on {
             self.on_node.entry(node.clone()).or_default().insert(id);
@@ -152,13 +170,25 @@ impl Jobs {
                 }
             }
         }
+        if let Some(uid) = k.active_of {
+            forget(&mut self.active_of, &uid, id);
+        }
         if let Some(node) = &k.holds_on {
-            if let Some(set) = self.on_node.get_mut(node) {
-                set.remove(&id);
-                if set.is_empty() {
-                    self.on_node.remove(node);
-                }
-            }
+            forget(&mut self.on_node, node, id);
+        }
+    }
+}
+
+/// Takes `id` out of the set at `key`, and the set out of `index` once empty.
+fn forget<K: Ord + ?Sized, Q: Ord + std::borrow::Borrow<K>>(
+    index: &mut BTreeMap<Q, BTreeSet<JobId>>,
+    key: &K,
+    id: JobId,
+) {
+    if let Some(set) = index.get_mut(key) {
+        set.remove(&id);
+        if set.is_empty() {
+            index.remove(key);
         }
     }
 }

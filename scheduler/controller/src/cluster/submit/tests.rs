@@ -74,6 +74,17 @@ fn assert_counts(c: &Cluster) {
     }
     let counted: Vec<JobId> = c.jobs.on_node("n1").map(|j| j.id).collect();
     assert_eq!(counted, on_n1, "jobs holding n1");
+    for uid in [1001, 1002] {
+        let active: Vec<JobId> = c
+            .jobs
+            .values()
+            .filter(|j| j.owner.uid == uid)
+            .filter(|j| j.state == JobState::Pending || j.state.holds_resources())
+            .map(|j| j.id)
+            .collect();
+        let counted: Vec<JobId> = c.jobs.active_of(uid).map(|j| j.id).collect();
+        assert_eq!(counted, active, "active jobs of uid {uid}");
+    }
 }
 
 /// The agent of n1 reports job `id` ended.
