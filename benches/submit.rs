@@ -13,7 +13,8 @@
 //! The anchor is Slurm's documented submit rate, 500 jobs/s for `sbatch` (420–550/s measured
 //! with 8 clients on the development VM).
 //!
-//! `cargo bench --bench submit`.
+//! `cargo bench --bench submit`. `WHARF_BENCH_BIN` names a prebuilt `wharf` binary to run
+//! instead of the one Cargo built (to run the benchmark on another machine).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -27,6 +28,13 @@ use wharf_client::{Client, Endpoint};
 
 /// Slurm's documented `sbatch` rate, jobs per second.
 const SLURM_SUBMITS_PER_S: f64 = 500.0;
+
+/// The `wharf` binary under test.
+fn wharf_bin() -> PathBuf {
+    std::env::var_os("WHARF_BENCH_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_wharf").into())
+}
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -67,7 +75,7 @@ impl Controller {
             ),
         )
         .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_wharf"))
+        let child = Command::new(wharf_bin())
             .args(["controller", "--config"])
             .arg(&config)
             .stdout(Stdio::null())
@@ -142,7 +150,7 @@ fn cli_burst(socket: &Path, clients: usize, count: usize) -> f64 {
             let (socket, next) = (socket.to_path_buf(), next.clone());
             std::thread::spawn(move || {
                 while next.fetch_add(1, Ordering::SeqCst) < count {
-                    let out = Command::new(env!("CARGO_BIN_EXE_wharf"))
+                    let out = Command::new(wharf_bin())
                         .args(["submit", "--json", "--wrap", "true"])
                         .env("WHARF_SOCKET", &socket)
                         .current_dir("/tmp")
@@ -170,7 +178,7 @@ async fn list_times(socket: &Path) -> (f64, usize, f64) {
     let list: JobList = client.get("/v1/jobs?finished=0").await.unwrap();
     let api_ms = t0.elapsed().as_secs_f64() * 1000.0;
     let t1 = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_wharf"))
+    let out = Command::new(wharf_bin())
         .arg("queue")
         .env("WHARF_SOCKET", socket)
         .stdout(Stdio::piped())
