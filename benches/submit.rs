@@ -5,8 +5,9 @@
 //! in a scratch directory. `WHARF_BENCH_CLIENTS` (8) clients submit over its Unix socket
 //! through the client library, each a fresh connection with a client token, as the CLI does.
 //! At each depth of `WHARF_BENCH_DEPTHS` (0,10000,30000,50000,100000 pending jobs) the queue is
-//! filled to that depth, then a window of `WHARF_BENCH_WINDOW` (2000) submits is timed; the
-//! list is timed as the raw API call and as `wharf queue` printing the table. Last, the same
+//! filled to that depth, then a window of `WHARF_BENCH_WINDOW` (2000) submits is timed; then
+//! listing the queue is timed (median of 5) as the raw API call and as `wharf queue` printing
+//! the table, and the controller's resident memory is read. Last, the same
 //! clients run `wharf submit` itself (`WHARF_BENCH_CLI` submits, 400), as a person or a
 //! workflow tool would, at the deepest depth.
 //!
@@ -171,29 +172,52 @@ fn cli_burst(socket: &Path, clients: usize, count: usize) -> f64 {
     t0.elapsed().as_secs_f64()
 }
 
-/// Milliseconds of the list call alone (whole records, and brief as `wharf queue` asks), the
-/// jobs listed, and the milliseconds of `wharf queue` printing the table.
-async fn list_times(socket: &Path) -> (f64, f64, usize, f64) {
+/// The median of 5 timings of `f`, ms.
+async fn median_ms<F: std::future::Future<Output = ()>>(mut f: impl FnMut() -> F) -> f64 {
+    let mut ms = Vec::new();
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        f().await;
+        ms.push(t0.elapsed().as_secs_f64() * 1000.0);
+    }
+    ms.sort_by(|a, b| a.total_cmp(b));
+    ms[2]
+}
+
+/// Listing times at the depth reached, ms (each the median of 5): the list call alone (whole
+/// records, and brief as `wharf queue` asks), and `wharf queue` printing the table; and the
+/// jobs listed.
+async fn list_times(socket: &Path) -> (f64, f64, f64, usize) {
     let client = Client::new(Endpoint::Unix(socket.to_path_buf()), None);
-    let t0 = Instant::now();
-    let list: JobList = client.get("/v1/jobs?finished=0").await.unwrap();
-    let api_ms = t0.elapsed().as_secs_f64() * 1000.0;
-    let t0 = Instant::now();
-    let brief: JobList = client.get("/v1/jobs?finished=0&brief=true").await.unwrap();
-    let brief_ms = t0.elapsed().as_secs_f64() * 1000.0;
-    assert_eq!(brief.jobs.len(), list.jobs.len());
-    let t1 = Instant::now();
-    let out = Command::new(wharf_bin())
-        .arg("queue")
-        .env("WHARF_SOCKET", socket)
-        .stdout(Stdio::piped())
-        .output()
-        .unwrap();
-    let cli_ms = t1.elapsed().as_secs_f64() * 1000.0;
-    assert!(out.status.success());
-    let rows = out.stdout.iter().filter(|&&b| b == b'\n').count();
-    assert_eq!(rows, list.jobs.len() + 1, "one row per job and a header");
-    (api_ms, brief_ms, list.jobs.len(), cli_ms)
+    let listed = client
+        .get::<JobList>("/v1/jobs?finished=0")
+        .await
+        .unwrap()
+        .jobs
+        .len();
+    let api_ms = median_ms(|| async {
+        let list: JobList = client.get("/v1/jobs?finished=0").await.unwrap();
+        assert_eq!(list.jobs.len(), listed);
+    })
+    .await;
+    let brief_ms = median_ms(|| async {
+        let list: JobList = client.get("/v1/jobs?finished=0&brief=true").await.unwrap();
+        assert_eq!(list.jobs.len(), listed);
+    })
+    .await;
+    let cli_ms = median_ms(|| async {
+        let out = Command::new(wharf_bin())
+            .arg("queue")
+            .env("WHARF_SOCKET", socket)
+            .stdout(Stdio::piped())
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let rows = out.stdout.iter().filter(|&&b| b == b'\n').count();
+        assert_eq!(rows, listed + 1, "one row per job and a header");
+    })
+    .await;
+    (api_ms, brief_ms, cli_ms, listed)
 }
 
 fn main() {
@@ -233,7 +257,7 @@ fn main() {
         // Taken before the listings, whose answers (megabytes at depth) are not the queue's.
         let rss = ctl.rss();
         per_job = rss.saturating_sub(rss0) as f64 / (at + window) as f64;
-        let (api_ms, brief_ms, listed, cli_ms) = rt.block_on(list_times(&ctl.socket));
+        let (api_ms, brief_ms, cli_ms, listed) = rt.block_on(list_times(&ctl.socket));
         assert_eq!(listed, at + window, "every acknowledged submit is listed");
         println!(
             "{:>8} {:>10.0} {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>8.1} {:>10.0}",
