@@ -42,6 +42,20 @@ fn post_submit(socket: &Path, body: &str) -> (u16, String) {
     (status, answer)
 }
 
+/// The ids of every stored job (active or ended), by name.
+fn stored_by_name(c: &Cluster) -> BTreeMap<String, Vec<u64>> {
+    let out = c.wharf(&["queue", "--all", "--limit", "10000", "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut stored: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for j in list["jobs"].as_array().unwrap() {
+        stored
+            .entry(j["name"].as_str().unwrap().to_string())
+            .or_default()
+            .push(j["id"].as_u64().unwrap());
+    }
+    stored
+}
+
 #[test]
 fn one_client_token_is_one_job() {
     if !can_run("one_client_token_is_one_job") {
@@ -161,15 +175,7 @@ fn controller_kill9_during_a_burst_of_500_submits_loses_nothing() {
         "no client retried across the kill: the test did not test the retry"
     );
 
-    let out = c.wharf(&["queue", "--all", "--limit", "10000", "--json"]);
-    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut stored: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for j in list["jobs"].as_array().unwrap() {
-        stored
-            .entry(j["name"].as_str().unwrap().to_string())
-            .or_default()
-            .push(j["id"].as_u64().unwrap());
-    }
+    let mut stored = stored_by_name(&c);
     stored.retain(|name, _| name.starts_with("burst-"));
     for (name, id) in &acked {
         assert_eq!(
@@ -228,15 +234,7 @@ fn concurrent_submits_are_each_durable_and_a_bad_one_fails_alone() {
     c.kill9();
     c.spawn();
     c.wait_node_up();
-    let out = c.wharf(&["queue", "--all", "--limit", "10000", "--json"]);
-    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut stored: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for j in list["jobs"].as_array().unwrap() {
-        stored
-            .entry(j["name"].as_str().unwrap().to_string())
-            .or_default()
-            .push(j["id"].as_u64().unwrap());
-    }
+    let stored = stored_by_name(&c);
     let mut acked = 0;
     for (name, bad, status, answer) in &answers {
         let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();

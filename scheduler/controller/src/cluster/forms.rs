@@ -247,7 +247,7 @@ fn held_reason(hold: Hold) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;
 
 impl Cluster {
     /// Changes a pending job's time limit, nice or partition (Slurm's `scontrol update`). Its

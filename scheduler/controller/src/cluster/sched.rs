@@ -448,4 +448,4 @@ fn gpu_kind(model: Option<&str>) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -9,7 +9,8 @@ use crate::cluster::{Caller, Cluster};
 use crate::store::Store;
 use wharf_core::Assoc;
 
-fn caller(uid: u32, user: &str) -> Caller {
+/// A user who is no admin.
+pub(in crate::cluster) fn caller(uid: u32, user: &str) -> Caller {
     Caller {
         owner: Owner {
             uid,

@@ -1,22 +1,13 @@
 use std::collections::BTreeMap;
 
 use wharf_api::array::parse_array;
-use wharf_api::wire::{AgentJob, ErrorKind, PollRequest, SubmitRequest};
-use wharf_api::{ExitInfo, JobDefaults, JobId, JobRequest, JobState, NodeInfo, Owner};
+use wharf_api::wire::{ErrorKind, SubmitRequest};
+use wharf_api::{JobDefaults, JobId, JobRequest, JobState, NodeInfo};
 
+use crate::cluster::forms::tests::end;
+use crate::cluster::sched::tests::caller;
 use crate::cluster::{Caller, Cluster};
 use crate::store::Store;
-
-fn caller(uid: u32, user: &str) -> Caller {
-    Caller {
-        owner: Owner {
-            uid,
-            gid: uid,
-            user: user.into(),
-        },
-        admin: false,
-    }
-}
 
 /// A cluster with node n1 of 2 CPUs, so that two 1-CPU jobs run and the rest wait.
 fn cluster(dir: &tempfile::TempDir, max_pending: u32) -> Cluster {
@@ -87,26 +78,6 @@ fn assert_counts(c: &Cluster) {
     }
 }
 
-/// The agent of n1 reports job `id` ended.
-fn end(c: &mut Cluster, id: JobId, now: u64) {
-    let report = PollRequest {
-        node: "n1".into(),
-        jobs: vec![AgentJob {
-            id,
-            start_time: Some(now - 1),
-            exit: Some(ExitInfo {
-                code: Some(0),
-                ..Default::default()
-            }),
-            end_time: Some(now),
-            stopping: false,
-        }],
-        wait_ms: 0,
-        images: vec![],
-    };
-    c.ingest(&report, now).unwrap();
-}
-
 #[test]
 fn the_pending_count_follows_submit_start_end_cancel_arrays_and_restart() {
     let dir = tempfile::tempdir().unwrap();
@@ -147,8 +118,8 @@ fn the_pending_count_follows_submit_start_end_cancel_arrays_and_restart() {
     assert_counts(&c);
 
     // The running ones end and the next two start; cancelling the array ends its tasks.
-    end(&mut c, a[0], 10);
-    end(&mut c, a[1], 10);
+    end(&mut c, a[0], 0, 10);
+    end(&mut c, a[1], 0, 10);
     assert_counts(&c);
     c.schedule(11).unwrap();
     assert_counts(&c);
