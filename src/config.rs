@@ -212,6 +212,8 @@ pub struct AgentSection {
     pub cgroup_parent: String,
     pub reserved_memory: String,
     pub dev_root: PathBuf,
+    pub nvml: bool,
+    pub sample_interval: String,
     pub backend: String,
     pub docker_socket: PathBuf,
     pub memlock: String,
@@ -221,6 +223,8 @@ pub struct AgentSection {
     pub cdi_dirs: Vec<PathBuf>,
     pub driver_lib_dirs: Vec<PathBuf>,
     pub driver_bin_dirs: Vec<PathBuf>,
+    /// Features of the node, for jobs' `--constraint`.
+    pub features: Vec<String>,
 }
 
 impl Default for AgentSection {
@@ -239,6 +243,8 @@ impl Default for AgentSection {
             cgroup_parent: "wharf".into(),
             reserved_memory: "512M".into(),
             dev_root: "/dev".into(),
+            nvml: true,
+            sample_interval: "10s".into(),
             backend: "oci".into(),
             docker_socket: "/var/run/docker.sock".into(),
             memlock: "unlimited".into(),
@@ -252,6 +258,7 @@ impl Default for AgentSection {
                 "/usr/lib".into(),
             ],
             driver_bin_dirs: vec!["/usr/bin".into()],
+            features: vec![],
         }
     }
 }

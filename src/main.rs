@@ -36,12 +36,16 @@ enum Command {
     Queue(cmd::queue::Args),
     /// Show one job in detail, including why it is pending.
     Show(cmd::show::Args),
+    /// How well an ended job used its CPUs, memory and GPUs, with hints for next time.
+    Eff(cmd::eff::Args),
     /// Cancel jobs.
     Cancel(cmd::cancel::Args),
     /// Hold pending jobs so they do not start (an admin's hold only an admin releases).
     Hold(cmd::hold::Args),
     /// Release held jobs.
     Release(cmd::hold::Args),
+    /// Stop running jobs and put them back in the queue (same id and submit time).
+    Requeue(cmd::requeue::Args),
     /// Change a pending job's time limit (only lower, unless admin), nice or partition.
     Update(cmd::update::Args),
     /// List nodes and what is allocated on them.
@@ -88,7 +92,9 @@ fn main() {
             Command::Run(a) => cmd::run::run(&socket, a).await,
             Command::Queue(a) => cmd::queue::run(&socket, a).await,
             Command::Show(a) => cmd::show::run(&socket, a).await,
+            Command::Eff(a) => cmd::eff::run(&socket, a).await,
             Command::Cancel(a) => cmd::cancel::run(&socket, a).await,
+            Command::Requeue(a) => cmd::requeue::run(&socket, a).await,
             Command::Hold(a) => cmd::hold::run(&socket, a, false).await,
             Command::Release(a) => cmd::hold::run(&socket, a, true).await,
             Command::Update(a) => cmd::update::run(&socket, a).await,

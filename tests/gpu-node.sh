@@ -41,6 +41,26 @@ probe_uuids=$(echo "$probe" | sed -n 's/.*"uuid": "\(GPU-[^"]*\)".*/\1/p' | sort
 check "NVML finds the $ngpus GPU(s) nvidia-smi lists, by UUID" [ "$probe_uuids" = "$smi_uuids" ]
 smi_model=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 check "NVML reports the model ($smi_model)" has "$probe" -F "\"model\": \"$smi_model\""
+# nvidia-smi writes 00000000:3B:00.0; the kernel (and Wharf) 0000:3b:00.0.
+first_bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | head -1 |
+    tr 'A-F' 'a-f' | sed 's/^0000\(....:\)/\1/')
+check "NVML reports the first GPU's PCI address ($first_bus) and NVML index 0" \
+    has "$(echo "$probe" | tr -d ' \n')" -F "\"nvml_index\":0,\"pci_bus\":\"$first_bus\""
+numa=$(cat "/sys/bus/pci/devices/$first_bus/numa_node" 2>/dev/null || echo -1)
+echo "first GPU: $first_bus, NUMA node $numa (sysfs)"
+if [ "$numa" -ge 0 ] 2>/dev/null; then
+    check "the first GPU's NUMA node is sysfs's ($numa)" has "$probe" -F "\"numa_node\": $numa"
+else
+    check "no NUMA node is claimed where sysfs says none" lacks "$probe" -F '"numa_node"'
+fi
+printf '[agent]\nnvml = false\n' > /tmp/wharf-no-nvml.toml
+driver_probe=$("$WHARF" agent --probe --json --config /tmp/wharf-no-nvml.toml)
+"$WHARF" agent --probe --config /tmp/wharf-no-nvml.toml
+driver_uuids=$(echo "$driver_probe" | sed -n 's/.*"uuid": "\(GPU-[^"]*\)".*/\1/p' | sort)
+check "without NVML, the driver's /proc files give the same UUIDs" [ "$driver_uuids" = "$smi_uuids" ]
+check "without NVML, the same model and PCI address" \
+    has "$(echo "$driver_probe" | tr -d '\n')" -F "\"model\": \"$smi_model\""
+check "without NVML, the first GPU's PCI address" has "$driver_probe" -F "\"pci_bus\": \"$first_bus\""
 
 echo "== a one-node cluster"
 data=$(mktemp -d /var/tmp/wharf-gpu.XXXXXX)
@@ -56,6 +76,7 @@ socket = "$data/wharf.sock"
 image_store = "$data/images"
 grace = "2s"
 mounts = ["$home"]
+sample_interval = "1s"
 TOML
 "$WHARF" dev --config "$data/wharf.toml" --data-dir "$data" 2> "$data/dev.log" &
 dev=$!
@@ -90,8 +111,13 @@ echo "$out"
 check "the job ran" has "$out" '^done'
 gpu_nodes=$(echo "$out" | sed -n 's/^devs: //p' | tr ' ' '\n' | grep -c '^nvidia[0-9][0-9]*$')
 check "the job sees exactly 1 /dev/nvidiaN" [ "$gpu_nodes" = 1 ]
-check "CUDA_VISIBLE_DEVICES=0 and NVIDIA_VISIBLE_DEVICES names the host GPU" \
-    has "$out" '^CUDA_VISIBLE_DEVICES=0 NVIDIA_VISIBLE_DEVICES=[0-9]'
+check "CUDA_VISIBLE_DEVICES=0 and NVIDIA_VISIBLE_DEVICES names the GPU by UUID" \
+    has "$out" '^CUDA_VISIBLE_DEVICES=0 NVIDIA_VISIBLE_DEVICES=GPU-'
+visible_is_the_gpu_smi_sees() {
+    [ "$(printf '%s\n' "$out" | sed -n 's/^CUDA_VISIBLE_DEVICES=0 NVIDIA_VISIBLE_DEVICES=//p')" = \
+        "$(printf '%s\n' "$out" | grep '^GPU-')" ]
+}
+check "NVIDIA_VISIBLE_DEVICES is the UUID of the GPU nvidia-smi sees in the job" visible_is_the_gpu_smi_sees
 one_of_the_nodes_gpus() {
     [ "$(printf '%s\n' "$out" | grep -c '^GPU-')" = 1 ] &&
         has "$smi_uuids" -x "$(printf '%s\n' "$out" | grep '^GPU-')"
@@ -149,6 +175,42 @@ out=$(job --gpus 1 --cpus 2 --mem 16G --env LD_LIBRARY_PATH="$ldp" --env NCCL_DE
     "$py" "$home/nccl_allreduce.py" 2>&1)
 echo "$out" | tail -20
 check "NCCL all-reduce on the job's GPU" has "$out" 'allreduce ok'
+
+echo "== measured GPU use: a busy job and an idle one"
+cat > "$home/gpu_busy.py" <<'PY'
+import time
+import torch
+x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+end = time.time() + 12
+while time.time() < end:
+    for _ in range(20):
+        y = x @ x
+    torch.cuda.synchronize()
+import os
+print("busy done, job", os.environ["WHARF_JOB_ID"])
+PY
+chown "$user" "$home/gpu_busy.py"
+eff_of() { # eff_of OUTPUT: `wharf eff --json` of the job whose id `wharf run` printed
+    id=$(printf '%s\n' "$1" | sed -n 's/.*[Jj]ob \([0-9][0-9]*\).*/\1/p' | head -1)
+    WHARF_SOCKET="$data/wharf.sock" "$WHARF" eff "$id" --json
+}
+out=$(job --gpus 1 --cpus 2 --mem 16G --env LD_LIBRARY_PATH="$ldp" -- "$py" "$home/gpu_busy.py" 2>&1)
+echo "$out" | tail -3
+busy=$(eff_of "$out")
+echo "$busy" | tr -d ' \n' | head -c 600; echo
+util=$(echo "$busy" | sed -n 's/.*"gpu_utilization": \([0-9.]*\).*/\1/p' | cut -d. -f1)
+energy=$(echo "$busy" | sed -n 's/.*"energy_j": \([0-9]*\).*/\1/p')
+gmem=$(echo "$busy" | sed -n 's/.*"memory_peak": \([0-9]*\).*/\1/p' | tail -1)
+check "a job running matrix products shows high GPU utilization (${util:-none}%)" [ "${util:-0}" -ge 40 ]
+check "its GPU energy is measured (${energy:-none} J)" [ "${energy:-0}" -gt 0 ]
+check "its GPU memory peak is measured (${gmem:-none} bytes)" [ "${gmem:-0}" -gt 100000000 ]
+out=$(job --gpus 1 --cpus 1 --mem 2G -- sh -c 'echo "idle job $WHARF_JOB_ID"; sleep 5' 2>&1)
+idle=$(eff_of "$out")
+iutil=$(echo "$idle" | sed -n 's/.*"gpu_utilization": \([0-9.]*\).*/\1/p' | cut -d. -f1)
+low_util() { [ -n "$iutil" ] && [ "$iutil" -le 10 ]; }
+check "a job that holds a GPU and sleeps shows low utilization (${iutil:-none}%)" low_util
+check "and wharf eff says so in a hint" has "$(WHARF_SOCKET="$data/wharf.sock" "$WHARF" eff \
+    "$(printf '%s\n' "$out" | sed -n 's/.*[Jj]ob \([0-9][0-9]*\).*/\1/p' | head -1)")" 'GPUs were busy'
 
 echo "== the device cgroup holds even for host root inside the job's cgroup"
 if [ -e /sys/fs/cgroup/cgroup.controllers ]; then cgroot=/sys/fs/cgroup; else cgroot=/sys/fs/cgroup/devices; fi

@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use wharf_api::node::GpuInfo;
 
 /// The CDI kind of NVIDIA GPUs.
 pub const GPU_KIND: &str = "nvidia.com/gpu";
@@ -71,9 +72,11 @@ pub struct GpuEdits {
 }
 
 /// Finds the `nvidia.com/gpu` spec in `dirs` (the first in file-name order) and returns the
-/// edits for the GPUs named by `gpu_ids` (CDI device names `"0"`, `"1"`, ...). `Ok(None)` when
-/// the node has no such spec; an error when a spec is broken or lacks an allocated GPU.
-pub fn gpu_edits(dirs: &[PathBuf], gpu_ids: &[u32]) -> Result<Option<GpuEdits>, String> {
+/// edits for `gpus`. A GPU is found under the name `nvidia-ctk cdi generate` gives it: its
+/// UUID, else its NVML index (`"0"`, `"1"`, ...), else, where neither is known, its device
+/// minor. `Ok(None)` when the node has no such spec; an error when a spec is broken or lacks
+/// an allocated GPU.
+pub fn gpu_edits(dirs: &[PathBuf], gpus: &[GpuInfo]) -> Result<Option<GpuEdits>, String> {
     let Some((file, spec)) = find(dirs)? else {
         return Ok(None);
     };
@@ -96,16 +99,25 @@ pub fn gpu_edits(dirs: &[PathBuf], gpu_ids: &[u32]) -> Result<Option<GpuEdits>, 
         }
     };
     apply(&spec.container_edits);
-    for id in gpu_ids {
-        let name = id.to_string();
+    for gpu in gpus {
+        let names: Vec<String> = match (&gpu.uuid, gpu.nvml_index) {
+            (None, None) => vec![gpu.index.to_string()],
+            (uuid, index) => uuid
+                .iter()
+                .cloned()
+                .chain(index.map(|i| i.to_string()))
+                .collect(),
+        };
         let dev = spec
             .devices
             .iter()
-            .find(|d| d.name == name)
+            .find(|d| names.contains(&d.name))
             .ok_or_else(|| {
                 format!(
-                    "{}: no CDI device {GPU_KIND}={name} for allocated GPU {id}",
-                    file.display()
+                    "{}: no CDI device {GPU_KIND}={} for allocated GPU {}",
+                    file.display(),
+                    names.join(" or "),
+                    gpu.index
                 )
             })?;
         apply(&dev.container_edits);
@@ -239,7 +251,7 @@ mod tests {
             r#"{"kind": "vendor.com/fpga"}"#,
         )
         .unwrap();
-        let e = gpu_edits(&[dir.path().to_path_buf()], &[1])
+        let e = gpu_edits(&[dir.path().to_path_buf()], &[GpuInfo::minor(1)])
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -252,17 +264,17 @@ mod tests {
         assert_eq!(e.binds.len(), 1);
         assert!(e.binds[0].read_only);
         assert_eq!(e.env, vec!["NVIDIA_VISIBLE_DEVICES=void".to_string()]);
-        let missing = gpu_edits(&[dir.path().to_path_buf()], &[5]).unwrap_err();
+        let missing = gpu_edits(&[dir.path().to_path_buf()], &[GpuInfo::minor(5)]).unwrap_err();
         assert!(
             missing.contains("no CDI device nvidia.com/gpu=5"),
             "{missing}"
         );
         assert_eq!(
-            gpu_edits(&[PathBuf::from("/nonexistent")], &[0]).unwrap(),
+            gpu_edits(&[PathBuf::from("/nonexistent")], &[GpuInfo::minor(0)]).unwrap(),
             None
         );
         std::fs::write(dir.path().join("a-broken.json"), "{").unwrap();
-        assert!(gpu_edits(&[dir.path().to_path_buf()], &[0])
+        assert!(gpu_edits(&[dir.path().to_path_buf()], &[GpuInfo::minor(0)])
             .unwrap_err()
             .contains("not a CDI spec"));
     }
@@ -275,7 +287,7 @@ mod tests {
             "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: \"0\"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\ncontainerEdits:\n  deviceNodes:\n  - path: /dev/nvidiactl\n  mounts:\n  - hostPath: /usr/lib/libcuda.so.1\n    containerPath: /usr/lib/libcuda.so.1\n    options: [ro, nosuid, nodev, bind]\n",
         )
         .unwrap();
-        let e = gpu_edits(&[dir.path().to_path_buf()], &[0])
+        let e = gpu_edits(&[dir.path().to_path_buf()], &[GpuInfo::minor(0)])
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -287,8 +299,52 @@ mod tests {
         );
         assert_eq!(e.binds.len(), 1);
         std::fs::write(dir.path().join("nvidia.yaml"), "kind: [").unwrap();
-        assert!(gpu_edits(&[dir.path().to_path_buf()], &[0])
+        assert!(gpu_edits(&[dir.path().to_path_buf()], &[GpuInfo::minor(0)])
             .unwrap_err()
             .contains("not a CDI spec"));
+    }
+
+    /// nvidia-ctk names each GPU by NVML index and by UUID. On a node whose NVML numbering
+    /// differs from the device minors (minor 3 is NVML's 2), the allocated GPU's own entry
+    /// is used, never the one that merely shares its number.
+    #[test]
+    fn gpus_are_found_by_uuid_or_nvml_index_not_by_device_minor() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("nvidia.json"),
+            r#"{"kind": "nvidia.com/gpu", "containerEdits": {},
+              "devices": [
+                {"name": "2", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia3"}]}},
+                {"name": "3", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia4"}]}},
+                {"name": "GPU-c", "containerEdits": {"deviceNodes": [{"path": "/dev/nvidia3"}]}}
+              ]}"#,
+        )
+        .unwrap();
+        let dirs = [dir.path().to_path_buf()];
+        let by_index = GpuInfo {
+            nvml_index: Some(2),
+            ..GpuInfo::minor(3)
+        };
+        let by_uuid = GpuInfo {
+            uuid: Some("GPU-c".into()),
+            ..by_index.clone()
+        };
+        for gpu in [by_index, by_uuid] {
+            let e = gpu_edits(&dirs, &[gpu]).unwrap().unwrap();
+            assert_eq!(
+                e.device_nodes,
+                vec![(PathBuf::from("/dev/nvidia3"), "/dev/nvidia3".into())]
+            );
+        }
+        let unknown = GpuInfo {
+            uuid: Some("GPU-x".into()),
+            nvml_index: Some(7),
+            ..GpuInfo::minor(2)
+        };
+        let err = gpu_edits(&dirs, &[unknown]).unwrap_err();
+        assert!(
+            err.contains("nvidia.com/gpu=GPU-x or 7 for allocated GPU 2"),
+            "{err}"
+        );
     }
 }

@@ -5,20 +5,65 @@ use std::path::{Path, PathBuf};
 use wharf_api::wire::LaunchOrder;
 use wharf_runtime::ContainerSpec;
 
+use wharf_api::node::GpuInfo;
+
+use crate::discover::Machine;
 use crate::AgentConfig;
+
+/// What tells a job and the tools inside it which GPUs it has: CUDA numbers them from 0 (the
+/// job sees only its own device nodes); container runtimes and NVML name them by UUID where
+/// known (NVML's numbering is not the device minor's); Slurm's names carry the node's own ids.
+fn gpu_env(gpus: &[GpuInfo]) -> Vec<(String, String)> {
+    let join = |f: &dyn Fn(usize, &GpuInfo) -> String| {
+        gpus.iter()
+            .enumerate()
+            .map(|(i, g)| f(i, g))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let visible = if gpus.is_empty() {
+        "void".to_string()
+    } else if gpus.iter().all(|g| g.uuid.is_some()) {
+        join(&|_, g| g.uuid.clone().unwrap_or_default())
+    } else {
+        join(&|_, g| g.index.to_string())
+    };
+    let mut env = vec![
+        (
+            "CUDA_VISIBLE_DEVICES".to_string(),
+            join(&|i, _| i.to_string()),
+        ),
+        ("NVIDIA_VISIBLE_DEVICES".to_string(), visible),
+    ];
+    if !gpus.is_empty() {
+        env.extend([
+            (
+                "SLURM_JOB_GPUS".to_string(),
+                join(&|_, g| g.index.to_string()),
+            ),
+            ("SLURM_GPUS_ON_NODE".to_string(), gpus.len().to_string()),
+            (
+                "GPU_DEVICE_ORDINAL".to_string(),
+                join(&|i, _| i.to_string()),
+            ),
+        ]);
+    }
+    env
+}
 
 /// A launch order that cannot run here, in words for the user.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct LaunchError(pub String);
 
-/// Builds the container spec for `order`. `cpus` is the node's CPU list (index → CPU id).
+/// Builds the container spec for `order` on `machine` (CPU index → CPU id, GPUs by minor).
 pub fn container_spec(
     cfg: &AgentConfig,
     images: &wharf_images::ImageStore,
     order: &LaunchOrder,
-    cpus: &[u32],
+    machine: &Machine,
 ) -> Result<ContainerSpec, LaunchError> {
+    let gpus: Vec<GpuInfo> = order.gpu_ids.iter().map(|&id| machine.gpu(id)).collect();
     let spec = &order.spec;
     let user = nix::unistd::User::from_uid(order.owner.uid.into())
         .ok()
@@ -71,7 +116,7 @@ pub fn container_spec(
     let cdi = if order.gpu_ids.is_empty() {
         None
     } else {
-        match crate::cdi::gpu_edits(&cfg.cdi_dirs, &order.gpu_ids).map_err(LaunchError)? {
+        match crate::cdi::gpu_edits(&cfg.cdi_dirs, &gpus).map_err(LaunchError)? {
             Some(edits) => Some(edits),
             // No CDI spec: the driver files found on the node, at the same paths.
             None => Some(crate::cdi::GpuEdits {
@@ -112,7 +157,7 @@ pub fn container_spec(
     let cpuset: Vec<u32> = order
         .cpu_ids
         .iter()
-        .filter_map(|&i| cpus.get(i as usize).copied())
+        .filter_map(|&i| machine.cpus.get(i as usize).copied())
         .collect();
     let mut env: Vec<(String, String)> = vec![
         (
@@ -140,7 +185,6 @@ pub fn container_spec(
         devices.extend(rdma_devices(cfg)?);
     }
     preflight_memlock(cfg, spec.memlock)?;
-    let gpus: Vec<String> = (0..order.gpu_ids.len()).map(|i| i.to_string()).collect();
     let host_gpus: Vec<String> = order.gpu_ids.iter().map(u32::to_string).collect();
     env.extend([
         ("WHARF_JOB_ID".into(), order.id.to_string()),
@@ -151,18 +195,11 @@ pub fn container_spec(
         ("SLURM_JOB_ID".into(), order.id.to_string()),
         ("SLURM_JOB_NAME".into(), spec.name.clone()),
         ("SLURM_CPUS_ON_NODE".into(), spec.resources.cpus.to_string()),
-        // The job sees only its GPUs, under their host numbers; CUDA numbers them from 0.
-        ("CUDA_VISIBLE_DEVICES".into(), gpus.join(",")),
-        (
-            "NVIDIA_VISIBLE_DEVICES".into(),
-            if host_gpus.is_empty() {
-                "void".into()
-            } else {
-                host_gpus.join(",")
-            },
-        ),
+        ("WHARF_RESTART_COUNT".into(), order.restarts.to_string()),
+        ("SLURM_RESTART_COUNT".into(), order.restarts.to_string()),
         ("WHARF_GPUS".into(), host_gpus.join(",")),
     ]);
+    env.extend(gpu_env(&gpus));
     if let Some(a) = spec.array {
         let (job, task) = (a.job_id.to_string(), a.task_id.to_string());
         env.extend([
@@ -196,6 +233,8 @@ pub fn container_spec(
         shm_size: cfg.shm_size,
         stdout,
         stderr,
+        // A requeued job's next run adds to what the last one wrote.
+        append_output: order.restarts > 0,
         time_limit: Some(spec.time_limit),
         grace_secs: cfg.grace_secs,
         cgroup_parent: cfg.cgroup_parent.clone(),
@@ -491,6 +530,8 @@ pub fn job_dir(state_dir: &Path, id: u64) -> wharf_runtime::JobDir {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     /// The controller refuses at submit what the sandbox refuses to build: one list, kept
     /// in two crates (the scheduler's API does not depend on the runtime).
     #[test]
@@ -505,5 +546,28 @@ mod tests {
             let reserved = wharf_api::job::reserved_destination(&format!("/{top}/x"));
             assert_eq!(reserved.is_none(), top == "tmp", "/{top}");
         }
+    }
+
+    #[test]
+    fn gpus_are_named_by_uuid_to_runtimes_by_minor_to_slurm_and_from_0_to_cuda() {
+        let env = |gpus: &[GpuInfo]| -> std::collections::BTreeMap<String, String> {
+            gpu_env(gpus).into_iter().collect()
+        };
+        let uuid = |minor: u32, u: &str| GpuInfo {
+            uuid: Some(u.into()),
+            ..GpuInfo::minor(minor)
+        };
+        let e = env(&[uuid(1, "GPU-b"), uuid(3, "GPU-d")]);
+        assert_eq!(e["CUDA_VISIBLE_DEVICES"], "0,1");
+        assert_eq!(e["NVIDIA_VISIBLE_DEVICES"], "GPU-b,GPU-d");
+        assert_eq!(e["SLURM_JOB_GPUS"], "1,3");
+        assert_eq!(e["SLURM_GPUS_ON_NODE"], "2");
+        // Without every UUID, the node's own numbers.
+        let e = env(&[uuid(1, "GPU-b"), GpuInfo::minor(3)]);
+        assert_eq!(e["NVIDIA_VISIBLE_DEVICES"], "1,3");
+        let e = env(&[]);
+        assert_eq!(e["NVIDIA_VISIBLE_DEVICES"], "void");
+        assert_eq!(e["CUDA_VISIBLE_DEVICES"], "");
+        assert!(!e.contains_key("SLURM_JOB_GPUS"));
     }
 }

@@ -8,9 +8,10 @@
 pub mod cdi;
 pub mod discover;
 pub mod launch;
+pub mod usage;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use std::sync::Arc;
@@ -54,6 +55,11 @@ pub struct AgentConfig {
     pub reserved_memory: u64,
     /// Where GPU device nodes are looked for.
     pub dev_root: PathBuf,
+    /// Whether GPUs are described and measured through NVML (else described from the
+    /// driver's `/proc` files, and not measured).
+    pub nvml: bool,
+    /// How often running jobs' usage is sampled; zero turns sampling off.
+    pub sample_interval: Duration,
     /// Which sandbox runs jobs.
     pub backend: BackendKind,
     /// RLIMIT_MEMLOCK for jobs, bytes; `None` = unlimited.
@@ -70,6 +76,8 @@ pub struct AgentConfig {
     pub driver_lib_dirs: Vec<PathBuf>,
     /// Without a CDI spec: where NVIDIA's tools are looked for.
     pub driver_bin_dirs: Vec<PathBuf>,
+    /// Features reported with the node, for jobs' `--constraint`.
+    pub features: Vec<String>,
 }
 
 /// The sandbox backend an agent uses.
@@ -91,13 +99,16 @@ pub enum AgentError {
 
 /// The node's description.
 pub fn node_info(cfg: &AgentConfig) -> NodeInfo {
+    let cpus = discover::cpus();
     NodeInfo {
         name: cfg.node_name.clone(),
         address: cfg.node_name.clone(),
-        cpus: discover::cpus().len() as u32,
+        cpus: cpus.len() as u32,
         memory: discover::memory_total().saturating_sub(cfg.reserved_memory),
-        gpus: discover::gpus(&cfg.dev_root),
+        gpus: discover::gpus(&discover::Roots::host(&cfg.dev_root), cfg.nvml),
+        cpu_numa: discover::cpu_numa(Path::new("/sys"), &cpus),
         version: env!("CARGO_PKG_VERSION").into(),
+        features: cfg.features.clone(),
     }
 }
 
@@ -120,7 +131,16 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     if let Err(e) = launcher.warm_up() {
         tracing::warn!(error = %e, "cannot start the shim spawner");
     }
-    let cpus = discover::cpus();
+    let machine = discover::Machine {
+        cpus: discover::cpus(),
+        gpus: discover::gpus(&discover::Roots::host(&cfg.dev_root), cfg.nvml),
+    };
+    usage::spawn(
+        cfg.state_dir.join("jobs"),
+        cfg.sample_interval,
+        cfg.nvml && cfg.dev_root == Path::new("/dev"),
+        machine.clone(),
+    );
     let mut wait_ms = 0;
     let mut registered = false;
     let mut detail = Detail::default();
@@ -162,9 +182,14 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         };
         match result {
             Ok(orders) => {
-                let (c, l, i, cp) = (cfg.clone(), launcher.clone(), images.clone(), cpus.clone());
+                let (c, l, i, m) = (
+                    cfg.clone(),
+                    launcher.clone(),
+                    images.clone(),
+                    machine.clone(),
+                );
                 let _ =
-                    tokio::task::spawn_blocking(move || carry_out(&c, l.as_ref(), &i, &cp, orders))
+                    tokio::task::spawn_blocking(move || carry_out(&c, l.as_ref(), &i, &m, orders))
                         .await;
             }
             Err(ClientError::Api { status: 404, .. }) => registered = false,
@@ -310,7 +335,7 @@ fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentJob> {
         let dir = JobDir::new(entry.path());
         let (exit, end_time, start_time) = match launcher.status(&dir) {
             JobStatus::Running { started_ms, .. } => (None, None, started_ms),
-            JobStatus::Exited(o) => (Some(exit_info(&o)), Some(o.ended_ms), o.started_ms),
+            JobStatus::Exited(o) => (Some(exit_info(&o, &dir)), Some(o.ended_ms), o.started_ms),
             JobStatus::Lost(why) => (
                 Some(ExitInfo {
                     message: Some(bound_message(why)),
@@ -333,7 +358,7 @@ fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentJob> {
     out
 }
 
-fn exit_info(o: &Outcome) -> ExitInfo {
+fn exit_info(o: &Outcome, dir: &JobDir) -> ExitInfo {
     ExitInfo {
         code: o.exit_code,
         signal: o.signal,
@@ -343,6 +368,7 @@ fn exit_info(o: &Outcome) -> ExitInfo {
         // An outcome written by an older shim may hold a message of any length; every
         // report carries it until the controller lets the job go.
         message: o.error.clone().map(bound_message),
+        usage: usage::summary(dir, o),
     }
 }
 
@@ -350,11 +376,11 @@ fn carry_out(
     cfg: &AgentConfig,
     launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
-    cpus: &[u32],
+    machine: &discover::Machine,
     orders: PollResponse,
 ) {
     for order in &orders.launch {
-        start(cfg, launcher, images, cpus, order);
+        start(cfg, launcher, images, machine, order);
     }
     for kill in &orders.kill {
         let dir = launch::job_dir(&cfg.state_dir, kill.id);
@@ -409,7 +435,7 @@ fn start(
     cfg: &AgentConfig,
     launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
-    cpus: &[u32],
+    machine: &discover::Machine,
     order: &LaunchOrder,
 ) {
     let dir = launch::job_dir(&cfg.state_dir, order.id);
@@ -417,7 +443,7 @@ fn start(
         return;
     }
     tracing::info!(job = order.id, user = %order.owner.user, image = %order.spec.image, "launching");
-    let result = launch::container_spec(cfg, images, order, cpus)
+    let result = launch::container_spec(cfg, images, order, machine)
         .map_err(|e| e.to_string())
         .and_then(|spec| launcher.launch(&dir, &spec).map_err(|e| e.to_string()));
     if let Err(message) = result {
@@ -490,7 +516,10 @@ mod tests {
             error: Some("\u{1}".repeat(131_000)),
             ..Default::default()
         };
-        let m = exit_info(&o).message.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let m = exit_info(&o, &JobDir::new(dir.path().join("1")))
+            .message
+            .unwrap();
         assert!(m.len() <= wharf_api::text::MAX_MESSAGE, "{}", m.len());
     }
 }

@@ -190,6 +190,7 @@ pub fn template(id: &str, rootfs: &Path, uid: u32, gid: u32) -> ContainerSpec {
         shm_size: 16 << 20,
         stdout: PathBuf::new(),
         stderr: PathBuf::new(),
+        append_output: false,
         time_limit: None,
         grace_secs: 1,
         cgroup_parent: "wharf-conformance".into(),

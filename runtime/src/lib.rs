@@ -63,7 +63,7 @@ pub(crate) fn test_can_run(test: &str, missing: Option<&str>) -> bool {
 }
 
 pub use backend::{Backend, DockerBackend};
-pub use cgroup::cgroup_dirs;
+pub use cgroup::{cgroup_dirs, usage as cgroup_usage, CgroupUsage};
 pub use error::{ErrorKind, RuntimeError};
 pub use jobdir::JobDir;
 pub use launcher::{JobStatus, Launcher};

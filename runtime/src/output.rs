@@ -12,7 +12,7 @@
 //!  as the user: O_PATH|O_NOFOLLOW ─▶ fstat: a regular file or /dev/null? reopen it through
 //!  the descriptor O_WRONLY|O_NONBLOCK|O_NOCTTY; missing: O_CREAT|O_EXCL, 0600; else refused
 //!    ├─ EWOULDBLOCK (a lease) ─▶ stop asked? ─▶ no: wait 50 ms, again
-//!    └─ fstat ─▶ regular: truncate, 0600 (when the user owns it) ─┐
+//!    └─ fstat ─▶ regular: truncate (unless appending), 0600 (if the user's) ─┐
 //!             ─▶ /dev/null's device number ───────────────────────┼─▶ blocking again ─▶ job
 //!             ─▶ anything else: refused, with what it is ─────────┘
 //! ```
@@ -59,7 +59,7 @@ fn open_output(
     stop: &dyn Fn() -> Option<Stop>,
 ) -> Result<OwnedFd, Abort> {
     loop {
-        match AsUser::of(spec).run(|| open_once(path, spec.uid, null))? {
+        match AsUser::of(spec).run(|| open_once(path, spec.uid, null, spec.append_output))? {
             // A lease being broken, or a file that appeared between two looks.
             Err(Errno::EWOULDBLOCK | Errno::EEXIST) => {}
             Ok(Ok(fd)) => return Ok(fd),
@@ -83,6 +83,7 @@ fn open_once(
     path: &Path,
     uid: u32,
     null: libc::dev_t,
+    append: bool,
 ) -> Result<Result<OwnedFd, RuntimeError>, Errno> {
     let fd = match crate::sys::open_fd(path, OFlag::O_PATH | OFlag::O_NOFOLLOW) {
         Ok(at) => {
@@ -93,7 +94,12 @@ fn open_once(
                 SFlag::S_IFLNK => return Err(Errno::ELOOP),
                 other => return Ok(Err(wrong_type(path, other))),
             }
-            crate::sys::reopen(&at, OFlag::O_WRONLY)?
+            let mode = if append {
+                OFlag::O_WRONLY | OFlag::O_APPEND
+            } else {
+                OFlag::O_WRONLY
+            };
+            crate::sys::reopen(&at, mode)?
         }
         Err(Errno::ENOENT) => {
             let flags = OFlag::O_WRONLY
@@ -113,7 +119,9 @@ fn open_once(
     let st = fstat(fd.as_raw_fd())?;
     match SFlag::from_bits_truncate(st.st_mode & libc::S_IFMT) {
         SFlag::S_IFREG => {
-            nix::unistd::ftruncate(&fd, 0)?;
+            if !append {
+                nix::unistd::ftruncate(&fd, 0)?;
+            }
             // Private even if it existed with wider permissions; a file of someone else's
             // that the user may write keeps its mode (fchmod as the user is refused).
             if st.st_uid == uid {
@@ -124,7 +132,13 @@ fn open_once(
         other => return Ok(Err(wrong_type(path, other))),
     }
     // The job gets an ordinary, blocking descriptor.
-    fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::empty()))?;
+    // (Status flags are set whole: O_APPEND stays when appending.)
+    let keep = if append {
+        OFlag::O_APPEND
+    } else {
+        OFlag::empty()
+    };
+    fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(keep))?;
     Ok(Ok(fd))
 }
 
@@ -280,6 +294,27 @@ mod tests {
         assert!(
             why.contains("character device other than /dev/null"),
             "{why}"
+        );
+    }
+
+    #[test]
+    fn a_requeued_run_appends_to_the_last_runs_output() {
+        if !as_root("a_requeued_run_appends_to_the_last_runs_output") {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("out");
+        std::fs::write(&file, "first run\n").unwrap();
+        let mut spec = spec_in(tmp.path(), "out");
+        spec.append_output = true;
+        let (o, _) = open_outputs(&spec, &never).unwrap();
+        let flags = fcntl(o.as_raw_fd(), FcntlArg::F_GETFL).unwrap();
+        assert_ne!(flags & libc::O_APPEND, 0, "appending");
+        let mut out = std::fs::File::from(o);
+        std::io::Write::write_all(&mut out, b"second run\n").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            "first run\nsecond run\n"
         );
     }
 

@@ -341,6 +341,10 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
     // Whatever happened, nothing of the job is left: no process, no cgroup.
     kill_all(spec);
     out.oom = cgroup::oom_kills(&spec.cgroup_path()) > 0;
+    // The counters go with the cgroup: read them while it is there.
+    out.usage = job_cgroup
+        .is_some()
+        .then(|| cgroup::usage(&spec.cgroup_path()));
     if let Some(mut cg) = job_cgroup {
         cg.remove();
     }

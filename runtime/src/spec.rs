@@ -43,6 +43,9 @@ pub struct ContainerSpec {
     pub stdout: PathBuf,
     /// File that receives standard error; equal to `stdout` for one combined file.
     pub stderr: PathBuf,
+    /// Append to the output files instead of truncating them (a requeued job's next run).
+    #[serde(default)]
+    pub append_output: bool,
     /// Time limit, seconds.
     pub time_limit: Option<u64>,
     /// Seconds between SIGTERM and SIGKILL.
@@ -179,4 +182,7 @@ pub struct Outcome {
     pub ended_ms: u64,
     /// Why it could not start, or what went wrong while cleaning up.
     pub error: Option<String>,
+    /// What the kernel counted in its cgroup, read at its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::CgroupUsage>,
 }

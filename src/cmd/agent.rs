@@ -52,6 +52,8 @@ pub fn settings(file: &FileConfig, token: String) -> Result<wharf_agent::AgentCo
         cgroup_parent: a.cgroup_parent.clone(),
         reserved_memory: config::size("agent.reserved_memory", &a.reserved_memory)?,
         dev_root: a.dev_root.clone(),
+        nvml: a.nvml,
+        sample_interval: config::duration("agent.sample_interval", &a.sample_interval)?,
         backend: match a.backend.as_str() {
             "oci" => wharf_agent::BackendKind::Oci,
             "docker" => wharf_agent::BackendKind::Docker(a.docker_socket.clone()),
@@ -64,6 +66,11 @@ pub fn settings(file: &FileConfig, token: String) -> Result<wharf_agent::AgentCo
         cdi_dirs: a.cdi_dirs.clone(),
         driver_lib_dirs: a.driver_lib_dirs.clone(),
         driver_bin_dirs: a.driver_bin_dirs.clone(),
+        features: {
+            wharf_api::features::validate_features(&a.features)
+                .map_err(|e| anyhow::anyhow!("agent.features: {e}"))?;
+            a.features.clone()
+        },
         stack: a
             .stack
             .as_deref()
@@ -123,19 +130,42 @@ fn probe(args: &Args) -> Result<i32> {
     );
     println!("gpus    {}", info.gpus.len());
     for g in &info.gpus {
+        let place = match (&g.pci_bus, g.numa_node) {
+            (Some(bus), Some(numa)) => format!("{bus} numa {numa}"),
+            (Some(bus), None) => bus.clone(),
+            (None, _) => String::new(),
+        };
         println!(
-            "  /dev/nvidia{:<3} {:<28} {:<10} {}",
+            "  /dev/nvidia{:<3} {:<6} {:<28} {:<10} {:<22} {}",
             g.index,
+            g.nvml_index
+                .map(|i| format!("nvml {i}"))
+                .unwrap_or_default(),
             crate::output::clean(
                 g.model
                     .as_deref()
-                    .unwrap_or("(model unknown: NVML not loaded)")
+                    .unwrap_or("(model unknown: no NVML or driver files)")
             ),
             g.memory
                 .map(wharf_api::resources::format_memory)
                 .unwrap_or_default(),
+            place,
             crate::output::clean(g.uuid.as_deref().unwrap_or(""))
         );
+        for m in &g.mig {
+            println!(
+                "      MIG {:<10} {:<10} {}",
+                crate::output::clean(&m.profile),
+                m.memory
+                    .map(wharf_api::resources::format_memory)
+                    .unwrap_or_default(),
+                crate::output::clean(&m.uuid)
+            );
+        }
+    }
+    if !info.cpu_numa.is_empty() {
+        let nodes: std::collections::BTreeSet<u32> = info.cpu_numa.iter().copied().collect();
+        println!("numa    {} nodes", nodes.len());
     }
     Ok(0)
 }

@@ -31,6 +31,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         "GPUS(A/T)",
         "JOBS",
         "IMAGES",
+        "FEATURES",
     ]);
     for n in &list.nodes {
         let cap = n.info.capacity();
@@ -49,6 +50,11 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             },
             n.jobs.to_string(),
             n.images.len().to_string(),
+            if n.info.features.is_empty() {
+                "-".into()
+            } else {
+                n.info.features.join(",")
+            },
         ]);
     }
     output::print_table(&t);

@@ -51,6 +51,17 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         };
         rows.push((label, r.clone()));
     }
+    if j.restarts > 0 {
+        rows.push((
+            "Requeued",
+            format!(
+                "{} time{} (the job sees WHARF_RESTART_COUNT={})",
+                j.restarts,
+                if j.restarts == 1 { "" } else { "s" },
+                j.restarts
+            ),
+        ));
+    }
     if let Some(at) = j.begin_time {
         rows.push(("Begin time", output::time(Some(at))));
     }
@@ -108,6 +119,9 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
                 if e.oom { ", OOM kill" } else { "" }
             ),
         ));
+        if let Some(u) = &e.usage {
+            rows.push(("Usage", usage_line(u)));
+        }
     }
     match &j.spec {
         Some(s) => {
@@ -118,6 +132,18 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             if let Some(e) = s.error_path(j.id) {
                 rows.push(("Error", e));
             }
+            if let Some(c) = &s.constraint {
+                rows.push(("Constraint", c.to_string()));
+            }
+            if !s.nodelist.is_empty() {
+                rows.push(("Nodelist", s.nodelist.to_string()));
+            }
+            if !s.exclude.is_empty() {
+                rows.push(("Exclude", s.exclude.to_string()));
+            }
+            if s.exclusive {
+                rows.push(("Exclusive", "yes (whole nodes)".into()));
+            }
         }
         None => rows.push(("Details", "private to the job's owner".into())),
     }
@@ -125,6 +151,29 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         println!("{:>12}: {}", k, output::clean(&v));
     }
     Ok(0)
+}
+
+/// A job's measured use in one line (`wharf eff` gives the detail).
+fn usage_line(u: &wharf_api::usage::JobUsage) -> String {
+    let mut parts = Vec::new();
+    if let Some(ms) = u.cpu_time_ms {
+        parts.push(format!("CPU time {}", format_duration(ms / 1000)));
+    }
+    if let Some(peak) = u.memory_peak {
+        parts.push(format!("memory peak {}", format_memory(peak)));
+    }
+    if let Some(util) = u.gpu_util() {
+        parts.push(format!("GPU utilization {util:.0}%"));
+    }
+    let energy: u64 = u.gpus.iter().filter_map(|g| g.energy_j).sum();
+    if energy > 0 {
+        parts.push(format!("GPU energy {energy} J"));
+    }
+    if parts.is_empty() {
+        "not measured".into()
+    } else {
+        parts.join(", ")
+    }
 }
 
 fn shell_words(argv: &[String]) -> String {

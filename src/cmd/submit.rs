@@ -61,6 +61,25 @@ pub struct JobFlags {
     /// Submit held: the job waits until you release it (`wharf release JOB`).
     #[arg(short = 'H', long)]
     pub hold: bool,
+    /// Node features the job needs: NAME, joined by & (all) or | (any), e.g. 'ib&nvme'.
+    #[arg(short = 'C', long)]
+    pub constraint: Option<String>,
+    /// Run only on these nodes (a host list, e.g. gpu[01-04]); a one-node job takes one.
+    #[arg(short = 'w', long)]
+    pub nodelist: Option<String>,
+    /// Never run on these nodes (a host list).
+    #[arg(short = 'x', long)]
+    pub exclude: Option<String>,
+    /// Take whole nodes: all their CPUs, memory and GPUs, shared with no other job.
+    #[arg(long)]
+    pub exclusive: bool,
+    /// Never requeue this job: a preemption in requeue mode ends it PREEMPTED instead, and
+    /// `wharf requeue` refuses it.
+    #[arg(long, conflicts_with = "requeue")]
+    pub no_requeue: bool,
+    /// May be requeued when preempted (the default; overrides a `--no-requeue` line).
+    #[arg(long)]
+    pub requeue: bool,
     /// Working directory (default: the current directory).
     #[arg(short = 'D', long)]
     pub chdir: Option<String>,
@@ -113,6 +132,9 @@ impl JobFlags {
             ("begin", &self.begin),
             ("dependency", &self.dependency),
             ("array", &self.array),
+            ("constraint", &self.constraint),
+            ("nodelist", &self.nodelist),
+            ("exclude", &self.exclude),
             ("chdir", &self.chdir),
             ("output", &self.output),
             ("error", &self.error),
@@ -128,6 +150,9 @@ impl JobFlags {
             (self.remap_root, "remap-root"),
             (self.writable, "writable"),
             (self.hold, "hold"),
+            (self.exclusive, "exclusive"),
+            (self.no_requeue, "no-requeue"),
+            (self.requeue, "requeue"),
         ] {
             if set {
                 set_option(&mut req, key, "yes").map_err(anyhow::Error::msg)?;

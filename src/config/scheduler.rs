@@ -3,6 +3,8 @@
 use anyhow::Result;
 use serde::Deserialize;
 
+use wharf_api::job::is_name;
+
 use super::duration;
 
 /// `[scheduler]`.
@@ -66,6 +68,16 @@ pub struct QosSection {
     /// QoS whose jobs this one may preempt.
     #[serde(default)]
     pub preempt: Vec<String>,
+    /// What becomes of this QoS's jobs when preempted: off, requeue (default) or cancel.
+    #[serde(default)]
+    pub preempt_mode: Option<String>,
+}
+
+/// A `preempt_mode` value, or an error naming `key`.
+fn preempt_mode(key: &str, text: &str) -> Result<wharf_controller::PreemptMode> {
+    wharf_controller::PreemptMode::parse(text).ok_or_else(|| {
+        anyhow::anyhow!("{key}: preempt_mode {text:?}: use \"off\", \"requeue\" or \"cancel\"")
+    })
 }
 
 /// A TRES limit table: `{ cpu = 64, gpu = 4, mem = "256G" }`; a key left out is not capped.
@@ -186,6 +198,12 @@ pub struct PartitionSection {
     pub billing_cpu: f64,
     pub billing_memory_gib: f64,
     pub billing_gpu: f64,
+    /// AllowAccounts: accounts whose jobs may run here; empty: all.
+    pub allow_accounts: Vec<String>,
+    /// AllowGroups: Unix groups whose members may run jobs here; empty: everyone.
+    pub allow_groups: Vec<String>,
+    /// What becomes of its jobs when a job of a higher tier needs their nodes.
+    pub preempt_mode: String,
 }
 
 impl Default for PartitionSection {
@@ -203,16 +221,11 @@ impl Default for PartitionSection {
             billing_cpu: b.cpu,
             billing_memory_gib: b.memory_gib,
             billing_gpu: b.gpu,
+            allow_accounts: vec![],
+            allow_groups: vec![],
+            preempt_mode: "off".into(),
         }
     }
-}
-
-fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 impl PartitionSection {
@@ -220,7 +233,7 @@ impl PartitionSection {
         use wharf_controller::PartitionState;
         let name = &self.name;
         let key = format!("scheduler.partition {name:?}");
-        if !valid_name(name) {
+        if !is_name(name) {
             anyhow::bail!("{key}: name must be 1 to 64 letters, digits, '-', '_' or '.'");
         }
         let state = match self.state.to_ascii_lowercase().as_str() {
@@ -249,13 +262,39 @@ impl PartitionSection {
         if self.max_nodes == Some(0) {
             anyhow::bail!("{key}: max_nodes must be at least 1");
         }
-        let nodes: Vec<&str> = self.nodes.iter().map(String::as_str).collect();
+        // Each entry is a host list: `gpu[01-16]`.
+        let mut nodes = Vec::new();
+        for entry in &self.nodes {
+            let names = wharf_api::hostlist::expand(entry, wharf_api::hostlist::MAX_HOSTS)
+                .map_err(|e| anyhow::anyhow!("{key}: nodes: {e}"))?;
+            nodes.extend(names);
+        }
+        let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+        if let Some(bad) = self.allow_accounts.iter().find(|a| !is_name(a)) {
+            anyhow::bail!(
+                "{key}: allow_accounts: {bad:?} is not an account name (1 to 64 letters, digits, \
+                 '-', '_' or '.')"
+            );
+        }
+        // Group names come from the system's databases (LDAP ones may hold spaces).
+        let bad_group = |g: &String| {
+            g.trim().is_empty()
+                || g.len() > 256
+                || g.contains([':', ','])
+                || g.chars().any(char::is_control)
+        };
+        if let Some(bad) = self.allow_groups.iter().find(|g| bad_group(g)) {
+            anyhow::bail!("{key}: allow_groups: {bad:?} is not a group name");
+        }
         let mut p = wharf_controller::SchedulerPartition::new(name, &nodes);
+        p.allow_accounts = self.allow_accounts.clone();
+        p.allow_groups = self.allow_groups.clone();
         p.state = state;
         p.priority_tier = self.priority_tier;
         p.max_time = ms("max_time", &self.max_time)?;
         p.default_time = ms("default_time", &self.default_time)?;
         p.max_nodes = self.max_nodes;
+        p.preempt_mode = preempt_mode(&key, &self.preempt_mode)?;
         p.billing = wharf_controller::SchedulerBilling {
             cpu: self.billing_cpu,
             memory_gib: self.billing_memory_gib,
@@ -348,7 +387,7 @@ impl SchedulerSection {
         self.resolve_accounts(&mut c)?;
         let mut seen = std::collections::BTreeSet::new();
         for q in &self.qos {
-            if !valid_name(&q.name) {
+            if !is_name(&q.name) {
                 anyhow::bail!(
                     "scheduler.qos {:?}: name must be 1 to 64 letters, digits, '-', '_' or '.'",
                     q.name
@@ -390,6 +429,11 @@ impl SchedulerSection {
                 grp_tres: q.grp_tres.resolve(&format!("{key} grp_tres"))?,
                 grp_jobs: q.grp_jobs,
                 preempt: q.preempt.clone(),
+                preempt_mode: q
+                    .preempt_mode
+                    .as_deref()
+                    .map(|m| preempt_mode(&key, m))
+                    .transpose()?,
             };
             if limits != Default::default() {
                 c.limits.qos.insert(q.name.clone(), limits);
@@ -404,7 +448,7 @@ impl SchedulerSection {
         let mut names = std::collections::BTreeSet::new();
         for a in &self.accounts {
             let key = format!("scheduler.account {:?}", a.name);
-            if !valid_name(&a.name) {
+            if !is_name(&a.name) {
                 anyhow::bail!("{key}: name must be 1 to 64 letters, digits, '-', '_' or '.'");
             }
             if !names.insert(a.name.as_str()) {
@@ -519,7 +563,19 @@ mod tests {
         assert_eq!(gpu.max_time, Some(24 * 3600 * 1000));
         assert_eq!(gpu.billing.gpu, 10.0);
         assert_eq!(gpu.state, wharf_controller::PartitionState::Drain);
+        let file: FileConfig = toml::from_str(
+            "[[scheduler.partition]]\nname = \"gpu\"\nnodes = [\"g[01-03]\", \"big1\"]\n\
+             allow_accounts = [\"physics\"]\nallow_groups = [\"gpuusers\"]\n",
+        )
+        .unwrap();
+        let c = file.scheduler.resolve().unwrap();
+        assert_eq!(c.partitions[0].nodes, ["g01", "g02", "g03", "big1"]);
+        assert_eq!(c.partitions[0].allow_accounts, ["physics"]);
+        assert_eq!(c.partitions[0].allow_groups, ["gpuusers"]);
         for (text, want) in [
+            ("name = \"a\"\nnodes = [\"g[1-\"]", "nodes: host list \"g[1-\""),
+            ("name = \"a\"\nallow_accounts = [\"a b\"]", "is not an account name"),
+            ("name = \"a\"\nallow_groups = [\"a,b\"]", "is not a group name"),
             ("name = \"a\"\n[[scheduler.partition]]\nname = \"a\"", "defined twice"),
             ("name = \"a b\"", "name must be"),
             ("name = \"a\"\nstate = \"closed\"", "state \"closed\""),
@@ -585,6 +641,37 @@ mod tests {
             (
                 "[[scheduler.account]]\nname = \"a\"\nshares = 0",
                 "shares must be",
+            ),
+        ] {
+            let file: FileConfig = toml::from_str(text).unwrap();
+            let err = file.scheduler.resolve().unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
+    }
+
+    #[test]
+    fn preempt_modes_are_read_and_a_bad_one_names_the_key() {
+        let file: FileConfig = toml::from_str(
+            "[[scheduler.partition]]\nname = \"scav\"\npreempt_mode = \"Requeue\"\n\
+             [[scheduler.partition]]\nname = \"high\"\npriority_tier = 1\n\
+             [[scheduler.qos]]\nname = \"high\"\npreempt = [\"low\"]\n\
+             [[scheduler.qos]]\nname = \"low\"\npreempt_mode = \"cancel\"\n",
+        )
+        .unwrap();
+        let c = file.scheduler.resolve().unwrap();
+        use wharf_controller::PreemptMode;
+        assert_eq!(c.partitions[0].preempt_mode, PreemptMode::Requeue);
+        assert_eq!(c.partitions[1].preempt_mode, PreemptMode::Off);
+        assert_eq!(c.limits.qos["high"].preempt_mode, None);
+        assert_eq!(c.limits.qos["low"].preempt_mode, Some(PreemptMode::Cancel));
+        for (text, want) in [
+            (
+                "[[scheduler.partition]]\nname = \"p\"\npreempt_mode = \"suspend\"",
+                "scheduler.partition \"p\": preempt_mode \"suspend\": use \"off\"",
+            ),
+            (
+                "[[scheduler.qos]]\nname = \"q\"\npreempt_mode = \"kill\"",
+                "scheduler.qos \"q\": preempt_mode \"kill\"",
             ),
         ] {
             let file: FileConfig = toml::from_str(text).unwrap();

@@ -10,9 +10,15 @@ use crate::harness::*;
 
 /// A scratch directory holding `count` fake GPUs (`nvidia0..`), nvidiactl and nvidia-uvm.
 fn fake_dev(count: u32) -> tempfile::TempDir {
+    fake_dev_with(&(0..count).collect::<Vec<u32>>())
+}
+
+/// A scratch directory holding fake GPUs with these device minors, nvidiactl and nvidia-uvm.
+fn fake_dev_with(minors: &[u32]) -> tempfile::TempDir {
     let dev = scratch("wharf-fakedev-");
-    let mut nodes: Vec<(String, u64, u64)> = (0..count)
-        .map(|i| (format!("nvidia{i}"), 195, u64::from(i)))
+    let mut nodes: Vec<(String, u64, u64)> = minors
+        .iter()
+        .map(|&i| (format!("nvidia{i}"), 195, u64::from(i)))
         .collect();
     nodes.push(("nvidiactl".into(), 195, 255));
     nodes.push(("nvidia-uvm".into(), 240, 0));
@@ -26,6 +32,47 @@ fn fake_dev(count: u32) -> tempfile::TempDir {
         .unwrap();
     }
     dev
+}
+
+/// A node whose GPUs are numbered 0, 1 and 3 (2 fell off the bus, or was never there):
+/// the scheduler hands out exactly those ids, a job given all three sees and opens exactly
+/// those, and a job asking for a fourth is refused.
+#[test]
+fn a_node_with_gpus_0_1_and_3_gives_out_those_and_never_2() {
+    if !can_run("a_node_with_gpus_0_1_and_3_gives_out_those_and_never_2") {
+        return;
+    }
+    let dev = fake_dev_with(&[0, 1, 3]);
+    let c = Cluster::start_with(&format!("dev_root = \"{}\"", dev.path().display()));
+    let nodes = stdout(&c.wharf(&["nodes"]));
+    assert!(
+        nodes.contains("0/3"),
+        "node does not report 3 GPUs:\n{nodes}"
+    );
+    let alice = user("wharf-alice");
+    let script = "echo visible $(ls /dev | grep 'nvidia[0-9]' | tr '\\n' ' '); \
+         echo cuda=$CUDA_VISIBLE_DEVICES slurm=$SLURM_JOB_GPUS on_node=$SLURM_GPUS_ON_NODE; \
+         for i in 0 1 2 3; do head -c1 /dev/nvidia$i 2>&1 | sed \"s/^/open $i: /\"; done";
+    let out = c.run_sh(&alice, &["--gpus", "3"], script);
+    let text = stdout(&out);
+    let line = |prefix: &str| {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} in:\n{text}"))
+            .to_string()
+    };
+    assert_eq!(line("visible"), "visible nvidia0 nvidia1 nvidia3", "{text}");
+    assert_eq!(line("cuda="), "cuda=0,1,2 slurm=0,1,3 on_node=3");
+    for i in [0, 1, 3] {
+        assert!(
+            line(&format!("open {i}:")).contains("No such device or address"),
+            "allocated GPU {i}:\n{text}"
+        );
+    }
+    assert!(line("open 2:").contains("No such file"), "{text}");
+    let four = c.wharf_as(&alice, &["submit", "--gpus", "4", "--wrap", "true"]);
+    assert!(!four.status.success(), "a 4-GPU job was accepted");
+    assert!(stderr(&four).contains("GPU"), "{}", stderr(&four));
 }
 
 #[test]

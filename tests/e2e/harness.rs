@@ -112,6 +112,29 @@ pub fn user(name: &str) -> User {
     }
 }
 
+/// Creates (if needed) the Unix group `name` and puts `members` in it (as supplementary
+/// members). Retries while another test holds the group file's lock.
+pub fn group(name: &str, members: &[&User]) {
+    let run = |cmd: &mut Command| {
+        for _ in 0..100 {
+            let out = cmd.output().expect("groupadd/usermod");
+            let err = String::from_utf8_lossy(&out.stderr);
+            if out.status.success() || err.contains("already exists") {
+                return;
+            }
+            assert!(err.contains("lock"), "{cmd:?}: {out:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{cmd:?}: the group file stayed locked");
+    };
+    if nix::unistd::Group::from_name(name).ok().flatten().is_none() {
+        run(Command::new("groupadd").arg(name));
+    }
+    for m in members {
+        run(Command::new("usermod").args(["-a", "-G", name, &m.name]));
+    }
+}
+
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
 /// A `wharf dev` cluster in a temp directory, killed on drop.
@@ -342,31 +365,12 @@ impl Cluster {
 
     /// A job as root sees it.
     pub fn job(&self, id: u64) -> Value {
-        let out = self.wharf(&["show", &id.to_string(), "--json"]);
-        assert!(
-            out.status.success(),
-            "show {id}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        show_json(&self.wharf(&["show", &id.to_string(), "--json"]), id)
     }
 
     /// Waits until job `id` reaches a terminal state; returns it.
     pub fn wait_done(&self, id: u64, limit: Duration) -> Value {
-        let deadline = Instant::now() + limit;
-        loop {
-            let job = self.job(id);
-            let state = job["state"].as_str().unwrap().to_string();
-            if !["PENDING", "STARTING", "RUNNING"].contains(&state.as_str()) {
-                return job;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "job {id} still {state} after {limit:?}; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_ended(|| self.job(id), id, limit, || self.log())
     }
 
     /// Waits until job `id` is RUNNING.
@@ -492,6 +496,40 @@ pub fn as_user(user: &User, cwd: &Path, exe: &str, args: &[&str], socket: &Path)
         .expect("setpriv")
 }
 
+/// The job that `wharf show ID --json` printed; panics with its error if it failed.
+pub fn show_json(out: &Output, id: u64) -> Value {
+    assert!(
+        out.status.success(),
+        "show {id}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Polls `job` (job `id` as some cluster shows it) until it reaches a terminal state and
+/// returns it; after `limit`, fails with `log()`.
+pub fn wait_ended(
+    job: impl Fn() -> Value,
+    id: u64,
+    limit: Duration,
+    log: impl Fn() -> String,
+) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let job = job();
+        let state = job["state"].as_str().unwrap_or_default().to_string();
+        if !["PENDING", "STARTING", "RUNNING"].contains(&state.as_str()) {
+            return job;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {id} still {state} after {limit:?}: {job}\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Parses `Submitted job N`.
 pub fn submitted_id(out: &Output) -> u64 {
     let text = String::from_utf8_lossy(&out.stdout);
@@ -603,11 +641,32 @@ impl TcpCluster {
     /// Starts an agent, node `name`, joining over TCP with the token read from `token`; its
     /// log is `NAME.log`.
     pub fn agent(&mut self, name: &str, token: &Path) {
+        let config = self.config.clone();
+        self.spawn_agent(name, token, &config);
+    }
+
+    /// Starts agent `name` as [`TcpCluster::agent`] does, with a state directory of its own
+    /// (`agent-NAME`) and `extra` (TOML lines) in its `[agent]` table: nodes that differ.
+    pub fn agent_with(&mut self, name: &str, token: &Path, extra: &str) {
+        let d = self.dir.path();
+        let config = d.join(format!("agent-{name}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "[agent]\nstate_dir = \"{0}/agent-{name}\"\nimage_store = \"{0}/images\"\n{extra}\n",
+                d.display()
+            ),
+        )
+        .unwrap();
+        self.spawn_agent(name, token, &config);
+    }
+
+    fn spawn_agent(&mut self, name: &str, token: &Path, config: &Path) {
         let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
         self.procs.push(
             Command::new(wharf_bin())
                 .args(["agent", "--config"])
-                .arg(&self.config)
+                .arg(config)
                 .args(["--controller", &format!("127.0.0.1:{}", self.port)])
                 .args(["--node-name", name, "--join-token-file"])
                 .arg(token)

@@ -19,11 +19,14 @@ use crate::cgroup::{is_v2, CGROUP_ROOT};
 use crate::error::{ErrorKind, RuntimeError};
 use crate::spec::ContainerSpec;
 
-/// The v1 controllers Wharf creates a job directory in. cpuacct shares cpu's hierarchy on
-/// every common layout and is reached through it.
-const V1_CONTROLLERS: [&str; 5] = ["memory", "cpu", "cpuset", "pids", "devices"];
+/// The v1 controllers Wharf creates a job directory in. The last two only count (CPU time,
+/// block I/O for accounting); they are used where mounted, once each when mounted together
+/// with another (`cpu,cpuacct`).
+const V1_CONTROLLERS: [&str; 7] = [
+    "memory", "cpu", "cpuset", "pids", "devices", "cpuacct", "blkio",
+];
 /// The v2 controllers enabled for job cgroups (those the kernel offers).
-const V2_CONTROLLERS: [&str; 4] = ["cpu", "cpuset", "memory", "pids"];
+const V2_CONTROLLERS: [&str; 5] = ["cpu", "cpuset", "memory", "pids", "io"];
 /// CPU bandwidth period, µs.
 const CPU_PERIOD_US: u64 = 100_000;
 
@@ -119,8 +122,17 @@ impl JobCgroup {
         spec: &ContainerSpec,
         devices: &[DeviceRule],
     ) -> Result<(), RuntimeError> {
+        let mut seen = Vec::new();
         for ctl in V1_CONTROLLERS {
             let hierarchy = Path::new(CGROUP_ROOT).join(ctl);
+            let counting_only = matches!(ctl, "cpuacct" | "blkio");
+            // A hierarchy mounted under two names (`cpu` and `cpuacct` linked to
+            // `cpu,cpuacct`) gets one directory.
+            let real = fs::canonicalize(&hierarchy).unwrap_or_else(|_| hierarchy.clone());
+            if seen.contains(&real) || (counting_only && !hierarchy.is_dir()) {
+                continue;
+            }
+            seen.push(real);
             if !hierarchy.is_dir() {
                 // Devices isolate the job and pids find its processes: always needed. The
                 // others only when the job has that limit.

@@ -3,16 +3,19 @@
 //!
 //! ```text
 //!   Pending ──schedule──▶ Starting ──agent confirms──▶ Running ──exit──▶ Completed | Failed
-//!      │                     │                            │           ▲  OutOfMemory | Timeout
-//!      │ cancel              │ node lost / launch failed  │ cancel    │  Cancelled
-//!      ▼                     ▼                            ▼           │
+//!      │  ▲                  │                            │           ▲  OutOfMemory | Timeout
+//!      │  │                  │ node lost / launch failed  │ cancel,   │  Cancelled | Preempted
+//!      ▼  │                  ▼                            ▼ preempt   │
 //!   Cancelled             NodeFail | Failed            (kill sent) ───┘   node lost ─▶ NodeFail
+//!         │                                               │
+//!         └──── requeued (preempted, `wharf requeue`) ◀───┘
 //! ```
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::hostlist::HostList;
 use crate::resources::{format_duration, format_memory, parse_duration, parse_memory, Resources};
 
 /// A job's number, unique for the life of the controller's store.
@@ -110,6 +113,22 @@ pub struct JobRequest {
     /// A job array: one job per task (`0-99`, `1,3,5`, `0-15:4`, `%8` at most 8 at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<crate::array::ArraySpec>,
+    /// Node features the job needs: `ib&nvme` (all), `a100|h100` (any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraint: Option<String>,
+    /// Host list of the nodes the job may run on (`gpu[01-04]`); none: any node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodelist: Option<String>,
+    /// Host list of nodes the job must not run on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude: Option<String>,
+    /// The job takes its nodes whole: all their CPUs, memory and GPUs, shared with no job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<bool>,
+    /// May be requeued when preempted (default yes; `--no-requeue` makes a preemption in
+    /// requeue mode end it PREEMPTED instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeue: Option<bool>,
 }
 
 fn de_memlock<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -259,6 +278,26 @@ pub struct JobSpec {
     /// The array task this job is, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<crate::array::ArrayTask>,
+    /// Node features it needs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraint: Option<crate::features::Constraint>,
+    /// Nodes it may run on; empty: any.
+    #[serde(default, skip_serializing_if = "HostList::is_empty")]
+    pub nodelist: HostList,
+    /// Nodes it must not run on.
+    #[serde(default, skip_serializing_if = "HostList::is_empty")]
+    pub exclude: HostList,
+    /// It takes whole nodes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exclusive: bool,
+    /// May be put back in the queue when preempted or by `wharf requeue` (a job stored
+    /// before this field existed is).
+    #[serde(default = "yes")]
+    pub requeue: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl JobRequest {
@@ -270,7 +309,7 @@ impl JobRequest {
         take!(
             name, image, command, script, cpus, memory, gpus, time, nodes, workdir, output, error,
             rdma, memlock, remap_root, writable, partition, account, qos, nice, gpu_type, begin,
-            hold, dependency, array
+            hold, dependency, array, constraint, nodelist, exclude, exclusive, requeue
         );
         self.env.extend(other.env);
         self.mounts.extend(other.mounts);
@@ -445,21 +484,43 @@ impl JobRequest {
                 }
             },
             array: None,
+            constraint: self
+                .constraint
+                .as_deref()
+                .map(crate::features::Constraint::parse)
+                .transpose()?,
+            nodelist: host_list("nodelist", &self.nodelist)?,
+            exclude: host_list("exclude", &self.exclude)?,
+            exclusive: self.exclusive.unwrap_or(false),
+            requeue: self.requeue.unwrap_or(true),
         })
+    }
+}
+
+/// Parses the host list given as `--{what}`; none: empty.
+fn host_list(what: &str, text: &Option<String>) -> Result<HostList, String> {
+    match text {
+        Some(t) => HostList::parse(t).map_err(|e| format!("--{what}: {e}")),
+        None => Ok(HostList::default()),
     }
 }
 
 /// The largest nice, either way (Slurm's limit).
 pub const MAX_NICE: i32 = 2_147_483_645;
 
-/// A partition or account name: 1 to 64 letters, digits, `-`, `_` or `.`.
-fn validate_name(what: &str, name: &str) -> Result<String, String> {
-    let ok = !name.is_empty()
+/// True for a name of the cluster's vocabulary (a partition, account, QoS, GPU type or node
+/// feature): 1 to 64 letters, digits, `-`, `_` or `.`.
+pub fn is_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 64
         && name
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// A partition or account name ([`is_name`]).
+fn validate_name(what: &str, name: &str) -> Result<String, String> {
+    if is_name(name) {
         Ok(name.to_string())
     } else {
         Err(format!(
@@ -642,11 +703,13 @@ pub enum JobState {
     OutOfMemory,
     /// Its node stopped answering or lost the job.
     NodeFail,
+    /// Stopped for good to make room for a job of higher precedence.
+    Preempted,
 }
 
 impl JobState {
     /// Every state, in display order.
-    pub const ALL: [JobState; 9] = [
+    pub const ALL: [JobState; 10] = [
         JobState::Pending,
         JobState::Starting,
         JobState::Running,
@@ -656,6 +719,7 @@ impl JobState {
         JobState::Timeout,
         JobState::OutOfMemory,
         JobState::NodeFail,
+        JobState::Preempted,
     ];
 
     /// True once the job can change no more.
@@ -676,8 +740,9 @@ impl JobState {
         use JobState::*;
         match self {
             Pending => matches!(next, Starting | Cancelled | Failed),
-            Starting => matches!(next, Running) || next.is_terminal(),
-            Running => next.is_terminal(),
+            // Back to Pending: requeued (preempted, or by `wharf requeue`).
+            Starting => matches!(next, Running | Pending) || next.is_terminal(),
+            Running => next == Pending || next.is_terminal(),
             _ => false,
         }
     }
@@ -695,6 +760,7 @@ impl JobState {
             Timeout => "TIMEOUT",
             OutOfMemory => "OUT_OF_MEMORY",
             NodeFail => "NODE_FAIL",
+            Preempted => "PREEMPTED",
         }
     }
 
@@ -738,6 +804,9 @@ pub struct ExitInfo {
     pub cancelled: bool,
     /// Why it could not start, or other words from the agent.
     pub message: Option<String>,
+    /// What it used, as its node measured it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::usage::JobUsage>,
 }
 
 impl ExitInfo {
@@ -816,6 +885,59 @@ pub struct JobRecord {
     /// The array task this job is, if any (public).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<crate::array::ArrayTask>,
+    /// How often it was put back in the queue (Slurm's restart count; public).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restarts: u32,
+    /// A stop the controller sent that ends other than in a cancel: a preemption or a
+    /// requeue (public).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<Stop>,
+    /// A requeued job's last node, until its agent has let go of that run (its report no
+    /// longer lists the job): the job does not start again before, so that run's end can
+    /// never be taken for the next one's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeued_from: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Why the controller stops a running job, and what becomes of it once it has ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Stop {
+    /// Preempted by a waiting job; requeued or ended PREEMPTED as `requeue` says.
+    Preempt {
+        /// The job it makes room for.
+        by: JobId,
+        /// Back to the queue (else it ends PREEMPTED).
+        requeue: bool,
+    },
+    /// `wharf requeue` by its owner or an admin.
+    Requeue {
+        /// Who asked.
+        by_user: String,
+    },
+}
+
+impl Stop {
+    /// Whether the job goes back to the queue once stopped.
+    pub fn requeues(&self) -> bool {
+        match self {
+            Stop::Preempt { requeue, .. } => *requeue,
+            Stop::Requeue { .. } => true,
+        }
+    }
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stop::Preempt { by, .. } => write!(f, "preempted by job {by}"),
+            Stop::Requeue { by_user } => write!(f, "requeued by {by_user}"),
+        }
+    }
 }
 
 impl JobRecord {
@@ -844,6 +966,9 @@ impl JobRecord {
             hold: self.hold,
             dependency: self.dependency.clone(),
             array: self.array,
+            restarts: self.restarts,
+            stop: self.stop.clone(),
+            requeued_from: self.requeued_from.clone(),
         }
     }
 }

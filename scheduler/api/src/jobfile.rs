@@ -1,4 +1,5 @@
-//! Job files: TOML (`job.toml`) or a shell script whose leading `#WHARF` lines carry options.
+//! Job files: TOML (`job.toml`) or a shell script whose leading `#WHARF` lines carry options
+//! (`#SBATCH` lines too, so that a Slurm batch script keeps its options).
 //!
 //! ```text
 //! #!/bin/sh
@@ -62,16 +63,19 @@ pub fn parse_job_file(file: &str, text: &str) -> Result<JobRequest, JobFileError
     parse_script(file, text)
 }
 
-/// Parses `#WHARF` directives at the top of a script (before the first command line), like
-/// sbatch does. The script itself becomes the job's `script`.
+/// Parses `#WHARF` (or `#SBATCH`) directives at the top of a script (before the first command
+/// line), like sbatch does. The script itself becomes the job's `script`.
 pub fn parse_script(file: &str, text: &str) -> Result<JobRequest, JobFileError> {
     let mut req = JobRequest::default();
     for (i, line) in text.lines().enumerate() {
         let trimmed = line.trim();
-        if trimmed.is_empty() || (trimmed.starts_with('#') && !trimmed.starts_with("#WHARF")) {
+        let directive = trimmed
+            .strip_prefix("#WHARF")
+            .or_else(|| trimmed.strip_prefix("#SBATCH"));
+        if trimmed.is_empty() || (trimmed.starts_with('#') && directive.is_none()) {
             continue;
         }
-        let Some(rest) = trimmed.strip_prefix("#WHARF") else {
+        let Some(rest) = directive else {
             break; // first command: directives end here
         };
         let words = split_words(rest).map_err(|m| JobFileError {
@@ -175,6 +179,12 @@ pub fn apply_words(req: &mut JobRequest, words: &[String]) -> Result<(), String>
     Ok(())
 }
 
+/// Checks the host list given as `--{key}`; returns it as written.
+fn host_list(key: &str, value: &str) -> Result<String, String> {
+    crate::hostlist::HostList::parse(value).map_err(|e| format!("--{key}: {e}"))?;
+    Ok(value.trim().to_string())
+}
+
 fn yes_no(key: &str, value: &str) -> Result<bool, String> {
     match value.trim().to_ascii_lowercase().as_str() {
         "yes" | "true" | "1" => Ok(true),
@@ -184,7 +194,16 @@ fn yes_no(key: &str, value: &str) -> Result<bool, String> {
 }
 
 /// Options that are switches: given alone they mean yes.
-const BOOLEAN_OPTIONS: [&str; 5] = ["rdma", "remap-root", "writable", "hold", "H"];
+const BOOLEAN_OPTIONS: [&str; 8] = [
+    "rdma",
+    "remap-root",
+    "writable",
+    "hold",
+    "H",
+    "exclusive",
+    "requeue",
+    "no-requeue",
+];
 
 /// Sets one option by its long or short name. The names match `wharf submit --help`.
 pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), String> {
@@ -239,6 +258,15 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
         "a" | "array" => req.array = Some(crate::array::parse_array(value)?),
         "d" | "dependency" => req.dependency = Some(crate::dependency::parse_dependency(value)?),
         "H" | "hold" => req.hold = Some(yes_no(key, value)?),
+        "C" | "constraint" => {
+            crate::features::Constraint::parse(value)?;
+            req.constraint = Some(value.trim().to_string());
+        }
+        "w" | "nodelist" => req.nodelist = Some(host_list("nodelist", value)?),
+        "x" | "exclude" => req.exclude = Some(host_list("exclude", value)?),
+        "exclusive" => req.exclusive = Some(yes_no(key, value)?),
+        "requeue" => req.requeue = Some(yes_no(key, value)?),
+        "no-requeue" => req.requeue = Some(!yes_no(key, value)?),
         "D" | "chdir" | "workdir" => req.workdir = Some(value.to_string()),
         "o" | "output" => req.output = Some(value.to_string()),
         "e" | "error" => req.error = Some(value.to_string()),
@@ -267,6 +295,18 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_requeue_from_directives_job_files_and_flags() {
+        let req = parse_job_file("r.sh", "#WHARF --no-requeue\necho\n").unwrap();
+        assert_eq!(req.requeue, Some(false));
+        let req = parse_job_file("j.toml", "command = [\"x\"]\nrequeue = false\n").unwrap();
+        assert_eq!(req.requeue, Some(false));
+        let mut req = JobRequest::default();
+        set_option(&mut req, "requeue", "yes").unwrap();
+        assert_eq!(req.requeue, Some(true));
+        assert!(set_option(&mut req, "no-requeue", "maybe").is_err());
+    }
 
     #[test]
     fn toml_job() {
@@ -322,6 +362,33 @@ mod tests {
         assert_eq!(req.time, Some(1800));
         assert_eq!(req.name.as_deref(), Some("my job"));
         assert_eq!(req.script.as_deref(), Some(text));
+    }
+
+    #[test]
+    fn node_selection_from_sbatch_and_wharf_lines() {
+        let text =
+            "#!/bin/sh\n#SBATCH -C 'ib&nvme' --exclusive\n#WHARF -w gpu[01-02] -x gpu02\ntrue\n";
+        let req = parse_job_file("s.sh", text).unwrap();
+        assert_eq!(req.constraint.as_deref(), Some("ib&nvme"));
+        assert_eq!(req.exclusive, Some(true));
+        assert_eq!(req.nodelist.as_deref(), Some("gpu[01-02]"));
+        assert_eq!(req.exclude.as_deref(), Some("gpu02"));
+        let e = parse_job_file("s.sh", "#SBATCH --constraint='ib&'\n").unwrap_err();
+        assert_eq!(e.line, Some(1));
+        assert!(e.message.contains("no feature on one side"), "{e}");
+        let e = parse_job_file("s.sh", "#!/bin/sh\n#SBATCH --nodelist n[1-\n").unwrap_err();
+        assert!(
+            e.to_string().contains("line 2: --nodelist: host list"),
+            "{e}"
+        );
+        let toml =
+            "command = [\"true\"]\nconstraint = \"ib\"\nnodelist = \"n[1-2]\"\nexclusive = true\n";
+        let req = parse_job_file("j.toml", toml).unwrap();
+        assert_eq!(req.nodelist.as_deref(), Some("n[1-2]"));
+        let spec = req.resolve("/tmp", &crate::JobDefaults::default()).unwrap();
+        assert_eq!(spec.nodelist.names(), ["n1", "n2"]);
+        assert_eq!(spec.constraint.unwrap().to_string(), "ib");
+        assert!(spec.exclusive);
     }
 
     #[test]

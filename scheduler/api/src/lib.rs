@@ -6,18 +6,22 @@
 
 pub mod array;
 pub mod dependency;
+pub mod features;
 pub mod forms;
+pub mod hostlist;
 pub mod job;
 pub mod jobfile;
 pub mod limits;
 pub mod node;
 pub mod resources;
 pub mod text;
+pub mod usage;
 pub mod wire;
 
 pub use forms::{Begin, Hold};
 pub use job::{
     ExitInfo, JobDefaults, JobId, JobRecord, JobRequest, JobSpec, JobState, Owner, PriorityView,
+    Stop,
 };
 pub use node::{NodeInfo, NodeRecord, NodeState};
 pub use resources::{parse_duration, parse_memory, Resources};

@@ -4,17 +4,76 @@ use serde::{Deserialize, Serialize};
 
 use crate::resources::Resources;
 
-/// One GPU as the agent discovered it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One GPU as the agent discovered it. Its `index` (the device minor) is the id the scheduler
+/// allocates, the device node a job is given and the number accounting records; NVML's own
+/// index and the UUID name the same GPU to NVML, CDI specs and container runtimes.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct GpuInfo {
-    /// Index (the N of `/dev/nvidiaN`).
+    /// Device minor: the N of `/dev/nvidiaN`.
     pub index: u32,
     /// Model name, when known.
     pub model: Option<String>,
-    /// The GPU's UUID (`GPU-...`), when NVML reports it.
+    /// The GPU's UUID (`GPU-...`), when NVML or the driver reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
     /// Total GPU memory in bytes, when NVML reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<u64>,
+    /// NVML's index for it (the order `nvidia-smi` lists GPUs in), when NVML is loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvml_index: Option<u32>,
+    /// PCI address, lower case in the kernel's form (`0000:3b:00.0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus: Option<String>,
+    /// NUMA node the GPU is attached to, when the machine has more than one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
+    /// The PCI bridge above the GPU's own port (a PCIe switch's upstream port on machines
+    /// that have them): GPUs sharing it talk peer to peer without crossing the CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_switch: Option<String>,
+    /// MIG instances, when MIG mode is on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<MigInfo>,
+}
+
+impl GpuInfo {
+    /// A GPU known only by its device node.
+    pub fn minor(index: u32) -> GpuInfo {
+        GpuInfo {
+            index,
+            ..GpuInfo::default()
+        }
+    }
+
+    /// The type name jobs ask for (`--gpus h100:2`), from the model name:
+    /// "NVIDIA H100 80GB HBM3" is `h100`, "NVIDIA A100-SXM4-80GB" is `a100`; empty when
+    /// the model is unknown.
+    pub fn kind(&self) -> String {
+        gpu_kind(self.model.as_deref().unwrap_or(""))
+    }
+}
+
+/// The type name in a GPU model name: the first word with a digit, after the vendor and
+/// brand words, up to its first `-`, lower case.
+pub fn gpu_kind(model: &str) -> String {
+    model
+        .to_ascii_lowercase()
+        .split_whitespace()
+        .filter(|w| !matches!(*w, "nvidia" | "tesla" | "geforce" | "quadro"))
+        .find(|w| w.chars().any(|c| c.is_ascii_digit()))
+        .map(|w| w.split('-').next().unwrap_or(w).to_string())
+        .unwrap_or_default()
+}
+
+/// One MIG instance of a GPU, as NVML lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigInfo {
+    /// Its UUID (`MIG-...`).
+    pub uuid: String,
+    /// Its profile (`1g.10gb`), from the name NVML gives it.
+    pub profile: String,
+    /// Memory, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<u64>,
 }
@@ -32,8 +91,15 @@ pub struct NodeInfo {
     pub memory: u64,
     /// GPUs found.
     pub gpus: Vec<GpuInfo>,
+    /// NUMA node of each job CPU index (empty on machines with one NUMA node or where the
+    /// kernel does not say).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpu_numa: Vec<u32>,
     /// Agent version.
     pub version: String,
+    /// Features the node's admin gave it (`[agent] features`), for `--constraint`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<String>,
 }
 
 impl NodeInfo {
@@ -83,4 +149,18 @@ pub struct NodeRecord {
     /// Images in the node's store.
     #[serde(default)]
     pub images: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_types_are_read_from_the_model_name() {
+        assert_eq!(gpu_kind("NVIDIA H100 80GB HBM3"), "h100");
+        assert_eq!(gpu_kind("NVIDIA A100-SXM4-80GB"), "a100");
+        assert_eq!(gpu_kind("Tesla V100-PCIE-32GB"), "v100");
+        assert_eq!(gpu_kind("NVIDIA GeForce RTX 4090"), "4090");
+        assert_eq!(GpuInfo::minor(0).kind(), "");
+    }
 }

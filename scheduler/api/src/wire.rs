@@ -151,6 +151,11 @@ pub struct LaunchOrder {
     pub cpu_ids: Vec<u32>,
     /// GPU indices to expose.
     pub gpu_ids: Vec<u32>,
+    /// How often the job was requeued before this run: its output files are appended to
+    /// instead of truncated when more than 0, and it sees the count in
+    /// `WHARF_RESTART_COUNT` and `SLURM_RESTART_COUNT`.
+    #[serde(default)]
+    pub restarts: u32,
 }
 
 /// A job for the agent to stop.

@@ -3,6 +3,9 @@
 //! name what is wrong; accepted values read back as they were written. Case counts are kept
 //! small so that the suite runs in seconds.
 
+mod common;
+
+use common::config;
 use proptest::prelude::*;
 use wharf_api::array::parse_array;
 use wharf_api::dependency::parse_dependency;
@@ -11,18 +14,6 @@ use wharf_api::job::{parse_limit, parse_mount, reserved_destination, validate_im
 use wharf_api::jobfile::{apply_words, parse_job_file};
 use wharf_api::resources::{format_duration, format_memory};
 use wharf_api::{parse_duration, parse_memory, JobDefaults, JobRequest};
-
-/// 512 cases a property; `PROPTEST_CASES=N` runs more for a deeper search.
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(512),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
 
 /// Text that looks like what the parsers expect, with every kind of byte mixed in.
 fn nearly(pattern: &'static str) -> impl Strategy<Value = String> {

@@ -100,6 +100,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/jobs/{id}/cancel", post(cancel))
         .route("/v1/jobs/{id}/hold", post(hold))
         .route("/v1/jobs/{id}/release", post(release))
+        .route("/v1/jobs/{id}/requeue", post(requeue))
         .route("/v1/jobs/{id}/update", post(update))
         .route("/v1/nodes", get(nodes))
         .layer(DefaultBodyLimit::max(shared.config.max_request_bytes))
@@ -307,6 +308,21 @@ async fn cancel(
         s.wake_node(&node);
     }
     s.wake_scheduler();
+    Ok(Json(job))
+}
+
+async fn requeue(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(id): Path<String>,
+) -> ApiResult<wharf_api::JobRecord> {
+    let c = caller(&s, &peer)?;
+    let (id, task) = job_id(&id)?;
+    let (job, node) =
+        with_cluster(&s, move |cl, _| cl.requeue(&c, cl.resolve_task(id, task)?)).await?;
+    if let Some(node) = node {
+        s.wake_node(&node);
+    }
     Ok(Json(job))
 }
 

@@ -14,8 +14,10 @@ use wharf_core::{Config as SchedConfig, UsageLedger};
 use crate::store::{Store, StoreError};
 use crate::visibility::{ended_reason, view};
 
+mod access;
 mod array;
 mod forms;
+mod requeue;
 mod sched;
 mod submit;
 mod table;
@@ -82,6 +84,8 @@ pub struct Cluster {
     /// Fair-share usage: rebuilt at start from the store's most recent ended jobs, then
     /// charged as jobs end (the store keeps no usage table yet).
     usage: UsageLedger,
+    /// How a submitting user's Unix groups are found (partitions' AllowGroups).
+    groups: crate::groups::GroupLookup,
 }
 
 impl Cluster {
@@ -135,6 +139,7 @@ impl Cluster {
             forms: crate::FormsConfig::default(),
             usage: UsageLedger::new(sched.half_life),
             sched,
+            groups: crate::groups::unix_groups,
         };
         cluster.replay_usage()?;
         Ok(cluster)
@@ -149,6 +154,12 @@ impl Cluster {
     /// Sets how job forms behave (dependencies that can never be met, array sizes).
     pub fn with_forms(mut self, forms: crate::FormsConfig) -> Cluster {
         self.forms = forms;
+        self
+    }
+
+    /// Sets how users' Unix groups are found (the system's group database by default).
+    pub fn with_group_lookup(mut self, lookup: crate::groups::GroupLookup) -> Cluster {
+        self.groups = lookup;
         self
     }
 
@@ -276,6 +287,12 @@ impl Cluster {
                 format!("invalid node name {:?}", info.name),
             ));
         }
+        wharf_api::features::validate_features(&info.features).map_err(|e| {
+            Failure::new(
+                ErrorKind::InvalidInput,
+                format!("node {}: features: {e}", info.name),
+            )
+        })?;
         self.store.upsert_node(&info, now)?;
         let images = self
             .nodes
@@ -316,7 +333,22 @@ impl Cluster {
                 .filter(|j| j.node.as_deref() == Some(report.node.as_str()));
             match (ours, &aj.exit) {
                 (Some(job), Some(exit)) => {
-                    changed.push(finish(job.clone(), exit, aj, now));
+                    // Ended by the stop we sent (not on its own first, nor by a cancel).
+                    let stop = job
+                        .stop
+                        .clone()
+                        .filter(|_| exit.cancelled && !job.cancel_requested);
+                    let ended = finish(job.clone(), exit, aj, now);
+                    changed.push(match stop {
+                        Some(stop) => {
+                            // The run so far counts toward fair share, requeued or not.
+                            if stop.requeues() {
+                                self.charge(&ended);
+                            }
+                            requeue::stopped(ended, &stop, &report.node)
+                        }
+                        None => ended,
+                    });
                     forget.push(*id);
                 }
                 (None, Some(_)) => forget.push(*id),
@@ -330,6 +362,12 @@ impl Cluster {
                 _ => {}
             }
         }
+        // A requeued job's last run is gone from its node: it may start again.
+        changed.extend(
+            self.requeued_from(&report.node)
+                .filter(|j| !reported.contains_key(&j.id))
+                .map(requeue::let_go),
+        );
         for job in self.jobs_on(&report.node) {
             if job.state == JobState::Running && !reported.contains_key(&job.id) {
                 let mut job = job.clone();
@@ -366,14 +404,18 @@ impl Cluster {
                         spec: spec.clone(),
                         cpu_ids: job.cpu_ids.clone(),
                         gpu_ids: job.gpu_ids.clone(),
+                        restarts: job.restarts,
                     });
                 }
-            } else if held.contains(&job.id) && job.cancel_requested && !stopping.contains(&job.id)
+            } else if held.contains(&job.id)
+                && (job.cancel_requested || job.stop.is_some())
+                && !stopping.contains(&job.id)
             {
-                kill.push(KillOrder {
-                    id: job.id,
-                    reason: "cancelled".into(),
-                });
+                let reason = match &job.stop {
+                    Some(stop) if !job.cancel_requested => stop.to_string(),
+                    _ => "cancelled".into(),
+                };
+                kill.push(KillOrder { id: job.id, reason });
             }
         }
         for id in held.difference(stopping) {
@@ -402,6 +444,8 @@ impl Cluster {
         }
         let mut changed = Vec::new();
         for name in &lost {
+            // A node that is down cleans nothing up: its requeued jobs need not wait for it.
+            changed.extend(self.requeued_from(name).map(requeue::let_go));
             for job in self.jobs_on(name) {
                 let mut job = job.clone();
                 job.state = JobState::NodeFail;

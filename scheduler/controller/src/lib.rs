@@ -2,16 +2,17 @@
 //!
 //! One [`cluster::Cluster`] holds the state under a mutex; handlers run its methods on the
 //! blocking pool because each change commits to SQLite before the client is answered
-//! (submits go through one writer that commits them in groups, [`group`]). A scheduler task
+//! (submits go through one writer that commits them in groups, [`submits`]). A scheduler task
 //! runs a pass whenever something changes (and every second), spaced by the length of the
 //! last one, and wakes the long-polling agents that got work.
 
 pub mod api;
 pub mod cluster;
-pub mod group;
+pub mod groups;
 pub mod private;
 pub mod serve;
 pub mod store;
+pub mod submits;
 pub mod visibility;
 
 /// QoS and association limits (`[[scheduler.qos]]`, `[[scheduler.account]]`, `[[scheduler.user]]`).
@@ -19,7 +20,7 @@ pub use wharf_core::limits as sched_limits;
 pub use wharf_core::{
     Account as SchedulerAccount, Assoc as SchedulerAssoc, Billing as SchedulerBilling,
     Config as SchedulerConfig, Partition as SchedulerPartition, PartitionState,
-    Policy as SchedulerPolicy, Qos as SchedulerQos, UserShares as SchedulerUserShares,
+    Policy as SchedulerPolicy, PreemptMode, Qos as SchedulerQos, UserShares as SchedulerUserShares,
 };
 
 use std::collections::BTreeMap;
@@ -96,7 +97,7 @@ pub struct Shared {
     /// Jobs and nodes.
     pub cluster: Mutex<cluster::Cluster>,
     /// Submits waiting to be committed as a group.
-    pub submits: group::Submits,
+    pub submits: submits::Submits,
     scheduler: Notify,
     nodes: Mutex<BTreeMap<String, Arc<Notify>>>,
 }
@@ -174,7 +175,7 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
     )?
     .with_max_pending_per_user(config.max_pending_per_user)
     .with_forms(config.forms.clone());
-    let (submits, queue) = group::queue();
+    let (submits, queue) = submits::queue();
     let shared = Arc::new(Shared {
         config: config.clone(),
         cluster: Mutex::new(cluster),
@@ -182,7 +183,7 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
         scheduler: Notify::new(),
         nodes: Mutex::default(),
     });
-    group::start(&shared, queue).map_err(io("starting the submit writer"))?;
+    submits::start(&shared, queue).map_err(io("starting the submit writer"))?;
 
     if let Some(parent) = config.socket.parent() {
         // Users must reach the socket whatever the umask: a directory made here is 0755.

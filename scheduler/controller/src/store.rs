@@ -333,7 +333,50 @@ mod tests {
             hold: None,
             dependency: None,
             array: None,
+            restarts: 0,
+            stop: None,
+            requeued_from: None,
         }
+    }
+
+    #[test]
+    fn a_job_stored_before_requeue_existed_loads_requeueable_and_preempted_is_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wharf.db");
+        let mut s = Store::open(&path).unwrap();
+        let mut a = record();
+        a.spec = Some(
+            wharf_api::JobRequest {
+                command: Some(vec!["/bin/true".into()]),
+                requeue: Some(false),
+                ..Default::default()
+            }
+            .resolve("/", &wharf_api::JobDefaults::default())
+            .unwrap(),
+        );
+        s.insert_job(&mut a, None).unwrap();
+        // As an older controller wrote it: no `requeue` in the spec.
+        s.conn
+            .execute(
+                "UPDATE jobs SET record = json_remove(record, '$.spec.requeue') WHERE id = ?1",
+                [a.id as i64],
+            )
+            .unwrap();
+        let mut b = record();
+        s.insert_job(&mut b, None).unwrap();
+        b.state = JobState::Preempted;
+        b.end_time = Some(9);
+        s.update_jobs([&b]).unwrap();
+        drop(s);
+        let s = Store::open(&path).unwrap();
+        let active = s.active_jobs().unwrap();
+        assert_eq!(active.len(), 1);
+        assert!(active[0].spec.as_ref().unwrap().requeue);
+        assert_eq!(active[0].restarts, 0);
+        assert_eq!(
+            s.finished_jobs(None, 10).unwrap()[0].state,
+            JobState::Preempted
+        );
     }
 
     #[test]

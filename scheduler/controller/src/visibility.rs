@@ -33,6 +33,9 @@ pub fn public_reason(job: &JobRecord) -> Option<String> {
             None => "starting".into(),
         }),
         JobState::Running if job.cancel_requested => Some("cancel requested; stopping".into()),
+        JobState::Running if job.stop.is_some() => {
+            job.stop.as_ref().map(|s| format!("{s}; stopping"))
+        }
         JobState::Running | JobState::Completed => None,
         JobState::Failed if exit.code.is_none() && exit.signal.is_none() => {
             Some("could not start (the details are shown to its owner and admins only)".into())
@@ -40,6 +43,10 @@ pub fn public_reason(job: &JobRecord) -> Option<String> {
         JobState::Failed => Some(format!("exit {}", exit.code_signal())),
         JobState::Cancelled => Some("cancelled".into()),
         JobState::Timeout | JobState::OutOfMemory => ended_reason(job),
+        JobState::Preempted => Some(match &job.stop {
+            Some(s) => s.to_string(),
+            None => "preempted".into(),
+        }),
         JobState::NodeFail => Some(match &job.node {
             Some(n) => format!("node {n} failed or lost the job"),
             None => "its node failed".into(),
@@ -103,6 +110,9 @@ mod tests {
             hold: None,
             dependency: None,
             array: None,
+            restarts: 0,
+            stop: None,
+            requeued_from: None,
         }
     }
 

@@ -105,6 +105,7 @@ fn main() {
         running: Vec::new(),
         pending,
         usage: usage.snapshot(now),
+        ..State::default()
     };
 
     let t = Instant::now();

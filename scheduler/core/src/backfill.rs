@@ -16,11 +16,13 @@ use wharf_api::JobId;
 use crate::config::{Config, Policy};
 use crate::limits::Counters;
 use crate::partition::Partitions;
-use crate::placement::Table;
-use crate::plan::{Reservation, Start, Waiting};
+use crate::placement::{Fit, Table};
+use crate::plan::{Preemption, Reservation, Start, Waiting};
+use crate::preempt::{self, Asker, Victims};
 use crate::reason::PendingReason;
+use crate::select::{why_none, Selection};
 use crate::state::{Node, PendingJob, Time};
-use crate::tres::{Request, Tres};
+use crate::tres::Tres;
 
 /// A job that passed every check but resources: its partition and time limit.
 pub(crate) struct Ready<'a> {
@@ -35,10 +37,12 @@ pub(crate) struct Outcome {
     pub starts: Vec<Start>,
     pub reservations: Vec<Reservation>,
     pub waiting: Vec<Waiting>,
+    pub preemptions: Vec<Preemption>,
 }
 
 /// A shape that could not start now in one partition.
 struct Failed {
+    select: Selection,
     kind: Option<String>,
     nodes: u32,
     cpus: u32,
@@ -48,8 +52,10 @@ struct Failed {
 }
 
 impl Failed {
-    fn of(r: &Request, limit: Time) -> Failed {
+    fn of(job: &PendingJob, limit: Time) -> Failed {
+        let r = &job.request;
         Failed {
+            select: job.select.clone(),
             kind: r.gpu_kind.clone(),
             nodes: r.node_count(),
             cpus: r.cpus,
@@ -59,8 +65,10 @@ impl Failed {
         }
     }
 
-    fn dominated_by(&self, r: &Request, limit: Time) -> bool {
-        self.kind == r.gpu_kind
+    fn dominated_by(&self, job: &PendingJob, limit: Time) -> bool {
+        let r = &job.request;
+        self.select == job.select
+            && self.kind == r.gpu_kind
             && r.node_count() >= self.nodes
             && r.cpus >= self.cpus
             && r.memory >= self.memory
@@ -69,6 +77,10 @@ impl Failed {
     }
 }
 
+/// The nodes a selection allows in one partition (by node index; `None`: all), and why none
+/// ever could, if so.
+type Allowed = (Option<Vec<bool>>, Option<String>);
+
 /// How many failed shapes each partition remembers.
 const FAILED_KEPT: usize = 16;
 /// How many node checks a multi-node reservation may spend on candidate start times before
@@ -76,7 +88,9 @@ const FAILED_KEPT: usize = 16;
 /// the budget the earliest common start is exact.
 const MULTI_NODE_BUDGET: usize = 200_000;
 
-/// Runs the pass over `ready`, already in scheduling order.
+/// Runs the pass over `ready`, already in scheduling order. A job that cannot start now
+/// preempts `victims` when it may (see [`crate::preempt`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn pass(
     now: Time,
     nodes: &[Node],
@@ -85,14 +99,19 @@ pub(crate) fn pass(
     table: &mut Table,
     ready: &[Ready<'_>],
     held: &mut Counters,
+    victims: &Victims<'_>,
 ) -> Outcome {
     let mut out = Outcome::default();
     let max_res = config.reservation_limit();
     let mut failed: Vec<Vec<Failed>> = (0..parts.parts.len()).map(|_| Vec::new()).collect();
     let classes = classes(table, parts);
+    // Jobs often share a selection (the tasks of an array, one user's jobs): the nodes it
+    // allows, and why none could ever do, are worked out once per partition and selection.
+    let mut selections: BTreeMap<(usize, &Selection), Allowed> = BTreeMap::new();
     let mut blocked = false;
     for (n, r) in ready.iter().enumerate() {
         let req = &r.job.request;
+        let sel = &r.job.select;
         let wait = |reason: PendingReason, at: Option<Time>| Waiting {
             job: r.job.id,
             reason,
@@ -102,8 +121,32 @@ pub(crate) fn pass(
             out.waiting.push(wait(PendingReason::Priority, None));
             continue;
         }
+        let (allowed, none) = selections
+            .entry((r.part, sel))
+            .or_insert_with(|| (sel.mask(nodes), why_none(sel, &parts.parts[r.part], nodes)));
+        if let Some(what) = none {
+            let reason = PendingReason::NoNodeMatches { what: what.clone() };
+            out.waiting.push(wait(reason, None));
+            continue;
+        }
+        let fit = Fit {
+            req,
+            allowed: allowed.as_deref(),
+            exclusive: sel.exclusive,
+        };
         // A job that can never run here says so whatever is ahead of it, and blocks nobody.
-        if let Some(reason) = never_fits(table, &classes[r.part], req) {
+        let never = match fit.allowed {
+            None => never_fits(table, classes[r.part].iter().copied(), &fit),
+            Some(_) => {
+                let mine = parts.parts[r.part]
+                    .nodes
+                    .iter()
+                    .filter(|&&i| fit.may_use(i));
+                let each = mine.map(|&i| (i, 1, usize::from(table.nodes[i].up)));
+                never_fits(table, each, &fit)
+            }
+        };
+        if let Some(reason) = never {
             out.waiting.push(wait(reason, None));
             continue;
         }
@@ -117,15 +160,17 @@ pub(crate) fn pass(
             out.waiting.push(wait(PendingReason::Priority, None));
             continue;
         }
-        let known_fail = failed[r.part].iter().any(|f| f.dominated_by(req, r.limit));
+        let known_fail = failed[r.part]
+            .iter()
+            .any(|f| f.dominated_by(r.job, r.limit));
         if !known_fail {
-            if let Some(picks) = table.fit_now(r.part, req, now, r.limit) {
+            if let Some(picks) = table.fit_now(r.part, &fit, now, r.limit) {
                 let end = now.saturating_add(r.limit);
-                let allocs = picks
+                let allocs: Vec<_> = picks
                     .iter()
                     .map(|(i, need)| table.allocate(*i, need, end, &nodes[*i].name))
                     .collect();
-                held.add(config, r.job);
+                held.add(config, r.job, &allocs);
                 out.starts.push(Start {
                     job: r.job.id,
                     allocs,
@@ -137,10 +182,45 @@ pub(crate) fn pass(
             if list.len() == FAILED_KEPT {
                 list.remove(0);
             }
-            list.push(Failed::of(req, r.limit));
+            list.push(Failed::of(r.job, r.limit));
+        }
+        let tier = parts.parts[r.part].tier;
+        let qos = r.job.qos.as_deref();
+        if victims.any_for(tier, qos) {
+            let asker = Asker {
+                part: r.part,
+                tier,
+                qos,
+                fit,
+                limit: r.limit,
+            };
+            if let Some(c) = preempt::choose(table, parts, victims, &asker, now) {
+                out.preemptions
+                    .extend(c.victims.iter().map(|&(job, mode)| Preemption {
+                        job,
+                        by: r.job.id,
+                        mode,
+                    }));
+                let reason = PendingReason::Preempting {
+                    victims: c.waits_for,
+                };
+                out.waiting.push(wait(reason, Some(c.start)));
+                out.reservations.push(Reservation {
+                    job: r.job.id,
+                    start: c.start,
+                    end: c.start.saturating_add(r.limit),
+                    nodes: c
+                        .picks
+                        .iter()
+                        .map(|(i, _)| nodes[*i].name.clone())
+                        .collect(),
+                });
+                blocked = true;
+                continue;
+            }
         }
         if out.reservations.len() < max_res {
-            if let Some(res) = reserve(table, parts, r.part, req, now, r.limit, nodes, r.job.id) {
+            if let Some(res) = reserve(table, parts, r.part, &fit, now, r.limit, nodes, r.job.id) {
                 out.waiting
                     .push(wait(PendingReason::Resources, Some(res.start)));
                 out.reservations.push(res);
@@ -178,18 +258,21 @@ pub(crate) fn classes(table: &Table, parts: &Partitions) -> Vec<Vec<(usize, usiz
         .collect()
 }
 
-/// Why `req` can never start in its partition (node shapes and states alone), if so.
+/// Why the job can never start on the nodes it may use in its partition (node shapes and
+/// states alone), if so. `groups` are (a node, how many like it, how many of those are up).
 fn never_fits(
     table: &Table,
-    classes: &[(usize, usize, usize)],
-    req: &Request,
+    groups: impl Iterator<Item = (usize, usize, usize)>,
+    fit: &Fit<'_>,
 ) -> Option<PendingReason> {
+    let req = fit.req;
     let want = req.node_count() as usize;
-    let (mut could, mut up) = (0usize, 0usize);
-    for &(i, count, up_count) in classes {
+    let (mut could, mut up, mut any) = (0usize, 0usize, false);
+    for (i, count, up_count) in groups {
+        any = true;
         let node = &table.nodes[i];
         if table
-            .shapes(i, req)
+            .shapes(i, req, fit.exclusive)
             .iter()
             .any(|need| node.capacity.covers(need))
         {
@@ -199,7 +282,7 @@ fn never_fits(
     }
     if up >= want {
         None
-    } else if classes.is_empty() {
+    } else if !any {
         Some(PendingReason::NoNodes)
     } else if could == 0 {
         Some(PendingReason::TooLarge {
@@ -218,28 +301,29 @@ fn never_fits(
     }
 }
 
-/// Finds the earliest time `req` fits on up nodes of `p` for `limit`, and sets the resources
-/// aside there.
+/// Finds the earliest time the job fits on up nodes of `p` it may use for `limit`, and sets
+/// the resources aside there.
 #[allow(clippy::too_many_arguments)]
 fn reserve(
     table: &mut Table,
     parts: &Partitions,
     p: usize,
-    req: &Request,
+    fit: &Fit<'_>,
     now: Time,
     limit: Time,
     nodes: &[Node],
     job: JobId,
 ) -> Option<Reservation> {
+    let req = fit.req;
     let want = req.node_count() as usize;
     let mut cands: Vec<(Time, usize, Tres)> = Vec::new();
     for &i in &parts.parts[p].nodes {
         let node = &table.nodes[i];
-        if !node.up {
+        if !node.up || !fit.may_use(i) {
             continue;
         }
         let best = table
-            .shapes(i, req)
+            .shapes(i, req, fit.exclusive)
             .into_iter()
             .filter_map(|need| {
                 node.profile
@@ -287,7 +371,7 @@ fn reserve(
                 .filter_map(|c| {
                     let prof = &table.nodes[c.1].profile;
                     table
-                        .shapes(c.1, req)
+                        .shapes(c.1, req, fit.exclusive)
                         .into_iter()
                         .find(|need| prof.fits(need, t, end))
                         .map(|need| (c.1, need))

@@ -31,6 +31,30 @@ pub enum PartitionState {
     Inactive,
 }
 
+/// What becomes of a running job that is preempted (Slurm's PreemptMode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum PreemptMode {
+    /// Never preempted.
+    #[default]
+    Off,
+    /// Stopped and put back in the queue, keeping its id and submit time.
+    Requeue,
+    /// Stopped for good (it ends PREEMPTED).
+    Cancel,
+}
+
+impl PreemptMode {
+    /// The mode as configured: `off`, `requeue` or `cancel`.
+    pub fn parse(text: &str) -> Option<PreemptMode> {
+        match text.to_ascii_lowercase().as_str() {
+            "off" => Some(PreemptMode::Off),
+            "requeue" => Some(PreemptMode::Requeue),
+            "cancel" => Some(PreemptMode::Cancel),
+            _ => None,
+        }
+    }
+}
+
 /// Billing weights: a job's billing rate is the weighted sum of what it holds, per second.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Billing {
@@ -72,6 +96,15 @@ pub struct Partition {
     pub max_nodes: Option<u32>,
     /// Billing weights for usage here.
     pub billing: Billing,
+    /// Accounts whose jobs may run here (Slurm's AllowAccounts); empty: every account.
+    /// Checked by the controller at submit.
+    pub allow_accounts: Vec<String>,
+    /// Unix groups whose members may run jobs here (Slurm's AllowGroups); empty: everyone.
+    /// Checked by the controller at submit, which knows users' groups.
+    pub allow_groups: Vec<String>,
+    /// What happens to its running jobs when a job of a higher tier needs their nodes
+    /// (Slurm's PreemptType=preempt/partition_prio): off (never preempted), requeue or cancel.
+    pub preempt_mode: PreemptMode,
 }
 
 impl Partition {
@@ -86,6 +119,9 @@ impl Partition {
             default_time: None,
             max_nodes: None,
             billing: Billing::default(),
+            allow_accounts: Vec::new(),
+            allow_groups: Vec::new(),
+            preempt_mode: PreemptMode::Off,
         }
     }
 }

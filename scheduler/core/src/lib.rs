@@ -28,20 +28,25 @@ pub mod limits;
 mod partition;
 mod placement;
 mod plan;
+mod preempt;
 mod priority;
 mod profile;
 mod reason;
+pub mod select;
 mod state;
+mod topology;
 mod tres;
 
 pub use config::{
-    Account, Billing, Config, Partition, PartitionState, Policy, Qos, UserShares, Weights,
+    Account, Billing, Config, Partition, PartitionState, Policy, PreemptMode, Qos, UserShares,
+    Weights,
 };
 pub use fairshare::UsageLedger;
 pub use limits::{AssocLimits, LimitReason, Limits, QosLimits, TresKind, TresLimit};
 pub use partition::DEFAULT_PARTITION;
-pub use plan::{Plan, Priority, Reservation, Start, Waiting};
+pub use plan::{Plan, Preemption, Priority, Reservation, Start, Waiting};
 pub use reason::PendingReason;
+pub use select::Selection;
 pub use state::{Alloc, Assoc, Hold, Node, NodeState, PendingJob, RunningJob, State, Time};
 pub use tres::{Gpu, Request, GPU_SLOTS};
 
@@ -115,8 +120,9 @@ pub fn schedule(now: Time, state: &State, config: &Config) -> Plan {
     }
     ready.sort_by_key(|a| a.0);
     let ready: Vec<Ready<'_>> = ready.into_iter().map(|(_, r)| r).collect();
-    let mut table = Table::build(&state.nodes, &state.running, &parts, now);
+    let mut table = Table::build(&state.nodes, &state.running, &state.stopping, &parts, now);
     let mut held = limits::Counters::new(config, &state.running);
+    let victims = preempt::Victims::new(config, &parts, &state.running);
     let out = backfill::pass(
         now,
         &state.nodes,
@@ -125,8 +131,10 @@ pub fn schedule(now: Time, state: &State, config: &Config) -> Plan {
         &mut table,
         &ready,
         &mut held,
+        &victims,
     );
     plan.starts = out.starts;
+    plan.preemptions = out.preemptions;
     plan.reservations = out.reservations;
     plan.waiting = out.waiting;
     blocked.sort_by_key(|w| w.job);

@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 pub use reason::{LimitReason, TresKind};
 
 use crate::config::Config;
-use crate::state::{Assoc, PendingJob, RunningJob, Time};
+use crate::state::{Alloc, Assoc, PendingJob, RunningJob, Time};
 
 /// A cap per TRES; `None` is no cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -83,8 +83,11 @@ pub struct QosLimits {
     pub grp_tres: TresLimit,
     /// Most running jobs in this QoS (GrpJobs).
     pub grp_jobs: Option<u64>,
-    /// QoS whose jobs this one may preempt (stored; preemption acts on it later).
+    /// QoS whose jobs this one may preempt.
     pub preempt: Vec<String>,
+    /// What happens to this QoS's running jobs when a job of a QoS that lists it in
+    /// `preempt` needs their resources; `None` is requeue (the default).
+    pub preempt_mode: Option<crate::config::PreemptMode>,
 }
 
 /// Limits of an association: an account (Grp limits count every job below it in the tree;
@@ -146,8 +149,8 @@ impl Amount {
         }
     }
 
-    fn of_running(job: &RunningJob) -> Amount {
-        job.allocs.iter().fold(Amount::default(), |a, x| Amount {
+    fn of_allocs(allocs: &[Alloc]) -> Amount {
+        allocs.iter().fold(Amount::default(), |a, x| Amount {
             cpu: a.cpu + x.cpu_ids.len() as u64,
             mem: a.mem.saturating_add(x.memory),
             gpu: a.gpu + x.gpu_ids.len() as u64,
@@ -296,7 +299,7 @@ impl Counters {
                     config,
                     &job.assoc,
                     job.qos.as_deref(),
-                    &Amount::of_running(job),
+                    &Amount::of_allocs(&job.allocs),
                 );
             }
         }
@@ -311,14 +314,14 @@ impl Counters {
         self.check(config, job, limit)
     }
 
-    /// Adds a job that starts now.
-    pub fn add(&mut self, config: &Config, job: &PendingJob) {
+    /// Adds a job that starts now with `allocs` (whole nodes for an exclusive job).
+    pub fn add(&mut self, config: &Config, job: &PendingJob, allocs: &[Alloc]) {
         if self.active {
             self.charge(
                 config,
                 &job.assoc,
                 job.qos.as_deref(),
-                &Amount::of_pending(job),
+                &Amount::of_allocs(allocs),
             );
         }
     }

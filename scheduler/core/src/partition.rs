@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::{Billing, Config, PartitionState};
+use crate::config::{Billing, Config, PartitionState, PreemptMode};
 use crate::reason::PendingReason;
 use crate::state::{Node, NodeState, PendingJob, Time};
 
@@ -21,6 +21,7 @@ pub(crate) struct PartView {
     pub default_time: Option<Time>,
     pub max_nodes: Option<u32>,
     pub billing: Billing,
+    pub preempt_mode: PreemptMode,
     /// Total CPUs and GPUs of its nodes, for the job size factor.
     pub cpus: u64,
     pub gpus: u64,
@@ -89,16 +90,10 @@ impl Partitions {
     /// The partition `job` runs in, and its time limit after defaults; or why it cannot start
     /// for reasons of its partition alone.
     pub fn admit(&self, job: &PendingJob, config: &Config) -> Result<(usize, Time), PendingReason> {
-        let idx = match &job.partition {
-            None => self.default,
-            Some(name) => match self.by_name.get(name) {
-                Some(&i) => i,
-                None => {
-                    return Err(PendingReason::InvalidPartition {
-                        partition: name.clone(),
-                    })
-                }
-            },
+        let Some(idx) = self.of(job) else {
+            return Err(PendingReason::InvalidPartition {
+                partition: job.partition.clone().unwrap_or_default(),
+            });
         };
         let p = &self.parts[idx];
         match p.state {
@@ -136,12 +131,25 @@ impl Partitions {
         Ok((idx, limit))
     }
 
+    /// The partition `job` asks for (the default one when it names none), if it exists.
+    pub fn of(&self, job: &PendingJob) -> Option<usize> {
+        match &job.partition {
+            None => Some(self.default),
+            Some(name) => self.by_name.get(name).copied(),
+        }
+    }
+
     /// Billing weights of the partition named `name` (the default one for `None`).
     pub fn billing(&self, name: Option<&str>) -> Billing {
+        self.named(name).map(|p| p.billing).unwrap_or_default()
+    }
+
+    /// The partition named `name` (the default one for `None`, and for an unknown name).
+    pub fn named(&self, name: Option<&str>) -> Option<&PartView> {
         let idx = name
             .and_then(|n| self.by_name.get(n).copied())
             .unwrap_or(self.default);
-        self.parts.get(idx).map(|p| p.billing).unwrap_or_default()
+        self.parts.get(idx)
     }
 }
 
@@ -157,6 +165,7 @@ fn view(name: &str, members: Vec<usize>, nodes: &[Node], p: &crate::config::Part
         default_time: p.default_time,
         max_nodes: p.max_nodes,
         billing: p.billing,
+        preempt_mode: p.preempt_mode,
         cpus,
         gpus,
     }

@@ -6,9 +6,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use wharf_api::JobId;
+
 use crate::partition::{takes_work, Partitions};
 use crate::profile::Profile;
 use crate::state::{Alloc, Node, RunningJob, Time};
+use crate::topology::Topology;
 use crate::tres::{Request, Tres, GPU_SLOTS};
 
 /// A node during a pass.
@@ -25,6 +28,40 @@ pub(crate) struct NodeRt {
     pub profile: Profile,
     /// Partitions it is in.
     pub parts: Vec<usize>,
+    /// The running jobs on it, in the order given.
+    pub jobs: Vec<Holding>,
+    /// Where its GPUs and CPUs sit, when its agent said.
+    pub topology: Option<Box<Topology>>,
+}
+
+/// What placement needs to know of one job: its request per node, the nodes it may use and
+/// whether it takes them whole.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fit<'a> {
+    pub req: &'a Request,
+    /// By node index; `None`: every node.
+    pub allowed: Option<&'a [bool]>,
+    pub exclusive: bool,
+}
+
+impl Fit<'_> {
+    /// True when the job may use node `i`.
+    pub fn may_use(&self, i: usize) -> bool {
+        self.allowed.is_none_or(|a| a[i])
+    }
+}
+
+/// What one running job holds on one node, and when the profile has it given back.
+#[derive(Debug, Clone)]
+pub(crate) struct Holding {
+    pub id: JobId,
+    /// Its index in [`crate::State::running`].
+    pub run: usize,
+    pub tres: Tres,
+    /// Its release time in the node's profile.
+    pub end: Time,
+    /// A stop was sent to it (before or during this pass): it comes back at once.
+    pub stopping: bool,
 }
 
 /// Index key: free GPUs, free CPUs, node index. Ascending order is best fit first.
@@ -38,8 +75,15 @@ pub(crate) struct Table {
 
 impl Table {
     /// Builds the table from the nodes and what running jobs hold. Running jobs are expected
-    /// to give their resources back at `start + time_limit`, or just after `now` when late.
-    pub fn build(nodes: &[Node], running: &[RunningJob], parts: &Partitions, now: Time) -> Table {
+    /// to give their resources back at `start + time_limit`, or just after `now` when late
+    /// or `stopping`.
+    pub fn build(
+        nodes: &[Node],
+        running: &[RunningJob],
+        stopping: &BTreeSet<JobId>,
+        parts: &Partitions,
+        now: Time,
+    ) -> Table {
         let by_name: BTreeMap<&str, usize> = nodes
             .iter()
             .enumerate()
@@ -51,8 +95,13 @@ impl Table {
                 rt[i].parts.push(p);
             }
         }
-        for job in running {
-            let end = job.start.saturating_add(job.time_limit).max(now + 1);
+        for (run, job) in running.iter().enumerate() {
+            let stops = stopping.contains(&job.id);
+            let end = if stops {
+                now + 1
+            } else {
+                job.start.saturating_add(job.time_limit).max(now + 1)
+            };
             for a in &job.allocs {
                 let Some(&i) = by_name.get(a.node.as_str()) else {
                     continue;
@@ -75,6 +124,13 @@ impl Table {
                 }
                 held.memory = a.memory.min(n.profile.free.memory);
                 n.profile.take(&held, end);
+                n.jobs.push(Holding {
+                    id: job.id,
+                    run,
+                    tres: held,
+                    end,
+                    stopping: stops,
+                });
             }
         }
         let mut index = vec![BTreeSet::new(); parts.parts.len()];
@@ -102,8 +158,17 @@ impl Table {
     }
 
     /// The shapes `req` may take on node `i`: one per usable GPU type slot, most free first.
-    pub fn shapes(&self, i: usize, req: &Request) -> Vec<Tres> {
+    /// A job that takes whole nodes (`exclusive`) has one shape, the node's capacity, on a node
+    /// that could hold its request at all.
+    pub fn shapes(&self, i: usize, req: &Request, exclusive: bool) -> Vec<Tres> {
         let n = &self.nodes[i];
+        if exclusive {
+            let fits = self
+                .shapes(i, req, false)
+                .iter()
+                .any(|need| n.capacity.covers(need));
+            return if fits { vec![n.capacity] } else { vec![] };
+        }
         if req.gpus == 0 {
             return vec![self.need(req, None)];
         }
@@ -114,24 +179,27 @@ impl Table {
         slots.into_iter().map(|s| self.need(req, Some(s))).collect()
     }
 
-    /// Up to `req.nodes` nodes of partition `p` where `req` can start now and run for
-    /// `duration` without touching any reservation; best fit first. `None` if too few.
+    /// Up to `req.nodes` nodes of partition `p` that the job may use (`allowed`, by node
+    /// index; `None`: all) where `req` can start now and run for `duration` without touching
+    /// any reservation; best fit first. `None` if too few.
     pub fn fit_now(
         &self,
         p: usize,
-        req: &Request,
+        job: &Fit<'_>,
         now: Time,
         duration: Time,
     ) -> Option<Vec<(usize, Tres)>> {
+        let req = job.req;
         let want = req.node_count() as usize;
         let end = now.saturating_add(duration);
         let mut picked = Vec::with_capacity(want);
         for &(_, cpus, i) in self.index[p].range((req.gpus, req.cpus, 0)..) {
-            if cpus < req.cpus || self.nodes[i].profile.free.memory < req.memory {
+            if cpus < req.cpus || self.nodes[i].profile.free.memory < req.memory || !job.may_use(i)
+            {
                 continue;
             }
             let prof = &self.nodes[i].profile;
-            let shape = self.shapes(i, req).into_iter().find(|need| {
+            let shape = self.shapes(i, req, job.exclusive).into_iter().find(|need| {
                 prof.free.covers(need) && (prof.reserved.is_empty() || prof.fits(need, now, end))
             });
             if let Some(need) = shape {
@@ -148,12 +216,21 @@ impl Table {
     pub fn allocate(&mut self, i: usize, need: &Tres, end: Time, name: &str) -> Alloc {
         let old = key(&self.nodes[i], i);
         let n = &mut self.nodes[i];
-        let cpu_ids: Vec<u32> = n.free_cpus.drain(..need.cpus as usize).collect();
         let mut gpu_ids = Vec::new();
         for (s, &count) in need.gpus.iter().enumerate() {
-            gpu_ids.extend(n.free_gpus[s].drain(..count as usize));
+            match &n.topology {
+                Some(t) => gpu_ids.extend(t.take_gpus(&mut n.free_gpus[s], count as usize)),
+                None => gpu_ids.extend(n.free_gpus[s].drain(..count as usize)),
+            }
         }
         gpu_ids.sort_unstable();
+        let cpu_ids: Vec<u32> = match &n.topology {
+            Some(t) => {
+                let near = t.numa_of_gpus(&gpu_ids);
+                t.take_cpus(&mut n.free_cpus, need.cpus as usize, &near)
+            }
+            None => n.free_cpus.drain(..need.cpus as usize).collect(),
+        };
         n.profile.take(need, end);
         let new = key(n, i);
         if n.up {
@@ -218,5 +295,7 @@ fn node_rt(node: &Node) -> NodeRt {
             ..Profile::default()
         },
         parts: Vec::new(),
+        jobs: Vec::new(),
+        topology: Topology::of(node),
     }
 }

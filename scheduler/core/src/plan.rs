@@ -3,6 +3,7 @@
 
 use wharf_api::JobId;
 
+use crate::config::PreemptMode;
 use crate::reason::PendingReason;
 use crate::state::{Alloc, Time};
 
@@ -60,6 +61,17 @@ pub struct Reservation {
     pub nodes: Vec<String>,
 }
 
+/// Stop this running job so that a waiting job of higher precedence can start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preemption {
+    /// The running job to stop.
+    pub job: JobId,
+    /// The pending job it makes room for.
+    pub by: JobId,
+    /// What becomes of it: requeued or cancelled (never [`PreemptMode::Off`]).
+    pub mode: PreemptMode,
+}
+
 /// The result of one pass.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Plan {
@@ -72,6 +84,10 @@ pub struct Plan {
     pub waiting: Vec<Waiting>,
     /// Every pending job's priority, by job id order.
     pub priorities: Vec<(JobId, Priority)>,
+    /// Running jobs to stop for waiting jobs of higher precedence, in the order decided.
+    /// Each waiting job they make room for waits with [`PendingReason::Preempting`] and
+    /// holds a reservation on their nodes.
+    pub preemptions: Vec<Preemption>,
 }
 
 impl Plan {

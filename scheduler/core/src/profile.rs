@@ -91,6 +91,39 @@ impl Profile {
         self.releases.push((end, *need));
     }
 
+    /// How much of `need` is missing, per resource, at the worst moment of `[from, to)`;
+    /// all zero exactly when [`Profile::fits`] holds.
+    pub fn shortfall(&self, need: &Tres, from: Time, to: Time) -> Tres {
+        let mut short = Tres::default();
+        let starts = self
+            .reserved
+            .iter()
+            .map(|(s, _, _)| *s)
+            .filter(|s| from < *s && *s < to);
+        for t in std::iter::once(from).chain(starts) {
+            let mut missing = *need;
+            missing.sub(&self.avail(t));
+            short.cpus = short.cpus.max(missing.cpus);
+            short.memory = short.memory.max(missing.memory);
+            for (a, b) in short.gpus.iter_mut().zip(missing.gpus) {
+                *a = (*a).max(b);
+            }
+        }
+        short
+    }
+
+    /// Moves the release of `what`, expected at `from`, to `to` (a job that ends early, or,
+    /// with `to` = `Time::MAX`, one whose end is not counted on).
+    pub fn move_release(&mut self, what: &Tres, from: Time, to: Time) {
+        if let Some(r) = self
+            .releases
+            .iter_mut()
+            .find(|(t, r)| *t == from && r == what)
+        {
+            r.0 = to;
+        }
+    }
+
     /// Sets `need` aside on `[start, end)`.
     pub fn reserve(&mut self, need: &Tres, start: Time, end: Time) {
         self.reserved.push((start, end, *need));

@@ -85,6 +85,17 @@ pub enum PendingReason {
     /// Its array already runs as many tasks as its throttle (`--array ...%N`) allows.
     /// Decided by the caller, which knows the arrays.
     JobArrayTaskLimit,
+    /// No node of its partition matches its constraint, node list and excluded nodes.
+    NoNodeMatches {
+        /// What is missing, in words.
+        what: String,
+    },
+    /// It preempted running jobs of lower precedence (or found jobs already being stopped)
+    /// and waits for them to end; their resources are reserved for it.
+    Preempting {
+        /// The jobs it waits for, by id.
+        victims: Vec<JobId>,
+    },
 }
 
 impl PendingReason {
@@ -107,6 +118,9 @@ impl PendingReason {
             PendingReason::Limit(l) => l.code(),
             PendingReason::DependencyNeverSatisfied { .. } => "DependencyNeverSatisfied",
             PendingReason::JobArrayTaskLimit => "JobArrayTaskLimit",
+            PendingReason::NoNodeMatches { .. } => "BadConstraints",
+            // Slurm shows a preemptor waiting for its victims as waiting for resources.
+            PendingReason::Preempting { .. } => "Resources",
         }
     }
 
@@ -123,6 +137,7 @@ impl PendingReason {
                 | PendingReason::PartitionNodeLimit { .. }
                 | PendingReason::TooLarge { .. }
                 | PendingReason::DependencyNeverSatisfied { .. }
+                | PendingReason::NoNodeMatches { .. }
         )
     }
 }
@@ -207,6 +222,20 @@ impl fmt::Display for PendingReason {
                 f,
                 "{code}: its array already runs as many tasks as its --array %N throttle allows"
             ),
+            PendingReason::NoNodeMatches { what } => write!(
+                f,
+                "{code}: Requested node configuration is not available: {what}"
+            ),
+            PendingReason::Preempting { victims } => {
+                let ids: Vec<String> = victims.iter().map(|v| v.to_string()).collect();
+                let (s, are) = if ids.len() == 1 { ("", "is") } else { ("s", "are") };
+                write!(
+                    f,
+                    "{code}: waiting for job{s} {}, which {are} being stopped (preempted) to \
+                     make room for it, to end; what they hold is reserved for it",
+                    ids.join(", ")
+                )
+            }
         }
     }
 }

@@ -3,10 +3,11 @@
 //! Times are milliseconds on the caller's clock (the controller uses the Unix epoch, a simulator
 //! its own); durations (time limits) are milliseconds too.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use wharf_api::JobId;
 
+use crate::select::Selection;
 use crate::tres::{Gpu, Request};
 
 /// A time, in milliseconds.
@@ -37,6 +38,10 @@ pub struct Node {
     pub memory: u64,
     /// GPUs with their own ids and types.
     pub gpus: Vec<Gpu>,
+    /// NUMA node of each CPU in `cpu_ids` (same order); empty when unknown or one node.
+    pub cpu_numa: Vec<u32>,
+    /// Features its admin gave it, for jobs' constraints (GPU types are not features).
+    pub features: Vec<String>,
 }
 
 impl Node {
@@ -48,6 +53,8 @@ impl Node {
             cpu_ids: (0..cpus).collect(),
             memory,
             gpus,
+            cpu_numa: Vec::new(),
+            features: Vec::new(),
         }
     }
 
@@ -143,6 +150,8 @@ pub struct PendingJob {
     /// Jobs that must leave the queue first (afterany): while any of them is pending or
     /// running, this one waits with reason `Dependency`.
     pub after: Vec<JobId>,
+    /// Which nodes it may use and whether it takes them whole.
+    pub select: Selection,
 }
 
 impl PendingJob {
@@ -160,6 +169,7 @@ impl PendingJob {
             hold: None,
             nice: 0,
             after: Vec::new(),
+            select: Selection::default(),
         }
     }
 }
@@ -176,4 +186,7 @@ pub struct State {
     /// Past usage per association, billing-weighted TRES-seconds already decayed to `now`
     /// (see [`crate::UsageLedger`]). Running jobs' usage so far is added by the pass.
     pub usage: BTreeMap<Assoc, f64>,
+    /// Running jobs a stop was sent to (a cancel, a preemption, a requeue): their resources
+    /// are taken to come back at once, and they are never chosen to be preempted again.
+    pub stopping: BTreeSet<JobId>,
 }

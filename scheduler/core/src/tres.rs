@@ -6,21 +6,38 @@
 /// How many distinct GPU types one node may carry; GPUs of further types are not scheduled.
 pub const GPU_SLOTS: usize = 4;
 
-/// One GPU as the node's agent reports it: its own id (the N of `/dev/nvidiaN`) and its type.
+/// One GPU as the node's agent reports it: its own id (the N of `/dev/nvidiaN`), its type
+/// and where it sits (NUMA node, PCIe switch), so that a job's GPUs are taken close together
+/// and its CPUs next to them.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Gpu {
     /// The node's own id for it; never a position.
     pub id: u32,
     /// Type, lower case (`h100`); empty when unknown.
     pub kind: String,
+    /// NUMA node it is attached to, when known.
+    pub numa: Option<u32>,
+    /// The PCIe switch it is behind (any number naming the switch on its node), when known.
+    pub switch: Option<u32>,
 }
 
 impl Gpu {
-    /// A GPU with this id and type (the type is lower-cased).
+    /// A GPU with this id and type (the type is lower-cased), place unknown.
     pub fn new(id: u32, kind: &str) -> Gpu {
         Gpu {
             id,
             kind: kind.to_ascii_lowercase(),
+            numa: None,
+            switch: None,
+        }
+    }
+
+    /// The same GPU, attached to NUMA node `numa` behind PCIe switch `switch`.
+    pub fn at(self, numa: Option<u32>, switch: Option<u32>) -> Gpu {
+        Gpu {
+            numa,
+            switch,
+            ..self
         }
     }
 }

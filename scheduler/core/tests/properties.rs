@@ -127,6 +127,7 @@ fn arb_case() -> impl Strategy<Value = Case> {
                     running,
                     pending,
                     usage: BTreeMap::new(),
+                    ..State::default()
                 },
                 config,
                 now: now * MIN,

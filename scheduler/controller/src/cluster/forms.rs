@@ -303,7 +303,12 @@ impl Cluster {
         if let Some(p) = &req.partition {
             spec.partition = Some(p.trim().to_string());
         }
-        self.check_partition(&spec)?;
+        let owner = Caller {
+            owner: job.owner.clone(),
+            admin: caller.admin,
+        };
+        self.check_partition(&spec, &owner)?;
+        self.check_selection(&spec, &job.owner.user)?;
         self.check_qos_and_nice(&spec, caller)?;
         job.time_limit = spec.time_limit;
         tracing::info!(

@@ -3,13 +3,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use wharf_api::node::GpuInfo;
 use wharf_api::resources::format_duration;
 use wharf_api::wire::ErrorKind;
-use wharf_api::{JobRecord, JobSpec, JobState, PriorityView};
+use wharf_api::{JobRecord, JobSpec, JobState, PriorityView, Resources, Stop};
 use wharf_core::{
     limits, schedule, Alloc, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PartitionState,
-    PendingJob, Priority, Request, RunningJob, State as SchedState, UsageLedger, Weights,
-    DEFAULT_PARTITION,
+    PendingJob, PreemptMode, Priority, Request, RunningJob, Selection, State as SchedState,
+    UsageLedger, Weights, DEFAULT_PARTITION,
 };
 
 use super::{Caller, Cluster, Failure};
@@ -36,6 +37,15 @@ impl Cluster {
                 continue;
             };
             let mut rec = rec.clone();
+            // A whole-node job holds, and is charged for, all of the node.
+            if let Some(spec) = rec.spec.as_mut().filter(|s| s.exclusive) {
+                spec.resources = Resources {
+                    cpus: alloc.cpu_ids.len() as u32,
+                    memory: alloc.memory,
+                    gpus: alloc.gpu_ids.len() as u32,
+                };
+                rec.resources = spec.resources;
+            }
             rec.state = JobState::Starting;
             rec.reason = Some(format!("starting on {}", alloc.node));
             rec.node = Some(alloc.node.clone());
@@ -44,6 +54,22 @@ impl Cluster {
             rec.priority = None;
             rec.expected_start = None;
             woken.insert(alloc.node.clone());
+            started.push(rec);
+        }
+        // Committed with the starts: a preemption and the reservation it makes are one
+        // decision.
+        for p in &plan.preemptions {
+            let Some(rec) = self.jobs.get(&p.job) else {
+                continue;
+            };
+            let mut rec = rec.clone();
+            let requeue =
+                p.mode == PreemptMode::Requeue && rec.spec.as_ref().is_none_or(|s| s.requeue);
+            let stop = Stop::Preempt { by: p.by, requeue };
+            tracing::info!(job = p.job, by = p.by, requeue, "preempting job");
+            rec.reason = Some(format!("{stop}; stopping"));
+            rec.stop = Some(stop);
+            woken.extend(rec.node.clone());
             started.push(rec);
         }
         let weights = self.sched.weights;
@@ -73,26 +99,14 @@ impl Cluster {
     /// jobs expected to end at start + time limit, pending jobs, and decayed usage. Each user
     /// is its own fair-share account until accounts are configured.
     fn sched_state(&self, now: u64) -> SchedState {
-        let nodes = self
-            .nodes
-            .values()
-            .map(|n| {
-                let gpus = n
-                    .info
-                    .gpus
-                    .iter()
-                    .map(|g| Gpu::new(g.index, &gpu_kind(g.model.as_deref())))
-                    .collect();
-                let mut node = Node::new(&n.info.name, n.info.cpus, n.info.memory, gpus);
-                if !n.up {
-                    node.state = SchedNodeState::Down;
-                }
-                node
-            })
-            .collect();
+        let nodes = self.sched_nodes();
         let mut running = Vec::new();
         let mut pending = Vec::new();
+        let mut stopping = BTreeSet::new();
         for job in self.jobs.values() {
+            if job.state.holds_resources() && (job.cancel_requested || job.stop.is_some()) {
+                stopping.insert(job.id);
+            }
             match (job.state, job.node.as_deref()) {
                 (s, Some(node)) if s.holds_resources() => running.push(RunningJob {
                     id: job.id,
@@ -109,6 +123,8 @@ impl Cluster {
                         memory: job.resources.memory,
                     }],
                 }),
+                // Not before its node has let go of its last run (see `requeued_from`).
+                (JobState::Pending, _) if job.requeued_from.is_some() => {}
                 (JobState::Pending, _) => {
                     let r = job.resources;
                     let mut p = PendingJob::new(
@@ -128,6 +144,7 @@ impl Cluster {
                         p.qos = self.qos_of(Some(spec));
                         p.nice = spec.nice;
                         p.request.gpu_kind = spec.gpu_type.clone();
+                        p.select = selection(spec);
                     }
                     pending.push(p);
                 }
@@ -139,12 +156,34 @@ impl Cluster {
             running,
             pending,
             usage: self.usage.snapshot(now),
+            stopping,
         }
     }
 
-    /// Refuses a job whose partition does not exist, takes no new jobs, or allows less time
-    /// than it asks for: it could never run there.
-    pub(super) fn check_partition(&self, spec: &JobSpec) -> Result<(), Failure> {
+    /// Every node (GPUs with the ids their agent reported, its features) as the core sees it.
+    pub(super) fn sched_nodes(&self) -> Vec<Node> {
+        self.nodes
+            .values()
+            .map(|n| {
+                let mut node = Node::new(
+                    &n.info.name,
+                    n.info.cpus,
+                    n.info.memory,
+                    sched_gpus(&n.info.gpus),
+                );
+                node.cpu_numa = n.info.cpu_numa.clone();
+                node.features = n.info.features.clone();
+                if !n.up {
+                    node.state = SchedNodeState::Down;
+                }
+                node
+            })
+            .collect()
+    }
+
+    /// Refuses a job whose partition does not exist, takes no new jobs, allows less time than
+    /// it asks for, or is closed to the caller's account or groups.
+    pub(super) fn check_partition(&self, spec: &JobSpec, caller: &Caller) -> Result<(), Failure> {
         let parts = &self.sched.partitions;
         let name = spec.partition.as_deref();
         let known: Vec<&str> = if parts.is_empty() {
@@ -200,7 +239,7 @@ impl Cluster {
                 ));
             }
         }
-        Ok(())
+        self.check_access(part, spec, caller)
     }
 
     /// Who a job runs for: the account it named, else its user's default account (the first
@@ -210,7 +249,7 @@ impl Cluster {
     }
 
     /// [`Cluster::assoc`] of a job `user` submits with `spec`.
-    fn assoc_for(&self, spec: Option<&JobSpec>, user: &str) -> Assoc {
+    pub(super) fn assoc_for(&self, spec: Option<&JobSpec>, user: &str) -> Assoc {
         let account = spec
             .and_then(|s| s.account.as_deref())
             .or_else(|| {
@@ -264,7 +303,7 @@ impl Cluster {
         for n in self.nodes.values() {
             let mut per_node: BTreeMap<String, u32> = BTreeMap::new();
             for g in &n.info.gpus {
-                *per_node.entry(gpu_kind(g.model.as_deref())).or_default() += 1;
+                *per_node.entry(g.kind()).or_default() += 1;
             }
             best = best.max(per_node.get(kind).copied().unwrap_or(0));
             for (k, c) in per_node {
@@ -417,6 +456,16 @@ impl Cluster {
     }
 }
 
+/// The core's view of a job's node selection.
+pub(super) fn selection(spec: &JobSpec) -> Selection {
+    Selection {
+        constraint: spec.constraint.clone(),
+        nodelist: spec.nodelist.names().iter().cloned().collect(),
+        exclude: spec.exclude.names().iter().cloned().collect(),
+        exclusive: spec.exclusive,
+    }
+}
+
 fn partition(job: &JobRecord) -> Option<String> {
     job.spec.as_ref().and_then(|s| s.partition.clone())
 }
@@ -435,16 +484,23 @@ fn sprio(p: &Priority, w: &Weights) -> PriorityView {
     }
 }
 
-/// The GPU type from NVML's model name: "NVIDIA H100 80GB HBM3" is `h100`,
-/// "NVIDIA A100-SXM4-80GB" is `a100`; empty when unknown.
-fn gpu_kind(model: Option<&str>) -> String {
-    let model = model.unwrap_or("").to_ascii_lowercase();
-    model
-        .split_whitespace()
-        .filter(|w| !matches!(*w, "nvidia" | "tesla" | "geforce" | "quadro"))
-        .find(|w| w.chars().any(|c| c.is_ascii_digit()))
-        .map(|w| w.split('-').next().unwrap_or(w).to_string())
-        .unwrap_or_default()
+/// A node's GPUs as the scheduler sees them: the agent's ids and type names, and where each
+/// sits (its PCIe switch named by a number of this node's own).
+fn sched_gpus(gpus: &[GpuInfo]) -> Vec<Gpu> {
+    let switches: BTreeSet<&str> = gpus
+        .iter()
+        .filter_map(|g| g.pcie_switch.as_deref())
+        .collect();
+    gpus.iter()
+        .map(|g| {
+            let switch = g
+                .pcie_switch
+                .as_deref()
+                .and_then(|s| switches.iter().position(|x| *x == s))
+                .map(|p| p as u32);
+            Gpu::new(g.index, &g.kind()).at(g.numa_node, switch)
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -161,7 +161,8 @@ impl Cluster {
             self.nodes.values().map(|n| n.info.capacity()),
         )
         .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
-        self.check_partition(&spec)?;
+        self.check_partition(&spec, caller)?;
+        self.check_selection(&spec, &caller.owner.user)?;
         self.check_account(&spec, &caller.owner.user)?;
         self.check_qos_and_nice(&spec, caller)?;
         self.check_limits(&spec, &caller.owner, &earlier.limited)?;
@@ -220,6 +221,9 @@ impl Cluster {
             hold: (req.job.hold == Some(true)).then_some(wharf_api::Hold::User),
             dependency: req.job.dependency.clone(),
             array: None,
+            restarts: 0,
+            stop: None,
+            requeued_from: None,
         };
         Ok(match &req.job.array {
             Some(array) => super::array::task_records(record, array),

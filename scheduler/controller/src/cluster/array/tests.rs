@@ -30,7 +30,9 @@ fn cluster(dir: &tempfile::TempDir) -> Cluster {
             cpus: 8,
             memory: 16 << 30,
             gpus: vec![],
+            cpu_numa: vec![],
             version: "test".into(),
+            features: vec![],
         },
         0,
     )

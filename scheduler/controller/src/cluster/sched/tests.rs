@@ -4,13 +4,11 @@ use wharf_api::node::GpuInfo;
 use wharf_api::wire::{ErrorKind, SubmitRequest};
 use wharf_api::{JobDefaults, JobId, JobRecord, JobRequest, JobState, NodeInfo, Owner};
 
-use super::gpu_kind;
 use crate::cluster::{Caller, Cluster};
 use crate::store::Store;
 use wharf_core::Assoc;
 
-/// A user who is no admin.
-pub(in crate::cluster) fn caller(uid: u32, user: &str) -> Caller {
+pub(crate) fn caller(uid: u32, user: &str) -> Caller {
     Caller {
         owner: Owner {
             uid,
@@ -22,16 +20,14 @@ pub(in crate::cluster) fn caller(uid: u32, user: &str) -> Caller {
 }
 
 /// A cluster with one node whose agent reported GPUs 0, 1 and 3.
-fn cluster(dir: &tempfile::TempDir) -> Cluster {
+pub(crate) fn cluster(dir: &tempfile::TempDir) -> Cluster {
     let store = Store::open(&dir.path().join("wharf.db")).unwrap();
     let mut c = Cluster::load(store, JobDefaults::default(), 60_000, 0).unwrap();
     let gpus = [0, 1, 3]
         .into_iter()
         .map(|index| GpuInfo {
-            index,
             model: Some("NVIDIA H100 80GB HBM3".into()),
-            uuid: None,
-            memory: None,
+            ..GpuInfo::minor(index)
         })
         .collect();
     c.register(
@@ -41,7 +37,9 @@ fn cluster(dir: &tempfile::TempDir) -> Cluster {
             cpus: 8,
             memory: 16 << 30,
             gpus,
+            cpu_numa: vec![],
             version: "test".into(),
+            features: vec![],
         },
         0,
     )
@@ -57,7 +55,7 @@ fn submit(c: &mut Cluster, who: &Caller, gpus: u32, now: u64) -> JobId {
     submit_job(c, who, job, now).unwrap()
 }
 
-fn submit_job(
+pub(crate) fn submit_job(
     c: &mut Cluster,
     who: &Caller,
     mut job: JobRequest,
@@ -73,7 +71,7 @@ fn submit_job(
     c.submit(who, &req, now)
 }
 
-fn record(c: &Cluster, id: JobId) -> JobRecord {
+pub(crate) fn record(c: &Cluster, id: JobId) -> JobRecord {
     c.jobs[&id].clone()
 }
 
@@ -308,12 +306,65 @@ fn a_gpu_type_is_placed_on_that_type_and_an_absent_one_is_refused() {
 }
 
 #[test]
-fn gpu_types_are_read_from_the_model_name() {
-    assert_eq!(gpu_kind(Some("NVIDIA H100 80GB HBM3")), "h100");
-    assert_eq!(gpu_kind(Some("NVIDIA A100-SXM4-80GB")), "a100");
-    assert_eq!(gpu_kind(Some("Tesla V100-PCIE-32GB")), "v100");
-    assert_eq!(gpu_kind(Some("NVIDIA GeForce RTX 4090")), "4090");
-    assert_eq!(gpu_kind(None), "");
+fn gpus_and_cpus_are_taken_close_together_where_the_agent_says_where_they_sit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("wharf.db")).unwrap();
+    let mut c = Cluster::load(store, JobDefaults::default(), 60_000, 0).unwrap();
+    // GPUs 0,1 behind one switch on NUMA 0; 2,3 behind another on NUMA 1; CPUs 0-3 on
+    // NUMA 0 and 4-7 on NUMA 1.
+    let gpus = (0..4)
+        .map(|index| GpuInfo {
+            model: Some("NVIDIA H100 80GB HBM3".into()),
+            numa_node: Some(index / 2),
+            pcie_switch: Some(format!("0000:{:02x}:00.0", 0x10 + index / 2)),
+            ..GpuInfo::minor(index)
+        })
+        .collect();
+    c.register(
+        NodeInfo {
+            name: "n1".into(),
+            address: "127.0.0.1".into(),
+            cpus: 8,
+            memory: 16 << 30,
+            gpus,
+            cpu_numa: vec![0, 0, 0, 0, 1, 1, 1, 1],
+            features: vec![],
+            version: "test".into(),
+        },
+        0,
+    )
+    .unwrap();
+    let ann = caller(1000, "ann");
+    let one = submit_job(
+        &mut c,
+        &ann,
+        JobRequest {
+            gpus: Some(1),
+            cpus: Some(1),
+            ..JobRequest::default()
+        },
+        1,
+    )
+    .unwrap();
+    c.schedule(1_000).unwrap();
+    assert_eq!(record(&c, one).gpu_ids, [0]);
+    assert_eq!(record(&c, one).cpu_ids, [0]);
+    // Two GPUs: not 1 and 2 (lowest free ids, across NUMA nodes) but the pair 2,3, with
+    // CPUs on their NUMA node.
+    let two = submit_job(
+        &mut c,
+        &ann,
+        JobRequest {
+            gpus: Some(2),
+            cpus: Some(2),
+            ..JobRequest::default()
+        },
+        2,
+    )
+    .unwrap();
+    c.schedule(2_000).unwrap();
+    assert_eq!(record(&c, two).gpu_ids, [2, 3]);
+    assert_eq!(record(&c, two).cpu_ids, [4, 5]);
 }
 
 #[test]
@@ -476,4 +527,99 @@ fn an_accounts_cpu_limit_counts_jobs_of_every_user_below_it() {
         "{}",
         err.message
     );
+}
+
+/// n1's agent reports these jobs: `(id, ended by a stop)`; the rest are gone from it.
+fn report(c: &mut Cluster, jobs: &[(JobId, bool)], now: u64) -> Vec<JobId> {
+    use wharf_api::wire::{AgentJob, PollRequest};
+    let jobs = jobs
+        .iter()
+        .map(|&(id, stopped)| AgentJob {
+            id,
+            start_time: Some(1),
+            exit: stopped.then(|| wharf_api::ExitInfo {
+                signal: Some(15),
+                cancelled: true,
+                ..Default::default()
+            }),
+            end_time: stopped.then_some(now),
+            stopping: false,
+        })
+        .collect();
+    let poll = PollRequest {
+        node: "n1".into(),
+        jobs,
+        wait_ms: 0,
+        images: vec![],
+    };
+    c.ingest(&poll, now).unwrap()
+}
+
+#[test]
+fn a_preempted_job_is_stopped_requeued_and_started_again_only_once_its_node_let_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    let mut scav = wharf_core::Partition::new("scav", &[]);
+    scav.preempt_mode = wharf_core::PreemptMode::Requeue;
+    let mut high = wharf_core::Partition::new("high", &[]);
+    high.priority_tier = 1;
+    config.partitions = vec![scav, high];
+    let mut c = cluster(&dir).with_scheduler(config).unwrap();
+    let ann = caller(1000, "ann");
+    let whole = |p: &str| JobRequest {
+        partition: Some(p.into()),
+        cpus: Some(8),
+        ..Default::default()
+    };
+    let low = submit_job(&mut c, &ann, whole("scav"), 10).unwrap();
+    c.schedule(1_000).unwrap();
+    report(&mut c, &[(low, false)], 1_500);
+    assert_eq!(record(&c, low).state, JobState::Running);
+
+    let high = submit_job(&mut c, &ann, whole("high"), 2_000).unwrap();
+    c.schedule(3_000).unwrap();
+    let stop = wharf_api::Stop::Preempt {
+        by: high,
+        requeue: true,
+    };
+    assert_eq!(record(&c, low).stop, Some(stop));
+    // Stored in the same commit as the pass's other decisions.
+    assert_eq!(
+        c.store.job(low).unwrap().unwrap().stop,
+        record(&c, low).stop
+    );
+    let waits = record(&c, high).reason.unwrap();
+    assert!(waits.contains(&format!("waiting for job {low}")), "{waits}");
+    let (launch, kill) = c.orders("n1", &BTreeSet::from([low]), &BTreeSet::new());
+    assert!(launch.is_empty());
+    assert_eq!(kill[0].reason, format!("preempted by job {high}"));
+    // A second pass chooses it no second time.
+    c.schedule(3_500).unwrap();
+    assert_eq!(record(&c, low).state, JobState::Running);
+
+    let forget = report(&mut c, &[(low, true)], 4_000);
+    assert_eq!(forget, vec![low]);
+    let requeued = record(&c, low);
+    assert_eq!(
+        (requeued.state, requeued.restarts, requeued.submit_time),
+        (JobState::Pending, 1, 10)
+    );
+    assert_eq!(requeued.requeued_from.as_deref(), Some("n1"));
+    assert_eq!((requeued.node, requeued.start_time), (None, None));
+    // The high job starts; the low one waits for n1 to let go of its last run, even when the
+    // agent repeats the old report.
+    c.schedule(5_000).unwrap();
+    assert_eq!(record(&c, high).state, JobState::Starting);
+    report(&mut c, &[(low, true), (high, false)], 5_500);
+    assert_eq!(record(&c, low).state, JobState::Pending);
+    assert_eq!(record(&c, low).restarts, 1);
+    report(&mut c, &[(high, false)], 6_000);
+    assert_eq!(record(&c, low).requeued_from, None);
+    // Once the high job is gone the low one starts again, told it is a restart.
+    c.cancel(&ann, high, 6_500).unwrap();
+    report(&mut c, &[(high, true)], 7_000);
+    c.schedule(8_000).unwrap();
+    assert_eq!(record(&c, low).state, JobState::Starting);
+    let (launch, _) = c.orders("n1", &BTreeSet::new(), &BTreeSet::new());
+    assert_eq!((launch[0].id, launch[0].restarts), (low, 1));
 }

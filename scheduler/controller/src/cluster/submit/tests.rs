@@ -22,7 +22,9 @@ fn cluster(dir: &tempfile::TempDir, max_pending: u32) -> Cluster {
             cpus: 2,
             memory: 16 << 30,
             gpus: vec![],
+            cpu_numa: vec![],
             version: "test".into(),
+            features: vec![],
         },
         0,
     )

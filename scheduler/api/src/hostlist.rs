@@ -1,0 +1,394 @@
+//! Host lists as Slurm writes them: `gpu[01-04,07],login1` for gpu01, gpu02, gpu03, gpu04,
+//! gpu07 and login1. Zero padding is kept (`[01-04]` is not `[1-4]`), brackets may appear
+//! more than once in a name (`r[1-2]n[1-2]` is four hosts), and expanding is bounded: a list
+//! that names more hosts than the caller allows is refused before anything is built.
+//!
+//! ```
+//! use wharf_api::hostlist::{compress, expand, MAX_HOSTS};
+//! let names = expand("gpu[01-03,07],cpu1", MAX_HOSTS).unwrap();
+//! assert_eq!(names, ["gpu01", "gpu02", "gpu03", "gpu07", "cpu1"]);
+//! assert_eq!(compress(&names), "cpu1,gpu[01-03,07]");
+//! assert!(expand("n[1-1000000]", MAX_HOSTS).unwrap_err().to_string().contains("the limit is"));
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Most hosts one list may name unless the caller says otherwise.
+pub const MAX_HOSTS: usize = 65_536;
+
+/// Longest digit run a range bound may have (larger numbers do not fit the counters).
+const MAX_DIGITS: usize = 18;
+
+/// Why a host list was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostlistError {
+    /// It is not written as a host list.
+    #[error("host list {text:?}: {why}")]
+    Malformed {
+        /// The list (cut to a readable length).
+        text: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// It names more hosts than allowed.
+    #[error("host list {text:?} names {count} hosts; the limit is {max}")]
+    TooMany {
+        /// The list (cut to a readable length).
+        text: String,
+        /// How many it names (at least; counting stops past the limit).
+        count: u128,
+        /// The limit.
+        max: usize,
+    },
+}
+
+/// True for the characters a host name in a list may have.
+pub fn is_host_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
+}
+
+/// One piece of a host name pattern: literal text, or a bracket of ranges.
+enum Piece<'a> {
+    Text(&'a str),
+    /// `(low, high, width)`: numbers low..=high, each zero-padded to width digits.
+    Ranges(Vec<(u64, u64, usize)>),
+}
+
+/// The hosts `text` names, in the order written (duplicates kept). Refuses a list naming more
+/// than `max` hosts without building it.
+pub fn expand(text: &str, max: usize) -> Result<Vec<String>, HostlistError> {
+    let shown = || crate::text::bounded(text, 80).into_owned();
+    let bad = |why: String| HostlistError::Malformed { text: shown(), why };
+    let items = split_items(text).map_err(bad)?;
+    let mut patterns = Vec::with_capacity(items.len());
+    let mut count: u128 = 0;
+    for item in items {
+        let pieces = pieces(item).map_err(|why| bad(format!("{item:?}: {why}")))?;
+        let mut n: u128 = 1;
+        for p in &pieces {
+            if let Piece::Ranges(r) = p {
+                let size: u128 = r.iter().map(|&(lo, hi, _)| u128::from(hi - lo) + 1).sum();
+                n = n.saturating_mul(size);
+            }
+        }
+        count = count.saturating_add(n);
+        if count > max as u128 {
+            return Err(HostlistError::TooMany {
+                text: shown(),
+                count,
+                max,
+            });
+        }
+        patterns.push(pieces);
+    }
+    let mut out = Vec::with_capacity(count as usize);
+    for pieces in &patterns {
+        let mut names = vec![String::new()];
+        for p in pieces {
+            names = match p {
+                Piece::Text(t) => names.into_iter().map(|n| n + t).collect(),
+                Piece::Ranges(ranges) => names
+                    .iter()
+                    .flat_map(|n| {
+                        ranges.iter().flat_map(move |&(lo, hi, w)| {
+                            (lo..=hi).map(move |x| format!("{n}{x:0w$}"))
+                        })
+                    })
+                    .collect(),
+            };
+        }
+        out.extend(names);
+    }
+    Ok(out)
+}
+
+/// Splits at the commas outside brackets.
+fn split_items(text: &str) -> Result<Vec<&str>, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("it is empty; name at least one host".into());
+    }
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '[' if depth == 0 => depth = 1,
+            '[' => return Err("brackets may not nest".into()),
+            ']' if depth == 1 => depth = 0,
+            ']' => return Err("a ']' closes no '['".into()),
+            ',' if depth == 0 => {
+                items.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return Err("a '[' is never closed".into());
+    }
+    items.push(&text[start..]);
+    if items.iter().any(|i| i.is_empty()) {
+        return Err("an empty name between commas".into());
+    }
+    Ok(items)
+}
+
+/// Parses one comma-free item (`gpu[01-04]-ib`).
+fn pieces(item: &str) -> Result<Vec<Piece<'_>>, String> {
+    let mut out = Vec::new();
+    let mut rest = item;
+    while !rest.is_empty() {
+        let open = rest.find('[').unwrap_or(rest.len());
+        let (text, tail) = rest.split_at(open);
+        if let Some(c) = text.chars().find(|&c| !is_host_char(c)) {
+            return Err(format!(
+                "{c:?} cannot be in a host name (letters, digits, '-', '_', '.')"
+            ));
+        }
+        if !text.is_empty() {
+            out.push(Piece::Text(text));
+        }
+        if tail.is_empty() {
+            break;
+        }
+        let close = tail.find(']').unwrap_or(tail.len());
+        out.push(Piece::Ranges(ranges(&tail[1..close])?));
+        rest = &tail[(close + 1).min(tail.len())..];
+    }
+    Ok(out)
+}
+
+/// Parses the inside of a bracket: `01-04,07`.
+fn ranges(text: &str) -> Result<Vec<(u64, u64, usize)>, String> {
+    text.split(',')
+        .map(|r| {
+            let (lo, hi) = r.split_once('-').unwrap_or((r, r));
+            let num = |s: &str| -> Result<u64, String> {
+                if s.is_empty() || s.len() > MAX_DIGITS || !s.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(format!(
+                        "[{text}]: {r:?} is not a number or a range like 01-04 \
+                         (at most {MAX_DIGITS} digits)"
+                    ));
+                }
+                s.parse()
+                    .map_err(|_| format!("[{text}]: {s:?} is not a number"))
+            };
+            let (l, h) = (num(lo)?, num(hi)?);
+            if l > h {
+                return Err(format!("[{text}]: the range {r} runs backwards"));
+            }
+            Ok((l, h, lo.len()))
+        })
+        .collect()
+}
+
+/// The shortest host list for `names`, sorted: names that end in a number are grouped by what
+/// comes before it, and consecutive numbers become ranges (`gpu[01-04,07]`). Duplicates are
+/// dropped; [`expand`] of the result gives each name once. Names are expected to be made of
+/// [`is_host_char`] characters; others are written as they are.
+pub fn compress<S: AsRef<str>>(names: &[S]) -> String {
+    // (prefix, None) is a name without a trailing number; (prefix, Some(width)) the numbers
+    // after it written with that zero padding (0: none).
+    let mut groups: BTreeMap<(&str, Option<usize>), BTreeSet<u64>> = BTreeMap::new();
+    let mut natural: Vec<(&str, u64, usize)> = Vec::new();
+    for name in names {
+        let name = name.as_ref();
+        let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let (prefix, number) = name.split_at(name.len() - digits);
+        match number.parse::<u64>() {
+            Ok(x) if digits <= MAX_DIGITS && digits > 1 && number.starts_with('0') => {
+                groups.entry((prefix, Some(digits))).or_default().insert(x);
+            }
+            Ok(x) if digits <= MAX_DIGITS => natural.push((prefix, x, digits)),
+            _ => {
+                groups.entry((name, None)).or_default();
+            }
+        }
+    }
+    // A number without leading zeros joins the widest padded group of its prefix that is no
+    // wider than it ("10" reads the same padded to 2): gpu09 and gpu10 make gpu[09-10].
+    for (prefix, x, digits) in natural {
+        let padded = groups
+            .range((prefix, Some(1))..=(prefix, Some(digits)))
+            .next_back()
+            .map(|(k, _)| *k);
+        let key = padded.unwrap_or((prefix, Some(0)));
+        groups.entry(key).or_default().insert(x);
+    }
+    let mut out = Vec::with_capacity(groups.len());
+    for ((prefix, width), numbers) in groups {
+        let Some(w) = width else {
+            out.push(prefix.to_string());
+            continue;
+        };
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for x in numbers {
+            match runs.last_mut() {
+                Some((_, hi)) if *hi + 1 == x => *hi = x,
+                _ => runs.push((x, x)),
+            }
+        }
+        if let [(lo, hi)] = runs[..] {
+            if lo == hi {
+                out.push(format!("{prefix}{lo:0w$}"));
+                continue;
+            }
+        }
+        let inside: Vec<String> = runs
+            .iter()
+            .map(|&(lo, hi)| {
+                if lo == hi {
+                    format!("{lo:0w$}")
+                } else {
+                    format!("{lo:0w$}-{hi:0w$}")
+                }
+            })
+            .collect();
+        out.push(format!("{prefix}[{}]", inside.join(",")));
+    }
+    out.join(",")
+}
+
+/// A set of host names, kept in [`compress`]'s order without duplicates; written (and
+/// serialized) as the compressed list.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct HostList(Vec<String>);
+
+impl HostList {
+    /// Parses a host list naming at most [`MAX_HOSTS`] hosts.
+    pub fn parse(text: &str) -> Result<HostList, HostlistError> {
+        Ok(HostList::from_names(&expand(text, MAX_HOSTS)?))
+    }
+
+    /// The set of `names`.
+    pub fn from_names<S: AsRef<str>>(names: &[S]) -> HostList {
+        let mut names: Vec<String> = names.iter().map(|n| n.as_ref().to_string()).collect();
+        names.sort();
+        names.dedup();
+        // The compressed list's order: by prefix, then number.
+        let text = compress(&names);
+        HostList(expand(&text, names.len()).unwrap_or(names))
+    }
+
+    /// The names, each once.
+    pub fn names(&self) -> &[String] {
+        &self.0
+    }
+
+    /// True when `name` is in the list.
+    pub fn contains(&self, name: &str) -> bool {
+        self.0.iter().any(|n| n == name)
+    }
+
+    /// Number of hosts.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when it names no host.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Display for HostList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&compress(&self.0))
+    }
+}
+
+impl TryFrom<String> for HostList {
+    type Error = HostlistError;
+    fn try_from(text: String) -> Result<HostList, HostlistError> {
+        if text.is_empty() {
+            return Ok(HostList::default());
+        }
+        HostList::parse(&text)
+    }
+}
+
+impl From<HostList> for String {
+    fn from(list: HostList) -> String {
+        list.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slurm_forms_expand() {
+        let e = |t: &str| expand(t, MAX_HOSTS).unwrap();
+        assert_eq!(e("n1"), ["n1"]);
+        assert_eq!(e(" n[1-3] "), ["n1", "n2", "n3"]);
+        assert_eq!(e("n[08-10]"), ["n08", "n09", "n10"]);
+        assert_eq!(e("n[8-10]"), ["n8", "n9", "n10"]);
+        assert_eq!(e("r[1-2]n[1,3]"), ["r1n1", "r1n3", "r2n1", "r2n3"]);
+        assert_eq!(e("gpu[1-2]-ib,login"), ["gpu1-ib", "gpu2-ib", "login"]);
+        assert_eq!(e("[7-8]"), ["7", "8"]);
+    }
+
+    #[test]
+    fn bad_lists_say_what_is_wrong() {
+        for (text, why) in [
+            ("", "empty"),
+            ("a,,b", "empty name"),
+            ("n[1-3", "never closed"),
+            ("n1-3]", "closes no"),
+            ("n[[1]]", "nest"),
+            ("n[3-1]", "runs backwards"),
+            ("n[a-b]", "is not a number"),
+            ("n[]", "is not a number"),
+            ("n 1", "cannot be in a host name"),
+            ("n/1", "cannot be in a host name"),
+            ("n[1234567890123456789]", "at most 18 digits"),
+        ] {
+            let err = expand(text, MAX_HOSTS).unwrap_err().to_string();
+            assert!(err.contains(why), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn large_lists_are_refused_before_they_are_built() {
+        let err = expand("n[0-999999999999999999]x[0-999999999999999999]", 10).unwrap_err();
+        assert!(
+            matches!(err, HostlistError::TooMany { max: 10, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("the limit is 10"), "{err}");
+        assert_eq!(expand("n[1-5],m[1-5]", 10).unwrap().len(), 10);
+        assert!(expand("n[1-5],m[1-6]", 10).is_err());
+    }
+
+    #[test]
+    fn compress_keeps_padding_and_groups_by_prefix() {
+        let c = |names: &[&str]| compress(names);
+        assert_eq!(
+            c(&["gpu01", "gpu02", "gpu03", "gpu04", "gpu07", "cpu1"]),
+            "cpu1,gpu[01-04,07]"
+        );
+        assert_eq!(c(&["n9", "n10", "n11"]), "n[9-11]");
+        assert_eq!(c(&["n09", "n10", "n11"]), "n[09-11]");
+        assert_eq!(c(&["n1", "n01"]), "n1,n01");
+        assert_eq!(c(&["login", "n2", "n1", "n2"]), "login,n[1-2]");
+        assert_eq!(c(&["a1b", "a2b"]), "a1b,a2b");
+        assert_eq!(compress::<&str>(&[]), "");
+    }
+
+    #[test]
+    fn a_host_list_is_a_set_written_compressed() {
+        let l = HostList::parse("n[3,1-2],n2,login").unwrap();
+        assert_eq!(l.names(), ["login", "n1", "n2", "n3"]);
+        assert!(l.contains("n3") && !l.contains("n4"));
+        assert_eq!(l.to_string(), "login,n[1-3]");
+        let json = serde_json::to_string(&l).unwrap();
+        assert_eq!(json, "\"login,n[1-3]\"");
+        assert_eq!(serde_json::from_str::<HostList>(&json).unwrap(), l);
+        assert!(serde_json::from_str::<HostList>("\"n[1-\"").is_err());
+    }
+}

@@ -1,0 +1,96 @@
+//! What a submit may ask of partitions and nodes: a partition's AllowAccounts and AllowGroups,
+//! and a node selection (features, node list, excluded nodes) that some registered node of its
+//! partition satisfies. Refused at submit, with what is allowed or what is missing.
+
+use wharf_api::wire::ErrorKind;
+use wharf_api::JobSpec;
+use wharf_core::{select, Partition, PendingJob, Request};
+
+use super::sched::selection;
+use super::{Caller, Cluster, Failure};
+
+impl Cluster {
+    /// Refuses a job whose account is not in the partition's AllowAccounts, or whose owner is
+    /// in none of its AllowGroups (admins may use any partition, as Slurm's super users).
+    pub(super) fn check_access(
+        &self,
+        part: &Partition,
+        spec: &JobSpec,
+        caller: &Caller,
+    ) -> Result<(), Failure> {
+        let denied = |message: String| Err(Failure::new(ErrorKind::PermissionDenied, message));
+        if !part.allow_accounts.is_empty() {
+            let account = self.assoc_for(Some(spec), &caller.owner.user).account;
+            if !part.allow_accounts.contains(&account) {
+                return denied(format!(
+                    "partition {} allows jobs of accounts {} only, and this job is charged to \
+                     account {account:?}; submit with --account one of those, or to another \
+                     partition",
+                    part.name,
+                    part.allow_accounts.join(", ")
+                ));
+            }
+        }
+        if part.allow_groups.is_empty() || caller.admin {
+            return Ok(());
+        }
+        let groups = (self.groups)(&caller.owner).map_err(|e| {
+            Failure::new(
+                ErrorKind::Internal,
+                format!(
+                    "partition {} allows members of some groups only, and your groups could \
+                     not be found: {e}",
+                    part.name
+                ),
+            )
+        })?;
+        if groups.iter().any(|g| part.allow_groups.contains(g)) {
+            return Ok(());
+        }
+        denied(format!(
+            "partition {} allows members of groups {} only; {} is in {}; ask an admin, or \
+             submit to another partition",
+            part.name,
+            part.allow_groups.join(", "),
+            caller.owner.user,
+            if groups.is_empty() {
+                "no group".to_string()
+            } else {
+                groups.join(", ")
+            }
+        ))
+    }
+
+    /// Refuses a job no registered node could ever run for its node selection: a node list
+    /// naming unknown nodes or none of its partition, features no node of its partition has,
+    /// or excluded nodes that leave none. With no node registered yet nothing is known.
+    pub(super) fn check_selection(&self, spec: &JobSpec, user: &str) -> Result<(), Failure> {
+        let select = selection(spec);
+        if !select.filters() || self.nodes.is_empty() {
+            return Ok(());
+        }
+        let r = spec.resources;
+        let mut job = PendingJob::new(
+            0,
+            self.assoc_for(Some(spec), user),
+            Request::per_node(r.cpus, r.memory, r.gpus),
+            0,
+        );
+        job.partition = spec.partition.clone();
+        job.select = select;
+        match select::unmatched(&self.sched, &self.sched_nodes(), &job) {
+            Some(wharf_core::PendingReason::NoNodeMatches { what }) => Err(Failure::new(
+                ErrorKind::InvalidInput,
+                format!("Requested node configuration is not available: {what}"),
+            )),
+            Some(other) => Err(Failure::new(
+                ErrorKind::InvalidInput,
+                format!("this job could never start: {other}"),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
