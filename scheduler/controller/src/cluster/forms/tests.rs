@@ -17,7 +17,8 @@ fn caller(uid: u32, user: &str, admin: bool) -> Caller {
     }
 }
 
-fn cluster(dir: &tempfile::TempDir) -> Cluster {
+/// A cluster with one node, n1 (8 CPUs, 16 GiB), its store in `dir`.
+pub(in crate::cluster) fn cluster(dir: &tempfile::TempDir) -> Cluster {
     let store = Store::open(&dir.path().join("wharf.db")).unwrap();
     let mut c = Cluster::load(store, JobDefaults::default(), u64::MAX / 4, 0).unwrap();
     c.register(

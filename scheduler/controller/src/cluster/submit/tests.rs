@@ -2,34 +2,15 @@ use std::collections::BTreeMap;
 
 use wharf_api::array::parse_array;
 use wharf_api::wire::{ErrorKind, SubmitRequest};
-use wharf_api::{JobDefaults, JobId, JobRequest, JobState, NodeInfo};
+use wharf_api::{JobId, JobRequest, JobState};
 
-use crate::cluster::forms::tests::end;
+use crate::cluster::forms::{self, tests::end};
 use crate::cluster::sched::tests::caller;
 use crate::cluster::{Caller, Cluster};
-use crate::store::Store;
 
-/// A cluster with node n1 of 2 CPUs, so that two 1-CPU jobs run and the rest wait.
+/// A cluster with node n1 of 8 CPUs, where two of the 4-CPU jobs below run and the rest wait.
 fn cluster(dir: &tempfile::TempDir, max_pending: u32) -> Cluster {
-    let store = Store::open(&dir.path().join("wharf.db")).unwrap();
-    let mut c = Cluster::load(store, JobDefaults::default(), u64::MAX / 4, 0)
-        .unwrap()
-        .with_max_pending_per_user(max_pending);
-    c.register(
-        NodeInfo {
-            name: "n1".into(),
-            address: "127.0.0.1".into(),
-            cpus: 2,
-            memory: 16 << 30,
-            gpus: vec![],
-            cpu_numa: vec![],
-            version: "test".into(),
-            features: vec![],
-        },
-        0,
-    )
-    .unwrap();
-    c
+    forms::tests::cluster(dir).with_max_pending_per_user(max_pending)
 }
 
 fn request(name: &str, token: Option<&str>) -> SubmitRequest {
@@ -37,7 +18,7 @@ fn request(name: &str, token: Option<&str>) -> SubmitRequest {
         job: JobRequest {
             command: Some(vec!["/bin/true".into()]),
             name: Some(name.into()),
-            cpus: Some(1),
+            cpus: Some(4),
             memory: Some(64 << 20),
             ..Default::default()
         },
