@@ -5,9 +5,10 @@
 //! in a scratch directory. `WHARF_BENCH_CLIENTS` (8) clients submit over its Unix socket
 //! through the client library, each a fresh connection with a client token, as the CLI does.
 //! At each depth of `WHARF_BENCH_DEPTHS` (0,10000,30000,50000,100000 pending jobs) the queue is
-//! filled to that depth, then a window of `WHARF_BENCH_WINDOW` (2000) submits is timed; then
-//! listing the queue is timed (median of 5) as the raw API call and as `wharf queue` printing
-//! the table, and the controller's resident memory is read. Last, the same
+//! filled to that depth, then a window of `WHARF_BENCH_WINDOW` (10000) submits is timed (long
+//! enough to hold several scheduling passes, which at depth come every second or so); then, at
+//! the depth after the window, listing the queue is timed (median of 5) as the raw API call
+//! and as `wharf queue` printing the table, and the controller's resident memory is read. Last, the same
 //! clients run `wharf submit` itself (`WHARF_BENCH_CLI` submits, 400), as a person or a
 //! workflow tool would, at the deepest depth.
 //!
@@ -225,7 +226,7 @@ fn main() {
         return;
     }
     let clients: usize = env_or("WHARF_BENCH_CLIENTS", 8);
-    let window: usize = env_or("WHARF_BENCH_WINDOW", 2000);
+    let window: usize = env_or("WHARF_BENCH_WINDOW", 10_000);
     let cli_count: usize = env_or("WHARF_BENCH_CLI", 400);
     let depths: Vec<usize> = std::env::var("WHARF_BENCH_DEPTHS")
         .unwrap_or_else(|_| "0,10000,30000,50000,100000".into())
@@ -241,8 +242,15 @@ fn main() {
          windows of {window} submits"
     );
     println!(
-        "{:>8} {:>10} {:>10} {:>10} {:>10} {:>8} {:>10}",
-        "depth", "submits/s", "list API", "brief API", "queue CLI", "RSS MiB", "bytes/job"
+        "{:>8} {:>10} {:>8} {:>10} {:>10} {:>10} {:>8} {:>10}",
+        "depth",
+        "submits/s",
+        "listed",
+        "list API",
+        "brief API",
+        "queue CLI",
+        "RSS MiB",
+        "bytes/job"
     );
     let mut last_rate = 0.0;
     let mut per_job = 0.0;
@@ -260,9 +268,10 @@ fn main() {
         let (api_ms, brief_ms, cli_ms, listed) = rt.block_on(list_times(&ctl.socket));
         assert_eq!(listed, at + window, "every acknowledged submit is listed");
         println!(
-            "{:>8} {:>10.0} {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>8.1} {:>10.0}",
+            "{:>8} {:>10.0} {:>8} {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>8.1} {:>10.0}",
             at,
             last_rate,
+            listed,
             api_ms,
             brief_ms,
             cli_ms,
