@@ -225,6 +225,8 @@ pub struct AgentSection {
     pub driver_bin_dirs: Vec<PathBuf>,
     /// Features of the node, for jobs' `--constraint`.
     pub features: Vec<String>,
+    pub fabric_interface: Option<String>,
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for AgentSection {
@@ -259,6 +261,8 @@ impl Default for AgentSection {
             ],
             driver_bin_dirs: vec!["/usr/bin".into()],
             features: vec![],
+            fabric_interface: None,
+            env: Default::default(),
         }
     }
 }

@@ -50,6 +50,10 @@ enum Command {
     Update(cmd::update::Args),
     /// List nodes and what is allocated on them.
     Nodes(cmd::nodes::Args),
+    /// Accounts, users, QoS and partitions at run time, and their audit (admins; an
+    /// account's coordinators manage its users).
+    #[command(subcommand)]
+    Admin(cmd::admin::Command),
     /// Manage the node's image store.
     #[command(subcommand)]
     Image(cmd::image::Command),
@@ -99,6 +103,7 @@ fn main() {
             Command::Release(a) => cmd::hold::run(&socket, a, true).await,
             Command::Update(a) => cmd::update::run(&socket, a).await,
             Command::Nodes(a) => cmd::nodes::run(&socket, a).await,
+            Command::Admin(c) => cmd::admin::run(&socket, c).await,
             Command::Image(c) => cmd::image::run(c).await,
             Command::Controller(a) => cmd::controller::run(a, cli.socket.as_deref()).await,
             Command::Agent(a) => cmd::agent::run(a).await,

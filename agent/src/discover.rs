@@ -26,6 +26,33 @@ impl Machine {
     }
 }
 
+/// The address of network interface `name` (IPv4 before IPv6, no link-local IPv6), as
+/// jobs on other nodes reach this one over it; `None` with a warning when it has none.
+pub fn interface_address(name: &str) -> Option<String> {
+    let mut found: Vec<std::net::IpAddr> = nix::ifaddrs::getifaddrs()
+        .ok()?
+        .filter(|i| i.interface_name == name)
+        .filter_map(|i| {
+            let a = i.address?;
+            a.as_sockaddr_in()
+                .map(|v4| std::net::IpAddr::V4(v4.ip()))
+                .or_else(|| a.as_sockaddr_in6().map(|v6| std::net::IpAddr::V6(v6.ip())))
+        })
+        .filter(
+            |ip| !matches!(ip, std::net::IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80),
+        )
+        .collect();
+    found.sort_by_key(|ip| ip.is_ipv6());
+    let first = found.first().map(|ip| ip.to_string());
+    if first.is_none() {
+        tracing::warn!(
+            interface = name,
+            "agent.fabric_interface has no address; jobs are given the node's name as MASTER_ADDR"
+        );
+    }
+    first
+}
+
 /// CPUs this agent may use (its affinity mask), in ascending order. Job CPU index `i` is
 /// `cpus[i]`.
 pub fn cpus() -> Vec<u32> {

@@ -168,6 +168,8 @@ pub fn container_spec(
         ("USER".into(), order.owner.user.clone()),
         ("LOGNAME".into(), order.owner.user.clone()),
     ];
+    // The node's defaults (NCCL_*, FI_*, ...), then the job's own, which win.
+    env.extend(cfg.job_env.iter().cloned());
     env.retain(|(k, _)| !spec.env.contains_key(k));
     env.extend(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let mut devices = gpu_devices(&cfg.dev_root, &order.gpu_ids)?;
@@ -200,6 +202,10 @@ pub fn container_spec(
         ("WHARF_GPUS".into(), host_gpus.join(",")),
     ]);
     env.extend(gpu_env(&gpus));
+    env.extend(crate::env::rendezvous(
+        &order.rendezvous,
+        spec.resources.cpus,
+    ));
     if let Some(a) = spec.array {
         let (job, task) = (a.job_id.to_string(), a.task_id.to_string());
         env.extend([

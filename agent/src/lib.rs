@@ -7,6 +7,7 @@
 
 pub mod cdi;
 pub mod discover;
+pub mod env;
 pub mod launch;
 pub mod usage;
 
@@ -78,6 +79,11 @@ pub struct AgentConfig {
     pub driver_bin_dirs: Vec<PathBuf>,
     /// Features reported with the node, for jobs' `--constraint`.
     pub features: Vec<String>,
+    /// The interface jobs talk to each other over (`ib0`); its address is `MASTER_ADDR`.
+    pub fabric_interface: Option<String>,
+    /// Environment every job on this node starts with (`NCCL_SOCKET_IFNAME`, `FI_PROVIDER`,
+    /// ...); a job's own `--env` wins.
+    pub job_env: Vec<(String, String)>,
 }
 
 /// The sandbox backend an agent uses.
@@ -109,6 +115,10 @@ pub fn node_info(cfg: &AgentConfig) -> NodeInfo {
         cpu_numa: discover::cpu_numa(Path::new("/sys"), &cpus),
         version: env!("CARGO_PKG_VERSION").into(),
         features: cfg.features.clone(),
+        fabric_address: cfg
+            .fabric_interface
+            .as_deref()
+            .and_then(discover::interface_address),
     }
 }
 

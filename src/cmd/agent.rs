@@ -71,6 +71,16 @@ pub fn settings(file: &FileConfig, token: String) -> Result<wharf_agent::AgentCo
                 .map_err(|e| anyhow::anyhow!("agent.features: {e}"))?;
             a.features.clone()
         },
+        fabric_interface: a.fabric_interface.clone(),
+        job_env: a
+            .env
+            .iter()
+            .map(|(k, v)| {
+                wharf_api::job::check_env_var(k, v)
+                    .map(|()| (k.clone(), v.clone()))
+                    .map_err(|e| anyhow::anyhow!("agent.env: {e}"))
+            })
+            .collect::<Result<_>>()?,
         stack: a
             .stack
             .as_deref()

@@ -1,5 +1,6 @@
 //! One module per command.
 
+pub mod admin;
 pub mod agent;
 pub mod cancel;
 pub mod controller;

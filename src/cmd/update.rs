@@ -20,6 +20,15 @@ pub struct Args {
     /// New partition.
     #[arg(short = 'p', long)]
     partition: Option<String>,
+    /// New QoS.
+    #[arg(short = 'q', long)]
+    qos: Option<String>,
+    /// New account to charge.
+    #[arg(short = 'A', long)]
+    account: Option<String>,
+    /// Not before this time: now+1h (from now), 2026-12-01T08:00 (UTC); `now` clears it.
+    #[arg(long)]
+    begin: Option<String>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -36,9 +45,19 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             .map_err(|e| anyhow::anyhow!("--time: {e}"))?,
         nice: args.nice,
         partition: args.partition,
+        qos: args.qos,
+        account: args.account,
+        begin: args
+            .begin
+            .as_deref()
+            .map(wharf_api::forms::parse_begin)
+            .transpose()
+            .map_err(anyhow::Error::msg)?,
     };
     if req == UpdateRequest::default() {
-        anyhow::bail!("nothing to change: give --time, --nice or --partition");
+        anyhow::bail!(
+            "nothing to change: give --time, --nice, --partition, --qos, --account or --begin"
+        );
     }
     let client = Client::new(Endpoint::parse(socket), None);
     match client
@@ -46,16 +65,24 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         .await
     {
         Ok(job) if args.json => println!("{}", serde_json::to_string_pretty(&job)?),
-        Ok(job) => println!(
-            "job {}: time limit {}, nice {}, partition {}",
-            args.job,
-            format_duration(job.time_limit),
-            job.spec.as_ref().map_or(0, |s| s.nice),
-            job.spec
-                .as_ref()
-                .and_then(|s| s.partition.clone())
-                .unwrap_or_else(|| "default".into())
-        ),
+        Ok(job) => {
+            let spec = job.spec.as_ref();
+            let named = |v: Option<&String>| {
+                crate::output::clean(v.map_or("default", String::as_str)).into_owned()
+            };
+            println!(
+                "job {}: time limit {}, nice {}, partition {}, qos {}, account {}{}",
+                args.job,
+                format_duration(job.time_limit),
+                spec.map_or(0, |s| s.nice),
+                named(spec.and_then(|s| s.partition.as_ref())),
+                named(spec.and_then(|s| s.qos.as_ref())),
+                named(spec.and_then(|s| s.account.as_ref())),
+                job.begin_time
+                    .map(|b| format!(", begins {}", crate::output::time(Some(b))))
+                    .unwrap_or_default()
+            )
+        }
         Err(ClientError::Api { error, .. }) => {
             eprintln!(
                 "error: job {}: {}",

@@ -26,6 +26,8 @@ pub struct SchedulerSection {
     pub default_qos: Option<String>,
     /// Cancel a job whose dependency can never be met (Slurm's kill_invalid_depend).
     pub kill_invalid_dependency: bool,
+    /// Ports for jobs' rendezvous (`MASTER_PORT`): `"29500-29999"`.
+    pub rendezvous_ports: String,
     /// `[[scheduler.partition]]` entries; none: every node in one partition.
     #[serde(rename = "partition")]
     pub partitions: Vec<PartitionSection>,
@@ -321,12 +323,35 @@ impl Default for SchedulerSection {
             weight_qos: c.weights.qos,
             default_qos: None,
             kill_invalid_dependency: true,
+            rendezvous_ports: format!(
+                "{}-{}",
+                c.rendezvous_ports.start(),
+                c.rendezvous_ports.end()
+            ),
             partitions: vec![],
             accounts: vec![],
             users: vec![],
             qos: vec![],
         }
     }
+}
+
+/// A port range `LOW-HIGH` of unprivileged ports (1024 and up), at least one port.
+fn port_range(text: &str) -> Result<std::ops::RangeInclusive<u16>> {
+    let key = "scheduler.rendezvous_ports";
+    let (lo, hi) = text.split_once('-').ok_or_else(|| {
+        anyhow::anyhow!("{key} {text:?}: give a range LOW-HIGH, e.g. \"29500-29999\"")
+    })?;
+    let port = |p: &str| -> Result<u16> {
+        p.trim()
+            .parse::<u16>()
+            .map_err(|_| anyhow::anyhow!("{key} {text:?}: {p:?} is not a port (1024-65535)"))
+    };
+    let (lo, hi) = (port(lo)?, port(hi)?);
+    if lo < 1024 || lo > hi {
+        anyhow::bail!("{key} {text:?}: the range must run upwards from 1024 or above");
+    }
+    Ok(lo..=hi)
 }
 
 impl SchedulerSection {
@@ -364,6 +389,7 @@ impl SchedulerSection {
         c.weights.job_size = self.weight_job_size;
         c.weights.partition = self.weight_partition;
         c.weights.qos = self.weight_qos;
+        c.rendezvous_ports = port_range(&self.rendezvous_ports)?;
         let mut names = std::collections::BTreeSet::new();
         for p in &self.partitions {
             if !names.insert(p.name.as_str()) {
@@ -537,6 +563,33 @@ impl SchedulerSection {
 #[cfg(test)]
 mod tests {
     use super::super::FileConfig;
+
+    #[test]
+    fn rendezvous_ports_are_a_range_of_unprivileged_ports() {
+        let resolve = |text: &str| {
+            let file: FileConfig =
+                toml::from_str(&format!("[scheduler]\nrendezvous_ports = \"{text}\"\n")).unwrap();
+            file.scheduler.resolve()
+        };
+        assert_eq!(
+            resolve("40000-40009").unwrap().rendezvous_ports,
+            40000..=40009
+        );
+        assert_eq!(resolve("5000-5000").unwrap().rendezvous_ports, 5000..=5000);
+        for (bad, says) in [
+            ("29500", "give a range LOW-HIGH"),
+            ("80-90", "from 1024 or above"),
+            ("30000-29000", "run upwards"),
+            ("1-x", "\"x\" is not a port"),
+            ("29500-70000", "is not a port"),
+        ] {
+            let err = resolve(bad).unwrap_err().to_string();
+            assert!(
+                err.contains("scheduler.rendezvous_ports") && err.contains(says),
+                "{bad}: {err}"
+            );
+        }
+    }
 
     #[test]
     fn scheduler_section_chooses_the_policy_and_refuses_nonsense() {

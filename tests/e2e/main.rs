@@ -4,6 +4,7 @@
 //! Without root they fail under `WHARF_TEST_STRICT=1` (CI) and skip with a printed reason
 //! otherwise.
 
+mod admin;
 mod agent_reports;
 mod connections;
 mod durability;
@@ -21,6 +22,7 @@ mod preemption;
 mod preflight;
 mod recovery;
 mod remote;
+mod rendezvous;
 mod sandbox;
 mod scheduling;
 mod sif;

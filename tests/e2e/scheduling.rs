@@ -128,7 +128,9 @@ fn an_accounts_cpu_limit_holds_the_second_job_while_another_users_job_runs() {
     }
     let c = Cluster::start_with(
         "[[scheduler.account]]\nname = \"lab\"\ngrp_tres = { cpu = 1 }\n\
-         [[scheduler.user]]\nname = \"whlim-ann\"\naccount = \"lab\"\n",
+         [[scheduler.account]]\nname = \"other\"\n\
+         [[scheduler.user]]\nname = \"whlim-ann\"\naccount = \"lab\"\n\
+         [[scheduler.user]]\nname = \"whlim-bob\"\naccount = \"other\"\n",
     );
     let (ann, bob) = (user("whlim-ann"), user("whlim-bob"));
     let nodes: serde_json::Value =

@@ -422,15 +422,7 @@ impl JobRequest {
             ));
         }
         for (k, v) in &self.env {
-            let ok = !k.is_empty()
-                && !k.starts_with(|c: char| c.is_ascii_digit())
-                && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !ok {
-                return Err(format!("`env` name {k:?} is not a valid variable name"));
-            }
-            if v.contains('\0') {
-                return Err(format!("`env` value of {k} contains a NUL byte"));
-            }
+            check_env_var(k, v).map_err(|e| format!("`env` {e}"))?;
         }
         for (field, path) in [("output", &self.output), ("error", &self.error)] {
             if let Some(p) = path {
@@ -519,6 +511,21 @@ pub fn is_name(name: &str) -> bool {
 }
 
 /// A partition or account name ([`is_name`]).
+/// An environment variable a job may be given: a name of letters, digits and `_` not
+/// starting with a digit, and a value without NUL.
+pub fn check_env_var(name: &str, value: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !ok {
+        return Err(format!("name {name:?} is not a valid variable name"));
+    }
+    if value.contains('\0') {
+        return Err(format!("value of {name} contains a NUL byte"));
+    }
+    Ok(())
+}
+
 fn validate_name(what: &str, name: &str) -> Result<String, String> {
     if is_name(name) {
         Ok(name.to_string())
@@ -888,6 +895,9 @@ pub struct JobRecord {
     /// How often it was put back in the queue (Slurm's restart count; public).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub restarts: u32,
+    /// Its rendezvous port (`MASTER_PORT`), held from its start to its end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
     /// A stop the controller sent that ends other than in a cancel: a preemption or a
     /// requeue (public).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -969,6 +979,7 @@ impl JobRecord {
             restarts: self.restarts,
             stop: self.stop.clone(),
             requeued_from: self.requeued_from.clone(),
+            port: self.port,
         }
     }
 }

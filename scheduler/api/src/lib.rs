@@ -4,6 +4,7 @@
 //! process boundary (the `/v1` HTTP API, the agent protocol, the job file) is defined here, so
 //! the three programs cannot disagree about it.
 
+pub mod admin;
 pub mod array;
 pub mod dependency;
 pub mod features;

@@ -85,6 +85,9 @@ pub struct NodeInfo {
     pub name: String,
     /// Address other nodes and clients may use to reach it.
     pub address: String,
+    /// Its address on the fabric jobs talk over (`[agent] fabric_interface`), when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric_address: Option<String>,
     /// Logical CPUs usable by jobs.
     pub cpus: u32,
     /// Memory usable by jobs, bytes.

@@ -67,6 +67,15 @@ pub struct UpdateRequest {
     /// Partition.
     #[serde(default)]
     pub partition: Option<String>,
+    /// QoS.
+    #[serde(default)]
+    pub qos: Option<String>,
+    /// Account charged.
+    #[serde(default)]
+    pub account: Option<String>,
+    /// Not before this time (`now+1h` counts from the update).
+    #[serde(default)]
+    pub begin: Option<crate::forms::Begin>,
 }
 
 /// `GET /v1/jobs`.
@@ -156,6 +165,31 @@ pub struct LaunchOrder {
     /// `WHARF_RESTART_COUNT` and `SLURM_RESTART_COUNT`.
     #[serde(default)]
     pub restarts: u32,
+    /// Where its ranks find each other.
+    #[serde(default)]
+    pub rendezvous: Rendezvous,
+}
+
+/// Where a job's ranks find each other: its nodes in rank order, which one an order is for,
+/// and the port the first node listens on. The agent turns it into `MASTER_ADDR`,
+/// `WORLD_SIZE`, `SLURM_JOB_NODELIST` and the rest.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rendezvous {
+    /// The job's nodes; the node rank is the index.
+    pub nodes: Vec<Peer>,
+    /// The rank of the node this order is for.
+    pub node_rank: u32,
+    /// `MASTER_PORT`: free on every one of its nodes; `None` when the range ran out.
+    pub port: Option<u16>,
+}
+
+/// One node of a job, as its peers reach it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peer {
+    /// Node name.
+    pub name: String,
+    /// Address on the node's fabric interface, else its name.
+    pub address: String,
 }
 
 /// A job for the agent to stop.

@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
+use wharf_api::admin::{AdminChange, Associations, AuditEntry, AuditList};
 use wharf_api::wire::{
     ApiError, ErrorKind, JobList, NodeList, PollRequest, PollResponse, RegisterRequest,
     RegisterResponse, SubmitRequest, SubmitResponse, WhoAmI,
@@ -103,6 +104,9 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/jobs/{id}/requeue", post(requeue))
         .route("/v1/jobs/{id}/update", post(update))
         .route("/v1/nodes", get(nodes))
+        .route("/v1/admin/change", post(admin_change))
+        .route("/v1/admin/associations", get(associations))
+        .route("/v1/admin/audit", get(audit))
         .layer(DefaultBodyLimit::max(shared.config.max_request_bytes))
         .merge(agents)
         .fallback(|| async { fail(ErrorKind::NotFound, "no such API route; see docs/api.md") })
@@ -359,8 +363,8 @@ async fn update(
     let c = caller(&s, &peer)?;
     let (id, task) = job_id(&id)?;
     let req: wharf_api::wire::UpdateRequest = body(&s, bytes)?;
-    let job = with_cluster(&s, move |cl, _| {
-        cl.update(&c, cl.resolve_task(id, task)?, &req)
+    let job = with_cluster(&s, move |cl, now| {
+        cl.update(&c, cl.resolve_task(id, task)?, &req, now)
     })
     .await?;
     s.wake_scheduler();
@@ -375,6 +379,53 @@ async fn nodes(
     Ok(Json(NodeList {
         nodes: with_cluster(&s, |cl, _| Ok(cl.nodes())).await?,
     }))
+}
+
+/// `wharf admin ... add|modify|rm`: one association change, audited.
+async fn admin_change(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<AuditEntry> {
+    let c = caller(&s, &peer)?;
+    let req: AdminChange = body(&s, bytes)?;
+    let entry = with_cluster(&s, move |cl, now| cl.admin_change(&c, &req, now)).await?;
+    // The next pass works with the new associations.
+    s.wake_scheduler();
+    Ok(Json(entry))
+}
+
+async fn associations(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> ApiResult<Associations> {
+    caller(&s, &peer)?;
+    Ok(Json(with_cluster(&s, |cl, _| Ok(cl.associations())).await?))
+}
+
+#[derive(Debug, Deserialize)]
+struct AuditQuery {
+    /// Only changes at or after this time, ms since the epoch.
+    #[serde(default)]
+    since: u64,
+    /// At most this many (the newest).
+    #[serde(default = "audit_limit")]
+    limit: u32,
+}
+
+fn audit_limit() -> u32 {
+    1000
+}
+
+async fn audit(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Query(q): Query<AuditQuery>,
+) -> ApiResult<AuditList> {
+    let c = caller(&s, &peer)?;
+    let limit = q.limit.min(100_000);
+    let entries = with_cluster(&s, move |cl, _| cl.audit(&c, q.since, limit)).await?;
+    Ok(Json(AuditList { entries }))
 }
 
 fn check_token(s: &Shared, headers: &HeaderMap) -> Result<(), ApiFailure> {

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use wharf_api::wire::{AgentJob, ErrorKind, KillOrder, LaunchOrder, PollRequest};
+use wharf_api::wire::{AgentJob, ErrorKind, KillOrder, LaunchOrder, Peer, PollRequest, Rendezvous};
 use wharf_api::{
     ExitInfo, JobDefaults, JobId, JobRecord, JobState, NodeInfo, NodeRecord, NodeState, Owner,
     Resources,
@@ -15,6 +15,7 @@ use crate::store::{Store, StoreError};
 use crate::visibility::{ended_reason, view};
 
 mod access;
+mod admin;
 mod array;
 mod forms;
 mod requeue;
@@ -80,6 +81,9 @@ pub struct Cluster {
     node_timeout_ms: u64,
     max_pending_per_user: u32,
     forms: crate::FormsConfig,
+    /// The config file's associations merged with the database's (`wharf admin`).
+    assocs: crate::admin::Registry,
+    /// What the scheduler works with: the config file's policy and `assocs`.
     sched: SchedConfig,
     /// Fair-share usage: rebuilt at start from the store's most recent ended jobs, then
     /// charged as jobs end (the store keeps no usage table yet).
@@ -105,8 +109,9 @@ impl Cluster {
         )
     }
 
-    /// Loads active jobs and known nodes from the store and charges its ended jobs to fair
-    /// share under `sched` (read once, at start).
+    /// Loads active jobs and known nodes from the store, merges the config file's
+    /// associations in `sched` with the store's (`crate::admin`) and charges its ended jobs to
+    /// fair share under the result (read once, at start).
     pub fn load_with_scheduler(
         store: Store,
         defaults: JobDefaults,
@@ -129,6 +134,8 @@ impl Cluster {
                 (entry.info.name.clone(), entry)
             })
             .collect();
+        let assocs = crate::admin::Registry::load(sched, &store.association_rows()?)?;
+        let sched = assocs.config();
         let mut cluster = Cluster {
             store,
             jobs,
@@ -137,6 +144,7 @@ impl Cluster {
             node_timeout_ms,
             max_pending_per_user: u32::MAX,
             forms: crate::FormsConfig::default(),
+            assocs,
             usage: UsageLedger::new(sched.half_life),
             sched,
             groups: crate::groups::unix_groups,
@@ -163,9 +171,11 @@ impl Cluster {
         self
     }
 
-    /// Sets the scheduling policy; the ended jobs in the store are charged again to fair
-    /// share under it when it differs from the default.
+    /// Sets the scheduling policy (merged with the store's associations); the ended jobs in
+    /// the store are charged again to fair share under it when it differs from the default.
     pub fn with_scheduler(mut self, config: SchedConfig) -> Result<Cluster, StoreError> {
+        self.assocs = crate::admin::Registry::load(config, &self.store.association_rows()?)?;
+        let config = self.assocs.config();
         // Half-life, accounts and billing weights all shape the usage of ended jobs.
         let replay = config != self.sched;
         self.sched = config;
@@ -384,6 +394,21 @@ impl Cluster {
         Ok(forget)
     }
 
+    /// Node `name` as a job's peers reach it: its fabric address when its agent has one.
+    fn peer(&self, name: &str) -> Peer {
+        let info = self.nodes.get(name).map(|n| &n.info);
+        Peer {
+            name: name.to_string(),
+            address: info
+                .map(|i| {
+                    i.fabric_address
+                        .clone()
+                        .unwrap_or_else(|| i.address.clone())
+                })
+                .unwrap_or_else(|| name.to_string()),
+        }
+    }
+
     /// Orders for a node given what it holds: launches for jobs allocated to it that it does not
     /// have, kills for cancelled jobs and for jobs it runs that are not (or no longer) its,
     /// except those it already reports `stopping`.
@@ -405,6 +430,11 @@ impl Cluster {
                         cpu_ids: job.cpu_ids.clone(),
                         gpu_ids: job.gpu_ids.clone(),
                         restarts: job.restarts,
+                        rendezvous: Rendezvous {
+                            nodes: vec![self.peer(node)],
+                            node_rank: 0,
+                            port: job.port,
+                        },
                     });
                 }
             } else if held.contains(&job.id)

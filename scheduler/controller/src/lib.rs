@@ -6,6 +6,7 @@
 //! runs a pass whenever something changes (and every second), spaced by the length of the
 //! last one, and wakes the long-polling agents that got work.
 
+pub mod admin;
 pub mod api;
 pub mod cluster;
 pub mod groups;

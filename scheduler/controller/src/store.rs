@@ -9,6 +9,10 @@ use std::path::Path;
 use rusqlite::{params, Connection, OptionalExtension};
 use wharf_api::{JobId, JobRecord, NodeInfo};
 
+mod admin;
+
+pub use admin::AssocRow;
+
 /// A store failure.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -63,6 +67,7 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(admin::SCHEMA)?;
         Ok(Store { conn })
     }
 
@@ -301,7 +306,7 @@ mod tests {
     use super::*;
     use wharf_api::{JobState, Owner, Resources};
 
-    fn record() -> JobRecord {
+    pub(super) fn record() -> JobRecord {
         JobRecord {
             id: 0,
             owner: Owner {
@@ -334,6 +339,7 @@ mod tests {
             dependency: None,
             array: None,
             restarts: 0,
+            port: None,
             stop: None,
             requeued_from: None,
         }

@@ -111,6 +111,7 @@ mod tests {
             dependency: None,
             array: None,
             restarts: 0,
+            port: None,
             stop: None,
             requeued_from: None,
         }

@@ -130,6 +130,7 @@ fn main() {
             start: now,
             time_limit: s.time_limit,
             allocs: s.allocs,
+            port: None,
         });
     }
     let later = now + 10 * MIN;

@@ -175,6 +175,7 @@ pub(crate) fn pass(
                     job: r.job.id,
                     allocs,
                     time_limit: r.limit,
+                    port: None,
                 });
                 continue;
             }

@@ -219,6 +219,9 @@ pub struct Config {
     pub qos: Vec<Qos>,
     /// QoS and association limits (empty: none).
     pub limits: Limits,
+    /// Ports handed to starting jobs for their rendezvous (`MASTER_PORT`), one per job on
+    /// each of its nodes.
+    pub rendezvous_ports: std::ops::RangeInclusive<u16>,
 }
 
 impl Config {
@@ -268,6 +271,10 @@ impl Default for Config {
             users: Vec::new(),
             qos: Vec::new(),
             limits: Limits::default(),
+            rendezvous_ports: DEFAULT_RENDEZVOUS_PORTS,
         }
     }
 }
+
+/// The rendezvous ports of a default config: 29500 is PyTorch's own default `MASTER_PORT`.
+pub const DEFAULT_RENDEZVOUS_PORTS: std::ops::RangeInclusive<u16> = 29500..=29999;

@@ -28,6 +28,7 @@ pub mod limits;
 mod partition;
 mod placement;
 mod plan;
+mod ports;
 mod preempt;
 mod priority;
 mod profile;
@@ -134,6 +135,7 @@ pub fn schedule(now: Time, state: &State, config: &Config) -> Plan {
         &victims,
     );
     plan.starts = out.starts;
+    ports::assign(&config.rendezvous_ports, &state.running, &mut plan.starts);
     plan.preemptions = out.preemptions;
     plan.reservations = out.reservations;
     plan.waiting = out.waiting;

@@ -35,6 +35,9 @@ pub struct Start {
     pub allocs: Vec<Alloc>,
     /// Its time limit, ms (after partition defaults).
     pub time_limit: Time,
+    /// Its rendezvous port (`MASTER_PORT`): free on every one of its nodes; `None` when the
+    /// configured range is used up there.
+    pub port: Option<u16>,
 }
 
 /// A job that stays pending.

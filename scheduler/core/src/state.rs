@@ -113,6 +113,8 @@ pub struct RunningJob {
     pub time_limit: Time,
     /// What it holds, one entry per node.
     pub allocs: Vec<Alloc>,
+    /// Its rendezvous port, held on each of its nodes until it ends.
+    pub port: Option<u16>,
 }
 
 /// Why a job is held.

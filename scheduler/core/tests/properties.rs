@@ -98,6 +98,7 @@ fn carve(nodes: &[Node], seeds: &[(u8, u8, u8, u64, u64)]) -> Vec<RunningJob> {
                 gpu_ids: gpus,
                 memory: mem,
             }],
+            port: None,
         });
     }
     out

@@ -214,6 +214,7 @@ impl Driver {
             start: now,
             time_limit: start.time_limit,
             allocs,
+            port: None,
         });
     }
 

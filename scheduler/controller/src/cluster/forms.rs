@@ -258,6 +258,7 @@ impl Cluster {
         caller: &Caller,
         id: JobId,
         req: &wharf_api::wire::UpdateRequest,
+        now: u64,
     ) -> Result<JobRecord, Failure> {
         let mut job = self.pending_for(caller, id, "updated")?;
         let Some(mut spec) = job.spec.clone() else {
@@ -266,7 +267,14 @@ impl Cluster {
                 format!("job {id} has no spec"),
             ));
         };
-        let old = (spec.time_limit, spec.nice, spec.partition.clone());
+        let old = (
+            spec.time_limit,
+            spec.nice,
+            spec.partition.clone(),
+            spec.qos.clone(),
+            spec.account.clone(),
+            job.begin_time,
+        );
         if let Some(t) = req.time {
             if t == 0 {
                 return Err(Failure::new(
@@ -303,14 +311,28 @@ impl Cluster {
         if let Some(p) = &req.partition {
             spec.partition = Some(p.trim().to_string());
         }
+        if let Some(q) = &req.qos {
+            spec.qos = Some(q.trim().to_string());
+        }
+        if let Some(a) = &req.account {
+            spec.account = Some(a.trim().to_string());
+        }
         let owner = Caller {
             owner: job.owner.clone(),
             admin: caller.admin,
         };
         self.check_partition(&spec, &owner)?;
         self.check_selection(&spec, &job.owner.user)?;
-        self.check_qos_and_nice(&spec, caller)?;
+        // What an admin set before is not the caller's to answer for.
+        if req.nice.is_some() || req.qos.is_some() {
+            self.check_qos_and_nice(&spec, caller)?;
+        }
+        self.check_account(&spec, &job.owner.user)?;
+        self.check_limits(&spec, &job.owner, &[])?;
         job.time_limit = spec.time_limit;
+        if let Some(b) = req.begin {
+            job.begin_time = Some(b.at(now)).filter(|&t| t > now);
+        }
         tracing::info!(
             job = id,
             by = %caller.owner.user,
@@ -318,9 +340,15 @@ impl Cluster {
             old_time = old.0,
             old_nice = old.1,
             old_partition = ?old.2,
+            old_qos = ?old.3,
+            old_account = ?old.4,
+            old_begin = ?old.5,
             time = spec.time_limit,
             nice = spec.nice,
             partition = ?spec.partition,
+            qos = ?spec.qos,
+            account = ?spec.account,
+            begin = ?job.begin_time,
             "job updated"
         );
         job.spec = Some(spec);

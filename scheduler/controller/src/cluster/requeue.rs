@@ -98,6 +98,7 @@ pub(super) fn stopped(mut job: JobRecord, stop: &wharf_api::Stop, node: &str) ->
     job.node = None;
     job.cpu_ids.clear();
     job.gpu_ids.clear();
+    job.port = None;
     job.start_time = None;
     job.end_time = None;
     job.exit = None;

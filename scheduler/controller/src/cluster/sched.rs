@@ -51,6 +51,7 @@ impl Cluster {
             rec.node = Some(alloc.node.clone());
             rec.cpu_ids = alloc.cpu_ids.clone();
             rec.gpu_ids = alloc.gpu_ids.clone();
+            rec.port = start.port;
             rec.priority = None;
             rec.expected_start = None;
             woken.insert(alloc.node.clone());
@@ -122,6 +123,7 @@ impl Cluster {
                         gpu_ids: job.gpu_ids.clone(),
                         memory: job.resources.memory,
                     }],
+                    port: job.port,
                 }),
                 // Not before its node has let go of its last run (see `requeued_from`).
                 (JobState::Pending, _) if job.requeued_from.is_some() => {}
@@ -263,11 +265,10 @@ impl Cluster {
         Assoc::new(account, user)
     }
 
-    /// Refuses an account the user is not in.
+    /// Refuses an account the user is not in and, once accounts are configured (in the file
+    /// or with `wharf admin`), a user with no association at all (Slurm's enforced
+    /// associations).
     pub(super) fn check_account(&self, spec: &JobSpec, user: &str) -> Result<(), Failure> {
-        let Some(account) = spec.account.as_deref() else {
-            return Ok(());
-        };
         let mine: Vec<&str> = self
             .sched
             .users
@@ -275,6 +276,18 @@ impl Cluster {
             .filter(|u| u.user == user)
             .map(|u| u.account.as_str())
             .collect();
+        if mine.is_empty() && !self.sched.accounts.is_empty() {
+            return Err(Failure::new(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "user {user} is in no account of this cluster; an admin or an account's \
+                     coordinator must add you first (`wharf admin user add {user} --account ACCOUNT`)"
+                ),
+            ));
+        }
+        let Some(account) = spec.account.as_deref() else {
+            return Ok(());
+        };
         if mine.contains(&account) || (mine.is_empty() && account == user) {
             return Ok(());
         }
@@ -466,7 +479,7 @@ pub(super) fn selection(spec: &JobSpec) -> Selection {
     }
 }
 
-fn partition(job: &JobRecord) -> Option<String> {
+pub(super) fn partition(job: &JobRecord) -> Option<String> {
     job.spec.as_ref().and_then(|s| s.partition.clone())
 }
 

@@ -224,6 +224,7 @@ impl Cluster {
             restarts: 0,
             stop: None,
             requeued_from: None,
+            port: None,
         };
         Ok(match &req.job.array {
             Some(array) => super::array::task_records(record, array),

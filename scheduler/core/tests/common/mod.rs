@@ -45,6 +45,7 @@ pub fn running(
             gpu_ids,
             memory: GIB,
         }],
+        port: None,
     }
 }
 
@@ -76,6 +77,7 @@ pub fn apply(state: &mut State, plan: &Plan, now: Time) {
             start: now,
             time_limit: s.time_limit,
             allocs: s.allocs.clone(),
+            port: None,
         });
     }
 }

@@ -27,6 +27,7 @@ fn cluster(dir: &tempfile::TempDir) -> Cluster {
         NodeInfo {
             name: "n1".into(),
             address: "127.0.0.1".into(),
+            fabric_address: None,
             cpus: 8,
             memory: 16 << 30,
             gpus: vec![],

@@ -25,6 +25,7 @@ pub(in crate::cluster) fn cluster(dir: &tempfile::TempDir) -> Cluster {
         NodeInfo {
             name: "n1".into(),
             address: "127.0.0.1".into(),
+            fabric_address: None,
             cpus: 8,
             memory: 16 << 30,
             gpus: vec![],
@@ -292,7 +293,7 @@ fn an_owner_may_only_lower_a_pending_jobs_time_and_an_admin_may_change_anything(
         time: Some(t),
         ..Default::default()
     };
-    let e = c.update(&alice, id, &time(7200)).unwrap_err();
+    let e = c.update(&alice, id, &time(7200), 1).unwrap_err();
     assert_eq!(e.kind, ErrorKind::PermissionDenied);
     assert!(
         e.message.contains("only an admin may raise"),
@@ -300,7 +301,7 @@ fn an_owner_may_only_lower_a_pending_jobs_time_and_an_admin_may_change_anything(
         e.message
     );
     assert_eq!(
-        c.update(&bob, id, &time(60)).unwrap_err().kind,
+        c.update(&bob, id, &time(60), 1).unwrap_err().kind,
         ErrorKind::PermissionDenied
     );
     let nice = UpdateRequest {
@@ -308,7 +309,7 @@ fn an_owner_may_only_lower_a_pending_jobs_time_and_an_admin_may_change_anything(
         ..Default::default()
     };
     assert_eq!(
-        c.update(&alice, id, &nice).unwrap_err().kind,
+        c.update(&alice, id, &nice, 1).unwrap_err().kind,
         ErrorKind::PermissionDenied
     );
     let part = UpdateRequest {
@@ -316,7 +317,7 @@ fn an_owner_may_only_lower_a_pending_jobs_time_and_an_admin_may_change_anything(
         ..Default::default()
     };
     assert!(c
-        .update(&root, id, &part)
+        .update(&root, id, &part, 1)
         .unwrap_err()
         .message
         .contains("unknown partition"));
@@ -324,9 +325,40 @@ fn an_owner_may_only_lower_a_pending_jobs_time_and_an_admin_may_change_anything(
         c.jobs[&id].time_limit, 3600,
         "a refused update changes nothing"
     );
-    assert_eq!(c.update(&alice, id, &time(600)).unwrap().time_limit, 600);
-    assert_eq!(c.update(&root, id, &time(7200)).unwrap().time_limit, 7200);
-    assert_eq!(c.update(&root, id, &nice).unwrap().spec.unwrap().nice, -5);
+    assert_eq!(c.update(&alice, id, &time(600), 1).unwrap().time_limit, 600);
+    assert_eq!(
+        c.update(&root, id, &time(7200), 1).unwrap().time_limit,
+        7200
+    );
+    assert_eq!(
+        c.update(&root, id, &nice, 1).unwrap().spec.unwrap().nice,
+        -5
+    );
+    // Begin time: `now+1h` counts from the update; `now` clears it.
+    let later = UpdateRequest {
+        begin: Some(wharf_api::Begin::AfterSubmit(3600)),
+        ..Default::default()
+    };
+    assert_eq!(
+        c.update(&alice, id, &later, 10_000).unwrap().begin_time,
+        Some(10_000 + 3_600_000)
+    );
+    let unknown_qos = UpdateRequest {
+        qos: Some("nosuch".into()),
+        ..Default::default()
+    };
+    let e = c.update(&alice, id, &unknown_qos, 1).unwrap_err();
+    assert!(e.message.contains("nosuch"), "{}", e.message);
+    assert_eq!(
+        c.jobs[&id].spec.as_ref().unwrap().qos,
+        None,
+        "refused: unchanged"
+    );
+    let now = UpdateRequest {
+        begin: Some(wharf_api::Begin::AfterSubmit(0)),
+        ..Default::default()
+    };
+    assert_eq!(c.update(&alice, id, &now, 20_000).unwrap().begin_time, None);
     // Stored: a restart keeps it.
     drop(c);
     let c = cluster(&dir);

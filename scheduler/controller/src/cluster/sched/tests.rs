@@ -34,6 +34,7 @@ pub(crate) fn cluster(dir: &tempfile::TempDir) -> Cluster {
         NodeInfo {
             name: "n1".into(),
             address: "127.0.0.1".into(),
+            fabric_address: None,
             cpus: 8,
             memory: 16 << 30,
             gpus,
@@ -217,16 +218,18 @@ fn jobs_are_charged_to_the_account_they_name_or_their_default_one() {
     };
     let plain = submit_job(&mut c, &ann, JobRequest::default(), 1).unwrap();
     let named = submit_job(&mut c, &ann, account("physics"), 2).unwrap();
-    let bobs = submit_job(&mut c, &bob, JobRequest::default(), 3).unwrap();
     assert_eq!(c.assoc(&record(&c, plain)), Assoc::new("bio", "ann"));
     assert_eq!(c.assoc(&record(&c, named)), Assoc::new("physics", "ann"));
-    assert_eq!(c.assoc(&record(&c, bobs)), Assoc::new("bob", "bob"));
-    let err = submit_job(&mut c, &bob, account("physics"), 4).unwrap_err();
-    assert!(
-        err.message.contains("you are not in account \"physics\""),
-        "{}",
-        err.message
-    );
+    // With accounts configured, a user in none may not submit, naming an account or not.
+    for job in [JobRequest::default(), account("physics")] {
+        let err = submit_job(&mut c, &bob, job, 3).unwrap_err();
+        assert!(
+            err.message
+                .contains("user bob is in no account of this cluster"),
+            "{}",
+            err.message
+        );
+    }
     let err = submit_job(&mut c, &ann, account("chem"), 5).unwrap_err();
     assert!(
         err.message.contains("yours: bio, physics"),
@@ -324,6 +327,7 @@ fn gpus_and_cpus_are_taken_close_together_where_the_agent_says_where_they_sit() 
         NodeInfo {
             name: "n1".into(),
             address: "127.0.0.1".into(),
+            fabric_address: None,
             cpus: 8,
             memory: 16 << 30,
             gpus,
@@ -475,7 +479,12 @@ fn an_accounts_cpu_limit_counts_jobs_of_every_user_below_it() {
             shares: 1,
         });
     }
-    for (user, account) in [("ann", "physics"), ("bob", "science")] {
+    config.accounts.push(Account {
+        name: "other".into(),
+        parent: None,
+        shares: 1,
+    });
+    for (user, account) in [("ann", "physics"), ("bob", "science"), ("cat", "other")] {
         config.users.push(UserShares {
             user: user.into(),
             account: account.into(),

@@ -1,0 +1,228 @@
+//! `wharf admin`: associations changed over the CLI at run time hold jobs to their limits at
+//! the next pass, survive a controller restart, are audited with who and the old and new
+//! values, and only admins (and an account's coordinators, for its users) may make them.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+fn ok(out: &std::process::Output) -> String {
+    assert!(out.status.success(), "{}\n{}", stdout(out), stderr(out));
+    stdout(out)
+}
+
+fn refused(out: &std::process::Output, want: &str) {
+    assert!(!out.status.success(), "{}", stdout(out));
+    assert!(stderr(out).contains(want), "want {want:?}: {}", stderr(out));
+}
+
+/// Waits until job `id`'s reason starts with `want`.
+fn wait_reason(c: &Cluster, id: u64, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let job = c.job(id);
+        if job["reason"].as_str().unwrap_or_default().starts_with(want) {
+            assert_eq!(job["state"], "PENDING", "{job}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "{job}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn audit(c: &Cluster) -> Vec<serde_json::Value> {
+    let out = c.wharf(&["admin", "audit", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&ok(&out)).unwrap();
+    v["entries"].as_array().unwrap().clone()
+}
+
+#[test]
+fn associations_made_over_the_cli_limit_jobs_survive_a_restart_and_are_audited() {
+    let name = "associations_made_over_the_cli_limit_jobs_survive_a_restart_and_are_audited";
+    if !can_run(name) {
+        return;
+    }
+    let mut c = Cluster::start();
+    let nodes: serde_json::Value =
+        serde_json::from_slice(&c.wharf(&["nodes", "--json"]).stdout).unwrap();
+    if nodes["nodes"][0]["info"]["cpus"].as_u64().unwrap() < 2 {
+        let msg = format!("{name} needs a node with 2 CPUs");
+        assert!(std::env::var_os("WHARF_TEST_STRICT").is_none(), "{msg}");
+        eprintln!("SKIP: {msg}");
+        return;
+    }
+    let (ann, coord, eve) = (user("whadm-ann"), user("whadm-coord"), user("whadm-eve"));
+
+    // An admin (root) builds a tree: lab (1 CPU for all its jobs) with sub below it.
+    ok(&c.wharf(&[
+        "admin",
+        "account",
+        "add",
+        "lab",
+        "--shares",
+        "2",
+        "--grp-tres",
+        "cpu=1",
+        "--coordinator",
+        "whadm-coord",
+    ]));
+    ok(&c.wharf(&["admin", "account", "add", "sub", "--parent", "lab"]));
+    ok(&c.wharf(&["admin", "account", "add", "other"]));
+    ok(&c.wharf(&["admin", "user", "add", "whadm-coord", "--account", "lab"]));
+    // Nonsense changes nothing.
+    refused(
+        &c.wharf(&["admin", "account", "add", "x", "--parent", "nope"]),
+        "parent \"nope\" is not an account",
+    );
+    refused(
+        &c.wharf(&["admin", "account", "modify", "lab", "--parent", "sub"]),
+        "would make a cycle",
+    );
+    refused(
+        &c.wharf(&["admin", "qos", "add", "gold", "--preempt", "silver"]),
+        "preempt names \"silver\", which is not a QoS",
+    );
+
+    // The coordinator adds a user to a sub-account of theirs, not to another account, and
+    // may not touch QoS or accounts.
+    ok(&c.wharf_as(
+        &coord,
+        &["admin", "user", "add", "whadm-ann", "--account", "sub"],
+    ));
+    refused(
+        &c.wharf_as(
+            &coord,
+            &["admin", "user", "add", "whadm-eve", "--account", "other"],
+        ),
+        "may add users of account other; as coordinator of lab",
+    );
+    refused(
+        &c.wharf_as(&coord, &["admin", "qos", "add", "gold"]),
+        "only an admin (root or a user in [controller] admins) may add QoS",
+    );
+    refused(
+        &c.wharf_as(
+            &eve,
+            &["admin", "account", "modify", "lab", "--shares", "5"],
+        ),
+        "only an admin",
+    );
+    refused(&c.wharf_as(&eve, &["admin", "audit"]), "only an admin");
+    // Eve is in no account: her jobs are refused.
+    refused(
+        &c.wharf_as(&eve, &["submit", "--wrap", "true"]),
+        "user whadm-eve is in no account",
+    );
+
+    // Ann's jobs run under lab's limit: the second waits with Slurm's reason.
+    let submit = |cpus: &str, script: &str| {
+        submitted_id(&c.wharf_as(
+            &ann,
+            &[
+                "submit", "--cpus", cpus, "--mem", "16M", "-t", "10m", "--wrap", script,
+            ],
+        ))
+    };
+    let first = submit("1", "sleep 600");
+    c.wait_running(first);
+    let second = submit("1", "true");
+    let reason = "AssocGrpCpuLimit: account lab allows 1 CPUs";
+    wait_reason(&c, second, reason);
+    assert_eq!(c.job(first)["spec"]["account"], serde_json::Value::Null);
+
+    // A restart keeps the associations (the config file has none) and the limit.
+    c.kill9();
+    c.spawn();
+    c.wait_node_up();
+    let shown: serde_json::Value =
+        serde_json::from_str(&ok(&c.wharf(&["admin", "account", "show", "lab", "--json"])))
+            .unwrap();
+    let names: Vec<&str> = shown
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["lab", "sub"], "{shown}");
+    assert_eq!(shown[0]["limits"]["grp_tres"]["cpu"], 1, "{shown}");
+    assert_eq!(shown[0]["source"], "database");
+    let tree = ok(&c.wharf(&["admin", "account", "show"]));
+    assert!(tree.contains("  sub"), "sub is shown below lab:\n{tree}");
+    std::thread::sleep(Duration::from_secs(2));
+    wait_reason(&c, second, reason);
+
+    // Removals wait for users, children and jobs.
+    refused(
+        &c.wharf(&["admin", "account", "rm", "lab"]),
+        "account lab has child account sub",
+    );
+    refused(
+        &c.wharf(&["admin", "user", "rm", "whadm-ann", "--account", "sub"]),
+        "pending or running jobs",
+    );
+
+    // Lifting the limit starts the second job at the next pass, without a restart.
+    ok(&c.wharf(&[
+        "admin",
+        "account",
+        "modify",
+        "lab",
+        "--grp-tres",
+        "cpu=none",
+    ]));
+    let done = c.wait_done(second, Duration::from_secs(30));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    ok(&c.wharf(&["cancel", &first.to_string()]));
+
+    // A drained partition takes no new jobs.
+    ok(&c.wharf(&["admin", "partition", "add", "batch", "--max-time", "1h"]));
+    ok(&c.wharf(&["admin", "partition", "modify", "batch", "--state", "DRAIN"]));
+    refused(
+        &c.wharf_as(&ann, &["submit", "--wrap", "true"]),
+        "partition batch takes no new jobs",
+    );
+
+    // Every change is audited, with who and the values before and after.
+    let entries = audit(&c);
+    let find = |command: &str| {
+        entries
+            .iter()
+            .find(|e| e["command"].as_str().unwrap().starts_with(command))
+            .unwrap_or_else(|| panic!("no {command:?} in {entries:?}"))
+            .clone()
+    };
+    let add = find("account add lab");
+    assert_eq!(
+        (add["uid"].as_u64(), add["user"].as_str()),
+        (Some(0), Some("root"))
+    );
+    assert_eq!(add["old"], serde_json::Value::Null);
+    assert_eq!(add["new"]["limits"]["grp_tres"]["cpu"], 1);
+    let by_coord = find("user add whadm-ann account=sub");
+    assert_eq!(by_coord["user"], "whadm-coord");
+    assert_eq!(by_coord["uid"], coord.uid);
+    let lifted = find("account modify lab");
+    assert_eq!(lifted["old"]["limits"]["grp_tres"]["cpu"], 1);
+    assert_eq!(
+        lifted["new"]["limits"]["grp_tres"]["cpu"],
+        serde_json::Value::Null
+    );
+    let drained = find("partition modify batch");
+    assert_eq!(
+        (
+            drained["old"]["state"].as_str(),
+            drained["new"]["state"].as_str()
+        ),
+        (Some("UP"), Some("DRAIN"))
+    );
+    assert_eq!(
+        entries.len(),
+        8,
+        "refused changes are not audited: {entries:?}"
+    );
+    let table = ok(&c.wharf(&["admin", "audit"]));
+    assert!(
+        table.contains("limits.grp_tres.cpu: 1 -> -"),
+        "the table shows old -> new:\n{table}"
+    );
+}
