@@ -36,6 +36,12 @@ enum Command {
     Queue(cmd::queue::Args),
     /// Show one job in detail, including why it is pending.
     Show(cmd::show::Args),
+    /// Job records, ended or not (Slurm's sacct): by job, user, account, partition, state
+    /// and time window, with chosen columns.
+    Acct(cmd::acct::Args),
+    /// Usage by account, user and partition in CPU-hours, GPU-hours and billing, and the
+    /// cluster's utilization, over a time window (Slurm's sreport).
+    Report(cmd::report::Args),
     /// How well an ended job used its CPUs, memory and GPUs, with hints for next time.
     Eff(cmd::eff::Args),
     /// Cancel jobs.
@@ -97,6 +103,8 @@ fn main() {
             Command::Queue(a) => cmd::queue::run(&socket, a).await,
             Command::Show(a) => cmd::show::run(&socket, a).await,
             Command::Eff(a) => cmd::eff::run(&socket, a).await,
+            Command::Acct(a) => cmd::acct::run(&socket, a).await,
+            Command::Report(a) => cmd::report::run(&socket, a).await,
             Command::Cancel(a) => cmd::cancel::run(&socket, a).await,
             Command::Requeue(a) => cmd::requeue::run(&socket, a).await,
             Command::Hold(a) => cmd::hold::run(&socket, a, false).await,

@@ -1,5 +1,6 @@
 //! One module per command.
 
+pub mod acct;
 pub mod admin;
 pub mod agent;
 pub mod cancel;
@@ -10,6 +11,7 @@ pub mod hold;
 pub mod image;
 pub mod nodes;
 pub mod queue;
+pub mod report;
 pub mod requeue;
 pub mod run;
 pub mod shim;

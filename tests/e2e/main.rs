@@ -4,6 +4,7 @@
 //! Without root they fail under `WHARF_TEST_STRICT=1` (CI) and skip with a printed reason
 //! otherwise.
 
+mod acct;
 mod admin;
 mod agent_reports;
 mod connections;

@@ -14,6 +14,7 @@ pub mod job;
 pub mod jobfile;
 pub mod limits;
 pub mod node;
+pub mod report;
 pub mod resources;
 pub mod text;
 pub mod usage;

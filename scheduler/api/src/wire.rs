@@ -211,3 +211,33 @@ pub struct PollResponse {
     /// Ended jobs whose results are committed: the agent may delete its records of them.
     pub forget: Vec<JobId>,
 }
+
+/// `GET /v1/acct`: jobs, ended or not, that were in the system during a time window (as
+/// Slurm's `sacct`). Lists are comma-separated.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcctQuery {
+    /// Only these job ids (then no time window applies unless one is given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<String>,
+    /// Only these users (names); a user who is not an admin sees only their own jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub users: Option<String>,
+    /// Every user's jobs (admins).
+    #[serde(default)]
+    pub all_users: bool,
+    /// Only jobs charged to these accounts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accounts: Option<String>,
+    /// Only jobs of these partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<String>,
+    /// Only jobs in these states (Slurm's names: `COMPLETED,FAILED`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub states: Option<String>,
+    /// Window start, ms since the epoch: jobs that had not ended by then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<u64>,
+    /// Window end, ms: jobs submitted by then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<u64>,
+}

@@ -103,6 +103,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/jobs/{id}/release", post(release))
         .route("/v1/jobs/{id}/requeue", post(requeue))
         .route("/v1/jobs/{id}/update", post(update))
+        .route("/v1/acct", get(acct))
+        .route("/v1/report", get(report))
         .route("/v1/nodes", get(nodes))
         .route("/v1/admin/change", post(admin_change))
         .route("/v1/admin/associations", get(associations))
@@ -260,6 +262,36 @@ async fn list(
     let finished = q.finished.min(10_000);
     let jobs = with_cluster(&s, move |cl, _| cl.list(&c, finished, q.user, q.brief)).await?;
     Ok(Json(JobList { jobs }))
+}
+
+async fn acct(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Query(q): Query<wharf_api::wire::AcctQuery>,
+) -> ApiResult<JobList> {
+    let c = caller(&s, &peer)?;
+    let jobs = with_cluster(&s, move |cl, now| cl.acct(&c, &q, now)).await?;
+    Ok(Json(JobList { jobs }))
+}
+
+/// `GET /v1/report?since=MS&until=MS`.
+#[derive(Debug, Deserialize)]
+struct ReportQuery {
+    since: u64,
+    until: Option<u64>,
+}
+
+async fn report(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Query(q): Query<ReportQuery>,
+) -> ApiResult<wharf_api::report::Report> {
+    let c = caller(&s, &peer)?;
+    let r = with_cluster(&s, move |cl, now| {
+        cl.report(&c, q.since, q.until.unwrap_or(now), now)
+    })
+    .await?;
+    Ok(Json(r))
 }
 
 /// A job id, or `ARRAYID_TASKID` for one task of an array.

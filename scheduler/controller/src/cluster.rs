@@ -15,6 +15,7 @@ use crate::store::{Store, StoreError};
 use crate::visibility::{ended_reason, view};
 
 mod access;
+pub mod acct;
 mod admin;
 mod array;
 mod forms;

@@ -199,6 +199,36 @@ impl Store {
         self.query(&sql, params![uid, limit])
     }
 
+    /// Jobs of `uid` (or every user's) submitted by `until` and not ended before `since`
+    /// (ms), or with these ids, oldest first, at most `limit`.
+    pub fn jobs_in_window(
+        &self,
+        uid: Option<u32>,
+        ids: Option<&[JobId]>,
+        since: u64,
+        until: u64,
+        limit: u32,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        match ids {
+            Some(ids) => {
+                let mut out = Vec::new();
+                for &id in ids {
+                    out.extend(self.query(
+                        "SELECT record FROM jobs WHERE id = ?1 AND (?2 IS NULL OR uid = ?2) \
+                         AND submit_time <= ?3 AND (end_time IS NULL OR end_time >= ?4)",
+                        params![id as i64, uid, until as i64, since as i64],
+                    )?);
+                }
+                Ok(out)
+            }
+            None => self.query(
+                "SELECT record FROM jobs WHERE (?1 IS NULL OR uid = ?1) AND submit_time <= ?2 \
+                 AND (end_time IS NULL OR end_time >= ?3) ORDER BY id LIMIT ?4",
+                params![uid, until as i64, since as i64, limit],
+            ),
+        }
+    }
+
     /// Number of jobs in a state.
     #[cfg(test)]
     pub fn count(&self, state: wharf_api::JobState) -> Result<u64, StoreError> {

@@ -1,0 +1,231 @@
+//! `wharf acct`: job records (Slurm's `sacct`), with chosen columns, `--parsable` and `--json`.
+
+use anyhow::Result;
+use wharf_api::resources::{format_duration, format_memory, parse_duration};
+use wharf_api::wire::{AcctQuery, JobList};
+use wharf_api::JobRecord;
+use wharf_client::{Client, Endpoint};
+
+use crate::output;
+
+/// Arguments.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Only these jobs (comma-separated ids).
+    #[arg(short = 'j', long)]
+    jobs: Option<String>,
+    /// Only these users' jobs (admins; others see only their own).
+    #[arg(short = 'u', long)]
+    user: Option<String>,
+    /// Every user's jobs (admins).
+    #[arg(short = 'a', long)]
+    allusers: bool,
+    /// Only jobs charged to these accounts.
+    #[arg(short = 'A', long)]
+    account: Option<String>,
+    /// Only jobs of these partitions.
+    #[arg(short = 'r', long)]
+    partition: Option<String>,
+    /// Only jobs in these states: COMPLETED,FAILED,CANCELLED,TIMEOUT,OUT_OF_MEMORY,...
+    #[arg(short = 's', long)]
+    state: Option<String>,
+    /// Window start: 2026-11-01, 2026-11-01T08:00 (UTC) or now-7d (default: today 00:00 UTC).
+    #[arg(short = 'S', long)]
+    starttime: Option<String>,
+    /// Window end, as --starttime (default: now).
+    #[arg(short = 'E', long)]
+    endtime: Option<String>,
+    /// Columns, comma-separated (see the list in `wharf acct --help-format`).
+    #[arg(short = 'o', long, default_value = DEFAULT_FORMAT)]
+    format: String,
+    /// List the columns --format takes.
+    #[arg(long)]
+    help_format: bool,
+    /// Fields separated by `|`, one line per job, a `|` after each (as sacct -p).
+    #[arg(short = 'p', long)]
+    parsable: bool,
+    /// No header line.
+    #[arg(short = 'n', long)]
+    noheader: bool,
+    /// Print JSON (the full records).
+    #[arg(long)]
+    json: bool,
+}
+
+const DEFAULT_FORMAT: &str = "JobID,JobName,Partition,Account,AllocCPUS,AllocGPUS,State,ExitCode";
+
+/// Columns `--format` takes, with what each shows.
+const COLUMNS: [(&str, &str); 22] = [
+    ("JobID", "job id (ARRAYID_TASK for array tasks)"),
+    ("JobName", "name"),
+    ("User", "owner"),
+    ("Account", "account charged"),
+    ("Partition", "partition"),
+    ("QOS", "QoS"),
+    ("State", "state, in Slurm's names"),
+    ("ExitCode", "exit code:signal"),
+    ("Submit", "submit time (UTC)"),
+    ("Start", "start time"),
+    ("End", "end time"),
+    ("Elapsed", "run time"),
+    ("Timelimit", "time limit"),
+    ("AllocCPUS", "CPUs held"),
+    ("ReqMem", "memory asked for"),
+    ("AllocGPUS", "GPUs held"),
+    ("NodeList", "node"),
+    ("CPUTime", "CPUs held × run time"),
+    ("TotalCPU", "CPU time used (measured)"),
+    ("MaxRSS", "memory peak (measured)"),
+    ("GPUUtil", "mean GPU utilization (measured)"),
+    ("Restarts", "times requeued"),
+];
+
+/// Runs the command.
+pub async fn run(socket: &str, args: Args) -> Result<i32> {
+    if args.help_format {
+        for (name, what) in COLUMNS {
+            println!("{name:<10} {what}");
+        }
+        return Ok(0);
+    }
+    let columns: Vec<&str> = args
+        .format
+        .split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(|c| {
+            COLUMNS
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case(c))
+                .map(|(name, _)| *name)
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--format: unknown column {c:?}; `wharf acct --help-format` lists them"
+                    )
+                })
+        })
+        .collect::<Result<_>>()?;
+    let now = wharf_controller::now_ms();
+    let q = AcctQuery {
+        jobs: args.jobs,
+        users: args.user,
+        all_users: args.allusers,
+        accounts: args.account,
+        partitions: args.partition,
+        states: args.state,
+        since: args
+            .starttime
+            .as_deref()
+            .map(|t| window_time("--starttime", t, now))
+            .transpose()?,
+        until: args
+            .endtime
+            .as_deref()
+            .map(|t| window_time("--endtime", t, now))
+            .transpose()?,
+    };
+    let client = Client::new(Endpoint::parse(socket), None);
+    let query = serde_urlencoded::to_string(&q)?;
+    let list: JobList = client.get(&format!("/v1/acct?{query}")).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&list.jobs)?);
+        return Ok(0);
+    }
+    let rows: Vec<Vec<String>> = list
+        .jobs
+        .iter()
+        .map(|j| columns.iter().map(|c| cell(j, c, now)).collect())
+        .collect();
+    let header: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
+    let mut out = String::new();
+    if args.parsable {
+        for row in (!args.noheader).then_some(&header).into_iter().chain(&rows) {
+            for v in row {
+                out.push_str(&output::clean(v).replace('|', "\\|"));
+                out.push('|');
+            }
+            out.push('\n');
+        }
+    } else {
+        let widths: Vec<usize> = (0..columns.len())
+            .map(|i| {
+                rows.iter()
+                    .map(|r| r[i].chars().count())
+                    .chain([header[i].len()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        for row in (!args.noheader).then_some(&header).into_iter().chain(&rows) {
+            let line: Vec<String> = row
+                .iter()
+                .zip(&widths)
+                .map(|(v, w)| format!("{:<w$}", output::clean(v), w = *w))
+                .collect();
+            out.push_str(line.join("  ").trim_end());
+            out.push('\n');
+        }
+    }
+    print!("{out}");
+    Ok(0)
+}
+
+/// A window bound: an absolute time (as `--begin` takes) or `now-DURATION`, ms.
+pub fn window_time(flag: &str, text: &str, now: u64) -> Result<u64> {
+    let t = text.trim();
+    if let Some(ago) = t.strip_prefix("now-") {
+        let secs = parse_duration(ago).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+        return Ok(now.saturating_sub(secs.saturating_mul(1000)));
+    }
+    if t.eq_ignore_ascii_case("now") {
+        return Ok(now);
+    }
+    match wharf_api::forms::parse_begin(t) {
+        Ok(wharf_api::Begin::At(secs)) => Ok(secs.saturating_mul(1000)),
+        _ => {
+            anyhow::bail!("{flag}: {t:?}: write 2026-11-01, 2026-11-01T08:00 (UTC), now or now-7d")
+        }
+    }
+}
+
+/// One column of one job.
+fn cell(j: &JobRecord, column: &str, now: u64) -> String {
+    let spec = j.spec.as_ref();
+    let usage = j.exit.as_ref().and_then(|e| e.usage.as_ref());
+    let elapsed = j
+        .start_time
+        .map(|s| j.end_time.unwrap_or(now).saturating_sub(s));
+    let opt = |v: Option<String>| v.unwrap_or_default();
+    match column {
+        "JobID" => match &j.array {
+            Some(a) => format!("{}_{}", a.job_id, a.task_id),
+            None => j.id.to_string(),
+        },
+        "JobName" => j.name.clone(),
+        "User" => j.owner.user.clone(),
+        "Account" => opt(spec.and_then(|s| s.account.clone())),
+        "Partition" => opt(spec.and_then(|s| s.partition.clone())),
+        "QOS" => opt(spec.and_then(|s| s.qos.clone())),
+        "State" => j.state.as_str().to_string(),
+        "ExitCode" => opt(j.exit.as_ref().map(|e| e.code_signal())),
+        "Submit" => output::time(Some(j.submit_time)),
+        "Start" => output::time(j.start_time),
+        "End" => output::time(j.end_time),
+        "Elapsed" => opt(elapsed.map(|ms| format_duration(ms / 1000))),
+        "Timelimit" => format_duration(j.time_limit),
+        "AllocCPUS" => j.resources.cpus.to_string(),
+        "ReqMem" => format_memory(j.resources.memory),
+        "AllocGPUS" => j.resources.gpus.to_string(),
+        "NodeList" => opt(j.node.clone()),
+        "CPUTime" => {
+            opt(elapsed.map(|ms| format_duration(ms * u64::from(j.resources.cpus) / 1000)))
+        }
+        "TotalCPU" => opt(usage
+            .and_then(|u| u.cpu_time_ms)
+            .map(|ms| format_duration(ms / 1000))),
+        "MaxRSS" => opt(usage.and_then(|u| u.memory_peak).map(format_memory)),
+        "GPUUtil" => opt(usage.and_then(|u| u.gpu_util()).map(|p| format!("{p:.0}%"))),
+        "Restarts" => j.restarts.to_string(),
+        _ => String::new(),
+    }
+}

@@ -1,0 +1,134 @@
+//! `wharf acct`: job records by user, state, ids and time window, in columns, parsable or JSON;
+//! users see their own records, admins anyone's.
+
+use std::time::Duration;
+
+use crate::harness::*;
+
+#[test]
+fn records_are_listed_filtered_and_kept_private() {
+    if !can_run("records_are_listed_filtered_and_kept_private") {
+        return;
+    }
+    let c = Cluster::start();
+    let (alice, bob) = (user("wharf-alice"), user("wharf-bob"));
+    let ok = submitted_id(&c.wharf_as(&alice, &["submit", "--wrap", "true"]));
+    let bad = submitted_id(&c.wharf_as(&alice, &["submit", "-J", "fails", "--wrap", "exit 3"]));
+    let bobs = submitted_id(&c.wharf_as(&bob, &["submit", "--wrap", "true"]));
+    for id in [ok, bad, bobs] {
+        c.wait_done(id, Duration::from_secs(30));
+    }
+    let acct = |who: Option<&User>, args: &[&str]| {
+        let args = [&["acct"][..], args].concat();
+        match who {
+            Some(u) => c.wharf_as(u, &args),
+            None => c.wharf(&args),
+        }
+    };
+    let lines = |out: std::process::Output| -> Vec<String> {
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out).lines().map(str::to_string).collect()
+    };
+
+    // Her own, in order, as sacct -p prints them.
+    let mine = lines(acct(
+        Some(&alice),
+        &["-p", "-o", "JobID,JobName,State,ExitCode,User"],
+    ));
+    assert_eq!(mine[0], "JobID|JobName|State|ExitCode|User|");
+    assert_eq!(mine[1], format!("{ok}|wrap|COMPLETED|0:0|wharf-alice|"));
+    assert_eq!(mine[2], format!("{bad}|fails|FAILED|3:0|wharf-alice|"));
+    assert_eq!(mine.len(), 3, "bob's job is not hers: {mine:?}");
+    let failed = lines(acct(
+        Some(&alice),
+        &["-n", "-p", "-o", "JobID", "-s", "failed"],
+    ));
+    assert_eq!(failed, [format!("{bad}|")]);
+
+    // Not another user's, unless an admin asks.
+    let out = acct(Some(&alice), &["-u", "wharf-bob"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("only your own"), "{}", stderr(&out));
+    let all = lines(acct(None, &["-a", "-n", "-p", "-o", "JobID,User"]));
+    assert_eq!(all.len(), 3, "{all:?}");
+    let bob_only = lines(acct(None, &["-u", "wharf-bob", "-n", "-p", "-o", "JobID"]));
+    assert_eq!(bob_only, [format!("{bobs}|")]);
+    let picked = lines(acct(
+        None,
+        &[
+            "-a",
+            "-j",
+            &format!("{ok},{bobs}"),
+            "-n",
+            "-p",
+            "-o",
+            "JobID",
+        ],
+    ));
+    assert_eq!(picked, [format!("{ok}|"), format!("{bobs}|")]);
+
+    // A window that ended before they were submitted holds none of them.
+    let none = lines(acct(
+        Some(&alice),
+        &["-n", "-S", "2020-01-01", "-E", "2020-01-02"],
+    ));
+    assert!(none.is_empty(), "{none:?}");
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&acct(Some(&alice), &["--json", "-S", "now-1h"]))).unwrap();
+    assert_eq!(json.as_array().unwrap().len(), 2);
+    assert!(json[0]["spec"]["account"].is_string(), "{json}");
+
+    // The report adds up the same records: every user's for root, her own for alice.
+    let report = |who: Option<&User>| -> serde_json::Value {
+        let out = match who {
+            Some(u) => c.wharf_as(u, &["report", "-S", "now-1h", "--json"]),
+            None => c.wharf(&["report", "-S", "now-1h", "--json"]),
+        };
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_str(&stdout(&out)).unwrap()
+    };
+    let all = report(None);
+    assert_eq!(all["total"]["jobs"], 3, "{all}");
+    let records: serde_json::Value =
+        serde_json::from_str(&stdout(&acct(None, &["-a", "--json", "-S", "now-1h"]))).unwrap();
+    let held_cpu_hours: f64 = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            let ms = j["end_time"].as_u64().unwrap() - j["start_time"].as_u64().unwrap();
+            j["resources"]["cpus"].as_f64().unwrap() * ms as f64 / 3_600_000.0
+        })
+        .sum();
+    let reported = all["total"]["cpu_hours"].as_f64().unwrap();
+    assert!(
+        (reported - held_cpu_hours).abs() < 1e-9,
+        "{reported} vs {held_cpu_hours}"
+    );
+    let users: Vec<&str> = all["users"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["name"].as_str().unwrap())
+        .collect();
+    assert!(users.iter().any(|u| u.ends_with("/wharf-bob")), "{users:?}");
+    let hers = report(Some(&alice));
+    assert_eq!(hers["total"]["jobs"], 2, "{hers}");
+    let text = stdout(&c.wharf(&["report", "-S", "now-1h"]));
+    assert!(
+        text.contains("ACCOUNT/USER") && text.contains("CPU-HOURS"),
+        "{text}"
+    );
+
+    // Bad input names the problem.
+    for (args, says) in [
+        (&["-s", "DONE"][..], "unknown state \"DONE\""),
+        (&["-S", "yesterday"][..], "--starttime"),
+        (&["-o", "JobID,Bogus"][..], "unknown column \"Bogus\""),
+        (&["-j", "12x"][..], "not a job id"),
+    ] {
+        let out = acct(Some(&alice), args);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+}
