@@ -3,43 +3,72 @@
 //! come from users, and another user's terminal must not obey their control characters. JSON
 //! output keeps the exact values.
 
-use comfy_table::{presets, ContentArrangement};
+use std::io::Write;
+
+use unicode_width::UnicodeWidthStr;
 
 pub use wharf_api::text::printable as clean;
 
-/// A plain, aligned table with a header row (like squeue) whose cells are escaped.
+/// A plain, aligned table with a header row (like squeue) whose cells are escaped: each column
+/// as wide as its widest cell, two spaces between columns. Made here rather than with a table
+/// crate because a queue of 100,000 jobs is 100,000 rows, and this is a single pass over them.
 #[derive(Debug)]
-pub struct Table(comfy_table::Table);
+pub struct Table {
+    rows: Vec<Vec<String>>,
+    widths: Vec<usize>,
+}
 
 impl Table {
     /// Adds a row; control characters in the cells are escaped.
     pub fn add_row<S: AsRef<str>>(&mut self, cells: impl IntoIterator<Item = S>) {
-        self.0.add_row(
-            cells
-                .into_iter()
-                .map(|c| clean(c.as_ref()).into_owned())
-                .collect::<Vec<_>>(),
-        );
+        let row: Vec<String> = cells
+            .into_iter()
+            .map(|c| clean(c.as_ref()).into_owned())
+            .collect();
+        for (k, cell) in row.iter().enumerate() {
+            let w = cell.width();
+            match self.widths.get_mut(k) {
+                Some(max) => *max = (*max).max(w),
+                None => self.widths.push(w),
+            }
+        }
+        self.rows.push(row);
+    }
+
+    /// Writes the table, one line per row, without trailing spaces.
+    pub fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let mut line = String::new();
+        for row in &self.rows {
+            line.clear();
+            for (k, cell) in row.iter().enumerate() {
+                if k > 0 {
+                    line.push_str("  ");
+                }
+                line.push_str(cell);
+                let pad = self.widths[k].saturating_sub(cell.width());
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+            writeln!(out, "{}", line.trim_end())?;
+        }
+        Ok(())
     }
 }
 
 /// A table with these column names.
 pub fn table(header: &[&str]) -> Table {
-    let mut t = comfy_table::Table::new();
-    t.load_preset(presets::NOTHING)
-        .set_content_arrangement(ContentArrangement::Disabled)
-        .set_header(header.to_vec());
-    Table(t)
+    let mut t = Table {
+        rows: Vec::new(),
+        widths: Vec::new(),
+    };
+    t.add_row(header);
+    t
 }
 
-/// Prints a table, trimming the padding comfy-table adds at line ends.
+/// Prints a table to stdout in one buffered write.
 pub fn print_table(t: &Table) {
-    for line in t.0.to_string().lines() {
-        println!(
-            "{}",
-            line.trim_end().strip_prefix(' ').unwrap_or(line.trim_end())
-        );
-    }
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    // A closed pipe (`wharf queue | head`) ends the listing; nothing more to say.
+    let _ = t.write(&mut out).and_then(|_| out.flush());
 }
 
 /// Local time of a Unix ms timestamp, `YYYY-MM-DDTHH:MM:SS` (UTC).
@@ -63,10 +92,27 @@ mod tests {
     fn table_cells_are_escaped() {
         let mut t = super::table(&["NAME"]);
         t.add_row(["a\x1b[2J\nState: COMPLETED"]);
-        let shown = t.0.to_string();
+        let mut shown = Vec::new();
+        t.write(&mut shown).unwrap();
+        let shown = String::from_utf8(shown).unwrap();
         assert!(
             !shown.contains('\x1b') && shown.contains("a\\e[2J\\nState"),
             "{shown}"
+        );
+    }
+
+    #[test]
+    fn columns_are_as_wide_as_their_widest_cell_on_screen() {
+        let mut t = super::table(&["JOBID", "NAME", "USER"]);
+        t.add_row(["1", "a long name", ""]);
+        t.add_row(["1234_5", "日本語", "alice"]);
+        let mut shown = Vec::new();
+        t.write(&mut shown).unwrap();
+        assert_eq!(
+            String::from_utf8(shown).unwrap(),
+            "JOBID   NAME         USER\n\
+             1       a long name\n\
+             1234_5  日本語       alice\n"
         );
     }
 

@@ -28,9 +28,14 @@ pub struct Args {
     json: bool,
 }
 
-/// Fetches jobs as the CLI shows them.
-pub async fn fetch(client: &Client, finished: u32, me: bool) -> Result<Vec<JobRecord>> {
-    let mut path = format!("/v1/jobs?finished={finished}");
+/// Fetches jobs as the CLI shows them; `brief` leaves their specs out.
+pub async fn fetch(
+    client: &Client,
+    finished: u32,
+    me: bool,
+    brief: bool,
+) -> Result<Vec<JobRecord>> {
+    let mut path = format!("/v1/jobs?finished={finished}&brief={brief}");
     if me {
         let who: WhoAmI = client.get("/v1/whoami").await?;
         path.push_str(&format!("&user={}", who.owner.uid));
@@ -50,7 +55,9 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             )
         })?);
     }
-    let mut jobs = fetch(&client, if args.all { args.limit } else { 0 }, args.me).await?;
+    // The table shows no part of a spec; --json gives the whole records.
+    let finished = if args.all { args.limit } else { 0 };
+    let mut jobs = fetch(&client, finished, args.me, !args.json).await?;
     jobs.retain(|j| states.is_empty() || states.contains(&j.state));
     if args.json {
         println!("{}", serde_json::to_string_pretty(&JobList { jobs })?);

@@ -14,6 +14,17 @@ fn submit_with_token(socket: &Path, token: &str) -> u64 {
     let body = format!(
         r#"{{"job": {{"command": ["/bin/true"], "name": "token-{token}"}}, "cwd": "/tmp", "client_token": "{token}"}}"#
     );
+    let (_, answer) = post_submit(socket, &body);
+    let json = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let v: serde_json::Value =
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    v["id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no id: {answer}"))
+}
+
+/// POSTs a submit `body` over the socket; returns the HTTP status and the whole answer.
+fn post_submit(socket: &Path, body: &str) -> (u16, String) {
     let mut s = UnixStream::connect(socket).unwrap();
     write!(
         s,
@@ -23,12 +34,26 @@ fn submit_with_token(socket: &Path, token: &str) -> u64 {
     .unwrap();
     let mut answer = String::new();
     s.read_to_string(&mut answer).unwrap();
-    let json = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
-    let v: serde_json::Value =
-        serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {answer}"));
-    v["id"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no id: {answer}"))
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP answer: {answer:?}"));
+    (status, answer)
+}
+
+/// The ids of every stored job (active or ended), by name.
+fn stored_by_name(c: &Cluster) -> BTreeMap<String, Vec<u64>> {
+    let out = c.wharf(&["queue", "--all", "--limit", "10000", "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut stored: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for j in list["jobs"].as_array().unwrap() {
+        stored
+            .entry(j["name"].as_str().unwrap().to_string())
+            .or_default()
+            .push(j["id"].as_u64().unwrap());
+    }
+    stored
 }
 
 #[test]
@@ -150,15 +175,7 @@ fn controller_kill9_during_a_burst_of_500_submits_loses_nothing() {
         "no client retried across the kill: the test did not test the retry"
     );
 
-    let out = c.wharf(&["queue", "--all", "--limit", "10000", "--json"]);
-    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut stored: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for j in list["jobs"].as_array().unwrap() {
-        stored
-            .entry(j["name"].as_str().unwrap().to_string())
-            .or_default()
-            .push(j["id"].as_u64().unwrap());
-    }
+    let mut stored = stored_by_name(&c);
     stored.retain(|name, _| name.starts_with("burst-"));
     for (name, id) in &acked {
         assert_eq!(
@@ -179,4 +196,63 @@ fn controller_kill9_during_a_burst_of_500_submits_loses_nothing() {
     );
     let ok = c.wharf(&["cancel", &blocker.to_string()]);
     assert!(ok.status.success(), "{}", stderr(&ok));
+}
+
+#[test]
+fn concurrent_submits_are_each_durable_and_a_bad_one_fails_alone() {
+    if !can_run("concurrent_submits_are_each_durable_and_a_bad_one_fails_alone") {
+        return;
+    }
+    let mut c = Cluster::start();
+    // 16 clients at once, so that submits are committed in groups; every fifth asks for more
+    // CPUs than any node has. Held, the jobs stay pending: the test is about the store.
+    let (clients, per_client) = (16, 25);
+    let threads: Vec<_> = (0..clients)
+        .map(|t| {
+            let socket = c.socket.clone();
+            std::thread::spawn(move || {
+                let mut answers = Vec::new();
+                for n in 0..per_client {
+                    let name = format!("group-{t}-{n}");
+                    let bad = n % 5 == 4;
+                    let cpus = if bad { 100_000 } else { 1 };
+                    let body = format!(
+                        r#"{{"job": {{"command": ["/bin/true"], "name": "{name}", "cpus": {cpus}, "hold": true}}, "cwd": "/tmp", "client_token": "{name}"}}"#
+                    );
+                    let (status, answer) = post_submit(&socket, &body);
+                    answers.push((name, bad, status, answer));
+                }
+                answers
+            })
+        })
+        .collect();
+    let answers: Vec<(String, bool, u16, String)> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    // Killed right after the last answer: every acknowledged submit must be on disk.
+    c.kill9();
+    c.spawn();
+    c.wait_node_up();
+    let stored = stored_by_name(&c);
+    let mut acked = 0;
+    for (name, bad, status, answer) in &answers {
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        if *bad {
+            assert_eq!(*status, 400, "{name}: {answer}");
+            assert!(body.contains("100000 CPUs"), "{name}: {answer}");
+            assert_eq!(stored.get(name), None, "{name} was refused yet stored");
+        } else {
+            assert_eq!(*status, 201, "{name}: {answer}");
+            let id = v["id"].as_u64().unwrap();
+            assert_eq!(
+                stored.get(name),
+                Some(&vec![id]),
+                "{name} acknowledged as job {id}"
+            );
+            acked += 1;
+        }
+    }
+    assert_eq!(acked, clients * per_client * 4 / 5);
 }

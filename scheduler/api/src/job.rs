@@ -950,6 +950,40 @@ impl std::fmt::Display for Stop {
     }
 }
 
+impl JobRecord {
+    /// A copy without the spec (the spec is never copied).
+    pub fn without_spec(&self) -> JobRecord {
+        JobRecord {
+            id: self.id,
+            owner: self.owner.clone(),
+            spec: None,
+            name: self.name.clone(),
+            resources: self.resources,
+            time_limit: self.time_limit,
+            state: self.state,
+            reason: self.reason.clone(),
+            submit_time: self.submit_time,
+            start_time: self.start_time,
+            end_time: self.end_time,
+            node: self.node.clone(),
+            cpu_ids: self.cpu_ids.clone(),
+            gpu_ids: self.gpu_ids.clone(),
+            exit: self.exit.clone(),
+            cancel_requested: self.cancel_requested,
+            priority: self.priority,
+            expected_start: self.expected_start,
+            begin_time: self.begin_time,
+            hold: self.hold,
+            dependency: self.dependency.clone(),
+            array: self.array,
+            restarts: self.restarts,
+            stop: self.stop.clone(),
+            requeued_from: self.requeued_from.clone(),
+            port: self.port,
+        }
+    }
+}
+
 /// A multifactor priority as Slurm's `sprio` shows it: each factor already multiplied by its
 /// weight, so `total` is their sum less nice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -237,8 +237,8 @@ async fn submit(
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiFailure> {
     let c = caller(&s, &peer)?;
     let req: SubmitRequest = body(&s, bytes)?;
-    let id = with_cluster(&s, move |cl, now| cl.submit(&c, &req, now)).await?;
-    s.wake_scheduler();
+    // Committed with the submits that arrive with it; the writer wakes the scheduler.
+    let id = s.submits.submit(c, req).await?;
     Ok((StatusCode::CREATED, Json(SubmitResponse { id })))
 }
 
@@ -249,6 +249,9 @@ struct ListQuery {
     finished: u32,
     /// Only this user's jobs.
     user: Option<u32>,
+    /// Leave each job's spec out (what a queue listing shows does not need it).
+    #[serde(default)]
+    brief: bool,
 }
 
 async fn list(
@@ -258,7 +261,7 @@ async fn list(
 ) -> ApiResult<JobList> {
     let c = caller(&s, &peer)?;
     let finished = q.finished.min(10_000);
-    let jobs = with_cluster(&s, move |cl, _| cl.list(&c, finished, q.user)).await?;
+    let jobs = with_cluster(&s, move |cl, _| cl.list(&c, finished, q.user, q.brief)).await?;
     Ok(Json(JobList { jobs }))
 }
 

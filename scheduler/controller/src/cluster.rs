@@ -4,9 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use wharf_api::wire::{
-    AgentJob, ErrorKind, KillOrder, LaunchOrder, Peer, PollRequest, Rendezvous, SubmitRequest,
-};
+use wharf_api::wire::{AgentJob, ErrorKind, KillOrder, LaunchOrder, Peer, PollRequest, Rendezvous};
 use wharf_api::{
     ExitInfo, JobDefaults, JobId, JobRecord, JobState, NodeInfo, NodeRecord, NodeState, Owner,
     Resources,
@@ -24,6 +22,8 @@ mod array;
 mod forms;
 mod requeue;
 mod sched;
+mod submit;
+mod table;
 
 /// A refused or failed request, with its kind and words for the user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +77,7 @@ struct NodeEntry {
 #[derive(Debug)]
 pub struct Cluster {
     store: Store,
-    jobs: BTreeMap<JobId, JobRecord>,
+    jobs: table::Jobs,
     nodes: BTreeMap<String, NodeEntry>,
     defaults: JobDefaults,
     node_timeout_ms: u64,
@@ -123,11 +123,7 @@ impl Cluster {
         now: u64,
         sched: SchedConfig,
     ) -> Result<Cluster, StoreError> {
-        let jobs = store
-            .active_jobs()?
-            .into_iter()
-            .map(|j| (j.id, j))
-            .collect();
+        let jobs = table::Jobs::new(store.active_jobs()?);
         let nodes = store
             .nodes()?
             .into_iter()
@@ -194,121 +190,6 @@ impl Cluster {
         Ok(self)
     }
 
-    /// Validates and stores a job. Returns its id once committed.
-    pub fn submit(
-        &mut self,
-        caller: &Caller,
-        req: &SubmitRequest,
-        now: u64,
-    ) -> Result<JobId, Failure> {
-        if let Some(t) = &req.client_token {
-            if t.is_empty() || t.len() > 128 {
-                return Err(Failure::new(
-                    ErrorKind::InvalidInput,
-                    "client_token must be 1 to 128 characters",
-                ));
-            }
-            // A retry of a submit that was stored: the same answer, whatever changed since.
-            match self.store.job_by_token(t)? {
-                Some((id, uid)) if uid == caller.owner.uid => return Ok(id),
-                Some(_) => {
-                    return Err(Failure::new(
-                        ErrorKind::InvalidInput,
-                        "client_token is already in use; choose a new random token",
-                    ))
-                }
-                None => {}
-            }
-        }
-        let spec = req
-            .job
-            .resolve(&req.cwd, &self.defaults)
-            .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
-        wharf_api::limits::fits_some_node(
-            &spec.resources,
-            self.nodes.values().map(|n| n.info.capacity()),
-        )
-        .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
-        self.check_partition(&spec, caller)?;
-        self.check_selection(&spec, &caller.owner.user)?;
-        self.check_account(&spec, &caller.owner.user)?;
-        self.check_qos_and_nice(&spec, caller)?;
-        self.check_limits(&spec, &caller.owner.user)?;
-        self.check_gpu_type(&spec)?;
-        self.check_dependency(req.job.dependency.as_ref(), caller)?;
-        let tasks = match &req.job.array {
-            Some(a) => self.check_array(a)?,
-            None => 1,
-        };
-        let pending = self
-            .jobs
-            .values()
-            .filter(|j| j.owner.uid == caller.owner.uid && j.state == JobState::Pending)
-            .count();
-        if pending + tasks > self.max_pending_per_user as usize {
-            return Err(Failure::new(
-                ErrorKind::Unavailable,
-                format!(
-                    "you have {pending} pending jobs and this submit adds {tasks}; one user may \
-                     have {} ([limits] max_pending_per_user); wait for some to start or cancel some",
-                    self.max_pending_per_user
-                ),
-            ));
-        }
-        // A path (a SIF file on shared storage) is checked by the node that runs the job.
-        if spec.image != "host"
-            && !spec.image.starts_with('/')
-            && !self.nodes.is_empty()
-            && !self.nodes.values().any(|n| n.images.contains(&spec.image))
-        {
-            return Err(Failure::new(
-                ErrorKind::InvalidInput,
-                format!(
-                    "unknown image {:?}: no node has it; import it with `wharf image import SOURCE --name {}` or use image \"host\"",
-                    spec.image, spec.image
-                ),
-            ));
-        }
-        let mut record = JobRecord {
-            id: 0,
-            owner: caller.owner.clone(),
-            name: spec.name.clone(),
-            resources: spec.resources,
-            time_limit: spec.time_limit,
-            spec: Some(spec),
-            state: JobState::Pending,
-            reason: Some("Queued: waiting for the scheduler".into()),
-            submit_time: now,
-            start_time: None,
-            end_time: None,
-            node: None,
-            cpu_ids: vec![],
-            gpu_ids: vec![],
-            exit: None,
-            cancel_requested: false,
-            priority: None,
-            expected_start: None,
-            begin_time: req.job.begin.map(|b| b.at(now)),
-            hold: (req.job.hold == Some(true)).then_some(wharf_api::Hold::User),
-            dependency: req.job.dependency.clone(),
-            array: None,
-            restarts: 0,
-            port: None,
-            stop: None,
-            requeued_from: None,
-        };
-        if let Some(array) = &req.job.array {
-            return self.insert_array(record, array, req.client_token.as_deref());
-        }
-        if self
-            .store
-            .insert_job(&mut record, req.client_token.as_deref())?
-        {
-            self.jobs.insert(record.id, record.clone());
-        }
-        Ok(record.id)
-    }
-
     /// Cancels a job: a pending job ends now; a started one gets a kill order. Returns the job
     /// as the caller sees it after the request, and the node to wake, if any.
     pub fn cancel(
@@ -371,23 +252,30 @@ impl Cluster {
         Ok((job, rx))
     }
 
-    /// Active jobs, plus up to `finished` ended ones (newest), oldest first.
+    /// Active jobs, plus up to `finished` ended ones (newest), oldest first; `brief` leaves
+    /// out every spec (never copied, for a long queue).
     pub fn list(
         &self,
         caller: &Caller,
         finished: u32,
         only_uid: Option<u32>,
+        brief: bool,
     ) -> Result<Vec<JobRecord>, Failure> {
         let mut out: Vec<JobRecord> = self
             .jobs
             .values()
             .filter(|j| only_uid.is_none_or(|u| j.owner.uid == u))
-            .cloned()
+            .map(|j| if brief { j.without_spec() } else { j.clone() })
             .collect();
         if finished > 0 {
-            out.extend(self.store.finished_jobs(only_uid, finished)?);
+            let mut ended = self.store.finished_jobs(only_uid, finished)?;
+            if brief {
+                ended.iter_mut().for_each(|j| j.spec = None);
+            }
+            // Active jobs come in id order; ended ones are merged in by id.
+            out.extend(ended);
+            out.sort_by_key(|j| j.id);
         }
-        out.sort_by_key(|j| j.id);
         Ok(out.into_iter().map(|j| view(caller, j)).collect())
     }
 
@@ -415,9 +303,7 @@ impl Cluster {
     }
 
     fn jobs_on<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a JobRecord> + 'a {
-        self.jobs
-            .values()
-            .filter(move |j| j.state.holds_resources() && j.node.as_deref() == Some(node))
+        self.jobs.on_node(node)
     }
 
     /// Records an agent's registration.
@@ -638,9 +524,9 @@ impl Cluster {
             self.watch.changed(job.id, job.state);
             if job.state.is_terminal() {
                 self.charge(&job);
-                self.jobs.remove(&job.id);
+                self.jobs.remove(job.id);
             } else {
-                self.jobs.insert(job.id, job);
+                self.jobs.insert(job);
             }
         }
         Ok(())

@@ -1,9 +1,10 @@
 //! `wharf controller`: the API server, the scheduling loop and the durable store.
 //!
 //! One [`cluster::Cluster`] holds the state under a mutex; handlers run its methods on the
-//! blocking pool because each change commits to SQLite before the client is answered. A
-//! scheduler task runs a pass whenever something changes (and every second), and wakes the
-//! long-polling agents that got work.
+//! blocking pool because each change commits to SQLite before the client is answered
+//! (submits go through one writer that commits them in groups, [`submits`]). A scheduler task
+//! runs a pass whenever something changes (and every second), spaced by the length of the
+//! last one, and wakes the long-polling agents that got work.
 
 pub mod admin;
 pub mod api;
@@ -13,6 +14,7 @@ pub mod private;
 pub mod retention;
 pub mod serve;
 pub mod store;
+pub mod submits;
 pub mod visibility;
 pub mod watch;
 
@@ -99,6 +101,8 @@ pub struct Shared {
     pub config: ControllerConfig,
     /// Jobs and nodes.
     pub cluster: Mutex<cluster::Cluster>,
+    /// Submits waiting to be committed as a group.
+    pub submits: submits::Submits,
     scheduler: Notify,
     nodes: Mutex<BTreeMap<String, Arc<Notify>>>,
 }
@@ -176,12 +180,15 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
     )?
     .with_max_pending_per_user(config.max_pending_per_user)
     .with_forms(config.forms.clone());
+    let (submits, queue) = submits::queue();
     let shared = Arc::new(Shared {
         config: config.clone(),
         cluster: Mutex::new(cluster),
+        submits,
         scheduler: Notify::new(),
         nodes: Mutex::default(),
     });
+    submits::start(&shared, queue).map_err(io("starting the submit writer"))?;
 
     if let Some(parent) = config.socket.parent() {
         // Users must reach the socket whatever the umask: a directory made here is 0755.
@@ -264,10 +271,19 @@ async fn retention_loop(shared: Arc<Shared>, r: retention::Retention) {
         tokio::time::sleep(Duration::from_secs(3600)).await;
     }
 }
+/// After a pass, the scheduler waits this many times the pass's length before the next.
+///
+/// A pass holds the cluster and costs time in proportion to the queue, while wake-ups (every
+/// committed group of submits is one) come as fast as clients send. Spacing passes by their
+/// own length keeps them to a fifth of the controller's time at any depth, so the submit rate
+/// stays flat as the queue grows; with a short queue a pass takes microseconds and the next
+/// follows its wake-up at once. Wake-ups during the wait are kept, and make one pass.
+const PASS_SPACING: u32 = 4;
 
 async fn scheduler_loop(shared: Arc<Shared>) {
     loop {
         let _ = tokio::time::timeout(Duration::from_secs(1), shared.scheduler.notified()).await;
+        let started = tokio::time::Instant::now();
         let s = shared.clone();
         let result = tokio::task::spawn_blocking(move || {
             let mut cluster = s.cluster.lock().unwrap_or_else(|p| p.into_inner());
@@ -281,5 +297,6 @@ async fn scheduler_loop(shared: Arc<Shared>) {
             Ok(Err(e)) => tracing::error!(error = %e.message, "scheduling pass failed"),
             Err(e) => tracing::error!(error = %e, "scheduling pass panicked"),
         }
+        tokio::time::sleep(started.elapsed() * PASS_SPACING).await;
     }
 }

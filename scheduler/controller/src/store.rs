@@ -90,61 +90,34 @@ impl Store {
         records: &mut [JobRecord],
         client_token: Option<&str>,
     ) -> Result<bool, StoreError> {
-        let tx = self.conn.transaction()?;
-        if let Some(token) = client_token {
-            let existing: Option<i64> = tx
-                .query_row(
-                    "SELECT id FROM jobs WHERE client_token = ?1",
-                    [token],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if let Some(id) = existing {
-                if let Some(first) = records.first_mut() {
-                    first.id = id as JobId;
-                }
-                return Ok(false);
+        self.insert_group(&mut [(records, client_token)])?
+            .pop()
+            .unwrap_or(Ok(true))
+    }
+
+    /// Inserts several submits (each a plain job or the tasks of an array, with its client
+    /// token) in one transaction, so that one sync makes them all durable. Each is inserted
+    /// as [`Store::insert_array`] would, inside a savepoint of its own: one that fails is
+    /// rolled back alone and its error returned in its place; the others are committed. A
+    /// token seen earlier in the same group counts as stored. The outer error means the
+    /// commit itself failed and nothing was stored.
+    pub fn insert_group(
+        &mut self,
+        submits: &mut [(&mut [JobRecord], Option<&str>)],
+    ) -> Result<Vec<Result<bool, StoreError>>, StoreError> {
+        let mut tx = self.conn.transaction()?;
+        let mut out = Vec::with_capacity(submits.len());
+        for (records, token) in submits.iter_mut() {
+            let sp = tx.savepoint()?;
+            let done = insert_records(&sp, records, *token);
+            if done.is_ok() {
+                sp.commit()?;
             }
+            // A failed one's savepoint rolls back as it is dropped.
+            out.push(done);
         }
-        let Some(first) = records.first() else {
-            return Ok(true);
-        };
-        tx.execute(
-            "INSERT INTO jobs (uid, state, submit_time, client_token, record) VALUES (?1, ?2, ?3, ?4, '{}')",
-            params![first.owner.uid, first.state.as_str(), first.submit_time as i64, client_token],
-        )?;
-        let base = tx.last_insert_rowid() as JobId;
-        {
-            // Explicit ids: AUTOINCREMENT only ever grows, and this transaction holds the write
-            // lock, so base+1.. are free.
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO jobs (id, uid, state, submit_time, record) VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?;
-            for (k, r) in records.iter_mut().enumerate() {
-                r.id = base + k as JobId;
-                if let Some(a) = r.array.as_mut() {
-                    a.job_id = base;
-                }
-                if let Some(a) = r.spec.as_mut().and_then(|s| s.array.as_mut()) {
-                    a.job_id = base;
-                }
-                if k > 0 {
-                    insert.execute(params![
-                        r.id as i64,
-                        r.owner.uid,
-                        r.state.as_str(),
-                        r.submit_time as i64,
-                        serde_json::to_string(&*r)?
-                    ])?;
-                }
-            }
-        }
-        tx.execute(
-            "UPDATE jobs SET record = ?1 WHERE id = ?2",
-            params![serde_json::to_string(&records[0])?, base as i64],
-        )?;
         tx.commit()?;
-        Ok(true)
+        Ok(out)
     }
 
     /// The active or ended task `task` of array `array_id`, if any.
@@ -323,6 +296,63 @@ impl Store {
         }
         Ok(out)
     }
+}
+
+/// Inserts one submit's records inside `tx` (see [`Store::insert_array`]).
+fn insert_records(
+    tx: &Connection,
+    records: &mut [JobRecord],
+    client_token: Option<&str>,
+) -> Result<bool, StoreError> {
+    if let Some(token) = client_token {
+        let existing: Option<i64> = tx
+            .query_row(
+                "SELECT id FROM jobs WHERE client_token = ?1",
+                [token],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(id) = existing {
+            if let Some(first) = records.first_mut() {
+                first.id = id as JobId;
+            }
+            return Ok(false);
+        }
+    }
+    let Some(first) = records.first() else {
+        return Ok(true);
+    };
+    tx.prepare_cached(
+        "INSERT INTO jobs (uid, state, submit_time, client_token, record) VALUES (?1, ?2, ?3, ?4, '{}')",
+    )?
+    .execute(params![first.owner.uid, first.state.as_str(), first.submit_time as i64, client_token])?;
+    let base = tx.last_insert_rowid() as JobId;
+    // Explicit ids: AUTOINCREMENT only ever grows, and this transaction holds the write lock,
+    // so base+1.. are free.
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO jobs (id, uid, state, submit_time, record) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    for (k, r) in records.iter_mut().enumerate() {
+        r.id = base + k as JobId;
+        if let Some(a) = r.array.as_mut() {
+            a.job_id = base;
+        }
+        if let Some(a) = r.spec.as_mut().and_then(|s| s.array.as_mut()) {
+            a.job_id = base;
+        }
+        if k > 0 {
+            insert.execute(params![
+                r.id as i64,
+                r.owner.uid,
+                r.state.as_str(),
+                r.submit_time as i64,
+                serde_json::to_string(&*r)?
+            ])?;
+        }
+    }
+    tx.prepare_cached("UPDATE jobs SET record = ?1 WHERE id = ?2")?
+        .execute(params![serde_json::to_string(&records[0])?, base as i64])?;
+    Ok(true)
 }
 
 #[cfg(test)]

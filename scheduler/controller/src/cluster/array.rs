@@ -1,4 +1,4 @@
-//! Job arrays: one submit stores one record per task in one transaction; the scheduler lets
+//! Job arrays: one submit stores one record per task, all or none; the scheduler lets
 //! at most the throttle's number of an array's tasks hold resources at once.
 
 use std::collections::BTreeMap;
@@ -26,39 +26,6 @@ impl Cluster {
             )),
             Some(_) => Ok(array.tasks.len()),
         }
-    }
-
-    /// Stores one record per task, copies of `first`, in one transaction. Returns the array
-    /// job's id (its first task's id).
-    pub(super) fn insert_array(
-        &mut self,
-        first: JobRecord,
-        array: &ArraySpec,
-        token: Option<&str>,
-    ) -> Result<JobId, Failure> {
-        let mut records: Vec<JobRecord> = array
-            .tasks
-            .iter()
-            .map(|&task_id| {
-                let task = ArrayTask {
-                    job_id: 0,
-                    task_id,
-                    throttle: array.throttle,
-                };
-                let mut r = first.clone();
-                r.array = Some(task);
-                if let Some(s) = r.spec.as_mut() {
-                    s.array = Some(task);
-                }
-                r
-            })
-            .collect();
-        let inserted = self.store.insert_array(&mut records, token)?;
-        let id = records.first().map_or(0, |r| r.id);
-        if inserted {
-            self.jobs.extend(records.into_iter().map(|r| (r.id, r)));
-        }
-        Ok(id)
     }
 
     /// Keeps each throttled array's pending tasks in `state` to what its throttle still
@@ -101,11 +68,11 @@ impl Cluster {
         });
         let words = PendingReason::JobArrayTaskLimit.to_string();
         for id in &limited {
-            if let Some(rec) = self.jobs.get_mut(id) {
+            self.jobs.edit(*id, |rec| {
                 rec.reason = Some(words.clone());
                 rec.priority = None;
                 rec.expected_start = None;
-            }
+            });
         }
         limited
     }
@@ -118,7 +85,6 @@ impl Cluster {
         let active = self
             .jobs
             .range(id..)
-            .map(|(_, j)| j)
             .find(|j| j.array.is_some_and(|a| a.job_id == id && a.task_id == task));
         if let Some(j) = active {
             return Ok(j.id);
@@ -149,7 +115,6 @@ impl Cluster {
         let tasks: Vec<JobRecord> = self
             .jobs
             .range(array_id..)
-            .map(|(_, j)| j)
             .filter(|j| j.array.is_some_and(|a| a.job_id == array_id))
             .cloned()
             .collect();
@@ -185,6 +150,27 @@ impl Cluster {
         wake.dedup();
         Ok(Some((crate::visibility::view(caller, first), wake)))
     }
+}
+
+/// One record per task of `array`, copies of `first`; the store numbers them.
+pub(super) fn task_records(first: JobRecord, array: &ArraySpec) -> Vec<JobRecord> {
+    array
+        .tasks
+        .iter()
+        .map(|&task_id| {
+            let task = ArrayTask {
+                job_id: 0,
+                task_id,
+                throttle: array.throttle,
+            };
+            let mut r = first.clone();
+            r.array = Some(task);
+            if let Some(s) = r.spec.as_mut() {
+                s.array = Some(task);
+            }
+            r
+        })
+        .collect()
 }
 
 #[cfg(test)]

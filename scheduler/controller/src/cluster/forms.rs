@@ -201,33 +201,37 @@ impl Cluster {
     pub(super) fn never_met(&mut self, never: Vec<NeverMet>, now: u64) -> Vec<JobRecord> {
         let mut cancelled = Vec::new();
         for n in never {
-            let Some(rec) = self.jobs.get_mut(&n.job) else {
-                continue;
-            };
             let words = format!(
                 "{} (job {} ended {})",
                 PendingReason::DependencyNeverSatisfied { on: n.on },
                 n.on,
                 n.parent_state
             );
-            rec.priority = None;
-            rec.expected_start = None;
-            if self.forms.kill_invalid_dependency {
-                let mut rec = rec.clone();
-                rec.state = JobState::Cancelled;
-                rec.end_time = Some(now);
-                rec.reason = Some(format!(
-                    "{words}; cancelled ([scheduler] kill_invalid_dependency)"
-                ));
-                tracing::info!(
-                    job = n.job,
-                    on = n.on,
-                    "dependency can never be met; job cancelled"
-                );
-                cancelled.push(rec);
-            } else {
-                rec.reason = Some(words);
+            let kill = self.forms.kill_invalid_dependency;
+            let Some(mut rec) = self.jobs.edit(n.job, |rec| {
+                rec.priority = None;
+                rec.expected_start = None;
+                if !kill {
+                    rec.reason = Some(words.clone());
+                }
+                rec.clone()
+            }) else {
+                continue;
+            };
+            if !kill {
+                continue;
             }
+            rec.state = JobState::Cancelled;
+            rec.end_time = Some(now);
+            rec.reason = Some(format!(
+                "{words}; cancelled ([scheduler] kill_invalid_dependency)"
+            ));
+            tracing::info!(
+                job = n.job,
+                on = n.on,
+                "dependency can never be met; job cancelled"
+            );
+            cancelled.push(rec);
         }
         cancelled
     }
@@ -243,7 +247,7 @@ fn held_reason(hold: Hold) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;
 
 impl Cluster {
     /// Changes a pending job's time limit, nice or partition (Slurm's `scontrol update`). Its
@@ -324,7 +328,7 @@ impl Cluster {
             self.check_qos_and_nice(&spec, caller)?;
         }
         self.check_account(&spec, &job.owner.user)?;
-        self.check_limits(&spec, &job.owner.user)?;
+        self.check_limits(&spec, &job.owner, &[])?;
         job.time_limit = spec.time_limit;
         if let Some(b) = req.begin {
             job.begin_time = Some(b.at(now)).filter(|&t| t > now);

@@ -76,20 +76,21 @@ impl Cluster {
         let weights = self.sched.weights;
         for wait in &plan.waiting {
             let priority = plan.priority(wait.job).map(|p| sprio(p, &weights));
-            if let Some(rec) = self.jobs.get_mut(&wait.job) {
+            // The scheduler's sentence is made of public fields only (resources, limits,
+            // partition and job ids), so other users may see it too.
+            let reason = match wait.estimated_start {
+                Some(at) => format!(
+                    "{}; expected to start in about {}",
+                    wait.reason,
+                    wharf_api::resources::format_duration(at.saturating_sub(now) / 1000)
+                ),
+                None => wait.reason.to_string(),
+            };
+            self.jobs.edit(wait.job, |rec| {
                 rec.priority = priority;
                 rec.expected_start = wait.estimated_start;
-                // The scheduler's sentence is made of public fields only (resources, limits,
-                // partition and job ids), so other users may see it too.
-                rec.reason = Some(match wait.estimated_start {
-                    Some(at) => format!(
-                        "{}; expected to start in about {}",
-                        wait.reason,
-                        wharf_api::resources::format_duration(at.saturating_sub(now) / 1000)
-                    ),
-                    None => wait.reason.to_string(),
-                });
-            }
+                rec.reason = Some(reason);
+            });
         }
         self.commit(started)?;
         Ok(woken)
@@ -381,12 +382,19 @@ impl Cluster {
     /// Refuses a job that could never start under a QoS or association limit (over MaxWall,
     /// MaxTRESPerJob, or a per-user or group TRES cap on its own), and a submit that would
     /// take the user over MaxSubmitJobsPerUser or MaxSubmitJobs.
-    pub(super) fn check_limits(&self, spec: &JobSpec, user: &str) -> Result<(), Failure> {
+    /// `earlier` are the (association, QoS) of the jobs of submits before this one in its
+    /// group, not stored yet.
+    pub(super) fn check_limits(
+        &self,
+        spec: &JobSpec,
+        owner: &wharf_api::Owner,
+        earlier: &[(Assoc, Option<String>)],
+    ) -> Result<(), Failure> {
         let limits = &self.sched.limits;
         if limits.is_empty() {
             return Ok(());
         }
-        let assoc = self.assoc_for(Some(spec), user);
+        let assoc = self.assoc_for(Some(spec), &owner.user);
         let r = spec.resources;
         let mut job = PendingJob::new(0, assoc, Request::per_node(r.cpus, r.memory, r.gpus), 0);
         job.qos = self.qos_of(Some(spec));
@@ -413,10 +421,9 @@ impl Cluster {
         // Pending and running jobs of this user: only theirs can count toward their caps.
         let active: Vec<(Assoc, Option<String>)> = self
             .jobs
-            .values()
-            .filter(|j| j.owner.user == user)
-            .filter(|j| j.state == JobState::Pending || j.state.holds_resources())
+            .active_of(owner.uid)
             .map(|j| (self.assoc(j), self.qos_of(j.spec.as_ref())))
+            .chain(earlier.iter().cloned())
             .collect();
         limits::submit_fits(
             &self.sched,

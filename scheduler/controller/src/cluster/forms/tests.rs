@@ -17,7 +17,8 @@ fn caller(uid: u32, user: &str, admin: bool) -> Caller {
     }
 }
 
-fn cluster(dir: &tempfile::TempDir) -> Cluster {
+/// A cluster with one node, n1 (8 CPUs, 16 GiB), its store in `dir`.
+pub(in crate::cluster) fn cluster(dir: &tempfile::TempDir) -> Cluster {
     let store = Store::open(&dir.path().join("wharf.db")).unwrap();
     let mut c = Cluster::load(store, JobDefaults::default(), u64::MAX / 4, 0).unwrap();
     c.register(
@@ -132,7 +133,7 @@ fn a_job_with_a_begin_time_waits_for_it_even_across_a_restart() {
 }
 
 /// The agent of n1 reports job `id` ended with `code`.
-fn end(c: &mut Cluster, id: JobId, code: i32, now: u64) {
+pub(in crate::cluster) fn end(c: &mut Cluster, id: JobId, code: i32, now: u64) {
     let report = PollRequest {
         node: "n1".into(),
         jobs: vec![AgentJob {

@@ -1,0 +1,243 @@
+//! Submits, alone or in groups. A group is checked submit by submit against the cluster and
+//! the submits before it in the group, stored in one transaction (one sync makes every one of
+//! them durable), and each submit gets its own answer: a refused or failed one fails alone.
+
+use std::collections::BTreeMap;
+
+use wharf_api::wire::{ErrorKind, SubmitRequest};
+use wharf_api::{JobId, JobRecord, JobState};
+use wharf_core::Assoc;
+
+use super::{Caller, Cluster, Failure};
+
+/// What becomes of one submit of a group.
+enum Staged {
+    /// Answered without storing anything (refused, or a retry of a stored submit).
+    Done(Result<JobId, Failure>),
+    /// To be stored: its records (one, or one per array task) and client token.
+    Insert(Vec<JobRecord>, Option<String>),
+    /// A retry of the submit at this index of the group (the same client token): its answer.
+    SameAs(usize),
+}
+
+/// What the submits before one in its group already add.
+#[derive(Default)]
+struct Added<'a> {
+    /// Pending jobs per uid.
+    pending: BTreeMap<u32, usize>,
+    /// Client token -> (uid, index in the group).
+    tokens: BTreeMap<&'a str, (u32, usize)>,
+    /// (association, QoS) of each job, kept only when limits are configured.
+    limited: Vec<(Assoc, Option<String>)>,
+}
+
+impl Cluster {
+    /// Validates and stores a job. Returns its id once committed.
+    pub fn submit(
+        &mut self,
+        caller: &Caller,
+        req: &SubmitRequest,
+        now: u64,
+    ) -> Result<JobId, Failure> {
+        self.submit_group(&[(caller, req)], now)
+            .pop()
+            .unwrap_or_else(|| Err(Failure::new(ErrorKind::Internal, "no answer to a submit")))
+    }
+
+    /// Validates and stores a group of submits in one transaction; returns each one's answer,
+    /// in order, once the group is committed. Each submit is checked as if the ones before it
+    /// were already stored (a user's pending count includes them).
+    pub fn submit_group(
+        &mut self,
+        group: &[(&Caller, &SubmitRequest)],
+        now: u64,
+    ) -> Vec<Result<JobId, Failure>> {
+        let mut added = Added::default();
+        let mut staged = Vec::with_capacity(group.len());
+        for (at, (caller, req)) in group.iter().enumerate() {
+            let s = self
+                .stage(caller, req, now, &mut added, at)
+                .unwrap_or_else(|f| Staged::Done(Err(f)));
+            staged.push(s);
+        }
+        let mut rows: Vec<(&mut [JobRecord], Option<&str>)> = staged
+            .iter_mut()
+            .filter_map(|s| match s {
+                Staged::Insert(records, token) => Some((records.as_mut_slice(), token.as_deref())),
+                _ => None,
+            })
+            .collect();
+        let rows_n = rows.len();
+        let stored: Vec<Result<bool, Failure>> = match self.store.insert_group(&mut rows) {
+            Ok(each) => each.into_iter().map(|r| r.map_err(Failure::from)).collect(),
+            Err(e) => vec![Err(Failure::from(e)); rows_n],
+        };
+        drop(rows);
+        let mut stored = stored.into_iter();
+        let mut answers: Vec<Result<JobId, Failure>> = Vec::with_capacity(group.len());
+        for s in staged {
+            let answer = match s {
+                Staged::Done(answer) => answer,
+                Staged::SameAs(at) => answers[at].clone(),
+                Staged::Insert(records, _) => match stored.next() {
+                    Some(Ok(inserted)) => {
+                        let id = records.first().map_or(0, |r| r.id);
+                        if inserted {
+                            records.into_iter().for_each(|r| self.jobs.insert(r));
+                        }
+                        Ok(id)
+                    }
+                    Some(Err(f)) => Err(f),
+                    None => Err(Failure::new(ErrorKind::Internal, "a submit was not stored")),
+                },
+            };
+            answers.push(answer);
+        }
+        answers
+    }
+
+    /// Checks one submit of a group (the `at`th) and makes its records.
+    fn stage<'a>(
+        &self,
+        caller: &Caller,
+        req: &'a SubmitRequest,
+        now: u64,
+        added: &mut Added<'a>,
+        at: usize,
+    ) -> Result<Staged, Failure> {
+        let uid = caller.owner.uid;
+        let in_use = || {
+            Failure::new(
+                ErrorKind::InvalidInput,
+                "client_token is already in use; choose a new random token",
+            )
+        };
+        if let Some(t) = &req.client_token {
+            if t.is_empty() || t.len() > 128 {
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    "client_token must be 1 to 128 characters",
+                ));
+            }
+            // A retry of a submit that was stored: the same answer, whatever changed since.
+            match self.store.job_by_token(t)? {
+                Some((id, owner)) if owner == uid => return Ok(Staged::Done(Ok(id))),
+                Some(_) => return Err(in_use()),
+                None => {}
+            }
+            match added.tokens.get(t.as_str()) {
+                Some(&(owner, first)) if owner == uid => return Ok(Staged::SameAs(first)),
+                Some(_) => return Err(in_use()),
+                None => {}
+            }
+        }
+        let records = self.check_submit(caller, req, now, added)?;
+        *added.pending.entry(uid).or_default() += records.len();
+        if !self.sched.limits.is_empty() {
+            let of = |r: &JobRecord| (self.assoc(r), self.qos_of(r.spec.as_ref()));
+            added.limited.extend(records.iter().map(of));
+        }
+        if let Some(t) = &req.client_token {
+            added.tokens.insert(t, (uid, at));
+        }
+        Ok(Staged::Insert(records, req.client_token.clone()))
+    }
+
+    /// Checks a submit against the cluster and what the submits before it in its group add,
+    /// and makes its records: one, or one per array task.
+    fn check_submit(
+        &self,
+        caller: &Caller,
+        req: &SubmitRequest,
+        now: u64,
+        earlier: &Added,
+    ) -> Result<Vec<JobRecord>, Failure> {
+        let spec = req
+            .job
+            .resolve(&req.cwd, &self.defaults)
+            .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
+        wharf_api::limits::fits_some_node(
+            &spec.resources,
+            self.nodes.values().map(|n| n.info.capacity()),
+        )
+        .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
+        self.check_partition(&spec, caller)?;
+        self.check_selection(&spec, &caller.owner.user)?;
+        self.check_account(&spec, &caller.owner.user)?;
+        self.check_qos_and_nice(&spec, caller)?;
+        self.check_limits(&spec, &caller.owner, &earlier.limited)?;
+        self.check_gpu_type(&spec)?;
+        self.check_dependency(req.job.dependency.as_ref(), caller)?;
+        let tasks = match &req.job.array {
+            Some(a) => self.check_array(a)?,
+            None => 1,
+        };
+        let uid = caller.owner.uid;
+        let pending = self.jobs.pending_of(uid) as usize + earlier.pending_of(uid);
+        if pending + tasks > self.max_pending_per_user as usize {
+            return Err(Failure::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "you have {pending} pending jobs and this submit adds {tasks}; one user may \
+                     have {} ([limits] max_pending_per_user); wait for some to start or cancel some",
+                    self.max_pending_per_user
+                ),
+            ));
+        }
+        // A path (a SIF file on shared storage) is checked by the node that runs the job.
+        if spec.image != "host"
+            && !spec.image.starts_with('/')
+            && !self.nodes.is_empty()
+            && !self.nodes.values().any(|n| n.images.contains(&spec.image))
+        {
+            return Err(Failure::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "unknown image {:?}: no node has it; import it with `wharf image import SOURCE --name {}` or use image \"host\"",
+                    spec.image, spec.image
+                ),
+            ));
+        }
+        let record = JobRecord {
+            id: 0,
+            owner: caller.owner.clone(),
+            name: spec.name.clone(),
+            resources: spec.resources,
+            time_limit: spec.time_limit,
+            spec: Some(spec),
+            state: JobState::Pending,
+            reason: Some("Queued: waiting for the scheduler".into()),
+            submit_time: now,
+            start_time: None,
+            end_time: None,
+            node: None,
+            cpu_ids: vec![],
+            gpu_ids: vec![],
+            exit: None,
+            cancel_requested: false,
+            priority: None,
+            expected_start: None,
+            begin_time: req.job.begin.map(|b| b.at(now)),
+            hold: (req.job.hold == Some(true)).then_some(wharf_api::Hold::User),
+            dependency: req.job.dependency.clone(),
+            array: None,
+            restarts: 0,
+            stop: None,
+            requeued_from: None,
+            port: None,
+        };
+        Ok(match &req.job.array {
+            Some(array) => super::array::task_records(record, array),
+            None => vec![record],
+        })
+    }
+}
+
+impl Added<'_> {
+    fn pending_of(&self, uid: u32) -> usize {
+        self.pending.get(&uid).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests;
