@@ -106,6 +106,22 @@ pub struct NodeInfo {
 }
 
 impl NodeInfo {
+    /// A node `name` reached at `address` with these CPUs, memory and GPUs, and nothing else
+    /// described (no features, NUMA or fabric address).
+    pub fn new(name: &str, address: &str, cpus: u32, memory: u64, gpus: Vec<GpuInfo>) -> NodeInfo {
+        NodeInfo {
+            name: name.into(),
+            address: address.into(),
+            fabric_address: None,
+            cpus,
+            memory,
+            gpus,
+            cpu_numa: vec![],
+            version: env!("CARGO_PKG_VERSION").into(),
+            features: vec![],
+        }
+    }
+
     /// Total resources the node offers.
     pub fn capacity(&self) -> Resources {
         Resources {

@@ -23,21 +23,8 @@ fn cluster(dir: &tempfile::TempDir) -> Cluster {
     let mut c = Cluster::load(store, JobDefaults::default(), u64::MAX / 4, 0)
         .unwrap()
         .with_max_pending_per_user(20_000);
-    c.register(
-        NodeInfo {
-            name: "n1".into(),
-            address: "127.0.0.1".into(),
-            fabric_address: None,
-            cpus: 8,
-            memory: 16 << 30,
-            gpus: vec![],
-            cpu_numa: vec![],
-            version: "test".into(),
-            features: vec![],
-        },
-        0,
-    )
-    .unwrap();
+    c.register(NodeInfo::new("n1", "127.0.0.1", 8, 16 << 30, vec![]), 0)
+        .unwrap();
     c
 }
 

@@ -30,21 +30,8 @@ pub(crate) fn cluster(dir: &tempfile::TempDir) -> Cluster {
             ..GpuInfo::minor(index)
         })
         .collect();
-    c.register(
-        NodeInfo {
-            name: "n1".into(),
-            address: "127.0.0.1".into(),
-            fabric_address: None,
-            cpus: 8,
-            memory: 16 << 30,
-            gpus,
-            cpu_numa: vec![],
-            version: "test".into(),
-            features: vec![],
-        },
-        0,
-    )
-    .unwrap();
+    c.register(NodeInfo::new("n1", "127.0.0.1", 8, 16 << 30, gpus), 0)
+        .unwrap();
     c
 }
 
@@ -325,15 +312,8 @@ fn gpus_and_cpus_are_taken_close_together_where_the_agent_says_where_they_sit() 
         .collect();
     c.register(
         NodeInfo {
-            name: "n1".into(),
-            address: "127.0.0.1".into(),
-            fabric_address: None,
-            cpus: 8,
-            memory: 16 << 30,
-            gpus,
             cpu_numa: vec![0, 0, 0, 0, 1, 1, 1, 1],
-            features: vec![],
-            version: "test".into(),
+            ..NodeInfo::new("n1", "127.0.0.1", 8, 16 << 30, gpus)
         },
         0,
     )
