@@ -34,6 +34,27 @@ fn fake_dev_with(minors: &[u32]) -> tempfile::TempDir {
     dev
 }
 
+/// A one-node cluster whose node has fake GPUs with these minors, as `wharf nodes` shows.
+fn gpu_cluster(minors: &[u32]) -> (tempfile::TempDir, Cluster) {
+    let dev = fake_dev_with(minors);
+    let c = Cluster::start_with(&format!("dev_root = \"{}\"", dev.path().display()));
+    let nodes = stdout(&c.wharf(&["nodes"]));
+    let n = minors.len();
+    assert!(
+        nodes.contains(&format!("0/{n}")),
+        "node does not report {n} GPUs:\n{nodes}"
+    );
+    (dev, c)
+}
+
+/// The first line of `text` that starts with `prefix`.
+fn line_of(text: &str, prefix: &str) -> String {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} in:\n{text}"))
+        .to_string()
+}
+
 /// A node whose GPUs are numbered 0, 1 and 3 (2 fell off the bus, or was never there):
 /// the scheduler hands out exactly those ids, a job given all three sees and opens exactly
 /// those, and a job asking for a fourth is refused.
@@ -42,25 +63,14 @@ fn a_node_with_gpus_0_1_and_3_gives_out_those_and_never_2() {
     if !can_run("a_node_with_gpus_0_1_and_3_gives_out_those_and_never_2") {
         return;
     }
-    let dev = fake_dev_with(&[0, 1, 3]);
-    let c = Cluster::start_with(&format!("dev_root = \"{}\"", dev.path().display()));
-    let nodes = stdout(&c.wharf(&["nodes"]));
-    assert!(
-        nodes.contains("0/3"),
-        "node does not report 3 GPUs:\n{nodes}"
-    );
+    let (_dev, c) = gpu_cluster(&[0, 1, 3]);
     let alice = user("wharf-alice");
     let script = "echo visible $(ls /dev | grep 'nvidia[0-9]' | tr '\\n' ' '); \
          echo cuda=$CUDA_VISIBLE_DEVICES slurm=$SLURM_JOB_GPUS on_node=$SLURM_GPUS_ON_NODE; \
          for i in 0 1 2 3; do head -c1 /dev/nvidia$i 2>&1 | sed \"s/^/open $i: /\"; done";
     let out = c.run_sh(&alice, &["--gpus", "3"], script);
     let text = stdout(&out);
-    let line = |prefix: &str| {
-        text.lines()
-            .find(|l| l.starts_with(prefix))
-            .unwrap_or_else(|| panic!("no {prefix:?} in:\n{text}"))
-            .to_string()
-    };
+    let line = |prefix: &str| line_of(&text, prefix);
     assert_eq!(line("visible"), "visible nvidia0 nvidia1 nvidia3", "{text}");
     assert_eq!(line("cuda="), "cuda=0,1,2 slurm=0,1,3 on_node=3");
     for i in [0, 1, 3] {
@@ -80,13 +90,7 @@ fn job_given_two_of_eight_gpus_sees_and_opens_exactly_those() {
     if !can_run("job_given_two_of_eight_gpus_sees_and_opens_exactly_those") {
         return;
     }
-    let dev = fake_dev(8);
-    let c = Cluster::start_with(&format!("dev_root = \"{}\"", dev.path().display()));
-    let nodes = stdout(&c.wharf(&["nodes"]));
-    assert!(
-        nodes.contains("0/8"),
-        "node does not report 8 GPUs:\n{nodes}"
-    );
+    let (dev, c) = gpu_cluster(&(0..8).collect::<Vec<u32>>());
     let alice = user("wharf-alice");
 
     // Hold GPUs 0 and 1 with a first job, so the job under test gets 2 and 3.
@@ -104,12 +108,7 @@ fn job_given_two_of_eight_gpus_sees_and_opens_exactly_those() {
     );
     let out = c.run_sh(&alice, &["--gpus", "2"], &script);
     let text = stdout(&out);
-    let line = |prefix: &str| {
-        text.lines()
-            .find(|l| l.starts_with(prefix))
-            .unwrap_or_else(|| panic!("no {prefix:?} in:\n{text}"))
-            .to_string()
-    };
+    let line = |prefix: &str| line_of(&text, prefix);
     assert_eq!(
         line("visible"),
         "visible nvidia-uvm nvidia2 nvidia3 nvidiactl",
