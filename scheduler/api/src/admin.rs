@@ -192,6 +192,9 @@ pub struct QosDef {
     /// QoS whose jobs this one may preempt.
     #[serde(default)]
     pub preempt: Vec<String>,
+    /// What becomes of this QoS's jobs when preempted: `requeue` (the default) or `cancel`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_mode: Option<String>,
 }
 
 impl QosDef {
@@ -207,6 +210,7 @@ impl QosDef {
             grp_tres: TresCaps::default(),
             grp_jobs: None,
             preempt: vec![],
+            preempt_mode: None,
         }
     }
 }
@@ -243,6 +247,16 @@ pub struct PartitionDef {
     /// The partition of jobs that name none (one at most).
     #[serde(default)]
     pub default: bool,
+    /// What becomes of its jobs when a higher tier needs their nodes: `off` (the default),
+    /// `requeue` or `cancel`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_mode: Option<String>,
+    /// Accounts whose jobs may run here (AllowAccounts); empty: all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_accounts: Vec<String>,
+    /// Unix groups whose members may run jobs here (AllowGroups); empty: everyone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_groups: Vec<String>,
 }
 
 impl PartitionDef {
@@ -260,6 +274,9 @@ impl PartitionDef {
             billing_memory_gib: 0.0,
             billing_gpu: 0.0,
             default: false,
+            preempt_mode: None,
+            allow_accounts: vec![],
+            allow_groups: vec![],
         }
     }
 }

@@ -44,6 +44,15 @@ pub enum PreemptMode {
 }
 
 impl PreemptMode {
+    /// The mode's name in the config: `off`, `requeue` or `cancel`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PreemptMode::Off => "off",
+            PreemptMode::Requeue => "requeue",
+            PreemptMode::Cancel => "cancel",
+        }
+    }
+
     /// The mode as configured: `off`, `requeue` or `cancel`.
     pub fn parse(text: &str) -> Option<PreemptMode> {
         match text.to_ascii_lowercase().as_str() {

@@ -5,7 +5,9 @@ use wharf_api::admin::{
     AccountDef, AssocCaps, Associations, PartitionDef, QosDef, Source, Sourced, TresCaps, UserDef,
 };
 use wharf_core::limits::{AssocLimits, QosLimits, TresLimit};
-use wharf_core::{Account, Assoc, Billing, Config, Partition, PartitionState, Qos, UserShares};
+use wharf_core::{
+    Account, Assoc, Billing, Config, Partition, PartitionState, PreemptMode, Qos, UserShares,
+};
 
 use super::Registry;
 
@@ -109,6 +111,7 @@ impl Registry {
                     grp_tres: tres_caps(&lim.grp_tres),
                     grp_jobs: lim.grp_jobs,
                     preempt: lim.preempt.clone(),
+                    preempt_mode: lim.preempt_mode.map(|m| m.as_str().to_string()),
                 })
             })
             .collect();
@@ -128,6 +131,9 @@ impl Registry {
                     billing_memory_gib: p.billing.memory_gib,
                     billing_gpu: p.billing.gpu,
                     default: base.default_partition.as_deref() == Some(p.name.as_str()),
+                    preempt_mode: Some(p.preempt_mode.as_str().to_string()),
+                    allow_accounts: p.allow_accounts.clone(),
+                    allow_groups: p.allow_groups.clone(),
                 })
             })
             .collect();
@@ -198,14 +204,7 @@ impl Registry {
                     grp_tres: tres_limit(&q.grp_tres),
                     grp_jobs: q.grp_jobs,
                     preempt: q.preempt.clone(),
-                    // Not managed by `wharf admin` yet: as the file sets it.
-                    preempt_mode: self
-                        .base
-                        .limits
-                        .qos
-                        .get(&q.name)
-                        .map(|l| l.preempt_mode)
-                        .unwrap_or_default(),
+                    preempt_mode: q.preempt_mode.as_deref().and_then(PreemptMode::parse),
                 };
                 (q.name.clone(), l)
             })
@@ -250,6 +249,13 @@ impl Registry {
             memory_gib: d.billing_memory_gib,
             gpu: d.billing_gpu,
         };
+        p.preempt_mode = d
+            .preempt_mode
+            .as_deref()
+            .and_then(PreemptMode::parse)
+            .unwrap_or_default();
+        p.allow_accounts = d.allow_accounts.clone();
+        p.allow_groups = d.allow_groups.clone();
         p
     }
 }

@@ -35,6 +35,7 @@ const QOS_KEYS: &[&str] = &[
     "grp_tres",
     "grp_jobs",
     "preempt",
+    "preempt_mode",
 ];
 
 const PARTITION_KEYS: &[&str] = &[
@@ -48,6 +49,9 @@ const PARTITION_KEYS: &[&str] = &[
     "billing_memory_gib",
     "billing_gpu",
     "default",
+    "preempt_mode",
+    "allow_accounts",
+    "allow_groups",
 ];
 
 /// True for a name of an account, user, QoS, partition or node: 1 to 64 letters, digits,
@@ -217,6 +221,7 @@ pub fn qos(def: &mut QosDef, key: &str, value: &str) -> Result<(), String> {
         "grp_tres" => tres(&mut def.grp_tres, key, value)?,
         "grp_jobs" => def.grp_jobs = count(key, value)?,
         "preempt" => def.preempt = names(key, value)?,
+        "preempt_mode" => def.preempt_mode = preempt_mode(key, value)?,
         _ => return Err(unknown("qos", key, QOS_KEYS)),
     }
     Ok(())
@@ -258,9 +263,23 @@ pub fn partition(def: &mut PartitionDef, key: &str, value: &str) -> Result<(), S
         "billing_memory_gib" => def.billing_memory_gib = weight(value)?,
         "billing_gpu" => def.billing_gpu = weight(value)?,
         "default" => def.default = boolean(key, value)?,
+        "preempt_mode" => def.preempt_mode = preempt_mode(key, value)?,
+        "allow_accounts" => def.allow_accounts = names(key, value)?,
+        "allow_groups" => def.allow_groups = names(key, value)?,
         _ => return Err(unknown("partition", key, PARTITION_KEYS)),
     }
     Ok(())
+}
+
+/// A preemption mode (`off`, `requeue`, `cancel`), or `none` for the default.
+fn preempt_mode(key: &str, value: &str) -> Result<Option<String>, String> {
+    let v = value.trim();
+    if v.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    wharf_core::PreemptMode::parse(v)
+        .map(|m| Some(m.as_str().to_string()))
+        .ok_or_else(|| format!("{key} {value:?}: use off, requeue or cancel"))
 }
 
 #[cfg(test)]
@@ -318,6 +337,12 @@ mod tests {
         assert!(partition(&mut p, "state", "closed")
             .unwrap_err()
             .contains("UP, DOWN"));
+        assert!(partition(&mut p, "preempt_mode", "suspend")
+            .unwrap_err()
+            .contains("preempt_mode \"suspend\": use off, requeue or cancel"));
+        assert!(partition(&mut p, "allow_groups", "a b")
+            .unwrap_err()
+            .contains("not a name"));
         assert!(partition(&mut p, "max_nodes", "0")
             .unwrap_err()
             .contains("at least 1"));

@@ -105,13 +105,24 @@ fn a_tree_of_accounts_users_and_limits_becomes_the_schedulers_config() {
             AdminKind::Qos,
             AdminAction::Add,
             "high",
-            &[("priority", "100"), ("preempt", "low"), ("max_wall", "1d")],
+            &[
+                ("priority", "100"),
+                ("preempt", "low"),
+                ("max_wall", "1d"),
+                ("preempt_mode", "cancel"),
+            ],
         ),
         change(
             AdminKind::Partition,
             AdminAction::Modify,
             "batch",
-            &[("state", "drain"), ("max_time", "2h")],
+            &[
+                ("state", "drain"),
+                ("max_time", "2h"),
+                ("preempt_mode", "requeue"),
+                ("allow_accounts", "physics,theory"),
+                ("allow_groups", "gpuusers"),
+            ],
         ),
     ];
     for s in &steps {
@@ -131,6 +142,16 @@ fn a_tree_of_accounts_users_and_limits_becomes_the_schedulers_config() {
     assert_eq!(c.limits.qos["high"].preempt, ["low"]);
     assert_eq!(c.partitions[0].state, PartitionState::Drain);
     assert_eq!(c.partitions[0].max_time, Some(7_200_000));
+    assert_eq!(
+        c.partitions[0].preempt_mode,
+        wharf_core::PreemptMode::Requeue
+    );
+    assert_eq!(c.partitions[0].allow_accounts, ["physics", "theory"]);
+    assert_eq!(c.partitions[0].allow_groups, ["gpuusers"]);
+    assert_eq!(
+        c.limits.qos["high"].preempt_mode,
+        Some(wharf_core::PreemptMode::Cancel)
+    );
     assert_eq!(r.lineage("theory")[0].coordinators, ["bob"]);
     let ann: Vec<bool> = r
         .associations()
