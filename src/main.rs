@@ -8,9 +8,10 @@ use clap::{Parser, Subcommand};
 
 /// Wharf: a container-native job runner for shared GPU clusters.
 ///
-/// Users submit jobs (`submit`, `run`), watch them (`queue`, `show`, `nodes`), hold, release and cancel them.
-/// Admins start `controller` on one host and `agent` on every node, or `dev` for both on one
-/// machine.
+/// Users submit jobs (`submit`, `run`), watch them (`queue`, `show`, `nodes`), hold, release,
+/// requeue and cancel them, and look back at them (`acct`, `eff`, `report`). Admins start
+/// `controller` on one host and `agent` on every node, or `dev` for both on one machine, and
+/// manage accounts, users, QoS and partitions with `admin`.
 #[derive(Debug, Parser)]
 #[command(
     name = "wharf",
@@ -52,7 +53,8 @@ enum Command {
     Release(cmd::hold::Args),
     /// Stop running jobs and put them back in the queue (same id and submit time).
     Requeue(cmd::requeue::Args),
-    /// Change a pending job's time limit (only lower, unless admin), nice or partition.
+    /// Change a pending job's time limit (only lower, unless admin), nice, partition, QoS,
+    /// account or begin time.
     Update(cmd::update::Args),
     /// List nodes and what is allocated on them.
     Nodes(cmd::nodes::Args),
