@@ -951,6 +951,44 @@ impl std::fmt::Display for Stop {
 }
 
 impl JobRecord {
+    /// A new pending job of `owner`, not yet stored (id 0), with nothing decided about it.
+    pub fn pending(
+        owner: Owner,
+        name: String,
+        resources: Resources,
+        time_limit: u64,
+        submit_time: u64,
+    ) -> JobRecord {
+        JobRecord {
+            id: 0,
+            owner,
+            spec: None,
+            name,
+            resources,
+            time_limit,
+            state: JobState::Pending,
+            reason: None,
+            submit_time,
+            start_time: None,
+            end_time: None,
+            node: None,
+            cpu_ids: vec![],
+            gpu_ids: vec![],
+            exit: None,
+            cancel_requested: false,
+            priority: None,
+            expected_start: None,
+            begin_time: None,
+            hold: None,
+            dependency: None,
+            array: None,
+            restarts: 0,
+            stop: None,
+            requeued_from: None,
+            port: None,
+        }
+    }
+
     /// A copy without the spec (the spec is never copied).
     pub fn without_spec(&self) -> JobRecord {
         JobRecord {

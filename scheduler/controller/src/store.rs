@@ -361,42 +361,17 @@ pub(crate) mod tests {
     use wharf_api::{JobState, Owner, Resources};
 
     pub(crate) fn record() -> JobRecord {
-        JobRecord {
-            id: 0,
-            owner: Owner {
-                uid: 1000,
-                gid: 1000,
-                user: "a".into(),
-            },
-            spec: None,
-            name: "j".into(),
-            resources: Resources {
-                cpus: 1,
-                memory: 1 << 20,
-                gpus: 0,
-            },
-            time_limit: 60,
-            state: JobState::Pending,
-            reason: None,
-            submit_time: 5,
-            start_time: None,
-            end_time: None,
-            node: None,
-            cpu_ids: vec![],
-            gpu_ids: vec![],
-            exit: None,
-            cancel_requested: false,
-            priority: None,
-            expected_start: None,
-            begin_time: None,
-            hold: None,
-            dependency: None,
-            array: None,
-            restarts: 0,
-            port: None,
-            stop: None,
-            requeued_from: None,
-        }
+        let owner = Owner {
+            uid: 1000,
+            gid: 1000,
+            user: "a".into(),
+        };
+        let resources = Resources {
+            cpus: 1,
+            memory: 1 << 20,
+            gpus: 0,
+        };
+        JobRecord::pending(owner, "j".into(), resources, 60, 5)
     }
 
     #[test]

@@ -75,45 +75,28 @@ mod tests {
     use wharf_api::{ExitInfo, Owner, Resources};
 
     fn failed(message: &str, code: Option<i32>) -> JobRecord {
+        let owner = Owner {
+            uid: 1000,
+            gid: 1000,
+            user: "alice".into(),
+        };
+        let resources = Resources {
+            cpus: 1,
+            memory: 1 << 30,
+            gpus: 0,
+        };
         JobRecord {
             id: 3,
-            owner: Owner {
-                uid: 1000,
-                gid: 1000,
-                user: "alice".into(),
-            },
-            spec: None,
-            name: "train".into(),
-            resources: Resources {
-                cpus: 1,
-                memory: 1 << 30,
-                gpus: 0,
-            },
-            time_limit: 60,
             state: JobState::Failed,
             reason: Some(message.into()),
-            submit_time: 1,
-            start_time: None,
             end_time: Some(2),
             node: Some("n1".into()),
-            cpu_ids: vec![],
-            gpu_ids: vec![],
             exit: Some(ExitInfo {
                 code,
                 message: Some(message.into()),
                 ..Default::default()
             }),
-            cancel_requested: false,
-            priority: None,
-            expected_start: None,
-            begin_time: None,
-            hold: None,
-            dependency: None,
-            array: None,
-            restarts: 0,
-            port: None,
-            stop: None,
-            requeued_from: None,
+            ..JobRecord::pending(owner, "train".into(), resources, 60, 1)
         }
     }
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use wharf_api::wire::{ErrorKind, SubmitRequest};
-use wharf_api::{JobId, JobRecord, JobState};
+use wharf_api::{JobId, JobRecord};
 use wharf_core::Assoc;
 
 use super::{Caller, Cluster, Failure};
@@ -198,34 +198,18 @@ impl Cluster {
                 ),
             ));
         }
-        let record = JobRecord {
-            id: 0,
-            owner: caller.owner.clone(),
-            name: spec.name.clone(),
-            resources: spec.resources,
-            time_limit: spec.time_limit,
-            spec: Some(spec),
-            state: JobState::Pending,
-            reason: Some("Queued: waiting for the scheduler".into()),
-            submit_time: now,
-            start_time: None,
-            end_time: None,
-            node: None,
-            cpu_ids: vec![],
-            gpu_ids: vec![],
-            exit: None,
-            cancel_requested: false,
-            priority: None,
-            expected_start: None,
-            begin_time: req.job.begin.map(|b| b.at(now)),
-            hold: (req.job.hold == Some(true)).then_some(wharf_api::Hold::User),
-            dependency: req.job.dependency.clone(),
-            array: None,
-            restarts: 0,
-            stop: None,
-            requeued_from: None,
-            port: None,
-        };
+        let mut record = JobRecord::pending(
+            caller.owner.clone(),
+            spec.name.clone(),
+            spec.resources,
+            spec.time_limit,
+            now,
+        );
+        record.reason = Some("Queued: waiting for the scheduler".into());
+        record.begin_time = req.job.begin.map(|b| b.at(now));
+        record.hold = (req.job.hold == Some(true)).then_some(wharf_api::Hold::User);
+        record.dependency = req.job.dependency.clone();
+        record.spec = Some(spec);
         Ok(match &req.job.array {
             Some(array) => super::array::task_records(record, array),
             None => vec![record],
