@@ -22,7 +22,7 @@ use wharf_api::admin::{
 use wharf_core::Config;
 
 use crate::store::AssocRow;
-use settings::valid_name;
+use wharf_api::job::is_name;
 
 /// The merged associations and the config file's scheduler config they came with.
 #[derive(Debug, Clone, PartialEq)]
@@ -234,13 +234,13 @@ impl Registry {
         };
         for e in &a.accounts {
             let d = &e.def;
-            if !valid_name(&d.name) {
+            if !is_name(&d.name) {
                 return Err(bad_name("account", &d.name));
             }
             if d.shares == 0 {
                 return Err(format!("account {}: shares must be at least 1", d.name));
             }
-            if let Some(c) = d.coordinators.iter().find(|c| !valid_name(c)) {
+            if let Some(c) = d.coordinators.iter().find(|c| !is_name(c)) {
                 return Err(bad_name("coordinator", c));
             }
             if let Some(p) = &d.parent {
@@ -262,7 +262,7 @@ impl Registry {
         }
         for e in &a.users {
             let d = &e.def;
-            if !valid_name(&d.user) {
+            if !is_name(&d.user) {
                 return Err(bad_name("user", &d.user));
             }
             if self.account(&d.account).is_none() {
@@ -280,7 +280,7 @@ impl Registry {
         }
         for e in &a.qos {
             let d = &e.def;
-            if !valid_name(&d.name) {
+            if !is_name(&d.name) {
                 return Err(bad_name("qos", &d.name));
             }
             if let Some(p) = d
@@ -295,10 +295,10 @@ impl Registry {
             }
         }
         for e in &a.partitions {
-            if !valid_name(&e.def.name) {
+            if !is_name(&e.def.name) {
                 return Err(bad_name("partition", &e.def.name));
             }
-            if let Some(n) = e.def.nodes.iter().find(|n| !valid_name(n)) {
+            if let Some(n) = e.def.nodes.iter().find(|n| !is_name(n)) {
                 return Err(bad_name("node", n));
             }
         }
@@ -488,7 +488,7 @@ fn edit<T: Keyed + Clone + serde::Serialize>(
     let key = if change.kind == AdminKind::User {
         change.name.clone()
     } else {
-        if !valid_name(label) {
+        if !is_name(label) {
             return Err(format!(
                 "{kind} {label:?}: a name is 1 to 64 letters, digits, '-', '_' or '.'"
             ));

@@ -2,6 +2,7 @@
 //! the key and what it accepts; `none` clears an optional value.
 
 use wharf_api::admin::{AccountDef, AssocCaps, PartitionDef, QosDef, TresCaps, UserDef};
+use wharf_api::job::is_name;
 use wharf_api::resources::{parse_duration, parse_memory};
 
 /// The settings of a user association; an account's coordinator may change all of them.
@@ -53,16 +54,6 @@ const PARTITION_KEYS: &[&str] = &[
     "allow_accounts",
     "allow_groups",
 ];
-
-/// True for a name of an account, user, QoS, partition or node: 1 to 64 letters, digits,
-/// `-`, `_` or `.` (the rule of the config file).
-pub fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-}
 
 fn unknown(kind: &str, key: &str, known: &[&str]) -> String {
     format!(
@@ -122,7 +113,7 @@ fn names(key: &str, value: &str) -> Result<Vec<String>, String> {
         return Ok(out);
     }
     for n in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        if !valid_name(n) {
+        if !is_name(n) {
             return Err(format!(
                 "{key}: {n:?} is not a name (1 to 64 letters, digits, '-', '_' or '.')"
             ));
