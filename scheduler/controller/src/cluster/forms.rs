@@ -328,7 +328,8 @@ impl Cluster {
             self.check_qos_and_nice(&spec, caller)?;
         }
         self.check_account(&spec, &job.owner.user)?;
-        self.check_limits(&spec, &job.owner, &[])?;
+        // The job is among its owner's active jobs already: it is not counted twice.
+        self.check_limits(&spec, &job.owner, &[], 1, Some(id))?;
         job.time_limit = spec.time_limit;
         if let Some(b) = req.begin {
             job.begin_time = Some(b.at(now)).filter(|&t| t > now);

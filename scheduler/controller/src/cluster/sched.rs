@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use wharf_api::node::GpuInfo;
 use wharf_api::resources::format_duration;
 use wharf_api::wire::ErrorKind;
-use wharf_api::{JobRecord, JobSpec, JobState, PriorityView, Resources, Stop};
+use wharf_api::{JobId, JobRecord, JobSpec, JobState, PriorityView, Resources, Stop};
 use wharf_core::{
     limits, schedule, Alloc, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PartitionState,
     PendingJob, PreemptMode, Priority, Request, RunningJob, Selection, State as SchedState,
@@ -383,12 +383,15 @@ impl Cluster {
     /// MaxTRESPerJob, or a per-user or group TRES cap on its own), and a submit that would
     /// take the user over MaxSubmitJobsPerUser or MaxSubmitJobs.
     /// `earlier` are the (association, QoS) of the jobs of submits before this one in its
-    /// group, not stored yet.
+    /// group, not stored yet; `tasks` how many jobs this one is (an array's tasks each count);
+    /// `replaces` the stored job it changes (an update), not counted again.
     pub(super) fn check_limits(
         &self,
         spec: &JobSpec,
         owner: &wharf_api::Owner,
         earlier: &[(Assoc, Option<String>)],
+        tasks: usize,
+        replaces: Option<JobId>,
     ) -> Result<(), Failure> {
         let limits = &self.sched.limits;
         if limits.is_empty() {
@@ -418,12 +421,16 @@ impl Cluster {
         if !capped {
             return Ok(());
         }
-        // Pending and running jobs of this user: only theirs can count toward their caps.
+        // Pending and running jobs of this user: only theirs can count toward their caps. The
+        // job checked is the last; an array's other tasks count before it.
+        let this = (job.assoc.clone(), job.qos.clone());
         let active: Vec<(Assoc, Option<String>)> = self
             .jobs
             .active_of(owner.uid)
+            .filter(|j| Some(j.id) != replaces)
             .map(|j| (self.assoc(j), self.qos_of(j.spec.as_ref())))
             .chain(earlier.iter().cloned())
+            .chain(std::iter::repeat_n(this, tasks.saturating_sub(1)))
             .collect();
         limits::submit_fits(
             &self.sched,

@@ -165,13 +165,13 @@ impl Cluster {
         self.check_selection(&spec, &caller.owner.user)?;
         self.check_account(&spec, &caller.owner.user)?;
         self.check_qos_and_nice(&spec, caller)?;
-        self.check_limits(&spec, &caller.owner, &earlier.limited)?;
-        self.check_gpu_type(&spec)?;
-        self.check_dependency(req.job.dependency.as_ref(), caller)?;
         let tasks = match &req.job.array {
             Some(a) => self.check_array(a)?,
             None => 1,
         };
+        self.check_limits(&spec, &caller.owner, &earlier.limited, tasks, None)?;
+        self.check_gpu_type(&spec)?;
+        self.check_dependency(req.job.dependency.as_ref(), caller)?;
         let uid = caller.owner.uid;
         let pending = self.jobs.pending_of(uid) as usize + earlier.pending_of(uid);
         if pending + tasks > self.max_pending_per_user as usize {

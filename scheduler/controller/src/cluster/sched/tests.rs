@@ -421,8 +421,25 @@ fn qos_limits_hold_a_users_second_job_and_refuse_what_could_never_run() {
         "{}",
         err.message
     );
-    // ann has two jobs (one running, one pending): a third is taken, a fourth is not.
-    submit_job(&mut c, &ann, job(0, None), 6).unwrap();
+    // ann has two jobs (one running, one pending): an array of two tasks would make four,
+    // so it is refused whole; a third job is taken, a fourth is not.
+    let pair = JobRequest {
+        array: Some(wharf_api::array::parse_array("0-1").unwrap()),
+        ..job(0, None)
+    };
+    let err = submit_job(&mut c, &ann, pair, 6).unwrap_err();
+    assert!(
+        err.message.contains("QOSMaxSubmitJobPerUserLimit"),
+        "{}",
+        err.message
+    );
+    let third = submit_job(&mut c, &ann, job(0, None), 6).unwrap();
+    // At the cap, ann may still change a pending job of hers: it is not counted twice.
+    let shorter = wharf_api::wire::UpdateRequest {
+        time: Some(600),
+        ..Default::default()
+    };
+    assert_eq!(c.update(&ann, third, &shorter, 6).unwrap().time_limit, 600);
     let err = submit_job(&mut c, &ann, job(0, None), 7).unwrap_err();
     assert_eq!(err.kind, ErrorKind::Unavailable);
     assert!(
