@@ -40,16 +40,13 @@ impl Cluster {
         let states = list(&q.states)
             .iter()
             .map(|s| {
-                JobState::ALL
-                    .into_iter()
-                    .find(|st| st.as_str().eq_ignore_ascii_case(s))
-                    .ok_or_else(|| {
-                        let names: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
-                        Failure::new(
-                            ErrorKind::InvalidInput,
-                            format!("unknown state {s:?}; states are {}", names.join(", ")),
-                        )
-                    })
+                JobState::parse(s).ok_or_else(|| {
+                    let names: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+                    Failure::new(
+                        ErrorKind::InvalidInput,
+                        format!("unknown state {s:?}; states are {}", names.join(", ")),
+                    )
+                })
             })
             .collect::<Result<Vec<JobState>, Failure>>()?;
         let users = list(&q.users);
