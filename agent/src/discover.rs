@@ -12,6 +12,8 @@ pub struct Machine {
     pub cpus: Vec<u32>,
     /// The GPUs found.
     pub gpus: Vec<GpuInfo>,
+    /// NUMA node of each CPU of `cpus` (empty: one node, or the kernel does not say).
+    pub cpu_numa: Vec<u32>,
 }
 
 impl Machine {

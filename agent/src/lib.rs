@@ -104,16 +104,25 @@ pub enum AgentError {
     Setup(String),
 }
 
-/// The node's description.
-pub fn node_info(cfg: &AgentConfig) -> NodeInfo {
+/// What this node has, found once: the registration and every launch use the same GPUs.
+pub fn probe(cfg: &AgentConfig) -> discover::Machine {
     let cpus = discover::cpus();
+    discover::Machine {
+        cpu_numa: discover::cpu_numa(Path::new("/sys"), &cpus),
+        cpus,
+        gpus: discover::gpus(&discover::Roots::host(&cfg.dev_root), cfg.nvml),
+    }
+}
+
+/// The node's description, of the machine `probe` found.
+pub fn node_info(cfg: &AgentConfig, machine: &discover::Machine) -> NodeInfo {
     NodeInfo {
         name: cfg.node_name.clone(),
         address: cfg.node_name.clone(),
-        cpus: cpus.len() as u32,
+        cpus: machine.cpus.len() as u32,
         memory: discover::memory_total().saturating_sub(cfg.reserved_memory),
-        gpus: discover::gpus(&discover::Roots::host(&cfg.dev_root), cfg.nvml),
-        cpu_numa: discover::cpu_numa(Path::new("/sys"), &cpus),
+        gpus: machine.gpus.clone(),
+        cpu_numa: machine.cpu_numa.clone(),
         version: env!("CARGO_PKG_VERSION").into(),
         features: cfg.features.clone(),
         fabric_address: cfg
@@ -146,14 +155,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let images_dir = (cfg.backend == BackendKind::Oci).then(|| images.images_dir());
     let changes = watch::Changes::new(&cfg.state_dir.join("jobs"), images_dir.as_deref())
         .map_err(|e| AgentError::Setup(format!("watching {}: {e}", cfg.state_dir.display())))?;
-    let machine = discover::Machine {
-        cpus: discover::cpus(),
-        gpus: discover::gpus(&discover::Roots::host(&cfg.dev_root), cfg.nvml),
-    };
+    let machine = probe(&cfg);
     usage::spawn(
         cfg.state_dir.join("jobs"),
         cfg.sample_interval,
-        cfg.nvml && cfg.dev_root == Path::new("/dev"),
         machine.clone(),
     );
     let mut wait_ms = 0;
@@ -162,7 +167,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     loop {
         if !registered {
             let req = RegisterRequest {
-                node: node_info(&cfg),
+                node: node_info(&cfg, &machine),
             };
             match client
                 .post::<_, RegisterResponse>("/v1/agent/register", &req)

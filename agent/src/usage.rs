@@ -87,15 +87,17 @@ impl GpuMeter for NoGpus {
     }
 }
 
-/// Starts the sampler thread: every `interval`, each running job under `jobs_dir`.
-pub fn spawn(jobs_dir: std::path::PathBuf, interval: Duration, nvml: bool, machine: Machine) {
+/// Starts the sampler thread: every `interval`, each running job under `jobs_dir`. GPUs are
+/// measured through NVML when discovery described them through it.
+pub fn spawn(jobs_dir: std::path::PathBuf, interval: Duration, machine: Machine) {
     if interval.is_zero() {
         return;
     }
     let spawned = std::thread::Builder::new()
         .name("usage".into())
         .spawn(move || {
-            let meter: Box<dyn GpuMeter> = match nvml && !machine.gpus.is_empty() {
+            let by_nvml = machine.gpus.iter().any(|g| g.nvml_index.is_some());
+            let meter: Box<dyn GpuMeter> = match by_nvml {
                 true => match crate::discover::open_nvml() {
                     Ok(nvml) => Box::new(Nvml { nvml, machine }),
                     Err(e) => {

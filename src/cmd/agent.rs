@@ -127,7 +127,8 @@ pub async fn run(args: Args) -> Result<i32> {
 /// `wharf agent --probe`: the node as the agent would register it.
 fn probe(args: &Args) -> Result<i32> {
     let file = config::load(args.config.as_deref())?;
-    let info = wharf_agent::node_info(&settings(&file, String::new())?);
+    let cfg = settings(&file, String::new())?;
+    let info = wharf_agent::node_info(&cfg, &wharf_agent::probe(&cfg));
     if args.json {
         println!("{}", serde_json::to_string_pretty(&info)?);
         return Ok(0);
