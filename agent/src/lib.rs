@@ -292,7 +292,7 @@ fn local_state(
     launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
 ) -> ((Vec<AgentJob>, Vec<u32>), Vec<String>) {
-    (report(cfg, launcher), image_names(cfg, images))
+    (report(cfg, launcher, true), image_names(cfg, images))
 }
 
 /// The images this node can run: its store's, or the Docker engine's.
@@ -330,7 +330,8 @@ async fn local_change(
     let before = shape(&sent.jobs);
     loop {
         changes.next(&shims).await;
-        let (jobs, live) = report(cfg, launcher);
+        // Only the jobs' shapes are compared: their usage is not read here.
+        let (jobs, live) = report(cfg, launcher, false);
         let images_changed =
             cfg.backend == BackendKind::Oci && image_names(cfg, images) != sent.images;
         if shape(&jobs) != before || images_changed {
@@ -340,8 +341,9 @@ async fn local_change(
     }
 }
 
-/// Every job this node holds, from its directories, and the pids of the live shims.
-fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> (Vec<AgentJob>, Vec<u32>) {
+/// Every job this node holds, from its directories, and the pids of the live shims; ended
+/// jobs' measured usage only when `usage` (it is read from their files).
+fn report(cfg: &AgentConfig, launcher: &dyn Backend, usage: bool) -> (Vec<AgentJob>, Vec<u32>) {
     let Ok(entries) = std::fs::read_dir(cfg.state_dir.join("jobs")) else {
         return (vec![], vec![]);
     };
@@ -361,7 +363,13 @@ fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> (Vec<AgentJob>, Vec<u32>
                 shims.push(pid);
                 (None, None, started_ms)
             }
-            JobStatus::Exited(o) => (Some(exit_info(&o, &dir)), Some(o.ended_ms), o.started_ms),
+            JobStatus::Exited(o) => {
+                let mut exit = exit_info(&o);
+                if usage {
+                    exit.usage = usage::summary(&dir, &o);
+                }
+                (Some(exit), Some(o.ended_ms), o.started_ms)
+            }
             JobStatus::Lost(why) => (
                 Some(ExitInfo {
                     message: Some(bound_message(why)),
@@ -384,7 +392,7 @@ fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> (Vec<AgentJob>, Vec<u32>
     (out, shims)
 }
 
-fn exit_info(o: &Outcome, dir: &JobDir) -> ExitInfo {
+fn exit_info(o: &Outcome) -> ExitInfo {
     ExitInfo {
         code: o.exit_code,
         signal: o.signal,
@@ -394,7 +402,7 @@ fn exit_info(o: &Outcome, dir: &JobDir) -> ExitInfo {
         // An outcome written by an older shim may hold a message of any length; every
         // report carries it until the controller lets the job go.
         message: o.error.clone().map(bound_message),
-        usage: usage::summary(dir, o),
+        usage: None,
     }
 }
 
@@ -542,10 +550,7 @@ mod tests {
             error: Some("\u{1}".repeat(131_000)),
             ..Default::default()
         };
-        let dir = tempfile::tempdir().unwrap();
-        let m = exit_info(&o, &JobDir::new(dir.path().join("1")))
-            .message
-            .unwrap();
+        let m = exit_info(&o).message.unwrap();
         assert!(m.len() <= wharf_api::text::MAX_MESSAGE, "{}", m.len());
     }
 }
