@@ -168,7 +168,14 @@ impl Changes {
             } else if Some(ev.wd) == self.images {
                 true
             } else {
-                ev.name.as_ref().is_some_and(|n| self.reported.contains(n))
+                // `started` counts when closed after writing; the outcome when renamed into
+                // place (its file is closed only after that, once synced: that close is
+                // the same change again).
+                let [started, outcome] = &self.reported;
+                ev.name.as_ref().is_some_and(|n| {
+                    (n == started && ev.mask.contains(AddWatchFlags::IN_CLOSE_WRITE))
+                        || (n == outcome && ev.mask.contains(AddWatchFlags::IN_MOVED_TO))
+                })
             };
         }
         any
