@@ -239,7 +239,10 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
     );
     tokio::spawn(scheduler_loop(shared.clone()));
     if let Some(r) = config.retention.clone() {
-        tokio::spawn(retention_loop(shared.clone(), r));
+        // Its own connection: moving records out never holds the cluster (the records are
+        // of ended jobs, which the cluster does not keep).
+        let store = store::Store::open(&config.state_dir.join("wharf.db"))?;
+        tokio::spawn(retention_loop(store, r));
     }
     let tcp = async move {
         match tcp_server {
@@ -253,24 +256,36 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
     }
 }
 
-/// Moves old records out at start and every hour after (housekeeping, not on any job's path).
-async fn retention_loop(shared: Arc<Shared>, r: retention::Retention) {
+/// Moves old records out at start and every hour after (housekeeping, not on any job's path),
+/// through its own connection to the store.
+async fn retention_loop(mut store: store::Store, r: retention::Retention) {
     loop {
-        let (s, r2) = (shared.clone(), r.clone());
+        let r2 = r.clone();
         let result = tokio::task::spawn_blocking(move || {
-            let mut cluster = s.cluster.lock().unwrap_or_else(|p| p.into_inner());
-            cluster.purge_records(&r2, now_ms())
+            let moved = retention::purge(&mut store, &r2, now_ms());
+            (store, moved)
         })
         .await;
         match result {
-            Ok(Ok(0)) => {}
-            Ok(Ok(n)) => tracing::info!(records = n, "old job records moved out of the database"),
-            Ok(Err(e)) => tracing::error!(error = %e, "moving old job records out failed"),
-            Err(e) => tracing::error!(error = %e, "moving old job records out panicked"),
+            Ok((s, moved)) => {
+                store = s;
+                match moved {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::info!(records = n, "old job records moved out of the database")
+                    }
+                    Err(e) => tracing::error!(error = %e, "moving old job records out failed"),
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "moving old job records out panicked; no more are moved");
+                return;
+            }
         }
         tokio::time::sleep(Duration::from_secs(3600)).await;
     }
 }
+
 /// After a pass, the scheduler waits this many times the pass's length before the next.
 ///
 /// A pass holds the cluster and costs time in proportion to the queue, while wake-ups (every

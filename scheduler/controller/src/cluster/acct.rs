@@ -148,14 +148,4 @@ impl Cluster {
             gpus,
         ))
     }
-
-    /// Moves records of jobs that ended before `now - keep` out of the database (see
-    /// [`crate::retention`]); returns how many.
-    pub fn purge_records(
-        &mut self,
-        r: &crate::retention::Retention,
-        now: u64,
-    ) -> Result<usize, crate::retention::RetentionError> {
-        crate::retention::purge(&mut self.store, r, now)
-    }
 }
