@@ -65,9 +65,7 @@ impl Cluster {
         &'a self,
         node: &'a str,
     ) -> impl Iterator<Item = &'a JobRecord> + 'a {
-        self.jobs
-            .values()
-            .filter(move |j| j.requeued_from.as_deref() == Some(node))
+        self.jobs.requeued_from(node)
     }
 }
 

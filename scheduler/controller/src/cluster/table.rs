@@ -1,8 +1,9 @@
 //! The active jobs, with the counts that requests need kept in step with every change, so
 //! that no request has to walk the whole queue: each user's pending jobs (checked at every
 //! submit against `[limits] max_pending_per_user`), each user's pending and running jobs
-//! (counted at submit against MaxSubmitJobs limits) and the jobs holding resources on each
-//! node (read at every agent poll).
+//! (counted at submit against MaxSubmitJobs limits), the jobs holding resources on each
+//! node and the requeued jobs waiting for a node to let go of their last run (both read at
+//! every agent poll).
 //!
 //! Every change goes through [`Jobs::insert`], [`Jobs::remove`] or [`Jobs::edit`], which
 //! move the counts with it; there is no other way to reach a record mutably.
@@ -22,6 +23,8 @@ pub(super) struct Jobs {
     active_of: BTreeMap<u32, BTreeSet<JobId>>,
     /// Jobs holding resources, per node.
     on_node: BTreeMap<String, BTreeSet<JobId>>,
+    /// Requeued jobs waiting for a node to let go of their last run, per node.
+    requeued_from: BTreeMap<String, BTreeSet<JobId>>,
 }
 
 /// What of a record the counts depend on.
@@ -30,6 +33,7 @@ struct Key {
     pending_of: Option<u32>,
     active_of: Option<u32>,
     holds_on: Option<String>,
+    requeued_from: Option<String>,
 }
 
 impl std::ops::Index<&JobId> for Jobs {
@@ -46,6 +50,7 @@ fn key(job: &JobRecord) -> Key {
         active_of: (job.state == JobState::Pending || job.state.holds_resources())
             .then_some(job.owner.uid),
         holds_on: job.node.clone().filter(|_| job.state.holds_resources()),
+        requeued_from: job.requeued_from.clone(),
     }
 }
 
@@ -149,6 +154,15 @@ impl Jobs {
             .filter_map(|id| self.map.get(id))
     }
 
+    /// Requeued jobs waiting for `node` to let go of their last run, in id order.
+    pub fn requeued_from<'a>(&'a self, node: &str) -> impl Iterator<Item = &'a JobRecord> + 'a {
+        self.requeued_from
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.map.get(id))
+    }
+
     fn count(&mut self, id: JobId, k: &Key) {
         if let Some(uid) = k.pending_of {
             *self.pending.entry(uid).or_default() += 1;
@@ -158,6 +172,12 @@ impl Jobs {
         }
         if let Some(node) = &k.holds_on {
             self.on_node.entry(node.clone()).or_default().insert(id);
+        }
+        if let Some(node) = &k.requeued_from {
+            self.requeued_from
+                .entry(node.clone())
+                .or_default()
+                .insert(id);
         }
     }
 
@@ -175,6 +195,9 @@ impl Jobs {
         }
         if let Some(node) = &k.holds_on {
             forget(&mut self.on_node, node, id);
+        }
+        if let Some(node) = &k.requeued_from {
+            forget(&mut self.requeued_from, node, id);
         }
     }
 }

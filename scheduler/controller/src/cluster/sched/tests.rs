@@ -611,6 +611,8 @@ fn a_preempted_job_is_stopped_requeued_and_started_again_only_once_its_node_let_
         (JobState::Pending, 1, 10)
     );
     assert_eq!(requeued.requeued_from.as_deref(), Some("n1"));
+    let waiting: Vec<JobId> = c.requeued_from("n1").map(|j| j.id).collect();
+    assert_eq!(waiting, [low], "the index of jobs waiting for n1");
     assert_eq!((requeued.node, requeued.start_time), (None, None));
     // The high job starts; the low one waits for n1 to let go of its last run, even when the
     // agent repeats the old report.
@@ -621,6 +623,7 @@ fn a_preempted_job_is_stopped_requeued_and_started_again_only_once_its_node_let_
     assert_eq!(record(&c, low).restarts, 1);
     report(&mut c, &[(high, false)], 6_000);
     assert_eq!(record(&c, low).requeued_from, None);
+    assert_eq!(c.requeued_from("n1").count(), 0);
     // Once the high job is gone the low one starts again, told it is a restart.
     c.cancel(&ann, high, 6_500).unwrap();
     report(&mut c, &[(high, true)], 7_000);
