@@ -176,20 +176,6 @@ impl Cluster {
         self
     }
 
-    /// Sets the scheduling policy (merged with the store's associations); the ended jobs in
-    /// the store are charged again to fair share under it when it differs from the default.
-    pub fn with_scheduler(mut self, config: SchedConfig) -> Result<Cluster, StoreError> {
-        self.assocs = crate::admin::Registry::load(config, &self.store.association_rows()?)?;
-        let config = self.assocs.config();
-        // Half-life, accounts and billing weights all shape the usage of ended jobs.
-        let replay = config != self.sched;
-        self.sched = config;
-        if replay {
-            self.replay_usage()?;
-        }
-        Ok(self)
-    }
-
     /// Cancels a job: a pending job ends now; a started one gets a kill order. Returns the job
     /// as the caller sees it after the request, and the node to wake, if any.
     pub fn cancel(

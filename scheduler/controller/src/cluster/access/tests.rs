@@ -4,12 +4,12 @@
 use wharf_api::wire::ErrorKind;
 use wharf_api::{JobRequest, JobState, Owner};
 
-use crate::cluster::sched::tests::{caller, cluster, record, submit_job};
+use crate::cluster::sched::tests::{caller, cluster_with, record, submit_job};
 use crate::cluster::Cluster;
 
 /// n1 (8 CPUs, GPUs 0, 1, 3 of type h100, no features) and n2 (features ib, nvme).
 fn two_nodes(dir: &tempfile::TempDir, config: wharf_core::Config) -> Cluster {
-    let mut c = cluster(dir).with_scheduler(config).unwrap();
+    let mut c = cluster_with(dir, config);
     let mut n2 = c.nodes["n1"].info.clone();
     n2.name = "n2".into();
     n2.gpus.clear();

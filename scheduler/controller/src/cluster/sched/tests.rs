@@ -21,8 +21,14 @@ pub(crate) fn caller(uid: u32, user: &str) -> Caller {
 
 /// A cluster with one node whose agent reported GPUs 0, 1 and 3.
 pub(crate) fn cluster(dir: &tempfile::TempDir) -> Cluster {
+    cluster_with(dir, wharf_core::Config::default())
+}
+
+/// [`cluster`], scheduling with `config`, loaded as the controller loads it.
+pub(crate) fn cluster_with(dir: &tempfile::TempDir, config: wharf_core::Config) -> Cluster {
     let store = Store::open(&dir.path().join("wharf.db")).unwrap();
-    let mut c = Cluster::load(store, JobDefaults::default(), 60_000, 0).unwrap();
+    let mut c =
+        Cluster::load_with_scheduler(store, JobDefaults::default(), 60_000, 0, config).unwrap();
     let gpus = [0, 1, 3]
         .into_iter()
         .map(|index| GpuInfo {
@@ -147,7 +153,7 @@ fn jobs_run_in_their_partition_and_impossible_ones_are_refused_at_submit() {
     short.max_time = Some(3_600_000);
     config.partitions = vec![short, wharf_core::Partition::new("big", &["n2"])];
     config.default_partition = Some("big".into());
-    let mut c = cluster(&dir).with_scheduler(config).unwrap();
+    let mut c = cluster_with(&dir, config);
     let mut n2 = c.nodes["n1"].info.clone();
     n2.name = "n2".into();
     c.register(n2, 0).unwrap();
@@ -197,7 +203,7 @@ fn jobs_are_charged_to_the_account_they_name_or_their_default_one() {
             shares: 1,
         });
     }
-    let mut c = cluster(&dir).with_scheduler(config).unwrap();
+    let mut c = cluster_with(&dir, config);
     let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
     let account = |a: &str| JobRequest {
         account: Some(a.into()),
@@ -233,7 +239,7 @@ fn qos_and_nice_shape_the_priority_and_are_checked_at_submit() {
         name: "high".into(),
         priority: 10,
     });
-    let mut c = cluster(&dir).with_scheduler(config).unwrap();
+    let mut c = cluster_with(&dir, config);
     let ann = caller(1000, "ann");
     let with = |qos: Option<&str>, nice: Option<i32>| JobRequest {
         qos: qos.map(str::to_string),
@@ -373,7 +379,7 @@ fn qos_limits_hold_a_users_second_job_and_refuse_what_could_never_run() {
         },
     );
     config.limits.default_qos = Some("normal".into());
-    let mut c = cluster(&dir).with_scheduler(config).unwrap();
+    let mut c = cluster_with(&dir, config);
     let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
     let job = |gpus: u32, time: Option<u64>| JobRequest {
         qos: Some("normal".into()),
@@ -502,7 +508,7 @@ fn an_accounts_cpu_limit_counts_jobs_of_every_user_below_it() {
             ..AssocLimits::default()
         },
     );
-    let mut c = cluster(&dir).with_scheduler(config).unwrap();
+    let mut c = cluster_with(&dir, config);
     let (ann, bob, cat) = (
         caller(1000, "ann"),
         caller(1001, "bob"),
@@ -570,7 +576,7 @@ fn a_preempted_job_is_stopped_requeued_and_started_again_only_once_its_node_let_
     let mut high = wharf_core::Partition::new("high", &[]);
     high.priority_tier = 1;
     config.partitions = vec![scav, high];
-    let mut c = cluster(&dir).with_scheduler(config).unwrap();
+    let mut c = cluster_with(&dir, config);
     let ann = caller(1000, "ann");
     let whole = |p: &str| JobRequest {
         partition: Some(p.into()),
