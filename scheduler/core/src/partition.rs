@@ -133,23 +133,27 @@ impl Partitions {
 
     /// The partition `job` asks for (the default one when it names none), if it exists.
     pub fn of(&self, job: &PendingJob) -> Option<usize> {
-        match &job.partition {
+        self.index(job.partition.as_deref())
+    }
+
+    /// Index of the partition named `name` (the default one for `None`); `None` for a name
+    /// no partition has (one removed from the config since the job was submitted).
+    fn index(&self, name: Option<&str>) -> Option<usize> {
+        match name {
             None => Some(self.default),
             Some(name) => self.by_name.get(name).copied(),
         }
     }
 
-    /// Billing weights of the partition named `name` (the default one for `None`).
+    /// Billing weights of the partition named `name` (the default one for `None`; the
+    /// default weights for a partition that no longer exists).
     pub fn billing(&self, name: Option<&str>) -> Billing {
         self.named(name).map(|p| p.billing).unwrap_or_default()
     }
 
-    /// The partition named `name` (the default one for `None`, and for an unknown name).
+    /// The partition named `name` (the default one for `None`), if it exists.
     pub fn named(&self, name: Option<&str>) -> Option<&PartView> {
-        let idx = name
-            .and_then(|n| self.by_name.get(n).copied())
-            .unwrap_or(self.default);
-        self.parts.get(idx)
+        self.index(name).and_then(|i| self.parts.get(i))
     }
 }
 

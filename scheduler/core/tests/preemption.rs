@@ -489,3 +489,22 @@ proptest! {
         }
     }
 }
+
+/// A running job whose partition was removed from the config is not taken for one of the
+/// default partition's: it keeps no tier that a preemption could be judged by, and is never
+/// preempted by partition tier.
+#[test]
+fn a_job_of_a_removed_partition_is_not_preempted_as_the_default_partitions() {
+    let state = State {
+        nodes: vec![node("n1", 8, 64, 0)],
+        running: vec![run_in(
+            running(10, "n1", (0..8).collect(), vec![], 0, 120),
+            "gone",
+        )],
+        pending: vec![in_part(job(1, "u", 4, 0, 30, NOW), "high")],
+        ..State::default()
+    };
+    // `scav`, the first partition, is the default and preemptible.
+    let plan = schedule(NOW, &state, &tiers(PreemptMode::Requeue));
+    assert!(victims(&plan).is_empty(), "{:?}", victims(&plan));
+}
