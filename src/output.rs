@@ -12,7 +12,7 @@ pub use wharf_api::text::printable as clean;
 /// A plain, aligned table with a header row (like squeue) whose cells are escaped: each column
 /// as wide as its widest cell, two spaces between columns. Made here rather than with a table
 /// crate because a queue of 100,000 jobs is 100,000 rows, and this is a single pass over them.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Table {
     rows: Vec<Vec<String>>,
     widths: Vec<usize>,
@@ -54,12 +54,9 @@ impl Table {
     }
 }
 
-/// A table with these column names.
+/// A table with these column names (`Table::default()` for one without a header row).
 pub fn table(header: &[&str]) -> Table {
-    let mut t = Table {
-        rows: Vec::new(),
-        widths: Vec::new(),
-    };
+    let mut t = Table::default();
     t.add_row(header);
     t
 }

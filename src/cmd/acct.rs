@@ -136,9 +136,9 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         .iter()
         .map(|j| columns.iter().map(|c| cell(j, c, now)).collect())
         .collect();
-    let header: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
-    let mut out = String::new();
     if args.parsable {
+        let mut out = String::new();
+        let header: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
         for row in (!args.noheader).then_some(&header).into_iter().chain(&rows) {
             for v in row {
                 out.push_str(&output::clean(v).replace('|', "\\|"));
@@ -146,27 +146,17 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             }
             out.push('\n');
         }
+        print!("{out}");
     } else {
-        let widths: Vec<usize> = (0..columns.len())
-            .map(|i| {
-                rows.iter()
-                    .map(|r| r[i].chars().count())
-                    .chain([header[i].len()])
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
-        for row in (!args.noheader).then_some(&header).into_iter().chain(&rows) {
-            let line: Vec<String> = row
-                .iter()
-                .zip(&widths)
-                .map(|(v, w)| format!("{:<w$}", output::clean(v), w = *w))
-                .collect();
-            out.push_str(line.join("  ").trim_end());
-            out.push('\n');
+        let mut t = match args.noheader {
+            true => output::Table::default(),
+            false => output::table(&columns),
+        };
+        for row in rows {
+            t.add_row(row);
         }
+        output::print_table(&t);
     }
-    print!("{out}");
     Ok(0)
 }
 

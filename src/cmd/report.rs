@@ -77,26 +77,17 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
 }
 
 fn table(title: &str, rows: &[UsageRow], limit: usize) {
-    let width = rows
-        .iter()
-        .map(|r| r.name.chars().count())
-        .chain([title.len()])
-        .max()
-        .unwrap_or(0);
-    println!(
-        "{title:<width$}  {:>6}  {:>12}  {:>12}  {:>14}",
-        "JOBS", "CPU-HOURS", "GPU-HOURS", "BILLING"
-    );
+    let mut t = output::table(&[title, "JOBS", "CPU-HOURS", "GPU-HOURS", "BILLING"]);
     for r in rows.iter().take(limit) {
-        println!(
-            "{:<width$}  {:>6}  {:>12.1}  {:>12.1}  {:>14.0}",
-            output::clean(&r.name),
-            r.jobs,
-            r.cpu_hours,
-            r.gpu_hours,
-            r.billing
-        );
+        t.add_row([
+            r.name.clone(),
+            r.jobs.to_string(),
+            format!("{:.1}", r.cpu_hours),
+            format!("{:.1}", r.gpu_hours),
+            format!("{:.0}", r.billing),
+        ]);
     }
+    output::print_table(&t);
 }
 
 /// The first of `now`'s month, 00:00 UTC, ms.
