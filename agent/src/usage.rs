@@ -4,7 +4,9 @@
 //! restart loses nothing, and summarised with the job's end, where the cgroup's final CPU time
 //! and memory peak, read by the shim, are exact.
 
-use std::path::Path;
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -107,8 +109,14 @@ pub fn spawn(jobs_dir: std::path::PathBuf, interval: Duration, machine: Machine)
                 },
                 false => Box::new(NoGpus),
             };
+            let mut known = BTreeMap::new();
             loop {
-                sample_all(&jobs_dir, meter.as_ref(), wharf_runtime::now_ms());
+                sample_all(
+                    &jobs_dir,
+                    meter.as_ref(),
+                    wharf_runtime::now_ms(),
+                    &mut known,
+                );
                 std::thread::sleep(interval);
             }
         });
@@ -117,35 +125,61 @@ pub fn spawn(jobs_dir: std::path::PathBuf, interval: Duration, machine: Machine)
     }
 }
 
-/// Takes one sample of every job under `jobs_dir` that has started and not ended.
-pub(crate) fn sample_all(jobs_dir: &Path, meter: &dyn GpuMeter, now_ms: u64) {
+/// What the sampler keeps of a running job between samples: what it reads once (its cgroup
+/// and GPUs, from its spec) and its tally.
+#[derive(Debug)]
+pub(crate) struct Sampled {
+    cgroup: String,
+    gpus: Vec<u32>,
+    tally: Tally,
+}
+
+/// Takes one sample of every job under `jobs_dir` that has started and not ended; `known`
+/// keeps what was read of each before (a job seen first, after an agent restart say, starts
+/// from the tally in its directory).
+pub(crate) fn sample_all(
+    jobs_dir: &Path,
+    meter: &dyn GpuMeter,
+    now_ms: u64,
+    known: &mut BTreeMap<PathBuf, Sampled>,
+) {
     let Ok(entries) = std::fs::read_dir(jobs_dir) else {
         return;
     };
+    let mut running = BTreeSet::new();
     for entry in entries.flatten() {
         let dir = JobDir::new(entry.path());
         if !dir.started().exists() || dir.outcome().exists() {
             continue;
         }
-        let Ok(spec) = dir.read_spec() else {
-            continue;
+        let job = match known.entry(entry.path()) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                let Ok(spec) = dir.read_spec() else {
+                    continue;
+                };
+                e.insert(Sampled {
+                    cgroup: spec.cgroup_path(),
+                    gpus: gpu_minors(&spec),
+                    tally: read_tally(&dir),
+                })
+            }
         };
-        let cgroup = wharf_runtime::cgroup_usage(&spec.cgroup_path());
-        let gpus: Vec<(u32, Option<GpuReading>)> = gpu_minors(&spec)
-            .into_iter()
-            .map(|m| (m, meter.read(m)))
-            .collect();
-        let mut tally = read_tally(&dir);
-        tally.add(now_ms, &cgroup, &gpus);
-        if let Err(e) = JobDir::write_atomic(&tally_path(&dir), &tally) {
+        running.insert(entry.path());
+        let cgroup = wharf_runtime::cgroup_usage(&job.cgroup);
+        let gpus: Vec<(u32, Option<GpuReading>)> =
+            job.gpus.iter().map(|&m| (m, meter.read(m))).collect();
+        job.tally.add(now_ms, &cgroup, &gpus);
+        if let Err(e) = JobDir::write_replace(&dir.usage(), &job.tally) {
             tracing::warn!(dir = %dir.path().display(), error = %e, "cannot keep the job's usage");
         }
     }
+    known.retain(|path, _| running.contains(path));
 }
 
 /// The job's usage at its end: the sampler's tally with the kernel's final counts.
 pub fn summary(dir: &JobDir, outcome: &Outcome) -> Option<JobUsage> {
-    let tally = std::fs::metadata(tally_path(dir))
+    let tally = std::fs::metadata(dir.usage())
         .is_ok()
         .then(|| read_tally(dir));
     match (tally, &outcome.usage) {
@@ -167,12 +201,8 @@ fn gpu_minors(spec: &ContainerSpec) -> Vec<u32> {
     minors
 }
 
-fn tally_path(dir: &JobDir) -> std::path::PathBuf {
-    dir.path().join("usage")
-}
-
 fn read_tally(dir: &JobDir) -> Tally {
-    std::fs::read(tally_path(dir))
+    std::fs::read(dir.usage())
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default()
@@ -343,14 +373,17 @@ mod tests {
             memory: 2 << 30,
             energy_mj: None,
         });
-        sample_all(jobs.path(), &meter, 1_000);
+        let mut known = BTreeMap::new();
+        sample_all(jobs.path(), &meter, 1_000, &mut known);
         assert!(
-            !tally_path(&dir).exists(),
+            !dir.usage().exists(),
             "a job not yet started is not sampled"
         );
         std::fs::write(dir.started(), "1000").unwrap();
-        sample_all(jobs.path(), &meter, 2_000);
-        sample_all(jobs.path(), &meter, 3_000);
+        sample_all(jobs.path(), &meter, 2_000, &mut known);
+        // An agent restarted between samples starts from the tally in the directory.
+        let mut known = BTreeMap::new();
+        sample_all(jobs.path(), &meter, 3_000, &mut known);
         let outcome = Outcome {
             exit_code: Some(0),
             ..Outcome::default()
@@ -362,14 +395,12 @@ mod tests {
         assert_eq!(u.gpus[0].memory_peak, 2 << 30);
         assert_eq!(u.gpus[0].energy_j, None);
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(tally_path(&dir))
-            .unwrap()
-            .permissions()
-            .mode();
+        let mode = std::fs::metadata(dir.usage()).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         // Ended: no more samples.
         JobDir::write_atomic(&dir.outcome(), &outcome).unwrap();
-        sample_all(jobs.path(), &meter, 4_000);
+        sample_all(jobs.path(), &meter, 4_000, &mut known);
+        assert!(known.is_empty(), "an ended job is forgotten");
         assert_eq!(summary(&dir, &outcome).unwrap().samples, 2);
     }
 }

@@ -46,6 +46,10 @@ impl JobDir {
     pub fn stop(&self) -> PathBuf {
         self.root.join("stop")
     }
+    /// The agent's tally of the job's measured use while it runs.
+    pub fn usage(&self) -> PathBuf {
+        self.root.join("usage")
+    }
     /// The shim's launch timeline (see [`crate::timeline`]).
     pub fn timeline(&self) -> PathBuf {
         self.root.join("timeline")
@@ -81,6 +85,12 @@ impl JobDir {
     /// survives a node crash once this returns (temp file, rename, fsync).
     pub fn write_atomic<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), RuntimeError> {
         write_json(path, value, true)
+    }
+
+    /// Writes `value` as JSON to `path` so that readers see all of it or none, without
+    /// waiting for the disk: for what a node crash loses anyway (a running job's samples).
+    pub fn write_replace<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), RuntimeError> {
+        write_json(path, value, false)
     }
 
     /// Opens `path`, a file of a job directory, for writing: appending when `append`, else
