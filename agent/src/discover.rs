@@ -1,6 +1,6 @@
 //! What this node has: CPUs, memory, GPUs. Read from the kernel, never configured by hand.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use wharf_api::node::{GpuInfo, MigInfo};
 
@@ -82,48 +82,30 @@ pub fn memory_total() -> u64 {
         .unwrap_or(0)
 }
 
-/// Where the kernel and the driver describe the machine: `/dev`, `/proc/driver/nvidia` and
-/// `/sys` on a real node; scratch trees in tests.
-#[derive(Debug, Clone)]
-pub struct Roots {
-    /// Device nodes (`nvidiaN`).
-    pub dev: PathBuf,
-    /// The NVIDIA driver's proc directory (`gpus/<PCI address>/information`).
-    pub driver: PathBuf,
-    /// sysfs (`bus/pci/devices`, `devices/system/node`).
-    pub sys: PathBuf,
-}
+/// The NVIDIA driver's proc directory (`gpus/<PCI address>/information`).
+const DRIVER_PROC: &str = "/proc/driver/nvidia";
+/// sysfs (`bus/pci/devices`, `devices/system/node`).
+const SYS: &str = "/sys";
 
-impl Roots {
-    /// The machine's own, with device nodes looked for under `dev`.
-    pub fn host(dev: &Path) -> Roots {
-        Roots {
-            dev: dev.to_path_buf(),
-            driver: "/proc/driver/nvidia".into(),
-            sys: "/sys".into(),
-        }
-    }
-}
-
-/// The node's GPUs. The device nodes under `roots.dev` decide which GPUs a job can be given;
-/// when `roots.dev` is the real `/dev`, each is described by NVML when `nvml` is set and the
+/// The node's GPUs. The device nodes under `dev_root` decide which GPUs a job can be given;
+/// when `dev_root` is the real `/dev`, each is described by NVML when `nvml` is set and the
 /// driver's library loads, else by the driver's `/proc` files; its NUMA node and PCIe
 /// switch come from sysfs. A GPU described but with no device node is left out with a
 /// warning (the sandbox could not give it to a job).
-pub fn gpus(roots: &Roots, nvml: bool) -> Vec<GpuInfo> {
-    let found = device_gpus(&roots.dev);
-    if roots.dev != Path::new("/dev") {
+pub fn gpus(dev_root: &Path, nvml: bool) -> Vec<GpuInfo> {
+    let found = device_gpus(dev_root);
+    if dev_root != Path::new("/dev") {
         return found;
     }
     let described = if nvml {
         nvml_gpus().unwrap_or_else(|e| {
             tracing::debug!("NVML not available ({e}); GPUs described by the driver's files");
-            driver_gpus(&roots.driver)
+            driver_gpus(Path::new(DRIVER_PROC))
         })
     } else {
-        driver_gpus(&roots.driver)
+        driver_gpus(Path::new(DRIVER_PROC))
     };
-    describe(found, described, &roots.sys)
+    describe(found, described, Path::new(SYS))
 }
 
 /// The device-node GPUs, each replaced by its description (matched by device minor) and
@@ -354,7 +336,7 @@ mod tests {
         assert!(!cpus().is_empty());
         assert!(memory_total() > 64 << 20);
         let empty = tempfile::tempdir().unwrap();
-        assert!(gpus(&Roots::host(empty.path()), true).is_empty());
+        assert!(gpus(empty.path(), true).is_empty());
     }
 
     #[test]
@@ -379,10 +361,7 @@ mod tests {
             .unwrap();
         }
         std::fs::write(dir.path().join("nvidia7"), b"not a device").unwrap();
-        let found: Vec<u32> = gpus(&Roots::host(dir.path()), true)
-            .iter()
-            .map(|g| g.index)
-            .collect();
+        let found: Vec<u32> = gpus(dir.path(), true).iter().map(|g| g.index).collect();
         assert_eq!(found, [0, 1]);
     }
 

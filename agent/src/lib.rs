@@ -110,7 +110,7 @@ pub fn probe(cfg: &AgentConfig) -> discover::Machine {
     discover::Machine {
         cpu_numa: discover::cpu_numa(Path::new("/sys"), &cpus),
         cpus,
-        gpus: discover::gpus(&discover::Roots::host(&cfg.dev_root), cfg.nvml),
+        gpus: discover::gpus(&cfg.dev_root, cfg.nvml),
     }
 }
 
