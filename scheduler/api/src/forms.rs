@@ -179,25 +179,10 @@ pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
 
 /// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SS` (UTC).
 pub fn format_utc(secs: u64) -> String {
-    let mut days = secs / 86400;
+    let (y, m, d) = civil_from_days((secs / 86400) as i64);
     let rest = secs % 86400;
-    let mut y = 1970;
-    loop {
-        let len = if is_leap(y) { 366 } else { 365 };
-        if days < len {
-            break;
-        }
-        days -= len;
-        y += 1;
-    }
-    let mut m = 1;
-    while days >= days_in_month(y, m) {
-        days -= days_in_month(y, m);
-        m += 1;
-    }
     format!(
-        "{y:04}-{m:02}-{:02}T{:02}:{:02}:{:02}",
-        days + 1,
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
         rest / 3600,
         rest / 60 % 60,
         rest % 60
