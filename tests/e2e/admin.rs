@@ -43,12 +43,7 @@ fn associations_made_over_the_cli_limit_jobs_survive_a_restart_and_are_audited()
         return;
     }
     let mut c = Cluster::start();
-    let nodes: serde_json::Value =
-        serde_json::from_slice(&c.wharf(&["nodes", "--json"]).stdout).unwrap();
-    if nodes["nodes"][0]["info"]["cpus"].as_u64().unwrap() < 2 {
-        let msg = format!("{name} needs a node with 2 CPUs");
-        assert!(std::env::var_os("WHARF_TEST_STRICT").is_none(), "{msg}");
-        eprintln!("SKIP: {msg}");
+    if !c.has_cpus(name, 2) {
         return;
     }
     let (ann, coord, eve) = (user("whadm-ann"), user("whadm-coord"), user("whadm-eve"));

@@ -90,12 +90,7 @@ fn controller_kill9_during_a_burst_of_500_submits_loses_nothing() {
     let mut c = Cluster::start();
     // One job holds every CPU, so that the burst (asking for all of them) stays pending: the
     // test is about the store.
-    let nodes: serde_json::Value =
-        serde_json::from_slice(&c.wharf(&["nodes", "--json"]).stdout).unwrap();
-    let cpus = nodes["nodes"][0]["info"]["cpus"]
-        .as_u64()
-        .unwrap()
-        .to_string();
+    let cpus = c.node_cpus().to_string();
     let blocker = submitted_id(&c.wharf(&["submit", "--cpus", &cpus, "--wrap", "sleep 600"]));
     c.wait_running(blocker);
     let (clients, per_client) = (4, 125);

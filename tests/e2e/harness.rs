@@ -313,6 +313,29 @@ impl Cluster {
         d
     }
 
+    /// The CPUs of the cluster's (first) node, as `wharf nodes --json` reports them.
+    pub fn node_cpus(&self) -> u64 {
+        let nodes: serde_json::Value =
+            serde_json::from_slice(&self.wharf(&["nodes", "--json"]).stdout).expect("nodes --json");
+        nodes["nodes"][0]["info"]["cpus"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no cpus in {nodes}"))
+    }
+
+    /// Whether the node has at least `n` CPUs; returns false (after printing why) when it has
+    /// fewer, and panics instead under WHARF_TEST_STRICT=1.
+    pub fn has_cpus(&self, test: &str, n: u64) -> bool {
+        if self.node_cpus() >= n {
+            return true;
+        }
+        let why = format!("{test}: needs a node with {n} CPUs");
+        if std::env::var("WHARF_TEST_STRICT").as_deref() == Ok("1") {
+            panic!("{why}");
+        }
+        eprintln!("SKIPPED {why}");
+        false
+    }
+
     /// Runs the CLI as `user` (real uid/gid, their groups) from their directory.
     pub fn wharf_as(&self, user: &User, args: &[&str]) -> Output {
         let home = self.home(user);

@@ -270,15 +270,6 @@ impl Drop for LeaseHolder {
     }
 }
 
-/// The node's CPU count, from `wharf nodes --json`.
-fn node_cpus(c: &Cluster) -> u64 {
-    let nodes: serde_json::Value =
-        serde_json::from_slice(&c.wharf(&["nodes", "--json"]).stdout).expect("nodes --json");
-    nodes["nodes"][0]["info"]["cpus"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no cpus in {nodes}"))
-}
-
 /// Milliseconds since the epoch, as the daemons record times.
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -310,7 +301,7 @@ fn held_in_starting(c: &Cluster, user: &User, name: &str, opts: &[&str]) -> (u64
     std::fs::write(&file, "").unwrap();
     nix::unistd::chown(&file, Some(user.uid.into()), Some(user.gid.into())).unwrap();
     let holder = LeaseHolder::start(user, &file);
-    let cpus = node_cpus(c).to_string();
+    let cpus = c.node_cpus().to_string();
     let mut args = vec!["submit", "-c", &cpus, "-o", name];
     args.extend_from_slice(opts);
     args.extend_from_slice(&["--wrap", "echo ran"]);
@@ -416,7 +407,7 @@ fn a_fifo_as_output_fails_the_job_within_seconds_with_the_reason() {
         .stdin(fifo)
         .spawn()
         .unwrap();
-    let cpus = node_cpus(&c).to_string();
+    let cpus = c.node_cpus().to_string();
     for opts in [["-o", "pipe.out"], ["-e", "read.err"]] {
         let mut args = vec!["submit", "-c", &cpus];
         args.extend_from_slice(&opts);

@@ -16,15 +16,6 @@ fn tiers(mode: &str) -> String {
     )
 }
 
-fn node_cpus(c: &Cluster) -> String {
-    let nodes: serde_json::Value =
-        serde_json::from_slice(&c.wharf(&["nodes", "--json"]).stdout).unwrap();
-    nodes["nodes"][0]["info"]["cpus"]
-        .as_u64()
-        .unwrap()
-        .to_string()
-}
-
 /// Polls `job` (as root sees it) until `done` holds, for up to `secs` seconds.
 fn wait_for(
     c: &Cluster,
@@ -56,7 +47,7 @@ fn a_low_tier_job_is_requeued_for_a_high_tier_one_and_runs_again_after_it() {
     }
     let c = Cluster::start_with(&tiers("requeue"));
     let u = user("whpre-low");
-    let cpus = node_cpus(&c);
+    let cpus = c.node_cpus().to_string();
     let home = c.home(&u);
     // The first run traps TERM and says so in its output; the second just finishes.
     // The trap is set before the first line is written: the test preempts once it sees it.
@@ -164,7 +155,7 @@ fn in_cancel_mode_the_preempted_job_ends_preempted() {
     }
     let c = Cluster::start_with(&tiers("cancel"));
     let u = user("whpre-cancel");
-    let cpus = node_cpus(&c);
+    let cpus = c.node_cpus().to_string();
     let submit = |part: &str, script: &str| {
         submitted_id(&c.wharf_as(
             &u,
@@ -197,7 +188,7 @@ fn requeue_is_for_running_jobs_of_ones_own_and_says_why_not() {
     }
     let c = Cluster::start();
     let (ann, bob) = (user("whpre-ann"), user("whpre-bob"));
-    let cpus = node_cpus(&c);
+    let cpus = c.node_cpus().to_string();
     let submit = |u: &User, script: &str| {
         submitted_id(&c.wharf_as(
             u,

@@ -46,12 +46,7 @@ fn absurd_and_oversized_requests_are_refused_with_the_limit() {
     }
     let c = Cluster::start_with("[limits]\nmax_pending_per_user = 3\n");
     let u = user("whctl-limits");
-    let nodes: serde_json::Value =
-        serde_json::from_slice(&c.wharf(&["nodes", "--json"]).stdout).unwrap();
-    let node_cpus = nodes["nodes"][0]["info"]["cpus"]
-        .as_u64()
-        .unwrap()
-        .to_string();
+    let node_cpus = c.node_cpus().to_string();
 
     // 2^64-1 bytes of memory, from a job file.
     let home = c.home(&u);
