@@ -564,6 +564,12 @@ impl SchedulerSection {
 mod tests {
     use super::super::FileConfig;
 
+    /// The error a config file's `[scheduler]` is refused with.
+    fn refused(text: &str) -> String {
+        let file: FileConfig = toml::from_str(text).unwrap();
+        file.scheduler.resolve().unwrap_err().to_string()
+    }
+
     #[test]
     fn rendezvous_ports_are_a_range_of_unprivileged_ports() {
         let resolve = |text: &str| {
@@ -635,9 +641,7 @@ mod tests {
             ("name = \"a\"\nbilling_gpu = -1.0", "billing_gpu"),
             ("name = \"a\"\ndefault = true\n[[scheduler.partition]]\nname = \"b\"\ndefault = true", "mark one"),
         ] {
-            let file: FileConfig =
-                toml::from_str(&format!("[[scheduler.partition]]\n{text}\n")).unwrap();
-            let err = file.scheduler.resolve().unwrap_err().to_string();
+            let err = refused(&format!("[[scheduler.partition]]\n{text}\n"));
             assert!(err.contains(want), "{err}");
         }
         for (text, want) in [
@@ -645,8 +649,7 @@ mod tests {
             ("reservations = 0", "scheduler.reservations"),
             ("half_life = \"soon\"", "scheduler.half_life"),
         ] {
-            let file: FileConfig = toml::from_str(&format!("[scheduler]\n{text}\n")).unwrap();
-            let err = file.scheduler.resolve().unwrap_err().to_string();
+            let err = refused(&format!("[scheduler]\n{text}\n"));
             assert!(err.contains(want), "{err}");
         }
     }
@@ -696,8 +699,7 @@ mod tests {
                 "shares must be",
             ),
         ] {
-            let file: FileConfig = toml::from_str(text).unwrap();
-            let err = file.scheduler.resolve().unwrap_err().to_string();
+            let err = refused(text);
             assert!(err.contains(want), "{err}");
         }
     }
@@ -727,8 +729,7 @@ mod tests {
                 "scheduler.qos \"q\": preempt_mode \"kill\"",
             ),
         ] {
-            let file: FileConfig = toml::from_str(text).unwrap();
-            let err = file.scheduler.resolve().unwrap_err().to_string();
+            let err = refused(text);
             assert!(err.contains(want), "{err}");
         }
     }
@@ -794,8 +795,7 @@ mod tests {
                 "scheduler.default_qos \"gold\" is not a defined",
             ),
         ] {
-            let file: FileConfig = toml::from_str(text).unwrap();
-            let err = file.scheduler.resolve().unwrap_err().to_string();
+            let err = refused(text);
             assert!(err.contains(want), "{err}");
         }
         for (text, want) in [
