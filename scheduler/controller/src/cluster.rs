@@ -9,7 +9,7 @@ use wharf_api::{
     ExitInfo, JobDefaults, JobId, JobRecord, JobState, NodeInfo, NodeRecord, NodeState, Owner,
     Resources,
 };
-use wharf_core::{Config as SchedConfig, UsageLedger};
+use wharf_core::{Config as SchedConfig, Scheduler, UsageLedger};
 
 use crate::store::{Store, StoreError};
 use crate::visibility::{ended_reason, view};
@@ -87,6 +87,8 @@ pub struct Cluster {
     assocs: crate::admin::Registry,
     /// What the scheduler works with: the config file's policy and `assocs`.
     sched: SchedConfig,
+    /// The scheduling core, which keeps its view of nodes and running jobs between passes.
+    scheduler: Scheduler,
     /// Fair-share usage: rebuilt at start from the store's most recent ended jobs, then
     /// charged as jobs end (the store keeps no usage table yet).
     usage: UsageLedger,
@@ -151,6 +153,7 @@ impl Cluster {
             assocs,
             usage: UsageLedger::new(sched.half_life),
             sched,
+            scheduler: Scheduler::default(),
             groups: crate::groups::unix_groups,
             watch: JobWatch::default(),
         };

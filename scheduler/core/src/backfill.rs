@@ -385,7 +385,7 @@ fn reserve(
     }
     let end = start.saturating_add(limit);
     for (i, need) in &picks {
-        table.nodes[*i].profile.reserve(need, start, end);
+        table.node_mut(*i).profile.reserve(need, start, end);
     }
     Some(Reservation {
         job,

@@ -24,6 +24,7 @@
 mod backfill;
 mod config;
 pub mod fairshare;
+mod incremental;
 pub mod limits;
 mod partition;
 mod placement;
@@ -43,6 +44,7 @@ pub use config::{
     Weights,
 };
 pub use fairshare::UsageLedger;
+pub use incremental::Scheduler;
 pub use limits::{AssocLimits, LimitReason, Limits, QosLimits, TresKind, TresLimit};
 pub use partition::DEFAULT_PARTITION;
 pub use plan::{Plan, Preemption, Priority, Reservation, Start, Waiting};
@@ -60,6 +62,7 @@ use priority::Scale;
 use wharf_api::JobId;
 
 /// One scheduling pass at time `now` (ms). Pure: the same arguments give the same plan.
+/// [`Scheduler`] gives the same plans faster when passes follow one another.
 pub fn schedule(now: Time, state: &State, config: &Config) -> Plan {
     // Ties between nodes go by name, whatever order the caller keeps them in.
     if !state.nodes.is_sorted_by(|a, b| a.name <= b.name) {
@@ -68,9 +71,30 @@ pub fn schedule(now: Time, state: &State, config: &Config) -> Plan {
         return schedule(now, &sorted, config);
     }
     let parts = Partitions::resolve(config, &state.nodes);
-    let usage = usage_now(now, state, &parts);
-    let assocs = state.pending.iter().map(|j| j.assoc.clone());
-    let fairshare = fairshare::factors(config, assocs, &usage);
+    let mut table = Table::build(&state.nodes, &state.running, &state.stopping, &parts, now);
+    pass(now, state, config, &parts, &mut table)
+}
+
+/// One pass over `state`, whose nodes are sorted by name, given its partitions and a table
+/// of its nodes with what its running jobs hold.
+pub(crate) fn pass(
+    now: Time,
+    state: &State,
+    config: &Config,
+    parts: &Partitions,
+    table: &mut Table,
+) -> Plan {
+    let usage = usage_now(now, state, parts);
+    // Queues are long and their users few: each association is cloned once.
+    let mut assocs: BTreeSet<&Assoc> = BTreeSet::new();
+    let mut last: Option<&Assoc> = None;
+    for job in &state.pending {
+        if last != Some(&job.assoc) {
+            assocs.insert(&job.assoc);
+            last = Some(&job.assoc);
+        }
+    }
+    let fairshare = fairshare::factors(config, assocs.into_iter().cloned(), &usage);
     let scale = Scale {
         config,
         fairshare: &fairshare,
@@ -87,12 +111,12 @@ pub fn schedule(now: Time, state: &State, config: &Config) -> Plan {
     let mut plan = Plan::default();
     let mut blocked = Vec::new();
     let mut ready = Vec::new();
-    let mut prio: BTreeMap<JobId, Priority> = BTreeMap::new();
+    let mut prio: Vec<(JobId, Priority)> = Vec::with_capacity(state.pending.len());
     for job in &state.pending {
         let admitted = parts.admit(job, config);
         let part = admitted.as_ref().ok().map(|&(p, _)| &parts.parts[p]);
         let priority = scale.priority(job, part, now);
-        prio.insert(job.id, priority);
+        prio.push((job.id, priority));
         let reason = match (&admitted, job.hold) {
             (_, Some(Hold::User)) => Some(PendingReason::JobHeldUser),
             (_, Some(Hold::Admin)) => Some(PendingReason::JobHeldAdmin),
@@ -119,17 +143,17 @@ pub fn schedule(now: Time, state: &State, config: &Config) -> Plan {
             (None, Err(_)) => unreachable!("a refused job has a reason"),
         }
     }
-    ready.sort_by_key(|a| a.0);
+    // Keys end in the job id, so they are distinct and an unstable sort is as good.
+    ready.sort_unstable_by_key(|a| a.0);
     let ready: Vec<Ready<'_>> = ready.into_iter().map(|(_, r)| r).collect();
-    let mut table = Table::build(&state.nodes, &state.running, &state.stopping, &parts, now);
     let mut held = limits::Counters::new(config, &state.running);
-    let victims = preempt::Victims::new(config, &parts, &state.running);
+    let victims = preempt::Victims::new(config, parts, &state.running);
     let out = backfill::pass(
         now,
         &state.nodes,
         config,
-        &parts,
-        &mut table,
+        parts,
+        table,
         &ready,
         &mut held,
         &victims,
@@ -141,7 +165,8 @@ pub fn schedule(now: Time, state: &State, config: &Config) -> Plan {
     plan.waiting = out.waiting;
     blocked.sort_by_key(|w| w.job);
     plan.waiting.extend(blocked);
-    plan.priorities = prio.into_iter().collect();
+    prio.sort_unstable_by_key(|(id, _)| *id);
+    plan.priorities = prio;
     plan
 }
 
@@ -172,7 +197,13 @@ fn usage_now(now: Time, state: &State, parts: &Partitions) -> BTreeMap<Assoc, f6
             )
         });
         let secs = now.saturating_sub(job.start) as f64 / 1000.0;
-        *usage.entry(job.assoc.clone()).or_insert(0.0) += billing.rate(cpus, memory, gpus) * secs;
+        let used = billing.rate(cpus, memory, gpus) * secs;
+        match usage.get_mut(&job.assoc) {
+            Some(u) => *u += used,
+            None => {
+                usage.insert(job.assoc.clone(), used);
+            }
+        }
     }
     usage
 }

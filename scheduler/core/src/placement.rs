@@ -51,12 +51,11 @@ impl Fit<'_> {
     }
 }
 
-/// What one running job holds on one node, and when the profile has it given back.
+/// What one running job holds on one node, and when the profile has it given back. A node's
+/// holdings are kept in job id order, however they were added.
 #[derive(Debug, Clone)]
 pub(crate) struct Holding {
     pub id: JobId,
-    /// Its index in [`crate::State::running`].
-    pub run: usize,
     pub tres: Tres,
     /// Its release time in the node's profile.
     pub end: Time,
@@ -67,10 +66,31 @@ pub(crate) struct Holding {
 /// Index key: free GPUs, free CPUs, node index. Ascending order is best fit first.
 type Key = (u32, u32, usize);
 
+/// The ids one running job took on one node, so that they can be given back exactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Taken {
+    pub node: usize,
+    cpus: Vec<u32>,
+    /// GPU ids with their type slot.
+    gpus: Vec<(usize, u32)>,
+    tres: Tres,
+}
+
 /// All nodes of a pass and the free-capacity index of each partition.
+#[derive(Debug, Clone)]
 pub(crate) struct Table {
     pub nodes: Vec<NodeRt>,
     index: Vec<BTreeSet<Key>>,
+    /// While a pass runs on a kept table: each node it changed, as it was before.
+    saved: Option<Saved>,
+}
+
+/// The nodes a pass changed, as they were before it.
+#[derive(Debug, Clone, Default)]
+struct Saved {
+    /// By node index: saved already.
+    marked: Vec<bool>,
+    nodes: Vec<(usize, NodeRt)>,
 }
 
 impl Table {
@@ -84,53 +104,33 @@ impl Table {
         parts: &Partitions,
         now: Time,
     ) -> Table {
+        let mut table = Table::empty(nodes, parts);
         let by_name: BTreeMap<&str, usize> = nodes
             .iter()
             .enumerate()
             .map(|(i, n)| (n.name.as_str(), i))
             .collect();
+        // In id order, as a kept table adds them (see `crate::incremental`).
+        let mut order: Vec<&RunningJob> = running.iter().collect();
+        order.sort_by_key(|j| j.id);
+        for job in order {
+            let stops = stopping.contains(&job.id);
+            let end = release_time(job, stops, now);
+            for a in &job.allocs {
+                if let Some(&i) = by_name.get(a.node.as_str()) {
+                    table.hold(i, job.id, a, end, stops);
+                }
+            }
+        }
+        table
+    }
+
+    /// The nodes with nothing running on them.
+    pub fn empty(nodes: &[Node], parts: &Partitions) -> Table {
         let mut rt: Vec<NodeRt> = nodes.iter().map(node_rt).collect();
         for (p, part) in parts.parts.iter().enumerate() {
             for &i in &part.nodes {
                 rt[i].parts.push(p);
-            }
-        }
-        for (run, job) in running.iter().enumerate() {
-            let stops = stopping.contains(&job.id);
-            let end = if stops {
-                now + 1
-            } else {
-                job.start.saturating_add(job.time_limit).max(now + 1)
-            };
-            for a in &job.allocs {
-                let Some(&i) = by_name.get(a.node.as_str()) else {
-                    continue;
-                };
-                let n = &mut rt[i];
-                let mut held = Tres::default();
-                for id in &a.cpu_ids {
-                    if let Ok(pos) = n.free_cpus.binary_search(id) {
-                        n.free_cpus.remove(pos);
-                        held.cpus += 1;
-                    }
-                }
-                for id in &a.gpu_ids {
-                    for (s, ids) in n.free_gpus.iter_mut().enumerate() {
-                        if let Ok(pos) = ids.binary_search(id) {
-                            ids.remove(pos);
-                            held.gpus[s] += 1;
-                        }
-                    }
-                }
-                held.memory = a.memory.min(n.profile.free.memory);
-                n.profile.take(&held, end);
-                n.jobs.push(Holding {
-                    id: job.id,
-                    run,
-                    tres: held,
-                    end,
-                    stopping: stops,
-                });
             }
         }
         let mut index = vec![BTreeSet::new(); parts.parts.len()];
@@ -141,7 +141,128 @@ impl Table {
                 }
             }
         }
-        Table { nodes: rt, index }
+        Table {
+            nodes: rt,
+            index,
+            saved: None,
+        }
+    }
+
+    /// Job `id` holds what `a` names on node `i` until `end`: the ids it names that are free
+    /// are taken (an id that is not free is not taken twice), and its memory as far as the
+    /// node has it.
+    pub fn hold(&mut self, i: usize, id: JobId, a: &Alloc, end: Time, stopping: bool) -> Taken {
+        let old = key(&self.nodes[i], i);
+        let n = &mut self.nodes[i];
+        let mut taken = Taken {
+            node: i,
+            cpus: Vec::with_capacity(a.cpu_ids.len()),
+            gpus: Vec::with_capacity(a.gpu_ids.len()),
+            tres: Tres::default(),
+        };
+        for id in &a.cpu_ids {
+            if let Ok(pos) = n.free_cpus.binary_search(id) {
+                n.free_cpus.remove(pos);
+                taken.cpus.push(*id);
+            }
+        }
+        for id in &a.gpu_ids {
+            for (s, ids) in n.free_gpus.iter_mut().enumerate() {
+                if let Ok(pos) = ids.binary_search(id) {
+                    ids.remove(pos);
+                    taken.gpus.push((s, *id));
+                    taken.tres.gpus[s] += 1;
+                }
+            }
+        }
+        taken.tres.cpus = taken.cpus.len() as u32;
+        taken.tres.memory = a.memory.min(n.profile.free.memory);
+        n.profile.take(&taken.tres, end);
+        let at = n.jobs.partition_point(|h| h.id < id);
+        n.jobs.insert(
+            at,
+            Holding {
+                id,
+                tres: taken.tres,
+                end,
+                stopping,
+            },
+        );
+        self.rekey(i, old);
+        taken
+    }
+
+    /// Gives back what [`Table::hold`] took for job `id`, expected back at `end`.
+    pub fn unhold(&mut self, id: JobId, taken: &Taken, end: Time) {
+        let i = taken.node;
+        let old = key(&self.nodes[i], i);
+        let n = &mut self.nodes[i];
+        for c in &taken.cpus {
+            if let Err(pos) = n.free_cpus.binary_search(c) {
+                n.free_cpus.insert(pos, *c);
+            }
+        }
+        for &(s, g) in &taken.gpus {
+            if let Err(pos) = n.free_gpus[s].binary_search(&g) {
+                n.free_gpus[s].insert(pos, g);
+            }
+        }
+        n.profile.give_back(&taken.tres, end);
+        if let Ok(at) = n.jobs.binary_search_by_key(&id, |h| h.id) {
+            n.jobs.remove(at);
+        }
+        self.rekey(i, old);
+    }
+
+    /// Moves job `id`'s release on node `i` from `from` to `to`, and marks it stopping or not.
+    pub fn move_hold(&mut self, i: usize, id: JobId, from: Time, to: Time, stopping: bool) {
+        let n = &mut self.nodes[i];
+        if let Ok(at) = n.jobs.binary_search_by_key(&id, |h| h.id) {
+            let h = &mut n.jobs[at];
+            n.profile.move_release(&h.tres, from, to);
+            h.end = to;
+            h.stopping = stopping;
+        }
+    }
+
+    /// After node `i` changed from index key `old`: files it under its new key.
+    fn rekey(&mut self, i: usize, old: Key) {
+        let new = key(&self.nodes[i], i);
+        if new != old && self.nodes[i].up {
+            for &p in &self.nodes[i].parts {
+                self.index[p].remove(&old);
+                self.index[p].insert(new);
+            }
+        }
+    }
+
+    /// Starts a pass on a table that outlives it: from now until [`Table::end_pass`], every
+    /// node the pass changes is saved first.
+    pub fn begin_pass(&mut self) {
+        self.saved = Some(Saved {
+            marked: vec![false; self.nodes.len()],
+            nodes: Vec::new(),
+        });
+    }
+
+    /// Puts back every node the pass changed, as it was at [`Table::begin_pass`].
+    pub fn end_pass(&mut self) {
+        for (i, before) in self.saved.take().unwrap_or_default().nodes {
+            let old = key(&self.nodes[i], i);
+            self.nodes[i] = before;
+            self.rekey(i, old);
+        }
+    }
+
+    /// Node `i`, to be changed by the pass.
+    pub fn node_mut(&mut self, i: usize) -> &mut NodeRt {
+        if let Some(saved) = &mut self.saved {
+            if !saved.marked[i] {
+                saved.marked[i] = true;
+                saved.nodes.push((i, self.nodes[i].clone()));
+            }
+        }
+        &mut self.nodes[i]
     }
 
     /// What `req` needs on node `i` if its GPUs come from `slot`.
@@ -215,7 +336,7 @@ impl Table {
     /// Takes ids for `need` on node `i` from now until `end`; returns them.
     pub fn allocate(&mut self, i: usize, need: &Tres, end: Time, name: &str) -> Alloc {
         let old = key(&self.nodes[i], i);
-        let n = &mut self.nodes[i];
+        let n = self.node_mut(i);
         let mut gpu_ids = Vec::new();
         for (s, &count) in need.gpus.iter().enumerate() {
             match &n.topology {
@@ -232,19 +353,23 @@ impl Table {
             None => n.free_cpus.drain(..need.cpus as usize).collect(),
         };
         n.profile.take(need, end);
-        let new = key(n, i);
-        if n.up {
-            for &p in &self.nodes[i].parts {
-                self.index[p].remove(&old);
-                self.index[p].insert(new);
-            }
-        }
+        self.rekey(i, old);
         Alloc {
             node: name.into(),
             cpu_ids,
             gpu_ids,
             memory: need.memory,
         }
+    }
+}
+
+/// When a running job's resources are expected back: at the end of its time limit, or just
+/// after `now` when it is late or being stopped.
+pub(crate) fn release_time(job: &RunningJob, stopping: bool, now: Time) -> Time {
+    if stopping {
+        now + 1
+    } else {
+        job.start.saturating_add(job.time_limit).max(now + 1)
     }
 }
 

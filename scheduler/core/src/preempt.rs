@@ -68,7 +68,7 @@ impl<'a> Victims<'a> {
                 lowest_tier,
             };
         }
-        let jobs = running
+        let mut jobs: Vec<Standing> = running
             .iter()
             .map(|r| {
                 let part = parts.named(r.partition.as_deref());
@@ -89,6 +89,7 @@ impl<'a> Victims<'a> {
                 }
             })
             .collect();
+        jobs.sort_unstable_by_key(|s| s.id);
         Victims {
             config,
             jobs,
@@ -106,10 +107,15 @@ impl<'a> Victims<'a> {
             .map_or(&[], |l| l.preempt.as_slice())
     }
 
-    /// The mode under which a job of tier `tier` and QoS `qos` may preempt running job `run`
-    /// (its index in the state), if it may.
-    pub fn mode(&self, tier: u32, qos: Option<&str>, run: usize) -> Option<PreemptMode> {
-        let v = self.jobs.get(run)?;
+    fn standing(&self, id: JobId) -> Option<&Standing> {
+        let at = self.jobs.binary_search_by_key(&id, |s| s.id).ok()?;
+        self.jobs.get(at)
+    }
+
+    /// The mode under which a job of tier `tier` and QoS `qos` may preempt running job `id`,
+    /// if it may.
+    pub fn mode(&self, tier: u32, qos: Option<&str>, id: JobId) -> Option<PreemptMode> {
+        let v = self.standing(id)?;
         if tier > v.tier && v.part_mode != PreemptMode::Off {
             return Some(v.part_mode);
         }
@@ -120,9 +126,9 @@ impl<'a> Victims<'a> {
         (listed && v.qos_mode != PreemptMode::Off).then_some(v.qos_mode)
     }
 
-    fn cost(&self, run: usize) -> Cost {
-        let v = &self.jobs[run];
-        (v.tier, v.qos_priority, Reverse(v.start), Reverse(v.id))
+    fn cost(&self, id: JobId) -> Option<Cost> {
+        let v = self.standing(id)?;
+        Some((v.tier, v.qos_priority, Reverse(v.start), Reverse(v.id)))
     }
 }
 
@@ -192,12 +198,12 @@ pub(crate) fn choose(
         start,
     };
     for p in plans {
-        let n = &mut table.nodes[p.node];
+        let n = table.node_mut(p.node);
         for &h in &p.gone {
             let held = &mut n.jobs[h];
             choice.waits_for.push(held.id);
             if !held.stopping {
-                if let Some(mode) = victims.mode(a.tier, a.qos, held.run) {
+                if let Some(mode) = victims.mode(a.tier, a.qos, held.id) {
                     choice.victims.push((held.id, mode));
                 }
                 n.profile.move_release(&held.tres, held.end, start);
@@ -233,8 +239,9 @@ fn node_plan(
                 Some((None, h))
             } else {
                 victims
-                    .mode(a.tier, a.qos, held.run)
-                    .map(|_| (Some(victims.cost(held.run)), h))
+                    .mode(a.tier, a.qos, held.id)
+                    .and_then(|_| victims.cost(held.id))
+                    .map(|c| (Some(c), h))
             }
         })
         .collect();

@@ -91,6 +91,18 @@ impl Profile {
         self.releases.push((end, *need));
     }
 
+    /// Gives back now what [`Profile::take`] took until `end`.
+    pub fn give_back(&mut self, held: &Tres, end: Time) {
+        if let Some(at) = self
+            .releases
+            .iter()
+            .position(|(t, r)| *t == end && r == held)
+        {
+            self.releases.swap_remove(at);
+            self.free.add(held);
+        }
+    }
+
     /// How much of `need` is missing, per resource, at the worst moment of `[from, to)`;
     /// all zero exactly when [`Profile::fits`] holds.
     pub fn shortfall(&self, need: &Tres, from: Time, to: Time) -> Tres {

@@ -1,6 +1,7 @@
 //! The one place the simulator meets `wharf-core`: keeps the core's [`State`] as the controller
 //! keeps its in-memory view (jobs join on submit, move to running on start, leave on end, usage
-//! goes into a [`UsageLedger`] on end), calls [`wharf_core::schedule`], and turns the plan's
+//! goes into a [`UsageLedger`] on end), passes it to a [`Scheduler`] (which keeps its view of
+//! nodes and running jobs between passes, as the controller's does), and turns the plan's
 //! starts into the simulator's terms. No policy is decided here: FCFS, EASY and Wharf's policy
 //! are the core's own [`Config`]s.
 
@@ -10,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use wharf_api::JobId;
 use wharf_core::{
-    schedule, Account, Alloc, Assoc, Billing, Config, Node, Partition, PendingJob, Request,
-    RunningJob, State, UsageLedger,
+    Account, Alloc, Assoc, Billing, Config, Node, Partition, PendingJob, Request, RunningJob,
+    Scheduler, State, UsageLedger,
 };
 
 use crate::engine::{Placement, SimError, Start};
@@ -106,9 +107,10 @@ pub struct Driver {
     // Moves are applied to `state` in one sweep at the next pass, not one scan per event.
     left_pending: BTreeSet<JobId>,
     left_running: BTreeSet<JobId>,
-    // Wall time spent inside `wharf_core::schedule`, for the benchmark's breakdown; it never
+    // Wall time spent inside the core's `Scheduler::schedule`, for the benchmark's breakdown; it never
     // feeds a decision.
     core_time: Duration,
+    scheduler: Scheduler,
     // Jobs that held a reservation after the last pass, and how many times a job still pending
     // lost its reservation to another: a measure of how stable the backfill plan is.
     reserved: BTreeSet<JobId>,
@@ -158,6 +160,7 @@ impl Driver {
             left_pending: BTreeSet::new(),
             left_running: BTreeSet::new(),
             core_time: Duration::ZERO,
+            scheduler: Scheduler::default(),
             reserved: BTreeSet::new(),
             reservations_dropped: 0,
         })
@@ -260,7 +263,7 @@ impl Driver {
     pub fn pass(&mut self, now: u64) -> Result<Vec<Start>, SimError> {
         self.sweep(now);
         let t = Instant::now();
-        let plan = schedule(now, &self.state, &self.config);
+        let plan = self.scheduler.schedule(now, &self.state, &self.config);
         self.core_time += t.elapsed();
         let reserved: BTreeSet<JobId> = plan.reservations.iter().map(|r| r.job).collect();
         let started: BTreeSet<JobId> = plan.starts.iter().map(|s| s.job).collect();

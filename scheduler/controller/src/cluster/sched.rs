@@ -8,7 +8,7 @@ use wharf_api::resources::format_duration;
 use wharf_api::wire::ErrorKind;
 use wharf_api::{JobId, JobRecord, JobSpec, JobState, PriorityView, Resources, Stop};
 use wharf_core::{
-    limits, schedule, Alloc, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PartitionState,
+    limits, Alloc, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PartitionState,
     PendingJob, PreemptMode, Priority, Request, RunningJob, Selection, State as SchedState,
     UsageLedger, Weights, DEFAULT_PARTITION,
 };
@@ -28,7 +28,7 @@ impl Cluster {
         }
         let never = self.apply_dependencies(&mut state)?;
         self.apply_array_throttles(&mut state);
-        let plan = schedule(now, &state, &self.sched);
+        let plan = self.scheduler.schedule(now, &state, &self.sched);
         let mut started = self.never_met(never, now);
         let mut woken = BTreeSet::new();
         for start in &plan.starts {
