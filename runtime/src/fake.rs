@@ -52,8 +52,9 @@ impl FakeBackend {
 
     fn job(&self, dir: &JobDir) -> Option<(Arc<AtomicBool>, Arc<AtomicBool>)> {
         let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        // The latest launch into a directory is the one it holds.
         jobs.iter()
-            .find(|j| j.dir == dir.path())
+            .rfind(|j| j.dir == dir.path())
             .map(|j| (j.cancel.clone(), j.done.clone()))
     }
 }
@@ -180,7 +181,14 @@ impl Backend for FakeBackend {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(RuntimeError::io(dir.path().display(), e))
             }
-            _ => Ok(()),
+            _ => {
+                // Forgotten with its directory, so a later look finds no job there.
+                self.jobs
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .retain(|j| j.dir != dir.path());
+                Ok(())
+            }
         }
     }
 }
