@@ -148,11 +148,11 @@ pub(crate) fn supervise(
     jd: &crate::JobDir,
     spec: &ContainerSpec,
     target: &DockerTarget,
-    stdout: OwnedFd,
-    stderr: OwnedFd,
+    (stdout, stderr): (OwnedFd, OwnedFd),
+    cancelled: fn() -> bool,
     out: &mut Outcome,
 ) -> Result<(), RuntimeError> {
-    block_on(run(jd, spec, target, stdout, stderr, out))
+    block_on(run(jd, spec, target, stdout, stderr, cancelled, out))
 }
 
 async fn run(
@@ -161,6 +161,7 @@ async fn run(
     target: &DockerTarget,
     stdout: OwnedFd,
     stderr: OwnedFd,
+    cancelled: fn() -> bool,
     out: &mut Outcome,
 ) -> Result<(), RuntimeError> {
     let docker = connect(&target.socket, 120)?;
@@ -182,7 +183,7 @@ async fn run(
         .await
         .map_err(|e| engine(&format!("create (image {:?})", target.image), e))?;
     let result = match check_mount_points(&docker, spec).await {
-        Ok(()) => run_created(jd, &docker, spec, stdout, stderr, out).await,
+        Ok(()) => run_created(jd, &docker, spec, stdout, stderr, cancelled, out).await,
         Err(e) => Err(e),
     };
     if let Err(e) = docker.remove_container(name, Some(force)).await {
@@ -258,6 +259,7 @@ async fn run_created(
     spec: &ContainerSpec,
     stdout: OwnedFd,
     stderr: OwnedFd,
+    cancelled: fn() -> bool,
     out: &mut Outcome,
 ) -> Result<(), RuntimeError> {
     let name = spec.id.as_str();
@@ -268,7 +270,7 @@ async fn run_created(
         std::fs::File::from(stderr),
     )
     .await?;
-    if crate::shim::cancelled() {
+    if cancelled() {
         out.cancelled = true;
         return Ok(());
     }
@@ -289,7 +291,7 @@ async fn run_created(
             () = tokio::time::sleep(Duration::from_millis(50)) => {}
         }
         let stopping = out.cancelled || out.timed_out;
-        if !stopping && crate::shim::cancelled() {
+        if !stopping && cancelled() {
             out.cancelled = true;
         } else if !stopping && deadline.is_some_and(|d| Instant::now() >= d) {
             out.timed_out = true;

@@ -17,8 +17,8 @@ pub(crate) fn supervise(
     _: &crate::JobDir,
     _: &ContainerSpec,
     _: &DockerTarget,
-    _: OwnedFd,
-    _: OwnedFd,
+    _: (OwnedFd, OwnedFd),
+    _: fn() -> bool,
     _: &mut Outcome,
 ) -> Result<(), RuntimeError> {
     Err(missing())

@@ -30,6 +30,21 @@ impl JobDir {
     pub fn pid(&self) -> PathBuf {
         self.root.join("shim.pid")
     }
+    /// Records the shim's pid and start time, which name it even after the pid is reused.
+    /// Written whole (temp file and rename): the shim forked by the spawner writes it too.
+    pub(crate) fn write_pid(&self, pid: u32, started: u64) -> Result<(), RuntimeError> {
+        let tmp = self.root.join(format!("shim.pid.{}", std::process::id()));
+        JobDir::write_private(&tmp, format!("{pid} {started}").as_bytes())
+            .and_then(|_| std::fs::rename(&tmp, self.pid()))
+            .map_err(|e| RuntimeError::io(self.pid().display(), e))
+    }
+    /// The pid in the pid file, and the start time when it records one (older agents did not).
+    pub(crate) fn read_pid(&self) -> Option<(u32, Option<u64>)> {
+        let text = std::fs::read_to_string(self.pid()).ok()?;
+        let mut f = text.split_whitespace();
+        let pid = f.next()?.parse().ok()?;
+        Some((pid, f.next().and_then(|t| t.parse().ok())))
+    }
     /// The shim's own log.
     pub fn log(&self) -> PathBuf {
         self.root.join("shim.log")

@@ -15,38 +15,6 @@ use crate::jobdir::JobDir;
 use crate::spawner::RequestError;
 use crate::spec::{ContainerSpec, Outcome};
 
-/// State letter and start time (clock ticks after boot) of process `pid`, from
-/// `/proc/PID/stat` (fields 3 and 22; the command name before them may hold any byte).
-fn stat_of(pid: u32) -> Option<(String, u64)> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    Some((
-        after_name.first()?.to_string(),
-        after_name.get(19)?.parse().ok()?,
-    ))
-}
-
-pub(crate) fn start_time(pid: u32) -> Option<u64> {
-    stat_of(pid).map(|(_, t)| t)
-}
-
-/// Records the shim's pid and start time, which name it even after the pid is reused. Written
-/// whole (temp file and rename): the shim forked by the spawner writes it too.
-pub(crate) fn write_pid_file(dir: &JobDir, pid: u32, started: u64) -> Result<(), RuntimeError> {
-    let tmp = dir.path().join(format!("shim.pid.{}", std::process::id()));
-    JobDir::write_private(&tmp, format!("{pid} {started}").as_bytes())
-        .and_then(|_| fs::rename(&tmp, dir.pid()))
-        .map_err(|e| RuntimeError::io(dir.pid().display(), e))
-}
-
-/// The pid in the pid file, and the start time when it records one (older agents did not).
-fn read_pid_file(dir: &JobDir) -> Option<(u32, Option<u64>)> {
-    let text = fs::read_to_string(dir.pid()).ok()?;
-    let mut f = text.split_whitespace();
-    let pid = f.next()?.parse().ok()?;
-    Some((pid, f.next().and_then(|t| t.parse().ok())))
-}
-
 /// What the agent can tell about a job from its directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobStatus {
@@ -112,7 +80,7 @@ impl Launcher {
             Err(RequestError::Broken(e)) if dir.log().exists() => {
                 let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
                 loop {
-                    if let Some((pid, Some(started))) = read_pid_file(dir) {
+                    if let Some((pid, Some(started))) = dir.read_pid() {
                         break (pid, started);
                     }
                     if std::time::Instant::now() > deadline {
@@ -130,7 +98,7 @@ impl Launcher {
                 self.spawn_shim(dir)?
             }
         };
-        write_pid_file(dir, pid, started)?;
+        dir.write_pid(pid, started)?;
         Ok(pid)
     }
 
@@ -217,7 +185,7 @@ impl Launcher {
             .spawn()
             .map_err(|e| RuntimeError::io(format!("starting {} shim", self.exe.display()), e))?;
         let pid = child.id();
-        let started = start_time(pid).unwrap_or_default();
+        let started = crate::sys::start_time(pid).unwrap_or_default();
         // Reap it when it ends; after an agent restart init does.
         std::thread::spawn(move || child.wait());
         Ok((pid, started))
@@ -267,8 +235,8 @@ impl Launcher {
     /// start time recorded at launch must match; the command line is not used, since it is
     /// empty for a moment while the shim is being exec'd).
     fn live_pid(&self, dir: &JobDir) -> Option<u32> {
-        let (pid, recorded) = read_pid_file(dir)?;
-        let (state, started) = stat_of(pid)?;
+        let (pid, recorded) = dir.read_pid()?;
+        let (state, started) = crate::sys::stat_of(pid)?;
         let ours = match recorded {
             Some(recorded) => started == recorded,
             // A pid file from an older agent: the shim's command line names the directory.
@@ -333,7 +301,7 @@ mod tests {
     fn a_shim_is_known_by_its_pid_and_start_time() {
         let launcher = Launcher::new("/nonexistent".into());
         let me = std::process::id();
-        let started = start_time(me).unwrap();
+        let started = crate::sys::start_time(me).unwrap();
         let (_t, jd) = dir_with_pid_file(&format!("{me} {started}"));
         assert!(matches!(
             launcher.status(&jd),

@@ -21,7 +21,7 @@
 
 mod as_user;
 mod backend;
-mod cgroup;
+mod cgroup_usage;
 pub mod conformance;
 #[cfg(feature = "docker")]
 pub mod docker;
@@ -32,22 +32,13 @@ mod error;
 pub mod fake;
 mod jobdir;
 mod launcher;
-mod limits;
-mod loopdev;
 mod output;
-mod rootfs;
 mod sandbox;
-#[cfg(feature = "seccomp")]
-mod seccomp;
-#[cfg(not(feature = "seccomp"))]
-#[path = "seccomp_stub.rs"]
-mod seccomp;
 pub mod shim;
 pub mod spawner;
 mod spec;
 mod sys;
 pub mod timeline;
-mod userns;
 
 /// For the crate's own tests: whether `test` can run here. With `missing` set, says why it
 /// cannot, and fails instead under `WHARF_TEST_STRICT=1` (CI), so nothing skips unnoticed.
@@ -63,14 +54,14 @@ pub(crate) fn test_can_run(test: &str, missing: Option<&str>) -> bool {
 }
 
 pub use backend::{Backend, DockerBackend};
-pub use cgroup::{cgroup_dirs, usage as cgroup_usage, CgroupUsage};
+pub use cgroup_usage::{cgroup_dirs, usage as cgroup_usage, CgroupUsage};
 pub use error::{ErrorKind, RuntimeError};
 pub use jobdir::JobDir;
 pub use launcher::{JobStatus, Launcher};
-pub use limits::{can_raise_limits, memlock_ceiling};
-pub use rootfs::SANDBOX_MOUNT_POINTS;
+pub use sandbox::limits::{can_raise_limits, memlock_ceiling};
 pub use sandbox::plan::RESERVED as RESERVED_DESTINATIONS;
-pub use seccomp::denied_calls as seccomp_denied_calls;
+pub use sandbox::rootfs::SANDBOX_MOUNT_POINTS;
+pub use sandbox::seccomp::denied_calls as seccomp_denied_calls;
 pub use spec::{Bind, ContainerSpec, DeviceNode, DockerTarget, Identity, Outcome};
 pub use sys::pidfd_open;
 

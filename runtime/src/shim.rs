@@ -25,14 +25,14 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::as_user::{self, AsUser};
-use crate::cgroup;
+use crate::cgroup_usage as cgroup;
 use crate::error::RuntimeError;
 use crate::jobdir::JobDir;
 use crate::output::open_outputs;
+use crate::sandbox::userns::id_maps;
 use crate::sandbox::{self, Init, InitIo, JobCgroup, Plan};
 use crate::spec::{ContainerSpec, Outcome};
 use crate::timeline::Timeline;
-use crate::userns::id_maps;
 
 static CANCEL: AtomicBool = AtomicBool::new(false);
 /// Set by the launch's alarm: the time limit passed while the job was not started yet.
@@ -251,7 +251,14 @@ fn supervise_docker(jd: &JobDir, spec: &ContainerSpec, target: &crate::DockerTar
             let (o, e, (spec, _staged)) = launched().map_err(|a| launch.explain(a))?;
             // The engine's supervision handles the time limit and a cancel from here.
             launch.end();
-            Ok(crate::docker::supervise(jd, &spec, target, o, e, &mut out)?)
+            Ok(crate::docker::supervise(
+                jd,
+                &spec,
+                target,
+                (o, e),
+                cancelled,
+                &mut out,
+            )?)
         });
     if let Err(abort) = result {
         record_abort(&mut out, abort);
@@ -290,12 +297,12 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
                 launch.check()?;
                 // On cgroup v2 the init is cloned straight into its cgroup, which must exist first;
                 // on v1 it has to be moved in anyway, so the cgroup is made while the init mounts.
-                if crate::cgroup::is_v2() {
+                if crate::cgroup_usage::is_v2() {
                     job_cgroup = Some(JobCgroup::create(spec, &plan.devices)?);
                     timeline.mark("cgroup");
                 }
                 let (uid_map, gid_map) = if spec.remap_root {
-                    crate::userns::root_maps(spec.uid, spec.gid, &spec.groups)
+                    crate::sandbox::userns::root_maps(spec.uid, spec.gid, &spec.groups)
                 } else {
                     id_maps(spec.uid, spec.gid, &spec.groups, spec.root_host_id)?
                 };
@@ -313,7 +320,13 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
                 launch.check()?;
                 init.in_mount_ns(|| {
                     let userns = init.userns_path();
-                    crate::rootfs::prepare_root(spec, jd.path(), &userns, sif.as_ref(), &is_dir)
+                    crate::sandbox::rootfs::prepare_root(
+                        spec,
+                        jd.path(),
+                        &userns,
+                        sif.as_ref(),
+                        &is_dir,
+                    )
                 })?;
                 timeline.mark("root");
                 launch.check()?;
@@ -461,7 +474,7 @@ fn set_memlock(want: Option<u64>) -> Result<u64, RuntimeError> {
     set_limit(
         Resource::RLIMIT_MEMLOCK,
         want.unwrap_or(libc::RLIM_INFINITY)
-            .min(crate::limits::memlock_ceiling()),
+            .min(crate::sandbox::limits::memlock_ceiling()),
     )
 }
 

@@ -20,7 +20,7 @@ use nix::unistd::{fork, ForkResult, Pid};
 /// Serves requests on stdin until it closes. Returns the process's exit status.
 pub fn serve() -> i32 {
     // Forking is safe only because this process has one thread; refuse to run otherwise.
-    let threads = crate::limits::proc_self_status("Threads").and_then(|v| v.parse::<u32>().ok());
+    let threads = crate::sys::proc_self_status("Threads").and_then(|v| v.parse::<u32>().ok());
     if threads != Some(1) {
         eprintln!("wharf shim --spawner: must be single-threaded, has {threads:?} threads");
         return 1;
@@ -95,7 +95,7 @@ fn spawn(dir: &Path) -> Result<(u32, u64), String> {
         }
         ForkResult::Parent { child } => {
             let pid = child.as_raw() as u32;
-            let started = crate::launcher::start_time(pid).unwrap_or_default();
+            let started = crate::sys::start_time(pid).unwrap_or_default();
             Ok((pid, started))
         }
     }
@@ -116,8 +116,9 @@ fn become_shim(dir: &Path, log: std::fs::File, devnull: std::fs::File) -> Result
     // `ps` shows the spawner's command line for every shim; the name at least differs.
     let _ = nix::sys::prctl::set_name(c"wharf-shim");
     let me = std::process::id();
-    let started = crate::launcher::start_time(me).unwrap_or_default();
-    crate::launcher::write_pid_file(&crate::JobDir::new(dir.to_path_buf()), me, started)
+    let started = crate::sys::start_time(me).unwrap_or_default();
+    crate::JobDir::new(dir.to_path_buf())
+        .write_pid(me, started)
         .map_err(|e| e.to_string())
 }
 

@@ -343,7 +343,7 @@ pub(crate) fn default_signals() {
         mask: 0,
     };
     // Bit n-1 of SigIgn is signal n; unreadable, every signal is reset.
-    let ignored = crate::limits::proc_self_status("SigIgn")
+    let ignored = proc_self_status("SigIgn")
         .and_then(|v| u64::from_str_radix(&v, 16).ok())
         .unwrap_or(u64::MAX);
     for sig in 1..=libc::SIGRTMAX() {
@@ -365,4 +365,31 @@ pub(crate) fn default_signals() {
         Some(&nix::sys::signal::SigSet::empty()),
         None,
     );
+}
+
+/// A field of `/proc/self/status` (`CapEff`, `Threads`, ...), trimmed.
+pub(crate) fn proc_self_status(key: &str) -> Option<String> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(key)?
+                .strip_prefix(':')
+                .map(|v| v.trim().to_string())
+        })
+}
+
+/// State letter and start time (clock ticks after boot) of process `pid`, from
+/// `/proc/PID/stat` (fields 3 and 22; the command name before them may hold any byte).
+pub(crate) fn stat_of(pid: u32) -> Option<(String, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some((
+        after_name.first()?.to_string(),
+        after_name.get(19)?.parse().ok()?,
+    ))
+}
+
+pub(crate) fn start_time(pid: u32) -> Option<u64> {
+    stat_of(pid).map(|(_, t)| t)
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use nix::unistd::Pid;
 
 use super::plan::DeviceRule;
-use crate::cgroup::{is_v2, CGROUP_ROOT};
+use crate::cgroup_usage::{is_v2, CGROUP_ROOT};
 use crate::error::{ErrorKind, RuntimeError};
 use crate::spec::ContainerSpec;
 
@@ -216,7 +216,7 @@ impl JobCgroup {
     }
 
     /// Removes the job's directories. They must be empty of processes; what cannot be removed
-    /// is left for [`crate::cgroup::cgroup_dirs`] to find. Idempotent.
+    /// is left for [`crate::cgroup_usage::cgroup_dirs`] to find. Idempotent.
     pub(crate) fn remove(&mut self) {
         self.v2_fd = None;
         for dir in self.dirs.drain(..).rev() {
@@ -226,7 +226,7 @@ impl JobCgroup {
 
     /// Removes whatever cgroup directories of `spec`'s job exist (after a shim was lost).
     pub(crate) fn remove_all(spec: &ContainerSpec) {
-        for dir in crate::cgroup::cgroup_dirs(&spec.cgroup_path()) {
+        for dir in crate::cgroup_usage::cgroup_dirs(&spec.cgroup_path()) {
             let _ = fs::remove_dir(dir);
         }
     }

@@ -31,7 +31,7 @@ use super::plan::{
     reserved, Mount, Plan, Source, Target, DEV_SYMLINKS, MASKED_PATHS, READONLY_PATHS,
 };
 use crate::as_user::BindTree;
-use crate::rootfs::{mkdir_in_root, open_in_root, touch_in_root};
+use crate::sandbox::rootfs::{mkdir_in_root, open_in_root, touch_in_root};
 use crate::sys::{self, ATTR_NODEV, ATTR_NOEXEC, ATTR_NOSUID, ATTR_RDONLY};
 
 /// The descriptors the init is given.
@@ -113,7 +113,7 @@ fn setup(plan: &Plan, io: &InitIo, go: OwnedFd) -> Result<(), Failed> {
     wait_for(&go, super::START);
     drop(go);
     become_the_user(plan)?;
-    crate::seccomp::load().map_err(|e| fail("loading the seccomp profile", e))?;
+    crate::sandbox::seccomp::load().map_err(|e| fail("loading the seccomp profile", e))?;
     nix::unistd::chdir(plan.cwd.as_str())
         .map_err(|e| fail(format!("entering the working directory {}", plan.cwd), e))?;
     sys::default_signals();

@@ -5,21 +5,9 @@ const CAP_SYS_RESOURCE: u32 = 24;
 
 /// Whether this process may raise hard resource limits (CAP_SYS_RESOURCE in effect).
 pub fn can_raise_limits() -> bool {
-    proc_self_status("CapEff")
+    crate::sys::proc_self_status("CapEff")
         .and_then(|v| u64::from_str_radix(&v, 16).ok())
         .is_some_and(|caps| caps & (1 << CAP_SYS_RESOURCE) != 0)
-}
-
-/// A field of `/proc/self/status` (`CapEff`, `Threads`, ...), trimmed.
-pub(crate) fn proc_self_status(key: &str) -> Option<String> {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()?
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix(key)?
-                .strip_prefix(':')
-                .map(|v| v.trim().to_string())
-        })
 }
 
 /// The most locked memory (bytes; `u64::MAX` = unlimited) this process can give a sandbox:

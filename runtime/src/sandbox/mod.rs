@@ -27,14 +27,23 @@
 //! (exec'd) ─▶ exited (the shim reaps it); spawned or built ─abort─▶ killed. A dropped,
 //! unstarted `Init` is aborted.
 
-mod cgroup;
+mod cgroup_setup;
 #[cfg(feature = "v2-devices")]
 mod devices;
 #[cfg(not(feature = "v2-devices"))]
 #[path = "devices_stub.rs"]
 mod devices;
 mod init;
+pub(crate) mod limits;
+pub(crate) mod loopdev;
 pub(crate) mod plan;
+pub(crate) mod rootfs;
+#[cfg(feature = "seccomp")]
+pub(crate) mod seccomp;
+#[cfg(not(feature = "seccomp"))]
+#[path = "seccomp_stub.rs"]
+pub(crate) mod seccomp;
+pub(crate) mod userns;
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -45,7 +54,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::waitpid;
 use nix::unistd::{pipe2, Pid};
 
-pub(crate) use cgroup::JobCgroup;
+pub(crate) use cgroup_setup::JobCgroup;
 pub(crate) use init::InitIo;
 pub(crate) use plan::Plan;
 
@@ -66,7 +75,7 @@ const NAMESPACES: u64 = (libc::CLONE_NEWUSER
 /// Prepares, in the process that forks the shims, what every launch would otherwise do once
 /// for itself (the cgroup v2 device filter's kernel probe).
 pub(crate) fn warm_up() {
-    if crate::cgroup::is_v2() {
+    if crate::cgroup_usage::is_v2() {
         devices::warm_up();
     }
 }

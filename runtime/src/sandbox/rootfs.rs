@@ -141,7 +141,7 @@ fn idmapped_bind(source: &Path, target: &Path, userns: &Path) -> Result<PathBuf,
 /// The loop device frees itself when the container's mount namespace goes.
 fn mount_squashfs(file: &Path, sif: &SifImage, target: &Path) -> Result<PathBuf, RuntimeError> {
     mkdir(target)?;
-    let (dev, _handle) = crate::loopdev::attach(&sif.file, sif.offset, sif.size)?;
+    let (dev, _handle) = crate::sandbox::loopdev::attach(&sif.file, sif.offset, sif.size)?;
     let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     mount(Some(&dev), target, Some("squashfs"), flags, None::<&str>).map_err(|e| {
         RuntimeError::sys(
