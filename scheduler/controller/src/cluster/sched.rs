@@ -8,9 +8,9 @@ use wharf_api::resources::format_duration;
 use wharf_api::wire::ErrorKind;
 use wharf_api::{JobId, JobRecord, JobSpec, JobState, PriorityView, Resources, Stop};
 use wharf_core::{
-    limits, Alloc, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PartitionState,
-    PendingJob, PreemptMode, Priority, Request, RunningJob, Selection, State as SchedState,
-    UsageLedger, Weights, DEFAULT_PARTITION,
+    limits, Alloc, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PartitionState, PendingJob,
+    PreemptMode, Priority, Request, RunningJob, Selection, State as SchedState, UsageLedger,
+    Weights, DEFAULT_PARTITION,
 };
 
 use super::{Caller, Cluster, Failure};
