@@ -221,7 +221,7 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
             req.memory = Some(parse_memory(value).map_err(|e| format!("--mem: {e}"))?)
         }
         // `2`, `h100:2` (Slurm's --gpus), or `gpu:h100:2` / `gpu:2` (Slurm's --gres).
-        "G" | "gpus" | "gres" => {
+        "G" | "gpus" | "gres" | "gpus-per-node" => {
             let v = value.trim();
             let v = if key == "gres" {
                 v.strip_prefix("gpu:").ok_or_else(|| {
@@ -243,6 +243,8 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
         }
         "t" | "time" => req.time = Some(parse_duration(value).map_err(|e| format!("--time: {e}"))?),
         "N" | "nodes" => req.nodes = Some(num("nodes")?),
+        "n" | "ntasks" => req.ntasks = Some(num("ntasks")?),
+        "ntasks-per-node" => req.ntasks_per_node = Some(num("ntasks-per-node")?),
         "p" | "partition" => req.partition = Some(value.trim().to_string()),
         "A" | "account" => req.account = Some(value.trim().to_string()),
         "q" | "qos" => req.qos = Some(value.trim().to_string()),

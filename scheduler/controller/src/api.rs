@@ -403,8 +403,7 @@ async fn cancel(
                 return Ok(done);
             }
         }
-        let (job, node) = cl.cancel(&c, cl.resolve_task(id, task)?, now)?;
-        Ok((job, node.into_iter().collect::<Vec<_>>()))
+        cl.cancel(&c, cl.resolve_task(id, task)?, now)
     })
     .await?;
     for node in nodes {
@@ -421,9 +420,9 @@ async fn requeue(
 ) -> ApiResult<wharf_api::JobRecord> {
     let c = caller(&s, &peer)?;
     let (id, task) = job_id(&id)?;
-    let (job, node) =
+    let (job, nodes) =
         with_cluster(&s, move |cl, _| cl.requeue(&c, cl.resolve_task(id, task)?)).await?;
-    if let Some(node) = node {
+    for node in nodes {
         s.wake_node(&node);
     }
     Ok(Json(job))
