@@ -1134,6 +1134,14 @@ impl JobRecord {
             .map(|r| r as u32)
     }
 
+    /// How many nodes it has, or asks for while it has none (1 when its spec is hidden).
+    pub fn node_count(&self) -> u32 {
+        match self.allocs.len() {
+            0 => self.spec.as_ref().map_or(1, |s| s.nodes.max(1)),
+            n => n as u32,
+        }
+    }
+
     /// Its nodes as a compressed host list (`gpu[01-04]`); empty when it has none.
     pub fn nodelist(&self) -> String {
         let names: Vec<&str> = self.nodes().collect();
