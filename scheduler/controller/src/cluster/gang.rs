@@ -221,3 +221,6 @@ fn merged_usage(job: &JobRecord) -> Option<JobUsage> {
     }
     Some(out)
 }
+
+#[cfg(test)]
+mod tests;
