@@ -394,6 +394,41 @@ mod tests {
     }
 
     #[test]
+    fn gang_shapes_from_sbatch_wharf_lines_and_toml() {
+        let text = "#!/bin/sh\n#SBATCH -N 2 --ntasks-per-node=1 -n 2\n\
+                    #WHARF --gpus-per-node=h100:4 --cpus-per-task 8\ntrue\n";
+        let req = parse_job_file("g.sh", text).unwrap();
+        assert_eq!(
+            (req.nodes, req.ntasks, req.ntasks_per_node),
+            (Some(2), Some(2), Some(1))
+        );
+        assert_eq!((req.gpus, req.gpu_type.as_deref()), (Some(4), Some("h100")));
+        let spec = req.resolve("/tmp", &crate::JobDefaults::default()).unwrap();
+        assert_eq!((spec.nodes, spec.resources.cpus), (2, 8));
+        assert!(spec.rdma, "a gang wants the fabric by default");
+        let toml = "command = [\"true\"]\nnodes = 3\ngpus_per_node = 2\ncpus_per_task = 4\n";
+        let spec = parse_job_file("j.toml", toml)
+            .unwrap()
+            .resolve("/tmp", &crate::JobDefaults::default())
+            .unwrap();
+        assert_eq!((spec.nodes, spec.resources.gpus, spec.resources.cpus), (3, 2, 4));
+        for (lines, says) in [
+            ("-N 0", "`nodes` = 0: ask for 1 to"),
+            ("-N 2 -n 3", "`ntasks` = 3 but the job has 2 nodes"),
+            ("-n 2", "`ntasks` = 2 but the job has 1 node with"),
+            ("-N 2 --ntasks-per-node 4", "Wharf starts one task per node"),
+            ("--ntasks-per-node 0", "must be at least 1"),
+        ] {
+            let text = format!("#!/bin/sh\n#SBATCH {lines}\ntrue\n");
+            let e = parse_job_file("g.sh", &text)
+                .unwrap()
+                .resolve("/tmp", &crate::JobDefaults::default())
+                .unwrap_err();
+            assert!(e.contains(says), "{lines}: {e}");
+        }
+    }
+
+    #[test]
     fn script_errors_name_line() {
         let e = parse_job_file(
             "a.sh",

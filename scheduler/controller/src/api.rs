@@ -589,9 +589,14 @@ async fn poll(
     // Register interest before reading state so a wake-up between the two is not lost.
     let mut notified = Box::pin(notify.clone().notified_owned());
     notified.as_mut().enable();
-    let forget = with_cluster(&s, move |cl, now| cl.ingest(&req, now)).await?;
+    let crate::cluster::Ingested { forget, wake } =
+        with_cluster(&s, move |cl, now| cl.ingest(&req, now)).await?;
     if !forget.is_empty() {
         s.wake_scheduler();
+    }
+    // A rank here ended its gang's run: the other ranks' nodes hear of it now.
+    for n in &wake {
+        s.wake_node(n);
     }
     let deadline = tokio::time::Instant::now() + wait;
     loop {

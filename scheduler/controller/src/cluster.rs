@@ -325,9 +325,10 @@ impl Cluster {
         Ok(())
     }
 
-    /// Takes in an agent's report: confirms started jobs, commits ended ones, fails jobs the
-    /// agent lost. Returns the ended jobs the agent may now forget.
-    pub fn ingest(&mut self, report: &PollRequest, now: u64) -> Result<Vec<JobId>, Failure> {
+    /// Takes in an agent's report: confirms started ranks, commits ended ones (and the jobs
+    /// they end), fails jobs the agent lost. Returns the ended jobs the agent may now forget
+    /// and the other nodes that have ranks to stop because of it.
+    pub fn ingest(&mut self, report: &PollRequest, now: u64) -> Result<Ingested, Failure> {
         let Some(node) = self.nodes.get_mut(&report.node) else {
             return Err(Failure::new(
                 ErrorKind::NotFound,
@@ -402,8 +403,9 @@ impl Cluster {
         for run in &charge {
             self.charge(run);
         }
+        let wake = stopping_nodes(&changed, node);
         self.commit(changed)?;
-        Ok(forget)
+        Ok(Ingested { forget, wake })
     }
 
     /// Node `name` as a job's peers reach it: its fabric address when its agent has one.
@@ -489,8 +491,10 @@ impl Cluster {
         (launch, kill)
     }
 
-    /// Marks nodes silent for longer than the node timeout as down and fails their jobs.
-    pub fn check_nodes(&mut self, now: u64) -> Result<(), Failure> {
+    /// Marks nodes silent for longer than the node timeout as down; their jobs' ranks there
+    /// are taken as ended, and the jobs' other ranks are stopped. Returns the nodes that have
+    /// ranks to stop.
+    pub fn check_nodes(&mut self, now: u64) -> Result<BTreeSet<String>, Failure> {
         let mut lost = Vec::new();
         for n in self.nodes.values_mut() {
             if n.up && now.saturating_sub(n.last_seen) > self.node_timeout_ms {
@@ -527,7 +531,10 @@ impl Cluster {
         for run in &charge {
             self.charge(run);
         }
-        self.commit(changed.into_values().collect())
+        let changed: Vec<JobRecord> = changed.into_values().collect();
+        let wake = stopping_nodes(&changed, "");
+        self.commit(changed)?;
+        Ok(wake)
     }
 
     /// Stores changed jobs in one transaction, then updates memory (active jobs only).
@@ -557,6 +564,27 @@ impl Cluster {
         }
         Ok(())
     }
+}
+
+/// What an agent's report came to.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Ingested {
+    /// Ended jobs the agent may forget.
+    pub forget: Vec<JobId>,
+    /// Other nodes with ranks to stop now (a rank here failed or ended its job's run).
+    pub wake: BTreeSet<String>,
+}
+
+/// The nodes, other than `except`, of `changed` jobs that still hold them and are being
+/// stopped: their agents are to hear of it now rather than at their next poll.
+fn stopping_nodes(changed: &[JobRecord], except: &str) -> BTreeSet<String> {
+    changed
+        .iter()
+        .filter(|j| j.state.holds_resources() && (j.stop.is_some() || j.cancel_requested))
+        .flat_map(|j| j.allocs.iter().filter(|a| !a.ended()))
+        .map(|a| a.node.clone())
+        .filter(|n| n != except)
+        .collect()
 }
 
 fn not_yours(id: JobId) -> Failure {

@@ -4,7 +4,7 @@ use wharf_api::wire::{AgentJob, ErrorKind, PollRequest};
 use wharf_api::{ExitInfo, JobDefaults, JobId, JobRequest, JobState, NodeInfo, Stop};
 
 use crate::cluster::sched::tests::{caller, record, submit_job};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Ingested};
 use crate::store::Store;
 
 /// Node timeout of these clusters, ms.
@@ -48,6 +48,11 @@ enum Rank {
 
 /// `node`'s agent reports these jobs (the rest are gone from it); returns what it may forget.
 fn poll(c: &mut Cluster, node: &str, jobs: &[(JobId, Rank)], now: u64) -> Vec<JobId> {
+    ingest(c, node, jobs, now).forget
+}
+
+/// [`poll`], returning all the controller made of it.
+fn ingest(c: &mut Cluster, node: &str, jobs: &[(JobId, Rank)], now: u64) -> Ingested {
     let jobs = jobs
         .iter()
         .map(|&(id, r)| {
@@ -169,8 +174,10 @@ fn one_rank_failing_stops_the_others_and_the_job_fails_naming_node_and_rank() {
     let mut c = gang_cluster(&dir, 3, wharf_core::Config::default());
     let id = running(&mut c, 3, gang(3));
     // Rank 1 exits 3: the others are told to stop, the job is not over yet.
-    let forget = poll(&mut c, "g2", &[(id, Rank::Exited(3))], 3_000);
-    assert_eq!(forget, [id]);
+    let seen = ingest(&mut c, "g2", &[(id, Rank::Exited(3))], 3_000);
+    assert_eq!(seen.forget, [id]);
+    // The other ranks' agents are woken to hear it now.
+    assert_eq!(seen.wake, BTreeSet::from(["g1".into(), "g3".into()]));
     let job = record(&c, id);
     assert_eq!(job.state, JobState::Running);
     assert_eq!(
@@ -216,7 +223,8 @@ fn a_lost_node_requeues_the_gang_once_its_other_ranks_are_stopped() {
     let id = running(&mut c, 2, gang(2));
     // g1 keeps answering; g2 falls silent.
     poll(&mut c, "g1", &[(id, Rank::Running)], TIMEOUT);
-    c.check_nodes(TIMEOUT + 2_000).unwrap();
+    let wake = c.check_nodes(TIMEOUT + 2_000).unwrap();
+    assert_eq!(wake, BTreeSet::from(["g1".into()]));
     let job = record(&c, id);
     assert_eq!(job.state, JobState::Running, "rank 0 is still to be stopped");
     assert_eq!(

@@ -564,7 +564,7 @@ fn report(c: &mut Cluster, jobs: &[(JobId, bool)], now: u64) -> Vec<JobId> {
         wait_ms: 0,
         images: vec![],
     };
-    c.ingest(&poll, now).unwrap()
+    c.ingest(&poll, now).unwrap().forget
 }
 
 #[test]
