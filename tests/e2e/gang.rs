@@ -58,8 +58,8 @@ fn nodes_of(job: &Value) -> Vec<String> {
 
 /// `KEY=VALUE` lines of a file.
 fn vars(path: &std::path::Path) -> BTreeMap<String, String> {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     text.lines()
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -106,7 +106,10 @@ fn a_two_node_job_runs_a_rank_on_each_node_with_one_rendezvous() {
         assert_eq!(v["WORLD_SIZE"], "2", "{v:?}");
         assert_eq!(v["SLURM_NNODES"], "2", "{v:?}");
         assert_eq!(v["SLURM_JOB_NODELIST"], "gang[1-2]", "{v:?}");
-        assert_eq!(v["HOST"], nodes[rank], "rank {rank} ran on its own node: {v:?}");
+        assert_eq!(
+            v["HOST"], nodes[rank],
+            "rank {rank} ran on its own node: {v:?}"
+        );
         assert!(!v["MASTER_ADDR"].is_empty(), "{v:?}");
         assert!(v["MASTER_PORT"].parse::<u16>().is_ok(), "{v:?}");
     }
@@ -126,7 +129,15 @@ fn a_rank_that_fails_stops_the_gang_and_the_job_names_it() {
     let c = two_nodes("wharf-gang-fail-");
     let script = "if [ \"$RANK\" = 1 ]; then exit 3; fi; sleep 300";
     let id = submitted_id(&c.wharf(&[
-        "submit", "--nodes=2", "--ntasks=2", "--mem", "16M", "-t", "10m", "--wrap", script,
+        "submit",
+        "--nodes=2",
+        "--ntasks=2",
+        "--mem",
+        "16M",
+        "-t",
+        "10m",
+        "--wrap",
+        script,
     ]));
     // Rank 0 would sleep for 5 minutes: the job ends long before, when it is stopped.
     let done = ended(&c, id, Duration::from_secs(90));

@@ -161,7 +161,9 @@ impl Cluster {
             }
             Some(stop @ Stop::RankFailed { .. }) => {
                 if gang && matches!(ended.state, JobState::Failed | JobState::OutOfMemory) {
-                    ended.reason = ended.reason.map(|r| format!("rank {rank} on node {node}: {r}"));
+                    ended.reason = ended
+                        .reason
+                        .map(|r| format!("rank {rank} on node {node}: {r}"));
                 }
                 ended.stop = Some(stop);
             }

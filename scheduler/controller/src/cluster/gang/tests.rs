@@ -89,7 +89,16 @@ fn ingest(c: &mut Cluster, node: &str, jobs: &[(JobId, Rank)], now: u64) -> Inge
 /// Submits a `nodes`-node job and brings every rank to running.
 fn running(c: &mut Cluster, nodes: u32, req: JobRequest) -> JobId {
     let ann = caller(1000, "ann");
-    let id = submit_job(c, &ann, JobRequest { nodes: Some(nodes), ..req }, 10).unwrap();
+    let id = submit_job(
+        c,
+        &ann,
+        JobRequest {
+            nodes: Some(nodes),
+            ..req
+        },
+        10,
+    )
+    .unwrap();
     c.schedule(1_000).unwrap();
     for i in 1..=nodes {
         poll(c, &format!("g{i}"), &[(id, Rank::Running)], 1_500);
@@ -110,13 +119,19 @@ fn a_three_node_job_starts_at_once_with_a_rank_per_node_and_one_port() {
     let id = submit_job(&mut c, &ann, gang(3), 10).unwrap();
     let two = submit_job(&mut c, &ann, gang(2), 20).unwrap();
     let woken = c.schedule(1_000).unwrap();
-    assert_eq!(woken, BTreeSet::from(["g1".into(), "g2".into(), "g3".into()]));
+    assert_eq!(
+        woken,
+        BTreeSet::from(["g1".into(), "g2".into(), "g3".into()])
+    );
     let job = record(&c, id);
     assert_eq!(job.state, JobState::Starting);
     assert_eq!(job.nodes().collect::<Vec<_>>(), ["g1", "g2", "g3"]);
     assert_eq!(job.nodelist(), "g[1-3]");
     assert_eq!(job.reason.as_deref(), Some("starting on g[1-3]"));
-    assert!(job.allocs.iter().all(|a| a.cpu_ids.len() == 4), "whole nodes of 4 CPUs");
+    assert!(
+        job.allocs.iter().all(|a| a.cpu_ids.len() == 4),
+        "whole nodes of 4 CPUs"
+    );
     // The two-node job waits for two whole nodes, and says so.
     let waits = record(&c, two).reason.unwrap();
     assert!(waits.contains("needs 2 nodes at once"), "{waits}");
@@ -151,7 +166,10 @@ fn a_three_node_job_starts_at_once_with_a_rank_per_node_and_one_port() {
     assert!(launch.is_empty());
     poll(&mut c, "g2", &[(id, Rank::Running)], 1_600);
     let job = record(&c, id);
-    assert_eq!((job.state, job.start_time), (JobState::Running, Some(1_000)));
+    assert_eq!(
+        (job.state, job.start_time),
+        (JobState::Running, Some(1_000))
+    );
 
     // Every rank exits 0: COMPLETED; rank 0 ending first stops nothing.
     poll(&mut c, "g1", &[(id, Rank::Exited(0))], 5_000);
@@ -226,7 +244,11 @@ fn a_lost_node_requeues_the_gang_once_its_other_ranks_are_stopped() {
     let wake = c.check_nodes(TIMEOUT + 2_000).unwrap();
     assert_eq!(wake, BTreeSet::from(["g1".into()]));
     let job = record(&c, id);
-    assert_eq!(job.state, JobState::Running, "rank 0 is still to be stopped");
+    assert_eq!(
+        job.state,
+        JobState::Running,
+        "rank 0 is still to be stopped"
+    );
     assert_eq!(
         job.stop,
         Some(Stop::NodeLost {
@@ -247,7 +269,11 @@ fn a_lost_node_requeues_the_gang_once_its_other_ranks_are_stopped() {
     poll(&mut c, "g1", &[], TIMEOUT + 4_000);
     assert!(record(&c, id).requeued_from.is_empty());
     poll(&mut c, "g2", &[(id, Rank::Running)], TIMEOUT + 5_000);
-    assert_eq!(record(&c, id).requeued_from, ["g2"], "not restarted beside its old run");
+    assert_eq!(
+        record(&c, id).requeued_from,
+        ["g2"],
+        "not restarted beside its old run"
+    );
     c.schedule(TIMEOUT + 5_100).unwrap();
     assert_eq!(record(&c, id).state, JobState::Pending);
     let (launch, kill) = c.orders("g2", &held(id), &BTreeSet::new());
@@ -331,10 +357,7 @@ fn a_gang_job_survives_a_controller_restart() {
     assert!(launch.is_empty() && kill.is_empty());
     poll(&mut c, "g2", &[(id, Rank::Exited(0))], 3_000);
     poll(&mut c, "g1", &[(id, Rank::Exited(0))], 3_100);
-    assert_eq!(
-        c.store.job(id).unwrap().unwrap().state,
-        JobState::Completed
-    );
+    assert_eq!(c.store.job(id).unwrap().unwrap().state, JobState::Completed);
 }
 
 #[test]
