@@ -12,12 +12,12 @@ use crate::harness::*;
 fn two_nodes(prefix: &str) -> TcpCluster {
     let mut c = TcpCluster::controller(prefix, "node_timeout = \"10s\"\n");
     let token = c.token();
-    let pid = std::process::id();
     for name in ["gang1", "gang2"] {
+        let parent = cgroup_parent(&c, name);
         c.agent_with(
             name,
             &token,
-            &format!("cgroup_parent = \"wharf-gang-{pid}-{name}\"\ngrace = \"2s\""),
+            &format!("cgroup_parent = \"{parent}\"\ngrace = \"2s\""),
         );
     }
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -34,6 +34,13 @@ fn two_nodes(prefix: &str) -> TcpCluster {
         std::thread::sleep(Duration::from_millis(100));
     }
     c
+}
+
+/// Node `name`'s cgroup parent: its own, and no other cluster's (each controller numbers its
+/// jobs from 1, and tests run side by side).
+fn cgroup_parent(c: &TcpCluster, name: &str) -> String {
+    let dir = c.dir.path().file_name().unwrap().to_string_lossy();
+    format!("{dir}-{name}")
 }
 
 fn job(c: &TcpCluster, id: u64) -> Value {
@@ -66,15 +73,19 @@ fn vars(path: &std::path::Path) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Waits until nothing of job `id` is left in either node's cgroups.
-fn no_cgroups_left(id: u64) {
-    let pid = std::process::id();
+/// Waits until nothing of job `id` is left in either node's cgroups, then removes the nodes'
+/// cgroup parents.
+fn no_cgroups_left(c: &TcpCluster, id: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     for name in ["gang1", "gang2"] {
-        let cgroup = format!("/wharf-gang-{pid}-{name}/wharf-{id}");
+        let cgroup = format!("/{}/wharf-{id}", cgroup_parent(c, name));
         while !wharf_runtime::cgroup_dirs(&cgroup).is_empty() {
             assert!(Instant::now() < deadline, "{cgroup} is still there");
             std::thread::sleep(Duration::from_millis(100));
+        }
+        // The node's own parent goes too, empty now: nothing of the test is left behind.
+        for dir in wharf_runtime::cgroup_dirs(&format!("/{}", cgroup_parent(c, name))) {
+            let _ = std::fs::remove_dir(dir);
         }
     }
 }
@@ -118,7 +129,7 @@ fn a_two_node_job_runs_a_rank_on_each_node_with_one_rendezvous() {
     // Accounting lists both nodes as one host list.
     let acct = stdout(&c.wharf(&["acct", "-j", &id.to_string(), "-o", "JobID,NNodes,NodeList"]));
     assert!(acct.contains("gang[1-2]"), "{acct}");
-    no_cgroups_left(id);
+    no_cgroups_left(&c, id);
 }
 
 #[test]
@@ -153,5 +164,5 @@ fn a_rank_that_fails_stops_the_gang_and_the_job_names_it() {
     assert!(elapsed < 120_000, "rank 0 was not stopped: {done}");
     // Rank 0 was killed by the stop, not left to finish.
     assert_eq!(done["allocs"][0]["exit"]["cancelled"], true, "{done}");
-    no_cgroups_left(id);
+    no_cgroups_left(&c, id);
 }
