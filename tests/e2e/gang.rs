@@ -126,6 +126,21 @@ fn a_two_node_job_runs_a_rank_on_each_node_with_one_rendezvous() {
     }
     assert_eq!(ranks[0]["MASTER_ADDR"], ranks[1]["MASTER_ADDR"]);
     assert_eq!(ranks[0]["MASTER_PORT"], ranks[1]["MASTER_PORT"]);
+    // The queue and `show` name both nodes as one host list, `show` each rank.
+    let queue = stdout(&c.wharf(&["queue", "--all"]));
+    let row = queue
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&id.to_string()))
+        .unwrap_or_else(|| panic!("job {id} not in the queue:\n{queue}"));
+    assert!(row.contains("gang[1-2]"), "{queue}");
+    let shown = stdout(&c.wharf(&["show", &id.to_string()]));
+    assert!(shown.contains("gang[1-2]"), "{shown}");
+    for (rank, node) in nodes.iter().enumerate() {
+        assert!(
+            shown.contains(&format!("{rank} on {node}: exited 0")),
+            "{shown}"
+        );
+    }
     // Accounting lists both nodes as one host list.
     let acct = stdout(&c.wharf(&["acct", "-j", &id.to_string(), "-o", "JobID,NNodes,NodeList"]));
     assert!(acct.contains("gang[1-2]"), "{acct}");
