@@ -80,8 +80,8 @@ pub struct JobFlags {
     /// Take whole nodes: all their CPUs, memory and GPUs, shared with no other job.
     #[arg(long)]
     pub exclusive: bool,
-    /// Never requeue this job: a preemption in requeue mode ends it PREEMPTED instead, and
-    /// `wharf requeue` refuses it.
+    /// Never requeue this job: a preemption in requeue mode ends it PREEMPTED instead, a lost
+    /// node NODE_FAIL, and `wharf requeue` refuses it.
     #[arg(long, conflicts_with = "requeue")]
     pub no_requeue: bool,
     /// May be requeued when preempted (the default; overrides a `--no-requeue` line).

@@ -2,14 +2,18 @@
 //! the record of a job's life ([`JobRecord`]).
 //!
 //! ```text
-//!   Pending ──schedule──▶ Starting ──agent confirms──▶ Running ──exit──▶ Completed | Failed
+//!   Pending ──schedule──▶ Starting ──every rank started──▶ Running ──exit──▶ Completed | Failed
 //!      │  ▲                  │                            │           ▲  OutOfMemory | Timeout
-//!      │  │                  │ node lost / launch failed  │ cancel,   │  Cancelled | Preempted
+//!      │  │                  │ launch failed, stopped     │ cancel,   │  Cancelled | Preempted
 //!      ▼  │                  ▼                            ▼ preempt   │
 //!   Cancelled             NodeFail | Failed            (kill sent) ───┘   node lost ─▶ NodeFail
-//!         │                                               │
-//!         └──── requeued (preempted, `wharf requeue`) ◀───┘
+//!         │                                               │              (or requeued)
+//!         └──── requeued (preempted, `wharf requeue`, ◀───┘
+//!                         node lost)
 //! ```
+//!
+//! A job on several nodes (a gang) has one rank on each; it ends once every rank has, as the
+//! controller's `cluster/gang.rs` describes.
 
 use std::collections::BTreeMap;
 
@@ -134,8 +138,9 @@ pub struct JobRequest {
     /// The job takes its nodes whole: all their CPUs, memory and GPUs, shared with no job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exclusive: Option<bool>,
-    /// May be requeued when preempted (default yes; `--no-requeue` makes a preemption in
-    /// requeue mode end it PREEMPTED instead).
+    /// May be requeued when preempted or when a node of it is lost (default yes;
+    /// `--no-requeue` makes a preemption in requeue mode end it PREEMPTED, a lost node
+    /// NODE_FAIL).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requeue: Option<bool>,
 }
