@@ -427,6 +427,36 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_running_job_stored_before_gang_jobs_loads_with_its_one_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wharf.db");
+        let mut s = Store::open(&path).unwrap();
+        let mut a = record();
+        s.insert_job(&mut a, None).unwrap();
+        // As an older controller wrote a running job: one `node` with its ids.
+        s.conn
+            .execute(
+                "UPDATE jobs SET state = 'RUNNING', record = json_set(record, \
+                 '$.state', 'RUNNING', '$.start_time', 5, '$.node', 'n3', \
+                 '$.cpu_ids', json('[4,5]'), '$.gpu_ids', json('[2]'), \
+                 '$.requeued_from', NULL) WHERE id = ?1",
+                [a.id as i64],
+            )
+            .unwrap();
+        drop(s);
+        let s = Store::open(&path).unwrap();
+        let job = s.job(a.id).unwrap().unwrap();
+        assert_eq!(job.state, JobState::Running);
+        assert_eq!(job.nodelist(), "n3");
+        assert_eq!(
+            (&job.allocs[0].cpu_ids[..], &job.allocs[0].gpu_ids[..]),
+            (&[4, 5][..], &[2][..])
+        );
+        assert_eq!(job.allocs[0].start_time, Some(5));
+        assert_eq!(s.active_jobs().unwrap(), [job]);
+    }
+
+    #[test]
     fn jobs_survive_reopen_and_tokens_dedupe() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("wharf.db");
