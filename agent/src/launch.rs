@@ -183,8 +183,12 @@ pub fn container_spec(
             }
         }
     }
+    // A gang gets the node's RDMA devices wherever it has them; a job that asked for RDMA
+    // fails at once where it has none.
     if spec.rdma {
         devices.extend(rdma_devices(cfg)?);
+    } else if order.rendezvous.nodes.len() > 1 {
+        devices.extend(rdma_devices(cfg).unwrap_or_default());
     }
     preflight_memlock(cfg, spec.memlock)?;
     let host_gpus: Vec<String> = order.gpu_ids.iter().map(u32::to_string).collect();
@@ -215,9 +219,11 @@ pub fn container_spec(
             ("SLURM_ARRAY_TASK_ID".into(), task),
         ]);
     }
-    let stdout = PathBuf::from(spec.output_path(order.id));
+    // Rank 0 writes the job's files; every other rank its own, beside them.
+    let rank = order.rendezvous.node_rank;
+    let stdout = PathBuf::from(spec.rank_output_path(order.id, rank));
     let stderr = spec
-        .error_path(order.id)
+        .rank_error_path(order.id, rank)
         .map(PathBuf::from)
         .unwrap_or_else(|| stdout.clone());
     Ok(ContainerSpec {

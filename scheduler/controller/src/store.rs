@@ -292,10 +292,22 @@ impl Store {
         let rows = stmt.query_map(p, |r| r.get::<_, String>(0))?;
         let mut out = Vec::new();
         for row in rows {
-            out.push(serde_json::from_str(&row?)?);
+            out.push(decode(&row?)?);
         }
         Ok(out)
     }
+}
+
+/// A stored job record. One written before gang jobs (a top-level `cpu_ids`, no `allocs`) is
+/// brought up to date first ([`wharf_api::alloc::upgrade_record`]); a current one is read
+/// straight, so that reading many costs no more than before.
+fn decode(text: &str) -> Result<JobRecord, serde_json::Error> {
+    if text.contains("\"cpu_ids\":") && !text.contains("\"allocs\":") {
+        let mut v: serde_json::Value = serde_json::from_str(text)?;
+        wharf_api::alloc::upgrade_record(&mut v);
+        return serde_json::from_value(v);
+    }
+    serde_json::from_str(text)
 }
 
 /// Inserts one submit's records inside `tx` (see [`Store::insert_array`]).
@@ -412,6 +424,36 @@ pub(crate) mod tests {
             s.finished_jobs(None, 10).unwrap()[0].state,
             JobState::Preempted
         );
+    }
+
+    #[test]
+    fn a_running_job_stored_before_gang_jobs_loads_with_its_one_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wharf.db");
+        let mut s = Store::open(&path).unwrap();
+        let mut a = record();
+        s.insert_job(&mut a, None).unwrap();
+        // As an older controller wrote a running job: one `node` with its ids.
+        s.conn
+            .execute(
+                "UPDATE jobs SET state = 'RUNNING', record = json_set(record, \
+                 '$.state', 'RUNNING', '$.start_time', 5, '$.node', 'n3', \
+                 '$.cpu_ids', json('[4,5]'), '$.gpu_ids', json('[2]'), \
+                 '$.requeued_from', NULL) WHERE id = ?1",
+                [a.id as i64],
+            )
+            .unwrap();
+        drop(s);
+        let s = Store::open(&path).unwrap();
+        let job = s.job(a.id).unwrap().unwrap();
+        assert_eq!(job.state, JobState::Running);
+        assert_eq!(job.nodelist(), "n3");
+        assert_eq!(
+            (&job.allocs[0].cpu_ids[..], &job.allocs[0].gpu_ids[..]),
+            (&[4, 5][..], &[2][..])
+        );
+        assert_eq!(job.allocs[0].start_time, Some(5));
+        assert_eq!(s.active_jobs().unwrap(), [job]);
     }
 
     #[test]
