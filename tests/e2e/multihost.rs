@@ -218,6 +218,7 @@ fn three_hosts_each_run_a_job_at_their_own_address() {
     for (i, id) in ids.into_iter().enumerate() {
         let job = bed.wait_done(id, Duration::from_secs(120));
         assert_eq!(job["state"], "COMPLETED", "{job}\n{}", bed.logs());
+        assert_eq!(job_nodes(&job), [MultiHost::node(i)], "{job}");
         let out = bed.output(id);
         let addr = Fabric::addr(i);
         assert!(
@@ -314,6 +315,21 @@ fn a_gang_job_all_reduces_with_torch_gloo_across_three_hosts() {
     assert!(out.contains("backend=gloo"), "{out}");
 }
 
+/// The nodes job `job` holds, in rank order (`allocs`, or the `node` of a one-node record).
+fn job_nodes(job: &serde_json::Value) -> Vec<String> {
+    match job["allocs"].as_array() {
+        Some(allocs) => allocs
+            .iter()
+            .filter_map(|a| a["node"].as_str().map(str::to_string))
+            .collect(),
+        None => job["node"]
+            .as_str()
+            .map(str::to_string)
+            .into_iter()
+            .collect(),
+    }
+}
+
 /// The hosts (indices) whose agents' cgroups hold processes now.
 fn busy_hosts(bed: &MultiHost, n: usize) -> Vec<usize> {
     (0..n).filter(|&i| !bed.job_pids(i).is_empty()).collect()
@@ -370,14 +386,14 @@ fn an_unplugged_host_loses_its_job_to_another_and_kills_it_when_it_returns() {
     };
     let id = bed.submit(&["--cpus", "1", "--wrap", FIRST_RUN_HANGS]);
     let lost = wait_busy(&bed, 3, id, 1)[0];
-    assert_eq!(bed.job(id)["node"], MultiHost::node(lost));
+    assert_eq!(job_nodes(&bed.job(id)), [MultiHost::node(lost)]);
     // Cut off, the host keeps running the job; the controller stops hearing it.
     bed.fabric.unplug(lost);
     bed.wait_nodes(&[MultiHost::node(lost)], "DOWN", Duration::from_secs(60));
     let job = bed.wait_job(id, "requeued", Duration::from_secs(60), |j| {
         j["restarts"].as_u64() >= Some(1)
     });
-    assert_ne!(job["node"], MultiHost::node(lost), "{job}");
+    assert!(!job_nodes(&job).contains(&MultiHost::node(lost)), "{job}");
     assert!(
         !bed.job_pids(lost).is_empty(),
         "the unplugged host should still be running its copy until it hears otherwise"
@@ -388,7 +404,8 @@ fn an_unplugged_host_loses_its_job_to_another_and_kills_it_when_it_returns() {
     wait_idle(&bed, lost, "after the host rejoined");
     let done = bed.wait_done(id, Duration::from_secs(120));
     assert_eq!(done["state"], "COMPLETED", "{done}\n{}", bed.logs());
-    assert_ne!(done["node"], MultiHost::node(lost), "{done}");
+    assert_eq!(job_nodes(&done).len(), 1, "{done}");
+    assert!(!job_nodes(&done).contains(&MultiHost::node(lost)), "{done}");
     assert!(bed.output(id).contains("done\n"), "{}", bed.output(id));
     // It stays idle: nothing comes back.
     std::thread::sleep(Duration::from_secs(3));
@@ -449,6 +466,9 @@ fn a_gang_job_losing_a_host_is_requeued_whole_or_ends_node_fail() {
     let out = bed.output(id);
     assert_eq!(done["state"], "COMPLETED", "{done}\n{out}\n{}", bed.logs());
     assert!(done["restarts"].as_u64() >= Some(1), "{done}");
+    let nodes = job_nodes(&done);
+    assert_eq!(nodes.len(), 3, "{done}");
+    assert!(!nodes.contains(&MultiHost::node(lost)), "{done}");
     let addrs = assert_all_ranks_ok(&out, 3, 100_000);
     assert!(
         !addrs.contains(&Fabric::addr(lost)),
