@@ -150,6 +150,28 @@ fn kill9(pid: i32) {
     );
 }
 
+/// Removes the namespaces of beds whose test process is gone (killed before its drop ran),
+/// with whatever still runs in them: `wharf-PID-N-sw` and `wharf-PID-N-hI` where no process
+/// PID exists.
+fn sweep_stale() {
+    let Ok(entries) = std::fs::read_dir("/run/netns") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Some(name) = e.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let words: Vec<&str> = name.split('-').collect();
+        let ours = matches!(words[..], ["wharf", pid, n, last]
+            if pid.parse::<u32>().is_ok()
+                && n.parse::<u32>().is_ok()
+                && (last == "sw" || last.strip_prefix('h').is_some_and(|i| i.parse::<u32>().is_ok())));
+        if ours && !Path::new("/proc").join(words[1]).exists() {
+            drop(Netns { name });
+        }
+    }
+}
+
 /// A private bridge in a namespace of its own and `n` hosts, each a namespace with a veth
 /// pair to the bridge and its own address.
 pub struct Fabric {
@@ -163,6 +185,7 @@ impl Fabric {
     /// Builds the network; fails, removing what it made, when this machine cannot (no root,
     /// no `ip`, no veth or bridge support).
     pub fn new(n: usize) -> Result<Fabric, String> {
+        sweep_stale();
         let tag = format!(
             "wharf-{}-{}",
             std::process::id(),
