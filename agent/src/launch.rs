@@ -215,9 +215,11 @@ pub fn container_spec(
             ("SLURM_ARRAY_TASK_ID".into(), task),
         ]);
     }
-    let stdout = PathBuf::from(spec.output_path(order.id));
+    // Rank 0 writes the job's files; every other rank its own, beside them.
+    let rank = order.rendezvous.node_rank;
+    let stdout = PathBuf::from(spec.rank_output_path(order.id, rank));
     let stderr = spec
-        .error_path(order.id)
+        .rank_error_path(order.id, rank)
         .map(PathBuf::from)
         .unwrap_or_else(|| stdout.clone());
     Ok(ContainerSpec {

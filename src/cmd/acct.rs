@@ -55,7 +55,7 @@ pub struct Args {
 const DEFAULT_FORMAT: &str = "JobID,JobName,Partition,Account,AllocCPUS,AllocGPUS,State,ExitCode";
 
 /// Columns `--format` takes, with what each shows.
-const COLUMNS: [(&str, &str); 22] = [
+const COLUMNS: [(&str, &str); 23] = [
     ("JobID", "job id (ARRAYID_TASK for array tasks)"),
     ("JobName", "name"),
     ("User", "owner"),
@@ -69,10 +69,11 @@ const COLUMNS: [(&str, &str); 22] = [
     ("End", "end time"),
     ("Elapsed", "run time"),
     ("Timelimit", "time limit"),
-    ("AllocCPUS", "CPUs held"),
+    ("NNodes", "nodes"),
+    ("AllocCPUS", "CPUs held (all nodes)"),
     ("ReqMem", "memory asked for"),
-    ("AllocGPUS", "GPUs held"),
-    ("NodeList", "node"),
+    ("AllocGPUS", "GPUs held (all nodes)"),
+    ("NodeList", "nodes, as a host list (gpu[01-04])"),
     ("CPUTime", "CPUs held × run time"),
     ("TotalCPU", "CPU time used (measured)"),
     ("MaxRSS", "memory peak (measured)"),
@@ -203,13 +204,14 @@ fn cell(j: &JobRecord, column: &str, now: u64) -> String {
         "End" => output::time(j.end_time),
         "Elapsed" => opt(elapsed.map(|ms| format_duration(ms / 1000))),
         "Timelimit" => format_duration(j.time_limit),
-        "AllocCPUS" => j.resources.cpus.to_string(),
+        "NNodes" => j.node_count().to_string(),
+        "AllocCPUS" => (j.resources.cpus * j.node_count()).to_string(),
         "ReqMem" => format_memory(j.resources.memory),
-        "AllocGPUS" => j.resources.gpus.to_string(),
-        "NodeList" => opt(j.node.clone()),
-        "CPUTime" => {
-            opt(elapsed.map(|ms| format_duration(ms * u64::from(j.resources.cpus) / 1000)))
-        }
+        "AllocGPUS" => (j.resources.gpus * j.node_count()).to_string(),
+        "NodeList" => j.nodelist(),
+        "CPUTime" => opt(elapsed.map(|ms| {
+            format_duration(ms * u64::from(j.resources.cpus * j.node_count()) / 1000)
+        })),
         "TotalCPU" => opt(usage
             .and_then(|u| u.cpu_time_ms)
             .map(|ms| format_duration(ms / 1000))),

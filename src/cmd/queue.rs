@@ -74,11 +74,12 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         "CPUS",
         "MEM",
         "GPUS",
-        "NODE/REASON",
+        "NODES",
+        "NODELIST(REASON)",
     ]);
     for j in &jobs {
-        let where_ = match (&j.node, j.state) {
-            (_, JobState::Pending) => {
+        let where_ = match j.state {
+            JobState::Pending => {
                 let code = j
                     .reason
                     .as_deref()
@@ -93,8 +94,8 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
                     None => code.to_string(),
                 }
             }
-            (Some(n), _) => n.clone(),
-            (None, _) => "-".into(),
+            _ if j.allocs.is_empty() => "-".into(),
+            _ => j.nodelist(),
         };
         t.add_row(vec![
             j.array.map_or_else(|| j.id.to_string(), |a| a.label()),
@@ -106,6 +107,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             j.resources.cpus.to_string(),
             format_memory(j.resources.memory),
             j.resources.gpus.to_string(),
+            j.node_count().to_string(),
             where_,
         ]);
     }

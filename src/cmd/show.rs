@@ -102,13 +102,29 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         ("Started", output::time(j.start_time)),
         ("Ended", output::time(j.end_time)),
         ("Elapsed", format_duration(j.elapsed_ms(now) / 1000)),
-        ("Node", j.node.clone().unwrap_or_else(|| "-".into())),
+        ("Nodes", j.node_count().to_string()),
+        (
+            "Node list",
+            if j.allocs.is_empty() {
+                "-".into()
+            } else {
+                j.nodelist()
+            },
+        ),
     ]);
-    if !j.cpu_ids.is_empty() {
-        rows.push(("CPU ids", format!("{:?}", j.cpu_ids)));
-    }
-    if !j.gpu_ids.is_empty() {
-        rows.push(("GPU ids", format!("{:?}", j.gpu_ids)));
+    // One line per rank of a gang; a one-node job's ids as before.
+    let gang = j.allocs.len() > 1;
+    for (rank, a) in j.allocs.iter().enumerate() {
+        if gang {
+            rows.push(("Rank", rank_line(rank, a)));
+            continue;
+        }
+        if !a.cpu_ids.is_empty() {
+            rows.push(("CPU ids", format!("{:?}", a.cpu_ids)));
+        }
+        if !a.gpu_ids.is_empty() {
+            rows.push(("GPU ids", format!("{:?}", a.gpu_ids)));
+        }
     }
     if let Some(e) = &j.exit {
         rows.push((
@@ -196,4 +212,21 @@ fn shell_words(argv: &[String]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// One rank of a gang job: its node, ids and how it is doing.
+fn rank_line(rank: usize, a: &wharf_api::NodeAlloc) -> String {
+    let state = match (&a.exit, a.start_time) {
+        (Some(e), _) => match e.final_state() {
+            wharf_api::JobState::Completed => "exited 0".to_string(),
+            s => format!("{s} ({})", e.code_signal()),
+        },
+        (None, Some(_)) => "running".into(),
+        (None, None) => "starting".into(),
+    };
+    let mut line = format!("{rank} on {}: {state}; CPU ids {:?}", a.node, a.cpu_ids);
+    if !a.gpu_ids.is_empty() {
+        line.push_str(&format!(", GPU ids {:?}", a.gpu_ids));
+    }
+    line
 }

@@ -18,14 +18,14 @@ pub struct JobFlags {
     /// Image: a name in the nodes' image store, or "host".
     #[arg(long)]
     pub image: Option<String>,
-    /// CPUs.
-    #[arg(short = 'c', long)]
+    /// CPUs per node (= per task: Wharf starts one task per node).
+    #[arg(short = 'c', long, visible_alias = "cpus-per-task")]
     pub cpus: Option<String>,
     /// Memory, e.g. 4G or 512M.
     #[arg(long)]
     pub mem: Option<String>,
     /// GPUs per node: COUNT, or TYPE:COUNT for one type (e.g. h100:2).
-    #[arg(short = 'G', long)]
+    #[arg(short = 'G', long, visible_alias = "gpus-per-node")]
     pub gpus: Option<String>,
     /// GPUs per node as Slurm's --gres writes them: gpu:COUNT or gpu:TYPE:COUNT.
     #[arg(long, conflicts_with = "gpus")]
@@ -33,9 +33,15 @@ pub struct JobFlags {
     /// Time limit, e.g. 30m, 2h, 1:00:00.
     #[arg(short = 't', long)]
     pub time: Option<String>,
-    /// Nodes.
+    /// Nodes, allocated at once and launched together, one task on each (a gang job).
     #[arg(short = 'N', long)]
     pub nodes: Option<String>,
+    /// Tasks in all: must equal --nodes (one task per node).
+    #[arg(short = 'n', long)]
+    pub ntasks: Option<String>,
+    /// Tasks per node: 1 (start more processes from the task, e.g. torchrun --nproc-per-node).
+    #[arg(long)]
+    pub ntasks_per_node: Option<String>,
     /// Partition to run in (default: the site's default partition).
     #[arg(short = 'p', long)]
     pub partition: Option<String>,
@@ -125,6 +131,8 @@ impl JobFlags {
             ("gres", &self.gres),
             ("time", &self.time),
             ("nodes", &self.nodes),
+            ("ntasks", &self.ntasks),
+            ("ntasks-per-node", &self.ntasks_per_node),
             ("partition", &self.partition),
             ("account", &self.account),
             ("qos", &self.qos),

@@ -68,7 +68,7 @@ fn constraints_and_excluded_nodes_choose_among_two_agents() {
         for (id, node) in [(on_ib, "fast1"), (not_fast, "plain1"), (listed, "fast1")] {
             let job = ended(&c, id, Duration::from_secs(30));
             assert_eq!(job["state"], "COMPLETED", "{job}");
-            assert_eq!(job["node"], node, "{job}");
+            assert_eq!(job["allocs"][0]["node"], node, "{job}");
         }
     }
     let shown = stdout(&c.wharf(&["show", "1"]));

@@ -43,18 +43,27 @@ pub struct JobRequest {
     pub command: Option<Vec<String>>,
     /// A shell script, run with `/bin/sh -c`.
     pub script: Option<String>,
-    /// CPUs per node.
+    /// CPUs per node (its one task's: `cpus_per_task` is the same).
+    #[serde(alias = "cpus_per_task")]
     pub cpus: Option<u32>,
     /// Memory per node in bytes (job files may write `"4G"`).
     #[serde(default, deserialize_with = "de_memory")]
     pub memory: Option<u64>,
-    /// GPUs per node.
+    /// GPUs per node (`gpus_per_node` is the same).
+    #[serde(alias = "gpus_per_node")]
     pub gpus: Option<u32>,
     /// Time limit in seconds (job files may write `"30m"` or `"1:00:00"`).
     #[serde(default, deserialize_with = "de_time")]
     pub time: Option<u64>,
-    /// Number of nodes.
+    /// Number of nodes, all allocated at once and launched together (one task on each).
     pub nodes: Option<u32>,
+    /// Tasks in all (Slurm's `--ntasks`): must be `nodes` times the tasks per node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ntasks: Option<u32>,
+    /// Tasks per node (Slurm's `--ntasks-per-node`): Wharf starts one; a job that wants one
+    /// process per GPU starts them itself (e.g. `torchrun --nproc-per-node`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ntasks_per_node: Option<u32>,
     /// Working directory inside the job (default: the directory `wharf submit` ran in).
     pub workdir: Option<String>,
     /// Standard output file; `%j` is the job id, `%x` the job name (default `wharf-%j.out`).
@@ -307,7 +316,8 @@ impl JobRequest {
             ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
         }
         take!(
-            name, image, command, script, cpus, memory, gpus, time, nodes, workdir, output, error,
+            name, image, command, script, cpus, memory, gpus, time, nodes, ntasks, ntasks_per_node,
+            workdir, output, error,
             rdma, memlock, remap_root, writable, partition, account, qos, nice, gpu_type, begin,
             hold, dependency, array, constraint, nodelist, exclude, exclusive, requeue
         );
@@ -381,11 +391,7 @@ impl JobRequest {
             return Err("`cpus` must be at least 1".into());
         }
         let nodes = self.nodes.unwrap_or(1);
-        if nodes != 1 {
-            return Err(format!(
-                "`nodes` = {nodes}: this controller runs single-node jobs only; submit with nodes = 1"
-            ));
-        }
+        check_tasks(nodes, self.ntasks, self.ntasks_per_node)?;
         let gpus = self.gpus.unwrap_or(0);
         let time_limit = self.time.unwrap_or(defaults.time);
         if time_limit > defaults.max_time {
@@ -486,6 +492,38 @@ impl JobRequest {
             exclusive: self.exclusive.unwrap_or(false),
             requeue: self.requeue.unwrap_or(true),
         })
+    }
+}
+
+/// Most nodes one job may ask for.
+pub const MAX_NODES: u32 = 4096;
+
+/// Checks a job's shape: `nodes` between 1 and [`MAX_NODES`], one task per node, and
+/// `ntasks`, when given, equal to the number of tasks that makes.
+fn check_tasks(nodes: u32, ntasks: Option<u32>, per_node: Option<u32>) -> Result<(), String> {
+    if nodes == 0 || nodes > MAX_NODES {
+        return Err(format!(
+            "`nodes` = {nodes}: ask for 1 to {MAX_NODES} nodes"
+        ));
+    }
+    match per_node {
+        Some(0) => return Err("`ntasks_per_node` must be at least 1".into()),
+        Some(n) if n > 1 => {
+            return Err(format!(
+                "`ntasks_per_node` = {n}: Wharf starts one task per node; start the other \
+                 processes from it (e.g. `torchrun --nproc-per-node {n}`, or one process per GPU) \
+                 and leave --ntasks-per-node at 1"
+            ))
+        }
+        _ => {}
+    }
+    match ntasks {
+        Some(n) if n != nodes => Err(format!(
+            "`ntasks` = {n} but the job has {nodes} node{} with 1 task per node, which makes \
+             {nodes}; ask for --nodes {n} (Wharf starts one task per node) or leave --ntasks out",
+            if nodes == 1 { "" } else { "s" }
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -670,6 +708,18 @@ impl JobSpec {
     /// The error file for job `id`; `None` when errors go to the output file.
     pub fn error_path(&self, id: JobId) -> Option<String> {
         self.error.as_ref().map(|p| self.expand(p, id))
+    }
+
+    /// The output file rank `rank` of job `id` writes (see [`crate::alloc::rank_path`]).
+    pub fn rank_output_path(&self, id: JobId, rank: u32) -> String {
+        crate::alloc::rank_path(&self.output_path(id), rank)
+    }
+
+    /// The error file rank `rank` of job `id` writes; `None` when its errors go to its output
+    /// file.
+    pub fn rank_error_path(&self, id: JobId, rank: u32) -> Option<String> {
+        self.error_path(id)
+            .map(|p| crate::alloc::rank_path(&p, rank))
     }
 
     fn expand(&self, pattern: &str, id: JobId) -> String {
@@ -863,12 +913,10 @@ pub struct JobRecord {
     pub start_time: Option<u64>,
     /// End time, ms since the Unix epoch.
     pub end_time: Option<u64>,
-    /// Node it runs or ran on.
-    pub node: Option<String>,
-    /// CPU indices allocated on that node.
-    pub cpu_ids: Vec<u32>,
-    /// GPU indices allocated on that node.
-    pub gpu_ids: Vec<u32>,
+    /// The nodes it runs or ran on, in rank order, with what it holds on each and how each
+    /// rank is doing; empty while it has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allocs: Vec<crate::alloc::NodeAlloc>,
     /// How it ended.
     pub exit: Option<ExitInfo>,
     /// A cancel was asked for and the node has not confirmed yet.
@@ -902,11 +950,11 @@ pub struct JobRecord {
     /// requeue (public).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop: Option<Stop>,
-    /// A requeued job's last node, until its agent has let go of that run (its report no
-    /// longer lists the job): the job does not start again before, so that run's end can
+    /// A requeued job's last nodes, each until its agent has let go of that run (its report
+    /// no longer lists the job): the job does not start again before, so that run's end can
     /// never be taken for the next one's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub requeued_from: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requeued_from: Vec<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -929,6 +977,22 @@ pub enum Stop {
         /// Who asked.
         by_user: String,
     },
+    /// One rank of a gang job ended badly (non-zero exit, signal, out of memory, time limit):
+    /// the others are stopped and the job ends as that rank did.
+    RankFailed {
+        /// The node the rank ran on.
+        node: String,
+        /// Its rank.
+        rank: u32,
+    },
+    /// One of the job's nodes stopped answering: the ranks on the others are stopped, and the
+    /// job is requeued when it allows it, else it ends NODE_FAIL.
+    NodeLost {
+        /// The node.
+        node: String,
+        /// Back to the queue (else it ends NODE_FAIL).
+        requeue: bool,
+    },
 }
 
 impl Stop {
@@ -937,6 +1001,8 @@ impl Stop {
         match self {
             Stop::Preempt { requeue, .. } => *requeue,
             Stop::Requeue { .. } => true,
+            Stop::RankFailed { .. } => false,
+            Stop::NodeLost { requeue, .. } => *requeue,
         }
     }
 }
@@ -946,6 +1012,8 @@ impl std::fmt::Display for Stop {
         match self {
             Stop::Preempt { by, .. } => write!(f, "preempted by job {by}"),
             Stop::Requeue { by_user } => write!(f, "requeued by {by_user}"),
+            Stop::RankFailed { node, rank } => write!(f, "rank {rank} on node {node} failed"),
+            Stop::NodeLost { node, .. } => write!(f, "node {node} stopped responding"),
         }
     }
 }
@@ -971,9 +1039,7 @@ impl JobRecord {
             submit_time,
             start_time: None,
             end_time: None,
-            node: None,
-            cpu_ids: vec![],
-            gpu_ids: vec![],
+            allocs: vec![],
             exit: None,
             cancel_requested: false,
             priority: None,
@@ -984,7 +1050,7 @@ impl JobRecord {
             array: None,
             restarts: 0,
             stop: None,
-            requeued_from: None,
+            requeued_from: vec![],
             port: None,
         }
     }
@@ -1003,9 +1069,7 @@ impl JobRecord {
             submit_time: self.submit_time,
             start_time: self.start_time,
             end_time: self.end_time,
-            node: self.node.clone(),
-            cpu_ids: self.cpu_ids.clone(),
-            gpu_ids: self.gpu_ids.clone(),
+            allocs: self.allocs.clone(),
             exit: self.exit.clone(),
             cancel_requested: self.cancel_requested,
             priority: self.priority,
@@ -1050,6 +1114,38 @@ impl JobRecord {
             (Some(s), None) => now.saturating_sub(s),
             _ => 0,
         }
+    }
+
+    /// The job's nodes, in rank order.
+    pub fn nodes(&self) -> impl Iterator<Item = &str> + '_ {
+        self.allocs.iter().map(|a| a.node.as_str())
+    }
+
+    /// Its first node (rank 0), if it has any.
+    pub fn first_node(&self) -> Option<&str> {
+        self.allocs.first().map(|a| a.node.as_str())
+    }
+
+    /// The rank it has on `node`, if it runs there.
+    pub fn rank_on(&self, node: &str) -> Option<u32> {
+        self.allocs
+            .iter()
+            .position(|a| a.node == node)
+            .map(|r| r as u32)
+    }
+
+    /// How many nodes it has, or asks for while it has none (1 when its spec is hidden).
+    pub fn node_count(&self) -> u32 {
+        match self.allocs.len() {
+            0 => self.spec.as_ref().map_or(1, |s| s.nodes.max(1)),
+            n => n as u32,
+        }
+    }
+
+    /// Its nodes as a compressed host list (`gpu[01-04]`); empty when it has none.
+    pub fn nodelist(&self) -> String {
+        let names: Vec<&str> = self.nodes().collect();
+        crate::hostlist::compress(&names)
     }
 }
 

@@ -221,7 +221,7 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
             req.memory = Some(parse_memory(value).map_err(|e| format!("--mem: {e}"))?)
         }
         // `2`, `h100:2` (Slurm's --gpus), or `gpu:h100:2` / `gpu:2` (Slurm's --gres).
-        "G" | "gpus" | "gres" => {
+        "G" | "gpus" | "gres" | "gpus-per-node" => {
             let v = value.trim();
             let v = if key == "gres" {
                 v.strip_prefix("gpu:").ok_or_else(|| {
@@ -243,6 +243,8 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
         }
         "t" | "time" => req.time = Some(parse_duration(value).map_err(|e| format!("--time: {e}"))?),
         "N" | "nodes" => req.nodes = Some(num("nodes")?),
+        "n" | "ntasks" => req.ntasks = Some(num("ntasks")?),
+        "ntasks-per-node" => req.ntasks_per_node = Some(num("ntasks-per-node")?),
         "p" | "partition" => req.partition = Some(value.trim().to_string()),
         "A" | "account" => req.account = Some(value.trim().to_string()),
         "q" | "qos" => req.qos = Some(value.trim().to_string()),
@@ -389,6 +391,41 @@ mod tests {
         assert_eq!(spec.nodelist.names(), ["n1", "n2"]);
         assert_eq!(spec.constraint.unwrap().to_string(), "ib");
         assert!(spec.exclusive);
+    }
+
+    #[test]
+    fn gang_shapes_from_sbatch_wharf_lines_and_toml() {
+        let text = "#!/bin/sh\n#SBATCH -N 2 --ntasks-per-node=1 -n 2\n\
+                    #WHARF --gpus-per-node=h100:4 --cpus-per-task 8\ntrue\n";
+        let req = parse_job_file("g.sh", text).unwrap();
+        assert_eq!(
+            (req.nodes, req.ntasks, req.ntasks_per_node),
+            (Some(2), Some(2), Some(1))
+        );
+        assert_eq!((req.gpus, req.gpu_type.as_deref()), (Some(4), Some("h100")));
+        let spec = req.resolve("/tmp", &crate::JobDefaults::default()).unwrap();
+        assert_eq!((spec.nodes, spec.resources.cpus), (2, 8));
+        assert!(spec.rdma, "a gang wants the fabric by default");
+        let toml = "command = [\"true\"]\nnodes = 3\ngpus_per_node = 2\ncpus_per_task = 4\n";
+        let spec = parse_job_file("j.toml", toml)
+            .unwrap()
+            .resolve("/tmp", &crate::JobDefaults::default())
+            .unwrap();
+        assert_eq!((spec.nodes, spec.resources.gpus, spec.resources.cpus), (3, 2, 4));
+        for (lines, says) in [
+            ("-N 0", "`nodes` = 0: ask for 1 to"),
+            ("-N 2 -n 3", "`ntasks` = 3 but the job has 2 nodes"),
+            ("-n 2", "`ntasks` = 2 but the job has 1 node with"),
+            ("-N 2 --ntasks-per-node 4", "Wharf starts one task per node"),
+            ("--ntasks-per-node 0", "must be at least 1"),
+        ] {
+            let text = format!("#!/bin/sh\n#SBATCH {lines}\ntrue\n");
+            let e = parse_job_file("g.sh", &text)
+                .unwrap()
+                .resolve("/tmp", &crate::JobDefaults::default())
+                .unwrap_err();
+            assert!(e.contains(says), "{lines}: {e}");
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! the three programs cannot disagree about it.
 
 pub mod admin;
+pub mod alloc;
 pub mod array;
 pub mod dependency;
 pub mod features;
@@ -20,6 +21,7 @@ pub mod text;
 pub mod usage;
 pub mod wire;
 
+pub use alloc::NodeAlloc;
 pub use forms::{Begin, Hold};
 pub use job::{
     ExitInfo, JobDefaults, JobId, JobRecord, JobRequest, JobSpec, JobState, Owner, PriorityView,

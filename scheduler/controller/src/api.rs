@@ -403,8 +403,7 @@ async fn cancel(
                 return Ok(done);
             }
         }
-        let (job, node) = cl.cancel(&c, cl.resolve_task(id, task)?, now)?;
-        Ok((job, node.into_iter().collect::<Vec<_>>()))
+        cl.cancel(&c, cl.resolve_task(id, task)?, now)
     })
     .await?;
     for node in nodes {
@@ -421,9 +420,9 @@ async fn requeue(
 ) -> ApiResult<wharf_api::JobRecord> {
     let c = caller(&s, &peer)?;
     let (id, task) = job_id(&id)?;
-    let (job, node) =
+    let (job, nodes) =
         with_cluster(&s, move |cl, _| cl.requeue(&c, cl.resolve_task(id, task)?)).await?;
-    if let Some(node) = node {
+    for node in nodes {
         s.wake_node(&node);
     }
     Ok(Json(job))
@@ -590,9 +589,14 @@ async fn poll(
     // Register interest before reading state so a wake-up between the two is not lost.
     let mut notified = Box::pin(notify.clone().notified_owned());
     notified.as_mut().enable();
-    let forget = with_cluster(&s, move |cl, now| cl.ingest(&req, now)).await?;
+    let crate::cluster::Ingested { forget, wake } =
+        with_cluster(&s, move |cl, now| cl.ingest(&req, now)).await?;
     if !forget.is_empty() {
         s.wake_scheduler();
+    }
+    // A rank here ended its gang's run: the other ranks' nodes hear of it now.
+    for n in &wake {
+        s.wake_node(n);
     }
     let deadline = tokio::time::Instant::now() + wait;
     loop {

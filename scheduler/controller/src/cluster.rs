@@ -20,6 +20,7 @@ pub mod acct;
 mod admin;
 mod array;
 mod forms;
+mod gang;
 mod requeue;
 mod sched;
 mod submit;
@@ -176,14 +177,14 @@ impl Cluster {
         self
     }
 
-    /// Cancels a job: a pending job ends now; a started one gets a kill order. Returns the job
-    /// as the caller sees it after the request, and the node to wake, if any.
+    /// Cancels a job: a pending job ends now; a started one gets a kill order on each of its
+    /// nodes. Returns the job as the caller sees it after the request, and the nodes to wake.
     pub fn cancel(
         &mut self,
         caller: &Caller,
         id: JobId,
         now: u64,
-    ) -> Result<(JobRecord, Option<String>), Failure> {
+    ) -> Result<(JobRecord, Vec<String>), Failure> {
         let Some(job) = self.jobs.get(&id) else {
             return match self.store.job(id)? {
                 Some(j) if caller.may_manage(&j) => Err(Failure::new(
@@ -198,7 +199,7 @@ impl Cluster {
             return Err(not_yours(id));
         }
         let mut job = job.clone();
-        let wake = job.node.clone();
+        let wake = job.nodes().map(str::to_string).collect();
         if job.state == JobState::Pending {
             job.state = JobState::Cancelled;
             job.end_time = Some(now);
@@ -324,9 +325,10 @@ impl Cluster {
         Ok(())
     }
 
-    /// Takes in an agent's report: confirms started jobs, commits ended ones, fails jobs the
-    /// agent lost. Returns the ended jobs the agent may now forget.
-    pub fn ingest(&mut self, report: &PollRequest, now: u64) -> Result<Vec<JobId>, Failure> {
+    /// Takes in an agent's report: confirms started ranks, commits ended ones (and the jobs
+    /// they end), fails jobs the agent lost. Returns the ended jobs the agent may now forget
+    /// and the other nodes that have ranks to stop because of it.
+    pub fn ingest(&mut self, report: &PollRequest, now: u64) -> Result<Ingested, Failure> {
         let Some(node) = self.nodes.get_mut(&report.node) else {
             return Err(Failure::new(
                 ErrorKind::NotFound,
@@ -337,64 +339,73 @@ impl Cluster {
         node.up = true;
         node.images = report.images.iter().cloned().collect();
         let reported: BTreeMap<JobId, &AgentJob> = report.jobs.iter().map(|j| (j.id, j)).collect();
+        let node = report.node.as_str();
         let mut changed = Vec::new();
         let mut forget = Vec::new();
+        let mut charge = Vec::new();
         for (id, aj) in &reported {
             let ours = self
                 .jobs
                 .get(id)
-                .filter(|j| j.node.as_deref() == Some(report.node.as_str()));
+                .filter(|j| j.state.holds_resources())
+                .and_then(|j| Some((j, j.rank_on(node)? as usize)));
             match (ours, &aj.exit) {
-                (Some(job), Some(exit)) => {
-                    // Ended by the stop we sent (not on its own first, nor by a cancel).
-                    let stop = job
-                        .stop
-                        .clone()
-                        .filter(|_| exit.cancelled && !job.cancel_requested);
-                    let ended = finish(job.clone(), exit, aj, now);
-                    changed.push(match stop {
-                        Some(stop) => {
-                            // The run so far counts toward fair share, requeued or not.
-                            if stop.requeues() {
-                                self.charge(&ended);
-                            }
-                            requeue::stopped(ended, &stop, &report.node)
-                        }
-                        None => ended,
-                    });
+                (Some((job, rank)), Some(exit)) => {
                     forget.push(*id);
+                    if job.allocs[rank].ended() {
+                        continue; // taken in already (a report repeated, or its node lost)
+                    }
+                    let end = aj.end_time.unwrap_or(now);
+                    let job = gang::rank_ended(job.clone(), rank, exit.clone(), aj.start_time, end);
+                    let settled = self.settle(job, now);
+                    charge.extend(settled.charge);
+                    changed.push(settled.job);
                 }
                 (None, Some(_)) => forget.push(*id),
-                (Some(job), None) if job.state == JobState::Starting && aj.start_time.is_some() => {
-                    let mut job = job.clone();
-                    job.state = JobState::Running;
-                    job.start_time = aj.start_time;
-                    job.reason = None;
-                    changed.push(job);
+                (Some((job, rank)), None) if !job.allocs[rank].ended() => {
+                    if let (Some(at), None) = (aj.start_time, job.allocs[rank].start_time) {
+                        changed.push(gang::rank_started(job.clone(), rank, at));
+                    }
                 }
                 _ => {}
             }
         }
-        // A requeued job's last run is gone from its node: it may start again.
+        // A requeued job's last run is gone from this node: one fewer to wait for.
         changed.extend(
-            self.requeued_from(&report.node)
+            self.requeued_from(node)
                 .filter(|j| !reported.contains_key(&j.id))
-                .map(requeue::let_go),
+                .map(|j| requeue::let_go(j, node)),
         );
-        for job in self.jobs_on(&report.node) {
-            if job.state == JobState::Running && !reported.contains_key(&job.id) {
-                let mut job = job.clone();
-                job.state = JobState::NodeFail;
-                job.end_time = Some(now);
-                job.reason = Some(format!(
-                    "node {} no longer has this job (agent restarted without its state?)",
-                    report.node
-                ));
-                changed.push(job);
+        for job in self.jobs_on(node) {
+            let Some(rank) = job.rank_on(node).map(|r| r as usize) else {
+                continue;
+            };
+            let alloc = &job.allocs[rank];
+            if reported.contains_key(&job.id) || alloc.ended() {
+                continue;
             }
+            let stopping = job.cancel_requested || job.stop.is_some();
+            let job = if alloc.start_time.is_some() {
+                // It ran here, and the node no longer has it.
+                let why = format!(
+                    "node {node} no longer has this job (agent restarted without its state?)"
+                );
+                gang::rank_lost(job.clone(), rank, why, false, now)
+            } else if stopping {
+                gang::rank_never_started(job.clone(), rank, now)
+            } else {
+                continue; // its launch order goes out with this answer
+            };
+            let settled = self.settle(job, now);
+            charge.extend(settled.charge);
+            changed.push(settled.job);
         }
+        for run in &charge {
+            self.charge(run);
+        }
+        let wake = stopping_nodes(&changed, node);
         self.commit(changed)?;
-        Ok(forget)
+        Ok(Ingested { forget, wake })
     }
 
     /// Node `name` as a job's peers reach it: its fabric address when its agent has one.
@@ -412,9 +423,11 @@ impl Cluster {
         }
     }
 
-    /// Orders for a node given what it holds: launches for jobs allocated to it that it does not
-    /// have, kills for cancelled jobs and for jobs it runs that are not (or no longer) its,
-    /// except those it already reports `stopping`.
+    /// Orders for a node given what it holds: launches of the ranks allocated to it that it
+    /// does not have (each with the job's whole peer list and its own rank), kills for the
+    /// ranks of jobs being stopped (cancel, preemption, another rank failed or its node lost)
+    /// and for jobs it runs that are not (or no longer) its, except those it already reports
+    /// `stopping`.
     pub fn orders(
         &self,
         node: &str,
@@ -424,26 +437,38 @@ impl Cluster {
         let mut launch = Vec::new();
         let mut kill = Vec::new();
         for job in self.jobs_on(node) {
-            if !held.contains(&job.id) && job.state == JobState::Starting {
-                if let Some(spec) = &job.spec {
-                    launch.push(LaunchOrder {
-                        id: job.id,
-                        owner: job.owner.clone(),
-                        spec: spec.clone(),
-                        cpu_ids: job.cpu_ids.clone(),
-                        gpu_ids: job.gpu_ids.clone(),
-                        restarts: job.restarts,
-                        rendezvous: Rendezvous {
-                            nodes: vec![self.peer(node)],
-                            node_rank: 0,
-                            port: job.port,
-                        },
-                    });
+            let Some(rank) = job.rank_on(node) else {
+                continue;
+            };
+            let alloc = &job.allocs[rank as usize];
+            let stop_asked = job.cancel_requested || job.stop.is_some();
+            if !held.contains(&job.id) {
+                let fresh = alloc.start_time.is_none() && !alloc.ended();
+                if job.state == JobState::Starting && fresh && !stop_asked {
+                    if let Some(spec) = &job.spec {
+                        launch.push(LaunchOrder {
+                            id: job.id,
+                            owner: job.owner.clone(),
+                            spec: spec.clone(),
+                            cpu_ids: alloc.cpu_ids.clone(),
+                            gpu_ids: alloc.gpu_ids.clone(),
+                            restarts: job.restarts,
+                            rendezvous: Rendezvous {
+                                nodes: job.nodes().map(|n| self.peer(n)).collect(),
+                                node_rank: rank,
+                                port: job.port,
+                            },
+                        });
+                    }
                 }
-            } else if held.contains(&job.id)
-                && (job.cancel_requested || job.stop.is_some())
-                && !stopping.contains(&job.id)
-            {
+            } else if stopping.contains(&job.id) {
+            } else if alloc.ended() {
+                // Taken for ended (its node was lost, then came back): it must not run on.
+                kill.push(KillOrder {
+                    id: job.id,
+                    reason: "job is not active on this node".into(),
+                });
+            } else if stop_asked {
                 let reason = match &job.stop {
                     Some(stop) if !job.cancel_requested => stop.to_string(),
                     _ => "cancelled".into(),
@@ -455,7 +480,7 @@ impl Cluster {
             let mine = self
                 .jobs
                 .get(id)
-                .is_some_and(|j| j.node.as_deref() == Some(node));
+                .is_some_and(|j| j.state.holds_resources() && j.rank_on(node).is_some());
             if !mine {
                 kill.push(KillOrder {
                     id: *id,
@@ -466,8 +491,10 @@ impl Cluster {
         (launch, kill)
     }
 
-    /// Marks nodes silent for longer than the node timeout as down and fails their jobs.
-    pub fn check_nodes(&mut self, now: u64) -> Result<(), Failure> {
+    /// Marks nodes silent for longer than the node timeout as down; their jobs' ranks there
+    /// are taken as ended, and the jobs' other ranks are stopped. Returns the nodes that have
+    /// ranks to stop.
+    pub fn check_nodes(&mut self, now: u64) -> Result<BTreeSet<String>, Failure> {
         let mut lost = Vec::new();
         for n in self.nodes.values_mut() {
             if n.up && now.saturating_sub(n.last_seen) > self.node_timeout_ms {
@@ -475,19 +502,39 @@ impl Cluster {
                 lost.push(n.info.name.clone());
             }
         }
-        let mut changed = Vec::new();
+        // A job may lose several nodes at once: each change builds on the one before.
+        let mut changed: BTreeMap<JobId, JobRecord> = BTreeMap::new();
+        let mut charge = Vec::new();
         for name in &lost {
             // A node that is down cleans nothing up: its requeued jobs need not wait for it.
-            changed.extend(self.requeued_from(name).map(requeue::let_go));
-            for job in self.jobs_on(name) {
-                let mut job = job.clone();
-                job.state = JobState::NodeFail;
-                job.end_time = Some(now);
-                job.reason = Some(format!("node {name} stopped responding"));
-                changed.push(job);
+            let waiting: Vec<JobRecord> = self.requeued_from(name).cloned().collect();
+            for job in waiting {
+                let job = changed.get(&job.id).cloned().unwrap_or(job);
+                changed.insert(job.id, requeue::let_go(&job, name));
+            }
+            let on: Vec<JobRecord> = self.jobs_on(name).cloned().collect();
+            for job in on {
+                let job = changed.get(&job.id).cloned().unwrap_or(job);
+                let Some(rank) = job.rank_on(name).map(|r| r as usize) else {
+                    continue;
+                };
+                if !job.state.holds_resources() || job.allocs[rank].ended() {
+                    continue;
+                }
+                let why = format!("node {name} stopped responding");
+                let job = gang::rank_lost(job, rank, why, true, now);
+                let settled = self.settle(job, now);
+                charge.extend(settled.charge);
+                changed.insert(settled.job.id, settled.job);
             }
         }
-        self.commit(changed)
+        for run in &charge {
+            self.charge(run);
+        }
+        let changed: Vec<JobRecord> = changed.into_values().collect();
+        let wake = stopping_nodes(&changed, "");
+        self.commit(changed)?;
+        Ok(wake)
     }
 
     /// Stores changed jobs in one transaction, then updates memory (active jobs only).
@@ -519,6 +566,27 @@ impl Cluster {
     }
 }
 
+/// What an agent's report came to.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Ingested {
+    /// Ended jobs the agent may forget.
+    pub forget: Vec<JobId>,
+    /// Other nodes with ranks to stop now (a rank here failed or ended its job's run).
+    pub wake: BTreeSet<String>,
+}
+
+/// The nodes, other than `except`, of `changed` jobs that still hold them and are being
+/// stopped: their agents are to hear of it now rather than at their next poll.
+fn stopping_nodes(changed: &[JobRecord], except: &str) -> BTreeSet<String> {
+    changed
+        .iter()
+        .filter(|j| j.state.holds_resources() && (j.stop.is_some() || j.cancel_requested))
+        .flat_map(|j| j.allocs.iter().filter(|a| !a.ended()))
+        .map(|a| a.node.clone())
+        .filter(|n| n != except)
+        .collect()
+}
+
 fn not_yours(id: JobId) -> Failure {
     Failure::new(
         ErrorKind::PermissionDenied,
@@ -526,10 +594,12 @@ fn not_yours(id: JobId) -> Failure {
     )
 }
 
-fn finish(mut job: JobRecord, exit: &ExitInfo, aj: &AgentJob, now: u64) -> JobRecord {
+/// `job` ended as `exit` says (the exit of the rank that decides it, see [`gang`]), its
+/// ranks having run from `start` to `end`.
+fn finish(mut job: JobRecord, exit: &ExitInfo, start: Option<u64>, end: u64) -> JobRecord {
     job.state = exit.final_state();
-    job.start_time = job.start_time.or(aj.start_time);
-    job.end_time = Some(aj.end_time.unwrap_or(now));
+    job.start_time = job.start_time.or(start);
+    job.end_time = Some(end);
     job.cancel_requested = false;
     job.reason = match job.state {
         JobState::OutOfMemory | JobState::Timeout => ended_reason(&job),

@@ -303,8 +303,9 @@ async fn scheduler_loop(shared: Arc<Shared>) {
         let result = tokio::task::spawn_blocking(move || {
             let mut cluster = s.cluster.lock().unwrap_or_else(|p| p.into_inner());
             let now = now_ms();
-            cluster.check_nodes(now)?;
-            cluster.schedule(now)
+            let mut woken = cluster.check_nodes(now)?;
+            woken.extend(cluster.schedule(now)?);
+            Ok::<_, cluster::Failure>(woken)
         })
         .await;
         match result {

@@ -292,10 +292,22 @@ impl Store {
         let rows = stmt.query_map(p, |r| r.get::<_, String>(0))?;
         let mut out = Vec::new();
         for row in rows {
-            out.push(serde_json::from_str(&row?)?);
+            out.push(decode(&row?)?);
         }
         Ok(out)
     }
+}
+
+/// A stored job record. One written before gang jobs (a top-level `cpu_ids`, no `allocs`) is
+/// brought up to date first ([`wharf_api::alloc::upgrade_record`]); a current one is read
+/// straight, so that reading many costs no more than before.
+fn decode(text: &str) -> Result<JobRecord, serde_json::Error> {
+    if text.contains("\"cpu_ids\":") && !text.contains("\"allocs\":") {
+        let mut v: serde_json::Value = serde_json::from_str(text)?;
+        wharf_api::alloc::upgrade_record(&mut v);
+        return serde_json::from_value(v);
+    }
+    serde_json::from_str(text)
 }
 
 /// Inserts one submit's records inside `tx` (see [`Store::insert_array`]).

@@ -3,7 +3,7 @@
 //! and a reason rebuilt from them, never the spec (command, environment, paths) or words that
 //! came from it.
 
-use wharf_api::{JobRecord, JobState};
+use wharf_api::{JobRecord, JobState, Stop};
 
 use crate::cluster::Caller;
 
@@ -13,7 +13,8 @@ use crate::cluster::Caller;
 pub fn view(caller: &Caller, mut job: JobRecord) -> JobRecord {
     if !caller.may_manage(&job) {
         job.spec = None;
-        if let Some(exit) = job.exit.as_mut() {
+        let ranks = job.allocs.iter_mut().filter_map(|a| a.exit.as_mut());
+        for exit in job.exit.as_mut().into_iter().chain(ranks) {
             exit.message = None;
         }
         job.reason = public_reason(&job);
@@ -28,15 +29,17 @@ pub fn public_reason(job: &JobRecord) -> Option<String> {
     match job.state {
         // The scheduler's words ([`wharf_core::PendingReason`]), made from resources alone.
         JobState::Pending => job.reason.clone(),
-        JobState::Starting => Some(match &job.node {
-            Some(n) => format!("starting on {n}"),
-            None => "starting".into(),
-        }),
+        JobState::Starting if job.allocs.is_empty() => Some("starting".into()),
+        JobState::Starting => Some(format!("starting on {}", job.nodelist())),
         JobState::Running if job.cancel_requested => Some("cancel requested; stopping".into()),
         JobState::Running if job.stop.is_some() => {
             job.stop.as_ref().map(|s| format!("{s}; stopping"))
         }
         JobState::Running | JobState::Completed => None,
+        // A gang rank's failure: which rank on which node is public, its words are not.
+        JobState::Failed if matches!(job.stop, Some(Stop::RankFailed { .. })) => {
+            job.stop.as_ref().map(|s| format!("{s}: exit {}", exit.code_signal()))
+        }
         JobState::Failed if exit.code.is_none() && exit.signal.is_none() => {
             Some("could not start (the details are shown to its owner and admins only)".into())
         }
@@ -47,9 +50,10 @@ pub fn public_reason(job: &JobRecord) -> Option<String> {
             Some(s) => s.to_string(),
             None => "preempted".into(),
         }),
-        JobState::NodeFail => Some(match &job.node {
-            Some(n) => format!("node {n} failed or lost the job"),
-            None => "its node failed".into(),
+        JobState::NodeFail => Some(match (&job.stop, job.first_node()) {
+            (Some(stop @ Stop::NodeLost { .. }), _) => stop.to_string(),
+            (_, Some(n)) => format!("node {n} failed or lost the job"),
+            (_, None) => "its node failed".into(),
         }),
     }
 }
@@ -90,7 +94,14 @@ mod tests {
             state: JobState::Failed,
             reason: Some(message.into()),
             end_time: Some(2),
-            node: Some("n1".into()),
+            allocs: vec![wharf_api::NodeAlloc {
+                exit: Some(ExitInfo {
+                    code,
+                    message: Some(message.into()),
+                    ..Default::default()
+                }),
+                ..wharf_api::NodeAlloc::new("n1", vec![0], vec![])
+            }],
             exit: Some(ExitInfo {
                 code,
                 message: Some(message.into()),
@@ -119,6 +130,7 @@ mod tests {
             let reason = seen.reason.unwrap_or_default();
             assert!(!reason.contains("secret") && !reason.is_empty(), "{reason}");
             assert_eq!(seen.exit.unwrap().message, None);
+            assert_eq!(seen.allocs[0].exit.as_ref().unwrap().message, None);
         }
         for who in [caller(1000, false), caller(1001, true)] {
             let seen = view(&who, failed(secret, None));

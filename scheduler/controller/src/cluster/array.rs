@@ -134,7 +134,7 @@ impl Cluster {
                     job.end_time = Some(now);
                     job.reason = Some(format!("cancelled by {}", caller.owner.user));
                 } else {
-                    wake.extend(job.node.clone());
+                    wake.extend(job.nodes().map(str::to_string));
                     job.cancel_requested = true;
                     job.reason = Some(format!(
                         "cancel requested by {}; stopping",

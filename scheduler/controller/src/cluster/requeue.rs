@@ -10,12 +10,12 @@ use crate::visibility::view;
 
 impl Cluster {
     /// Stops a running job to put it back in the queue. Returns the job as the caller sees
-    /// it and its node, to wake. A pending job is left as it is, with an error that says so.
+    /// it and its nodes, to wake. A pending job is left as it is, with an error that says so.
     pub fn requeue(
         &mut self,
         caller: &Caller,
         id: JobId,
-    ) -> Result<(JobRecord, Option<String>), Failure> {
+    ) -> Result<(JobRecord, Vec<String>), Failure> {
         let Some(job) = self.jobs.get(&id) else {
             return match self.store.job(id)? {
                 Some(j) if caller.may_manage(&j) => Err(Failure::new(
@@ -55,7 +55,7 @@ impl Cluster {
         tracing::info!(job = id, %stop, "requeue asked");
         job.reason = Some(format!("{stop}; stopping"));
         job.stop = Some(stop);
-        let wake = job.node.clone();
+        let wake = job.nodes().map(str::to_string).collect();
         self.commit(vec![job.clone()])?;
         Ok((view(caller, job), wake))
     }
@@ -69,17 +69,32 @@ impl Cluster {
     }
 }
 
-/// A requeued job whose last run its node has let go of: it may start again.
-pub(super) fn let_go(job: &JobRecord) -> JobRecord {
+/// A requeued job whose last run `node` has let go of (or that is down, and cleans nothing
+/// up): it may start again once every node of that run has.
+pub(super) fn let_go(job: &JobRecord, node: &str) -> JobRecord {
     let mut job = job.clone();
-    job.requeued_from = None;
-    job.reason = Some("Queued: requeued; waiting for the scheduler".into());
+    job.requeued_from.retain(|n| n != node);
+    job.reason = Some(if job.requeued_from.is_empty() {
+        "Queued: requeued; waiting for the scheduler".into()
+    } else {
+        waiting_for(&job.requeued_from)
+    });
     job
 }
 
+fn waiting_for(nodes: &[String]) -> String {
+    match nodes {
+        [one] => format!("waiting for node {one} to clean up its last run"),
+        _ => format!(
+            "waiting for nodes {} to clean up its last run",
+            wharf_api::hostlist::compress(nodes)
+        ),
+    }
+}
+
 /// A job that `stop` ended: back to the queue (same id and submit time, one more restart,
-/// not to start again before `node` has let go of this run), or PREEMPTED.
-pub(super) fn stopped(mut job: JobRecord, stop: &wharf_api::Stop, node: &str) -> JobRecord {
+/// not to start again before each of `nodes` has let go of this run), or PREEMPTED.
+pub(super) fn stopped(mut job: JobRecord, stop: &wharf_api::Stop, nodes: Vec<String>) -> JobRecord {
     if !stop.requeues() {
         job.state = JobState::Preempted;
         job.reason = Some(stop.to_string());
@@ -88,14 +103,14 @@ pub(super) fn stopped(mut job: JobRecord, stop: &wharf_api::Stop, node: &str) ->
     tracing::info!(job = job.id, %stop, "job requeued");
     job.state = JobState::Pending;
     job.restarts += 1;
-    job.reason = Some(format!(
-        "Requeued ({stop}): waiting for node {node} to clean up its last run"
-    ));
-    job.requeued_from = Some(node.to_string());
+    job.reason = Some(if nodes.is_empty() {
+        format!("Requeued ({stop}); waiting for the scheduler")
+    } else {
+        format!("Requeued ({stop}): {}", waiting_for(&nodes))
+    });
+    job.requeued_from = nodes;
     job.stop = None;
-    job.node = None;
-    job.cpu_ids.clear();
-    job.gpu_ids.clear();
+    job.allocs.clear();
     job.port = None;
     job.start_time = None;
     job.end_time = None;

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use wharf_api::node::GpuInfo;
 use wharf_api::resources::format_duration;
 use wharf_api::wire::ErrorKind;
-use wharf_api::{JobId, JobRecord, JobSpec, JobState, PriorityView, Resources, Stop};
+use wharf_api::{JobId, JobRecord, JobSpec, JobState, NodeAlloc, PriorityView, Resources, Stop};
 use wharf_core::{
     limits, schedule, Alloc, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PartitionState,
     PendingJob, PreemptMode, Priority, Request, RunningJob, Selection, State as SchedState,
@@ -32,12 +32,13 @@ impl Cluster {
         let mut started = self.never_met(never, now);
         let mut woken = BTreeSet::new();
         for start in &plan.starts {
-            // Jobs here are single-node (admission refuses more).
+            // All of a gang's nodes at once, in rank order (the core decides them together).
             let (Some(rec), Some(alloc)) = (self.jobs.get(&start.job), start.allocs.first()) else {
                 continue;
             };
             let mut rec = rec.clone();
-            // A whole-node job holds, and is charged for, all of the node.
+            // A whole-node job holds, and is charged for, all of the node (of its first node:
+            // resources are per node, and a gang's whole nodes are taken to be alike).
             if let Some(spec) = rec.spec.as_mut().filter(|s| s.exclusive) {
                 spec.resources = Resources {
                     cpus: alloc.cpu_ids.len() as u32,
@@ -47,14 +48,16 @@ impl Cluster {
                 rec.resources = spec.resources;
             }
             rec.state = JobState::Starting;
-            rec.reason = Some(format!("starting on {}", alloc.node));
-            rec.node = Some(alloc.node.clone());
-            rec.cpu_ids = alloc.cpu_ids.clone();
-            rec.gpu_ids = alloc.gpu_ids.clone();
+            rec.allocs = start
+                .allocs
+                .iter()
+                .map(|a| NodeAlloc::new(&a.node, a.cpu_ids.clone(), a.gpu_ids.clone()))
+                .collect();
+            rec.reason = Some(format!("starting on {}", rec.nodelist()));
             rec.port = start.port;
             rec.priority = None;
             rec.expected_start = None;
-            woken.insert(alloc.node.clone());
+            woken.extend(rec.nodes().map(str::to_string));
             started.push(rec);
         }
         // Committed with the starts: a preemption and the reservation it makes are one
@@ -70,7 +73,7 @@ impl Cluster {
             tracing::info!(job = p.job, by = p.by, requeue, "preempting job");
             rec.reason = Some(format!("{stop}; stopping"));
             rec.stop = Some(stop);
-            woken.extend(rec.node.clone());
+            woken.extend(rec.nodes().map(str::to_string));
             started.push(rec);
         }
         let weights = self.sched.weights;
@@ -85,6 +88,10 @@ impl Cluster {
                     wharf_api::resources::format_duration(at.saturating_sub(now) / 1000)
                 ),
                 None => wait.reason.to_string(),
+            };
+            let reason = match self.jobs.get(&wait.job).map(nodes_of) {
+                Some(n) if n > 1 => gang_words(reason, n),
+                _ => reason,
             };
             self.jobs.edit(wait.job, |rec| {
                 rec.priority = priority;
@@ -108,8 +115,8 @@ impl Cluster {
             if job.state.holds_resources() && (job.cancel_requested || job.stop.is_some()) {
                 stopping.insert(job.id);
             }
-            match (job.state, job.node.as_deref()) {
-                (s, Some(node)) if s.holds_resources() => running.push(RunningJob {
+            match job.state {
+                s if s.holds_resources() && !job.allocs.is_empty() => running.push(RunningJob {
                     id: job.id,
                     assoc: self.assoc(job),
                     partition: partition(job),
@@ -117,22 +124,25 @@ impl Cluster {
                     // A job still starting is taken to start now.
                     start: job.start_time.unwrap_or(now),
                     time_limit: job.time_limit.saturating_mul(1000),
-                    allocs: vec![Alloc {
-                        node: node.to_string(),
-                        cpu_ids: job.cpu_ids.clone(),
-                        gpu_ids: job.gpu_ids.clone(),
-                        memory: job.resources.memory,
-                    }],
+                    allocs: job
+                        .allocs
+                        .iter()
+                        .map(|a| Alloc {
+                            node: a.node.clone(),
+                            cpu_ids: a.cpu_ids.clone(),
+                            gpu_ids: a.gpu_ids.clone(),
+                            memory: job.resources.memory,
+                        })
+                        .collect(),
                     port: job.port,
                 }),
-                // Not before its node has let go of its last run (see `requeued_from`).
-                (JobState::Pending, _) if job.requeued_from.is_some() => {}
-                (JobState::Pending, _) => {
-                    let r = job.resources;
+                // Not before its nodes have let go of its last run (see `requeued_from`).
+                JobState::Pending if !job.requeued_from.is_empty() => {}
+                JobState::Pending => {
                     let mut p = PendingJob::new(
                         job.id,
                         self.assoc(job),
-                        Request::per_node(r.cpus, r.memory, r.gpus),
+                        request(job.resources, job.spec.as_ref()),
                         job.submit_time,
                     );
                     p.time_limit = Some(job.time_limit.saturating_mul(1000));
@@ -212,7 +222,7 @@ impl Cluster {
                 .or(parts.first()),
         };
         let Some(part) = part else {
-            return Ok(());
+            return self.check_node_count(spec, None);
         };
         if matches!(part.state, PartitionState::Drain | PartitionState::Inactive) {
             return Err(Failure::new(
@@ -241,7 +251,47 @@ impl Cluster {
                 ));
             }
         }
+        self.check_node_count(spec, Some(part))?;
         self.check_access(part, spec, caller)
+    }
+
+    /// Refuses a gang job that asks for more nodes than its partition's MaxNodes, or than
+    /// its partition has (all nodes registered so far, when the partition names none; nothing
+    /// is refused before any node has joined).
+    fn check_node_count(
+        &self,
+        spec: &JobSpec,
+        part: Option<&wharf_core::Partition>,
+    ) -> Result<(), Failure> {
+        let name = part.map_or(DEFAULT_PARTITION, |p| p.name.as_str());
+        if let Some(max) = part.and_then(|p| p.max_nodes) {
+            if spec.nodes > max {
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "`nodes` = {} is over partition {name}'s MaxNodes of {max}; ask for fewer \
+                         nodes or another partition",
+                        spec.nodes
+                    ),
+                ));
+            }
+        }
+        let has = match part {
+            Some(p) if !p.nodes.is_empty() => p.nodes.len(),
+            _ => self.nodes.len(),
+        };
+        if has > 0 && spec.nodes as usize > has {
+            return Err(Failure::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "`nodes` = {}: partition {name} has {has} node{}, and a job's nodes are all \
+                     allocated at once; ask for at most {has}",
+                    spec.nodes,
+                    if has == 1 { "" } else { "s" }
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Who a job runs for: the account it named, else its user's default account (the first
@@ -398,8 +448,7 @@ impl Cluster {
             return Ok(());
         }
         let assoc = self.assoc_for(Some(spec), &owner.user);
-        let r = spec.resources;
-        let mut job = PendingJob::new(0, assoc, Request::per_node(r.cpus, r.memory, r.gpus), 0);
+        let mut job = PendingJob::new(0, assoc, request(spec.resources, Some(spec)), 0);
         job.qos = self.qos_of(Some(spec));
         if let Some(reason) =
             limits::never_fits(&self.sched, &job, spec.time_limit.saturating_mul(1000))
@@ -464,15 +513,40 @@ impl Cluster {
         let (Some(start), Some(end)) = (job.start_time, job.end_time) else {
             return;
         };
+        // Resources are per node: a gang is charged for every node it held.
         let r = job.resources;
-        let rate = self.sched.billing_for(partition(job).as_deref()).rate(
-            r.cpus.into(),
-            r.memory,
-            r.gpus.into(),
-        );
+        let nodes = job.allocs.len().max(1) as f64;
+        let rate = nodes
+            * self.sched.billing_for(partition(job).as_deref()).rate(
+                r.cpus.into(),
+                r.memory,
+                r.gpus.into(),
+            );
         let secs = end.saturating_sub(start) as f64 / 1000.0;
         let assoc = self.assoc(job);
         self.usage.record(&assoc, rate * secs, end);
+    }
+}
+
+/// What a job asks the core for: `resources` on each of its nodes.
+fn request(resources: Resources, spec: Option<&JobSpec>) -> Request {
+    let r = resources;
+    let mut req = Request::per_node(r.cpus, r.memory, r.gpus);
+    req.nodes = spec.map_or(1, |s| s.nodes.max(1));
+    req
+}
+
+/// How many nodes a job asks for.
+fn nodes_of(job: &JobRecord) -> u32 {
+    job.spec.as_ref().map_or(1, |s| s.nodes.max(1))
+}
+
+/// A pending gang job's reason says that all of its nodes must be free at once.
+fn gang_words(reason: String, nodes: u32) -> String {
+    if reason.starts_with("Resources:") || reason.starts_with("Priority:") {
+        format!("{reason} (it needs {nodes} nodes at once, all started together)")
+    } else {
+        reason
     }
 }
 

@@ -21,7 +21,7 @@ pub(super) struct Jobs {
     pending: BTreeMap<u32, u32>,
     /// Pending jobs and jobs holding resources, per uid.
     active_of: BTreeMap<u32, BTreeSet<JobId>>,
-    /// Jobs holding resources, per node.
+    /// Jobs holding resources, per node (a gang job under each of its nodes).
     on_node: BTreeMap<String, BTreeSet<JobId>>,
     /// Requeued jobs waiting for a node to let go of their last run, per node.
     requeued_from: BTreeMap<String, BTreeSet<JobId>>,
@@ -32,8 +32,8 @@ pub(super) struct Jobs {
 struct Key {
     pending_of: Option<u32>,
     active_of: Option<u32>,
-    holds_on: Option<String>,
-    requeued_from: Option<String>,
+    holds_on: Vec<String>,
+    requeued_from: Vec<String>,
 }
 
 impl std::ops::Index<&JobId> for Jobs {
@@ -49,7 +49,11 @@ fn key(job: &JobRecord) -> Key {
         pending_of: (job.state == JobState::Pending).then_some(job.owner.uid),
         active_of: (job.state == JobState::Pending || job.state.holds_resources())
             .then_some(job.owner.uid),
-        holds_on: job.node.clone().filter(|_| job.state.holds_resources()),
+        holds_on: if job.state.holds_resources() {
+            job.nodes().map(str::to_string).collect()
+        } else {
+            vec![]
+        },
         requeued_from: job.requeued_from.clone(),
     }
 }
@@ -170,10 +174,10 @@ impl Jobs {
         if let Some(uid) = k.active_of {
             self.active_of.entry(uid).or_default().insert(id);
         }
-        if let Some(node) = &k.holds_on {
+        for node in &k.holds_on {
             self.on_node.entry(node.clone()).or_default().insert(id);
         }
-        if let Some(node) = &k.requeued_from {
+        for node in &k.requeued_from {
             self.requeued_from
                 .entry(node.clone())
                 .or_default()
@@ -193,10 +197,10 @@ impl Jobs {
         if let Some(uid) = k.active_of {
             forget(&mut self.active_of, &uid, id);
         }
-        if let Some(node) = &k.holds_on {
+        for node in &k.holds_on {
             forget(&mut self.on_node, node, id);
         }
-        if let Some(node) = &k.requeued_from {
+        for node in &k.requeued_from {
             forget(&mut self.requeued_from, node, id);
         }
     }

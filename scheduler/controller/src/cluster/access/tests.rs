@@ -41,8 +41,8 @@ fn a_constrained_job_lands_on_the_node_with_the_features() {
     .unwrap();
     let not_n2 = submit_job(&mut c, &ann, asking(|r| r.exclude = Some("n2".into())), 2).unwrap();
     c.schedule(1_000).unwrap();
-    assert_eq!(record(&c, ib).node.as_deref(), Some("n2"));
-    assert_eq!(record(&c, not_n2).node.as_deref(), Some("n1"));
+    assert_eq!(record(&c, ib).first_node(), Some("n2"));
+    assert_eq!(record(&c, not_n2).first_node(), Some("n1"));
 }
 
 #[test]
@@ -103,8 +103,8 @@ fn an_exclusive_job_holds_and_is_charged_for_the_whole_node() {
     c.schedule(1_000).unwrap();
     let rec = record(&c, x);
     assert_eq!(rec.state, JobState::Starting);
-    assert_eq!(rec.cpu_ids, (0..8).collect::<Vec<_>>());
-    assert_eq!(rec.gpu_ids, [0, 1, 3]);
+    assert_eq!(rec.allocs[0].cpu_ids, (0..8).collect::<Vec<_>>());
+    assert_eq!(rec.allocs[0].gpu_ids, [0, 1, 3]);
     assert_eq!(
         (rec.resources.cpus, rec.resources.memory, rec.resources.gpus),
         (8, 16 << 30, 3)

@@ -79,8 +79,8 @@ fn gpus_are_the_ids_the_agent_reported_and_waiting_jobs_carry_the_sentence() {
     let third = submit(&mut c, &ann, 2, 30);
     let woken = c.schedule(1_000).unwrap();
     assert_eq!(woken, BTreeSet::from(["n1".to_string()]));
-    assert_eq!(record(&c, first).gpu_ids, vec![0, 1]);
-    assert_eq!(record(&c, second).gpu_ids, vec![3], "never GPU 2");
+    assert_eq!(record(&c, first).allocs[0].gpu_ids, vec![0, 1]);
+    assert_eq!(record(&c, second).allocs[0].gpu_ids, vec![3], "never GPU 2");
     let waiting = record(&c, third);
     assert_eq!(waiting.state, JobState::Pending);
     let reason = waiting.reason.unwrap();
@@ -181,8 +181,8 @@ fn jobs_run_in_their_partition_and_impossible_ones_are_refused_at_submit() {
     let in_short = submit_job(&mut c, &ann, named("short", Some(600)), 3).unwrap();
     let in_default = submit_job(&mut c, &ann, JobRequest::default(), 4).unwrap();
     c.schedule(1_000).unwrap();
-    assert_eq!(record(&c, in_short).node.as_deref(), Some("n1"));
-    assert_eq!(record(&c, in_default).node.as_deref(), Some("n2"));
+    assert_eq!(record(&c, in_short).first_node(), Some("n1"));
+    assert_eq!(record(&c, in_default).first_node(), Some("n2"));
 }
 
 #[test]
@@ -297,8 +297,8 @@ fn a_gpu_type_is_placed_on_that_type_and_an_absent_one_is_refused() {
     let a = submit_job(&mut c, &ann, typed("a100", 2), 2).unwrap();
     let h = submit_job(&mut c, &ann, typed("H100", 2), 3).unwrap();
     c.schedule(1_000).unwrap();
-    assert_eq!(record(&c, a).node.as_deref(), Some("n2"));
-    assert_eq!(record(&c, h).node.as_deref(), Some("n1"));
+    assert_eq!(record(&c, a).first_node(), Some("n2"));
+    assert_eq!(record(&c, h).first_node(), Some("n1"));
 }
 
 #[test]
@@ -337,8 +337,8 @@ fn gpus_and_cpus_are_taken_close_together_where_the_agent_says_where_they_sit() 
     )
     .unwrap();
     c.schedule(1_000).unwrap();
-    assert_eq!(record(&c, one).gpu_ids, [0]);
-    assert_eq!(record(&c, one).cpu_ids, [0]);
+    assert_eq!(record(&c, one).allocs[0].gpu_ids, [0]);
+    assert_eq!(record(&c, one).allocs[0].cpu_ids, [0]);
     // Two GPUs: not 1 and 2 (lowest free ids, across NUMA nodes) but the pair 2,3, with
     // CPUs on their NUMA node.
     let two = submit_job(
@@ -353,8 +353,8 @@ fn gpus_and_cpus_are_taken_close_together_where_the_agent_says_where_they_sit() 
     )
     .unwrap();
     c.schedule(2_000).unwrap();
-    assert_eq!(record(&c, two).gpu_ids, [2, 3]);
-    assert_eq!(record(&c, two).cpu_ids, [4, 5]);
+    assert_eq!(record(&c, two).allocs[0].gpu_ids, [2, 3]);
+    assert_eq!(record(&c, two).allocs[0].cpu_ids, [4, 5]);
 }
 
 #[test]
@@ -564,7 +564,7 @@ fn report(c: &mut Cluster, jobs: &[(JobId, bool)], now: u64) -> Vec<JobId> {
         wait_ms: 0,
         images: vec![],
     };
-    c.ingest(&poll, now).unwrap()
+    c.ingest(&poll, now).unwrap().forget
 }
 
 #[test]
@@ -616,10 +616,10 @@ fn a_preempted_job_is_stopped_requeued_and_started_again_only_once_its_node_let_
         (requeued.state, requeued.restarts, requeued.submit_time),
         (JobState::Pending, 1, 10)
     );
-    assert_eq!(requeued.requeued_from.as_deref(), Some("n1"));
+    assert_eq!(requeued.requeued_from, ["n1"]);
     let waiting: Vec<JobId> = c.requeued_from("n1").map(|j| j.id).collect();
     assert_eq!(waiting, [low], "the index of jobs waiting for n1");
-    assert_eq!((requeued.node, requeued.start_time), (None, None));
+    assert_eq!((requeued.first_node(), requeued.start_time), (None, None));
     // The high job starts; the low one waits for n1 to let go of its last run, even when the
     // agent repeats the old report.
     c.schedule(5_000).unwrap();
@@ -628,7 +628,7 @@ fn a_preempted_job_is_stopped_requeued_and_started_again_only_once_its_node_let_
     assert_eq!(record(&c, low).state, JobState::Pending);
     assert_eq!(record(&c, low).restarts, 1);
     report(&mut c, &[(high, false)], 6_000);
-    assert_eq!(record(&c, low).requeued_from, None);
+    assert!(record(&c, low).requeued_from.is_empty());
     assert_eq!(c.requeued_from("n1").count(), 0);
     // Once the high job is gone the low one starts again, told it is a restart.
     c.cancel(&ann, high, 6_500).unwrap();

@@ -35,7 +35,7 @@ fn assert_counts(c: &Cluster) {
         if j.state == JobState::Pending {
             *pending.entry(j.owner.uid).or_default() += 1;
         }
-        if j.state.holds_resources() && j.node.as_deref() == Some("n1") {
+        if j.state.holds_resources() && j.first_node() == Some("n1") {
             on_n1.push(j.id);
         }
     }

@@ -1,0 +1,226 @@
+//! A job's ranks, one per node, from launch to the job's end. A one-node job is a gang of
+//! one and goes through the same steps.
+//!
+//! ```text
+//!   every rank's node has confirmed its start ─────────────────▶ job RUNNING
+//!   a rank ends badly (exit ≠ 0, signal, OOM, time limit)  ──▶ stop RankFailed: kill the rest
+//!   a node stops answering                                  ──▶ stop NodeLost: kill the rest
+//!   cancel, preemption, `wharf requeue`                     ──▶ kill every rank
+//!   every rank has ended (or its node is lost)              ──▶ the job ends (or is requeued):
+//!       COMPLETED when every rank exited 0; otherwise as the deciding rank ended (the one that
+//!       failed first, else the one the stop is about), its exit code the job's.
+//! ```
+//!
+//! A rank ending with status 0 while others still run (a torchrun agent that is done) stops
+//! nothing. Until the last rank has ended the job keeps all of its nodes, so that no new job
+//! starts beside a rank that is still being stopped.
+
+use wharf_api::usage::JobUsage;
+use wharf_api::{ExitInfo, JobRecord, JobState, Stop};
+
+use super::{finish, requeue, Cluster};
+
+/// What a job's change in its ranks came to.
+pub(super) struct Settled {
+    /// The job's new record.
+    pub job: JobRecord,
+    /// A run that ended in a requeue, charged to fair share (a job that ends is charged when
+    /// it is committed).
+    pub charge: Option<JobRecord>,
+}
+
+/// Rank `rank` has started at `at` (its agent's word); the job is RUNNING once all have.
+pub(super) fn rank_started(mut job: JobRecord, rank: usize, at: u64) -> JobRecord {
+    job.allocs[rank].start_time = Some(at);
+    if job.state == JobState::Starting && job.allocs.iter().all(|a| a.start_time.is_some()) {
+        job.state = JobState::Running;
+        job.start_time = job.allocs.iter().filter_map(|a| a.start_time).min();
+        job.reason = None;
+    }
+    job
+}
+
+/// Rank `rank` has ended as `exit` says, at `end`. When it ended badly and nothing stops the
+/// job yet, its other ranks are to be stopped ([`Stop::RankFailed`]).
+pub(super) fn rank_ended(
+    mut job: JobRecord,
+    rank: usize,
+    mut exit: ExitInfo,
+    start: Option<u64>,
+    end: u64,
+) -> JobRecord {
+    exit.message = exit.message.map(wharf_api::text::bound_message);
+    let failed = exit.final_state() != JobState::Completed;
+    let alloc = &mut job.allocs[rank];
+    alloc.start_time = alloc.start_time.or(start);
+    alloc.end_time = Some(end);
+    alloc.exit = Some(exit);
+    let node = alloc.node.clone();
+    if failed && job.allocs.len() > 1 && job.stop.is_none() && !job.cancel_requested {
+        let stop = Stop::RankFailed {
+            node,
+            rank: rank as u32,
+        };
+        tracing::info!(job = job.id, %stop, "stopping the job's other ranks");
+        job.reason = Some(format!("{stop}; stopping the other ranks"));
+        job.stop = Some(stop);
+    }
+    job
+}
+
+/// The rank on `node` is gone with its node (`why` says how): taken as ended now. When nothing
+/// stops the job yet, its other ranks are to be stopped ([`Stop::NodeLost`]), and the job is
+/// requeued afterwards when `requeue` and the job allow it, else it ends NODE_FAIL.
+pub(super) fn rank_lost(
+    mut job: JobRecord,
+    rank: usize,
+    why: String,
+    requeue: bool,
+    now: u64,
+) -> JobRecord {
+    let alloc = &mut job.allocs[rank];
+    alloc.end_time = Some(now);
+    alloc.exit = Some(ExitInfo {
+        message: Some(why.clone()),
+        ..ExitInfo::default()
+    });
+    let node = alloc.node.clone();
+    if job.stop.is_none() && !job.cancel_requested {
+        let requeue = requeue && job.spec.as_ref().is_none_or(|s| s.requeue);
+        job.stop = Some(Stop::NodeLost { node, requeue });
+        job.reason = Some(if job.allocs.len() > 1 {
+            format!("{why}; stopping the other ranks")
+        } else {
+            why
+        });
+    }
+    job
+}
+
+/// The rank on `node` of a job being stopped was never started there: nothing to stop.
+pub(super) fn rank_never_started(mut job: JobRecord, rank: usize, now: u64) -> JobRecord {
+    let alloc = &mut job.allocs[rank];
+    alloc.end_time = Some(now);
+    alloc.exit = Some(ExitInfo {
+        cancelled: true,
+        message: Some("never started: the job was stopped first".into()),
+        ..ExitInfo::default()
+    });
+    job
+}
+
+impl Cluster {
+    /// The job once its ranks have changed: as it is while some rank still runs, else ended
+    /// (or requeued) as its ranks and its stop say.
+    pub(super) fn settle(&self, job: JobRecord, now: u64) -> Settled {
+        if job.allocs.is_empty() || !job.allocs.iter().all(|a| a.ended()) {
+            return Settled { job, charge: None };
+        }
+        let rank = deciding_rank(&job);
+        let mut exit = job.allocs[rank].exit.clone().unwrap_or_default();
+        exit.usage = merged_usage(&job);
+        let start = job.allocs.iter().filter_map(|a| a.start_time).min();
+        let end = job
+            .allocs
+            .iter()
+            .filter_map(|a| a.end_time)
+            .max()
+            .unwrap_or(now);
+        let stop = job.stop.clone();
+        let cancelled = job.cancel_requested;
+        // Nodes that may still list this run: a requeued job waits for each to let go.
+        let up: Vec<String> = job
+            .nodes()
+            .filter(|n| self.nodes.get(*n).is_some_and(|e| e.up))
+            .map(str::to_string)
+            .collect();
+        let gang = job.allocs.len() > 1;
+        let node = job.allocs[rank].node.clone();
+        let mut ended = finish(job, &exit, start, end);
+        match stop {
+            Some(stop @ Stop::NodeLost { .. }) if !cancelled => {
+                if stop.requeues() {
+                    return Settled {
+                        job: requeue::stopped(ended.clone(), &stop, up),
+                        charge: Some(ended),
+                    };
+                }
+                ended.state = JobState::NodeFail;
+                ended.reason = exit.message.clone().or_else(|| Some(stop.to_string()));
+                ended.stop = Some(stop);
+            }
+            // Ended by the stop we sent (not on its own first, nor by a cancel).
+            Some(stop @ (Stop::Preempt { .. } | Stop::Requeue { .. }))
+                if exit.cancelled && !cancelled =>
+            {
+                let charge = stop.requeues().then(|| ended.clone());
+                return Settled {
+                    job: requeue::stopped(ended, &stop, up),
+                    charge,
+                };
+            }
+            Some(stop @ Stop::RankFailed { .. }) => {
+                if gang && matches!(ended.state, JobState::Failed | JobState::OutOfMemory) {
+                    ended.reason = ended.reason.map(|r| format!("rank {rank} on node {node}: {r}"));
+                }
+                ended.stop = Some(stop);
+            }
+            _ => {}
+        }
+        Settled {
+            job: ended,
+            charge: None,
+        }
+    }
+}
+
+/// The rank whose end is the job's: the one its stop names, else the first that failed on
+/// its own, else the first that did not complete (one stopped by a cancel or a time limit),
+/// else rank 0.
+fn deciding_rank(job: &JobRecord) -> usize {
+    let named = match &job.stop {
+        Some(Stop::RankFailed { rank, .. }) => Some(*rank as usize),
+        Some(Stop::NodeLost { node, .. }) => job.rank_on(node).map(|r| r as usize),
+        _ => None,
+    };
+    let exits: Vec<ExitInfo> = job
+        .allocs
+        .iter()
+        .map(|a| a.exit.clone().unwrap_or_default())
+        .collect();
+    let bad = |e: &ExitInfo| e.final_state() != JobState::Completed;
+    named
+        .filter(|&r| r < exits.len())
+        .or_else(|| exits.iter().position(|e| bad(e) && !e.cancelled))
+        .or_else(|| exits.iter().position(bad))
+        .unwrap_or(0)
+}
+
+/// What all ranks used together: CPU time and I/O summed, memory the most any one node used
+/// (memory is asked for per node), every node's GPUs. `None` when no rank measured anything.
+fn merged_usage(job: &JobRecord) -> Option<JobUsage> {
+    let usages: Vec<&JobUsage> = job
+        .allocs
+        .iter()
+        .filter_map(|a| a.exit.as_ref()?.usage.as_ref())
+        .collect();
+    let (first, rest) = usages.split_first()?;
+    let mut out = (*first).clone();
+    let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    };
+    for u in rest {
+        out.cpu_time_ms = sum(out.cpu_time_ms, u.cpu_time_ms);
+        out.io_read = sum(out.io_read, u.io_read);
+        out.io_write = sum(out.io_write, u.io_write);
+        out.memory_peak = out.memory_peak.max(u.memory_peak);
+        out.memory_avg = out.memory_avg.max(u.memory_avg);
+        out.gpus.extend(u.gpus.iter().cloned());
+        out.samples = out.samples.min(u.samples);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests;

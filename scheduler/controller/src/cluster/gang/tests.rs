@@ -1,0 +1,382 @@
+use std::collections::BTreeSet;
+
+use wharf_api::wire::{AgentJob, ErrorKind, PollRequest};
+use wharf_api::{ExitInfo, JobDefaults, JobId, JobRequest, JobState, NodeInfo, Stop};
+
+use crate::cluster::sched::tests::{caller, record, submit_job};
+use crate::cluster::{Cluster, Ingested};
+use crate::store::Store;
+
+/// Node timeout of these clusters, ms.
+const TIMEOUT: u64 = 60_000;
+
+/// A cluster of `n` nodes `g1`, `g2`, ... with 4 CPUs and 16 GiB each, no GPUs, scheduling
+/// with `config`.
+fn gang_cluster(dir: &tempfile::TempDir, n: u32, config: wharf_core::Config) -> Cluster {
+    let store = Store::open(&dir.path().join("wharf.db")).unwrap();
+    let mut c =
+        Cluster::load_with_scheduler(store, JobDefaults::default(), TIMEOUT, 0, config).unwrap();
+    for i in 1..=n {
+        let name = format!("g{i}");
+        c.register(
+            NodeInfo::new(&name, &format!("10.0.0.{i}"), 4, 16 << 30, vec![]),
+            0,
+        )
+        .unwrap();
+    }
+    c
+}
+
+fn gang(nodes: u32) -> JobRequest {
+    JobRequest {
+        nodes: Some(nodes),
+        cpus: Some(4),
+        ..Default::default()
+    }
+}
+
+/// What a node's agent says of one job.
+#[derive(Clone, Copy)]
+enum Rank {
+    /// Running since 1 s.
+    Running,
+    /// Ended with this exit status.
+    Exited(i32),
+    /// Ended by a kill order.
+    Killed,
+}
+
+/// `node`'s agent reports these jobs (the rest are gone from it); returns what it may forget.
+fn poll(c: &mut Cluster, node: &str, jobs: &[(JobId, Rank)], now: u64) -> Vec<JobId> {
+    ingest(c, node, jobs, now).forget
+}
+
+/// [`poll`], returning all the controller made of it.
+fn ingest(c: &mut Cluster, node: &str, jobs: &[(JobId, Rank)], now: u64) -> Ingested {
+    let jobs = jobs
+        .iter()
+        .map(|&(id, r)| {
+            let exit = match r {
+                Rank::Running => None,
+                Rank::Exited(code) => Some(ExitInfo {
+                    code: Some(code),
+                    ..Default::default()
+                }),
+                Rank::Killed => Some(ExitInfo {
+                    signal: Some(15),
+                    cancelled: true,
+                    ..Default::default()
+                }),
+            };
+            AgentJob {
+                id,
+                start_time: Some(1_000),
+                end_time: exit.as_ref().map(|_| now),
+                exit,
+                stopping: false,
+            }
+        })
+        .collect();
+    let poll = PollRequest {
+        node: node.into(),
+        jobs,
+        wait_ms: 0,
+        images: vec![],
+    };
+    c.ingest(&poll, now).unwrap()
+}
+
+/// Submits a `nodes`-node job and brings every rank to running.
+fn running(c: &mut Cluster, nodes: u32, req: JobRequest) -> JobId {
+    let ann = caller(1000, "ann");
+    let id = submit_job(c, &ann, JobRequest { nodes: Some(nodes), ..req }, 10).unwrap();
+    c.schedule(1_000).unwrap();
+    for i in 1..=nodes {
+        poll(c, &format!("g{i}"), &[(id, Rank::Running)], 1_500);
+    }
+    assert_eq!(record(c, id).state, JobState::Running);
+    id
+}
+
+fn held(id: JobId) -> BTreeSet<JobId> {
+    BTreeSet::from([id])
+}
+
+#[test]
+fn a_three_node_job_starts_at_once_with_a_rank_per_node_and_one_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 3, wharf_core::Config::default());
+    let ann = caller(1000, "ann");
+    let id = submit_job(&mut c, &ann, gang(3), 10).unwrap();
+    let two = submit_job(&mut c, &ann, gang(2), 20).unwrap();
+    let woken = c.schedule(1_000).unwrap();
+    assert_eq!(woken, BTreeSet::from(["g1".into(), "g2".into(), "g3".into()]));
+    let job = record(&c, id);
+    assert_eq!(job.state, JobState::Starting);
+    assert_eq!(job.nodes().collect::<Vec<_>>(), ["g1", "g2", "g3"]);
+    assert_eq!(job.nodelist(), "g[1-3]");
+    assert_eq!(job.reason.as_deref(), Some("starting on g[1-3]"));
+    assert!(job.allocs.iter().all(|a| a.cpu_ids.len() == 4), "whole nodes of 4 CPUs");
+    // The two-node job waits for two whole nodes, and says so.
+    let waits = record(&c, two).reason.unwrap();
+    assert!(waits.contains("needs 2 nodes at once"), "{waits}");
+
+    let mut ports = BTreeSet::new();
+    for (rank, node) in ["g1", "g2", "g3"].into_iter().enumerate() {
+        let (launch, kill) = c.orders(node, &BTreeSet::new(), &BTreeSet::new());
+        assert!(kill.is_empty());
+        assert_eq!(launch.len(), 1, "{node}");
+        let r = &launch[0].rendezvous;
+        assert_eq!(r.node_rank, rank as u32);
+        let peers: Vec<(&str, &str)> = r
+            .nodes
+            .iter()
+            .map(|p| (p.name.as_str(), p.address.as_str()))
+            .collect();
+        assert_eq!(
+            peers,
+            [("g1", "10.0.0.1"), ("g2", "10.0.0.2"), ("g3", "10.0.0.3")]
+        );
+        assert_eq!(launch[0].cpu_ids, job.allocs[rank].cpu_ids);
+        ports.insert(r.port.expect("a port"));
+    }
+    assert_eq!(ports.len(), 1, "every rank is told the same port");
+
+    // RUNNING once every rank has started, not before.
+    poll(&mut c, "g1", &[(id, Rank::Running)], 1_500);
+    poll(&mut c, "g3", &[(id, Rank::Running)], 1_500);
+    assert_eq!(record(&c, id).state, JobState::Starting);
+    // A node holding its rank is not sent it again.
+    let (launch, _) = c.orders("g1", &held(id), &BTreeSet::new());
+    assert!(launch.is_empty());
+    poll(&mut c, "g2", &[(id, Rank::Running)], 1_600);
+    let job = record(&c, id);
+    assert_eq!((job.state, job.start_time), (JobState::Running, Some(1_000)));
+
+    // Every rank exits 0: COMPLETED; rank 0 ending first stops nothing.
+    poll(&mut c, "g1", &[(id, Rank::Exited(0))], 5_000);
+    let job = record(&c, id);
+    assert_eq!((job.state, job.stop.clone()), (JobState::Running, None));
+    let (_, kill) = c.orders("g2", &held(id), &BTreeSet::new());
+    assert!(kill.is_empty(), "{kill:?}");
+    poll(&mut c, "g2", &[(id, Rank::Exited(0))], 5_100);
+    poll(&mut c, "g3", &[(id, Rank::Exited(0))], 5_200);
+    let done = c.store.job(id).unwrap().unwrap();
+    assert_eq!(done.state, JobState::Completed);
+    assert_eq!(done.end_time, Some(5_200));
+    assert_eq!(done.nodelist(), "g[1-3]", "an ended job keeps its nodes");
+    assert!(!c.jobs.contains_key(&id));
+}
+
+#[test]
+fn one_rank_failing_stops_the_others_and_the_job_fails_naming_node_and_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 3, wharf_core::Config::default());
+    let id = running(&mut c, 3, gang(3));
+    // Rank 1 exits 3: the others are told to stop, the job is not over yet.
+    let seen = ingest(&mut c, "g2", &[(id, Rank::Exited(3))], 3_000);
+    assert_eq!(seen.forget, [id]);
+    // The other ranks' agents are woken to hear it now.
+    assert_eq!(seen.wake, BTreeSet::from(["g1".into(), "g3".into()]));
+    let job = record(&c, id);
+    assert_eq!(job.state, JobState::Running);
+    assert_eq!(
+        job.stop,
+        Some(Stop::RankFailed {
+            node: "g2".into(),
+            rank: 1
+        })
+    );
+    for node in ["g1", "g3"] {
+        let (launch, kill) = c.orders(node, &held(id), &BTreeSet::new());
+        assert!(launch.is_empty());
+        assert_eq!(kill.len(), 1, "{node}");
+        assert_eq!(kill[0].reason, "rank 1 on node g2 failed");
+    }
+    // The failed rank is not launched again, nor killed.
+    let (launch, kill) = c.orders("g2", &BTreeSet::new(), &BTreeSet::new());
+    assert!(launch.is_empty() && kill.is_empty());
+    // Not repeated to a node already stopping it.
+    let (_, kill) = c.orders("g1", &held(id), &held(id));
+    assert!(kill.is_empty());
+
+    poll(&mut c, "g1", &[(id, Rank::Killed)], 4_000);
+    assert_eq!(record(&c, id).state, JobState::Running, "rank 2 still runs");
+    poll(&mut c, "g3", &[(id, Rank::Killed)], 4_100);
+    let done = c.store.job(id).unwrap().unwrap();
+    assert_eq!(done.state, JobState::Failed);
+    assert_eq!(done.exit.as_ref().unwrap().code, Some(3));
+    let reason = done.reason.clone().unwrap();
+    assert!(reason.contains("rank 1 on node g2"), "{reason}");
+    // Others see which rank on which node, and the code, not the agent's words.
+    let other = crate::visibility::view(&caller(2000, "bob"), done);
+    assert_eq!(
+        other.reason.as_deref(),
+        Some("rank 1 on node g2 failed: exit 3:0")
+    );
+}
+
+#[test]
+fn a_lost_node_requeues_the_gang_once_its_other_ranks_are_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 2, wharf_core::Config::default());
+    let id = running(&mut c, 2, gang(2));
+    // g1 keeps answering; g2 falls silent.
+    poll(&mut c, "g1", &[(id, Rank::Running)], TIMEOUT);
+    let wake = c.check_nodes(TIMEOUT + 2_000).unwrap();
+    assert_eq!(wake, BTreeSet::from(["g1".into()]));
+    let job = record(&c, id);
+    assert_eq!(job.state, JobState::Running, "rank 0 is still to be stopped");
+    assert_eq!(
+        job.stop,
+        Some(Stop::NodeLost {
+            node: "g2".into(),
+            requeue: true
+        })
+    );
+    let (_, kill) = c.orders("g1", &held(id), &BTreeSet::new());
+    assert_eq!(kill[0].reason, "node g2 stopped responding");
+    poll(&mut c, "g1", &[(id, Rank::Killed)], TIMEOUT + 3_000);
+    let job = record(&c, id);
+    assert_eq!((job.state, job.restarts), (JobState::Pending, 1));
+    assert!(job.allocs.is_empty());
+    assert_eq!(job.requeued_from, ["g1"], "not g2: it is down");
+    let reason = job.reason.unwrap();
+    assert!(reason.contains("node g2 stopped responding"), "{reason}");
+    // g1 lets go of the last run; g2 comes back still running its rank: it is killed there.
+    poll(&mut c, "g1", &[], TIMEOUT + 4_000);
+    assert!(record(&c, id).requeued_from.is_empty());
+    poll(&mut c, "g2", &[(id, Rank::Running)], TIMEOUT + 5_000);
+    let (launch, kill) = c.orders("g2", &held(id), &BTreeSet::new());
+    assert!(launch.is_empty());
+    assert_eq!(kill[0].reason, "job is not active on this node");
+    // Its run so far counts toward fair share.
+    assert!(c.usage.snapshot(TIMEOUT + 5_000).values().any(|u| *u > 0.0));
+}
+
+#[test]
+fn a_lost_node_ends_a_job_that_may_not_be_requeued_as_node_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 2, wharf_core::Config::default());
+    let no_requeue = JobRequest {
+        requeue: Some(false),
+        ..gang(2)
+    };
+    let id = running(&mut c, 2, no_requeue);
+    poll(&mut c, "g2", &[(id, Rank::Running)], TIMEOUT);
+    c.check_nodes(TIMEOUT + 2_000).unwrap();
+    poll(&mut c, "g2", &[(id, Rank::Killed)], TIMEOUT + 3_000);
+    let done = c.store.job(id).unwrap().unwrap();
+    assert_eq!(done.state, JobState::NodeFail);
+    assert_eq!(done.reason.as_deref(), Some("node g1 stopped responding"));
+    let other = crate::visibility::view(&caller(2000, "bob"), done);
+    assert_eq!(other.reason.as_deref(), Some("node g1 stopped responding"));
+}
+
+#[test]
+fn both_nodes_lost_at_once_requeue_the_job_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 2, wharf_core::Config::default());
+    let id = running(&mut c, 2, gang(2));
+    c.check_nodes(TIMEOUT + 2_000).unwrap();
+    let job = record(&c, id);
+    assert_eq!((job.state, job.restarts), (JobState::Pending, 1));
+    assert!(job.requeued_from.is_empty(), "no node is up to wait for");
+}
+
+#[test]
+fn cancel_stops_every_rank_and_a_rank_never_launched_is_not_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 2, wharf_core::Config::default());
+    let ann = caller(1000, "ann");
+    let id = submit_job(&mut c, &ann, gang(2), 10).unwrap();
+    c.schedule(1_000).unwrap();
+    poll(&mut c, "g1", &[(id, Rank::Running)], 1_500);
+    let (_, wake) = c.cancel(&ann, id, 2_000).unwrap();
+    assert_eq!(wake, ["g1", "g2"]);
+    // g2 never got its launch: it is not sent now, and its rank counts as ended.
+    let (launch, _) = c.orders("g2", &BTreeSet::new(), &BTreeSet::new());
+    assert!(launch.is_empty());
+    poll(&mut c, "g2", &[], 2_100);
+    assert_eq!(record(&c, id).state, JobState::Starting);
+    let (_, kill) = c.orders("g1", &held(id), &BTreeSet::new());
+    assert_eq!(kill[0].reason, "cancelled");
+    poll(&mut c, "g1", &[(id, Rank::Killed)], 2_500);
+    let done = c.store.job(id).unwrap().unwrap();
+    assert_eq!(done.state, JobState::Cancelled);
+}
+
+#[test]
+fn a_gang_job_survives_a_controller_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 2, wharf_core::Config::default());
+    let id = running(&mut c, 2, gang(2));
+    let before = record(&c, id);
+    drop(c);
+    let store = Store::open(&dir.path().join("wharf.db")).unwrap();
+    let mut c = Cluster::load(store, JobDefaults::default(), TIMEOUT, 2_000).unwrap();
+    let after = record(&c, id);
+    assert_eq!(after, before);
+    assert_eq!(c.jobs.on_node("g2").map(|j| j.id).collect::<Vec<_>>(), [id]);
+    // The nodes hold it: nothing to launch; then they carry on to the end.
+    let (launch, kill) = c.orders("g2", &held(id), &BTreeSet::new());
+    assert!(launch.is_empty() && kill.is_empty());
+    poll(&mut c, "g2", &[(id, Rank::Exited(0))], 3_000);
+    poll(&mut c, "g1", &[(id, Rank::Exited(0))], 3_100);
+    assert_eq!(
+        c.store.job(id).unwrap().unwrap().state,
+        JobState::Completed
+    );
+}
+
+#[test]
+fn gang_shapes_are_checked_at_submit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    let mut small = wharf_core::Partition::new("small", &[]);
+    small.max_nodes = Some(2);
+    let pair = wharf_core::Partition::new("pair", &["g1", "g2"]);
+    let all = wharf_core::Partition::new("all", &[]);
+    config.partitions = vec![all, small, pair];
+    let mut c = gang_cluster(&dir, 3, config);
+    let ann = caller(1000, "ann");
+    let refused = |c: &mut Cluster, req: JobRequest| {
+        let e = submit_job(c, &ann, req, 10).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput, "{}", e.message);
+        e.message
+    };
+    let in_part = |p: &str, n: u32| JobRequest {
+        partition: Some(p.into()),
+        ..gang(n)
+    };
+    let m = refused(&mut c, in_part("small", 3));
+    assert!(m.contains("over partition small's MaxNodes of 2"), "{m}");
+    let m = refused(&mut c, in_part("pair", 3));
+    assert!(m.contains("partition pair has 2 nodes"), "{m}");
+    let m = refused(&mut c, gang(4));
+    assert!(m.contains("partition all has 3 nodes"), "{m}");
+    let m = refused(
+        &mut c,
+        JobRequest {
+            ntasks: Some(3),
+            ..gang(2)
+        },
+    );
+    assert!(m.contains("`ntasks` = 3 but the job has 2 nodes"), "{m}");
+    let m = refused(
+        &mut c,
+        JobRequest {
+            ntasks_per_node: Some(2),
+            ..gang(2)
+        },
+    );
+    assert!(m.contains("one task per node"), "{m}");
+    let fine = JobRequest {
+        ntasks: Some(2),
+        ntasks_per_node: Some(1),
+        ..in_part("pair", 2)
+    };
+    let id = submit_job(&mut c, &ann, fine, 10).unwrap();
+    c.schedule(1_000).unwrap();
+    assert_eq!(record(&c, id).nodelist(), "g[1-2]");
+}
