@@ -183,8 +183,12 @@ pub fn container_spec(
             }
         }
     }
+    // A gang gets the node's RDMA devices wherever it has them; a job that asked for RDMA
+    // fails at once where it has none.
     if spec.rdma {
         devices.extend(rdma_devices(cfg)?);
+    } else if order.rendezvous.nodes.len() > 1 {
+        devices.extend(rdma_devices(cfg).unwrap_or_default());
     }
     preflight_memlock(cfg, spec.memlock)?;
     let host_gpus: Vec<String> = order.gpu_ids.iter().map(u32::to_string).collect();

@@ -10,6 +10,7 @@ mod agent_reports;
 mod connections;
 mod durability;
 mod flags;
+mod gang;
 mod gpu;
 mod harness;
 mod images;

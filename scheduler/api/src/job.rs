@@ -448,8 +448,9 @@ impl JobRequest {
             time_limit,
             output: self.output.clone().unwrap_or_else(|| "wharf-%j.out".into()),
             error: self.error.clone(),
-            // Multi-node jobs will want RDMA by default; single-node ones ask for it.
-            rdma: self.rdma.unwrap_or(nodes > 1),
+            // Required only when asked for: a gang is given the node's RDMA devices wherever
+            // it has some, and runs over TCP where it has none.
+            rdma: self.rdma.unwrap_or(false),
             mounts: validate_mounts(&self.mounts)?,
             remap_root: self.remap_root.unwrap_or(false),
             writable: self.writable.unwrap_or(false),

@@ -405,7 +405,7 @@ mod tests {
         assert_eq!((req.gpus, req.gpu_type.as_deref()), (Some(4), Some("h100")));
         let spec = req.resolve("/tmp", &crate::JobDefaults::default()).unwrap();
         assert_eq!((spec.nodes, spec.resources.cpus), (2, 8));
-        assert!(spec.rdma, "a gang wants the fabric by default");
+        assert!(!spec.rdma, "RDMA is required only when asked for");
         let toml = "command = [\"true\"]\nnodes = 3\ngpus_per_node = 2\ncpus_per_task = 4\n";
         let spec = parse_job_file("j.toml", toml)
             .unwrap()

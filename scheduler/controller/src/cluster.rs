@@ -362,6 +362,18 @@ impl Cluster {
                     changed.push(settled.job);
                 }
                 (None, Some(_)) => forget.push(*id),
+                // A run of a requeued job, still going on a node that was taken for lost: the
+                // job waits until this node has let go of it too (it is told to kill it).
+                (None, None) => {
+                    if let Some(job) = self
+                        .jobs
+                        .get(id)
+                        .filter(|j| j.state == JobState::Pending)
+                        .filter(|j| !j.requeued_from.iter().any(|n| n == node))
+                    {
+                        changed.push(requeue::still_held(job, node));
+                    }
+                }
                 (Some((job, rank)), None) if !job.allocs[rank].ended() => {
                     if let (Some(at), None) = (aj.start_time, job.allocs[rank].start_time) {
                         changed.push(gang::rank_started(job.clone(), rank, at));

@@ -82,6 +82,15 @@ pub(super) fn let_go(job: &JobRecord, node: &str) -> JobRecord {
     job
 }
 
+/// A requeued job whose last run `node` still has (a node taken for lost that came back): it
+/// does not start again before that node has let go of it.
+pub(super) fn still_held(job: &JobRecord, node: &str) -> JobRecord {
+    let mut job = job.clone();
+    job.requeued_from.push(node.to_string());
+    job.reason = Some(format!("Requeued: {}", waiting_for(&job.requeued_from)));
+    job
+}
+
 fn waiting_for(nodes: &[String]) -> String {
     match nodes {
         [one] => format!("waiting for node {one} to clean up its last run"),

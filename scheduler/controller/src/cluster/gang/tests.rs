@@ -247,9 +247,17 @@ fn a_lost_node_requeues_the_gang_once_its_other_ranks_are_stopped() {
     poll(&mut c, "g1", &[], TIMEOUT + 4_000);
     assert!(record(&c, id).requeued_from.is_empty());
     poll(&mut c, "g2", &[(id, Rank::Running)], TIMEOUT + 5_000);
+    assert_eq!(record(&c, id).requeued_from, ["g2"], "not restarted beside its old run");
+    c.schedule(TIMEOUT + 5_100).unwrap();
+    assert_eq!(record(&c, id).state, JobState::Pending);
     let (launch, kill) = c.orders("g2", &held(id), &BTreeSet::new());
     assert!(launch.is_empty());
     assert_eq!(kill[0].reason, "job is not active on this node");
+    poll(&mut c, "g2", &[(id, Rank::Killed)], TIMEOUT + 6_000);
+    poll(&mut c, "g2", &[], TIMEOUT + 7_000);
+    assert!(record(&c, id).requeued_from.is_empty());
+    c.schedule(TIMEOUT + 8_000).unwrap();
+    assert_eq!(record(&c, id).state, JobState::Starting, "started again");
     // Its run so far counts toward fair share.
     assert!(c.usage.snapshot(TIMEOUT + 5_000).values().any(|u| *u > 0.0));
 }

@@ -1,0 +1,146 @@
+//! Gang jobs: one job's ranks on several nodes at once. Two agents on this machine, each a
+//! node of its own (name, state directory, cgroup parent), joined over TCP to one controller.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::harness::*;
+
+/// A controller and agents `gang1` and `gang2`, both up.
+fn two_nodes(prefix: &str) -> TcpCluster {
+    let mut c = TcpCluster::controller(prefix, "node_timeout = \"10s\"\n");
+    let token = c.token();
+    let pid = std::process::id();
+    for name in ["gang1", "gang2"] {
+        c.agent_with(
+            name,
+            &token,
+            &format!("cgroup_parent = \"wharf-gang-{pid}-{name}\"\ngrace = \"2s\""),
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while stdout(&c.wharf(&["nodes", "--json"]))
+        .matches("\"UP\"")
+        .count()
+        < 2
+    {
+        assert!(
+            Instant::now() < deadline,
+            "agents never registered:\n{}",
+            c.nodes()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c
+}
+
+fn job(c: &TcpCluster, id: u64) -> Value {
+    show_json(&c.wharf(&["show", &id.to_string(), "--json"]), id)
+}
+
+fn ended(c: &TcpCluster, id: u64, limit: Duration) -> Value {
+    wait_ended(|| job(c, id), id, limit, || c.logs())
+}
+
+/// The nodes of `job`, in rank order.
+fn nodes_of(job: &Value) -> Vec<String> {
+    job["allocs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|x| x["node"].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `KEY=VALUE` lines of a file.
+fn vars(path: &std::path::Path) -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Waits until nothing of job `id` is left in either node's cgroups.
+fn no_cgroups_left(id: u64) {
+    let pid = std::process::id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for name in ["gang1", "gang2"] {
+        let cgroup = format!("/wharf-gang-{pid}-{name}/wharf-{id}");
+        while !wharf_runtime::cgroup_dirs(&cgroup).is_empty() {
+            assert!(Instant::now() < deadline, "{cgroup} is still there");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn a_two_node_job_runs_a_rank_on_each_node_with_one_rendezvous() {
+    if !can_run("a_two_node_job_runs_a_rank_on_each_node_with_one_rendezvous") {
+        return;
+    }
+    let c = two_nodes("wharf-gang-run-");
+    let script = "for v in RANK WORLD_SIZE MASTER_ADDR MASTER_PORT SLURM_JOB_NODELIST \
+                  SLURM_NNODES SLURM_PROCID; do eval echo $v=\\$$v; done; echo HOST=$(hostname)";
+    let id = submitted_id(&c.wharf(&[
+        "submit", "-N", "2", "--mem", "16M", "-t", "2m", "--wrap", script,
+    ]));
+    let done = ended(&c, id, Duration::from_secs(60));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    let nodes = nodes_of(&done);
+    let mut sorted = nodes.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["gang1", "gang2"], "{done}");
+    // Rank 0 writes the job's output file, rank 1 its own beside it.
+    let dir = c.dir.path();
+    let out = dir.join(format!("wharf-{id}.out"));
+    let ranks = [vars(&out), vars(&dir.join(format!("wharf-{id}.out.rank1")))];
+    for (rank, v) in ranks.iter().enumerate() {
+        assert_eq!(v["RANK"], rank.to_string(), "{v:?}");
+        assert_eq!(v["SLURM_PROCID"], rank.to_string(), "{v:?}");
+        assert_eq!(v["WORLD_SIZE"], "2", "{v:?}");
+        assert_eq!(v["SLURM_NNODES"], "2", "{v:?}");
+        assert_eq!(v["SLURM_JOB_NODELIST"], "gang[1-2]", "{v:?}");
+        assert_eq!(v["HOST"], nodes[rank], "rank {rank} ran on its own node: {v:?}");
+        assert!(!v["MASTER_ADDR"].is_empty(), "{v:?}");
+        assert!(v["MASTER_PORT"].parse::<u16>().is_ok(), "{v:?}");
+    }
+    assert_eq!(ranks[0]["MASTER_ADDR"], ranks[1]["MASTER_ADDR"]);
+    assert_eq!(ranks[0]["MASTER_PORT"], ranks[1]["MASTER_PORT"]);
+    // Accounting lists both nodes as one host list.
+    let acct = stdout(&c.wharf(&["acct", "-j", &id.to_string(), "-o", "JobID,NNodes,NodeList"]));
+    assert!(acct.contains("gang[1-2]"), "{acct}");
+    no_cgroups_left(id);
+}
+
+#[test]
+fn a_rank_that_fails_stops_the_gang_and_the_job_names_it() {
+    if !can_run("a_rank_that_fails_stops_the_gang_and_the_job_names_it") {
+        return;
+    }
+    let c = two_nodes("wharf-gang-fail-");
+    let script = "if [ \"$RANK\" = 1 ]; then exit 3; fi; sleep 300";
+    let id = submitted_id(&c.wharf(&[
+        "submit", "--nodes=2", "--ntasks=2", "--mem", "16M", "-t", "10m", "--wrap", script,
+    ]));
+    // Rank 0 would sleep for 5 minutes: the job ends long before, when it is stopped.
+    let done = ended(&c, id, Duration::from_secs(90));
+    assert_eq!(done["state"], "FAILED", "{done}");
+    assert_eq!(done["exit"]["code"], 3, "the failing rank's code: {done}");
+    let nodes = nodes_of(&done);
+    let reason = done["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains(&format!("rank 1 on node {}", nodes[1])),
+        "{reason}"
+    );
+    let elapsed = done["end_time"].as_u64().unwrap() - done["start_time"].as_u64().unwrap();
+    assert!(elapsed < 120_000, "rank 0 was not stopped: {done}");
+    // Rank 0 was killed by the stop, not left to finish.
+    assert_eq!(done["allocs"][0]["exit"]["cancelled"], true, "{done}");
+    no_cgroups_left(id);
+}
