@@ -255,6 +255,7 @@ fn gang_run(bed: &MultiHost, nodes: u32, program: &str) -> String {
         "{job}\noutput:\n{out}\n{}",
         bed.logs()
     );
+    eprintln!("job {id}'s output:\n{out}");
     out
 }
 
