@@ -484,7 +484,9 @@ fn a_gang_job_losing_a_host_is_requeued_whole_or_ends_node_fail() {
     bed.wait_nodes(&[MultiHost::node(lost)], "UP", Duration::from_secs(60));
     wait_idle(&bed, lost, "after the host came back");
 
-    // Without requeue the job ends NODE_FAIL, and its ranks on the other hosts are stopped.
+    // Without requeue the job ends NODE_FAIL when a host drops off the network, and its
+    // ranks on the other hosts are stopped. The unplugged host runs its rank on, unheard,
+    // until it is back and told the job is over.
     let id = bed.submit(&[
         "--nodes",
         "3",
@@ -496,13 +498,25 @@ fn a_gang_job_losing_a_host_is_requeued_whole_or_ends_node_fail() {
     ]);
     let busy = wait_busy(&bed, 4, id, 3);
     let lost = busy[0];
-    bed.crash(lost);
+    bed.fabric.unplug(lost);
     let job = bed.wait_done(id, Duration::from_secs(120));
     assert_eq!(job["state"], "NODE_FAIL", "{job}\n{}", bed.logs());
-    for i in 0..4 {
+    assert!(
+        job["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains(&MultiHost::node(lost))),
+        "the reason names the lost node: {job}"
+    );
+    for &i in busy.iter().filter(|&&i| i != lost) {
         wait_idle(&bed, i, "after the job ended NODE_FAIL");
     }
-    bed.start_agent(lost);
+    assert!(
+        !bed.job_pids(lost).is_empty(),
+        "the unplugged host should still be running its rank until it hears otherwise"
+    );
+    bed.fabric.plug(lost);
     bed.wait_nodes(&[MultiHost::node(lost)], "UP", Duration::from_secs(60));
-    wait_idle(&bed, lost, "after the host came back");
+    wait_idle(&bed, lost, "after the host rejoined");
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(bed.job_pids(lost).is_empty(), "{}", bed.logs());
 }
