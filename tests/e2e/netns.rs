@@ -290,7 +290,7 @@ impl MultiHost {
             format!(
                 "[controller]\nstate_dir = \"{0}/ctl\"\nsocket = \"{0}/wharf.sock\"\n\
                  listen = \"{CONTROLLER_ADDR}:{CONTROLLER_PORT}\"\n\
-                 node_timeout = \"8s\"\npoll_wait = \"2s\"\n{more}\n",
+                 node_timeout = \"10s\"\npoll_wait = \"2s\"\n{more}\n",
                 d.display()
             ),
         )
