@@ -134,20 +134,10 @@ fn allreduce_program_sums_across_local_ranks() {
 
 #[test]
 fn allreduce_program_sums_across_three_hosts_without_wharf() {
-    if !can_run("allreduce_program_sums_across_three_hosts_without_wharf") {
+    let Some(fabric) =
+        Fabric::for_test("allreduce_program_sums_across_three_hosts_without_wharf", 3)
+    else {
         return;
-    }
-    let fabric = match Fabric::new(3) {
-        Ok(f) => f,
-        Err(e) => {
-            let why = format!("allreduce over three hosts: cannot make the network: {e}");
-            assert!(
-                std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
-                "{why}"
-            );
-            eprintln!("SKIPPED {why}");
-            return;
-        }
     };
     let start = |rank: usize| {
         fabric.hosts[rank]

@@ -228,6 +228,26 @@ impl Fabric {
         Ok(fabric)
     }
 
+    /// A network of `n` hosts for `test`; None (after printing why) when this machine cannot
+    /// make one (not root, no `ip`, no veth or bridge), a panic instead under
+    /// WHARF_TEST_STRICT=1.
+    pub fn for_test(test: &str, n: usize) -> Option<Fabric> {
+        if !crate::harness::can_run(test) {
+            return None;
+        }
+        match Fabric::new(n) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                let why = format!("{test}: cannot make a network of separate hosts: {e}");
+                if std::env::var("WHARF_TEST_STRICT").as_deref() == Ok("1") {
+                    panic!("{why}");
+                }
+                eprintln!("SKIPPED {why}");
+                None
+            }
+        }
+    }
+
     /// Host `i`'s address.
     pub fn addr(i: usize) -> String {
         format!("10.77.0.{}", 10 + i)
@@ -267,20 +287,7 @@ impl MultiHost {
     /// Returns None (after printing why) when this machine cannot make the network, and
     /// panics instead under WHARF_TEST_STRICT=1.
     pub fn start(test: &str, n: usize, more: &str) -> Option<MultiHost> {
-        if !crate::harness::can_run(test) {
-            return None;
-        }
-        let fabric = match Fabric::new(n) {
-            Ok(f) => f,
-            Err(e) => {
-                let why = format!("{test}: cannot make a network of separate hosts: {e}");
-                if std::env::var("WHARF_TEST_STRICT").as_deref() == Ok("1") {
-                    panic!("{why}");
-                }
-                eprintln!("SKIPPED {why}");
-                return None;
-            }
-        };
+        let fabric = Fabric::for_test(test, n)?;
         let dir = scratch("wharf-hosts-");
         let d = dir.path();
         let tag = fabric.switch.name.trim_end_matches("-sw").to_string();
