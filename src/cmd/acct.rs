@@ -209,9 +209,8 @@ fn cell(j: &JobRecord, column: &str, now: u64) -> String {
         "ReqMem" => format_memory(j.resources.memory),
         "AllocGPUS" => (j.resources.gpus * j.node_count()).to_string(),
         "NodeList" => j.nodelist(),
-        "CPUTime" => opt(elapsed.map(|ms| {
-            format_duration(ms * u64::from(j.resources.cpus * j.node_count()) / 1000)
-        })),
+        "CPUTime" => opt(elapsed
+            .map(|ms| format_duration(ms * u64::from(j.resources.cpus * j.node_count()) / 1000))),
         "TotalCPU" => opt(usage
             .and_then(|u| u.cpu_time_ms)
             .map(|ms| format_duration(ms / 1000))),

@@ -70,7 +70,8 @@ pub struct JobFlags {
     /// Node features the job needs: NAME, joined by & (all) or | (any), e.g. 'ib&nvme'.
     #[arg(short = 'C', long)]
     pub constraint: Option<String>,
-    /// Run only on these nodes (a host list, e.g. gpu[01-04]); a one-node job takes one.
+    /// Run only on these nodes (a host list, e.g. gpu[01-04]); a job takes as many of them as
+    /// it has nodes.
     #[arg(short = 'w', long)]
     pub nodelist: Option<String>,
     /// Never run on these nodes (a host list).

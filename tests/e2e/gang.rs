@@ -12,12 +12,12 @@ use crate::harness::*;
 fn two_nodes(prefix: &str) -> TcpCluster {
     let mut c = TcpCluster::controller(prefix, "node_timeout = \"10s\"\n");
     let token = c.token();
-    let pid = std::process::id();
     for name in ["gang1", "gang2"] {
+        let parent = cgroup_parent(&c, name);
         c.agent_with(
             name,
             &token,
-            &format!("cgroup_parent = \"wharf-gang-{pid}-{name}\"\ngrace = \"2s\""),
+            &format!("cgroup_parent = \"{parent}\"\ngrace = \"2s\""),
         );
     }
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -34,6 +34,13 @@ fn two_nodes(prefix: &str) -> TcpCluster {
         std::thread::sleep(Duration::from_millis(100));
     }
     c
+}
+
+/// Node `name`'s cgroup parent: its own, and no other cluster's (each controller numbers its
+/// jobs from 1, and tests run side by side).
+fn cgroup_parent(c: &TcpCluster, name: &str) -> String {
+    let dir = c.dir.path().file_name().unwrap().to_string_lossy();
+    format!("{dir}-{name}")
 }
 
 fn job(c: &TcpCluster, id: u64) -> Value {
@@ -58,23 +65,27 @@ fn nodes_of(job: &Value) -> Vec<String> {
 
 /// `KEY=VALUE` lines of a file.
 fn vars(path: &std::path::Path) -> BTreeMap<String, String> {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     text.lines()
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
 
-/// Waits until nothing of job `id` is left in either node's cgroups.
-fn no_cgroups_left(id: u64) {
-    let pid = std::process::id();
+/// Waits until nothing of job `id` is left in either node's cgroups, then removes the nodes'
+/// cgroup parents.
+fn no_cgroups_left(c: &TcpCluster, id: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     for name in ["gang1", "gang2"] {
-        let cgroup = format!("/wharf-gang-{pid}-{name}/wharf-{id}");
+        let cgroup = format!("/{}/wharf-{id}", cgroup_parent(c, name));
         while !wharf_runtime::cgroup_dirs(&cgroup).is_empty() {
             assert!(Instant::now() < deadline, "{cgroup} is still there");
             std::thread::sleep(Duration::from_millis(100));
+        }
+        // The node's own parent goes too, empty now: nothing of the test is left behind.
+        for dir in wharf_runtime::cgroup_dirs(&format!("/{}", cgroup_parent(c, name))) {
+            let _ = std::fs::remove_dir(dir);
         }
     }
 }
@@ -106,16 +117,34 @@ fn a_two_node_job_runs_a_rank_on_each_node_with_one_rendezvous() {
         assert_eq!(v["WORLD_SIZE"], "2", "{v:?}");
         assert_eq!(v["SLURM_NNODES"], "2", "{v:?}");
         assert_eq!(v["SLURM_JOB_NODELIST"], "gang[1-2]", "{v:?}");
-        assert_eq!(v["HOST"], nodes[rank], "rank {rank} ran on its own node: {v:?}");
+        assert_eq!(
+            v["HOST"], nodes[rank],
+            "rank {rank} ran on its own node: {v:?}"
+        );
         assert!(!v["MASTER_ADDR"].is_empty(), "{v:?}");
         assert!(v["MASTER_PORT"].parse::<u16>().is_ok(), "{v:?}");
     }
     assert_eq!(ranks[0]["MASTER_ADDR"], ranks[1]["MASTER_ADDR"]);
     assert_eq!(ranks[0]["MASTER_PORT"], ranks[1]["MASTER_PORT"]);
+    // The queue and `show` name both nodes as one host list, `show` each rank.
+    let queue = stdout(&c.wharf(&["queue", "--all"]));
+    let row = queue
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&id.to_string()))
+        .unwrap_or_else(|| panic!("job {id} not in the queue:\n{queue}"));
+    assert!(row.contains("gang[1-2]"), "{queue}");
+    let shown = stdout(&c.wharf(&["show", &id.to_string()]));
+    assert!(shown.contains("gang[1-2]"), "{shown}");
+    for (rank, node) in nodes.iter().enumerate() {
+        assert!(
+            shown.contains(&format!("{rank} on {node}: exited 0")),
+            "{shown}"
+        );
+    }
     // Accounting lists both nodes as one host list.
     let acct = stdout(&c.wharf(&["acct", "-j", &id.to_string(), "-o", "JobID,NNodes,NodeList"]));
     assert!(acct.contains("gang[1-2]"), "{acct}");
-    no_cgroups_left(id);
+    no_cgroups_left(&c, id);
 }
 
 #[test]
@@ -126,7 +155,15 @@ fn a_rank_that_fails_stops_the_gang_and_the_job_names_it() {
     let c = two_nodes("wharf-gang-fail-");
     let script = "if [ \"$RANK\" = 1 ]; then exit 3; fi; sleep 300";
     let id = submitted_id(&c.wharf(&[
-        "submit", "--nodes=2", "--ntasks=2", "--mem", "16M", "-t", "10m", "--wrap", script,
+        "submit",
+        "--nodes=2",
+        "--ntasks=2",
+        "--mem",
+        "16M",
+        "-t",
+        "10m",
+        "--wrap",
+        script,
     ]));
     // Rank 0 would sleep for 5 minutes: the job ends long before, when it is stopped.
     let done = ended(&c, id, Duration::from_secs(90));
@@ -142,5 +179,5 @@ fn a_rank_that_fails_stops_the_gang_and_the_job_names_it() {
     assert!(elapsed < 120_000, "rank 0 was not stopped: {done}");
     // Rank 0 was killed by the stop, not left to finish.
     assert_eq!(done["allocs"][0]["exit"]["cancelled"], true, "{done}");
-    no_cgroups_left(id);
+    no_cgroups_left(&c, id);
 }

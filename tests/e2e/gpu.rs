@@ -315,7 +315,9 @@ fn device_cgroup_refuses_unallocated_gpus_to_root_inside_the_jobs_cgroup() {
     let alice = user("whlife-alice");
     let id = submitted_id(&c.wharf_as(&alice, &["submit", "--gpus", "1", "--wrap", "sleep 60"]));
     c.wait_running(id);
-    let gpu = c.job(id)["allocs"][0]["gpu_ids"][0].as_u64().expect("gpu_ids");
+    let gpu = c.job(id)["allocs"][0]["gpu_ids"][0]
+        .as_u64()
+        .expect("gpu_ids");
     let other = (gpu + 1) % 4;
     let cgroups = wharf_runtime::cgroup_dirs(&format!("/{}/wharf-{id}", c.cgroup_parent));
     assert!(!cgroups.is_empty(), "job {id} has no cgroup");

@@ -316,10 +316,38 @@ impl JobRequest {
             ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
         }
         take!(
-            name, image, command, script, cpus, memory, gpus, time, nodes, ntasks, ntasks_per_node,
-            workdir, output, error,
-            rdma, memlock, remap_root, writable, partition, account, qos, nice, gpu_type, begin,
-            hold, dependency, array, constraint, nodelist, exclude, exclusive, requeue
+            name,
+            image,
+            command,
+            script,
+            cpus,
+            memory,
+            gpus,
+            time,
+            nodes,
+            ntasks,
+            ntasks_per_node,
+            workdir,
+            output,
+            error,
+            rdma,
+            memlock,
+            remap_root,
+            writable,
+            partition,
+            account,
+            qos,
+            nice,
+            gpu_type,
+            begin,
+            hold,
+            dependency,
+            array,
+            constraint,
+            nodelist,
+            exclude,
+            exclusive,
+            requeue
         );
         self.env.extend(other.env);
         self.mounts.extend(other.mounts);
@@ -503,9 +531,7 @@ pub const MAX_NODES: u32 = 4096;
 /// `ntasks`, when given, equal to the number of tasks that makes.
 fn check_tasks(nodes: u32, ntasks: Option<u32>, per_node: Option<u32>) -> Result<(), String> {
     if nodes == 0 || nodes > MAX_NODES {
-        return Err(format!(
-            "`nodes` = {nodes}: ask for 1 to {MAX_NODES} nodes"
-        ));
+        return Err(format!("`nodes` = {nodes}: ask for 1 to {MAX_NODES} nodes"));
     }
     match per_node {
         Some(0) => return Err("`ntasks_per_node` must be at least 1".into()),

@@ -411,7 +411,10 @@ mod tests {
             .unwrap()
             .resolve("/tmp", &crate::JobDefaults::default())
             .unwrap();
-        assert_eq!((spec.nodes, spec.resources.gpus, spec.resources.cpus), (3, 2, 4));
+        assert_eq!(
+            (spec.nodes, spec.resources.gpus, spec.resources.cpus),
+            (3, 2, 4)
+        );
         for (lines, says) in [
             ("-N 0", "`nodes` = 0: ask for 1 to"),
             ("-N 2 -n 3", "`ntasks` = 3 but the job has 2 nodes"),

@@ -42,15 +42,17 @@ impl Run {
         now: u64,
     ) -> Option<Run> {
         let start = job.start_time?;
+        // Resources are per node: a gang held them on every one of its nodes.
+        let nodes = job.node_count();
         Some(Run {
             account,
             user: job.owner.user.clone(),
             partition,
             start,
             end: job.end_time.unwrap_or(now).max(start),
-            cpus: job.resources.cpus,
-            gpus: job.resources.gpus,
-            memory: job.resources.memory,
+            cpus: job.resources.cpus * nodes,
+            gpus: job.resources.gpus * nodes,
+            memory: job.resources.memory * u64::from(nodes),
             billing,
         })
     }
@@ -245,5 +247,31 @@ mod tests {
         let parts: Vec<&str> = r.partitions.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(parts, ["gpu", "cpu"]);
         assert_eq!(Report::of(&[], t0, t0 + H, 0, 0).cpu_utilization(), None);
+    }
+
+    /// A gang held its resources on each of its nodes.
+    #[test]
+    fn a_gang_counts_every_node() {
+        let owner = crate::Owner {
+            uid: 1,
+            gid: 1,
+            user: "ann".into(),
+        };
+        let per_node = crate::Resources {
+            cpus: 8,
+            memory: 1 << 30,
+            gpus: 2,
+        };
+        let mut job = crate::JobRecord::pending(owner, "t".into(), per_node, 60, 0);
+        job.start_time = Some(0);
+        job.end_time = Some(H);
+        job.allocs = ["g1", "g2", "g3"]
+            .iter()
+            .map(|n| crate::NodeAlloc::new(n, vec![], vec![]))
+            .collect();
+        let run = Run::of(&job, "a".into(), "p".into(), [1.0, 0.0, 0.0], H).unwrap();
+        assert_eq!((run.cpus, run.gpus, run.memory), (24, 6, 3 << 30));
+        let r = Report::of(&[run], 0, H, 24, 6);
+        assert!((r.total.cpu_hours - 24.0).abs() < 1e-9);
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use wharf_api::wire::{AgentJob, ErrorKind, KillOrder, LaunchOrder, Peer, PollRequest, Rendezvous};
+use wharf_api::wire::{AgentJob, ErrorKind, PollRequest};
 use wharf_api::{
     ExitInfo, JobDefaults, JobId, JobRecord, JobState, NodeInfo, NodeRecord, NodeState, Owner,
     Resources,
@@ -418,89 +418,6 @@ impl Cluster {
         let wake = stopping_nodes(&changed, node);
         self.commit(changed)?;
         Ok(Ingested { forget, wake })
-    }
-
-    /// Node `name` as a job's peers reach it: its fabric address when its agent has one.
-    fn peer(&self, name: &str) -> Peer {
-        let info = self.nodes.get(name).map(|n| &n.info);
-        Peer {
-            name: name.to_string(),
-            address: info
-                .map(|i| {
-                    i.fabric_address
-                        .clone()
-                        .unwrap_or_else(|| i.address.clone())
-                })
-                .unwrap_or_else(|| name.to_string()),
-        }
-    }
-
-    /// Orders for a node given what it holds: launches of the ranks allocated to it that it
-    /// does not have (each with the job's whole peer list and its own rank), kills for the
-    /// ranks of jobs being stopped (cancel, preemption, another rank failed or its node lost)
-    /// and for jobs it runs that are not (or no longer) its, except those it already reports
-    /// `stopping`.
-    pub fn orders(
-        &self,
-        node: &str,
-        held: &BTreeSet<JobId>,
-        stopping: &BTreeSet<JobId>,
-    ) -> (Vec<LaunchOrder>, Vec<KillOrder>) {
-        let mut launch = Vec::new();
-        let mut kill = Vec::new();
-        for job in self.jobs_on(node) {
-            let Some(rank) = job.rank_on(node) else {
-                continue;
-            };
-            let alloc = &job.allocs[rank as usize];
-            let stop_asked = job.cancel_requested || job.stop.is_some();
-            if !held.contains(&job.id) {
-                let fresh = alloc.start_time.is_none() && !alloc.ended();
-                if job.state == JobState::Starting && fresh && !stop_asked {
-                    if let Some(spec) = &job.spec {
-                        launch.push(LaunchOrder {
-                            id: job.id,
-                            owner: job.owner.clone(),
-                            spec: spec.clone(),
-                            cpu_ids: alloc.cpu_ids.clone(),
-                            gpu_ids: alloc.gpu_ids.clone(),
-                            restarts: job.restarts,
-                            rendezvous: Rendezvous {
-                                nodes: job.nodes().map(|n| self.peer(n)).collect(),
-                                node_rank: rank,
-                                port: job.port,
-                            },
-                        });
-                    }
-                }
-            } else if stopping.contains(&job.id) {
-            } else if alloc.ended() {
-                // Taken for ended (its node was lost, then came back): it must not run on.
-                kill.push(KillOrder {
-                    id: job.id,
-                    reason: "job is not active on this node".into(),
-                });
-            } else if stop_asked {
-                let reason = match &job.stop {
-                    Some(stop) if !job.cancel_requested => stop.to_string(),
-                    _ => "cancelled".into(),
-                };
-                kill.push(KillOrder { id: job.id, reason });
-            }
-        }
-        for id in held.difference(stopping) {
-            let mine = self
-                .jobs
-                .get(id)
-                .is_some_and(|j| j.state.holds_resources() && j.rank_on(node).is_some());
-            if !mine {
-                kill.push(KillOrder {
-                    id: *id,
-                    reason: "job is not active on this node".into(),
-                });
-            }
-        }
-        (launch, kill)
     }
 
     /// Marks nodes silent for longer than the node timeout as down; their jobs' ranks there

@@ -37,9 +37,10 @@ pub fn public_reason(job: &JobRecord) -> Option<String> {
         }
         JobState::Running | JobState::Completed => None,
         // A gang rank's failure: which rank on which node is public, its words are not.
-        JobState::Failed if matches!(job.stop, Some(Stop::RankFailed { .. })) => {
-            job.stop.as_ref().map(|s| format!("{s}: exit {}", exit.code_signal()))
-        }
+        JobState::Failed if matches!(job.stop, Some(Stop::RankFailed { .. })) => job
+            .stop
+            .as_ref()
+            .map(|s| format!("{s}: exit {}", exit.code_signal())),
         JobState::Failed if exit.code.is_none() && exit.signal.is_none() => {
             Some("could not start (the details are shown to its owner and admins only)".into())
         }

@@ -15,8 +15,11 @@
 //! nothing. Until the last rank has ended the job keeps all of its nodes, so that no new job
 //! starts beside a rank that is still being stopped.
 
+use std::collections::BTreeSet;
+
 use wharf_api::usage::JobUsage;
-use wharf_api::{ExitInfo, JobRecord, JobState, Stop};
+use wharf_api::wire::{KillOrder, LaunchOrder, Peer, Rendezvous};
+use wharf_api::{ExitInfo, JobId, JobRecord, JobState, Stop};
 
 use super::{finish, requeue, Cluster};
 
@@ -110,6 +113,90 @@ pub(super) fn rank_never_started(mut job: JobRecord, rank: usize, now: u64) -> J
 }
 
 impl Cluster {
+    /// Node `name` as a job's peers reach it: its fabric address when its agent has one.
+    fn peer(&self, name: &str) -> Peer {
+        let info = self.nodes.get(name).map(|n| &n.info);
+        Peer {
+            name: name.to_string(),
+            address: info
+                .map(|i| {
+                    i.fabric_address
+                        .clone()
+                        .unwrap_or_else(|| i.address.clone())
+                })
+                .unwrap_or_else(|| name.to_string()),
+        }
+    }
+
+    /// Orders for a node given what it holds: launches of the ranks allocated to it that it
+    /// does not have (each with the job's whole peer list and its own rank), kills for the
+    /// ranks of jobs being stopped (cancel, preemption, another rank failed or its node lost)
+    /// and for jobs it runs that are not (or no longer) its, except those it already reports
+    /// `stopping`.
+    pub fn orders(
+        &self,
+        node: &str,
+        held: &BTreeSet<JobId>,
+        stopping: &BTreeSet<JobId>,
+    ) -> (Vec<LaunchOrder>, Vec<KillOrder>) {
+        let mut launch = Vec::new();
+        let mut kill = Vec::new();
+        for job in self.jobs_on(node) {
+            let Some(rank) = job.rank_on(node) else {
+                continue;
+            };
+            let alloc = &job.allocs[rank as usize];
+            let stop_asked = job.cancel_requested || job.stop.is_some();
+            if !held.contains(&job.id) {
+                let fresh = alloc.start_time.is_none() && !alloc.ended();
+                if job.state == JobState::Starting && fresh && !stop_asked {
+                    if let Some(spec) = &job.spec {
+                        launch.push(LaunchOrder {
+                            id: job.id,
+                            owner: job.owner.clone(),
+                            spec: spec.clone(),
+                            cpu_ids: alloc.cpu_ids.clone(),
+                            gpu_ids: alloc.gpu_ids.clone(),
+                            restarts: job.restarts,
+                            rendezvous: Rendezvous {
+                                nodes: job.nodes().map(|n| self.peer(n)).collect(),
+                                node_rank: rank,
+                                port: job.port,
+                            },
+                        });
+                    }
+                }
+            } else if stopping.contains(&job.id) {
+                // Its agent is stopping it already: nothing to repeat.
+            } else if alloc.ended() {
+                // Taken for ended (its node was lost, then came back): it must not run on.
+                kill.push(KillOrder {
+                    id: job.id,
+                    reason: "job is not active on this node".into(),
+                });
+            } else if stop_asked {
+                let reason = match &job.stop {
+                    Some(stop) if !job.cancel_requested => stop.to_string(),
+                    _ => "cancelled".into(),
+                };
+                kill.push(KillOrder { id: job.id, reason });
+            }
+        }
+        for id in held.difference(stopping) {
+            let mine = self
+                .jobs
+                .get(id)
+                .is_some_and(|j| j.state.holds_resources() && j.rank_on(node).is_some());
+            if !mine {
+                kill.push(KillOrder {
+                    id: *id,
+                    reason: "job is not active on this node".into(),
+                });
+            }
+        }
+        (launch, kill)
+    }
+
     /// The job once its ranks have changed: as it is while some rank still runs, else ended
     /// (or requeued) as its ranks and its stop say.
     pub(super) fn settle(&self, job: JobRecord, now: u64) -> Settled {
@@ -161,7 +248,9 @@ impl Cluster {
             }
             Some(stop @ Stop::RankFailed { .. }) => {
                 if gang && matches!(ended.state, JobState::Failed | JobState::OutOfMemory) {
-                    ended.reason = ended.reason.map(|r| format!("rank {rank} on node {node}: {r}"));
+                    ended.reason = ended
+                        .reason
+                        .map(|r| format!("rank {rank} on node {node}: {r}"));
                 }
                 ended.stop = Some(stop);
             }

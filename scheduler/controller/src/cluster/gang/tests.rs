@@ -89,7 +89,16 @@ fn ingest(c: &mut Cluster, node: &str, jobs: &[(JobId, Rank)], now: u64) -> Inge
 /// Submits a `nodes`-node job and brings every rank to running.
 fn running(c: &mut Cluster, nodes: u32, req: JobRequest) -> JobId {
     let ann = caller(1000, "ann");
-    let id = submit_job(c, &ann, JobRequest { nodes: Some(nodes), ..req }, 10).unwrap();
+    let id = submit_job(
+        c,
+        &ann,
+        JobRequest {
+            nodes: Some(nodes),
+            ..req
+        },
+        10,
+    )
+    .unwrap();
     c.schedule(1_000).unwrap();
     for i in 1..=nodes {
         poll(c, &format!("g{i}"), &[(id, Rank::Running)], 1_500);
@@ -110,13 +119,19 @@ fn a_three_node_job_starts_at_once_with_a_rank_per_node_and_one_port() {
     let id = submit_job(&mut c, &ann, gang(3), 10).unwrap();
     let two = submit_job(&mut c, &ann, gang(2), 20).unwrap();
     let woken = c.schedule(1_000).unwrap();
-    assert_eq!(woken, BTreeSet::from(["g1".into(), "g2".into(), "g3".into()]));
+    assert_eq!(
+        woken,
+        BTreeSet::from(["g1".into(), "g2".into(), "g3".into()])
+    );
     let job = record(&c, id);
     assert_eq!(job.state, JobState::Starting);
     assert_eq!(job.nodes().collect::<Vec<_>>(), ["g1", "g2", "g3"]);
     assert_eq!(job.nodelist(), "g[1-3]");
     assert_eq!(job.reason.as_deref(), Some("starting on g[1-3]"));
-    assert!(job.allocs.iter().all(|a| a.cpu_ids.len() == 4), "whole nodes of 4 CPUs");
+    assert!(
+        job.allocs.iter().all(|a| a.cpu_ids.len() == 4),
+        "whole nodes of 4 CPUs"
+    );
     // The two-node job waits for two whole nodes, and says so.
     let waits = record(&c, two).reason.unwrap();
     assert!(waits.contains("needs 2 nodes at once"), "{waits}");
@@ -151,7 +166,10 @@ fn a_three_node_job_starts_at_once_with_a_rank_per_node_and_one_port() {
     assert!(launch.is_empty());
     poll(&mut c, "g2", &[(id, Rank::Running)], 1_600);
     let job = record(&c, id);
-    assert_eq!((job.state, job.start_time), (JobState::Running, Some(1_000)));
+    assert_eq!(
+        (job.state, job.start_time),
+        (JobState::Running, Some(1_000))
+    );
 
     // Every rank exits 0: COMPLETED; rank 0 ending first stops nothing.
     poll(&mut c, "g1", &[(id, Rank::Exited(0))], 5_000);
@@ -226,7 +244,11 @@ fn a_lost_node_requeues_the_gang_once_its_other_ranks_are_stopped() {
     let wake = c.check_nodes(TIMEOUT + 2_000).unwrap();
     assert_eq!(wake, BTreeSet::from(["g1".into()]));
     let job = record(&c, id);
-    assert_eq!(job.state, JobState::Running, "rank 0 is still to be stopped");
+    assert_eq!(
+        job.state,
+        JobState::Running,
+        "rank 0 is still to be stopped"
+    );
     assert_eq!(
         job.stop,
         Some(Stop::NodeLost {
@@ -247,7 +269,11 @@ fn a_lost_node_requeues_the_gang_once_its_other_ranks_are_stopped() {
     poll(&mut c, "g1", &[], TIMEOUT + 4_000);
     assert!(record(&c, id).requeued_from.is_empty());
     poll(&mut c, "g2", &[(id, Rank::Running)], TIMEOUT + 5_000);
-    assert_eq!(record(&c, id).requeued_from, ["g2"], "not restarted beside its old run");
+    assert_eq!(
+        record(&c, id).requeued_from,
+        ["g2"],
+        "not restarted beside its old run"
+    );
     c.schedule(TIMEOUT + 5_100).unwrap();
     assert_eq!(record(&c, id).state, JobState::Pending);
     let (launch, kill) = c.orders("g2", &held(id), &BTreeSet::new());
@@ -331,10 +357,7 @@ fn a_gang_job_survives_a_controller_restart() {
     assert!(launch.is_empty() && kill.is_empty());
     poll(&mut c, "g2", &[(id, Rank::Exited(0))], 3_000);
     poll(&mut c, "g1", &[(id, Rank::Exited(0))], 3_100);
-    assert_eq!(
-        c.store.job(id).unwrap().unwrap().state,
-        JobState::Completed
-    );
+    assert_eq!(c.store.job(id).unwrap().unwrap().state, JobState::Completed);
 }
 
 #[test]
@@ -387,4 +410,143 @@ fn gang_shapes_are_checked_at_submit() {
     let id = submit_job(&mut c, &ann, fine, 10).unwrap();
     c.schedule(1_000).unwrap();
     assert_eq!(record(&c, id).nodelist(), "g[1-2]");
+}
+
+#[test]
+fn a_preempted_gang_is_stopped_everywhere_and_waits_for_every_node_to_let_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    let mut scav = wharf_core::Partition::new("scav", &[]);
+    scav.preempt_mode = wharf_core::PreemptMode::Requeue;
+    let mut high = wharf_core::Partition::new("high", &[]);
+    high.priority_tier = 1;
+    config.partitions = vec![scav, high];
+    let mut c = gang_cluster(&dir, 2, config);
+    let low = running(
+        &mut c,
+        2,
+        JobRequest {
+            partition: Some("scav".into()),
+            ..gang(2)
+        },
+    );
+    let ann = caller(1000, "ann");
+    let urgent = JobRequest {
+        partition: Some("high".into()),
+        ..gang(2)
+    };
+    let high = submit_job(&mut c, &ann, urgent, 2_000).unwrap();
+    let woken = c.schedule(3_000).unwrap();
+    assert_eq!(woken, BTreeSet::from(["g1".into(), "g2".into()]));
+    for node in ["g1", "g2"] {
+        let (_, kill) = c.orders(node, &held(low), &BTreeSet::new());
+        assert_eq!(kill[0].reason, format!("preempted by job {high}"), "{node}");
+    }
+    poll(&mut c, "g1", &[(low, Rank::Killed)], 4_000);
+    assert_eq!(
+        record(&c, low).state,
+        JobState::Running,
+        "g2's rank still runs"
+    );
+    poll(&mut c, "g2", &[(low, Rank::Killed)], 4_100);
+    let requeued = record(&c, low);
+    assert_eq!((requeued.state, requeued.restarts), (JobState::Pending, 1));
+    assert_eq!(requeued.requeued_from, ["g1", "g2"]);
+    // The high job takes both nodes; the low one waits until both have let go.
+    c.schedule(5_000).unwrap();
+    assert_eq!(record(&c, high).state, JobState::Starting);
+    poll(&mut c, "g1", &[(high, Rank::Running)], 5_500);
+    assert_eq!(record(&c, low).requeued_from, ["g2"]);
+    poll(&mut c, "g2", &[(high, Rank::Running)], 5_600);
+    assert!(record(&c, low).requeued_from.is_empty());
+    assert_eq!(record(&c, high).state, JobState::Running);
+}
+
+#[test]
+fn a_rank_out_of_memory_ends_the_gang_out_of_memory_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 2, wharf_core::Config::default());
+    let id = running(&mut c, 2, gang(2));
+    let oom = AgentJob {
+        id,
+        start_time: Some(1_000),
+        exit: Some(ExitInfo {
+            signal: Some(9),
+            oom: true,
+            ..Default::default()
+        }),
+        end_time: Some(3_000),
+        stopping: false,
+    };
+    let report = PollRequest {
+        node: "g1".into(),
+        jobs: vec![oom],
+        wait_ms: 0,
+        images: vec![],
+    };
+    c.ingest(&report, 3_000).unwrap();
+    assert_eq!(
+        record(&c, id).stop,
+        Some(Stop::RankFailed {
+            node: "g1".into(),
+            rank: 0
+        })
+    );
+    poll(&mut c, "g2", &[(id, Rank::Killed)], 4_000);
+    let done = c.store.job(id).unwrap().unwrap();
+    assert_eq!(done.state, JobState::OutOfMemory);
+    let reason = done.reason.unwrap();
+    assert!(
+        reason.starts_with("rank 0 on node g1: killed by the kernel"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_gangs_usage_is_every_nodes() {
+    use wharf_api::usage::JobUsage;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 2, wharf_core::Config::default());
+    let id = running(&mut c, 2, gang(2));
+    for (node, cpu, peak) in [("g1", 4_000, 3 << 20), ("g2", 6_000, 5 << 20)] {
+        let ended = AgentJob {
+            id,
+            start_time: Some(1_000),
+            exit: Some(ExitInfo {
+                code: Some(0),
+                usage: Some(JobUsage {
+                    cpu_time_ms: Some(cpu),
+                    memory_peak: Some(peak),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            end_time: Some(9_000),
+            stopping: false,
+        };
+        let report = PollRequest {
+            node: node.into(),
+            jobs: vec![ended],
+            wait_ms: 0,
+            images: vec![],
+        };
+        c.ingest(&report, 9_000).unwrap();
+    }
+    let done = c.store.job(id).unwrap().unwrap();
+    assert_eq!(done.state, JobState::Completed);
+    let usage = done.exit.unwrap().usage.unwrap();
+    assert_eq!(usage.cpu_time_ms, Some(10_000), "summed");
+    assert_eq!(usage.memory_peak, Some(5 << 20), "the most on one node");
+    assert_eq!(
+        done.allocs[1]
+            .exit
+            .as_ref()
+            .unwrap()
+            .usage
+            .as_ref()
+            .unwrap()
+            .cpu_time_ms,
+        Some(6_000),
+        "each rank's own kept"
+    );
 }
