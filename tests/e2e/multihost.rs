@@ -102,6 +102,40 @@ fn allreduce_program_sums_across_local_ranks() {
     }
     assert_all_ranks_ok(&all, 3, 1001);
 
+    // Ranks that disagree on the world fail, and rank 0 says how.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let run = |rank: &str, world: &str| {
+        Command::new("python3")
+            .args([&example("allreduce.py"), "--timeout", "30"])
+            .envs([
+                ("MASTER_ADDR", "127.0.0.1"),
+                ("MASTER_PORT", &port.to_string()),
+                ("RANK", rank),
+                ("WORLD_SIZE", world),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python3")
+    };
+    let (zero, one) = (run("0", "2"), run("1", "3"));
+    let (zero, one) = (
+        zero.wait_with_output().unwrap(),
+        one.wait_with_output().unwrap(),
+    );
+    assert_eq!(zero.status.code(), Some(2), "{}", stderr(&zero));
+    assert!(
+        stderr(&zero).contains("rank 1 says WORLD_SIZE=3, rank 0 has 2"),
+        "{}",
+        stderr(&zero)
+    );
+    assert_eq!(one.status.code(), Some(2), "{}", stderr(&one));
+    assert!(!stdout(&zero).contains("allreduce ok") && !stdout(&one).contains("allreduce ok"));
+
     // Alone, a rank reduces with itself; a rank outside the world is refused, saying so.
     let alone = Command::new("python3")
         .args([&example("allreduce.py"), "--length", "10"])
