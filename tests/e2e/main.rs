@@ -18,6 +18,8 @@ mod job_files;
 mod job_forms;
 mod jobfile;
 mod lifecycle;
+mod multihost;
+mod netns;
 mod node_selection;
 mod options;
 mod preemption;
