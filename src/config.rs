@@ -331,6 +331,17 @@ pub fn duration(key: &str, text: &str) -> Result<Duration> {
         .map_err(|e| anyhow::anyhow!("{key}: {e}"))
 }
 
+/// Parses a duration setting where zero (`0`, `0s`, `0m`, ...) turns the feature off.
+pub fn duration_or_off(key: &str, text: &str) -> Result<Duration> {
+    let number = text
+        .trim()
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    if !number.is_empty() && number.bytes().all(|b| b == b'0') {
+        return Ok(Duration::ZERO);
+    }
+    duration(key, text)
+}
+
 /// Parses a size setting.
 pub fn size(key: &str, text: &str) -> Result<u64> {
     wharf_api::parse_memory(text).map_err(|e| anyhow::anyhow!("{key}: {e}"))
@@ -424,6 +435,25 @@ pub fn admin_uids(names: &[String]) -> Result<Vec<u32>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn zero_turns_an_optional_interval_off_and_other_durations_still_parse() {
+        use std::time::Duration;
+        for off in ["0", "0s", "00m", " 0s "] {
+            assert_eq!(
+                super::duration_or_off("k", off).unwrap(),
+                Duration::ZERO,
+                "{off}"
+            );
+        }
+        assert_eq!(
+            super::duration_or_off("k", "10s").unwrap(),
+            Duration::from_secs(10)
+        );
+        let e = super::duration_or_off("k", "s").unwrap_err().to_string();
+        assert!(e.starts_with("k:"), "{e}");
+        assert!(super::duration("k", "0s").is_err());
+    }
+
     use super::*;
 
     #[test]

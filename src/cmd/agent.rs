@@ -53,7 +53,7 @@ pub fn settings(file: &FileConfig, token: String) -> Result<wharf_agent::AgentCo
         reserved_memory: config::size("agent.reserved_memory", &a.reserved_memory)?,
         dev_root: a.dev_root.clone(),
         nvml: a.nvml,
-        sample_interval: config::duration("agent.sample_interval", &a.sample_interval)?,
+        sample_interval: config::duration_or_off("agent.sample_interval", &a.sample_interval)?,
         backend: match a.backend.as_str() {
             "oci" => wharf_agent::BackendKind::Oci,
             "docker" => wharf_agent::BackendKind::Docker(a.docker_socket.clone()),
