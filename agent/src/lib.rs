@@ -8,6 +8,7 @@
 pub mod cdi;
 pub mod discover;
 pub mod env;
+pub mod images;
 pub mod launch;
 pub mod usage;
 pub mod watch;
@@ -39,6 +40,8 @@ pub struct AgentConfig {
     pub state_dir: PathBuf,
     /// The node's image store.
     pub image_store: PathBuf,
+    /// How registry images are pulled (`[images]`).
+    pub registry: wharf_images::registry::RegistryOptions,
     /// The binary that runs `shim` (normally this one).
     pub shim_exe: PathBuf,
     /// Host id container root maps to.
@@ -161,6 +164,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         cfg.sample_interval,
         machine.clone(),
     );
+    let pulls = images::Pulls::default();
     let mut wait_ms = 0;
     let mut registered = false;
     let mut detail = Detail::default();
@@ -202,14 +206,15 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         };
         match result {
             Ok(orders) => {
-                let (c, l, i, m) = (
+                let (c, l, i, m, p) = (
                     cfg.clone(),
                     launcher.clone(),
                     images.clone(),
                     machine.clone(),
+                    pulls.clone(),
                 );
                 let _ =
-                    tokio::task::spawn_blocking(move || carry_out(&c, l.as_ref(), &i, &m, orders))
+                    tokio::task::spawn_blocking(move || carry_out(&c, &l, &i, &m, &p, orders))
                         .await;
             }
             Err(ClientError::Api { status: 404, .. }) => registered = false,
@@ -408,14 +413,16 @@ fn exit_info(o: &Outcome) -> ExitInfo {
 
 fn carry_out(
     cfg: &AgentConfig,
-    launcher: &dyn Backend,
+    launcher: &Arc<dyn Backend>,
     images: &wharf_images::ImageStore,
     machine: &discover::Machine,
+    pulls: &images::Pulls,
     orders: PollResponse,
 ) {
     for order in &orders.launch {
-        start(cfg, launcher, images, machine, order);
+        start(cfg, launcher, images, machine, pulls, order);
     }
+    let launcher = launcher.as_ref();
     for kill in &orders.kill {
         let dir = launch::job_dir(&cfg.state_dir, kill.id);
         tracing::info!(job = kill.id, reason = %kill.reason, "stopping job");
@@ -464,22 +471,53 @@ fn traverse_only_dir(dir: &std::path::Path) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
 }
 
-/// Launches a job unless this node already has it (orders are repeated until confirmed).
+/// Launches a job unless this node already has it (orders are repeated until confirmed); a
+/// job whose registry image is not here yet is pulled first, on a thread of its own.
 fn start(
+    cfg: &AgentConfig,
+    launcher: &Arc<dyn Backend>,
+    images: &wharf_images::ImageStore,
+    machine: &discover::Machine,
+    pulls: &images::Pulls,
+    order: &LaunchOrder,
+) {
+    let dir = launch::job_dir(&cfg.state_dir, order.id);
+    if dir.path().exists() || pulls.pulling(order.id) {
+        return;
+    }
+    if let Some(reference) = images::to_pull(cfg, images, &order.spec.image) {
+        let (c, l, i, m, o) = (
+            cfg.clone(),
+            launcher.clone(),
+            images.clone(),
+            machine.clone(),
+            order.clone(),
+        );
+        pulls.spawn(order.id, move || {
+            let ready = images::pull_for(&c, &i, &o, &reference);
+            launch_now(&c, l.as_ref(), &i, &m, &o, ready);
+        });
+        return;
+    }
+    launch_now(cfg, launcher.as_ref(), images, machine, order, Ok(()));
+}
+
+/// Launches `order` now, or records why it cannot run (`ready`'s error: a failed pull).
+fn launch_now(
     cfg: &AgentConfig,
     launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
     machine: &discover::Machine,
     order: &LaunchOrder,
+    ready: Result<(), String>,
 ) {
     let dir = launch::job_dir(&cfg.state_dir, order.id);
-    if dir.path().exists() {
-        return;
-    }
     tracing::info!(job = order.id, user = %order.owner.user, image = %order.spec.image, "launching");
-    let result = launch::container_spec(cfg, images, order, machine)
-        .map_err(|e| e.to_string())
-        .and_then(|spec| launcher.launch(&dir, &spec).map_err(|e| e.to_string()));
+    let result = ready.and_then(|()| {
+        launch::container_spec(cfg, images, order, machine)
+            .map_err(|e| e.to_string())
+            .and_then(|spec| launcher.launch(&dir, &spec).map_err(|e| e.to_string()))
+    });
     if let Err(message) = result {
         tracing::warn!(job = order.id, error = %message, "launch failed");
         let _ = traverse_only_dir(dir.path());
