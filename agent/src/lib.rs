@@ -189,7 +189,8 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                 }
             }
         }
-        let ((mut jobs, shims), image_names) = local_state(&cfg, launcher.as_ref(), &images);
+        let ((mut jobs, shims), image_names) =
+            local_state(&cfg, launcher.as_ref(), &images, &pulls);
         detail.apply(&mut jobs);
         let req = PollRequest {
             node: cfg.node_name.clone(),
@@ -202,7 +203,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         // not at the end of a long poll.
         let result = tokio::select! {
             r = poll => r,
-            () = local_change(&cfg, launcher.as_ref(), &images, &changes, &req, shims) => continue,
+            () = local_change(&cfg, launcher.as_ref(), &images, &pulls, &changes, &req, shims) => continue,
         };
         match result {
             Ok(orders) => {
@@ -213,9 +214,8 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                     machine.clone(),
                     pulls.clone(),
                 );
-                let _ =
-                    tokio::task::spawn_blocking(move || carry_out(&c, &l, &i, &m, &p, orders))
-                        .await;
+                let _ = tokio::task::spawn_blocking(move || carry_out(&c, &l, &i, &m, &p, orders))
+                    .await;
             }
             Err(ClientError::Api { status: 404, .. }) => registered = false,
             // The report itself was refused (too large for the controller): registering
@@ -296,8 +296,9 @@ fn local_state(
     cfg: &AgentConfig,
     launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
+    pulls: &images::Pulls,
 ) -> ((Vec<AgentJob>, Vec<u32>), Vec<String>) {
-    (report(cfg, launcher, true), image_names(cfg, images))
+    (report(cfg, launcher, pulls, true), image_names(cfg, images))
 }
 
 /// The images this node can run: its store's, or the Docker engine's.
@@ -323,6 +324,7 @@ async fn local_change(
     cfg: &AgentConfig,
     launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
+    pulls: &images::Pulls,
     changes: &watch::Changes,
     sent: &PollRequest,
     mut shims: Vec<u32>,
@@ -336,7 +338,7 @@ async fn local_change(
     loop {
         changes.next(&shims).await;
         // Only the jobs' shapes are compared: their usage is not read here.
-        let (jobs, live) = report(cfg, launcher, false);
+        let (jobs, live) = report(cfg, launcher, pulls, false);
         let images_changed =
             cfg.backend == BackendKind::Oci && image_names(cfg, images) != sent.images;
         if shape(&jobs) != before || images_changed {
@@ -347,8 +349,15 @@ async fn local_change(
 }
 
 /// Every job this node holds, from its directories, and the pids of the live shims; ended
-/// jobs' measured usage only when `usage` (it is read from their files).
-fn report(cfg: &AgentConfig, launcher: &dyn Backend, usage: bool) -> (Vec<AgentJob>, Vec<u32>) {
+/// jobs' measured usage only when `usage` (it is read from their files). A job whose image is
+/// being pulled is left out until its launch is over: its directory may exist without its
+/// shim yet, which would read as a lost job.
+fn report(
+    cfg: &AgentConfig,
+    launcher: &dyn Backend,
+    pulls: &images::Pulls,
+    usage: bool,
+) -> (Vec<AgentJob>, Vec<u32>) {
     let Ok(entries) = std::fs::read_dir(cfg.state_dir.join("jobs")) else {
         return (vec![], vec![]);
     };
@@ -362,6 +371,9 @@ fn report(cfg: &AgentConfig, launcher: &dyn Backend, usage: bool) -> (Vec<AgentJ
         else {
             continue;
         };
+        if pulls.pulling(id) {
+            continue;
+        }
         let dir = JobDir::new(entry.path());
         let (exit, end_time, start_time) = match launcher.status(&dir) {
             JobStatus::Running { pid, started_ms } => {

@@ -109,7 +109,9 @@ impl StoreArg {
 
     /// The configuration's registry settings (`[images]`).
     fn registry(&self) -> Result<wharf_images::registry::RegistryOptions> {
-        crate::config::load(self.config.as_deref())?.images.registry()
+        crate::config::load(self.config.as_deref())?
+            .images
+            .registry()
     }
 }
 
@@ -135,7 +137,11 @@ fn print_progress(event: &wharf_images::PullEvent) {
             "Layer {index} {} ({}): {}",
             output::clean(digest),
             format_memory(*size),
-            if *fetched { "fetched and unpacked" } else { "already here" }
+            if *fetched {
+                "fetched and unpacked"
+            } else {
+                "already here"
+            }
         ),
         PullEvent::Done(_) => {}
     }

@@ -13,6 +13,7 @@ mod flags;
 mod gpu;
 mod harness;
 mod images;
+mod images_registry;
 mod job_files;
 mod job_forms;
 mod jobfile;
