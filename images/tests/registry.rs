@@ -365,3 +365,86 @@ fn registry_errors_are_named_and_basic_credentials_are_sent() {
     assert_eq!(err.kind, ErrorKind::Unavailable, "{err}");
     assert!(err.message.contains("cannot reach the registry"), "{err}");
 }
+
+#[test]
+fn concurrent_pulls_of_one_image_download_each_layer_once() {
+    if !tools("concurrent_pulls_of_one_image_download_each_layer_once") {
+        return;
+    }
+    let reg = Loopback::start(false);
+    let s = scratch();
+    let layout = Layout::new(s.work.join("layout"));
+    let big = |seed: u8| {
+        let data: Vec<u8> = (0..(1u32 << 20))
+            .map(|i| (i as u8).wrapping_mul(seed))
+            .collect();
+        gzip(&Tar::new().file(&format!("f{seed}"), &data).bytes())
+    };
+    let m = layout.manifest(&[(LAYER_GZIP, big(3)), (LAYER_GZIP, big(7))]);
+    layout.index(vec![tagged(m, "v1")]);
+    reg.push(&layout.dir, "v1", "test/shared", None);
+    let r = reg.reference("test/shared:v1");
+
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..6)
+            .map(|_| {
+                let (store, r) = (s.store.clone(), r.clone());
+                scope.spawn(move || {
+                    let mut events = Vec::new();
+                    let info = store.pull(&r, &RegistryOptions::default(), &mut |e| events.push(e));
+                    (info.unwrap(), fetched(&events))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for layer in 0..2 {
+        let downloads = results.iter().filter(|(_, f)| f[layer]).count();
+        assert_eq!(
+            downloads,
+            1,
+            "layer {} fetched by {downloads} pulls",
+            layer + 1
+        );
+    }
+    let roots: std::collections::BTreeSet<_> =
+        results.iter().map(|(i, _)| i.rootfs.clone()).collect();
+    assert_eq!(roots.len(), 1);
+    assert_eq!(entries(&s.store.root().join("roots")), 1);
+    s.assert_no_leftovers();
+}
+
+#[test]
+fn a_hostile_layer_from_a_registry_writes_nothing_outside_and_leaves_nothing() {
+    if !tools("a_hostile_layer_from_a_registry_writes_nothing_outside_and_leaves_nothing") {
+        return;
+    }
+    let reg = Loopback::start(false);
+    let s = scratch();
+    let layout = Layout::new(s.work.join("layout"));
+    let outside = s.outside.join("escaped");
+    let hostile = Tar::new()
+        .symlink("link", s.outside.to_str().unwrap())
+        .file("link/escaped", b"through the symlink")
+        .raw(tar::EntryType::Regular, b"../../escaped", b"", b"up", 0o644)
+        .bytes();
+    let m = layout.manifest(&[(LAYER_GZIP, base_layer()), (LAYER_GZIP, gzip(&hostile))]);
+    layout.index(vec![tagged(m, "v1")]);
+    reg.push(&layout.dir, "v1", "test/hostile", None);
+
+    let (res, events) = pull(&s, &reg.reference("test/hostile:v1"));
+    let err = res.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidInput, "{err}");
+    assert!(
+        err.message.contains("layer 2") && err.message.contains("link/escaped"),
+        "{err}"
+    );
+    assert!(!outside.exists());
+    s.assert_outside_untouched();
+    // The good base layer stays for the next image; nothing of the hostile one, no root.
+    assert_eq!(fetched(&events), [true]);
+    assert_eq!(entries(&s.store.root().join("layers")), 1);
+    assert_eq!(entries(&s.store.root().join("roots")), 0);
+    assert!(s.store.list().unwrap().is_empty());
+    s.assert_no_leftovers();
+}
