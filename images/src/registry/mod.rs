@@ -158,6 +158,8 @@ impl Registry {
             .timeout_connect(opts.timeout)
             .timeout_read(opts.timeout)
             .user_agent(concat!("wharf/", env!("CARGO_PKG_VERSION")))
+            // Blob stores redirect; credentials follow to the same host only.
+            .redirect_auth_headers(ureq::RedirectAuthHeaders::SameHost)
             .build();
         let creds = opts
             .credentials
@@ -227,7 +229,10 @@ impl Registry {
     pub fn blob(&self, digest: &str) -> Result<Box<dyn Read + Send + Sync>> {
         let what = format!("blob {digest} of {}", self.name);
         let resp = self.get(&format!("{}/blobs/{digest}", self.base), None, &what)?;
-        Ok(resp.into_reader())
+        Ok(Box::new(Download {
+            inner: resp.into_reader(),
+            what,
+        }))
     }
 
     /// GET `url`, authenticating on a `401` as the registry asks, once.
@@ -316,6 +321,25 @@ impl Registry {
                 format!("{what}: cannot reach the registry: {t}"),
             ),
         }
+    }
+}
+
+/// A response body whose read errors say that the download broke off (`Unavailable`, worth
+/// a retry), not that the content is bad, whatever reader they pass through.
+struct Download {
+    inner: Box<dyn Read + Send + Sync>,
+    what: String,
+}
+
+impl Read for Download {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.inner.read(buf).map_err(|e| {
+            ImageError::new(
+                ErrorKind::Unavailable,
+                format!("downloading {} broke off: {e}", self.what),
+            )
+            .into_io()
+        })
     }
 }
 
