@@ -448,3 +448,116 @@ fn a_hostile_layer_from_a_registry_writes_nothing_outside_and_leaves_nothing() {
     assert!(s.store.list().unwrap().is_empty());
     s.assert_no_leftovers();
 }
+
+/// A registry of one image that breaks off the first download of its layer half way, and
+/// answers range requests; counts the layer's requests.
+fn flaky_registry(
+    manifest: Vec<u8>,
+    config: (String, Vec<u8>),
+    layer: (String, Vec<u8>),
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let layer_requests = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = layer_requests.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            let path = line.split(' ').nth(1).unwrap_or("").to_string();
+            let mut range = None;
+            loop {
+                let mut h = String::new();
+                reader.read_line(&mut h).unwrap();
+                if h.trim().is_empty() {
+                    break;
+                }
+                if let Some(v) = h.to_ascii_lowercase().strip_prefix("range: bytes=") {
+                    range = v.trim().trim_end_matches('-').parse::<usize>().ok();
+                }
+            }
+            let send = |conn: &mut std::net::TcpStream,
+                        status: &str,
+                        extra: &str,
+                        body: &[u8],
+                        cut: usize| {
+                let head = format!(
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n",
+                    body.len()
+                );
+                conn.write_all(head.as_bytes()).unwrap();
+                let _ = conn.write_all(&body[..cut.min(body.len())]);
+            };
+            if path.ends_with("/manifests/v1") {
+                let ct = "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n";
+                send(&mut conn, "200 OK", ct, &manifest, usize::MAX);
+            } else if path.ends_with(&config.0) {
+                send(&mut conn, "200 OK", "", &config.1, usize::MAX);
+            } else if path.ends_with(&layer.0) {
+                let n = count.fetch_add(1, Ordering::SeqCst);
+                match range {
+                    Some(from) => {
+                        let cr = format!(
+                            "Content-Range: bytes {from}-{}/{}\r\n",
+                            layer.1.len() - 1,
+                            layer.1.len()
+                        );
+                        send(
+                            &mut conn,
+                            "206 Partial Content",
+                            &cr,
+                            &layer.1[from..],
+                            usize::MAX,
+                        );
+                    }
+                    // The first try breaks off half way.
+                    None if n == 0 => send(&mut conn, "200 OK", "", &layer.1, layer.1.len() / 2),
+                    None => send(&mut conn, "200 OK", "", &layer.1, usize::MAX),
+                }
+            } else {
+                send(&mut conn, "404 Not Found", "", b"{}", usize::MAX);
+            }
+            let _ = conn.shutdown(std::net::Shutdown::Both);
+        }
+    });
+    (addr, layer_requests)
+}
+
+#[test]
+fn a_download_broken_off_mid_layer_is_resumed_from_the_last_byte() {
+    let layer_tar = {
+        let data: Vec<u8> = (0..(4u32 << 20))
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        Tar::new().file("big", &data).bytes()
+    };
+    let layer = gzip(&layer_tar);
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "rootfs": { "type": "layers", "diff_ids": [sha256(&layer_tar)] },
+    }))
+    .unwrap();
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": MANIFEST,
+        "config": { "mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha256(&config), "size": config.len() },
+        "layers": [{ "mediaType": LAYER_GZIP, "digest": sha256(&layer), "size": layer.len() }],
+    }))
+    .unwrap();
+    let (addr, requests) =
+        flaky_registry(manifest, (sha256(&config), config), (sha256(&layer), layer));
+    let s = scratch();
+    let r: ImageRef = format!("{addr}/test/drop:v1").parse().unwrap();
+    let (res, _) = pull(&s, &r);
+    let info = res.unwrap();
+    assert_eq!(fs::read(info.rootfs.join("big")).unwrap().len(), 4 << 20);
+    assert_eq!(
+        requests.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "one resume"
+    );
+    s.assert_no_leftovers();
+}

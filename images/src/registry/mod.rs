@@ -228,10 +228,16 @@ impl Registry {
     /// Errors: as [`Registry::manifest`].
     pub fn blob(&self, digest: &str) -> Result<Box<dyn Read + Send + Sync>> {
         let what = format!("blob {digest} of {}", self.name);
-        let resp = self.get(&format!("{}/blobs/{digest}", self.base), None, &what)?;
+        let url = format!("{}/blobs/{digest}", self.base);
+        let resp = self.get(&url, None, &what)?;
         Ok(Box::new(Download {
+            agent: self.agent.clone(),
+            auth: self.auth.lock().map(|a| a.clone()).unwrap_or(None),
+            url,
             inner: resp.into_reader(),
             what,
+            read: 0,
+            resumes: 0,
         }))
     }
 
@@ -324,22 +330,94 @@ impl Registry {
     }
 }
 
-/// A response body whose read errors say that the download broke off (`Unavailable`, worth
-/// a retry), not that the content is bad, whatever reader they pass through.
+/// How many times one blob download is resumed after breaking off.
+const MAX_RESUMES: u32 = 4;
+
+/// A blob's body that resumes from the last byte read when the connection breaks off (a
+/// `Range` request; a registry that ignores it is read again and the bytes already had are
+/// skipped), after a short backoff, up to [`MAX_RESUMES`] times. Its read errors then say the
+/// download broke off (`Unavailable`, worth a later retry), not that the content is bad,
+/// whatever reader they pass through. The caller checks size and digest as ever.
 struct Download {
+    agent: ureq::Agent,
+    auth: Option<String>,
+    url: String,
     inner: Box<dyn Read + Send + Sync>,
     what: String,
+    read: u64,
+    resumes: u32,
+}
+
+impl Download {
+    /// A body from byte `self.read` on.
+    fn resume(&mut self) -> std::result::Result<Box<dyn Read + Send + Sync>, String> {
+        let mut req = self
+            .agent
+            .get(&self.url)
+            .set("Range", &format!("bytes={}-", self.read));
+        if let Some(a) = &self.auth {
+            req = req.set("Authorization", a);
+        }
+        let resp = req.call().map_err(|e| e.to_string())?;
+        let from = format!("bytes {}-", self.read);
+        match resp.status() {
+            206 if resp
+                .header("Content-Range")
+                .is_some_and(|r| r.starts_with(&from)) =>
+            {
+                Ok(resp.into_reader())
+            }
+            200 => {
+                let mut body = resp.into_reader();
+                let skipped = std::io::copy(&mut (&mut body).take(self.read), &mut std::io::sink())
+                    .map_err(|e| e.to_string())?;
+                if skipped != self.read {
+                    return Err("the blob is shorter than what was already read".into());
+                }
+                Ok(body)
+            }
+            code => Err(format!("HTTP {code} to a range request")),
+        }
+    }
 }
 
 impl Read for Download {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.inner.read(buf).map_err(|e| {
-            ImageError::new(
-                ErrorKind::Unavailable,
-                format!("downloading {} broke off: {e}", self.what),
-            )
-            .into_io()
-        })
+        loop {
+            let err = match self.inner.read(buf) {
+                Ok(n) => {
+                    self.read += n as u64;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => e.to_string(),
+            };
+            let mut why = err;
+            while self.resumes < MAX_RESUMES {
+                self.resumes += 1;
+                std::thread::sleep(Duration::from_millis(200 << self.resumes));
+                tracing::warn!(blob = %self.what, at = self.read, error = %why, "resuming a download");
+                match self.resume() {
+                    Ok(body) => {
+                        self.inner = body;
+                        why.clear();
+                        break;
+                    }
+                    Err(e) => why = e,
+                }
+            }
+            if !why.is_empty() {
+                return Err(ImageError::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "downloading {} broke off after {} bytes and {} attempts to resume: \
+                         {why}",
+                        self.what, self.read, self.resumes
+                    ),
+                )
+                .into_io());
+            }
+        }
     }
 }
 
