@@ -10,10 +10,11 @@
 //!
 //! Why a merged root rather than the layers as overlay lower directories: the sandbox mounts
 //! one lower directory under the job's own layer, and idmaps it for jobs that are root inside;
-//! a merged root keeps that flow as it is (one mount, one idmap), costs a copy once per image
-//! digest, and a warm start is the same single overlay mount as an imported image's. The
-//! layers stay the unit of download and of unpacking: a second image on the same base fetches
-//! and unpacks only its new layers.
+//! a merged root keeps that flow as it is (one mount, one idmap), and a warm start is the same
+//! single overlay mount as an imported image's. The root is made of hard links to the layers'
+//! files ([`crate::stack`]), so it costs directory entries, not a copy. The layers stay the
+//! unit of download and of unpacking: a second image on the same base fetches and unpacks
+//! only its new layers.
 //!
 //! A layer is unpacked straight from the download, through the same extractor and limits as
 //! an import, into a staging directory that is published by one rename only once the blob
@@ -26,13 +27,13 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::dirsource::with_tar_stream;
 use crate::error::{ImageError, Result};
 use crate::extract::{apply_stream, Whiteouts};
 use crate::limits::Budget;
 use crate::oci::{sha256_hex, Descriptor};
 use crate::rootfs::RootDir;
-use crate::source::{read_blob, with_tar};
+use crate::source::read_blob;
+use crate::stack::stack;
 use crate::staging::Staging;
 
 pub(crate) const LAYERS: &str = "layers";
@@ -114,12 +115,7 @@ pub(crate) fn ensure_layer(
 
 /// Makes sure the root of the image with manifest digest `digest`, stacked from `layers`
 /// (directories, bottom first), exists; returns its path.
-pub(crate) fn ensure_root(
-    store: &Path,
-    digest: &str,
-    layers: &[PathBuf],
-    budget: &mut Budget,
-) -> Result<PathBuf> {
+pub(crate) fn ensure_root(store: &Path, digest: &str, layers: &[PathBuf]) -> Result<PathBuf> {
     let hex = sha256_hex(digest).map_err(|e| ImageError::invalid(format!("image digest {e}")))?;
     let dest = store.join(ROOTS).join(hex);
     let rootfs = dest.join("rootfs");
@@ -137,15 +133,8 @@ pub(crate) fn ensure_root(
         .create(&tree)
         .and_then(|()| fs::set_permissions(&tree, fs::Permissions::from_mode(0o755)))
         .map_err(|e| ImageError::io(format!("creating {}", tree.display()), e))?;
+    stack(&tree, layers)?;
     let root = RootDir::open(&tree)?;
-    for (i, layer) in layers.iter().enumerate() {
-        with_tar_stream(layer, |stream| {
-            with_tar(stream, budget, "a layer", |s, b| {
-                apply_stream(&root, s, Whiteouts::Apply, b)
-            })
-        })
-        .map_err(|e| ImageError::new(e.kind, format!("stacking layer {}: {}", i + 1, e.message)))?;
-    }
     root.ensure_mount_points()?;
     root.sync()?;
     drop(root);

@@ -49,6 +49,7 @@ pub mod registry;
 mod rootfs;
 pub mod sif;
 mod source;
+mod stack;
 mod staging;
 mod store;
 mod stream;

@@ -116,7 +116,7 @@ impl ImageStore {
             });
             dirs.push(layer_dir(self.root(), &desc.digest)?);
         }
-        let rootfs = ensure_root(self.root(), &digest, &dirs, &mut Budget::new(limits))?;
+        let rootfs = ensure_root(self.root(), &digest, &dirs)?;
         let info = self.publish_pulled(
             &name,
             digest,
