@@ -95,27 +95,15 @@ impl ImageStore {
             layers: manifest.layers.len(),
             bytes: manifest.layers.iter().map(|l| l.size).sum(),
         });
-        let mut budget = Budget::new(limits);
-        let mut dirs: Vec<PathBuf> = Vec::new();
-        for (i, (desc, diff_id)) in manifest.layers.iter().zip(&diff_ids).enumerate() {
-            sha256_hex(diff_id).map_err(|e| ImageError::invalid(format!("diff_id {e}")))?;
-            let fetched = ensure_layer(self.root(), desc, diff_id, &mut budget, || {
-                registry.blob(&desc.digest)
-            })
-            .map_err(|e| {
-                ImageError::new(
-                    e.kind,
-                    format!("{name}: layer {} ({}): {}", i + 1, desc.digest, e.message),
-                )
-            })?;
-            progress(PullEvent::Layer {
-                index: i + 1,
-                digest: desc.digest.clone(),
-                size: desc.size,
-                fetched,
-            });
-            dirs.push(layer_dir(self.root(), &desc.digest)?);
+        for id in &diff_ids {
+            sha256_hex(id).map_err(|e| ImageError::invalid(format!("diff_id {e}")))?;
         }
+        self.fetch_layers(&registry, &name, &manifest.layers, &diff_ids, progress)?;
+        let dirs = manifest
+            .layers
+            .iter()
+            .map(|l| layer_dir(self.root(), &l.digest))
+            .collect::<Result<Vec<PathBuf>>>()?;
         let rootfs = ensure_root(self.root(), &digest, &dirs)?;
         let info = self.publish_pulled(
             &name,
@@ -125,6 +113,87 @@ impl ImageStore {
         )?;
         progress(PullEvent::Done(info.clone()));
         Ok(info)
+    }
+}
+
+/// Most layers downloaded and unpacked at once by one pull.
+const PARALLEL_LAYERS: usize = 4;
+
+impl ImageStore {
+    /// Makes sure every layer is in the store, up to [`PARALLEL_LAYERS`] at a time, each
+    /// streamed from its download into the extractor. Each layer is counted against what the
+    /// layers finished before it left of the image's [`crate::Limits`], and their sum is
+    /// checked as each ends, so an image over its limits is refused (the layers that were
+    /// complete and verified are kept for other images). Reports each layer as it ends; on
+    /// an error, starts no more, waits for those running, and returns the first error.
+    fn fetch_layers(
+        &self,
+        registry: &Registry,
+        name: &str,
+        layers: &[Descriptor],
+        diff_ids: &[String],
+        progress: &mut dyn FnMut(PullEvent),
+    ) -> Result<()> {
+        let spent = std::sync::Mutex::new(Budget::new(*self.limits()));
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let failed = std::sync::atomic::AtomicBool::new(false);
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<bool>)>();
+        let workers = PARALLEL_LAYERS.min(layers.len());
+        let mut first_error = None;
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                let tx = tx.clone();
+                let (spent, next, failed) = (&spent, &next, &failed);
+                scope.spawn(move || loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    if i >= layers.len() || failed.load(std::sync::atomic::Ordering::SeqCst) {
+                        return;
+                    }
+                    let desc = &layers[i];
+                    let before = match spent.lock() {
+                        Ok(b) => b.clone(),
+                        Err(_) => return,
+                    };
+                    let mut budget = before.clone();
+                    let res = ensure_layer(self.root(), desc, &diff_ids[i], &mut budget, || {
+                        registry.blob(&desc.digest)
+                    })
+                    .and_then(|fetched| {
+                        let mut total = spent.lock().map_err(|_| {
+                            ImageError::new(crate::ErrorKind::Unavailable, "a pull thread panicked")
+                        })?;
+                        total.absorb(&before, &budget)?;
+                        Ok(fetched)
+                    });
+                    if res.is_err() {
+                        failed.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    if tx.send((i, res)).is_err() {
+                        return;
+                    }
+                });
+            }
+            drop(tx);
+            for (i, res) in rx {
+                let desc = &layers[i];
+                match res {
+                    Ok(fetched) => progress(PullEvent::Layer {
+                        index: i + 1,
+                        digest: desc.digest.clone(),
+                        size: desc.size,
+                        fetched,
+                    }),
+                    Err(e) if first_error.is_none() => {
+                        first_error = Some(ImageError::new(
+                            e.kind,
+                            format!("{name}: layer {} ({}): {}", i + 1, desc.digest, e.message),
+                        ));
+                    }
+                    Err(_) => {}
+                }
+            }
+        });
+        first_error.map_or(Ok(()), Err)
     }
 }
 
