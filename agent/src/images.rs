@@ -93,3 +93,36 @@ pub fn pull_for(
         .map(|info| tracing::info!(job = order.id, image = %reference, digest = %info.digest, "pulled"))
         .map_err(|e| format!("pulling image {reference} on node {}: {e}", cfg.node_name))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
+
+    #[test]
+    fn a_repeated_order_does_not_start_a_second_pull() {
+        let pulls = Pulls::default();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (release, wait) = mpsc::channel::<()>();
+        let (done_tx, done) = mpsc::channel::<()>();
+        let r = runs.clone();
+        pulls.spawn(7, move || {
+            r.fetch_add(1, Ordering::SeqCst);
+            let _ = wait.recv();
+            let _ = done_tx.send(());
+        });
+        assert!(pulls.pulling(7) && !pulls.pulling(8));
+        let r = runs.clone();
+        pulls.spawn(7, move || {
+            r.fetch_add(1, Ordering::SeqCst);
+        });
+        release.send(()).unwrap();
+        done.recv().unwrap();
+        // The thread forgets the job once its closure is over.
+        while pulls.pulling(7) {
+            std::thread::yield_now();
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+}
