@@ -57,7 +57,7 @@ fn layer_tar(n: usize, bytes: usize, rng: &mut Rng) -> Vec<u8> {
     let mut left = bytes;
     let large = bytes / 4;
     let text = b"the quick brown fox jumps over the lazy dog; ".repeat(1024);
-    let mut file = |b: &mut tar::Builder<Vec<u8>>, name: String, size: usize, rng: &mut Rng| {
+    let file = |b: &mut tar::Builder<Vec<u8>>, name: String, size: usize, rng: &mut Rng| {
         let mut data = vec![0u8; size];
         rng.fill(&mut data[..size / 2]);
         for (i, d) in data[size / 2..].iter_mut().enumerate() {

@@ -251,11 +251,12 @@ impl Registry {
             if let Some(a) = auth {
                 req = req.set("Authorization", a);
             }
-            req.call()
+            // Boxed: ureq's error is large, and only the unhappy path carries it.
+            req.call().map_err(Box::new)
         };
         let cached = self.auth.lock().map(|a| a.clone()).unwrap_or(None);
-        match send(cached.as_deref()) {
-            Ok(r) => return Ok(r),
+        match send(cached.as_deref()).map_err(|e| *e) {
+            Ok(r) => Ok(r),
             Err(ureq::Error::Status(401, resp)) => {
                 let challenge = resp.header("WWW-Authenticate").map(str::to_string);
                 let auth = self.authenticate(challenge.as_deref(), what)?;
@@ -265,7 +266,7 @@ impl Registry {
                         *a = Some(auth);
                     }
                 }
-                answer.map_err(|e| self.failure(e, what))
+                answer.map_err(|e| self.failure(*e, what))
             }
             Err(e) => Err(self.failure(e, what)),
         }
