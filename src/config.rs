@@ -38,6 +38,46 @@ pub struct FileConfig {
     pub scheduler: SchedulerSection,
     /// `[accounting]`: how long job records are kept.
     pub accounting: AccountingSection,
+    /// `[images]`: how nodes pull registry images.
+    pub images: ImagesSection,
+}
+
+/// `[images]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ImagesSection {
+    /// Registries (`host` or `host:port`) spoken to over plain HTTP, besides loopback ones.
+    pub insecure_registries: Vec<String>,
+    /// Credentials for registries, Docker `config.json` format, readable by root only.
+    pub auth_file: Option<PathBuf>,
+    /// Longest wait to connect to a registry or between two reads of its answer.
+    pub timeout: String,
+}
+
+impl Default for ImagesSection {
+    fn default() -> Self {
+        ImagesSection {
+            insecure_registries: vec![],
+            auth_file: None,
+            timeout: "60s".into(),
+        }
+    }
+}
+
+impl ImagesSection {
+    /// The registry options these settings give; reads the credentials file.
+    pub fn registry(&self) -> Result<wharf_images::registry::RegistryOptions> {
+        let credentials = match &self.auth_file {
+            Some(path) => wharf_images::registry::RegistryOptions::read_auth_file(path)
+                .with_context(|| format!("images.auth_file {}", path.display()))?,
+            None => Default::default(),
+        };
+        Ok(wharf_images::registry::RegistryOptions {
+            insecure: self.insecure_registries.clone(),
+            credentials,
+            timeout: duration("images.timeout", &self.timeout)?,
+        })
+    }
 }
 
 /// `[accounting]`.

@@ -20,6 +20,11 @@ if [ "$(id -u)" = 0 ]; then
     need mksquashfs || missing="$missing squashfs-tools"
     [ -e /usr/include/seccomp.h ] || missing="$missing libseccomp-dev"
     need docker || missing="$missing docker.io"
+    # Registry pulls are tested against a loopback registry fed by skopeo.
+    need docker-registry || missing="$missing docker-registry"
+    need skopeo || missing="$missing skopeo"
+    need umoci || missing="$missing umoci"
+    need htpasswd || missing="$missing apache2-utils"
     if [ -n "$missing" ]; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
     fi

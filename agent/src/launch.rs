@@ -314,9 +314,15 @@ fn resolve_image(
         })?;
         return Ok((path, Some((part.offset, part.size))));
     }
+    // An imported image of that name first; else the registry image pulled for it.
     let info = images
         .get(image)
-        .map_err(|e| LaunchError(format!("image {image:?} on node {}: {e}", cfg.node_name)))?;
+        .or_else(|e| match image.parse::<wharf_images::ImageRef>() {
+            Ok(r) if e.kind == wharf_images::ErrorKind::NotFound => images.pulled(&r).ok_or(e),
+            _ => Err(e),
+        });
+    let info =
+        info.map_err(|e| LaunchError(format!("image {image:?} on node {}: {e}", cfg.node_name)))?;
     Ok((info.rootfs, None))
 }
 

@@ -8,6 +8,7 @@
 pub mod cdi;
 pub mod discover;
 pub mod env;
+pub mod images;
 pub mod launch;
 pub mod usage;
 pub mod watch;
@@ -39,6 +40,8 @@ pub struct AgentConfig {
     pub state_dir: PathBuf,
     /// The node's image store.
     pub image_store: PathBuf,
+    /// How registry images are pulled (`[images]`).
+    pub registry: wharf_images::registry::RegistryOptions,
     /// The binary that runs `shim` (normally this one).
     pub shim_exe: PathBuf,
     /// Host id container root maps to.
@@ -161,6 +164,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         cfg.sample_interval,
         machine.clone(),
     );
+    let pulls = images::Pulls::default();
     let mut wait_ms = 0;
     let mut registered = false;
     let mut detail = Detail::default();
@@ -185,7 +189,8 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                 }
             }
         }
-        let ((mut jobs, shims), image_names) = local_state(&cfg, launcher.as_ref(), &images);
+        let ((mut jobs, shims), image_names) =
+            local_state(&cfg, launcher.as_ref(), &images, &pulls);
         detail.apply(&mut jobs);
         let req = PollRequest {
             node: cfg.node_name.clone(),
@@ -198,19 +203,19 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         // not at the end of a long poll.
         let result = tokio::select! {
             r = poll => r,
-            () = local_change(&cfg, launcher.as_ref(), &images, &changes, &req, shims) => continue,
+            () = local_change(&cfg, launcher.as_ref(), &images, &pulls, &changes, &req, shims) => continue,
         };
         match result {
             Ok(orders) => {
-                let (c, l, i, m) = (
+                let (c, l, i, m, p) = (
                     cfg.clone(),
                     launcher.clone(),
                     images.clone(),
                     machine.clone(),
+                    pulls.clone(),
                 );
-                let _ =
-                    tokio::task::spawn_blocking(move || carry_out(&c, l.as_ref(), &i, &m, orders))
-                        .await;
+                let _ = tokio::task::spawn_blocking(move || carry_out(&c, &l, &i, &m, &p, orders))
+                    .await;
             }
             Err(ClientError::Api { status: 404, .. }) => registered = false,
             // The report itself was refused (too large for the controller): registering
@@ -291,8 +296,9 @@ fn local_state(
     cfg: &AgentConfig,
     launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
+    pulls: &images::Pulls,
 ) -> ((Vec<AgentJob>, Vec<u32>), Vec<String>) {
-    (report(cfg, launcher, true), image_names(cfg, images))
+    (report(cfg, launcher, pulls, true), image_names(cfg, images))
 }
 
 /// The images this node can run: its store's, or the Docker engine's.
@@ -318,6 +324,7 @@ async fn local_change(
     cfg: &AgentConfig,
     launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
+    pulls: &images::Pulls,
     changes: &watch::Changes,
     sent: &PollRequest,
     mut shims: Vec<u32>,
@@ -331,7 +338,7 @@ async fn local_change(
     loop {
         changes.next(&shims).await;
         // Only the jobs' shapes are compared: their usage is not read here.
-        let (jobs, live) = report(cfg, launcher, false);
+        let (jobs, live) = report(cfg, launcher, pulls, false);
         let images_changed =
             cfg.backend == BackendKind::Oci && image_names(cfg, images) != sent.images;
         if shape(&jobs) != before || images_changed {
@@ -342,8 +349,15 @@ async fn local_change(
 }
 
 /// Every job this node holds, from its directories, and the pids of the live shims; ended
-/// jobs' measured usage only when `usage` (it is read from their files).
-fn report(cfg: &AgentConfig, launcher: &dyn Backend, usage: bool) -> (Vec<AgentJob>, Vec<u32>) {
+/// jobs' measured usage only when `usage` (it is read from their files). A job whose image is
+/// being pulled is left out until its launch is over: its directory may exist without its
+/// shim yet, which would read as a lost job.
+fn report(
+    cfg: &AgentConfig,
+    launcher: &dyn Backend,
+    pulls: &images::Pulls,
+    usage: bool,
+) -> (Vec<AgentJob>, Vec<u32>) {
     let Ok(entries) = std::fs::read_dir(cfg.state_dir.join("jobs")) else {
         return (vec![], vec![]);
     };
@@ -357,6 +371,9 @@ fn report(cfg: &AgentConfig, launcher: &dyn Backend, usage: bool) -> (Vec<AgentJ
         else {
             continue;
         };
+        if pulls.pulling(id) {
+            continue;
+        }
         let dir = JobDir::new(entry.path());
         let (exit, end_time, start_time) = match launcher.status(&dir) {
             JobStatus::Running { pid, started_ms } => {
@@ -408,14 +425,16 @@ fn exit_info(o: &Outcome) -> ExitInfo {
 
 fn carry_out(
     cfg: &AgentConfig,
-    launcher: &dyn Backend,
+    launcher: &Arc<dyn Backend>,
     images: &wharf_images::ImageStore,
     machine: &discover::Machine,
+    pulls: &images::Pulls,
     orders: PollResponse,
 ) {
     for order in &orders.launch {
-        start(cfg, launcher, images, machine, order);
+        start(cfg, launcher, images, machine, pulls, order);
     }
+    let launcher = launcher.as_ref();
     for kill in &orders.kill {
         let dir = launch::job_dir(&cfg.state_dir, kill.id);
         tracing::info!(job = kill.id, reason = %kill.reason, "stopping job");
@@ -464,22 +483,53 @@ fn traverse_only_dir(dir: &std::path::Path) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
 }
 
-/// Launches a job unless this node already has it (orders are repeated until confirmed).
+/// Launches a job unless this node already has it (orders are repeated until confirmed); a
+/// job whose registry image is not here yet is pulled first, on a thread of its own.
 fn start(
+    cfg: &AgentConfig,
+    launcher: &Arc<dyn Backend>,
+    images: &wharf_images::ImageStore,
+    machine: &discover::Machine,
+    pulls: &images::Pulls,
+    order: &LaunchOrder,
+) {
+    let dir = launch::job_dir(&cfg.state_dir, order.id);
+    if dir.path().exists() || pulls.pulling(order.id) {
+        return;
+    }
+    if let Some(reference) = images::to_pull(cfg, images, &order.spec.image) {
+        let (c, l, i, m, o) = (
+            cfg.clone(),
+            launcher.clone(),
+            images.clone(),
+            machine.clone(),
+            order.clone(),
+        );
+        pulls.spawn(order.id, move || {
+            let ready = images::pull_for(&c, &i, &o, &reference);
+            launch_now(&c, l.as_ref(), &i, &m, &o, ready);
+        });
+        return;
+    }
+    launch_now(cfg, launcher.as_ref(), images, machine, order, Ok(()));
+}
+
+/// Launches `order` now, or records why it cannot run (`ready`'s error: a failed pull).
+fn launch_now(
     cfg: &AgentConfig,
     launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
     machine: &discover::Machine,
     order: &LaunchOrder,
+    ready: Result<(), String>,
 ) {
     let dir = launch::job_dir(&cfg.state_dir, order.id);
-    if dir.path().exists() {
-        return;
-    }
     tracing::info!(job = order.id, user = %order.owner.user, image = %order.spec.image, "launching");
-    let result = launch::container_spec(cfg, images, order, machine)
-        .map_err(|e| e.to_string())
-        .and_then(|spec| launcher.launch(&dir, &spec).map_err(|e| e.to_string()));
+    let result = ready.and_then(|()| {
+        launch::container_spec(cfg, images, order, machine)
+            .map_err(|e| e.to_string())
+            .and_then(|spec| launcher.launch(&dir, &spec).map_err(|e| e.to_string()))
+    });
     if let Err(message) = result {
         tracing::warn!(job = order.id, error = %message, "launch failed");
         let _ = traverse_only_dir(dir.path());

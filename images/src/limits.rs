@@ -146,6 +146,21 @@ impl Budget {
         }
     }
 
+    /// Adds what `after` spent since `before` (a clone of this budget's state that work ran
+    /// on, in parallel with others) to this budget; fails when the sum is over the limits.
+    pub fn absorb(&mut self, before: &Budget, after: &Budget) -> Result<()> {
+        self.entries += after.entries.saturating_sub(before.entries);
+        self.stream_bytes = self
+            .stream_bytes
+            .saturating_add(after.stream_bytes.saturating_sub(before.stream_bytes));
+        if self.entries > self.limits.max_entries {
+            // Counting the last one again gives the error that names the limit.
+            self.entries -= 1;
+            return self.add_entry();
+        }
+        self.add_bytes(after.bytes.saturating_sub(before.bytes))
+    }
+
     /// How many more bytes of decompressed stream this import may read.
     pub fn stream_allowance(&self) -> u64 {
         self.limits
@@ -184,6 +199,46 @@ mod tests {
         assert!(b.add_bytes(1).is_err());
         b.spend_stream(limits.max_stream_bytes() - 5);
         assert_eq!(b.stream_allowance(), 5);
+    }
+
+    #[test]
+    fn absorbs_work_done_in_parallel_and_refuses_the_sum_over_the_limit() {
+        let limits = Limits {
+            max_entries: 10,
+            max_unpacked_bytes: 100,
+            ..Limits::default()
+        };
+        let mut total = Budget::new(limits);
+        let before = total.clone();
+        let (mut a, mut b) = (before.clone(), before.clone());
+        for _ in 0..4 {
+            a.add_entry().unwrap();
+            b.add_entry().unwrap();
+        }
+        a.add_bytes(60).unwrap();
+        b.add_bytes(30).unwrap();
+        total.absorb(&before, &a).unwrap();
+        total.absorb(&before, &b).unwrap();
+        assert_eq!((total.entries, total.bytes), (8, 90));
+        let mut c = before.clone();
+        c.add_bytes(20).unwrap();
+        assert!(total
+            .absorb(&before, &c)
+            .unwrap_err()
+            .message
+            .contains("per image"));
+        let mut d = before.clone();
+        for _ in 0..3 {
+            d.add_entry().unwrap();
+        }
+        let mut t2 = Budget::new(limits);
+        t2.absorb(&before, &a).unwrap();
+        t2.absorb(&before, &b).unwrap();
+        assert!(t2
+            .absorb(&before, &d)
+            .unwrap_err()
+            .message
+            .contains("entries"));
     }
 
     #[test]

@@ -105,7 +105,7 @@ fn split_tag(source: &Path) -> Option<(PathBuf, String)> {
 /// Runs `read` (a scan or an unpack) over the uncompressed tar stream `stream`, capped by the
 /// budget, then reads the stream to its end ([`finish_stream`]); returns the SHA-256 of all
 /// of it, the image's `diff_id`.
-fn with_tar(
+pub(crate) fn with_tar(
     stream: impl Read,
     budget: &mut Budget,
     what: &'static str,
@@ -171,19 +171,36 @@ fn read_layer(
     budget: &mut Budget,
     read: impl FnOnce(&mut dyn Read, &mut Budget) -> Result<()>,
 ) -> Result<String> {
-    let compression = layer_compression(&desc.media_type)?;
     let file = layout.open_blob(desc)?;
-    let mut raw = HashingReader::new(BufReader::with_capacity(READ_BUF, file).take(desc.size));
+    read_blob(file, desc, budget, read)
+}
+
+/// Runs `read` over the layer blob `blob` (a file or a download), decompressed as `desc`'s
+/// media type says, checking that the blob is `desc.size` bytes hashing to `desc.digest`;
+/// returns the digest of the uncompressed stream. Nothing after `desc.size` bytes is read.
+pub(crate) fn read_blob(
+    blob: impl Read,
+    desc: &Descriptor,
+    budget: &mut Budget,
+    read: impl FnOnce(&mut dyn Read, &mut Budget) -> Result<()>,
+) -> Result<String> {
+    let compression = layer_compression(&desc.media_type)?;
+    let mut raw = HashingReader::new(BufReader::with_capacity(READ_BUF, blob).take(desc.size));
     let diff = decompress(compression, &mut raw)
         .and_then(|stream| with_tar(stream, budget, "the layer", read));
     // Read the rest either way: when reading failed, a digest mismatch is the better reason.
     let drained = raw.drain();
     let complete = raw.len() == desc.size;
+    let read_len = raw.len();
     let digest = raw.digest();
     if drained.is_ok() && (!complete || digest != desc.digest) {
+        let got = if complete {
+            format!("content hashes to {digest}")
+        } else {
+            format!("it ended after {read_len} of its {} bytes", desc.size)
+        };
         return Err(ImageError::invalid(format!(
-            "blob does not match its digest (content hashes to {digest}); the layout is corrupt \
-             or was tampered with"
+            "blob does not match its digest ({got}); the blob is corrupt or was tampered with"
         )));
     }
     let diff = diff?;

@@ -36,6 +36,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{ErrorKind, ImageError, Result};
 use crate::fsutil::{list_dir, open_dir_nofollow, owned};
+use crate::layers::{LAYERS, LOCKS, ROOTS};
 use crate::limits::{Budget, Limits};
 use crate::name::validate_name;
 use crate::rootfs::RootDir;
@@ -43,7 +44,7 @@ use crate::source::Source;
 use crate::staging::{clear_stale, write_synced, Staging};
 
 const IMAGES: &str = "images";
-const TMP: &str = "tmp";
+pub(crate) const TMP: &str = "tmp";
 const INFO: &str = "image.json";
 const ROOTFS: &str = "rootfs";
 /// Mode of the store's own directories: its owner's alone.
@@ -65,6 +66,9 @@ pub struct ImageInfo {
     pub created_ms: u64,
     /// The unpacked root filesystem, to be mounted read-only by the sandbox.
     pub rootfs: PathBuf,
+    /// For a pulled image: its layers' blob digests, bottom first (shared in `layers/`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<String>,
 }
 
 /// A directory of imported images. Cheap to clone; clones share the directory.
@@ -107,8 +111,9 @@ impl ImageStore {
         };
         mkdir(&root)?;
         let fd = open_own(&root)?;
-        mkdir(&root.join(IMAGES))?;
-        mkdir(&root.join(TMP))?;
+        for sub in [IMAGES, TMP, LAYERS, ROOTS, LOCKS] {
+            mkdir(&root.join(sub))?;
+        }
         lock_down(&root, &fd)?;
         let store = ImageStore {
             root,
@@ -181,6 +186,7 @@ impl ImageStore {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
             rootfs: dest.join(ROOTFS),
+            layers: vec![],
         };
         let json = serde_json::to_vec_pretty(&info).map_err(|e| {
             ImageError::new(ErrorKind::Unavailable, format!("encoding image info: {e}"))
@@ -260,6 +266,35 @@ impl ImageStore {
         }
     }
 
+    /// Names the pulled root `rootfs` (of manifest `digest`, made of `layers`) `name`,
+    /// replacing any image of that name.
+    pub(crate) fn publish_pulled(
+        &self,
+        name: &str,
+        digest: String,
+        rootfs: PathBuf,
+        layers: Vec<String>,
+    ) -> Result<ImageInfo> {
+        let staging = Staging::create(&self.root.join(TMP), "pull", PRIVATE)?;
+        let info = ImageInfo {
+            name: name.to_string(),
+            digest,
+            source: "registry".into(),
+            size: tree_size(&rootfs)?,
+            created_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            rootfs,
+            layers,
+        };
+        let json = serde_json::to_vec_pretty(&info).map_err(|e| {
+            ImageError::new(ErrorKind::Unavailable, format!("encoding image info: {e}"))
+        })?;
+        write_synced(&staging.path.join(INFO), &json)?;
+        staging.publish(&self.image_dir(name))?;
+        Ok(info)
+    }
+
     fn image_dir(&self, name: &str) -> PathBuf {
         self.root
             .join(IMAGES)
@@ -318,7 +353,7 @@ fn lock_down(root: &Path, fd: &OwnedFd) -> Result<()> {
             .map_err(|e| ImageError::sys(format!("making {what} private (0700)"), e))
     };
     private(fd, &root.display())?;
-    for sub in [TMP, IMAGES] {
+    for sub in [TMP, IMAGES, LAYERS, ROOTS, LOCKS] {
         let path = root.join(sub);
         let dir = open_dir_nofollow(fd.as_raw_fd(), OsStr::new(sub))
             .map_err(|e| ImageError::sys(format!("opening {}", path.display()), e))?;

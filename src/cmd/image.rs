@@ -24,6 +24,17 @@ pub enum Command {
         #[command(flatten)]
         limits: LimitArgs,
     },
+    /// Pull a registry image into the store (`ubuntu:24.04`, `docker://...`,
+    /// `nvcr.io#nvidia/pytorch:24.05-py3`, `host:5000/team/app@sha256:...`), as jobs naming it
+    /// would; layers already in the store are not fetched again.
+    Pull {
+        /// The registry reference.
+        reference: String,
+        #[command(flatten)]
+        store: StoreArg,
+        #[command(flatten)]
+        limits: LimitArgs,
+    },
     /// List images.
     #[command(alias = "ls")]
     List {
@@ -95,6 +106,45 @@ impl StoreArg {
         };
         Ok(ImageStore::open(path)?)
     }
+
+    /// The configuration's registry settings (`[images]`).
+    fn registry(&self) -> Result<wharf_images::registry::RegistryOptions> {
+        crate::config::load(self.config.as_deref())?
+            .images
+            .registry()
+    }
+}
+
+/// One plain line per step of a pull (what the registry named is cleaned before printing).
+fn print_progress(event: &wharf_images::PullEvent) {
+    use wharf_images::PullEvent;
+    match event {
+        PullEvent::Resolved {
+            digest,
+            layers,
+            bytes,
+        } => println!(
+            "Resolved {}: {layers} layers, {} to fetch at most",
+            output::clean(digest),
+            format_memory(*bytes)
+        ),
+        PullEvent::Layer {
+            index,
+            digest,
+            size,
+            fetched,
+        } => println!(
+            "Layer {index} {} ({}): {}",
+            output::clean(digest),
+            format_memory(*size),
+            if *fetched {
+                "fetched and unpacked"
+            } else {
+                "already here"
+            }
+        ),
+        PullEvent::Done(_) => {}
+    }
 }
 
 /// Runs the command.
@@ -116,6 +166,28 @@ pub async fn run(cmd: Command) -> Result<i32> {
                 output::clean(&info.name),
                 output::clean(&info.digest),
                 output::clean(&info.source),
+                format_memory(info.size),
+                started.elapsed().as_secs_f64()
+            );
+        }
+        Command::Pull {
+            reference,
+            store,
+            limits,
+        } => {
+            let reference: wharf_images::ImageRef =
+                reference.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+            let opts = store.registry()?;
+            let s = store.open()?.with_limits(limits.limits());
+            let started = std::time::Instant::now();
+            let info = tokio::task::spawn_blocking(move || {
+                s.pull(&reference, &opts, &mut |event| print_progress(&event))
+            })
+            .await??;
+            println!(
+                "Pulled {} ({}, {} unpacked) in {:.1}s",
+                output::clean(&info.name),
+                output::clean(&info.digest),
                 format_memory(info.size),
                 started.elapsed().as_secs_f64()
             );

@@ -29,8 +29,8 @@ fn bad_job_files_are_rejected_naming_line_and_field() {
         ),
         (
             "image.toml",
-            "command = [\"true\"]\nimage = \"no-such-image\"\n",
-            "unknown image \"no-such-image\"",
+            "command = [\"true\"]\nimage = \"No-Such-Image\"\n",
+            "unknown image \"No-Such-Image\": no node has imported it, and it is not a registry reference (image reference \"No-Such-Image\": repository component \"No-Such-Image\" has uppercase letters",
         ),
         (
             "time.toml",

@@ -14,6 +14,7 @@ mod gang;
 mod gpu;
 mod harness;
 mod images;
+mod images_registry;
 mod job_files;
 mod job_forms;
 mod jobfile;

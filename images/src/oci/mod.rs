@@ -18,10 +18,10 @@ use crate::stream::sha256_digest;
 mod select;
 
 pub(crate) use select::layer_compression;
-use select::{pick, INDEX_TYPES, MANIFEST_TYPES};
+pub(crate) use select::{pick, INDEX_TYPES, MANIFEST_TYPES};
 
 /// How deep indexes may nest.
-const MAX_INDEX_DEPTH: usize = 4;
+pub(crate) const MAX_INDEX_DEPTH: usize = 4;
 
 /// A content descriptor (the fields Wharf uses).
 #[derive(Debug, Clone, Deserialize)]
@@ -47,28 +47,28 @@ pub(crate) struct Platform {
 }
 
 #[derive(Debug, Deserialize)]
-struct Index {
+pub(crate) struct Index {
     #[serde(default)]
-    manifests: Vec<Descriptor>,
+    pub manifests: Vec<Descriptor>,
 }
 
 #[derive(Debug, Deserialize)]
-struct Manifest {
-    config: Descriptor,
+pub(crate) struct Manifest {
+    pub config: Descriptor,
     #[serde(default)]
-    layers: Vec<Descriptor>,
+    pub layers: Vec<Descriptor>,
 }
 
 /// The fields of an image config that Wharf checks.
 #[derive(Debug, Deserialize)]
-struct Config {
-    rootfs: RootFs,
+pub(crate) struct Config {
+    pub rootfs: RootFs,
 }
 
 #[derive(Debug, Deserialize)]
-struct RootFs {
+pub(crate) struct RootFs {
     #[serde(default)]
-    diff_ids: Vec<String>,
+    pub diff_ids: Vec<String>,
 }
 
 /// The manifest chosen for import.
@@ -88,7 +88,7 @@ pub(crate) fn is_layout(dir: &Path) -> bool {
 }
 
 /// The hex part of a well-formed `sha256:<64 lowercase hex>` digest; else why not.
-fn sha256_hex(digest: &str) -> Result<&str, String> {
+pub(crate) fn sha256_hex(digest: &str) -> Result<&str, String> {
     let hex = digest
         .strip_prefix("sha256:")
         .ok_or_else(|| format!("{digest:?} is not sha256 (the only supported)"))?;

@@ -8,12 +8,12 @@ use crate::stream::Compression;
 const REF_NAME: &str = "org.opencontainers.image.ref.name";
 
 /// Media types of an index (a list of manifests).
-pub(super) const INDEX_TYPES: [&str; 2] = [
+pub(crate) const INDEX_TYPES: [&str; 2] = [
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
 ];
 /// Media types of an image manifest.
-pub(super) const MANIFEST_TYPES: [&str; 2] = [
+pub(crate) const MANIFEST_TYPES: [&str; 2] = [
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",
 ];
@@ -47,7 +47,7 @@ pub(crate) fn layer_compression(media_type: &str) -> Result<Compression> {
 
 /// Picks from an index: the tagged manifest if `tag`, then this platform where platforms are
 /// given (descriptors for another platform are out), then the first.
-pub(super) fn pick<'a>(descs: &'a [Descriptor], tag: Option<&str>) -> Result<&'a Descriptor> {
+pub(crate) fn pick<'a>(descs: &'a [Descriptor], tag: Option<&str>) -> Result<&'a Descriptor> {
     let tagged: Vec<&Descriptor> = match tag {
         Some(t) => descs
             .iter()

@@ -714,8 +714,17 @@ pub fn parse_mount(text: &str, path_alone: bool) -> Result<MountSpec, String> {
     })
 }
 
-/// Image names are a store name (letters, digits, `._-:/@`) or `host`.
+/// Image names are `host`, a registry reference written so that it can only be one
+/// (`docker://...`, `REGISTRY#PATH`, `REGISTRY/PATH`; see [`crate::image_ref`]), which must
+/// parse, or a plain name (letters, digits, `._-:/@`): an imported image's, or else a Docker
+/// Hub reference.
 pub fn validate_image_name(image: &str) -> Result<(), String> {
+    if !image.starts_with('/') && crate::image_ref::ImageRef::is_explicit(image) {
+        return image
+            .parse::<crate::image_ref::ImageRef>()
+            .map(drop)
+            .map_err(|why| format!("`image`: {why}"));
+    }
     let ok = !image.is_empty()
         && image.len() <= 255
         && image

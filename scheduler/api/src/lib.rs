@@ -11,6 +11,7 @@ pub mod dependency;
 pub mod features;
 pub mod forms;
 pub mod hostlist;
+pub mod image_ref;
 pub mod job;
 pub mod jobfile;
 pub mod limits;

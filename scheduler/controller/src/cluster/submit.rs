@@ -184,19 +184,25 @@ impl Cluster {
                 ),
             ));
         }
-        // A path (a SIF file on shared storage) is checked by the node that runs the job.
+        // A path (a SIF file on shared storage) is checked by the node that runs the job. A
+        // name no node has imported is a registry reference, pulled by the node that runs the
+        // job: it must parse now, so that a bad one is never queued.
         if spec.image != "host"
             && !spec.image.starts_with('/')
             && !self.nodes.is_empty()
             && !self.nodes.values().any(|n| n.images.contains(&spec.image))
         {
-            return Err(Failure::new(
-                ErrorKind::InvalidInput,
-                format!(
-                    "unknown image {:?}: no node has it; import it with `wharf image import SOURCE --name {}` or use image \"host\"",
-                    spec.image, spec.image
-                ),
-            ));
+            if let Err(why) = spec.image.parse::<wharf_api::image_ref::ImageRef>() {
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "unknown image {:?}: no node has imported it, and it is not a registry \
+                         reference ({why}); import it with `wharf image import SOURCE --name {}`, \
+                         name a registry image, or use image \"host\"",
+                        spec.image, spec.image
+                    ),
+                ));
+            }
         }
         let mut record = JobRecord::pending(
             caller.owner.clone(),

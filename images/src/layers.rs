@@ -1,0 +1,143 @@
+//! The layer store: each layer of a pulled image unpacked once, into a directory named by its
+//! blob digest, and each image's root assembled once from its layers, named by its manifest
+//! digest.
+//!
+//! ```text
+//! layers/<hex of the blob digest>/   one layer's entries; whiteouts kept as the .wh. files
+//! roots/<hex of the manifest>/rootfs the layers stacked, whiteouts applied (read-only to jobs)
+//! locks/<kind>-<hex>.lock            held while one pull makes that layer or root
+//! ```
+//!
+//! Why a merged root rather than the layers as overlay lower directories: the sandbox mounts
+//! one lower directory under the job's own layer, and idmaps it for jobs that are root inside;
+//! a merged root keeps that flow as it is (one mount, one idmap), and a warm start is the same
+//! single overlay mount as an imported image's. The root is made of hard links to the layers'
+//! files ([`crate::stack`]), so it costs directory entries, not a copy. The layers stay the
+//! unit of download and of unpacking: a second image on the same base fetches and unpacks
+//! only its new layers.
+//!
+//! A layer is unpacked straight from the download, through the same extractor and limits as
+//! an import, into a staging directory that is published by one rename only once the blob
+//! hashed to its digest and the tar stream to its `diff_id`: a mismatch, a limit or a dropped
+//! connection leaves nothing behind. Two pulls of one layer, in one process or two, take its
+//! lock in turn; the second finds the directory made and downloads nothing.
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::{ImageError, Result};
+use crate::extract::{apply_stream, Whiteouts};
+use crate::limits::Budget;
+use crate::oci::{sha256_hex, Descriptor};
+use crate::rootfs::RootDir;
+use crate::source::read_blob;
+use crate::stack::stack;
+use crate::staging::Staging;
+
+pub(crate) const LAYERS: &str = "layers";
+pub(crate) const ROOTS: &str = "roots";
+pub(crate) const LOCKS: &str = "locks";
+
+/// An exclusive `flock` on a lock file, released when dropped.
+#[derive(Debug)]
+pub(crate) struct Lock {
+    _held: File,
+}
+
+impl Lock {
+    /// Waits for the lock `locks/<name>.lock`.
+    pub fn take(store: &Path, name: &str) -> Result<Lock> {
+        let path = store.join(LOCKS).join(format!("{name}.lock"));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| ImageError::io(format!("opening {}", path.display()), e))?;
+        loop {
+            // SAFETY: flock on a descriptor this function owns.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(Lock { _held: file });
+            }
+            let err = std::io::Error::last_os_error();
+            if err.kind() != std::io::ErrorKind::Interrupted {
+                return Err(ImageError::io(format!("locking {}", path.display()), err));
+            }
+        }
+    }
+}
+
+/// The directory of the layer with blob digest `digest`.
+pub(crate) fn layer_dir(store: &Path, digest: &str) -> Result<PathBuf> {
+    let hex = sha256_hex(digest).map_err(|e| ImageError::invalid(format!("layer digest {e}")))?;
+    Ok(store.join(LAYERS).join(hex))
+}
+
+/// Makes sure layer `desc` (whose uncompressed content must hash to `diff_id`) is unpacked,
+/// calling `open` for its blob only when it is not; returns whether this call unpacked it.
+pub(crate) fn ensure_layer(
+    store: &Path,
+    desc: &Descriptor,
+    diff_id: &str,
+    budget: &mut Budget,
+    open: impl FnOnce() -> Result<Box<dyn std::io::Read + Send + Sync>>,
+) -> Result<bool> {
+    let dest = layer_dir(store, &desc.digest)?;
+    if dest.is_dir() {
+        return Ok(false);
+    }
+    let hex = sha256_hex(&desc.digest).map_err(ImageError::invalid)?;
+    let _lock = Lock::take(store, &format!("layer-{hex}"))?;
+    if dest.is_dir() {
+        return Ok(false);
+    }
+    let staging = Staging::create(&store.join(crate::store::TMP), "layer", 0o755)?;
+    let root = RootDir::open(&staging.path)?;
+    let diff = read_blob(open()?, desc, budget, |s, b| {
+        apply_stream(&root, s, Whiteouts::Literal, b)
+    })?;
+    if diff != diff_id {
+        return Err(ImageError::invalid(format!(
+            "layer {}: its uncompressed content hashes to {diff}, but the image config's \
+             diff_id for it is {diff_id}; the image is corrupt or was tampered with",
+            desc.digest
+        )));
+    }
+    root.sync()?;
+    drop(root);
+    staging.publish(&dest)?;
+    Ok(true)
+}
+
+/// Makes sure the root of the image with manifest digest `digest`, stacked from `layers`
+/// (directories, bottom first), exists; returns its path.
+pub(crate) fn ensure_root(store: &Path, digest: &str, layers: &[PathBuf]) -> Result<PathBuf> {
+    let hex = sha256_hex(digest).map_err(|e| ImageError::invalid(format!("image digest {e}")))?;
+    let dest = store.join(ROOTS).join(hex);
+    let rootfs = dest.join("rootfs");
+    if rootfs.is_dir() {
+        return Ok(rootfs);
+    }
+    let _lock = Lock::take(store, &format!("root-{hex}"))?;
+    if rootfs.is_dir() {
+        return Ok(rootfs);
+    }
+    let staging = Staging::create(&store.join(crate::store::TMP), "root", 0o700)?;
+    let tree = staging.path.join("rootfs");
+    DirBuilder::new()
+        .mode(0o755)
+        .create(&tree)
+        .and_then(|()| fs::set_permissions(&tree, fs::Permissions::from_mode(0o755)))
+        .map_err(|e| ImageError::io(format!("creating {}", tree.display()), e))?;
+    stack(&tree, layers)?;
+    let root = RootDir::open(&tree)?;
+    root.ensure_mount_points()?;
+    root.sync()?;
+    drop(root);
+    staging.publish(&dest)?;
+    Ok(rootfs)
+}

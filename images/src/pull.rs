@@ -1,0 +1,283 @@
+//! Pulling a registry image into the store: resolve the manifest (an index to this node's
+//! platform), check the config, unpack each missing layer from its download, stack the root
+//! once per manifest digest, and name it by the reference's canonical form.
+
+use std::path::PathBuf;
+
+use wharf_api::image_ref::ImageRef;
+
+use crate::error::{ImageError, Result};
+use crate::layers::{ensure_layer, ensure_root, layer_dir};
+use crate::limits::Budget;
+use crate::oci::{
+    layer_compression, pick, sha256_hex, Config, Descriptor, Index, Manifest, INDEX_TYPES,
+    MANIFEST_TYPES, MAX_INDEX_DEPTH,
+};
+use crate::registry::{Registry, RegistryOptions};
+use crate::store::{ImageInfo, ImageStore};
+use crate::stream::sha256_digest;
+
+/// What a pull is doing, for progress lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PullEvent {
+    /// The manifest is chosen: its digest, its layer count and their compressed size.
+    Resolved {
+        /// Manifest digest.
+        digest: String,
+        /// Layers.
+        layers: usize,
+        /// Bytes to download at most.
+        bytes: u64,
+    },
+    /// Layer `index` (from 1) is in the store: `fetched` when this pull downloaded it.
+    Layer {
+        /// From 1, bottom first.
+        index: usize,
+        /// Blob digest.
+        digest: String,
+        /// Compressed size.
+        size: u64,
+        /// Downloaded now (else it was there already, or another pull made it).
+        fetched: bool,
+    },
+    /// The root is ready.
+    Done(ImageInfo),
+}
+
+impl ImageStore {
+    /// The image pulled earlier for `reference`, if any (a tag is not asked again: the node
+    /// keeps what it pulled until the image is removed, so every job on it sees the same).
+    pub fn pulled(&self, reference: &ImageRef) -> Option<ImageInfo> {
+        self.get(&reference.to_string()).ok()
+    }
+
+    /// Pulls `reference` into the store, under its canonical name, reporting to `progress`.
+    /// Layers already in the store are not fetched; layers and roots being made by another
+    /// pull are waited for, not fetched twice.
+    ///
+    /// Errors: the registry's (`NotFound`, `PermissionDenied`, `Unavailable`, with its
+    /// reason); `InvalidInput` for a malformed or tampered image or one over the [`Limits`]
+    /// (`crate::Limits`). Nothing of a failed layer is kept.
+    pub fn pull(
+        &self,
+        reference: &ImageRef,
+        opts: &RegistryOptions,
+        progress: &mut dyn FnMut(PullEvent),
+    ) -> Result<ImageInfo> {
+        let name = reference.to_string();
+        crate::name::validate_name(&name)?;
+        let limits = *self.limits();
+        let registry = Registry::new(reference, opts);
+        let (digest, manifest) = resolve(&registry, reference, limits.max_json_bytes)?;
+        if manifest.layers.len() > limits.max_layers {
+            return Err(ImageError::invalid(format!(
+                "{name}: the image has {} layers; the limit is {}",
+                manifest.layers.len(),
+                limits.max_layers
+            )));
+        }
+        for layer in &manifest.layers {
+            layer_compression(&layer.media_type)?;
+            sha256_hex(&layer.digest).map_err(|e| ImageError::invalid(format!("layer {e}")))?;
+        }
+        let config: Config = read_json_blob(&registry, &manifest.config, limits.max_json_bytes)?;
+        let diff_ids = config.rootfs.diff_ids;
+        if diff_ids.len() != manifest.layers.len() {
+            return Err(ImageError::invalid(format!(
+                "{name}: the image config lists {} diff_ids for the manifest's {} layers; the \
+                 image is corrupt",
+                diff_ids.len(),
+                manifest.layers.len()
+            )));
+        }
+        progress(PullEvent::Resolved {
+            digest: digest.clone(),
+            layers: manifest.layers.len(),
+            bytes: manifest.layers.iter().map(|l| l.size).sum(),
+        });
+        for id in &diff_ids {
+            sha256_hex(id).map_err(|e| ImageError::invalid(format!("diff_id {e}")))?;
+        }
+        self.fetch_layers(&registry, &name, &manifest.layers, &diff_ids, progress)?;
+        let dirs = manifest
+            .layers
+            .iter()
+            .map(|l| layer_dir(self.root(), &l.digest))
+            .collect::<Result<Vec<PathBuf>>>()?;
+        let rootfs = ensure_root(self.root(), &digest, &dirs)?;
+        let info = self.publish_pulled(
+            &name,
+            digest,
+            rootfs,
+            manifest.layers.iter().map(|l| l.digest.clone()).collect(),
+        )?;
+        progress(PullEvent::Done(info.clone()));
+        Ok(info)
+    }
+}
+
+/// Most layers downloaded and unpacked at once by one pull.
+const PARALLEL_LAYERS: usize = 4;
+
+impl ImageStore {
+    /// Makes sure every layer is in the store, up to [`PARALLEL_LAYERS`] at a time, each
+    /// streamed from its download into the extractor. Each layer is counted against what the
+    /// layers finished before it left of the image's [`crate::Limits`], and their sum is
+    /// checked as each ends, so an image over its limits is refused (the layers that were
+    /// complete and verified are kept for other images). Reports each layer as it ends; on
+    /// an error, starts no more, waits for those running, and returns the first error.
+    fn fetch_layers(
+        &self,
+        registry: &Registry,
+        name: &str,
+        layers: &[Descriptor],
+        diff_ids: &[String],
+        progress: &mut dyn FnMut(PullEvent),
+    ) -> Result<()> {
+        let spent = std::sync::Mutex::new(Budget::new(*self.limits()));
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let failed = std::sync::atomic::AtomicBool::new(false);
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<bool>)>();
+        let workers = PARALLEL_LAYERS.min(layers.len());
+        let mut first_error = None;
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                let tx = tx.clone();
+                let (spent, next, failed) = (&spent, &next, &failed);
+                scope.spawn(move || loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    if i >= layers.len() || failed.load(std::sync::atomic::Ordering::SeqCst) {
+                        return;
+                    }
+                    let desc = &layers[i];
+                    let before = match spent.lock() {
+                        Ok(b) => b.clone(),
+                        Err(_) => return,
+                    };
+                    let mut budget = before.clone();
+                    let res = ensure_layer(self.root(), desc, &diff_ids[i], &mut budget, || {
+                        registry.blob(&desc.digest)
+                    })
+                    .and_then(|fetched| {
+                        let mut total = spent.lock().map_err(|_| {
+                            ImageError::new(crate::ErrorKind::Unavailable, "a pull thread panicked")
+                        })?;
+                        total.absorb(&before, &budget)?;
+                        Ok(fetched)
+                    });
+                    if res.is_err() {
+                        failed.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    if tx.send((i, res)).is_err() {
+                        return;
+                    }
+                });
+            }
+            drop(tx);
+            for (i, res) in rx {
+                let desc = &layers[i];
+                match res {
+                    Ok(fetched) => progress(PullEvent::Layer {
+                        index: i + 1,
+                        digest: desc.digest.clone(),
+                        size: desc.size,
+                        fetched,
+                    }),
+                    Err(e) if first_error.is_none() => {
+                        first_error = Some(ImageError::new(
+                            e.kind,
+                            format!("{name}: layer {} ({}): {}", i + 1, desc.digest, e.message),
+                        ));
+                    }
+                    Err(_) => {}
+                }
+            }
+        });
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Fetches `reference`'s manifest, following indexes to this node's platform; returns the
+/// manifest's digest and the manifest.
+fn resolve(registry: &Registry, reference: &ImageRef, max: u64) -> Result<(String, Manifest)> {
+    let mut fetched = registry.manifest(reference.reference(), max)?;
+    for _ in 0..MAX_INDEX_DEPTH {
+        let media = media_type(&fetched)?;
+        if INDEX_TYPES.contains(&media.as_str()) {
+            let index: Index = parse(&fetched)?;
+            let chosen = pick(&index.manifests, None)
+                .map_err(|e| ImageError::new(e.kind, format!("{reference}: {}", e.message)))?;
+            let next = registry.manifest(&chosen.digest, max)?;
+            if next.digest != chosen.digest {
+                return Err(ImageError::invalid(format!(
+                    "{reference}: manifest {} hashes to {}; refused",
+                    chosen.digest, next.digest
+                )));
+            }
+            fetched = next;
+            continue;
+        }
+        if !MANIFEST_TYPES.contains(&media.as_str()) {
+            return Err(ImageError::invalid(format!(
+                "{reference}: the registry served a {media:?}, not an image manifest or index \
+                 (Docker schema 1 images are not supported)"
+            )));
+        }
+        return Ok((fetched.digest.clone(), parse(&fetched)?));
+    }
+    Err(ImageError::invalid(format!(
+        "{reference}: image indexes nest deeper than {MAX_INDEX_DEPTH}"
+    )))
+}
+
+/// The document's media type: its own `mediaType` field, else the `Content-Type` it came with.
+fn media_type(fetched: &crate::registry::Fetched) -> Result<String> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Head {
+        media_type: Option<String>,
+    }
+    let head: Head = parse(fetched)?;
+    Ok(head
+        .media_type
+        .unwrap_or_else(|| fetched.media_type.clone()))
+}
+
+fn parse<T: serde::de::DeserializeOwned>(fetched: &crate::registry::Fetched) -> Result<T> {
+    serde_json::from_slice(&fetched.bytes)
+        .map_err(|e| ImageError::invalid(format!("manifest {} is not valid: {e}", fetched.digest)))
+}
+
+/// Reads a small JSON blob (the config), checking its size and digest.
+fn read_json_blob<T: serde::de::DeserializeOwned>(
+    registry: &Registry,
+    desc: &Descriptor,
+    max: u64,
+) -> Result<T> {
+    if desc.size > max {
+        return Err(ImageError::invalid(format!(
+            "blob {} is {} bytes; JSON documents are limited to {max}",
+            desc.digest, desc.size
+        )));
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(registry.blob(&desc.digest)?, desc.size + 1),
+        &mut bytes,
+    )
+    .map_err(|e| {
+        ImageError::new(
+            crate::ErrorKind::Unavailable,
+            format!("reading blob {}: {e}", desc.digest),
+        )
+    })?;
+    let actual = sha256_digest(&bytes);
+    if actual != desc.digest || bytes.len() as u64 != desc.size {
+        return Err(ImageError::invalid(format!(
+            "blob {} does not match its digest (content hashes to {actual}); refused",
+            desc.digest
+        )));
+    }
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ImageError::invalid(format!("blob {} is not valid: {e}", desc.digest)))
+}

@@ -1,0 +1,563 @@
+//! Pulls from a real registry on loopback: Debian's `docker-registry`, started by each test
+//! on a free port, fed by `skopeo copy` from OCI layouts the tests write. Without those tools
+//! the tests are skipped with the reason, and fail under `WHARF_TEST_STRICT=1`.
+
+mod common;
+
+use std::fs;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use wharf_images::registry::{Credentials, RegistryOptions};
+use wharf_images::{ErrorKind, ImageRef, PullEvent};
+
+/// Whether `docker-registry` and `skopeo` are here; else says why (and fails when strict).
+fn tools(test: &str) -> bool {
+    let missing: Vec<&str> = ["docker-registry", "skopeo"]
+        .into_iter()
+        .filter(|t| {
+            Command::new("sh")
+                .args(["-c", &format!("command -v {t}")])
+                .stdout(Stdio::null())
+                .status()
+                .map_or(true, |s| !s.success())
+        })
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let why = format!("{test}: skipped: {} not installed", missing.join(", "));
+    assert!(
+        std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+        "{why}"
+    );
+    eprintln!("{why}");
+    false
+}
+
+/// A `docker-registry` serving a scratch directory on 127.0.0.1, killed when dropped.
+struct Loopback {
+    child: Child,
+    addr: String,
+    storage: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Loopback {
+    /// Starts one; with `htpasswd`, a user `u` with password `p` is required.
+    fn start(htpasswd: bool) -> Loopback {
+        let dir = tempfile::tempdir().unwrap();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let storage = dir.path().join("storage");
+        let mut config = format!(
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+             http:\n  addr: {addr}\n",
+            storage.display()
+        );
+        if htpasswd {
+            let file = dir.path().join("htpasswd");
+            let out = Command::new("htpasswd")
+                .args(["-Bbn", "u", "p"])
+                .output()
+                .expect("htpasswd (apache2-utils)");
+            assert!(out.status.success());
+            fs::write(&file, out.stdout).unwrap();
+            config.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: test\n    path: {}\n",
+                file.display()
+            ));
+        }
+        let cfg = dir.path().join("config.yml");
+        fs::write(&cfg, config).unwrap();
+        let log = fs::File::create(dir.path().join("registry.log")).unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&cfg)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let reg = Loopback {
+            child,
+            addr,
+            storage,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(&reg.addr).is_err() {
+            assert!(Instant::now() < deadline, "the registry did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        reg
+    }
+
+    /// Pushes tag `tag` of the layout at `layout` as `repo:tag` (every platform).
+    fn push(&self, layout: &Path, tag: &str, repo: &str, creds: Option<&str>) {
+        let mut cmd = Command::new("skopeo");
+        cmd.args(["copy", "--quiet", "--all", "--dest-tls-verify=false"]);
+        if let Some(c) = creds {
+            cmd.args(["--dest-creds", c]);
+        }
+        let out = cmd
+            .arg(format!("oci:{}:{tag}", layout.display()))
+            .arg(format!("docker://{}/{repo}:{tag}", self.addr))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "skopeo: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn reference(&self, repo_tag: &str) -> ImageRef {
+        format!("{}/{repo_tag}", self.addr).parse().unwrap()
+    }
+}
+
+impl Drop for Loopback {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn pull(
+    s: &Scratch,
+    r: &ImageRef,
+) -> (
+    Result<wharf_images::ImageInfo, wharf_images::ImageError>,
+    Vec<PullEvent>,
+) {
+    pull_with(s, r, &RegistryOptions::default())
+}
+
+fn pull_with(
+    s: &Scratch,
+    r: &ImageRef,
+    opts: &RegistryOptions,
+) -> (
+    Result<wharf_images::ImageInfo, wharf_images::ImageError>,
+    Vec<PullEvent>,
+) {
+    let mut events = Vec::new();
+    let res = s.store.pull(r, opts, &mut |e| events.push(e));
+    (res, events)
+}
+
+fn fetched(events: &[PullEvent]) -> Vec<bool> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            PullEvent::Layer { fetched, .. } => Some(*fetched),
+            _ => None,
+        })
+        .collect()
+}
+
+fn entries(dir: &Path) -> usize {
+    fs::read_dir(dir).map_or(0, |d| d.count())
+}
+
+/// A base layer most images here share.
+fn base_layer() -> Vec<u8> {
+    gzip(
+        &Tar::new()
+            .dir("etc")
+            .file("etc/keep", b"kept")
+            .file("etc/gone", b"removed above")
+            .dir("opt/d")
+            .file("opt/d/old", b"hidden by the opaque directory")
+            .bytes(),
+    )
+}
+
+#[test]
+fn a_multi_layer_image_is_pulled_with_whiteouts_applied_and_layers_shared() {
+    if !tools("a_multi_layer_image_is_pulled_with_whiteouts_applied_and_layers_shared") {
+        return;
+    }
+    let reg = Loopback::start(false);
+    let s = scratch();
+    let layout = Layout::new(s.work.join("layout"));
+    let upper = Tar::new()
+        .file("etc/.wh.gone", b"")
+        .file("opt/d/.wh..wh..opq", b"")
+        .file("opt/d/new", b"new")
+        .bytes();
+    let top = zstd(&Tar::new().file("bin/tool", b"#!/bin/sh\n").bytes());
+    let m = layout.manifest(&[
+        (LAYER_GZIP, base_layer()),
+        (LAYER_TAR, upper),
+        (LAYER_ZSTD, top),
+    ]);
+    let other = layout.manifest(&[
+        (LAYER_GZIP, base_layer()),
+        (LAYER_TAR, Tar::new().file("etc/other", b"o").bytes()),
+    ]);
+    layout.index(vec![tagged(m, "v1"), tagged(other, "v2")]);
+    reg.push(&layout.dir, "v1", "test/img", None);
+    reg.push(&layout.dir, "v2", "test/img", None);
+
+    let r = reg.reference("test/img:v1");
+    let (info, events) = pull(&s, &r);
+    let info = info.unwrap();
+    assert_eq!(info.name, r.to_string());
+    assert_eq!(info.source, "registry");
+    assert_eq!(info.layers.len(), 3);
+    assert_eq!(fetched(&events), [true, true, true]);
+    let root = &info.rootfs;
+    assert_eq!(fs::read(root.join("etc/keep")).unwrap(), b"kept");
+    assert!(!root.join("etc/gone").exists(), "the whiteout removed it");
+    assert_eq!(fs::read(root.join("opt/d/new")).unwrap(), b"new");
+    assert!(
+        !root.join("opt/d/old").exists(),
+        "the opaque directory hid it"
+    );
+    assert!(root.join("bin/tool").is_file());
+    assert!(find_named(root, ".wh.gone").is_empty() && find_named(root, ".wh..wh..opq").is_empty());
+    assert_eq!(s.store.get(&r.to_string()).unwrap(), info);
+    assert_eq!(s.store.pulled(&r), Some(info.clone()));
+
+    // The second image fetches only its own layer; the base's directory is shared.
+    let (info2, events) = pull(&s, &reg.reference("test/img:v2"));
+    let info2 = info2.unwrap();
+    assert_eq!(fetched(&events), [false, true]);
+    assert_eq!(info2.layers[0], info.layers[0]);
+    assert_eq!(entries(&s.store.root().join("layers")), 4);
+    assert!(
+        info2.rootfs.join("etc/gone").is_file(),
+        "no whiteout in this image"
+    );
+    // Pulling again unpacks nothing and builds no second root.
+    let (again, events) = pull(&s, &r);
+    assert_eq!(again.unwrap().rootfs, info.rootfs);
+    assert_eq!(fetched(&events), [false, false, false]);
+    assert_eq!(entries(&s.store.root().join("roots")), 2);
+    s.assert_no_leftovers();
+}
+
+#[test]
+fn a_blob_that_does_not_match_its_digest_is_refused_and_nothing_is_kept() {
+    if !tools("a_blob_that_does_not_match_its_digest_is_refused_and_nothing_is_kept") {
+        return;
+    }
+    let reg = Loopback::start(false);
+    let s = scratch();
+    let layout = Layout::new(s.work.join("layout"));
+    // gzip, which skopeo pushes as it is (it would compress a plain tar layer).
+    let layer = gzip(&Tar::new().file("data", &[b'a'; 4096]).bytes());
+    let m = layout.manifest(&[(LAYER_GZIP, layer.clone())]);
+    layout.index(vec![tagged(m, "v1")]);
+    reg.push(&layout.dir, "v1", "test/bad", None);
+    // The registry serves what its storage holds: change one byte in the middle.
+    let hex = sha256(&layer).trim_start_matches("sha256:").to_string();
+    let data = reg
+        .storage
+        .join("docker/registry/v2/blobs/sha256")
+        .join(&hex[..2])
+        .join(&hex)
+        .join("data");
+    let mut bytes = fs::read(&data).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x55;
+    fs::write(&data, bytes).unwrap();
+
+    let (res, _) = pull(&s, &reg.reference("test/bad:v1"));
+    let err = res.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidInput, "{err}");
+    assert!(err.message.contains("does not match its digest"), "{err}");
+    assert_eq!(entries(&s.store.root().join("layers")), 0);
+    assert_eq!(entries(&s.store.root().join("roots")), 0);
+    assert!(s.store.list().unwrap().is_empty());
+    s.assert_no_leftovers();
+}
+
+#[test]
+fn a_multi_platform_index_is_resolved_to_this_node() {
+    if !tools("a_multi_platform_index_is_resolved_to_this_node") {
+        return;
+    }
+    let reg = Loopback::start(false);
+    let s = scratch();
+    let layout = Layout::new(s.work.join("layout"));
+    let arch = if cfg!(target_arch = "aarch64") {
+        "arm64"
+    } else {
+        "amd64"
+    };
+    let other_arch = if arch == "amd64" { "arm64" } else { "amd64" };
+    let image = |text: &str| {
+        layout.manifest(&[(
+            LAYER_GZIP,
+            gzip(&Tar::new().file("arch", text.as_bytes()).bytes()),
+        )])
+    };
+    let mine = for_platform(image(arch), "linux", arch);
+    let other = for_platform(image(other_arch), "linux", other_arch);
+    let index = layout.nested_index(vec![other, mine]);
+    layout.index(vec![tagged(index, "multi")]);
+    reg.push(&layout.dir, "multi", "test/multi", None);
+
+    let (info, _) = pull(&s, &reg.reference("test/multi:multi"));
+    let info = info.unwrap();
+    assert_eq!(fs::read_to_string(info.rootfs.join("arch")).unwrap(), arch);
+    // Named by the platform's manifest, which a digest reference then finds again.
+    let by_digest: ImageRef = format!("{}/test/multi@{}", reg.addr, info.digest)
+        .parse()
+        .unwrap();
+    let (again, _) = pull(&s, &by_digest);
+    assert_eq!(again.unwrap().rootfs, info.rootfs);
+}
+
+#[test]
+fn registry_errors_are_named_and_basic_credentials_are_sent() {
+    if !tools("registry_errors_are_named_and_basic_credentials_are_sent") {
+        return;
+    }
+    let reg = Loopback::start(true);
+    let s = scratch();
+    let layout = Layout::new(s.work.join("layout"));
+    let m = layout.manifest(&[(LAYER_GZIP, base_layer())]);
+    layout.index(vec![tagged(m, "v1")]);
+    reg.push(&layout.dir, "v1", "team/private", Some("u:p"));
+    let r = reg.reference("team/private:v1");
+
+    let (res, _) = pull(&s, &r);
+    let err = res.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PermissionDenied, "{err}");
+    assert!(err.message.contains("requires credentials"), "{err}");
+    let with = |password: &str| RegistryOptions {
+        credentials: [(
+            reg.addr.clone(),
+            Credentials {
+                username: "u".into(),
+                password: password.into(),
+            },
+        )]
+        .into(),
+        ..Default::default()
+    };
+    let (res, _) = pull_with(&s, &r, &with("wrong"));
+    let err = res.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PermissionDenied, "{err}");
+    assert!(err.message.contains("HTTP 401"), "{err}");
+    let (res, _) = pull_with(&s, &r, &with("p"));
+    assert!(res.unwrap().rootfs.join("etc/keep").is_file());
+
+    let (res, _) = pull_with(&s, &reg.reference("team/private:nope"), &with("p"));
+    let err = res.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::NotFound, "{err}");
+    assert!(
+        err.message.contains("MANIFEST_UNKNOWN"),
+        "the registry's reason: {err}"
+    );
+    let (res, _) = pull(&s, &"127.0.0.1:1/x/y:z".parse().unwrap());
+    let err = res.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Unavailable, "{err}");
+    assert!(err.message.contains("cannot reach the registry"), "{err}");
+}
+
+#[test]
+fn concurrent_pulls_of_one_image_download_each_layer_once() {
+    if !tools("concurrent_pulls_of_one_image_download_each_layer_once") {
+        return;
+    }
+    let reg = Loopback::start(false);
+    let s = scratch();
+    let layout = Layout::new(s.work.join("layout"));
+    let big = |seed: u8| {
+        let data: Vec<u8> = (0..(1u32 << 20))
+            .map(|i| (i as u8).wrapping_mul(seed))
+            .collect();
+        gzip(&Tar::new().file(&format!("f{seed}"), &data).bytes())
+    };
+    let m = layout.manifest(&[(LAYER_GZIP, big(3)), (LAYER_GZIP, big(7))]);
+    layout.index(vec![tagged(m, "v1")]);
+    reg.push(&layout.dir, "v1", "test/shared", None);
+    let r = reg.reference("test/shared:v1");
+
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..6)
+            .map(|_| {
+                let (store, r) = (s.store.clone(), r.clone());
+                scope.spawn(move || {
+                    let mut events = Vec::new();
+                    let info = store.pull(&r, &RegistryOptions::default(), &mut |e| events.push(e));
+                    (info.unwrap(), fetched(&events))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for layer in 0..2 {
+        let downloads = results.iter().filter(|(_, f)| f[layer]).count();
+        assert_eq!(
+            downloads,
+            1,
+            "layer {} fetched by {downloads} pulls",
+            layer + 1
+        );
+    }
+    let roots: std::collections::BTreeSet<_> =
+        results.iter().map(|(i, _)| i.rootfs.clone()).collect();
+    assert_eq!(roots.len(), 1);
+    assert_eq!(entries(&s.store.root().join("roots")), 1);
+    s.assert_no_leftovers();
+}
+
+#[test]
+fn a_hostile_layer_from_a_registry_writes_nothing_outside_and_leaves_nothing() {
+    if !tools("a_hostile_layer_from_a_registry_writes_nothing_outside_and_leaves_nothing") {
+        return;
+    }
+    let reg = Loopback::start(false);
+    let s = scratch();
+    let layout = Layout::new(s.work.join("layout"));
+    let outside = s.outside.join("escaped");
+    let hostile = Tar::new()
+        .symlink("link", s.outside.to_str().unwrap())
+        .file("link/escaped", b"through the symlink")
+        .raw(tar::EntryType::Regular, b"../../escaped", b"", b"up", 0o644)
+        .bytes();
+    let m = layout.manifest(&[(LAYER_GZIP, base_layer()), (LAYER_GZIP, gzip(&hostile))]);
+    layout.index(vec![tagged(m, "v1")]);
+    reg.push(&layout.dir, "v1", "test/hostile", None);
+
+    let (res, events) = pull(&s, &reg.reference("test/hostile:v1"));
+    let err = res.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidInput, "{err}");
+    assert!(
+        err.message.contains("layer 2") && err.message.contains("link/escaped"),
+        "{err}"
+    );
+    assert!(!outside.exists());
+    s.assert_outside_untouched();
+    // The good base layer stays for the next image; nothing of the hostile one, no root.
+    assert_eq!(fetched(&events), [true]);
+    assert_eq!(entries(&s.store.root().join("layers")), 1);
+    assert_eq!(entries(&s.store.root().join("roots")), 0);
+    assert!(s.store.list().unwrap().is_empty());
+    s.assert_no_leftovers();
+}
+
+/// A registry of one image that breaks off the first download of its layer half way, and
+/// answers range requests; counts the layer's requests.
+fn flaky_registry(
+    manifest: Vec<u8>,
+    config: (String, Vec<u8>),
+    layer: (String, Vec<u8>),
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let layer_requests = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = layer_requests.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            let path = line.split(' ').nth(1).unwrap_or("").to_string();
+            let mut range = None;
+            loop {
+                let mut h = String::new();
+                reader.read_line(&mut h).unwrap();
+                if h.trim().is_empty() {
+                    break;
+                }
+                if let Some(v) = h.to_ascii_lowercase().strip_prefix("range: bytes=") {
+                    range = v.trim().trim_end_matches('-').parse::<usize>().ok();
+                }
+            }
+            let send = |conn: &mut std::net::TcpStream,
+                        status: &str,
+                        extra: &str,
+                        body: &[u8],
+                        cut: usize| {
+                let head = format!(
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n",
+                    body.len()
+                );
+                conn.write_all(head.as_bytes()).unwrap();
+                let _ = conn.write_all(&body[..cut.min(body.len())]);
+            };
+            if path.ends_with("/manifests/v1") {
+                let ct = "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n";
+                send(&mut conn, "200 OK", ct, &manifest, usize::MAX);
+            } else if path.ends_with(&config.0) {
+                send(&mut conn, "200 OK", "", &config.1, usize::MAX);
+            } else if path.ends_with(&layer.0) {
+                let n = count.fetch_add(1, Ordering::SeqCst);
+                match range {
+                    Some(from) => {
+                        let cr = format!(
+                            "Content-Range: bytes {from}-{}/{}\r\n",
+                            layer.1.len() - 1,
+                            layer.1.len()
+                        );
+                        send(
+                            &mut conn,
+                            "206 Partial Content",
+                            &cr,
+                            &layer.1[from..],
+                            usize::MAX,
+                        );
+                    }
+                    // The first try breaks off half way.
+                    None if n == 0 => send(&mut conn, "200 OK", "", &layer.1, layer.1.len() / 2),
+                    None => send(&mut conn, "200 OK", "", &layer.1, usize::MAX),
+                }
+            } else {
+                send(&mut conn, "404 Not Found", "", b"{}", usize::MAX);
+            }
+            let _ = conn.shutdown(std::net::Shutdown::Both);
+        }
+    });
+    (addr, layer_requests)
+}
+
+#[test]
+fn a_download_broken_off_mid_layer_is_resumed_from_the_last_byte() {
+    let layer_tar = {
+        let data: Vec<u8> = (0..(4u32 << 20))
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        Tar::new().file("big", &data).bytes()
+    };
+    let layer = gzip(&layer_tar);
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "rootfs": { "type": "layers", "diff_ids": [sha256(&layer_tar)] },
+    }))
+    .unwrap();
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": MANIFEST,
+        "config": { "mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha256(&config), "size": config.len() },
+        "layers": [{ "mediaType": LAYER_GZIP, "digest": sha256(&layer), "size": layer.len() }],
+    }))
+    .unwrap();
+    let (addr, requests) =
+        flaky_registry(manifest, (sha256(&config), config), (sha256(&layer), layer));
+    let s = scratch();
+    let r: ImageRef = format!("{addr}/test/drop:v1").parse().unwrap();
+    let (res, _) = pull(&s, &r);
+    let info = res.unwrap();
+    assert_eq!(fs::read(info.rootfs.join("big")).unwrap().len(), 4 << 20);
+    assert_eq!(
+        requests.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "one resume"
+    );
+    s.assert_no_leftovers();
+}
