@@ -210,6 +210,19 @@ pub fn container_spec(
         &order.rendezvous,
         spec.resources.cpus,
     ));
+    // The hostfile, in the job's private /tmp, written by Wharf's sandbox (the Docker engine
+    // does not write it, so its jobs get no WHARF_HOSTFILE). Only Wharf's own name: Open MPI's
+    // default-hostfile variable would cap every mpirun in the job at one slot per node.
+    let mut tmp_files = vec![];
+    if let (crate::BackendKind::Oci, Some(text)) =
+        (&cfg.backend, crate::env::hostfile(&order.rendezvous))
+    {
+        env.push((
+            "WHARF_HOSTFILE".into(),
+            format!("{}/hostfile", wharf_runtime::TMP_FILES_DIR),
+        ));
+        tmp_files.push(("hostfile".to_string(), text));
+    }
     if let Some(a) = spec.array {
         let (job, task) = (a.job_id.to_string(), a.task_id.to_string());
         env.extend([
@@ -253,6 +266,7 @@ pub fn container_spec(
         devices,
         memlock: cfg.memlock,
         binds,
+        tmp_files,
         identity,
         rootfs_partition,
         stack: cfg.stack,
