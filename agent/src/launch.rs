@@ -210,13 +210,10 @@ pub fn container_spec(
         &order.rendezvous,
         spec.resources.cpus,
     ));
-    // The hostfile, in the job's private /tmp, written by Wharf's sandbox (the Docker engine
-    // does not write it, so its jobs get no WHARF_HOSTFILE). Only Wharf's own name: Open MPI's
+    // The hostfile, read-only in the job's private /tmp. Only Wharf's own name: Open MPI's
     // default-hostfile variable would cap every mpirun in the job at one slot per node.
     let mut tmp_files = vec![];
-    if let (crate::BackendKind::Oci, Some(text)) =
-        (&cfg.backend, crate::env::hostfile(&order.rendezvous))
-    {
+    if let Some(text) = crate::env::hostfile(&order.rendezvous) {
         env.push((
             "WHARF_HOSTFILE".into(),
             format!("{}/hostfile", wharf_runtime::TMP_FILES_DIR),

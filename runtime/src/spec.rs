@@ -86,7 +86,8 @@ pub struct ContainerSpec {
     /// Small files the job reads in its private `/tmp`, as `(name, contents)`: each is
     /// `TMP_FILES_DIR/name`, written by the sandbox into its own `/tmp` before any bind, owned by
     /// the container's root and read-only to the job (the agent's hostfile). A name is one
-    /// plain path component. The Docker backend does not write them.
+    /// plain path component. The Docker backend binds them read-only from the job directory
+    /// instead, unless a bind replaces `/tmp`.
     #[serde(default)]
     pub tmp_files: Vec<(String, String)>,
 }

@@ -163,7 +163,10 @@ fn a_two_node_job_runs_a_rank_on_each_node_with_one_rendezvous() {
             let line = &v[&format!("LINE{rank}")];
             assert_eq!(*line, format!("{} slots=1", addresses[node]), "{v:?}");
         }
-        assert_eq!(v["WRITABLE"], "no", "the job may not change its hostfile: {v:?}");
+        assert_eq!(
+            v["WRITABLE"], "no",
+            "the job may not change its hostfile: {v:?}"
+        );
     }
     assert_eq!(ranks[0]["MASTER_PORT"], ranks[1]["MASTER_PORT"]);
     // The queue and `show` name both nodes as one host list, `show` each rank.
@@ -224,7 +227,11 @@ fn a_rank_that_fails_stops_the_gang_and_the_job_names_it() {
 
 /// What each rank of job `id` saw of its node's GPUs: `(node, VISIBLE, CUDA, SLURM_JOB_GPUS)`
 /// against its alloc's GPU ids, in rank order.
-fn gpus_seen(c: &TcpCluster, id: u64, done: &Value) -> Vec<(String, Vec<u64>, BTreeMap<String, String>)> {
+fn gpus_seen(
+    c: &TcpCluster,
+    id: u64,
+    done: &Value,
+) -> Vec<(String, Vec<u64>, BTreeMap<String, String>)> {
     let dir = c.dir.path();
     let nodes = nodes_of(done);
     (0..nodes.len())
@@ -254,9 +261,21 @@ fn sees_exactly_its_gpus(c: &TcpCluster, id: u64, done: &Value, per_node: usize)
         let want_cuda: Vec<String> = (0..per_node).map(|i| i.to_string()).collect();
         let want_slurm: Vec<String> = sorted.iter().map(u64::to_string).collect();
         assert_eq!(v["RANK"], rank.to_string(), "{v:?}");
-        assert_eq!(v["VISIBLE"].trim(), want.join(" "), "rank {rank} on {node}: {v:?}");
-        assert_eq!(v["CUDA"], want_cuda.join(","), "rank {rank} on {node}: {v:?}");
-        assert_eq!(v["SLURM_JOB_GPUS"], want_slurm.join(","), "rank {rank} on {node}: {v:?}");
+        assert_eq!(
+            v["VISIBLE"].trim(),
+            want.join(" "),
+            "rank {rank} on {node}: {v:?}"
+        );
+        assert_eq!(
+            v["CUDA"],
+            want_cuda.join(","),
+            "rank {rank} on {node}: {v:?}"
+        );
+        assert_eq!(
+            v["SLURM_JOB_GPUS"],
+            want_slurm.join(","),
+            "rank {rank} on {node}: {v:?}"
+        );
     }
 }
 
@@ -282,8 +301,17 @@ fn a_gang_on_fake_gpus_sees_exactly_its_devices_on_each_node() {
                   echo CUDA=$CUDA_VISIBLE_DEVICES; echo SLURM_JOB_GPUS=$SLURM_JOB_GPUS";
     let submit = |per_node: &str| {
         submitted_id(&c.wharf(&[
-            "submit", "-N", "2", "--gpus-per-node", per_node, "--mem", "16M", "-t", "2m",
-            "--wrap", script,
+            "submit",
+            "-N",
+            "2",
+            "--gpus-per-node",
+            per_node,
+            "--mem",
+            "16M",
+            "-t",
+            "2m",
+            "--wrap",
+            script,
         ]))
     };
     let two = submit("2");
