@@ -333,3 +333,27 @@ fn a_gang_on_fake_gpus_sees_exactly_its_devices_on_each_node() {
     assert_eq!(v["VISIBLE"].trim(), "nvidia0 nvidia1 nvidia3", "{v:?}");
     no_cgroups_left(&c, three);
 }
+
+/// A single-node job gets the hostfile too: one line, its node's, which the job can neither
+/// change, remove nor replace.
+#[test]
+fn a_single_node_job_gets_a_one_line_hostfile_it_cannot_change() {
+    if !can_run("a_single_node_job_gets_a_one_line_hostfile_it_cannot_change") {
+        return;
+    }
+    let c = Cluster::start_with("");
+    let alice = user("wharf-alice");
+    let script = "f=$WHARF_HOSTFILE; echo path $f; cat \"$f\"; \
+                  (echo x > \"$f\") 2>/dev/null && echo written; \
+                  rm -f \"$f\" 2>/dev/null && echo removed; \
+                  mv \"$f\" /tmp/moved 2>/dev/null && echo moved; \
+                  echo nodes $(wc -l < \"$f\")";
+    let out = c.run_sh(&alice, &[], script);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "path /tmp/wharf/hostfile", "{text}");
+    let (address, slots) = lines[1].split_once(' ').unwrap_or_else(|| panic!("{text}"));
+    assert!(!address.is_empty() && slots == "slots=1", "{text}");
+    assert_eq!(lines[2..], ["nodes 1"], "{text}");
+}
