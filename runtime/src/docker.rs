@@ -458,6 +458,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tmp_files_become_read_only_binds_unless_a_bind_replaces_tmp() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = crate::conformance::template("d", Path::new("/"), 1000, 1000);
+        spec.tmp_files = vec![("hostfile".into(), "n1 slots=1\n".into())];
+        let out = with_tmp_files(dir.path(), &spec).unwrap();
+        assert!(out.tmp_files.is_empty());
+        let at = dir.path().join("files/hostfile");
+        assert_eq!(
+            out.binds,
+            [crate::Bind {
+                source: at.clone(),
+                destination: "/tmp/wharf/hostfile".into(),
+                read_only: true,
+                beneath: None,
+            }]
+        );
+        assert_eq!(std::fs::read_to_string(&at).unwrap(), "n1 slots=1\n");
+        let mode = std::fs::metadata(&at).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o444);
+        // Written again for a requeued job's next run.
+        assert_eq!(with_tmp_files(dir.path(), &spec).unwrap(), out);
+        // A bind of /tmp hides it: nothing bound inside the bound directory.
+        spec.binds = out.binds.clone();
+        spec.binds[0].destination = "/tmp/".into();
+        let kept = with_tmp_files(dir.path(), &spec).unwrap();
+        assert_eq!(kept.binds, spec.binds);
+    }
+
+    #[test]
     fn settings_are_locked_down() {
         let mut spec = crate::conformance::template("d", std::path::Path::new("/"), 1000, 1000);
         spec.groups = vec![1000, 44];
