@@ -1,7 +1,7 @@
 //! The environment that lets a job's ranks find each other whatever its image: PyTorch's
 //! (`MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK`, `LOCAL_RANK`, ...) and Slurm's
 //! (`SLURM_JOB_NODELIST` in compressed form, `SLURM_NNODES`, `SLURM_PROCID`, ...), from the
-//! controller's rendezvous. One task per node.
+//! controller's rendezvous, and the job's hostfile. One task per node.
 
 use wharf_api::wire::Rendezvous;
 
@@ -46,6 +46,23 @@ pub fn rendezvous(r: &Rendezvous, cpus: u32) -> Vec<(String, String)> {
         env.push(("MASTER_PORT", port.to_string()));
     }
     env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+/// The job's hostfile, in the form MPI launchers (`mpirun --hostfile`) and DeepSpeed
+/// (`--hostfile`) read: one line per node in rank order, `ADDRESS slots=N` with N the tasks per
+/// node (1). The address comes first, not the name: it is the node's address on the fabric
+/// interface, which the other ranks reach, where a node's name may not resolve inside an
+/// image. `None` when the order carries no nodes.
+pub fn hostfile(r: &Rendezvous) -> Option<String> {
+    if r.nodes.is_empty() {
+        return None;
+    }
+    Some(
+        r.nodes
+            .iter()
+            .map(|p| format!("{} slots=1\n", p.address))
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -98,5 +115,22 @@ mod tests {
         assert_eq!(env["SLURM_TASKS_PER_NODE"], "1");
         assert!(!env.contains_key("MASTER_PORT"), "no port, no MASTER_PORT");
         assert!(rendezvous(&Rendezvous::default(), 1).is_empty());
+    }
+
+    #[test]
+    fn the_hostfile_lists_every_nodes_address_in_rank_order_whichever_rank_reads_it() {
+        let mut r = Rendezvous {
+            nodes: peers(&["gpu03", "gpu01"]),
+            node_rank: 1,
+            port: Some(29501),
+        };
+        let want = "10.0.0.03 slots=1\n10.0.0.01 slots=1\n";
+        assert_eq!(hostfile(&r).as_deref(), Some(want));
+        r.node_rank = 0;
+        assert_eq!(hostfile(&r).as_deref(), Some(want));
+        // A single-node job gets one line; an order without nodes none.
+        r.nodes.truncate(1);
+        assert_eq!(hostfile(&r).as_deref(), Some("10.0.0.03 slots=1\n"));
+        assert_eq!(hostfile(&Rendezvous::default()), None);
     }
 }

@@ -210,6 +210,16 @@ pub fn container_spec(
         &order.rendezvous,
         spec.resources.cpus,
     ));
+    // The hostfile, read-only in the job's private /tmp. Only Wharf's own name: Open MPI's
+    // default-hostfile variable would cap every mpirun in the job at one slot per node.
+    let mut tmp_files = vec![];
+    if let Some(text) = crate::env::hostfile(&order.rendezvous) {
+        env.push((
+            "WHARF_HOSTFILE".into(),
+            format!("{}/hostfile", wharf_runtime::TMP_FILES_DIR),
+        ));
+        tmp_files.push(("hostfile".to_string(), text));
+    }
     if let Some(a) = spec.array {
         let (job, task) = (a.job_id.to_string(), a.task_id.to_string());
         env.extend([
@@ -253,6 +263,7 @@ pub fn container_spec(
         devices,
         memlock: cfg.memlock,
         binds,
+        tmp_files,
         identity,
         rootfs_partition,
         stack: cfg.stack,

@@ -203,5 +203,6 @@ pub fn template(id: &str, rootfs: &Path, uid: u32, gid: u32) -> ContainerSpec {
         docker: None,
         identity: None,
         devices: vec![],
+        tmp_files: vec![],
     }
 }

@@ -11,6 +11,8 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bollard::container::LogOutput;
@@ -115,6 +117,43 @@ pub fn container_body(spec: &ContainerSpec, target: &DockerTarget) -> ContainerC
         host_config: Some(host),
         ..Default::default()
     }
+}
+
+/// `spec` with its `tmp_files` as read-only binds the engine can make: each written into
+/// `dir` (the job directory, root's alone) and bound at its place in the container's `/tmp`
+/// tmpfs, which the engine mounts first. None when a bind replaces `/tmp`: the file would be
+/// hidden, and the engine would make its mount point in the bound directory.
+pub(crate) fn with_tmp_files(
+    dir: &Path,
+    spec: &ContainerSpec,
+) -> Result<ContainerSpec, RuntimeError> {
+    let mut spec = spec.clone();
+    let tmp_bound = spec
+        .binds
+        .iter()
+        .any(|b| b.destination.trim_end_matches('/') == "/tmp");
+    if spec.tmp_files.is_empty() || tmp_bound {
+        return Ok(spec);
+    }
+    let files = dir.join("files");
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+        .recursive(true)
+        .create(&files)
+        .map_err(|e| RuntimeError::io(files.display(), e))?;
+    for (name, contents) in std::mem::take(&mut spec.tmp_files) {
+        let at = files.join(&name);
+        // Written whole, then made read-only: the engine binds it `ro` as well.
+        std::fs::write(&at, contents)
+            .and_then(|_| std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o444)))
+            .map_err(|e| RuntimeError::io(at.display(), e))?;
+        spec.binds.push(crate::Bind {
+            source: at,
+            destination: format!("{}/{name}", crate::TMP_FILES_DIR),
+            read_only: true,
+            beneath: None,
+        });
+    }
+    Ok(spec)
 }
 
 /// Runs `f` on a current-thread runtime of its own (the shim and these helpers are called
@@ -417,6 +456,35 @@ pub fn list_images(socket: &std::path::Path) -> Result<Vec<String>, RuntimeError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tmp_files_become_read_only_binds_unless_a_bind_replaces_tmp() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = crate::conformance::template("d", Path::new("/"), 1000, 1000);
+        spec.tmp_files = vec![("hostfile".into(), "n1 slots=1\n".into())];
+        let out = with_tmp_files(dir.path(), &spec).unwrap();
+        assert!(out.tmp_files.is_empty());
+        let at = dir.path().join("files/hostfile");
+        assert_eq!(
+            out.binds,
+            [crate::Bind {
+                source: at.clone(),
+                destination: "/tmp/wharf/hostfile".into(),
+                read_only: true,
+                beneath: None,
+            }]
+        );
+        assert_eq!(std::fs::read_to_string(&at).unwrap(), "n1 slots=1\n");
+        let mode = std::fs::metadata(&at).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o444);
+        // Written again for a requeued job's next run.
+        assert_eq!(with_tmp_files(dir.path(), &spec).unwrap(), out);
+        // A bind of /tmp hides it: nothing bound inside the bound directory.
+        spec.binds = out.binds.clone();
+        spec.binds[0].destination = "/tmp/".into();
+        let kept = with_tmp_files(dir.path(), &spec).unwrap();
+        assert_eq!(kept.binds, spec.binds);
+    }
 
     #[test]
     fn settings_are_locked_down() {

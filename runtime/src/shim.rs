@@ -243,6 +243,9 @@ fn supervise_docker(jd: &JobDir, spec: &ContainerSpec, target: &crate::DockerTar
                 launch.check()?;
                 // The engine sets the container's limits; ask only for what this node can give.
                 let spec = apply_limits(spec)?;
+                // Names checked before any file is written under the job directory.
+                crate::sandbox::plan::check_destinations(&spec)?;
+                let spec = crate::docker::with_tmp_files(jd.path(), &spec)?;
                 // The engine binds by path: it gets paths the user cannot change (see as_user.rs).
                 let staged = as_user::stage_for_engine(jd.path(), &spec, &AsUser::of(&spec))?;
                 launch.check()?;

@@ -83,7 +83,17 @@ pub struct ContainerSpec {
     /// but the standard list is absent and denied.
     #[serde(default)]
     pub devices: Vec<DeviceNode>,
+    /// Small files the job reads in its private `/tmp`, as `(name, contents)`: each is
+    /// `TMP_FILES_DIR/name`, written by the sandbox into its own `/tmp` before any bind, owned by
+    /// the container's root and read-only to the job (the agent's hostfile). A name is one
+    /// plain path component. The Docker backend binds them read-only from the job directory
+    /// instead, unless a bind replaces `/tmp`.
+    #[serde(default)]
+    pub tmp_files: Vec<(String, String)>,
 }
+
+/// Where the sandbox puts a spec's `tmp_files`.
+pub const TMP_FILES_DIR: &str = "/tmp/wharf";
 
 /// Where and what the Docker backend runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

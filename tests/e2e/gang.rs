@@ -10,14 +10,19 @@ use crate::harness::*;
 
 /// A controller and agents `gang1` and `gang2`, both up.
 fn two_nodes(prefix: &str) -> TcpCluster {
+    two_nodes_with(prefix, ["", ""])
+}
+
+/// [`two_nodes`], each agent's configuration given these further lines.
+fn two_nodes_with(prefix: &str, extra: [&str; 2]) -> TcpCluster {
     let mut c = TcpCluster::controller(prefix, "node_timeout = \"10s\"\n");
     let token = c.token();
-    for name in ["gang1", "gang2"] {
+    for (name, extra) in ["gang1", "gang2"].into_iter().zip(extra) {
         let parent = cgroup_parent(&c, name);
         c.agent_with(
             name,
             &token,
-            &format!("cgroup_parent = \"{parent}\"\ngrace = \"2s\""),
+            &format!("cgroup_parent = \"{parent}\"\ngrace = \"2s\"\n{extra}"),
         );
     }
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -63,6 +68,25 @@ fn nodes_of(job: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Each node's address as its peers reach it (the fabric address, else the agent's).
+fn peer_addresses(c: &TcpCluster) -> BTreeMap<String, String> {
+    let nodes: Value =
+        serde_json::from_slice(&c.wharf(&["nodes", "--json"]).stdout).expect("nodes --json");
+    nodes["nodes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no nodes in {nodes}"))
+        .iter()
+        .map(|n| {
+            let info = &n["info"];
+            let address = info["fabric_address"]
+                .as_str()
+                .or(info["address"].as_str())
+                .unwrap_or_else(|| panic!("no address in {n}"));
+            (info["name"].as_str().unwrap().to_string(), address.into())
+        })
+        .collect()
+}
+
 /// `KEY=VALUE` lines of a file.
 fn vars(path: &std::path::Path) -> BTreeMap<String, String> {
     let text =
@@ -97,7 +121,10 @@ fn a_two_node_job_runs_a_rank_on_each_node_with_one_rendezvous() {
     }
     let c = two_nodes("wharf-gang-run-");
     let script = "for v in RANK WORLD_SIZE MASTER_ADDR MASTER_PORT SLURM_JOB_NODELIST \
-                  SLURM_NNODES SLURM_PROCID; do eval echo $v=\\$$v; done; echo HOST=$(hostname)";
+                  SLURM_NNODES SLURM_PROCID WHARF_HOSTFILE; do eval echo $v=\\$$v; done; \
+                  echo HOST=$(hostname); n=0; while read -r l; do echo \"LINE$n=$l\"; \
+                  n=$((n+1)); done < \"$WHARF_HOSTFILE\"; echo LINES=$n; \
+                  if [ -w \"$WHARF_HOSTFILE\" ]; then echo WRITABLE=yes; else echo WRITABLE=no; fi";
     let id = submitted_id(&c.wharf(&[
         "submit", "-N", "2", "--mem", "16M", "-t", "2m", "--wrap", script,
     ]));
@@ -125,6 +152,22 @@ fn a_two_node_job_runs_a_rank_on_each_node_with_one_rendezvous() {
         assert!(v["MASTER_PORT"].parse::<u16>().is_ok(), "{v:?}");
     }
     assert_eq!(ranks[0]["MASTER_ADDR"], ranks[1]["MASTER_ADDR"]);
+    // Each rank reads the same hostfile, read-only: every node's address in rank order, the
+    // first MASTER_ADDR.
+    let addresses = peer_addresses(&c);
+    for v in &ranks {
+        assert_eq!(v["WHARF_HOSTFILE"], "/tmp/wharf/hostfile", "{v:?}");
+        assert_eq!(v["LINES"], "2", "{v:?}");
+        assert_eq!(v["LINE0"], format!("{} slots=1", v["MASTER_ADDR"]), "{v:?}");
+        for (rank, node) in nodes.iter().enumerate() {
+            let line = &v[&format!("LINE{rank}")];
+            assert_eq!(*line, format!("{} slots=1", addresses[node]), "{v:?}");
+        }
+        assert_eq!(
+            v["WRITABLE"], "no",
+            "the job may not change its hostfile: {v:?}"
+        );
+    }
     assert_eq!(ranks[0]["MASTER_PORT"], ranks[1]["MASTER_PORT"]);
     // The queue and `show` name both nodes as one host list, `show` each rank.
     let queue = stdout(&c.wharf(&["queue", "--all"]));
@@ -180,4 +223,137 @@ fn a_rank_that_fails_stops_the_gang_and_the_job_names_it() {
     // Rank 0 was killed by the stop, not left to finish.
     assert_eq!(done["allocs"][0]["exit"]["cancelled"], true, "{done}");
     no_cgroups_left(&c, id);
+}
+
+/// What each rank of job `id` saw of its node's GPUs: `(node, VISIBLE, CUDA, SLURM_JOB_GPUS)`
+/// against its alloc's GPU ids, in rank order.
+fn gpus_seen(
+    c: &TcpCluster,
+    id: u64,
+    done: &Value,
+) -> Vec<(String, Vec<u64>, BTreeMap<String, String>)> {
+    let dir = c.dir.path();
+    let nodes = nodes_of(done);
+    (0..nodes.len())
+        .map(|rank| {
+            let out = match rank {
+                0 => dir.join(format!("wharf-{id}.out")),
+                r => dir.join(format!("wharf-{id}.out.rank{r}")),
+            };
+            let ids: Vec<u64> = done["allocs"][rank]["gpu_ids"]
+                .as_array()
+                .unwrap_or_else(|| panic!("no gpu_ids in {done}"))
+                .iter()
+                .map(|g| g.as_u64().unwrap())
+                .collect();
+            (nodes[rank].clone(), ids, vars(&out))
+        })
+        .collect()
+}
+
+/// Checks that each rank saw exactly the GPU devices its node's alloc names, and no other.
+fn sees_exactly_its_gpus(c: &TcpCluster, id: u64, done: &Value, per_node: usize) {
+    for (rank, (node, ids, v)) in gpus_seen(c, id, done).into_iter().enumerate() {
+        assert_eq!(ids.len(), per_node, "rank {rank} on {node}: {done}");
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        let want: Vec<String> = sorted.iter().map(|i| format!("nvidia{i}")).collect();
+        let want_cuda: Vec<String> = (0..per_node).map(|i| i.to_string()).collect();
+        let want_slurm: Vec<String> = sorted.iter().map(u64::to_string).collect();
+        assert_eq!(v["RANK"], rank.to_string(), "{v:?}");
+        assert_eq!(
+            v["VISIBLE"].trim(),
+            want.join(" "),
+            "rank {rank} on {node}: {v:?}"
+        );
+        assert_eq!(
+            v["CUDA"],
+            want_cuda.join(","),
+            "rank {rank} on {node}: {v:?}"
+        );
+        assert_eq!(
+            v["SLURM_JOB_GPUS"],
+            want_slurm.join(","),
+            "rank {rank} on {node}: {v:?}"
+        );
+    }
+}
+
+/// Fake GPUs (mknod, as the GPU tests make them), each node its own: `gang1` has nvidia0..3,
+/// `gang2` nvidia0, 1 and 3. A 2-node job with 2 GPUs per node sees on each node exactly the
+/// devices its alloc there names; a 3-GPU-per-node job gets exactly nvidia0, 1 and 3 on
+/// `gang2`, and never 2.
+#[test]
+fn a_gang_on_fake_gpus_sees_exactly_its_devices_on_each_node() {
+    if !can_run("a_gang_on_fake_gpus_sees_exactly_its_devices_on_each_node") {
+        return;
+    }
+    let devs = [
+        crate::gpu::fake_dev_with(&[0, 1, 2, 3]),
+        crate::gpu::fake_dev_with(&[0, 1, 3]),
+    ];
+    let roots: Vec<String> = devs
+        .iter()
+        .map(|d| format!("dev_root = \"{}\"", d.path().display()))
+        .collect();
+    let c = two_nodes_with("wharf-gang-gpu-", [&roots[0], &roots[1]]);
+    let script = "echo RANK=$RANK; echo VISIBLE=$(ls /dev | grep '^nvidia[0-9]' | tr '\\n' ' '); \
+                  echo CUDA=$CUDA_VISIBLE_DEVICES; echo SLURM_JOB_GPUS=$SLURM_JOB_GPUS";
+    let submit = |per_node: &str| {
+        submitted_id(&c.wharf(&[
+            "submit",
+            "-N",
+            "2",
+            "--gpus-per-node",
+            per_node,
+            "--mem",
+            "16M",
+            "-t",
+            "2m",
+            "--wrap",
+            script,
+        ]))
+    };
+    let two = submit("2");
+    let done = ended(&c, two, Duration::from_secs(60));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    sees_exactly_its_gpus(&c, two, &done, 2);
+    no_cgroups_left(&c, two);
+
+    let three = submit("3");
+    let done = ended(&c, three, Duration::from_secs(60));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    sees_exactly_its_gpus(&c, three, &done, 3);
+    let seen = gpus_seen(&c, three, &done);
+    let (_, ids, v) = seen
+        .iter()
+        .find(|(node, ..)| node == "gang2")
+        .unwrap_or_else(|| panic!("no rank on gang2: {done}"));
+    assert_eq!(*ids, [0, 1, 3], "{done}");
+    assert_eq!(v["VISIBLE"].trim(), "nvidia0 nvidia1 nvidia3", "{v:?}");
+    no_cgroups_left(&c, three);
+}
+
+/// A single-node job gets the hostfile too: one line, its node's, which the job can neither
+/// change, remove nor replace.
+#[test]
+fn a_single_node_job_gets_a_one_line_hostfile_it_cannot_change() {
+    if !can_run("a_single_node_job_gets_a_one_line_hostfile_it_cannot_change") {
+        return;
+    }
+    let c = Cluster::start_with("");
+    let alice = user("wharf-alice");
+    let script = "f=$WHARF_HOSTFILE; echo path $f; cat \"$f\"; \
+                  (echo x > \"$f\") 2>/dev/null && echo written; \
+                  rm -f \"$f\" 2>/dev/null && echo removed; \
+                  mv \"$f\" /tmp/moved 2>/dev/null && echo moved; \
+                  echo nodes $(wc -l < \"$f\")";
+    let out = c.run_sh(&alice, &[], script);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "path /tmp/wharf/hostfile", "{text}");
+    let (address, slots) = lines[1].split_once(' ').unwrap_or_else(|| panic!("{text}"));
+    assert!(!address.is_empty() && slots == "slots=1", "{text}");
+    assert_eq!(lines[2..], ["nodes 1"], "{text}");
 }

@@ -14,7 +14,7 @@ fn fake_dev(count: u32) -> tempfile::TempDir {
 }
 
 /// A scratch directory holding fake GPUs with these device minors, nvidiactl and nvidia-uvm.
-fn fake_dev_with(minors: &[u32]) -> tempfile::TempDir {
+pub(crate) fn fake_dev_with(minors: &[u32]) -> tempfile::TempDir {
     let dev = scratch("wharf-fakedev-");
     let mut nodes: Vec<(String, u64, u64)> = minors
         .iter()

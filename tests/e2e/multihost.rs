@@ -260,7 +260,8 @@ fn three_hosts_each_run_a_job_at_their_own_address() {
 fn gang_run(bed: &MultiHost, nodes: u32, program: &str) -> String {
     let script = format!(
         "echo \"rank $RANK of $WORLD_SIZE nodelist=$SLURM_JOB_NODELIST \
-         master=$MASTER_ADDR:$MASTER_PORT\"; exec python3 {} --timeout 120",
+         master=$MASTER_ADDR:$MASTER_PORT\"; echo \"rank $RANK hostfile \
+         $(tr '\\n' , < \"$WHARF_HOSTFILE\")\"; exec python3 {} --timeout 120",
         example(program)
     );
     let id = bed.submit(&[
@@ -305,6 +306,12 @@ fn a_gang_job_all_reduces_across_three_hosts() {
                 addrs[0]
             )),
             "rank {rank}'s rendezvous:\n{out}"
+        );
+        // Every rank's hostfile: each host's fabric address, in rank order.
+        let hostfile: String = addrs.iter().map(|a| format!("{a} slots=1,")).collect();
+        assert!(
+            out.contains(&format!("rank {rank} hostfile {hostfile}\n")),
+            "rank {rank}'s hostfile, {hostfile:?}:\n{out}"
         );
     }
 }

@@ -420,11 +420,21 @@ fn docker_backend_runs_jobs_as_their_user_through_the_agent() {
     let out = c.run_sh(
         &alice,
         &["--image", "wharf-e2e-docker"],
-        "id -u; echo $WHARF_JOB_ID",
+        "id -u; echo $WHARF_JOB_ID; echo hostfile $WHARF_HOSTFILE; cat \"$WHARF_HOSTFILE\"; \
+         if [ -w \"$WHARF_HOSTFILE\" ]; then echo writable; else echo read-only; fi",
     );
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     let text = stdout(&out);
     assert!(text.starts_with(&format!("{}\n", alice.uid)), "{text}");
+    // The engine gets the job's hostfile too: one line for its one node, read-only.
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[2], "hostfile /tmp/wharf/hostfile", "{text}");
+    assert!(
+        lines[3].ends_with(" slots=1") && lines[3].split(' ').count() == 2,
+        "{text}"
+    );
+    assert_eq!(lines[4], "read-only", "{text}");
+    assert_eq!(lines.len(), 5, "{text}");
     // The host image is not something the engine can run: refused with the reason.
     let out = c.wharf_as(&alice, &["run", "--image", "host", "--", "/bin/true"]);
     assert!(

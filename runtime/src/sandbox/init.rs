@@ -349,6 +349,22 @@ fn mount_one(root: &OwnedFd, m: &Mount, trees: &[BindTree]) -> Result<(), Failed
             sys::move_tree(&tree, &at)
                 .map_err(|e| fail(format!("binding {} at {}", host.display(), m.path), e))
         }
+        Source::Written { contents } => {
+            let file = open_in_root(
+                root,
+                &m.path,
+                OFlag::O_WRONLY | OFlag::O_TRUNC | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            )
+            .map_err(|e| fail(format!("opening {}", m.path), e))?;
+            let mut file = std::fs::File::from(file);
+            std::io::Write::write_all(&mut file, contents.as_bytes())
+                .map_err(|e| fail(format!("writing {}", m.path), e))?;
+            nix::sys::stat::fchmod(
+                file.as_raw_fd(),
+                nix::sys::stat::Mode::from_bits_truncate(0o444),
+            )
+            .map_err(|e| fail(format!("making {} read-only", m.path), e))
+        }
         Source::Opened { bind, attrs } => {
             let tree = trees
                 .iter()

@@ -80,6 +80,9 @@ pub(crate) enum Source {
     /// A user's bind: the mount tree the shim cloned from the source it opened as the user
     /// (for the spec's `binds[bind]`, see `as_user.rs`), then `attrs` set on every mount of it.
     Opened { bind: usize, attrs: u64 },
+    /// Not a mount: a fresh file the sandbox writes with these contents in its own `/tmp`
+    /// (a spec's `tmp_files`), owned by the container's root and left read-only (0444).
+    Written { contents: String },
 }
 
 /// What must exist at a mount's target before mounting. The sandbox creates targets only
@@ -190,8 +193,20 @@ pub(crate) fn reserved(destination: &str) -> Option<&'static str> {
     }
 }
 
-/// Refuses a bind at or under what the sandbox makes itself ([`RESERVED`]), or at `/`.
+/// Refuses a bind at or under what the sandbox makes itself ([`RESERVED`]), or at `/`, and a
+/// `tmp_files` name that is not one plain path component.
 pub(crate) fn check_destinations(spec: &ContainerSpec) -> Result<(), RuntimeError> {
+    for (name, _) in &spec.tmp_files {
+        if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
+            return Err(RuntimeError::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "file {name:?} for {}: a name of one path component is needed",
+                    crate::TMP_FILES_DIR
+                ),
+            ));
+        }
+    }
     for b in &spec.binds {
         if let Some(dir) = reserved(&b.destination) {
             return Err(RuntimeError::new(
@@ -362,6 +377,17 @@ fn mounts(spec: &ContainerSpec) -> Vec<Mount> {
         format!("mode=1777,size={}", spec.tmp_size),
         Target::Existing,
     ));
+    // Made in the sandbox's own /tmp before any bind, which may replace /tmp (and then hides
+    // them) but never receives them.
+    for (name, contents) in &spec.tmp_files {
+        list.push(Mount {
+            path: format!("{}/{name}", crate::TMP_FILES_DIR),
+            source: Source::Written {
+                contents: contents.clone(),
+            },
+            target: Target::File,
+        });
+    }
     for (i, b) in spec.binds.iter().enumerate() {
         let attrs = ATTR_NOSUID | ATTR_NODEV | if b.read_only { ATTR_RDONLY } else { 0 };
         let source = match b.beneath {
@@ -400,6 +426,7 @@ mod tests {
         s.cpus = Some(2);
         s.cpuset = vec![0, 1];
         s.cgroup_parent = "wharf".into();
+        s.tmp_files = vec![("hostfile".into(), "n1 slots=1\n".into())];
         s.binds = vec![
             crate::Bind {
                 source: "/data".into(),
@@ -486,6 +513,18 @@ mod tests {
         let p = Plan::new(&sample(), "/r".into()).unwrap();
         for m in p.mounts.iter() {
             match m.target {
+                // ... but for the files it writes in its own /tmp, before any bind.
+                Target::File if matches!(m.source, Source::Written { .. }) => {
+                    let first_bind = p
+                        .mounts
+                        .iter()
+                        .position(|x| matches!(x.target, Target::Bind { .. }))
+                        .unwrap();
+                    let at = p.mounts.iter().position(|x| x == m).unwrap();
+                    let tmp = p.mounts.iter().position(|x| x.path == "/tmp").unwrap();
+                    assert!(tmp < at && at < first_bind, "{m:?}");
+                    assert_eq!(m.path, "/tmp/wharf/hostfile");
+                }
                 Target::Dir | Target::File => assert_eq!(reserved(&m.path), Some("/dev"), "{m:?}"),
                 Target::Existing => {
                     assert!(matches!(m.source, Source::Fs { .. }) || m.path == "/sys")
@@ -527,6 +566,17 @@ mod tests {
             let mut s = sample();
             s.binds[1].destination = dest.into();
             assert!(Plan::new(&s, "/r".into()).is_ok(), "{dest}");
+        }
+    }
+
+    #[test]
+    fn a_tmp_file_is_named_by_one_plain_component() {
+        for name in ["", ".", "..", "a/b", "/x", "a\0b"] {
+            let mut s = sample();
+            s.tmp_files = vec![(name.into(), "x".into())];
+            let e = Plan::new(&s, "/r".into()).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::InvalidInput, "{name:?}");
+            assert!(e.message.contains("one path component"), "{name:?}: {e}");
         }
     }
 
