@@ -21,6 +21,7 @@ mod admin;
 mod array;
 mod forms;
 mod requeue;
+mod runs;
 mod sched;
 mod submit;
 mod table;
@@ -77,6 +78,13 @@ struct NodeEntry {
 #[derive(Debug)]
 pub struct Cluster {
     store: Store,
+    /// Ended runs (`wharf acct`, `wharf report`).
+    ledger: Box<dyn crate::ledger::Ledger>,
+    /// The ledger is a table of `store`'s database: runs are written in the same transaction
+    /// as their jobs' final states.
+    ledger_in_store: bool,
+    /// Runs that ended in a requeue since the last commit (their jobs go on).
+    requeued_runs: Vec<crate::ledger::JobRun>,
     jobs: table::Jobs,
     nodes: BTreeMap<String, NodeEntry>,
     defaults: JobDefaults,
@@ -140,8 +148,13 @@ impl Cluster {
             .collect();
         let assocs = crate::admin::Registry::load(sched, &store.association_rows()?)?;
         let sched = assocs.config();
+        let ledger = crate::ledger::sqlite::SqliteLedger::open(store.path())
+            .map_err(StoreError::Ledger)?;
         let mut cluster = Cluster {
             store,
+            ledger: Box::new(ledger),
+            ledger_in_store: true,
+            requeued_runs: Vec::new(),
             jobs,
             nodes,
             defaults,
@@ -155,6 +168,7 @@ impl Cluster {
             watch: JobWatch::default(),
         };
         cluster.replay_usage()?;
+        cluster.fill_ledger("sqlite").map_err(StoreError::Ledger)?;
         Ok(cluster)
     }
 
@@ -357,6 +371,8 @@ impl Cluster {
                             // The run so far counts toward fair share, requeued or not.
                             if stop.requeues() {
                                 self.charge(&ended);
+                                let run = self.run_of(&ended, crate::ledger::REQUEUED);
+                                self.requeued_runs.extend(run);
                             }
                             requeue::stopped(ended, &stop, &report.node)
                         }
@@ -493,6 +509,7 @@ impl Cluster {
     /// Stores changed jobs in one transaction, then updates memory (active jobs only).
     fn commit(&mut self, changed: Vec<JobRecord>) -> Result<(), Failure> {
         if changed.is_empty() {
+            self.requeued_runs.clear();
             return Ok(());
         }
         for job in &changed {
@@ -505,7 +522,7 @@ impl Cluster {
                 );
             }
         }
-        self.store.update_jobs(&changed)?;
+        self.store_with_runs(&changed)?;
         for job in changed {
             self.watch.changed(job.id, job.state);
             if job.state.is_terminal() {

@@ -10,6 +10,7 @@ pub mod admin;
 pub mod api;
 pub mod cluster;
 pub mod groups;
+pub mod ledger;
 pub mod private;
 pub mod retention;
 pub mod serve;

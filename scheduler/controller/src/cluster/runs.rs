@@ -1,0 +1,128 @@
+//! The cluster's side of the ledger: which rows an ended run makes, where they are written
+//! (with the job's final state in one SQLite transaction, or after it to PostgreSQL), and
+//! the one-time fill of a new ledger from the jobs that ended before it existed.
+
+use wharf_api::JobRecord;
+
+use super::{Cluster, Failure};
+use crate::ledger::{JobRun, Ledger, LedgerError};
+use crate::store::StoreError;
+
+/// Ended jobs read per batch when a ledger is filled.
+const FILL_BATCH: u32 = 5_000;
+
+impl Cluster {
+    /// Uses `ledger` (PostgreSQL) instead of the SQLite table in the state database: runs are
+    /// written to it after the state store's commit. Fills it from the jobs that ended
+    /// before (once per `engine`, remembered in the state store).
+    pub fn with_ledger(
+        mut self,
+        ledger: Box<dyn Ledger>,
+        engine: &str,
+    ) -> Result<Cluster, LedgerError> {
+        self.ledger = ledger;
+        self.ledger_in_store = false;
+        self.fill_ledger(engine)?;
+        Ok(self)
+    }
+
+    /// Copies every ended job in the jobs table into the ledger, once per engine: rows already
+    /// there are kept (the idempotent key), so an interrupted fill is simply run again.
+    pub(super) fn fill_ledger(&mut self, engine: &str) -> Result<(), LedgerError> {
+        let key = format!("ledger_filled:{engine}");
+        let db = |e: StoreError| LedgerError::Database(e.to_string());
+        if self.store.meta(&key).map_err(db)?.is_some() {
+            return Ok(());
+        }
+        let (mut after, mut filled) = (0, 0usize);
+        loop {
+            let batch = self.store.ended_after(after, FILL_BATCH).map_err(db)?;
+            let Some(last) = batch.last() else { break };
+            after = last.id;
+            let runs: Vec<JobRun> = batch
+                .iter()
+                .filter_map(|j| self.run_of(j, j.state.as_str()))
+                .collect();
+            filled += runs.len();
+            self.ledger.record(&runs)?;
+        }
+        self.store.set_meta(&key, "1").map_err(db)?;
+        if filled > 0 {
+            tracing::info!(runs = filled, engine, "accounting ledger filled from ended jobs");
+        }
+        Ok(())
+    }
+
+    /// The ledger row of `job`'s run as it stands, ended as `state`; `None` while it has no
+    /// end.
+    pub(super) fn run_of(&self, job: &JobRecord, state: &str) -> Option<JobRun> {
+        let end = job.end_time?;
+        let spec = job.spec.as_ref();
+        let partition = super::sched::partition(job);
+        let billing = self
+            .sched
+            .partitions
+            .iter()
+            .find(|p| Some(&p.name) == partition.as_ref())
+            .map(|p| p.billing)
+            .unwrap_or_default();
+        let r = job.resources;
+        let started = job.start_time.is_some();
+        Some(JobRun {
+            job_id: job.id,
+            run: job.restarts,
+            array_job_id: job.array.as_ref().map(|a| a.job_id),
+            array_task_id: job.array.as_ref().map(|a| a.task_id),
+            uid: job.owner.uid,
+            user: job.owner.user.clone(),
+            account: self.assoc(job).account,
+            partition: partition.unwrap_or_else(|| wharf_core::DEFAULT_PARTITION.to_string()),
+            qos: self.qos_of(spec),
+            nodes: job.node.clone().filter(|_| started).unwrap_or_default(),
+            node_count: if started {
+                spec.map_or(1, |s| s.nodes.max(1))
+            } else {
+                0
+            },
+            submit_time: job.submit_time,
+            eligible_time: job.begin_time.unwrap_or(0).max(job.submit_time),
+            start_time: job.start_time,
+            end_time: end.max(job.start_time.unwrap_or(0)),
+            state: state.to_string(),
+            exit_code: job.exit.as_ref().and_then(|e| e.code),
+            exit_signal: job.exit.as_ref().and_then(|e| e.signal),
+            cpus: r.cpus,
+            memory: r.memory,
+            gpus: r.gpus,
+            gpu_type: spec.and_then(|s| s.gpu_type.clone()),
+            billing: billing.rate(r.cpus.into(), r.memory, r.gpus.into()),
+            image: spec.map(|s| s.image.clone()),
+            requeues: job.restarts,
+            usage: job.exit.as_ref().and_then(|e| e.usage.clone()),
+            record: job.clone(),
+        })
+    }
+
+    /// Stores `changed` and the runs that ended with them: in one transaction when the ledger
+    /// is the state database's table, else the jobs first and then the ledger (which spools
+    /// what it cannot write; a failure there is logged, the jobs' states stand).
+    pub(super) fn store_with_runs(&mut self, changed: &[JobRecord]) -> Result<(), Failure> {
+        let mut runs = std::mem::take(&mut self.requeued_runs);
+        runs.extend(
+            changed
+                .iter()
+                .filter(|j| j.state.is_terminal())
+                .filter_map(|j| self.run_of(j, j.state.as_str())),
+        );
+        if self.ledger_in_store {
+            self.store.update_jobs_with_runs(changed, &runs)?;
+        } else {
+            self.store.update_jobs(changed)?;
+            if let Err(e) = self.ledger.record(&runs) {
+                let ids: Vec<_> = runs.iter().map(|r| r.job_id).collect();
+                tracing::error!(error = %e, jobs = ?ids, "accounting records not written");
+            }
+        }
+        Ok(())
+    }
+}
