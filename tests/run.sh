@@ -18,6 +18,8 @@ if [ "$(id -u)" = 0 ]; then
     need mksquashfs || missing="$missing squashfs-tools"
     [ -e /usr/include/seccomp.h ] || missing="$missing libseccomp-dev"
     need docker || missing="$missing docker.io"
+    # The accounting ledger's PostgreSQL tests start a throwaway server from these binaries.
+    ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$missing postgresql"
     if [ -n "$missing" ]; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
     fi

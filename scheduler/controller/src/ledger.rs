@@ -36,12 +36,40 @@ use wharf_api::{JobId, JobRecord};
 
 #[cfg(test)]
 pub(crate) mod conformance;
-#[cfg(test)]
-pub(crate) mod pg_server;
+pub mod pg_server;
 pub mod postgres;
 pub mod schema;
 pub mod spool;
 pub mod sqlite;
+
+/// Which engine keeps the ledger (`[accounting] store`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Engine {
+    /// A table in the controller's own SQLite database (the default).
+    #[default]
+    Sqlite,
+    /// A PostgreSQL database.
+    Postgres(postgres::PgSettings),
+}
+
+impl Engine {
+    /// Its name in the config file.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Engine::Sqlite => "sqlite",
+            Engine::Postgres(_) => "postgres",
+        }
+    }
+
+    /// A ledger of its own for housekeeping (retention), without a spool. `db` is the state
+    /// database, where the SQLite ledger lives.
+    pub fn open_plain(&self, db: &std::path::Path) -> Result<Box<dyn Ledger>, LedgerError> {
+        Ok(match self {
+            Engine::Sqlite => Box::new(sqlite::SqliteLedger::open(db)?),
+            Engine::Postgres(s) => Box::new(postgres::PgLedger::open(s, None)?),
+        })
+    }
+}
 
 /// The state of a run that ended by a requeue: its job went back to the queue.
 pub const REQUEUED: &str = "REQUEUED";

@@ -126,3 +126,124 @@ impl Cluster {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use wharf_api::wire::{AcctQuery, AgentJob, PollRequest};
+    use wharf_api::{ExitInfo, JobId, JobRequest, JobState};
+
+    use crate::cluster::sched::tests::{caller, cluster, record, submit_job};
+    use crate::cluster::Cluster;
+    use crate::ledger::{sqlite::SqliteLedger, Ledger, REQUEUED};
+
+    /// n1's agent reports `id` started at `start`, and ended at `end` with `exit` if given.
+    fn agent(c: &mut Cluster, id: JobId, start: u64, end: Option<(u64, ExitInfo)>, now: u64) {
+        let jobs = vec![AgentJob {
+            id,
+            start_time: Some(start),
+            end_time: end.as_ref().map(|e| e.0),
+            exit: end.map(|e| e.1),
+            stopping: false,
+        }];
+        let poll = PollRequest {
+            node: "n1".into(),
+            jobs,
+            wait_ms: 0,
+            images: vec![],
+        };
+        c.ingest(&poll, now).unwrap();
+    }
+
+    #[test]
+    fn a_requeued_run_and_the_last_run_are_each_a_row_written_with_the_jobs_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cluster(&dir);
+        let ann = caller(1000, "ann");
+        let two_cpus = JobRequest {
+            cpus: Some(2),
+            ..Default::default()
+        };
+        let id = submit_job(&mut c, &ann, two_cpus, 10).unwrap();
+        c.schedule(1_000).unwrap();
+        agent(&mut c, id, 1_000, None, 1_500);
+        c.requeue(&ann, id).unwrap();
+        let stopped = ExitInfo {
+            signal: Some(15),
+            cancelled: true,
+            ..Default::default()
+        };
+        agent(&mut c, id, 1_000, Some((5_000, stopped)), 5_000);
+        assert_eq!(record(&c, id).state, JobState::Pending);
+        let runs = c.ledger.lookup(id).unwrap();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(
+            (runs[0].run, runs[0].state.as_str(), runs[0].start_time, runs[0].end_time),
+            (0, REQUEUED, Some(1_000), 5_000)
+        );
+        // The node lets go of the first run; the second runs and completes.
+        c.ingest(
+            &PollRequest {
+                node: "n1".into(),
+                jobs: vec![],
+                wait_ms: 0,
+                images: vec![],
+            },
+            6_000,
+        )
+        .unwrap();
+        c.schedule(7_000).unwrap();
+        agent(&mut c, id, 7_000, None, 7_500);
+        let done = ExitInfo {
+            code: Some(0),
+            ..Default::default()
+        };
+        agent(&mut c, id, 7_000, Some((9_000, done)), 9_000);
+        // Read through a connection of its own: committed, with the job's final state.
+        let other = SqliteLedger::open(&dir.path().join("wharf.db")).unwrap();
+        let runs = other.lookup(id).unwrap();
+        let got: Vec<(u32, &str)> = runs.iter().map(|r| (r.run, r.state.as_str())).collect();
+        assert_eq!(got, [(0, REQUEUED), (1, "COMPLETED")]);
+        assert_eq!(runs[1].record.state, JobState::Completed);
+        assert_eq!(
+            c.store.job(id).unwrap().unwrap().state,
+            JobState::Completed
+        );
+        // acct shows the job once, as it ended; the report counts both runs.
+        let q = AcctQuery {
+            since: Some(0),
+            ..AcctQuery::default()
+        };
+        let rows = c.acct(&ann, &q, 10_000).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].state, JobState::Completed);
+        let r = c.report(&ann, 0, 10_000, 10_000).unwrap();
+        assert_eq!(r.total.jobs, 2);
+        assert!((r.total.cpu_hours - 2.0 * 6_000.0 / 3_600_000.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn jobs_that_ended_before_the_ledger_fill_it_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wharf.db");
+        let mut store = crate::store::Store::open(&path).unwrap();
+        let mut j = crate::store::tests::record();
+        store.insert_job(&mut j, None).unwrap();
+        j.state = JobState::Failed;
+        j.start_time = Some(100);
+        j.end_time = Some(200);
+        store.update_jobs([&j]).unwrap();
+        let c = Cluster::load(store, Default::default(), 60_000, 0).unwrap();
+        let runs = c.ledger.lookup(j.id).unwrap();
+        assert_eq!(runs.len(), 1);
+        assert_eq!((runs[0].state.as_str(), runs[0].end_time), ("FAILED", 200));
+        drop(c);
+        // Filled once: a run deleted since (by retention) does not come back at the next start.
+        SqliteLedger::open(&path)
+            .unwrap()
+            .delete(&[(j.id, 0)])
+            .unwrap();
+        let c = Cluster::load(crate::store::Store::open(&path).unwrap(), Default::default(), 60_000, 0)
+            .unwrap();
+        assert!(c.ledger.lookup(j.id).unwrap().is_empty());
+    }
+}

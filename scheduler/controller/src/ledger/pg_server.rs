@@ -1,4 +1,4 @@
-//! A throwaway PostgreSQL server for tests: `initdb` into a temporary directory as the
+//! A throwaway PostgreSQL server for tests and benchmarks: `initdb` into a temporary directory as the
 //! `postgres` user, started with `pg_ctl` on a free port (TCP on 127.0.0.1, its Unix socket
 //! in the same directory), with a role `wharf` whose password is in a 0600 file. Stopped and
 //! removed when dropped, also when the test fails.
@@ -18,7 +18,7 @@ use super::postgres::PgSettings;
 /// A running server.
 #[derive(Debug)]
 pub struct PgServer {
-    dir: tempfile::TempDir,
+    dir: Scratch,
     bin: PathBuf,
     port: u16,
     uid: u32,
@@ -50,6 +50,36 @@ fn bin_dir() -> Option<PathBuf> {
     found.pop().map(|(_, b)| b)
 }
 
+/// A fresh directory under the system's temporary directory, removed when dropped.
+#[derive(Debug)]
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Scratch {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "wharf-pg-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir(&path).expect("temp dir");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        Scratch(path)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -69,7 +99,7 @@ impl PgServer {
         let Ok(Some(pg)) = nix::unistd::User::from_name("postgres") else {
             return skip("no postgres user (apt-get install postgresql makes it)");
         };
-        let dir = tempfile::tempdir().expect("temp dir");
+        let dir = Scratch::new();
         let (uid, gid) = (pg.uid.as_raw(), pg.gid.as_raw());
         std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).expect("chown");
         let server = PgServer {
@@ -206,6 +236,7 @@ impl PgServer {
 }
 
 impl Drop for PgServer {
+    // Runs before the fields' drops: the server stops, then its directory goes.
     fn drop(&mut self) {
         let _ = Command::new(self.bin.join("pg_ctl"))
             .args(["stop", "-w", "-m", "immediate", "-D"])

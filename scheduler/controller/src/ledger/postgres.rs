@@ -504,3 +504,89 @@ impl Ledger for PgLedger {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::ledger::conformance::run;
+    use crate::ledger::pg_server::PgServer;
+
+    fn job(id: u64) -> JobRun {
+        run(id, 0, "a", "phys", "cpu", Some(0), 1_000, 1, 0, "COMPLETED")
+    }
+
+    #[test]
+    fn runs_recorded_while_the_database_is_stopped_arrive_once_each_in_order() {
+        let Some(mut server) = PgServer::start() else {
+            return;
+        };
+        let settings = server.database();
+        let spool = server.scratch().join("ledger.spool");
+        let every = Duration::from_millis(200);
+        let mut l = PgLedger::open(&settings, Some((spool.clone(), every))).unwrap();
+        for id in 1..=10 {
+            l.record(&[job(id)]).unwrap();
+        }
+        assert_eq!(l.spooled().unwrap(), 0, "written straight to the database");
+
+        server.stop();
+        // The controller goes on: every record is accepted, into the spool.
+        for id in 11..=40 {
+            l.record(&[job(id)]).unwrap();
+        }
+        // A replay of a run already in the database, and one of a spooled run.
+        l.record(&[job(5), job(20)]).unwrap();
+        assert_eq!(l.spooled().unwrap(), 32);
+        let mode = std::fs::metadata(&spool).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the spool is root's only");
+        assert!(matches!(
+            l.query(&RunFilter::default()),
+            Err(LedgerError::Unavailable(_))
+        ));
+
+        server.start_again();
+        for id in 41..=50 {
+            l.record(&[job(id)]).unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while l.spooled().unwrap() > 0 {
+            assert!(Instant::now() < deadline, "the spool was never replayed");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(!spool.exists(), "an empty spool is removed");
+        let ids: Vec<u64> = l
+            .query(&RunFilter::default())
+            .unwrap()
+            .iter()
+            .map(|r| r.job_id)
+            .collect();
+        assert_eq!(ids, (1..=50).collect::<Vec<u64>>(), "every run exactly once");
+    }
+
+    #[test]
+    fn a_password_file_others_may_read_or_a_password_in_the_url_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "secret\n").unwrap();
+        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut s = PgSettings {
+            host: Some("db".into()),
+            password_file: Some(pw.clone()),
+            ..PgSettings::default()
+        };
+        let e = s.config().unwrap_err().to_string();
+        assert!(e.contains("mode 0644") && e.contains("chmod 600"), "{e}");
+        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let c = s.config().unwrap();
+        assert_eq!(c.get_password(), Some(&b"secret"[..]));
+        assert_eq!(c.get_user(), Some("wharf"));
+        s.url = Some("postgres://wharf:hunter2@db/wharf".into());
+        let e = s.config().unwrap_err().to_string();
+        assert!(e.contains("password_file"), "{e}");
+        let none = PgSettings::default().config().unwrap_err().to_string();
+        assert!(none.contains("accounting.host"), "{none}");
+    }
+}

@@ -113,3 +113,39 @@ impl Spool {
             .map_err(|e| self.err(e))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::conformance::run;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn ids(s: &Spool) -> Vec<u64> {
+        s.read().unwrap().iter().map(|r| r.job_id).collect()
+    }
+
+    #[test]
+    fn appended_runs_read_back_in_order_and_a_replayed_head_is_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Spool::new(dir.path().join("ledger.spool"));
+        assert!(!s.has_runs());
+        assert!(s.read().unwrap().is_empty());
+        let r = |id| run(id, 0, "a", "p", "cpu", Some(0), 10, 1, 0, "COMPLETED");
+        s.append(&[r(1), r(2)]).unwrap();
+        s.append(&[r(3)]).unwrap();
+        assert!(s.has_runs());
+        assert_eq!(ids(&s), [1, 2, 3]);
+        let mode = std::fs::metadata(s.path()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // A replay committed the first two while a third was appended: only it stays.
+        s.drop_first(2).unwrap();
+        assert_eq!(ids(&s), [3]);
+        // A crash cut the last append short: the whole lines before it still read.
+        let mut torn = std::fs::read(s.path()).unwrap();
+        torn.extend_from_slice(br#"{"job_id":4,"run"#);
+        std::fs::write(s.path(), torn).unwrap();
+        assert_eq!(ids(&s), [3]);
+        s.drop_first(1).unwrap();
+        assert!(!s.path().exists());
+    }
+}
