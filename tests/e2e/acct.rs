@@ -212,7 +212,10 @@ fn records_on_postgres_survive_a_database_outage_once_each() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    assert!(find(&c.dir, "ledger.spool").is_empty(), "replayed, then removed");
+    assert!(
+        find(&c.dir, "ledger.spool").is_empty(),
+        "replayed, then removed"
+    );
     let out = c.wharf(&["report", "-S", "now-1h", "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();

@@ -148,8 +148,8 @@ impl Cluster {
             .collect();
         let assocs = crate::admin::Registry::load(sched, &store.association_rows()?)?;
         let sched = assocs.config();
-        let ledger = crate::ledger::sqlite::SqliteLedger::open(store.path())
-            .map_err(StoreError::Ledger)?;
+        let ledger =
+            crate::ledger::sqlite::SqliteLedger::open(store.path()).map_err(StoreError::Ledger)?;
         let mut cluster = Cluster {
             store,
             ledger: Box::new(ledger),

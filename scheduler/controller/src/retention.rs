@@ -143,13 +143,22 @@ mod tests {
             j.state = state;
             j.end_time = ended;
             let run = ended.map(|end| {
-                let mut r = crate::ledger::conformance::run(j.id, 0, "a", "p", "cpu", None, 0, 1, 0, state.as_str());
+                let mut r = crate::ledger::conformance::run(
+                    j.id,
+                    0,
+                    "a",
+                    "p",
+                    "cpu",
+                    None,
+                    0,
+                    1,
+                    0,
+                    state.as_str(),
+                );
                 r.end_time = end;
                 r
             });
-            store
-                .update_jobs_with_runs([&j], run.as_slice())
-                .unwrap();
+            store.update_jobs_with_runs([&j], run.as_slice()).unwrap();
             ids.push(j.id);
         }
         let archive = dir.path().join("archive");
@@ -172,7 +181,11 @@ mod tests {
         let runs = String::from_utf8(zstd::decode_all(runs.as_slice()).unwrap()).unwrap();
         let runs: Vec<u64> = runs
             .lines()
-            .map(|l| serde_json::from_str::<crate::ledger::JobRun>(l).unwrap().job_id)
+            .map(|l| {
+                serde_json::from_str::<crate::ledger::JobRun>(l)
+                    .unwrap()
+                    .job_id
+            })
             .collect();
         assert_eq!(runs, [ids[0], ids[1]], "the ledger's runs move with them");
         let left = ledger.query(&Default::default()).unwrap();
@@ -181,10 +194,16 @@ mod tests {
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!((mode(&archive), mode(&file)), (0o700, 0o600));
         // A later purge appends a frame; the file stays one readable stream.
-        assert_eq!(purge(&mut store, &mut ledger, &r, now + 360 * DAY).unwrap(), 1);
+        assert_eq!(
+            purge(&mut store, &mut ledger, &r, now + 360 * DAY).unwrap(),
+            1
+        );
         let file = archive.join("jobs-2026-11.jsonl.zst");
         assert_eq!(read_archive(&file).len(), 1);
-        assert_eq!(purge(&mut store, &mut ledger, &r, now + 360 * DAY).unwrap(), 0);
+        assert_eq!(
+            purge(&mut store, &mut ledger, &r, now + 360 * DAY).unwrap(),
+            0
+        );
     }
 
     #[test]

@@ -48,7 +48,11 @@ impl Cluster {
         }
         self.store.set_meta(&key, "1").map_err(db)?;
         if filled > 0 {
-            tracing::info!(runs = filled, engine, "accounting ledger filled from ended jobs");
+            tracing::info!(
+                runs = filled,
+                engine,
+                "accounting ledger filled from ended jobs"
+            );
         }
         Ok(())
     }
@@ -177,7 +181,12 @@ mod tests {
         let runs = c.ledger.lookup(id).unwrap();
         assert_eq!(runs.len(), 1);
         assert_eq!(
-            (runs[0].run, runs[0].state.as_str(), runs[0].start_time, runs[0].end_time),
+            (
+                runs[0].run,
+                runs[0].state.as_str(),
+                runs[0].start_time,
+                runs[0].end_time
+            ),
             (0, REQUEUED, Some(1_000), 5_000)
         );
         // The node lets go of the first run; the second runs and completes.
@@ -204,10 +213,7 @@ mod tests {
         let got: Vec<(u32, &str)> = runs.iter().map(|r| (r.run, r.state.as_str())).collect();
         assert_eq!(got, [(0, REQUEUED), (1, "COMPLETED")]);
         assert_eq!(runs[1].record.state, JobState::Completed);
-        assert_eq!(
-            c.store.job(id).unwrap().unwrap().state,
-            JobState::Completed
-        );
+        assert_eq!(c.store.job(id).unwrap().unwrap().state, JobState::Completed);
         // acct shows the job once, as it ended; the report counts both runs.
         let q = AcctQuery {
             since: Some(0),
@@ -242,8 +248,13 @@ mod tests {
             .unwrap()
             .delete(&[(j.id, 0)])
             .unwrap();
-        let c = Cluster::load(crate::store::Store::open(&path).unwrap(), Default::default(), 60_000, 0)
-            .unwrap();
+        let c = Cluster::load(
+            crate::store::Store::open(&path).unwrap(),
+            Default::default(),
+            60_000,
+            0,
+        )
+        .unwrap();
         assert!(c.ledger.lookup(j.id).unwrap().is_empty());
     }
 }

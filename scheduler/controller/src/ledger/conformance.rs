@@ -97,7 +97,18 @@ pub(crate) fn suite(fresh: &mut dyn FnMut() -> Box<dyn Ledger>) {
 
 fn record_is_idempotent_and_lookup_lists_runs(l: &mut dyn Ledger) {
     let a0 = run(7, 0, "a", "phys", "gpu", Some(0), H, 4, 1, REQUEUED);
-    let a1 = run(7, 1, "a", "phys", "gpu", Some(2 * H), 3 * H, 4, 1, "COMPLETED");
+    let a1 = run(
+        7,
+        1,
+        "a",
+        "phys",
+        "gpu",
+        Some(2 * H),
+        3 * H,
+        4,
+        1,
+        "COMPLETED",
+    );
     let b = run(8, 0, "b", "bio", "cpu", None, H, 1, 0, "CANCELLED");
     l.record(&[a1.clone(), a0.clone()]).unwrap();
     // A replay: the same runs again (one changed), with one new one. The first write wins.
@@ -106,7 +117,11 @@ fn record_is_idempotent_and_lookup_lists_runs(l: &mut dyn Ledger) {
     l.record(&[changed, b.clone(), a0.clone()]).unwrap();
     l.record(&[]).unwrap();
     let got = l.lookup(7).unwrap();
-    assert_eq!(got, vec![a0, a1.clone()], "every run, first first, as written");
+    assert_eq!(
+        got,
+        vec![a0, a1.clone()],
+        "every run, first first, as written"
+    );
     assert_eq!(l.lookup(8).unwrap(), vec![b]);
     assert!(l.lookup(9).unwrap().is_empty());
     let all = l.query(&RunFilter::default()).unwrap();
@@ -125,7 +140,18 @@ fn query_filters_like_acct(l: &mut dyn Ledger) {
     l.record(&[
         run(1, 0, "a", "phys", "gpu", Some(0), H, 1, 1, "COMPLETED"),
         run(2, 0, "b", "phys", "cpu", Some(0), 2 * H, 1, 0, "FAILED"),
-        run(3, 0, "c", "bio", "cpu", Some(5 * H), 6 * H, 1, 0, "COMPLETED"),
+        run(
+            3,
+            0,
+            "c",
+            "bio",
+            "cpu",
+            Some(5 * H),
+            6 * H,
+            1,
+            0,
+            "COMPLETED",
+        ),
         run(4, 0, "a", "bio", "gpu", None, 3 * H, 1, 0, "CANCELLED"),
         run(5, 0, "a", "ml", "gpu", Some(H), 2 * H, 1, 1, "TIMEOUT"),
     ])
@@ -199,14 +225,58 @@ fn report_adds_up_a_hand_computed_workload(l: &mut dyn Ledger) {
         run(2, 0, "b", "phys", "cpu", Some(0), 2 * H, 2, 0, "COMPLETED"),
         // A requeued run and its second run: both count, 1 h each with 8 GPUs: 16 GPU-h.
         run(3, 0, "c", "ml", "gpu", Some(2 * H), 3 * H, 1, 8, REQUEUED),
-        run(3, 1, "c", "ml", "gpu", Some(4 * H), 5 * H, 1, 8, "COMPLETED"),
+        run(
+            3,
+            1,
+            "c",
+            "ml",
+            "gpu",
+            Some(4 * H),
+            5 * H,
+            1,
+            8,
+            "COMPLETED",
+        ),
         // An array's two tasks: 3 h × 1 CPU each, cut at the window's end for the second.
-        run(4, 0, "d", "bio", "cpu", Some(3 * H), 6 * H, 1, 0, "COMPLETED"),
-        run(5, 0, "e", "bio", "cpu", Some(7 * H), 10 * H, 1, 0, "COMPLETED"),
+        run(
+            4,
+            0,
+            "d",
+            "bio",
+            "cpu",
+            Some(3 * H),
+            6 * H,
+            1,
+            0,
+            "COMPLETED",
+        ),
+        run(
+            5,
+            0,
+            "e",
+            "bio",
+            "cpu",
+            Some(7 * H),
+            10 * H,
+            1,
+            0,
+            "COMPLETED",
+        ),
         // Never started, ended before, started after: none of it.
         run(6, 0, "f", "bio", "cpu", None, 4 * H, 64, 0, "CANCELLED"),
         run(7, 0, "g", "ml", "gpu", Some(0), H / 2, 8, 8, "COMPLETED"),
-        run(8, 0, "g", "ml", "gpu", Some(9 * H), 10 * H, 8, 8, "COMPLETED"),
+        run(
+            8,
+            0,
+            "g",
+            "ml",
+            "gpu",
+            Some(9 * H),
+            10 * H,
+            8,
+            8,
+            "COMPLETED",
+        ),
         // A run of no length inside the window counts once, for nothing.
         run(9, 0, "g", "ml", "gpu", Some(8 * H), 8 * H, 8, 8, "FAILED"),
     ])
@@ -253,9 +323,16 @@ fn retention_reads_oldest_first_and_deletes_once(l: &mut dyn Ledger) {
     .unwrap();
     let old = l.ended_before(T0 + 6 * H, 10).unwrap();
     assert_eq!(keys(&old), [(2, 0), (2, 1), (1, 0)]);
-    assert_eq!(keys(&l.ended_before(T0 + 6 * H, 2).unwrap()), [(2, 0), (2, 1)]);
+    assert_eq!(
+        keys(&l.ended_before(T0 + 6 * H, 2).unwrap()),
+        [(2, 0), (2, 1)]
+    );
     assert_eq!(l.delete(&keys(&old)).unwrap(), 3);
-    assert_eq!(l.delete(&keys(&old)).unwrap(), 0, "deleting again finds none");
+    assert_eq!(
+        l.delete(&keys(&old)).unwrap(),
+        0,
+        "deleting again finds none"
+    );
     assert_eq!(keys(&l.query(&RunFilter::default()).unwrap()), [(3, 0)]);
 }
 

@@ -128,9 +128,7 @@ impl PgServer {
             ],
         );
         server.start_again();
-        server.admin(&[
-            "CREATE ROLE wharf LOGIN PASSWORD 'wharf-test-password'".to_string(),
-        ]);
+        server.admin(&["CREATE ROLE wharf LOGIN PASSWORD 'wharf-test-password'".to_string()]);
         Some(server)
     }
 

@@ -260,7 +260,9 @@ fn params(values: &[Value]) -> Vec<Box<dyn postgres::types::ToSql + Sync + Send>
         .collect()
 }
 
-fn refs(p: &[Box<dyn postgres::types::ToSql + Sync + Send>]) -> Vec<&(dyn postgres::types::ToSql + Sync)> {
+fn refs(
+    p: &[Box<dyn postgres::types::ToSql + Sync + Send>],
+) -> Vec<&(dyn postgres::types::ToSql + Sync)> {
     p.iter()
         .map(|b| b.as_ref() as &(dyn postgres::types::ToSql + Sync))
         .collect()
@@ -348,7 +350,8 @@ impl PgLedger {
     /// Checks that the database answers (connecting and applying the schema). Errors:
     /// `Unavailable`, `Database`.
     pub fn ping(&self) -> Result<(), LedgerError> {
-        self.worker.call(|s| s.with(|c| c.batch_execute("SELECT 1")))
+        self.worker
+            .call(|s| s.with(|c| c.batch_execute("SELECT 1")))
     }
 
     /// Runs waiting in the spool.
@@ -370,8 +373,7 @@ impl PgLedger {
 
     fn insert(&self, runs: &[JobRun]) -> Result<(), LedgerError> {
         let owned = runs.to_vec();
-        self.worker
-            .call(move |s| s.with(|c| insert_all(c, &owned)))
+        self.worker.call(move |s| s.with(|c| insert_all(c, &owned)))
     }
 }
 
@@ -392,7 +394,10 @@ fn replay(shared: &Shared, worker: &Worker) -> Result<usize, LedgerError> {
     worker.call(move |s| s.with(|c| insert_all(c, &runs)))?;
     lock(&shared.spool).drop_first(n)?;
     if n > 0 {
-        tracing::info!(runs = n, "spooled accounting records replayed into the database");
+        tracing::info!(
+            runs = n,
+            "spooled accounting records replayed into the database"
+        );
     }
     Ok(n)
 }
@@ -444,12 +449,18 @@ impl Ledger for PgLedger {
     fn lookup(&self, id: JobId) -> Result<Vec<JobRun>, LedgerError> {
         let sql = schema::lookup_sql(Dialect::Postgres);
         let values = vec![Value::Int(Some(id.min(i64::MAX as u64) as i64))];
-        parse(self.worker.call(move |s| s.with(|c| select_runs(c, &sql, &values)))?)
+        parse(
+            self.worker
+                .call(move |s| s.with(|c| select_runs(c, &sql, &values)))?,
+        )
     }
 
     fn query(&self, filter: &RunFilter) -> Result<Vec<JobRun>, LedgerError> {
         let (sql, values) = schema::query_sql(Dialect::Postgres, filter);
-        parse(self.worker.call(move |s| s.with(|c| select_runs(c, &sql, &values)))?)
+        parse(
+            self.worker
+                .call(move |s| s.with(|c| select_runs(c, &sql, &values)))?,
+        )
     }
 
     fn report(
@@ -485,7 +496,10 @@ impl Ledger for PgLedger {
             Value::Int(Some(cutoff.min(i64::MAX as u64) as i64)),
             Value::Int(Some(limit.into())),
         ];
-        parse(self.worker.call(move |s| s.with(|c| select_runs(c, &sql, &values)))?)
+        parse(
+            self.worker
+                .call(move |s| s.with(|c| select_runs(c, &sql, &values)))?,
+        )
     }
 
     fn delete(&mut self, keys: &[(JobId, u32)]) -> Result<usize, LedgerError> {
@@ -496,7 +510,10 @@ impl Ledger for PgLedger {
                 let stmt = tx.prepare(&schema::delete_sql(Dialect::Postgres))?;
                 let mut n = 0;
                 for (id, run) in &keys {
-                    n += tx.execute(&stmt, &[&(*id.min(&(i64::MAX as u64)) as i64), &i64::from(*run)])?;
+                    n += tx.execute(
+                        &stmt,
+                        &[&(*id.min(&(i64::MAX as u64)) as i64), &i64::from(*run)],
+                    )?;
                 }
                 tx.commit()?;
                 Ok(n as usize)
@@ -563,7 +580,11 @@ mod tests {
             .iter()
             .map(|r| r.job_id)
             .collect();
-        assert_eq!(ids, (1..=50).collect::<Vec<u64>>(), "every run exactly once");
+        assert_eq!(
+            ids,
+            (1..=50).collect::<Vec<u64>>(),
+            "every run exactly once"
+        );
     }
 
     #[test]
