@@ -133,16 +133,6 @@ pub struct JobRun {
     pub record: JobRecord,
 }
 
-impl JobRun {
-    /// Seconds of the run inside `[since, until)`, ms.
-    pub fn ms_in(&self, since: u64, until: u64) -> u64 {
-        match self.start_time {
-            Some(s) => self.end_time.min(until).saturating_sub(s.max(since)),
-            None => 0,
-        }
-    }
-}
-
 /// Which runs [`Ledger::query`] returns: every field that is set must match. Runs are in the
 /// window when they were submitted by `until` and had not ended before `since`.
 #[derive(Debug, Clone, PartialEq, Eq)]
