@@ -116,11 +116,16 @@ pub fn read_password(file: &Path) -> Result<String, LedgerError> {
     Ok(password)
 }
 
-/// One connection, made on first use and again after it breaks, with the schema applied.
+/// One connection, made on first use and again after it breaks, with the schema applied,
+/// and the statements prepared on it (a lookup is then one round trip, not two).
 struct Session {
     config: postgres::Config,
     client: Option<Client>,
+    statements: std::collections::HashMap<String, postgres::Statement>,
 }
+
+/// Most statements kept prepared (acct's filters make a few shapes; ids lists make more).
+const MAX_STATEMENTS: usize = 64;
 
 impl Session {
     /// Runs `f` on a connected client. A failure of the connection itself drops the client
@@ -130,6 +135,8 @@ impl Session {
         f: impl FnOnce(&mut Client) -> Result<R, postgres::Error>,
     ) -> Result<R, LedgerError> {
         if self.client.is_none() {
+            // Statements belong to the connection they were prepared on.
+            self.statements.clear();
             let mut client = self.config.connect(NoTls).map_err(unavailable)?;
             migrate(&mut client).map_err(classify)?;
             self.client = Some(client);
@@ -140,6 +147,35 @@ impl Session {
             self.client = None;
         }
         out
+    }
+}
+
+impl Session {
+    /// Runs the query `sql` with `values`, prepared once per connection.
+    fn query(&mut self, sql: &str, values: &[Value]) -> Result<Vec<postgres::Row>, LedgerError> {
+        let cached = self.statements.get(sql).cloned();
+        let (stmt, rows) = self.with(|c| {
+            let stmt = match cached {
+                Some(s) => s,
+                None => c.prepare(sql)?,
+            };
+            let p = params(values);
+            let rows = c.query(&stmt, &refs(&p))?;
+            Ok((stmt, rows))
+        })?;
+        if self.statements.len() >= MAX_STATEMENTS {
+            self.statements.clear();
+        }
+        self.statements.insert(sql.to_string(), stmt);
+        Ok(rows)
+    }
+
+    /// The runs (`data` column) that `sql` selects.
+    fn runs(&mut self, sql: &str, values: &[Value]) -> Result<Vec<JobRun>, LedgerError> {
+        self.query(sql, values)?
+            .iter()
+            .map(|r| serde_json::from_str(r.get::<_, &str>(0)).map_err(LedgerError::from))
+            .collect()
     }
 }
 
@@ -218,6 +254,7 @@ impl Worker {
                 let mut session = Session {
                     config,
                     client: None,
+                    statements: Default::default(),
                 };
                 for task in rx {
                     task(&mut session);
@@ -278,25 +315,6 @@ fn insert_all(client: &mut Client, runs: &[JobRun]) -> Result<(), postgres::Erro
         tx.execute(&stmt, &refs(&p))?;
     }
     tx.commit()
-}
-
-fn select_runs(
-    client: &mut Client,
-    sql: &str,
-    values: &[Value],
-) -> Result<Vec<String>, postgres::Error> {
-    let p = params(values);
-    Ok(client
-        .query(sql, &refs(&p))?
-        .iter()
-        .map(|r| r.get::<_, String>(0))
-        .collect())
-}
-
-fn parse(rows: Vec<String>) -> Result<Vec<JobRun>, LedgerError> {
-    rows.iter()
-        .map(|r| serde_json::from_str(r).map_err(LedgerError::from))
-        .collect()
 }
 
 /// State shared with the replayer.
@@ -449,18 +467,12 @@ impl Ledger for PgLedger {
     fn lookup(&self, id: JobId) -> Result<Vec<JobRun>, LedgerError> {
         let sql = schema::lookup_sql(Dialect::Postgres);
         let values = vec![Value::Int(Some(id.min(i64::MAX as u64) as i64))];
-        parse(
-            self.worker
-                .call(move |s| s.with(|c| select_runs(c, &sql, &values)))?,
-        )
+        self.worker.call(move |s| s.runs(&sql, &values))
     }
 
     fn query(&self, filter: &RunFilter) -> Result<Vec<JobRun>, LedgerError> {
         let (sql, values) = schema::query_sql(Dialect::Postgres, filter);
-        parse(
-            self.worker
-                .call(move |s| s.with(|c| select_runs(c, &sql, &values)))?,
-        )
+        self.worker.call(move |s| s.runs(&sql, &values))
     }
 
     fn report(
@@ -471,22 +483,18 @@ impl Ledger for PgLedger {
     ) -> Result<Vec<UsageGroup>, LedgerError> {
         let (sql, values) = schema::report_sql(Dialect::Postgres, since, until, uid);
         self.worker.call(move |s| {
-            s.with(|c| {
-                let p = params(&values);
-                let rows = c.query(&sql, &refs(&p))?;
-                Ok(rows
-                    .iter()
-                    .map(|r| UsageGroup {
-                        account: r.get(0),
-                        user: r.get(1),
-                        partition: r.get(2),
-                        runs: schema::to_u64(r.get(3)),
-                        cpu_ms: schema::to_u64(r.get(4)),
-                        gpu_ms: schema::to_u64(r.get(5)),
-                        billing: r.get(6),
-                    })
-                    .collect())
-            })
+            Ok(s.query(&sql, &values)?
+                .iter()
+                .map(|r| UsageGroup {
+                    account: r.get(0),
+                    user: r.get(1),
+                    partition: r.get(2),
+                    runs: schema::to_u64(r.get(3)),
+                    cpu_ms: schema::to_u64(r.get(4)),
+                    gpu_ms: schema::to_u64(r.get(5)),
+                    billing: r.get(6),
+                })
+                .collect())
         })
     }
 
@@ -496,10 +504,7 @@ impl Ledger for PgLedger {
             Value::Int(Some(cutoff.min(i64::MAX as u64) as i64)),
             Value::Int(Some(limit.into())),
         ];
-        parse(
-            self.worker
-                .call(move |s| s.with(|c| select_runs(c, &sql, &values)))?,
-        )
+        self.worker.call(move |s| s.runs(&sql, &values))
     }
 
     fn delete(&mut self, keys: &[(JobId, u32)]) -> Result<usize, LedgerError> {
