@@ -90,6 +90,22 @@ pub struct AccountingSection {
     pub archive: bool,
     /// Where; default `<controller.state_dir>/archive`.
     pub archive_dir: Option<PathBuf>,
+    /// Where the ledger of ended runs is kept: `sqlite` (the state database) or `postgres`.
+    pub store: String,
+    /// PostgreSQL: `postgres://user@host:port/dbname`, without a password.
+    pub url: Option<String>,
+    /// PostgreSQL: host name, address, or the directory of the server's Unix socket.
+    pub host: Option<String>,
+    /// PostgreSQL: port.
+    pub port: Option<u16>,
+    /// PostgreSQL: role (default `wharf`).
+    pub user: Option<String>,
+    /// PostgreSQL: database.
+    pub dbname: Option<String>,
+    /// PostgreSQL: file holding the role's password (mode 0600 or stricter).
+    pub password_file: Option<PathBuf>,
+    /// PostgreSQL: longest wait for a connection.
+    pub connect_timeout: String,
 }
 
 impl Default for AccountingSection {
@@ -98,6 +114,57 @@ impl Default for AccountingSection {
             keep: None,
             archive: true,
             archive_dir: None,
+            store: "sqlite".into(),
+            url: None,
+            host: None,
+            port: None,
+            user: None,
+            dbname: None,
+            password_file: None,
+            connect_timeout: "5s".into(),
+        }
+    }
+}
+
+impl AccountingSection {
+    /// The ledger's engine, checked (a PostgreSQL password file others may read is refused).
+    pub fn engine(&self) -> anyhow::Result<wharf_controller::ledger::Engine> {
+        use wharf_controller::ledger::{postgres::PgSettings, Engine};
+        let pg_keys = [
+            ("url", self.url.is_some()),
+            ("host", self.host.is_some()),
+            ("port", self.port.is_some()),
+            ("user", self.user.is_some()),
+            ("dbname", self.dbname.is_some()),
+            ("password_file", self.password_file.is_some()),
+        ];
+        match self.store.as_str() {
+            "sqlite" => {
+                if let Some((key, _)) = pg_keys.iter().find(|k| k.1) {
+                    anyhow::bail!(
+                        "accounting.{key} applies only with accounting.store = \"postgres\" \
+                         (the store is \"sqlite\")"
+                    );
+                }
+                Ok(Engine::Sqlite)
+            }
+            "postgres" => {
+                let settings = PgSettings {
+                    url: self.url.clone(),
+                    host: self.host.clone(),
+                    port: self.port,
+                    user: self.user.clone(),
+                    dbname: self.dbname.clone(),
+                    password_file: self.password_file.clone(),
+                    connect_timeout: duration("accounting.connect_timeout", &self.connect_timeout)?,
+                };
+                settings.config()?;
+                Ok(Engine::Postgres(settings))
+            }
+            other => anyhow::bail!(
+                "accounting.store = {other:?}: the stores are \"sqlite\" (the default) and \
+                 \"postgres\""
+            ),
         }
     }
 }
@@ -534,5 +601,37 @@ mod tests {
             err.starts_with("agent.stack: ") && err.contains("unlimited"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_accounting_store_is_sqlite_or_postgres_with_a_private_password_file() {
+        use std::os::unix::fs::PermissionsExt;
+        use wharf_controller::ledger::Engine;
+        let engine = |text: &str| {
+            let file: FileConfig = toml::from_str(&format!("[accounting]\n{text}\n")).unwrap();
+            file.accounting.engine()
+        };
+        assert_eq!(engine("").unwrap(), Engine::Sqlite);
+        let err = |text: &str| engine(text).unwrap_err().to_string();
+        assert!(err("store = \"mysql\"").contains("\"postgres\""));
+        assert!(err("host = \"db\"").contains("accounting.host applies only"));
+        assert!(err("store = \"postgres\"").contains("accounting.url or accounting.host"));
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "secret").unwrap();
+        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o604)).unwrap();
+        let pg = format!(
+            "store = \"postgres\"\nurl = \"postgres://wharf@db:5433/acct\"\npassword_file = \"{}\"",
+            pw.display()
+        );
+        assert!(err(&pg).contains("chmod 600"), "{}", err(&pg));
+        std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+        match engine(&pg).unwrap() {
+            Engine::Postgres(s) => {
+                assert_eq!(s.url.as_deref(), Some("postgres://wharf@db:5433/acct"));
+                assert_eq!(s.connect_timeout, Duration::from_secs(5));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -37,6 +37,8 @@ fn scheduler_core_does_no_io() {
     for banned in [
         "tokio",
         "rusqlite",
+        "postgres",
+        "tokio-postgres",
         "axum",
         "hyper",
         "libcontainer",
@@ -53,7 +55,15 @@ fn scheduler_core_does_no_io() {
 #[test]
 fn api_types_are_serde_only() {
     let d = deps("wharf-api");
-    for banned in ["tokio", "rusqlite", "axum", "hyper", "anyhow"] {
+    for banned in [
+        "tokio",
+        "rusqlite",
+        "postgres",
+        "tokio-postgres",
+        "axum",
+        "hyper",
+        "anyhow",
+    ] {
         assert!(
             !d.iter().any(|p| p == banned),
             "wharf-api depends on {banned}"

@@ -25,6 +25,8 @@ if [ "$(id -u)" = 0 ]; then
     need skopeo || missing="$missing skopeo"
     need umoci || missing="$missing umoci"
     need htpasswd || missing="$missing apache2-utils"
+    # The accounting ledger's PostgreSQL tests start a throwaway server from these binaries.
+    ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$missing postgresql"
     if [ -n "$missing" ]; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
     fi

@@ -68,6 +68,7 @@ pub fn settings(
                 }),
             }
         },
+        accounting: file.accounting.engine()?,
     })
 }
 

@@ -132,3 +132,92 @@ fn records_are_listed_filtered_and_kept_private() {
         assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
     }
 }
+
+/// Every file under `dir` named `name`.
+fn find(dir: &std::path::Path, name: &str) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() && !p.is_symlink() {
+            out.extend(find(&p, name));
+        } else if e.file_name() == name {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The ledger on a real PostgreSQL server (started by the test): jobs that end while the
+/// database is stopped are spooled, the controller keeps running jobs, and once the database
+/// is back every job is in `wharf acct` exactly once and in the report.
+#[test]
+fn records_on_postgres_survive_a_database_outage_once_each() {
+    if !can_run("records_on_postgres_survive_a_database_outage_once_each") {
+        return;
+    }
+    let Some(mut server) = wharf_controller::ledger::pg_server::PgServer::start() else {
+        return;
+    };
+    let pg = server.database();
+    let c = Cluster::start_with(&format!(
+        "[accounting]\nstore = \"postgres\"\nhost = \"127.0.0.1\"\nport = {}\nuser = \"wharf\"\n\
+         dbname = \"{}\"\npassword_file = \"{}\"\n",
+        pg.port.unwrap(),
+        pg.dbname.as_deref().unwrap(),
+        pg.password_file.as_ref().unwrap().display()
+    ));
+    let alice = user("wharf-alice");
+    let ids = |out: std::process::Output| -> Vec<u64> {
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+            .lines()
+            .map(|l| l.trim_end_matches('|').parse().unwrap())
+            .collect()
+    };
+    let listed = || ids(c.wharf(&["acct", "-a", "-n", "-p", "-o", "JobID", "-S", "now-1h"]));
+    let first = submitted_id(&c.wharf_as(&alice, &["submit", "--wrap", "true"]));
+    c.wait_done(first, Duration::from_secs(30));
+    assert_eq!(listed(), [first]);
+
+    server.stop();
+    let during: Vec<u64> = (0..3)
+        .map(|_| submitted_id(&c.wharf_as(&alice, &["submit", "--wrap", "true"])))
+        .collect();
+    for &id in &during {
+        let job = c.wait_done(id, Duration::from_secs(30));
+        assert_eq!(job["state"], "COMPLETED", "{job}");
+    }
+    let out = c.wharf(&["acct", "-a", "-S", "now-1h"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("unreachable"), "{}", stderr(&out));
+    let spool = find(&c.dir, "ledger.spool");
+    assert_eq!(spool.len(), 1, "{spool:?}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&spool[0]).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+
+    server.start_again();
+    let mut want = vec![first];
+    want.extend(&during);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let out = c.wharf(&["acct", "-a", "-n", "-p", "-o", "JobID", "-S", "now-1h"]);
+        if out.status.success() && ids(out) == want {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the spool was not replayed: {}",
+            c.log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(
+        find(&c.dir, "ledger.spool").is_empty(),
+        "replayed, then removed"
+    );
+    let out = c.wharf(&["report", "-S", "now-1h", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["total"]["jobs"], 4, "{report}");
+}

@@ -58,6 +58,51 @@ impl Run {
     }
 }
 
+/// Usage of one (account, user, partition) over a window, summed: what the ledger's
+/// aggregation returns.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Group {
+    /// Account charged.
+    pub account: String,
+    /// User.
+    pub user: String,
+    /// Partition.
+    pub partition: String,
+    /// Runs that overlap the window.
+    pub runs: u64,
+    /// CPU-milliseconds held inside the window.
+    pub cpu_ms: u64,
+    /// GPU-milliseconds held inside the window.
+    pub gpu_ms: u64,
+    /// Billing units inside the window.
+    pub billing: f64,
+}
+
+impl Run {
+    /// The part of this run inside `[since, until)`, as a group of one; `None` when none of
+    /// it is (a run of no length counts when it lies inside).
+    pub fn inside(&self, since: u64, until: u64) -> Option<Group> {
+        let (from, to) = (self.start.max(since), self.end.min(until));
+        if to <= from && !(self.start == self.end && since <= self.start && self.start < until) {
+            return None;
+        }
+        let ms = to.saturating_sub(from);
+        let gib = self.memory as f64 / f64::from(1u32 << 30);
+        let rate = f64::from(self.cpus) * self.billing[0]
+            + gib * self.billing[1]
+            + f64::from(self.gpus) * self.billing[2];
+        Some(Group {
+            account: self.account.clone(),
+            user: self.user.clone(),
+            partition: self.partition.clone(),
+            runs: 1,
+            cpu_ms: u64::from(self.cpus) * ms,
+            gpu_ms: u64::from(self.gpus) * ms,
+            billing: rate * ms as f64 / 1000.0,
+        })
+    }
+}
+
 /// Usage of one account, user or partition.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct UsageRow {
@@ -103,6 +148,18 @@ impl Report {
         capacity_cpus: u64,
         capacity_gpus: u64,
     ) -> Report {
+        let groups: Vec<Group> = runs.iter().filter_map(|r| r.inside(since, until)).collect();
+        Report::of_groups(&groups, since, until, capacity_cpus, capacity_gpus)
+    }
+
+    /// Adds up usage already summed by (account, user, partition) over `[since, until)`.
+    pub fn of_groups(
+        groups: &[Group],
+        since: u64,
+        until: u64,
+        capacity_cpus: u64,
+        capacity_gpus: u64,
+    ) -> Report {
         let mut accounts: BTreeMap<String, UsageRow> = BTreeMap::new();
         let mut users: BTreeMap<String, UsageRow> = BTreeMap::new();
         let mut partitions: BTreeMap<String, UsageRow> = BTreeMap::new();
@@ -110,27 +167,18 @@ impl Report {
             name: "total".into(),
             ..UsageRow::default()
         };
-        for r in runs {
-            let (from, to) = (r.start.max(since), r.end.min(until));
-            if to <= from && !(r.start == r.end && since <= r.start && r.start < until) {
-                continue;
-            }
-            let secs = to.saturating_sub(from) as f64 / 1000.0;
-            let gib = r.memory as f64 / f64::from(1u32 << 30);
+        for g in groups {
             let add = |row: &mut UsageRow| {
-                row.jobs += 1;
-                row.cpu_hours += f64::from(r.cpus) * secs / 3600.0;
-                row.gpu_hours += f64::from(r.gpus) * secs / 3600.0;
-                row.billing += (f64::from(r.cpus) * r.billing[0]
-                    + gib * r.billing[1]
-                    + f64::from(r.gpus) * r.billing[2])
-                    * secs;
+                row.jobs += g.runs;
+                row.cpu_hours += g.cpu_ms as f64 / 3_600_000.0;
+                row.gpu_hours += g.gpu_ms as f64 / 3_600_000.0;
+                row.billing += g.billing;
             };
             add(&mut total);
             for (map, key) in [
-                (&mut accounts, r.account.clone()),
-                (&mut users, format!("{}/{}", r.account, r.user)),
-                (&mut partitions, r.partition.clone()),
+                (&mut accounts, g.account.clone()),
+                (&mut users, format!("{}/{}", g.account, g.user)),
+                (&mut partitions, g.partition.clone()),
             ] {
                 add(map.entry(key.clone()).or_insert_with(|| UsageRow {
                     name: key,

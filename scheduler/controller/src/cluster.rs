@@ -22,6 +22,7 @@ mod array;
 mod forms;
 mod gang;
 mod requeue;
+mod runs;
 mod sched;
 mod submit;
 mod table;
@@ -78,6 +79,13 @@ struct NodeEntry {
 #[derive(Debug)]
 pub struct Cluster {
     store: Store,
+    /// Ended runs (`wharf acct`, `wharf report`).
+    ledger: Box<dyn crate::ledger::Ledger>,
+    /// The ledger is a table of `store`'s database: runs are written in the same transaction
+    /// as their jobs' final states.
+    ledger_in_store: bool,
+    /// Runs that ended in a requeue since the last commit (their jobs go on).
+    requeued_runs: Vec<crate::ledger::JobRun>,
     jobs: table::Jobs,
     nodes: BTreeMap<String, NodeEntry>,
     defaults: JobDefaults,
@@ -143,8 +151,13 @@ impl Cluster {
             .collect();
         let assocs = crate::admin::Registry::load(sched, &store.association_rows()?)?;
         let sched = assocs.config();
+        let ledger =
+            crate::ledger::sqlite::SqliteLedger::open(store.path()).map_err(StoreError::Ledger)?;
         let mut cluster = Cluster {
             store,
+            ledger: Box::new(ledger),
+            ledger_in_store: true,
+            requeued_runs: Vec::new(),
             jobs,
             nodes,
             defaults,
@@ -159,6 +172,7 @@ impl Cluster {
             watch: JobWatch::default(),
         };
         cluster.replay_usage()?;
+        cluster.fill_ledger("sqlite").map_err(StoreError::Ledger)?;
         Ok(cluster)
     }
 
@@ -415,9 +429,7 @@ impl Cluster {
             charge.extend(settled.charge);
             changed.push(settled.job);
         }
-        for run in &charge {
-            self.charge(run);
-        }
+        self.charge_requeued(&charge);
         let wake = stopping_nodes(&changed, node);
         self.commit(changed)?;
         Ok(Ingested { forget, wake })
@@ -460,18 +472,27 @@ impl Cluster {
                 changed.insert(settled.job.id, settled.job);
             }
         }
-        for run in &charge {
-            self.charge(run);
-        }
+        self.charge_requeued(&charge);
         let changed: Vec<JobRecord> = changed.into_values().collect();
         let wake = stopping_nodes(&changed, "");
         self.commit(changed)?;
         Ok(wake)
     }
 
+    /// Runs that ended in a requeue (their jobs go on): charged to fair share, and kept for
+    /// the ledger, which gets them with the next commit.
+    fn charge_requeued(&mut self, runs: &[JobRecord]) {
+        for run in runs {
+            self.charge(run);
+            let row = self.run_of(run, crate::ledger::REQUEUED);
+            self.requeued_runs.extend(row);
+        }
+    }
+
     /// Stores changed jobs in one transaction, then updates memory (active jobs only).
     fn commit(&mut self, changed: Vec<JobRecord>) -> Result<(), Failure> {
         if changed.is_empty() {
+            self.requeued_runs.clear();
             return Ok(());
         }
         for job in &changed {
@@ -484,7 +505,7 @@ impl Cluster {
                 );
             }
         }
-        self.store.update_jobs(&changed)?;
+        self.store_with_runs(&changed)?;
         for job in changed {
             self.watch.changed(job.id, job.state);
             if job.state.is_terminal() {

@@ -10,6 +10,7 @@ pub mod admin;
 pub mod api;
 pub mod cluster;
 pub mod groups;
+pub mod ledger;
 pub mod private;
 pub mod retention;
 pub mod serve;
@@ -71,7 +72,12 @@ pub struct ControllerConfig {
     pub forms: FormsConfig,
     /// How long ended jobs' records stay in the database; `None`: forever.
     pub retention: Option<retention::Retention>,
+    /// Where the accounting ledger is kept.
+    pub accounting: ledger::Engine,
 }
+
+/// How often the PostgreSQL ledger's spool is retried while the database is away.
+const SPOOL_RETRY: Duration = Duration::from_secs(5);
 
 /// How job forms (dependencies, arrays) behave.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,6 +144,9 @@ pub enum StartError {
     /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] store::StoreError),
+    /// The accounting ledger could not be opened or filled.
+    #[error(transparent)]
+    Ledger(#[from] ledger::LedgerError),
     /// A socket could not be bound.
     #[error("{what}: {err}")]
     Io {
@@ -180,6 +189,18 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
     )?
     .with_max_pending_per_user(config.max_pending_per_user)
     .with_forms(config.forms.clone());
+    let cluster = match &config.accounting {
+        ledger::Engine::Sqlite => cluster,
+        ledger::Engine::Postgres(pg) => {
+            // Unreachable now is no reason not to start: what it cannot take is spooled.
+            let spool = config.state_dir.join("ledger.spool");
+            let l = ledger::postgres::PgLedger::open(pg, Some((spool, SPOOL_RETRY)))?;
+            if let Err(e) = l.ping() {
+                tracing::warn!(error = %e, "accounting database not answering; records are spooled until it does");
+            }
+            cluster.with_ledger(Box::new(l), "postgres")?
+        }
+    };
     let (submits, queue) = submits::queue();
     let shared = Arc::new(Shared {
         config: config.clone(),
@@ -241,8 +262,10 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
     if let Some(r) = config.retention.clone() {
         // Its own connection: moving records out never holds the cluster (the records are
         // of ended jobs, which the cluster does not keep).
-        let store = store::Store::open(&config.state_dir.join("wharf.db"))?;
-        tokio::spawn(retention_loop(store, r));
+        let db = config.state_dir.join("wharf.db");
+        let store = store::Store::open(&db)?;
+        let ledger = config.accounting.open_plain(&db)?;
+        tokio::spawn(retention_loop(store, ledger, r));
     }
     let tcp = async move {
         match tcp_server {
@@ -258,17 +281,22 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
 
 /// Moves old records out at start and every hour after (housekeeping, not on any job's path),
 /// through its own connection to the store.
-async fn retention_loop(mut store: store::Store, r: retention::Retention) {
+async fn retention_loop(
+    mut store: store::Store,
+    mut ledger: Box<dyn ledger::Ledger>,
+    r: retention::Retention,
+) {
     loop {
         let r2 = r.clone();
         let result = tokio::task::spawn_blocking(move || {
-            let moved = retention::purge(&mut store, &r2, now_ms());
-            (store, moved)
+            let moved = retention::purge(&mut store, ledger.as_mut(), &r2, now_ms());
+            (store, ledger, moved)
         })
         .await;
         match result {
-            Ok((s, moved)) => {
+            Ok((s, l, moved)) => {
                 store = s;
+                ledger = l;
                 match moved {
                     Ok(0) => {}
                     Ok(n) => {

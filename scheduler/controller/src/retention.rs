@@ -1,14 +1,16 @@
 //! Retention of job records: records of jobs that ended longer ago than `[accounting] keep`
 //! are moved out of the database, first appended to a compressed archive of JSON lines
 //! (`jobs-YYYY-MM.jsonl.zst`, one zstd frame per batch, mode 0600 in a 0700 directory) and
-//! synced, then deleted in one transaction. A crash between the two leaves a record in both,
-//! never in neither: readers of the archive keep the last line of each job id.
+//! synced, then deleted in one transaction. The ledger's runs go the same way, to
+//! `runs-YYYY-MM.jsonl.zst`. A crash between the two leaves a record in both, never in
+//! neither: readers of the archive keep the last line of each job id (and run).
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::ledger::{Ledger, LedgerError};
 use crate::store::{Store, StoreError};
 
 /// Records moved per batch.
@@ -29,14 +31,39 @@ pub enum RetentionError {
     /// The database.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The ledger.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
     /// The archive.
     #[error("archive {0}: {1}")]
     Archive(String, std::io::Error),
 }
 
-/// Moves out every record of a job that ended before `now - keep`; returns how many.
-pub fn purge(store: &mut Store, r: &Retention, now: u64) -> Result<usize, RetentionError> {
+/// Moves out every record of a job, and every ledger run, that ended before `now - keep`;
+/// returns how many job records.
+pub fn purge(
+    store: &mut Store,
+    ledger: &mut dyn Ledger,
+    r: &Retention,
+    now: u64,
+) -> Result<usize, RetentionError> {
     let cutoff = now.saturating_sub(r.keep.as_millis().min(u64::MAX as u128) as u64);
+    loop {
+        let runs = ledger.ended_before(cutoff, BATCH)?;
+        if runs.is_empty() {
+            break;
+        }
+        if let Some(dir) = &r.archive_dir {
+            let path = dir.join(format!("runs-{}.jsonl.zst", month(now)));
+            append(dir, &path, &runs)
+                .map_err(|e| RetentionError::Archive(path.display().to_string(), e))?;
+        }
+        let keys: Vec<_> = runs.iter().map(|j| (j.job_id, j.run)).collect();
+        ledger.delete(&keys)?;
+        if runs.len() < BATCH as usize {
+            break;
+        }
+    }
     let mut moved = 0;
     loop {
         let batch = store.ended_before(cutoff, BATCH)?;
@@ -57,7 +84,7 @@ pub fn purge(store: &mut Store, r: &Retention, now: u64) -> Result<usize, Retent
 }
 
 /// Appends one zstd frame of the records, one JSON object per line, and syncs it.
-fn append(dir: &Path, path: &Path, jobs: &[wharf_api::JobRecord]) -> std::io::Result<()> {
+fn append<T: serde::Serialize>(dir: &Path, path: &Path, jobs: &[T]) -> std::io::Result<()> {
     crate::private::dir(dir, 0o700)?;
     let mut lines = Vec::new();
     for j in jobs {
@@ -102,6 +129,7 @@ mod tests {
     fn old_ended_records_move_to_the_archive_and_nothing_else_does() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(&dir.path().join("wharf.db")).unwrap();
+        let mut ledger = crate::ledger::sqlite::SqliteLedger::open(store.path()).unwrap();
         let now = 20_400 * DAY; // 2025-11-08
         let mut ids = Vec::new();
         for (state, ended) in [
@@ -114,7 +142,23 @@ mod tests {
             store.insert_job(&mut j, None).unwrap();
             j.state = state;
             j.end_time = ended;
-            store.update_jobs([&j]).unwrap();
+            let run = ended.map(|end| {
+                let mut r = crate::ledger::conformance::run(
+                    j.id,
+                    0,
+                    "a",
+                    "p",
+                    "cpu",
+                    None,
+                    0,
+                    1,
+                    0,
+                    state.as_str(),
+                );
+                r.end_time = end;
+                r
+            });
+            store.update_jobs_with_runs([&j], run.as_slice()).unwrap();
             ids.push(j.id);
         }
         let archive = dir.path().join("archive");
@@ -122,7 +166,7 @@ mod tests {
             keep: Duration::from_secs(365 * 86_400),
             archive_dir: Some(archive.clone()),
         };
-        assert_eq!(purge(&mut store, &r, now).unwrap(), 2);
+        assert_eq!(purge(&mut store, &mut ledger, &r, now).unwrap(), 2);
         assert!(store.job(ids[0]).unwrap().is_none());
         assert!(store.job(ids[1]).unwrap().is_none());
         assert!(
@@ -133,14 +177,33 @@ mod tests {
         let file = archive.join("jobs-2025-11.jsonl.zst");
         let kept: Vec<u64> = read_archive(&file).iter().map(|j| j.id).collect();
         assert_eq!(kept, [ids[0], ids[1]]);
+        let runs = std::fs::read(archive.join("runs-2025-11.jsonl.zst")).unwrap();
+        let runs = String::from_utf8(zstd::decode_all(runs.as_slice()).unwrap()).unwrap();
+        let runs: Vec<u64> = runs
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<crate::ledger::JobRun>(l)
+                    .unwrap()
+                    .job_id
+            })
+            .collect();
+        assert_eq!(runs, [ids[0], ids[1]], "the ledger's runs move with them");
+        let left = ledger.query(&Default::default()).unwrap();
+        assert_eq!(left.iter().map(|r| r.job_id).collect::<Vec<_>>(), [ids[2]]);
         use std::os::unix::fs::PermissionsExt;
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!((mode(&archive), mode(&file)), (0o700, 0o600));
         // A later purge appends a frame; the file stays one readable stream.
-        assert_eq!(purge(&mut store, &r, now + 360 * DAY).unwrap(), 1);
+        assert_eq!(
+            purge(&mut store, &mut ledger, &r, now + 360 * DAY).unwrap(),
+            1
+        );
         let file = archive.join("jobs-2026-11.jsonl.zst");
         assert_eq!(read_archive(&file).len(), 1);
-        assert_eq!(purge(&mut store, &r, now + 360 * DAY).unwrap(), 0);
+        assert_eq!(
+            purge(&mut store, &mut ledger, &r, now + 360 * DAY).unwrap(),
+            0
+        );
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub enum StoreError {
     /// A stored record does not parse (written by a newer version?).
     #[error("state store: corrupt record: {0}")]
     Corrupt(#[from] serde_json::Error),
+    /// The ledger's rows could not be written with the jobs.
+    #[error("state store: {0}")]
+    Ledger(crate::ledger::LedgerError),
     /// The database file could not be made private.
     #[error("state store: cannot make {0} private (mode 0600): {1}")]
     Mode(String, std::io::Error),
@@ -39,6 +42,10 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE INDEX IF NOT EXISTS jobs_uid ON jobs(uid);
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS nodes (
     name      TEXT PRIMARY KEY,
     info      TEXT NOT NULL,
@@ -50,6 +57,7 @@ CREATE TABLE IF NOT EXISTS nodes (
 #[derive(Debug)]
 pub struct Store {
     conn: Connection,
+    path: std::path::PathBuf,
 }
 
 const ACTIVE: &str = "('PENDING','STARTING','RUNNING')";
@@ -68,7 +76,34 @@ impl Store {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(SCHEMA)?;
         conn.execute_batch(admin::SCHEMA)?;
-        Ok(Store { conn })
+        crate::ledger::sqlite::migrate(&conn)?;
+        Ok(Store {
+            conn,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A value kept in the store's own settings table.
+    pub fn meta(&self, key: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// Sets a value in the store's own settings table.
+    pub fn set_meta(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO meta (key, value) VALUES (?1, ?2) \
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            [key, value],
+        )?;
+        Ok(())
     }
 
     /// Inserts a new job; its id is assigned here. With a `client_token` already stored, returns
@@ -142,7 +177,19 @@ impl Store {
         &mut self,
         records: impl IntoIterator<Item = &'a JobRecord>,
     ) -> Result<(), StoreError> {
+        self.update_jobs_with_runs(records, &[])
+    }
+
+    /// Writes the new state of jobs and the ledger's rows for the runs that ended with them,
+    /// all or none, in one transaction (the SQLite ledger lives in this database). A run
+    /// stored already is left as it was.
+    pub fn update_jobs_with_runs<'a>(
+        &mut self,
+        records: impl IntoIterator<Item = &'a JobRecord>,
+        runs: &[crate::ledger::JobRun],
+    ) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
+        crate::ledger::sqlite::insert_runs(&tx, runs).map_err(StoreError::Ledger)?;
         {
             let mut stmt = tx.prepare_cached(
                 "UPDATE jobs SET state = ?1, end_time = ?2, record = ?3 WHERE id = ?4",
@@ -227,6 +274,14 @@ impl Store {
                 params![uid, until as i64, since as i64, limit],
             ),
         }
+    }
+
+    /// Ended jobs with ids above `after`, by id, at most `limit` (to page through them all).
+    pub fn ended_after(&self, after: JobId, limit: u32) -> Result<Vec<JobRecord>, StoreError> {
+        let sql = format!(
+            "SELECT record FROM jobs WHERE state NOT IN {ACTIVE} AND id > ?1 ORDER BY id LIMIT ?2"
+        );
+        self.query(&sql, params![after.min(i64::MAX as u64) as i64, limit])
     }
 
     /// Ended jobs that ended before `cutoff` (ms), oldest first, at most `limit`.

@@ -1,9 +1,12 @@
 //! Accounting queries (`wharf acct`, Slurm's `sacct`): jobs, ended or not, that were in the
-//! system during a time window, filtered by user, account, partition and state, read from the
-//! store, where every job's record is kept in the same transaction as each of its changes.
+//! system during a time window, filtered by user, account, partition and state. Ended jobs
+//! come from the ledger (its last run of each), active ones from memory; `wharf report` adds
+//! up the ledger's runs and the runs still going.
 
 use wharf_api::wire::{AcctQuery, ErrorKind};
 use wharf_api::{JobId, JobRecord, JobState};
+
+use crate::ledger::{LedgerError, RunFilter};
 
 use super::{Caller, Cluster, Failure};
 use crate::visibility::view;
@@ -77,26 +80,53 @@ impl Cluster {
                 "the window's start is after its end",
             ));
         }
-        let ids = (!ids.is_empty()).then_some(ids.as_slice());
-        let rows = self
-            .store
-            .jobs_in_window(uid, ids, since, until, MAX_ROWS)?;
-        Ok(rows
+        let filter = RunFilter {
+            ids,
+            uid,
+            users,
+            accounts,
+            partitions,
+            states: states.iter().map(|s| s.as_str().to_string()).collect(),
+            since,
+            until,
+            last_runs_only: true,
+            limit: MAX_ROWS,
+        };
+        // Ended jobs from the ledger; the jobs still in the system from memory.
+        let ended = self.ledger.query(&filter).map_err(ledger_failure)?;
+        let mut rows: Vec<JobRecord> = ended
             .into_iter()
-            .filter(|j| users.is_empty() || users.contains(&j.owner.user))
-            .filter(|j| states.is_empty() || states.contains(&j.state))
-            .filter_map(|mut j| {
-                let account = self.assoc(&j).account;
-                let partition = super::sched::partition(&j)
-                    .unwrap_or_else(|| wharf_core::DEFAULT_PARTITION.to_string());
-                let wanted = (accounts.is_empty() || accounts.contains(&account))
-                    && (partitions.is_empty() || partitions.contains(&partition));
+            .map(|run| {
+                let mut j = run.record;
+                if let Some(s) = j.spec.as_mut() {
+                    s.account = Some(run.account);
+                }
+                j
+            })
+            .collect();
+        rows.extend(self.jobs.values().filter_map(|j| {
+            let account = self.assoc(j).account;
+            let partition = super::sched::partition(j)
+                .unwrap_or_else(|| wharf_core::DEFAULT_PARTITION.to_string());
+            let wanted = j.submit_time <= until
+                && j.end_time.is_none_or(|e| e >= since)
+                && (filter.ids.is_empty() || filter.ids.contains(&j.id))
+                && filter.uid.is_none_or(|u| u == j.owner.uid)
+                && (filter.users.is_empty() || filter.users.contains(&j.owner.user))
+                && (states.is_empty() || states.contains(&j.state))
+                && (filter.accounts.is_empty() || filter.accounts.contains(&account))
+                && (filter.partitions.is_empty() || filter.partitions.contains(&partition));
+            wanted.then(|| {
+                let mut j = j.clone();
                 if let Some(s) = j.spec.as_mut() {
                     s.account = Some(account);
                 }
-                wanted.then(|| view(caller, j))
+                j
             })
-            .collect())
+        }));
+        rows.sort_by_key(|j| j.id);
+        rows.truncate(MAX_ROWS as usize);
+        Ok(rows.into_iter().map(|j| view(caller, j)).collect())
     }
 
     /// Usage over `[since, until)` (Slurm's `sreport`): every job's for an admin, the
@@ -115,37 +145,46 @@ impl Cluster {
             ));
         }
         let uid = (!caller.admin).then_some(caller.owner.uid);
-        let jobs = self
-            .store
-            .jobs_in_window(uid, None, since, until, MAX_ROWS)?;
-        let runs: Vec<wharf_api::report::Run> = jobs
-            .iter()
-            .filter_map(|j| {
-                let partition = super::sched::partition(j);
-                let billing = self
-                    .sched
-                    .partitions
-                    .iter()
-                    .find(|p| Some(&p.name) == partition.as_ref())
-                    .map(|p| p.billing)
-                    .unwrap_or_default();
-                wharf_api::report::Run::of(
-                    j,
-                    self.assoc(j).account,
-                    partition.unwrap_or_else(|| wharf_core::DEFAULT_PARTITION.to_string()),
-                    [billing.cpu, billing.memory_gib, billing.gpu],
-                    now,
-                )
-            })
-            .collect();
+        // Ended runs, summed by the ledger; the runs still going, up to now.
+        let mut groups = self
+            .ledger
+            .report(since, until, uid)
+            .map_err(ledger_failure)?;
+        groups.extend(
+            self.jobs
+                .values()
+                .filter(|j| uid.is_none_or(|u| u == j.owner.uid))
+                .filter_map(|j| {
+                    let partition = super::sched::partition(j);
+                    let billing = self
+                        .sched
+                        .partitions
+                        .iter()
+                        .find(|p| Some(&p.name) == partition.as_ref())
+                        .map(|p| p.billing)
+                        .unwrap_or_default();
+                    wharf_api::report::Run::of(
+                        j,
+                        self.assoc(j).account,
+                        partition.unwrap_or_else(|| wharf_core::DEFAULT_PARTITION.to_string()),
+                        [billing.cpu, billing.memory_gib, billing.gpu],
+                        now,
+                    )
+                })
+                .filter_map(|r| r.inside(since, until)),
+        );
         let cpus = self.nodes.values().map(|n| u64::from(n.info.cpus)).sum();
         let gpus = self.nodes.values().map(|n| n.info.gpus.len() as u64).sum();
-        Ok(wharf_api::report::Report::of(
-            &runs,
+        Ok(wharf_api::report::Report::of_groups(
+            &groups,
             since,
             until.min(now.max(since + 1)),
             cpus,
             gpus,
         ))
     }
+}
+
+fn ledger_failure(e: LedgerError) -> Failure {
+    Failure::new(e.kind(), e.to_string())
 }

@@ -1,0 +1,263 @@
+//! The cluster's side of the ledger: which rows an ended run makes, where they are written
+//! (with the job's final state in one SQLite transaction, or after it to PostgreSQL), and
+//! the one-time fill of a new ledger from the jobs that ended before it existed.
+
+use wharf_api::JobRecord;
+
+use super::{Cluster, Failure};
+use crate::ledger::{JobRun, Ledger, LedgerError};
+use crate::store::StoreError;
+
+/// Ended jobs read per batch when a ledger is filled.
+const FILL_BATCH: u32 = 5_000;
+
+impl Cluster {
+    /// Uses `ledger` (PostgreSQL) instead of the SQLite table in the state database: runs are
+    /// written to it after the state store's commit. Fills it from the jobs that ended
+    /// before (once per `engine`, remembered in the state store).
+    pub fn with_ledger(
+        mut self,
+        ledger: Box<dyn Ledger>,
+        engine: &str,
+    ) -> Result<Cluster, LedgerError> {
+        self.ledger = ledger;
+        self.ledger_in_store = false;
+        self.fill_ledger(engine)?;
+        Ok(self)
+    }
+
+    /// Copies every ended job in the jobs table into the ledger, once per engine: rows already
+    /// there are kept (the idempotent key), so an interrupted fill is simply run again.
+    pub(super) fn fill_ledger(&mut self, engine: &str) -> Result<(), LedgerError> {
+        let key = format!("ledger_filled:{engine}");
+        let db = |e: StoreError| LedgerError::Database(e.to_string());
+        if self.store.meta(&key).map_err(db)?.is_some() {
+            return Ok(());
+        }
+        let (mut after, mut filled) = (0, 0usize);
+        loop {
+            let batch = self.store.ended_after(after, FILL_BATCH).map_err(db)?;
+            let Some(last) = batch.last() else { break };
+            after = last.id;
+            let runs: Vec<JobRun> = batch
+                .iter()
+                .filter_map(|j| self.run_of(j, j.state.as_str()))
+                .collect();
+            filled += runs.len();
+            self.ledger.record(&runs)?;
+        }
+        self.store.set_meta(&key, "1").map_err(db)?;
+        if filled > 0 {
+            tracing::info!(
+                runs = filled,
+                engine,
+                "accounting ledger filled from ended jobs"
+            );
+        }
+        Ok(())
+    }
+
+    /// The ledger row of `job`'s run as it stands, ended as `state`; `None` while it has no
+    /// end.
+    pub(super) fn run_of(&self, job: &JobRecord, state: &str) -> Option<JobRun> {
+        let end = job.end_time?;
+        let spec = job.spec.as_ref();
+        let partition = super::sched::partition(job);
+        let billing = self
+            .sched
+            .partitions
+            .iter()
+            .find(|p| Some(&p.name) == partition.as_ref())
+            .map(|p| p.billing)
+            .unwrap_or_default();
+        let r = job.resources;
+        let started = job.start_time.is_some();
+        // Resources are per node; a run holds them on each of its nodes.
+        let n = job.node_count().max(1);
+        let (cpus, memory, gpus) = (r.cpus * n, r.memory * u64::from(n), r.gpus * n);
+        Some(JobRun {
+            job_id: job.id,
+            run: job.restarts,
+            array_job_id: job.array.as_ref().map(|a| a.job_id),
+            array_task_id: job.array.as_ref().map(|a| a.task_id),
+            uid: job.owner.uid,
+            user: job.owner.user.clone(),
+            account: self.assoc(job).account,
+            partition: partition.unwrap_or_else(|| wharf_core::DEFAULT_PARTITION.to_string()),
+            qos: self.qos_of(spec),
+            nodes: if started {
+                job.nodelist()
+            } else {
+                String::new()
+            },
+            node_count: if started { n } else { 0 },
+            submit_time: job.submit_time,
+            eligible_time: job.begin_time.unwrap_or(0).max(job.submit_time),
+            start_time: job.start_time,
+            end_time: end.max(job.start_time.unwrap_or(0)),
+            state: state.to_string(),
+            exit_code: job.exit.as_ref().and_then(|e| e.code),
+            exit_signal: job.exit.as_ref().and_then(|e| e.signal),
+            cpus,
+            memory,
+            gpus,
+            gpu_type: spec.and_then(|s| s.gpu_type.clone()),
+            billing: billing.rate(cpus.into(), memory, gpus.into()),
+            image: spec.map(|s| s.image.clone()),
+            requeues: job.restarts,
+            usage: job.exit.as_ref().and_then(|e| e.usage.clone()),
+            record: job.clone(),
+        })
+    }
+
+    /// Stores `changed` and the runs that ended with them: in one transaction when the ledger
+    /// is the state database's table, else the jobs first and then the ledger (which spools
+    /// what it cannot write; a failure there is logged, the jobs' states stand).
+    pub(super) fn store_with_runs(&mut self, changed: &[JobRecord]) -> Result<(), Failure> {
+        let mut runs = std::mem::take(&mut self.requeued_runs);
+        runs.extend(
+            changed
+                .iter()
+                .filter(|j| j.state.is_terminal())
+                .filter_map(|j| self.run_of(j, j.state.as_str())),
+        );
+        if self.ledger_in_store {
+            self.store.update_jobs_with_runs(changed, &runs)?;
+        } else {
+            self.store.update_jobs(changed)?;
+            if let Err(e) = self.ledger.record(&runs) {
+                let ids: Vec<_> = runs.iter().map(|r| r.job_id).collect();
+                tracing::error!(error = %e, jobs = ?ids, "accounting records not written");
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use wharf_api::wire::{AcctQuery, AgentJob, PollRequest};
+    use wharf_api::{ExitInfo, JobId, JobRequest, JobState};
+
+    use crate::cluster::sched::tests::{caller, cluster, record, submit_job};
+    use crate::cluster::Cluster;
+    use crate::ledger::{sqlite::SqliteLedger, Ledger, REQUEUED};
+
+    /// n1's agent reports `id` started at `start`, and ended at `end` with `exit` if given.
+    fn agent(c: &mut Cluster, id: JobId, start: u64, end: Option<(u64, ExitInfo)>, now: u64) {
+        let jobs = vec![AgentJob {
+            id,
+            start_time: Some(start),
+            end_time: end.as_ref().map(|e| e.0),
+            exit: end.map(|e| e.1),
+            stopping: false,
+        }];
+        let poll = PollRequest {
+            node: "n1".into(),
+            jobs,
+            wait_ms: 0,
+            images: vec![],
+        };
+        c.ingest(&poll, now).unwrap();
+    }
+
+    #[test]
+    fn a_requeued_run_and_the_last_run_are_each_a_row_written_with_the_jobs_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cluster(&dir);
+        let ann = caller(1000, "ann");
+        let two_cpus = JobRequest {
+            cpus: Some(2),
+            ..Default::default()
+        };
+        let id = submit_job(&mut c, &ann, two_cpus, 10).unwrap();
+        c.schedule(1_000).unwrap();
+        agent(&mut c, id, 1_000, None, 1_500);
+        c.requeue(&ann, id).unwrap();
+        let stopped = ExitInfo {
+            signal: Some(15),
+            cancelled: true,
+            ..Default::default()
+        };
+        agent(&mut c, id, 1_000, Some((5_000, stopped)), 5_000);
+        assert_eq!(record(&c, id).state, JobState::Pending);
+        let runs = c.ledger.lookup(id).unwrap();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(
+            (
+                runs[0].run,
+                runs[0].state.as_str(),
+                runs[0].start_time,
+                runs[0].end_time
+            ),
+            (0, REQUEUED, Some(1_000), 5_000)
+        );
+        // The node lets go of the first run; the second runs and completes.
+        c.ingest(
+            &PollRequest {
+                node: "n1".into(),
+                jobs: vec![],
+                wait_ms: 0,
+                images: vec![],
+            },
+            6_000,
+        )
+        .unwrap();
+        c.schedule(7_000).unwrap();
+        agent(&mut c, id, 7_000, None, 7_500);
+        let done = ExitInfo {
+            code: Some(0),
+            ..Default::default()
+        };
+        agent(&mut c, id, 7_000, Some((9_000, done)), 9_000);
+        // Read through a connection of its own: committed, with the job's final state.
+        let other = SqliteLedger::open(&dir.path().join("wharf.db")).unwrap();
+        let runs = other.lookup(id).unwrap();
+        let got: Vec<(u32, &str)> = runs.iter().map(|r| (r.run, r.state.as_str())).collect();
+        assert_eq!(got, [(0, REQUEUED), (1, "COMPLETED")]);
+        assert_eq!(runs[1].record.state, JobState::Completed);
+        assert_eq!(c.store.job(id).unwrap().unwrap().state, JobState::Completed);
+        // acct shows the job once, as it ended; the report counts both runs.
+        let q = AcctQuery {
+            since: Some(0),
+            ..AcctQuery::default()
+        };
+        let rows = c.acct(&ann, &q, 10_000).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].state, JobState::Completed);
+        let r = c.report(&ann, 0, 10_000, 10_000).unwrap();
+        assert_eq!(r.total.jobs, 2);
+        assert!((r.total.cpu_hours - 2.0 * 6_000.0 / 3_600_000.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn jobs_that_ended_before_the_ledger_fill_it_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wharf.db");
+        let mut store = crate::store::Store::open(&path).unwrap();
+        let mut j = crate::store::tests::record();
+        store.insert_job(&mut j, None).unwrap();
+        j.state = JobState::Failed;
+        j.start_time = Some(100);
+        j.end_time = Some(200);
+        store.update_jobs([&j]).unwrap();
+        let c = Cluster::load(store, Default::default(), 60_000, 0).unwrap();
+        let runs = c.ledger.lookup(j.id).unwrap();
+        assert_eq!(runs.len(), 1);
+        assert_eq!((runs[0].state.as_str(), runs[0].end_time), ("FAILED", 200));
+        drop(c);
+        // Filled once: a run deleted since (by retention) does not come back at the next start.
+        SqliteLedger::open(&path)
+            .unwrap()
+            .delete(&[(j.id, 0)])
+            .unwrap();
+        let c = Cluster::load(
+            crate::store::Store::open(&path).unwrap(),
+            Default::default(),
+            60_000,
+            0,
+        )
+        .unwrap();
+        assert!(c.ledger.lookup(j.id).unwrap().is_empty());
+    }
+}
