@@ -561,3 +561,81 @@ fn a_download_broken_off_mid_layer_is_resumed_from_the_last_byte() {
     );
     s.assert_no_leftovers();
 }
+
+#[test]
+fn an_anonymous_bearer_token_is_fetched_from_the_realm_the_registry_names() {
+    use std::io::{BufRead, BufReader, Write};
+    let layer_tar = Tar::new().file("hello", b"token").bytes();
+    let layer = gzip(&layer_tar);
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "rootfs": { "type": "layers", "diff_ids": [sha256(&layer_tar)] },
+    }))
+    .unwrap();
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": MANIFEST,
+        "config": { "mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha256(&config), "size": config.len() },
+        "layers": [{ "mediaType": LAYER_GZIP, "digest": sha256(&layer), "size": layer.len() }],
+    }))
+    .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let realm = format!("http://{addr}/token");
+    let token_query = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let seen = token_query.clone();
+    let (c, l) = (sha256(&config), sha256(&layer));
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            let path = line.split(' ').nth(1).unwrap_or("").to_string();
+            let mut bearer = false;
+            loop {
+                let mut h = String::new();
+                reader.read_line(&mut h).unwrap();
+                if h.trim().is_empty() {
+                    break;
+                }
+                bearer |= h.to_ascii_lowercase().trim() == "authorization: bearer t0k";
+            }
+            let (status, extra, body): (&str, String, Vec<u8>) = if path.starts_with("/token?") {
+                *seen.lock().unwrap() = path.clone();
+                ("200 OK", String::new(), br#"{"token":"t0k"}"#.to_vec())
+            } else if !bearer {
+                let challenge = format!(
+                    "WWW-Authenticate: Bearer realm=\"{realm}\",service=\"loop\",scope=\"repository:test/tok:pull\"\r\n"
+                );
+                ("401 Unauthorized", challenge, b"{}".to_vec())
+            } else if path.ends_with("/manifests/v1") {
+                (
+                    "200 OK",
+                    "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n".into(),
+                    manifest.clone(),
+                )
+            } else if path.ends_with(&c) {
+                ("200 OK", String::new(), config.clone())
+            } else if path.ends_with(&l) {
+                ("200 OK", String::new(), layer.clone())
+            } else {
+                ("404 Not Found", String::new(), b"{}".to_vec())
+            };
+            let head = format!(
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n",
+                body.len()
+            );
+            let _ = conn.write_all(head.as_bytes());
+            let _ = conn.write_all(&body);
+        }
+    });
+    let s = scratch();
+    let (res, _) = pull(&s, &format!("{addr}/test/tok:v1").parse().unwrap());
+    let info = res.unwrap();
+    assert_eq!(fs::read(info.rootfs.join("hello")).unwrap(), b"token");
+    let query = token_query.lock().unwrap().clone();
+    assert!(
+        query.contains("scope=repository%3Atest%2Ftok%3Apull") && query.contains("service=loop"),
+        "{query}"
+    );
+}
