@@ -14,26 +14,21 @@
 
 use std::fs;
 use std::io::Write;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Instant;
 
 use sha2::{Digest, Sha256};
+
+// The loopback registry the image crate's registry tests and the e2e tests also start.
+#[path = "../images/tests/common/loopback.rs"]
+mod loopback;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 /// A deterministic byte source (xorshift64*).
@@ -131,47 +126,6 @@ fn write_layout(dir: &Path, mb: usize, layers: usize) {
     fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
 }
 
-/// A loopback `docker-registry`, killed on drop.
-struct Registry(Child);
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_registry(dir: &Path) -> (Registry, String) {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    let cfg = dir.join("registry.yml");
-    fs::write(
-        &cfg,
-        format!(
-            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
-            dir.join("storage").display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new("docker-registry")
-        .arg("serve")
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(&addr).is_err() {
-        assert!(Instant::now() < deadline, "the registry did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (Registry(child), addr)
-}
-
 fn run(cmd: &mut Command) {
     let out = cmd.output().unwrap();
     assert!(
@@ -238,10 +192,7 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let missing: Vec<&str> = ["docker-registry", "skopeo", "umoci"]
-        .into_iter()
-        .filter(|t| !have(t))
-        .collect();
+    let missing = loopback::missing(&["docker-registry", "skopeo", "umoci"]);
     if !missing.is_empty() || !nix::unistd::geteuid().is_root() {
         println!(
             "SKIPPED image benchmark: needs root and docker-registry, skopeo, umoci (missing: {})",
@@ -263,12 +214,9 @@ fn main() {
         "image: {mb} MB in 4 gzip layers, written in {:.1}s",
         t.elapsed().as_secs_f64()
     );
-    let (_registry, addr) = start_registry(dir.path());
-    let reference = format!("{addr}/bench/image:bench");
-    run(Command::new("skopeo")
-        .args(["copy", "--quiet", "--dest-tls-verify=false"])
-        .arg(format!("oci:{}:bench", layout.display()))
-        .arg(format!("docker://{reference}")));
+    let registry = loopback::Loopback::start_in(dir.path(), false);
+    registry.push(&layout, "bench", "bench/image", None);
+    let reference = registry.name("bench/image:bench");
     let _ = fs::remove_dir_all(&layout);
 
     let (mut wharf, mut skopeo) = (vec![], vec![]);

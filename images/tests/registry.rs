@@ -3,132 +3,17 @@
 //! the tests are skipped with the reason, and fail under `WHARF_TEST_STRICT=1`.
 
 mod common;
+#[path = "common/loopback.rs"]
+mod loopback;
 
 use std::fs;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use common::*;
+use loopback::{tools, Loopback};
 use wharf_images::registry::{Credentials, RegistryOptions};
 use wharf_images::{ErrorKind, ImageRef, PullEvent};
-
-/// Whether `docker-registry` and `skopeo` are here; else says why (and fails when strict).
-fn tools(test: &str) -> bool {
-    let missing: Vec<&str> = ["docker-registry", "skopeo"]
-        .into_iter()
-        .filter(|t| {
-            Command::new("sh")
-                .args(["-c", &format!("command -v {t}")])
-                .stdout(Stdio::null())
-                .status()
-                .map_or(true, |s| !s.success())
-        })
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    let why = format!("{test}: skipped: {} not installed", missing.join(", "));
-    assert!(
-        std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
-        "{why}"
-    );
-    eprintln!("{why}");
-    false
-}
-
-/// A `docker-registry` serving a scratch directory on 127.0.0.1, killed when dropped.
-struct Loopback {
-    child: Child,
-    addr: String,
-    storage: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Loopback {
-    /// Starts one; with `htpasswd`, a user `u` with password `p` is required.
-    fn start(htpasswd: bool) -> Loopback {
-        let dir = tempfile::tempdir().unwrap();
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = format!("127.0.0.1:{port}");
-        let storage = dir.path().join("storage");
-        let mut config = format!(
-            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
-             http:\n  addr: {addr}\n",
-            storage.display()
-        );
-        if htpasswd {
-            let file = dir.path().join("htpasswd");
-            let out = Command::new("htpasswd")
-                .args(["-Bbn", "u", "p"])
-                .output()
-                .expect("htpasswd (apache2-utils)");
-            assert!(out.status.success());
-            fs::write(&file, out.stdout).unwrap();
-            config.push_str(&format!(
-                "auth:\n  htpasswd:\n    realm: test\n    path: {}\n",
-                file.display()
-            ));
-        }
-        let cfg = dir.path().join("config.yml");
-        fs::write(&cfg, config).unwrap();
-        let log = fs::File::create(dir.path().join("registry.log")).unwrap();
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&cfg)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let reg = Loopback {
-            child,
-            addr,
-            storage,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(&reg.addr).is_err() {
-            assert!(Instant::now() < deadline, "the registry did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        reg
-    }
-
-    /// Pushes tag `tag` of the layout at `layout` as `repo:tag` (every platform).
-    fn push(&self, layout: &Path, tag: &str, repo: &str, creds: Option<&str>) {
-        let mut cmd = Command::new("skopeo");
-        cmd.args(["copy", "--quiet", "--all", "--dest-tls-verify=false"]);
-        if let Some(c) = creds {
-            cmd.args(["--dest-creds", c]);
-        }
-        let out = cmd
-            .arg(format!("oci:{}:{tag}", layout.display()))
-            .arg(format!("docker://{}/{repo}:{tag}", self.addr))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "skopeo: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn reference(&self, repo_tag: &str) -> ImageRef {
-        format!("{}/{repo_tag}", self.addr).parse().unwrap()
-    }
-}
-
-impl Drop for Loopback {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn pull(
     s: &Scratch,

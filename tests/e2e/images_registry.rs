@@ -3,88 +3,14 @@
 //! runs as its user; a missing tag ends the job with the registry's reason.
 
 use std::fs;
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
 use crate::harness::*;
-
-/// Whether `docker-registry` and `skopeo` are installed; else says why (and fails when strict).
-fn registry_tools(test: &str) -> bool {
-    let missing: Vec<&str> = ["docker-registry", "skopeo"]
-        .into_iter()
-        .filter(|t| {
-            !Command::new("sh")
-                .args(["-c", &format!("command -v {t}")])
-                .stdout(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        })
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    let why = format!(
-        "{test}: needs {} (apt-get install docker-registry skopeo)",
-        missing.join(" and ")
-    );
-    assert!(
-        std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
-        "{why}"
-    );
-    eprintln!("SKIPPED {why}");
-    false
-}
-
-/// A `docker-registry` on 127.0.0.1, storing under `dir`, killed when dropped.
-struct Registry {
-    child: Child,
-    addr: String,
-}
-
-impl Registry {
-    fn start(dir: &Path) -> Registry {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = format!("127.0.0.1:{port}");
-        let cfg = dir.join("registry.yml");
-        fs::write(
-            &cfg,
-            format!(
-                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: {addr}\n",
-                dir.join("registry").display()
-            ),
-        )
-        .unwrap();
-        let log = fs::File::create(dir.join("registry.log")).unwrap();
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&cfg)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(&addr).is_err() {
-            assert!(Instant::now() < deadline, "the registry did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Registry { child, addr }
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::loopback::{tools, Loopback};
 
 fn sha256(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
@@ -152,24 +78,14 @@ fn write_layout(layout: &Path, tag: &str, layers: &[&Path]) {
     .unwrap();
 }
 
-fn push(layout: &Path, tag: &str, dest: &str) {
-    let out = Command::new("skopeo")
-        .args(["copy", "--quiet", "--dest-tls-verify=false"])
-        .arg(format!("oci:{}:{tag}", layout.display()))
-        .arg(format!("docker://{dest}"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "skopeo: {}", stderr(&out));
-}
-
 #[test]
 fn a_job_naming_a_registry_image_is_pulled_and_runs_as_its_user() {
     let test = "a_job_naming_a_registry_image_is_pulled_and_runs_as_its_user";
-    if !can_run(test) || !registry_tools(test) {
+    if !can_run(test) || !tools(test) {
         return;
     }
     let work = scratch("whreg-");
-    let reg = Registry::start(work.path());
+    let reg = Loopback::start_in(work.path(), false);
     let base = work.path().join("base");
     mkrootfs(&base, &["sh", "cat", "id"]);
     let top = work.path().join("top");
@@ -177,8 +93,8 @@ fn a_job_naming_a_registry_image_is_pulled_and_runs_as_its_user() {
     fs::write(top.join("etc/greeting"), "from the registry\n").unwrap();
     let layout = work.path().join("layout");
     write_layout(&layout, "v1", &[&base, &top]);
-    let reference = format!("{}/test/app:v1", reg.addr);
-    push(&layout, "v1", &reference);
+    reg.push(&layout, "v1", "test/app", None);
+    let reference = reg.name("test/app:v1");
 
     let c = Cluster::start();
     let ann = user("whreg-ann");
@@ -200,7 +116,7 @@ fn a_job_naming_a_registry_image_is_pulled_and_runs_as_its_user() {
     assert!(stdout(&out).contains(&reference), "{}", stdout(&out));
 
     // A tag the registry lacks: the job ends with the registry's reason.
-    let missing = format!("{}/test/app:nope", reg.addr);
+    let missing = reg.name("test/app:nope");
     let out = c.wharf_as(&ann, &["submit", "--image", &missing, "--wrap", "true"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let job = c.wait_done(submitted_id(&out), Duration::from_secs(60));
@@ -225,11 +141,11 @@ fn a_job_naming_a_registry_image_is_pulled_and_runs_as_its_user() {
 #[test]
 fn wharf_image_pull_shows_each_layer_and_fetches_shared_layers_once() {
     let test = "wharf_image_pull_shows_each_layer_and_fetches_shared_layers_once";
-    if !can_run(test) || !registry_tools(test) {
+    if !can_run(test) || !tools(test) {
         return;
     }
     let work = scratch("whregpull-");
-    let reg = Registry::start(work.path());
+    let reg = Loopback::start_in(work.path(), false);
     let base = work.path().join("base");
     fs::create_dir_all(base.join("etc")).unwrap();
     fs::write(base.join("etc/base"), "b").unwrap();
@@ -239,7 +155,7 @@ fn wharf_image_pull_shows_each_layer_and_fetches_shared_layers_once() {
         fs::write(top.join(file), tag).unwrap();
         let layout = work.path().join(format!("layout-{tag}"));
         write_layout(&layout, tag, &[&base, &top]);
-        push(&layout, tag, &format!("{}/test/pull:{tag}", reg.addr));
+        reg.push(&layout, tag, "test/pull", None);
     }
     let store = work.path().join("store");
     let pull = |tag: &str| {

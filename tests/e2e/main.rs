@@ -19,6 +19,8 @@ mod job_files;
 mod job_forms;
 mod jobfile;
 mod lifecycle;
+#[path = "../../images/tests/common/loopback.rs"]
+mod loopback;
 mod multihost;
 mod netns;
 mod node_selection;
