@@ -52,6 +52,18 @@ fn entries(dir: &Path) -> usize {
     fs::read_dir(dir).map_or(0, |d| d.count())
 }
 
+/// The start of most tests here: the tools (else `None`, the test skipped), a loopback
+/// registry (`htpasswd`: it wants user `u`, password `p`), a scratch store, an OCI layout.
+fn setup(test: &str, htpasswd: bool) -> Option<(Loopback, Scratch, Layout)> {
+    if !tools(test) {
+        return None;
+    }
+    let reg = Loopback::start(htpasswd);
+    let s = scratch();
+    let layout = Layout::new(s.work.join("layout"));
+    Some((reg, s, layout))
+}
+
 /// A base layer most images here share.
 fn base_layer() -> Vec<u8> {
     gzip(
@@ -67,12 +79,12 @@ fn base_layer() -> Vec<u8> {
 
 #[test]
 fn a_multi_layer_image_is_pulled_with_whiteouts_applied_and_layers_shared() {
-    if !tools("a_multi_layer_image_is_pulled_with_whiteouts_applied_and_layers_shared") {
+    let Some((reg, s, layout)) = setup(
+        "a_multi_layer_image_is_pulled_with_whiteouts_applied_and_layers_shared",
+        false,
+    ) else {
         return;
-    }
-    let reg = Loopback::start(false);
-    let s = scratch();
-    let layout = Layout::new(s.work.join("layout"));
+    };
     let upper = Tar::new()
         .file("etc/.wh.gone", b"")
         .file("opt/d/.wh..wh..opq", b"")
@@ -132,12 +144,12 @@ fn a_multi_layer_image_is_pulled_with_whiteouts_applied_and_layers_shared() {
 
 #[test]
 fn a_blob_that_does_not_match_its_digest_is_refused_and_nothing_is_kept() {
-    if !tools("a_blob_that_does_not_match_its_digest_is_refused_and_nothing_is_kept") {
+    let Some((reg, s, layout)) = setup(
+        "a_blob_that_does_not_match_its_digest_is_refused_and_nothing_is_kept",
+        false,
+    ) else {
         return;
-    }
-    let reg = Loopback::start(false);
-    let s = scratch();
-    let layout = Layout::new(s.work.join("layout"));
+    };
     // gzip, which skopeo pushes as it is (it would compress a plain tar layer).
     let layer = gzip(&Tar::new().file("data", &[b'a'; 4096]).bytes());
     let m = layout.manifest(&[(LAYER_GZIP, layer.clone())]);
@@ -168,12 +180,10 @@ fn a_blob_that_does_not_match_its_digest_is_refused_and_nothing_is_kept() {
 
 #[test]
 fn a_multi_platform_index_is_resolved_to_this_node() {
-    if !tools("a_multi_platform_index_is_resolved_to_this_node") {
+    let Some((reg, s, layout)) = setup("a_multi_platform_index_is_resolved_to_this_node", false)
+    else {
         return;
-    }
-    let reg = Loopback::start(false);
-    let s = scratch();
-    let layout = Layout::new(s.work.join("layout"));
+    };
     let arch = if cfg!(target_arch = "aarch64") {
         "arm64"
     } else {
@@ -205,12 +215,12 @@ fn a_multi_platform_index_is_resolved_to_this_node() {
 
 #[test]
 fn registry_errors_are_named_and_basic_credentials_are_sent() {
-    if !tools("registry_errors_are_named_and_basic_credentials_are_sent") {
+    let Some((reg, s, layout)) = setup(
+        "registry_errors_are_named_and_basic_credentials_are_sent",
+        true,
+    ) else {
         return;
-    }
-    let reg = Loopback::start(true);
-    let s = scratch();
-    let layout = Layout::new(s.work.join("layout"));
+    };
     let m = layout.manifest(&[(LAYER_GZIP, base_layer())]);
     layout.index(vec![tagged(m, "v1")]);
     reg.push(&layout.dir, "v1", "team/private", Some("u:p"));
@@ -253,12 +263,12 @@ fn registry_errors_are_named_and_basic_credentials_are_sent() {
 
 #[test]
 fn concurrent_pulls_of_one_image_download_each_layer_once() {
-    if !tools("concurrent_pulls_of_one_image_download_each_layer_once") {
+    let Some((reg, s, layout)) = setup(
+        "concurrent_pulls_of_one_image_download_each_layer_once",
+        false,
+    ) else {
         return;
-    }
-    let reg = Loopback::start(false);
-    let s = scratch();
-    let layout = Layout::new(s.work.join("layout"));
+    };
     let big = |seed: u8| {
         let data: Vec<u8> = (0..(1u32 << 20))
             .map(|i| (i as u8).wrapping_mul(seed))
@@ -301,12 +311,12 @@ fn concurrent_pulls_of_one_image_download_each_layer_once() {
 
 #[test]
 fn a_hostile_layer_from_a_registry_writes_nothing_outside_and_leaves_nothing() {
-    if !tools("a_hostile_layer_from_a_registry_writes_nothing_outside_and_leaves_nothing") {
+    let Some((reg, s, layout)) = setup(
+        "a_hostile_layer_from_a_registry_writes_nothing_outside_and_leaves_nothing",
+        false,
+    ) else {
         return;
-    }
-    let reg = Loopback::start(false);
-    let s = scratch();
-    let layout = Layout::new(s.work.join("layout"));
+    };
     let outside = s.outside.join("escaped");
     let hostile = Tar::new()
         .symlink("link", s.outside.to_str().unwrap())
@@ -334,6 +344,60 @@ fn a_hostile_layer_from_a_registry_writes_nothing_outside_and_leaves_nothing() {
     s.assert_no_leftovers();
 }
 
+/// The manifest, config and layer blobs of an image of one gzip layer holding `layer_tar`,
+/// for the hand-written registries below; config and layer with their digests.
+fn one_layer_image(layer_tar: &[u8]) -> (Vec<u8>, (String, Vec<u8>), (String, Vec<u8>)) {
+    let layer = gzip(layer_tar);
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "rootfs": { "type": "layers", "diff_ids": [sha256(layer_tar)] },
+    }))
+    .unwrap();
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": MANIFEST,
+        "config": { "mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha256(&config), "size": config.len() },
+        "layers": [{ "mediaType": LAYER_GZIP, "digest": sha256(&layer), "size": layer.len() }],
+    }))
+    .unwrap();
+    (manifest, (sha256(&config), config), (sha256(&layer), layer))
+}
+
+/// Reads one HTTP request's head from `reader`: its path and its header lines, lowercased.
+fn read_request(reader: &mut impl std::io::BufRead) -> (String, Vec<String>) {
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let path = line.split(' ').nth(1).unwrap_or("").to_string();
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        reader.read_line(&mut h).unwrap();
+        if h.trim().is_empty() {
+            return (path, headers);
+        }
+        headers.push(h.trim().to_ascii_lowercase());
+    }
+}
+
+/// Answers `status` with the `extra` header lines (each ending in CRLF) and `body`, of which
+/// only the first `cut` bytes are sent (the length says all of it); an error only if the head
+/// could not be written.
+fn respond(
+    conn: &mut std::net::TcpStream,
+    status: &str,
+    extra: &str,
+    body: &[u8],
+    cut: usize,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n",
+        body.len()
+    );
+    conn.write_all(head.as_bytes())?;
+    let _ = conn.write_all(&body[..cut.min(body.len())]);
+    Ok(())
+}
+
 /// A registry of one image that breaks off the first download of its layer half way, and
 /// answers range requests; counts the layer's requests.
 fn flaky_registry(
@@ -341,7 +405,7 @@ fn flaky_registry(
     config: (String, Vec<u8>),
     layer: (String, Vec<u8>),
 ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::BufReader;
     use std::sync::atomic::{AtomicUsize, Ordering};
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
@@ -350,33 +414,17 @@ fn flaky_registry(
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { return };
-            let mut reader = BufReader::new(conn.try_clone().unwrap());
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            let path = line.split(' ').nth(1).unwrap_or("").to_string();
-            let mut range = None;
-            loop {
-                let mut h = String::new();
-                reader.read_line(&mut h).unwrap();
-                if h.trim().is_empty() {
-                    break;
-                }
-                if let Some(v) = h.to_ascii_lowercase().strip_prefix("range: bytes=") {
-                    range = v.trim().trim_end_matches('-').parse::<usize>().ok();
-                }
-            }
-            let send = |conn: &mut std::net::TcpStream,
-                        status: &str,
-                        extra: &str,
-                        body: &[u8],
-                        cut: usize| {
-                let head = format!(
-                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n",
-                    body.len()
-                );
-                conn.write_all(head.as_bytes()).unwrap();
-                let _ = conn.write_all(&body[..cut.min(body.len())]);
-            };
+            let (path, headers) = read_request(&mut BufReader::new(conn.try_clone().unwrap()));
+            let range = headers.iter().find_map(|h| {
+                let v = h.strip_prefix("range: bytes=")?;
+                v.trim().trim_end_matches('-').parse::<usize>().ok()
+            });
+            let send =
+                |conn: &mut std::net::TcpStream,
+                 status: &str,
+                 extra: &str,
+                 body: &[u8],
+                 cut: usize| respond(conn, status, extra, body, cut).unwrap();
             if path.ends_with("/manifests/v1") {
                 let ct = "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n";
                 send(&mut conn, "200 OK", ct, &manifest, usize::MAX);
@@ -420,20 +468,8 @@ fn a_download_broken_off_mid_layer_is_resumed_from_the_last_byte() {
             .collect();
         Tar::new().file("big", &data).bytes()
     };
-    let layer = gzip(&layer_tar);
-    let config = serde_json::to_vec(&serde_json::json!({
-        "architecture": "amd64", "os": "linux",
-        "rootfs": { "type": "layers", "diff_ids": [sha256(&layer_tar)] },
-    }))
-    .unwrap();
-    let manifest = serde_json::to_vec(&serde_json::json!({
-        "schemaVersion": 2, "mediaType": MANIFEST,
-        "config": { "mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha256(&config), "size": config.len() },
-        "layers": [{ "mediaType": LAYER_GZIP, "digest": sha256(&layer), "size": layer.len() }],
-    }))
-    .unwrap();
-    let (addr, requests) =
-        flaky_registry(manifest, (sha256(&config), config), (sha256(&layer), layer));
+    let (manifest, config, layer) = one_layer_image(&layer_tar);
+    let (addr, requests) = flaky_registry(manifest, config, layer);
     let s = scratch();
     let r: ImageRef = format!("{addr}/test/drop:v1").parse().unwrap();
     let (res, _) = pull(&s, &r);
@@ -449,42 +485,19 @@ fn a_download_broken_off_mid_layer_is_resumed_from_the_last_byte() {
 
 #[test]
 fn an_anonymous_bearer_token_is_fetched_from_the_realm_the_registry_names() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::BufReader;
     let layer_tar = Tar::new().file("hello", b"token").bytes();
-    let layer = gzip(&layer_tar);
-    let config = serde_json::to_vec(&serde_json::json!({
-        "architecture": "amd64", "os": "linux",
-        "rootfs": { "type": "layers", "diff_ids": [sha256(&layer_tar)] },
-    }))
-    .unwrap();
-    let manifest = serde_json::to_vec(&serde_json::json!({
-        "schemaVersion": 2, "mediaType": MANIFEST,
-        "config": { "mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha256(&config), "size": config.len() },
-        "layers": [{ "mediaType": LAYER_GZIP, "digest": sha256(&layer), "size": layer.len() }],
-    }))
-    .unwrap();
+    let (manifest, (c, config), (l, layer)) = one_layer_image(&layer_tar);
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let realm = format!("http://{addr}/token");
     let token_query = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let seen = token_query.clone();
-    let (c, l) = (sha256(&config), sha256(&layer));
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { return };
-            let mut reader = BufReader::new(conn.try_clone().unwrap());
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            let path = line.split(' ').nth(1).unwrap_or("").to_string();
-            let mut bearer = false;
-            loop {
-                let mut h = String::new();
-                reader.read_line(&mut h).unwrap();
-                if h.trim().is_empty() {
-                    break;
-                }
-                bearer |= h.to_ascii_lowercase().trim() == "authorization: bearer t0k";
-            }
+            let (path, headers) = read_request(&mut BufReader::new(conn.try_clone().unwrap()));
+            let bearer = headers.iter().any(|h| h == "authorization: bearer t0k");
             let (status, extra, body): (&str, String, Vec<u8>) = if path.starts_with("/token?") {
                 *seen.lock().unwrap() = path.clone();
                 ("200 OK", String::new(), br#"{"token":"t0k"}"#.to_vec())
@@ -506,12 +519,7 @@ fn an_anonymous_bearer_token_is_fetched_from_the_realm_the_registry_names() {
             } else {
                 ("404 Not Found", String::new(), b"{}".to_vec())
             };
-            let head = format!(
-                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n",
-                body.len()
-            );
-            let _ = conn.write_all(head.as_bytes());
-            let _ = conn.write_all(&body);
+            let _ = respond(&mut conn, status, &extra, &body, usize::MAX);
         }
     });
     let s = scratch();

@@ -64,63 +64,84 @@ fn assert_all_ranks_ok(text: &str, world: u64, len: u64) -> Vec<String> {
     ok.into_values().map(|(_, _, a)| a).collect()
 }
 
-#[test]
-fn allreduce_program_sums_across_local_ranks() {
-    // The program alone, on loopback: no root needed. Rank 0 starts last, so the others
-    // must wait for it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let start = |rank: u64| {
-        Command::new("python3")
-            .args([
-                &example("allreduce.py"),
-                "--length",
-                "1001",
-                "--timeout",
-                "60",
-            ])
-            .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", port.to_string())
-            .env("RANK", rank.to_string())
-            .env("WORLD_SIZE", "3")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("python3")
-    };
-    let mut ranks: Vec<_> = [2, 1].into_iter().map(start).collect();
-    std::thread::sleep(Duration::from_millis(500));
-    ranks.push(start(0));
+/// Starts rank `rank` of `world` of the all-reduce example by `cmd` (`python3`, here or on a
+/// host), meeting at `master:port`, with `args` after the program; its output is captured.
+fn allreduce_rank(
+    mut cmd: Command,
+    master: &str,
+    port: &str,
+    rank: &str,
+    world: &str,
+    args: &[&str],
+) -> std::process::Child {
+    cmd.arg(example("allreduce.py"))
+        .args(args)
+        .envs([
+            ("MASTER_ADDR", master),
+            ("MASTER_PORT", port),
+            ("RANK", rank),
+            ("WORLD_SIZE", world),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3")
+}
+
+/// Waits for every rank, asserting each succeeded; returns their stdout, in order.
+fn wait_all(ranks: Vec<std::process::Child>) -> String {
     let mut all = String::new();
     for r in ranks {
         let out = r.wait_with_output().unwrap();
         all.push_str(&stdout(&out));
         assert!(out.status.success(), "{all}{}", stderr(&out));
     }
-    assert_all_ranks_ok(&all, 3, 1001);
+    all
+}
 
-    // Ranks that disagree on the world fail, and rank 0 says how.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+/// A free loopback port.
+fn free_port() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port();
+        .port()
+        .to_string()
+}
+
+#[test]
+fn allreduce_program_sums_across_local_ranks() {
+    // The program alone, on loopback: no root needed. Rank 0 starts last, so the others
+    // must wait for it.
+    let port = free_port();
+    let start = |rank: u64| {
+        let args = ["--length", "1001", "--timeout", "60"];
+        allreduce_rank(
+            Command::new("python3"),
+            "127.0.0.1",
+            &port,
+            &rank.to_string(),
+            "3",
+            &args,
+        )
+    };
+    let mut ranks: Vec<_> = [2, 1].into_iter().map(start).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    ranks.push(start(0));
+    let all = wait_all(ranks);
+    assert_all_ranks_ok(&all, 3, 1001);
+
+    // Ranks that disagree on the world fail, and rank 0 says how.
+    let port = free_port();
     let run = |rank: &str, world: &str| {
-        Command::new("python3")
-            .args([&example("allreduce.py"), "--timeout", "30"])
-            .envs([
-                ("MASTER_ADDR", "127.0.0.1"),
-                ("MASTER_PORT", &port.to_string()),
-                ("RANK", rank),
-                ("WORLD_SIZE", world),
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("python3")
+        allreduce_rank(
+            Command::new("python3"),
+            "127.0.0.1",
+            &port,
+            rank,
+            world,
+            &["--timeout", "30"],
+        )
     };
     let (zero, one) = (run("0", "2"), run("1", "3"));
     let (zero, one) = (
@@ -137,26 +158,19 @@ fn allreduce_program_sums_across_local_ranks() {
     assert!(!stdout(&zero).contains("allreduce ok") && !stdout(&one).contains("allreduce ok"));
 
     // Alone, a rank reduces with itself; a rank outside the world is refused, saying so.
-    let alone = Command::new("python3")
-        .args([&example("allreduce.py"), "--length", "10"])
-        .envs([
-            ("MASTER_ADDR", "127.0.0.1"),
-            ("MASTER_PORT", "1"),
-            ("RANK", "0"),
-            ("WORLD_SIZE", "1"),
-        ])
-        .output()
-        .unwrap();
+    let alone = allreduce_rank(
+        Command::new("python3"),
+        "127.0.0.1",
+        "1",
+        "0",
+        "1",
+        &["--length", "10"],
+    )
+    .wait_with_output()
+    .unwrap();
     assert_all_ranks_ok(&stdout(&alone), 1, 10);
-    let outside = Command::new("python3")
-        .arg(example("allreduce.py"))
-        .envs([
-            ("MASTER_ADDR", "127.0.0.1"),
-            ("MASTER_PORT", "1"),
-            ("RANK", "3"),
-            ("WORLD_SIZE", "3"),
-        ])
-        .output()
+    let outside = allreduce_rank(Command::new("python3"), "127.0.0.1", "1", "3", "3", &[])
+        .wait_with_output()
         .unwrap();
     assert_eq!(outside.status.code(), Some(2));
     assert!(
@@ -173,28 +187,22 @@ fn allreduce_program_sums_across_three_hosts_without_wharf() {
     else {
         return;
     };
+    let master = Fabric::addr(0);
     let start = |rank: usize| {
-        fabric.hosts[rank]
-            .command("python3")
-            .args([&example("allreduce.py"), "--timeout", "60"])
-            .env("MASTER_ADDR", Fabric::addr(0))
-            .env("MASTER_PORT", "29500")
-            .env("RANK", rank.to_string())
-            .env("WORLD_SIZE", "3")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("python3")
+        let cmd = fabric.hosts[rank].command("python3");
+        allreduce_rank(
+            cmd,
+            &master,
+            "29500",
+            &rank.to_string(),
+            "3",
+            &["--timeout", "60"],
+        )
     };
     let mut ranks: Vec<_> = [1, 2].into_iter().map(start).collect();
     std::thread::sleep(Duration::from_millis(500));
     ranks.insert(0, start(0));
-    let mut all = String::new();
-    for r in ranks {
-        let out = r.wait_with_output().unwrap();
-        all.push_str(&stdout(&out));
-        assert!(out.status.success(), "{all}{}", stderr(&out));
-    }
+    let all = wait_all(ranks);
     let addrs = assert_all_ranks_ok(&all, 3, 100_000);
     // Each rank was reached at its own host's address: three hosts, not one.
     assert_eq!(addrs, (0..3).map(Fabric::addr).collect::<Vec<_>>());
