@@ -156,13 +156,7 @@ impl Cluster {
                 .filter(|j| uid.is_none_or(|u| u == j.owner.uid))
                 .filter_map(|j| {
                     let partition = super::sched::partition(j);
-                    let billing = self
-                        .sched
-                        .partitions
-                        .iter()
-                        .find(|p| Some(&p.name) == partition.as_ref())
-                        .map(|p| p.billing)
-                        .unwrap_or_default();
+                    let billing = self.run_billing(partition.as_deref());
                     wharf_api::report::Run::of(
                         j,
                         self.assoc(j).account,

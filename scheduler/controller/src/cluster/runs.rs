@@ -57,19 +57,24 @@ impl Cluster {
         Ok(())
     }
 
+    /// The billing weights the ledger and `wharf report` charge a run in `partition` at: those
+    /// of the partition named, none for a job that names no partition or one not configured.
+    pub(super) fn run_billing(&self, partition: Option<&str>) -> wharf_core::Billing {
+        self.sched
+            .partitions
+            .iter()
+            .find(|p| Some(p.name.as_str()) == partition)
+            .map(|p| p.billing)
+            .unwrap_or_default()
+    }
+
     /// The ledger row of `job`'s run as it stands, ended as `state`; `None` while it has no
     /// end.
     pub(super) fn run_of(&self, job: &JobRecord, state: &str) -> Option<JobRun> {
         let end = job.end_time?;
         let spec = job.spec.as_ref();
         let partition = super::sched::partition(job);
-        let billing = self
-            .sched
-            .partitions
-            .iter()
-            .find(|p| Some(&p.name) == partition.as_ref())
-            .map(|p| p.billing)
-            .unwrap_or_default();
+        let billing = self.run_billing(partition.as_deref());
         let r = job.resources;
         let started = job.start_time.is_some();
         // Resources are per node; a run holds them on each of its nodes.
