@@ -457,7 +457,22 @@ fn start_time(pid: i32) -> Option<String> {
         .map(str::to_string)
 }
 
-fn kill9(pid: i32) {
+/// Kills what `pids` lists with SIGKILL, again and again, until it lists none or `within` has
+/// passed (a dying parent's children may still be forking).
+pub fn kill_until_gone(within: Duration, pids: impl Fn() -> Vec<i32>) {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = pids();
+        if left.is_empty() || Instant::now() > deadline {
+            return;
+        }
+        left.into_iter().for_each(kill9);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends SIGKILL to `pid`; one already gone is no error.
+pub fn kill9(pid: i32) {
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGKILL,
@@ -470,15 +485,7 @@ impl Drop for Cluster {
         self.kill9();
         // Cancelled or not, no shim and no job process may outlive the test.
         spawner.into_iter().chain(self.shim_pids()).for_each(kill9);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let left = self.job_pids();
-            if left.is_empty() || Instant::now() > deadline {
-                break;
-            }
-            left.into_iter().for_each(kill9);
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        kill_until_gone(Duration::from_secs(5), || self.job_pids());
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }

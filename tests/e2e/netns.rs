@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::harness::{scratch, show_json, wait_ended, wharf_bin};
+use crate::harness::{kill9, kill_until_gone, scratch, show_json, wait_ended, wharf_bin};
 
 /// The interface every host talks over (its `fabric_interface`).
 pub const FABRIC_IF: &str = "fab0";
@@ -122,15 +122,7 @@ impl Netns {
     /// Kills every process in the namespace with SIGKILL, until none is left (a dying
     /// parent's children may still be forking).
     pub fn kill_all(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let pids = self.pids();
-            if pids.is_empty() || Instant::now() > deadline {
-                return;
-            }
-            pids.into_iter().for_each(kill9);
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        kill_until_gone(Duration::from_secs(10), || self.pids());
     }
 }
 
@@ -141,13 +133,6 @@ impl Drop for Netns {
             eprintln!("leaving network namespace {}: {e}", self.name);
         }
     }
-}
-
-fn kill9(pid: i32) {
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    );
 }
 
 /// Removes the namespaces of beds whose test process is gone (killed before its drop ran),
@@ -562,15 +547,7 @@ impl Drop for MultiHost {
             ns.kill_all();
         }
         for i in 0..self.agents.len() {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            loop {
-                let left = self.job_pids(i);
-                if left.is_empty() || Instant::now() > deadline {
-                    break;
-                }
-                left.into_iter().for_each(kill9);
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            kill_until_gone(Duration::from_secs(5), || self.job_pids(i));
             // The agent's cgroup parent is the test's own: remove it, deepest first.
             let mut dirs = Vec::new();
             let mut todo = wharf_runtime::cgroup_dirs(&format!("/{}", self.cgroup_parent(i)));
