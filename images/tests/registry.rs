@@ -344,9 +344,12 @@ fn a_hostile_layer_from_a_registry_writes_nothing_outside_and_leaves_nothing() {
     s.assert_no_leftovers();
 }
 
+/// A blob and its digest.
+type Blob = (String, Vec<u8>);
+
 /// The manifest, config and layer blobs of an image of one gzip layer holding `layer_tar`,
 /// for the hand-written registries below; config and layer with their digests.
-fn one_layer_image(layer_tar: &[u8]) -> (Vec<u8>, (String, Vec<u8>), (String, Vec<u8>)) {
+fn one_layer_image(layer_tar: &[u8]) -> (Vec<u8>, Blob, Blob) {
     let layer = gzip(layer_tar);
     let config = serde_json::to_vec(&serde_json::json!({
         "architecture": "amd64", "os": "linux",
@@ -402,8 +405,8 @@ fn respond(
 /// answers range requests; counts the layer's requests.
 fn flaky_registry(
     manifest: Vec<u8>,
-    config: (String, Vec<u8>),
-    layer: (String, Vec<u8>),
+    config: Blob,
+    layer: Blob,
 ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::io::BufReader;
     use std::sync::atomic::{AtomicUsize, Ordering};
