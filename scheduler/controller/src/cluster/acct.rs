@@ -106,8 +106,7 @@ impl Cluster {
             .collect();
         rows.extend(self.jobs.values().filter_map(|j| {
             let account = self.assoc(j).account;
-            let partition = super::sched::partition(j)
-                .unwrap_or_else(|| wharf_core::DEFAULT_PARTITION.to_string());
+            let partition = self.partition_name(j);
             let wanted = j.submit_time <= until
                 && j.end_time.is_none_or(|e| e >= since)
                 && (filter.ids.is_empty() || filter.ids.contains(&j.id))
@@ -155,12 +154,12 @@ impl Cluster {
                 .values()
                 .filter(|j| uid.is_none_or(|u| u == j.owner.uid))
                 .filter_map(|j| {
-                    let partition = super::sched::partition(j);
-                    let billing = self.run_billing(partition.as_deref());
+                    let partition = self.partition_name(j);
+                    let billing = self.run_billing(&partition);
                     wharf_api::report::Run::of(
                         j,
                         self.assoc(j).account,
-                        partition.unwrap_or_else(|| wharf_core::DEFAULT_PARTITION.to_string()),
+                        partition,
                         [billing.cpu, billing.memory_gib, billing.gpu],
                         now,
                     )

@@ -59,13 +59,17 @@ impl Cluster {
 
     /// The billing weights the ledger and `wharf report` charge a run in `partition` at: those
     /// of the partition named, none for a job that names no partition or one not configured.
-    pub(super) fn run_billing(&self, partition: Option<&str>) -> wharf_core::Billing {
-        self.sched
-            .partitions
-            .iter()
-            .find(|p| Some(p.name.as_str()) == partition)
-            .map(|p| p.billing)
-            .unwrap_or_default()
+    pub(super) fn run_billing(&self, partition: &str) -> wharf_core::Billing {
+        // The weights fair share charges with, so reports and priorities agree.
+        self.sched.billing_for(Some(partition))
+    }
+
+    /// The partition `job` runs (or ran, or waits) in: the one it named, else the default.
+    pub(super) fn partition_name(&self, job: &JobRecord) -> String {
+        super::sched::partition(job)
+            .or_else(|| self.sched.default_partition.clone())
+            .or_else(|| self.sched.partitions.first().map(|p| p.name.clone()))
+            .unwrap_or_else(|| wharf_core::DEFAULT_PARTITION.to_string())
     }
 
     /// The ledger row of `job`'s run as it stands, ended as `state`; `None` while it has no
@@ -73,8 +77,8 @@ impl Cluster {
     pub(super) fn run_of(&self, job: &JobRecord, state: &str) -> Option<JobRun> {
         let end = job.end_time?;
         let spec = job.spec.as_ref();
-        let partition = super::sched::partition(job);
-        let billing = self.run_billing(partition.as_deref());
+        let partition = self.partition_name(job);
+        let billing = self.run_billing(&partition);
         let r = job.resources;
         let started = job.start_time.is_some();
         // Resources are per node; a run holds them on each of its nodes.
@@ -88,7 +92,7 @@ impl Cluster {
             uid: job.owner.uid,
             user: job.owner.user.clone(),
             account: self.assoc(job).account,
-            partition: partition.unwrap_or_else(|| wharf_core::DEFAULT_PARTITION.to_string()),
+            partition,
             qos: self.qos_of(spec),
             nodes: if started {
                 job.nodelist()
@@ -144,7 +148,7 @@ mod tests {
     use wharf_api::wire::{AcctQuery, AgentJob, PollRequest};
     use wharf_api::{ExitInfo, JobId, JobRequest, JobState};
 
-    use crate::cluster::sched::tests::{caller, cluster, record, submit_job};
+    use crate::cluster::sched::tests::{caller, cluster, cluster_with, record, submit_job};
     use crate::cluster::Cluster;
     use crate::ledger::{sqlite::SqliteLedger, Ledger, REQUEUED};
 
@@ -264,5 +268,34 @@ mod tests {
         )
         .unwrap();
         assert!(c.ledger.lookup(j.id).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_run_that_named_no_partition_is_recorded_and_billed_in_the_default_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = wharf_core::Config::default();
+        let mut cpu = wharf_core::Partition::new("cpu", &[]);
+        cpu.billing.cpu = 1.0;
+        let mut gpu = wharf_core::Partition::new("gpu", &[]);
+        gpu.billing.cpu = 3.0;
+        config.partitions = vec![cpu, gpu];
+        config.default_partition = Some("gpu".into());
+        let mut c = cluster_with(&dir, config);
+        let ann = caller(1000, "ann");
+        let one_cpu = JobRequest {
+            cpus: Some(1),
+            ..Default::default()
+        };
+        let id = submit_job(&mut c, &ann, one_cpu, 10).unwrap();
+        c.schedule(1_000).unwrap();
+        let done = ExitInfo {
+            code: Some(0),
+            ..Default::default()
+        };
+        agent(&mut c, id, 1_000, Some((2_000, done)), 2_000);
+        let runs = c.ledger.lookup(id).unwrap();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].partition, "gpu");
+        assert!((runs[0].billing - 3.0).abs() < 1e-9, "{}", runs[0].billing);
     }
 }
