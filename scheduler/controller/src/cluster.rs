@@ -98,8 +98,8 @@ pub struct Cluster {
     sched: SchedConfig,
     /// The scheduling core, which keeps its view of nodes and running jobs between passes.
     scheduler: Scheduler,
-    /// Fair-share usage: rebuilt at start from the store's most recent ended jobs, then
-    /// charged as jobs end (the store keeps no usage table yet).
+    /// Fair-share usage: rebuilt at start from the ledger's most recent runs, then charged as
+    /// runs end.
     usage: UsageLedger,
     /// How a submitting user's Unix groups are found (partitions' AllowGroups).
     groups: crate::groups::GroupLookup,
@@ -171,8 +171,8 @@ impl Cluster {
             groups: crate::groups::unix_groups,
             watch: JobWatch::default(),
         };
-        cluster.replay_usage()?;
         cluster.fill_ledger("sqlite").map_err(StoreError::Ledger)?;
+        cluster.replay_usage()?;
         Ok(cluster)
     }
 

@@ -252,6 +252,11 @@ pub trait Ledger: Send + std::fmt::Debug {
     /// retention archives next. Errors: `Unavailable`, `Database`, `Corrupt`.
     fn ended_before(&self, cutoff: u64, limit: u32) -> Result<Vec<JobRun>, LedgerError>;
 
+    /// The `limit` runs that ended last, latest end first (ties: higher job id, then run,
+    /// first): what fair share replays at start. Errors: `Unavailable`, `Database`,
+    /// `Corrupt`.
+    fn last_ended(&self, limit: u32) -> Result<Vec<JobRun>, LedgerError>;
+
     /// Deletes these runs (by job id and run), in one transaction; returns how many were
     /// there. Idempotent: absent ones are skipped. Errors: `Unavailable`, `Database`.
     fn delete(&mut self, keys: &[(JobId, u32)]) -> Result<usize, LedgerError>;

@@ -23,6 +23,9 @@ impl Cluster {
         self.ledger = ledger;
         self.ledger_in_store = false;
         self.fill_ledger(engine)?;
+        // Fair share reads the ledger it will keep writing.
+        self.replay_usage()
+            .map_err(|e| LedgerError::Database(e.to_string()))?;
         Ok(self)
     }
 
@@ -297,5 +300,58 @@ mod tests {
         assert_eq!(runs.len(), 1);
         assert_eq!(runs[0].partition, "gpu");
         assert!((runs[0].billing - 3.0).abs() < 1e-9, "{}", runs[0].billing);
+    }
+
+    #[test]
+    fn fair_share_after_a_restart_is_replayed_from_the_ledger_requeued_runs_included() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cluster(&dir);
+        let ann = caller(1000, "ann");
+        let two_cpus = JobRequest {
+            cpus: Some(2),
+            ..Default::default()
+        };
+        let id = submit_job(&mut c, &ann, two_cpus, 10).unwrap();
+        c.schedule(1_000).unwrap();
+        agent(&mut c, id, 1_000, None, 1_500);
+        c.requeue(&ann, id).unwrap();
+        let stopped = ExitInfo {
+            signal: Some(15),
+            cancelled: true,
+            ..Default::default()
+        };
+        agent(&mut c, id, 1_000, Some((5_000, stopped)), 5_000);
+        c.ingest(
+            &PollRequest {
+                node: "n1".into(),
+                jobs: vec![],
+                wait_ms: 0,
+                images: vec![],
+            },
+            6_000,
+        )
+        .unwrap();
+        c.schedule(7_000).unwrap();
+        let done = ExitInfo {
+            code: Some(0),
+            ..Default::default()
+        };
+        agent(&mut c, id, 7_000, Some((9_000, done)), 9_000);
+        let before = c.usage.snapshot(10_000);
+        drop(c);
+        // Both runs count: 2 CPUs for 4 s, then for 2 s (decayed a little since).
+        let used: f64 = before.values().sum();
+        assert!((used - 12.0).abs() < 1e-3, "{before:?}");
+        let after = cluster(&dir).usage.snapshot(10_000);
+        assert_eq!(
+            after.keys().collect::<Vec<_>>(),
+            before.keys().collect::<Vec<_>>()
+        );
+        for (assoc, u) in &after {
+            assert!(
+                (u - before[assoc]).abs() < 1e-9,
+                "{assoc:?}: {u} after, {before:?} before"
+            );
+        }
     }
 }

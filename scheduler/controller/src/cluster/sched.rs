@@ -496,16 +496,40 @@ impl Cluster {
             .or_else(|| self.sched.limits.default_qos.clone())
     }
 
-    /// Rebuilds fair-share usage from the most recent ended jobs in the store, oldest first, so
-    /// that a restart keeps it (older jobs have decayed to little).
+    /// Rebuilds fair-share usage from the ledger's most recent runs (requeued runs included,
+    /// each at the rate it was billed), or from the state store's ended jobs when the ledger
+    /// cannot be read now.
     pub(super) fn replay_usage(&mut self) -> Result<(), StoreError> {
         self.usage = UsageLedger::new(self.sched.half_life);
-        let mut ended = self.store.finished_jobs(None, USAGE_HISTORY)?;
-        ended.reverse();
-        for job in &ended {
-            self.charge(job);
+        match self.ledger.last_ended(USAGE_HISTORY) {
+            Ok(runs) => {
+                for run in runs.iter().rev() {
+                    self.charge_run(run);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "fair share: the accounting ledger cannot be read ({e}); replaying the \
+                     state store's ended jobs instead"
+                );
+                let mut ended = self.store.finished_jobs(None, USAGE_HISTORY)?;
+                ended.reverse();
+                for job in &ended {
+                    self.charge(job);
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Charges one ledger run: its billing rate for as long as it held its resources.
+    fn charge_run(&mut self, run: &crate::ledger::JobRun) {
+        let Some(start) = run.start_time else {
+            return;
+        };
+        let secs = run.end_time.saturating_sub(start) as f64 / 1000.0;
+        let assoc = Assoc::new(&run.account, &run.user);
+        self.usage.record(&assoc, run.billing * secs, run.end_time);
     }
 
     /// Charges an ended job's billing-weighted TRES-seconds to its user for fair share.

@@ -321,6 +321,12 @@ fn retention_reads_oldest_first_and_deletes_once(l: &mut dyn Ledger) {
         run(3, 0, "a", "phys", "cpu", Some(0), 9 * H, 1, 0, "COMPLETED"),
     ])
     .unwrap();
+    // Fair share replays the latest ends first.
+    assert_eq!(
+        keys(&l.last_ended(10).unwrap()),
+        [(3, 0), (1, 0), (2, 1), (2, 0)]
+    );
+    assert_eq!(keys(&l.last_ended(2).unwrap()), [(3, 0), (1, 0)]);
     let old = l.ended_before(T0 + 6 * H, 10).unwrap();
     assert_eq!(keys(&old), [(2, 0), (2, 1), (1, 0)]);
     assert_eq!(

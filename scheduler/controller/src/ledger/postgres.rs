@@ -507,6 +507,12 @@ impl Ledger for PgLedger {
         self.worker.call(move |s| s.runs(&sql, &values))
     }
 
+    fn last_ended(&self, limit: u32) -> Result<Vec<JobRun>, LedgerError> {
+        let sql = schema::last_ended_sql(Dialect::Postgres);
+        let values = vec![Value::Int(Some(limit.into()))];
+        self.worker.call(move |s| s.runs(&sql, &values))
+    }
+
     fn delete(&mut self, keys: &[(JobId, u32)]) -> Result<usize, LedgerError> {
         let keys = keys.to_vec();
         self.worker.call(move |s| {

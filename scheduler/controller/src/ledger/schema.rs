@@ -302,6 +302,14 @@ pub fn ended_before_sql(d: Dialect) -> String {
     )
 }
 
+/// `SELECT data ...` of the `$1` runs that ended last, latest first.
+pub fn last_ended_sql(d: Dialect) -> String {
+    format!(
+        "SELECT data FROM ledger_runs ORDER BY end_time DESC, job_id DESC, run DESC LIMIT {}",
+        d.ph(1)
+    )
+}
+
 /// Deletes one run (`$1` job id, `$2` run).
 pub fn delete_sql(d: Dialect) -> String {
     format!(

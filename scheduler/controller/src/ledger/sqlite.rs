@@ -135,6 +135,10 @@ impl Ledger for SqliteLedger {
         )
     }
 
+    fn last_ended(&self, limit: u32) -> Result<Vec<JobRun>, LedgerError> {
+        self.runs(&schema::last_ended_sql(Dialect::Sqlite), params![limit])
+    }
+
     fn delete(&mut self, keys: &[(JobId, u32)]) -> Result<usize, LedgerError> {
         let tx = self.conn.transaction()?;
         let mut n = 0;
