@@ -15,6 +15,14 @@ fn example(name: &str) -> String {
     format!("{}/examples/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Example `name` where jobs can read it: every job gets a private `/tmp`, so a checkout
+/// under `/tmp` is out of their sight; a copy in the bed's own directory is not.
+fn example_for_jobs(bed: &MultiHost, name: &str) -> String {
+    let to = bed.dir.path().join(name);
+    std::fs::copy(example(name), &to).expect("copy the example program for the jobs");
+    to.display().to_string()
+}
+
 /// What a job's `PATH` is (the agent sets it): `python3` is looked up there.
 const JOB_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -270,7 +278,7 @@ fn gang_run(bed: &MultiHost, nodes: u32, program: &str) -> String {
         "echo \"rank $RANK of $WORLD_SIZE nodelist=$SLURM_JOB_NODELIST \
          master=$MASTER_ADDR:$MASTER_PORT\"; echo \"rank $RANK hostfile \
          $(tr '\\n' , < \"$WHARF_HOSTFILE\")\"; exec python3 {} --timeout 120",
-        example(program)
+        example_for_jobs(bed, program)
     );
     let id = bed.submit(&[
         "--nodes",
@@ -494,7 +502,7 @@ fn a_gang_job_losing_a_host_is_requeued_whole_or_ends_node_fail() {
     };
     let script = format!(
         "{FIRST_RUN_HANGS}; exec python3 {} --timeout 120",
-        example("allreduce.py")
+        example_for_jobs(&bed, "allreduce.py")
     );
     // Requeue (the default): a host crashes mid-job; the job starts again, whole, on the
     // three hosts left, and all-reduces there.
