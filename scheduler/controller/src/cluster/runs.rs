@@ -173,25 +173,52 @@ mod tests {
         c.ingest(&poll, now).unwrap();
     }
 
-    #[test]
-    fn a_requeued_run_and_the_last_run_are_each_a_row_written_with_the_jobs_state() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut c = cluster(&dir);
-        let ann = caller(1000, "ann");
+    /// Ann's 2-CPU job, started at 1 s and requeued (its run stopped at 5 s); it waits again.
+    fn requeued_job(c: &mut Cluster, ann: &crate::cluster::Caller) -> JobId {
         let two_cpus = JobRequest {
             cpus: Some(2),
             ..Default::default()
         };
-        let id = submit_job(&mut c, &ann, two_cpus, 10).unwrap();
+        let id = submit_job(c, ann, two_cpus, 10).unwrap();
         c.schedule(1_000).unwrap();
-        agent(&mut c, id, 1_000, None, 1_500);
-        c.requeue(&ann, id).unwrap();
+        agent(c, id, 1_000, None, 1_500);
+        c.requeue(ann, id).unwrap();
         let stopped = ExitInfo {
             signal: Some(15),
             cancelled: true,
             ..Default::default()
         };
-        agent(&mut c, id, 1_000, Some((5_000, stopped)), 5_000);
+        agent(c, id, 1_000, Some((5_000, stopped)), 5_000);
+        id
+    }
+
+    /// n1 lets go of job `id`'s first run; the second starts at 7 s and completes at 9 s.
+    fn second_run_completes(c: &mut Cluster, id: JobId) {
+        c.ingest(
+            &PollRequest {
+                node: "n1".into(),
+                jobs: vec![],
+                wait_ms: 0,
+                images: vec![],
+            },
+            6_000,
+        )
+        .unwrap();
+        c.schedule(7_000).unwrap();
+        agent(c, id, 7_000, None, 7_500);
+        let done = ExitInfo {
+            code: Some(0),
+            ..Default::default()
+        };
+        agent(c, id, 7_000, Some((9_000, done)), 9_000);
+    }
+
+    #[test]
+    fn a_requeued_run_and_the_last_run_are_each_a_row_written_with_the_jobs_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cluster(&dir);
+        let ann = caller(1000, "ann");
+        let id = requeued_job(&mut c, &ann);
         assert_eq!(record(&c, id).state, JobState::Pending);
         let runs = c.ledger.lookup(id).unwrap();
         assert_eq!(runs.len(), 1);
@@ -204,24 +231,7 @@ mod tests {
             ),
             (0, REQUEUED, Some(1_000), 5_000)
         );
-        // The node lets go of the first run; the second runs and completes.
-        c.ingest(
-            &PollRequest {
-                node: "n1".into(),
-                jobs: vec![],
-                wait_ms: 0,
-                images: vec![],
-            },
-            6_000,
-        )
-        .unwrap();
-        c.schedule(7_000).unwrap();
-        agent(&mut c, id, 7_000, None, 7_500);
-        let done = ExitInfo {
-            code: Some(0),
-            ..Default::default()
-        };
-        agent(&mut c, id, 7_000, Some((9_000, done)), 9_000);
+        second_run_completes(&mut c, id);
         // Read through a connection of its own: committed, with the job's final state.
         let other = SqliteLedger::open(&dir.path().join("wharf.db")).unwrap();
         let runs = other.lookup(id).unwrap();
@@ -307,36 +317,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut c = cluster(&dir);
         let ann = caller(1000, "ann");
-        let two_cpus = JobRequest {
-            cpus: Some(2),
-            ..Default::default()
-        };
-        let id = submit_job(&mut c, &ann, two_cpus, 10).unwrap();
-        c.schedule(1_000).unwrap();
-        agent(&mut c, id, 1_000, None, 1_500);
-        c.requeue(&ann, id).unwrap();
-        let stopped = ExitInfo {
-            signal: Some(15),
-            cancelled: true,
-            ..Default::default()
-        };
-        agent(&mut c, id, 1_000, Some((5_000, stopped)), 5_000);
-        c.ingest(
-            &PollRequest {
-                node: "n1".into(),
-                jobs: vec![],
-                wait_ms: 0,
-                images: vec![],
-            },
-            6_000,
-        )
-        .unwrap();
-        c.schedule(7_000).unwrap();
-        let done = ExitInfo {
-            code: Some(0),
-            ..Default::default()
-        };
-        agent(&mut c, id, 7_000, Some((9_000, done)), 9_000);
+        let id = requeued_job(&mut c, &ann);
+        second_run_completes(&mut c, id);
         let before = c.usage.snapshot(10_000);
         drop(c);
         // Both runs count: 2 CPUs for 4 s, then for 2 s (decayed a little since).
