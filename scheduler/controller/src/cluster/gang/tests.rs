@@ -415,12 +415,7 @@ fn gang_shapes_are_checked_at_submit() {
 #[test]
 fn a_preempted_gang_is_stopped_everywhere_and_waits_for_every_node_to_let_go() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = wharf_core::Config::default();
-    let mut scav = wharf_core::Partition::new("scav", &[]);
-    scav.preempt_mode = wharf_core::PreemptMode::Requeue;
-    let mut high = wharf_core::Partition::new("high", &[]);
-    high.priority_tier = 1;
-    config.partitions = vec![scav, high];
+    let config = crate::cluster::sched::tests::tiers();
     let mut c = gang_cluster(&dir, 2, config);
     let low = running(
         &mut c,

@@ -567,15 +567,22 @@ fn report(c: &mut Cluster, jobs: &[(JobId, bool)], now: u64) -> Vec<JobId> {
     c.ingest(&poll, now).unwrap().forget
 }
 
-#[test]
-fn a_preempted_job_is_stopped_requeued_and_started_again_only_once_its_node_let_go() {
-    let dir = tempfile::tempdir().unwrap();
+/// Partitions `scav` (tier 0, its jobs requeued when preempted) and `high` (tier 1), both
+/// over every node.
+pub(crate) fn tiers() -> wharf_core::Config {
     let mut config = wharf_core::Config::default();
     let mut scav = wharf_core::Partition::new("scav", &[]);
     scav.preempt_mode = wharf_core::PreemptMode::Requeue;
     let mut high = wharf_core::Partition::new("high", &[]);
     high.priority_tier = 1;
     config.partitions = vec![scav, high];
+    config
+}
+
+#[test]
+fn a_preempted_job_is_stopped_requeued_and_started_again_only_once_its_node_let_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tiers();
     let mut c = cluster_with(&dir, config);
     let ann = caller(1000, "ann");
     let whole = |p: &str| JobRequest {
