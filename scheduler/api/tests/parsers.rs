@@ -88,7 +88,9 @@ proptest! {
         match validate_image_name(&t) {
             Ok(()) => {
                 prop_assert!(!t.is_empty() && t.len() <= 255);
-                prop_assert!(t.chars().all(|c| c.is_ascii_alphanumeric() || "._-:/@".contains(c)));
+                // `#` separates a registry from its path, Pyxis-style (`nvcr.io#nvidia/pytorch`).
+                prop_assert!(t.chars().all(|c| c.is_ascii_alphanumeric() || "._-:/@#".contains(c)));
+                prop_assert!(t.matches('#').count() <= 1);
                 prop_assert!(!t.split('/').any(|c| c == ".." || c == "."));
             }
             Err(e) => prop_assert!(e.contains("`image`"), "{e}"),
