@@ -134,6 +134,21 @@ impl Cluster {
         now: u64,
         sched: SchedConfig,
     ) -> Result<Cluster, StoreError> {
+        Self::load_with_ledger(store, defaults, node_timeout_ms, now, sched, None)
+    }
+
+    /// [`Cluster::load_with_scheduler`] with its ledger: the SQLite table of the state
+    /// database when `ledger` is `None`, else that one (PostgreSQL) under its engine name,
+    /// which is filled from the jobs that ended before (once per engine) and which fair share
+    /// is replayed from.
+    pub fn load_with_ledger(
+        store: Store,
+        defaults: JobDefaults,
+        node_timeout_ms: u64,
+        now: u64,
+        sched: SchedConfig,
+        ledger: Option<(Box<dyn crate::ledger::Ledger>, &str)>,
+    ) -> Result<Cluster, StoreError> {
         let jobs = table::Jobs::new(store.active_jobs()?);
         let nodes = store
             .nodes()?
@@ -151,12 +166,22 @@ impl Cluster {
             .collect();
         let assocs = crate::admin::Registry::load(sched, &store.association_rows()?)?;
         let sched = assocs.config();
-        let ledger =
-            crate::ledger::sqlite::SqliteLedger::open(store.path()).map_err(StoreError::Ledger)?;
+        let (ledger, engine, ledger_in_store) = match ledger {
+            Some((ledger, engine)) => (ledger, engine, false),
+            None => {
+                let sqlite = crate::ledger::sqlite::SqliteLedger::open(store.path())
+                    .map_err(StoreError::Ledger)?;
+                (
+                    Box::new(sqlite) as Box<dyn crate::ledger::Ledger>,
+                    "sqlite",
+                    true,
+                )
+            }
+        };
         let mut cluster = Cluster {
             store,
-            ledger: Box::new(ledger),
-            ledger_in_store: true,
+            ledger,
+            ledger_in_store,
             requeued_runs: Vec::new(),
             jobs,
             nodes,
@@ -171,7 +196,7 @@ impl Cluster {
             groups: crate::groups::unix_groups,
             watch: JobWatch::default(),
         };
-        cluster.fill_ledger("sqlite").map_err(StoreError::Ledger)?;
+        cluster.fill_ledger(engine).map_err(StoreError::Ledger)?;
         cluster.replay_usage()?;
         Ok(cluster)
     }

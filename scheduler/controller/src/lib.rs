@@ -179,18 +179,8 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
     private::dir(&config.state_dir, 0o700)
         .map_err(io(format!("securing {}", config.state_dir.display())))?;
     let store = store::Store::open(&config.state_dir.join("wharf.db"))?;
-    // The scheduler's config comes with the load: ended jobs are read and charged once.
-    let cluster = cluster::Cluster::load_with_scheduler(
-        store,
-        config.defaults.clone(),
-        config.node_timeout.as_millis() as u64,
-        now_ms(),
-        config.scheduler.clone(),
-    )?
-    .with_max_pending_per_user(config.max_pending_per_user)
-    .with_forms(config.forms.clone());
-    let cluster = match &config.accounting {
-        ledger::Engine::Sqlite => cluster,
+    let ledger: Option<(Box<dyn ledger::Ledger>, &str)> = match &config.accounting {
+        ledger::Engine::Sqlite => None,
         ledger::Engine::Postgres(pg) => {
             // Unreachable now is no reason not to start: what it cannot take is spooled.
             let spool = config.state_dir.join("ledger.spool");
@@ -198,9 +188,20 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
             if let Err(e) = l.ping() {
                 tracing::warn!(error = %e, "accounting database not answering; records are spooled until it does");
             }
-            cluster.with_ledger(Box::new(l), "postgres")?
+            Some((Box::new(l), "postgres"))
         }
     };
+    // The scheduler's config and the ledger come with the load: fair share is replayed once.
+    let cluster = cluster::Cluster::load_with_ledger(
+        store,
+        config.defaults.clone(),
+        config.node_timeout.as_millis() as u64,
+        now_ms(),
+        config.scheduler.clone(),
+        ledger,
+    )?
+    .with_max_pending_per_user(config.max_pending_per_user)
+    .with_forms(config.forms.clone());
     let (submits, queue) = submits::queue();
     let shared = Arc::new(Shared {
         config: config.clone(),

@@ -5,30 +5,13 @@
 use wharf_api::JobRecord;
 
 use super::{Cluster, Failure};
-use crate::ledger::{JobRun, Ledger, LedgerError};
+use crate::ledger::{JobRun, LedgerError};
 use crate::store::StoreError;
 
 /// Ended jobs read per batch when a ledger is filled.
 const FILL_BATCH: u32 = 5_000;
 
 impl Cluster {
-    /// Uses `ledger` (PostgreSQL) instead of the SQLite table in the state database: runs are
-    /// written to it after the state store's commit. Fills it from the jobs that ended
-    /// before (once per `engine`, remembered in the state store).
-    pub fn with_ledger(
-        mut self,
-        ledger: Box<dyn Ledger>,
-        engine: &str,
-    ) -> Result<Cluster, LedgerError> {
-        self.ledger = ledger;
-        self.ledger_in_store = false;
-        self.fill_ledger(engine)?;
-        // Fair share reads the ledger it will keep writing.
-        self.replay_usage()
-            .map_err(|e| LedgerError::Database(e.to_string()))?;
-        Ok(self)
-    }
-
     /// Copies every ended job in the jobs table into the ledger, once per engine: rows already
     /// there are kept (the idempotent key), so an interrupted fill is simply run again.
     pub(super) fn fill_ledger(&mut self, engine: &str) -> Result<(), LedgerError> {
