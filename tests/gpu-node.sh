@@ -53,6 +53,12 @@ if [ "$numa" -ge 0 ] 2>/dev/null; then
 else
     check "no NUMA node is claimed where sysfs says none" lacks "$probe" -F '"numa_node"'
 fi
+inv=$(mktemp -d)
+nvidia-smi -q -x > "$inv/smi.xml"
+echo "$probe" > "$inv/probe.json"
+check "every GPU's minor, NVML index, UUID, model, PCI address and memory match nvidia-smi -q" \
+    python3 tests/gpu_inventory.py "$inv/smi.xml" "$inv/probe.json"
+rm -rf "$inv"
 printf '[agent]\nnvml = false\n' > /tmp/wharf-no-nvml.toml
 driver_probe=$("$WHARF" agent --probe --json --config /tmp/wharf-no-nvml.toml)
 "$WHARF" agent --probe --config /tmp/wharf-no-nvml.toml
