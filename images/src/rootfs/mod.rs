@@ -35,13 +35,28 @@ pub(crate) struct Meta {
     pub mtime: Option<i64>,
 }
 
-/// Directories the sandbox mounts onto, with the mode they get when the image lacks them.
-const MOUNT_POINTS: [(&str, u32); 5] = [
-    ("proc", 0o755),
-    ("sys", 0o755),
-    ("dev", 0o755),
-    ("tmp", 0o1777),
-    ("etc", 0o755),
+/// Top-level directories the sandbox mounts its own filesystems on, hiding what the image has
+/// there: the one list the unpacker (which makes them) and the sandbox (which refuses a root
+/// where one is a symlink or not a directory) share.
+pub const SANDBOX_MOUNT_POINTS: [&str; 4] = ["proc", "dev", "sys", "tmp"];
+
+/// Mode of a mount point the image lacks.
+fn mount_point_mode(name: &str) -> u32 {
+    if name == "tmp" {
+        0o1777
+    } else {
+        0o755
+    }
+}
+
+/// What every unpacked root gets when the image lacks it: the mount points, and `etc`, where
+/// the sandbox writes the job's identity files.
+const MADE_DIRS: [&str; 5] = [
+    SANDBOX_MOUNT_POINTS[0],
+    SANDBOX_MOUNT_POINTS[1],
+    SANDBOX_MOUNT_POINTS[2],
+    SANDBOX_MOUNT_POINTS[3],
+    "etc",
 ];
 
 /// An open root directory that entries are written into.
@@ -233,7 +248,8 @@ impl RootDir {
     /// Creates the sandbox's mount points at the top when missing; leaves anything there.
     pub fn ensure_mount_points(&self) -> Result<()> {
         let root = self.fd.as_raw_fd();
-        for (name, mode) in MOUNT_POINTS {
+        for name in MADE_DIRS {
+            let mode = mount_point_mode(name);
             let entry = Path::new(name);
             match fstatat(Some(root), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Ok(_) => continue,

@@ -237,9 +237,9 @@ pub(crate) fn open_in_root(
 }
 
 /// Top-level directories the sandbox mounts its own filesystems on, hiding what the root has
-/// there. An image where one is a symlink (or not a directory) could aim those mounts
-/// elsewhere, so it is refused.
-pub const SANDBOX_MOUNT_POINTS: [&str; 4] = ["proc", "dev", "sys", "tmp"];
+/// there (the list the unpacker makes them from). An image where one is a symlink (or not a
+/// directory) could aim those mounts elsewhere, so it is refused.
+pub use wharf_images::SANDBOX_MOUNT_POINTS;
 
 fn check_mount_points(root: &OwnedFd) -> Result<(), RuntimeError> {
     for name in SANDBOX_MOUNT_POINTS {
