@@ -2,6 +2,7 @@
 
 mod cmd;
 mod config;
+mod localtime;
 mod output;
 
 use clap::{Parser, Subcommand};

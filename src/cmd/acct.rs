@@ -29,7 +29,8 @@ pub struct Args {
     /// Only jobs in these states: COMPLETED,FAILED,CANCELLED,TIMEOUT,OUT_OF_MEMORY,...
     #[arg(short = 's', long)]
     state: Option<String>,
-    /// Window start: 2026-11-01, 2026-11-01T08:00 (UTC) or now-7d (default: today 00:00 UTC).
+    /// Window start: 2026-11-01, 2026-11-01T08:00 (your time zone), 2026-11-01T08:00Z (UTC)
+    /// or now-7d (default: today 00:00 UTC).
     #[arg(short = 'S', long)]
     starttime: Option<String>,
     /// Window end, as --starttime (default: now).
@@ -171,11 +172,17 @@ pub fn window_time(flag: &str, text: &str, now: u64) -> Result<u64> {
     if t.eq_ignore_ascii_case("now") {
         return Ok(now);
     }
-    match wharf_api::forms::parse_begin(t) {
-        Ok(wharf_api::Begin::At(secs)) => Ok(secs.saturating_mul(1000)),
-        _ => {
-            anyhow::bail!("{flag}: {t:?}: write 2026-11-01, 2026-11-01T08:00 (UTC), now or now-7d")
-        }
+    let at = wharf_api::forms::parse_begin(t)
+        .ok()
+        .filter(|b| matches!(b, wharf_api::Begin::At(_) | wharf_api::Begin::Local(_)))
+        .map(crate::localtime::localize);
+    match at {
+        Some(Ok(wharf_api::Begin::At(secs))) => Ok(secs.saturating_mul(1000)),
+        Some(Err(e)) => Err(e.context(format!("{flag}: {t:?}"))),
+        _ => anyhow::bail!(
+            "{flag}: {t:?}: write 2026-11-01, 2026-11-01T08:00 (your time zone), \
+             2026-11-01T08:00Z (UTC), now or now-7d"
+        ),
     }
 }
 

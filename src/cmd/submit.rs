@@ -54,7 +54,8 @@ pub struct JobFlags {
     /// Lower the job's priority by this much (negative: admins only).
     #[arg(long, allow_hyphen_values = true)]
     pub nice: Option<String>,
-    /// Do not start before this time: now+1h, now+30m, 2026-12-01T08:00 (UTC).
+    /// Do not start before this time: now+1h, now+30m, 16:00, 2026-12-01T08:00 (your time
+    /// zone, TZ or /etc/localtime), 2026-12-01T08:00Z (UTC) or with an offset (+01:00).
     #[arg(short = 'b', long)]
     pub begin: Option<String>,
     /// Start only after other jobs: afterok:ID[:ID], afternotok:ID, afterany:ID, after:ID,
@@ -201,7 +202,9 @@ pub fn read_job_file(path: &PathBuf) -> Result<JobRequest> {
 
 /// Submits `job`, retrying while the controller is unreachable (the client token makes a
 /// retry of a submit that was in fact stored return the same job).
-pub async fn submit(socket: &str, job: JobRequest) -> Result<u64> {
+pub async fn submit(socket: &str, mut job: JobRequest) -> Result<u64> {
+    // A wall-clock --begin means the user's time zone, which only this side knows.
+    job.begin = job.begin.map(crate::localtime::localize).transpose()?;
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let req = SubmitRequest {
         job,

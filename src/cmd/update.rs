@@ -26,7 +26,8 @@ pub struct Args {
     /// New account to charge.
     #[arg(short = 'A', long)]
     account: Option<String>,
-    /// Not before this time: now+1h (from now), 2026-12-01T08:00 (UTC); `now` clears it.
+    /// Not before this time: now+1h (from now), 16:00, 2026-12-01T08:00 (your time zone),
+    /// 2026-12-01T08:00Z (UTC); `now` clears it.
     #[arg(long)]
     begin: Option<String>,
     /// Print JSON.
@@ -50,9 +51,10 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         begin: args
             .begin
             .as_deref()
-            .map(wharf_api::forms::parse_begin)
-            .transpose()
-            .map_err(anyhow::Error::msg)?,
+            .map(|b| wharf_api::forms::parse_begin(b).map_err(anyhow::Error::msg))
+            .transpose()?
+            .map(crate::localtime::localize)
+            .transpose()?,
     };
     if req == UpdateRequest::default() {
         anyhow::bail!(

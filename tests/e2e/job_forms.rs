@@ -132,9 +132,32 @@ fn a_job_starts_no_earlier_than_its_begin_time() {
     let submitted = j["submit_time"].as_u64().unwrap();
     assert_eq!(begin, submitted + 3_600_000, "{j}");
     assert!(stdout(&c.wharf_as(&u, &["show", &later.to_string()])).contains("Begin time"));
-    let out = c.wharf_as(&u, &["submit", "--begin", "tomorrow", "--wrap", "true"]);
+    let out = c.wharf_as(&u, &["submit", "--begin", "yesterday", "--wrap", "true"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("--begin"), "{}", stderr(&out));
+    // A wall-clock begin is the user's local time: 09:00 in Tokyo is 00:00 UTC.
+    let home = c.home(&u);
+    let tokyo = |args: &[&str]| {
+        let mut all = vec!["TZ=Asia/Tokyo", wharf_bin()];
+        all.extend_from_slice(args);
+        as_user(&u, &home, "/usr/bin/env", &all, &c.socket)
+    };
+    let local = submitted_id(&tokyo(&[
+        "submit",
+        "--begin",
+        "2030-01-01T09:00",
+        "--wrap",
+        "true",
+    ]));
+    let zoned = submitted_id(&tokyo(&[
+        "submit",
+        "--begin",
+        "2030-01-01T09:00Z",
+        "--wrap",
+        "true",
+    ]));
+    assert_eq!(c.job(local)["begin_time"], 1_893_456_000_000u64);
+    assert_eq!(c.job(zoned)["begin_time"], 1_893_488_400_000u64);
 }
 
 #[test]

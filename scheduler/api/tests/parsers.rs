@@ -169,7 +169,9 @@ proptest! {
     fn begin_times_never_panic_and_say_what_to_write(t in nearly("(now(\\+[0-9]{0,22}(s|m|h|d|w|y|minutes|)?)?|[0-9]{4}-[0-9]{2}-[0-9]{2}(T[0-9]{2}:[0-9]{2}(:[0-9]{2})?Z?)?)")) {
         match parse_begin(&t) {
             Ok(Begin::AfterSubmit(s)) => prop_assert!(s <= 100 * 365 * 86400),
-            Ok(Begin::At(s)) => prop_assert_eq!(parse_begin(&format_utc(s)), Ok(Begin::At(s))),
+            Ok(Begin::At(s)) => prop_assert_eq!(parse_begin(&Begin::At(s).to_string()), Ok(Begin::At(s))),
+            Ok(Begin::Local(s)) => prop_assert_eq!(parse_begin(&format_utc(s)), Ok(Begin::Local(s))),
+            Ok(Begin::TimeOfDay(s)) => prop_assert!(s < 86400),
             Err(e) => prop_assert!(e.starts_with("--begin:") && e.contains("now+1h"), "{e}"),
         }
     }
@@ -180,7 +182,12 @@ proptest! {
         relative in any::<bool>(),
         hold in any::<bool>(),
     ) {
-        let begin = if relative { Begin::AfterSubmit(secs % (100 * 365 * 86400)) } else { Begin::At(secs) };
+        let begin = match (relative, secs % 3) {
+            (true, _) => Begin::AfterSubmit(secs % (100 * 365 * 86400)),
+            (false, 0) => Begin::At(secs),
+            (false, 1) => Begin::Local(secs),
+            (false, _) => Begin::TimeOfDay((secs % 86400) as u32),
+        };
         prop_assert_eq!(parse_begin(&begin.to_string()), Ok(begin));
         let req = JobRequest {
             command: Some(vec!["x".into()]),

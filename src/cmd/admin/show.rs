@@ -276,11 +276,12 @@ fn since(text: &str) -> Result<u64> {
     if let Ok(secs) = parse_duration(text) {
         return Ok(now.saturating_sub(secs.saturating_mul(1000)));
     }
-    match wharf_api::forms::parse_begin(text) {
-        Ok(b) => Ok(b.at(now)),
+    match wharf_api::forms::parse_begin(text).map(crate::localtime::localize) {
+        Ok(Ok(b)) => Ok(b.at(now)),
+        Ok(Err(e)) => Err(e.context(format!("--since {text:?}"))),
         Err(_) => anyhow::bail!(
-            "--since {text:?}: write a duration back from now (2h, 7d) or a UTC date or time \
-             (2026-05-01, 2026-05-01T08:00)"
+            "--since {text:?}: write a duration back from now (2h, 7d) or a date or time in \
+             your time zone (2026-05-01, 2026-05-01T08:00) or UTC (2026-05-01T08:00Z)"
         ),
     }
 }
