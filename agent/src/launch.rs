@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use wharf_api::fault::{FaultCode, LaunchFault};
 use wharf_api::wire::LaunchOrder;
 use wharf_runtime::ContainerSpec;
 
@@ -51,10 +52,61 @@ fn gpu_env(gpus: &[GpuInfo]) -> Vec<(String, String)> {
     env
 }
 
-/// A launch order that cannot run here, in words for the user.
+/// A launch order that cannot run here: in words for the user, and whose fault it is.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct LaunchError(pub String);
+#[error("{message}")]
+pub struct LaunchError {
+    /// The step that failed (its kind says whose fault it is).
+    pub code: FaultCode,
+    /// What happened.
+    pub message: String,
+}
+
+impl LaunchError {
+    /// A failure of step `code`.
+    pub fn new(code: FaultCode, message: impl Into<String>) -> Self {
+        LaunchError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The classified fault.
+    pub fn fault(&self) -> LaunchFault {
+        LaunchFault::new(self.code)
+    }
+}
+
+impl From<wharf_runtime::RuntimeError> for LaunchError {
+    fn from(e: wharf_runtime::RuntimeError) -> Self {
+        LaunchError::new(e.fault().code, e.message)
+    }
+}
+
+/// Whose fault an image store error is: the registry's answers and a missing or malformed
+/// image are the job's, an unreachable registry passes, the store's own disk is the node's.
+pub fn image_fault(e: &wharf_images::ImageError) -> FaultCode {
+    use wharf_images::ErrorKind as K;
+    match e.kind {
+        K::NotFound => FaultCode::ImageNotFound,
+        K::InvalidInput => FaultCode::ImageInvalid,
+        K::Refused => FaultCode::ImageDenied,
+        K::Unreachable => FaultCode::RegistryUnreachable,
+        K::PermissionDenied | K::Unavailable
+            if e.message.contains("No space left on device") =>
+        {
+            FaultCode::DiskFull
+        }
+        K::PermissionDenied | K::Unavailable => FaultCode::ImageStore,
+    }
+}
+
+/// Whether the controller knew the job's user by name (not only by uid): a user it knows and
+/// this node does not means the node's user database is broken. A user known to neither runs
+/// with bare ids, as before.
+fn known_by_name(owner: &wharf_api::Owner) -> bool {
+    owner.user != owner.uid.to_string()
+}
 
 /// Builds the container spec for `order` on `machine` (CPU index → CPU id, GPUs by minor).
 pub fn container_spec(
@@ -65,13 +117,32 @@ pub fn container_spec(
 ) -> Result<ContainerSpec, LaunchError> {
     let gpus: Vec<GpuInfo> = order.gpu_ids.iter().map(|&id| machine.gpu(id)).collect();
     let spec = &order.spec;
-    let user = nix::unistd::User::from_uid(order.owner.uid.into())
-        .ok()
-        .flatten();
+    let user = match nix::unistd::User::from_uid(order.owner.uid.into()) {
+        Ok(Some(u)) => Some(u),
+        Ok(None) if !known_by_name(&order.owner) => None,
+        Ok(None) => {
+            return Err(LaunchError::new(
+                FaultCode::User,
+                format!(
+                    "user {} (uid {}) is unknown on node {}: its user database lacks them",
+                    order.owner.user, order.owner.uid, cfg.node_name
+                ),
+            ))
+        }
+        Err(e) => {
+            return Err(LaunchError::new(
+                FaultCode::User,
+                format!(
+                    "looking up uid {} on node {}: {e}",
+                    order.owner.uid, cfg.node_name
+                ),
+            ))
+        }
+    };
     let groups = match &user {
         Some(u) => {
             let name = std::ffi::CString::new(u.name.as_str())
-                .map_err(|_| LaunchError("bad user name".into()))?;
+                .map_err(|_| LaunchError::new(FaultCode::User, "bad user name"))?;
             nix::unistd::getgrouplist(&name, order.owner.gid.into())
                 .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
                 .unwrap_or_else(|_| vec![order.owner.gid])
@@ -116,7 +187,9 @@ pub fn container_spec(
     let cdi = if order.gpu_ids.is_empty() {
         None
     } else {
-        match crate::cdi::gpu_edits(&cfg.cdi_dirs, &gpus).map_err(LaunchError)? {
+        let edits = crate::cdi::gpu_edits(&cfg.cdi_dirs, &gpus)
+            .map_err(|why| LaunchError::new(FaultCode::Device, why))?;
+        match edits {
             Some(edits) => Some(edits),
             // No CDI spec: the driver files found on the node, at the same paths.
             None => Some(crate::cdi::GpuEdits {
@@ -140,7 +213,9 @@ pub fn container_spec(
     if let Some(edits) = &cdi {
         for b in &edits.binds {
             if !b.source.exists() {
-                return Err(LaunchError(format!(
+                return Err(LaunchError::new(
+                    FaultCode::Device,
+                    format!(
                     "the node's CDI spec names {}, which is missing",
                     b.source.display()
                 )));
@@ -149,7 +224,9 @@ pub fn container_spec(
         binds.extend(edits.binds.iter().cloned());
     }
     if matches!(cfg.backend, crate::BackendKind::Docker(_)) && spec.remap_root {
-        return Err(LaunchError(format!(
+        return Err(LaunchError::new(
+            FaultCode::Unsupported,
+            format!(
             "node {} runs jobs with Docker, which cannot remap root",
             cfg.node_name
         )));
@@ -178,7 +255,12 @@ pub fn container_spec(
             // Wharf's own choice of GPU nodes stands; the spec adds the rest (MIG caps, ...).
             if !devices.iter().any(|d| &d.path == path) {
                 let node = wharf_runtime::DeviceNode::from_host(host, path)
-                    .map_err(|e| LaunchError(format!("CDI device {}: {e}", host.display())))?;
+                    .map_err(|e| {
+                        LaunchError::new(
+                            FaultCode::Device,
+                            format!("CDI device {}: {e}", host.display()),
+                        )
+                    })?;
                 devices.push(node);
             }
         }
@@ -293,7 +375,9 @@ fn resolve_image(
     let image = &order.spec.image;
     if let crate::BackendKind::Docker(_) = cfg.backend {
         if image == "host" || image.starts_with('/') {
-            return Err(LaunchError(format!(
+            return Err(LaunchError::new(
+                FaultCode::Unsupported,
+                format!(
                 "node {} runs jobs with Docker, which cannot run image {image:?}",
                 cfg.node_name
             )));
@@ -309,7 +393,9 @@ fn resolve_image(
             .ok()
             .filter(|real| readable_by(real, order.owner.uid, groups));
         let Some(real) = real else {
-            return Err(LaunchError(format!(
+            return Err(LaunchError::new(
+                FaultCode::ImageInvalid,
+                format!(
                 "{image}: not readable by {} on node {}",
                 order.owner.user, cfg.node_name
             )));
@@ -318,7 +404,13 @@ fn resolve_image(
         // root, so never waiting on it: a FIFO swapped in since would hold this launch thread,
         // and with it every launch and stop on the node.
         let part = wharf_images::sif::primary_partition_no_follow(&real).map_err(|e| {
-            LaunchError(
+            let code = match image_fault(&e) {
+                // The user's file, not the node's store.
+                FaultCode::ImageStore => FaultCode::ImageInvalid,
+                code => code,
+            };
+            LaunchError::new(
+                code,
                 e.to_string()
                     .replacen(&real.display().to_string(), image, 1),
             )
@@ -332,8 +424,12 @@ fn resolve_image(
             Ok(r) if e.kind == wharf_images::ErrorKind::NotFound => images.pulled(&r).ok_or(e),
             _ => Err(e),
         });
-    let info =
-        info.map_err(|e| LaunchError(format!("image {image:?} on node {}: {e}", cfg.node_name)))?;
+    let info = info.map_err(|e| {
+        LaunchError::new(
+            image_fault(&e),
+            format!("image {image:?} on node {}: {e}", cfg.node_name),
+        )
+    })?;
     Ok((info.rootfs, None))
 }
 
@@ -349,13 +445,13 @@ fn user_bind(
     groups: &[u32],
 ) -> Result<wharf_runtime::Bind, LaunchError> {
     let m = wharf_api::job::parse_mount(entry, false)
-        .map_err(|why| LaunchError(format!("mount {why}")))?;
+        .map_err(|why| LaunchError::new(FaultCode::Mount, format!("mount {why}")))?;
     let (src, dst, read_only) = (m.source.as_str(), m.destination.as_str(), m.read_only);
     let real = std::fs::canonicalize(src).map_err(|e| {
-        LaunchError(format!(
-            "mount {entry:?}: {src} on node {}: {e}",
-            cfg.node_name
-        ))
+        LaunchError::new(
+            FaultCode::Mount,
+            format!("mount {entry:?}: {src} on node {}: {e}", cfg.node_name),
+        )
     })?;
     // The innermost allowed directory holding it: the shim resolves the rest beneath it.
     let allowed = cfg
@@ -370,7 +466,9 @@ fn user_bind(
             .iter()
             .map(|p| p.display().to_string())
             .collect();
-        return Err(LaunchError(format!(
+        return Err(LaunchError::new(
+            FaultCode::Mount,
+            format!(
             "mount {entry:?}: {} is not under a path this node allows (agent.allowed_mounts: {})",
             real.display(),
             if list.is_empty() {
@@ -381,7 +479,9 @@ fn user_bind(
         )));
     };
     if !reachable_by(&real, uid, groups) {
-        return Err(LaunchError(format!(
+        return Err(LaunchError::new(
+            FaultCode::Mount,
+            format!(
             "mount {entry:?}: you cannot reach {} on node {}",
             real.display(),
             cfg.node_name
@@ -443,7 +543,8 @@ fn readable_by(path: &Path, uid: u32, groups: &[u32]) -> bool {
 }
 
 /// Every RDMA device of the node (`DEV/infiniband/*`: uverbs, rdma_cm, ...). A job that asks
-/// for RDMA on a node without any fails at once, saying so.
+/// for RDMA on a node without any fails at once, saying so: the node's fault when it is said
+/// to have RDMA (feature `rdma`), else the job's (it should ask for `--constraint rdma`).
 fn rdma_devices(cfg: &AgentConfig) -> Result<Vec<wharf_runtime::DeviceNode>, LaunchError> {
     let dir = cfg.dev_root.join("infiniband");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
@@ -461,7 +562,14 @@ fn rdma_devices(cfg: &AgentConfig) -> Result<Vec<wharf_runtime::DeviceNode>, Lau
         })
         .collect();
     if devices.is_empty() {
-        return Err(LaunchError(format!(
+        let code = if cfg.features.iter().any(|f| f == RDMA_FEATURE) {
+            FaultCode::Rdma
+        } else {
+            FaultCode::Unsupported
+        };
+        return Err(LaunchError::new(
+            code,
+            format!(
             "the job needs RDMA but node {} has no RDMA devices ({} is missing or empty)",
             cfg.node_name,
             dir.display()
@@ -491,7 +599,16 @@ fn preflight_memlock(cfg: &AgentConfig, need: Option<u64>) -> Result<(), LaunchE
             wharf_api::resources::format_memory(v)
         }
     };
-    Err(LaunchError(format!(
+    // Within what the node's admin allows, only the agent's missing privilege stands in the
+    // way: the node's fault. Beyond it, the job asks for more than this node ever gives.
+    let code = if need <= cfg.memlock.unwrap_or(u64::MAX) {
+        FaultCode::Memlock
+    } else {
+        FaultCode::Unsupported
+    };
+    Err(LaunchError::new(
+        code,
+        format!(
         "the job needs {} of locked memory (memlock) but node {} can give {}: raise agent.memlock, or run the agent with CAP_SYS_RESOURCE (as a systemd service it has it)",
         show(need),
         cfg.node_name,
@@ -511,6 +628,10 @@ fn with_cdi_env(env: Vec<(String, String)>, cdi: Option<&crate::cdi::GpuEdits>) 
     }
     out
 }
+
+/// The feature that says a node has RDMA: a job that needs RDMA and finds none on such a node
+/// finds the node at fault.
+pub const RDMA_FEATURE: &str = "rdma";
 
 /// Control devices a GPU job also needs, when the node has them.
 const GPU_CONTROL_DEVICES: [&str; 4] = [
@@ -534,10 +655,10 @@ pub fn gpu_devices(
         let host = dev_root.join(format!("nvidia{id}"));
         let node = wharf_runtime::DeviceNode::from_host(&host, &format!("/dev/nvidia{id}"))
             .map_err(|e| {
-                LaunchError(format!(
-                    "GPU {id} was allocated but {}: {e}",
-                    host.display()
-                ))
+                LaunchError::new(
+                    FaultCode::Device,
+                    format!("GPU {id} was allocated but {}: {e}", host.display()),
+                )
             })?;
         out.push(node);
     }
@@ -545,7 +666,7 @@ pub fn gpu_devices(
         let host = dev_root.join(name);
         if host.exists() {
             let node = wharf_runtime::DeviceNode::from_host(&host, &format!("/dev/{name}"))
-                .map_err(|e| LaunchError(format!("{}: {e}", host.display())))?;
+                .map_err(|e| LaunchError::new(FaultCode::Device, format!("{}: {e}", host.display())))?;
             out.push(node);
         }
     }
