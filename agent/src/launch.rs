@@ -681,6 +681,7 @@ pub fn job_dir(state_dir: &Path, id: u64) -> wharf_runtime::JobDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wharf_api::fault::FaultKind;
 
     /// The controller refuses at submit what the sandbox refuses to build: one list, kept
     /// in two crates (the scheduler's API does not depend on the runtime).
@@ -696,6 +697,129 @@ mod tests {
             let reserved = wharf_api::job::reserved_destination(&format!("/{top}/x"));
             assert_eq!(reserved.is_none(), top == "tmp", "/{top}");
         }
+    }
+
+    fn cfg(dev_root: &Path) -> AgentConfig {
+        AgentConfig {
+            controller: wharf_client::Endpoint::parse("/nonexistent/wharf.sock"),
+            token: String::new(),
+            node_name: "n1".into(),
+            state_dir: dev_root.join("state"),
+            image_store: dev_root.join("images"),
+            registry: Default::default(),
+            shim_exe: "/nonexistent/wharf".into(),
+            root_host_id: 0,
+            grace_secs: 1,
+            tmp_size: 1 << 20,
+            shm_size: 1 << 20,
+            pids_limit: None,
+            cgroup_parent: "wharf-test".into(),
+            reserved_memory: 0,
+            dev_root: dev_root.to_path_buf(),
+            nvml: false,
+            sample_interval: std::time::Duration::ZERO,
+            backend: crate::BackendKind::Oci,
+            memlock: None,
+            stack: None,
+            binds: vec![],
+            allowed_mounts: vec![],
+            cdi_dirs: vec![],
+            driver_lib_dirs: vec![],
+            driver_bin_dirs: vec![],
+            features: vec![],
+            fabric_interface: None,
+            job_env: vec![],
+        }
+    }
+
+    #[test]
+    fn image_store_errors_are_classified_by_who_said_what() {
+        use wharf_images::{ErrorKind as K, ImageError};
+        let code = |kind, message: &str| image_fault(&ImageError::new(kind, message));
+        // The registry's answers: MANIFEST_UNKNOWN is a 404, DENIED a 401/403.
+        assert_eq!(code(K::NotFound, "HTTP 404 MANIFEST_UNKNOWN"), FaultCode::ImageNotFound);
+        assert_eq!(code(K::Refused, "HTTP 403 DENIED"), FaultCode::ImageDenied);
+        assert_eq!(code(K::InvalidInput, "bad manifest"), FaultCode::ImageInvalid);
+        assert_eq!(
+            code(K::Unreachable, "cannot reach the registry"),
+            FaultCode::RegistryUnreachable
+        );
+        // The node's own store.
+        assert_eq!(code(K::PermissionDenied, "open: EACCES"), FaultCode::ImageStore);
+        assert_eq!(code(K::Unavailable, "EIO"), FaultCode::ImageStore);
+        assert_eq!(
+            code(K::Unavailable, "writing blob: No space left on device (os error 28)"),
+            FaultCode::DiskFull
+        );
+        for (c, kind) in [
+            (FaultCode::ImageNotFound, FaultKind::Job),
+            (FaultCode::ImageDenied, FaultKind::Job),
+            (FaultCode::RegistryUnreachable, FaultKind::Transient),
+            (FaultCode::ImageStore, FaultKind::Node),
+        ] {
+            assert_eq!(c.kind(), kind, "{c}");
+        }
+    }
+
+    #[test]
+    fn a_missing_rdma_device_is_the_nodes_fault_only_where_it_claims_rdma() {
+        let dev = tempfile::tempdir().unwrap();
+        let mut cfg = cfg(dev.path());
+        let e = rdma_devices(&cfg).unwrap_err();
+        assert_eq!(e.code, FaultCode::Unsupported, "{e}");
+        assert_eq!(e.fault().kind, FaultKind::Job);
+        cfg.features = vec![RDMA_FEATURE.into()];
+        let e = rdma_devices(&cfg).unwrap_err();
+        assert_eq!(e.code, FaultCode::Rdma, "{e}");
+        assert_eq!(e.fault().kind, FaultKind::Node);
+    }
+
+    #[test]
+    fn memlock_beyond_agent_memlock_is_the_jobs_within_it_the_nodes() {
+        let dev = tempfile::tempdir().unwrap();
+        let mut cfg = cfg(dev.path());
+        cfg.memlock = Some(64 << 20);
+        assert!(preflight_memlock(&cfg, Some(1 << 20)).is_ok());
+        let e = preflight_memlock(&cfg, Some(u64::MAX)).unwrap_err();
+        assert_eq!(e.code, FaultCode::Unsupported, "{e}");
+        // Within agent.memlock but beyond what this process's shims can give (only when it
+        // cannot raise its own limit).
+        let ceiling = wharf_runtime::memlock_ceiling();
+        if ceiling < u64::MAX {
+            cfg.memlock = None;
+            let e = preflight_memlock(&cfg, Some(ceiling + 1)).unwrap_err();
+            assert_eq!(e.code, FaultCode::Memlock, "{e}");
+        }
+    }
+
+    #[test]
+    fn a_missing_gpu_device_is_the_nodes_fault() {
+        let dev = tempfile::tempdir().unwrap();
+        let e = gpu_devices(dev.path(), &[0]).unwrap_err();
+        assert_eq!(e.code, FaultCode::Device, "{e}");
+        assert!(e.message.contains("GPU 0 was allocated but"), "{e}");
+        assert!(gpu_devices(dev.path(), &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_user_the_controller_knows_by_name_must_be_known_here() {
+        let owner = |uid: u32, user: &str| wharf_api::Owner {
+            uid,
+            gid: uid,
+            user: user.into(),
+        };
+        assert!(known_by_name(&owner(4242, "ann")));
+        assert!(!known_by_name(&owner(4242, "4242")));
+    }
+
+    #[test]
+    fn runtime_errors_keep_their_code_and_default_to_the_jobs() {
+        let e = wharf_runtime::RuntimeError::new(wharf_runtime::ErrorKind::Unavailable, "x")
+            .with_code(FaultCode::Cgroup);
+        assert_eq!(LaunchError::from(e).code, FaultCode::Cgroup);
+        let e = wharf_runtime::RuntimeError::new(wharf_runtime::ErrorKind::NotFound, "y");
+        let e = LaunchError::from(e);
+        assert_eq!((e.code, e.message.as_str()), (FaultCode::Other, "y"));
     }
 
     #[test]

@@ -493,6 +493,20 @@ fn pivot(root: &OwnedFd) -> Result<(), Failed> {
 #[cfg(test)]
 mod tests {
     use super::candidates;
+    use super::{coded, node, split_code, FaultCode};
+
+    #[test]
+    fn a_reason_keeps_the_innermost_code() {
+        let why = coded(FaultCode::Mount, "binding at /data: EACCES".into());
+        assert_eq!(
+            split_code(&why),
+            (Some(FaultCode::Mount), "binding at /data: EACCES")
+        );
+        // A step around it does not reclassify it.
+        assert_eq!(split_code(&node(why.clone())).0, Some(FaultCode::Mount));
+        assert_eq!(split_code(&node("setsid: EPERM".into())).0, Some(FaultCode::Sandbox));
+        assert_eq!(split_code("plain words"), (None, "plain words"));
+    }
 
     #[test]
     fn bare_names_are_looked_up_like_execvp() {

@@ -331,3 +331,30 @@ fn init_failed(why: &str) -> RuntimeError {
         None => e,
     }
 }
+
+#[cfg(test)]
+mod fault_tests {
+    use super::*;
+
+    #[test]
+    fn the_inits_reason_carries_its_code_and_a_full_disk_is_the_nodes() {
+        let sep = init::CODE_END;
+        let e = init_failed(&format!("command{sep}command not found in the image: x"));
+        assert_eq!(e.code, Some(FaultCode::Command));
+        assert_eq!(
+            e.message,
+            "starting the container: command not found in the image: x"
+        );
+        let e = init_failed(&format!("sandbox{sep}pivot_root: EINVAL"));
+        assert_eq!(e.fault().kind, wharf_api::fault::FaultKind::Node);
+        let e = init_failed(&format!("other{sep}mount point /x: No space left on device"));
+        assert_eq!(e.code, Some(FaultCode::DiskFull));
+        // No code (an init of another version): the words whole, the job's fault.
+        let e = init_failed("something");
+        assert_eq!((e.code, e.fault().code), (None, FaultCode::Other));
+        // A code nobody knows is not taken for one.
+        let e = init_failed(&format!("cosmic{sep}ray"));
+        assert_eq!(e.code, None);
+        assert!(e.message.ends_with(&format!("cosmic{sep}ray")));
+    }
+}
