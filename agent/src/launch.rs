@@ -92,9 +92,7 @@ pub fn image_fault(e: &wharf_images::ImageError) -> FaultCode {
         K::InvalidInput => FaultCode::ImageInvalid,
         K::Refused => FaultCode::ImageDenied,
         K::Unreachable => FaultCode::RegistryUnreachable,
-        K::PermissionDenied | K::Unavailable
-            if e.message.contains("No space left on device") =>
-        {
+        K::PermissionDenied | K::Unavailable if e.message.contains("No space left on device") => {
             FaultCode::DiskFull
         }
         K::PermissionDenied | K::Unavailable => FaultCode::ImageStore,
@@ -216,9 +214,10 @@ pub fn container_spec(
                 return Err(LaunchError::new(
                     FaultCode::Device,
                     format!(
-                    "the node's CDI spec names {}, which is missing",
-                    b.source.display()
-                )));
+                        "the node's CDI spec names {}, which is missing",
+                        b.source.display()
+                    ),
+                ));
             }
         }
         binds.extend(edits.binds.iter().cloned());
@@ -227,9 +226,10 @@ pub fn container_spec(
         return Err(LaunchError::new(
             FaultCode::Unsupported,
             format!(
-            "node {} runs jobs with Docker, which cannot remap root",
-            cfg.node_name
-        )));
+                "node {} runs jobs with Docker, which cannot remap root",
+                cfg.node_name
+            ),
+        ));
     }
     let cpuset: Vec<u32> = order
         .cpu_ids
@@ -254,13 +254,12 @@ pub fn container_spec(
         for (host, path) in &edits.device_nodes {
             // Wharf's own choice of GPU nodes stands; the spec adds the rest (MIG caps, ...).
             if !devices.iter().any(|d| &d.path == path) {
-                let node = wharf_runtime::DeviceNode::from_host(host, path)
-                    .map_err(|e| {
-                        LaunchError::new(
-                            FaultCode::Device,
-                            format!("CDI device {}: {e}", host.display()),
-                        )
-                    })?;
+                let node = wharf_runtime::DeviceNode::from_host(host, path).map_err(|e| {
+                    LaunchError::new(
+                        FaultCode::Device,
+                        format!("CDI device {}: {e}", host.display()),
+                    )
+                })?;
                 devices.push(node);
             }
         }
@@ -378,9 +377,10 @@ fn resolve_image(
             return Err(LaunchError::new(
                 FaultCode::Unsupported,
                 format!(
-                "node {} runs jobs with Docker, which cannot run image {image:?}",
-                cfg.node_name
-            )));
+                    "node {} runs jobs with Docker, which cannot run image {image:?}",
+                    cfg.node_name
+                ),
+            ));
         }
         return Ok((PathBuf::from("/"), None));
     }
@@ -396,9 +396,10 @@ fn resolve_image(
             return Err(LaunchError::new(
                 FaultCode::ImageInvalid,
                 format!(
-                "{image}: not readable by {} on node {}",
-                order.owner.user, cfg.node_name
-            )));
+                    "{image}: not readable by {} on node {}",
+                    order.owner.user, cfg.node_name
+                ),
+            ));
         };
         // What was checked is parsed (the shim opens the user's path again, as the user). As
         // root, so never waiting on it: a FIFO swapped in since would hold this launch thread,
@@ -476,16 +477,18 @@ fn user_bind(
             } else {
                 list.join(", ")
             }
-        )));
+        ),
+        ));
     };
     if !reachable_by(&real, uid, groups) {
         return Err(LaunchError::new(
             FaultCode::Mount,
             format!(
-            "mount {entry:?}: you cannot reach {} on node {}",
-            real.display(),
-            cfg.node_name
-        )));
+                "mount {entry:?}: you cannot reach {} on node {}",
+                real.display(),
+                cfg.node_name
+            ),
+        ));
     }
     Ok(wharf_runtime::Bind {
         source: real,
@@ -570,10 +573,11 @@ fn rdma_devices(cfg: &AgentConfig) -> Result<Vec<wharf_runtime::DeviceNode>, Lau
         return Err(LaunchError::new(
             code,
             format!(
-            "the job needs RDMA but node {} has no RDMA devices ({} is missing or empty)",
-            cfg.node_name,
-            dir.display()
-        )));
+                "the job needs RDMA but node {} has no RDMA devices ({} is missing or empty)",
+                cfg.node_name,
+                dir.display()
+            ),
+        ));
     }
     Ok(devices)
 }
@@ -666,7 +670,9 @@ pub fn gpu_devices(
         let host = dev_root.join(name);
         if host.exists() {
             let node = wharf_runtime::DeviceNode::from_host(&host, &format!("/dev/{name}"))
-                .map_err(|e| LaunchError::new(FaultCode::Device, format!("{}: {e}", host.display())))?;
+                .map_err(|e| {
+                    LaunchError::new(FaultCode::Device, format!("{}: {e}", host.display()))
+                })?;
             out.push(node);
         }
     }
@@ -737,18 +743,30 @@ mod tests {
         use wharf_images::{ErrorKind as K, ImageError};
         let code = |kind, message: &str| image_fault(&ImageError::new(kind, message));
         // The registry's answers: MANIFEST_UNKNOWN is a 404, DENIED a 401/403.
-        assert_eq!(code(K::NotFound, "HTTP 404 MANIFEST_UNKNOWN"), FaultCode::ImageNotFound);
+        assert_eq!(
+            code(K::NotFound, "HTTP 404 MANIFEST_UNKNOWN"),
+            FaultCode::ImageNotFound
+        );
         assert_eq!(code(K::Refused, "HTTP 403 DENIED"), FaultCode::ImageDenied);
-        assert_eq!(code(K::InvalidInput, "bad manifest"), FaultCode::ImageInvalid);
+        assert_eq!(
+            code(K::InvalidInput, "bad manifest"),
+            FaultCode::ImageInvalid
+        );
         assert_eq!(
             code(K::Unreachable, "cannot reach the registry"),
             FaultCode::RegistryUnreachable
         );
         // The node's own store.
-        assert_eq!(code(K::PermissionDenied, "open: EACCES"), FaultCode::ImageStore);
+        assert_eq!(
+            code(K::PermissionDenied, "open: EACCES"),
+            FaultCode::ImageStore
+        );
         assert_eq!(code(K::Unavailable, "EIO"), FaultCode::ImageStore);
         assert_eq!(
-            code(K::Unavailable, "writing blob: No space left on device (os error 28)"),
+            code(
+                K::Unavailable,
+                "writing blob: No space left on device (os error 28)"
+            ),
             FaultCode::DiskFull
         );
         for (c, kind) in [

@@ -528,8 +528,11 @@ fn launch_now(
     let dir = launch::job_dir(&cfg.state_dir, order.id);
     tracing::info!(job = order.id, user = %order.owner.user, image = %order.spec.image, "launching");
     let result = ready.and_then(|()| {
-        launch::container_spec(cfg, images, order, machine)
-            .and_then(|spec| launcher.launch(&dir, &spec).map_err(launch::LaunchError::from))
+        launch::container_spec(cfg, images, order, machine).and_then(|spec| {
+            launcher
+                .launch(&dir, &spec)
+                .map_err(launch::LaunchError::from)
+        })
     });
     if let Err(e) = result {
         let fault = e.fault();

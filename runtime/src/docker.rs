@@ -184,9 +184,9 @@ fn connect(socket: &std::path::Path, timeout_secs: u64) -> Result<Docker, Runtim
 fn engine(what: &str, e: bollard::errors::Error) -> RuntimeError {
     use bollard::errors::Error as E;
     let code = match &e {
-        E::DockerResponseServerError { status_code: 404, .. } if what.starts_with("create") => {
-            Some(wharf_api::fault::FaultCode::ImageNotFound)
-        }
+        E::DockerResponseServerError {
+            status_code: 404, ..
+        } if what.starts_with("create") => Some(wharf_api::fault::FaultCode::ImageNotFound),
         E::DockerResponseServerError { .. } => None,
         E::HyperResponseError { .. }
         | E::IOError { .. }

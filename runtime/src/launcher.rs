@@ -11,10 +11,10 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::error::{ErrorKind, RuntimeError};
-use wharf_api::fault::FaultCode;
 use crate::jobdir::JobDir;
 use crate::spawner::RequestError;
 use crate::spec::{ContainerSpec, Outcome};
+use wharf_api::fault::FaultCode;
 
 /// What the agent can tell about a job from its directory.
 #[derive(Debug, Clone, PartialEq, Eq)]

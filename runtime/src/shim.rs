@@ -27,13 +27,13 @@ use nix::unistd::Pid;
 use crate::as_user::{self, AsUser};
 use crate::cgroup_usage as cgroup;
 use crate::error::RuntimeError;
-use wharf_api::fault::FaultCode;
 use crate::jobdir::JobDir;
 use crate::output::open_outputs;
 use crate::sandbox::userns::id_maps;
 use crate::sandbox::{self, Init, InitIo, JobCgroup, Plan};
 use crate::spec::{ContainerSpec, Outcome};
 use crate::timeline::Timeline;
+use wharf_api::fault::FaultCode;
 
 static CANCEL: AtomicBool = AtomicBool::new(false);
 /// Set by the launch's alarm: the time limit passed while the job was not started yet.
@@ -298,8 +298,8 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
         .and_then(|_| {
             let launch = Launch::start(spec.time_limit);
             let mut launched = || -> Result<(), Abort> {
-                let (stdout, stderr) = open_outputs(spec, &|| launch.stop())
-                    .map_err(|a| a.code(FaultCode::Output))?;
+                let (stdout, stderr) =
+                    open_outputs(spec, &|| launch.stop()).map_err(|a| a.code(FaultCode::Output))?;
                 launch.check()?;
                 let stdin =
                     File::open("/dev/null").map_err(|e| RuntimeError::io("/dev/null", e))?;

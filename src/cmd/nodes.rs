@@ -15,7 +15,12 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// Drain this node (admins): it keeps its running jobs and takes no new ones.
-    #[arg(long, value_name = "NODE", conflicts_with = "resume", requires = "reason")]
+    #[arg(
+        long,
+        value_name = "NODE",
+        conflicts_with = "resume",
+        requires = "reason"
+    )]
     drain: Option<String>,
     /// Why the node is drained, shown in the REASON column.
     #[arg(long, value_name = "TEXT", requires = "drain")]

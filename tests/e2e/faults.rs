@@ -96,7 +96,13 @@ fn a_node_that_cannot_make_cgroups_is_drained_and_the_job_runs_on_another() {
     agent(&mut c, "broken", true);
     wait_node(&c, "broken", |n| n["state"] == "UP");
     let id = submitted_id(&c.wharf(&[
-        "submit", "--mem", "16M", "-t", "1m", "--wrap", "echo ran on $(hostname)",
+        "submit",
+        "--mem",
+        "16M",
+        "-t",
+        "1m",
+        "--wrap",
+        "echo ran on $(hostname)",
     ]));
     let submitted = job(&c, id)["submit_time"].clone();
     let node = wait_node(&c, "broken", |n| n["state"] == "DRAIN");

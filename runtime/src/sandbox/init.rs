@@ -31,9 +31,9 @@ use super::plan::{
     reserved, Mount, Plan, Source, Target, DEV_SYMLINKS, MASKED_PATHS, READONLY_PATHS,
 };
 use crate::as_user::BindTree;
-use wharf_api::fault::FaultCode;
 use crate::sandbox::rootfs::{mkdir_in_root, open_in_root, touch_in_root};
 use crate::sys::{self, ATTR_NODEV, ATTR_NOEXEC, ATTR_NOSUID, ATTR_RDONLY};
+use wharf_api::fault::FaultCode;
 
 /// The descriptors the init is given.
 #[derive(Debug)]
@@ -98,7 +98,10 @@ pub(super) fn run(plan: &Plan, io: &InitIo, go: OwnedFd, report: OwnedFd) -> ! {
     let (code, words) = split_code(&why);
     let code = code.unwrap_or(FaultCode::Other);
     let words = wharf_api::text::bounded(words, wharf_api::text::MAX_MESSAGE - 32);
-    let why = format!("{code}{CODE_END}{}", wharf_api::text::bound_message(words.into_owned()));
+    let why = format!(
+        "{code}{CODE_END}{}",
+        wharf_api::text::bound_message(words.into_owned())
+    );
     let _ = nix::unistd::write(&report, why.as_bytes());
     // SAFETY: leaving the cloned child without running the parent's destructors.
     unsafe { libc::_exit(127) }
@@ -146,11 +149,10 @@ fn setup(plan: &Plan, io: &InitIo, go: OwnedFd) -> Result<(), Failed> {
     drop(go);
     become_the_user(plan).map_err(node)?;
     crate::sandbox::seccomp::load().map_err(|e| node(fail("loading the seccomp profile", e)))?;
-    nix::unistd::chdir(plan.cwd.as_str())
-        .map_err(|e| {
-            let why = fail(format!("entering the working directory {}", plan.cwd), e);
-            coded(FaultCode::Workdir, why)
-        })?;
+    nix::unistd::chdir(plan.cwd.as_str()).map_err(|e| {
+        let why = fail(format!("entering the working directory {}", plan.cwd), e);
+        coded(FaultCode::Workdir, why)
+    })?;
     sys::default_signals();
     // Nothing of the shim's reaches the job: every descriptor but stdio closes at exec.
     sys::close_from(3, true).map_err(|e| node(fail("closing descriptors", e)))?;
@@ -504,7 +506,10 @@ mod tests {
         );
         // A step around it does not reclassify it.
         assert_eq!(split_code(&node(why.clone())).0, Some(FaultCode::Mount));
-        assert_eq!(split_code(&node("setsid: EPERM".into())).0, Some(FaultCode::Sandbox));
+        assert_eq!(
+            split_code(&node("setsid: EPERM".into())).0,
+            Some(FaultCode::Sandbox)
+        );
         assert_eq!(split_code("plain words"), (None, "plain words"));
     }
 

@@ -347,7 +347,9 @@ mod fault_tests {
         );
         let e = init_failed(&format!("sandbox{sep}pivot_root: EINVAL"));
         assert_eq!(e.fault().kind, wharf_api::fault::FaultKind::Node);
-        let e = init_failed(&format!("other{sep}mount point /x: No space left on device"));
+        let e = init_failed(&format!(
+            "other{sep}mount point /x: No space left on device"
+        ));
         assert_eq!(e.code, Some(FaultCode::DiskFull));
         // No code (an init of another version): the words whole, the job's fault.
         let e = init_failed("something");

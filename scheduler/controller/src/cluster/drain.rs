@@ -24,14 +24,17 @@ pub(super) struct Drain {
 pub(super) fn fault_reason(id: JobId, exit: &ExitInfo) -> Option<String> {
     let fault = exit.fault.filter(|f| f.kind == FaultKind::Node)?;
     let words = exit.message.as_deref().unwrap_or("no reason given");
-    Some(format!("launch of job {id} failed ({}): {words}", fault.code))
+    Some(format!(
+        "launch of job {id} failed ({}): {words}",
+        fault.code
+    ))
 }
 
 impl Cluster {
     /// Drains `node` with `reason` (stored first; a drained node's reason is replaced).
     pub(super) fn drain(&mut self, node: &str, reason: &str, now: u64) -> Result<(), Failure> {
-        let reason = wharf_api::text::bounded(&wharf_api::text::printable(reason), MAX_REASON)
-            .into_owned();
+        let reason =
+            wharf_api::text::bounded(&wharf_api::text::printable(reason), MAX_REASON).into_owned();
         let Some(entry) = self.nodes.get_mut(node) else {
             return Err(no_node(node));
         };

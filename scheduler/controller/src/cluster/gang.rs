@@ -19,10 +19,10 @@
 
 use std::collections::BTreeSet;
 
-use wharf_api::usage::JobUsage;
-use wharf_api::wire::{KillOrder, LaunchOrder, Peer, Rendezvous};
 use wharf_api::fault::FaultKind;
 use wharf_api::job::MAX_LAUNCH_FAULTS;
+use wharf_api::usage::JobUsage;
+use wharf_api::wire::{KillOrder, LaunchOrder, Peer, Rendezvous};
 use wharf_api::{ExitInfo, JobId, JobRecord, JobState, Stop};
 
 use super::{finish, requeue, Cluster};

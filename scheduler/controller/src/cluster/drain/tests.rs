@@ -135,7 +135,10 @@ fn a_node_fault_drains_the_node_and_requeues_the_job_elsewhere_keeping_its_submi
     assert_eq!(j.state, JobState::Pending, "{j:?}");
     assert_eq!(j.submit_time, submit_time);
     assert_eq!((j.restarts, j.launch_faults), (1, 1));
-    assert!(j.reason.as_deref().unwrap().contains("node fault: cgroup"), "{j:?}");
+    assert!(
+        j.reason.as_deref().unwrap().contains("node fault: cgroup"),
+        "{j:?}"
+    );
     // The agent lets go of the failed run; the job then starts on the other node only.
     poll(&mut c, &bad, vec![], 3_000);
     c.schedule(3_001).unwrap();
@@ -156,7 +159,13 @@ fn a_drain_outlives_a_controller_restart_and_an_admin_resumes_the_node() {
     poll(
         &mut c,
         "g1",
-        vec![(id, Says::Failed(FaultCode::Device, "GPU 0 was allocated but /dev/nvidia0: missing"))],
+        vec![(
+            id,
+            Says::Failed(
+                FaultCode::Device,
+                "GPU 0 was allocated but /dev/nvidia0: missing",
+            ),
+        )],
         2_000,
     );
     drop(c);
@@ -167,7 +176,11 @@ fn a_drain_outlives_a_controller_restart_and_an_admin_resumes_the_node() {
     assert!(reason.unwrap().contains("(device)"));
     poll(&mut c, "g1", vec![], 5_100);
     c.schedule(5_200).unwrap();
-    assert_eq!(job(&c, id).state, JobState::Pending, "nothing runs on a drained node");
+    assert_eq!(
+        job(&c, id).state,
+        JobState::Pending,
+        "nothing runs on a drained node"
+    );
 
     let resume = NodeStateRequest {
         state: NodeStateChange::Resume,
