@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use wharf_api::wire::LaunchOrder;
 use wharf_images::{ImageRef, ImageStore};
 
+use crate::launch::LaunchError;
 use crate::{AgentConfig, BackendKind};
 
 /// The jobs whose image is being pulled. Cheap to clone; clones share the set.
@@ -70,13 +71,14 @@ pub fn to_pull(cfg: &AgentConfig, store: &ImageStore, image: &str) -> Option<Ima
     store.pulled(&reference).is_none().then_some(reference)
 }
 
-/// Pulls `reference` for job `order`, logging progress; the error says what the registry said.
+/// Pulls `reference` for job `order`, logging progress; the error says what the registry said,
+/// and whose fault it is ([`crate::launch::image_fault`]).
 pub fn pull_for(
     cfg: &AgentConfig,
     store: &ImageStore,
     order: &LaunchOrder,
     reference: &ImageRef,
-) -> Result<(), String> {
+) -> Result<(), LaunchError> {
     tracing::info!(job = order.id, image = %reference, "pulling");
     store
         .pull(reference, &cfg.registry, &mut |event| {
@@ -91,7 +93,12 @@ pub fn pull_for(
             }
         })
         .map(|info| tracing::info!(job = order.id, image = %reference, digest = %info.digest, "pulled"))
-        .map_err(|e| format!("pulling image {reference} on node {}: {e}", cfg.node_name))
+        .map_err(|e| {
+            LaunchError::new(
+                crate::launch::image_fault(&e),
+                format!("pulling image {reference} on node {}: {e}", cfg.node_name),
+            )
+        })
 }
 
 #[cfg(test)]

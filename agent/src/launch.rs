@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use wharf_api::fault::{FaultCode, LaunchFault};
 use wharf_api::wire::LaunchOrder;
 use wharf_runtime::ContainerSpec;
 
@@ -51,10 +52,59 @@ fn gpu_env(gpus: &[GpuInfo]) -> Vec<(String, String)> {
     env
 }
 
-/// A launch order that cannot run here, in words for the user.
+/// A launch order that cannot run here: in words for the user, and whose fault it is.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct LaunchError(pub String);
+#[error("{message}")]
+pub struct LaunchError {
+    /// The step that failed (its kind says whose fault it is).
+    pub code: FaultCode,
+    /// What happened.
+    pub message: String,
+}
+
+impl LaunchError {
+    /// A failure of step `code`.
+    pub fn new(code: FaultCode, message: impl Into<String>) -> Self {
+        LaunchError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The classified fault.
+    pub fn fault(&self) -> LaunchFault {
+        LaunchFault::new(self.code)
+    }
+}
+
+impl From<wharf_runtime::RuntimeError> for LaunchError {
+    fn from(e: wharf_runtime::RuntimeError) -> Self {
+        LaunchError::new(e.fault().code, e.message)
+    }
+}
+
+/// Whose fault an image store error is: the registry's answers and a missing or malformed
+/// image are the job's, an unreachable registry passes, the store's own disk is the node's.
+pub fn image_fault(e: &wharf_images::ImageError) -> FaultCode {
+    use wharf_images::ErrorKind as K;
+    match e.kind {
+        K::NotFound => FaultCode::ImageNotFound,
+        K::InvalidInput => FaultCode::ImageInvalid,
+        K::Refused => FaultCode::ImageDenied,
+        K::Unreachable => FaultCode::RegistryUnreachable,
+        K::PermissionDenied | K::Unavailable if e.message.contains("No space left on device") => {
+            FaultCode::DiskFull
+        }
+        K::PermissionDenied | K::Unavailable => FaultCode::ImageStore,
+    }
+}
+
+/// Whether the controller knew the job's user by name (not only by uid): a user it knows and
+/// this node does not means the node's user database is broken. A user known to neither runs
+/// with bare ids, as before.
+fn known_by_name(owner: &wharf_api::Owner) -> bool {
+    owner.user != owner.uid.to_string()
+}
 
 /// Builds the container spec for `order` on `machine` (CPU index → CPU id, GPUs by minor).
 pub fn container_spec(
@@ -65,13 +115,32 @@ pub fn container_spec(
 ) -> Result<ContainerSpec, LaunchError> {
     let gpus: Vec<GpuInfo> = order.gpu_ids.iter().map(|&id| machine.gpu(id)).collect();
     let spec = &order.spec;
-    let user = nix::unistd::User::from_uid(order.owner.uid.into())
-        .ok()
-        .flatten();
+    let user = match nix::unistd::User::from_uid(order.owner.uid.into()) {
+        Ok(Some(u)) => Some(u),
+        Ok(None) if !known_by_name(&order.owner) => None,
+        Ok(None) => {
+            return Err(LaunchError::new(
+                FaultCode::User,
+                format!(
+                    "user {} (uid {}) is unknown on node {}: its user database lacks them",
+                    order.owner.user, order.owner.uid, cfg.node_name
+                ),
+            ))
+        }
+        Err(e) => {
+            return Err(LaunchError::new(
+                FaultCode::User,
+                format!(
+                    "looking up uid {} on node {}: {e}",
+                    order.owner.uid, cfg.node_name
+                ),
+            ))
+        }
+    };
     let groups = match &user {
         Some(u) => {
             let name = std::ffi::CString::new(u.name.as_str())
-                .map_err(|_| LaunchError("bad user name".into()))?;
+                .map_err(|_| LaunchError::new(FaultCode::User, "bad user name"))?;
             nix::unistd::getgrouplist(&name, order.owner.gid.into())
                 .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
                 .unwrap_or_else(|_| vec![order.owner.gid])
@@ -116,7 +185,9 @@ pub fn container_spec(
     let cdi = if order.gpu_ids.is_empty() {
         None
     } else {
-        match crate::cdi::gpu_edits(&cfg.cdi_dirs, &gpus).map_err(LaunchError)? {
+        let edits = crate::cdi::gpu_edits(&cfg.cdi_dirs, &gpus)
+            .map_err(|why| LaunchError::new(FaultCode::Device, why))?;
+        match edits {
             Some(edits) => Some(edits),
             // No CDI spec: the driver files found on the node, at the same paths.
             None => Some(crate::cdi::GpuEdits {
@@ -140,19 +211,25 @@ pub fn container_spec(
     if let Some(edits) = &cdi {
         for b in &edits.binds {
             if !b.source.exists() {
-                return Err(LaunchError(format!(
-                    "the node's CDI spec names {}, which is missing",
-                    b.source.display()
-                )));
+                return Err(LaunchError::new(
+                    FaultCode::Device,
+                    format!(
+                        "the node's CDI spec names {}, which is missing",
+                        b.source.display()
+                    ),
+                ));
             }
         }
         binds.extend(edits.binds.iter().cloned());
     }
     if matches!(cfg.backend, crate::BackendKind::Docker(_)) && spec.remap_root {
-        return Err(LaunchError(format!(
-            "node {} runs jobs with Docker, which cannot remap root",
-            cfg.node_name
-        )));
+        return Err(LaunchError::new(
+            FaultCode::Unsupported,
+            format!(
+                "node {} runs jobs with Docker, which cannot remap root",
+                cfg.node_name
+            ),
+        ));
     }
     let cpuset: Vec<u32> = order
         .cpu_ids
@@ -177,8 +254,12 @@ pub fn container_spec(
         for (host, path) in &edits.device_nodes {
             // Wharf's own choice of GPU nodes stands; the spec adds the rest (MIG caps, ...).
             if !devices.iter().any(|d| &d.path == path) {
-                let node = wharf_runtime::DeviceNode::from_host(host, path)
-                    .map_err(|e| LaunchError(format!("CDI device {}: {e}", host.display())))?;
+                let node = wharf_runtime::DeviceNode::from_host(host, path).map_err(|e| {
+                    LaunchError::new(
+                        FaultCode::Device,
+                        format!("CDI device {}: {e}", host.display()),
+                    )
+                })?;
                 devices.push(node);
             }
         }
@@ -293,10 +374,13 @@ fn resolve_image(
     let image = &order.spec.image;
     if let crate::BackendKind::Docker(_) = cfg.backend {
         if image == "host" || image.starts_with('/') {
-            return Err(LaunchError(format!(
-                "node {} runs jobs with Docker, which cannot run image {image:?}",
-                cfg.node_name
-            )));
+            return Err(LaunchError::new(
+                FaultCode::Unsupported,
+                format!(
+                    "node {} runs jobs with Docker, which cannot run image {image:?}",
+                    cfg.node_name
+                ),
+            ));
         }
         return Ok((PathBuf::from("/"), None));
     }
@@ -309,16 +393,25 @@ fn resolve_image(
             .ok()
             .filter(|real| readable_by(real, order.owner.uid, groups));
         let Some(real) = real else {
-            return Err(LaunchError(format!(
-                "{image}: not readable by {} on node {}",
-                order.owner.user, cfg.node_name
-            )));
+            return Err(LaunchError::new(
+                FaultCode::ImageInvalid,
+                format!(
+                    "{image}: not readable by {} on node {}",
+                    order.owner.user, cfg.node_name
+                ),
+            ));
         };
         // What was checked is parsed (the shim opens the user's path again, as the user). As
         // root, so never waiting on it: a FIFO swapped in since would hold this launch thread,
         // and with it every launch and stop on the node.
         let part = wharf_images::sif::primary_partition_no_follow(&real).map_err(|e| {
-            LaunchError(
+            let code = match image_fault(&e) {
+                // The user's file, not the node's store.
+                FaultCode::ImageStore => FaultCode::ImageInvalid,
+                code => code,
+            };
+            LaunchError::new(
+                code,
                 e.to_string()
                     .replacen(&real.display().to_string(), image, 1),
             )
@@ -332,8 +425,12 @@ fn resolve_image(
             Ok(r) if e.kind == wharf_images::ErrorKind::NotFound => images.pulled(&r).ok_or(e),
             _ => Err(e),
         });
-    let info =
-        info.map_err(|e| LaunchError(format!("image {image:?} on node {}: {e}", cfg.node_name)))?;
+    let info = info.map_err(|e| {
+        LaunchError::new(
+            image_fault(&e),
+            format!("image {image:?} on node {}: {e}", cfg.node_name),
+        )
+    })?;
     Ok((info.rootfs, None))
 }
 
@@ -349,13 +446,13 @@ fn user_bind(
     groups: &[u32],
 ) -> Result<wharf_runtime::Bind, LaunchError> {
     let m = wharf_api::job::parse_mount(entry, false)
-        .map_err(|why| LaunchError(format!("mount {why}")))?;
+        .map_err(|why| LaunchError::new(FaultCode::Mount, format!("mount {why}")))?;
     let (src, dst, read_only) = (m.source.as_str(), m.destination.as_str(), m.read_only);
     let real = std::fs::canonicalize(src).map_err(|e| {
-        LaunchError(format!(
-            "mount {entry:?}: {src} on node {}: {e}",
-            cfg.node_name
-        ))
+        LaunchError::new(
+            FaultCode::Mount,
+            format!("mount {entry:?}: {src} on node {}: {e}", cfg.node_name),
+        )
     })?;
     // The innermost allowed directory holding it: the shim resolves the rest beneath it.
     let allowed = cfg
@@ -370,7 +467,9 @@ fn user_bind(
             .iter()
             .map(|p| p.display().to_string())
             .collect();
-        return Err(LaunchError(format!(
+        return Err(LaunchError::new(
+            FaultCode::Mount,
+            format!(
             "mount {entry:?}: {} is not under a path this node allows (agent.allowed_mounts: {})",
             real.display(),
             if list.is_empty() {
@@ -378,14 +477,18 @@ fn user_bind(
             } else {
                 list.join(", ")
             }
-        )));
+        ),
+        ));
     };
     if !reachable_by(&real, uid, groups) {
-        return Err(LaunchError(format!(
-            "mount {entry:?}: you cannot reach {} on node {}",
-            real.display(),
-            cfg.node_name
-        )));
+        return Err(LaunchError::new(
+            FaultCode::Mount,
+            format!(
+                "mount {entry:?}: you cannot reach {} on node {}",
+                real.display(),
+                cfg.node_name
+            ),
+        ));
     }
     Ok(wharf_runtime::Bind {
         source: real,
@@ -443,7 +546,8 @@ fn readable_by(path: &Path, uid: u32, groups: &[u32]) -> bool {
 }
 
 /// Every RDMA device of the node (`DEV/infiniband/*`: uverbs, rdma_cm, ...). A job that asks
-/// for RDMA on a node without any fails at once, saying so.
+/// for RDMA on a node without any fails at once, saying so: the node's fault when it is said
+/// to have RDMA (feature `rdma`), else the job's (it should ask for `--constraint rdma`).
 fn rdma_devices(cfg: &AgentConfig) -> Result<Vec<wharf_runtime::DeviceNode>, LaunchError> {
     let dir = cfg.dev_root.join("infiniband");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
@@ -461,11 +565,19 @@ fn rdma_devices(cfg: &AgentConfig) -> Result<Vec<wharf_runtime::DeviceNode>, Lau
         })
         .collect();
     if devices.is_empty() {
-        return Err(LaunchError(format!(
-            "the job needs RDMA but node {} has no RDMA devices ({} is missing or empty)",
-            cfg.node_name,
-            dir.display()
-        )));
+        let code = if cfg.features.iter().any(|f| f == RDMA_FEATURE) {
+            FaultCode::Rdma
+        } else {
+            FaultCode::Unsupported
+        };
+        return Err(LaunchError::new(
+            code,
+            format!(
+                "the job needs RDMA but node {} has no RDMA devices ({} is missing or empty)",
+                cfg.node_name,
+                dir.display()
+            ),
+        ));
     }
     Ok(devices)
 }
@@ -491,7 +603,16 @@ fn preflight_memlock(cfg: &AgentConfig, need: Option<u64>) -> Result<(), LaunchE
             wharf_api::resources::format_memory(v)
         }
     };
-    Err(LaunchError(format!(
+    // Within what the node's admin allows, only the agent's missing privilege stands in the
+    // way: the node's fault. Beyond it, the job asks for more than this node ever gives.
+    let code = if need <= cfg.memlock.unwrap_or(u64::MAX) {
+        FaultCode::Memlock
+    } else {
+        FaultCode::Unsupported
+    };
+    Err(LaunchError::new(
+        code,
+        format!(
         "the job needs {} of locked memory (memlock) but node {} can give {}: raise agent.memlock, or run the agent with CAP_SYS_RESOURCE (as a systemd service it has it)",
         show(need),
         cfg.node_name,
@@ -511,6 +632,10 @@ fn with_cdi_env(env: Vec<(String, String)>, cdi: Option<&crate::cdi::GpuEdits>) 
     }
     out
 }
+
+/// The feature that says a node has RDMA: a job that needs RDMA and finds none on such a node
+/// finds the node at fault.
+pub const RDMA_FEATURE: &str = "rdma";
 
 /// Control devices a GPU job also needs, when the node has them.
 const GPU_CONTROL_DEVICES: [&str; 4] = [
@@ -534,10 +659,10 @@ pub fn gpu_devices(
         let host = dev_root.join(format!("nvidia{id}"));
         let node = wharf_runtime::DeviceNode::from_host(&host, &format!("/dev/nvidia{id}"))
             .map_err(|e| {
-                LaunchError(format!(
-                    "GPU {id} was allocated but {}: {e}",
-                    host.display()
-                ))
+                LaunchError::new(
+                    FaultCode::Device,
+                    format!("GPU {id} was allocated but {}: {e}", host.display()),
+                )
             })?;
         out.push(node);
     }
@@ -545,7 +670,9 @@ pub fn gpu_devices(
         let host = dev_root.join(name);
         if host.exists() {
             let node = wharf_runtime::DeviceNode::from_host(&host, &format!("/dev/{name}"))
-                .map_err(|e| LaunchError(format!("{}: {e}", host.display())))?;
+                .map_err(|e| {
+                    LaunchError::new(FaultCode::Device, format!("{}: {e}", host.display()))
+                })?;
             out.push(node);
         }
     }
@@ -560,6 +687,7 @@ pub fn job_dir(state_dir: &Path, id: u64) -> wharf_runtime::JobDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wharf_api::fault::FaultKind;
 
     /// The controller refuses at submit what the sandbox refuses to build: one list, kept
     /// in two crates (the scheduler's API does not depend on the runtime).
@@ -575,6 +703,141 @@ mod tests {
             let reserved = wharf_api::job::reserved_destination(&format!("/{top}/x"));
             assert_eq!(reserved.is_none(), top == "tmp", "/{top}");
         }
+    }
+
+    fn cfg(dev_root: &Path) -> AgentConfig {
+        AgentConfig {
+            controller: wharf_client::Endpoint::parse("/nonexistent/wharf.sock"),
+            token: String::new(),
+            node_name: "n1".into(),
+            state_dir: dev_root.join("state"),
+            image_store: dev_root.join("images"),
+            registry: Default::default(),
+            shim_exe: "/nonexistent/wharf".into(),
+            root_host_id: 0,
+            grace_secs: 1,
+            tmp_size: 1 << 20,
+            shm_size: 1 << 20,
+            pids_limit: None,
+            cgroup_parent: "wharf-test".into(),
+            reserved_memory: 0,
+            dev_root: dev_root.to_path_buf(),
+            nvml: false,
+            sample_interval: std::time::Duration::ZERO,
+            backend: crate::BackendKind::Oci,
+            memlock: None,
+            stack: None,
+            binds: vec![],
+            allowed_mounts: vec![],
+            cdi_dirs: vec![],
+            driver_lib_dirs: vec![],
+            driver_bin_dirs: vec![],
+            features: vec![],
+            fabric_interface: None,
+            job_env: vec![],
+        }
+    }
+
+    #[test]
+    fn image_store_errors_are_classified_by_who_said_what() {
+        use wharf_images::{ErrorKind as K, ImageError};
+        let code = |kind, message: &str| image_fault(&ImageError::new(kind, message));
+        // The registry's answers: MANIFEST_UNKNOWN is a 404, DENIED a 401/403.
+        assert_eq!(
+            code(K::NotFound, "HTTP 404 MANIFEST_UNKNOWN"),
+            FaultCode::ImageNotFound
+        );
+        assert_eq!(code(K::Refused, "HTTP 403 DENIED"), FaultCode::ImageDenied);
+        assert_eq!(
+            code(K::InvalidInput, "bad manifest"),
+            FaultCode::ImageInvalid
+        );
+        assert_eq!(
+            code(K::Unreachable, "cannot reach the registry"),
+            FaultCode::RegistryUnreachable
+        );
+        // The node's own store.
+        assert_eq!(
+            code(K::PermissionDenied, "open: EACCES"),
+            FaultCode::ImageStore
+        );
+        assert_eq!(code(K::Unavailable, "EIO"), FaultCode::ImageStore);
+        assert_eq!(
+            code(
+                K::Unavailable,
+                "writing blob: No space left on device (os error 28)"
+            ),
+            FaultCode::DiskFull
+        );
+        for (c, kind) in [
+            (FaultCode::ImageNotFound, FaultKind::Job),
+            (FaultCode::ImageDenied, FaultKind::Job),
+            (FaultCode::RegistryUnreachable, FaultKind::Transient),
+            (FaultCode::ImageStore, FaultKind::Node),
+        ] {
+            assert_eq!(c.kind(), kind, "{c}");
+        }
+    }
+
+    #[test]
+    fn a_missing_rdma_device_is_the_nodes_fault_only_where_it_claims_rdma() {
+        let dev = tempfile::tempdir().unwrap();
+        let mut cfg = cfg(dev.path());
+        let e = rdma_devices(&cfg).unwrap_err();
+        assert_eq!(e.code, FaultCode::Unsupported, "{e}");
+        assert_eq!(e.fault().kind, FaultKind::Job);
+        cfg.features = vec![RDMA_FEATURE.into()];
+        let e = rdma_devices(&cfg).unwrap_err();
+        assert_eq!(e.code, FaultCode::Rdma, "{e}");
+        assert_eq!(e.fault().kind, FaultKind::Node);
+    }
+
+    #[test]
+    fn memlock_beyond_agent_memlock_is_the_jobs_within_it_the_nodes() {
+        let dev = tempfile::tempdir().unwrap();
+        let mut cfg = cfg(dev.path());
+        cfg.memlock = Some(64 << 20);
+        assert!(preflight_memlock(&cfg, Some(1 << 20)).is_ok());
+        let e = preflight_memlock(&cfg, Some(u64::MAX)).unwrap_err();
+        assert_eq!(e.code, FaultCode::Unsupported, "{e}");
+        // Within agent.memlock but beyond what this process's shims can give (only when it
+        // cannot raise its own limit).
+        let ceiling = wharf_runtime::memlock_ceiling();
+        if ceiling < u64::MAX {
+            cfg.memlock = None;
+            let e = preflight_memlock(&cfg, Some(ceiling + 1)).unwrap_err();
+            assert_eq!(e.code, FaultCode::Memlock, "{e}");
+        }
+    }
+
+    #[test]
+    fn a_missing_gpu_device_is_the_nodes_fault() {
+        let dev = tempfile::tempdir().unwrap();
+        let e = gpu_devices(dev.path(), &[0]).unwrap_err();
+        assert_eq!(e.code, FaultCode::Device, "{e}");
+        assert!(e.message.contains("GPU 0 was allocated but"), "{e}");
+        assert!(gpu_devices(dev.path(), &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_user_the_controller_knows_by_name_must_be_known_here() {
+        let owner = |uid: u32, user: &str| wharf_api::Owner {
+            uid,
+            gid: uid,
+            user: user.into(),
+        };
+        assert!(known_by_name(&owner(4242, "ann")));
+        assert!(!known_by_name(&owner(4242, "4242")));
+    }
+
+    #[test]
+    fn runtime_errors_keep_their_code_and_default_to_the_jobs() {
+        let e = wharf_runtime::RuntimeError::new(wharf_runtime::ErrorKind::Unavailable, "x")
+            .with_code(FaultCode::Cgroup);
+        assert_eq!(LaunchError::from(e).code, FaultCode::Cgroup);
+        let e = wharf_runtime::RuntimeError::new(wharf_runtime::ErrorKind::NotFound, "y");
+        let e = LaunchError::from(e);
+        assert_eq!((e.code, e.message.as_str()), (FaultCode::Other, "y"));
     }
 
     #[test]

@@ -419,6 +419,7 @@ fn exit_info(o: &Outcome) -> ExitInfo {
         // An outcome written by an older shim may hold a message of any length; every
         // report carries it until the controller lets the job go.
         message: o.error.clone().map(bound_message),
+        fault: o.fault,
         usage: None,
     }
 }
@@ -514,27 +515,32 @@ fn start(
     launch_now(cfg, launcher.as_ref(), images, machine, order, Ok(()));
 }
 
-/// Launches `order` now, or records why it cannot run (`ready`'s error: a failed pull).
+/// Launches `order` now, or records why it cannot run (`ready`'s error: a failed pull) and
+/// whose fault that is.
 fn launch_now(
     cfg: &AgentConfig,
     launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
     machine: &discover::Machine,
     order: &LaunchOrder,
-    ready: Result<(), String>,
+    ready: Result<(), launch::LaunchError>,
 ) {
     let dir = launch::job_dir(&cfg.state_dir, order.id);
     tracing::info!(job = order.id, user = %order.owner.user, image = %order.spec.image, "launching");
     let result = ready.and_then(|()| {
-        launch::container_spec(cfg, images, order, machine)
-            .map_err(|e| e.to_string())
-            .and_then(|spec| launcher.launch(&dir, &spec).map_err(|e| e.to_string()))
+        launch::container_spec(cfg, images, order, machine).and_then(|spec| {
+            launcher
+                .launch(&dir, &spec)
+                .map_err(launch::LaunchError::from)
+        })
     });
-    if let Err(message) = result {
-        tracing::warn!(job = order.id, error = %message, "launch failed");
+    if let Err(e) = result {
+        let fault = e.fault();
+        tracing::warn!(job = order.id, error = %e.message, %fault, "launch failed");
         let _ = traverse_only_dir(dir.path());
         let outcome = Outcome {
-            error: Some(bound_message(message)),
+            error: Some(bound_message(e.message)),
+            fault: Some(fault),
             ended_ms: wharf_runtime::now_ms(),
             ..Default::default()
         };

@@ -2,6 +2,8 @@
 //!
 //! Kinds follow containerd's `errdefs`: a caller retries `Unavailable`, reports `InvalidInput`
 //! and `NotFound` to the user as they are, and treats `PermissionDenied` as a setup problem.
+//! What the registry says is told apart from what the store's own disk does: `Refused` and
+//! `Unreachable` come only from the registry.
 
 /// What kind of failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,6 +16,12 @@ pub enum ErrorKind {
     PermissionDenied,
     /// The node cannot do this now (disk full, IO error, a kernel without `openat2`).
     Unavailable,
+    /// The registry refused the image to this node (HTTP 401 or 403, its token service, no
+    /// credentials for it).
+    Refused,
+    /// The registry cannot be reached now (no connection, HTTP 5xx or 429, a download that
+    /// broke off): worth a later retry, from this node or another.
+    Unreachable,
 }
 
 /// An image store failure; `Display` is the message alone.

@@ -267,7 +267,7 @@ fn read_json_blob<T: serde::de::DeserializeOwned>(
     )
     .map_err(|e| {
         ImageError::new(
-            crate::ErrorKind::Unavailable,
+            crate::ErrorKind::Unreachable,
             format!("reading blob {}: {e}", desc.digest),
         )
     })?;

@@ -228,7 +228,7 @@ fn registry_errors_are_named_and_basic_credentials_are_sent() {
 
     let (res, _) = pull(&s, &r);
     let err = res.unwrap_err();
-    assert_eq!(err.kind, ErrorKind::PermissionDenied, "{err}");
+    assert_eq!(err.kind, ErrorKind::Refused, "{err}");
     assert!(err.message.contains("requires credentials"), "{err}");
     let with = |password: &str| RegistryOptions {
         credentials: [(
@@ -243,7 +243,7 @@ fn registry_errors_are_named_and_basic_credentials_are_sent() {
     };
     let (res, _) = pull_with(&s, &r, &with("wrong"));
     let err = res.unwrap_err();
-    assert_eq!(err.kind, ErrorKind::PermissionDenied, "{err}");
+    assert_eq!(err.kind, ErrorKind::Refused, "{err}");
     assert!(err.message.contains("HTTP 401"), "{err}");
     let (res, _) = pull_with(&s, &r, &with("p"));
     assert!(res.unwrap().rootfs.join("etc/keep").is_file());
@@ -257,7 +257,7 @@ fn registry_errors_are_named_and_basic_credentials_are_sent() {
     );
     let (res, _) = pull(&s, &"127.0.0.1:1/x/y:z".parse().unwrap());
     let err = res.unwrap_err();
-    assert_eq!(err.kind, ErrorKind::Unavailable, "{err}");
+    assert_eq!(err.kind, ErrorKind::Unreachable, "{err}");
     assert!(err.message.contains("cannot reach the registry"), "{err}");
 }
 

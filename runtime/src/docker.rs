@@ -178,8 +178,27 @@ fn connect(socket: &std::path::Path, timeout_secs: u64) -> Result<Docker, Runtim
     .map_err(|e| engine("connect", e))
 }
 
+/// An engine's error: its answers with a status are about the job (a 404 at create: the image
+/// is not there), except server errors, which are left unclassified; no answer at all (the
+/// engine cannot be reached, or broke off) is the node's.
 fn engine(what: &str, e: bollard::errors::Error) -> RuntimeError {
-    RuntimeError::new(ErrorKind::Unavailable, format!("docker {what}: {e}"))
+    use bollard::errors::Error as E;
+    let code = match &e {
+        E::DockerResponseServerError {
+            status_code: 404, ..
+        } if what.starts_with("create") => Some(wharf_api::fault::FaultCode::ImageNotFound),
+        E::DockerResponseServerError { .. } => None,
+        E::HyperResponseError { .. }
+        | E::IOError { .. }
+        | E::RequestTimeoutError
+        | E::SocketNotFoundError(_) => Some(wharf_api::fault::FaultCode::Supervisor),
+        _ => None,
+    };
+    let err = RuntimeError::new(ErrorKind::Unavailable, format!("docker {what}: {e}"));
+    match code {
+        Some(code) => err.with_code(code),
+        None => err,
+    }
 }
 
 /// Runs `spec` through the engine to the end, writing its output to the given files.

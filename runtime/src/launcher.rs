@@ -14,6 +14,7 @@ use crate::error::{ErrorKind, RuntimeError};
 use crate::jobdir::JobDir;
 use crate::spawner::RequestError;
 use crate::spec::{ContainerSpec, Outcome};
+use wharf_api::fault::FaultCode;
 
 /// What the agent can tell about a job from its directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +71,17 @@ impl Launcher {
     /// Writes the spec to `dir` and starts its shim in its own process group, so that it
     /// outlives an agent restart and a terminal's signals to the agent (SIGINT, SIGHUP).
     /// Returns the shim pid. Fails if the job directory exists.
+    ///
+    /// Its failures are the node's ([`FaultCode::Supervisor`], or a full disk), but for a
+    /// job directory that exists already (a repeated order: nothing is wrong with the node).
     pub fn launch(&self, dir: &JobDir, spec: &ContainerSpec) -> Result<u32, RuntimeError> {
+        self.launch_shim(dir, spec).map_err(|e| match e.kind {
+            ErrorKind::InvalidInput => e,
+            _ => e.with_code(FaultCode::Supervisor),
+        })
+    }
+
+    fn launch_shim(&self, dir: &JobDir, spec: &ContainerSpec) -> Result<u32, RuntimeError> {
         dir.create(spec)?;
         let (pid, started) = match self.fork_shim(dir) {
             Ok(shim) => shim,

@@ -33,6 +33,7 @@ use crate::sandbox::userns::id_maps;
 use crate::sandbox::{self, Init, InitIo, JobCgroup, Plan};
 use crate::spec::{ContainerSpec, Outcome};
 use crate::timeline::Timeline;
+use wharf_api::fault::FaultCode;
 
 static CANCEL: AtomicBool = AtomicBool::new(false);
 /// Set by the launch's alarm: the time limit passed while the job was not started yet.
@@ -82,6 +83,7 @@ pub fn main(dir: &Path) -> i32 {
         Ok(spec) => supervise(&jd, &spec, &timeline),
         Err(e) => Outcome {
             error: Some(e.to_string()),
+            fault: Some(e.with_code(FaultCode::Supervisor).fault()),
             ended_ms: crate::now_ms(),
             ..Default::default()
         },
@@ -143,6 +145,17 @@ pub(crate) enum Stop {
 pub(crate) enum Abort {
     Stop(Stop),
     Failed(RuntimeError),
+}
+
+impl Abort {
+    /// A failure classified as `code` (unless its own step classified it already); a stop
+    /// stays as it is.
+    fn code(self, code: FaultCode) -> Abort {
+        match self {
+            Abort::Failed(e) => Abort::Failed(e.with_code(code)),
+            stop => stop,
+        }
+    }
 }
 
 impl From<RuntimeError> for Abort {
@@ -227,7 +240,10 @@ fn record_abort(out: &mut Outcome, abort: Abort) {
     match abort {
         Abort::Stop(Stop::Cancelled) => out.cancelled = true,
         Abort::Stop(Stop::TimedOut) => out.timed_out = true,
-        Abort::Failed(e) => out.error = Some(e.to_string()),
+        Abort::Failed(e) => {
+            out.fault = Some(e.fault());
+            out.error = Some(e.to_string());
+        }
     }
 }
 
@@ -239,7 +255,8 @@ fn supervise_docker(jd: &JobDir, spec: &ContainerSpec, target: &crate::DockerTar
         .and_then(|_| {
             let launch = Launch::start(spec.time_limit);
             let launched = || -> Result<_, Abort> {
-                let (o, e) = open_outputs(spec, &|| launch.stop())?;
+                let (o, e) =
+                    open_outputs(spec, &|| launch.stop()).map_err(|a| a.code(FaultCode::Output))?;
                 launch.check()?;
                 // The engine sets the container's limits; ask only for what this node can give.
                 let spec = apply_limits(spec)?;
@@ -281,33 +298,42 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
         .and_then(|_| {
             let launch = Launch::start(spec.time_limit);
             let mut launched = || -> Result<(), Abort> {
-                let (stdout, stderr) = open_outputs(spec, &|| launch.stop())?;
+                let (stdout, stderr) =
+                    open_outputs(spec, &|| launch.stop()).map_err(|a| a.code(FaultCode::Output))?;
                 launch.check()?;
                 let stdin =
                     File::open("/dev/null").map_err(|e| RuntimeError::io("/dev/null", e))?;
                 // The init inherits the shim's limits (a hard limit cannot be raised inside).
-                let spec = &apply_limits(spec)?;
+                let spec = &apply_limits(spec).map_err(|e| e.with_code(FaultCode::Sandbox))?;
                 let plan = Plan::new(spec, jd.path().join("rootfs"))?;
                 // What the user names (a SIF file, bind sources) is opened once, as the user, and
                 // those descriptors are what the sandbox uses.
                 let user = AsUser::of(spec);
                 let sif = match spec.rootfs_partition {
-                    Some(_) => Some(as_user::open_sif(&spec.rootfs, &user)?),
+                    Some(_) => Some(
+                        as_user::open_sif(&spec.rootfs, &user)
+                            .map_err(|e| e.with_code(FaultCode::ImageInvalid))?,
+                    ),
                     None => None,
                 };
-                let trees = as_user::open_user_binds(spec, &user)?;
+                let trees = as_user::open_user_binds(spec, &user)
+                    .map_err(|e| e.with_code(FaultCode::Mount))?;
                 let is_dir: Vec<(usize, bool)> = trees.iter().map(|t| (t.bind, t.is_dir)).collect();
                 launch.check()?;
                 // On cgroup v2 the init is cloned straight into its cgroup, which must exist first;
                 // on v1 it has to be moved in anyway, so the cgroup is made while the init mounts.
                 if crate::cgroup_usage::is_v2() {
-                    job_cgroup = Some(JobCgroup::create(spec, &plan.devices)?);
+                    job_cgroup = Some(
+                        JobCgroup::create(spec, &plan.devices)
+                            .map_err(|e| e.with_code(FaultCode::Cgroup))?,
+                    );
                     timeline.mark("cgroup");
                 }
                 let (uid_map, gid_map) = if spec.remap_root {
                     crate::sandbox::userns::root_maps(spec.uid, spec.gid, &spec.groups)
                 } else {
-                    id_maps(spec.uid, spec.gid, &spec.groups, spec.root_host_id)?
+                    id_maps(spec.uid, spec.gid, &spec.groups, spec.root_host_id)
+                        .map_err(|e| e.with_code(FaultCode::Namespaces))?
                 };
                 let io = InitIo {
                     stdin: stdin.into(),
@@ -317,7 +343,8 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
                     trees,
                 };
                 // From here a dropped `init` is killed and reaped: an early return leaves nothing.
-                let mut init = sandbox::spawn(&plan, io, job_cgroup.as_ref())?;
+                let mut init = sandbox::spawn(&plan, io, job_cgroup.as_ref())
+                    .map_err(|e| e.with_code(FaultCode::Sandbox))?;
                 init.map_ids(&uid_map, &gid_map)?;
                 timeline.mark("identity");
                 launch.check()?;
@@ -335,9 +362,11 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
                 launch.check()?;
                 if job_cgroup.is_none() {
                     init.build()?;
-                    let cg = JobCgroup::create(spec, &plan.devices).map_err(|e| init.explain(e))?;
+                    let cg = JobCgroup::create(spec, &plan.devices)
+                        .map_err(|e| init.explain(e.with_code(FaultCode::Cgroup)))?;
                     let cg = job_cgroup.insert(cg);
-                    cg.join(init.pid()).map_err(|e| init.explain(e))?;
+                    cg.join(init.pid())
+                        .map_err(|e| init.explain(e.with_code(FaultCode::Cgroup)))?;
                     timeline.mark("cgroup");
                 }
                 if !init.start(|| launch.stop().is_some())? {

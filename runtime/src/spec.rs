@@ -192,6 +192,9 @@ pub struct Outcome {
     pub ended_ms: u64,
     /// Why it could not start, or what went wrong while cleaning up.
     pub error: Option<String>,
+    /// When it could not start: whose fault that was and the step that failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<wharf_api::fault::LaunchFault>,
     /// What the kernel counted in its cgroup, read at its end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::CgroupUsage>,

@@ -139,9 +139,12 @@ fn job_given_two_of_eight_gpus_sees_and_opens_exactly_those() {
     c.wait_done(holder, Duration::from_secs(15));
 }
 
+/// A node whose allocated GPU has no device node is at fault, not the job: the node is drained
+/// with the reason, and the job goes back to the queue, never started (on this one-node
+/// cluster it then waits).
 #[test]
-fn gpu_job_on_a_node_missing_its_device_fails_at_once_with_the_reason() {
-    if !can_run("gpu_job_on_a_node_missing_its_device_fails_at_once_with_the_reason") {
+fn gpu_job_on_a_node_missing_its_device_drains_the_node_and_is_requeued() {
+    if !can_run("gpu_job_on_a_node_missing_its_device_drains_the_node_and_is_requeued") {
         return;
     }
     let dev = fake_dev(2);
@@ -150,16 +153,26 @@ fn gpu_job_on_a_node_missing_its_device_fails_at_once_with_the_reason() {
     std::fs::remove_file(dev.path().join("nvidia0")).unwrap();
     let alice = user("wharf-alice");
     let id = submitted_id(&c.wharf_as(&alice, &["submit", "--gpus", "1", "--wrap", "true"]));
-    let job = c.wait_done(id, Duration::from_secs(10));
-    assert_eq!(job["state"], "FAILED", "{job}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let (node, job) = loop {
+        let nodes: serde_json::Value =
+            serde_json::from_slice(&c.wharf(&["nodes", "--json"]).stdout).unwrap();
+        let node = nodes["nodes"][0].clone();
+        let job = c.job(id);
+        if node["state"] == "DRAIN" && job["restarts"] == 1 {
+            break (node, job);
+        }
+        assert!(std::time::Instant::now() < deadline, "{node}\n{job}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let reason = node["reason"].as_str().unwrap();
     assert!(
-        job["reason"]
-            .as_str()
-            .unwrap()
-            .contains("GPU 0 was allocated but"),
-        "{job}"
+        reason.contains("(device)") && reason.contains("GPU 0 was allocated but"),
+        "{node}"
     );
+    assert_eq!(job["state"], "PENDING", "{job}");
     assert!(job["start_time"].is_null(), "{job}");
+    assert!(c.wharf(&["cancel", &id.to_string()]).status.success());
 }
 
 #[test]

@@ -9,6 +9,7 @@ mod admin;
 mod agent_reports;
 mod connections;
 mod durability;
+mod faults;
 mod flags;
 mod gang;
 mod gpu;

@@ -129,7 +129,7 @@ pub(crate) fn fetch_token(
         Ok(r) => r,
         Err(ureq::Error::Status(code @ (401 | 403), _)) => {
             return Err(ImageError::new(
-                ErrorKind::PermissionDenied,
+                ErrorKind::Refused,
                 format!(
                     "the registry's token service {realm} refused {} (HTTP {code})",
                     if creds.is_some() {
@@ -142,7 +142,7 @@ pub(crate) fn fetch_token(
         }
         Err(e) => {
             return Err(ImageError::new(
-                ErrorKind::Unavailable,
+                ErrorKind::Unreachable,
                 format!("asking {realm} for a token: {e}"),
             ))
         }
@@ -159,7 +159,7 @@ pub(crate) fn fetch_token(
     )
     .map_err(|e| {
         ImageError::new(
-            ErrorKind::Unavailable,
+            ErrorKind::Unreachable,
             format!("reading a token from {realm}: {e}"),
         )
     })?;

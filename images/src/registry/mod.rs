@@ -204,7 +204,7 @@ impl Registry {
         resp.into_reader()
             .take(max + 1)
             .read_to_end(&mut bytes)
-            .map_err(|e| ImageError::new(ErrorKind::Unavailable, format!("reading {what}: {e}")))?;
+            .map_err(|e| ImageError::new(ErrorKind::Unreachable, format!("reading {what}: {e}")))?;
         if bytes.len() as u64 > max {
             return Err(ImageError::invalid(format!(
                 "{what} is larger than {max} bytes; refused"
@@ -292,7 +292,7 @@ impl Registry {
             Some(Challenge::Basic) => match &self.creds {
                 Some(c) => Ok(c.basic()),
                 None => Err(ImageError::new(
-                    ErrorKind::PermissionDenied,
+                    ErrorKind::Refused,
                     format!(
                         "{what}: the registry requires credentials, and the node has none for \
                          it ([images] auth_file)"
@@ -300,7 +300,7 @@ impl Registry {
                 )),
             },
             None => Err(ImageError::new(
-                ErrorKind::PermissionDenied,
+                ErrorKind::Refused,
                 format!("{what}: the registry refused access without saying how to authenticate"),
             )),
         }
@@ -313,9 +313,10 @@ impl Registry {
                 let reason = registry_reason(resp);
                 let kind = match code {
                     404 => ErrorKind::NotFound,
-                    401 | 403 => ErrorKind::PermissionDenied,
+                    401 | 403 => ErrorKind::Refused,
+                    429 => ErrorKind::Unreachable,
                     400..=499 => ErrorKind::InvalidInput,
-                    _ => ErrorKind::Unavailable,
+                    _ => ErrorKind::Unreachable,
                 };
                 let hint = match code {
                     401 => ": the credentials were refused",
@@ -324,7 +325,7 @@ impl Registry {
                 ImageError::new(kind, format!("{what}: HTTP {code}{hint}{reason}"))
             }
             ureq::Error::Transport(t) => ImageError::new(
-                ErrorKind::Unavailable,
+                ErrorKind::Unreachable,
                 format!("{what}: cannot reach the registry: {t}"),
             ),
         }
@@ -409,7 +410,7 @@ impl Read for Download {
             }
             if !why.is_empty() {
                 return Err(ImageError::new(
-                    ErrorKind::Unavailable,
+                    ErrorKind::Unreachable,
                     format!(
                         "downloading {} broke off after {} bytes and {} attempts to resume: \
                          {why}",

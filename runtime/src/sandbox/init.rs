@@ -33,6 +33,7 @@ use super::plan::{
 use crate::as_user::BindTree;
 use crate::sandbox::rootfs::{mkdir_in_root, open_in_root, touch_in_root};
 use crate::sys::{self, ATTR_NODEV, ATTR_NOEXEC, ATTR_NOSUID, ATTR_RDONLY};
+use wharf_api::fault::FaultCode;
 
 /// The descriptors the init is given.
 #[derive(Debug)]
@@ -54,6 +55,33 @@ fn fail(what: impl std::fmt::Display, e: impl std::fmt::Display) -> Failed {
     format!("{what}: {e}")
 }
 
+/// Separates a reason's fault code from its words on the report pipe.
+pub(super) const CODE_END: char = '\u{1f}';
+
+/// `why`, classified as `code` unless a step inside classified it already.
+fn coded(code: FaultCode, why: Failed) -> Failed {
+    if split_code(&why).0.is_some() {
+        return why;
+    }
+    format!("{code}{CODE_END}{why}")
+}
+
+/// A failed step of the node's own part of the sandbox.
+fn node(why: Failed) -> Failed {
+    coded(FaultCode::Sandbox, why)
+}
+
+/// A reason's fault code (when it has one) and its words.
+pub(super) fn split_code(why: &str) -> (Option<FaultCode>, &str) {
+    match why.split_once(CODE_END) {
+        Some((code, rest)) => match FaultCode::parse(code) {
+            Some(code) => (Some(code), rest),
+            None => (None, why),
+        },
+        None => (None, why),
+    }
+}
+
 /// The init's whole life. Never returns: it execs the job's program or exits 127 with the
 /// reason written to `report`.
 pub(super) fn run(plan: &Plan, io: &InitIo, go: OwnedFd, report: OwnedFd) -> ! {
@@ -61,12 +89,19 @@ pub(super) fn run(plan: &Plan, io: &InitIo, go: OwnedFd, report: OwnedFd) -> ! {
     // a reason like any other.
     let why =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match setup(plan, io, go) {
-            Ok(()) => exec(plan),
+            Ok(()) => coded(FaultCode::Command, exec(plan)),
             Err(why) => why,
         }))
         .unwrap_or_else(|_| "internal error while building the sandbox (a panic)".into());
     // The shim reads at most MAX_MESSAGE bytes of it; a longer reason would be cut there.
-    let why = wharf_api::text::bound_message(why);
+    // The code goes first, untouched by the bound; a reason nobody classified is the job's.
+    let (code, words) = split_code(&why);
+    let code = code.unwrap_or(FaultCode::Other);
+    let words = wharf_api::text::bounded(words, wharf_api::text::MAX_MESSAGE - 32);
+    let why = format!(
+        "{code}{CODE_END}{}",
+        wharf_api::text::bound_message(words.into_owned())
+    );
     let _ = nix::unistd::write(&report, why.as_bytes());
     // SAFETY: leaving the cloned child without running the parent's destructors.
     unsafe { libc::_exit(127) }
@@ -77,34 +112,34 @@ fn setup(plan: &Plan, io: &InitIo, go: OwnedFd) -> Result<(), Failed> {
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
     // Nobody may ptrace it (and take the shim's descriptors it still holds) before the exec,
     // which makes it dumpable again, whatever fs.suid_dumpable says.
-    nix::sys::prctl::set_dumpable(false).map_err(|e| fail("PR_SET_DUMPABLE", e))?;
+    nix::sys::prctl::set_dumpable(false).map_err(|e| node(fail("PR_SET_DUMPABLE", e)))?;
     wait_for(&go, super::BUILD);
     // A session of its own, as a batch job's leader: no controlling terminal, and nothing
     // sent to the shim's process group reaches it.
-    nix::unistd::setsid().map_err(|e| fail("setsid", e))?;
+    nix::unistd::setsid().map_err(|e| node(fail("setsid", e)))?;
     // Root of the user namespace (an unprivileged id outside), so that what it makes in its
     // own filesystems has a mapped owner.
     nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0))
-        .map_err(|e| fail("becoming root of the user namespace (setresgid)", e))?;
-    nix::unistd::setgroups(&[]).map_err(|e| fail("clearing groups", e))?;
+        .map_err(|e| node(fail("becoming root of the user namespace (setresgid)", e)))?;
+    nix::unistd::setgroups(&[]).map_err(|e| node(fail("clearing groups", e)))?;
     nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0))
-        .map_err(|e| fail("becoming root of the user namespace (setresuid)", e))?;
+        .map_err(|e| node(fail("becoming root of the user namespace (setresuid)", e)))?;
     let root = sys::open_fd(&plan.root, OFlag::O_PATH | OFlag::O_DIRECTORY)
-        .map_err(|e| fail(plan.root.display(), e))?;
+        .map_err(|e| node(fail(plan.root.display(), e)))?;
     for m in &plan.mounts {
         mount_one(&root, m, &io.trees)?;
     }
-    dev_symlinks(&root)?;
+    dev_symlinks(&root).map_err(node)?;
     for path in MASKED_PATHS {
-        mask(&root, path)?;
+        mask(&root, path).map_err(node)?;
     }
     for path in READONLY_PATHS {
-        read_only(&root, path)?;
+        read_only(&root, path).map_err(node)?;
     }
-    pivot(&root)?;
-    nix::unistd::sethostname(&plan.hostname).map_err(|e| fail("setting the hostname", e))?;
+    pivot(&root).map_err(node)?;
+    nix::unistd::sethostname(&plan.hostname).map_err(|e| node(fail("setting the hostname", e)))?;
     for (fd, target) in [(&io.stdin, 0), (&io.stdout, 1), (&io.stderr, 2)] {
-        sys::dup_to(fd.as_raw_fd(), target).map_err(|e| fail("setting up stdio", e))?;
+        sys::dup_to(fd.as_raw_fd(), target).map_err(|e| node(fail("setting up stdio", e)))?;
     }
     if let Some(fd) = io.timeline {
         crate::timeline::mark_fd(fd, "built");
@@ -112,13 +147,15 @@ fn setup(plan: &Plan, io: &InitIo, go: OwnedFd) -> Result<(), Failed> {
     // The shim has put this process in the job's cgroup by now, or does so before it says go.
     wait_for(&go, super::START);
     drop(go);
-    become_the_user(plan)?;
-    crate::sandbox::seccomp::load().map_err(|e| fail("loading the seccomp profile", e))?;
-    nix::unistd::chdir(plan.cwd.as_str())
-        .map_err(|e| fail(format!("entering the working directory {}", plan.cwd), e))?;
+    become_the_user(plan).map_err(node)?;
+    crate::sandbox::seccomp::load().map_err(|e| node(fail("loading the seccomp profile", e)))?;
+    nix::unistd::chdir(plan.cwd.as_str()).map_err(|e| {
+        let why = fail(format!("entering the working directory {}", plan.cwd), e);
+        coded(FaultCode::Workdir, why)
+    })?;
     sys::default_signals();
     // Nothing of the shim's reaches the job: every descriptor but stdio closes at exec.
-    sys::close_from(3, true).map_err(|e| fail("closing descriptors", e))?;
+    sys::close_from(3, true).map_err(|e| node(fail("closing descriptors", e)))?;
     Ok(())
 }
 
@@ -326,8 +363,26 @@ fn lands_at(root: &OwnedFd, at: &OwnedFd) -> Result<String, Failed> {
         .ok_or_else(|| format!("mount point {at_name} lies outside the root"))
 }
 
+/// Mounts `m`: a failure is the user's where they chose the bind (`--mount`), the node's for
+/// its own filesystems and binds.
 fn mount_one(root: &OwnedFd, m: &Mount, trees: &[BindTree]) -> Result<(), Failed> {
-    let at = target(root, m)?;
+    let users = matches!(m.source, Source::Opened { .. });
+    let code = if users {
+        FaultCode::Mount
+    } else {
+        FaultCode::Sandbox
+    };
+    let at = target(root, m).map_err(|why| {
+        if users {
+            coded(FaultCode::Mount, why)
+        } else {
+            why
+        }
+    })?;
+    mount_source(root, m, &at, trees).map_err(|why| coded(code, why))
+}
+
+fn mount_source(root: &OwnedFd, m: &Mount, at: &OwnedFd, trees: &[BindTree]) -> Result<(), Failed> {
     match &m.source {
         Source::Fs {
             fstype,
@@ -335,7 +390,7 @@ fn mount_one(root: &OwnedFd, m: &Mount, trees: &[BindTree]) -> Result<(), Failed
             data,
         } => mount(
             Some(*fstype),
-            fd_path(&at).as_str(),
+            fd_path(at).as_str(),
             Some(*fstype),
             *flags,
             Some(data.as_str()),
@@ -346,7 +401,7 @@ fn mount_one(root: &OwnedFd, m: &Mount, trees: &[BindTree]) -> Result<(), Failed
                 .map_err(|e| fail(format!("binding {}", host.display()), e))?;
             sys::set_attrs(&tree, *attrs)
                 .map_err(|e| fail(format!("restricting {}", host.display()), e))?;
-            sys::move_tree(&tree, &at)
+            sys::move_tree(&tree, at)
                 .map_err(|e| fail(format!("binding {} at {}", host.display(), m.path), e))
         }
         Source::Written { contents } => {
@@ -372,7 +427,7 @@ fn mount_one(root: &OwnedFd, m: &Mount, trees: &[BindTree]) -> Result<(), Failed
                 .map(|t| &t.tree)
                 .ok_or_else(|| format!("internal error: no source opened for {}", m.path))?;
             sys::set_attrs(tree, *attrs).map_err(|e| fail(format!("restricting {}", m.path), e))?;
-            sys::move_tree(tree, &at).map_err(|e| fail(format!("binding at {}", m.path), e))
+            sys::move_tree(tree, at).map_err(|e| fail(format!("binding at {}", m.path), e))
         }
     }
 }
@@ -440,6 +495,23 @@ fn pivot(root: &OwnedFd) -> Result<(), Failed> {
 #[cfg(test)]
 mod tests {
     use super::candidates;
+    use super::{coded, node, split_code, FaultCode};
+
+    #[test]
+    fn a_reason_keeps_the_innermost_code() {
+        let why = coded(FaultCode::Mount, "binding at /data: EACCES".into());
+        assert_eq!(
+            split_code(&why),
+            (Some(FaultCode::Mount), "binding at /data: EACCES")
+        );
+        // A step around it does not reclassify it.
+        assert_eq!(split_code(&node(why.clone())).0, Some(FaultCode::Mount));
+        assert_eq!(
+            split_code(&node("setsid: EPERM".into())).0,
+            Some(FaultCode::Sandbox)
+        );
+        assert_eq!(split_code("plain words"), (None, "plain words"));
+    }
 
     #[test]
     fn bare_names_are_looked_up_like_execvp() {

@@ -58,6 +58,7 @@ pub(crate) use cgroup_setup::JobCgroup;
 pub(crate) use init::InitIo;
 pub(crate) use plan::Plan;
 
+use wharf_api::fault::FaultCode;
 use wharf_api::text::MAX_MESSAGE;
 
 use crate::error::{ErrorKind, RuntimeError};
@@ -125,6 +126,7 @@ pub(crate) fn spawn(
             ErrorKind::Unavailable,
             format!("creating the container's namespaces (clone3): {e} (are user namespaces enabled: user.max_user_namespaces?)"),
         )
+        .with_code(FaultCode::Namespaces)
     })?;
     match cloned {
         Cloned::Child => {
@@ -182,10 +184,14 @@ impl Init {
     /// Writes the init's id maps (from outside, as real root: any number of lines).
     pub(crate) fn map_ids(&self, uid_map: &str, gid_map: &str) -> Result<(), RuntimeError> {
         let proc = PathBuf::from(format!("/proc/{}", self.pid));
-        std::fs::write(proc.join("uid_map"), uid_map)
-            .map_err(|e| RuntimeError::io(format!("writing uid_map {uid_map:?}"), e))?;
-        std::fs::write(proc.join("gid_map"), gid_map)
-            .map_err(|e| RuntimeError::io(format!("writing gid_map {gid_map:?}"), e))
+        std::fs::write(proc.join("uid_map"), uid_map).map_err(|e| {
+            RuntimeError::io(format!("writing uid_map {uid_map:?}"), e)
+                .with_code(FaultCode::Namespaces)
+        })?;
+        std::fs::write(proc.join("gid_map"), gid_map).map_err(|e| {
+            RuntimeError::io(format!("writing gid_map {gid_map:?}"), e)
+                .with_code(FaultCode::Namespaces)
+        })
     }
 
     /// Lets the init build the sandbox (mounts, pivot_root); it then waits for
@@ -215,10 +221,7 @@ impl Init {
             },
             Report::Failed(why) => {
                 let _ = waitpid(self.pid, None);
-                Err(RuntimeError::new(
-                    ErrorKind::Unavailable,
-                    format!("starting the container: {why}"),
-                ))
+                Err(init_failed(&why))
             }
             Report::GaveUp => {
                 let _ = kill(self.pid, Signal::SIGKILL);
@@ -233,10 +236,7 @@ impl Init {
     pub(crate) fn explain(&mut self, e: RuntimeError) -> RuntimeError {
         if self.exits_within(0) {
             if let Ok(Report::Failed(why)) = self.read_report(&|| false) {
-                return RuntimeError::new(
-                    ErrorKind::Unavailable,
-                    format!("starting the container: {why}"),
-                );
+                return init_failed(&why);
             }
         }
         e
@@ -312,5 +312,51 @@ impl Init {
 impl Drop for Init {
     fn drop(&mut self) {
         self.abort();
+    }
+}
+
+/// The init's reason as an error: the fault code it put first, its words after.
+fn init_failed(why: &str) -> RuntimeError {
+    let (code, words) = init::split_code(why);
+    let e = RuntimeError::new(
+        ErrorKind::Unavailable,
+        format!("starting the container: {words}"),
+    );
+    match code {
+        // A full disk is the node's whatever the step.
+        Some(FaultCode::Other) | None if crate::error::is_disk_full(words) => {
+            e.with_code(FaultCode::DiskFull)
+        }
+        Some(code) => e.with_code(code),
+        None => e,
+    }
+}
+
+#[cfg(test)]
+mod fault_tests {
+    use super::*;
+
+    #[test]
+    fn the_inits_reason_carries_its_code_and_a_full_disk_is_the_nodes() {
+        let sep = init::CODE_END;
+        let e = init_failed(&format!("command{sep}command not found in the image: x"));
+        assert_eq!(e.code, Some(FaultCode::Command));
+        assert_eq!(
+            e.message,
+            "starting the container: command not found in the image: x"
+        );
+        let e = init_failed(&format!("sandbox{sep}pivot_root: EINVAL"));
+        assert_eq!(e.fault().kind, wharf_api::fault::FaultKind::Node);
+        let e = init_failed(&format!(
+            "other{sep}mount point /x: No space left on device"
+        ));
+        assert_eq!(e.code, Some(FaultCode::DiskFull));
+        // No code (an init of another version): the words whole, the job's fault.
+        let e = init_failed("something");
+        assert_eq!((e.code, e.fault().code), (None, FaultCode::Other));
+        // A code nobody knows is not taken for one.
+        let e = init_failed(&format!("cosmic{sep}ray"));
+        assert_eq!(e.code, None);
+        assert!(e.message.ends_with(&format!("cosmic{sep}ray")));
     }
 }

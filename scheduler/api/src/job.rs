@@ -902,6 +902,10 @@ pub struct ExitInfo {
     pub cancelled: bool,
     /// Why it could not start, or other words from the agent.
     pub message: Option<String>,
+    /// When it could not start: whose fault that was and the step that failed (an older
+    /// agent sends none; the job then fails as it did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<crate::fault::LaunchFault>,
     /// What it used, as its node measured it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::usage::JobUsage>,
@@ -996,7 +1000,16 @@ pub struct JobRecord {
     /// never be taken for the next one's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requeued_from: Vec<String>,
+    /// How many of its launches failed through no fault of its own (a node fault, an outage):
+    /// it is requeued after each, up to [`MAX_LAUNCH_FAULTS`] (public).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub launch_faults: u32,
 }
+
+/// How many failed launches that were not the job's fault requeue it; the next one ends it
+/// (NODE_FAIL for a node fault, FAILED for an outage). A failure misread as a node's thus
+/// drains at most this many nodes for one job.
+pub const MAX_LAUNCH_FAULTS: u32 = 3;
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
@@ -1034,6 +1047,19 @@ pub enum Stop {
         /// Back to the queue (else it ends NODE_FAIL).
         requeue: bool,
     },
+    /// A rank's launch failed through no fault of the job (a node fault: the node is drained;
+    /// or an outage): the ranks on the other nodes are stopped, and the job is requeued when
+    /// it allows it, else it ends NODE_FAIL (node) or FAILED (outage).
+    LaunchFault {
+        /// The node.
+        node: String,
+        /// The rank whose launch failed.
+        rank: u32,
+        /// Whose fault, and the step that failed.
+        fault: crate::fault::LaunchFault,
+        /// Back to the queue.
+        requeue: bool,
+    },
 }
 
 impl Stop {
@@ -1044,6 +1070,7 @@ impl Stop {
             Stop::Requeue { .. } => true,
             Stop::RankFailed { .. } => false,
             Stop::NodeLost { requeue, .. } => *requeue,
+            Stop::LaunchFault { requeue, .. } => *requeue,
         }
     }
 }
@@ -1055,6 +1082,9 @@ impl std::fmt::Display for Stop {
             Stop::Requeue { by_user } => write!(f, "requeued by {by_user}"),
             Stop::RankFailed { node, rank } => write!(f, "rank {rank} on node {node} failed"),
             Stop::NodeLost { node, .. } => write!(f, "node {node} stopped responding"),
+            Stop::LaunchFault {
+                node, rank, fault, ..
+            } => write!(f, "launch of rank {rank} on node {node} failed ({fault})"),
         }
     }
 }
@@ -1093,6 +1123,7 @@ impl JobRecord {
             stop: None,
             requeued_from: vec![],
             port: None,
+            launch_faults: 0,
         }
     }
 
@@ -1123,6 +1154,7 @@ impl JobRecord {
             stop: self.stop.clone(),
             requeued_from: self.requeued_from.clone(),
             port: self.port,
+            launch_faults: self.launch_faults,
         }
     }
 }

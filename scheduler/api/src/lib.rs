@@ -8,6 +8,7 @@ pub mod admin;
 pub mod alloc;
 pub mod array;
 pub mod dependency;
+pub mod fault;
 pub mod features;
 pub mod forms;
 pub mod hostlist;
@@ -23,6 +24,7 @@ pub mod usage;
 pub mod wire;
 
 pub use alloc::NodeAlloc;
+pub use fault::{FaultCode, FaultKind, LaunchFault};
 pub use forms::{Begin, Hold};
 pub use job::{
     ExitInfo, JobDefaults, JobId, JobRecord, JobRequest, JobSpec, JobState, Owner, PriorityView,

@@ -140,6 +140,9 @@ pub enum NodeState {
     Up,
     /// Silent for longer than the node timeout.
     Down,
+    /// Heartbeating, keeps its running jobs, takes no new ones: a launch found the node at
+    /// fault, or an admin drained it (`wharf nodes --drain`); `reason` says why.
+    Drain,
 }
 
 impl NodeState {
@@ -148,6 +151,7 @@ impl NodeState {
         match self {
             NodeState::Up => "UP",
             NodeState::Down => "DOWN",
+            NodeState::Drain => "DRAIN",
         }
     }
 }
@@ -168,6 +172,13 @@ pub struct NodeRecord {
     /// Images in the node's store.
     #[serde(default)]
     pub images: Vec<String>,
+    /// Why it is drained (as Slurm's `Reason=`), with who or what drained it; a drained node
+    /// that is down keeps its reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When it was drained, ms since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drained_since: Option<u64>,
 }
 
 #[cfg(test)]

@@ -92,6 +92,28 @@ pub struct NodeList {
     pub nodes: Vec<NodeRecord>,
 }
 
+/// `POST /v1/nodes/{name}/state` (admins): drain a node with a reason, or resume it. Answered
+/// with the node's record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeStateRequest {
+    /// What to do.
+    pub state: NodeStateChange,
+    /// Why (a drain needs one; a resume takes none).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// A change of a node's state asked for by an admin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeStateChange {
+    /// Keep its running jobs, start no new ones.
+    Drain,
+    /// Take new jobs again.
+    Resume,
+}
+
 /// `GET /v1/whoami`: how the controller sees the caller.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WhoAmI {

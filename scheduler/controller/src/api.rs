@@ -107,6 +107,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/acct", get(acct))
         .route("/v1/report", get(report))
         .route("/v1/nodes", get(nodes))
+        .route("/v1/nodes/{name}/state", post(node_state))
         .route("/v1/admin/change", post(admin_change))
         .route("/v1/admin/associations", get(associations))
         .route("/v1/admin/audit", get(audit))
@@ -477,6 +478,21 @@ async fn nodes(
     Ok(Json(NodeList {
         nodes: with_cluster(&s, |cl, _| Ok(cl.nodes())).await?,
     }))
+}
+
+/// `wharf nodes --drain/--resume` (admins).
+async fn node_state(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(name): Path<String>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<wharf_api::NodeRecord> {
+    let c = caller(&s, &peer)?;
+    let req: wharf_api::wire::NodeStateRequest = body(&s, bytes)?;
+    let node = with_cluster(&s, move |cl, now| cl.set_node_state(&c, &name, &req, now)).await?;
+    // A resumed node may take pending jobs now.
+    s.wake_scheduler();
+    Ok(Json(node))
 }
 
 /// `wharf admin ... add|modify|rm`: one association change, audited.

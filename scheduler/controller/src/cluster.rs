@@ -19,6 +19,7 @@ mod access;
 pub mod acct;
 mod admin;
 mod array;
+mod drain;
 mod forms;
 mod gang;
 mod requeue;
@@ -73,6 +74,8 @@ struct NodeEntry {
     images: BTreeSet<String>,
     last_seen: u64,
     up: bool,
+    /// Drained: takes no new jobs.
+    drain: Option<drain::Drain>,
 }
 
 /// Jobs and nodes.
@@ -150,12 +153,18 @@ impl Cluster {
         ledger: Option<(Box<dyn crate::ledger::Ledger>, &str)>,
     ) -> Result<Cluster, StoreError> {
         let jobs = table::Jobs::new(store.active_jobs()?);
+        let mut drains: BTreeMap<String, drain::Drain> = store
+            .drains()?
+            .into_iter()
+            .map(|(name, reason, since)| (name, drain::Drain { reason, since }))
+            .collect();
         let nodes = store
             .nodes()?
             .into_iter()
             .map(|(info, seen)| {
                 // Give every node a full timeout to reconnect after a controller restart.
                 let entry = NodeEntry {
+                    drain: drains.remove(&info.name),
                     info,
                     images: BTreeSet::new(),
                     last_seen: now.max(seen),
@@ -321,11 +330,17 @@ impl Cluster {
                 });
                 NodeRecord {
                     info: n.info.clone(),
-                    state: if n.up { NodeState::Up } else { NodeState::Down },
+                    state: match (n.up, &n.drain) {
+                        (false, _) => NodeState::Down,
+                        (true, Some(_)) => NodeState::Drain,
+                        (true, None) => NodeState::Up,
+                    },
                     last_seen: n.last_seen,
                     allocated,
                     jobs: jobs.len() as u32,
                     images: n.images.iter().cloned().collect(),
+                    reason: n.drain.as_ref().map(|d| d.reason.clone()),
+                    drained_since: n.drain.as_ref().map(|d| d.since),
                 }
             })
             .collect()
@@ -350,10 +365,12 @@ impl Cluster {
             )
         })?;
         self.store.upsert_node(&info, now)?;
-        let images = self
+        // A registration keeps what the controller knew: its images until its next report,
+        // and a drain until an admin resumes it (an agent restart does not mend a node).
+        let (images, drain) = self
             .nodes
             .remove(&info.name)
-            .map(|n| n.images)
+            .map(|n| (n.images, n.drain))
             .unwrap_or_default();
         self.nodes.insert(
             info.name.clone(),
@@ -362,6 +379,7 @@ impl Cluster {
                 images,
                 last_seen: now,
                 up: true,
+                drain,
             },
         );
         Ok(())
@@ -385,6 +403,7 @@ impl Cluster {
         let mut changed = Vec::new();
         let mut forget = Vec::new();
         let mut charge = Vec::new();
+        let mut drain = None;
         for (id, aj) in &reported {
             let ours = self
                 .jobs
@@ -398,6 +417,10 @@ impl Cluster {
                         continue; // taken in already (a report repeated, or its node lost)
                     }
                     let end = aj.end_time.unwrap_or(now);
+                    // A launch that failed through the node's fault drains the node.
+                    if aj.start_time.is_none() {
+                        drain = drain.or_else(|| drain::fault_reason(*id, exit));
+                    }
                     let job = gang::rank_ended(job.clone(), rank, exit.clone(), aj.start_time, end);
                     let settled = self.settle(job, now);
                     charge.extend(settled.charge);
@@ -453,6 +476,9 @@ impl Cluster {
             let settled = self.settle(job, now);
             charge.extend(settled.charge);
             changed.push(settled.job);
+        }
+        if let Some(reason) = drain {
+            self.drain(node, &reason, now)?;
         }
         self.charge_requeued(&charge);
         let wake = stopping_nodes(&changed, node);

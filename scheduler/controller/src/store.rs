@@ -51,6 +51,11 @@ CREATE TABLE IF NOT EXISTS nodes (
     info      TEXT NOT NULL,
     last_seen INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS node_drains (
+    name   TEXT PRIMARY KEY,
+    reason TEXT NOT NULL,
+    since  INTEGER NOT NULL
+);
 ";
 
 /// The controller's database.
@@ -326,6 +331,42 @@ impl Store {
             params![info.name, serde_json::to_string(info)?, now as i64],
         )?;
         Ok(())
+    }
+
+    /// Drains node `name` (replacing an earlier reason), or resumes it when `drain` is
+    /// `None`.
+    pub fn set_drain(&mut self, name: &str, drain: Option<(&str, u64)>) -> Result<(), StoreError> {
+        match drain {
+            Some((reason, since)) => self.conn.execute(
+                "INSERT INTO node_drains (name, reason, since) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(name) DO UPDATE SET reason = excluded.reason, since = excluded.since",
+                params![name, reason, since as i64],
+            )?,
+            None => self
+                .conn
+                .execute("DELETE FROM node_drains WHERE name = ?1", [name])?,
+        };
+        Ok(())
+    }
+
+    /// Every drained node: name, reason and since when.
+    pub fn drains(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT name, reason, since FROM node_drains ORDER BY name")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (name, reason, since) = row?;
+            out.push((name, reason, since as u64));
+        }
+        Ok(out)
     }
 
     /// Every registered node with its last heartbeat.

@@ -52,7 +52,9 @@ pub fn public_reason(job: &JobRecord) -> Option<String> {
             None => "preempted".into(),
         }),
         JobState::NodeFail => Some(match (&job.stop, job.first_node()) {
-            (Some(stop @ Stop::NodeLost { .. }), _) => stop.to_string(),
+            (Some(stop @ (Stop::NodeLost { .. } | Stop::LaunchFault { .. })), _) => {
+                stop.to_string()
+            }
             (_, Some(n)) => format!("node {n} failed or lost the job"),
             (_, None) => "its node failed".into(),
         }),

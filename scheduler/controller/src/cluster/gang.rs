@@ -5,6 +5,8 @@
 //!   every rank's node has confirmed its start ─────────────────▶ job RUNNING
 //!   a rank ends badly (exit ≠ 0, signal, OOM, time limit)  ──▶ stop RankFailed: kill the rest
 //!   a node stops answering                                  ──▶ stop NodeLost: kill the rest
+//!   a launch fails by its node's fault (or an outage)       ──▶ stop LaunchFault: kill the
+//!       rest; then requeued (NODE_FAIL, or FAILED for an outage, when it may not be)
 //!   cancel, preemption, `wharf requeue`                     ──▶ kill every rank
 //!   every rank has ended (or its node is lost)              ──▶ the job ends (or is requeued):
 //!       COMPLETED when every rank exited 0; otherwise as the deciding rank ended (the one that
@@ -17,6 +19,8 @@
 
 use std::collections::BTreeSet;
 
+use wharf_api::fault::FaultKind;
+use wharf_api::job::MAX_LAUNCH_FAULTS;
 use wharf_api::usage::JobUsage;
 use wharf_api::wire::{KillOrder, LaunchOrder, Peer, Rendezvous};
 use wharf_api::{ExitInfo, JobId, JobRecord, JobState, Stop};
@@ -44,7 +48,9 @@ pub(super) fn rank_started(mut job: JobRecord, rank: usize, at: u64) -> JobRecor
 }
 
 /// Rank `rank` has ended as `exit` says, at `end`. When it ended badly and nothing stops the
-/// job yet, its other ranks are to be stopped ([`Stop::RankFailed`]).
+/// job yet, its other ranks are to be stopped: [`Stop::LaunchFault`] when its launch failed
+/// through no fault of the job's (the job goes back to the queue, up to
+/// [`MAX_LAUNCH_FAULTS`] times, when it allows it), else [`Stop::RankFailed`] for a gang.
 pub(super) fn rank_ended(
     mut job: JobRecord,
     rank: usize,
@@ -54,12 +60,34 @@ pub(super) fn rank_ended(
 ) -> JobRecord {
     exit.message = exit.message.map(wharf_api::text::bound_message);
     let failed = exit.final_state() != JobState::Completed;
+    // Only a launch can fail by a fault: a rank that ran ended as its job did.
+    let fault = exit
+        .fault
+        .filter(|f| f.kind != FaultKind::Job && start.is_none());
     let alloc = &mut job.allocs[rank];
     alloc.start_time = alloc.start_time.or(start);
     alloc.end_time = Some(end);
     alloc.exit = Some(exit);
     let node = alloc.node.clone();
-    if failed && job.allocs.len() > 1 && job.stop.is_none() && !job.cancel_requested {
+    let free = job.stop.is_none() && !job.cancel_requested;
+    if let (Some(fault), true) = (fault, free) {
+        let allowed = job.spec.as_ref().is_none_or(|s| s.requeue);
+        let requeue = allowed && job.launch_faults < MAX_LAUNCH_FAULTS;
+        job.launch_faults += 1;
+        let stop = Stop::LaunchFault {
+            node,
+            rank: rank as u32,
+            fault,
+            requeue,
+        };
+        tracing::info!(job = job.id, %stop, requeue, "launch failed through no fault of the job");
+        job.reason = Some(if job.allocs.len() > 1 {
+            format!("{stop}; stopping the other ranks")
+        } else {
+            stop.to_string()
+        });
+        job.stop = Some(stop);
+    } else if failed && job.allocs.len() > 1 && free {
         let stop = Stop::RankFailed {
             node,
             rank: rank as u32,
@@ -246,6 +274,30 @@ impl Cluster {
                     charge,
                 };
             }
+            Some(stop @ Stop::LaunchFault { .. }) if !cancelled => {
+                let Stop::LaunchFault { fault, .. } = stop else {
+                    unreachable!("matched just above")
+                };
+                if stop.requeues() {
+                    return Settled {
+                        job: requeue::stopped(ended.clone(), &stop, up),
+                        charge: Some(ended),
+                    };
+                }
+                let why_not = if ended.spec.as_ref().is_some_and(|s| !s.requeue) {
+                    "it was submitted with --no-requeue".to_string()
+                } else {
+                    format!("after {} failed launches", ended.launch_faults)
+                };
+                if fault.kind == FaultKind::Node {
+                    ended.state = JobState::NodeFail;
+                } else {
+                    ended.state = JobState::Failed;
+                }
+                let words = exit.message.as_deref().unwrap_or("no reason given");
+                ended.reason = Some(format!("{stop}: {words}; not requeued: {why_not}"));
+                ended.stop = Some(stop);
+            }
             Some(stop @ Stop::RankFailed { .. }) => {
                 if gang && matches!(ended.state, JobState::Failed | JobState::OutOfMemory) {
                     ended.reason = ended
@@ -270,6 +322,7 @@ fn deciding_rank(job: &JobRecord) -> usize {
     let named = match &job.stop {
         Some(Stop::RankFailed { rank, .. }) => Some(*rank as usize),
         Some(Stop::NodeLost { node, .. }) => job.rank_on(node).map(|r| r as usize),
+        Some(Stop::LaunchFault { rank, .. }) => Some(*rank as usize),
         _ => None,
     };
     let exits: Vec<ExitInfo> = job

@@ -187,6 +187,8 @@ impl Cluster {
                 node.features = n.info.features.clone();
                 if !n.up {
                     node.state = SchedNodeState::Down;
+                } else if n.drain.is_some() {
+                    node.state = SchedNodeState::Drain;
                 }
                 node
             })
