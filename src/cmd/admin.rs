@@ -48,6 +48,10 @@ pub struct Limits {
     /// MaxTRESPerJob, e.g. gpu=8.
     #[arg(long, value_name = "TRES")]
     max_tres_per_job: Option<String>,
+    /// GrpTRESMins: a budget per period in TRES-minutes of all its jobs together, e.g.
+    /// gpu=6000,billing=100000 (cpu, gpu, billing; TRES=none clears one).
+    #[arg(long, value_name = "TRES=MINUTES")]
+    grp_tres_mins: Option<String>,
 }
 
 /// Any setting by its key (`--set billing_gpu=10`); docs/configuration.md lists them.
@@ -285,6 +289,7 @@ impl Settings {
             .opt("max_jobs", &l.max_jobs)
             .opt("max_submit_jobs", &l.max_submit_jobs)
             .opt("max_tres_per_job", &l.max_tres_per_job)
+            .opt("grp_tres_mins", &l.grp_tres_mins)
     }
 
     fn extra(&mut self, e: &Extra) -> Result<&mut Self> {

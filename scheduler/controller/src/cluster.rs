@@ -19,6 +19,7 @@ mod access;
 pub mod acct;
 mod admin;
 mod array;
+mod budget;
 mod forms;
 mod gang;
 mod requeue;
@@ -101,6 +102,8 @@ pub struct Cluster {
     /// Fair-share usage: rebuilt at start from the ledger's most recent runs, then charged as
     /// runs end.
     usage: UsageLedger,
+    /// What runs that ended in the current budget period used (account budgets).
+    budgets: budget::Budgets,
     /// How a submitting user's Unix groups are found (partitions' AllowGroups).
     groups: crate::groups::GroupLookup,
     /// Waiters on jobs' states, woken by every commit.
@@ -193,6 +196,7 @@ impl Cluster {
             usage: UsageLedger::new(sched.half_life),
             sched,
             scheduler: Scheduler::default(),
+            budgets: budget::Budgets::default(),
             groups: crate::groups::unix_groups,
             watch: JobWatch::default(),
         };

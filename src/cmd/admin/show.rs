@@ -72,7 +72,16 @@ fn assoc_limits(c: &AssocCaps) -> String {
         ("max_jobs", count(c.max_jobs)),
         ("max_submit_jobs", count(c.max_submit_jobs)),
         ("max_tres_per_job", tres(&c.max_tres_per_job)),
+        ("grp_tres_mins", tres_mins(&c.grp_tres_mins)),
     ])
+}
+
+/// A budget as `gpu=6000,billing=100000` words (TRES-minutes).
+fn tres_mins(t: &wharf_api::admin::TresMinsCaps) -> Vec<String> {
+    [("cpu", t.cpu), ("gpu", t.gpu), ("billing", t.billing)]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k}={v}")))
+        .collect()
 }
 
 fn time(secs: Option<u64>) -> String {

@@ -125,6 +125,7 @@ impl Cluster {
                 tracing::error!(error = %e, jobs = ?ids, "accounting records not written");
             }
         }
+        self.budget_runs_ended(&runs);
         Ok(())
     }
 }
