@@ -201,6 +201,14 @@ impl Cluster {
             watch: JobWatch::default(),
         };
         cluster.fill_ledger(engine).map_err(StoreError::Ledger)?;
+        if !cluster.ledger_in_store {
+            if let Err(e) = cluster.reconcile_ledger() {
+                tracing::error!(
+                    error = %e,
+                    "accounting: runs left in the outbox not recorded; tried again at the next start"
+                );
+            }
+        }
         cluster.replay_usage()?;
         Ok(cluster)
     }
