@@ -28,6 +28,12 @@ pub enum Command {
     Partition(PartitionCmd),
     /// List the audited changes (admins only).
     Audit(show::AuditArgs),
+    /// The accounting ledger: its engine and the runs its database refused for good.
+    Ledger {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Association limits (`none` clears one).
@@ -367,6 +373,7 @@ pub async fn run(socket: &str, cmd: Command) -> Result<i32> {
     let client = Client::new(Endpoint::parse(socket), None);
     let req = match cmd {
         Command::Audit(a) => return show::audit(&client, a).await,
+        Command::Ledger { json } => return show::ledger(&client, json).await,
         Command::Account(AccountCmd::Show(a)) => return show::show(&client, Account, a).await,
         Command::User(UserCmd::Show(a)) => return show::show(&client, User, a).await,
         Command::Qos(QosCmd::Show(a)) => return show::show(&client, Qos, a).await,

@@ -378,3 +378,14 @@ pub struct AuditList {
     /// Oldest first.
     pub entries: Vec<AuditEntry>,
 }
+
+/// `GET /v1/admin/ledger`: the accounting ledger's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerStatus {
+    /// The engine (`sqlite` or `postgres`).
+    pub engine: String,
+    /// Runs the database refused for good (a constraint or encoding error), set aside in
+    /// `<state_dir>/ledger.deadletter` with the error instead of holding up the runs behind
+    /// them; always 0 for SQLite.
+    pub dead_letters: u64,
+}

@@ -85,6 +85,8 @@ pub struct Cluster {
     /// The ledger is a table of `store`'s database: runs are written in the same transaction
     /// as their jobs' final states.
     ledger_in_store: bool,
+    /// The ledger's engine name (`sqlite`, `postgres`).
+    engine: String,
     /// Runs that ended in a requeue since the last commit (their jobs go on).
     requeued_runs: Vec<crate::ledger::JobRun>,
     jobs: table::Jobs,
@@ -184,6 +186,7 @@ impl Cluster {
         let mut cluster = Cluster {
             store,
             ledger,
+            engine: engine.to_string(),
             ledger_in_store,
             requeued_runs: Vec::new(),
             jobs,
@@ -208,6 +211,15 @@ impl Cluster {
                     "accounting: runs left in the outbox not recorded; tried again at the next start"
                 );
             }
+        }
+        match cluster.ledger.dead_letters() {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(
+                runs = n,
+                "accounting: runs the database refused are set aside in ledger.deadletter \
+                 (`wharf admin ledger`)"
+            ),
+            Err(e) => tracing::warn!(error = %e, "accounting: the dead letters cannot be read"),
         }
         cluster.replay_usage()?;
         Ok(cluster)

@@ -47,7 +47,7 @@ pub use fairshare::UsageLedger;
 pub use incremental::Scheduler;
 pub use limits::{
     AssocLimits, BudgetPeriod, BudgetTres, BudgetUsage, LimitReason, Limits, QosLimits, TresKind,
-    TresLimit, TresMinutes, TresMins,
+    TresLimit, TresMins, TresMinutes,
 };
 pub use partition::DEFAULT_PARTITION;
 pub use plan::{Plan, Preemption, Priority, Reservation, Start, Waiting};

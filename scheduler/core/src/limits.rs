@@ -32,7 +32,7 @@ mod reason;
 
 use std::collections::BTreeMap;
 
-pub use budget::{format_utc, BudgetPeriod, BudgetTres, BudgetUsage, TresMinutes, TresMins};
+pub use budget::{format_utc, BudgetPeriod, BudgetTres, BudgetUsage, TresMins, TresMinutes};
 pub use reason::{LimitReason, TresKind};
 
 use crate::config::Config;
@@ -319,7 +319,12 @@ impl Counters {
     /// Counts what `running` holds and, when budgets are configured, what ended runs used
     /// this period (`budget`) and what running jobs may use from the period's start to the
     /// end of their time limits.
-    pub fn new(config: &Config, running: &[RunningJob], now: Time, budget: &BudgetUsage) -> Counters {
+    pub fn new(
+        config: &Config,
+        running: &[RunningJob],
+        now: Time,
+        budget: &BudgetUsage,
+    ) -> Counters {
         let mut c = Counters {
             active: !config.limits.is_empty(),
             budgets: config.limits.has_budgets(),
@@ -356,7 +361,10 @@ impl Counters {
     fn charge_mins(&mut self, config: &Config, assoc: &Assoc, m: &TresMinutes) {
         self.mins_user.entry(assoc.clone()).or_default().add(m);
         for acct in lineage(config, &assoc.account) {
-            self.mins_account.entry(acct.to_string()).or_default().add(m);
+            self.mins_account
+                .entry(acct.to_string())
+                .or_default()
+                .add(m);
         }
     }
 
@@ -462,7 +470,12 @@ impl Counters {
             .get(assoc)
             .map(|l| {
                 let mins = self.mins_user.get(assoc);
-                (l, self.user.get(assoc).unwrap_or(&zero), mins, user_label(assoc))
+                (
+                    l,
+                    self.user.get(assoc).unwrap_or(&zero),
+                    mins,
+                    user_label(assoc),
+                )
             })
             .into_iter()
             .chain(lineage(config, &assoc.account).into_iter().filter_map(|a| {

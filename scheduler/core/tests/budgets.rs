@@ -139,7 +139,10 @@ fn a_running_job_counts_its_whole_time_limit_from_the_period_start() {
     state.pending[0].time_limit = Some(241 * MIN);
     let plan = schedule(now, &state, &config);
     let t = waiting(&plan, 1).reason.to_string();
-    assert!(t.contains("360 are used or held") && t.contains("would use 241"), "{t}");
+    assert!(
+        t.contains("360 are used or held") && t.contains("would use 241"),
+        "{t}"
+    );
     assert!(t.contains("and it never resets"), "{t}");
 }
 
@@ -217,7 +220,14 @@ fn user_budgets_and_cpu_and_billing_budgets_have_their_own_reasons() {
     let w = waiting(&plan, 1);
     assert_eq!(w.reason.code(), "AssocGrpBillingMinutes");
     assert!(!w.reason.is_stuck());
-    assert!(w.reason.to_string().contains("billing-minutes"), "{}", w.reason);
+    assert!(
+        w.reason.to_string().contains("billing-minutes"),
+        "{}",
+        w.reason
+    );
     assert_eq!(started(&plan), vec![2]);
-    assert_eq!(started(&schedule(MIN, &state(1, 1, 340.0), &config)), vec![1, 2]);
+    assert_eq!(
+        started(&schedule(MIN, &state(1, 1, 340.0), &config)),
+        vec![1, 2]
+    );
 }

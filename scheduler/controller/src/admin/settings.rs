@@ -170,7 +170,11 @@ fn tres_mins(caps: &mut TresMinsCaps, key: &str, value: &str) -> Result<(), Stri
         *caps = TresMinsCaps::default();
         return Ok(());
     }
-    let mut parts = value.split(',').map(str::trim).filter(|p| !p.is_empty()).peekable();
+    let mut parts = value
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .peekable();
     if parts.peek().is_none() {
         return Err(format!(
             "{key} {value:?}: write TRES=MINUTES pairs, e.g. gpu=6000,billing=100000 (or none)"
@@ -368,7 +372,10 @@ mod tests {
         for (text, want) in [
             ("gpu=-1", "whole number of minutes"),
             ("gpu=1.5", "whole number of minutes"),
-            ("gpu=6000,mem=10", "unknown TRES \"mem\"; budgets are kept for cpu, gpu and billing"),
+            (
+                "gpu=6000,mem=10",
+                "unknown TRES \"mem\"; budgets are kept for cpu, gpu and billing",
+            ),
             ("gpus=1", "unknown TRES \"gpus\""),
             ("lots", "write TRES=MINUTES"),
             ("", "write TRES=MINUTES"),

@@ -193,7 +193,10 @@ mod tests {
             ("garbage", "write TRES=MINUTES"),
         ] {
             let err = set_budget(&mut c, bad).unwrap_err();
-            assert!(err.contains("grp_tres_mins") && err.contains(want), "{bad}: {err}");
+            assert!(
+                err.contains("grp_tres_mins") && err.contains(want),
+                "{bad}: {err}"
+            );
         }
         assert!(c.audit(&root(), 0, 100).unwrap().is_empty());
         assert!(!c.sched.limits.has_budgets());
@@ -201,12 +204,16 @@ mod tests {
         set_budget(&mut c, "gpu=120").unwrap();
         let audit = c.audit(&root(), 0, 100).unwrap();
         assert_eq!(audit.len(), 1);
-        assert!(audit[0].command.contains("grp_tres_mins=gpu=120"), "{audit:?}");
+        assert!(
+            audit[0].command.contains("grp_tres_mins=gpu=120"),
+            "{audit:?}"
+        );
 
         // A job whose time limit alone is over the budget could never run.
         let err = submit_job(&mut c, &ann, gpu_job(180), T0).unwrap_err();
         assert!(
-            err.message.contains("could never start: AssocGrpGRESMinutes")
+            err.message
+                .contains("could never start: AssocGrpGRESMinutes")
                 && err.message.contains("more than the whole budget"),
             "{}",
             err.message
@@ -219,7 +226,11 @@ mod tests {
         agent(&mut c, first, T0, None, T0 + MIN);
         agent(&mut c, first, T0, Some(T0 + 50 * MIN), T0 + 50 * MIN);
         let ledger = SqliteLedger::open(&dir.path().join("wharf.db")).unwrap();
-        assert_eq!(ledger.lookup(first).unwrap().len(), 1, "the run is recorded");
+        assert_eq!(
+            ledger.lookup(first).unwrap().len(),
+            1,
+            "the run is recorded"
+        );
 
         // 50 used + 80 asked is over 120.
         let second = submit_job(&mut c, &ann, gpu_job(80), T0 + 51 * MIN).unwrap();

@@ -178,7 +178,9 @@ mod tests {
     use crate::cluster::Cluster;
     use crate::ledger::pg_server::PgServer;
     use crate::ledger::postgres::PgLedger;
-    use crate::ledger::{sqlite::SqliteLedger, Ledger, LedgerError, RunFilter, UsageGroup, REQUEUED};
+    use crate::ledger::{
+        sqlite::SqliteLedger, Ledger, LedgerError, RunFilter, UsageGroup, REQUEUED,
+    };
     use crate::store::Store;
 
     /// n1's agent reports `id` started at `start`, and ended at `end` with `exit` if given.
@@ -425,8 +427,18 @@ mod tests {
         assert_eq!(record_state(&dir, requeued), Some(JobState::Completed));
         drop(c);
         let pg = PgLedger::open(&settings, None).unwrap();
-        assert!(pg.lookup(requeued).unwrap().is_empty(), "nothing reached it");
-        assert_eq!(Store::open(&dir.path().join("wharf.db")).unwrap().outbox().unwrap().len(), 2);
+        assert!(
+            pg.lookup(requeued).unwrap().is_empty(),
+            "nothing reached it"
+        );
+        assert_eq!(
+            Store::open(&dir.path().join("wharf.db"))
+                .unwrap()
+                .outbox()
+                .unwrap()
+                .len(),
+            2
+        );
 
         // The next start records both runs, once, and empties the outbox.
         for _ in 0..2 {

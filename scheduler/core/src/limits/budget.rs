@@ -250,7 +250,10 @@ mod tests {
             assert_eq!(days_from_civil(y, m, d), z);
         }
         assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(format_utc(at(2024, 2, 29, 13) + 5 * 60_000), "2024-02-29 13:05 UTC");
+        assert_eq!(
+            format_utc(at(2024, 2, 29, 13) + 5 * 60_000),
+            "2024-02-29 13:05 UTC"
+        );
     }
 
     #[test]
