@@ -275,6 +275,17 @@ mod tests {
         let rows = c.acct(&ann, &q, 10_000).unwrap();
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].state, JobState::Completed);
+        // With --duplicates, every run, the earlier first, each as it ended.
+        let q = AcctQuery {
+            duplicates: true,
+            ..q
+        };
+        let rows = c.acct(&ann, &q, 10_000).unwrap();
+        let runs: Vec<(JobId, u32, Option<u64>)> = rows
+            .iter()
+            .map(|r| (r.id, r.restarts, r.end_time))
+            .collect();
+        assert_eq!(runs, [(id, 0, Some(5_000)), (id, 1, Some(9_000))]);
         let r = c.report(&ann, 0, 10_000, 10_000).unwrap();
         assert_eq!(r.total.jobs, 2);
         assert!((r.total.cpu_hours - 2.0 * 6_000.0 / 3_600_000.0).abs() < 1e-12);
