@@ -51,6 +51,9 @@ pub struct Args {
     /// Print JSON (the full records).
     #[arg(long)]
     json: bool,
+    /// Every run of a requeued job (its earlier runs shown as REQUEUED), not only its last.
+    #[arg(short = 'D', long)]
+    duplicates: bool,
 }
 
 const DEFAULT_FORMAT: &str = "JobID,JobName,Partition,Account,AllocCPUS,AllocGPUS,State,ExitCode";
@@ -125,6 +128,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             .as_deref()
             .map(|t| window_time("--endtime", t, now))
             .transpose()?,
+        duplicates: args.duplicates,
     };
     let client = Client::new(Endpoint::parse(socket), None);
     let query = serde_urlencoded::to_string(&q)?;
@@ -136,7 +140,18 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     let rows: Vec<Vec<String>> = list
         .jobs
         .iter()
-        .map(|j| columns.iter().map(|c| cell(j, c, now)).collect())
+        .enumerate()
+        .map(|(i, j)| {
+            // A run followed by another of its job (--duplicates) ended in a requeue.
+            let requeued = list.jobs.get(i + 1).is_some_and(|n| n.id == j.id);
+            columns
+                .iter()
+                .map(|c| match *c {
+                    "State" if requeued => "REQUEUED".to_string(),
+                    _ => cell(j, c, now),
+                })
+                .collect()
+        })
         .collect();
     if args.parsable {
         let mut out = String::new();

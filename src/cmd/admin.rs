@@ -28,6 +28,12 @@ pub enum Command {
     Partition(PartitionCmd),
     /// List the audited changes (admins only).
     Audit(show::AuditArgs),
+    /// The accounting ledger: its engine and the runs its database refused for good.
+    Ledger {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Association limits (`none` clears one).
@@ -48,6 +54,10 @@ pub struct Limits {
     /// MaxTRESPerJob, e.g. gpu=8.
     #[arg(long, value_name = "TRES")]
     max_tres_per_job: Option<String>,
+    /// GrpTRESMins: a budget per period in TRES-minutes of all its jobs together, e.g.
+    /// gpu=6000,billing=100000 (cpu, gpu, billing; TRES=none clears one).
+    #[arg(long, value_name = "TRES=MINUTES")]
+    grp_tres_mins: Option<String>,
 }
 
 /// Any setting by its key (`--set billing_gpu=10`); docs/configuration.md lists them.
@@ -285,6 +295,7 @@ impl Settings {
             .opt("max_jobs", &l.max_jobs)
             .opt("max_submit_jobs", &l.max_submit_jobs)
             .opt("max_tres_per_job", &l.max_tres_per_job)
+            .opt("grp_tres_mins", &l.grp_tres_mins)
     }
 
     fn extra(&mut self, e: &Extra) -> Result<&mut Self> {
@@ -362,6 +373,7 @@ pub async fn run(socket: &str, cmd: Command) -> Result<i32> {
     let client = Client::new(Endpoint::parse(socket), None);
     let req = match cmd {
         Command::Audit(a) => return show::audit(&client, a).await,
+        Command::Ledger { json } => return show::ledger(&client, json).await,
         Command::Account(AccountCmd::Show(a)) => return show::show(&client, Account, a).await,
         Command::User(UserCmd::Show(a)) => return show::show(&client, User, a).await,
         Command::Qos(QosCmd::Show(a)) => return show::show(&client, Qos, a).await,

@@ -28,6 +28,9 @@ pub struct SchedulerSection {
     pub kill_invalid_dependency: bool,
     /// Ports for jobs' rendezvous (`MASTER_PORT`): `"29500-29999"`.
     pub rendezvous_ports: String,
+    /// When account budgets (`grp_tres_mins`) start over: `"never"`, `"daily"`, `"weekly"`,
+    /// `"monthly"` (the default), `"quarterly"` or `"yearly"`, at UTC calendar boundaries.
+    pub budget_period: String,
     /// `[[scheduler.partition]]` entries; none: every node in one partition.
     #[serde(rename = "partition")]
     pub partitions: Vec<PartitionSection>,
@@ -108,6 +111,16 @@ impl TresSection {
     }
 }
 
+/// A budget table in TRES-minutes: `{ gpu = 6000, cpu = 50000, billing = 100000 }`; a key
+/// left out has no budget.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TresMinsSection {
+    pub cpu: Option<u64>,
+    pub gpu: Option<u64>,
+    pub billing: Option<u64>,
+}
+
 /// The association limits written in a `[[scheduler.account]]` or `[[scheduler.user]]`
 /// (named `key` in errors), or `None` when none is set.
 fn assoc_limits(
@@ -117,6 +130,7 @@ fn assoc_limits(
     max_jobs: Option<u64>,
     max_submit_jobs: Option<u64>,
     max_tres_per_job: &TresSection,
+    grp_tres_mins: &TresMinsSection,
 ) -> Result<Option<wharf_controller::sched_limits::AssocLimits>> {
     let l = wharf_controller::sched_limits::AssocLimits {
         grp_tres: grp_tres.resolve(&format!("{key} grp_tres"))?,
@@ -124,6 +138,11 @@ fn assoc_limits(
         max_jobs,
         max_submit_jobs,
         max_tres_per_job: max_tres_per_job.resolve(&format!("{key} max_tres_per_job"))?,
+        grp_tres_mins: wharf_controller::sched_limits::TresMins {
+            cpu: grp_tres_mins.cpu,
+            gpu: grp_tres_mins.gpu,
+            billing: grp_tres_mins.billing,
+        },
     };
     Ok((l != Default::default()).then_some(l))
 }
@@ -152,6 +171,9 @@ pub struct AccountSection {
     /// MaxTRESPerJob.
     #[serde(default)]
     pub max_tres_per_job: TresSection,
+    /// GrpTRESMins: a budget per period, TRES-minutes of all its jobs together.
+    #[serde(default)]
+    pub grp_tres_mins: TresMinsSection,
 }
 
 /// One `[[scheduler.user]]`.
@@ -179,6 +201,9 @@ pub struct UserSection {
     /// MaxTRESPerJob.
     #[serde(default)]
     pub max_tres_per_job: TresSection,
+    /// GrpTRESMins: a budget per period, TRES-minutes of all its jobs together.
+    #[serde(default)]
+    pub grp_tres_mins: TresMinsSection,
 }
 
 fn one() -> u32 {
@@ -328,6 +353,7 @@ impl Default for SchedulerSection {
                 c.rendezvous_ports.start(),
                 c.rendezvous_ports.end()
             ),
+            budget_period: c.budget_period.as_str().into(),
             partitions: vec![],
             accounts: vec![],
             users: vec![],
@@ -390,6 +416,18 @@ impl SchedulerSection {
         c.weights.partition = self.weight_partition;
         c.weights.qos = self.weight_qos;
         c.rendezvous_ports = port_range(&self.rendezvous_ports)?;
+        use wharf_controller::sched_limits::BudgetPeriod;
+        c.budget_period = BudgetPeriod::parse(&self.budget_period).ok_or_else(|| {
+            let names: Vec<String> = BudgetPeriod::ALL
+                .iter()
+                .map(|p| format!("{:?}", p.as_str()))
+                .collect();
+            anyhow::anyhow!(
+                "scheduler.budget_period {:?}: use {}",
+                self.budget_period,
+                names.join(", ")
+            )
+        })?;
         let mut names = std::collections::BTreeSet::new();
         for p in &self.partitions {
             if !names.insert(p.name.as_str()) {
@@ -505,6 +543,7 @@ impl SchedulerSection {
                 a.max_jobs,
                 a.max_submit_jobs,
                 &a.max_tres_per_job,
+                &a.grp_tres_mins,
             )? {
                 c.limits.accounts.insert(a.name.clone(), l);
             }
@@ -528,6 +567,7 @@ impl SchedulerSection {
                 u.max_jobs,
                 u.max_submit_jobs,
                 &u.max_tres_per_job,
+                &u.grp_tres_mins,
             )? {
                 c.limits.users.insert(
                     wharf_controller::SchedulerAssoc::new(&u.account, &u.name),
@@ -667,6 +707,7 @@ mod tests {
         assert_eq!(c.limits.qos["normal"].max_tres_per_user.gpu, Some(4));
         assert_eq!(c.limits.qos["deadline"].max_jobs_per_user, Some(2));
         assert_eq!(c.limits.accounts["robotics"].grp_tres.gpu, Some(8));
+        assert_eq!(c.limits.accounts["robotics"].grp_tres_mins.gpu, Some(6000));
     }
 
     #[test]
@@ -814,6 +855,52 @@ mod tests {
         ] {
             let err = toml::from_str::<FileConfig>(text).unwrap_err().to_string();
             assert!(err.contains(want), "{err}");
+        }
+    }
+
+    #[test]
+    fn budgets_and_their_period_are_read_and_nonsense_is_refused() {
+        use wharf_controller::sched_limits::BudgetPeriod;
+        let file: FileConfig = toml::from_str(
+            "[scheduler]\nbudget_period = \"Weekly\"\n\
+             [[scheduler.account]]\nname = \"physics\"\n\
+             grp_tres_mins = { gpu = 6000, billing = 100000 }\n\
+             [[scheduler.user]]\nname = \"ann\"\naccount = \"physics\"\n\
+             grp_tres_mins = { cpu = 500 }\n",
+        )
+        .unwrap();
+        let c = file.scheduler.resolve().unwrap();
+        assert_eq!(c.budget_period, BudgetPeriod::Weekly);
+        let b = c.limits.accounts["physics"].grp_tres_mins;
+        assert_eq!((b.cpu, b.gpu, b.billing), (None, Some(6000), Some(100_000)));
+        let ann = wharf_controller::SchedulerAssoc::new("physics", "ann");
+        assert_eq!(c.limits.users[&ann].grp_tres_mins.cpu, Some(500));
+        let none: FileConfig = toml::from_str("").unwrap();
+        assert_eq!(
+            none.scheduler.resolve().unwrap().budget_period,
+            BudgetPeriod::Monthly
+        );
+        let err = refused("[scheduler]\nbudget_period = \"fortnightly\"");
+        assert!(
+            err.contains("scheduler.budget_period \"fortnightly\": use \"never\", \"daily\""),
+            "{err}"
+        );
+        for (text, want) in [
+            (
+                "[[scheduler.account]]\nname = \"a\"\ngrp_tres_mins = { gpu = -1 }",
+                "grp_tres_mins",
+            ),
+            (
+                "[[scheduler.account]]\nname = \"a\"\ngrp_tres_mins = { mem = 10 }",
+                "unknown field `mem`",
+            ),
+            (
+                "[[scheduler.account]]\nname = \"a\"\ngrp_tres_mins = { gpu = \"lots\" }",
+                "grp_tres_mins",
+            ),
+        ] {
+            let err = toml::from_str::<FileConfig>(text).unwrap_err().to_string();
+            assert!(err.contains(want), "{text}: {err}");
         }
     }
 }

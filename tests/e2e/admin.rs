@@ -221,3 +221,100 @@ fn associations_made_over_the_cli_limit_jobs_survive_a_restart_and_are_audited()
         "the table shows old -> new:\n{table}"
     );
 }
+
+#[test]
+fn a_spent_account_budget_holds_jobs_with_its_reason_and_bad_budgets_change_nothing() {
+    let name = "a_spent_account_budget_holds_jobs_with_its_reason_and_bad_budgets_change_nothing";
+    if !can_run(name) {
+        return;
+    }
+    let c = Cluster::start();
+    if !c.has_cpus(name, 2) {
+        return;
+    }
+    let ann = user("whbud-ann");
+    ok(&c.wharf(&[
+        "admin",
+        "account",
+        "add",
+        "budgeted",
+        "--grp-tres-mins",
+        "cpu=30",
+    ]));
+    ok(&c.wharf(&["admin", "user", "add", "whbud-ann", "--account", "budgeted"]));
+    for (bad, want) in [
+        ("cpu=-1", "whole number of minutes"),
+        ("cpu=10,mem=5", "unknown TRES \"mem\""),
+        ("garbage", "write TRES=MINUTES"),
+    ] {
+        refused(
+            &c.wharf(&[
+                "admin",
+                "account",
+                "modify",
+                "budgeted",
+                "--grp-tres-mins",
+                bad,
+            ]),
+            want,
+        );
+    }
+    let shown = ok(&c.wharf(&["admin", "account", "show", "budgeted"]));
+    assert!(shown.contains("grp_tres_mins=cpu=30"), "{shown}");
+
+    let submit = |time: &str, script: &str| {
+        c.wharf_as(
+            &ann,
+            &[
+                "submit", "--cpus", "1", "--mem", "16M", "-t", time, "--wrap", script,
+            ],
+        )
+    };
+    // 40 CPU-minutes could never fit a budget of 30.
+    refused(
+        &submit("40m", "true"),
+        "could never start: AssocGrpCPUMinutes: account budgeted has a budget of 30 CPU-minutes",
+    );
+    // The first holds 20 of the 30 for its whole time limit; the second would need 20 more.
+    let first = submitted_id(&submit("20m", "sleep 600"));
+    c.wait_running(first);
+    let second = submitted_id(&submit("20m", "true"));
+    wait_reason(
+        &c,
+        second,
+        "AssocGrpCPUMinutes: account budgeted has a budget of 30 CPU-minutes",
+    );
+    let queue = ok(&c.wharf(&["queue"]));
+    assert!(queue.contains("AssocGrpCPUMinutes"), "{queue}");
+    let show = ok(&c.wharf(&["show", &second.to_string()]));
+    assert!(show.contains("until it resets at"), "{show}");
+
+    // A larger budget lets it start at the next pass.
+    ok(&c.wharf(&[
+        "admin",
+        "account",
+        "modify",
+        "budgeted",
+        "--grp-tres-mins",
+        "cpu=100",
+    ]));
+    let done = c.wait_done(second, Duration::from_secs(30));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    ok(&c.wharf(&["cancel", &first.to_string()]));
+    let modified: Vec<_> = audit(&c)
+        .into_iter()
+        .filter(|e| {
+            e["command"]
+                .as_str()
+                .unwrap()
+                .starts_with("account modify budgeted")
+        })
+        .collect();
+    assert_eq!(
+        modified.len(),
+        1,
+        "refused changes are not audited: {modified:?}"
+    );
+    assert_eq!(modified[0]["old"]["limits"]["grp_tres_mins"]["cpu"], 30);
+    assert_eq!(modified[0]["new"]["limits"]["grp_tres_mins"]["cpu"], 100);
+}

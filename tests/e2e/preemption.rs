@@ -230,6 +230,23 @@ fn requeue_is_for_running_jobs_of_ones_own_and_says_why_not() {
         j["restarts"] == 1 && j["state"] == "RUNNING"
     });
     assert!(again["start_time"].is_u64(), "{again}");
+    // acct shows the job once; with --duplicates, its requeued run first.
+    let acct = |extra: &[&str]| {
+        let id = running.to_string();
+        let args = [
+            &["acct", "-j", &id, "-n", "-p", "-o", "JobID,State"][..],
+            extra,
+        ]
+        .concat();
+        let out = c.wharf_as(&ann, &args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    assert_eq!(acct(&[]), format!("{running}|RUNNING|\n"));
+    assert_eq!(
+        acct(&["--duplicates"]),
+        format!("{running}|REQUEUED|\n{running}|RUNNING|\n")
+    );
     // --no-requeue is refused a requeue, with the reason.
     let fixed = submitted_id(&c.wharf_as(
         &ann,

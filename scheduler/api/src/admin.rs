@@ -90,6 +90,28 @@ pub struct TresCaps {
     pub gpu: Option<u64>,
 }
 
+/// A budget per TRES in TRES-minutes (GrpTRESMins); a missing key is no budget.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TresMinsCaps {
+    /// CPU-minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<u64>,
+    /// GPU-minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<u64>,
+    /// Billing-minutes (billing units of the partition's weights, times minutes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub billing: Option<u64>,
+}
+
+impl TresMinsCaps {
+    /// True when no TRES has a budget.
+    pub fn is_empty(&self) -> bool {
+        self.cpu.is_none() && self.gpu.is_none() && self.billing.is_none()
+    }
+}
+
 /// Limits of an account or of a user's association (Slurm's association limits).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -109,6 +131,9 @@ pub struct AssocCaps {
     /// MaxTRESPerJob.
     #[serde(default)]
     pub max_tres_per_job: TresCaps,
+    /// GrpTRESMins: TRES-minutes all its jobs together may use in a budget period.
+    #[serde(default, skip_serializing_if = "TresMinsCaps::is_empty")]
+    pub grp_tres_mins: TresMinsCaps,
 }
 
 /// An account.
@@ -352,4 +377,15 @@ pub struct AuditEntry {
 pub struct AuditList {
     /// Oldest first.
     pub entries: Vec<AuditEntry>,
+}
+
+/// `GET /v1/admin/ledger`: the accounting ledger's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerStatus {
+    /// The engine (`sqlite` or `postgres`).
+    pub engine: String,
+    /// Runs the database refused for good (a constraint or encoding error), set aside in
+    /// `<state_dir>/ledger.deadletter` with the error instead of holding up the runs behind
+    /// them; always 0 for SQLite.
+    pub dead_letters: u64,
 }

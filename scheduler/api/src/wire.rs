@@ -262,4 +262,8 @@ pub struct AcctQuery {
     /// Window end, ms: jobs submitted by then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until: Option<u64>,
+    /// Every run of a requeued job, each as it ended, instead of its last only (sacct's
+    /// `--duplicates`): the earlier runs come first.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub duplicates: bool,
 }

@@ -111,6 +111,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/admin/change", post(admin_change))
         .route("/v1/admin/associations", get(associations))
         .route("/v1/admin/audit", get(audit))
+        .route("/v1/admin/ledger", get(ledger_status))
         .layer(DefaultBodyLimit::max(shared.config.max_request_bytes))
         .merge(agents)
         .fallback(|| async { fail(ErrorKind::NotFound, "no such API route; see docs/api.md") })
@@ -515,6 +516,14 @@ async fn associations(
 ) -> ApiResult<Associations> {
     caller(&s, &peer)?;
     Ok(Json(with_cluster(&s, |cl, _| Ok(cl.associations())).await?))
+}
+
+async fn ledger_status(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> ApiResult<wharf_api::admin::LedgerStatus> {
+    caller(&s, &peer)?;
+    Ok(Json(with_cluster(&s, |cl, _| cl.ledger_status()).await?))
 }
 
 #[derive(Debug, Deserialize)]

@@ -19,6 +19,7 @@ mod access;
 pub mod acct;
 mod admin;
 mod array;
+mod budget;
 mod drain;
 mod forms;
 mod gang;
@@ -87,6 +88,8 @@ pub struct Cluster {
     /// The ledger is a table of `store`'s database: runs are written in the same transaction
     /// as their jobs' final states.
     ledger_in_store: bool,
+    /// The ledger's engine name (`sqlite`, `postgres`).
+    engine: String,
     /// Runs that ended in a requeue since the last commit (their jobs go on).
     requeued_runs: Vec<crate::ledger::JobRun>,
     jobs: table::Jobs,
@@ -104,6 +107,8 @@ pub struct Cluster {
     /// Fair-share usage: rebuilt at start from the ledger's most recent runs, then charged as
     /// runs end.
     usage: UsageLedger,
+    /// What runs that ended in the current budget period used (account budgets).
+    budgets: budget::Budgets,
     /// How a submitting user's Unix groups are found (partitions' AllowGroups).
     groups: crate::groups::GroupLookup,
     /// Waiters on jobs' states, woken by every commit.
@@ -190,6 +195,7 @@ impl Cluster {
         let mut cluster = Cluster {
             store,
             ledger,
+            engine: engine.to_string(),
             ledger_in_store,
             requeued_runs: Vec::new(),
             jobs,
@@ -202,10 +208,28 @@ impl Cluster {
             usage: UsageLedger::new(sched.half_life),
             sched,
             scheduler: Scheduler::default(),
+            budgets: budget::Budgets::default(),
             groups: crate::groups::unix_groups,
             watch: JobWatch::default(),
         };
         cluster.fill_ledger(engine).map_err(StoreError::Ledger)?;
+        if !cluster.ledger_in_store {
+            if let Err(e) = cluster.reconcile_ledger() {
+                tracing::error!(
+                    error = %e,
+                    "accounting: runs left in the outbox not recorded; tried again at the next start"
+                );
+            }
+        }
+        match cluster.ledger.dead_letters() {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(
+                runs = n,
+                "accounting: runs the database refused are set aside in ledger.deadletter \
+                 (`wharf admin ledger`)"
+            ),
+            Err(e) => tracing::warn!(error = %e, "accounting: the dead letters cannot be read"),
+        }
         cluster.replay_usage()?;
         Ok(cluster)
     }

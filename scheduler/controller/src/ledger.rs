@@ -260,4 +260,10 @@ pub trait Ledger: Send + std::fmt::Debug {
     /// Deletes these runs (by job id and run), in one transaction; returns how many were
     /// there. Idempotent: absent ones are skipped. Errors: `Unavailable`, `Database`.
     fn delete(&mut self, keys: &[(JobId, u32)]) -> Result<usize, LedgerError>;
+
+    /// How many runs the database refused for good and that were set aside (PostgreSQL's
+    /// `ledger.deadletter`); none for a ledger that sets none aside. Errors: `Spool`.
+    fn dead_letters(&self) -> Result<usize, LedgerError> {
+        Ok(0)
+    }
 }

@@ -56,6 +56,12 @@ CREATE TABLE IF NOT EXISTS node_drains (
     reason TEXT NOT NULL,
     since  INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS ledger_outbox (
+    job_id INTEGER NOT NULL,
+    run    INTEGER NOT NULL,
+    data   TEXT    NOT NULL,
+    PRIMARY KEY (job_id, run)
+);
 ";
 
 /// The controller's database.
@@ -193,8 +199,66 @@ impl Store {
         records: impl IntoIterator<Item = &'a JobRecord>,
         runs: &[crate::ledger::JobRun],
     ) -> Result<(), StoreError> {
+        self.write_jobs(records, runs, false)
+    }
+
+    /// Writes the new state of jobs and, in the same transaction, the runs that ended with
+    /// them into the outbox (`ledger_outbox`), where they stay until [`Store::clear_outbox`]:
+    /// for a ledger kept elsewhere (PostgreSQL), so that a crash between this commit and the
+    /// runs reaching that ledger (or its spool) loses none of them.
+    pub fn update_jobs_with_outbox<'a>(
+        &mut self,
+        records: impl IntoIterator<Item = &'a JobRecord>,
+        runs: &[crate::ledger::JobRun],
+    ) -> Result<(), StoreError> {
+        self.write_jobs(records, runs, true)
+    }
+
+    /// Runs in the outbox: committed with their jobs, not known to have reached the ledger.
+    /// By job id, then run.
+    pub fn outbox(&self) -> Result<Vec<crate::ledger::JobRun>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT data FROM ledger_outbox ORDER BY job_id, run")?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+        let mut out = Vec::new();
+        for data in rows {
+            out.push(serde_json::from_str(&data?)?);
+        }
+        Ok(out)
+    }
+
+    /// Removes these runs (job id, run) from the outbox: the ledger has them.
+    pub fn clear_outbox(&mut self, keys: &[(JobId, u32)]) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
-        crate::ledger::sqlite::insert_runs(&tx, runs).map_err(StoreError::Ledger)?;
+        {
+            let mut stmt =
+                tx.prepare_cached("DELETE FROM ledger_outbox WHERE job_id = ?1 AND run = ?2")?;
+            for &(id, run) in keys {
+                stmt.execute(params![id as i64, run])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn write_jobs<'a>(
+        &mut self,
+        records: impl IntoIterator<Item = &'a JobRecord>,
+        runs: &[crate::ledger::JobRun],
+        outbox: bool,
+    ) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        if outbox {
+            let mut stmt = tx.prepare_cached(
+                "INSERT OR REPLACE INTO ledger_outbox (job_id, run, data) VALUES (?1, ?2, ?3)",
+            )?;
+            for r in runs {
+                stmt.execute(params![r.job_id as i64, r.run, serde_json::to_string(r)?])?;
+            }
+        } else {
+            crate::ledger::sqlite::insert_runs(&tx, runs).map_err(StoreError::Ledger)?;
+        }
         {
             let mut stmt = tx.prepare_cached(
                 "UPDATE jobs SET state = ?1, end_time = ?2, record = ?3 WHERE id = ?4",

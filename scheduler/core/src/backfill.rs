@@ -170,7 +170,7 @@ pub(crate) fn pass(
                     .iter()
                     .map(|(i, need)| table.allocate(*i, need, end, &nodes[*i].name))
                     .collect();
-                held.add(config, r.job, &allocs);
+                held.add(config, r.job, &allocs, r.limit);
                 out.starts.push(Start {
                     job: r.job.id,
                     allocs,

@@ -228,6 +228,9 @@ pub struct Config {
     pub qos: Vec<Qos>,
     /// QoS and association limits (empty: none).
     pub limits: Limits,
+    /// When budgets (GrpTRESMins) start over; the caller works out the period's bounds
+    /// with [`crate::BudgetPeriod::bounds`] when it fills [`crate::State::budget`].
+    pub budget_period: crate::limits::BudgetPeriod,
     /// Ports handed to starting jobs for their rendezvous (`MASTER_PORT`), one per job on
     /// each of its nodes.
     pub rendezvous_ports: std::ops::RangeInclusive<u16>,
@@ -280,6 +283,7 @@ impl Default for Config {
             users: Vec::new(),
             qos: Vec::new(),
             limits: Limits::default(),
+            budget_period: crate::limits::BudgetPeriod::default(),
             rendezvous_ports: DEFAULT_RENDEZVOUS_PORTS,
         }
     }

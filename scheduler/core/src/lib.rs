@@ -45,7 +45,10 @@ pub use config::{
 };
 pub use fairshare::UsageLedger;
 pub use incremental::Scheduler;
-pub use limits::{AssocLimits, LimitReason, Limits, QosLimits, TresKind, TresLimit};
+pub use limits::{
+    AssocLimits, BudgetPeriod, BudgetTres, BudgetUsage, LimitReason, Limits, QosLimits, TresKind,
+    TresLimit, TresMins, TresMinutes,
+};
 pub use partition::DEFAULT_PARTITION;
 pub use plan::{Plan, Preemption, Priority, Reservation, Start, Waiting};
 pub use reason::PendingReason;
@@ -146,7 +149,7 @@ pub(crate) fn pass(
     // Keys end in the job id, so they are distinct and an unstable sort is as good.
     ready.sort_unstable_by_key(|a| a.0);
     let ready: Vec<Ready<'_>> = ready.into_iter().map(|(_, r)| r).collect();
-    let mut held = limits::Counters::new(config, &state.running);
+    let mut held = limits::Counters::new(config, &state.running, now, &state.budget);
     let victims = preempt::Victims::new(config, parts, &state.running);
     let out = backfill::pass(
         now,

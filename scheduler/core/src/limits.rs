@@ -27,10 +27,12 @@
 //! assert_eq!(plan.waiting[0].reason.code(), "QOSMaxGRESPerUser");
 //! ```
 
+mod budget;
 mod reason;
 
 use std::collections::BTreeMap;
 
+pub use budget::{format_utc, BudgetPeriod, BudgetTres, BudgetUsage, TresMins, TresMinutes};
 pub use reason::{LimitReason, TresKind};
 
 use crate::config::Config;
@@ -104,6 +106,9 @@ pub struct AssocLimits {
     pub max_submit_jobs: Option<u64>,
     /// Most TRES one job may ask for (MaxTRESPerJob).
     pub max_tres_per_job: TresLimit,
+    /// Budget per period, TRES-minutes of all its jobs together (GrpTRESMins): ended runs,
+    /// running jobs' whole time limits and the job to start must fit (see [`BudgetUsage`]).
+    pub grp_tres_mins: TresMins,
 }
 
 /// Every configured limit. Empty: nothing is limited (the pass skips all counting).
@@ -119,6 +124,14 @@ pub struct Limits {
     /// escape QoS limits. The caller applies it when building [`crate::PendingJob::qos`] and
     /// [`crate::RunningJob::qos`].
     pub default_qos: Option<String>,
+}
+
+impl Limits {
+    /// True when an account or a user association has a budget (GrpTRESMins).
+    pub fn has_budgets(&self) -> bool {
+        self.accounts.values().any(|l| !l.grp_tres_mins.is_empty())
+            || self.users.values().any(|l| !l.grp_tres_mins.is_empty())
+    }
 }
 
 impl Limits {
@@ -161,6 +174,14 @@ impl Amount {
         self.cpu += o.cpu;
         self.mem = self.mem.saturating_add(o.mem);
         self.gpu += o.gpu;
+    }
+
+    /// TRES-minutes of holding this for `ms` in `partition` (its billing weights).
+    fn minutes(&self, config: &Config, partition: Option<&str>, ms: Time) -> TresMinutes {
+        let rate = config
+            .billing_for(partition)
+            .rate(self.cpu, self.mem, self.gpu);
+        TresMinutes::held(self.cpu, self.gpu, rate, ms)
     }
 }
 
@@ -284,13 +305,30 @@ pub(crate) struct Counters {
     qos: BTreeMap<String, Held>,
     user: BTreeMap<Assoc, Held>,
     account: BTreeMap<String, Held>,
+    /// Budgets are configured: the TRES-minutes below are kept.
+    budgets: bool,
+    /// When the budget period ends.
+    resets: Option<Time>,
+    /// TRES-minutes used this period plus running jobs' remaining time limits, per user
+    /// association and per account (with every account below it).
+    mins_user: BTreeMap<Assoc, TresMinutes>,
+    mins_account: BTreeMap<String, TresMinutes>,
 }
 
 impl Counters {
-    /// Counts what `running` holds.
-    pub fn new(config: &Config, running: &[RunningJob]) -> Counters {
+    /// Counts what `running` holds and, when budgets are configured, what ended runs used
+    /// this period (`budget`) and what running jobs may use from the period's start to the
+    /// end of their time limits.
+    pub fn new(
+        config: &Config,
+        running: &[RunningJob],
+        now: Time,
+        budget: &BudgetUsage,
+    ) -> Counters {
         let mut c = Counters {
             active: !config.limits.is_empty(),
+            budgets: config.limits.has_budgets(),
+            resets: budget.resets,
             ..Counters::default()
         };
         if c.active {
@@ -303,7 +341,31 @@ impl Counters {
                 );
             }
         }
+        if c.budgets {
+            for (assoc, used) in &budget.used {
+                c.charge_mins(config, assoc, used);
+            }
+            for job in running {
+                // It may hold its resources until its time limit (or, overrunning it, at
+                // least until now); only the part inside this period counts.
+                let from = job.start.max(budget.since);
+                let to = job.start.saturating_add(job.time_limit).max(now);
+                let a = Amount::of_allocs(&job.allocs);
+                let m = a.minutes(config, job.partition.as_deref(), to.saturating_sub(from));
+                c.charge_mins(config, &job.assoc, &m);
+            }
+        }
         c
+    }
+
+    fn charge_mins(&mut self, config: &Config, assoc: &Assoc, m: &TresMinutes) {
+        self.mins_user.entry(assoc.clone()).or_default().add(m);
+        for acct in lineage(config, &assoc.account) {
+            self.mins_account
+                .entry(acct.to_string())
+                .or_default()
+                .add(m);
+        }
     }
 
     /// Whether `job` (time limit `limit`, ms) may start now without any scope going over.
@@ -314,15 +376,16 @@ impl Counters {
         self.check(config, job, limit)
     }
 
-    /// Adds a job that starts now with `allocs` (whole nodes for an exclusive job).
-    pub fn add(&mut self, config: &Config, job: &PendingJob, allocs: &[Alloc]) {
+    /// Adds a job that starts now with `allocs` (whole nodes for an exclusive job) for its
+    /// time limit `limit` (ms).
+    pub fn add(&mut self, config: &Config, job: &PendingJob, allocs: &[Alloc], limit: Time) {
         if self.active {
-            self.charge(
-                config,
-                &job.assoc,
-                job.qos.as_deref(),
-                &Amount::of_allocs(allocs),
-            );
+            let a = Amount::of_allocs(allocs);
+            self.charge(config, &job.assoc, job.qos.as_deref(), &a);
+            if self.budgets {
+                let m = a.minutes(config, job.partition.as_deref(), limit);
+                self.charge_mins(config, &job.assoc, &m);
+            }
         }
     }
 
@@ -405,18 +468,43 @@ impl Counters {
             .limits
             .users
             .get(assoc)
-            .map(|l| (l, self.user.get(assoc).unwrap_or(&zero), user_label(assoc)))
+            .map(|l| {
+                let mins = self.mins_user.get(assoc);
+                (
+                    l,
+                    self.user.get(assoc).unwrap_or(&zero),
+                    mins,
+                    user_label(assoc),
+                )
+            })
             .into_iter()
             .chain(lineage(config, &assoc.account).into_iter().filter_map(|a| {
                 config.limits.accounts.get(a).map(|l| {
                     (
                         l,
                         self.account.get(a).unwrap_or(&zero),
+                        self.mins_account.get(a),
                         format!("account {a}"),
                     )
                 })
             }));
-        for (l, held, label) in scopes {
+        let budget_asks = asks.minutes(config, job.partition.as_deref(), limit);
+        let none = TresMinutes::default();
+        for (l, held, mins, label) in scopes {
+            if !l.grp_tres_mins.is_empty() {
+                if let Some((tres, limit, used, asks)) =
+                    BudgetTres::over(&l.grp_tres_mins, mins.unwrap_or(&none), &budget_asks)
+                {
+                    return Err(LimitReason::AssocGrpTresMins {
+                        assoc: label,
+                        tres,
+                        limit,
+                        used,
+                        asks,
+                        resets: self.resets,
+                    });
+                }
+            }
             if let Some((tres, limit, in_use, asks)) = l.grp_tres.over(&held.tres, &asks) {
                 return Err(LimitReason::AssocGrpTres {
                     assoc: label,

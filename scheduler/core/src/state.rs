@@ -191,4 +191,7 @@ pub struct State {
     /// Running jobs a stop was sent to (a cancel, a preemption, a requeue): their resources
     /// are taken to come back at once, and they are never chosen to be preempted again.
     pub stopping: BTreeSet<JobId>,
+    /// The budget period and what ended runs used in it, for budgets (GrpTRESMins); unused
+    /// when none is configured.
+    pub budget: crate::limits::BudgetUsage,
 }

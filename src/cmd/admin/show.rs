@@ -72,7 +72,16 @@ fn assoc_limits(c: &AssocCaps) -> String {
         ("max_jobs", count(c.max_jobs)),
         ("max_submit_jobs", count(c.max_submit_jobs)),
         ("max_tres_per_job", tres(&c.max_tres_per_job)),
+        ("grp_tres_mins", tres_mins(&c.grp_tres_mins)),
     ])
+}
+
+/// A budget as `gpu=6000,billing=100000` words (TRES-minutes).
+fn tres_mins(t: &wharf_api::admin::TresMinsCaps) -> Vec<String> {
+    [("cpu", t.cpu), ("gpu", t.gpu), ("billing", t.billing)]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k}={v}")))
+        .collect()
 }
 
 fn time(secs: Option<u64>) -> String {
@@ -287,6 +296,26 @@ fn since(text: &str) -> Result<u64> {
 }
 
 /// Runs `audit`.
+/// `wharf admin ledger`.
+pub async fn ledger(client: &Client, json: bool) -> Result<i32> {
+    let l: wharf_api::admin::LedgerStatus = client.get("/v1/admin/ledger").await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&l)?);
+        return Ok(0);
+    }
+    println!("engine: {}", l.engine);
+    if l.dead_letters == 0 {
+        println!("dead letters: 0");
+    } else {
+        println!(
+            "dead letters: {} (runs the database refused for good, kept with the error in \
+             <state_dir>/ledger.deadletter; fix and insert them by hand, then remove the file)",
+            l.dead_letters
+        );
+    }
+    Ok(0)
+}
+
 pub async fn audit(client: &Client, args: AuditArgs) -> Result<i32> {
     let from = args.since.as_deref().map(since).transpose()?.unwrap_or(0);
     let list: AuditList = match client.get(&format!("/v1/admin/audit?since={from}")).await {

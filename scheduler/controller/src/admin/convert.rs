@@ -2,9 +2,10 @@
 //! and stores.
 
 use wharf_api::admin::{
-    AccountDef, AssocCaps, Associations, PartitionDef, QosDef, Source, Sourced, TresCaps, UserDef,
+    AccountDef, AssocCaps, Associations, PartitionDef, QosDef, Source, Sourced, TresCaps,
+    TresMinsCaps, UserDef,
 };
-use wharf_core::limits::{AssocLimits, QosLimits, TresLimit};
+use wharf_core::limits::{AssocLimits, QosLimits, TresLimit, TresMins};
 use wharf_core::{
     Account, Assoc, Billing, Config, Partition, PartitionState, PreemptMode, Qos, UserShares,
 };
@@ -34,6 +35,11 @@ fn assoc_caps(l: Option<&AssocLimits>) -> AssocCaps {
         max_jobs: l.max_jobs,
         max_submit_jobs: l.max_submit_jobs,
         max_tres_per_job: tres_caps(&l.max_tres_per_job),
+        grp_tres_mins: TresMinsCaps {
+            cpu: l.grp_tres_mins.cpu,
+            gpu: l.grp_tres_mins.gpu,
+            billing: l.grp_tres_mins.billing,
+        },
     })
     .unwrap_or_default()
 }
@@ -45,6 +51,11 @@ fn assoc_limits(c: &AssocCaps) -> AssocLimits {
         max_jobs: c.max_jobs,
         max_submit_jobs: c.max_submit_jobs,
         max_tres_per_job: tres_limit(&c.max_tres_per_job),
+        grp_tres_mins: TresMins {
+            cpu: c.grp_tres_mins.cpu,
+            gpu: c.grp_tres_mins.gpu,
+            billing: c.grp_tres_mins.billing,
+        },
     }
 }
 

@@ -1,7 +1,9 @@
 //! `key = value` settings of `wharf admin` changes, parsed into definitions. Every error names
 //! the key and what it accepts; `none` clears an optional value.
 
-use wharf_api::admin::{AccountDef, AssocCaps, PartitionDef, QosDef, TresCaps, UserDef};
+use wharf_api::admin::{
+    AccountDef, AssocCaps, PartitionDef, QosDef, TresCaps, TresMinsCaps, UserDef,
+};
 use wharf_api::job::is_name;
 use wharf_api::resources::{parse_duration, parse_memory};
 
@@ -14,6 +16,7 @@ pub const USER_KEYS: &[&str] = &[
     "max_jobs",
     "max_submit_jobs",
     "max_tres_per_job",
+    "grp_tres_mins",
 ];
 
 const ACCOUNT_KEYS: &[&str] = &[
@@ -25,6 +28,7 @@ const ACCOUNT_KEYS: &[&str] = &[
     "max_jobs",
     "max_submit_jobs",
     "max_tres_per_job",
+    "grp_tres_mins",
 ];
 
 const QOS_KEYS: &[&str] = &[
@@ -159,6 +163,53 @@ fn tres(caps: &mut TresCaps, key: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `gpu=6000,billing=100000` (TRES-minutes) into `caps`: the TRES named change, the others
+/// stay; `gpu=none` clears one, `none` all.
+fn tres_mins(caps: &mut TresMinsCaps, key: &str, value: &str) -> Result<(), String> {
+    if is_none(value) {
+        *caps = TresMinsCaps::default();
+        return Ok(());
+    }
+    let mut parts = value
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .peekable();
+    if parts.peek().is_none() {
+        return Err(format!(
+            "{key} {value:?}: write TRES=MINUTES pairs, e.g. gpu=6000,billing=100000 (or none)"
+        ));
+    }
+    let mut new = *caps;
+    for part in parts {
+        let bad = || {
+            format!(
+                "{key} {part:?}: write TRES=MINUTES pairs with a whole number of minutes \
+                 (0 or more), e.g. gpu=6000,cpu=50000,billing=100000 (TRES=none clears one)"
+            )
+        };
+        let (name, v) = part.split_once('=').ok_or_else(bad)?;
+        let slot = match name.trim() {
+            "cpu" => &mut new.cpu,
+            "gpu" => &mut new.gpu,
+            "billing" => &mut new.billing,
+            other => {
+                return Err(format!(
+                    "{key}: unknown TRES {other:?}; budgets are kept for cpu, gpu and billing"
+                ))
+            }
+        };
+        let v = v.trim();
+        *slot = if is_none(v) {
+            None
+        } else {
+            Some(v.parse().map_err(|_| bad())?)
+        };
+    }
+    *caps = new;
+    Ok(())
+}
+
 /// The limits every association has; `Ok(false)` when `key` is not one of them.
 fn assoc_caps(caps: &mut AssocCaps, key: &str, value: &str) -> Result<bool, String> {
     match key {
@@ -167,6 +218,7 @@ fn assoc_caps(caps: &mut AssocCaps, key: &str, value: &str) -> Result<bool, Stri
         "grp_jobs" => caps.grp_jobs = count(key, value)?,
         "max_jobs" => caps.max_jobs = count(key, value)?,
         "max_submit_jobs" => caps.max_submit_jobs = count(key, value)?,
+        "grp_tres_mins" => tres_mins(&mut caps.grp_tres_mins, key, value)?,
         _ => return Ok(false),
     }
     Ok(true)
@@ -301,6 +353,54 @@ mod tests {
             let err = tres(&mut caps, "grp_tres", text).unwrap_err();
             assert!(err.contains(want), "{err}");
         }
+    }
+
+    #[test]
+    fn budgets_take_whole_minutes_of_cpu_gpu_and_billing_and_refuse_the_rest_whole() {
+        let mut caps = TresMinsCaps {
+            cpu: Some(50),
+            ..TresMinsCaps::default()
+        };
+        tres_mins(&mut caps, "grp_tres_mins", "gpu=6000, billing=100000").unwrap();
+        assert_eq!(
+            (caps.cpu, caps.gpu, caps.billing),
+            (Some(50), Some(6000), Some(100_000))
+        );
+        tres_mins(&mut caps, "grp_tres_mins", "cpu=none").unwrap();
+        assert_eq!(caps.cpu, None);
+        let before = caps;
+        for (text, want) in [
+            ("gpu=-1", "whole number of minutes"),
+            ("gpu=1.5", "whole number of minutes"),
+            (
+                "gpu=6000,mem=10",
+                "unknown TRES \"mem\"; budgets are kept for cpu, gpu and billing",
+            ),
+            ("gpus=1", "unknown TRES \"gpus\""),
+            ("lots", "write TRES=MINUTES"),
+            ("", "write TRES=MINUTES"),
+            (",", "write TRES=MINUTES"),
+            ("gpu=99999999999999999999", "whole number"),
+        ] {
+            let err = tres_mins(&mut caps, "grp_tres_mins", text).unwrap_err();
+            assert!(err.contains(want), "{text:?}: {err}");
+            // A refused list changes nothing, not even the TRES before the bad one.
+            assert_eq!(caps, before, "{text:?}");
+        }
+        tres_mins(&mut caps, "grp_tres_mins", "none").unwrap();
+        assert_eq!(caps, TresMinsCaps::default());
+        let mut a = AccountDef::new("a");
+        account(&mut a, "grp_tres_mins", "gpu=10").unwrap();
+        assert_eq!(a.limits.grp_tres_mins.gpu, Some(10));
+        let mut u = UserDef {
+            user: "ann".into(),
+            account: "a".into(),
+            shares: 1,
+            default: true,
+            limits: AssocCaps::default(),
+        };
+        user(&mut u, "grp_tres_mins", "cpu=100").unwrap();
+        assert_eq!(u.limits.grp_tres_mins.cpu, Some(100));
     }
 
     #[test]

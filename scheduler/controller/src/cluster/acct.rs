@@ -89,7 +89,7 @@ impl Cluster {
             states: states.iter().map(|s| s.as_str().to_string()).collect(),
             since,
             until,
-            last_runs_only: true,
+            last_runs_only: !q.duplicates,
             limit: MAX_ROWS,
         };
         // Ended jobs from the ledger; the jobs still in the system from memory.

@@ -52,6 +52,19 @@ impl Cluster {
         self.assocs.associations().clone()
     }
 
+    /// The accounting ledger's engine and how many runs its database refused for good (set
+    /// aside in the dead letters). Anyone may read it.
+    pub fn ledger_status(&self) -> Result<wharf_api::admin::LedgerStatus, Failure> {
+        let dead = self
+            .ledger
+            .dead_letters()
+            .map_err(|e| Failure::new(e.kind(), e.to_string()))?;
+        Ok(wharf_api::admin::LedgerStatus {
+            engine: self.engine.clone(),
+            dead_letters: dead as u64,
+        })
+    }
+
     /// Audited changes since `since` (ms), oldest first; admins only.
     pub fn audit(
         &self,

@@ -43,6 +43,26 @@ impl Cluster {
         Ok(())
     }
 
+    /// Records the runs a crash (or a failed write) left in the state store's outbox: their
+    /// jobs' final states were committed, but the runs may not have reached the ledger or its
+    /// spool. Recording is idempotent (job id and run), so runs that did arrive are kept as
+    /// they were. Returns how many runs were in the outbox.
+    pub(super) fn reconcile_ledger(&mut self) -> Result<usize, LedgerError> {
+        let db = |e: StoreError| LedgerError::Database(e.to_string());
+        let runs = self.store.outbox().map_err(db)?;
+        if runs.is_empty() {
+            return Ok(0);
+        }
+        self.ledger.record(&runs)?;
+        let keys: Vec<_> = runs.iter().map(|r| (r.job_id, r.run)).collect();
+        self.store.clear_outbox(&keys).map_err(db)?;
+        tracing::info!(
+            runs = runs.len(),
+            "accounting: runs whose jobs ended just before the controller stopped recorded"
+        );
+        Ok(runs.len())
+    }
+
     /// The billing weights the ledger and `wharf report` charge a run in `partition` at: those
     /// of the partition named, none for a job that names no partition or one not configured.
     pub(super) fn run_billing(&self, partition: &str) -> wharf_core::Billing {
@@ -118,13 +138,31 @@ impl Cluster {
         );
         if self.ledger_in_store {
             self.store.update_jobs_with_runs(changed, &runs)?;
-        } else {
+        } else if runs.is_empty() {
             self.store.update_jobs(changed)?;
-            if let Err(e) = self.ledger.record(&runs) {
-                let ids: Vec<_> = runs.iter().map(|r| r.job_id).collect();
-                tracing::error!(error = %e, jobs = ?ids, "accounting records not written");
+        } else {
+            // The runs wait in the state store's outbox, committed with the jobs, until the
+            // ledger (or its spool) has them; what a crash leaves there is recorded at start.
+            self.store.update_jobs_with_outbox(changed, &runs)?;
+            match self.ledger.record(&runs) {
+                Ok(()) => {
+                    let keys: Vec<_> = runs.iter().map(|r| (r.job_id, r.run)).collect();
+                    if let Err(e) = self.store.clear_outbox(&keys) {
+                        // Harmless: recorded again (idempotently) at the next start.
+                        tracing::warn!(error = %e, "accounting outbox not cleared");
+                    }
+                }
+                Err(e) => {
+                    let ids: Vec<_> = runs.iter().map(|r| r.job_id).collect();
+                    tracing::error!(
+                        error = %e,
+                        jobs = ?ids,
+                        "accounting records not written; kept in the outbox for the next start"
+                    );
+                }
             }
         }
+        self.budget_runs_ended(&runs);
         Ok(())
     }
 }
@@ -134,9 +172,16 @@ mod tests {
     use wharf_api::wire::{AcctQuery, AgentJob, PollRequest};
     use wharf_api::{ExitInfo, JobId, JobRequest, JobState};
 
+    use wharf_api::{JobDefaults, NodeInfo};
+
     use crate::cluster::sched::tests::{caller, cluster, cluster_with, record, submit_job};
     use crate::cluster::Cluster;
-    use crate::ledger::{sqlite::SqliteLedger, Ledger, REQUEUED};
+    use crate::ledger::pg_server::PgServer;
+    use crate::ledger::postgres::PgLedger;
+    use crate::ledger::{
+        sqlite::SqliteLedger, Ledger, LedgerError, RunFilter, UsageGroup, REQUEUED,
+    };
+    use crate::store::Store;
 
     /// n1's agent reports `id` started at `start`, and ended at `end` with `exit` if given.
     fn agent(c: &mut Cluster, id: JobId, start: u64, end: Option<(u64, ExitInfo)>, now: u64) {
@@ -230,6 +275,17 @@ mod tests {
         let rows = c.acct(&ann, &q, 10_000).unwrap();
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].state, JobState::Completed);
+        // With --duplicates, every run, the earlier first, each as it ended.
+        let q = AcctQuery {
+            duplicates: true,
+            ..q
+        };
+        let rows = c.acct(&ann, &q, 10_000).unwrap();
+        let runs: Vec<(JobId, u32, Option<u64>)> = rows
+            .iter()
+            .map(|r| (r.id, r.restarts, r.end_time))
+            .collect();
+        assert_eq!(runs, [(id, 0, Some(5_000)), (id, 1, Some(9_000))]);
         let r = c.report(&ann, 0, 10_000, 10_000).unwrap();
         assert_eq!(r.total.jobs, 2);
         assert!((r.total.cpu_hours - 2.0 * 6_000.0 / 3_600_000.0).abs() < 1e-12);
@@ -318,5 +374,107 @@ mod tests {
                 "{assoc:?}: {u} after, {before:?} before"
             );
         }
+    }
+
+    /// The PostgreSQL ledger as a controller that crashes right after committing a job's
+    /// final state sees it: the run never reaches the database nor the spool.
+    #[derive(Debug)]
+    struct CrashBeforeRecord(crate::ledger::postgres::PgLedger);
+
+    impl Ledger for CrashBeforeRecord {
+        fn record(&mut self, _: &[crate::ledger::JobRun]) -> Result<(), LedgerError> {
+            Err(LedgerError::Database("the controller stopped here".into()))
+        }
+        fn lookup(&self, id: JobId) -> Result<Vec<crate::ledger::JobRun>, LedgerError> {
+            self.0.lookup(id)
+        }
+        fn query(&self, f: &RunFilter) -> Result<Vec<crate::ledger::JobRun>, LedgerError> {
+            self.0.query(f)
+        }
+        fn report(&self, s: u64, u: u64, uid: Option<u32>) -> Result<Vec<UsageGroup>, LedgerError> {
+            self.0.report(s, u, uid)
+        }
+        fn ended_before(&self, c: u64, l: u32) -> Result<Vec<crate::ledger::JobRun>, LedgerError> {
+            self.0.ended_before(c, l)
+        }
+        fn last_ended(&self, l: u32) -> Result<Vec<crate::ledger::JobRun>, LedgerError> {
+            self.0.last_ended(l)
+        }
+        fn delete(&mut self, keys: &[(JobId, u32)]) -> Result<usize, LedgerError> {
+            self.0.delete(keys)
+        }
+    }
+
+    fn pg_cluster(dir: &tempfile::TempDir, ledger: Box<dyn Ledger>) -> Cluster {
+        let store = Store::open(&dir.path().join("wharf.db")).unwrap();
+        let mut c = Cluster::load_with_ledger(
+            store,
+            JobDefaults::default(),
+            60_000,
+            0,
+            wharf_core::Config::default(),
+            Some((ledger, "postgres")),
+        )
+        .unwrap();
+        c.register(NodeInfo::new("n1", "127.0.0.1", 8, 16 << 30, vec![]), 0)
+            .unwrap();
+        c
+    }
+
+    #[test]
+    fn a_run_lost_between_the_jobs_commit_and_postgres_is_recorded_at_the_next_start() {
+        let Some(mut server) = PgServer::start() else {
+            return;
+        };
+        let settings = server.database();
+        let spool = server.scratch().join("ledger.spool");
+        let every = std::time::Duration::from_millis(200);
+        let dir = tempfile::tempdir().unwrap();
+        let crashing = CrashBeforeRecord(PgLedger::open(&settings, None).unwrap());
+        let mut c = pg_cluster(&dir, Box::new(crashing));
+        let ann = caller(1000, "ann");
+        let requeued = requeued_job(&mut c, &ann);
+        second_run_completes(&mut c, requeued);
+        assert_eq!(record_state(&dir, requeued), Some(JobState::Completed));
+        drop(c);
+        let pg = PgLedger::open(&settings, None).unwrap();
+        assert!(
+            pg.lookup(requeued).unwrap().is_empty(),
+            "nothing reached it"
+        );
+        assert_eq!(
+            Store::open(&dir.path().join("wharf.db"))
+                .unwrap()
+                .outbox()
+                .unwrap()
+                .len(),
+            2
+        );
+
+        // The next start records both runs, once, and empties the outbox.
+        for _ in 0..2 {
+            let ledger = PgLedger::open(&settings, Some((spool.clone(), every))).unwrap();
+            drop(pg_cluster(&dir, Box::new(ledger)));
+            let runs = pg.lookup(requeued).unwrap();
+            let states: Vec<&str> = runs.iter().map(|r| r.state.as_str()).collect();
+            assert_eq!(states, [REQUEUED, "COMPLETED"]);
+            assert_eq!(runs[1].end_time, 9_000);
+            let store = Store::open(&dir.path().join("wharf.db")).unwrap();
+            assert!(store.outbox().unwrap().is_empty());
+        }
+
+        // With a ledger that takes the rows, nothing stays in the outbox.
+        let ledger = PgLedger::open(&settings, Some((spool.clone(), every))).unwrap();
+        let mut c = pg_cluster(&dir, Box::new(ledger));
+        let next = requeued_job(&mut c, &ann);
+        second_run_completes(&mut c, next);
+        assert_eq!(pg.lookup(next).unwrap().len(), 2);
+        let store = Store::open(&dir.path().join("wharf.db")).unwrap();
+        assert!(store.outbox().unwrap().is_empty());
+    }
+
+    fn record_state(dir: &tempfile::TempDir, id: JobId) -> Option<JobState> {
+        let store = Store::open(&dir.path().join("wharf.db")).unwrap();
+        store.job(id).unwrap().map(|j| j.state)
     }
 }

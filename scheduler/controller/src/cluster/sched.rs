@@ -26,6 +26,7 @@ impl Cluster {
         if state.pending.is_empty() {
             return Ok(BTreeSet::new());
         }
+        state.budget = self.budget_usage(now);
         let never = self.apply_dependencies(&mut state)?;
         self.apply_array_throttles(&mut state);
         let plan = self.scheduler.schedule(now, &state, &self.sched);
@@ -169,6 +170,7 @@ impl Cluster {
             pending,
             usage: self.usage.snapshot(now),
             stopping,
+            budget: Default::default(),
         }
     }
 

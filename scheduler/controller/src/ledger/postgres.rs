@@ -21,7 +21,7 @@ use postgres::{Client, NoTls};
 use wharf_api::JobId;
 
 use super::schema::{self, Dialect, Value};
-use super::spool::Spool;
+use super::spool::{DeadLetters, Spool};
 use super::{JobRun, Ledger, LedgerError, RunFilter, UsageGroup};
 
 /// Where the database is and who the controller is there (`[accounting]`).
@@ -128,8 +128,8 @@ struct Session {
 const MAX_STATEMENTS: usize = 64;
 
 impl Session {
-    /// Runs `f` on a connected client. A failure of the connection itself drops the client
-    /// (the next call connects again) and comes back as `Unavailable`.
+    /// Runs `f` on a connected client. Any failure drops the client (the next call connects
+    /// again); one of the connection itself comes back as `Unavailable`.
     fn with<R>(
         &mut self,
         f: impl FnOnce(&mut Client) -> Result<R, postgres::Error>,
@@ -143,7 +143,9 @@ impl Session {
         }
         let client = self.client.as_mut().expect("connected above");
         let out = f(client).map_err(classify);
-        if matches!(out, Err(LedgerError::Unavailable(_))) {
+        // After a refusal too: a statement the server refused mid-transaction can leave the
+        // connection's prepared statements out of step with the client's.
+        if out.is_err() {
             self.client = None;
         }
         out
@@ -153,7 +155,11 @@ impl Session {
 impl Session {
     /// Runs the query `sql` with `values`, prepared once per connection.
     fn query(&mut self, sql: &str, values: &[Value]) -> Result<Vec<postgres::Row>, LedgerError> {
-        let cached = self.statements.get(sql).cloned();
+        // Only a statement of the connection `with` will use (it connects again when none).
+        let cached = self
+            .client
+            .as_ref()
+            .and_then(|_| self.statements.get(sql).cloned());
         let (stmt, rows) = self.with(|c| {
             let stmt = match cached {
                 Some(s) => s,
@@ -322,6 +328,43 @@ fn insert_all(client: &mut Client, runs: &[JobRun]) -> Result<(), postgres::Erro
 struct Shared {
     spool: Mutex<Spool>,
     wake: Condvar,
+    /// Runs the database refused for good, beside the spool (`ledger.deadletter`).
+    dead: DeadLetters,
+}
+
+/// Inserts `runs` one transaction each, in order, after the database refused them together:
+/// a run it refuses for good (`Database`: a constraint, an encoding error) is set aside in
+/// `dead` with the error and logged, so that it holds up no run behind it. Returns how many
+/// runs were dealt with (inserted or set aside) and, when it stopped early, why (the
+/// database went away: the rest are to be kept for later).
+fn insert_each(
+    worker: &Worker,
+    dead: &DeadLetters,
+    runs: &[JobRun],
+) -> (usize, Option<LedgerError>) {
+    for (i, run) in runs.iter().enumerate() {
+        let one = vec![run.clone()];
+        match worker.call(move |s| s.with(|c| insert_all(c, &one))) {
+            Ok(()) => {}
+            Err(LedgerError::Database(why)) => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64);
+                if let Err(e) = dead.append(run, &why, now) {
+                    return (i, Some(e));
+                }
+                tracing::error!(
+                    job = run.job_id,
+                    run = run.run,
+                    error = %why,
+                    file = %dead.path().display(),
+                    "the accounting database refused a record; it is set aside in the dead letters"
+                );
+            }
+            Err(e) => return (i, Some(e)),
+        }
+    }
+    (runs.len(), None)
 }
 
 /// The ledger in a PostgreSQL database, spooling locally while the database is away.
@@ -347,6 +390,7 @@ impl PgLedger {
         let shared = match spool {
             Some((path, every)) => {
                 let shared = Arc::new(Shared {
+                    dead: DeadLetters::new(path.with_file_name(DEAD_LETTERS)),
                     spool: Mutex::new(Spool::new(path)),
                     wake: Condvar::new(),
                 });
@@ -409,8 +453,19 @@ fn replay(shared: &Shared, worker: &Worker) -> Result<usize, LedgerError> {
         spool.read()?
     };
     let n = runs.len();
-    worker.call(move |s| s.with(|c| insert_all(c, &runs)))?;
-    lock(&shared.spool).drop_first(n)?;
+    let batch = runs.clone();
+    match worker.call(move |s| s.with(|c| insert_all(c, &batch))) {
+        Ok(()) => lock(&shared.spool).drop_first(n)?,
+        // One run (or more) the database will never take: the others go in one by one.
+        Err(LedgerError::Database(_)) => {
+            let (done, stopped) = insert_each(worker, &shared.dead, &runs);
+            lock(&shared.spool).drop_first(done)?;
+            if let Some(e) = stopped {
+                return Err(e);
+            }
+        }
+        Err(e) => return Err(e),
+    }
     if n > 0 {
         tracing::info!(
             runs = n,
@@ -439,7 +494,17 @@ fn replay_loop(shared: Weak<Shared>, worker: Worker, every: Duration) {
     }
 }
 
+/// The dead letters' file name, beside the spool.
+pub const DEAD_LETTERS: &str = "ledger.deadletter";
+
 impl Ledger for PgLedger {
+    fn dead_letters(&self) -> Result<usize, LedgerError> {
+        match &self.shared {
+            Some(s) => s.dead.count(),
+            None => Ok(0),
+        }
+    }
+
     fn record(&mut self, runs: &[JobRun]) -> Result<(), LedgerError> {
         if runs.is_empty() {
             return Ok(());
@@ -459,6 +524,14 @@ impl Ledger for PgLedger {
                 tracing::warn!(error = %why, spool = %spool.path().display(),
                     "accounting database unreachable; spooling records");
                 spool.append(runs)
+            }
+            Err(LedgerError::Database(_)) => {
+                let (done, stopped) = insert_each(&self.worker, &shared.dead, runs);
+                match stopped {
+                    None => Ok(()),
+                    Some(LedgerError::Unavailable(_)) => spool.append(&runs[done..]),
+                    Some(e) => Err(e),
+                }
             }
             other => other,
         }
@@ -596,6 +669,65 @@ mod tests {
             (1..=50).collect::<Vec<u64>>(),
             "every run exactly once"
         );
+    }
+
+    /// A run PostgreSQL refuses for good: a NUL byte in a text column (22021).
+    fn refused(id: u64) -> JobRun {
+        let mut r = job(id);
+        r.user = "a\0b".into();
+        r
+    }
+
+    fn ids_in(l: &PgLedger) -> Vec<u64> {
+        let all = l.query(&RunFilter::default()).unwrap();
+        all.iter().map(|r| r.job_id).collect()
+    }
+
+    #[test]
+    fn a_run_the_database_refuses_for_good_is_set_aside_and_holds_up_nothing() {
+        let Some(mut server) = PgServer::start() else {
+            return;
+        };
+        let settings = server.database();
+        let spool = server.scratch().join("ledger.spool");
+        let dead = server.scratch().join(DEAD_LETTERS);
+        let every = Duration::from_millis(200);
+        let mut l = PgLedger::open(&settings, Some((spool.clone(), every))).unwrap();
+        // Written straight away: the others of the batch arrive, the refused one is set aside.
+        l.record(&[job(1), refused(2), job(3)]).unwrap();
+        assert_eq!(ids_in(&l), [1, 3]);
+        assert_eq!(l.dead_letters().unwrap(), 1);
+        assert_eq!(l.spooled().unwrap(), 0);
+
+        // From the spool: the refused run does not block the runs behind it.
+        server.stop();
+        l.record(&[job(4)]).unwrap();
+        l.record(&[refused(5)]).unwrap();
+        l.record(&[job(6)]).unwrap();
+        assert_eq!(l.spooled().unwrap(), 3);
+        server.start_again();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while l.spooled().unwrap() > 0 {
+            assert!(Instant::now() < deadline, "the spool is stuck");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(ids_in(&l), [1, 3, 4, 6]);
+        assert_eq!(l.dead_letters().unwrap(), 2);
+        let mode = std::fs::metadata(&dead).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the dead letters are root's only");
+        let text = std::fs::read_to_string(&dead).unwrap();
+        let letters: Vec<super::super::spool::DeadLetter> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let ids: Vec<u64> = letters.iter().map(|d| d.run.job_id).collect();
+        assert_eq!(ids, [2, 5]);
+        assert!(
+            letters[0].error.starts_with("22021"),
+            "{}",
+            letters[0].error
+        );
+        assert_eq!(letters[1].run.user, "a\0b", "kept as it was");
     }
 
     #[test]

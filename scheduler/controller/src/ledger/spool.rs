@@ -41,9 +41,18 @@ impl Spool {
     /// Appends `runs`, one line each, and syncs the file (and, when it was just created, its
     /// directory) before returning. Errors: `Spool`.
     pub fn append(&self, runs: &[JobRun]) -> Result<(), LedgerError> {
+        let lines = runs
+            .iter()
+            .map(serde_json::to_vec)
+            .collect::<Result<Vec<_>, _>>()?;
+        self.append_lines(&lines)
+    }
+
+    /// Appends these JSON texts, one line each, and syncs as [`Spool::append`] does.
+    fn append_lines(&self, texts: &[Vec<u8>]) -> Result<(), LedgerError> {
         let mut lines = Vec::new();
-        for r in runs {
-            serde_json::to_writer(&mut lines, r)?;
+        for t in texts {
+            lines.extend_from_slice(t);
             lines.push(b'\n');
         }
         let existed = self.path.exists();
@@ -111,6 +120,59 @@ impl Spool {
         File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| self.err(e))
+    }
+}
+
+/// Runs the database refused for good (a constraint or encoding error, not a lost
+/// connection), set aside so that they do not hold up the runs behind them: one JSON line
+/// each, `{"time": ms, "error": "...", "run": {...}}`, appended and synced, in a file only
+/// root may read (0600). An admin fixes and re-inserts them by hand, or drops them.
+#[derive(Debug)]
+pub struct DeadLetters {
+    file: Spool,
+}
+
+/// One line of [`DeadLetters`].
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct DeadLetter {
+    /// When it was set aside, ms since the epoch.
+    pub time: u64,
+    /// What the database said.
+    pub error: String,
+    /// The run.
+    pub run: JobRun,
+}
+
+impl DeadLetters {
+    /// The dead letters at `path` (not created until a run is set aside).
+    pub fn new(path: PathBuf) -> DeadLetters {
+        DeadLetters {
+            file: Spool::new(path),
+        }
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// Sets `run` aside with the database's `error`. Errors: `Spool`.
+    pub fn append(&self, run: &JobRun, error: &str, time: u64) -> Result<(), LedgerError> {
+        let letter = DeadLetter {
+            time,
+            error: error.to_string(),
+            run: run.clone(),
+        };
+        self.file.append_lines(&[serde_json::to_vec(&letter)?])
+    }
+
+    /// How many runs are set aside. Errors: `Spool`.
+    pub fn count(&self) -> Result<usize, LedgerError> {
+        match std::fs::read(self.path()) {
+            Ok(bytes) => Ok(bytes.iter().filter(|&&b| b == b'\n').count()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(self.file.err(e)),
+        }
     }
 }
 

@@ -4,6 +4,7 @@ use std::fmt;
 
 use wharf_api::resources::{format_duration, format_memory};
 
+use super::budget::{format_utc, BudgetTres};
 use crate::state::Time;
 
 /// A trackable resource a limit caps.
@@ -140,6 +141,23 @@ pub enum LimitReason {
         /// What this job asks for.
         asks: u64,
     },
+    /// An association's GrpTRESMins: what is left of its budget for the period is less than
+    /// this job's whole time limit would use.
+    AssocGrpTresMins {
+        /// As in [`LimitReason::AssocGrpTres`].
+        assoc: String,
+        /// The TRES.
+        tres: BudgetTres,
+        /// The budget, TRES-minutes.
+        limit: u64,
+        /// TRES-minutes used this period (ended runs, running jobs so far) plus what running
+        /// jobs may still use until their time limits.
+        used: u64,
+        /// What this job's whole time limit would use, TRES-minutes.
+        asks: u64,
+        /// When the period ends and usage starts from zero again, ms; `None`: never.
+        resets: Option<Time>,
+    },
 }
 
 impl LimitReason {
@@ -167,6 +185,11 @@ impl LimitReason {
             AssocMaxTresPerJob { tres: Cpu, .. } => "AssocMaxCpuPerJobLimit",
             AssocMaxTresPerJob { tres: Mem, .. } => "AssocMaxMemPerJob",
             AssocMaxTresPerJob { tres: Gpu, .. } => "AssocMaxGRESPerJob",
+            AssocGrpTresMins { tres, .. } => match tres {
+                BudgetTres::Cpu => "AssocGrpCPUMinutes",
+                BudgetTres::Gpu => "AssocGrpGRESMinutes",
+                BudgetTres::Billing => "AssocGrpBillingMinutes",
+            },
         }
     }
 
@@ -177,7 +200,8 @@ impl LimitReason {
         match self {
             QosMaxTresPerUser { limit, asks, .. }
             | QosGrpTres { limit, asks, .. }
-            | AssocGrpTres { limit, asks, .. } => asks > limit,
+            | AssocGrpTres { limit, asks, .. }
+            | AssocGrpTresMins { limit, asks, .. } => asks > limit,
             QosMaxJobsPerUser { limit, .. }
             | QosGrpJobs { limit, .. }
             | AssocGrpJobs { limit, .. }
@@ -265,6 +289,33 @@ impl fmt::Display for LimitReason {
                 tres.key(),
                 tres.amount(*asks)
             ),
+            AssocGrpTresMins { assoc, tres, limit, used, asks, resets } => {
+                let (unit, key) = (tres.unit(), tres.key());
+                let period = match resets {
+                    Some(at) => format!("until it resets at {}", format_utc(*at)),
+                    None => "and it never resets".to_string(),
+                };
+                if asks > limit {
+                    write!(
+                        f,
+                        "{code}: {assoc} has a budget of {limit} {unit} (grp_tres_mins {key}); \
+                         this job's time limit would use {asks} on its own, more than the whole \
+                         budget; ask for less or a shorter time limit"
+                    )
+                } else {
+                    let when = match resets {
+                        Some(at) => format!("when the budget resets at {}", format_utc(*at)),
+                        None => "when an admin raises the budget".to_string(),
+                    };
+                    write!(
+                        f,
+                        "{code}: {assoc} has a budget of {limit} {unit} (grp_tres_mins {key}) \
+                         {period}; {used} are used or held by running jobs' time limits and this \
+                         job's time limit would use {asks}; it starts {when}, or sooner if \
+                         running jobs end early"
+                    )
+                }
+            }
         }
     }
 }
