@@ -3,6 +3,7 @@
 mod cmd;
 mod config;
 mod output;
+mod registry_auth;
 
 use clap::{Parser, Subcommand};
 

@@ -203,10 +203,18 @@ pub fn read_job_file(path: &PathBuf) -> Result<JobRequest> {
 /// retry of a submit that was in fact stored return the same job).
 pub async fn submit(socket: &str, job: JobRequest) -> Result<u64> {
     let cwd = std::env::current_dir().context("reading the current directory")?;
+    // The user's own credential for the registry the job's image names, if they have one.
+    let registry_auth = job.image.as_deref().and_then(|image| {
+        let files = crate::registry_auth::auth_files(|v| std::env::var(v).ok());
+        crate::registry_auth::for_image(image, &files, &mut |w| {
+            eprintln!("wharf: warning: {}", crate::output::clean(&w))
+        })
+    });
     let req = SubmitRequest {
         job,
         cwd: cwd.display().to_string(),
         client_token: Some(crate::config::random_hex(16)?),
+        registry_auth,
     };
     let client = Client::new(Endpoint::parse(socket), None);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);

@@ -163,6 +163,7 @@ impl Cluster {
                                 node_rank: rank,
                                 port: job.port,
                             },
+                            registry_auth: self.credentials.get(job.id),
                         });
                     }
                 }
