@@ -108,11 +108,11 @@ pub fn to_pull(cfg: &AgentConfig, store: &ImageStore, image: &str) -> Option<Ima
 /// The options for `order`'s pull of `reference`: the node's, with the job's user's own
 /// credential when the order carries one for that registry.
 pub fn options_for(
-    cfg: &AgentConfig,
+    site: &RegistryOptions,
     order: &LaunchOrder,
     reference: &ImageRef,
 ) -> RegistryOptions {
-    let mut opts = cfg.registry.clone();
+    let mut opts = site.clone();
     opts.user = order
         .registry_auth
         .as_ref()
@@ -154,7 +154,7 @@ pub fn prove_for(
     reference: &ImageRef,
     info: &ImageInfo,
 ) -> Result<(), String> {
-    let opts = options_for(cfg, order, reference);
+    let opts = options_for(&cfg.registry, order, reference);
     let whose = if opts.user.is_some() {
         "the job's registry credential"
     } else {
@@ -188,7 +188,7 @@ pub fn pull_for(
 ) -> Result<(), String> {
     tracing::info!(job = order.id, image = %reference, "pulling");
     store
-        .pull(reference, &options_for(cfg, order, reference), &mut |event| {
+        .pull(reference, &options_for(&cfg.registry, order, reference), &mut |event| {
             if let wharf_images::PullEvent::Layer {
                 index,
                 digest,
@@ -208,6 +208,51 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::mpsc;
+
+    #[test]
+    fn the_jobs_credential_is_used_only_for_its_registry_and_proofs_are_per_user_and_digest() {
+        use wharf_api::wire::RegistryCredential;
+        let spec = wharf_api::JobRequest {
+            command: Some(vec!["/bin/true".into()]),
+            ..Default::default()
+        }
+        .resolve("/tmp", &wharf_api::JobDefaults::default())
+        .unwrap();
+        let order = LaunchOrder {
+            id: 1,
+            owner: wharf_api::Owner {
+                uid: 1001,
+                gid: 1001,
+                user: "ann".into(),
+            },
+            spec,
+            cpu_ids: vec![],
+            gpu_ids: vec![],
+            restarts: 0,
+            rendezvous: Default::default(),
+            registry_auth: Some(RegistryCredential {
+                registry: "127.0.0.1:5000".into(),
+                username: "ann".into(),
+                password: "pw".into(),
+            }),
+        };
+        let site = RegistryOptions::default();
+        let mine: ImageRef = "127.0.0.1:5000/team/app:v1".parse().unwrap();
+        let other: ImageRef = "nvcr.io/team/app:v1".parse().unwrap();
+        let opts = options_for(&site, &order, &mine);
+        assert_eq!(opts.user.unwrap().password, "pw");
+        assert!(options_for(&site, &order, &other).user.is_none());
+
+        let pulls = Pulls::default();
+        assert!(!pulls.proven(1001, "sha256:a"));
+        pulls.prove(1001, "sha256:a");
+        assert!(pulls.proven(1001, "sha256:a"));
+        assert!(
+            !pulls.proven(1002, "sha256:a"),
+            "another user proves it himself"
+        );
+        assert!(!pulls.proven(1001, "sha256:b"), "another digest too");
+    }
 
     #[test]
     fn a_repeated_order_does_not_start_a_second_pull() {
