@@ -564,7 +564,7 @@ fn a_pull_that_needed_credentials_is_private_and_access_is_proven_by_digest() {
     let info = res.unwrap();
     assert!(info.private, "credentials were needed");
     assert_eq!(info.digest, digest);
-    assert_eq!(s.store.get(&r.to_string()).unwrap().private, true);
+    assert!(s.store.get(&r.to_string()).unwrap().private);
 
     // Access is proven by the manifest's digest, with the credential given.
     wharf_images::check_access(&r, &digest, &user("p")).unwrap();
