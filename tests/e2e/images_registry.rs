@@ -1,6 +1,9 @@
 //! Registry images end to end: a loopback `docker-registry` (started here, on a free port)
 //! holds an image pushed by `skopeo`; a job naming it is pulled on demand by the agent and
-//! runs as its user; a missing tag ends the job with the registry's reason.
+//! runs as its user; a missing tag ends the job with the registry's reason. A private image
+//! (a registry that wants credentials) is pulled with its user's own credential, sent with the
+//! submit, and served from the node's cache to another user only when his own credential
+//! proves access.
 
 use std::fs;
 use std::path::Path;

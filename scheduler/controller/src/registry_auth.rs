@@ -39,8 +39,10 @@ impl JobCredentials {
         self.dir.join(id.to_string())
     }
 
-    /// Stores job `id`'s credential: written to a fresh 0600 file, synced, then renamed over
-    /// any earlier one, so a reader sees a whole credential or none.
+    /// Stores job `id`'s credential: written to a fresh 0600 file, then renamed over any
+    /// earlier one, so a reader sees a whole credential or none. Not synced: an array of a
+    /// thousand tasks would cost a thousand syncs in the submit's commit, and a credential
+    /// lost to a crash only makes the job's pull fail with the registry's refusal.
     pub fn put(&self, id: JobId, cred: &RegistryCredential) -> io::Result<()> {
         let tmp = self.dir.join(format!(".{id}.tmp"));
         let _ = fs::remove_file(&tmp);
@@ -52,7 +54,7 @@ impl JobCredentials {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&tmp)?;
         file.set_permissions(Permissions::from_mode(0o600))?;
-        let written = file.write_all(&bytes).and_then(|()| file.sync_all());
+        let written = file.write_all(&bytes);
         if let Err(e) = written.and_then(|()| fs::rename(&tmp, self.path(id))) {
             let _ = fs::remove_file(&tmp);
             return Err(e);
