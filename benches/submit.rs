@@ -130,6 +130,7 @@ async fn submit_burst(socket: &Path, clients: usize, count: usize, next: &Arc<At
                         },
                         cwd: "/tmp".into(),
                         client_token: Some(format!("bench-{}-{n}", std::process::id())),
+                        registry_auth: None,
                     };
                     let r: SubmitResponse = client.post("/v1/jobs", &req).await.expect("submit");
                     assert!(r.id > 0);

@@ -48,8 +48,12 @@ pub struct FileConfig {
 pub struct ImagesSection {
     /// Registries (`host` or `host:port`) spoken to over plain HTTP, besides loopback ones.
     pub insecure_registries: Vec<String>,
-    /// Credentials for registries, Docker `config.json` format, readable by root only.
+    /// Credentials for registries and mirrors, Docker `config.json` format, readable by root
+    /// only.
     pub auth_file: Option<PathBuf>,
+    /// Mirrors per registry, tried in order before it:
+    /// `{ "docker.io" = ["http://127.0.0.1:5001", "https://mirror.lan"] }`.
+    pub mirrors: std::collections::BTreeMap<String, Vec<String>>,
     /// Longest wait to connect to a registry or between two reads of its answer.
     pub timeout: String,
 }
@@ -59,6 +63,7 @@ impl Default for ImagesSection {
         ImagesSection {
             insecure_registries: vec![],
             auth_file: None,
+            mirrors: Default::default(),
             timeout: "60s".into(),
         }
     }
@@ -72,9 +77,27 @@ impl ImagesSection {
                 .with_context(|| format!("images.auth_file {}", path.display()))?,
             None => Default::default(),
         };
+        for (registry, mirrors) in &self.mirrors {
+            let bad_key = registry.is_empty()
+                || registry.contains('/')
+                || registry.contains("://")
+                || *registry != registry.to_ascii_lowercase();
+            if bad_key {
+                anyhow::bail!(
+                    "images.mirrors: {registry:?} is not a registry as references name it \
+                     (docker.io, nvcr.io, host:port, lowercase)"
+                );
+            }
+            for m in mirrors {
+                wharf_images::registry::parse_mirror(m)
+                    .map_err(|e| anyhow::anyhow!("images.mirrors.{registry:?}: {e}"))?;
+            }
+        }
         Ok(wharf_images::registry::RegistryOptions {
             insecure: self.insecure_registries.clone(),
             credentials,
+            mirrors: self.mirrors.clone(),
+            user: None,
             timeout: duration("images.timeout", &self.timeout)?,
         })
     }
@@ -633,5 +656,27 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn mirrors_are_checked_when_read() {
+        let registry = |text: &str| {
+            let file: FileConfig = toml::from_str(&format!("[images]\n{text}\n")).unwrap();
+            file.images.registry()
+        };
+        let opts =
+            registry(r#"mirrors = { "docker.io" = ["http://127.0.0.1:5001", "mirror.lan:5000"] }"#)
+                .unwrap();
+        assert_eq!(
+            opts.mirrors["docker.io"],
+            ["http://127.0.0.1:5001", "mirror.lan:5000"]
+        );
+        let err = |text: &str| registry(text).unwrap_err().to_string();
+        let e = err(r#"mirrors = { "docker.io" = ["ftp://m"] }"#);
+        assert!(e.contains("images.mirrors") && e.contains("ftp://m"), "{e}");
+        let e = err(r#"mirrors = { "docker.io" = ["http://m/path"] }"#);
+        assert!(e.contains("no path"), "{e}");
+        let e = err(r#"mirrors = { "https://Docker.io" = ["m"] }"#);
+        assert!(e.contains("not a registry"), "{e}");
     }
 }

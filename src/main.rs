@@ -4,6 +4,7 @@ mod cmd;
 mod config;
 mod localtime;
 mod output;
+mod registry_auth;
 
 use clap::{Parser, Subcommand};
 

@@ -5,23 +5,58 @@
 //! locks and download each layer once), then launches as usual. Meanwhile the controller
 //! repeats the launch order at each poll; [`Pulls`] remembers the jobs whose pull is under way
 //! so the order is not started twice. A failed pull ends the job with the registry's reason.
+//!
+//! The pull uses the job's own user's credential for its image's registry when the launch
+//! order carries one (sent with the submit), else the node's (`[images] auth_file`). It is
+//! held in memory only, for this job's pull, and never written on the node.
+//!
+//! An image that needed credentials to pull is private ([`wharf_images::ImageInfo::private`]):
+//! a later job that names it is served the cached copy only once its own credential (else the
+//! node's, else none) proves access to the same manifest digest at the registry
+//! ([`wharf_images::check_access`], on the job's own thread as a pull is); otherwise the job
+//! ends with "access denied to private image" and nothing of the image is mounted. A proof
+//! holds for [`PROOF_TTL`] per user and digest.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use wharf_api::wire::LaunchOrder;
-use wharf_images::{ImageRef, ImageStore};
+use wharf_images::registry::{Credentials, RegistryOptions};
+use wharf_images::{ImageInfo, ImageRef, ImageStore};
 
 use crate::launch::LaunchError;
 use crate::{AgentConfig, BackendKind};
 
-/// The jobs whose image is being pulled. Cheap to clone; clones share the set.
+/// How long a user's proven access to a private image's digest is taken on trust.
+pub const PROOF_TTL: Duration = Duration::from_secs(60);
+
+/// The jobs whose image is being pulled (or whose access to a private image is being
+/// checked), and the recent proofs of access. Cheap to clone; clones share them.
 #[derive(Debug, Clone, Default)]
 pub struct Pulls {
     jobs: Arc<Mutex<BTreeSet<u64>>>,
+    /// (uid, manifest digest) -> when access was proven.
+    proofs: Arc<Mutex<BTreeMap<(u32, String), Instant>>>,
 }
 
 impl Pulls {
+    /// Whether `uid` proved access to `digest` less than [`PROOF_TTL`] ago.
+    pub fn proven(&self, uid: u32, digest: &str) -> bool {
+        self.proofs.lock().is_ok_and(|p| {
+            p.get(&(uid, digest.to_string()))
+                .is_some_and(|at| at.elapsed() < PROOF_TTL)
+        })
+    }
+
+    /// Records that `uid` proved access to `digest` now (and forgets expired proofs).
+    pub fn prove(&self, uid: u32, digest: &str) {
+        if let Ok(mut p) = self.proofs.lock() {
+            p.retain(|_, at| at.elapsed() < PROOF_TTL);
+            p.insert((uid, digest.to_string()), Instant::now());
+        }
+    }
+
     /// Whether job `id`'s pull is under way.
     pub fn pulling(&self, id: u64) -> bool {
         self.jobs.lock().is_ok_and(|j| j.contains(&id))
@@ -71,6 +106,91 @@ pub fn to_pull(cfg: &AgentConfig, store: &ImageStore, image: &str) -> Option<Ima
     store.pulled(&reference).is_none().then_some(reference)
 }
 
+/// The options for `order`'s pull of `reference`: the node's, with the job's user's own
+/// credential when the order carries one for that registry.
+pub fn options_for(
+    site: &RegistryOptions,
+    order: &LaunchOrder,
+    reference: &ImageRef,
+) -> RegistryOptions {
+    let mut opts = site.clone();
+    opts.user = order
+        .registry_auth
+        .as_ref()
+        .filter(|c| c.registry == reference.registry)
+        .map(|c| Credentials {
+            username: c.username.clone(),
+            password: c.password.clone(),
+        });
+    opts
+}
+
+/// The private image cached on this node that `image` names, when it is one: its access
+/// must be proven for the job before the job may use it.
+pub fn to_prove(
+    cfg: &AgentConfig,
+    store: &ImageStore,
+    image: &str,
+) -> Option<(ImageRef, ImageInfo)> {
+    if cfg.backend != BackendKind::Oci || image == "host" || image.starts_with('/') {
+        return None;
+    }
+    let info = store
+        .get(image)
+        .ok()
+        .or_else(|| store.pulled(&image.parse().ok()?))?;
+    if !info.private {
+        return None;
+    }
+    let reference: ImageRef = info.name.parse().ok()?;
+    Some((reference, info))
+}
+
+/// Checks that job `order` may use the cached private image `info` (pulled for `reference`):
+/// its credentials must prove access to the same digest. The error is the job's reason, and
+/// the job's fault unless the registry could not be reached.
+pub fn prove_for(
+    cfg: &AgentConfig,
+    pulls: &Pulls,
+    order: &LaunchOrder,
+    reference: &ImageRef,
+    info: &ImageInfo,
+) -> Result<(), LaunchError> {
+    let opts = options_for(&cfg.registry, order, reference);
+    let whose = if opts.user.is_some() {
+        "the job's registry credential"
+    } else {
+        "the job carries no registry credential (none for this registry in the user's auth \
+         file), and the node's"
+    };
+    match wharf_images::check_access(reference, &info.digest, &opts) {
+        Ok(()) => {
+            tracing::info!(job = order.id, image = %reference, digest = %info.digest, "access to a private image proven");
+            pulls.prove(order.owner.uid, &info.digest);
+            Ok(())
+        }
+        Err(e) => {
+            tracing::warn!(job = order.id, image = %reference, error = %e, "access to a private image refused");
+            // Not shown the digest is the job's own doing; a registry away is nobody's.
+            let code = match e.kind {
+                wharf_images::ErrorKind::Refused | wharf_images::ErrorKind::NotFound => {
+                    wharf_api::fault::FaultCode::ImageDenied
+                }
+                _ => crate::launch::image_fault(&e),
+            };
+            Err(LaunchError::new(
+                code,
+                format!(
+                    "access denied to private image {reference} on node {}: it is cached from a \
+                     registry that required credentials, and {whose} did not prove access to \
+                     {}: {}",
+                    cfg.node_name, info.digest, e.message
+                ),
+            ))
+        }
+    }
+}
+
 /// Pulls `reference` for job `order`, logging progress; the error says what the registry said,
 /// and whose fault it is ([`crate::launch::image_fault`]).
 pub fn pull_for(
@@ -81,7 +201,7 @@ pub fn pull_for(
 ) -> Result<(), LaunchError> {
     tracing::info!(job = order.id, image = %reference, "pulling");
     store
-        .pull(reference, &cfg.registry, &mut |event| {
+        .pull(reference, &options_for(&cfg.registry, order, reference), &mut |event| {
             if let wharf_images::PullEvent::Layer {
                 index,
                 digest,
@@ -106,6 +226,51 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::mpsc;
+
+    #[test]
+    fn the_jobs_credential_is_used_only_for_its_registry_and_proofs_are_per_user_and_digest() {
+        use wharf_api::wire::RegistryCredential;
+        let spec = wharf_api::JobRequest {
+            command: Some(vec!["/bin/true".into()]),
+            ..Default::default()
+        }
+        .resolve("/tmp", &wharf_api::JobDefaults::default())
+        .unwrap();
+        let order = LaunchOrder {
+            id: 1,
+            owner: wharf_api::Owner {
+                uid: 1001,
+                gid: 1001,
+                user: "ann".into(),
+            },
+            spec,
+            cpu_ids: vec![],
+            gpu_ids: vec![],
+            restarts: 0,
+            rendezvous: Default::default(),
+            registry_auth: Some(RegistryCredential {
+                registry: "127.0.0.1:5000".into(),
+                username: "ann".into(),
+                password: "pw".into(),
+            }),
+        };
+        let site = RegistryOptions::default();
+        let mine: ImageRef = "127.0.0.1:5000/team/app:v1".parse().unwrap();
+        let other: ImageRef = "nvcr.io/team/app:v1".parse().unwrap();
+        let opts = options_for(&site, &order, &mine);
+        assert_eq!(opts.user.unwrap().password, "pw");
+        assert!(options_for(&site, &order, &other).user.is_none());
+
+        let pulls = Pulls::default();
+        assert!(!pulls.proven(1001, "sha256:a"));
+        pulls.prove(1001, "sha256:a");
+        assert!(pulls.proven(1001, "sha256:a"));
+        assert!(
+            !pulls.proven(1002, "sha256:a"),
+            "another user proves it himself"
+        );
+        assert!(!pulls.proven(1001, "sha256:b"), "another digest too");
+    }
 
     #[test]
     fn a_repeated_order_does_not_start_a_second_pull() {

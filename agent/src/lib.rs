@@ -485,7 +485,8 @@ fn traverse_only_dir(dir: &std::path::Path) -> std::io::Result<()> {
 }
 
 /// Launches a job unless this node already has it (orders are repeated until confirmed); a
-/// job whose registry image is not here yet is pulled first, on a thread of its own.
+/// job whose registry image is not here yet is pulled first, on a thread of its own, and one
+/// whose image is a private one cached here proves its access first, likewise.
 fn start(
     cfg: &AgentConfig,
     launcher: &Arc<dyn Backend>,
@@ -511,6 +512,24 @@ fn start(
             launch_now(&c, l.as_ref(), &i, &m, &o, ready);
         });
         return;
+    }
+    // A private image cached here: this job's credentials must prove access first.
+    if let Some((reference, info)) = images::to_prove(cfg, images, &order.spec.image) {
+        if !pulls.proven(order.owner.uid, &info.digest) {
+            let (c, l, i, m, o, p) = (
+                cfg.clone(),
+                launcher.clone(),
+                images.clone(),
+                machine.clone(),
+                order.clone(),
+                pulls.clone(),
+            );
+            pulls.spawn(order.id, move || {
+                let ready = images::prove_for(&c, &p, &o, &reference, &info);
+                launch_now(&c, l.as_ref(), &i, &m, &o, ready);
+            });
+            return;
+        }
     }
     launch_now(cfg, launcher.as_ref(), images, machine, order, Ok(()));
 }

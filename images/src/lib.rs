@@ -57,7 +57,7 @@ mod stream;
 pub use error::{ErrorKind, ImageError};
 pub use limits::Limits;
 pub use name::{validate_name, MAX_NAME_LEN, RESERVED_HOST};
-pub use pull::PullEvent;
+pub use pull::{check_access, PullEvent};
 pub use rootfs::SANDBOX_MOUNT_POINTS;
 pub use store::{ImageInfo, ImageStore};
 pub use wharf_api::image_ref::ImageRef;

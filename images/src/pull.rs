@@ -64,11 +64,43 @@ impl ImageStore {
         opts: &RegistryOptions,
         progress: &mut dyn FnMut(PullEvent),
     ) -> Result<ImageInfo> {
+        crate::name::validate_name(&reference.to_string())?;
+        // Mirrors first, in order; whatever one fails with (down, missing the image, refusing
+        // us, or serving content that fails its digests), the next is tried, the registry
+        // itself last. Layers a failed attempt verified are kept for the next.
+        let mut failed = Vec::new();
+        for source in opts.sources(reference)? {
+            let registry = Registry::at(reference, &source, opts);
+            match self.pull_from(&registry, reference, progress) {
+                Ok(info) => return Ok(info),
+                Err(e) if source.mirror => {
+                    tracing::warn!(image = %reference, mirror = %source.host, error = %e, "mirror failed; trying the next source");
+                    failed.push(format!("mirror {}: {}", source.host, e.message));
+                }
+                Err(e) if failed.is_empty() => return Err(e),
+                Err(e) => {
+                    return Err(ImageError::new(
+                        e.kind,
+                        format!("{} (after: {})", e.message, failed.join("; ")),
+                    ))
+                }
+            }
+        }
+        Err(ImageError::invalid(format!(
+            "{reference}: nowhere to pull it from"
+        )))
+    }
+
+    /// One attempt of [`ImageStore::pull`], from one source.
+    fn pull_from(
+        &self,
+        registry: &Registry,
+        reference: &ImageRef,
+        progress: &mut dyn FnMut(PullEvent),
+    ) -> Result<ImageInfo> {
         let name = reference.to_string();
-        crate::name::validate_name(&name)?;
         let limits = *self.limits();
-        let registry = Registry::new(reference, opts);
-        let (digest, manifest) = resolve(&registry, reference, limits.max_json_bytes)?;
+        let (digest, manifest) = resolve(registry, reference, limits.max_json_bytes)?;
         if manifest.layers.len() > limits.max_layers {
             return Err(ImageError::invalid(format!(
                 "{name}: the image has {} layers; the limit is {}",
@@ -80,7 +112,7 @@ impl ImageStore {
             layer_compression(&layer.media_type)?;
             sha256_hex(&layer.digest).map_err(|e| ImageError::invalid(format!("layer {e}")))?;
         }
-        let config: Config = read_json_blob(&registry, &manifest.config, limits.max_json_bytes)?;
+        let config: Config = read_json_blob(registry, &manifest.config, limits.max_json_bytes)?;
         let diff_ids = config.rootfs.diff_ids;
         if diff_ids.len() != manifest.layers.len() {
             return Err(ImageError::invalid(format!(
@@ -98,7 +130,7 @@ impl ImageStore {
         for id in &diff_ids {
             sha256_hex(id).map_err(|e| ImageError::invalid(format!("diff_id {e}")))?;
         }
-        self.fetch_layers(&registry, &name, &manifest.layers, &diff_ids, progress)?;
+        self.fetch_layers(registry, &name, &manifest.layers, &diff_ids, progress)?;
         let dirs = manifest
             .layers
             .iter()
@@ -110,10 +142,34 @@ impl ImageStore {
             digest,
             rootfs,
             manifest.layers.iter().map(|l| l.digest.clone()).collect(),
+            registry.authenticated(),
         )?;
         progress(PullEvent::Done(info.clone()));
         Ok(info)
     }
+}
+
+/// Checks that `opts` (the job's user's credential, else the site's, else none) give access to
+/// manifest `digest` of `reference`'s repository, at a mirror of its registry or at the
+/// registry itself, in the order a pull tries them: a `HEAD` of the manifest by digest. This
+/// is what a cached image that needed credentials to pull ([`ImageInfo::private`]) is served
+/// against.
+///
+/// Errors: every source's refusal, the last one's kind (`PermissionDenied` when the
+/// registry refused the credentials or wanted some, `Unavailable` when it cannot be reached).
+pub fn check_access(reference: &ImageRef, digest: &str, opts: &RegistryOptions) -> Result<()> {
+    let mut failed: Vec<ImageError> = Vec::new();
+    for source in opts.sources(reference)? {
+        match Registry::at(reference, &source, opts).has_manifest(digest) {
+            Ok(()) => return Ok(()),
+            Err(e) => failed.push(e),
+        }
+    }
+    let kind = failed
+        .last()
+        .map_or(crate::ErrorKind::PermissionDenied, |e| e.kind);
+    let why: Vec<String> = failed.into_iter().map(|e| e.message).collect();
+    Err(ImageError::new(kind, why.join("; ")))
 }
 
 /// Most layers downloaded and unpacked at once by one pull.

@@ -69,6 +69,11 @@ pub struct ImageInfo {
     /// For a pulled image: its layers' blob digests, bottom first (shared in `layers/`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layers: Vec<String>,
+    /// For a pulled image: credentials had to be sent to pull it. A node serves it to a job
+    /// only once that job's credentials prove access to the same digest
+    /// ([`crate::check_access`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub private: bool,
 }
 
 /// A directory of imported images. Cheap to clone; clones share the directory.
@@ -187,6 +192,7 @@ impl ImageStore {
                 .map_or(0, |d| d.as_millis() as u64),
             rootfs: dest.join(ROOTFS),
             layers: vec![],
+            private: false,
         };
         let json = serde_json::to_vec_pretty(&info).map_err(|e| {
             ImageError::new(ErrorKind::Unavailable, format!("encoding image info: {e}"))
@@ -274,6 +280,7 @@ impl ImageStore {
         digest: String,
         rootfs: PathBuf,
         layers: Vec<String>,
+        private: bool,
     ) -> Result<ImageInfo> {
         let staging = Staging::create(&self.root.join(TMP), "pull", PRIVATE)?;
         let info = ImageInfo {
@@ -286,6 +293,7 @@ impl ImageStore {
                 .map_or(0, |d| d.as_millis() as u64),
             rootfs,
             layers,
+            private,
         };
         let json = serde_json::to_vec_pretty(&info).map_err(|e| {
             ImageError::new(ErrorKind::Unavailable, format!("encoding image info: {e}"))

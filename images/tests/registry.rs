@@ -535,3 +535,169 @@ fn an_anonymous_bearer_token_is_fetched_from_the_realm_the_registry_names() {
         "{query}"
     );
 }
+
+fn creds(username: &str, password: &str) -> Credentials {
+    Credentials {
+        username: username.into(),
+        password: password.into(),
+    }
+}
+
+#[test]
+fn a_pull_that_needed_credentials_is_private_and_access_is_proven_by_digest() {
+    let Some((reg, s, layout)) = setup(
+        "a_pull_that_needed_credentials_is_private_and_access_is_proven_by_digest",
+        true,
+    ) else {
+        return;
+    };
+    let m = layout.manifest(&[(LAYER_GZIP, base_layer())]);
+    let digest = m["digest"].as_str().unwrap().to_string();
+    layout.index(vec![tagged(m, "v1")]);
+    reg.push(&layout.dir, "v1", "team/private", Some("u:p"));
+    let r = reg.reference("team/private:v1");
+    let user = |password: &str| RegistryOptions {
+        user: Some(creds("u", password)),
+        ..Default::default()
+    };
+    let (res, _) = pull_with(&s, &r, &user("p"));
+    let info = res.unwrap();
+    assert!(info.private, "credentials were needed");
+    assert_eq!(info.digest, digest);
+    assert!(s.store.get(&r.to_string()).unwrap().private);
+
+    // Access is proven by the manifest's digest, with the credential given.
+    wharf_images::check_access(&r, &digest, &user("p")).unwrap();
+    for opts in [RegistryOptions::default(), user("wrong")] {
+        let e = wharf_images::check_access(&r, &digest, &opts).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::PermissionDenied, "{e}");
+    }
+    // The site's credential proves it too, but a user's own credential is used in its place.
+    let site = RegistryOptions {
+        credentials: [(reg.addr.clone(), creds("u", "p"))].into(),
+        ..Default::default()
+    };
+    wharf_images::check_access(&r, &digest, &site).unwrap();
+    let both = RegistryOptions {
+        user: Some(creds("u", "wrong")),
+        ..site.clone()
+    };
+    assert!(wharf_images::check_access(&r, &digest, &both).is_err());
+    // Another digest is not this one.
+    let other = format!("sha256:{}", "0".repeat(64));
+    let e = wharf_images::check_access(&r, &other, &user("p")).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
+
+    // What an anonymous pull got is not private.
+    let public = Loopback::start(false);
+    public.push(&layout.dir, "v1", "team/public", None);
+    let (res, _) = pull(&s, &public.reference("team/public:v1"));
+    assert!(!res.unwrap().private);
+}
+
+/// Writes a one-layer image whose `/etc/who` says `who`, tagged with each of `tags`, as the
+/// layout at `dir`; returns its manifest digest.
+fn who_image(dir: &Path, who: &str, tags: &[&str]) -> String {
+    let layout = Layout::new(dir.to_path_buf());
+    let m = layout.manifest(&[(
+        LAYER_GZIP,
+        gzip(
+            &Tar::new()
+                .dir("etc")
+                .file("etc/who", who.as_bytes())
+                .bytes(),
+        ),
+    )]);
+    let digest = m["digest"].as_str().unwrap().to_string();
+    layout.index(tags.iter().map(|t| tagged(m.clone(), t)).collect());
+    digest
+}
+
+#[test]
+fn mirrors_are_tried_in_order_with_the_registry_last_and_digests_still_decide() {
+    let test = "mirrors_are_tried_in_order_with_the_registry_last_and_digests_still_decide";
+    if !tools(test) {
+        return;
+    }
+    let s = scratch();
+    let upstream = Loopback::start(false);
+    let mirror = Loopback::start(false);
+    let up_layout = s.work.join("up");
+    let up_digest = who_image(&up_layout, "upstream", &["v1", "only-up"]);
+    let mirror_layout = s.work.join("mirror");
+    who_image(&mirror_layout, "mirror", &["v1", "only-mirror"]);
+    for tag in ["v1", "only-up"] {
+        upstream.push(&up_layout, tag, "test/app", None);
+    }
+    for tag in ["v1", "only-mirror"] {
+        mirror.push(&mirror_layout, tag, "test/app", None);
+    }
+    // A mirror that is down first, then one that answers.
+    let opts = RegistryOptions {
+        mirrors: [(
+            upstream.addr.clone(),
+            vec![
+                "http://127.0.0.1:1".into(),
+                format!("http://{}", mirror.addr),
+            ],
+        )]
+        .into(),
+        ..Default::default()
+    };
+    let who = |r: &str, opts: &RegistryOptions| {
+        let (res, _) = pull_with(&s, &r.parse().unwrap(), opts);
+        res.map(|info| fs::read_to_string(info.rootfs.join("etc/who")).unwrap())
+    };
+    let name = |tag: &str| upstream.name(&format!("test/app{tag}"));
+
+    // Served by the mirror although the registry lacks it (without mirrors: not found).
+    let e = who(&name(":only-mirror"), &RegistryOptions::default()).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
+    assert_eq!(who(&name(":only-mirror"), &opts).unwrap(), "mirror");
+    // The mirror lacks it: the registry serves it.
+    assert_eq!(who(&name(":only-up"), &opts).unwrap(), "upstream");
+    // A tag is what the first source that has it says it is ...
+    assert_eq!(who(&name(":v1"), &opts).unwrap(), "mirror");
+    // ... but a digest is the content: the mirror has no such manifest, so the registry
+    // serves it.
+    let pinned = name(&format!("@{up_digest}"));
+    assert_eq!(who(&pinned, &opts).unwrap(), "upstream");
+    // Every source down or missing it: the registry's own error, with the mirrors'.
+    let e = who(&name(":nope"), &opts).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
+    assert!(e.message.contains("mirror 127.0.0.1:1"), "{e}");
+
+    // A mirror that wants credentials gets the site's for its own host, never the user's.
+    let locked = Loopback::start(true);
+    locked.push(&mirror_layout, "only-mirror", "test/locked", Some("u:p"));
+    let via_locked =
+        |credentials: std::collections::BTreeMap<String, Credentials>| RegistryOptions {
+            mirrors: [(upstream.addr.clone(), vec![locked.addr.clone()])].into(),
+            user: Some(creds("u", "p")),
+            credentials,
+            ..Default::default()
+        };
+    let r = upstream.name("test/locked:only-mirror");
+    let e = who(&r, &via_locked(Default::default())).unwrap_err();
+    assert!(
+        e.message.contains(&format!("mirror {}", locked.addr))
+            && e.message.contains("requires credentials"),
+        "{e}"
+    );
+    let site = [(locked.addr.clone(), creds("u", "p"))].into();
+    let (res, _) = pull_with(&s, &r.parse().unwrap(), &via_locked(site));
+    let info = res.unwrap();
+    assert_eq!(
+        fs::read_to_string(info.rootfs.join("etc/who")).unwrap(),
+        "mirror"
+    );
+    assert!(info.private, "the mirror wanted credentials");
+
+    // Written wrong: refused, naming the mirror.
+    let bad = RegistryOptions {
+        mirrors: [(upstream.addr.clone(), vec!["ftp://x".into()])].into(),
+        ..Default::default()
+    };
+    let e = who(&name(":v1"), &bad).unwrap_err();
+    assert!(e.message.contains("ftp://x"), "{e}");
+}

@@ -206,10 +206,18 @@ pub async fn submit(socket: &str, mut job: JobRequest) -> Result<u64> {
     // A wall-clock --begin means the user's time zone, which only this side knows.
     job.begin = job.begin.map(crate::localtime::localize).transpose()?;
     let cwd = std::env::current_dir().context("reading the current directory")?;
+    // The user's own credential for the registry the job's image names, if they have one.
+    let registry_auth = job.image.as_deref().and_then(|image| {
+        let files = crate::registry_auth::auth_files(|v| std::env::var(v).ok());
+        crate::registry_auth::for_image(image, &files, &mut |w| {
+            eprintln!("wharf: warning: {}", crate::output::clean(&w))
+        })
+    });
     let req = SubmitRequest {
         job,
         cwd: cwd.display().to_string(),
         client_token: Some(crate::config::random_hex(16)?),
+        registry_auth,
     };
     let client = Client::new(Endpoint::parse(socket), None);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);

@@ -1,6 +1,9 @@
 //! Registry images end to end: a loopback `docker-registry` (started here, on a free port)
 //! holds an image pushed by `skopeo`; a job naming it is pulled on demand by the agent and
-//! runs as its user; a missing tag ends the job with the registry's reason.
+//! runs as its user; a missing tag ends the job with the registry's reason. A private image
+//! (a registry that wants credentials) is pulled with its user's own credential, sent with the
+//! submit, and served from the node's cache to another user only when his own credential
+//! proves access.
 
 use std::fs;
 use std::path::Path;
@@ -192,4 +195,222 @@ fn wharf_image_pull_shows_each_layer_and_fetches_shared_layers_once() {
         .unwrap();
     assert!(!out.status.success());
     assert!(stderr(&out).contains("lowercase"), "{}", stderr(&out));
+}
+
+/// Runs the CLI as `who` from their directory, which is also their `HOME` (where
+/// `.docker/config.json` is looked for), with no other auth file in the environment.
+fn wharf_home(c: &Cluster, who: &User, args: &[&str]) -> std::process::Output {
+    let home = c.home(who);
+    setpriv(who)
+        .arg(wharf_bin())
+        .args(args)
+        .env("WHARF_SOCKET", &c.socket)
+        .env("HOME", &home)
+        .env_remove("REGISTRY_AUTH_FILE")
+        .env_remove("XDG_RUNTIME_DIR")
+        .current_dir(&home)
+        .output()
+        .unwrap()
+}
+
+/// Writes `who`'s `~/.docker/config.json` with `user:password` for `registry` (as `docker
+/// login` does), theirs and 0600.
+fn docker_login(c: &Cluster, who: &User, registry: &str, user: &str, password: &str) {
+    use base64::Engine;
+    let dir = c.home(who).join(".docker");
+    fs::create_dir_all(&dir).unwrap();
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    let file = dir.join("config.json");
+    fs::write(
+        &file,
+        serde_json::json!({ "auths": { registry: { "auth": auth } } }).to_string(),
+    )
+    .unwrap();
+    for p in [&dir, &file] {
+        nix::unistd::chown(p, Some(who.uid.into()), Some(who.gid.into())).unwrap();
+    }
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// Every file under `dir` (recursively) whose bytes hold `needle`.
+fn files_holding(dir: &Path, needle: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            let Ok(meta) = fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(p);
+            } else if meta.is_file() {
+                let bytes = fs::read(&p).unwrap_or_default();
+                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    out.push(p.display().to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_private_image_in_the_cache_is_served_only_to_users_whose_credentials_prove_access() {
+    let test =
+        "a_private_image_in_the_cache_is_served_only_to_users_whose_credentials_prove_access";
+    if !can_run(test) || !tools(test) {
+        return;
+    }
+    let ann_secret = "ann-registry-secret-7f3a91";
+    let bob_secret = "bob-registry-secret-c04e22";
+    let work = scratch("whpriv-");
+    let reg = Loopback::start_with_users(
+        work.path(),
+        &[("u", "p"), ("ann", ann_secret), ("bob", bob_secret)],
+    );
+    let base = work.path().join("base");
+    mkrootfs(&base, &["sh", "cat"]);
+    let top = work.path().join("top");
+    fs::create_dir_all(top.join("etc")).unwrap();
+    fs::write(top.join("etc/greeting"), "private content\n").unwrap();
+    let layout = work.path().join("layout");
+    write_layout(&layout, "v1", &[&base, &top]);
+    reg.push(&layout, "v1", "team/private", Some("u:p"));
+    let reference = reg.name("team/private:v1");
+
+    let c = Cluster::start();
+    let ann = user("whpriv-ann");
+    let bob = user("whpriv-bob");
+    docker_login(&c, &ann, &reg.addr, "ann", ann_secret);
+
+    // Ann's credential goes with her submit: a 0600 root file per job, in no listing, and
+    // deleted when the job ends (here: cancelled while held).
+    let out = wharf_home(
+        &c,
+        &ann,
+        &["submit", "--hold", "--image", &reference, "--wrap", "true"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let held = submitted_id(&out);
+    let file = c
+        .dir
+        .join("controller/registry-auth")
+        .join(held.to_string());
+    let meta = fs::metadata(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((meta.mode() & 0o7777, meta.uid()), (0o600, 0));
+    for args in [
+        vec!["show", &*held.to_string(), "--json"],
+        vec!["queue", "--json"],
+        vec!["queue", "--all", "--json"],
+    ] {
+        let out = wharf_home(&c, &ann, &args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        assert!(!stdout(&out).contains(ann_secret), "{args:?}");
+        assert!(
+            stdout(&out).contains("team/private") || args[0] == "queue",
+            "{args:?}"
+        );
+    }
+    let out = wharf_home(&c, &ann, &["cancel", &held.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!file.exists(), "deleted when the job was cancelled");
+
+    // Ann pulls it with her credential and runs it.
+    let out = wharf_home(
+        &c,
+        &ann,
+        &[
+            "run",
+            "--image",
+            &reference,
+            "--",
+            "/bin/cat",
+            "/etc/greeting",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}{}\n{}",
+        stdout(&out),
+        stderr(&out),
+        c.log()
+    );
+    assert_eq!(stdout(&out), "private content\n");
+    let store = c.dir.join("images");
+    let out = c.wharf(&["image", "ls", "--store", store.to_str().unwrap()]);
+    assert!(
+        stdout(&out).contains(&reference),
+        "cached: {}",
+        stdout(&out)
+    );
+
+    // Bob, without a credential, then with a wrong one: refused although it is cached.
+    let refused = |c: &Cluster| {
+        let out = wharf_home(
+            c,
+            &bob,
+            &[
+                "submit",
+                "--image",
+                &reference,
+                "--wrap",
+                "cat /etc/greeting",
+            ],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        let id = submitted_id(&out);
+        let job = c.wait_done(id, Duration::from_secs(60));
+        assert_eq!(job["state"], "FAILED", "{job}");
+        assert!(
+            job.to_string().contains("access denied to private image"),
+            "{job}"
+        );
+        let output = c.home(&bob).join(format!("wharf-{id}.out"));
+        let text = fs::read_to_string(&output).unwrap_or_default();
+        assert!(!text.contains("private content"), "{text}");
+    };
+    refused(&c);
+    docker_login(&c, &bob, &reg.addr, "bob", "not-his-password");
+    refused(&c);
+
+    // Bob with his own valid credential: served from the cache.
+    docker_login(&c, &bob, &reg.addr, "bob", bob_secret);
+    let out = wharf_home(
+        &c,
+        &bob,
+        &[
+            "run",
+            "--image",
+            &reference,
+            "--",
+            "/bin/cat",
+            "/etc/greeting",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}{}\n{}",
+        stdout(&out),
+        stderr(&out),
+        c.log()
+    );
+    assert_eq!(stdout(&out), "private content\n");
+
+    // No credential is left on disk, nor in the daemons' log.
+    for secret in [ann_secret, bob_secret] {
+        let held = files_holding(&c.dir.join("controller"), secret);
+        assert!(held.is_empty(), "{held:?}");
+        let held = files_holding(&c.dir.join("agent"), secret);
+        assert!(held.is_empty(), "{held:?}");
+        assert!(!c.log().contains(secret));
+    }
+    assert_eq!(
+        fs::read_dir(c.dir.join("controller/registry-auth"))
+            .unwrap()
+            .count(),
+        0
+    );
 }

@@ -29,9 +29,11 @@ use crate::error::{ErrorKind, ImageError, Result};
 use crate::stream::sha256_digest;
 
 mod auth;
+pub mod authfile;
 
 pub use auth::Credentials;
 use auth::{fetch_token, parse_challenge, Challenge};
+use authfile::AuthFile;
 
 /// Manifest and index media types asked for, in order of preference.
 const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
@@ -44,8 +46,15 @@ const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
 pub struct RegistryOptions {
     /// Registries (`host` or `host:port`) spoken to over plain HTTP besides loopback ones.
     pub insecure: Vec<String>,
-    /// Credentials per registry (`host` or `host:port`, as in references).
+    /// Credentials per registry (`host` or `host:port`, as in references): the site's, from
+    /// `[images] auth_file`, for registries and mirrors alike.
     pub credentials: BTreeMap<String, Credentials>,
+    /// Mirrors per registry (`docker.io`), tried in order before it: `http://host[:port]`,
+    /// `https://host[:port]`, or `host[:port]` (HTTPS unless loopback or insecure).
+    pub mirrors: BTreeMap<String, Vec<String>>,
+    /// The credential of the user this pull is for, for the reference's own registry: used
+    /// there in place of the site's, never sent to a mirror.
+    pub user: Option<Credentials>,
     /// Longest wait to connect, and between two reads of an answer.
     pub timeout: Duration,
 }
@@ -55,9 +64,51 @@ impl Default for RegistryOptions {
         RegistryOptions {
             insecure: vec![],
             credentials: BTreeMap::new(),
+            mirrors: BTreeMap::new(),
+            user: None,
             timeout: Duration::from_secs(60),
         }
     }
+}
+
+/// Where a pull may fetch an image from: a mirror of its registry, or the registry itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    /// `http` or `https`.
+    pub scheme: &'static str,
+    /// `host[:port]` to connect to.
+    pub host: String,
+    /// A mirror (else the reference's own registry).
+    pub mirror: bool,
+}
+
+/// Parses a mirror as `[images] mirrors` writes it: `http://host[:port]`,
+/// `https://host[:port]` or `host[:port]`; `None` for the scheme when none is written.
+pub fn parse_mirror(text: &str) -> std::result::Result<(Option<&'static str>, String), String> {
+    let (scheme, rest) = if let Some(r) = text.strip_prefix("http://") {
+        (Some("http"), r)
+    } else if let Some(r) = text.strip_prefix("https://") {
+        (Some("https"), r)
+    } else if text.contains("://") {
+        return Err(format!(
+            "mirror {text:?}: only http:// and https:// are spoken"
+        ));
+    } else {
+        (None, text)
+    };
+    let host = rest.trim_end_matches('/');
+    let valid = !host.is_empty()
+        && host.len() <= 255
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c));
+    if !valid {
+        return Err(format!(
+            "mirror {text:?}: write it as http://HOST[:PORT], https://HOST[:PORT] or \
+             HOST[:PORT] (no path: the mirror serves the registry's repositories at its root)"
+        ));
+    }
+    Ok((scheme, host.to_ascii_lowercase()))
 }
 
 impl RegistryOptions {
@@ -66,43 +117,38 @@ impl RegistryOptions {
     ///
     /// Errors: `NotFound`/`PermissionDenied` reading it; `InvalidInput` when malformed.
     pub fn read_auth_file(path: &Path) -> Result<BTreeMap<String, Credentials>> {
-        #[derive(serde::Deserialize)]
-        struct File {
-            #[serde(default)]
-            auths: BTreeMap<String, Entry>,
+        AuthFile::read(path)?
+            .all()
+            .map_err(|e| ImageError::invalid(format!("{}: {e}", path.display())))
+    }
+
+    /// Where to fetch `reference` from, in order: its registry's mirrors, then the registry.
+    ///
+    /// Errors: `InvalidInput` for a mirror written wrong.
+    pub fn sources(&self, reference: &ImageRef) -> Result<Vec<Source>> {
+        let mut out = Vec::new();
+        for m in self.mirrors.get(&reference.registry).into_iter().flatten() {
+            let (scheme, host) = parse_mirror(m).map_err(ImageError::invalid)?;
+            let scheme = scheme.unwrap_or(if self.is_insecure(&host) {
+                "http"
+            } else {
+                "https"
+            });
+            out.push(Source {
+                scheme,
+                host,
+                mirror: true,
+            });
         }
-        #[derive(serde::Deserialize)]
-        struct Entry {
-            auth: Option<String>,
-            username: Option<String>,
-            password: Option<String>,
-        }
-        let bytes = std::fs::read(path).map_err(|e| ImageError::io(path.display(), e))?;
-        let file: File = serde_json::from_slice(&bytes)
-            .map_err(|e| ImageError::invalid(format!("{}: {e}", path.display())))?;
-        let mut out = BTreeMap::new();
-        for (registry, entry) in file.auths {
-            let creds = match (entry.auth, entry.username, entry.password) {
-                (Some(a), _, _) => Credentials::from_docker_auth(&a).map_err(|e| {
-                    ImageError::invalid(format!("{}: {registry}: {e}", path.display()))
-                })?,
-                (None, Some(username), Some(password)) => Credentials { username, password },
-                _ => {
-                    return Err(ImageError::invalid(format!(
-                        "{}: {registry} has neither `auth` nor `username` and `password`",
-                        path.display()
-                    )))
-                }
-            };
-            // `https://index.docker.io/v1/` is how Docker writes Docker Hub.
-            let key = registry
-                .trim_start_matches("https://")
-                .trim_start_matches("http://")
-                .trim_end_matches('/')
-                .trim_end_matches("/v1")
-                .replace("index.docker.io", "docker.io");
-            out.insert(key, creds);
-        }
+        out.push(Source {
+            scheme: if self.is_insecure(&reference.registry) {
+                "http"
+            } else {
+                "https"
+            },
+            host: reference.api_host().to_string(),
+            mirror: false,
+        });
         Ok(out)
     }
 
@@ -132,28 +178,42 @@ pub struct Fetched {
     pub bytes: Vec<u8>,
 }
 
-/// One repository of one registry. Tokens are fetched on the first `401` and reused.
+/// One repository of one registry (or of a mirror of it). Tokens are fetched on the first
+/// `401` and reused.
 #[derive(Debug)]
 pub struct Registry {
     agent: ureq::Agent,
     /// `http(s)://host[:port]/v2/<repository>`.
     base: String,
-    /// `registry/repository`, for messages.
+    /// `registry/repository` (and the mirror's host), for messages.
     name: String,
     repository: String,
     creds: Option<Credentials>,
     /// The `Authorization` value that worked last.
     auth: Mutex<Option<String>>,
+    /// Whether credentials were sent in answer to a challenge that was then met.
+    authenticated: std::sync::atomic::AtomicBool,
 }
 
 impl Registry {
-    /// A client for `reference`'s repository.
+    /// A client for `reference`'s repository at its own registry.
     pub fn new(reference: &ImageRef, opts: &RegistryOptions) -> Registry {
-        let scheme = if opts.is_insecure(&reference.registry) {
-            "http"
-        } else {
-            "https"
+        let upstream = Source {
+            scheme: if opts.is_insecure(&reference.registry) {
+                "http"
+            } else {
+                "https"
+            },
+            host: reference.api_host().to_string(),
+            mirror: false,
         };
+        Registry::at(reference, &upstream, opts)
+    }
+
+    /// A client for `reference`'s repository at `source`. The registry itself gets the
+    /// user's credential if the options carry one, else the site's for it; a mirror only the
+    /// site's credential for the mirror's own host.
+    pub fn at(reference: &ImageRef, source: &Source, opts: &RegistryOptions) -> Registry {
         let agent = ureq::AgentBuilder::new()
             .timeout_connect(opts.timeout)
             .timeout_read(opts.timeout)
@@ -161,22 +221,64 @@ impl Registry {
             // Blob stores redirect; credentials follow to the same host only.
             .redirect_auth_headers(ureq::RedirectAuthHeaders::SameHost)
             .build();
-        let creds = opts
-            .credentials
-            .get(&reference.registry)
-            .or_else(|| opts.credentials.get(reference.host()))
-            .cloned();
+        let site = |key: &str| {
+            opts.credentials
+                .get(key)
+                .or_else(|| opts.credentials.get(host_of(key)))
+                .cloned()
+        };
+        let (creds, name) = if source.mirror {
+            (
+                site(&source.host),
+                format!(
+                    "{}/{} (mirror {})",
+                    reference.registry, reference.repository, source.host
+                ),
+            )
+        } else {
+            (
+                opts.user.clone().or_else(|| site(&reference.registry)),
+                format!("{}/{}", reference.registry, reference.repository),
+            )
+        };
         Registry {
             agent,
             base: format!(
-                "{scheme}://{}/v2/{}",
-                reference.api_host(),
-                reference.repository
+                "{}://{}/v2/{}",
+                source.scheme, source.host, reference.repository
             ),
-            name: format!("{}/{}", reference.registry, reference.repository),
+            name,
             repository: reference.repository.clone(),
             creds,
             auth: Mutex::new(None),
+            authenticated: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Whether this client had to send credentials (the user's or the site's) to be
+    /// answered: the image is then taken for private.
+    pub fn authenticated(&self) -> bool {
+        self.authenticated.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Asks (`HEAD`) whether the repository serves manifest `digest` to this client's
+    /// credentials: proof of access to that content without fetching it.
+    ///
+    /// Errors: as [`Registry::manifest`]; `InvalidInput` when the registry names another
+    /// digest.
+    pub fn has_manifest(&self, digest: &str) -> Result<()> {
+        let what = format!("manifest {digest} of {}", self.name);
+        let resp = self.request(
+            "HEAD",
+            &format!("{}/manifests/{digest}", self.base),
+            Some(ACCEPT),
+            &what,
+        )?;
+        match resp.header("Docker-Content-Digest") {
+            Some(d) if d.trim() != digest => Err(ImageError::invalid(format!(
+                "{what}: the registry answers for {d}; refused"
+            ))),
+            _ => Ok(()),
         }
     }
 
@@ -243,8 +345,19 @@ impl Registry {
 
     /// GET `url`, authenticating on a `401` as the registry asks, once.
     fn get(&self, url: &str, accept: Option<&str>, what: &str) -> Result<ureq::Response> {
+        self.request("GET", url, accept, what)
+    }
+
+    /// `method` `url`, authenticating on a `401` as the registry asks, once.
+    fn request(
+        &self,
+        method: &str,
+        url: &str,
+        accept: Option<&str>,
+        what: &str,
+    ) -> Result<ureq::Response> {
         let send = |auth: Option<&str>| {
-            let mut req = self.agent.get(url);
+            let mut req = self.agent.request(method, url);
             if let Some(a) = accept {
                 req = req.set("Accept", a);
             }
@@ -262,6 +375,10 @@ impl Registry {
                 let auth = self.authenticate(challenge.as_deref(), what)?;
                 let answer = send(Some(&auth));
                 if answer.is_ok() {
+                    if self.creds.is_some() {
+                        self.authenticated
+                            .store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
                     if let Ok(mut a) = self.auth.lock() {
                         *a = Some(auth);
                     }
@@ -294,8 +411,9 @@ impl Registry {
                 None => Err(ImageError::new(
                     ErrorKind::Refused,
                     format!(
-                        "{what}: the registry requires credentials, and the node has none for \
-                         it ([images] auth_file)"
+                        "{what}: the registry requires credentials, and neither the job's user \
+                         (their Docker or Podman auth file, sent with the submit) nor the node \
+                         ([images] auth_file) has one for it"
                     ),
                 )),
             },

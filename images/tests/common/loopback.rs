@@ -66,6 +66,11 @@ impl Loopback {
     /// As [`Loopback::start`], its scratch directory (storage, config, log) under `parent`:
     /// where large images need room that the temporary directory may lack.
     pub fn start_in(parent: &Path, htpasswd: bool) -> Loopback {
+        Loopback::start_with_users(parent, if htpasswd { &[("u", "p")] } else { &[] })
+    }
+
+    /// As [`Loopback::start_in`], requiring one of `users` (name, password) when there are any.
+    pub fn start_with_users(parent: &Path, users: &[(&str, &str)]) -> Loopback {
         let dir = tempfile::tempdir_in(parent).unwrap();
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -79,14 +84,19 @@ impl Loopback {
              http:\n  addr: {addr}\n",
             storage.display()
         );
-        if htpasswd {
+        if !users.is_empty() {
             let file = dir.path().join("htpasswd");
-            let out = Command::new("htpasswd")
-                .args(["-Bbn", "u", "p"])
-                .output()
-                .expect("htpasswd (apache2-utils)");
-            assert!(out.status.success());
-            fs::write(&file, out.stdout).unwrap();
+            let mut lines = Vec::new();
+            for (user, password) in users {
+                let out = Command::new("htpasswd")
+                    .args(["-Bbn", user, password])
+                    .output()
+                    .expect("htpasswd (apache2-utils)");
+                assert!(out.status.success());
+                lines.extend_from_slice(out.stdout.trim_ascii_end());
+                lines.push(b'\n');
+            }
+            fs::write(&file, lines).unwrap();
             config.push_str(&format!(
                 "auth:\n  htpasswd:\n    realm: test\n    path: {}\n",
                 file.display()

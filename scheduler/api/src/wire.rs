@@ -44,6 +44,63 @@ pub struct SubmitRequest {
     /// first job instead of creating another.
     #[serde(default)]
     pub client_token: Option<String>,
+    /// The submitting user's credential for the registry the job's image names, read by the
+    /// CLI from the user's own auth file. The controller keeps it apart from the job (never
+    /// in a listing, `show`, the ledger or a log), hands it only to the job's nodes in their
+    /// launch orders, and deletes it when the job ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry_auth: Option<RegistryCredential>,
+}
+
+/// A user name and password (or token) for one registry. Its `Debug` never shows the
+/// password, so a logged request or order does not leak it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryCredential {
+    /// The registry it is for, as references name it (`host` or `host:port`).
+    pub registry: String,
+    /// User name.
+    pub username: String,
+    /// Password or access token.
+    pub password: String,
+}
+
+impl std::fmt::Debug for RegistryCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryCredential")
+            .field("registry", &self.registry)
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RegistryCredential {
+    /// Longest registry name, user name or password accepted.
+    pub const MAX_LEN: usize = 4096;
+
+    /// Checks the sizes and characters of the fields (no control characters: they would go
+    /// into an HTTP header).
+    pub fn validate(&self) -> Result<(), String> {
+        for (what, value) in [
+            ("registry", &self.registry),
+            ("username", &self.username),
+            ("password", &self.password),
+        ] {
+            if value.len() > Self::MAX_LEN {
+                return Err(format!(
+                    "registry_auth.{what} is longer than {} bytes",
+                    Self::MAX_LEN
+                ));
+            }
+            if value.chars().any(char::is_control) {
+                return Err(format!("registry_auth.{what} holds a control character"));
+            }
+        }
+        if self.registry.is_empty() || self.username.contains(':') {
+            return Err("registry_auth needs a registry, and a user name without ':'".to_string());
+        }
+        Ok(())
+    }
 }
 
 /// Answer to a submit: the job is committed to the store.
@@ -190,6 +247,11 @@ pub struct LaunchOrder {
     /// Where its ranks find each other.
     #[serde(default)]
     pub rendezvous: Rendezvous,
+    /// The job's user's credential for its image's registry, when they sent one with the
+    /// submit: used by the node for this job's pull (and to prove access to an image it holds
+    /// already), kept in memory only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry_auth: Option<RegistryCredential>,
 }
 
 /// Where a job's ranks find each other: its nodes in rank order, which one an order is for,

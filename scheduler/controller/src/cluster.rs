@@ -113,6 +113,8 @@ pub struct Cluster {
     groups: crate::groups::GroupLookup,
     /// Waiters on jobs' states, woken by every commit.
     watch: JobWatch,
+    /// Users' registry credentials for their active jobs, apart from the records.
+    credentials: crate::registry_auth::JobCredentials,
 }
 
 impl Cluster {
@@ -163,6 +165,13 @@ impl Cluster {
             .into_iter()
             .map(|(name, reason, since)| (name, drain::Drain { reason, since }))
             .collect();
+        let state_dir = store.path().parent().unwrap_or(std::path::Path::new("."));
+        let credentials = crate::registry_auth::JobCredentials::open(state_dir)
+            .and_then(|c| c.retain(|id| jobs.contains_key(&id)).map(|()| c))
+            .map_err(|e| {
+                let dir = state_dir.join(crate::registry_auth::DIR);
+                StoreError::Mode(dir.display().to_string(), e)
+            })?;
         let nodes = store
             .nodes()?
             .into_iter()
@@ -211,6 +220,7 @@ impl Cluster {
             budgets: budget::Budgets::default(),
             groups: crate::groups::unix_groups,
             watch: JobWatch::default(),
+            credentials,
         };
         cluster.fill_ledger(engine).map_err(StoreError::Ledger)?;
         if !cluster.ledger_in_store {
@@ -584,6 +594,7 @@ impl Cluster {
         for job in changed {
             self.watch.changed(job.id, job.state);
             if job.state.is_terminal() {
+                self.credentials.remove(job.id);
                 self.charge(&job);
                 self.jobs.remove(job.id);
             } else {

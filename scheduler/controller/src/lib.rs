@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod groups;
 pub mod ledger;
 pub mod private;
+pub mod registry_auth;
 pub mod retention;
 pub mod serve;
 pub mod store;

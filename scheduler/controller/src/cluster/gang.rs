@@ -191,6 +191,7 @@ impl Cluster {
                                 node_rank: rank,
                                 port: job.port,
                             },
+                            registry_auth: self.credentials.get(job.id),
                         });
                     }
                 }

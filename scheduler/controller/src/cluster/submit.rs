@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use wharf_api::wire::{ErrorKind, SubmitRequest};
+use wharf_api::wire::{ErrorKind, RegistryCredential, SubmitRequest};
 use wharf_api::{JobId, JobRecord};
 use wharf_core::Assoc;
 
@@ -75,7 +75,7 @@ impl Cluster {
         drop(rows);
         let mut stored = stored.into_iter();
         let mut answers: Vec<Result<JobId, Failure>> = Vec::with_capacity(group.len());
-        for s in staged {
+        for (s, (_, req)) in staged.into_iter().zip(group) {
             let answer = match s {
                 Staged::Done(answer) => answer,
                 Staged::SameAs(at) => answers[at].clone(),
@@ -83,6 +83,9 @@ impl Cluster {
                     Some(Ok(inserted)) => {
                         let id = records.first().map_or(0, |r| r.id);
                         if inserted {
+                            if let Some(cred) = &req.registry_auth {
+                                self.keep_credential(&records, cred);
+                            }
                             records.into_iter().for_each(|r| self.jobs.insert(r));
                         }
                         Ok(id)
@@ -204,6 +207,9 @@ impl Cluster {
                 ));
             }
         }
+        if let Some(cred) = &req.registry_auth {
+            check_credential(cred, &spec.image)?;
+        }
         let mut record = JobRecord::pending(
             caller.owner.clone(),
             spec.name.clone(),
@@ -221,6 +227,48 @@ impl Cluster {
             None => vec![record],
         })
     }
+}
+
+impl Cluster {
+    /// Stores the submit's registry credential for each of its new jobs (one, or every task
+    /// of an array). A job whose credential cannot be written runs without it: its pull then
+    /// fails with the registry's refusal, which says what is missing.
+    fn keep_credential(&self, records: &[JobRecord], cred: &RegistryCredential) {
+        for r in records {
+            if let Err(e) = self.credentials.put(r.id, cred) {
+                tracing::error!(job = r.id, error = %e, "cannot store the job's registry credential");
+            }
+        }
+    }
+}
+
+/// A submit's registry credential must be well formed and for the registry its image names.
+fn check_credential(cred: &RegistryCredential, image: &str) -> Result<(), Failure> {
+    cred.validate()
+        .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
+    let named = Some(image)
+        .filter(|i| *i != "host" && !i.starts_with('/'))
+        .and_then(|i| i.parse::<wharf_api::image_ref::ImageRef>().ok())
+        .ok_or_else(|| {
+            Failure::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "registry_auth is given, but the job's image {image:?} is not a registry \
+                     reference"
+                ),
+            )
+        })?;
+    if named.registry != cred.registry {
+        return Err(Failure::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "registry_auth is for registry {:?}, but the job's image is from {:?}; a \
+                 credential is sent only for the registry the job names",
+                cred.registry, named.registry
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl Added<'_> {

@@ -39,6 +39,7 @@ fn submit_array(c: &mut Cluster, text: &str) -> Result<JobId, crate::cluster::Fa
         },
         cwd: "/tmp".into(),
         client_token: Some(format!("t-{text}")),
+        registry_auth: None,
     };
     c.submit(&alice(), &req, 1)
 }

@@ -32,6 +32,7 @@ fn submit(c: &mut Cluster, who: &Caller, mut job: JobRequest, now: u64) -> JobId
         job,
         cwd: "/tmp".into(),
         client_token: None,
+        registry_auth: None,
     };
     c.submit(who, &req, now).unwrap()
 }
@@ -241,6 +242,7 @@ fn a_dependency_on_a_missing_or_someone_elses_job_is_refused() {
             job,
             cwd: "/tmp".into(),
             client_token: None,
+            registry_auth: None,
         };
         c.submit(who, &req, 2)
     };

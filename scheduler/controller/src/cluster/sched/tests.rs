@@ -61,6 +61,7 @@ pub(crate) fn submit_job(
         job,
         cwd: "/tmp".into(),
         client_token: None,
+        registry_auth: None,
     };
     c.submit(who, &req, now)
 }

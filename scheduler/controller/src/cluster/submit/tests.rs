@@ -24,6 +24,7 @@ fn request(name: &str, token: Option<&str>) -> SubmitRequest {
         },
         cwd: "/tmp".into(),
         client_token: token.map(str::to_string),
+        registry_auth: None,
     }
 }
 
@@ -176,4 +177,109 @@ fn a_group_is_stored_together_and_a_bad_submit_fails_alone() {
     assert_eq!(again, stored[0]);
     let again = c.submit(&bob, &request("y", Some("t2")), 6).unwrap();
     assert_eq!(again, stored[3]);
+}
+
+#[test]
+fn a_registry_credential_is_kept_apart_given_only_in_launch_orders_and_deleted_at_the_end() {
+    use std::os::unix::fs::MetadataExt;
+    use wharf_api::wire::RegistryCredential;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir, 100);
+    let alice = caller(1001, "alice");
+    let secret = "hunter2-registry-secret";
+    let with_cred = |name: &str, image: &str, registry: &str| {
+        let mut r = request(name, None);
+        r.job.image = Some(image.into());
+        r.registry_auth = Some(RegistryCredential {
+            registry: registry.into(),
+            username: "alice".into(),
+            password: secret.into(),
+        });
+        r
+    };
+    let image = "127.0.0.1:5000/priv/app:v1";
+    let id = c
+        .submit(&alice, &with_cred("run", image, "127.0.0.1:5000"), 1)
+        .unwrap();
+    let file = dir
+        .path()
+        .join(crate::registry_auth::DIR)
+        .join(id.to_string());
+    let meta = std::fs::metadata(&file).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o600);
+    assert_eq!(meta.uid(), nix::unistd::geteuid().as_raw());
+    let dir_mode = std::fs::metadata(file.parent().unwrap()).unwrap().mode();
+    assert_eq!(dir_mode & 0o7777, 0o700);
+
+    // Never in what any caller can read, nor in the database.
+    let seen = |c: &Cluster| {
+        let list = serde_json::to_string(&c.list(&alice, 100, None, false).unwrap()).unwrap();
+        let show = serde_json::to_string(&c.job(&alice, id).unwrap()).unwrap();
+        list + &show
+    };
+    assert!(seen(&c).contains("priv/app"));
+    assert!(!seen(&c).contains(secret));
+    for f in std::fs::read_dir(dir.path()).unwrap() {
+        let f = f.unwrap().path();
+        if f.is_file() {
+            let bytes = std::fs::read(&f).unwrap();
+            let text = String::from_utf8_lossy(&bytes);
+            assert!(!text.contains(secret), "{} holds the secret", f.display());
+        }
+    }
+
+    // The launch order to the job's node carries it.
+    c.schedule(2).unwrap();
+    let none = std::collections::BTreeSet::new();
+    let (launch, _) = c.orders("n1", &none, &none);
+    let order = launch.iter().find(|o| o.id == id).unwrap();
+    assert_eq!(order.registry_auth.as_ref().unwrap().password, secret);
+    assert!(!format!("{order:?}").contains(secret), "Debug hides it");
+
+    // Ended: deleted, and in no order any more.
+    end(&mut c, id, 0, 10);
+    assert!(!file.exists(), "deleted when the job ended");
+
+    // Cancelled while pending, and every task of an array.
+    let pending = c
+        .submit(&alice, &with_cred("p", image, "127.0.0.1:5000"), 11)
+        .unwrap();
+    let mut array = with_cred("arr", image, "127.0.0.1:5000");
+    array.job.array = Some(parse_array("0-2").unwrap());
+    let arr = c.submit(&alice, &array, 11).unwrap();
+    let creds = dir.path().join(crate::registry_auth::DIR);
+    assert_eq!(std::fs::read_dir(&creds).unwrap().count(), 4);
+    c.cancel(&alice, pending, 12).unwrap();
+    assert!(!creds.join(pending.to_string()).exists());
+    c.cancel_array(&alice, arr, 12).unwrap();
+    assert_eq!(std::fs::read_dir(&creds).unwrap().count(), 0);
+
+    // Only for the registry the job names, and well formed.
+    let e = c
+        .submit(&alice, &with_cred("x", image, "nvcr.io"), 13)
+        .unwrap_err();
+    assert!(e.message.contains("only for the registry"), "{}", e.message);
+    let e = c
+        .submit(&alice, &with_cred("x", "host", "127.0.0.1:5000"), 13)
+        .unwrap_err();
+    assert!(
+        e.message.contains("not a registry reference"),
+        "{}",
+        e.message
+    );
+    let mut bad = with_cred("x", image, "127.0.0.1:5000");
+    bad.registry_auth.as_mut().unwrap().password = "a\r\nX-Evil: 1".into();
+    let e = c.submit(&alice, &bad, 13).unwrap_err();
+    assert!(e.message.contains("control character"), "{}", e.message);
+
+    // A leftover of a job that ended while the controller was down goes at the next start.
+    let kept = c
+        .submit(&alice, &with_cred("k", image, "127.0.0.1:5000"), 14)
+        .unwrap();
+    std::fs::write(creds.join("999999"), "{}").unwrap();
+    drop(c);
+    let c = cluster(&dir, 100);
+    assert!(creds.join(kept.to_string()).exists());
+    assert!(!creds.join("999999").exists());
+    drop(c);
 }
