@@ -6,21 +6,48 @@
 //! repeats the launch order at each poll; [`Pulls`] remembers the jobs whose pull is under way
 //! so the order is not started twice. A failed pull ends the job with the registry's reason.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use wharf_api::wire::LaunchOrder;
-use wharf_images::{ImageRef, ImageStore};
+use wharf_images::{ImageRef, ImageStore, Pin};
 
 use crate::{AgentConfig, BackendKind};
 
-/// The jobs whose image is being pulled. Cheap to clone; clones share the set.
+/// The jobs whose image is being pulled, and the image pins held for launched jobs. Cheap to
+/// clone; clones share them.
 #[derive(Debug, Clone, Default)]
 pub struct Pulls {
     jobs: Arc<Mutex<BTreeSet<u64>>>,
+    /// Per job, its image's pin from its launch until it is seen ended: the job's shim pins
+    /// the image too, for its whole life, but only once it runs.
+    pins: Arc<Mutex<BTreeMap<u64, Pin>>>,
 }
 
 impl Pulls {
+    /// Keeps `pin` (job `id`'s image) until [`Pulls::keep_pins`] no longer lists the job.
+    pub fn hold(&self, id: u64, pin: Pin) {
+        if let Ok(mut pins) = self.pins.lock() {
+            pins.insert(id, pin);
+        }
+    }
+
+    /// Drops the pins of the jobs that are neither in `running` nor being pulled.
+    pub fn keep_pins(&self, running: &BTreeSet<u64>) {
+        let pulling = self.jobs.lock().map(|j| j.clone()).unwrap_or_default();
+        if let Ok(mut pins) = self.pins.lock() {
+            pins.retain(|id, _| running.contains(id) || pulling.contains(id));
+        }
+    }
+
+    /// The jobs whose image pin is held.
+    pub fn pinned(&self) -> Vec<u64> {
+        self.pins
+            .lock()
+            .map(|p| p.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
     /// Whether job `id`'s pull is under way.
     pub fn pulling(&self, id: u64) -> bool {
         self.jobs.lock().is_ok_and(|j| j.contains(&id))
@@ -70,16 +97,17 @@ pub fn to_pull(cfg: &AgentConfig, store: &ImageStore, image: &str) -> Option<Ima
     store.pulled(&reference).is_none().then_some(reference)
 }
 
-/// Pulls `reference` for job `order`, logging progress; the error says what the registry said.
+/// Pulls `reference` for job `order`, logging progress; returns the image pinned until the
+/// launch holds its own pin. The error says what the registry said.
 pub fn pull_for(
     cfg: &AgentConfig,
     store: &ImageStore,
     order: &LaunchOrder,
     reference: &ImageRef,
-) -> Result<(), String> {
+) -> Result<Pin, String> {
     tracing::info!(job = order.id, image = %reference, "pulling");
     store
-        .pull(reference, &cfg.registry, &mut |event| {
+        .pull_pinned(reference, &cfg.registry, &mut |event| {
             if let wharf_images::PullEvent::Layer {
                 index,
                 digest,
@@ -90,7 +118,10 @@ pub fn pull_for(
                 tracing::debug!(job = order.id, layer = index, %digest, size, fetched, "layer ready");
             }
         })
-        .map(|info| tracing::info!(job = order.id, image = %reference, digest = %info.digest, "pulled"))
+        .map(|(info, pin)| {
+            tracing::info!(job = order.id, image = %reference, digest = %info.digest, "pulled");
+            pin
+        })
         .map_err(|e| format!("pulling image {reference} on node {}: {e}", cfg.node_name))
 }
 

@@ -279,6 +279,23 @@ pub fn container_spec(
     })
 }
 
+/// Pins the image of the store that `spec` runs on (none for the host, a SIF file or the
+/// Docker engine): it is not evicted or removed while pinned.
+///
+/// Errors: the image went away since it was resolved (evicted or removed meanwhile).
+pub fn pin_image(
+    cfg: &AgentConfig,
+    spec: &ContainerSpec,
+) -> Result<Option<wharf_images::Pin>, wharf_images::ImageError> {
+    if cfg.backend != crate::BackendKind::Oci
+        || spec.rootfs_partition.is_some()
+        || spec.rootfs == Path::new("/")
+    {
+        return Ok(None);
+    }
+    wharf_images::Pin::rootfs(&spec.rootfs).map(Some)
+}
+
 /// The job's root: the host's `/`, an image in the store, or a SIF file (an absolute path
 /// ending in `.sif`, which the user must be able to read). The agent reads it as root, so it
 /// refuses early, with a clear reason, a file the user could not open (symlinks resolved

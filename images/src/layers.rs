@@ -27,6 +27,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::cache::{record_layer, touch_layer, CONFIG_JSON, LAYERS_JSON, PIN};
 use crate::error::{ImageError, Result};
 use crate::extract::{apply_stream, Whiteouts};
 use crate::limits::Budget;
@@ -34,7 +35,8 @@ use crate::oci::{sha256_hex, Descriptor};
 use crate::rootfs::RootDir;
 use crate::source::read_blob;
 use crate::stack::stack;
-use crate::staging::Staging;
+use crate::staging::{write_synced, Staging};
+use crate::store::tree_size;
 
 pub(crate) const LAYERS: &str = "layers";
 pub(crate) const ROOTS: &str = "roots";
@@ -87,12 +89,14 @@ pub(crate) fn ensure_layer(
     open: impl FnOnce() -> Result<Box<dyn std::io::Read + Send + Sync>>,
 ) -> Result<bool> {
     let dest = layer_dir(store, &desc.digest)?;
+    let hex = sha256_hex(&desc.digest).map_err(ImageError::invalid)?;
     if dest.is_dir() {
+        touch_layer(store, hex);
         return Ok(false);
     }
-    let hex = sha256_hex(&desc.digest).map_err(ImageError::invalid)?;
     let _lock = Lock::take(store, &format!("layer-{hex}"))?;
     if dest.is_dir() {
+        touch_layer(store, hex);
         return Ok(false);
     }
     let staging = Staging::create(&store.join(crate::store::TMP), "layer", 0o755)?;
@@ -109,13 +113,26 @@ pub(crate) fn ensure_layer(
     }
     root.sync()?;
     drop(root);
+    let size = tree_size(&staging.path)?;
     staging.publish(&dest)?;
+    // After the layer: a crash between the two leaves a layer measured again when needed.
+    record_layer(store, hex, size)?;
     Ok(true)
 }
 
-/// Makes sure the root of the image with manifest digest `digest`, stacked from `layers`
-/// (directories, bottom first), exists; returns its path.
-pub(crate) fn ensure_root(store: &Path, digest: &str, layers: &[PathBuf]) -> Result<PathBuf> {
+/// What a root is made of: its layers (blob digests and directories, bottom first) and the
+/// image config's bytes.
+#[derive(Debug)]
+pub(crate) struct RootParts<'a> {
+    pub digests: &'a [String],
+    pub dirs: &'a [PathBuf],
+    pub config: &'a [u8],
+}
+
+/// Makes sure the root of the image with manifest digest `digest`, stacked from `parts`,
+/// exists, with its pin file, layer list and config beside it; returns its path.
+pub(crate) fn ensure_root(store: &Path, digest: &str, parts: &RootParts<'_>) -> Result<PathBuf> {
+    let layers = parts.dirs;
     let hex = sha256_hex(digest).map_err(|e| ImageError::invalid(format!("image digest {e}")))?;
     let dest = store.join(ROOTS).join(hex);
     let rootfs = dest.join("rootfs");
@@ -138,6 +155,11 @@ pub(crate) fn ensure_root(store: &Path, digest: &str, layers: &[PathBuf]) -> Res
     root.ensure_mount_points()?;
     root.sync()?;
     drop(root);
+    let list = serde_json::to_vec(parts.digests)
+        .map_err(|e| ImageError::invalid(format!("encoding the layer list: {e}")))?;
+    write_synced(&staging.path.join(LAYERS_JSON), &list)?;
+    write_synced(&staging.path.join(CONFIG_JSON), parts.config)?;
+    write_synced(&staging.path.join(PIN), b"")?;
     staging.publish(&dest)?;
     Ok(rootfs)
 }

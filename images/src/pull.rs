@@ -6,8 +6,9 @@ use std::path::PathBuf;
 
 use wharf_api::image_ref::ImageRef;
 
+use crate::cache::{CacheLock, Pin};
 use crate::error::{ImageError, Result};
-use crate::layers::{ensure_layer, ensure_root, layer_dir};
+use crate::layers::{ensure_layer, ensure_root, layer_dir, RootParts};
 use crate::limits::Budget;
 use crate::oci::{
     layer_compression, pick, sha256_hex, Config, Descriptor, Index, Manifest, INDEX_TYPES,
@@ -58,12 +59,29 @@ impl ImageStore {
     /// Errors: the registry's (`NotFound`, `PermissionDenied`, `Unavailable`, with its
     /// reason); `InvalidInput` for a malformed or tampered image or one over the [`Limits`]
     /// (`crate::Limits`). Nothing of a failed layer is kept.
+    ///
+    /// With a quota ([`ImageStore::with_quota`]), evicts least recently used images not in use
+    /// once done (see [`ImageStore::evict`]), never this one.
     pub fn pull(
         &self,
         reference: &ImageRef,
         opts: &RegistryOptions,
         progress: &mut dyn FnMut(PullEvent),
     ) -> Result<ImageInfo> {
+        self.pull_pinned(reference, opts, progress)
+            .map(|(info, _pin)| info)
+    }
+
+    /// [`ImageStore::pull`], returning the image pinned: it cannot be evicted or removed
+    /// until the [`Pin`] is dropped (the agent holds it until the job's shim holds its own).
+    pub fn pull_pinned(
+        &self,
+        reference: &ImageRef,
+        opts: &RegistryOptions,
+        progress: &mut dyn FnMut(PullEvent),
+    ) -> Result<(ImageInfo, Pin)> {
+        // No eviction while this pull needs layers it has not stacked yet.
+        let cache = CacheLock::shared(self.root())?;
         let name = reference.to_string();
         crate::name::validate_name(&name)?;
         let limits = *self.limits();
@@ -80,7 +98,10 @@ impl ImageStore {
             layer_compression(&layer.media_type)?;
             sha256_hex(&layer.digest).map_err(|e| ImageError::invalid(format!("layer {e}")))?;
         }
-        let config: Config = read_json_blob(&registry, &manifest.config, limits.max_json_bytes)?;
+        let config_bytes = read_json_blob(&registry, &manifest.config, limits.max_json_bytes)?;
+        let config: Config = serde_json::from_slice(&config_bytes).map_err(|e| {
+            ImageError::invalid(format!("blob {} is not valid: {e}", manifest.config.digest))
+        })?;
         let diff_ids = config.rootfs.diff_ids;
         if diff_ids.len() != manifest.layers.len() {
             return Err(ImageError::invalid(format!(
@@ -104,15 +125,19 @@ impl ImageStore {
             .iter()
             .map(|l| layer_dir(self.root(), &l.digest))
             .collect::<Result<Vec<PathBuf>>>()?;
-        let rootfs = ensure_root(self.root(), &digest, &dirs)?;
-        let info = self.publish_pulled(
-            &name,
-            digest,
-            rootfs,
-            manifest.layers.iter().map(|l| l.digest.clone()).collect(),
-        )?;
+        let digests: Vec<String> = manifest.layers.iter().map(|l| l.digest.clone()).collect();
+        let parts = RootParts {
+            digests: &digests,
+            dirs: &dirs,
+            config: &config_bytes,
+        };
+        let rootfs = ensure_root(self.root(), &digest, &parts)?;
+        let info = self.publish_pulled(&name, digest, rootfs, digests)?;
+        let pin = Pin::rootfs(&info.rootfs)?;
+        drop(cache);
+        self.enforce_quota();
         progress(PullEvent::Done(info.clone()));
-        Ok(info)
+        Ok((info, pin))
     }
 }
 
@@ -249,11 +274,7 @@ fn parse<T: serde::de::DeserializeOwned>(fetched: &crate::registry::Fetched) -> 
 }
 
 /// Reads a small JSON blob (the config), checking its size and digest.
-fn read_json_blob<T: serde::de::DeserializeOwned>(
-    registry: &Registry,
-    desc: &Descriptor,
-    max: u64,
-) -> Result<T> {
+fn read_json_blob(registry: &Registry, desc: &Descriptor, max: u64) -> Result<Vec<u8>> {
     if desc.size > max {
         return Err(ImageError::invalid(format!(
             "blob {} is {} bytes; JSON documents are limited to {max}",
@@ -278,6 +299,5 @@ fn read_json_blob<T: serde::de::DeserializeOwned>(
             desc.digest
         )));
     }
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ImageError::invalid(format!("blob {} is not valid: {e}", desc.digest)))
+    Ok(bytes)
 }
