@@ -537,6 +537,11 @@ impl ImageStore {
     /// go first, least recently used first). With `wait`, waits for pulls in progress; else
     /// returns `None` when one runs (it evicts when it ends).
     pub fn evict(&self, quota: u64, wait: bool) -> Result<Option<Removed>> {
+        self.evict_to(quota, wait, false)
+    }
+
+    /// [`ImageStore::evict`], or with `dry_run` only what it would remove.
+    pub fn evict_to(&self, quota: u64, wait: bool, dry_run: bool) -> Result<Option<Removed>> {
         let Some(_lock) = CacheLock::exclusive(self.root(), wait)? else {
             return Ok(None);
         };
@@ -557,7 +562,7 @@ impl ImageStore {
             if bytes <= quota {
                 break;
             }
-            bytes -= self.remove_layer(&trash, &mut scan, &hex, &mut out, false)?;
+            bytes -= self.remove_layer(&trash, &mut scan, &hex, &mut out, dry_run)?;
         }
         let mut lru: Vec<(u64, String)> = scan
             .roots
@@ -569,7 +574,7 @@ impl ImageStore {
             if bytes <= quota {
                 break;
             }
-            let Some(layers) = self.remove_root(&trash, &mut scan, &hex, &mut out, false)? else {
+            let Some(layers) = self.remove_root(&trash, &mut scan, &hex, &mut out, dry_run)? else {
                 continue;
             };
             for l in layers.iter().collect::<BTreeSet<_>>() {
@@ -577,12 +582,14 @@ impl ImageStore {
                 let n = refs.entry(h.clone()).or_insert(1);
                 *n -= 1;
                 if *n == 0 {
-                    bytes -= self.remove_layer(&trash, &mut scan, &h, &mut out, false)?;
+                    bytes -= self.remove_layer(&trash, &mut scan, &h, &mut out, dry_run)?;
                 }
             }
         }
         out.cache_bytes = bytes;
-        self.clear_stale_records(&scan);
+        if !dry_run {
+            self.clear_stale_records(&scan);
+        }
         Ok(Some(out))
     }
 

@@ -138,8 +138,12 @@ fn eviction_follows_last_use_and_spares_pinned_images_and_their_layers() {
     assert_eq!(store.cache_bytes().unwrap(), 3 * MIB + 1000);
     assert_whole(&store);
 
-    // On demand, down to nothing: only the pinned image and its layers stay.
+    // On demand, down to nothing: only the pinned image and its layers stay. A dry run
+    // says the same and removes nothing.
+    let dry = store.evict_to(0, true, true).unwrap().unwrap();
+    assert_eq!(names(&store).len(), 3);
     let removed = store.evict(0, true).unwrap().unwrap();
+    assert_eq!(removed, dry);
     assert_eq!(
         removed.images.iter().cloned().collect::<BTreeSet<_>>(),
         [b.name.clone(), d.name.clone()].into()

@@ -69,11 +69,15 @@ pub enum Command {
         json: bool,
     },
     /// Remove pulled images' roots and layers that no image name uses; with `--all`, every
-    /// pulled image no job uses (imported images stay).
+    /// pulled image no job uses (imported images stay); with `--to-quota`, the least recently
+    /// used pulled images no job uses until the cache fits `[images] cache_quota`.
     Prune {
         /// Also remove every pulled image that no job uses.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "to_quota")]
         all: bool,
+        /// Evict as a pull does: least recently used first, down to the configured quota.
+        #[arg(long)]
+        to_quota: bool,
         /// Only say what would be removed.
         #[arg(long)]
         dry_run: bool,
@@ -284,12 +288,24 @@ pub async fn run(cmd: Command) -> Result<i32> {
         }
         Command::Prune {
             all,
+            to_quota,
             dry_run,
             store,
             json,
         } => {
+            let quota = match (to_quota, store.quota()?) {
+                (false, _) => None,
+                (true, Some(q)) => Some(q),
+                (true, None) => anyhow::bail!(
+                    "--to-quota: the configuration sets no [images] cache_quota to evict down to"
+                ),
+            };
             let s = store.open()?;
-            let removed = tokio::task::spawn_blocking(move || s.prune(all, dry_run)).await??;
+            let removed = tokio::task::spawn_blocking(move || match quota {
+                Some(q) => s.evict_to(q, true, dry_run).map(|r| r.unwrap_or_default()),
+                None => s.prune(all, dry_run),
+            })
+            .await??;
             if json {
                 let mut doc = serde_json::to_value(&removed)?;
                 doc["dry_run"] = dry_run.into();

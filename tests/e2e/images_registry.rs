@@ -263,6 +263,26 @@ fn wharf_image_pull_shows_each_layer_and_fetches_shared_layers_once() {
     assert_eq!(ls[0]["disk_size"], 1 + 3, "{ls}");
     let text = stdout(&image(&["ls"]));
     assert!(text.contains("SHARED") && text.contains("IN USE"), "{text}");
+    // Down to a quota of 5 bytes, as a pull would: `one` (4 bytes with the base) and `two`
+    // (3 more) do not fit; `one`, least recently used, would go with its own layer.
+    let cfg = work.path().join("wharf.toml");
+    fs::write(&cfg, "[images]\ncache_quota = \"5B\"\n").unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let dry: serde_json::Value = serde_json::from_slice(
+        &image(&[
+            "prune",
+            "--to-quota",
+            "--dry-run",
+            "--json",
+            "--config",
+            cfg,
+        ])
+        .stdout,
+    )
+    .unwrap();
+    assert_eq!(dry["images"], serde_json::json!([one]), "{dry}");
+    assert_eq!(dry["layers"].as_array().unwrap().len(), 1, "{dry}");
+    assert_eq!(dry["cache_bytes"], 4, "{dry}");
     // Removing one keeps the shared layer; pruning everything, dry first, removes the rest.
     image(&["rm", &one]);
     let dry: serde_json::Value =
