@@ -131,6 +131,42 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::mpsc;
 
+    /// Whether someone holds the pin file beside `rootfs` (an exclusive probe).
+    fn held(rootfs: &std::path::Path) -> bool {
+        let f = std::fs::File::open(rootfs.with_file_name("pin")).unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+        // SAFETY: flock on a descriptor owned by `f`, closed (and the lock with it) on return.
+        let got = unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) };
+        got != 0
+    }
+
+    #[test]
+    fn image_pins_are_kept_while_their_jobs_run_or_pull_then_released() {
+        let tmp = tempfile::tempdir().unwrap();
+        let roots: Vec<_> = ["a", "b", "c"]
+            .iter()
+            .map(|n| {
+                let rootfs = tmp.path().join(n).join("rootfs");
+                std::fs::create_dir_all(&rootfs).unwrap();
+                rootfs
+            })
+            .collect();
+        let pulls = Pulls::default();
+        for (id, rootfs) in (1..).zip(&roots) {
+            pulls.hold(id, Pin::rootfs(rootfs).unwrap());
+        }
+        assert!(roots.iter().all(|r| held(r)));
+        // Job 1 runs, job 2 ended, job 3's pull-then-launch thread is still at work.
+        pulls.jobs.lock().unwrap().insert(3);
+        pulls.keep_pins(&BTreeSet::from([1]));
+        assert_eq!(pulls.pinned(), [1, 3]);
+        assert!(held(&roots[0]) && !held(&roots[1]) && held(&roots[2]));
+        pulls.jobs.lock().unwrap().remove(&3);
+        pulls.keep_pins(&BTreeSet::new());
+        assert!(pulls.pinned().is_empty());
+        assert!(roots.iter().all(|r| !held(r)));
+    }
+
     #[test]
     fn a_repeated_order_does_not_start_a_second_pull() {
         let pulls = Pulls::default();
