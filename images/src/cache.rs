@@ -627,7 +627,7 @@ impl ImageStore {
     }
 
     /// Removes image `name`: refused while a job uses it. A pulled image's root and layers
-    /// go too when no other image is made of them.
+    /// go too when no other image is made of them. Waits for pulls in progress.
     ///
     /// Errors: `InvalidInput` for a bad name or an image in use; `NotFound` when there is
     /// no such image.
