@@ -56,6 +56,9 @@ pub struct ImagesSection {
     pub mirrors: std::collections::BTreeMap<String, Vec<String>>,
     /// Longest wait to connect to a registry or between two reads of its answer.
     pub timeout: String,
+    /// Most bytes pulled images may take in a node's store (`50G`); past it, each pull
+    /// evicts the least recently used images that no job uses. Unset: no limit.
+    pub cache_quota: Option<String>,
 }
 
 impl Default for ImagesSection {
@@ -65,11 +68,24 @@ impl Default for ImagesSection {
             auth_file: None,
             mirrors: Default::default(),
             timeout: "60s".into(),
+            cache_quota: None,
         }
     }
 }
 
 impl ImagesSection {
+    /// `cache_quota` in bytes.
+    pub fn quota(&self) -> Result<Option<u64>> {
+        self.cache_quota
+            .as_deref()
+            .map(|q| {
+                wharf_api::resources::parse_memory(q).map_err(|e| {
+                    anyhow::anyhow!("images.cache_quota {q:?}: {e} (a size such as 50G)")
+                })
+            })
+            .transpose()
+    }
+
     /// The registry options these settings give; reads the credentials file.
     pub fn registry(&self) -> Result<wharf_images::registry::RegistryOptions> {
         let credentials = match &self.auth_file {
@@ -622,6 +638,19 @@ mod tests {
         let err = limit("agent.stack", "12XB").unwrap_err().to_string();
         assert!(
             err.starts_with("agent.stack: ") && err.contains("unlimited"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_image_cache_quota_is_a_size_or_unset() {
+        let file: FileConfig = toml::from_str("[images]\ncache_quota = \"50G\"\n").unwrap();
+        assert_eq!(file.images.quota().unwrap(), Some(50 << 30));
+        assert_eq!(FileConfig::default().images.quota().unwrap(), None);
+        let file: FileConfig = toml::from_str("[images]\ncache_quota = \"lots\"\n").unwrap();
+        let err = file.images.quota().unwrap_err().to_string();
+        assert!(
+            err.contains("images.cache_quota") && err.contains("50G"),
             "{err}"
         );
     }

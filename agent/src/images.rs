@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use wharf_api::wire::LaunchOrder;
 use wharf_images::registry::{Credentials, RegistryOptions};
-use wharf_images::{ImageInfo, ImageRef, ImageStore};
+use wharf_images::{ImageInfo, ImageRef, ImageStore, Pin};
 
 use crate::launch::LaunchError;
 use crate::{AgentConfig, BackendKind};
@@ -32,12 +32,16 @@ use crate::{AgentConfig, BackendKind};
 pub const PROOF_TTL: Duration = Duration::from_secs(60);
 
 /// The jobs whose image is being pulled (or whose access to a private image is being
-/// checked), and the recent proofs of access. Cheap to clone; clones share them.
+/// checked), the recent proofs of access, and the image pins held for launched jobs. Cheap to
+/// clone; clones share them.
 #[derive(Debug, Clone, Default)]
 pub struct Pulls {
     jobs: Arc<Mutex<BTreeSet<u64>>>,
     /// (uid, manifest digest) -> when access was proven.
     proofs: Arc<Mutex<BTreeMap<(u32, String), Instant>>>,
+    /// Per job, its image's pin from its launch until it is seen ended: the job's shim pins
+    /// the image too, for its whole life, but only once it runs.
+    pins: Arc<Mutex<BTreeMap<u64, Pin>>>,
 }
 
 impl Pulls {
@@ -55,6 +59,29 @@ impl Pulls {
             p.retain(|_, at| at.elapsed() < PROOF_TTL);
             p.insert((uid, digest.to_string()), Instant::now());
         }
+    }
+
+    /// Keeps `pin` (job `id`'s image) until [`Pulls::keep_pins`] no longer lists the job.
+    pub fn hold(&self, id: u64, pin: Pin) {
+        if let Ok(mut pins) = self.pins.lock() {
+            pins.insert(id, pin);
+        }
+    }
+
+    /// Drops the pins of the jobs that are neither in `running` nor being pulled.
+    pub fn keep_pins(&self, running: &BTreeSet<u64>) {
+        let pulling = self.jobs.lock().map(|j| j.clone()).unwrap_or_default();
+        if let Ok(mut pins) = self.pins.lock() {
+            pins.retain(|id, _| running.contains(id) || pulling.contains(id));
+        }
+    }
+
+    /// The jobs whose image pin is held.
+    pub fn pinned(&self) -> Vec<u64> {
+        self.pins
+            .lock()
+            .map(|p| p.keys().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Whether job `id`'s pull is under way.
@@ -191,17 +218,18 @@ pub fn prove_for(
     }
 }
 
-/// Pulls `reference` for job `order`, logging progress; the error says what the registry said,
-/// and whose fault it is ([`crate::launch::image_fault`]).
+/// Pulls `reference` for job `order`, logging progress; returns the image pinned until the
+/// launch holds its own pin. The error says what the registry said, and whose fault it is
+/// ([`crate::launch::image_fault`]).
 pub fn pull_for(
     cfg: &AgentConfig,
     store: &ImageStore,
     order: &LaunchOrder,
     reference: &ImageRef,
-) -> Result<(), LaunchError> {
+) -> Result<Pin, LaunchError> {
     tracing::info!(job = order.id, image = %reference, "pulling");
     store
-        .pull(reference, &options_for(&cfg.registry, order, reference), &mut |event| {
+        .pull_pinned(reference, &options_for(&cfg.registry, order, reference), &mut |event| {
             if let wharf_images::PullEvent::Layer {
                 index,
                 digest,
@@ -212,7 +240,10 @@ pub fn pull_for(
                 tracing::debug!(job = order.id, layer = index, %digest, size, fetched, "layer ready");
             }
         })
-        .map(|info| tracing::info!(job = order.id, image = %reference, digest = %info.digest, "pulled"))
+        .map(|(info, pin)| {
+            tracing::info!(job = order.id, image = %reference, digest = %info.digest, "pulled");
+            pin
+        })
         .map_err(|e| {
             LaunchError::new(
                 crate::launch::image_fault(&e),
@@ -226,6 +257,42 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::mpsc;
+
+    /// Whether someone holds the pin file beside `rootfs` (an exclusive probe).
+    fn held(rootfs: &std::path::Path) -> bool {
+        let f = std::fs::File::open(rootfs.with_file_name("pin")).unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+        // SAFETY: flock on a descriptor owned by `f`, closed (and the lock with it) on return.
+        let got = unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) };
+        got != 0
+    }
+
+    #[test]
+    fn image_pins_are_kept_while_their_jobs_run_or_pull_then_released() {
+        let tmp = tempfile::tempdir().unwrap();
+        let roots: Vec<_> = ["a", "b", "c"]
+            .iter()
+            .map(|n| {
+                let rootfs = tmp.path().join(n).join("rootfs");
+                std::fs::create_dir_all(&rootfs).unwrap();
+                rootfs
+            })
+            .collect();
+        let pulls = Pulls::default();
+        for (id, rootfs) in (1..).zip(&roots) {
+            pulls.hold(id, Pin::rootfs(rootfs).unwrap());
+        }
+        assert!(roots.iter().all(|r| held(r)));
+        // Job 1 runs, job 2 ended, job 3's pull-then-launch thread is still at work.
+        pulls.jobs.lock().unwrap().insert(3);
+        pulls.keep_pins(&BTreeSet::from([1]));
+        assert_eq!(pulls.pinned(), [1, 3]);
+        assert!(held(&roots[0]) && !held(&roots[1]) && held(&roots[2]));
+        pulls.jobs.lock().unwrap().remove(&3);
+        pulls.keep_pins(&BTreeSet::new());
+        assert!(pulls.pinned().is_empty());
+        assert!(roots.iter().all(|r| !held(r)));
+    }
 
     #[test]
     fn the_jobs_credential_is_used_only_for_its_registry_and_proofs_are_per_user_and_digest() {

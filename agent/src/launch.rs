@@ -360,6 +360,23 @@ pub fn container_spec(
     })
 }
 
+/// Pins the image of the store that `spec` runs on (none for the host, a SIF file or the
+/// Docker engine): it is not evicted or removed while pinned.
+///
+/// Errors: the image went away since it was resolved (evicted or removed meanwhile).
+pub fn pin_image(
+    cfg: &AgentConfig,
+    spec: &ContainerSpec,
+) -> Result<Option<wharf_images::Pin>, wharf_images::ImageError> {
+    if cfg.backend != crate::BackendKind::Oci
+        || spec.rootfs_partition.is_some()
+        || spec.rootfs == Path::new("/")
+    {
+        return Ok(None);
+    }
+    wharf_images::Pin::rootfs(&spec.rootfs).map(Some)
+}
+
 /// The job's root: the host's `/`, an image in the store, or a SIF file (an absolute path
 /// ending in `.sif`, which the user must be able to read). The agent reads it as root, so it
 /// refuses early, with a clear reason, a file the user could not open (symlinks resolved
@@ -713,6 +730,7 @@ mod tests {
             state_dir: dev_root.join("state"),
             image_store: dev_root.join("images"),
             registry: Default::default(),
+            cache_quota: None,
             shim_exe: "/nonexistent/wharf".into(),
             root_host_id: 0,
             grace_secs: 1,

@@ -42,6 +42,8 @@ pub struct AgentConfig {
     pub image_store: PathBuf,
     /// How registry images are pulled (`[images]`).
     pub registry: wharf_images::registry::RegistryOptions,
+    /// Bytes pulled images may take in the store (`[images] cache_quota`); `None`: no limit.
+    pub cache_quota: Option<u64>,
     /// The binary that runs `shim` (normally this one).
     pub shim_exe: PathBuf,
     /// Host id container root maps to.
@@ -141,9 +143,9 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         traverse_only_dir(&dir)
             .map_err(|e| AgentError::Setup(format!("securing {}: {e}", dir.display())))?;
     }
-    let images = wharf_images::ImageStore::open(cfg.image_store.clone()).map_err(|e| {
-        AgentError::Setup(format!("image store {}: {e}", cfg.image_store.display()))
-    })?;
+    let images = wharf_images::ImageStore::open(cfg.image_store.clone())
+        .map_err(|e| AgentError::Setup(format!("image store {}: {e}", cfg.image_store.display())))?
+        .with_quota(cfg.cache_quota);
     let client = Client::new(cfg.controller.clone(), Some(cfg.token.clone()));
     // The sandbox backend: Wharf's own OCI sandbox (through `wharf shim`), or Docker.
     let launcher: Arc<dyn Backend> = match &cfg.backend {
@@ -363,6 +365,7 @@ fn report(
     };
     let mut out = Vec::new();
     let mut shims = Vec::new();
+    let mut running = BTreeSet::new();
     for entry in entries.flatten() {
         let Some(id) = entry
             .file_name()
@@ -396,6 +399,9 @@ fn report(
                 None,
             ),
         };
+        if exit.is_none() {
+            running.insert(id);
+        }
         let stopping = exit.is_none() && dir.stop().exists();
         out.push(AgentJob {
             id,
@@ -406,6 +412,8 @@ fn report(
         });
     }
     out.sort_by_key(|j| j.id);
+    // A job's image stays pinned while it runs (its shim pins it too).
+    pulls.keep_pins(&running);
     (out, shims)
 }
 
@@ -507,9 +515,10 @@ fn start(
             machine.clone(),
             order.clone(),
         );
+        let p = pulls.clone();
         pulls.spawn(order.id, move || {
-            let ready = images::pull_for(&c, &i, &o, &reference);
-            launch_now(&c, l.as_ref(), &i, &m, &o, ready);
+            let ready = images::pull_for(&c, &i, &o, &reference).map(Some);
+            launch_now(&c, l.as_ref(), &i, &m, &p, &o, ready);
         });
         return;
     }
@@ -525,33 +534,55 @@ fn start(
                 pulls.clone(),
             );
             pulls.spawn(order.id, move || {
-                let ready = images::prove_for(&c, &p, &o, &reference, &info);
-                launch_now(&c, l.as_ref(), &i, &m, &o, ready);
+                let ready = images::prove_for(&c, &p, &o, &reference, &info).map(|()| None);
+                launch_now(&c, l.as_ref(), &i, &m, &p, &o, ready);
             });
             return;
         }
     }
-    launch_now(cfg, launcher.as_ref(), images, machine, order, Ok(()));
+    launch_now(
+        cfg,
+        launcher.as_ref(),
+        images,
+        machine,
+        pulls,
+        order,
+        Ok(None),
+    );
 }
 
-/// Launches `order` now, or records why it cannot run (`ready`'s error: a failed pull) and
-/// whose fault that is.
+/// Launches `order` now, or records why it cannot run (`ready`'s error: a failed pull, and
+/// whose fault that is; its value: the pulled image's pin). A job on an image of the store
+/// keeps it pinned from here until it is seen ended.
 fn launch_now(
     cfg: &AgentConfig,
     launcher: &dyn Backend,
     images: &wharf_images::ImageStore,
     machine: &discover::Machine,
+    pulls: &images::Pulls,
     order: &LaunchOrder,
-    ready: Result<(), launch::LaunchError>,
+    ready: Result<Option<wharf_images::Pin>, launch::LaunchError>,
 ) {
     let dir = launch::job_dir(&cfg.state_dir, order.id);
     tracing::info!(job = order.id, user = %order.owner.user, image = %order.spec.image, "launching");
-    let result = ready.and_then(|()| {
-        launch::container_spec(cfg, images, order, machine).and_then(|spec| {
-            launcher
-                .launch(&dir, &spec)
-                .map_err(launch::LaunchError::from)
-        })
+    let result = ready.and_then(|_pulled| {
+        let spec = launch::container_spec(cfg, images, order, machine)?;
+        let pin = launch::pin_image(cfg, &spec).map_err(|e| {
+            launch::LaunchError::new(
+                launch::image_fault(&e),
+                format!(
+                    "image {:?} on node {}: {e}",
+                    order.spec.image, cfg.node_name
+                ),
+            )
+        })?;
+        launcher
+            .launch(&dir, &spec)
+            .map_err(launch::LaunchError::from)?;
+        if let Some(pin) = pin {
+            pulls.hold(order.id, pin);
+        }
+        Ok(())
     });
     if let Err(e) = result {
         let fault = e.fault();

@@ -27,6 +27,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::cache::{record_layer, same_file, touch_layer, CONFIG_JSON, LAYERS_JSON, PIN};
 use crate::error::{ImageError, Result};
 use crate::extract::{apply_stream, Whiteouts};
 use crate::limits::Budget;
@@ -34,39 +35,58 @@ use crate::oci::{sha256_hex, Descriptor};
 use crate::rootfs::RootDir;
 use crate::source::read_blob;
 use crate::stack::stack;
-use crate::staging::Staging;
+use crate::staging::{write_synced, Staging};
+use crate::store::tree_size;
 
 pub(crate) const LAYERS: &str = "layers";
 pub(crate) const ROOTS: &str = "roots";
 pub(crate) const LOCKS: &str = "locks";
 
-/// An exclusive `flock` on a lock file, released when dropped.
+/// An exclusive `flock` on a lock file, which is deleted when the lock is dropped: `locks/`
+/// holds only the locks in use. Deleting is safe because it is done while holding the lock,
+/// and a taker checks, once it holds its lock, that the file it locked is still the one at the
+/// path; if not (its holder deleted it meanwhile), it opens the path again.
 #[derive(Debug)]
 pub(crate) struct Lock {
-    _held: File,
+    held: File,
+    path: PathBuf,
 }
 
 impl Lock {
     /// Waits for the lock `locks/<name>.lock`.
     pub fn take(store: &Path, name: &str) -> Result<Lock> {
         let path = store.join(LOCKS).join(format!("{name}.lock"));
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|e| ImageError::io(format!("opening {}", path.display()), e))?;
         loop {
-            // SAFETY: flock on a descriptor this function owns.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(Lock { _held: file });
+            let file = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)
+                .map_err(|e| ImageError::io(format!("opening {}", path.display()), e))?;
+            loop {
+                // SAFETY: flock on a descriptor this function owns.
+                if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                    break;
+                }
+                let err = std::io::Error::last_os_error();
+                if err.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(ImageError::io(format!("locking {}", path.display()), err));
+                }
             }
-            let err = std::io::Error::last_os_error();
-            if err.kind() != std::io::ErrorKind::Interrupted {
-                return Err(ImageError::io(format!("locking {}", path.display()), err));
+            if same_file(&file, &path) {
+                return Ok(Lock { held: file, path });
             }
+        }
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        // Still held: no one else can have this file at the path now.
+        if same_file(&self.held, &self.path) {
+            let _ = fs::remove_file(&self.path);
         }
     }
 }
@@ -87,12 +107,14 @@ pub(crate) fn ensure_layer(
     open: impl FnOnce() -> Result<Box<dyn std::io::Read + Send + Sync>>,
 ) -> Result<bool> {
     let dest = layer_dir(store, &desc.digest)?;
+    let hex = sha256_hex(&desc.digest).map_err(ImageError::invalid)?;
     if dest.is_dir() {
+        touch_layer(store, hex);
         return Ok(false);
     }
-    let hex = sha256_hex(&desc.digest).map_err(ImageError::invalid)?;
     let _lock = Lock::take(store, &format!("layer-{hex}"))?;
     if dest.is_dir() {
+        touch_layer(store, hex);
         return Ok(false);
     }
     let staging = Staging::create(&store.join(crate::store::TMP), "layer", 0o755)?;
@@ -109,13 +131,26 @@ pub(crate) fn ensure_layer(
     }
     root.sync()?;
     drop(root);
+    let size = tree_size(&staging.path)?;
     staging.publish(&dest)?;
+    // After the layer: a crash between the two leaves a layer measured again when needed.
+    record_layer(store, hex, size)?;
     Ok(true)
 }
 
-/// Makes sure the root of the image with manifest digest `digest`, stacked from `layers`
-/// (directories, bottom first), exists; returns its path.
-pub(crate) fn ensure_root(store: &Path, digest: &str, layers: &[PathBuf]) -> Result<PathBuf> {
+/// What a root is made of: its layers (blob digests and directories, bottom first) and the
+/// image config's bytes.
+#[derive(Debug)]
+pub(crate) struct RootParts<'a> {
+    pub digests: &'a [String],
+    pub dirs: &'a [PathBuf],
+    pub config: &'a [u8],
+}
+
+/// Makes sure the root of the image with manifest digest `digest`, stacked from `parts`,
+/// exists, with its pin file, layer list and config beside it; returns its path.
+pub(crate) fn ensure_root(store: &Path, digest: &str, parts: &RootParts<'_>) -> Result<PathBuf> {
+    let layers = parts.dirs;
     let hex = sha256_hex(digest).map_err(|e| ImageError::invalid(format!("image digest {e}")))?;
     let dest = store.join(ROOTS).join(hex);
     let rootfs = dest.join("rootfs");
@@ -138,6 +173,45 @@ pub(crate) fn ensure_root(store: &Path, digest: &str, layers: &[PathBuf]) -> Res
     root.ensure_mount_points()?;
     root.sync()?;
     drop(root);
+    let list = serde_json::to_vec(parts.digests)
+        .map_err(|e| ImageError::invalid(format!("encoding the layer list: {e}")))?;
+    write_synced(&staging.path.join(LAYERS_JSON), &list)?;
+    write_synced(&staging.path.join(CONFIG_JSON), parts.config)?;
+    write_synced(&staging.path.join(PIN), b"")?;
     staging.publish(&dest)?;
     Ok(rootfs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    #[test]
+    fn locks_exclude_each_other_and_leave_no_file_behind() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::create_dir(tmp.path().join(LOCKS)).unwrap();
+        let store = tmp.path().to_path_buf();
+        let inside = Arc::new(AtomicBool::new(false));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (store, inside) = (store.clone(), inside.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        let lock = Lock::take(&store, "layer-x").unwrap();
+                        assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                        std::thread::yield_now();
+                        inside.store(false, Ordering::SeqCst);
+                        drop(lock);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let left: Vec<_> = fs::read_dir(store.join(LOCKS)).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
 }

@@ -35,6 +35,7 @@
 //! # Ok::<(), wharf_images::ImageError>(())
 //! ```
 
+mod cache;
 mod dirsource;
 mod entry_path;
 mod error;
@@ -54,6 +55,7 @@ mod staging;
 mod store;
 mod stream;
 
+pub use cache::{CachedLayer, ImageStatus, Pin, Removed};
 pub use error::{ErrorKind, ImageError};
 pub use limits::Limits;
 pub use name::{validate_name, MAX_NAME_LEN, RESERVED_HOST};

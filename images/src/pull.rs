@@ -6,8 +6,9 @@ use std::path::PathBuf;
 
 use wharf_api::image_ref::ImageRef;
 
+use crate::cache::{CacheLock, Pin};
 use crate::error::{ImageError, Result};
-use crate::layers::{ensure_layer, ensure_root, layer_dir};
+use crate::layers::{ensure_layer, ensure_root, layer_dir, RootParts};
 use crate::limits::Budget;
 use crate::oci::{
     layer_compression, pick, sha256_hex, Config, Descriptor, Index, Manifest, INDEX_TYPES,
@@ -58,13 +59,30 @@ impl ImageStore {
     /// Errors: the registry's (`NotFound`, `PermissionDenied`, `Unavailable`, with its
     /// reason); `InvalidInput` for a malformed or tampered image or one over the [`Limits`]
     /// (`crate::Limits`). Nothing of a failed layer is kept.
+    ///
+    /// With a quota ([`ImageStore::with_quota`]), evicts least recently used images not in use
+    /// once done (see [`ImageStore::evict`]), never this one.
     pub fn pull(
         &self,
         reference: &ImageRef,
         opts: &RegistryOptions,
         progress: &mut dyn FnMut(PullEvent),
     ) -> Result<ImageInfo> {
+        self.pull_pinned(reference, opts, progress)
+            .map(|(info, _pin)| info)
+    }
+
+    /// [`ImageStore::pull`], returning the image pinned: it cannot be evicted or removed
+    /// until the [`Pin`] is dropped (the agent holds it until the job's shim holds its own).
+    pub fn pull_pinned(
+        &self,
+        reference: &ImageRef,
+        opts: &RegistryOptions,
+        progress: &mut dyn FnMut(PullEvent),
+    ) -> Result<(ImageInfo, Pin)> {
         crate::name::validate_name(&reference.to_string())?;
+        // No eviction while this pull needs layers it has not stacked yet.
+        let cache = CacheLock::shared(self.root())?;
         // Mirrors first, in order; whatever one fails with (down, missing the image, refusing
         // us, or serving content that fails its digests), the next is tried, the registry
         // itself last. Layers a failed attempt verified are kept for the next.
@@ -72,7 +90,13 @@ impl ImageStore {
         for source in opts.sources(reference)? {
             let registry = Registry::at(reference, &source, opts);
             match self.pull_from(&registry, reference, progress) {
-                Ok(info) => return Ok(info),
+                Ok(info) => {
+                    let pin = Pin::rootfs(&info.rootfs)?;
+                    drop(cache);
+                    self.enforce_quota();
+                    progress(PullEvent::Done(info.clone()));
+                    return Ok((info, pin));
+                }
                 Err(e) if source.mirror => {
                     tracing::warn!(image = %reference, mirror = %source.host, error = %e, "mirror failed; trying the next source");
                     failed.push(format!("mirror {}: {}", source.host, e.message));
@@ -91,7 +115,7 @@ impl ImageStore {
         )))
     }
 
-    /// One attempt of [`ImageStore::pull`], from one source.
+    /// One attempt of [`ImageStore::pull_pinned`], from one source.
     fn pull_from(
         &self,
         registry: &Registry,
@@ -112,7 +136,10 @@ impl ImageStore {
             layer_compression(&layer.media_type)?;
             sha256_hex(&layer.digest).map_err(|e| ImageError::invalid(format!("layer {e}")))?;
         }
-        let config: Config = read_json_blob(registry, &manifest.config, limits.max_json_bytes)?;
+        let config_bytes = read_json_blob(registry, &manifest.config, limits.max_json_bytes)?;
+        let config: Config = serde_json::from_slice(&config_bytes).map_err(|e| {
+            ImageError::invalid(format!("blob {} is not valid: {e}", manifest.config.digest))
+        })?;
         let diff_ids = config.rootfs.diff_ids;
         if diff_ids.len() != manifest.layers.len() {
             return Err(ImageError::invalid(format!(
@@ -136,16 +163,14 @@ impl ImageStore {
             .iter()
             .map(|l| layer_dir(self.root(), &l.digest))
             .collect::<Result<Vec<PathBuf>>>()?;
-        let rootfs = ensure_root(self.root(), &digest, &dirs)?;
-        let info = self.publish_pulled(
-            &name,
-            digest,
-            rootfs,
-            manifest.layers.iter().map(|l| l.digest.clone()).collect(),
-            registry.authenticated(),
-        )?;
-        progress(PullEvent::Done(info.clone()));
-        Ok(info)
+        let digests: Vec<String> = manifest.layers.iter().map(|l| l.digest.clone()).collect();
+        let parts = RootParts {
+            digests: &digests,
+            dirs: &dirs,
+            config: &config_bytes,
+        };
+        let rootfs = ensure_root(self.root(), &digest, &parts)?;
+        self.publish_pulled(&name, digest, rootfs, digests, registry.authenticated())
     }
 }
 
@@ -305,11 +330,7 @@ fn parse<T: serde::de::DeserializeOwned>(fetched: &crate::registry::Fetched) -> 
 }
 
 /// Reads a small JSON blob (the config), checking its size and digest.
-fn read_json_blob<T: serde::de::DeserializeOwned>(
-    registry: &Registry,
-    desc: &Descriptor,
-    max: u64,
-) -> Result<T> {
+fn read_json_blob(registry: &Registry, desc: &Descriptor, max: u64) -> Result<Vec<u8>> {
     if desc.size > max {
         return Err(ImageError::invalid(format!(
             "blob {} is {} bytes; JSON documents are limited to {max}",
@@ -334,6 +355,5 @@ fn read_json_blob<T: serde::de::DeserializeOwned>(
             desc.digest
         )));
     }
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ImageError::invalid(format!("blob {} is not valid: {e}", desc.digest)))
+    Ok(bytes)
 }

@@ -5,6 +5,8 @@
 //! ```text
 //! images/<sha256 of name>/image.json   ImageInfo as JSON
 //! images/<sha256 of name>/rootfs/      the unpacked root filesystem
+//! layers/, roots/, meta/, locks/       pulled images' layers and roots (see `layers.rs`,
+//!                                      `cache.rs`)
 //! tmp/                                 imports in progress and removals
 //! ```
 //!
@@ -34,6 +36,7 @@ use nix::sys::stat::{fchmod, fstat, Mode};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::cache::META;
 use crate::error::{ErrorKind, ImageError, Result};
 use crate::fsutil::{list_dir, open_dir_nofollow, owned};
 use crate::layers::{LAYERS, LOCKS, ROOTS};
@@ -93,6 +96,8 @@ pub struct ImageStore {
     limits: Limits,
     /// [`ImageStore::names`]'s last answer, keyed by the image directories it was read from.
     names: Arc<Mutex<(Vec<OsString>, Vec<String>)>>,
+    /// Bytes pulled images' layers may take (`[images] cache_quota`); `None`: no limit.
+    pub(crate) quota: Option<u64>,
 }
 
 impl ImageStore {
@@ -116,7 +121,7 @@ impl ImageStore {
         };
         mkdir(&root)?;
         let fd = open_own(&root)?;
-        for sub in [IMAGES, TMP, LAYERS, ROOTS, LOCKS] {
+        for sub in [IMAGES, TMP, LAYERS, ROOTS, LOCKS, META] {
             mkdir(&root.join(sub))?;
         }
         lock_down(&root, &fd)?;
@@ -124,6 +129,7 @@ impl ImageStore {
             root,
             limits: Limits::default(),
             names: Arc::default(),
+            quota: None,
         };
         clear_stale(&store.root.join(TMP));
         Ok(store)
@@ -256,22 +262,6 @@ impl ImageStore {
         }
     }
 
-    /// Removes the image called `name`. A running container keeps its mount; the files go
-    /// when it ends.
-    ///
-    /// Errors: `InvalidInput` for a bad name; `NotFound` when there is no such image.
-    pub fn remove(&self, name: &str) -> Result<()> {
-        validate_name(name)?;
-        let trash = Staging::create(&self.root.join(TMP), "remove", PRIVATE)?;
-        match fs::rename(self.image_dir(name), &trash.path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ImageError::not_found(
-                format!("image {name:?} is not in the store"),
-            )),
-            Err(e) => Err(ImageError::io(format!("removing image {name:?}"), e)),
-        }
-    }
-
     /// Names the pulled root `rootfs` (of manifest `digest`, made of `layers`) `name`,
     /// replacing any image of that name.
     pub(crate) fn publish_pulled(
@@ -303,7 +293,8 @@ impl ImageStore {
         Ok(info)
     }
 
-    fn image_dir(&self, name: &str) -> PathBuf {
+    /// The directory of the image called `name` under `images/`.
+    pub(crate) fn image_dir(&self, name: &str) -> PathBuf {
         self.root
             .join(IMAGES)
             .join(hex::encode(Sha256::digest(name.as_bytes())))
@@ -361,7 +352,7 @@ fn lock_down(root: &Path, fd: &OwnedFd) -> Result<()> {
             .map_err(|e| ImageError::sys(format!("making {what} private (0700)"), e))
     };
     private(fd, &root.display())?;
-    for sub in [TMP, IMAGES, LAYERS, ROOTS, LOCKS] {
+    for sub in [TMP, IMAGES, LAYERS, ROOTS, LOCKS, META] {
         let path = root.join(sub);
         let dir = open_dir_nofollow(fd.as_raw_fd(), OsStr::new(sub))
             .map_err(|e| ImageError::sys(format!("opening {}", path.display()), e))?;
@@ -406,7 +397,7 @@ fn read_info(path: &Path) -> Result<ImageInfo> {
 
 /// Bytes of regular-file content under `root`, hard links counted once. `root` is this
 /// import's own directory, so walking it by path follows no link planted by the image.
-fn tree_size(root: &Path) -> Result<u64> {
+pub(crate) fn tree_size(root: &Path) -> Result<u64> {
     use std::os::unix::fs::MetadataExt;
     let mut total = 0u64;
     let mut seen = std::collections::HashSet::new();

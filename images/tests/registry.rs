@@ -10,6 +10,7 @@ use std::fs;
 use std::net::TcpListener;
 use std::path::Path;
 
+use common::served::{one_layer_image, read_request, respond, Blob};
 use common::*;
 use loopback::{tools, Loopback};
 use wharf_images::registry::{Credentials, RegistryOptions};
@@ -344,61 +345,128 @@ fn a_hostile_layer_from_a_registry_writes_nothing_outside_and_leaves_nothing() {
     s.assert_no_leftovers();
 }
 
-/// A blob and its digest.
-type Blob = (String, Vec<u8>);
-
-/// The manifest, config and layer blobs of an image of one gzip layer holding `layer_tar`,
-/// for the hand-written registries below; config and layer with their digests.
-fn one_layer_image(layer_tar: &[u8]) -> (Vec<u8>, Blob, Blob) {
-    let layer = gzip(layer_tar);
-    let config = serde_json::to_vec(&serde_json::json!({
-        "architecture": "amd64", "os": "linux",
-        "rootfs": { "type": "layers", "diff_ids": [sha256(layer_tar)] },
-    }))
-    .unwrap();
-    let manifest = serde_json::to_vec(&serde_json::json!({
-        "schemaVersion": 2, "mediaType": MANIFEST,
-        "config": { "mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha256(&config), "size": config.len() },
-        "layers": [{ "mediaType": LAYER_GZIP, "digest": sha256(&layer), "size": layer.len() }],
-    }))
-    .unwrap();
-    (manifest, (sha256(&config), config), (sha256(&layer), layer))
-}
-
-/// Reads one HTTP request's head from `reader`: its path and its header lines, lowercased.
-fn read_request(reader: &mut impl std::io::BufRead) -> (String, Vec<String>) {
-    let mut line = String::new();
-    reader.read_line(&mut line).unwrap();
-    let path = line.split(' ').nth(1).unwrap_or("").to_string();
-    let mut headers = Vec::new();
-    loop {
-        let mut h = String::new();
-        reader.read_line(&mut h).unwrap();
-        if h.trim().is_empty() {
-            return (path, headers);
-        }
-        headers.push(h.trim().to_ascii_lowercase());
-    }
-}
-
-/// Answers `status` with the `extra` header lines (each ending in CRLF) and `body`, of which
-/// only the first `cut` bytes are sent (the length says all of it); an error only if the head
-/// could not be written.
-fn respond(
-    conn: &mut std::net::TcpStream,
-    status: &str,
-    extra: &str,
-    body: &[u8],
-    cut: usize,
-) -> std::io::Result<()> {
-    use std::io::Write;
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n",
-        body.len()
+/// Pushes `tag` of `layout` as `repo:tag` with skopeo recompressing its layers to zstd.
+fn push_zstd(reg: &Loopback, layout: &Path, tag: &str, repo: &str) {
+    let out = std::process::Command::new("skopeo")
+        .args(["copy", "--quiet", "--dest-tls-verify=false"])
+        .args(["--dest-compress", "--dest-compress-format", "zstd"])
+        .arg(format!("oci:{}:{tag}", layout.display()))
+        .arg(format!("docker://{}/{repo}:{tag}", reg.addr))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "skopeo: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    conn.write_all(head.as_bytes())?;
-    let _ = conn.write_all(&body[..cut.min(body.len())]);
-    Ok(())
+}
+
+#[test]
+fn zstd_layers_pushed_by_skopeo_are_pulled_and_verified() {
+    let Some((reg, s, layout)) = setup(
+        "zstd_layers_pushed_by_skopeo_are_pulled_and_verified",
+        false,
+    ) else {
+        return;
+    };
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let lower = Tar::new().dir("etc").file("etc/lower", b"below").bytes();
+    let upper = Tar::new()
+        .file("etc/.wh.lower", b"")
+        .file("data", &data)
+        .bytes();
+    let m = layout.manifest(&[(LAYER_TAR, lower), (LAYER_TAR, upper)]);
+    layout.index(vec![tagged(m, "v1")]);
+    push_zstd(&reg, &layout.dir, "v1", "test/zstd");
+
+    let r = reg.reference("test/zstd:v1");
+    // What the registry holds: zstd layers, which the config's diff_ids name uncompressed.
+    let manifest = wharf_images::registry::Registry::new(&r, &RegistryOptions::default())
+        .manifest("v1", 1 << 20)
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&manifest.bytes).unwrap();
+    let types: Vec<&str> = doc["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["mediaType"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, [LAYER_ZSTD, LAYER_ZSTD], "{doc}");
+    let (info, events) = pull(&s, &r);
+    let info = info.unwrap();
+    assert_eq!(fetched(&events), [true, true]);
+    assert_eq!(fs::read(info.rootfs.join("data")).unwrap(), data);
+    assert!(!info.rootfs.join("etc/lower").exists(), "whited out");
+    assert_eq!(
+        info.layers,
+        doc["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["digest"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    );
+    s.assert_no_leftovers();
+
+    // The same layer, one byte changed in the registry's storage: refused, nothing kept.
+    let hex = info.layers[1].trim_start_matches("sha256:").to_string();
+    let blob = reg
+        .storage
+        .join("docker/registry/v2/blobs/sha256")
+        .join(&hex[..2])
+        .join(&hex)
+        .join("data");
+    let mut bytes = fs::read(&blob).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x55;
+    fs::write(&blob, bytes).unwrap();
+    let s2 = scratch();
+    let (res, _) = pull(&s2, &r);
+    let err = res.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidInput, "{err}");
+    assert!(err.message.contains("layer 2"), "{err}");
+    assert!(s2.store.list().unwrap().is_empty());
+    assert_eq!(entries(&s2.store.root().join("roots")), 0);
+    assert_eq!(
+        entries(&s2.store.root().join("layers")),
+        1,
+        "the good lower layer"
+    );
+    s2.assert_no_leftovers();
+}
+
+#[test]
+fn a_manifest_of_ten_thousand_layers_is_refused_at_once_and_nothing_is_kept() {
+    let reg = common::served::Served::start();
+    let layer = gzip(&Tar::new().file("f", b"x").bytes());
+    let desc = reg.blob("test/many", LAYER_GZIP, &layer);
+    let diff = diff_id(LAYER_GZIP, &layer);
+    let config = common::served::config_json(&vec![diff; 10_000], serde_json::json!({}));
+    let config = reg.blob("test/many", common::served::CONFIG, &config);
+    let manifest = common::served::manifest_json(config, vec![desc; 10_000]);
+    assert!(manifest.len() > 1 << 20);
+    reg.manifest("test/many", "v1", manifest);
+    let s = scratch();
+    let started = std::time::Instant::now();
+    let (res, events) = pull(&s, &reg.reference("test/many:v1"));
+    let err = res.unwrap_err();
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert_eq!(err.kind, ErrorKind::InvalidInput, "{err}");
+    assert!(
+        err.message.contains("10000 layers") && err.message.contains("the limit is 128"),
+        "{err}"
+    );
+    assert!(events.is_empty(), "{events:?}");
+    // Refused on the manifest alone: no blob was asked for.
+    assert_eq!(
+        reg.blob_requests.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+    assert!(s.store.list().unwrap().is_empty());
+    for dir in ["layers", "roots", "meta"] {
+        assert_eq!(entries(&s.store.root().join(dir)), 0, "{dir}");
+    }
+    s.assert_no_leftovers();
 }
 
 /// A registry of one image that breaks off the first download of its layer half way, and

@@ -298,6 +298,8 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
         .and_then(|_| {
             let launch = Launch::start(spec.time_limit);
             let mut launched = || -> Result<(), Abort> {
+                // Held until the job ends: its image is not evicted or removed under it.
+                let _pin = pin_image(spec).map_err(|e| Abort::from(e).code(FaultCode::ImageStore))?;
                 let (stdout, stderr) =
                     open_outputs(spec, &|| launch.stop()).map_err(|a| a.code(FaultCode::Output))?;
                 launch.check()?;
@@ -396,6 +398,26 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
     reap_all();
     out.ended_ms = crate::now_ms();
     out
+}
+
+/// Pins the job's image when it is one of the node's store (a directory with a pin file
+/// beside it): the image cache's eviction and `wharf image rm` leave it alone while the shim
+/// holds it, whatever happens to the agent.
+fn pin_image(spec: &ContainerSpec) -> Result<Option<wharf_images::Pin>, RuntimeError> {
+    if spec.rootfs_partition.is_some() || spec.rootfs == Path::new("/") {
+        return Ok(None);
+    }
+    if !spec.rootfs.with_file_name("pin").is_file() {
+        return Ok(None);
+    }
+    wharf_images::Pin::rootfs(&spec.rootfs)
+        .map(Some)
+        .map_err(|e| {
+            RuntimeError::new(
+                crate::error::ErrorKind::NotFound,
+                format!("the job's image: {e}"),
+            )
+        })
 }
 
 /// Supervises the started job to its end.

@@ -35,7 +35,8 @@ pub enum Command {
         #[command(flatten)]
         limits: LimitArgs,
     },
-    /// List images.
+    /// List images: size (a pulled image's layers), the part shared with other images, last
+    /// use by a job or a pull, and whether a job uses it now.
     #[command(alias = "ls")]
     List {
         #[command(flatten)]
@@ -44,13 +45,47 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Remove an image.
+    /// Show one image: its layers with their sizes and the images sharing each, and its
+    /// config (entrypoint, command, environment, user, working directory).
+    Inspect {
+        /// Image name (as `wharf image ls` shows it).
+        name: String,
+        #[command(flatten)]
+        store: StoreArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove an image (refused while a job uses it); a pulled image's root and the layers
+    /// no other image uses go with it.
     #[command(alias = "rm")]
     Remove {
         /// Image name.
         name: String,
         #[command(flatten)]
         store: StoreArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove pulled images' roots and layers that no image name uses; with `--all`, every
+    /// pulled image no job uses (imported images stay); with `--to-quota`, the least recently
+    /// used pulled images no job uses until the cache fits `[images] cache_quota`.
+    Prune {
+        /// Also remove every pulled image that no job uses.
+        #[arg(long, conflicts_with = "to_quota")]
+        all: bool,
+        /// Evict as a pull does: least recently used first, down to the configured quota.
+        #[arg(long)]
+        to_quota: bool,
+        /// Only say what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        store: StoreArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -105,6 +140,11 @@ impl StoreArg {
             }
         };
         Ok(ImageStore::open(path)?)
+    }
+
+    /// The configuration's cache quota (`[images] cache_quota`).
+    fn quota(&self) -> Result<Option<u64>> {
+        crate::config::load(self.config.as_deref())?.images.quota()
     }
 
     /// The configuration's registry settings (`[images]`).
@@ -178,7 +218,8 @@ pub async fn run(cmd: Command) -> Result<i32> {
             let reference: wharf_images::ImageRef =
                 reference.parse().map_err(|e: String| anyhow::anyhow!(e))?;
             let opts = store.registry()?;
-            let s = store.open()?.with_limits(limits.limits());
+            let quota = store.quota()?;
+            let s = store.open()?.with_limits(limits.limits()).with_quota(quota);
             let started = std::time::Instant::now();
             let info = tokio::task::spawn_blocking(move || {
                 s.pull(&reference, &opts, &mut |event| print_progress(&event))
@@ -193,27 +234,194 @@ pub async fn run(cmd: Command) -> Result<i32> {
             );
         }
         Command::List { store, json } => {
-            let images = store.open()?.list()?;
+            let images = store.open()?.status()?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&images)?);
             } else {
-                let mut t = output::table(&["NAME", "DIGEST", "SOURCE", "SIZE", "IMPORTED"]);
+                let mut t = output::table(&[
+                    "NAME", "DIGEST", "SOURCE", "SIZE", "SHARED", "LAST USE", "IN USE",
+                ]);
                 for i in &images {
                     t.add_row(vec![
-                        i.name.clone(),
-                        i.digest.chars().take(19).collect(),
-                        i.source.clone(),
-                        format_memory(i.size),
-                        output::time(Some(i.created_ms)),
+                        i.info.name.clone(),
+                        short(&i.info.digest),
+                        i.info.source.clone(),
+                        format_memory(i.disk_size),
+                        format_memory(i.shared_size),
+                        last_use(i),
+                        if i.in_use { "yes" } else { "no" }.to_string(),
                     ]);
                 }
                 output::print_table(&t);
             }
         }
-        Command::Remove { name, store } => {
+        Command::Inspect { name, store, json } => {
+            let s = store.open()?;
+            let status = match s.status()?.into_iter().find(|i| i.info.name == name) {
+                Some(i) => i,
+                // The store's own error: a bad name, or how to get the image.
+                None => {
+                    s.get(&name)?;
+                    anyhow::bail!("image {name:?} is not in the store")
+                }
+            };
+            let layers = s.layers_of(&name)?;
+            let config = s.config_of(&name)?;
+            if json {
+                let doc = serde_json::json!({
+                    "image": status,
+                    "layers": layers,
+                    "config": config.as_ref().and_then(|c| c.get("config")),
+                });
+                println!("{}", serde_json::to_string_pretty(&doc)?);
+            } else {
+                print_inspect(&status, &layers, config.as_ref());
+            }
+        }
+        Command::Remove { name, store, json } => {
             store.open()?.remove(&name)?;
-            println!("Removed {}", output::clean(&name));
+            if json {
+                println!("{}", serde_json::json!({ "removed": name }));
+            } else {
+                println!("Removed {}", output::clean(&name));
+            }
+        }
+        Command::Prune {
+            all,
+            to_quota,
+            dry_run,
+            store,
+            json,
+        } => {
+            let quota = match (to_quota, store.quota()?) {
+                (false, _) => None,
+                (true, Some(q)) => Some(q),
+                (true, None) => anyhow::bail!(
+                    "--to-quota: the configuration sets no [images] cache_quota to evict down to"
+                ),
+            };
+            let s = store.open()?;
+            let removed = tokio::task::spawn_blocking(move || match quota {
+                Some(q) => s.evict_to(q, true, dry_run).map(|r| r.unwrap_or_default()),
+                None => s.prune(all, dry_run),
+            })
+            .await??;
+            if json {
+                let mut doc = serde_json::to_value(&removed)?;
+                doc["dry_run"] = dry_run.into();
+                println!("{}", serde_json::to_string_pretty(&doc)?);
+            } else {
+                let verb = if dry_run { "Would remove" } else { "Removed" };
+                let mut t = output::table(&["KIND", "WHAT"]);
+                for i in &removed.images {
+                    t.add_row(["image", i.as_str()]);
+                }
+                for r in &removed.roots {
+                    t.add_row(["root", r.as_str()]);
+                }
+                for l in &removed.layers {
+                    t.add_row(["layer", l.as_str()]);
+                }
+                if !removed.images.is_empty()
+                    || !removed.roots.is_empty()
+                    || !removed.layers.is_empty()
+                {
+                    output::print_table(&t);
+                }
+                println!(
+                    "{verb} {} images, {} roots, {} layers ({}); the cache holds {}",
+                    removed.images.len(),
+                    removed.roots.len(),
+                    removed.layers.len(),
+                    format_memory(removed.bytes),
+                    format_memory(removed.cache_bytes.saturating_sub(if dry_run {
+                        removed.bytes
+                    } else {
+                        0
+                    }))
+                );
+                if !removed.in_use.is_empty() {
+                    println!(
+                        "Kept {} in use by jobs: {}",
+                        removed.in_use.len(),
+                        removed
+                            .in_use
+                            .iter()
+                            .map(|d| short(d))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                }
+            }
         }
     }
     Ok(0)
+}
+
+/// A digest shortened for a table.
+fn short(digest: &str) -> String {
+    output::clean(&digest.chars().take(19).collect::<String>()).into_owned()
+}
+
+fn last_use(i: &wharf_images::ImageStatus) -> String {
+    match i.last_used_ms {
+        Some(ms) => output::time(Some(ms)),
+        None => "never".into(),
+    }
+}
+
+/// `wharf image inspect`'s human form.
+fn print_inspect(
+    i: &wharf_images::ImageStatus,
+    layers: &[wharf_images::CachedLayer],
+    config: Option<&serde_json::Value>,
+) {
+    let line = |k: &str, v: &str| println!("{k:<12}{}", output::clean(v));
+    line("Name", &i.info.name);
+    line("Digest", &i.info.digest);
+    line("Source", &i.info.source);
+    line("Root", &i.info.rootfs.display().to_string());
+    line("Size", &format_memory(i.disk_size));
+    line("Shared", &format_memory(i.shared_size));
+    line("Last use", &last_use(i));
+    line("In use", if i.in_use { "yes" } else { "no" });
+    let c = config.and_then(|c| c.get("config"));
+    let field = |name: &str| -> String {
+        match c.and_then(|c| c.get(name)) {
+            Some(serde_json::Value::String(s)) if !s.is_empty() => s.clone(),
+            Some(serde_json::Value::Array(a)) if !a.is_empty() => a
+                .iter()
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                .collect::<Vec<_>>()
+                .join(" "),
+            _ => "-".into(),
+        }
+    };
+    if config.is_some() {
+        line("Entrypoint", &field("Entrypoint"));
+        line("Cmd", &field("Cmd"));
+        line("User", &field("User"));
+        line("WorkingDir", &field("WorkingDir"));
+        let env = c
+            .and_then(|c| c.get("Env"))
+            .and_then(|e| e.as_array())
+            .cloned()
+            .unwrap_or_default();
+        println!("Env");
+        for e in env.iter().filter_map(|e| e.as_str()) {
+            println!("  {}", output::clean(e));
+        }
+    }
+    if !layers.is_empty() {
+        let mut t = output::table(&["#", "LAYER", "SIZE", "IMAGES"]);
+        for (n, l) in layers.iter().enumerate() {
+            t.add_row(vec![
+                (n + 1).to_string(),
+                short(&l.digest),
+                format_memory(l.size),
+                l.images.join(", "),
+            ]);
+        }
+        output::print_table(&t);
+    }
 }

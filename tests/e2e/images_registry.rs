@@ -90,7 +90,7 @@ fn a_job_naming_a_registry_image_is_pulled_and_runs_as_its_user() {
     let work = scratch("whreg-");
     let reg = Loopback::start_in(work.path(), false);
     let base = work.path().join("base");
-    mkrootfs(&base, &["sh", "cat", "id"]);
+    mkrootfs(&base, &["sh", "cat", "id", "sleep"]);
     let top = work.path().join("top");
     fs::create_dir_all(top.join("etc")).unwrap();
     fs::write(top.join("etc/greeting"), "from the registry\n").unwrap();
@@ -117,6 +117,53 @@ fn a_job_naming_a_registry_image_is_pulled_and_runs_as_its_user() {
     let store = c.dir.join("images");
     let out = c.wharf(&["image", "ls", "--store", store.to_str().unwrap()]);
     assert!(stdout(&out).contains(&reference), "{}", stdout(&out));
+
+    // While a job runs on it, the image is in use: pinned by the agent and the job's shim,
+    // so `rm` refuses it, naming why; once the job is over it goes.
+    let out = c.wharf_as(
+        &ann,
+        &["submit", "--image", &reference, "--wrap", "sleep 60"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = submitted_id(&out);
+    c.wait_running(id);
+    let store_arg = store.to_str().unwrap();
+    let ls = c.wharf(&["image", "ls", "--json", "--store", store_arg]);
+    let images: serde_json::Value = serde_json::from_slice(&ls.stdout).unwrap();
+    assert_eq!(images[0]["name"], reference.as_str(), "{images}");
+    assert_eq!(images[0]["in_use"], true, "{images}");
+    let out = c.wharf(&["image", "rm", &reference, "--store", store_arg]);
+    assert!(
+        !out.status.success() && stderr(&out).contains("in use by a running job"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let out = c.wharf(&["image", "prune", "--all", "--store", store_arg]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("Kept 1 in use"), "{}", stdout(&out));
+    let out = c.wharf_as(&ann, &["cancel", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    c.wait_done(id, Duration::from_secs(60));
+    // The agent lets its pin go when it sees the job over.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = c.wharf(&["image", "rm", &reference, "--store", store_arg]);
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline && stderr(&out).contains("in use"),
+            "{}",
+            stderr(&out)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let ls = c.wharf(&["image", "ls", "--json", "--store", store_arg]);
+    assert_eq!(stdout(&ls).trim(), "[]");
+    for dir in ["roots", "layers", "meta"] {
+        assert_eq!(fs::read_dir(store.join(dir)).unwrap().count(), 0, "{dir}");
+    }
 
     // A tag the registry lacks: the job ends with the registry's reason.
     let missing = reg.name("test/app:nope");
@@ -189,6 +236,70 @@ fn wharf_image_pull_shows_each_layer_and_fetches_shared_layers_once() {
         "{text}"
     );
     assert_eq!(text.matches("fetched and unpacked").count(), 1, "{text}");
+
+    // The two images share their base layer; `inspect` and `ls` say so.
+    let image = |args: &[&str]| {
+        let out = Command::new(wharf_bin())
+            .arg("image")
+            .args(args)
+            .arg("--store")
+            .arg(&store)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        out
+    };
+    let one = format!("{}/test/pull:one", reg.addr);
+    let two = format!("{}/test/pull:two", reg.addr);
+    let doc: serde_json::Value =
+        serde_json::from_slice(&image(&["inspect", &one, "--json"]).stdout).unwrap();
+    let layers = doc["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 2, "{doc}");
+    assert_eq!(layers[0]["images"], serde_json::json!([one, two]), "{doc}");
+    assert_eq!(layers[1]["images"], serde_json::json!([one]), "{doc}");
+    assert_eq!(layers[0]["size"], 1, "{doc}");
+    assert_eq!(doc["image"]["in_use"], false, "{doc}");
+    let text = stdout(&image(&["inspect", &one]));
+    assert!(text.contains("LAYER") && text.contains("Shared"), "{text}");
+    let ls: serde_json::Value = serde_json::from_slice(&image(&["ls", "--json"]).stdout).unwrap();
+    assert_eq!(ls[0]["shared_size"], 1, "{ls}");
+    assert_eq!(ls[0]["disk_size"], 1 + 3, "{ls}");
+    let text = stdout(&image(&["ls"]));
+    assert!(text.contains("SHARED") && text.contains("IN USE"), "{text}");
+    // Down to a quota of 5 bytes, as a pull would: `one` (4 bytes with the base) and `two`
+    // (3 more) do not fit; `one`, least recently used, would go with its own layer.
+    let cfg = work.path().join("wharf.toml");
+    fs::write(&cfg, "[images]\ncache_quota = \"5B\"\n").unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let dry: serde_json::Value = serde_json::from_slice(
+        &image(&[
+            "prune",
+            "--to-quota",
+            "--dry-run",
+            "--json",
+            "--config",
+            cfg,
+        ])
+        .stdout,
+    )
+    .unwrap();
+    assert_eq!(dry["images"], serde_json::json!([one]), "{dry}");
+    assert_eq!(dry["layers"].as_array().unwrap().len(), 1, "{dry}");
+    assert_eq!(dry["cache_bytes"], 4, "{dry}");
+    // Removing one keeps the shared layer; pruning everything, dry first, removes the rest.
+    image(&["rm", &one]);
+    let dry: serde_json::Value =
+        serde_json::from_slice(&image(&["prune", "--all", "--dry-run", "--json"]).stdout).unwrap();
+    assert_eq!(dry["images"], serde_json::json!([two]), "{dry}");
+    assert_eq!(dry["layers"].as_array().unwrap().len(), 2, "{dry}");
+    assert_eq!(dry["dry_run"], true, "{dry}");
+    assert_eq!(fs::read_dir(store.join("layers")).unwrap().count(), 2);
+    let text = stdout(&image(&["prune", "--all"]));
+    assert!(
+        text.contains("Removed 1 images, 1 roots, 2 layers"),
+        "{text}"
+    );
+    assert_eq!(fs::read_dir(store.join("layers")).unwrap().count(), 0);
     let out = Command::new(wharf_bin())
         .args(["image", "pull", "nvcr.io#Bad/Name"])
         .output()

@@ -9,6 +9,8 @@ use sha2::{Digest, Sha256};
 use tar::{EntryType, Header};
 use wharf_images::{ImageStore, Limits};
 
+pub mod served;
+
 /// A tar archive built entry by entry, with raw names so hostile paths can be written
 /// (`Header::set_path` refuses `..` and absolute paths).
 pub struct Tar {
@@ -238,19 +240,10 @@ impl Layout {
         layers: &[(&str, Vec<u8>)],
         diff_ids: &[String],
     ) -> serde_json::Value {
-        let config = serde_json::json!({
-            "architecture": "amd64", "os": "linux",
-            "rootfs": { "type": "layers", "diff_ids": diff_ids },
-        });
-        let config = self.blob(
-            "application/vnd.oci.image.config.v1+json",
-            &serde_json::to_vec(&config).unwrap(),
-        );
+        let config = served::config_json(diff_ids, serde_json::json!({}));
+        let config = self.blob(served::CONFIG, &config);
         let layers: Vec<_> = layers.iter().map(|(m, b)| self.blob(m, b)).collect();
-        let manifest = serde_json::json!({
-            "schemaVersion": 2, "mediaType": MANIFEST, "config": config, "layers": layers
-        });
-        self.blob(MANIFEST, &serde_json::to_vec(&manifest).unwrap())
+        self.blob(MANIFEST, &served::manifest_json(config, layers))
     }
 
     /// Stores a nested index over `manifests`; returns its descriptor.
