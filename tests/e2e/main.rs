@@ -35,6 +35,7 @@ mod scheduling;
 mod sif;
 mod sif_fifo;
 mod state_files;
+mod tasks;
 mod submit_limits;
 mod untrusted_text;
 mod usage;
