@@ -26,10 +26,11 @@ fn rank_file(dir: &std::path::Path, id: u64, rank: u64) -> std::path::PathBuf {
     }
 }
 
-/// Copies `examples/NAME` into `dir` (jobs have a private /tmp, so a checkout there is out
-/// of their sight), readable by everyone; returns its path.
+/// Copies `examples/NAME` into `dir`, readable by everyone; returns its path. Jobs have a
+/// private /tmp: `dir` must lie elsewhere ([`scratch`] is under /var/tmp).
 fn example_in(dir: &std::path::Path, name: &str) -> String {
     use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let from = format!("{}/examples/{name}", env!("CARGO_MANIFEST_DIR"));
     let to = dir.join(name);
     std::fs::copy(&from, &to).expect("copy the example program for the job");
@@ -49,14 +50,16 @@ fn two_tasks_on_one_node_all_reduce_each_in_its_own_sandbox() {
     }
     let alice = user("wharf-alice");
     let home = c.home(&alice);
-    let program = example_in(&home, "allreduce.py");
+    let programs = scratch("wharf-tasks-");
+    let program = example_in(programs.path(), "allreduce.py");
     let script = format!(
         "for v in RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE NODE_RANK SLURM_PROCID \
          SLURM_LOCALID SLURM_NTASKS SLURM_NTASKS_PER_NODE SLURM_TASKS_PER_NODE MASTER_ADDR \
          MASTER_PORT SLURM_CPUS_PER_TASK; do eval echo $v=\\$$v; done; \
          echo CPUS=$(grep Cpus_allowed_list /proc/self/status | tr -d ' \\t' | cut -d: -f2); \
          echo HOSTFILE=$(cat \"$WHARF_HOSTFILE\"); echo PID1=$(cat /proc/1/comm); \
-         python3 {program} --length 1000 --timeout 60 | sed 's/^allreduce ok /OK=/'"
+         sleep 3; \
+         exec python3 {program} --length 1000 --timeout 60"
     );
     let id = submitted_id(&c.wharf_as(
         &alice,
@@ -74,8 +77,29 @@ fn two_tasks_on_one_node_all_reduce_each_in_its_own_sandbox() {
             &script,
         ],
     ));
+    // Each task has a cgroup of its own, with half the node's 64M.
+    c.wait_running(id);
+    for name in [format!("wharf-{id}"), format!("wharf-{id}.1")] {
+        let dirs = wharf_runtime::cgroup_dirs(&format!("/{}/{name}", c.cgroup_parent));
+        let max = dirs
+            .iter()
+            .find_map(|d| {
+                std::fs::read_to_string(d.join("memory.max"))
+                    .or_else(|_| std::fs::read_to_string(d.join("memory.limit_in_bytes")))
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no memory limit for {name} in {dirs:?}"));
+        assert_eq!(max.trim(), (32u64 << 20).to_string(), "{name}");
+    }
     let done = c.wait_done(id, Duration::from_secs(90));
-    assert_eq!(done["state"], "COMPLETED", "{done}\n{}", c.log());
+    let text = |rank: u64| std::fs::read_to_string(rank_file(&home, id, rank)).unwrap_or_default();
+    assert_eq!(
+        done["state"],
+        "COMPLETED",
+        "{done}\nrank 0:\n{}\nrank 1:\n{}",
+        text(0),
+        text(1)
+    );
     assert_eq!(done["allocs"].as_array().map(Vec::len), Some(1), "{done}");
     let node = done["allocs"][0]["node"].as_str().unwrap().to_string();
     let ranks: Vec<BTreeMap<String, String>> =
@@ -98,10 +122,10 @@ fn two_tasks_on_one_node_all_reduce_each_in_its_own_sandbox() {
         assert!(v["HOSTFILE"].ends_with(" slots=2"), "{v:?}");
         // A sandbox of its own: its own PID namespace, whose first process is its init.
         assert_ne!(v["PID1"], "", "{v:?}");
-        let ok = &v["OK"];
+        let out = text(rank as u64);
         assert!(
-            ok.contains(&format!("rank={rank} world=2 sum={want_sum} ")),
-            "rank {rank} did not all-reduce right: {v:?}"
+            out.contains(&format!("allreduce ok rank={rank} world=2 sum={want_sum} ")),
+            "rank {rank} did not all-reduce right:\n{out}"
         );
     }
     assert_eq!(ranks[0]["MASTER_ADDR"], ranks[1]["MASTER_ADDR"]);
@@ -117,7 +141,9 @@ fn two_tasks_on_one_node_all_reduce_each_in_its_own_sandbox() {
         "{shown}"
     );
     // The job counts as one node in accounting, with its 2 CPUs once.
-    let acct = stdout(&c.wharf(&[
+    let acct = stdout(&c.wharf_as(
+        &alice,
+        &[
         "acct",
         "-j",
         &id.to_string(),
@@ -125,7 +151,8 @@ fn two_tasks_on_one_node_all_reduce_each_in_its_own_sandbox() {
         "JobID,NNodes,AllocCPUS",
         "-n",
         "-p",
-    ]));
+    ],
+    ));
     assert!(acct.contains(&format!("{id}|1|2")), "{acct}");
 }
 

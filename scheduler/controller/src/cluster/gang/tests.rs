@@ -421,7 +421,7 @@ fn gang_shapes_are_checked_at_submit() {
             ..gang(2)
         },
     );
-    assert!(m.contains("8"), "{m}");
+    assert!(m.contains("8 CPUs (the largest node has 4)"), "{m}");
     let fine = JobRequest {
         ntasks: Some(2),
         ntasks_per_node: Some(1),
