@@ -603,19 +603,16 @@ pub fn task_dir_name(id: u64, local: u32) -> String {
 
 /// The job and task a directory name under `jobs` stands for ([`task_dir_name`]'s inverse).
 pub fn parse_task_dir_name(name: &str) -> Option<(u64, u32)> {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     let (id, local) = match name.split_once('.') {
-        None => (name, "0"),
-        Some((id, local)) => (id, local),
+        None => (name, 0),
+        // Only the form task_dir_name writes: no task 0, no leading zeros.
+        Some((id, local)) => {
+            let n: u32 = local.parse().ok().filter(|_| digits(local))?;
+            (id, Some(n).filter(|&n| n > 0 && n.to_string() == local)?)
+        }
     };
-    let ok = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !ok(id) || !ok(local) {
-        return None;
-    }
-    let local: u32 = local.parse().ok()?;
-    if name.contains('.') && (local == 0 || local.to_string().len() != name.len() - id.len() - 1) {
-        return None;
-    }
-    Some((id.parse().ok()?, local))
+    digits(id).then(|| id.parse().ok().map(|id| (id, local)))?
 }
 
 /// Where task `local` of job `id` lives on this node, each task in a sandbox of its own.
@@ -659,7 +656,9 @@ mod tests {
                 Some((id, local))
             );
         }
-        for bad in ["", "x", "12.", ".1", "12.0", "12.01", "12.1.2", "12.x", "-1"] {
+        for bad in [
+            "", "x", "12.", ".1", "12.0", "12.01", "12.1.2", "12.x", "-1",
+        ] {
             assert_eq!(parse_task_dir_name(bad), None, "{bad}");
         }
     }

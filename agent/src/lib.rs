@@ -724,12 +724,14 @@ fn launch_now(
                 format!("never started: task {task} of the job could not start"),
                 true,
             )),
-            None => ready.clone().and_then(|()| {
-                launch::container_spec(cfg, images, order, local, machine)
-                    .map_err(|e| e.to_string())
-                    .and_then(|spec| launcher.launch(&dir, &spec).map_err(|e| e.to_string()))
-            })
-            .map_err(|e| (e, false)),
+            None => ready
+                .clone()
+                .and_then(|()| {
+                    launch::container_spec(cfg, images, order, local, machine)
+                        .map_err(|e| e.to_string())
+                        .and_then(|spec| launcher.launch(&dir, &spec).map_err(|e| e.to_string()))
+                })
+                .map_err(|e| (e, false)),
         };
         if let Err((message, cancelled)) = result {
             if !cancelled {
@@ -839,7 +841,10 @@ mod tests {
         assert_eq!((r.start_time, r.exit.is_none()), (Some(8), true));
         let r = node_report(
             5,
-            &[task(0, Some(10), Some((0, false)), 20), task(1, Some(8), None, 0)],
+            &[
+                task(0, Some(10), Some((0, false)), 20),
+                task(1, Some(8), None, 0),
+            ],
         );
         assert!(r.exit.is_none());
         // All ended with 0: the first task's exit, usage of both together.
@@ -851,9 +856,15 @@ mod tests {
             ],
         );
         let exit = r.exit.unwrap();
-        assert_eq!((exit.code, exit.task, r.end_time), (Some(0), Some(0), Some(30)));
+        assert_eq!(
+            (exit.code, exit.task, r.end_time),
+            (Some(0), Some(0), Some(30))
+        );
         let usage = exit.usage.unwrap();
-        assert_eq!((usage.cpu_time_ms, usage.memory_peak), (Some(200), Some(2000)));
+        assert_eq!(
+            (usage.cpu_time_ms, usage.memory_peak),
+            (Some(200), Some(2000))
+        );
         // Task 1 failed first; task 0 was stopped for it: task 1 decides.
         let r = node_report(
             5,

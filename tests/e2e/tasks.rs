@@ -144,14 +144,14 @@ fn two_tasks_on_one_node_all_reduce_each_in_its_own_sandbox() {
     let acct = stdout(&c.wharf_as(
         &alice,
         &[
-        "acct",
-        "-j",
-        &id.to_string(),
-        "-o",
-        "JobID,NNodes,AllocCPUS",
-        "-n",
-        "-p",
-    ],
+            "acct",
+            "-j",
+            &id.to_string(),
+            "-o",
+            "JobID,NNodes,AllocCPUS",
+            "-n",
+            "-p",
+        ],
     ));
     assert!(acct.contains(&format!("{id}|1|2")), "{acct}");
 }
@@ -216,7 +216,15 @@ fn tasks_with_a_gpu_each_see_only_their_own() {
                   for i in 0 1 2 3; do head -c1 /dev/nvidia$i 2>&1 | grep -q 'No such device or address' && echo OPENS$i=yes; done; true";
     let submit = |gpus: &[&str]| {
         let args = [
-            &["submit", "--ntasks-per-node", "2", "--mem", "32M", "-t", "2m"][..],
+            &[
+                "submit",
+                "--ntasks-per-node",
+                "2",
+                "--mem",
+                "32M",
+                "-t",
+                "2m",
+            ][..],
             gpus,
             &["--wrap", script],
         ]
@@ -266,7 +274,10 @@ fn tasks_with_a_gpu_each_see_only_their_own() {
             "true",
         ],
     );
-    assert!(!out.status.success(), "6 GPUs on a 4-GPU node were accepted");
+    assert!(
+        !out.status.success(),
+        "6 GPUs on a 4-GPU node were accepted"
+    );
     assert!(
         stderr(&out).contains("6 GPUs (the largest node has 4)"),
         "{}",
@@ -291,7 +302,14 @@ fn inconsistent_task_counts_are_refused_at_submit() {
             "`ntasks_per_node` must be at least 1",
         ),
         (
-            &["--ntasks-per-node", "2", "--gpus-per-task", "1", "--gpus", "3"][..],
+            &[
+                "--ntasks-per-node",
+                "2",
+                "--gpus-per-task",
+                "1",
+                "--gpus",
+                "3",
+            ][..],
             "`gpus` = 3 per node but `gpus_per_task` = 1 with 2 tasks per node makes 2",
         ),
     ] {

@@ -418,12 +418,18 @@ mod tests {
         );
         for (lines, says) in [
             ("-N 0", "`nodes` = 0: ask for 1 to"),
-            ("-N 2 -n 3", "`ntasks` = 3 but the job has 2 nodes: Wharf starts the same"),
+            (
+                "-N 2 -n 3",
+                "`ntasks` = 3 but the job has 2 nodes: Wharf starts the same",
+            ),
             (
                 "-n 3 -N 2 --ntasks-per-node 2",
                 "`ntasks` = 3 but the job has 2 nodes with 2 tasks per node, which makes 4",
             ),
-            ("-n 3 --ntasks-per-node 2", "`ntasks` = 3 is not a whole number of nodes"),
+            (
+                "-n 3 --ntasks-per-node 2",
+                "`ntasks` = 3 is not a whole number of nodes",
+            ),
             ("--ntasks-per-node 0", "must be at least 1"),
             ("--ntasks-per-node 5000", "ask for 1 to 1024 tasks per node"),
             ("-n 0", "`ntasks` must be at least 1"),
@@ -447,7 +453,10 @@ mod tests {
         let d = crate::JobDefaults::default();
         let shape = |lines: &str| {
             let text = format!("#!/bin/sh\n#SBATCH {lines}\ntrue\n");
-            let spec = parse_job_file("t.sh", &text).unwrap().resolve("/tmp", &d).unwrap();
+            let spec = parse_job_file("t.sh", &text)
+                .unwrap()
+                .resolve("/tmp", &d)
+                .unwrap();
             (
                 spec.nodes,
                 spec.tasks_per_node,
