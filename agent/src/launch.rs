@@ -646,6 +646,50 @@ mod tests {
     }
 
     #[test]
+    fn a_nodes_cpus_gpus_and_memory_are_split_among_its_tasks() {
+        let order = |per_task_gpus: Option<u32>, gpus: Option<u32>| {
+            let spec = wharf_api::JobRequest {
+                command: Some(vec!["true".into()]),
+                ntasks_per_node: Some(2),
+                cpus: Some(2),
+                memory: Some(8 << 30),
+                gpus,
+                gpus_per_task: per_task_gpus,
+                ..Default::default()
+            }
+            .resolve("/", &wharf_api::JobDefaults::default())
+            .unwrap();
+            LaunchOrder {
+                id: 3,
+                owner: wharf_api::Owner {
+                    uid: 1000,
+                    gid: 1000,
+                    user: "ann".into(),
+                },
+                spec,
+                cpu_ids: vec![4, 5, 6, 7],
+                gpu_ids: vec![1, 3],
+                restarts: 0,
+                rendezvous: Default::default(),
+            }
+        };
+        let own = order(Some(1), None);
+        let shares: Vec<TaskShare> = (0..2).map(|l| task_share(&own, l)).collect();
+        assert_eq!(shares[0].cpu_ids, [4, 5]);
+        assert_eq!(shares[1].cpu_ids, [6, 7]);
+        assert_eq!(
+            (shares[0].gpu_ids.as_slice(), shares[1].gpu_ids.as_slice()),
+            (&[1][..], &[3][..])
+        );
+        for s in &shares {
+            assert_eq!((s.cpus, s.memory), (2, 4 << 30));
+        }
+        // Without --gpus-per-task both tasks see the node's GPUs of the job.
+        let shared = order(None, Some(2));
+        assert_eq!(task_share(&shared, 1).gpu_ids, [1, 3]);
+    }
+
+    #[test]
     fn task_directories_are_named_for_the_job_and_read_back() {
         assert_eq!(task_dir_name(12, 0), "12");
         assert_eq!(task_dir_name(12, 3), "12.3");
