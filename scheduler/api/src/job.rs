@@ -12,8 +12,9 @@
 //!                         node lost)
 //! ```
 //!
-//! A job on several nodes (a gang) has one rank on each; it ends once every rank has, as the
-//! controller's `cluster/gang.rs` describes.
+//! A job on several nodes (a gang) runs its tasks on each (one, or `tasks_per_node`, each in
+//! its own sandbox); it ends once every task has, as the controller's `cluster/gang.rs`
+//! describes.
 
 use std::collections::BTreeMap;
 
