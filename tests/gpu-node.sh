@@ -182,6 +182,34 @@ out=$(job --gpus 1 --cpus 2 --mem 16G --env LD_LIBRARY_PATH="$ldp" --env NCCL_DE
 echo "$out" | tail -20
 check "NCCL all-reduce on the job's GPU" has "$out" 'allreduce ok'
 
+echo "== a job with two tasks on one node runs torch.distributed"
+cp examples/allreduce_torch.py "$home/allreduce_torch.py"
+chown "$user" "$home/allreduce_torch.py"
+# NCCL with a GPU of its own for each task where the node has two; else gloo, both tasks
+# seeing the node's one GPU.
+if [ "$ngpus" -ge 2 ]; then backend=nccl gpus="--gpus-per-task 1"; else backend=gloo gpus="--gpus 1"; fi
+out=$(job --ntasks-per-node 2 $gpus --cpus-per-task 2 --mem 16G --env LD_LIBRARY_PATH="$ldp" \
+    --env NCCL_DEBUG=WARN -- sh -c '
+    echo "tasks job $WHARF_JOB_ID rank $RANK of $WORLD_SIZE local $LOCAL_RANK gpus $CUDA_VISIBLE_DEVICES"
+    exec "$0" "$@"' "$py" "$home/allreduce_torch.py" --backend "$backend" --length 1000000 2>&1)
+echo "$out" | tail -20
+tasks_job=$(printf '%s\n' "$out" | sed -n 's/^tasks job \([0-9][0-9]*\) .*/\1/p' | head -1)
+rank1=$(cat "$home/wharf-${tasks_job:-none}.out.rank1" 2>&1)
+echo "$rank1" | tail -5
+check "rank 0 of 2 all-reduces right with $backend" \
+    has "$out" "^allreduce ok rank=0 world=2 sum=[0-9]* backend=$backend"
+check "rank 1 of 2 all-reduces right with $backend (its own .rank1 file)" \
+    has "$rank1" "^allreduce ok rank=1 world=2 sum=[0-9]* backend=$backend"
+same_sum() {
+    [ "$(printf '%s\n' "$out" | sed -n 's/^allreduce ok .* sum=\([0-9]*\) .*/\1/p')" = \
+        "$(printf '%s\n' "$rank1" | sed -n 's/^allreduce ok .* sum=\([0-9]*\) .*/\1/p')" ]
+}
+check "both ranks hold the same sum" same_sum
+one_gpu_each() {
+    [ "$(printf '%s\n%s\n' "$out" "$rank1" | grep -c '^tasks job .* gpus 0$')" = 2 ]
+}
+[ "$backend" = gloo ] || check "each task sees one GPU of its own, numbered 0" one_gpu_each
+
 echo "== measured GPU use: a busy job and an idle one"
 cat > "$home/gpu_busy.py" <<'PY'
 import time

@@ -1,46 +1,87 @@
 //! The environment that lets a job's ranks find each other whatever its image: PyTorch's
 //! (`MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK`, `LOCAL_RANK`, ...) and Slurm's
 //! (`SLURM_JOB_NODELIST` in compressed form, `SLURM_NNODES`, `SLURM_PROCID`, ...), from the
-//! controller's rendezvous, and the job's hostfile. One task per node.
+//! controller's rendezvous, and the job's hostfile. A node runs `tasks_per_node` tasks of the
+//! job, each in its own sandbox: the task with local index `l` on the node of rank `n` has
+//! global rank `n * tasks_per_node + l`.
 
 use wharf_api::wire::Rendezvous;
 
-/// The rendezvous variables for the task on node `r.node_rank`, given `cpus` per task. Empty
-/// when the order carries no nodes (sent by an older controller).
-pub fn rendezvous(r: &Rendezvous, cpus: u32) -> Vec<(String, String)> {
+/// Which task of its node's a sandbox runs, and the shape of the tasks there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Task {
+    /// Tasks on every node of the job (1 or more).
+    pub per_node: u32,
+    /// This task's index on its node, from 0.
+    pub local: u32,
+    /// CPUs it has.
+    pub cpus: u32,
+}
+
+impl Task {
+    /// The only task of its node, with `cpus`.
+    pub fn single(cpus: u32) -> Task {
+        Task {
+            per_node: 1,
+            local: 0,
+            cpus,
+        }
+    }
+
+    /// Its global rank on the node of rank `node_rank`.
+    pub fn rank(&self, node_rank: u32) -> u64 {
+        u64::from(node_rank) * u64::from(self.per_node.max(1)) + u64::from(self.local)
+    }
+}
+
+/// Slurm's `SLURM_TASKS_PER_NODE`: `N` on one node, `N(xM)` on M nodes with N tasks each.
+pub fn tasks_per_node(per_node: u32, nodes: usize) -> String {
+    if nodes > 1 {
+        format!("{per_node}(x{nodes})")
+    } else {
+        per_node.to_string()
+    }
+}
+
+/// The rendezvous variables for `task` on node `r.node_rank`. Empty when the order carries no
+/// nodes (sent by an older controller).
+pub fn rendezvous(r: &Rendezvous, task: Task) -> Vec<(String, String)> {
     let Some(first) = r.nodes.first() else {
         return vec![];
     };
+    let per_node = task.per_node.max(1);
     let nnodes = r.nodes.len().to_string();
+    let ntasks = (r.nodes.len() as u64 * u64::from(per_node)).to_string();
     let names: Vec<&str> = r.nodes.iter().map(|p| p.name.as_str()).collect();
     let nodelist = wharf_api::hostlist::compress(&names);
-    let rank = r.node_rank.to_string();
-    let tasks_per_node = if r.nodes.len() > 1 {
-        format!("1(x{})", r.nodes.len())
-    } else {
-        "1".into()
-    };
+    let node_rank = r.node_rank.to_string();
+    let rank = task.rank(r.node_rank).to_string();
+    let local = task.local.to_string();
     let mut env: Vec<(&str, String)> = vec![
         ("MASTER_ADDR", first.address.clone()),
-        ("WORLD_SIZE", nnodes.clone()),
-        ("NODE_RANK", rank.clone()),
-        ("GROUP_RANK", rank.clone()),
+        ("WORLD_SIZE", ntasks.clone()),
+        ("NODE_RANK", node_rank.clone()),
+        ("GROUP_RANK", node_rank.clone()),
         ("RANK", rank.clone()),
-        ("LOCAL_RANK", "0".into()),
-        ("LOCAL_WORLD_SIZE", "1".into()),
+        ("LOCAL_RANK", local.clone()),
+        ("LOCAL_WORLD_SIZE", per_node.to_string()),
         ("WHARF_NODELIST", nodelist.clone()),
-        ("WHARF_NODE_RANK", rank.clone()),
+        ("WHARF_NODE_RANK", node_rank.clone()),
         ("SLURM_JOB_NODELIST", nodelist.clone()),
         ("SLURM_NODELIST", nodelist),
         ("SLURM_NNODES", nnodes.clone()),
-        ("SLURM_JOB_NUM_NODES", nnodes.clone()),
-        ("SLURM_NODEID", rank.clone()),
+        ("SLURM_JOB_NUM_NODES", nnodes),
+        ("SLURM_NODEID", node_rank),
         ("SLURM_PROCID", rank),
-        ("SLURM_LOCALID", "0".into()),
-        ("SLURM_NTASKS", nnodes),
-        ("SLURM_NTASKS_PER_NODE", "1".into()),
-        ("SLURM_TASKS_PER_NODE", tasks_per_node),
-        ("SLURM_CPUS_PER_TASK", cpus.to_string()),
+        ("SLURM_LOCALID", local),
+        ("SLURM_NTASKS", ntasks.clone()),
+        ("SLURM_NPROCS", ntasks),
+        ("SLURM_NTASKS_PER_NODE", per_node.to_string()),
+        (
+            "SLURM_TASKS_PER_NODE",
+            tasks_per_node(per_node, r.nodes.len()),
+        ),
+        ("SLURM_CPUS_PER_TASK", task.cpus.to_string()),
     ];
     if let Some(port) = r.port {
         env.push(("MASTER_PORT", port.to_string()));
@@ -50,19 +91,34 @@ pub fn rendezvous(r: &Rendezvous, cpus: u32) -> Vec<(String, String)> {
 
 /// The job's hostfile, in the form MPI launchers (`mpirun --hostfile`) and DeepSpeed
 /// (`--hostfile`) read: one line per node in rank order, `ADDRESS slots=N` with N the tasks per
-/// node (1). The address comes first, not the name: it is the node's address on the fabric
+/// node. The address comes first, not the name: it is the node's address on the fabric
 /// interface, which the other ranks reach, where a node's name may not resolve inside an
 /// image. `None` when the order carries no nodes.
-pub fn hostfile(r: &Rendezvous) -> Option<String> {
+pub fn hostfile(r: &Rendezvous, per_node: u32) -> Option<String> {
     if r.nodes.is_empty() {
         return None;
     }
+    let slots = per_node.max(1);
     Some(
         r.nodes
             .iter()
-            .map(|p| format!("{} slots=1\n", p.address))
+            .map(|p| format!("{} slots={slots}\n", p.address))
             .collect(),
     )
+}
+
+/// The share of a node's `ids` (CPU or GPU ids, in order) that task `local` of `per_node` gets:
+/// `each` ids in turn, when every task gets its own; all of them when `each` is `None`. A node
+/// given fewer ids than its tasks need (an order from an older controller) shares them all.
+pub fn share(ids: &[u32], per_node: u32, local: u32, each: Option<u32>) -> Vec<u32> {
+    let Some(each) = each.filter(|&e| e > 0) else {
+        return ids.to_vec();
+    };
+    let (each, local) = (each as usize, local as usize);
+    if ids.len() < each * per_node.max(1) as usize {
+        return ids.to_vec();
+    }
+    ids[local * each..(local + 1) * each].to_vec()
 }
 
 #[cfg(test)]
@@ -88,7 +144,7 @@ mod tests {
             node_rank: 2,
             port: Some(29501),
         };
-        let env: BTreeMap<String, String> = rendezvous(&r, 8).into_iter().collect();
+        let env: BTreeMap<String, String> = rendezvous(&r, Task::single(8)).into_iter().collect();
         assert_eq!(env["MASTER_ADDR"], "10.0.0.01");
         assert_eq!(env["MASTER_PORT"], "29501");
         assert_eq!(env["WORLD_SIZE"], "4");
@@ -110,11 +166,11 @@ mod tests {
             node_rank: 0,
             port: None,
         };
-        let env: BTreeMap<String, String> = rendezvous(&r, 1).into_iter().collect();
+        let env: BTreeMap<String, String> = rendezvous(&r, Task::single(1)).into_iter().collect();
         assert_eq!(env["WORLD_SIZE"], "1");
         assert_eq!(env["SLURM_TASKS_PER_NODE"], "1");
         assert!(!env.contains_key("MASTER_PORT"), "no port, no MASTER_PORT");
-        assert!(rendezvous(&Rendezvous::default(), 1).is_empty());
+        assert!(rendezvous(&Rendezvous::default(), Task::single(1)).is_empty());
     }
 
     #[test]
@@ -125,12 +181,99 @@ mod tests {
             port: Some(29501),
         };
         let want = "10.0.0.03 slots=1\n10.0.0.01 slots=1\n";
-        assert_eq!(hostfile(&r).as_deref(), Some(want));
+        assert_eq!(hostfile(&r, 1).as_deref(), Some(want));
         r.node_rank = 0;
-        assert_eq!(hostfile(&r).as_deref(), Some(want));
+        assert_eq!(hostfile(&r, 1).as_deref(), Some(want));
         // A single-node job gets one line; an order without nodes none.
         r.nodes.truncate(1);
-        assert_eq!(hostfile(&r).as_deref(), Some("10.0.0.03 slots=1\n"));
-        assert_eq!(hostfile(&Rendezvous::default()), None);
+        assert_eq!(hostfile(&r, 1).as_deref(), Some("10.0.0.03 slots=1\n"));
+        assert_eq!(hostfile(&Rendezvous::default(), 1), None);
+    }
+
+    #[test]
+    fn several_tasks_per_node_number_their_ranks_node_by_node() {
+        let mut r = Rendezvous {
+            nodes: peers(&["gpu01", "gpu02", "gpu03"]),
+            node_rank: 0,
+            port: Some(29600),
+        };
+        let mut seen = Vec::new();
+        for node_rank in 0..3 {
+            r.node_rank = node_rank;
+            for local in 0..4 {
+                let task = Task {
+                    per_node: 4,
+                    local,
+                    cpus: 2,
+                };
+                let env: BTreeMap<String, String> = rendezvous(&r, task).into_iter().collect();
+                let want_rank = node_rank * 4 + local;
+                assert_eq!(env["RANK"], want_rank.to_string());
+                assert_eq!(env["SLURM_PROCID"], want_rank.to_string());
+                assert_eq!(env["LOCAL_RANK"], local.to_string());
+                assert_eq!(env["SLURM_LOCALID"], local.to_string());
+                assert_eq!(env["NODE_RANK"], node_rank.to_string());
+                assert_eq!(env["SLURM_NODEID"], node_rank.to_string());
+                assert_eq!(env["WORLD_SIZE"], "12");
+                assert_eq!(env["SLURM_NTASKS"], "12");
+                assert_eq!(env["LOCAL_WORLD_SIZE"], "4");
+                assert_eq!(env["SLURM_NTASKS_PER_NODE"], "4");
+                assert_eq!(env["SLURM_TASKS_PER_NODE"], "4(x3)");
+                assert_eq!(env["SLURM_NNODES"], "3");
+                assert_eq!(env["SLURM_CPUS_PER_TASK"], "2");
+                // Every task of the job meets at the first node, on the job's port.
+                assert_eq!(env["MASTER_ADDR"], "10.0.0.01");
+                assert_eq!(env["MASTER_PORT"], "29600");
+                seen.push(want_rank);
+            }
+        }
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), 12, "every rank once");
+        // One node with two tasks: no (xM).
+        r.nodes.truncate(1);
+        r.node_rank = 0;
+        let task = Task {
+            per_node: 2,
+            local: 1,
+            cpus: 1,
+        };
+        let env: BTreeMap<String, String> = rendezvous(&r, task).into_iter().collect();
+        assert_eq!(
+            (
+                env["RANK"].as_str(),
+                env["WORLD_SIZE"].as_str(),
+                env["SLURM_TASKS_PER_NODE"].as_str()
+            ),
+            ("1", "2", "2")
+        );
+        assert_eq!(tasks_per_node(8, 16), "8(x16)");
+        assert_eq!(tasks_per_node(1, 2), "1(x2)");
+    }
+
+    #[test]
+    fn the_hostfile_gives_each_node_its_tasks_as_slots() {
+        let r = Rendezvous {
+            nodes: peers(&["gpu01", "gpu02"]),
+            node_rank: 1,
+            port: None,
+        };
+        assert_eq!(
+            hostfile(&r, 4).as_deref(),
+            Some("10.0.0.01 slots=4\n10.0.0.02 slots=4\n")
+        );
+    }
+
+    #[test]
+    fn a_nodes_ids_are_shared_out_in_turn_or_seen_by_every_task() {
+        let gpus = [3, 5, 6, 7];
+        assert_eq!(share(&gpus, 4, 0, Some(1)), [3]);
+        assert_eq!(share(&gpus, 4, 3, Some(1)), [7]);
+        assert_eq!(share(&gpus, 2, 1, Some(2)), [6, 7]);
+        assert_eq!(share(&gpus, 2, 1, None), gpus);
+        let cpus: Vec<u32> = (0..8).collect();
+        assert_eq!(share(&cpus, 4, 2, Some(2)), [4, 5]);
+        // Fewer ids than the tasks need: all of them, shared.
+        assert_eq!(share(&[1, 2], 4, 3, Some(1)), [1, 2]);
     }
 }

@@ -53,7 +53,7 @@ fn gpu_env(gpus: &[GpuInfo]) -> Vec<(String, String)> {
 }
 
 /// A launch order that cannot run here: in words for the user, and whose fault it is.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct LaunchError {
     /// The step that failed (its kind says whose fault it is).
@@ -106,15 +106,52 @@ fn known_by_name(owner: &wharf_api::Owner) -> bool {
     owner.user != owner.uid.to_string()
 }
 
-/// Builds the container spec for `order` on `machine` (CPU index → CPU id, GPUs by minor).
+/// What task `local` of its node gets of the node's share of the job: its CPUs (the node's
+/// CPU indices split evenly among the tasks), its GPUs (its own `gpus_per_task` when the job
+/// asked for them, else all the node's), and its memory (the node's split evenly: each task
+/// is a sandbox, with a cgroup, of its own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskShare {
+    /// CPU indices (into the node's CPU list).
+    pub cpu_ids: Vec<u32>,
+    /// GPU ids.
+    pub gpu_ids: Vec<u32>,
+    /// CPUs it may use.
+    pub cpus: u32,
+    /// Memory limit, bytes.
+    pub memory: u64,
+}
+
+/// Task `local`'s share of what `order` holds on this node.
+pub fn task_share(order: &LaunchOrder, local: u32) -> TaskShare {
+    let spec = &order.spec;
+    let per_node = spec.tasks_per_node.max(1);
+    let each_cpu = (order.cpu_ids.len() as u32 / per_node).max(1);
+    TaskShare {
+        cpu_ids: crate::env::share(&order.cpu_ids, per_node, local, Some(each_cpu)),
+        gpu_ids: crate::env::share(&order.gpu_ids, per_node, local, spec.gpus_per_task),
+        cpus: spec.cpus_per_task(),
+        memory: spec.resources.memory / u64::from(per_node),
+    }
+}
+
+/// Builds the container spec for task `local` of `order` on `machine` (CPU index → CPU id,
+/// GPUs by minor).
 pub fn container_spec(
     cfg: &AgentConfig,
     images: &wharf_images::ImageStore,
     order: &LaunchOrder,
+    local: u32,
     machine: &Machine,
 ) -> Result<ContainerSpec, LaunchError> {
-    let gpus: Vec<GpuInfo> = order.gpu_ids.iter().map(|&id| machine.gpu(id)).collect();
+    let share = task_share(order, local);
+    let gpus: Vec<GpuInfo> = share.gpu_ids.iter().map(|&id| machine.gpu(id)).collect();
     let spec = &order.spec;
+    let task = crate::env::Task {
+        per_node: spec.tasks_per_node.max(1),
+        local,
+        cpus: share.cpus,
+    };
     let user = match nix::unistd::User::from_uid(order.owner.uid.into()) {
         Ok(Some(u)) => Some(u),
         Ok(None) if !known_by_name(&order.owner) => None,
@@ -182,7 +219,7 @@ pub fn container_spec(
             .collect(),
     });
     // The node's CDI spec: driver libraries, tools and extra nodes for exactly these GPUs.
-    let cdi = if order.gpu_ids.is_empty() {
+    let cdi = if share.gpu_ids.is_empty() {
         None
     } else {
         let edits = crate::cdi::gpu_edits(&cfg.cdi_dirs, &gpus)
@@ -231,7 +268,7 @@ pub fn container_spec(
             ),
         ));
     }
-    let cpuset: Vec<u32> = order
+    let cpuset: Vec<u32> = share
         .cpu_ids
         .iter()
         .filter_map(|&i| machine.cpus.get(i as usize).copied())
@@ -249,7 +286,7 @@ pub fn container_spec(
     env.extend(cfg.job_env.iter().cloned());
     env.retain(|(k, _)| !spec.env.contains_key(k));
     env.extend(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let mut devices = gpu_devices(&cfg.dev_root, &order.gpu_ids)?;
+    let mut devices = gpu_devices(&cfg.dev_root, &share.gpu_ids)?;
     if let Some(edits) = &cdi {
         for (host, path) in &edits.device_nodes {
             // Wharf's own choice of GPU nodes stands; the spec adds the rest (MIG caps, ...).
@@ -272,7 +309,7 @@ pub fn container_spec(
         devices.extend(rdma_devices(cfg).unwrap_or_default());
     }
     preflight_memlock(cfg, spec.memlock)?;
-    let host_gpus: Vec<String> = order.gpu_ids.iter().map(u32::to_string).collect();
+    let host_gpus: Vec<String> = share.gpu_ids.iter().map(u32::to_string).collect();
     env.extend([
         ("WHARF_JOB_ID".into(), order.id.to_string()),
         ("WHARF_JOB_NAME".into(), spec.name.clone()),
@@ -287,14 +324,11 @@ pub fn container_spec(
         ("WHARF_GPUS".into(), host_gpus.join(",")),
     ]);
     env.extend(gpu_env(&gpus));
-    env.extend(crate::env::rendezvous(
-        &order.rendezvous,
-        spec.resources.cpus,
-    ));
+    env.extend(crate::env::rendezvous(&order.rendezvous, task));
     // The hostfile, read-only in the job's private /tmp. Only Wharf's own name: Open MPI's
     // default-hostfile variable would cap every mpirun in the job at one slot per node.
     let mut tmp_files = vec![];
-    if let Some(text) = crate::env::hostfile(&order.rendezvous) {
+    if let Some(text) = crate::env::hostfile(&order.rendezvous, task.per_node) {
         env.push((
             "WHARF_HOSTFILE".into(),
             format!("{}/hostfile", wharf_runtime::TMP_FILES_DIR),
@@ -311,14 +345,14 @@ pub fn container_spec(
         ]);
     }
     // Rank 0 writes the job's files; every other rank its own, beside them.
-    let rank = order.rendezvous.node_rank;
+    let rank = u32::try_from(task.rank(order.rendezvous.node_rank)).unwrap_or(u32::MAX);
     let stdout = PathBuf::from(spec.rank_output_path(order.id, rank));
     let stderr = spec
         .rank_error_path(order.id, rank)
         .map(PathBuf::from)
         .unwrap_or_else(|| stdout.clone());
     Ok(ContainerSpec {
-        id: format!("wharf-{}", order.id),
+        id: container_id(order.id, local),
         rootfs,
         argv: spec.argv.clone(),
         env: with_cdi_env(env, cdi.as_ref()),
@@ -328,8 +362,8 @@ pub fn container_spec(
         groups,
         root_host_id: cfg.root_host_id,
         hostname: cfg.node_name.clone(),
-        memory: Some(spec.resources.memory),
-        cpus: Some(spec.resources.cpus),
+        memory: Some(share.memory),
+        cpus: Some(share.cpus),
         cpuset,
         pids: cfg.pids_limit,
         tmp_size: cfg.tmp_size,
@@ -696,9 +730,43 @@ pub fn gpu_devices(
     Ok(out)
 }
 
-/// Where job `id` lives on this node.
+/// Where job `id` lives on this node: its first task's directory (see [`task_dir`]).
 pub fn job_dir(state_dir: &Path, id: u64) -> wharf_runtime::JobDir {
-    wharf_runtime::JobDir::new(state_dir.join("jobs").join(id.to_string()))
+    task_dir(state_dir, id, 0)
+}
+
+/// The name of task `local`'s directory of job `id`: `ID` for the first (as for a job with
+/// one task per node), `ID.L` for the others.
+pub fn task_dir_name(id: u64, local: u32) -> String {
+    if local == 0 {
+        id.to_string()
+    } else {
+        format!("{id}.{local}")
+    }
+}
+
+/// The job and task a directory name under `jobs` stands for ([`task_dir_name`]'s inverse).
+pub fn parse_task_dir_name(name: &str) -> Option<(u64, u32)> {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let (id, local) = match name.split_once('.') {
+        None => (name, 0),
+        // Only the form task_dir_name writes: no task 0, no leading zeros.
+        Some((id, local)) => {
+            let n: u32 = local.parse().ok().filter(|_| digits(local))?;
+            (id, Some(n).filter(|&n| n > 0 && n.to_string() == local)?)
+        }
+    };
+    digits(id).then(|| id.parse().ok().map(|id| (id, local)))?
+}
+
+/// Where task `local` of job `id` lives on this node, each task in a sandbox of its own.
+pub fn task_dir(state_dir: &Path, id: u64, local: u32) -> wharf_runtime::JobDir {
+    wharf_runtime::JobDir::new(state_dir.join("jobs").join(task_dir_name(id, local)))
+}
+
+/// The container (and cgroup) name of task `local` of job `id`.
+pub fn container_id(id: u64, local: u32) -> String {
+    format!("wharf-{}", task_dir_name(id, local))
 }
 
 #[cfg(test)]
@@ -856,6 +924,69 @@ mod tests {
         let e = wharf_runtime::RuntimeError::new(wharf_runtime::ErrorKind::NotFound, "y");
         let e = LaunchError::from(e);
         assert_eq!((e.code, e.message.as_str()), (FaultCode::Other, "y"));
+    }
+
+    #[test]
+    fn a_nodes_cpus_gpus_and_memory_are_split_among_its_tasks() {
+        let order = |per_task_gpus: Option<u32>, gpus: Option<u32>| {
+            let spec = wharf_api::JobRequest {
+                command: Some(vec!["true".into()]),
+                ntasks_per_node: Some(2),
+                cpus: Some(2),
+                memory: Some(8 << 30),
+                gpus,
+                gpus_per_task: per_task_gpus,
+                ..Default::default()
+            }
+            .resolve("/", &wharf_api::JobDefaults::default())
+            .unwrap();
+            LaunchOrder {
+                id: 3,
+                owner: wharf_api::Owner {
+                    uid: 1000,
+                    gid: 1000,
+                    user: "ann".into(),
+                },
+                spec,
+                cpu_ids: vec![4, 5, 6, 7],
+                gpu_ids: vec![1, 3],
+                restarts: 0,
+                rendezvous: Default::default(),
+                registry_auth: None,
+            }
+        };
+        let own = order(Some(1), None);
+        let shares: Vec<TaskShare> = (0..2).map(|l| task_share(&own, l)).collect();
+        assert_eq!(shares[0].cpu_ids, [4, 5]);
+        assert_eq!(shares[1].cpu_ids, [6, 7]);
+        assert_eq!(
+            (shares[0].gpu_ids.as_slice(), shares[1].gpu_ids.as_slice()),
+            (&[1][..], &[3][..])
+        );
+        for s in &shares {
+            assert_eq!((s.cpus, s.memory), (2, 4 << 30));
+        }
+        // Without --gpus-per-task both tasks see the node's GPUs of the job.
+        let shared = order(None, Some(2));
+        assert_eq!(task_share(&shared, 1).gpu_ids, [1, 3]);
+    }
+
+    #[test]
+    fn task_directories_are_named_for_the_job_and_read_back() {
+        assert_eq!(task_dir_name(12, 0), "12");
+        assert_eq!(task_dir_name(12, 3), "12.3");
+        assert_eq!(container_id(12, 3), "wharf-12.3");
+        for (id, local) in [(1, 0), (12, 3), (u64::MAX, 1023)] {
+            assert_eq!(
+                parse_task_dir_name(&task_dir_name(id, local)),
+                Some((id, local))
+            );
+        }
+        for bad in [
+            "", "x", "12.", ".1", "12.0", "12.01", "12.1.2", "12.x", "-1",
+        ] {
+            assert_eq!(parse_task_dir_name(bad), None, "{bad}");
+        }
     }
 
     #[test]

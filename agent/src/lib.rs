@@ -22,7 +22,7 @@ use wharf_api::text::bound_message;
 use wharf_api::wire::{
     AgentJob, LaunchOrder, PollRequest, PollResponse, RegisterRequest, RegisterResponse,
 };
-use wharf_api::{ExitInfo, NodeInfo};
+use wharf_api::{ExitInfo, JobState, NodeInfo};
 use wharf_client::{Client, ClientError, Endpoint};
 
 use wharf_runtime::{Backend, JobDir, JobStatus, Launcher, Outcome};
@@ -353,7 +353,8 @@ async fn local_change(
 /// Every job this node holds, from its directories, and the pids of the live shims; ended
 /// jobs' measured usage only when `usage` (it is read from their files). A job whose image is
 /// being pulled is left out until its launch is over: its directory may exist without its
-/// shim yet, which would read as a lost job.
+/// shim yet, which would read as a lost job. A job with several tasks here is one entry
+/// ([`node_report`]); once one of its tasks has ended badly, the others are stopped.
 fn report(
     cfg: &AgentConfig,
     launcher: &dyn Backend,
@@ -363,58 +364,216 @@ fn report(
     let Ok(entries) = std::fs::read_dir(cfg.state_dir.join("jobs")) else {
         return (vec![], vec![]);
     };
-    let mut out = Vec::new();
-    let mut shims = Vec::new();
-    let mut running = BTreeSet::new();
+    let mut by_job: std::collections::BTreeMap<u64, Vec<(u32, JobDir)>> = Default::default();
     for entry in entries.flatten() {
-        let Some(id) = entry
+        let Some((id, local)) = entry
             .file_name()
             .to_str()
-            .and_then(|n| n.parse::<u64>().ok())
+            .and_then(launch::parse_task_dir_name)
         else {
             continue;
         };
         if pulls.pulling(id) {
             continue;
         }
-        let dir = JobDir::new(entry.path());
-        let (exit, end_time, start_time) = match launcher.status(&dir) {
-            JobStatus::Running { pid, started_ms } => {
-                shims.push(pid);
-                (None, None, started_ms)
-            }
-            JobStatus::Exited(o) => {
-                let mut exit = exit_info(&o);
-                if usage {
-                    exit.usage = usage::summary(&dir, &o);
+        by_job
+            .entry(id)
+            .or_default()
+            .push((local, JobDir::new(entry.path())));
+    }
+    let mut out = Vec::new();
+    let mut shims = Vec::new();
+    let mut running = BTreeSet::new();
+    for (id, mut dirs) in by_job {
+        dirs.sort_by_key(|(local, _)| *local);
+        let tasks: Vec<TaskReport> = dirs
+            .iter()
+            .map(|(local, dir)| {
+                let (exit, end_time, start_time) = match launcher.status(dir) {
+                    JobStatus::Running { pid, started_ms } => {
+                        shims.push(pid);
+                        (None, None, started_ms)
+                    }
+                    JobStatus::Exited(o) => {
+                        let mut exit = exit_info(&o);
+                        if usage {
+                            exit.usage = usage::summary(dir, &o);
+                        }
+                        (Some(exit), Some(o.ended_ms), o.started_ms)
+                    }
+                    JobStatus::Lost(why) => (
+                        Some(ExitInfo {
+                            message: Some(bound_message(why)),
+                            ..Default::default()
+                        }),
+                        Some(wharf_runtime::now_ms()),
+                        None,
+                    ),
+                };
+                TaskReport {
+                    local: *local,
+                    start_time,
+                    exit,
+                    end_time,
+                    stopping: dir.stop().exists(),
                 }
-                (Some(exit), Some(o.ended_ms), o.started_ms)
+            })
+            .collect();
+        if let Some((failed, reason)) = siblings_to_stop(&tasks, &cfg.node_name) {
+            for (local, dir) in &dirs {
+                let t = tasks.iter().find(|t| t.local == *local);
+                if *local == failed || t.is_some_and(|t| t.exit.is_some() || t.stopping) {
+                    continue;
+                }
+                tracing::info!(job = id, task = local, %reason, "stopping the job's other tasks on this node");
+                if JobDir::write_private(&dir.stop(), reason.as_bytes()).is_ok() {
+                    if let Err(e) = launcher.cancel(dir) {
+                        tracing::warn!(job = id, task = local, error = %e, "cancel failed");
+                        let _ = std::fs::remove_file(dir.stop());
+                    }
+                }
             }
-            JobStatus::Lost(why) => (
-                Some(ExitInfo {
-                    message: Some(bound_message(why)),
-                    ..Default::default()
-                }),
-                Some(wharf_runtime::now_ms()),
-                None,
-            ),
-        };
-        if exit.is_none() {
+        }
+        let job = node_report(id, &tasks);
+        if job.exit.is_none() {
             running.insert(id);
         }
-        let stopping = exit.is_none() && dir.stop().exists();
-        out.push(AgentJob {
-            id,
-            start_time,
-            exit,
-            end_time,
-            stopping,
-        });
+        out.push(job);
     }
-    out.sort_by_key(|j| j.id);
-    // A job's image stays pinned while it runs (its shim pins it too).
+    // A job's image stays pinned while it runs (its shims pin it too).
     pulls.keep_pins(&running);
     (out, shims)
+}
+
+/// What the agent knows of one task of a job on this node (its own sandbox).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct TaskReport {
+    /// Its index on the node.
+    local: u32,
+    /// When its first process started.
+    start_time: Option<u64>,
+    /// How it ended, once it has.
+    exit: Option<ExitInfo>,
+    /// When it ended.
+    end_time: Option<u64>,
+    /// A stop was passed on to it.
+    stopping: bool,
+}
+
+/// A task that ended badly on its own (not stopped by a cancel), if any, the first to end,
+/// with the words its still-running siblings are stopped with.
+fn siblings_to_stop(tasks: &[TaskReport], node: &str) -> Option<(u32, String)> {
+    if tasks.len() < 2 {
+        return None;
+    }
+    let failed = tasks
+        .iter()
+        .filter(|t| {
+            t.exit
+                .as_ref()
+                .is_some_and(|e| e.final_state() != JobState::Completed && !e.cancelled)
+        })
+        .min_by_key(|t| (t.end_time, t.local))?;
+    let running = tasks.iter().any(|t| t.exit.is_none() && !t.stopping);
+    running.then(|| {
+        (
+            failed.local,
+            format!(
+                "task {} of the job on node {node} failed; stopping the others",
+                failed.local
+            ),
+        )
+    })
+}
+
+/// One job's entry in the report, from its tasks on this node: started once every task has
+/// (or has ended), ended once every task has, as the deciding task ended (the first that
+/// failed on its own, else the first that did not complete, else the first task), with
+/// what they all used. A job whose first task's directory is not there yet is still being
+/// launched (tasks are launched last to first) and has neither.
+fn node_report(id: u64, tasks: &[TaskReport]) -> AgentJob {
+    let launching = tasks.first().is_none_or(|t| t.local != 0);
+    let all_started = tasks
+        .iter()
+        .all(|t| t.start_time.is_some() || t.exit.is_some());
+    let start_time = tasks
+        .iter()
+        .filter_map(|t| t.start_time)
+        .min()
+        .filter(|_| all_started && !launching);
+    let all_ended = !launching && tasks.iter().all(|t| t.exit.is_some());
+    let stopping = !all_ended && tasks.iter().any(|t| t.stopping);
+    if !all_ended {
+        return AgentJob {
+            id,
+            start_time,
+            exit: None,
+            end_time: None,
+            stopping,
+        };
+    }
+    let bad = |t: &&TaskReport| {
+        t.exit
+            .as_ref()
+            .is_some_and(|e| e.final_state() != JobState::Completed)
+    };
+    let by_end = |t: &&TaskReport| (t.end_time, t.local);
+    let deciding = tasks
+        .iter()
+        .filter(bad)
+        .filter(|t| t.exit.as_ref().is_some_and(|e| !e.cancelled))
+        .min_by_key(by_end)
+        .or_else(|| tasks.iter().filter(bad).min_by_key(by_end))
+        .unwrap_or(&tasks[0]);
+    let mut exit = deciding.exit.clone().unwrap_or_default();
+    if tasks.len() > 1 {
+        exit.task = Some(deciding.local);
+        exit.usage = merged_usage(tasks.iter().filter_map(|t| t.exit.as_ref()?.usage.as_ref()));
+    }
+    AgentJob {
+        id,
+        start_time: tasks.iter().filter_map(|t| t.start_time).min(),
+        exit: Some(exit),
+        end_time: tasks.iter().filter_map(|t| t.end_time).max(),
+        stopping: false,
+    }
+}
+
+/// What the tasks of a job on one node used together: CPU time, I/O and memory summed (they
+/// ran side by side, each in its own cgroup), every task's GPUs (a GPU seen by several tasks
+/// once, with its highest figures). `None` when none measured anything.
+fn merged_usage<'a>(
+    usages: impl Iterator<Item = &'a wharf_api::usage::JobUsage>,
+) -> Option<wharf_api::usage::JobUsage> {
+    let mut out: Option<wharf_api::usage::JobUsage> = None;
+    let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    };
+    for u in usages {
+        let Some(o) = out.as_mut() else {
+            out = Some(u.clone());
+            continue;
+        };
+        o.cpu_time_ms = sum(o.cpu_time_ms, u.cpu_time_ms);
+        o.io_read = sum(o.io_read, u.io_read);
+        o.io_write = sum(o.io_write, u.io_write);
+        o.memory_peak = sum(o.memory_peak, u.memory_peak);
+        o.memory_avg = sum(o.memory_avg, u.memory_avg);
+        o.samples = o.samples.min(u.samples);
+        for g in &u.gpus {
+            match o.gpus.iter_mut().find(|h| h.id == g.id) {
+                Some(h) => {
+                    h.util_avg = h.util_avg.max(g.util_avg);
+                    h.util_peak = h.util_peak.max(g.util_peak);
+                    h.memory_peak = h.memory_peak.max(g.memory_peak);
+                    h.energy_j = h.energy_j.max(g.energy_j);
+                }
+                None => o.gpus.push(g.clone()),
+            }
+        }
+    }
+    out
 }
 
 fn exit_info(o: &Outcome) -> ExitInfo {
@@ -429,6 +588,7 @@ fn exit_info(o: &Outcome) -> ExitInfo {
         message: o.error.clone().map(bound_message),
         fault: o.fault,
         usage: None,
+        task: None,
     }
 }
 
@@ -445,25 +605,51 @@ fn carry_out(
     }
     let launcher = launcher.as_ref();
     for kill in &orders.kill {
-        let dir = launch::job_dir(&cfg.state_dir, kill.id);
         tracing::info!(job = kill.id, reason = %kill.reason, "stopping job");
-        // Recorded first, so that the order is not repeated while the job winds down.
-        let written = JobDir::write_private(&dir.stop(), kill.reason.as_bytes());
-        if let Err(e) = written {
-            tracing::warn!(job = kill.id, error = %e, "cannot record the stop order");
-        }
-        if let Err(e) = launcher.cancel(&dir) {
-            tracing::warn!(job = kill.id, error = %e, "cancel failed");
-            // Not passed on after all: let the controller repeat it.
-            let _ = std::fs::remove_file(dir.stop());
+        for dir in task_dirs(&cfg.state_dir, kill.id) {
+            // Recorded first, so that the order is not repeated while the job winds down.
+            let written = JobDir::write_private(&dir.stop(), kill.reason.as_bytes());
+            if let Err(e) = written {
+                tracing::warn!(job = kill.id, error = %e, "cannot record the stop order");
+            }
+            if let Err(e) = launcher.cancel(&dir) {
+                tracing::warn!(job = kill.id, error = %e, "cancel failed");
+                // Not passed on after all: let the controller repeat it.
+                let _ = std::fs::remove_file(dir.stop());
+            }
         }
     }
     let forget: BTreeSet<u64> = orders.forget.into_iter().collect();
     for id in forget {
-        if let Err(e) = launcher.remove(&launch::job_dir(&cfg.state_dir, id)) {
-            tracing::warn!(job = id, error = %e, "cannot remove job directory");
+        // The first task's directory last: while it is there, the job is reported.
+        let mut dirs = task_dirs(&cfg.state_dir, id);
+        dirs.reverse();
+        for dir in dirs {
+            if let Err(e) = launcher.remove(&dir) {
+                tracing::warn!(job = id, error = %e, "cannot remove job directory");
+            }
         }
     }
+}
+
+/// The directories of job `id`'s tasks on this node, first task first (that one even when
+/// missing, as the job's own).
+fn task_dirs(state_dir: &Path, id: u64) -> Vec<JobDir> {
+    let mut locals: Vec<u32> = std::fs::read_dir(state_dir.join("jobs"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| launch::parse_task_dir_name(e.file_name().to_str()?))
+                .filter(|(job, local)| *job == id && *local > 0)
+                .map(|(_, local)| local)
+                .collect()
+        })
+        .unwrap_or_default();
+    locals.sort_unstable();
+    std::iter::once(0)
+        .chain(locals)
+        .map(|local| launch::task_dir(state_dir, id, local))
+        .collect()
 }
 
 /// Makes `dir` a directory of mode 0711 whatever the umask (and corrects an existing one):
@@ -552,8 +738,11 @@ fn start(
 }
 
 /// Launches `order` now, or records why it cannot run (`ready`'s error: a failed pull, and
-/// whose fault that is; its value: the pulled image's pin). A job on an image of the store
-/// keeps it pinned from here until it is seen ended.
+/// whose fault that is; its value: the pulled image's pin): each of its tasks on this node in
+/// a sandbox of its own, the last first, so that the first task's directory (by which the job
+/// is known here) comes once all the others are there. A task that cannot start fails the
+/// job; the tasks not yet started are then recorded as never started. A job on an image of
+/// the store keeps it pinned from here until it is seen ended.
 fn launch_now(
     cfg: &AgentConfig,
     launcher: &dyn Backend,
@@ -563,39 +752,70 @@ fn launch_now(
     order: &LaunchOrder,
     ready: Result<Option<wharf_images::Pin>, launch::LaunchError>,
 ) {
-    let dir = launch::job_dir(&cfg.state_dir, order.id);
-    tracing::info!(job = order.id, user = %order.owner.user, image = %order.spec.image, "launching");
-    let result = ready.and_then(|_pulled| {
-        let spec = launch::container_spec(cfg, images, order, machine)?;
-        let pin = launch::pin_image(cfg, &spec).map_err(|e| {
-            launch::LaunchError::new(
-                launch::image_fault(&e),
-                format!(
-                    "image {:?} on node {}: {e}",
-                    order.spec.image, cfg.node_name
-                ),
-            )
-        })?;
-        launcher
-            .launch(&dir, &spec)
-            .map_err(launch::LaunchError::from)?;
-        if let Some(pin) = pin {
-            pulls.hold(order.id, pin);
+    tracing::info!(job = order.id, user = %order.owner.user, image = %order.spec.image, tasks = order.spec.tasks_per_node, "launching");
+    // The pulled image stays pinned until the launch holds its own pin.
+    let (ready, _pulled) = match ready {
+        Ok(pin) => (Ok(()), pin),
+        Err(e) => (Err(e), None),
+    };
+    let mut failed: Option<(u32, String)> = None;
+    let mut pinned = false;
+    for local in (0..order.spec.tasks_per_node.max(1)).rev() {
+        let dir = launch::task_dir(&cfg.state_dir, order.id, local);
+        if dir.path().exists() {
+            continue;
         }
-        Ok(())
-    });
-    if let Err(e) = result {
-        let fault = e.fault();
-        tracing::warn!(job = order.id, error = %e.message, %fault, "launch failed");
-        let _ = traverse_only_dir(dir.path());
-        let outcome = Outcome {
-            error: Some(bound_message(e.message)),
-            fault: Some(fault),
-            ended_ms: wharf_runtime::now_ms(),
-            ..Default::default()
+        let result = match &failed {
+            Some((task, _)) => Err((
+                launch::LaunchError::new(
+                    wharf_api::fault::FaultCode::Other,
+                    format!("never started: task {task} of the job could not start"),
+                ),
+                true,
+            )),
+            None => ready
+                .clone()
+                .and_then(|()| {
+                    let spec = launch::container_spec(cfg, images, order, local, machine)?;
+                    if !pinned {
+                        let pin = launch::pin_image(cfg, &spec).map_err(|e| {
+                            launch::LaunchError::new(
+                                launch::image_fault(&e),
+                                format!(
+                                    "image {:?} on node {}: {e}",
+                                    order.spec.image, cfg.node_name
+                                ),
+                            )
+                        })?;
+                        if let Some(pin) = pin {
+                            pulls.hold(order.id, pin);
+                        }
+                        pinned = true;
+                    }
+                    launcher
+                        .launch(&dir, &spec)
+                        .map_err(launch::LaunchError::from)
+                })
+                .map_err(|e| (e, false)),
         };
-        if let Err(e) = JobDir::write_atomic(&dir.outcome(), &outcome) {
-            tracing::error!(job = order.id, error = %e, "cannot record launch failure");
+        if let Err((e, cancelled)) = result {
+            // The task that failed carries the fault; those never started were cancelled.
+            let fault = (!cancelled).then(|| e.fault());
+            if let Some(fault) = fault {
+                tracing::warn!(job = order.id, task = local, error = %e.message, %fault, "launch failed");
+                failed = Some((local, e.message.clone()));
+            }
+            let _ = traverse_only_dir(dir.path());
+            let outcome = Outcome {
+                error: Some(bound_message(e.message)),
+                fault,
+                cancelled,
+                ended_ms: wharf_runtime::now_ms(),
+                ..Default::default()
+            };
+            if let Err(e) = JobDir::write_atomic(&dir.outcome(), &outcome) {
+                tracing::error!(job = order.id, error = %e, "cannot record launch failure");
+            }
         }
     }
 }
@@ -658,5 +878,95 @@ mod tests {
         };
         let m = exit_info(&o).message.unwrap();
         assert!(m.len() <= wharf_api::text::MAX_MESSAGE, "{}", m.len());
+    }
+
+    fn task(local: u32, start: Option<u64>, exit: Option<(i32, bool)>, end: u64) -> TaskReport {
+        TaskReport {
+            local,
+            start_time: start,
+            exit: exit.map(|(code, cancelled)| ExitInfo {
+                code: Some(code),
+                cancelled,
+                usage: Some(wharf_api::usage::JobUsage {
+                    cpu_time_ms: Some(100),
+                    memory_peak: Some(1000),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            end_time: exit.map(|_| end),
+            stopping: false,
+        }
+    }
+
+    #[test]
+    fn a_node_with_several_tasks_reports_the_job_once_all_have_started_and_ended() {
+        // One task running, one not started yet: not started.
+        let r = node_report(5, &[task(0, Some(10), None, 0), task(1, None, None, 0)]);
+        assert_eq!((r.start_time, r.exit.is_none()), (None, true));
+        // Both running: started at the first start; one done with 0: still running.
+        let r = node_report(5, &[task(0, Some(10), None, 0), task(1, Some(8), None, 0)]);
+        assert_eq!((r.start_time, r.exit.is_none()), (Some(8), true));
+        let r = node_report(
+            5,
+            &[
+                task(0, Some(10), Some((0, false)), 20),
+                task(1, Some(8), None, 0),
+            ],
+        );
+        assert!(r.exit.is_none());
+        // All ended with 0: the first task's exit, usage of both together.
+        let r = node_report(
+            5,
+            &[
+                task(0, Some(10), Some((0, false)), 20),
+                task(1, Some(8), Some((0, false)), 30),
+            ],
+        );
+        let exit = r.exit.unwrap();
+        assert_eq!(
+            (exit.code, exit.task, r.end_time),
+            (Some(0), Some(0), Some(30))
+        );
+        let usage = exit.usage.unwrap();
+        assert_eq!(
+            (usage.cpu_time_ms, usage.memory_peak),
+            (Some(200), Some(2000))
+        );
+        // Task 1 failed first; task 0 was stopped for it: task 1 decides.
+        let r = node_report(
+            5,
+            &[
+                task(0, Some(10), Some((143, true)), 25),
+                task(1, Some(8), Some((3, false)), 20),
+            ],
+        );
+        let exit = r.exit.unwrap();
+        assert_eq!((exit.code, exit.task), (Some(3), Some(1)));
+        // The first task's directory is not there yet: still launching.
+        let r = node_report(5, &[task(1, Some(8), Some((0, false)), 9)]);
+        assert_eq!((r.start_time, r.exit), (None, None));
+        // One task alone: as before, no task named.
+        let r = node_report(5, &[task(0, Some(1), Some((2, false)), 9)]);
+        assert_eq!(r.exit.unwrap().task, None);
+    }
+
+    #[test]
+    fn a_task_that_fails_stops_its_siblings_on_the_node() {
+        let running = task(0, Some(1), None, 0);
+        let failed = task(1, Some(1), Some((1, false)), 5);
+        let (local, why) = siblings_to_stop(&[running.clone(), failed.clone()], "n1").unwrap();
+        assert_eq!(local, 1);
+        assert!(why.contains("task 1 of the job on node n1 failed"), "{why}");
+        // Nothing left to stop: all ended, or already being stopped.
+        let mut stopping = running.clone();
+        stopping.stopping = true;
+        assert_eq!(siblings_to_stop(&[stopping, failed.clone()], "n1"), None);
+        // A task that completed, or one stopped by a cancel, stops nothing.
+        let done = task(1, Some(1), Some((0, false)), 5);
+        let cancelled = task(1, Some(1), Some((143, true)), 5);
+        assert_eq!(siblings_to_stop(&[running.clone(), done], "n1"), None);
+        assert_eq!(siblings_to_stop(&[running, cancelled], "n1"), None);
+        assert_eq!(siblings_to_stop(&[failed], "n1"), None);
     }
 }

@@ -299,7 +299,8 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
             let launch = Launch::start(spec.time_limit);
             let mut launched = || -> Result<(), Abort> {
                 // Held until the job ends: its image is not evicted or removed under it.
-                let _pin = pin_image(spec).map_err(|e| Abort::from(e).code(FaultCode::ImageStore))?;
+                let _pin =
+                    pin_image(spec).map_err(|e| Abort::from(e).code(FaultCode::ImageStore))?;
                 let (stdout, stderr) =
                     open_outputs(spec, &|| launch.stop()).map_err(|a| a.code(FaultCode::Output))?;
                 launch.check()?;

@@ -112,11 +112,21 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             },
         ),
     ]);
-    // One line per rank of a gang; a one-node job's ids as before.
-    let gang = j.allocs.len() > 1;
+    let per_node = j.tasks_per_node();
+    if let Some(s) = j.spec.as_ref().filter(|s| s.tasks() > 1) {
+        let mut line = format!("{} ({per_node} per node", s.tasks());
+        if let Some(g) = s.gpus_per_task {
+            line.push_str(&format!(", {g} GPU{} each", if g == 1 { "" } else { "s" }));
+        }
+        line.push(')');
+        rows.push(("Tasks", line));
+    }
+    // One line per node of a gang (or of a job with several tasks), with its tasks' ranks; a
+    // one-task job's ids as before.
+    let gang = j.allocs.len() > 1 || per_node > 1;
     for (rank, a) in j.allocs.iter().enumerate() {
         if gang {
-            rows.push(("Rank", rank_line(rank, a)));
+            rows.push(("Rank", rank_line(rank, per_node, a)));
             continue;
         }
         if !a.cpu_ids.is_empty() {
@@ -214,17 +224,32 @@ fn shell_words(argv: &[String]) -> String {
         .join(" ")
 }
 
-/// One rank of a gang job: its node, ids and how it is doing.
-fn rank_line(rank: usize, a: &wharf_api::NodeAlloc) -> String {
+/// One node of a gang job: its rank (and its tasks' ranks when it runs several), its node,
+/// ids and how it is doing.
+fn rank_line(rank: usize, per_node: u32, a: &wharf_api::NodeAlloc) -> String {
     let state = match (&a.exit, a.start_time) {
-        (Some(e), _) => match e.final_state() {
-            wharf_api::JobState::Completed => "exited 0".to_string(),
-            s => format!("{s} ({})", e.code_signal()),
+        (Some(e), _) => match (e.final_state(), e.task) {
+            (wharf_api::JobState::Completed, _) => "exited 0".to_string(),
+            (s, Some(t)) if per_node > 1 => format!(
+                "{s} ({}, task rank {})",
+                e.code_signal(),
+                rank as u64 * u64::from(per_node) + u64::from(t)
+            ),
+            (s, _) => format!("{s} ({})", e.code_signal()),
         },
         (None, Some(_)) => "running".into(),
         (None, None) => "starting".into(),
     };
-    let mut line = format!("{rank} on {}: {state}; CPU ids {:?}", a.node, a.cpu_ids);
+    let tasks = if per_node > 1 {
+        let first = rank as u64 * u64::from(per_node);
+        format!(" (task ranks {first}-{})", first + u64::from(per_node) - 1)
+    } else {
+        String::new()
+    };
+    let mut line = format!(
+        "{rank} on {}{tasks}: {state}; CPU ids {:?}",
+        a.node, a.cpu_ids
+    );
     if !a.gpu_ids.is_empty() {
         line.push_str(&format!(", GPU ids {:?}", a.gpu_ids));
     }

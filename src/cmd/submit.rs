@@ -18,7 +18,7 @@ pub struct JobFlags {
     /// Image: a name in the nodes' image store, or "host".
     #[arg(long)]
     pub image: Option<String>,
-    /// CPUs per node (= per task: Wharf starts one task per node).
+    /// CPUs per task (a node gives the job this many times --ntasks-per-node).
     #[arg(short = 'c', long, visible_alias = "cpus-per-task")]
     pub cpus: Option<String>,
     /// Memory, e.g. 4G or 512M.
@@ -33,15 +33,19 @@ pub struct JobFlags {
     /// Time limit, e.g. 30m, 2h, 1:00:00.
     #[arg(short = 't', long)]
     pub time: Option<String>,
-    /// Nodes, allocated at once and launched together, one task on each (a gang job).
+    /// Nodes, allocated at once and launched together (a gang job).
     #[arg(short = 'N', long)]
     pub nodes: Option<String>,
-    /// Tasks in all: must equal --nodes (one task per node).
+    /// Tasks in all: --nodes times --ntasks-per-node (either left out is derived from it).
     #[arg(short = 'n', long)]
     pub ntasks: Option<String>,
-    /// Tasks per node: 1 (start more processes from the task, e.g. torchrun --nproc-per-node).
+    /// Tasks per node (default 1), each in its own sandbox; ranks are numbered node by node.
     #[arg(long)]
     pub ntasks_per_node: Option<String>,
+    /// GPUs per task, each task seeing only its own (one task per GPU:
+    /// --ntasks-per-node=G --gpus-per-task=1).
+    #[arg(long)]
+    pub gpus_per_task: Option<String>,
     /// Partition to run in (default: the site's default partition).
     #[arg(short = 'p', long)]
     pub partition: Option<String>,
@@ -135,6 +139,7 @@ impl JobFlags {
             ("nodes", &self.nodes),
             ("ntasks", &self.ntasks),
             ("ntasks-per-node", &self.ntasks_per_node),
+            ("gpus-per-task", &self.gpus_per_task),
             ("partition", &self.partition),
             ("account", &self.account),
             ("qos", &self.qos),

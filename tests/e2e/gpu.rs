@@ -35,7 +35,7 @@ pub(crate) fn fake_dev_with(minors: &[u32]) -> tempfile::TempDir {
 }
 
 /// A one-node cluster whose node has fake GPUs with these minors, as `wharf nodes` shows.
-fn gpu_cluster(minors: &[u32]) -> (tempfile::TempDir, Cluster) {
+pub(crate) fn gpu_cluster(minors: &[u32]) -> (tempfile::TempDir, Cluster) {
     let dev = fake_dev_with(minors);
     let c = Cluster::start_with(&format!("dev_root = \"{}\"", dev.path().display()));
     let nodes = stdout(&c.wharf(&["nodes"]));

@@ -37,6 +37,7 @@ mod sif;
 mod sif_fifo;
 mod state_files;
 mod submit_limits;
+mod tasks;
 mod untrusted_text;
 mod usage;
 mod user_paths;

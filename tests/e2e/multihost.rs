@@ -274,20 +274,25 @@ fn three_hosts_each_run_a_job_at_their_own_address() {
 /// Submits a gang job of `nodes` nodes that runs `program` (an `examples/` file) with
 /// python3 after printing its rendezvous; waits until it ends; returns its output.
 fn gang_run(bed: &MultiHost, nodes: u32, program: &str) -> String {
+    gang_run_with(bed, nodes, program, &[])
+}
+
+/// [`gang_run`] with further `wharf submit` options.
+fn gang_run_with(bed: &MultiHost, nodes: u32, program: &str, more: &[&str]) -> String {
     let script = format!(
         "echo \"rank $RANK of $WORLD_SIZE nodelist=$SLURM_JOB_NODELIST \
          master=$MASTER_ADDR:$MASTER_PORT\"; echo \"rank $RANK hostfile \
          $(tr '\\n' , < \"$WHARF_HOSTFILE\")\"; exec python3 {} --timeout 120",
         example_for_jobs(bed, program)
     );
-    let id = bed.submit(&[
-        "--nodes",
-        &nodes.to_string(),
-        "--cpus",
-        "1",
-        "--wrap",
-        &script,
-    ]);
+    let nodes = nodes.to_string();
+    let args = [
+        &["--nodes", &nodes, "--cpus", "1"][..],
+        more,
+        &["--wrap", &script],
+    ]
+    .concat();
+    let id = bed.submit(&args);
     let job = bed.wait_done(id, Duration::from_secs(240));
     let out = bed.output(id);
     assert_eq!(
@@ -325,6 +330,40 @@ fn a_gang_job_all_reduces_across_three_hosts() {
         );
         // Every rank's hostfile: each host's fabric address, in rank order.
         let hostfile: String = addrs.iter().map(|a| format!("{a} slots=1,")).collect();
+        assert!(
+            out.contains(&format!("rank {rank} hostfile {hostfile}\n")),
+            "rank {rank}'s hostfile, {hostfile:?}:\n{out}"
+        );
+    }
+}
+
+#[test]
+fn two_tasks_on_each_of_two_hosts_all_reduce_as_four_ranks() {
+    let Some(bed) = MultiHost::start(
+        "two_tasks_on_each_of_two_hosts_all_reduce_as_four_ranks",
+        2,
+        "",
+    ) else {
+        return;
+    };
+    let out = gang_run_with(&bed, 2, "allreduce.py", &["--ntasks-per-node", "2"]);
+    let addrs = assert_all_ranks_ok(&out, 4, 100_000);
+    // Ranks 0 and 1 on the first host, 2 and 3 on the second, node by node.
+    assert_eq!(addrs[0], addrs[1], "{out}");
+    assert_eq!(addrs[2], addrs[3], "{out}");
+    assert_ne!(addrs[0], addrs[2], "{out}");
+    let hostfile: String = [&addrs[0], &addrs[2]]
+        .iter()
+        .map(|a| format!("{a} slots=2,"))
+        .collect();
+    for rank in 0..4 {
+        assert!(
+            out.contains(&format!(
+                "rank {rank} of 4 nodelist=node[1-2] master={}:",
+                addrs[0]
+            )),
+            "rank {rank}'s rendezvous:\n{out}"
+        );
         assert!(
             out.contains(&format!("rank {rank} hostfile {hostfile}\n")),
             "rank {rank}'s hostfile, {hostfile:?}:\n{out}"

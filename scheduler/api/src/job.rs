@@ -12,8 +12,9 @@
 //!                         node lost)
 //! ```
 //!
-//! A job on several nodes (a gang) has one rank on each; it ends once every rank has, as the
-//! controller's `cluster/gang.rs` describes.
+//! A job on several nodes (a gang) runs its tasks on each (one, or `tasks_per_node`, each in
+//! its own sandbox); it ends once every task has, as the controller's `cluster/gang.rs`
+//! describes.
 
 use std::collections::BTreeMap;
 
@@ -47,7 +48,8 @@ pub struct JobRequest {
     pub command: Option<Vec<String>>,
     /// A shell script, run with `/bin/sh -c`.
     pub script: Option<String>,
-    /// CPUs per node (its one task's: `cpus_per_task` is the same).
+    /// CPUs per task (`cpus_per_task` is the same); a node gives the job this many times its
+    /// tasks per node.
     #[serde(alias = "cpus_per_task")]
     pub cpus: Option<u32>,
     /// Memory per node in bytes (job files may write `"4G"`).
@@ -56,16 +58,22 @@ pub struct JobRequest {
     /// GPUs per node (`gpus_per_node` is the same).
     #[serde(alias = "gpus_per_node")]
     pub gpus: Option<u32>,
+    /// GPUs per task (Slurm's `--gpus-per-task`): each task sees only its own; the job gets
+    /// this many times its tasks per node on each node. Without it every task of a node sees
+    /// all the job's GPUs there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_per_task: Option<u32>,
     /// Time limit in seconds (job files may write `"30m"` or `"1:00:00"`).
     #[serde(default, deserialize_with = "de_time")]
     pub time: Option<u64>,
-    /// Number of nodes, all allocated at once and launched together (one task on each).
+    /// Number of nodes, all allocated at once and launched together.
     pub nodes: Option<u32>,
-    /// Tasks in all (Slurm's `--ntasks`): must be `nodes` times the tasks per node.
+    /// Tasks in all (Slurm's `--ntasks`): `nodes` times the tasks per node; either of those
+    /// left out is derived from it, as Slurm does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ntasks: Option<u32>,
-    /// Tasks per node (Slurm's `--ntasks-per-node`): Wharf starts one; a job that wants one
-    /// process per GPU starts them itself (e.g. `torchrun --nproc-per-node`).
+    /// Tasks per node (Slurm's `--ntasks-per-node`, default 1): each in its own sandbox on
+    /// its node, same image, same user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ntasks_per_node: Option<u32>,
     /// Working directory inside the job (default: the directory `wharf submit` ran in).
@@ -249,10 +257,18 @@ pub struct JobSpec {
     pub workdir: String,
     /// Environment set by the job (Wharf adds its own `WHARF_*` variables at launch).
     pub env: BTreeMap<String, String>,
-    /// Resources per node.
+    /// Resources per node (all its tasks together).
     pub resources: Resources,
     /// Number of nodes.
     pub nodes: u32,
+    /// Tasks on each node, each in its own sandbox (a spec stored before tasks per node
+    /// existed has 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub tasks_per_node: u32,
+    /// GPUs each task has to itself; `None`: every task of a node sees all the job's GPUs
+    /// there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_per_task: Option<u32>,
     /// Time limit in seconds.
     pub time_limit: u64,
     /// Output file pattern (absolute or relative to `workdir`).
@@ -314,6 +330,14 @@ fn yes() -> bool {
     true
 }
 
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
 impl JobRequest {
     /// Overlays `other` on `self`: fields set in `other` win (CLI flags over `#WHARF` lines).
     pub fn overlay(mut self, other: JobRequest) -> JobRequest {
@@ -328,6 +352,7 @@ impl JobRequest {
             cpus,
             memory,
             gpus,
+            gpus_per_task,
             time,
             nodes,
             ntasks,
@@ -419,13 +444,29 @@ impl JobRequest {
                     .into(),
             );
         }
-        let cpus = self.cpus.unwrap_or(defaults.cpus);
-        if cpus == 0 {
+        let cpus_per_task = self.cpus.unwrap_or(defaults.cpus);
+        if cpus_per_task == 0 {
             return Err("`cpus` must be at least 1".into());
         }
-        let nodes = self.nodes.unwrap_or(1);
-        check_tasks(nodes, self.ntasks, self.ntasks_per_node)?;
-        let gpus = self.gpus.unwrap_or(0);
+        let (nodes, tasks_per_node) = check_tasks(self.nodes, self.ntasks, self.ntasks_per_node)?;
+        let cpus = cpus_per_task.checked_mul(tasks_per_node).ok_or_else(|| {
+            format!("`cpus` = {cpus_per_task} per task times {tasks_per_node} tasks per node is too many")
+        })?;
+        let gpus = match (self.gpus, self.gpus_per_task) {
+            (_, Some(0)) => return Err("`gpus_per_task` must be at least 1".into()),
+            (None, Some(g)) => g.checked_mul(tasks_per_node).ok_or_else(|| {
+                format!("`gpus_per_task` = {g} times {tasks_per_node} tasks per node is too many")
+            })?,
+            (Some(n), Some(g)) if Some(n) != g.checked_mul(tasks_per_node) => {
+                return Err(format!(
+                    "`gpus` = {n} per node but `gpus_per_task` = {g} with {tasks_per_node} \
+                     task{} per node makes {}; give one of them",
+                    if tasks_per_node == 1 { "" } else { "s" },
+                    u64::from(g) * u64::from(tasks_per_node)
+                ))
+            }
+            (n, _) => n.unwrap_or(0),
+        };
         let time_limit = self.time.unwrap_or(defaults.time);
         if time_limit > defaults.max_time {
             return Err(format!(
@@ -478,6 +519,8 @@ impl JobRequest {
             env: self.env.clone(),
             resources,
             nodes,
+            tasks_per_node,
+            gpus_per_task: self.gpus_per_task,
             time_limit,
             output: self.output.clone().unwrap_or_else(|| "wharf-%j.out".into()),
             error: self.error.clone(),
@@ -532,31 +575,83 @@ impl JobRequest {
 /// Most nodes one job may ask for.
 pub const MAX_NODES: u32 = 4096;
 
-/// Checks a job's shape: `nodes` between 1 and [`MAX_NODES`], one task per node, and
-/// `ntasks`, when given, equal to the number of tasks that makes.
-fn check_tasks(nodes: u32, ntasks: Option<u32>, per_node: Option<u32>) -> Result<(), String> {
-    if nodes == 0 || nodes > MAX_NODES {
-        return Err(format!("`nodes` = {nodes}: ask for 1 to {MAX_NODES} nodes"));
+/// Most tasks one node may run for a job.
+pub const MAX_TASKS_PER_NODE: u32 = 1024;
+
+/// A job's shape from `nodes`, `ntasks` and `ntasks_per_node`, any of them left out, as Slurm
+/// derives it: the nodes (1 to [`MAX_NODES`]) and the tasks on each (1 to
+/// [`MAX_TASKS_PER_NODE`]), the same on every node. `ntasks` alone puts every task on one
+/// node; with `nodes` it must divide evenly among them; with both, it must be their product.
+fn check_tasks(
+    nodes: Option<u32>,
+    ntasks: Option<u32>,
+    per_node: Option<u32>,
+) -> Result<(u32, u32), String> {
+    if let Some(n) = nodes.filter(|&n| n == 0 || n > MAX_NODES) {
+        return Err(format!("`nodes` = {n}: ask for 1 to {MAX_NODES} nodes"));
+    }
+    if ntasks == Some(0) {
+        return Err("`ntasks` must be at least 1".into());
     }
     match per_node {
         Some(0) => return Err("`ntasks_per_node` must be at least 1".into()),
-        Some(n) if n > 1 => {
+        Some(n) if n > MAX_TASKS_PER_NODE => {
             return Err(format!(
-                "`ntasks_per_node` = {n}: Wharf starts one task per node; start the other \
-                 processes from it (e.g. `torchrun --nproc-per-node {n}`, or one process per GPU) \
-                 and leave --ntasks-per-node at 1"
+                "`ntasks_per_node` = {n}: ask for 1 to {MAX_TASKS_PER_NODE} tasks per node"
             ))
         }
         _ => {}
     }
-    match ntasks {
-        Some(n) if n != nodes => Err(format!(
-            "`ntasks` = {n} but the job has {nodes} node{} with 1 task per node, which makes \
-             {nodes}; ask for --nodes {n} (Wharf starts one task per node) or leave --ntasks out",
-            if nodes == 1 { "" } else { "s" }
-        )),
-        _ => Ok(()),
+    let s = |n: u32| if n == 1 { "" } else { "s" };
+    let (nodes, per_node) = match (nodes, ntasks, per_node) {
+        (Some(nodes), Some(n), Some(per)) => {
+            let make = u64::from(nodes) * u64::from(per);
+            if u64::from(n) != make {
+                return Err(format!(
+                    "`ntasks` = {n} but the job has {nodes} node{} with {per} task{} per node, \
+                     which makes {make}; fix one of --ntasks, --nodes and --ntasks-per-node, or \
+                     leave --ntasks out",
+                    s(nodes),
+                    s(per)
+                ));
+            }
+            (nodes, per)
+        }
+        (Some(nodes), Some(n), None) => {
+            if n % nodes != 0 {
+                return Err(format!(
+                    "`ntasks` = {n} but the job has {nodes} node{}: Wharf starts the same number \
+                     of tasks on every node, so ask for a multiple of {nodes} tasks (or give \
+                     --ntasks-per-node)",
+                    s(nodes)
+                ));
+            }
+            (nodes, n / nodes)
+        }
+        (None, Some(n), Some(per)) => {
+            if n % per != 0 {
+                return Err(format!(
+                    "`ntasks` = {n} is not a whole number of nodes with {per} task{} per node; \
+                     ask for a multiple of {per} tasks, or give --nodes",
+                    s(per)
+                ));
+            }
+            (n / per, per)
+        }
+        (None, Some(n), None) => (1, n),
+        (nodes, None, per) => (nodes.unwrap_or(1), per.unwrap_or(1)),
+    };
+    if nodes == 0 || nodes > MAX_NODES {
+        return Err(format!("`nodes` = {nodes}: ask for 1 to {MAX_NODES} nodes"));
     }
+    if per_node > MAX_TASKS_PER_NODE {
+        return Err(format!(
+            "`ntasks` = {} puts {per_node} tasks on each node: ask for 1 to {MAX_TASKS_PER_NODE} \
+             tasks per node",
+            u64::from(nodes) * u64::from(per_node)
+        ));
+    }
+    Ok((nodes, per_node))
 }
 
 /// Parses the host list given as `--{what}`; none: empty.
@@ -751,6 +846,16 @@ impl JobSpec {
         self.error.as_ref().map(|p| self.expand(p, id))
     }
 
+    /// Tasks in all: nodes times tasks per node.
+    pub fn tasks(&self) -> u32 {
+        self.nodes.saturating_mul(self.tasks_per_node.max(1))
+    }
+
+    /// CPUs each task has: the node's CPUs shared evenly among its tasks.
+    pub fn cpus_per_task(&self) -> u32 {
+        (self.resources.cpus / self.tasks_per_node.max(1)).max(1)
+    }
+
     /// The output file rank `rank` of job `id` writes (see [`crate::alloc::rank_path`]).
     pub fn rank_output_path(&self, id: JobId, rank: u32) -> String {
         crate::alloc::rank_path(&self.output_path(id), rank)
@@ -909,6 +1014,10 @@ pub struct ExitInfo {
     /// What it used, as its node measured it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::usage::JobUsage>,
+    /// On a node that runs several tasks of the job: the one (its local index) whose end
+    /// this is, the first that failed when any did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<u32>,
 }
 
 impl ExitInfo {
@@ -1213,6 +1322,11 @@ impl JobRecord {
             0 => self.spec.as_ref().map_or(1, |s| s.nodes.max(1)),
             n => n as u32,
         }
+    }
+
+    /// Tasks on each of its nodes (1 when its spec is hidden).
+    pub fn tasks_per_node(&self) -> u32 {
+        self.spec.as_ref().map_or(1, |s| s.tasks_per_node.max(1))
     }
 
     /// Its nodes as a compressed host list (`gpu[01-04]`); empty when it has none.

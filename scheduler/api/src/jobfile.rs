@@ -245,6 +245,7 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
         "N" | "nodes" => req.nodes = Some(num("nodes")?),
         "n" | "ntasks" => req.ntasks = Some(num("ntasks")?),
         "ntasks-per-node" => req.ntasks_per_node = Some(num("ntasks-per-node")?),
+        "gpus-per-task" => req.gpus_per_task = Some(num("gpus-per-task")?),
         "p" | "partition" => req.partition = Some(value.trim().to_string()),
         "A" | "account" => req.account = Some(value.trim().to_string()),
         "q" | "qos" => req.qos = Some(value.trim().to_string()),
@@ -417,10 +418,26 @@ mod tests {
         );
         for (lines, says) in [
             ("-N 0", "`nodes` = 0: ask for 1 to"),
-            ("-N 2 -n 3", "`ntasks` = 3 but the job has 2 nodes"),
-            ("-n 2", "`ntasks` = 2 but the job has 1 node with"),
-            ("-N 2 --ntasks-per-node 4", "Wharf starts one task per node"),
+            (
+                "-N 2 -n 3",
+                "`ntasks` = 3 but the job has 2 nodes: Wharf starts the same",
+            ),
+            (
+                "-n 3 -N 2 --ntasks-per-node 2",
+                "`ntasks` = 3 but the job has 2 nodes with 2 tasks per node, which makes 4",
+            ),
+            (
+                "-n 3 --ntasks-per-node 2",
+                "`ntasks` = 3 is not a whole number of nodes",
+            ),
             ("--ntasks-per-node 0", "must be at least 1"),
+            ("--ntasks-per-node 5000", "ask for 1 to 1024 tasks per node"),
+            ("-n 0", "`ntasks` must be at least 1"),
+            ("--gpus-per-task 0", "`gpus_per_task` must be at least 1"),
+            (
+                "--ntasks-per-node 2 --gpus-per-task 1 --gpus 4",
+                "`gpus` = 4 per node but `gpus_per_task` = 1 with 2 tasks per node makes 2",
+            ),
         ] {
             let text = format!("#!/bin/sh\n#SBATCH {lines}\ntrue\n");
             let e = parse_job_file("g.sh", &text)
@@ -429,6 +446,54 @@ mod tests {
                 .unwrap_err();
             assert!(e.contains(says), "{lines}: {e}");
         }
+    }
+
+    #[test]
+    fn tasks_per_node_from_sbatch_wharf_lines_and_toml() {
+        let d = crate::JobDefaults::default();
+        let shape = |lines: &str| {
+            let text = format!("#!/bin/sh\n#SBATCH {lines}\ntrue\n");
+            let spec = parse_job_file("t.sh", &text)
+                .unwrap()
+                .resolve("/tmp", &d)
+                .unwrap();
+            (
+                spec.nodes,
+                spec.tasks_per_node,
+                spec.tasks(),
+                spec.resources.cpus,
+                spec.resources.gpus,
+                spec.gpus_per_task,
+            )
+        };
+        // Given outright, or derived from --ntasks as Slurm does.
+        assert_eq!(shape("-N 2 --ntasks-per-node 4"), (2, 4, 8, 4, 0, None));
+        assert_eq!(shape("-N 2 -n 8"), (2, 4, 8, 4, 0, None));
+        assert_eq!(shape("-n 6 --ntasks-per-node 3"), (2, 3, 6, 3, 0, None));
+        assert_eq!(shape("-n 2"), (1, 2, 2, 2, 0, None));
+        assert_eq!(shape("-N 3"), (3, 1, 3, 1, 0, None));
+        // CPUs are per task; GPUs per task make the node's.
+        assert_eq!(
+            shape("--ntasks-per-node=4 --cpus-per-task=2 --gpus-per-task=1"),
+            (1, 4, 4, 8, 4, Some(1))
+        );
+        assert_eq!(
+            shape("--ntasks-per-node=2 --gpus-per-task=2 --gpus=h100:4"),
+            (1, 2, 2, 2, 4, Some(2))
+        );
+        let toml = "command = [\"true\"]\nnodes = 2\nntasks_per_node = 2\ngpus_per_task = 1\n";
+        let spec = parse_job_file("j.toml", toml)
+            .unwrap()
+            .resolve("/tmp", &d)
+            .unwrap();
+        assert_eq!(
+            (spec.tasks(), spec.resources.gpus, spec.gpus_per_task),
+            (4, 2, Some(1))
+        );
+        let mut req = JobRequest::default();
+        assert!(set_option(&mut req, "gpus-per-task", "x")
+            .unwrap_err()
+            .contains("--gpus-per-task expects a whole number"));
     }
 
     #[test]

@@ -1,4 +1,9 @@
-//! A job's ranks, one per node, from launch to the job's end. A one-node job is a gang of
+//! A job's ranks from launch to the job's end. A node runs the job's tasks there (one, or
+//! `tasks_per_node` each in its own sandbox) and reports them as one: started once all have,
+//! ended once all have, as the first that failed did (its local index in
+//! [`ExitInfo::task`]); its agent stops the others there when one fails. Here a "rank" is
+//! such a node's share, by its node's rank; the task ranks in words (`rank 5 on node n2`)
+//! are global: node rank times tasks per node plus local index. A one-node job is a gang of
 //! one and goes through the same steps.
 //!
 //! ```text
@@ -69,6 +74,8 @@ pub(super) fn rank_ended(
     alloc.end_time = Some(end);
     alloc.exit = Some(exit);
     let node = alloc.node.clone();
+    let task = alloc.exit.as_ref().and_then(|e| e.task).unwrap_or(0);
+    let per_node = job.tasks_per_node();
     let free = job.stop.is_none() && !job.cancel_requested;
     if let (Some(fault), true) = (fault, free) {
         let allowed = job.spec.as_ref().is_none_or(|s| s.requeue);
@@ -76,21 +83,21 @@ pub(super) fn rank_ended(
         job.launch_faults += 1;
         let stop = Stop::LaunchFault {
             node,
-            rank: rank as u32,
+            rank: task_rank(rank, per_node, task),
             fault,
             requeue,
         };
         tracing::info!(job = job.id, %stop, requeue, "launch failed through no fault of the job");
-        job.reason = Some(if job.allocs.len() > 1 {
+        job.reason = Some(if total_tasks(&job) > 1 {
             format!("{stop}; stopping the other ranks")
         } else {
             stop.to_string()
         });
         job.stop = Some(stop);
-    } else if failed && job.allocs.len() > 1 && free {
+    } else if failed && total_tasks(&job) > 1 && free {
         let stop = Stop::RankFailed {
             node,
-            rank: rank as u32,
+            rank: task_rank(rank, per_node, task),
         };
         tracing::info!(job = job.id, %stop, "stopping the job's other ranks");
         job.reason = Some(format!("{stop}; stopping the other ranks"));
@@ -250,8 +257,9 @@ impl Cluster {
             .filter(|n| self.nodes.get(*n).is_some_and(|e| e.up))
             .map(str::to_string)
             .collect();
-        let gang = job.allocs.len() > 1;
+        let gang = total_tasks(&job) > 1;
         let node = job.allocs[rank].node.clone();
+        let task = task_rank(rank, job.tasks_per_node(), exit.task.unwrap_or(0));
         let mut ended = finish(job, &exit, start, end);
         match stop {
             Some(stop @ Stop::NodeLost { .. }) if !cancelled => {
@@ -303,7 +311,7 @@ impl Cluster {
                 if gang && matches!(ended.state, JobState::Failed | JobState::OutOfMemory) {
                     ended.reason = ended
                         .reason
-                        .map(|r| format!("rank {rank} on node {node}: {r}"));
+                        .map(|r| format!("rank {task} on node {node}: {r}"));
                 }
                 ended.stop = Some(stop);
             }
@@ -316,12 +324,24 @@ impl Cluster {
     }
 }
 
+/// The global rank of task `local` on the node of rank `node_rank`.
+fn task_rank(node_rank: usize, per_node: u32, local: u32) -> u32 {
+    (node_rank as u32)
+        .saturating_mul(per_node)
+        .saturating_add(local)
+}
+
+/// Tasks in all: its nodes times the tasks on each.
+fn total_tasks(job: &JobRecord) -> u32 {
+    (job.allocs.len() as u32).saturating_mul(job.tasks_per_node())
+}
+
 /// The rank whose end is the job's: the one its stop names, else the first that failed on
 /// its own, else the first that did not complete (one stopped by a cancel or a time limit),
 /// else rank 0.
 fn deciding_rank(job: &JobRecord) -> usize {
     let named = match &job.stop {
-        Some(Stop::RankFailed { rank, .. }) => Some(*rank as usize),
+        Some(Stop::RankFailed { rank, .. }) => Some((*rank / job.tasks_per_node()) as usize),
         Some(Stop::NodeLost { node, .. }) => job.rank_on(node).map(|r| r as usize),
         Some(Stop::LaunchFault { rank, .. }) => Some(*rank as usize),
         _ => None,

@@ -44,6 +44,8 @@ enum Rank {
     Exited(i32),
     /// Ended by a kill order.
     Killed,
+    /// One of its tasks on the node (this local index) exited with this status.
+    TaskExited(u32, i32),
 }
 
 /// `node`'s agent reports these jobs (the rest are gone from it); returns what it may forget.
@@ -65,6 +67,11 @@ fn ingest(c: &mut Cluster, node: &str, jobs: &[(JobId, Rank)], now: u64) -> Inge
                 Rank::Killed => Some(ExitInfo {
                     signal: Some(15),
                     cancelled: true,
+                    ..Default::default()
+                }),
+                Rank::TaskExited(task, code) => Some(ExitInfo {
+                    code: Some(code),
+                    task: Some(task),
                     ..Default::default()
                 }),
             };
@@ -397,11 +404,24 @@ fn gang_shapes_are_checked_at_submit() {
     let m = refused(
         &mut c,
         JobRequest {
+            ntasks: Some(3),
             ntasks_per_node: Some(2),
             ..gang(2)
         },
     );
-    assert!(m.contains("one task per node"), "{m}");
+    assert!(
+        m.contains("`ntasks` = 3 but the job has 2 nodes with 2 tasks per node, which makes 4"),
+        "{m}"
+    );
+    // Two tasks of 4 CPUs each need 8 CPUs on each node; these have 4.
+    let m = refused(
+        &mut c,
+        JobRequest {
+            ntasks_per_node: Some(2),
+            ..gang(2)
+        },
+    );
+    assert!(m.contains("8 CPUs (the largest node has 4)"), "{m}");
     let fine = JobRequest {
         ntasks: Some(2),
         ntasks_per_node: Some(1),
@@ -544,4 +564,93 @@ fn a_gangs_usage_is_every_nodes() {
         Some(6_000),
         "each rank's own kept"
     );
+}
+
+/// Two tasks of 2 CPUs on each node.
+fn two_per_node(nodes: u32) -> JobRequest {
+    JobRequest {
+        nodes: Some(nodes),
+        ntasks_per_node: Some(2),
+        cpus: Some(2),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_node_is_sent_its_tasks_in_one_order_and_the_job_holds_their_cpus_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 2, wharf_core::Config::default());
+    let ann = caller(1000, "ann");
+    let id = submit_job(&mut c, &ann, two_per_node(2), 10).unwrap();
+    // A second such job does not fit beside it: each node's 4 CPUs are the first job's.
+    let other = submit_job(&mut c, &ann, two_per_node(1), 20).unwrap();
+    c.schedule(1_000).unwrap();
+    let job = record(&c, id);
+    assert_eq!(job.state, JobState::Starting);
+    assert_eq!(job.resources.cpus, 4, "per node: 2 tasks of 2 CPUs");
+    assert_eq!(job.tasks_per_node(), 2);
+    assert_eq!(record(&c, other).state, JobState::Pending);
+    for (rank, node) in ["g1", "g2"].into_iter().enumerate() {
+        let (launch, _) = c.orders(node, &BTreeSet::new(), &BTreeSet::new());
+        assert_eq!(launch.len(), 1, "one order per node, whatever its tasks");
+        assert_eq!(launch[0].spec.tasks_per_node, 2);
+        assert_eq!(launch[0].cpu_ids.len(), 4);
+        assert_eq!(launch[0].rendezvous.node_rank, rank as u32);
+    }
+}
+
+#[test]
+fn a_failed_task_stops_every_node_and_the_job_names_its_global_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 2, wharf_core::Config::default());
+    let id = running(&mut c, 2, two_per_node(2));
+    // The second task of the second node (rank 1 * 2 + 1 = 3) exits 7.
+    poll(&mut c, "g2", &[(id, Rank::TaskExited(1, 7))], 3_000);
+    let job = record(&c, id);
+    assert_eq!(
+        job.stop,
+        Some(Stop::RankFailed {
+            node: "g2".into(),
+            rank: 3
+        })
+    );
+    let (_, kill) = c.orders("g1", &held(id), &BTreeSet::new());
+    assert_eq!(kill[0].reason, "rank 3 on node g2 failed");
+    poll(&mut c, "g1", &[(id, Rank::Killed)], 4_000);
+    let done = c.store.job(id).unwrap().unwrap();
+    assert_eq!(done.state, JobState::Failed);
+    assert_eq!(done.exit.as_ref().unwrap().code, Some(7));
+    let reason = done.reason.clone().unwrap();
+    assert!(reason.contains("rank 3 on node g2"), "{reason}");
+    let other = crate::visibility::view(&caller(2000, "bob"), done);
+    assert_eq!(
+        other.reason.as_deref(),
+        Some("rank 3 on node g2 failed: exit 7:0")
+    );
+}
+
+#[test]
+fn a_one_node_job_with_two_tasks_fails_naming_the_task_that_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 1, wharf_core::Config::default());
+    let id = running(&mut c, 1, two_per_node(1));
+    // The node reports once both tasks have ended: task 1 failed, its agent stopped task 0.
+    poll(&mut c, "g1", &[(id, Rank::TaskExited(1, 2))], 3_000);
+    let done = c.store.job(id).unwrap().unwrap();
+    assert_eq!(done.state, JobState::Failed);
+    assert_eq!(
+        done.stop,
+        Some(Stop::RankFailed {
+            node: "g1".into(),
+            rank: 1
+        })
+    );
+    let reason = done.reason.clone().unwrap();
+    assert!(reason.contains("rank 1 on node g1"), "{reason}");
+    // Both tasks exiting 0 complete it, one line for the node in the ledger's eyes.
+    let id = running(&mut c, 1, two_per_node(1));
+    poll(&mut c, "g1", &[(id, Rank::TaskExited(0, 0))], 5_000);
+    let done = c.store.job(id).unwrap().unwrap();
+    assert_eq!(done.state, JobState::Completed);
+    assert_eq!(done.allocs.len(), 1);
 }
