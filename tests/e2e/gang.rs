@@ -87,16 +87,6 @@ fn peer_addresses(c: &TcpCluster) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// `KEY=VALUE` lines of a file.
-fn vars(path: &std::path::Path) -> BTreeMap<String, String> {
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    text.lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
 /// Waits until nothing of job `id` is left in either node's cgroups, then removes the nodes'
 /// cgroup parents.
 fn no_cgroups_left(c: &TcpCluster, id: u64) {

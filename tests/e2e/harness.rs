@@ -737,3 +737,13 @@ impl TcpCluster {
         )
     }
 }
+
+/// The `KEY=VALUE` lines of a file (a job's printed environment, say).
+pub fn vars(path: &Path) -> std::collections::BTreeMap<String, String> {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}

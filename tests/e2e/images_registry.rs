@@ -324,6 +324,31 @@ fn wharf_home(c: &Cluster, who: &User, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// What `wharf run --image REFERENCE -- cat /etc/greeting` prints as `user`; the run must
+/// succeed.
+fn cat_greeting(c: &Cluster, user: &User, reference: &str) -> String {
+    let out = wharf_home(
+        c,
+        user,
+        &[
+            "run",
+            "--image",
+            reference,
+            "--",
+            "/bin/cat",
+            "/etc/greeting",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}{}\n{}",
+        stdout(&out),
+        stderr(&out),
+        c.log()
+    );
+    stdout(&out)
+}
+
 /// Writes `who`'s `~/.docker/config.json` with `user:password` for `registry` (as `docker
 /// login` does), theirs and 0600.
 fn docker_login(c: &Cluster, who: &User, registry: &str, user: &str, password: &str) {
@@ -430,26 +455,7 @@ fn a_private_image_in_the_cache_is_served_only_to_users_whose_credentials_prove_
     assert!(!file.exists(), "deleted when the job was cancelled");
 
     // Ann pulls it with her credential and runs it.
-    let out = wharf_home(
-        &c,
-        &ann,
-        &[
-            "run",
-            "--image",
-            &reference,
-            "--",
-            "/bin/cat",
-            "/etc/greeting",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}{}\n{}",
-        stdout(&out),
-        stderr(&out),
-        c.log()
-    );
-    assert_eq!(stdout(&out), "private content\n");
+    assert_eq!(cat_greeting(&c, &ann, &reference), "private content\n");
     let store = c.dir.join("images");
     let out = c.wharf(&["image", "ls", "--store", store.to_str().unwrap()]);
     assert!(
@@ -489,26 +495,7 @@ fn a_private_image_in_the_cache_is_served_only_to_users_whose_credentials_prove_
 
     // Bob with his own valid credential: served from the cache.
     docker_login(&c, &bob, &reg.addr, "bob", bob_secret);
-    let out = wharf_home(
-        &c,
-        &bob,
-        &[
-            "run",
-            "--image",
-            &reference,
-            "--",
-            "/bin/cat",
-            "/etc/greeting",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}{}\n{}",
-        stdout(&out),
-        stderr(&out),
-        c.log()
-    );
-    assert_eq!(stdout(&out), "private content\n");
+    assert_eq!(cat_greeting(&c, &bob, &reference), "private content\n");
 
     // No credential is left on disk, nor in the daemons' log.
     for secret in [ann_secret, bob_secret] {

@@ -7,16 +7,6 @@ use std::time::Duration;
 
 use crate::harness::*;
 
-/// `KEY=VALUE` lines of a file.
-fn vars(path: &std::path::Path) -> BTreeMap<String, String> {
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    text.lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
 /// The file task rank `rank` of job `id` wrote in `dir`: the job's for rank 0, `.rankR` for
 /// the others.
 fn rank_file(dir: &std::path::Path, id: u64, rank: u64) -> std::path::PathBuf {
