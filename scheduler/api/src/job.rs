@@ -1113,6 +1113,11 @@ pub struct JobRecord {
     /// it is requeued after each, up to [`MAX_LAUNCH_FAULTS`] (public).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub launch_faults: u32,
+    /// While it is STARTING: its nodes' pulls of its image, as their agents last reported
+    /// them (private to its owner and admins, as the image is). Kept by the controller in
+    /// memory only: never in the store, and empty in every other state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pulling: Vec<crate::pull::PullProgress>,
 }
 
 /// How many failed launches that were not the job's fault requeue it; the next one ends it
@@ -1233,6 +1238,7 @@ impl JobRecord {
             requeued_from: vec![],
             port: None,
             launch_faults: 0,
+            pulling: vec![],
         }
     }
 
@@ -1264,6 +1270,7 @@ impl JobRecord {
             requeued_from: self.requeued_from.clone(),
             port: self.port,
             launch_faults: self.launch_faults,
+            pulling: self.pulling.clone(),
         }
     }
 }

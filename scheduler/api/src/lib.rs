@@ -17,6 +17,7 @@ pub mod job;
 pub mod jobfile;
 pub mod limits;
 pub mod node;
+pub mod pull;
 pub mod report;
 pub mod resources;
 pub mod text;
@@ -31,4 +32,5 @@ pub use job::{
     Stop,
 };
 pub use node::{NodeInfo, NodeRecord, NodeState};
+pub use pull::PullProgress;
 pub use resources::{parse_duration, parse_memory, Resources};

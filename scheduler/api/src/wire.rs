@@ -224,6 +224,11 @@ pub struct PollRequest {
     /// Images in the node's store.
     #[serde(default)]
     pub images: Vec<String>,
+    /// The jobs whose image this node is pulling, and how far each pull has come (their
+    /// `node` left empty). Left out when there are none; an older controller ignores it, and
+    /// an older agent never sends it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pulling: Vec<crate::pull::PullProgress>,
 }
 
 /// A job for the agent to start.

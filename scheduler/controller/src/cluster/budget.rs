@@ -176,6 +176,7 @@ mod tests {
             }],
             wait_ms: 0,
             images: vec![],
+            pulling: vec![],
         };
         c.ingest(&poll, now).unwrap();
     }

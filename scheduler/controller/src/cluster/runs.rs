@@ -197,6 +197,7 @@ mod tests {
             jobs,
             wait_ms: 0,
             images: vec![],
+            pulling: vec![],
         };
         c.ingest(&poll, now).unwrap();
     }
@@ -228,6 +229,7 @@ mod tests {
                 jobs: vec![],
                 wait_ms: 0,
                 images: vec![],
+                pulling: vec![],
             },
             6_000,
         )

@@ -89,6 +89,7 @@ fn poll(c: &mut Cluster, node: &str, jobs: Vec<(JobId, Says)>, now: u64) -> Vec<
         jobs,
         wait_ms: 0,
         images: vec![],
+        pulling: vec![],
     };
     c.ingest(&report, now).unwrap().forget
 }
@@ -370,6 +371,7 @@ fn a_fault_reported_by_an_older_agent_or_after_a_start_drains_nothing() {
         }],
         wait_ms: 0,
         images: vec![],
+        pulling: vec![],
     };
     c.ingest(&report, 2_000).unwrap();
     assert_eq!(job(&c, id).state, JobState::Failed);

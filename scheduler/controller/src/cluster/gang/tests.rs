@@ -89,6 +89,7 @@ fn ingest(c: &mut Cluster, node: &str, jobs: &[(JobId, Rank)], now: u64) -> Inge
         jobs,
         wait_ms: 0,
         images: vec![],
+        pulling: vec![],
     };
     c.ingest(&poll, now).unwrap()
 }
@@ -498,6 +499,7 @@ fn a_rank_out_of_memory_ends_the_gang_out_of_memory_naming_it() {
         jobs: vec![oom],
         wait_ms: 0,
         images: vec![],
+        pulling: vec![],
     };
     c.ingest(&report, 3_000).unwrap();
     assert_eq!(
@@ -544,6 +546,7 @@ fn a_gangs_usage_is_every_nodes() {
             jobs: vec![ended],
             wait_ms: 0,
             images: vec![],
+            pulling: vec![],
         };
         c.ingest(&report, 9_000).unwrap();
     }

@@ -564,6 +564,7 @@ fn report(c: &mut Cluster, jobs: &[(JobId, bool)], now: u64) -> Vec<JobId> {
         jobs,
         wait_ms: 0,
         images: vec![],
+        pulling: vec![],
     };
     c.ingest(&poll, now).unwrap().forget
 }
