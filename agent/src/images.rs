@@ -22,8 +22,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use wharf_api::wire::LaunchOrder;
+use wharf_api::PullProgress;
 use wharf_images::registry::{Credentials, RegistryOptions};
-use wharf_images::{ImageInfo, ImageRef, ImageStore, Pin};
+use wharf_images::{ImageInfo, ImageRef, ImageStore, Pin, PullEvent};
 
 use crate::launch::LaunchError;
 use crate::{AgentConfig, BackendKind};
@@ -42,6 +43,62 @@ pub struct Pulls {
     /// Per job, its image's pin from its launch until it is seen ended: the job's shim pins
     /// the image too, for its whole life, but only once it runs.
     pins: Arc<Mutex<BTreeMap<u64, Pin>>>,
+    /// Per job whose image is being pulled, how far its pull has come (reported with each
+    /// poll until the pull is over).
+    progress: Arc<Mutex<BTreeMap<u64, Progress>>>,
+    /// Woken at each step of a pull, so that the report loop may send the progress (at most
+    /// once per [`crate::PROGRESS_EVERY`]).
+    progressed: Arc<tokio::sync::Notify>,
+}
+
+/// One job's pull, as its [`PullEvent`]s tell it.
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    /// The reference pulled.
+    image: String,
+    /// Compressed bytes of all layers; 0 until the manifest is resolved.
+    total: u64,
+    /// Each layer's compressed size once it is in the store (index 0 is layer 1); one entry
+    /// per layer once the manifest is resolved.
+    sizes: Vec<u64>,
+    /// The indices of the layers in the store so far.
+    done: BTreeSet<usize>,
+}
+
+impl Progress {
+    /// Takes in one event of the pull. A new manifest (the pull went on at the next mirror)
+    /// starts the count again: its layers are reported again, those kept at once.
+    fn apply(&mut self, event: &PullEvent) {
+        match event {
+            PullEvent::Resolved { layers, bytes, .. } => {
+                // Sizes come with each layer; the total is known now.
+                self.sizes = vec![0; *layers];
+                self.done.clear();
+                self.total = *bytes;
+            }
+            PullEvent::Layer { index, size, .. } => {
+                if let Some(s) = index.checked_sub(1).and_then(|i| self.sizes.get_mut(i)) {
+                    *s = *size;
+                    self.done.insert(*index);
+                }
+            }
+            // The entry goes when the pull's thread is over.
+            PullEvent::Done(_) => {}
+        }
+    }
+
+    /// As reported to the controller.
+    fn report(&self, job: u64) -> PullProgress {
+        PullProgress {
+            job,
+            node: String::new(),
+            image: self.image.clone(),
+            layers_done: self.done.len() as u64,
+            layers: self.sizes.len() as u64,
+            bytes_done: self.sizes.iter().sum::<u64>().min(self.total),
+            bytes: self.total,
+        }
+    }
 }
 
 impl Pulls {
@@ -82,6 +139,51 @@ impl Pulls {
             .lock()
             .map(|p| p.keys().copied().collect())
             .unwrap_or_default()
+    }
+
+    /// The pulls under way, as reported to the controller, by job.
+    pub fn progress(&self) -> Vec<PullProgress> {
+        self.progress
+            .lock()
+            .map(|p| p.iter().map(|(id, p)| p.report(*id)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Waits until a pull made a step (or began, or ended) since the last wait returned.
+    pub async fn progressed(&self) {
+        self.progressed.notified().await;
+    }
+
+    /// Job `id`'s pull of `image` begins.
+    pub(crate) fn began(&self, id: u64, image: &ImageRef) {
+        if let Ok(mut p) = self.progress.lock() {
+            p.insert(
+                id,
+                Progress {
+                    image: image.to_string(),
+                    ..Default::default()
+                },
+            );
+        }
+        self.progressed.notify_one();
+    }
+
+    /// Job `id`'s pull made a step.
+    pub(crate) fn stepped(&self, id: u64, event: &PullEvent) {
+        if let Ok(mut p) = self.progress.lock() {
+            if let Some(p) = p.get_mut(&id) {
+                p.apply(event);
+            }
+        }
+        self.progressed.notify_one();
+    }
+
+    /// Job `id`'s pull is over, whichever way.
+    pub(crate) fn ended(&self, id: u64) {
+        if let Ok(mut p) = self.progress.lock() {
+            p.remove(&id);
+        }
+        self.progressed.notify_one();
     }
 
     /// Whether job `id`'s pull is under way.
@@ -218,19 +320,25 @@ pub fn prove_for(
     }
 }
 
-/// Pulls `reference` for job `order`, logging progress; returns the image pinned until the
+/// Pulls `reference` for job `order`, keeping its progress in `pulls` while it lasts and
+/// logging it; returns the image pinned until the
 /// launch holds its own pin. The error says what the registry said, and whose fault it is
 /// ([`crate::launch::image_fault`]).
 pub fn pull_for(
     cfg: &AgentConfig,
     store: &ImageStore,
+    pulls: &Pulls,
     order: &LaunchOrder,
     reference: &ImageRef,
 ) -> Result<Pin, LaunchError> {
     tracing::info!(job = order.id, image = %reference, "pulling");
-    store
-        .pull_pinned(reference, &options_for(&cfg.registry, order, reference), &mut |event| {
-            if let wharf_images::PullEvent::Layer {
+    pulls.began(order.id, reference);
+    let pulled = store.pull_pinned(
+        reference,
+        &options_for(&cfg.registry, order, reference),
+        &mut |event| {
+            pulls.stepped(order.id, &event);
+            if let PullEvent::Layer {
                 index,
                 digest,
                 size,
@@ -239,7 +347,10 @@ pub fn pull_for(
             {
                 tracing::debug!(job = order.id, layer = index, %digest, size, fetched, "layer ready");
             }
-        })
+        },
+    );
+    pulls.ended(order.id);
+    pulled
         .map(|(info, pin)| {
             tracing::info!(job = order.id, image = %reference, digest = %info.digest, "pulled");
             pin
@@ -337,6 +448,59 @@ mod tests {
             "another user proves it himself"
         );
         assert!(!pulls.proven(1001, "sha256:b"), "another digest too");
+    }
+
+    #[test]
+    fn a_pulls_progress_counts_layers_and_bytes_as_they_land() {
+        let pulls = Pulls::default();
+        let reference: ImageRef = "127.0.0.1:5000/test/app:v1".parse().unwrap();
+        let layer = |index: usize, size: u64, fetched: bool| PullEvent::Layer {
+            index,
+            digest: format!("sha256:{index}"),
+            size,
+            fetched,
+        };
+        let resolved = PullEvent::Resolved {
+            digest: "sha256:m".into(),
+            layers: 3,
+            bytes: 600,
+        };
+        assert!(pulls.progress().is_empty());
+        pulls.began(4, &reference);
+        let p = &pulls.progress()[0];
+        assert_eq!(
+            (p.job, p.image.as_str(), p.layers, p.bytes),
+            (4, "127.0.0.1:5000/test/app:v1", 0, 0)
+        );
+        pulls.stepped(4, &resolved);
+        // Layer 2 was in the store already: its bytes count as done at once.
+        pulls.stepped(4, &layer(2, 200, false));
+        pulls.stepped(4, &layer(3, 300, true));
+        let p = &pulls.progress()[0];
+        assert_eq!(
+            (p.layers_done, p.layers, p.bytes_done, p.bytes),
+            (2, 3, 500, 600)
+        );
+        assert_eq!(
+            p.describe(),
+            "pulling 127.0.0.1:5000/test/app:v1: 500 of 600 B, 2 of 3 layers"
+        );
+        // A layer reported twice, or out of range, counts once or not at all.
+        pulls.stepped(4, &layer(3, 300, false));
+        pulls.stepped(4, &layer(7, 999, true));
+        pulls.stepped(5, &layer(1, 100, true));
+        assert_eq!(pulls.progress()[0].layers_done, 2);
+        assert_eq!(pulls.progress().len(), 1, "no entry for a job not pulling");
+        // The next mirror's manifest: counted again from its layers.
+        pulls.stepped(4, &resolved);
+        assert_eq!(
+            (pulls.progress()[0].layers_done, pulls.progress()[0].bytes_done),
+            (0, 0)
+        );
+        pulls.stepped(4, &layer(1, 100, true));
+        assert_eq!(pulls.progress()[0].bytes_done, 100);
+        pulls.ended(4);
+        assert!(pulls.progress().is_empty());
     }
 
     #[test]

@@ -199,6 +199,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             jobs,
             wait_ms,
             images: image_names,
+            pulling: pulls.progress(),
         };
         let poll = client.post::<_, PollResponse>("/v1/agent/poll", &req);
         // What changes here (a job starts or ends, an image is imported) is reported at once,
@@ -320,8 +321,30 @@ fn image_names(cfg: &AgentConfig, images: &wharf_images::ImageStore) -> Vec<Stri
     }
 }
 
+/// The least time between two reports sent because a pull made progress: a pull of many
+/// layers does not send a report per layer.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// Resolves once the progress of the pulls under way differs from `sent`, the progress a
+/// report sent at `sent_at` carried, and [`PROGRESS_EVERY`] has passed since.
+async fn progress_to_report(
+    pulls: &images::Pulls,
+    sent: &[wharf_api::PullProgress],
+    sent_at: tokio::time::Instant,
+) {
+    loop {
+        pulls.progressed().await;
+        tokio::time::sleep_until(sent_at + PROGRESS_EVERY).await;
+        if pulls.progress() != sent {
+            return;
+        }
+    }
+}
+
 /// Resolves when a job started or ended, or the image list changed, since `sent`, whose live
-/// shims are `shims`: woken by what [`watch::Changes`] sees, never by a timer.
+/// shims are `shims`: woken by what [`watch::Changes`] sees, never by a timer. Also when the
+/// progress of the pulls under way differs from `sent`'s, but not before [`PROGRESS_EVERY`]
+/// has passed since this wait began (when `sent` went out).
 async fn local_change(
     cfg: &AgentConfig,
     launcher: &dyn Backend,
@@ -337,8 +360,13 @@ async fn local_change(
             .collect()
     };
     let before = shape(&sent.jobs);
+    let progressed = progress_to_report(pulls, &sent.pulling, tokio::time::Instant::now());
+    tokio::pin!(progressed);
     loop {
-        changes.next(&shims).await;
+        tokio::select! {
+            () = changes.next(&shims) => {}
+            () = &mut progressed => return,
+        }
         // Only the jobs' shapes are compared: their usage is not read here.
         let (jobs, live) = report(cfg, launcher, pulls, false);
         let images_changed =
@@ -353,7 +381,8 @@ async fn local_change(
 /// Every job this node holds, from its directories, and the pids of the live shims; ended
 /// jobs' measured usage only when `usage` (it is read from their files). A job whose image is
 /// being pulled is left out until its launch is over: its directory may exist without its
-/// shim yet, which would read as a lost job. A job with several tasks here is one entry
+/// shim yet, which would read as a lost job (its pull's progress goes in the poll's
+/// `pulling` instead). A job with several tasks here is one entry
 /// ([`node_report`]); once one of its tasks has ended badly, the others are stopped.
 fn report(
     cfg: &AgentConfig,
@@ -703,7 +732,7 @@ fn start(
         );
         let p = pulls.clone();
         pulls.spawn(order.id, move || {
-            let ready = images::pull_for(&c, &i, &o, &reference).map(Some);
+            let ready = images::pull_for(&c, &i, &p, &o, &reference).map(Some);
             launch_now(&c, l.as_ref(), &i, &m, &p, &o, ready);
         });
         return;
@@ -868,6 +897,40 @@ mod tests {
             later[0].exit.as_ref().unwrap().message.as_deref(),
             Some("new")
         );
+    }
+
+    #[tokio::test]
+    async fn pull_progress_wakes_a_report_at_most_once_per_interval() {
+        let pulls = images::Pulls::default();
+        let sent_at = tokio::time::Instant::now();
+        let sent = pulls.progress();
+        let reference: wharf_images::ImageRef = "127.0.0.1:5000/test/app:v1".parse().unwrap();
+        pulls.began(1, &reference);
+        // Changed at once, but the report waits out the interval since the last one.
+        let wait = progress_to_report(&pulls, &sent, sent_at);
+        tokio::pin!(wait);
+        let early = tokio::time::timeout(PROGRESS_EVERY * 8 / 10, &mut wait).await;
+        assert!(early.is_err(), "a report came before the interval was over");
+        tokio::time::timeout(PROGRESS_EVERY, &mut wait)
+            .await
+            .expect("the changed progress was never reported");
+        // Woken, but nothing differs from what was sent: no report.
+        let sent = pulls.progress();
+        pulls.stepped(
+            1,
+            &wharf_images::PullEvent::Layer {
+                index: 9,
+                digest: "sha256:x".into(),
+                size: 1,
+                fetched: true,
+            },
+        );
+        let same = tokio::time::timeout(
+            PROGRESS_EVERY * 2,
+            progress_to_report(&pulls, &sent, tokio::time::Instant::now()),
+        )
+        .await;
+        assert!(same.is_err(), "a report was sent for unchanged progress");
     }
 
     #[test]
