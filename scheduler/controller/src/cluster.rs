@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use wharf_api::wire::{AgentJob, ErrorKind, PollRequest};
+use wharf_api::PullProgress;
 use wharf_api::{
     ExitInfo, JobDefaults, JobId, JobRecord, JobState, NodeInfo, NodeRecord, NodeState, Owner,
     Resources,
@@ -115,6 +116,9 @@ pub struct Cluster {
     watch: JobWatch,
     /// Users' registry credentials for their active jobs, apart from the records.
     credentials: crate::registry_auth::JobCredentials,
+    /// Per STARTING job, its nodes' pulls of its image as their agents last reported them:
+    /// in memory only (transient, never stored), dropped when the job leaves STARTING.
+    pulls: BTreeMap<JobId, Vec<PullProgress>>,
 }
 
 impl Cluster {
@@ -221,6 +225,7 @@ impl Cluster {
             groups: crate::groups::unix_groups,
             watch: JobWatch::default(),
             credentials,
+            pulls: BTreeMap::new(),
         };
         cluster.fill_ledger(engine).map_err(StoreError::Ledger)?;
         if !cluster.ledger_in_store {
@@ -309,7 +314,46 @@ impl Cluster {
                 .job(id)?
                 .ok_or_else(|| Failure::new(ErrorKind::NotFound, format!("no job {id}")))?,
         };
-        Ok(view(caller, job))
+        Ok(view(caller, self.with_pulls(job)))
+    }
+
+    /// `job` with its nodes' image pulls under way, if any.
+    fn with_pulls(&self, mut job: JobRecord) -> JobRecord {
+        if let Some(pulls) = self.pulls.get(&job.id) {
+            job.pulling = pulls.clone();
+        }
+        job
+    }
+
+    /// Takes in the pulls `node` reports: they replace the node's earlier ones. Kept only
+    /// for STARTING jobs with a rank on the node that has not started; none of a report of
+    /// more than [`PullProgress::MAX_PER_POLL`].
+    fn take_pulls(&mut self, node: &str, reported: &[PullProgress]) {
+        for pulls in self.pulls.values_mut() {
+            pulls.retain(|p| p.node != node);
+        }
+        let reported = if reported.len() > PullProgress::MAX_PER_POLL {
+            tracing::warn!(node, pulls = reported.len(), "a node reported too many pulls; none kept");
+            &[]
+        } else {
+            reported
+        };
+        for p in reported {
+            let starting = self
+                .jobs
+                .get(&p.job)
+                .filter(|j| j.state == JobState::Starting)
+                .and_then(|j| j.allocs.get(j.rank_on(node)? as usize))
+                .is_some_and(|a| a.start_time.is_none() && !a.ended());
+            if !starting {
+                continue;
+            }
+            let mut p = p.clone();
+            p.node = node.to_string();
+            p.image = wharf_api::text::bounded(&p.image, PullProgress::MAX_IMAGE_LEN).into_owned();
+            self.pulls.entry(p.job).or_default().push(p);
+        }
+        self.pulls.retain(|_, pulls| !pulls.is_empty());
     }
 
     /// Job `id` as `caller` may see it and, while it is active, a receiver of its state that
@@ -338,6 +382,7 @@ impl Cluster {
             .values()
             .filter(|j| only_uid.is_none_or(|u| j.owner.uid == u))
             .map(|j| if brief { j.without_spec() } else { j.clone() })
+            .map(|j| self.with_pulls(j))
             .collect();
         if finished > 0 {
             let mut ended = self.store.finished_jobs(only_uid, finished)?;
@@ -432,6 +477,7 @@ impl Cluster {
         node.last_seen = now;
         node.up = true;
         node.images = report.images.iter().cloned().collect();
+        self.take_pulls(&report.node, &report.pulling);
         let reported: BTreeMap<JobId, &AgentJob> = report.jobs.iter().map(|j| (j.id, j)).collect();
         let node = report.node.as_str();
         let mut changed = Vec::new();
@@ -593,6 +639,9 @@ impl Cluster {
         self.store_with_runs(&changed)?;
         for job in changed {
             self.watch.changed(job.id, job.state);
+            if job.state != JobState::Starting {
+                self.pulls.remove(&job.id);
+            }
             if job.state.is_terminal() {
                 self.credentials.remove(job.id);
                 self.charge(&job);

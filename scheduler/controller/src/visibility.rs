@@ -13,6 +13,8 @@ use crate::cluster::Caller;
 pub fn view(caller: &Caller, mut job: JobRecord) -> JobRecord {
     if !caller.may_manage(&job) {
         job.spec = None;
+        // The image it pulls is the spec's.
+        job.pulling.clear();
         let ranks = job.allocs.iter_mut().filter_map(|a| a.exit.as_mut());
         for exit in job.exit.as_mut().into_iter().chain(ranks) {
             exit.message = None;

@@ -383,3 +383,78 @@ fn a_fault_reported_by_an_older_agent_or_after_a_start_drains_nothing() {
     .unwrap();
     assert_eq!(exit.fault, None);
 }
+
+/// A poll from `node` holding `running` (started) and pulling the images of `pulling`
+/// (job, layers done).
+fn poll_pulling(c: &mut Cluster, node: &str, running: &[JobId], pulling: &[(JobId, u64)]) {
+    let report = PollRequest {
+        node: node.into(),
+        jobs: running
+            .iter()
+            .map(|&id| AgentJob {
+                id,
+                start_time: Some(1_000),
+                exit: None,
+                end_time: None,
+                stopping: false,
+            })
+            .collect(),
+        wait_ms: 0,
+        images: vec![],
+        pulling: pulling
+            .iter()
+            .map(|&(job, done)| wharf_api::PullProgress {
+                job,
+                node: "forged".into(),
+                image: "127.0.0.1:5000/test/app:v1".into(),
+                layers_done: done,
+                layers: 14,
+                bytes_done: done * 600_000_000,
+                bytes: 8_400_000_000,
+            })
+            .collect(),
+    };
+    c.ingest(&report, 2_000).unwrap();
+}
+
+#[test]
+fn pull_progress_is_kept_per_node_while_the_job_starts_and_shown_to_its_owner_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = nodes(&dir, 2);
+    let (id, on) = started(&mut c, 2, false, 10);
+    let pulls = |c: &Cluster| -> Vec<(String, u64)> {
+        job(c, id)
+            .pulling
+            .iter()
+            .map(|p| (p.node.clone(), p.layers_done))
+            .collect()
+    };
+    // A job the node does not run here is not taken in.
+    poll_pulling(&mut c, &on[0], &[], &[(id, 3), (id + 100, 1)]);
+    assert_eq!(pulls(&c), [(on[0].clone(), 3)]);
+    let p = job(&c, id).pulling[0].clone();
+    assert_eq!(
+        p.describe(),
+        "pulling 127.0.0.1:5000/test/app:v1: 1.8 of 8.4 GB, 3 of 14 layers"
+    );
+    // Its owner sees it in the listing too; another user sees neither it nor the image.
+    let listed = c.list(&caller(1000, "ann"), 0, None, true).unwrap();
+    assert_eq!(listed.iter().find(|j| j.id == id).unwrap().pulling.len(), 1);
+    let other = c.job(&caller(1001, "bob"), id).unwrap();
+    assert!(other.pulling.is_empty());
+    // The next report replaces the node's entry; the other node's comes beside it.
+    poll_pulling(&mut c, &on[0], &[], &[(id, 5)]);
+    poll_pulling(&mut c, &on[1], &[], &[(id, 1)]);
+    assert_eq!(pulls(&c), [(on[0].clone(), 5), (on[1].clone(), 1)]);
+    // Never in the job's record itself.
+    assert!(c.jobs.get(&id).unwrap().pulling.is_empty());
+    // The first node started its rank: its pull is over; the job waits for the other.
+    poll_pulling(&mut c, &on[0], &[id], &[]);
+    assert_eq!(job(&c, id).state, JobState::Starting);
+    assert_eq!(pulls(&c), [(on[1].clone(), 1)]);
+    // Once it runs, nothing is left of its pulls, even if a late report names it.
+    poll_pulling(&mut c, &on[1], &[id], &[(id, 14)]);
+    assert_eq!(job(&c, id).state, JobState::Running);
+    assert!(pulls(&c).is_empty());
+    assert!(c.pulls.is_empty());
+}
