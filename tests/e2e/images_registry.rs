@@ -512,3 +512,136 @@ fn a_private_image_in_the_cache_is_served_only_to_users_whose_credentials_prove_
         0
     );
 }
+
+/// A TCP proxy on 127.0.0.1 in front of `upstream` that passes requests on as they come and
+/// answers at most `chunk` bytes per `every` per connection: a registry slow enough for a
+/// pull to be watched. Returns its `127.0.0.1:port`; it serves until the test process ends.
+fn slow_proxy(upstream: &str, chunk: usize, every: Duration) -> String {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let upstream = upstream.to_string();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = TcpStream::connect(&upstream) else {
+                continue;
+            };
+            let (mut to_server, mut from_client) =
+                (server.try_clone().unwrap(), client.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut from_client, &mut to_server);
+                let _ = to_server.shutdown(Shutdown::Write);
+            });
+            let (mut from_server, mut to_client) = (server, client);
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; chunk];
+                loop {
+                    match from_server.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if to_client.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                    }
+                    std::thread::sleep(every);
+                }
+                let _ = to_client.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_starting_jobs_image_pull_progress_is_shown_until_it_runs() {
+    let test = "a_starting_jobs_image_pull_progress_is_shown_until_it_runs";
+    if !can_run(test) || !tools(test) {
+        return;
+    }
+    let work = scratch("whregprog-");
+    let reg = Loopback::start_in(work.path(), false);
+    let base = work.path().join("base");
+    mkrootfs(&base, &["sh", "cat", "wc"]);
+    // Five more layers of 512 KiB each that nothing can shrink.
+    let mut layers = vec![base.clone()];
+    let mut random = fs::File::open("/dev/urandom").unwrap();
+    for i in 0..5 {
+        let dir = work.path().join(format!("layer{i}"));
+        fs::create_dir_all(dir.join("data")).unwrap();
+        let mut bytes = vec![0u8; 512 << 10];
+        std::io::Read::read_exact(&mut random, &mut bytes).unwrap();
+        fs::write(dir.join(format!("data/{i}")), bytes).unwrap();
+        layers.push(dir);
+    }
+    let layout = work.path().join("layout");
+    let refs: Vec<&Path> = layers.iter().map(|p| p.as_path()).collect();
+    write_layout(&layout, "v1", &refs);
+    reg.push(&layout, "v1", "test/big", None);
+    // About 640 kB/s per connection: the pull takes seconds.
+    let slow = slow_proxy(&reg.addr, 16 << 10, Duration::from_millis(25));
+    let reference = format!("{slow}/test/big:v1");
+
+    let c = Cluster::start();
+    let pat = user("whreg-pat");
+    let out = c.wharf_as(
+        &pat,
+        &["submit", "--image", &reference, "--wrap", "cat /data/4 | wc -c"],
+    );
+    let id = submitted_id(&out);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut seen = Vec::new();
+    let mut lines = Vec::new();
+    loop {
+        let job = c.job(id);
+        let state = job["state"].as_str().unwrap_or_default().to_string();
+        if state != "PENDING" && state != "STARTING" {
+            break;
+        }
+        if let Some(p) = job["pulling"].as_array().and_then(|p| p.first()) {
+            assert_eq!(p["node"], job["allocs"][0]["node"], "{job}");
+            seen.push(p.clone());
+            let human = stdout(&c.wharf(&["show", &id.to_string()]));
+            if let Some(line) = human.lines().find(|l| l.contains("pulling")) {
+                lines.push(line.trim().to_string());
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {id} still {state}: {job}\n{}",
+            c.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let job = c.wait_done(id, Duration::from_secs(60));
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{}", c.log());
+    assert!(job.get("pulling").is_none(), "{job}");
+    // Seen while STARTING: the image, its 6 layers and their bytes (at least the random
+    // data's, however the push compressed them), some not there yet.
+    let partial = seen.iter().find(|p| {
+        p["layers"] == 6
+            && p["bytes"].as_u64().unwrap() >= 5 * (512 << 10)
+            && p["layers_done"].as_u64().unwrap() < 6
+            && p["bytes_done"].as_u64() < p["bytes"].as_u64()
+    });
+    assert!(
+        partial.is_some_and(|p| p["image"] == reference.as_str()),
+        "no progress seen while the job was pulled: {seen:?}\n{}",
+        c.log()
+    );
+    let shown = lines.iter().find(|l| l.contains(" of 6 layers"));
+    assert!(
+        shown.is_some_and(|l| l.starts_with(&format!("Image: pulling {reference}: "))
+            && l.contains(" MB, ")),
+        "{lines:?}"
+    );
+    // The progress moved, in reports at most about one a second.
+    let counts: std::collections::BTreeSet<u64> = seen
+        .iter()
+        .map(|p| p["layers_done"].as_u64().unwrap())
+        .collect();
+    assert!(counts.len() >= 2, "{seen:?}");
+    let out = fs::read_to_string(c.home(&pat).join(format!("wharf-{id}.out"))).unwrap();
+    assert_eq!(out.trim(), (512 << 10).to_string());
+}

@@ -38,12 +38,16 @@ impl PullProgress {
     /// `pulling IMAGE: 2.1 of 8.4 GB, 3 of 14 layers` (`pulling IMAGE: resolving` before the
     /// manifest is known). Not escaped: callers that print it clean it.
     pub fn describe(&self) -> String {
+        format!("pulling {}: {}", self.image, self.counts())
+    }
+
+    /// `2.1 of 8.4 GB, 3 of 14 layers`, or `resolving` before the manifest is known.
+    pub fn counts(&self) -> String {
         if self.layers == 0 && self.bytes == 0 {
-            return format!("pulling {}: resolving", self.image);
+            return "resolving".into();
         }
         format!(
-            "pulling {}: {}, {} of {} layers",
-            self.image,
+            "{}, {} of {} layers",
             bytes_of(self.bytes_done, self.bytes),
             self.layers_done,
             self.layers
