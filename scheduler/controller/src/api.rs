@@ -609,6 +609,10 @@ async fn poll(
         .filter(|j| j.exit.is_none() && j.stopping)
         .map(|j| j.id)
         .collect();
+    // Jobs whose image the node is pulling: their launch order is under way there, so it is
+    // not repeated (an answer at once to each poll would make the agent poll without pause
+    // for as long as the pull lasts); the agent's progress reports wake it instead.
+    let pulling: BTreeSet<JobId> = req.pulling.iter().map(|p| p.job).collect();
     let wait = Duration::from_millis(req.wait_ms.min(s.config.poll_wait.as_millis() as u64));
     let notify = s.node_notify(&node);
     // Register interest before reading state so a wake-up between the two is not lost.
@@ -626,7 +630,9 @@ async fn poll(
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         let (n, h, st) = (node.clone(), held.clone(), stopping.clone());
-        let (launch, kill) = with_cluster(&s, move |cl, _| Ok(cl.orders(&n, &h, &st))).await?;
+        let (mut launch, kill) =
+            with_cluster(&s, move |cl, _| Ok(cl.orders(&n, &h, &st))).await?;
+        launch.retain(|order| !pulling.contains(&order.id));
         if !launch.is_empty()
             || !kill.is_empty()
             || !forget.is_empty()
