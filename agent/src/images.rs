@@ -494,7 +494,10 @@ mod tests {
         // The next mirror's manifest: counted again from its layers.
         pulls.stepped(4, &resolved);
         assert_eq!(
-            (pulls.progress()[0].layers_done, pulls.progress()[0].bytes_done),
+            (
+                pulls.progress()[0].layers_done,
+                pulls.progress()[0].bytes_done
+            ),
             (0, 0)
         );
         pulls.stepped(4, &layer(1, 100, true));

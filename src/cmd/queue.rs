@@ -97,7 +97,10 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             _ if j.allocs.is_empty() => "-".into(),
             // How far its image's pull has come, on the node that is furthest behind.
             JobState::Starting if !j.pulling.is_empty() => {
-                let behind = j.pulling.iter().min_by_key(|p| (p.layers_done, p.bytes_done));
+                let behind = j
+                    .pulling
+                    .iter()
+                    .min_by_key(|p| (p.layers_done, p.bytes_done));
                 match behind {
                     Some(p) => format!("{} (pulling: {})", j.nodelist(), p.counts()),
                     None => j.nodelist(),

@@ -587,7 +587,13 @@ fn a_starting_jobs_image_pull_progress_is_shown_until_it_runs() {
     let pat = user("whreg-pat");
     let out = c.wharf_as(
         &pat,
-        &["submit", "--image", &reference, "--wrap", "cat /data/4 | wc -c"],
+        &[
+            "submit",
+            "--image",
+            &reference,
+            "--wrap",
+            "cat /data/4 | wc -c",
+        ],
     );
     let id = submitted_id(&out);
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
@@ -632,8 +638,9 @@ fn a_starting_jobs_image_pull_progress_is_shown_until_it_runs() {
     );
     let shown = lines.iter().find(|l| l.contains(" of 6 layers"));
     assert!(
-        shown.is_some_and(|l| l.starts_with(&format!("Image: pulling {reference}: "))
-            && l.contains(" MB, ")),
+        shown.is_some_and(
+            |l| l.starts_with(&format!("Image: pulling {reference}: ")) && l.contains(" MB, ")
+        ),
         "{lines:?}"
     );
     // The progress moved, in reports at most about one a second.

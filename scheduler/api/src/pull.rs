@@ -100,7 +100,10 @@ mod tests {
             image: "nvcr.io/nvidia/pytorch:24.05".into(),
             ..Default::default()
         };
-        assert_eq!(p.describe(), "pulling nvcr.io/nvidia/pytorch:24.05: resolving");
+        assert_eq!(
+            p.describe(),
+            "pulling nvcr.io/nvidia/pytorch:24.05: resolving"
+        );
         p.layers = 14;
         p.layers_done = 3;
         p.bytes = 8_400_000_000;

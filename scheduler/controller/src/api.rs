@@ -630,8 +630,7 @@ async fn poll(
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         let (n, h, st) = (node.clone(), held.clone(), stopping.clone());
-        let (mut launch, kill) =
-            with_cluster(&s, move |cl, _| Ok(cl.orders(&n, &h, &st))).await?;
+        let (mut launch, kill) = with_cluster(&s, move |cl, _| Ok(cl.orders(&n, &h, &st))).await?;
         launch.retain(|order| !pulling.contains(&order.id));
         if !launch.is_empty()
             || !kill.is_empty()

@@ -333,7 +333,11 @@ impl Cluster {
             pulls.retain(|p| p.node != node);
         }
         let reported = if reported.len() > PullProgress::MAX_PER_POLL {
-            tracing::warn!(node, pulls = reported.len(), "a node reported too many pulls; none kept");
+            tracing::warn!(
+                node,
+                pulls = reported.len(),
+                "a node reported too many pulls; none kept"
+            );
             &[]
         } else {
             reported
