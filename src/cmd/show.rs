@@ -275,3 +275,51 @@ fn rank_line(rank: usize, per_node: u32, a: &wharf_api::NodeAlloc) -> String {
     }
     line
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wharf_api::{JobState, NodeAlloc, Owner, PullProgress, Resources};
+
+    #[test]
+    fn a_starting_jobs_pulls_are_shown_one_line_per_node_escaped() {
+        let owner = Owner {
+            uid: 1000,
+            gid: 1000,
+            user: "ann".into(),
+        };
+        let mut j = JobRecord::pending(owner, "train".into(), Resources::default(), 60, 0);
+        j.state = JobState::Starting;
+        j.allocs = vec![NodeAlloc::new("n1", vec![], vec![])];
+        let pull = |node: &str, image: &str| PullProgress {
+            job: 1,
+            node: node.into(),
+            image: image.into(),
+            layers_done: 3,
+            layers: 14,
+            bytes_done: 2_100_000_000,
+            bytes: 8_400_000_000,
+        };
+        j.pulling = vec![pull("n1", "nvcr.io/nvidia/pytorch:24.05")];
+        assert_eq!(
+            pull_lines(&j),
+            [(
+                "Image",
+                "pulling nvcr.io/nvidia/pytorch:24.05: 2.1 of 8.4 GB, 3 of 14 layers".to_string()
+            )]
+        );
+        // A gang names each node; what came over the wire is printed escaped.
+        j.allocs.push(NodeAlloc::new("n2", vec![], vec![]));
+        j.pulling.push(pull("n2", "x\x1b[2J"));
+        let lines = pull_lines(&j);
+        assert!(lines[0].1.ends_with("3 of 14 layers on n1"), "{lines:?}");
+        let shown = output::clean(&lines[1].1);
+        assert!(
+            !shown.contains('\x1b') && shown.starts_with("pulling x\\e[2J: "),
+            "{shown}"
+        );
+        // Only while STARTING.
+        j.state = JobState::Running;
+        assert!(pull_lines(&j).is_empty());
+    }
+}
