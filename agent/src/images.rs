@@ -2,9 +2,11 @@
 //!
 //! A launch whose image is a registry reference that the store does not hold yet is handed to
 //! a thread of its own: it pulls (two jobs asking for one image wait on the store's per-layer
-//! locks and download each layer once), then launches as usual. Meanwhile the controller
-//! repeats the launch order at each poll; [`Pulls`] remembers the jobs whose pull is under way
-//! so the order is not started twice. A failed pull ends the job with the registry's reason.
+//! locks and download each layer once), then launches as usual. [`Pulls`] remembers the jobs
+//! whose pull is under way, so that a repeated launch order is not started twice, and how far
+//! each pull has come: the poll reports it (`PollRequest::pulling`), which also tells the
+//! controller not to repeat those orders, and a step of a pull wakes a report (at most once
+//! per [`crate::PROGRESS_EVERY`]). A failed pull ends the job with the registry's reason.
 //!
 //! The pull uses the job's own user's credential for its image's registry when the launch
 //! order carries one (sent with the submit), else the node's (`[images] auth_file`). It is
@@ -33,8 +35,8 @@ use crate::{AgentConfig, BackendKind};
 pub const PROOF_TTL: Duration = Duration::from_secs(60);
 
 /// The jobs whose image is being pulled (or whose access to a private image is being
-/// checked), the recent proofs of access, and the image pins held for launched jobs. Cheap to
-/// clone; clones share them.
+/// checked) and how far each pull has come, the recent proofs of access, and the image pins
+/// held for launched jobs. Cheap to clone; clones share them.
 #[derive(Debug, Clone, Default)]
 pub struct Pulls {
     jobs: Arc<Mutex<BTreeSet<u64>>>,
