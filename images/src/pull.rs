@@ -81,8 +81,7 @@ impl ImageStore {
     /// Layers already in the store are not fetched; layers and roots being made by another
     /// pull are waited for, not fetched twice.
     ///
-    /// Errors: the registry's (`NotFound`, `PermissionDenied`, `Unavailable`, with its
-    /// reason); `InvalidInput` for a malformed or tampered image or one over the [`Limits`]
+    /// Errors: the registry's (`NotFound`, `Refused`, `Unreachable`, with its reason); `InvalidInput` for a malformed or tampered image or one over the [`Limits`]
     /// (`crate::Limits`). Nothing of a failed layer is kept.
     ///
     /// With a quota ([`ImageStore::with_quota`]), evicts least recently used images not in use
@@ -205,8 +204,9 @@ impl ImageStore {
 /// is what a cached image that needed credentials to pull ([`ImageInfo::private`]) is served
 /// against.
 ///
-/// Errors: every source's refusal, the last one's kind (`PermissionDenied` when the
-/// registry refused the credentials or wanted some, `Unavailable` when it cannot be reached).
+/// Errors: every source's refusal, the last one's kind (`Refused` when the registry refused
+/// the credentials or wanted some, `NotFound` when it has no such manifest, `Unreachable`
+/// when it cannot be reached).
 pub fn check_access(reference: &ImageRef, digest: &str, opts: &RegistryOptions) -> Result<()> {
     let mut failed: Vec<ImageError> = Vec::new();
     for source in opts.sources(reference)? {
@@ -215,9 +215,7 @@ pub fn check_access(reference: &ImageRef, digest: &str, opts: &RegistryOptions) 
             Err(e) => failed.push(e),
         }
     }
-    let kind = failed
-        .last()
-        .map_or(crate::ErrorKind::PermissionDenied, |e| e.kind);
+    let kind = failed.last().map_or(crate::ErrorKind::Refused, |e| e.kind);
     let why: Vec<String> = failed.into_iter().map(|e| e.message).collect();
     Err(ImageError::new(kind, why.join("; ")))
 }
