@@ -41,8 +41,33 @@ pub enum PullEvent {
         /// Downloaded now (else it was there already, or another pull made it).
         fetched: bool,
     },
+    /// Bytes this pull has downloaded so far, over all its layers (resumed downloads count
+    /// what arrived); sent while layers download, at most every [`BYTES_EVERY`], and once
+    /// more when the last of them ends.
+    Bytes {
+        /// Downloaded so far.
+        fetched: u64,
+    },
     /// The root is ready.
     Done(ImageInfo),
+}
+
+/// How often [`PullEvent::Bytes`] is sent while layers download.
+pub const BYTES_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// A download that counts what is read from it into a total shared by a pull's layers.
+struct Counted {
+    inner: Box<dyn std::io::Read + Send + Sync>,
+    total: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl std::io::Read for Counted {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.total
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(n)
+    }
 }
 
 impl ImageStore {
@@ -56,8 +81,7 @@ impl ImageStore {
     /// Layers already in the store are not fetched; layers and roots being made by another
     /// pull are waited for, not fetched twice.
     ///
-    /// Errors: the registry's (`NotFound`, `PermissionDenied`, `Unavailable`, with its
-    /// reason); `InvalidInput` for a malformed or tampered image or one over the [`Limits`]
+    /// Errors: the registry's (`NotFound`, `Refused`, `Unreachable`, with its reason); `InvalidInput` for a malformed or tampered image or one over the [`Limits`]
     /// (`crate::Limits`). Nothing of a failed layer is kept.
     ///
     /// With a quota ([`ImageStore::with_quota`]), evicts least recently used images not in use
@@ -180,8 +204,9 @@ impl ImageStore {
 /// is what a cached image that needed credentials to pull ([`ImageInfo::private`]) is served
 /// against.
 ///
-/// Errors: every source's refusal, the last one's kind (`PermissionDenied` when the
-/// registry refused the credentials or wanted some, `Unavailable` when it cannot be reached).
+/// Errors: every source's refusal, the last one's kind (`Refused` when the registry refused
+/// the credentials or wanted some, `NotFound` when it has no such manifest, `Unreachable`
+/// when it cannot be reached).
 pub fn check_access(reference: &ImageRef, digest: &str, opts: &RegistryOptions) -> Result<()> {
     let mut failed: Vec<ImageError> = Vec::new();
     for source in opts.sources(reference)? {
@@ -190,9 +215,7 @@ pub fn check_access(reference: &ImageRef, digest: &str, opts: &RegistryOptions) 
             Err(e) => failed.push(e),
         }
     }
-    let kind = failed
-        .last()
-        .map_or(crate::ErrorKind::PermissionDenied, |e| e.kind);
+    let kind = failed.last().map_or(crate::ErrorKind::Refused, |e| e.kind);
     let why: Vec<String> = failed.into_iter().map(|e| e.message).collect();
     Err(ImageError::new(kind, why.join("; ")))
 }
@@ -219,12 +242,14 @@ impl ImageStore {
         let next = std::sync::atomic::AtomicUsize::new(0);
         let failed = std::sync::atomic::AtomicBool::new(false);
         let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<bool>)>();
+        let downloaded = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let workers = PARALLEL_LAYERS.min(layers.len());
         let mut first_error = None;
         std::thread::scope(|scope| {
             for _ in 0..workers {
                 let tx = tx.clone();
                 let (spent, next, failed) = (&spent, &next, &failed);
+                let downloaded = &downloaded;
                 scope.spawn(move || loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     if i >= layers.len() || failed.load(std::sync::atomic::Ordering::SeqCst) {
@@ -237,7 +262,11 @@ impl ImageStore {
                     };
                     let mut budget = before.clone();
                     let res = ensure_layer(self.root(), desc, &diff_ids[i], &mut budget, || {
-                        registry.blob(&desc.digest)
+                        let counted: Box<dyn std::io::Read + Send + Sync> = Box::new(Counted {
+                            inner: registry.blob(&desc.digest)?,
+                            total: downloaded.clone(),
+                        });
+                        Ok(counted)
                     })
                     .and_then(|fetched| {
                         let mut total = spent.lock().map_err(|_| {
@@ -255,7 +284,24 @@ impl ImageStore {
                 });
             }
             drop(tx);
-            for (i, res) in rx {
+            let mut told = 0;
+            let mut tell_bytes = |progress: &mut dyn FnMut(PullEvent)| {
+                let now = downloaded.load(std::sync::atomic::Ordering::Relaxed);
+                if now != told {
+                    told = now;
+                    progress(PullEvent::Bytes { fetched: now });
+                }
+            };
+            loop {
+                let (i, res) = match rx.recv_timeout(BYTES_EVERY) {
+                    Ok(ended) => ended,
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        tell_bytes(progress);
+                        continue;
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                };
+                tell_bytes(progress);
                 let desc = &layers[i];
                 match res {
                     Ok(fetched) => progress(PullEvent::Layer {

@@ -49,6 +49,31 @@ fn fetched(events: &[PullEvent]) -> Vec<bool> {
         .collect()
 }
 
+/// The byte counts a pull reported: they never go down, and the last is every fetched
+/// layer's size (the layers already there downloaded nothing).
+fn assert_bytes_add_up(events: &[PullEvent]) {
+    let counts: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match e {
+            PullEvent::Bytes { fetched } => Some(*fetched),
+            _ => None,
+        })
+        .collect();
+    assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
+    let fetched: u64 = events
+        .iter()
+        .filter_map(|e| match e {
+            PullEvent::Layer {
+                size,
+                fetched: true,
+                ..
+            } => Some(*size),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(counts.last().copied().unwrap_or(0), fetched, "{counts:?}");
+}
+
 fn entries(dir: &Path) -> usize {
     fs::read_dir(dir).map_or(0, |d| d.count())
 }
@@ -112,6 +137,7 @@ fn a_multi_layer_image_is_pulled_with_whiteouts_applied_and_layers_shared() {
     assert_eq!(info.source, "registry");
     assert_eq!(info.layers.len(), 3);
     assert_eq!(fetched(&events), [true, true, true]);
+    assert_bytes_add_up(&events);
     let root = &info.rootfs;
     assert_eq!(fs::read(root.join("etc/keep")).unwrap(), b"kept");
     assert!(!root.join("etc/gone").exists(), "the whiteout removed it");
@@ -129,6 +155,7 @@ fn a_multi_layer_image_is_pulled_with_whiteouts_applied_and_layers_shared() {
     let (info2, events) = pull(&s, &reg.reference("test/img:v2"));
     let info2 = info2.unwrap();
     assert_eq!(fetched(&events), [false, true]);
+    assert_bytes_add_up(&events);
     assert_eq!(info2.layers[0], info.layers[0]);
     assert_eq!(entries(&s.store.root().join("layers")), 4);
     assert!(
@@ -638,7 +665,7 @@ fn a_pull_that_needed_credentials_is_private_and_access_is_proven_by_digest() {
     wharf_images::check_access(&r, &digest, &user("p")).unwrap();
     for opts in [RegistryOptions::default(), user("wrong")] {
         let e = wharf_images::check_access(&r, &digest, &opts).unwrap_err();
-        assert_eq!(e.kind, ErrorKind::PermissionDenied, "{e}");
+        assert_eq!(e.kind, ErrorKind::Refused, "{e}");
     }
     // The site's credential proves it too, but a user's own credential is used in its place.
     let site = RegistryOptions {

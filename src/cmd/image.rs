@@ -183,8 +183,83 @@ fn print_progress(event: &wharf_images::PullEvent) {
                 "already here"
             }
         ),
-        PullEvent::Done(_) => {}
+        PullEvent::Bytes { .. } | PullEvent::Done(_) => {}
     }
+}
+
+/// Where a pull stands, as a terminal's progress bar shows it: bytes (a layer that was already
+/// in the store counts as done at once) and layers.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct PullMeter {
+    /// Compressed bytes of every layer.
+    total: u64,
+    layers: usize,
+    layers_done: usize,
+    /// Bytes of the layers that were already here.
+    already: u64,
+    /// Bytes downloaded so far.
+    fetched: u64,
+}
+
+impl PullMeter {
+    fn apply(&mut self, event: &wharf_images::PullEvent) {
+        use wharf_images::PullEvent;
+        match event {
+            PullEvent::Resolved { layers, bytes, .. } => {
+                self.total = *bytes;
+                self.layers = *layers;
+            }
+            PullEvent::Layer { size, fetched, .. } => {
+                self.layers_done += 1;
+                if !fetched {
+                    self.already += size;
+                }
+            }
+            PullEvent::Bytes { fetched } => self.fetched = *fetched,
+            PullEvent::Done(_) => {}
+        }
+    }
+
+    /// Bytes done, never past the total.
+    fn position(&self) -> u64 {
+        (self.already + self.fetched).min(self.total)
+    }
+
+    fn message(&self) -> String {
+        format!("{} of {} layers", self.layers_done, self.layers)
+    }
+}
+
+/// The pull's bar: layers done, bytes, rate and time left.
+fn bar_style() -> Result<indicatif::ProgressStyle> {
+    Ok(indicatif::ProgressStyle::with_template(
+        "{msg:>16} [{wide_bar}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+    )?
+    .progress_chars("=> "))
+}
+
+/// Reports a pull's events: a progress bar (bytes, rate, layers) on a terminal, else
+/// [`print_progress`]'s lines.
+fn reporter() -> Result<Box<dyn FnMut(wharf_images::PullEvent) + Send>> {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return Ok(Box::new(|event| print_progress(&event)));
+    }
+    let bar = indicatif::ProgressBar::new(0).with_style(bar_style()?);
+    let mut meter = PullMeter::default();
+    Ok(Box::new(move |event| {
+        meter.apply(&event);
+        match &event {
+            wharf_images::PullEvent::Resolved { digest, .. } => {
+                bar.set_length(meter.total);
+                bar.println(format!("Resolved {}", output::clean(digest)));
+            }
+            wharf_images::PullEvent::Done(_) => bar.finish_and_clear(),
+            _ => {}
+        }
+        bar.set_message(meter.message());
+        bar.set_position(meter.position());
+    }))
 }
 
 /// Runs the command.
@@ -221,10 +296,9 @@ pub async fn run(cmd: Command) -> Result<i32> {
             let quota = store.quota()?;
             let s = store.open()?.with_limits(limits.limits()).with_quota(quota);
             let started = std::time::Instant::now();
-            let info = tokio::task::spawn_blocking(move || {
-                s.pull(&reference, &opts, &mut |event| print_progress(&event))
-            })
-            .await??;
+            let mut report = reporter()?;
+            let info = tokio::task::spawn_blocking(move || s.pull(&reference, &opts, &mut report))
+                .await??;
             println!(
                 "Pulled {} ({}, {} unpacked) in {:.1}s",
                 output::clean(&info.name),
@@ -423,5 +497,48 @@ fn print_inspect(
             ]);
         }
         output::print_table(&t);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wharf_images::PullEvent;
+
+    #[test]
+    fn the_bar_counts_layers_already_here_as_done_and_downloads_as_they_come() {
+        let mut m = PullMeter::default();
+        m.apply(&PullEvent::Resolved {
+            digest: "sha256:x".into(),
+            layers: 3,
+            bytes: 1000,
+        });
+        assert_eq!((m.position(), m.message()), (0, "0 of 3 layers".into()));
+        m.apply(&PullEvent::Layer {
+            index: 1,
+            digest: "sha256:a".into(),
+            size: 600,
+            fetched: false,
+        });
+        m.apply(&PullEvent::Bytes { fetched: 250 });
+        assert_eq!((m.position(), m.message()), (850, "1 of 3 layers".into()));
+        m.apply(&PullEvent::Bytes { fetched: 400 });
+        m.apply(&PullEvent::Layer {
+            index: 2,
+            digest: "sha256:b".into(),
+            size: 100,
+            fetched: true,
+        });
+        m.apply(&PullEvent::Layer {
+            index: 3,
+            digest: "sha256:c".into(),
+            size: 300,
+            fetched: true,
+        });
+        assert_eq!((m.position(), m.message()), (1000, "3 of 3 layers".into()));
+        // A download that resumed may read a little more than its size: never past the end.
+        m.apply(&PullEvent::Bytes { fetched: 450 });
+        assert_eq!(m.position(), 1000);
+        assert!(bar_style().is_ok());
     }
 }

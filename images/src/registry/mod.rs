@@ -285,8 +285,8 @@ impl Registry {
     /// Fetches the manifest or index `reference` (a tag or a digest), at most `max` bytes,
     /// and checks it against the digest when `reference` is one.
     ///
-    /// Errors: `NotFound` (no such tag or repository), `PermissionDenied` (credentials
-    /// needed or refused), `InvalidInput` (too large, wrong digest), `Unavailable`.
+    /// Errors: `NotFound` (no such tag or repository), `Refused` (credentials needed or
+    /// refused), `InvalidInput` (too large, wrong digest), `Unreachable`.
     pub fn manifest(&self, reference: &str, max: u64) -> Result<Fetched> {
         let what = format!("manifest {reference} of {}", self.name);
         let resp = self.get(
