@@ -58,13 +58,19 @@ pub struct Pulls {
 struct Progress {
     /// The reference pulled.
     image: String,
+    /// Layers of its manifest; 0 until it is resolved.
+    layers: usize,
     /// Compressed bytes of all layers; 0 until the manifest is resolved.
     total: u64,
-    /// Each layer's compressed size once it is in the store (index 0 is layer 1); one entry
-    /// per layer once the manifest is resolved.
-    sizes: Vec<u64>,
-    /// The indices of the layers in the store so far.
+    /// The indices (from 1) of the layers in the store so far.
     done: BTreeSet<usize>,
+    /// Compressed bytes of the layers that were in the store already (or another pull made):
+    /// done at once.
+    kept: u64,
+    /// Compressed bytes of the layers this pull downloaded to the end.
+    fetched: u64,
+    /// Bytes this pull has downloaded so far, layers under way included.
+    downloaded: u64,
 }
 
 impl Progress {
@@ -73,31 +79,44 @@ impl Progress {
     fn apply(&mut self, event: &PullEvent) {
         match event {
             PullEvent::Resolved { layers, bytes, .. } => {
-                // Sizes come with each layer; the total is known now.
-                self.sizes = vec![0; *layers];
-                self.done.clear();
-                self.total = *bytes;
+                *self = Progress {
+                    image: std::mem::take(&mut self.image),
+                    layers: *layers,
+                    total: *bytes,
+                    ..Default::default()
+                };
             }
-            PullEvent::Layer { index, size, .. } => {
-                if let Some(s) = index.checked_sub(1).and_then(|i| self.sizes.get_mut(i)) {
-                    *s = *size;
-                    self.done.insert(*index);
+            PullEvent::Layer {
+                index,
+                size,
+                fetched,
+                ..
+            } => {
+                if (1..=self.layers).contains(index) && self.done.insert(*index) {
+                    if *fetched {
+                        self.fetched += size;
+                    } else {
+                        self.kept += size;
+                    }
                 }
             }
+            PullEvent::Bytes { fetched } => self.downloaded = *fetched,
             // The entry goes when the pull's thread is over.
             PullEvent::Done(_) => {}
         }
     }
 
-    /// As reported to the controller.
+    /// As reported to the controller: the bytes of the layers kept, and of those downloaded
+    /// (the count of downloaded bytes, which comes at intervals, or the layers it has
+    /// finished, whichever is further).
     fn report(&self, job: u64) -> PullProgress {
         PullProgress {
             job,
             node: String::new(),
             image: self.image.clone(),
             layers_done: self.done.len() as u64,
-            layers: self.sizes.len() as u64,
-            bytes_done: self.sizes.iter().sum::<u64>().min(self.total),
+            layers: self.layers as u64,
+            bytes_done: (self.kept + self.fetched.max(self.downloaded)).min(self.total),
             bytes: self.total,
         }
     }
@@ -502,8 +521,21 @@ mod tests {
             ),
             (0, 0)
         );
+        pulls.stepped(4, &layer(2, 200, false));
+        assert_eq!(pulls.progress()[0].bytes_done, 200);
+        // Bytes of the layers under way count as they arrive, never past the total.
+        pulls.stepped(4, &PullEvent::Bytes { fetched: 150 });
+        assert_eq!(
+            (
+                pulls.progress()[0].layers_done,
+                pulls.progress()[0].bytes_done
+            ),
+            (1, 350)
+        );
         pulls.stepped(4, &layer(1, 100, true));
-        assert_eq!(pulls.progress()[0].bytes_done, 100);
+        assert_eq!(pulls.progress()[0].bytes_done, 350);
+        pulls.stepped(4, &PullEvent::Bytes { fetched: 10_000 });
+        assert_eq!(pulls.progress()[0].bytes_done, 600);
         pulls.ended(4);
         assert!(pulls.progress().is_empty());
     }

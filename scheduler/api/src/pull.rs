@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::job::JobId;
 
-/// One node's pull of one job's image. Counts are of whole layers: a layer's bytes count as
-/// done once it is in the node's store (at once for layers the store held already).
+/// One node's pull of one job's image. The bytes of a layer the node's store held already
+/// count as done at once; those of the layers downloaded, as they arrive.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PullProgress {
     /// The job.
@@ -22,7 +22,7 @@ pub struct PullProgress {
     pub layers_done: u64,
     /// Layers of the image; 0 until its manifest is resolved.
     pub layers: u64,
-    /// Compressed bytes of the layers in the store so far.
+    /// Compressed bytes done so far: of the layers kept, and downloaded.
     pub bytes_done: u64,
     /// Compressed bytes of all its layers; 0 until its manifest is resolved.
     pub bytes: u64,
