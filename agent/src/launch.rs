@@ -184,7 +184,11 @@ pub fn container_spec(
         }
         None => vec![order.owner.gid],
     };
-    let (rootfs, rootfs_partition, image_digest) = resolve_image(cfg, images, order, &groups)?;
+    let Root {
+        path: rootfs,
+        partition: rootfs_partition,
+        digest: image_digest,
+    } = resolve_image(cfg, images, order, &groups)?;
     let home = user
         .as_ref()
         .map(|u| u.dir.display().to_string())
@@ -412,6 +416,26 @@ pub fn pin_image(
     wharf_images::Pin::rootfs(&spec.rootfs).map(Some)
 }
 
+/// A job's root as [`resolve_image`] found it.
+struct Root {
+    /// A directory, or a SIF file.
+    path: PathBuf,
+    /// A SIF file's squashfs partition: offset and size.
+    partition: Option<(u64, u64)>,
+    /// An image of the store's digest.
+    digest: Option<String>,
+}
+
+impl Root {
+    fn at(path: PathBuf) -> Root {
+        Root {
+            path,
+            partition: None,
+            digest: None,
+        }
+    }
+}
+
 /// The job's root: the host's `/`, an image in the store (with its digest), or a SIF file (an absolute path
 /// ending in `.sif`, which the user must be able to read). The agent reads it as root, so it
 /// refuses early, with a clear reason, a file the user could not open (symlinks resolved
@@ -422,7 +446,7 @@ fn resolve_image(
     images: &wharf_images::ImageStore,
     order: &LaunchOrder,
     groups: &[u32],
-) -> Result<(PathBuf, Option<(u64, u64)>, Option<String>), LaunchError> {
+) -> Result<Root, LaunchError> {
     let image = &order.spec.image;
     if let crate::BackendKind::Docker(_) = cfg.backend {
         if image == "host" || image.starts_with('/') {
@@ -434,10 +458,10 @@ fn resolve_image(
                 ),
             ));
         }
-        return Ok((PathBuf::from("/"), None, None));
+        return Ok(Root::at(PathBuf::from("/")));
     }
     if image == "host" {
-        return Ok((PathBuf::from("/"), None, None));
+        return Ok(Root::at(PathBuf::from("/")));
     }
     if image.starts_with('/') && image.ends_with(".sif") {
         let path = PathBuf::from(image);
@@ -468,7 +492,10 @@ fn resolve_image(
                     .replacen(&real.display().to_string(), image, 1),
             )
         })?;
-        return Ok((path, Some((part.offset, part.size)), None));
+        return Ok(Root {
+            partition: Some((part.offset, part.size)),
+            ..Root::at(path)
+        });
     }
     // An imported image of that name first; else the registry image pulled for it.
     let info = images
@@ -483,7 +510,10 @@ fn resolve_image(
             format!("image {image:?} on node {}: {e}", cfg.node_name),
         )
     })?;
-    Ok((info.rootfs, None, Some(info.digest)))
+    Ok(Root {
+        digest: Some(info.digest),
+        ..Root::at(info.rootfs)
+    })
 }
 
 /// A bind the user asked for (`SOURCE:DEST[:ro]`): the source, symlinks resolved, must lie
