@@ -184,7 +184,11 @@ pub fn container_spec(
         }
         None => vec![order.owner.gid],
     };
-    let (rootfs, rootfs_partition) = resolve_image(cfg, images, order, &groups)?;
+    let Root {
+        path: rootfs,
+        partition: rootfs_partition,
+        digest: image_digest,
+    } = resolve_image(cfg, images, order, &groups)?;
     let home = user
         .as_ref()
         .map(|u| u.dir.display().to_string())
@@ -381,6 +385,7 @@ pub fn container_spec(
         tmp_files,
         identity,
         rootfs_partition,
+        image_digest,
         stack: cfg.stack,
         remap_root: spec.remap_root,
         writable: spec.writable,
@@ -411,7 +416,27 @@ pub fn pin_image(
     wharf_images::Pin::rootfs(&spec.rootfs).map(Some)
 }
 
-/// The job's root: the host's `/`, an image in the store, or a SIF file (an absolute path
+/// A job's root as [`resolve_image`] found it.
+struct Root {
+    /// A directory, or a SIF file.
+    path: PathBuf,
+    /// A SIF file's squashfs partition: offset and size.
+    partition: Option<(u64, u64)>,
+    /// An image of the store's digest.
+    digest: Option<String>,
+}
+
+impl Root {
+    fn at(path: PathBuf) -> Root {
+        Root {
+            path,
+            partition: None,
+            digest: None,
+        }
+    }
+}
+
+/// The job's root: the host's `/`, an image in the store (with its digest), or a SIF file (an absolute path
 /// ending in `.sif`, which the user must be able to read). The agent reads it as root, so it
 /// refuses early, with a clear reason, a file the user could not open (symlinks resolved
 /// first: what counts is the directories above the target); the shim then opens it as the
@@ -421,7 +446,7 @@ fn resolve_image(
     images: &wharf_images::ImageStore,
     order: &LaunchOrder,
     groups: &[u32],
-) -> Result<(PathBuf, Option<(u64, u64)>), LaunchError> {
+) -> Result<Root, LaunchError> {
     let image = &order.spec.image;
     if let crate::BackendKind::Docker(_) = cfg.backend {
         if image == "host" || image.starts_with('/') {
@@ -433,10 +458,10 @@ fn resolve_image(
                 ),
             ));
         }
-        return Ok((PathBuf::from("/"), None));
+        return Ok(Root::at(PathBuf::from("/")));
     }
     if image == "host" {
-        return Ok((PathBuf::from("/"), None));
+        return Ok(Root::at(PathBuf::from("/")));
     }
     if image.starts_with('/') && image.ends_with(".sif") {
         let path = PathBuf::from(image);
@@ -467,7 +492,10 @@ fn resolve_image(
                     .replacen(&real.display().to_string(), image, 1),
             )
         })?;
-        return Ok((path, Some((part.offset, part.size))));
+        return Ok(Root {
+            partition: Some((part.offset, part.size)),
+            ..Root::at(path)
+        });
     }
     // An imported image of that name first; else the registry image pulled for it.
     let info = images
@@ -482,7 +510,10 @@ fn resolve_image(
             format!("image {image:?} on node {}: {e}", cfg.node_name),
         )
     })?;
-    Ok((info.rootfs, None))
+    Ok(Root {
+        digest: Some(info.digest),
+        ..Root::at(info.rootfs)
+    })
 }
 
 /// A bind the user asked for (`SOURCE:DEST[:ro]`): the source, symlinks resolved, must lie

@@ -427,6 +427,7 @@ fn report(
                         let mut exit = exit_info(&o);
                         if usage {
                             exit.usage = usage::summary(dir, &o);
+                            exit.image_digest = dir.read_spec().ok().and_then(|s| s.image_digest);
                         }
                         (Some(exit), Some(o.ended_ms), o.started_ms)
                     }
@@ -617,6 +618,7 @@ fn exit_info(o: &Outcome) -> ExitInfo {
         message: o.error.clone().map(bound_message),
         fault: o.fault,
         usage: None,
+        image_digest: None,
         task: None,
     }
 }

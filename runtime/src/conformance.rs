@@ -197,6 +197,7 @@ pub fn template(id: &str, rootfs: &Path, uid: u32, gid: u32) -> ContainerSpec {
         memlock: None,
         binds: vec![],
         rootfs_partition: None,
+        image_digest: None,
         stack: None,
         remap_root: false,
         writable: false,

@@ -60,6 +60,11 @@ pub struct ContainerSpec {
     /// shim mounts read-only through a loop device.
     #[serde(default)]
     pub rootfs_partition: Option<(u64, u64)>,
+    /// The image's digest, when it is an image of the store (a pulled image's manifest
+    /// digest, an imported one's content digest), for the job's record: the runtime does not
+    /// use it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_digest: Option<String>,
     /// RLIMIT_STACK for the job, bytes (`u64::MAX` = unlimited); `None` keeps the node's.
     #[serde(default)]
     pub stack: Option<u64>,

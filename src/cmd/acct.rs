@@ -59,7 +59,7 @@ pub struct Args {
 const DEFAULT_FORMAT: &str = "JobID,JobName,Partition,Account,AllocCPUS,AllocGPUS,State,ExitCode";
 
 /// Columns `--format` takes, with what each shows.
-const COLUMNS: [(&str, &str); 23] = [
+const COLUMNS: [(&str, &str); 25] = [
     ("JobID", "job id (ARRAYID_TASK for array tasks)"),
     ("JobName", "name"),
     ("User", "owner"),
@@ -83,6 +83,11 @@ const COLUMNS: [(&str, &str); 23] = [
     ("MaxRSS", "memory peak (measured)"),
     ("GPUUtil", "mean GPU utilization (measured)"),
     ("Restarts", "times requeued"),
+    ("Image", "image as the job named it"),
+    (
+        "ImageDigest",
+        "digest of the image it ran (images of the node's store)",
+    ),
 ];
 
 /// Runs the command.
@@ -239,6 +244,8 @@ fn cell(j: &JobRecord, column: &str, now: u64) -> String {
         "MaxRSS" => opt(usage.and_then(|u| u.memory_peak).map(format_memory)),
         "GPUUtil" => opt(usage.and_then(|u| u.gpu_util()).map(|p| format!("{p:.0}%"))),
         "Restarts" => j.restarts.to_string(),
+        "Image" => opt(spec.map(|s| s.image.clone())),
+        "ImageDigest" => opt(j.exit.as_ref().and_then(|e| e.image_digest.clone())),
         _ => String::new(),
     }
 }

@@ -151,7 +151,14 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     }
     match &j.spec {
         Some(s) => {
-            rows.push(("Image", s.image.clone()));
+            let digest = j.exit.as_ref().and_then(|e| e.image_digest.as_deref());
+            rows.push((
+                "Image",
+                match digest {
+                    Some(d) => format!("{} ({d})", s.image),
+                    None => s.image.clone(),
+                },
+            ));
             rows.extend(pull_lines(&j));
             rows.push(("Command", shell_words(&s.argv)));
             rows.push(("Workdir", s.workdir.clone()));

@@ -145,6 +145,32 @@ fn a_job_naming_a_registry_image_is_pulled_and_runs_as_its_user() {
     let out = c.wharf_as(&ann, &["cancel", &id.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
     c.wait_done(id, Duration::from_secs(60));
+    // Its record names the image and the manifest digest it ran.
+    let digest = images[0]["digest"].as_str().unwrap();
+    assert!(digest.starts_with("sha256:"), "{images}");
+    let out = c.wharf_as(
+        &ann,
+        &[
+            "acct",
+            "-j",
+            &id.to_string(),
+            "-o",
+            "Image,ImageDigest",
+            "-n",
+            "-p",
+        ],
+    );
+    assert_eq!(
+        stdout(&out).trim(),
+        format!("{reference}|{digest}|"),
+        "{}",
+        stderr(&out)
+    );
+    let shown = stdout(&c.wharf_as(&ann, &["show", &id.to_string()]));
+    assert!(
+        shown.contains(&format!("{reference} ({digest})")),
+        "{shown}"
+    );
     // The agent lets its pin go when it sees the job over.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {

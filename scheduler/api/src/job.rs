@@ -1014,6 +1014,10 @@ pub struct ExitInfo {
     /// What it used, as its node measured it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::usage::JobUsage>,
+    /// The digest of the image it ran (a pulled image's manifest digest, an imported one's
+    /// content digest); absent for the host's filesystem, a SIF file, or an older agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_digest: Option<String>,
     /// On a node that runs several tasks of the job: the one (its local index) whose end
     /// this is, the first that failed when any did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
