@@ -372,22 +372,6 @@ fn a_hostile_layer_from_a_registry_writes_nothing_outside_and_leaves_nothing() {
     s.assert_no_leftovers();
 }
 
-/// Pushes `tag` of `layout` as `repo:tag` with skopeo recompressing its layers to zstd.
-fn push_zstd(reg: &Loopback, layout: &Path, tag: &str, repo: &str) {
-    let out = std::process::Command::new("skopeo")
-        .args(["copy", "--quiet", "--dest-tls-verify=false"])
-        .args(["--dest-compress", "--dest-compress-format", "zstd"])
-        .arg(format!("oci:{}:{tag}", layout.display()))
-        .arg(format!("docker://{}/{repo}:{tag}", reg.addr))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "skopeo: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[test]
 fn zstd_layers_pushed_by_skopeo_are_pulled_and_verified() {
     let Some((reg, s, layout)) = setup(
@@ -404,7 +388,13 @@ fn zstd_layers_pushed_by_skopeo_are_pulled_and_verified() {
         .bytes();
     let m = layout.manifest(&[(LAYER_TAR, lower), (LAYER_TAR, upper)]);
     layout.index(vec![tagged(m, "v1")]);
-    push_zstd(&reg, &layout.dir, "v1", "test/zstd");
+    reg.push_with(
+        &layout.dir,
+        "v1",
+        "test/zstd",
+        None,
+        &["--dest-compress", "--dest-compress-format", "zstd"],
+    );
 
     let r = reg.reference("test/zstd:v1");
     // What the registry holds: zstd layers, which the config's diff_ids name uncompressed.

@@ -129,8 +129,21 @@ impl Loopback {
     /// Pushes tag `tag` of the OCI layout at `layout` as `repo:tag` (every platform), with
     /// `creds` (`user:password`) when given.
     pub fn push(&self, layout: &Path, tag: &str, repo: &str, creds: Option<&str>) {
+        self.push_with(layout, tag, repo, creds, &[]);
+    }
+
+    /// [`Loopback::push`] with more `skopeo copy` options (`--dest-compress-format zstd`, say).
+    pub fn push_with(
+        &self,
+        layout: &Path,
+        tag: &str,
+        repo: &str,
+        creds: Option<&str>,
+        options: &[&str],
+    ) {
         let mut cmd = Command::new("skopeo");
         cmd.args(["copy", "--quiet", "--all", "--dest-tls-verify=false"]);
+        cmd.args(options);
         if let Some(c) = creds {
             cmd.args(["--dest-creds", c]);
         }
