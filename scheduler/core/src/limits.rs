@@ -502,6 +502,7 @@ impl Counters {
                         used,
                         asks,
                         resets: self.resets,
+                        running: held.jobs > 0,
                     });
                 }
             }

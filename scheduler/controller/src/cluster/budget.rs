@@ -242,11 +242,13 @@ mod tests {
         for want in [
             "AssocGrpGRESMinutes: account lab has a budget of 120 GPU-minutes",
             "until it resets at 2026-12-01 00:00 UTC",
-            "50 are used or held",
+            "50 are used and",
             "would use 80",
         ] {
             assert!(reason.contains(want), "{want:?} in {reason}");
         }
+        // Nothing of the account runs: nothing ending early would let it start sooner.
+        assert!(!reason.contains("sooner"), "{reason}");
 
         // A restarted controller reads the period's usage back from the ledger.
         drop(c);
@@ -256,7 +258,7 @@ mod tests {
                 .unwrap();
         c.schedule(T0 + 53 * MIN).unwrap();
         let reason = record(&c, second).reason.unwrap();
-        assert!(reason.contains("50 are used or held"), "{reason}");
+        assert!(reason.contains("50 are used and"), "{reason}");
 
         // Still held on the last day of the month; it starts when the month is over.
         c.schedule(DEC - MIN).unwrap();

@@ -157,6 +157,9 @@ pub enum LimitReason {
         asks: u64,
         /// When the period ends and usage starts from zero again, ms; `None`: never.
         resets: Option<Time>,
+        /// Whether the association has jobs running, whose early end would give back part of
+        /// what `used` holds for them.
+        running: bool,
     },
 }
 
@@ -289,7 +292,15 @@ impl fmt::Display for LimitReason {
                 tres.key(),
                 tres.amount(*asks)
             ),
-            AssocGrpTresMins { assoc, tres, limit, used, asks, resets } => {
+            AssocGrpTresMins {
+                assoc,
+                tres,
+                limit,
+                used,
+                asks,
+                resets,
+                running,
+            } => {
                 let (unit, key) = (tres.unit(), tres.key());
                 let period = match resets {
                     Some(at) => format!("until it resets at {}", format_utc(*at)),
@@ -307,12 +318,19 @@ impl fmt::Display for LimitReason {
                         Some(at) => format!("when the budget resets at {}", format_utc(*at)),
                         None => "when an admin raises the budget".to_string(),
                     };
+                    let (whose, sooner) = if *running {
+                        (
+                            "are used or held by running jobs' time limits",
+                            ", or sooner if running jobs end early",
+                        )
+                    } else {
+                        ("are used", "")
+                    };
                     write!(
                         f,
                         "{code}: {assoc} has a budget of {limit} {unit} (grp_tres_mins {key}) \
-                         {period}; {used} are used or held by running jobs' time limits and this \
-                         job's time limit would use {asks}; it starts {when}, or sooner if \
-                         running jobs end early"
+                         {period}; {used} {whose} and this job's time limit would use {asks}; \
+                         it starts {when}{sooner}"
                     )
                 }
             }
