@@ -789,20 +789,19 @@ fn launch_now(
         Ok(pin) => (Ok(()), pin),
         Err(e) => (Err(e), None),
     };
-    let mut failed: Option<(u32, String)> = None;
+    let mut failed: Option<u32> = None;
     let mut pinned = false;
     for local in (0..order.spec.tasks_per_node.max(1)).rev() {
         let dir = launch::task_dir(&cfg.state_dir, order.id, local);
         if dir.path().exists() {
             continue;
         }
-        let result = match &failed {
-            Some((task, _)) => Err((
-                launch::LaunchError::new(
-                    wharf_api::fault::FaultCode::Other,
-                    format!("never started: task {task} of the job could not start"),
-                ),
-                true,
+        // Why the task did not start: its launch failed (with whose fault that is), or an
+        // earlier task's did and it is never started (cancelled, no fault).
+        let ended = match failed {
+            Some(task) => Some((
+                format!("never started: task {task} of the job could not start"),
+                None,
             )),
             None => ready
                 .clone()
@@ -827,20 +826,20 @@ fn launch_now(
                         .launch(&dir, &spec)
                         .map_err(launch::LaunchError::from)
                 })
-                .map_err(|e| (e, false)),
+                .err()
+                .map(|e| {
+                    let fault = e.fault();
+                    tracing::warn!(job = order.id, task = local, error = %e.message, %fault, "launch failed");
+                    failed = Some(local);
+                    (e.message, Some(fault))
+                }),
         };
-        if let Err((e, cancelled)) = result {
-            // The task that failed carries the fault; those never started were cancelled.
-            let fault = (!cancelled).then(|| e.fault());
-            if let Some(fault) = fault {
-                tracing::warn!(job = order.id, task = local, error = %e.message, %fault, "launch failed");
-                failed = Some((local, e.message.clone()));
-            }
+        if let Some((message, fault)) = ended {
             let _ = traverse_only_dir(dir.path());
             let outcome = Outcome {
-                error: Some(bound_message(e.message)),
+                error: Some(bound_message(message)),
+                cancelled: fault.is_none(),
                 fault,
-                cancelled,
                 ended_ms: wharf_runtime::now_ms(),
                 ..Default::default()
             };
