@@ -58,6 +58,16 @@ impl Run {
     }
 }
 
+/// How many ms of a run from `start` to `end` lie inside `[since, until)`; `None` when a
+/// report leaves the run out (a run of no length counts, for nothing, when it lies inside).
+pub fn ms_inside(start: u64, end: u64, since: u64, until: u64) -> Option<u64> {
+    let (from, to) = (start.max(since), end.min(until));
+    if to <= from && !(start == end && since <= start && start < until) {
+        return None;
+    }
+    Some(to.saturating_sub(from))
+}
+
 /// Usage of one (account, user, partition) over a window, summed: what the ledger's
 /// aggregation returns.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -82,11 +92,7 @@ impl Run {
     /// The part of this run inside `[since, until)`, as a group of one; `None` when none of
     /// it is (a run of no length counts when it lies inside).
     pub fn inside(&self, since: u64, until: u64) -> Option<Group> {
-        let (from, to) = (self.start.max(since), self.end.min(until));
-        if to <= from && !(self.start == self.end && since <= self.start && self.start < until) {
-            return None;
-        }
-        let ms = to.saturating_sub(from);
+        let ms = ms_inside(self.start, self.end, since, until)?;
         let gib = self.memory as f64 / f64::from(1u32 << 30);
         let rate = f64::from(self.cpus) * self.billing[0]
             + gib * self.billing[1]

@@ -180,6 +180,37 @@ impl Default for RunFilter {
 /// Usage of one (account, user, partition) over a report's window.
 pub use wharf_api::report::Group as UsageGroup;
 
+/// Adds `runs` to `groups`, each for its part inside `[since, until)`, as [`Ledger::report`]
+/// counts the runs it holds (the same rule as its query, `schema::report_sql`); a group that
+/// is not there yet is appended.
+pub(crate) fn add_to_report(groups: &mut Vec<UsageGroup>, runs: &[JobRun], since: u64, until: u64) {
+    for run in runs {
+        let Some(ms) = run
+            .start_time
+            .and_then(|start| wharf_api::report::ms_inside(start, run.end_time, since, until))
+        else {
+            continue;
+        };
+        let found = groups.iter().position(|g| {
+            g.account == run.account && g.user == run.user && g.partition == run.partition
+        });
+        let i = found.unwrap_or_else(|| {
+            groups.push(UsageGroup {
+                account: run.account.clone(),
+                user: run.user.clone(),
+                partition: run.partition.clone(),
+                ..UsageGroup::default()
+            });
+            groups.len() - 1
+        });
+        let g = &mut groups[i];
+        g.runs += 1;
+        g.cpu_ms += u64::from(run.cpus) * ms;
+        g.gpu_ms += u64::from(run.gpus) * ms;
+        g.billing += run.billing * ms as f64 / 1000.0;
+    }
+}
+
 /// A ledger failure, with the kind callers decide on (retry, fail, report).
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {

@@ -14,7 +14,7 @@ use super::sqlite::SqliteLedger;
 use super::{JobRun, Ledger, RunFilter, REQUEUED};
 
 const H: u64 = 3_600_000;
-const T0: u64 = 1_800_000_000_000;
+pub(crate) const T0: u64 = 1_800_000_000_000;
 
 /// A run of `job` by `user` (uid 1000 + its index in "abcdefg") in `account`/`partition`,
 /// from `start` to `end` (ms after T0), holding `cpus` and `gpus`.

@@ -9,7 +9,10 @@
 //! ([`super::spool`]) instead, and keeps doing so while anything waits there, so runs reach
 //! the database in the order they ended. A replayer thread, with a connection of its own
 //! (never the caller's lock), retries every `replay_interval`, inserts the whole spool in one
-//! transaction and only after that commit cuts it from the spool.
+//! transaction and only after that commit cuts it from the spool. Until then reads (a
+//! report, a lookup, the last runs that fair share replays) count the spooled runs as well,
+//! each once: the database's rows and the check of which spooled runs it already holds are
+//! read in one snapshot.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -22,7 +25,7 @@ use wharf_api::JobId;
 
 use super::schema::{self, Dialect, Value};
 use super::spool::{DeadLetters, Spool};
-use super::{JobRun, Ledger, LedgerError, RunFilter, UsageGroup};
+use super::{add_to_report, JobRun, Ledger, LedgerError, RunFilter, UsageGroup};
 
 /// Where the database is and who the controller is there (`[accounting]`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -176,6 +179,41 @@ impl Session {
         Ok(rows)
     }
 
+    /// Runs `sql` with `values` and finds which of `spooled` the database does not hold,
+    /// both in one snapshot (a read-only repeatable-read transaction), so a run the replayer
+    /// moves from the spool into the database meanwhile is seen in exactly one of the two.
+    fn with_spooled(
+        &mut self,
+        sql: &str,
+        values: &[Value],
+        spooled: Vec<JobRun>,
+    ) -> Result<(Vec<postgres::Row>, Vec<JobRun>), LedgerError> {
+        self.with(|c| {
+            let mut tx = c
+                .build_transaction()
+                .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()?;
+            let p = params(values);
+            let rows = tx.query(sql, &refs(&p))?;
+            let ids: Vec<i64> = spooled.iter().map(|r| db_int(r.job_id)).collect();
+            let held: std::collections::BTreeSet<(i64, i64)> = tx
+                .query(
+                    "SELECT job_id, run FROM ledger_runs WHERE job_id = ANY($1)",
+                    &[&ids],
+                )?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect();
+            tx.commit()?;
+            let absent = spooled
+                .into_iter()
+                .filter(|r| !held.contains(&(db_int(r.job_id), i64::from(r.run))))
+                .collect();
+            Ok((rows, absent))
+        })
+    }
+
     /// The runs (`data` column) that `sql` selects.
     fn runs(&mut self, sql: &str, values: &[Value]) -> Result<Vec<JobRun>, LedgerError> {
         self.query(sql, values)?
@@ -183,6 +221,11 @@ impl Session {
             .map(|r| serde_json::from_str(r.get::<_, &str>(0)).map_err(LedgerError::from))
             .collect()
     }
+}
+
+/// A job id as the database's BIGINT holds it.
+fn db_int(id: JobId) -> i64 {
+    id.min(i64::MAX as u64) as i64
 }
 
 fn unavailable(e: postgres::Error) -> LedgerError {
@@ -433,6 +476,39 @@ impl PgLedger {
         }
     }
 
+    /// The runs waiting in the spool that `keep` selects; none without a spool. Reads see
+    /// them too (a run's end counts from the moment `record` accepted it, not from when the
+    /// replayer gets it into the database). Errors: `Spool`, `Corrupt`.
+    fn spooled_runs(&self, keep: impl Fn(&JobRun) -> bool) -> Result<Vec<JobRun>, LedgerError> {
+        match &self.shared {
+            Some(s) => Ok(lock(&s.spool).read()?.into_iter().filter(keep).collect()),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The runs (`data` column) that `sql` selects, with the spooled runs `keep` selects
+    /// that the database does not hold yet (unordered: callers order and cut).
+    fn runs_with_spooled(
+        &self,
+        sql: String,
+        values: Vec<Value>,
+        keep: impl Fn(&JobRun) -> bool,
+    ) -> Result<Vec<JobRun>, LedgerError> {
+        let spooled = self.spooled_runs(keep)?;
+        if spooled.is_empty() {
+            return self.worker.call(move |s| s.runs(&sql, &values));
+        }
+        let (rows, absent) = self
+            .worker
+            .call(move |s| s.with_spooled(&sql, &values, spooled))?;
+        let mut runs = rows
+            .iter()
+            .map(|r| serde_json::from_str(r.get::<_, &str>(0)).map_err(LedgerError::from))
+            .collect::<Result<Vec<JobRun>, _>>()?;
+        runs.extend(absent);
+        Ok(runs)
+    }
+
     fn insert(&self, runs: &[JobRun]) -> Result<(), LedgerError> {
         let owned = runs.to_vec();
         self.worker.call(move |s| s.with(|c| insert_all(c, &owned)))
@@ -539,8 +615,10 @@ impl Ledger for PgLedger {
 
     fn lookup(&self, id: JobId) -> Result<Vec<JobRun>, LedgerError> {
         let sql = schema::lookup_sql(Dialect::Postgres);
-        let values = vec![Value::Int(Some(id.min(i64::MAX as u64) as i64))];
-        self.worker.call(move |s| s.runs(&sql, &values))
+        let values = vec![Value::Int(Some(db_int(id)))];
+        let mut runs = self.runs_with_spooled(sql, values, |r| r.job_id == id)?;
+        runs.sort_by_key(|r| r.run);
+        Ok(runs)
     }
 
     fn query(&self, filter: &RunFilter) -> Result<Vec<JobRun>, LedgerError> {
@@ -555,20 +633,27 @@ impl Ledger for PgLedger {
         uid: Option<u32>,
     ) -> Result<Vec<UsageGroup>, LedgerError> {
         let (sql, values) = schema::report_sql(Dialect::Postgres, since, until, uid);
-        self.worker.call(move |s| {
-            Ok(s.query(&sql, &values)?
-                .iter()
-                .map(|r| UsageGroup {
-                    account: r.get(0),
-                    user: r.get(1),
-                    partition: r.get(2),
-                    runs: schema::to_u64(r.get(3)),
-                    cpu_ms: schema::to_u64(r.get(4)),
-                    gpu_ms: schema::to_u64(r.get(5)),
-                    billing: r.get(6),
-                })
-                .collect())
-        })
+        let spooled = self.spooled_runs(|r| uid.is_none_or(|u| r.uid == u))?;
+        let (rows, absent) = if spooled.is_empty() {
+            (self.worker.call(move |s| s.query(&sql, &values))?, vec![])
+        } else {
+            self.worker
+                .call(move |s| s.with_spooled(&sql, &values, spooled))?
+        };
+        let mut groups: Vec<UsageGroup> = rows
+            .iter()
+            .map(|r| UsageGroup {
+                account: r.get(0),
+                user: r.get(1),
+                partition: r.get(2),
+                runs: schema::to_u64(r.get(3)),
+                cpu_ms: schema::to_u64(r.get(4)),
+                gpu_ms: schema::to_u64(r.get(5)),
+                billing: r.get(6),
+            })
+            .collect();
+        add_to_report(&mut groups, &absent, since, until);
+        Ok(groups)
     }
 
     fn ended_before(&self, cutoff: u64, limit: u32) -> Result<Vec<JobRun>, LedgerError> {
@@ -583,7 +668,10 @@ impl Ledger for PgLedger {
     fn last_ended(&self, limit: u32) -> Result<Vec<JobRun>, LedgerError> {
         let sql = schema::last_ended_sql(Dialect::Postgres);
         let values = vec![Value::Int(Some(limit.into()))];
-        self.worker.call(move |s| s.runs(&sql, &values))
+        let mut runs = self.runs_with_spooled(sql, values, |_| true)?;
+        runs.sort_by_key(|r| std::cmp::Reverse((r.end_time, r.job_id, r.run)));
+        runs.truncate(limit as usize);
+        Ok(runs)
     }
 
     fn delete(&mut self, keys: &[(JobId, u32)]) -> Result<usize, LedgerError> {
@@ -612,7 +700,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::ledger::conformance::run;
+    use crate::ledger::conformance::{self, run};
     use crate::ledger::pg_server::PgServer;
 
     fn job(id: u64) -> JobRun {
@@ -669,6 +757,68 @@ mod tests {
             (1..=50).collect::<Vec<u64>>(),
             "every run exactly once"
         );
+    }
+
+    #[test]
+    fn reads_count_spooled_runs_once_before_and_after_the_replay() {
+        let Some(mut server) = PgServer::start() else {
+            return;
+        };
+        let settings = server.database();
+        let spool = server.scratch().join("ledger.spool");
+        // The replayer tries once when woken and then waits an hour: the spool stays put
+        // until `replay_now`.
+        let mut l = PgLedger::open(&settings, Some((spool, Duration::from_secs(3600)))).unwrap();
+        let gpu = |id: u64| {
+            run(
+                id,
+                0,
+                "b",
+                "phys",
+                "gpu",
+                Some(0),
+                60_000,
+                2,
+                1,
+                "COMPLETED",
+            )
+        };
+        l.record(&[gpu(1)]).unwrap();
+        server.stop();
+        l.record(&[gpu(2)]).unwrap();
+        l.record(&[gpu(3)]).unwrap();
+        server.start_again();
+        assert_eq!(l.spooled().unwrap(), 2, "runs 2 and 3 wait in the spool");
+
+        let (since, until) = (conformance::T0, conformance::T0 + 3_600_000);
+        let check = |l: &PgLedger, when: &str| {
+            let groups = l.report(since, until, None).unwrap();
+            assert_eq!(groups.len(), 1, "{when}: {groups:?}");
+            let g = &groups[0];
+            assert_eq!(
+                (g.runs, g.cpu_ms, g.gpu_ms),
+                (3, 360_000, 180_000),
+                "{when}: {g:?}"
+            );
+            assert_eq!(
+                l.report(since, until, Some(1000)).unwrap(),
+                vec![],
+                "{when}"
+            );
+            let runs = l.lookup(3).unwrap();
+            assert_eq!(runs.len(), 1, "{when}: lookup finds a spooled run");
+            let last: Vec<u64> = l.last_ended(10).unwrap().iter().map(|r| r.job_id).collect();
+            assert_eq!(last, [3, 2, 1], "{when}: latest end first, ties by job id");
+            let last: Vec<u64> = l.last_ended(2).unwrap().iter().map(|r| r.job_id).collect();
+            assert_eq!(last, [3, 2], "{when}: cut at the limit");
+        };
+        check(&l, "spooled");
+        // The crash window: run 2 reached the database but was not cut from the spool.
+        l.insert(&[gpu(2)]).unwrap();
+        check(&l, "in both");
+        assert_eq!(l.replay_now().unwrap(), 2);
+        assert_eq!(l.spooled().unwrap(), 0);
+        check(&l, "replayed");
     }
 
     /// A run PostgreSQL refuses for good: a NUL byte in a text column (22021).
