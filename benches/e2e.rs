@@ -5,11 +5,24 @@
 //! installed (its own munged, config, state and ports 16817/16818, all in a temp directory).
 //! Without them the anchor is the documented figure for this machine class.
 //!
+//! Then, on each side: the throughput of `WHARF_BENCH_JOBS` (1,000) short jobs (`wharf submit
+//! --wrap true` / `sbatch --wrap true`, from 8 client threads, until the last has ended), and
+//! the time to list a queue `WHARF_BENCH_QUEUE_DEPTH` (100,000) held jobs deep (`wharf queue`
+//! / `squeue`, printing every row to a pipe, median of 5). Wharf's held jobs are submitted
+//! through the client library, Slurm's by `sbatch -H` from 8 threads (its MaxJobCount raised
+//! to hold them); 0 skips the listing.
+//!
 //! `cargo bench --bench e2e` (as root). WHARF_BENCH_RUNS sets the runs of each (default 200).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use wharf_api::wire::{JobList, SubmitRequest, SubmitResponse};
+use wharf_api::JobRequest;
+use wharf_client::{Client, Endpoint};
 
 mod common;
 use common::summarize;
@@ -50,6 +63,152 @@ fn time_runs(runs: usize, mut cmd: impl FnMut() -> Command) -> Vec<f64> {
             ms
         })
         .collect()
+}
+
+/// Client threads for throughput and queue filling.
+const CLIENTS: usize = 8;
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Runs `cmd(n)` for n in 0..count from [`CLIENTS`] threads, each to success.
+fn from_clients(count: usize, cmd: impl Fn(usize) -> Command + Sync) {
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..CLIENTS {
+            s.spawn(|| loop {
+                let n = next.fetch_add(1, Ordering::SeqCst);
+                if n >= count {
+                    return;
+                }
+                let out = cmd(n)
+                    .stdin(Stdio::null())
+                    .output()
+                    .expect("starting a client");
+                assert!(
+                    out.status.success(),
+                    "{:?}: {}",
+                    cmd(n),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            });
+        }
+    });
+}
+
+/// Lines `cmd` prints, when it succeeds.
+fn lines(mut cmd: Command) -> Option<usize> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| out.stdout.iter().filter(|&&b| b == b'\n').count())
+}
+
+/// Jobs per second of `count` short jobs: submitted by `submit(n)` from [`CLIENTS`] threads,
+/// until `left()` (jobs not ended yet) says none is left.
+fn throughput(
+    name: &str,
+    count: usize,
+    submit: impl Fn(usize) -> Command + Sync,
+    left: impl Fn() -> Option<usize>,
+) -> f64 {
+    let t0 = Instant::now();
+    from_clients(count, submit);
+    let submitted = t0.elapsed().as_secs_f64();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while left() != Some(0) {
+        assert!(
+            Instant::now() < deadline,
+            "{name}: jobs still queued after 600 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let rate = count as f64 / secs;
+    println!(
+        "{name:<8} {count} short jobs: submitted in {submitted:.2} s, all ended after {secs:.2} s: \
+         {rate:.1} jobs/s"
+    );
+    rate
+}
+
+/// The median of 5 runs of `list` (which must print `rows` lines), ms.
+fn listing_ms(name: &str, rows: usize, list: impl Fn() -> Command) -> f64 {
+    let mut ms: Vec<f64> = (0..5)
+        .map(|_| {
+            let t0 = Instant::now();
+            let printed = lines(list()).expect("listing the queue");
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            assert_eq!(printed, rows, "{name}: a row per job and a header");
+            ms
+        })
+        .collect();
+    ms.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "{name:<8} listing {} queued jobs: {:.1} ms (median of 5)",
+        rows - 1,
+        ms[2]
+    );
+    ms[2]
+}
+
+/// `depth` held jobs submitted to Wharf through the client library.
+fn fill_wharf(socket: &Path, depth: usize) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let next = Arc::new(AtomicUsize::new(0));
+        let tasks: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                let client = Client::new(Endpoint::Unix(socket.to_path_buf()), None);
+                let next = next.clone();
+                tokio::spawn(async move {
+                    loop {
+                        let n = next.fetch_add(1, Ordering::SeqCst);
+                        if n >= depth {
+                            return;
+                        }
+                        let req = SubmitRequest {
+                            job: JobRequest {
+                                command: Some(vec!["/bin/true".into()]),
+                                name: Some(format!("held-{n}")),
+                                hold: Some(true),
+                                ..Default::default()
+                            },
+                            cwd: "/tmp".into(),
+                            client_token: Some(format!("e2e-{}-{n}", std::process::id())),
+                            registry_auth: None,
+                        };
+                        let r: SubmitResponse =
+                            client.post("/v1/jobs", &req).await.expect("submit");
+                        assert!(r.id > 0);
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+}
+
+/// Jobs of Wharf's queue not ended yet.
+fn wharf_left(socket: &Path) -> Option<usize> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    let client = Client::new(Endpoint::Unix(socket.to_path_buf()), None);
+    rt.block_on(client.get::<JobList>("/v1/jobs?finished=0&brief=true"))
+        .ok()
+        .map(|l| l.jobs.len())
 }
 
 /// Waits until `ready` says yes, 30 s at most.
@@ -160,9 +319,10 @@ fn slurm(dir: &Path) -> (Daemons, PathBuf) {
              ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nSelectType=select/cons_tres\n\
              SchedulerType=sched/backfill\nAccountingStorageType=accounting_storage/none\n\
              JobAcctGatherType=jobacct_gather/none\nJobCompType=jobcomp/none\nMpiDefault=none\n\
-             ReturnToService=2\n\
+             ReturnToService=2\nMaxJobCount={}\n\
              NodeName={host} CPUs=2 RealMemory={} State=UNKNOWN\n\
              PartitionName=main Nodes={host} Default=YES MaxTime=INFINITE State=UP\n",
+            queue_depth() + 20_000,
             total_mb.saturating_sub(512)
         ),
     )
@@ -189,20 +349,37 @@ fn slurm(dir: &Path) -> (Daemons, PathBuf) {
     (daemons, conf)
 }
 
+fn queue_depth() -> usize {
+    env_or("WHARF_BENCH_QUEUE_DEPTH", 100_000)
+}
+
 fn main() {
     let (runs, dir) = common::start("e2e", "`wharf dev` runs the node agent", "e2e-", 200);
+    let (jobs, depth) = (env_or("WHARF_BENCH_JOBS", 1000), queue_depth());
     println!("run-and-wait of /bin/true, {runs} runs each, one node");
-    let wharf = {
+    let (wharf, wharf_rate, wharf_list) = {
         let (_dev, socket) = wharf_dev(dir.path());
-        let run = || {
+        let wharf = |args: &[&str]| {
             let mut c = Command::new(env!("CARGO_BIN_EXE_wharf"));
-            c.args(["run", "--image", "host", "--", "/bin/true"])
+            c.args(args)
                 .env("WHARF_SOCKET", &socket)
                 .current_dir(dir.path());
             c
         };
+        let run = || wharf(&["run", "--image", "host", "--", "/bin/true"]);
         time_runs(5, run);
-        summarize("wharf", "runs", time_runs(runs, run)).expect("no runs measured")
+        let stats = summarize("wharf", "runs", time_runs(runs, run)).expect("no runs measured");
+        let rate = throughput(
+            "wharf",
+            jobs,
+            |_| wharf(&["submit", "--image", "host", "--wrap", "true"]),
+            || wharf_left(&socket),
+        );
+        let list = (depth > 0).then(|| {
+            fill_wharf(&socket, depth);
+            listing_ms("wharf", depth + 1, || wharf(&["queue"]))
+        });
+        (stats, rate, list)
     };
     let tools = ["munged", "slurmctld", "slurmd", "srun", "sinfo"];
     let srun = match tools.iter().find(|t| !installed(t)) {
@@ -218,20 +395,56 @@ fn main() {
                 c
             };
             time_runs(5, run);
-            summarize("srun", "runs", time_runs(runs, run)).expect("no runs measured")
+            let stats = summarize("srun", "runs", time_runs(runs, run)).expect("no runs measured");
+            let slurm_cmd = |tool: &str, args: &[&str]| {
+                let mut c = Command::new(tool);
+                c.args(args)
+                    .env("SLURM_CONF", &conf)
+                    .current_dir(&slurm_dir);
+                c
+            };
+            let rate = throughput(
+                "slurm",
+                jobs,
+                |_| slurm_cmd("sbatch", &["-Q", "-o", "/dev/null", "--wrap", "true"]),
+                || lines(slurm_cmd("squeue", &["-h"])),
+            );
+            let list = (depth > 0).then(|| {
+                from_clients(depth, |_| {
+                    slurm_cmd("sbatch", &["-Q", "-H", "-o", "/dev/null", "--wrap", "true"])
+                });
+                listing_ms("squeue", depth + 1, || slurm_cmd("squeue", &[]))
+            });
+            (stats, Some(rate), list)
         }
         Some(missing) => {
             println!(
                 "srun     not measured: {missing} is not installed (apt-get install slurm-wlm \
                  munge); the anchor is the documented {SRUN_DOCUMENTED_MS} ms of this machine class"
             );
-            common::Stats {
+            let stats = common::Stats {
                 name: "srun".into(),
                 p50: SRUN_DOCUMENTED_MS,
+                p90: f64::NAN,
                 p99: f64::NAN,
-            }
+            };
+            (stats, None, None)
         }
     };
+    let (srun, slurm_rate, squeue) = srun;
+    if let Some(slurm_rate) = slurm_rate {
+        println!(
+            "short jobs: wharf {wharf_rate:.1} jobs/s, slurm {slurm_rate:.1} jobs/s (ratio {:.2})",
+            wharf_rate / slurm_rate
+        );
+    }
+    if let (Some(w), Some(s)) = (wharf_list, squeue) {
+        println!(
+            "queue listing at {depth}: wharf queue {w:.1} ms, squeue {s:.1} ms (ratio {:.2}; \
+             the goal is at most 0.5)",
+            w / s
+        );
+    }
     println!(
         "{}/{} p50 ratio {:.3} (>1: Wharf is faster)",
         srun.name,

@@ -6,14 +6,16 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx.min(sorted.len() - 1)]
 }
 
-/// The p50 and p99 of one series.
+/// The p50, p90 and p99 of one series.
 pub struct Stats {
     pub name: String,
     pub p50: f64,
+    pub p90: f64,
     pub p99: f64,
 }
 
-/// Prints `name`'s count of `what` (launches, runs) with p50 and p99; `None` for no values.
+/// Prints `name`'s count of `what` (launches, runs) with p50, p90 and p99; `None` for no
+/// values.
 pub fn summarize(name: &str, what: &str, mut ms: Vec<f64>) -> Option<Stats> {
     if ms.is_empty() {
         return None;
@@ -22,13 +24,15 @@ pub fn summarize(name: &str, what: &str, mut ms: Vec<f64>) -> Option<Stats> {
     let s = Stats {
         name: name.into(),
         p50: percentile(&ms, 0.5),
+        p90: percentile(&ms, 0.9),
         p99: percentile(&ms, 0.99),
     };
     println!(
-        "{:<8} {what}={:<4} p50={:>8.2} ms  p99={:>8.2} ms",
+        "{:<8} {what}={:<4} p50={:>8.2} ms  p90={:>8.2} ms  p99={:>8.2} ms",
         s.name,
         ms.len(),
         s.p50,
+        s.p90,
         s.p99
     );
     Some(s)
