@@ -659,6 +659,28 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_cache_others_could_write_is_refused_naming_the_key() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("layers-cache");
+        let text = format!("[images]\nshared_cache = \"{}\"\n", dir.display());
+        let file: FileConfig = toml::from_str(&text).unwrap();
+        let cache = file.images.shared_cache().unwrap().unwrap();
+        assert_eq!(cache.root(), dir);
+        assert!(FileConfig::default()
+            .images
+            .shared_cache()
+            .unwrap()
+            .is_none());
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = format!("{:#}", file.images.shared_cache().unwrap_err());
+        assert!(
+            err.contains("images.shared_cache") && err.contains("writable by non-root users"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn the_image_cache_quota_is_a_size_or_unset() {
         let file: FileConfig = toml::from_str("[images]\ncache_quota = \"50G\"\n").unwrap();
         assert_eq!(file.images.quota().unwrap(), Some(50 << 30));
