@@ -273,6 +273,28 @@ fn a_docker_node_pulls_a_registry_image_through_the_engine_with_the_jobs_credent
         job.to_string().contains("not found") || job.to_string().contains("unknown"),
         "{job}"
     );
+
+    // An admin's pre-pull on a Docker node goes through the engine too (a public image: the
+    // node has no credential of its own here).
+    let public = Loopback::start_in(work.path(), false);
+    push_app(&public, work.path(), "test/public", "public\n", None);
+    let reference = public.name("test/public:v1");
+    let _cleanup_public = EngineImage(reference.clone());
+    let nodes: serde_json::Value =
+        serde_json::from_slice(&c.wharf(&["nodes", "--json"]).stdout).unwrap();
+    let node = nodes["nodes"][0]["info"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = c.wharf(&["image", "pull", &reference, "--nodes", &node]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}\n{}", stderr(&out), c.log());
+    assert!(text.contains(&format!("{node}: pulled sha256:")), "{text}");
+    let inspect = std::process::Command::new("docker")
+        .args(["image", "inspect", &reference])
+        .output()
+        .unwrap();
+    assert!(inspect.status.success(), "the engine lacks {reference}");
 }
 
 #[test]
