@@ -392,7 +392,7 @@ pub fn container_spec(
         docker: match &cfg.backend {
             crate::BackendKind::Docker(socket) => Some(wharf_runtime::DockerTarget {
                 socket: socket.clone(),
-                image: crate::images::engine_image(&spec.image),
+                image: crate::engine::engine_image(&spec.image),
             }),
             crate::BackendKind::Oci => None,
         },

@@ -7,6 +7,7 @@
 
 pub mod cdi;
 pub mod discover;
+pub mod engine;
 pub mod env;
 pub mod images;
 pub mod launch;
@@ -752,7 +753,7 @@ fn start(
         return;
     }
     // A registry image on a Docker node: the engine pulls it with the job's credential.
-    if let Some(reference) = images::to_engine_pull(cfg, &order.spec.image) {
+    if let Some(reference) = engine::to_engine_pull(cfg, &order.spec.image) {
         let (c, l, i, m, o, p) = (
             cfg.clone(),
             launcher.clone(),
@@ -762,7 +763,7 @@ fn start(
             pulls.clone(),
         );
         pulls.spawn(order.id, move || {
-            let ready = images::engine_pull_for(&c, &p, &o, &reference).map(|()| None);
+            let ready = engine::engine_pull_for(&c, &p, &o, &reference).map(|()| None);
             launch_now(&c, l.as_ref(), &i, &m, &p, &o, ready);
         });
         return;

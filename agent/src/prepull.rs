@@ -170,7 +170,7 @@ pub fn pull_on_node(
             .map(|info| info.digest)
             .map_err(|e| e.to_string()),
         BackendKind::Docker(socket) => {
-            crate::images::docker_pull(socket, reference, &cfg.registry, None, progress)
+            crate::engine::docker_pull(socket, reference, &cfg.registry, None, progress)
                 .map_err(|e| e.to_string())
         }
     };
