@@ -59,6 +59,9 @@ pub struct ImagesSection {
     /// Most bytes pulled images may take in a node's store (`50G`); past it, each pull
     /// evicts the least recently used images that no job uses. Unset: no limit.
     pub cache_quota: Option<String>,
+    /// A cluster-wide layer cache on shared storage: nodes look there before downloading a
+    /// layer and publish the layers they unpack. Root's own, 0700.
+    pub shared_cache: Option<PathBuf>,
 }
 
 impl Default for ImagesSection {
@@ -69,6 +72,7 @@ impl Default for ImagesSection {
             mirrors: Default::default(),
             timeout: "60s".into(),
             cache_quota: None,
+            shared_cache: None,
         }
     }
 }
@@ -82,6 +86,18 @@ impl ImagesSection {
                 wharf_api::resources::parse_memory(q).map_err(|e| {
                     anyhow::anyhow!("images.cache_quota {q:?}: {e} (a size such as 50G)")
                 })
+            })
+            .transpose()
+    }
+
+    /// The shared layer cache, opened and checked (refused, naming the problem, when others
+    /// could write to or reach it); `None` when unset.
+    pub fn shared_cache(&self) -> Result<Option<wharf_images::SharedCache>> {
+        self.shared_cache
+            .as_deref()
+            .map(|p| {
+                wharf_images::SharedCache::open(p)
+                    .with_context(|| format!("images.shared_cache {}", p.display()))
             })
             .transpose()
     }
@@ -638,6 +654,28 @@ mod tests {
         let err = limit("agent.stack", "12XB").unwrap_err().to_string();
         assert!(
             err.starts_with("agent.stack: ") && err.contains("unlimited"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_shared_cache_others_could_write_is_refused_naming_the_key() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("layers-cache");
+        let text = format!("[images]\nshared_cache = \"{}\"\n", dir.display());
+        let file: FileConfig = toml::from_str(&text).unwrap();
+        let cache = file.images.shared_cache().unwrap().unwrap();
+        assert_eq!(cache.root(), dir);
+        assert!(FileConfig::default()
+            .images
+            .shared_cache()
+            .unwrap()
+            .is_none());
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = format!("{:#}", file.images.shared_cache().unwrap_err());
+        assert!(
+            err.contains("images.shared_cache") && err.contains("writable by non-root users"),
             "{err}"
         );
     }

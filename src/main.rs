@@ -122,7 +122,7 @@ fn main() {
             Command::Update(a) => cmd::update::run(&socket, a).await,
             Command::Nodes(a) => cmd::nodes::run(&socket, a).await,
             Command::Admin(c) => cmd::admin::run(&socket, c).await,
-            Command::Image(c) => cmd::image::run(c).await,
+            Command::Image(c) => cmd::image::run(&socket, c).await,
             Command::Controller(a) => cmd::controller::run(a, cli.socket.as_deref()).await,
             Command::Agent(a) => cmd::agent::run(a).await,
             Command::Dev(a) => cmd::dev::run(a).await,

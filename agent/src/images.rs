@@ -51,11 +51,13 @@ pub struct Pulls {
     /// Woken at each step of a pull, so that the report loop may send the progress (at most
     /// once per [`crate::PROGRESS_EVERY`]).
     progressed: Arc<tokio::sync::Notify>,
+    /// Admins' pre-pulls on this node.
+    prepulls: crate::prepull::PrePulls,
 }
 
 /// One job's pull, as its [`PullEvent`]s tell it.
 #[derive(Debug, Clone, Default)]
-struct Progress {
+pub(crate) struct Progress {
     /// The reference pulled.
     image: String,
     /// Layers of its manifest; 0 until it is resolved.
@@ -74,9 +76,17 @@ struct Progress {
 }
 
 impl Progress {
+    /// A pull of `image` not resolved yet.
+    pub(crate) fn of(image: &str) -> Progress {
+        Progress {
+            image: image.to_string(),
+            ..Default::default()
+        }
+    }
+
     /// Takes in one event of the pull. A new manifest (the pull went on at the next mirror)
     /// starts the count again: its layers are reported again, those kept at once.
-    fn apply(&mut self, event: &PullEvent) {
+    pub(crate) fn apply(&mut self, event: &PullEvent) {
         match event {
             PullEvent::Resolved { layers, bytes, .. } => {
                 *self = Progress {
@@ -109,7 +119,7 @@ impl Progress {
     /// As reported to the controller: the bytes of the layers kept, and of those downloaded
     /// (the count of downloaded bytes, which comes at intervals, or the layers it has
     /// finished, whichever is further).
-    fn report(&self, job: u64) -> PullProgress {
+    pub(crate) fn report(&self, job: u64) -> PullProgress {
         PullProgress {
             job,
             node: String::new(),
@@ -170,9 +180,18 @@ impl Pulls {
             .unwrap_or_default()
     }
 
-    /// Waits until a pull made a step (or began, or ended) since the last wait returned.
+    /// Waits until a pull or a pre-pull made a step (or began, or ended) since the last wait
+    /// returned.
     pub async fn progressed(&self) {
-        self.progressed.notified().await;
+        tokio::select! {
+            () = self.progressed.notified() => {}
+            () = self.prepulls.progressed() => {}
+        }
+    }
+
+    /// Admins' pre-pulls on this node.
+    pub fn prepulls(&self) -> &crate::prepull::PrePulls {
+        &self.prepulls
     }
 
     /// Job `id`'s pull of `image` begins.

@@ -392,7 +392,7 @@ pub fn container_spec(
         docker: match &cfg.backend {
             crate::BackendKind::Docker(socket) => Some(wharf_runtime::DockerTarget {
                 socket: socket.clone(),
-                image: spec.image.clone(),
+                image: crate::engine::engine_image(&spec.image),
             }),
             crate::BackendKind::Oci => None,
         },
@@ -830,6 +830,7 @@ mod tests {
             image_store: dev_root.join("images"),
             registry: Default::default(),
             cache_quota: None,
+            shared_cache: None,
             shim_exe: "/nonexistent/wharf".into(),
             root_host_id: 0,
             grace_secs: 1,

@@ -7,9 +7,11 @@
 
 pub mod cdi;
 pub mod discover;
+pub mod engine;
 pub mod env;
 pub mod images;
 pub mod launch;
+pub mod prepull;
 pub mod usage;
 pub mod watch;
 
@@ -44,6 +46,9 @@ pub struct AgentConfig {
     pub registry: wharf_images::registry::RegistryOptions,
     /// Bytes pulled images may take in the store (`[images] cache_quota`); `None`: no limit.
     pub cache_quota: Option<u64>,
+    /// The cluster-wide layer cache pulls look in first and publish to
+    /// (`[images] shared_cache`), checked when the settings were read.
+    pub shared_cache: Option<wharf_images::SharedCache>,
     /// The binary that runs `shim` (normally this one).
     pub shim_exe: PathBuf,
     /// Host id container root maps to.
@@ -145,7 +150,8 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     }
     let images = wharf_images::ImageStore::open(cfg.image_store.clone())
         .map_err(|e| AgentError::Setup(format!("image store {}: {e}", cfg.image_store.display())))?
-        .with_quota(cfg.cache_quota);
+        .with_quota(cfg.cache_quota)
+        .with_shared_cache(cfg.shared_cache.clone());
     let client = Client::new(cfg.controller.clone(), Some(cfg.token.clone()));
     // The sandbox backend: Wharf's own OCI sandbox (through `wharf shim`), or Docker.
     let launcher: Arc<dyn Backend> = match &cfg.backend {
@@ -200,6 +206,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             wait_ms,
             images: image_names,
             pulling: pulls.progress(),
+            prepulls: pulls.prepulls().reports(),
         };
         let poll = client.post::<_, PollResponse>("/v1/agent/poll", &req);
         // What changes here (a job starts or ends, an image is imported) is reported at once,
@@ -210,6 +217,12 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         };
         match result {
             Ok(orders) => {
+                let (c, i) = (cfg.clone(), images.clone());
+                pulls
+                    .prepulls()
+                    .take(&orders.pull, move |reference, progress| {
+                        prepull::pull_on_node(&c, &i, reference, progress)
+                    });
                 let (c, l, i, m, p) = (
                     cfg.clone(),
                     launcher.clone(),
@@ -325,17 +338,17 @@ fn image_names(cfg: &AgentConfig, images: &wharf_images::ImageStore) -> Vec<Stri
 /// layers does not send a report per layer.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
-/// Resolves once the progress of the pulls under way differs from `sent`, the progress a
-/// report sent at `sent_at` carried, and [`PROGRESS_EVERY`] has passed since.
+/// Resolves once the progress of the pulls and pre-pulls under way differs from what `sent`,
+/// the report sent at `sent_at`, carried, and [`PROGRESS_EVERY`] has passed since.
 async fn progress_to_report(
     pulls: &images::Pulls,
-    sent: &[wharf_api::PullProgress],
+    sent: &PollRequest,
     sent_at: tokio::time::Instant,
 ) {
     loop {
         pulls.progressed().await;
         tokio::time::sleep_until(sent_at + PROGRESS_EVERY).await;
-        if pulls.progress() != sent {
+        if pulls.progress() != sent.pulling || pulls.prepulls().reports() != sent.prepulls {
             return;
         }
     }
@@ -360,7 +373,7 @@ async fn local_change(
             .collect()
     };
     let before = shape(&sent.jobs);
-    let progressed = progress_to_report(pulls, &sent.pulling, tokio::time::Instant::now());
+    let progressed = progress_to_report(pulls, sent, tokio::time::Instant::now());
     tokio::pin!(progressed);
     loop {
         tokio::select! {
@@ -739,6 +752,22 @@ fn start(
         });
         return;
     }
+    // A registry image on a Docker node: the engine pulls it with the job's credential.
+    if let Some(reference) = engine::to_engine_pull(cfg, &order.spec.image) {
+        let (c, l, i, m, o, p) = (
+            cfg.clone(),
+            launcher.clone(),
+            images.clone(),
+            machine.clone(),
+            order.clone(),
+            pulls.clone(),
+        );
+        pulls.spawn(order.id, move || {
+            let ready = engine::engine_pull_for(&c, &p, &o, &reference).map(|()| None);
+            launch_now(&c, l.as_ref(), &i, &m, &p, &o, ready);
+        });
+        return;
+    }
     // A private image cached here: this job's credentials must prove access first.
     if let Some((reference, info)) = images::to_prove(cfg, images, &order.spec.image) {
         if !pulls.proven(order.owner.uid, &info.digest) {
@@ -904,7 +933,15 @@ mod tests {
     async fn pull_progress_wakes_a_report_at_most_once_per_interval() {
         let pulls = images::Pulls::default();
         let sent_at = tokio::time::Instant::now();
-        let sent = pulls.progress();
+        let poll = |pulls: &images::Pulls| PollRequest {
+            node: "n1".into(),
+            jobs: vec![],
+            wait_ms: 0,
+            images: vec![],
+            pulling: pulls.progress(),
+            prepulls: pulls.prepulls().reports(),
+        };
+        let sent = poll(&pulls);
         let reference: wharf_images::ImageRef = "127.0.0.1:5000/test/app:v1".parse().unwrap();
         pulls.began(1, &reference);
         // Changed at once, but the report waits out the interval since the last one.
@@ -916,7 +953,7 @@ mod tests {
             .await
             .expect("the changed progress was never reported");
         // Woken, but nothing differs from what was sent: no report.
-        let sent = pulls.progress();
+        let sent = poll(&pulls);
         pulls.stepped(
             1,
             &wharf_images::PullEvent::Layer {

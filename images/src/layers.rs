@@ -33,6 +33,7 @@ use crate::extract::{apply_stream, Whiteouts};
 use crate::limits::Budget;
 use crate::oci::{sha256_hex, Descriptor};
 use crate::rootfs::RootDir;
+use crate::shared::SharedCache;
 use crate::source::read_blob;
 use crate::stack::stack;
 use crate::staging::{write_synced, Staging};
@@ -101,6 +102,7 @@ pub(crate) fn layer_dir(store: &Path, digest: &str) -> Result<PathBuf> {
 /// calling `open` for its blob only when it is not; returns whether this call unpacked it.
 pub(crate) fn ensure_layer(
     store: &Path,
+    shared: Option<&SharedCache>,
     desc: &Descriptor,
     diff_id: &str,
     budget: &mut Budget,
@@ -116,6 +118,24 @@ pub(crate) fn ensure_layer(
     if dest.is_dir() {
         touch_layer(store, hex);
         return Ok(false);
+    }
+    if let Some(cache) = shared {
+        let mut spent = budget.clone();
+        match cache.copy_out(hex, &store.join(crate::store::TMP), &mut spent) {
+            Ok(Some(staging)) => {
+                let size = tree_size(&staging.path)?;
+                staging.publish(&dest)?;
+                record_layer(store, hex, size)?;
+                *budget = spent;
+                tracing::debug!(layer = %desc.digest, cache = %cache.root().display(), "layer taken from the shared cache");
+                return Ok(false);
+            }
+            Ok(None) => {}
+            // A cache that fails (unreachable storage, a limit) costs a download, not the pull.
+            Err(e) => {
+                tracing::warn!(layer = %desc.digest, error = %e, "cannot copy a layer from the shared cache; downloading it")
+            }
+        }
     }
     let staging = Staging::create(&store.join(crate::store::TMP), "layer", 0o755)?;
     let root = RootDir::open(&staging.path)?;
@@ -135,6 +155,13 @@ pub(crate) fn ensure_layer(
     staging.publish(&dest)?;
     // After the layer: a crash between the two leaves a layer measured again when needed.
     record_layer(store, hex, size)?;
+    if let Some(cache) = shared {
+        // Verified above (blob digest and diff_id): other nodes may take it as it is.
+        let mut fresh = Budget::new(*budget.limits());
+        if let Err(e) = cache.publish(hex, &dest, &mut fresh) {
+            tracing::warn!(layer = %desc.digest, error = %e, "cannot publish a layer to the shared cache");
+        }
+    }
     Ok(true)
 }
 

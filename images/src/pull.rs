@@ -8,7 +8,7 @@ use wharf_api::image_ref::ImageRef;
 
 use crate::cache::{CacheLock, Pin};
 use crate::error::{ImageError, Result};
-use crate::layers::{ensure_layer, ensure_root, layer_dir, RootParts};
+use crate::layers::{ensure_layer, ensure_root, layer_dir, Lock, RootParts};
 use crate::limits::Budget;
 use crate::oci::{
     layer_compression, pick, sha256_hex, Config, Descriptor, Index, Manifest, INDEX_TYPES,
@@ -17,6 +17,7 @@ use crate::oci::{
 use crate::registry::{Registry, RegistryOptions};
 use crate::store::{ImageInfo, ImageStore};
 use crate::stream::sha256_digest;
+use sha2::Digest as _;
 
 /// What a pull is doing, for progress lines.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,9 +105,49 @@ impl ImageStore {
         opts: &RegistryOptions,
         progress: &mut dyn FnMut(PullEvent),
     ) -> Result<(ImageInfo, Pin)> {
-        crate::name::validate_name(&reference.to_string())?;
+        let name = reference.to_string();
+        crate::name::validate_name(&name)?;
         // No eviction while this pull needs layers it has not stacked yet.
         let cache = CacheLock::shared(self.root())?;
+        let (info, pin) = self.pull_once(reference, opts, progress)?;
+        drop(cache);
+        self.enforce_quota();
+        progress(PullEvent::Done(info.clone()));
+        Ok((info, pin))
+    }
+
+    /// [`ImageStore::pull_pinned`] under the reference's own lock: pulls of one reference, in
+    /// this process or another, run one at a time, and one that waited for another is served
+    /// what that one published instead of asking the registry again. Without this, each of
+    /// twenty jobs starting at once would fetch the manifest and the config blob itself
+    /// (layers were already shared through their own locks).
+    fn pull_once(
+        &self,
+        reference: &ImageRef,
+        opts: &RegistryOptions,
+        progress: &mut dyn FnMut(PullEvent),
+    ) -> Result<(ImageInfo, Pin)> {
+        let name = reference.to_string();
+        let before = self.pulled(reference);
+        let _one = Lock::take(
+            self.root(),
+            &format!(
+                "pull-{}",
+                hex::encode(sha2::Sha256::digest(name.as_bytes()))
+            ),
+        )?;
+        if let Some(info) = self
+            .pulled(reference)
+            .filter(|now| Some(now) != before.as_ref())
+        {
+            // Published by the pull this one waited for. A private image is served only to
+            // credentials that reach it, as from the cache: the other pull's may not be ours.
+            if info.private {
+                check_access(reference, &info.digest, opts)?;
+            }
+            let pin = Pin::rootfs(&info.rootfs)?;
+            return Ok((info, pin));
+        }
         // Mirrors first, in order; whatever one fails with (down, missing the image, refusing
         // us, or serving content that fails its digests), the next is tried, the registry
         // itself last. Layers a failed attempt verified are kept for the next.
@@ -116,9 +157,6 @@ impl ImageStore {
             match self.pull_from(&registry, reference, progress) {
                 Ok(info) => {
                     let pin = Pin::rootfs(&info.rootfs)?;
-                    drop(cache);
-                    self.enforce_quota();
-                    progress(PullEvent::Done(info.clone()));
                     return Ok((info, pin));
                 }
                 Err(e) if source.mirror => {
@@ -261,13 +299,20 @@ impl ImageStore {
                         Err(_) => return,
                     };
                     let mut budget = before.clone();
-                    let res = ensure_layer(self.root(), desc, &diff_ids[i], &mut budget, || {
-                        let counted: Box<dyn std::io::Read + Send + Sync> = Box::new(Counted {
-                            inner: registry.blob(&desc.digest)?,
-                            total: downloaded.clone(),
-                        });
-                        Ok(counted)
-                    })
+                    let res = ensure_layer(
+                        self.root(),
+                        self.shared.as_ref(),
+                        desc,
+                        &diff_ids[i],
+                        &mut budget,
+                        || {
+                            let counted: Box<dyn std::io::Read + Send + Sync> = Box::new(Counted {
+                                inner: registry.blob(&desc.digest)?,
+                                total: downloaded.clone(),
+                            });
+                            Ok(counted)
+                        },
+                    )
                     .and_then(|fetched| {
                         let mut total = spent.lock().map_err(|_| {
                             ImageError::new(crate::ErrorKind::Unavailable, "a pull thread panicked")

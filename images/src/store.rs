@@ -98,6 +98,9 @@ pub struct ImageStore {
     names: Arc<Mutex<(Vec<OsString>, Vec<String>)>>,
     /// Bytes pulled images' layers may take (`[images] cache_quota`); `None`: no limit.
     pub(crate) quota: Option<u64>,
+    /// The cluster-wide layer cache pulls look in first and publish to
+    /// (`[images] shared_cache`).
+    pub(crate) shared: Option<crate::shared::SharedCache>,
 }
 
 impl ImageStore {
@@ -130,9 +133,17 @@ impl ImageStore {
             limits: Limits::default(),
             names: Arc::default(),
             quota: None,
+            shared: None,
         };
         clear_stale(&store.root.join(TMP));
         Ok(store)
+    }
+
+    /// This store with the shared layer cache `shared` for its pulls (see
+    /// [`crate::SharedCache`]).
+    pub fn with_shared_cache(mut self, shared: Option<crate::SharedCache>) -> ImageStore {
+        self.shared = shared;
+        self
     }
 
     /// This store with `limits` for later imports.

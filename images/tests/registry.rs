@@ -308,8 +308,9 @@ fn concurrent_pulls_of_one_image_download_each_layer_once() {
     reg.push(&layout.dir, "v1", "test/shared", None);
     let r = reg.reference("test/shared:v1");
 
+    let pushed = reg.blob_gets();
     let results: Vec<_> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..6)
+        let handles: Vec<_> = (0..20)
             .map(|_| {
                 let (store, r) = (s.store.clone(), r.clone());
                 scope.spawn(move || {
@@ -321,8 +322,13 @@ fn concurrent_pulls_of_one_image_download_each_layer_once() {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
+    // The pull that came first fetched both layers; those that waited for it were served
+    // its image and report no layer of their own.
     for layer in 0..2 {
-        let downloads = results.iter().filter(|(_, f)| f[layer]).count();
+        let downloads = results
+            .iter()
+            .filter(|(_, f)| f.get(layer) == Some(&true))
+            .count();
         assert_eq!(
             downloads,
             1,
@@ -330,6 +336,14 @@ fn concurrent_pulls_of_one_image_download_each_layer_once() {
             layer + 1
         );
     }
+    // One download of each blob at the registry (the config's too), counted by its log.
+    let mut gets = reg.blob_gets();
+    for (digest, n) in pushed {
+        *gets.get_mut(&digest).unwrap() -= n;
+    }
+    gets.retain(|_, n| *n > 0);
+    assert_eq!(gets.len(), 3, "the config and two layers: {gets:?}");
+    assert!(gets.values().all(|n| *n == 1), "{gets:?}");
     let roots: std::collections::BTreeSet<_> =
         results.iter().map(|(i, _)| i.rootfs.clone()).collect();
     assert_eq!(roots.len(), 1);

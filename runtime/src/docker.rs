@@ -27,6 +27,10 @@ use futures_util::StreamExt;
 use crate::error::{ErrorKind, RuntimeError};
 use crate::spec::{ContainerSpec, DockerTarget, Outcome};
 
+#[path = "docker_pull.rs"]
+mod pull;
+pub use pull::{has_image, pull_image, EnginePull};
+
 /// The engine settings for `spec`. Pure.
 pub fn container_body(spec: &ContainerSpec, target: &DockerTarget) -> ContainerCreateBody {
     let mut groups: Vec<String> = spec

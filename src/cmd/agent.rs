@@ -45,6 +45,7 @@ pub fn settings(file: &FileConfig, token: String) -> Result<wharf_agent::AgentCo
         image_store: a.image_store.clone(),
         registry: file.images.registry()?,
         cache_quota: file.images.quota()?,
+        shared_cache: file.images.shared_cache()?,
         shim_exe: std::env::current_exe().context("locating the wharf binary for the shim")?,
         root_host_id: a.root_host_id,
         grace_secs: config::duration("agent.grace", &a.grace)?.as_secs(),

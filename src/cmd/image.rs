@@ -26,10 +26,18 @@ pub enum Command {
     },
     /// Pull a registry image into the store (`ubuntu:24.04`, `docker://...`,
     /// `nvcr.io#nvidia/pytorch:24.05-py3`, `host:5000/team/app@sha256:...`), as jobs naming it
-    /// would; layers already in the store are not fetched again.
+    /// would; layers already in the store are not fetched again. With `--nodes` (admins), the
+    /// named nodes pull it into their own stores, through the controller.
     Pull {
         /// The registry reference.
         reference: String,
+        /// Pull on these nodes (`n1,n2`, `gpu[01-16]`) instead of into a local store; each
+        /// node's progress and result is printed as it comes.
+        #[arg(long, value_name = "NODES", conflicts_with_all = ["store", "config", "max_entries", "max_unpacked", "max_file"])]
+        nodes: Option<String>,
+        /// With `--nodes`: print each node's result as JSON at the end.
+        #[arg(long, requires = "nodes")]
+        json: bool,
         #[command(flatten)]
         store: StoreArg,
         #[command(flatten)]
@@ -145,6 +153,13 @@ impl StoreArg {
     /// The configuration's cache quota (`[images] cache_quota`).
     fn quota(&self) -> Result<Option<u64>> {
         crate::config::load(self.config.as_deref())?.images.quota()
+    }
+
+    /// The configuration's shared layer cache (`[images] shared_cache`), checked.
+    fn shared_cache(&self) -> Result<Option<wharf_images::SharedCache>> {
+        crate::config::load(self.config.as_deref())?
+            .images
+            .shared_cache()
     }
 
     /// The configuration's registry settings (`[images]`).
@@ -263,7 +278,7 @@ fn reporter() -> Result<Box<dyn FnMut(wharf_images::PullEvent) + Send>> {
 }
 
 /// Runs the command.
-pub async fn run(cmd: Command) -> Result<i32> {
+pub async fn run(socket: &str, cmd: Command) -> Result<i32> {
     match cmd {
         Command::Import {
             source,
@@ -287,14 +302,26 @@ pub async fn run(cmd: Command) -> Result<i32> {
         }
         Command::Pull {
             reference,
+            nodes: Some(nodes),
+            json,
+            ..
+        } => return crate::cmd::prepull::run(socket, &reference, &nodes, json).await,
+        Command::Pull {
+            reference,
             store,
             limits,
+            ..
         } => {
             let reference: wharf_images::ImageRef =
                 reference.parse().map_err(|e: String| anyhow::anyhow!(e))?;
             let opts = store.registry()?;
             let quota = store.quota()?;
-            let s = store.open()?.with_limits(limits.limits()).with_quota(quota);
+            let shared = store.shared_cache()?;
+            let s = store
+                .open()?
+                .with_limits(limits.limits())
+                .with_quota(quota)
+                .with_shared_cache(shared);
             let started = std::time::Instant::now();
             let mut report = reporter()?;
             let info = tokio::task::spawn_blocking(move || s.pull(&reference, &opts, &mut report))

@@ -677,13 +677,20 @@ impl TcpCluster {
 
     /// Starts agent `name` as [`TcpCluster::agent`] does, with a state directory of its own
     /// (`agent-NAME`) and `extra` (TOML lines) in its `[agent]` table: nodes that differ.
+    /// The image store is the cluster's `images` unless `extra` names one; `extra` may open
+    /// further tables after its `[agent]` lines.
     pub fn agent_with(&mut self, name: &str, token: &Path, extra: &str) {
         let d = self.dir.path();
         let config = d.join(format!("agent-{name}.toml"));
+        let store = if extra.contains("image_store") {
+            String::new()
+        } else {
+            format!("image_store = \"{}/images\"\n", d.display())
+        };
         std::fs::write(
             &config,
             format!(
-                "[agent]\nstate_dir = \"{0}/agent-{name}\"\nimage_store = \"{0}/images\"\n{extra}\n",
+                "[agent]\nstate_dir = \"{}/agent-{name}\"\n{store}{extra}\n",
                 d.display()
             ),
         )

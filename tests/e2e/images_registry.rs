@@ -21,7 +21,7 @@ fn sha256(bytes: &[u8]) -> String {
 
 /// Writes an OCI layout at `layout` whose image `tag` stacks `layers` (directories, bottom
 /// first, each archived with `tar`), with a config naming their diff_ids.
-fn write_layout(layout: &Path, tag: &str, layers: &[&Path]) {
+pub(crate) fn write_layout(layout: &Path, tag: &str, layers: &[&Path]) {
     let blobs = layout.join("blobs/sha256");
     fs::create_dir_all(&blobs).unwrap();
     let put = |bytes: &[u8]| {
@@ -336,7 +336,7 @@ fn wharf_image_pull_shows_each_layer_and_fetches_shared_layers_once() {
 
 /// Runs the CLI as `who` from their directory, which is also their `HOME` (where
 /// `.docker/config.json` is looked for), with no other auth file in the environment.
-fn wharf_home(c: &Cluster, who: &User, args: &[&str]) -> std::process::Output {
+pub(crate) fn wharf_home(c: &Cluster, who: &User, args: &[&str]) -> std::process::Output {
     let home = c.home(who);
     setpriv(who)
         .arg(wharf_bin())
@@ -377,7 +377,7 @@ fn cat_greeting(c: &Cluster, user: &User, reference: &str) -> String {
 
 /// Writes `who`'s `~/.docker/config.json` with `user:password` for `registry` (as `docker
 /// login` does), theirs and 0600.
-fn docker_login(c: &Cluster, who: &User, registry: &str, user: &str, password: &str) {
+pub(crate) fn docker_login(c: &Cluster, who: &User, registry: &str, user: &str, password: &str) {
     use base64::Engine;
     let dir = c.home(who).join(".docker");
     fs::create_dir_all(&dir).unwrap();
@@ -542,7 +542,7 @@ fn a_private_image_in_the_cache_is_served_only_to_users_whose_credentials_prove_
 /// A TCP proxy on 127.0.0.1 in front of `upstream` that passes requests on as they come and
 /// answers at most `chunk` bytes per `every` per connection: a registry slow enough for a
 /// pull to be watched. Returns its `127.0.0.1:port`; it serves until the test process ends.
-fn slow_proxy(upstream: &str, chunk: usize, every: Duration) -> String {
+pub(crate) fn slow_proxy(upstream: &str, chunk: usize, every: Duration) -> String {
     use std::io::{Read, Write};
     use std::net::{Shutdown, TcpListener, TcpStream};
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();

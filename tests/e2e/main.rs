@@ -15,6 +15,7 @@ mod gang;
 mod gpu;
 mod harness;
 mod images;
+mod images_nodes;
 mod images_registry;
 mod job_files;
 mod job_forms;

@@ -53,7 +53,9 @@ pub struct Loopback {
     pub addr: String,
     /// The registry's storage root (blobs and manifests as it serves them).
     pub storage: PathBuf,
-    _dir: tempfile::TempDir,
+    /// Its scratch directory: storage, config and `registry.log` (errors, and the access log
+    /// of every request, which the registry writes whatever the log level).
+    dir: tempfile::TempDir,
 }
 
 impl Loopback {
@@ -116,7 +118,7 @@ impl Loopback {
             child,
             addr,
             storage,
-            _dir: dir,
+            dir,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(&reg.addr).is_err() {
@@ -157,6 +159,23 @@ impl Loopback {
             "skopeo: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// How many `GET`s of each blob (by digest) the registry has answered so far, whatever
+    /// their status, read from its access log (one line per request, Apache's combined format).
+    pub fn blob_gets(&self) -> std::collections::BTreeMap<String, usize> {
+        let log = fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default();
+        let mut gets = std::collections::BTreeMap::new();
+        for line in log.lines() {
+            let Some((_, request)) = line.split_once("\"GET /v2/") else {
+                continue;
+            };
+            let path = request.split_whitespace().next().unwrap_or_default();
+            if let Some((_, digest)) = path.split_once("/blobs/") {
+                *gets.entry(digest.to_string()).or_insert(0) += 1;
+            }
+        }
+        gets
     }
 
     /// `addr/repo_tag` as a reference string.

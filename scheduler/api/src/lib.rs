@@ -17,6 +17,7 @@ pub mod job;
 pub mod jobfile;
 pub mod limits;
 pub mod node;
+pub mod prepull;
 pub mod pull;
 pub mod report;
 pub mod resources;

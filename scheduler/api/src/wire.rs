@@ -229,6 +229,10 @@ pub struct PollRequest {
     /// an older agent never sends it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pulling: Vec<crate::pull::PullProgress>,
+    /// This node's parts of admins' pre-pulls (`wharf image pull --nodes`): those under way
+    /// and those finished since the controller last ordered them. Left out when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prepulls: Vec<crate::prepull::NodePull>,
 }
 
 /// A job for the agent to start.
@@ -299,6 +303,10 @@ pub struct PollResponse {
     pub kill: Vec<KillOrder>,
     /// Ended jobs whose results are committed: the agent may delete its records of them.
     pub forget: Vec<JobId>,
+    /// Images to pull into the node's store (admins' pre-pulls), repeated until the agent
+    /// reports each finished; one it no longer finds here is over for it. Left out when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pull: Vec<crate::prepull::PullOrder>,
 }
 
 /// `GET /v1/acct`: jobs, ended or not, that were in the system during a time window (as

@@ -108,6 +108,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/report", get(report))
         .route("/v1/nodes", get(nodes))
         .route("/v1/nodes/{name}/state", post(node_state))
+        .route("/v1/images/pull", post(prepull))
+        .route("/v1/images/pull/{id}", get(prepull_status))
         .route("/v1/admin/change", post(admin_change))
         .route("/v1/admin/associations", get(associations))
         .route("/v1/admin/audit", get(audit))
@@ -496,6 +498,39 @@ async fn node_state(
     Ok(Json(node))
 }
 
+/// `wharf image pull REF --nodes ...`: an admin's pre-pull; each node is woken to take it.
+async fn prepull(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<wharf_api::prepull::PrePull> {
+    let c = caller(&s, &peer)?;
+    let req: wharf_api::prepull::PrePullRequest = body(&s, bytes)?;
+    let pull = with_cluster(&s, move |cl, _| cl.start_prepull(&c, &req)).await?;
+    for n in &pull.nodes {
+        s.wake_node(&n.node);
+    }
+    Ok(Json(pull))
+}
+
+/// A pre-pull as it stands.
+async fn prepull_status(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(id): Path<String>,
+) -> ApiResult<wharf_api::prepull::PrePull> {
+    let c = caller(&s, &peer)?;
+    let id: u64 = id.parse().map_err(|_| {
+        fail(
+            ErrorKind::InvalidInput,
+            format!("bad pre-pull id {id:?}: a number"),
+        )
+    })?;
+    Ok(Json(
+        with_cluster(&s, move |cl, _| cl.prepull(&c, id)).await?,
+    ))
+}
+
 /// `wharf admin ... add|modify|rm`: one association change, audited.
 async fn admin_change(
     State(s): State<Arc<Shared>>,
@@ -613,6 +648,9 @@ async fn poll(
     // not repeated (an answer at once to each poll would make the agent poll without pause
     // for as long as the pull lasts); the agent's progress reports wake it instead.
     let pulling: BTreeSet<JobId> = req.pulling.iter().map(|p| p.job).collect();
+    // Likewise the pre-pulls this node reports: their orders are repeated (an agent drops
+    // a finished part once its order is gone) but do not answer a poll at once.
+    let prepulls: Vec<u64> = req.prepulls.iter().map(|p| p.id).collect();
     let wait = Duration::from_millis(req.wait_ms.min(s.config.poll_wait.as_millis() as u64));
     let notify = s.node_notify(&node);
     // Register interest before reading state so a wake-up between the two is not lost.
@@ -630,17 +668,24 @@ async fn poll(
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         let (n, h, st) = (node.clone(), held.clone(), stopping.clone());
-        let (mut launch, kill) = with_cluster(&s, move |cl, _| Ok(cl.orders(&n, &h, &st))).await?;
+        let (mut launch, kill, pull) = with_cluster(&s, move |cl, _| {
+            let (launch, kill) = cl.orders(&n, &h, &st);
+            Ok((launch, kill, cl.pull_orders(&n)))
+        })
+        .await?;
         launch.retain(|order| !pulling.contains(&order.id));
+        let new_pull = pull.iter().any(|o| !prepulls.contains(&o.id));
         if !launch.is_empty()
             || !kill.is_empty()
             || !forget.is_empty()
+            || new_pull
             || tokio::time::Instant::now() >= deadline
         {
             return Ok(Json(PollResponse {
                 launch,
                 kill,
                 forget,
+                pull,
             }));
         }
         // Woken or timed out: look again (past the deadline the answer goes out as it is).

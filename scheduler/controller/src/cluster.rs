@@ -24,6 +24,7 @@ mod budget;
 mod drain;
 mod forms;
 mod gang;
+pub mod prepull;
 mod requeue;
 mod runs;
 mod sched;
@@ -119,6 +120,8 @@ pub struct Cluster {
     /// Per STARTING job, its nodes' pulls of its image as their agents last reported them:
     /// in memory only (transient, never stored), dropped when the job leaves STARTING.
     pulls: BTreeMap<JobId, Vec<PullProgress>>,
+    /// Admins' pre-pulls of images on nodes (memory only).
+    prepulls: prepull::PrePulls,
 }
 
 impl Cluster {
@@ -226,6 +229,7 @@ impl Cluster {
             watch: JobWatch::default(),
             credentials,
             pulls: BTreeMap::new(),
+            prepulls: prepull::PrePulls::default(),
         };
         cluster.fill_ledger(engine).map_err(StoreError::Ledger)?;
         if !cluster.ledger_in_store {
@@ -482,6 +486,7 @@ impl Cluster {
         node.up = true;
         node.images = report.images.iter().cloned().collect();
         self.take_pulls(&report.node, &report.pulling);
+        self.take_prepulls(&report.node, &report.prepulls);
         let reported: BTreeMap<JobId, &AgentJob> = report.jobs.iter().map(|j| (j.id, j)).collect();
         let node = report.node.as_str();
         let mut changed = Vec::new();
