@@ -790,6 +790,20 @@ pub fn parse_task_dir_name(name: &str) -> Option<(u64, u32)> {
     digits(id).then(|| id.parse().ok().map(|id| (id, local)))?
 }
 
+/// The mark of job `id` prepared here and waiting for its release (a gang's first phase):
+/// `ID.ready` beside the task directories, a file, so that nothing takes it for a task.
+pub fn ready_mark(state_dir: &Path, id: u64) -> PathBuf {
+    state_dir.join("jobs").join(format!("{id}.ready"))
+}
+
+/// The job a name under `jobs` marks as prepared ([`ready_mark`]'s inverse).
+pub fn parse_ready_name(name: &str) -> Option<u64> {
+    let id = name.strip_suffix(".ready")?;
+    (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| id.parse().ok())
+        .flatten()
+}
+
 /// Where task `local` of job `id` lives on this node, each task in a sandbox of its own.
 pub fn task_dir(state_dir: &Path, id: u64, local: u32) -> wharf_runtime::JobDir {
     wharf_runtime::JobDir::new(state_dir.join("jobs").join(task_dir_name(id, local)))
@@ -984,6 +998,7 @@ mod tests {
                 restarts: 0,
                 rendezvous: Default::default(),
                 registry_auth: None,
+                hold: false,
             }
         };
         let own = order(Some(1), None);
@@ -1000,6 +1015,19 @@ mod tests {
         // Without --gpus-per-task both tasks see the node's GPUs of the job.
         let shared = order(None, Some(2));
         assert_eq!(task_share(&shared, 1).gpu_ids, [1, 3]);
+    }
+
+    #[test]
+    fn ready_marks_are_named_for_the_job_and_never_read_as_tasks() {
+        let state = Path::new("/state");
+        let mark = ready_mark(state, 12);
+        assert_eq!(mark, Path::new("/state/jobs/12.ready"));
+        let name = mark.file_name().unwrap().to_str().unwrap();
+        assert_eq!(parse_ready_name(name), Some(12));
+        assert_eq!(parse_task_dir_name(name), None);
+        for bad in ["12", "12.1", ".ready", "x.ready", "12.ready.1"] {
+            assert_eq!(parse_ready_name(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -609,6 +609,13 @@ async fn poll(
         .filter(|j| j.exit.is_none() && j.stopping)
         .map(|j| j.id)
         .collect();
+    // Gang ranks the node has prepared: released once every node of their gang is ready.
+    let prepared: BTreeSet<JobId> = req
+        .jobs
+        .iter()
+        .filter(|j| j.exit.is_none() && j.ready)
+        .map(|j| j.id)
+        .collect();
     // Jobs whose image the node is pulling: their launch order is under way there, so it is
     // not repeated (an answer at once to each poll would make the agent poll without pause
     // for as long as the pull lasts); the agent's progress reports wake it instead.
@@ -629,8 +636,14 @@ async fn poll(
     }
     let deadline = tokio::time::Instant::now() + wait;
     loop {
-        let (n, h, st) = (node.clone(), held.clone(), stopping.clone());
-        let (mut launch, kill) = with_cluster(&s, move |cl, _| Ok(cl.orders(&n, &h, &st))).await?;
+        let (n, h, st, pr) = (
+            node.clone(),
+            held.clone(),
+            stopping.clone(),
+            prepared.clone(),
+        );
+        let (mut launch, kill) =
+            with_cluster(&s, move |cl, _| Ok(cl.orders(&n, &h, &st, &pr))).await?;
         launch.retain(|order| !pulling.contains(&order.id));
         if !launch.is_empty()
             || !kill.is_empty()

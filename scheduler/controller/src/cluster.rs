@@ -488,6 +488,7 @@ impl Cluster {
         let mut forget = Vec::new();
         let mut charge = Vec::new();
         let mut drain = None;
+        let mut release = BTreeSet::new();
         for (id, aj) in &reported {
             let ours = self
                 .jobs
@@ -524,8 +525,16 @@ impl Cluster {
                     }
                 }
                 (Some((job, rank)), None) if !job.allocs[rank].ended() => {
-                    if let (Some(at), None) = (aj.start_time, job.allocs[rank].start_time) {
+                    let alloc = &job.allocs[rank];
+                    if let (Some(at), None) = (aj.start_time, alloc.start_time) {
                         changed.push(gang::rank_started(job.clone(), rank, at));
+                    } else if aj.ready && !alloc.ready && job.state == JobState::Starting {
+                        let job = gang::rank_ready(job.clone(), rank);
+                        // The last node ready: the others hear of their release now.
+                        if gang::released(&job) && job.stop.is_none() && !job.cancel_requested {
+                            release.extend(job.nodes().filter(|n| *n != node).map(String::from));
+                        }
+                        changed.push(job);
                     }
                 }
                 _ => {}
@@ -565,7 +574,8 @@ impl Cluster {
             self.drain(node, &reason, now)?;
         }
         self.charge_requeued(&charge);
-        let wake = stopping_nodes(&changed, node);
+        let mut wake = stopping_nodes(&changed, node);
+        wake.extend(release);
         self.commit(changed)?;
         Ok(Ingested { forget, wake })
     }

@@ -55,6 +55,8 @@ impl Cluster {
                 .map(|a| NodeAlloc::new(&a.node, a.cpu_ids.clone(), a.gpu_ids.clone()))
                 .collect();
             rec.reason = Some(format!("starting on {}", rec.nodelist()));
+            rec.requeued_after = None;
+            rec.requeued_message = None;
             rec.port = start.port;
             rec.priority = None;
             rec.expected_start = None;
@@ -93,6 +95,15 @@ impl Cluster {
             let reason = match self.jobs.get(&wait.job).map(nodes_of) {
                 Some(n) if n > 1 => gang_words(reason, n),
                 _ => reason,
+            };
+            // Until it starts again, a requeued job says why it is back in the queue.
+            let reason = match self
+                .jobs
+                .get(&wait.job)
+                .and_then(|j| j.requeued_after.as_ref())
+            {
+                Some(stop) => format!("{reason}; {}", stop.requeue_words()),
+                None => reason,
             };
             self.jobs.edit(wait.job, |rec| {
                 rec.priority = priority;

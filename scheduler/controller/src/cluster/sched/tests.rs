@@ -557,6 +557,7 @@ fn report(c: &mut Cluster, jobs: &[(JobId, bool)], now: u64) -> Vec<JobId> {
             }),
             end_time: stopped.then_some(now),
             stopping: false,
+            ready: false,
         })
         .collect();
     let poll = PollRequest {
@@ -611,7 +612,12 @@ fn a_preempted_job_is_stopped_requeued_and_started_again_only_once_its_node_let_
     );
     let waits = record(&c, high).reason.unwrap();
     assert!(waits.contains(&format!("waiting for job {low}")), "{waits}");
-    let (launch, kill) = c.orders("n1", &BTreeSet::from([low]), &BTreeSet::new());
+    let (launch, kill) = c.orders(
+        "n1",
+        &BTreeSet::from([low]),
+        &BTreeSet::new(),
+        &BTreeSet::new(),
+    );
     assert!(launch.is_empty());
     assert_eq!(kill[0].reason, format!("preempted by job {high}"));
     // A second pass chooses it no second time.
@@ -644,6 +650,6 @@ fn a_preempted_job_is_stopped_requeued_and_started_again_only_once_its_node_let_
     report(&mut c, &[(high, true)], 7_000);
     c.schedule(8_000).unwrap();
     assert_eq!(record(&c, low).state, JobState::Starting);
-    let (launch, _) = c.orders("n1", &BTreeSet::new(), &BTreeSet::new());
+    let (launch, _) = c.orders("n1", &BTreeSet::new(), &BTreeSet::new(), &BTreeSet::new());
     assert_eq!((launch[0].id, launch[0].restarts), (low, 1));
 }
