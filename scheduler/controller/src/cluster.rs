@@ -526,16 +526,21 @@ impl Cluster {
                 }
                 (Some((job, rank)), None) if !job.allocs[rank].ended() => {
                     let alloc = &job.allocs[rank];
-                    if let (Some(at), None) = (aj.start_time, alloc.start_time) {
-                        changed.push(gang::rank_started(job.clone(), rank, at));
+                    let was = gang::released(job);
+                    let job = if let (Some(at), None) = (aj.start_time, alloc.start_time) {
+                        gang::rank_started(job.clone(), rank, at)
                     } else if aj.ready && !alloc.ready && job.state == JobState::Starting {
-                        let job = gang::rank_ready(job.clone(), rank);
-                        // The last node ready: the others hear of their release now.
-                        if gang::released(&job) && job.stop.is_none() && !job.cancel_requested {
-                            release.extend(job.nodes().filter(|n| *n != node).map(String::from));
-                        }
-                        changed.push(job);
+                        gang::rank_ready(job.clone(), rank)
+                    } else {
+                        continue;
+                    };
+                    // The last node ready (or started, by an agent that predates the
+                    // barrier): the others hear of their release now.
+                    let stopping = job.stop.is_some() || job.cancel_requested;
+                    if !was && gang::released(&job) && !stopping {
+                        release.extend(job.nodes().filter(|n| *n != node).map(String::from));
                     }
+                    changed.push(job);
                 }
                 _ => {}
             }

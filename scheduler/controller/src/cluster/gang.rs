@@ -68,7 +68,7 @@ pub(super) fn rank_started(mut job: JobRecord, rank: usize, at: u64) -> JobRecor
 /// their nodes are sent the order that starts them (see [`Cluster::orders`]).
 pub(super) fn rank_ready(mut job: JobRecord, rank: usize) -> JobRecord {
     job.allocs[rank].ready = true;
-    if job.allocs.iter().all(|a| a.ready) {
+    if released(&job) {
         job.reason = Some(format!(
             "starting on {}: every node is ready",
             job.nodelist()
@@ -84,10 +84,11 @@ pub(super) fn rank_ready(mut job: JobRecord, rank: usize) -> JobRecord {
     job
 }
 
-/// Whether `job`'s ranks may start: a gang's once every node has prepared its rank; a
-/// one-node job at once.
+/// Whether `job`'s ranks may start: a gang's once every node has prepared its rank (or
+/// started it: an agent that predates the barrier launches at once and never says ready);
+/// a one-node job at once.
 pub(super) fn released(job: &JobRecord) -> bool {
-    job.allocs.len() < 2 || job.allocs.iter().all(|a| a.ready)
+    job.allocs.len() < 2 || job.allocs.iter().all(|a| a.ready || a.start_time.is_some())
 }
 
 /// Rank `rank` has ended as `exit` says, at `end`. When it ended badly and nothing stops the

@@ -253,3 +253,34 @@ fn a_job_fault_in_one_nodes_preflight_fails_the_gang_naming_the_node() {
         assert_eq!(n.state, NodeState::Up, "{}", n.info.name);
     }
 }
+
+#[test]
+fn a_node_whose_agent_predates_the_barrier_and_starts_at_once_counts_as_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = nodes(&dir, 3);
+    let id = gang3(&mut c, true);
+    report(&mut c, "g1", id, Says::Ready, 200);
+    report(&mut c, "g2", id, Says::Ready, 200);
+    // g3's agent ignored `hold` and started its rank.
+    let started = PollRequest {
+        node: "g3".into(),
+        jobs: vec![AgentJob {
+            id,
+            start_time: Some(250),
+            exit: None,
+            end_time: None,
+            stopping: false,
+            ready: false,
+        }],
+        wait_ms: 0,
+        images: vec![],
+        pulling: vec![],
+    };
+    let seen = c.ingest(&started, 250).unwrap();
+    assert_eq!(seen.wake, BTreeSet::from(["g1".into(), "g2".into()]));
+    for node in ["g1", "g2"] {
+        let orders = launches(&c, node, id, true);
+        assert_eq!(orders.len(), 1, "{node}");
+        assert!(!orders[0].hold);
+    }
+}
