@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use wharf_api::node::{GpuInfo, MigInfo};
+use wharf_api::node::{GpuInfo, GpuUnit, MigInfo};
 
 /// What the agent found on its node: the CPUs jobs are given (job CPU index → CPU id) and
 /// the GPUs (by device minor, the id the scheduler allocates).
@@ -26,6 +26,64 @@ impl Machine {
             .cloned()
             .unwrap_or_else(|| GpuInfo::minor(id))
     }
+
+    /// The GPU unit the scheduler gave by `id`: a whole GPU (only its number when it was not
+    /// described), or a MIG instance; `None` for a MIG instance this node does not have.
+    pub fn unit(&self, id: u32) -> Option<GpuUnit> {
+        if let Some(unit) = wharf_api::node::gpu_unit(&self.gpus, id) {
+            return Some(unit);
+        }
+        if wharf_api::node::mig_slot(id).is_some() {
+            return None;
+        }
+        let gpu = self.gpu(id);
+        Some(GpuUnit {
+            id,
+            kind: gpu.kind(),
+            gpu,
+            mig: None,
+        })
+    }
+}
+
+/// Where the driver lists the capability devices of MIG instances.
+const MIG_CAPS_PROC: &str = "/proc/driver/nvidia/capabilities";
+
+/// The minors of the capability devices that open MIG instance `ci` of GPU instance `gi` on
+/// the GPU of minor `gpu`: the GPU instance's `access` and the compute instance's, each a
+/// file saying `DeviceFileMinor: N` under `proc` (the driver's capabilities directory).
+/// Empty when either is missing.
+pub fn mig_caps(proc: &Path, gpu: u32, gi: u32, ci: u32) -> Vec<u32> {
+    let gi_dir = proc.join(format!("gpu{gpu}/mig/gi{gi}"));
+    let minor = |file: &Path| -> Option<u32> {
+        std::fs::read_to_string(file)
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("DeviceFileMinor:"))?
+            .trim()
+            .parse()
+            .ok()
+    };
+    match (
+        minor(&gi_dir.join("access")),
+        minor(&gi_dir.join(format!("ci{ci}/access"))),
+    ) {
+        (Some(g), Some(c)) => vec![g, c],
+        _ => vec![],
+    }
+}
+
+/// The GPU and compute instance ids of MIG device `m` (NVML calls the wrapper does not
+/// offer); `None` when the library lacks them.
+fn mig_instance_ids(nvml: &nvml_wrapper::Nvml, m: &nvml_wrapper::Device) -> Option<(u32, u32)> {
+    let lib = nvml.lib();
+    let gi_of = lib.nvmlDeviceGetGpuInstanceId.as_ref().ok()?;
+    let ci_of = lib.nvmlDeviceGetComputeInstanceId.as_ref().ok()?;
+    let (mut gi, mut ci) = (0u32, 0u32);
+    // SAFETY: `m` is a live device handle of this library (it outlives the calls), and
+    // each call writes one unsigned int through a pointer to a local.
+    let ok = unsafe { gi_of(m.handle(), &mut gi) == 0 && ci_of(m.handle(), &mut ci) == 0 };
+    ok.then_some((gi, ci))
 }
 
 /// The address of network interface `name` (IPv4 before IPv6, no link-local IPv6), as
@@ -141,15 +199,20 @@ pub fn nvml_gpus() -> Result<Vec<GpuInfo>, nvml_wrapper::error::NvmlError> {
     let mut gpus = Vec::new();
     for i in 0..nvml.device_count()? {
         let dev = nvml.device_by_index(i)?;
+        let minor = dev.minor_number()?;
         let mig_on = dev.mig_mode().is_ok_and(|m| m.current == 1);
         let mig = if mig_on {
             (0..dev.mig_device_count().unwrap_or(0))
                 .filter_map(|j| dev.mig_device_by_index(j).ok())
                 .filter_map(|m| {
+                    let caps = mig_instance_ids(&nvml, &m)
+                        .map(|(gi, ci)| mig_caps(Path::new(MIG_CAPS_PROC), minor, gi, ci))
+                        .unwrap_or_default();
                     Some(MigInfo {
                         uuid: m.uuid().ok()?,
                         profile: mig_profile(&m.name().ok()?)?,
                         memory: m.memory_info().ok().map(|x| x.total),
+                        caps,
                     })
                 })
                 .collect()
@@ -157,7 +220,7 @@ pub fn nvml_gpus() -> Result<Vec<GpuInfo>, nvml_wrapper::error::NvmlError> {
             vec![]
         };
         gpus.push(GpuInfo {
-            index: dev.minor_number()?,
+            index: minor,
             model: dev.name().ok(),
             uuid: dev.uuid().ok(),
             memory: dev.memory_info().ok().map(|m| m.total),
@@ -329,6 +392,25 @@ fn device_gpus(dev_root: &Path) -> Vec<GpuInfo> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_mig_instances_capability_devices_are_read_from_the_drivers_files() {
+        let proc = tempfile::tempdir().unwrap();
+        let gi = proc.path().join("gpu1/mig/gi2");
+        std::fs::create_dir_all(gi.join("ci0")).unwrap();
+        std::fs::write(
+            gi.join("access"),
+            "DeviceFileMinor: 21\nDeviceFileMode: 292\n",
+        )
+        .unwrap();
+        std::fs::write(gi.join("ci0/access"), "DeviceFileMinor: 22\n").unwrap();
+        assert_eq!(mig_caps(proc.path(), 1, 2, 0), [21, 22]);
+        // Another compute instance, GPU instance or GPU: nothing known.
+        assert!(mig_caps(proc.path(), 1, 2, 1).is_empty());
+        assert!(mig_caps(proc.path(), 1, 3, 0).is_empty());
+        assert!(mig_caps(proc.path(), 0, 2, 0).is_empty());
+    }
+
     use super::*;
 
     #[test]

@@ -471,6 +471,7 @@ mod tests {
                 username: "ann".into(),
                 password: "pw".into(),
             }),
+            hold: false,
         };
         let site = RegistryOptions::default();
         let mine: ImageRef = "127.0.0.1:5000/team/app:v1".parse().unwrap();

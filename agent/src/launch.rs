@@ -6,43 +6,52 @@ use wharf_api::fault::{FaultCode, LaunchFault};
 use wharf_api::wire::LaunchOrder;
 use wharf_runtime::ContainerSpec;
 
-use wharf_api::node::GpuInfo;
+use wharf_api::node::{GpuInfo, GpuUnit};
 
 use crate::discover::Machine;
 use crate::AgentConfig;
 
-/// What tells a job and the tools inside it which GPUs it has: CUDA numbers them from 0 (the
-/// job sees only its own device nodes); container runtimes and NVML name them by UUID where
-/// known (NVML's numbering is not the device minor's); Slurm's names carry the node's own ids.
-fn gpu_env(gpus: &[GpuInfo]) -> Vec<(String, String)> {
-    let join = |f: &dyn Fn(usize, &GpuInfo) -> String| {
-        gpus.iter()
+/// What tells a job and the tools inside it which GPUs it has: CUDA numbers whole GPUs from
+/// 0 (the job sees only its own device nodes) and takes MIG instances by UUID only
+/// (`MIG-...`); container runtimes and NVML name them by UUID where known (NVML's numbering
+/// is not the device minor's); Slurm's names carry the node's own ids (a MIG instance's is
+/// its unit id).
+fn gpu_env(units: &[GpuUnit]) -> Vec<(String, String)> {
+    let join = |f: &dyn Fn(usize, &GpuUnit) -> String| {
+        units
+            .iter()
             .enumerate()
-            .map(|(i, g)| f(i, g))
+            .map(|(i, u)| f(i, u))
             .collect::<Vec<_>>()
             .join(",")
     };
-    let visible = if gpus.is_empty() {
+    let uuid = |u: &GpuUnit| match &u.mig {
+        Some(m) if m.uuid.starts_with("MIG-") => Some(m.uuid.clone()),
+        Some(m) => Some(format!("MIG-{}", m.uuid)),
+        None => u.gpu.uuid.clone(),
+    };
+    let mig = units.iter().any(|u| u.mig.is_some());
+    let by_uuid = units.iter().all(|u| uuid(u).is_some());
+    let visible = if units.is_empty() {
         "void".to_string()
-    } else if gpus.iter().all(|g| g.uuid.is_some()) {
-        join(&|_, g| g.uuid.clone().unwrap_or_default())
+    } else if by_uuid {
+        join(&|_, u| uuid(u).unwrap_or_default())
     } else {
-        join(&|_, g| g.index.to_string())
+        join(&|_, u| u.gpu.index.to_string())
+    };
+    let cuda = if mig && by_uuid {
+        visible.clone()
+    } else {
+        join(&|i, _| i.to_string())
     };
     let mut env = vec![
-        (
-            "CUDA_VISIBLE_DEVICES".to_string(),
-            join(&|i, _| i.to_string()),
-        ),
+        ("CUDA_VISIBLE_DEVICES".to_string(), cuda),
         ("NVIDIA_VISIBLE_DEVICES".to_string(), visible),
     ];
-    if !gpus.is_empty() {
+    if !units.is_empty() {
         env.extend([
-            (
-                "SLURM_JOB_GPUS".to_string(),
-                join(&|_, g| g.index.to_string()),
-            ),
-            ("SLURM_GPUS_ON_NODE".to_string(), gpus.len().to_string()),
+            ("SLURM_JOB_GPUS".to_string(), join(&|_, u| u.id.to_string())),
+            ("SLURM_GPUS_ON_NODE".to_string(), units.len().to_string()),
             (
                 "GPU_DEVICE_ORDINAL".to_string(),
                 join(&|i, _| i.to_string()),
@@ -145,7 +154,28 @@ pub fn container_spec(
     machine: &Machine,
 ) -> Result<ContainerSpec, LaunchError> {
     let share = task_share(order, local);
-    let gpus: Vec<GpuInfo> = share.gpu_ids.iter().map(|&id| machine.gpu(id)).collect();
+    let units: Vec<GpuUnit> = share
+        .gpu_ids
+        .iter()
+        .map(|&id| {
+            machine.unit(id).ok_or_else(|| {
+                LaunchError::new(
+                    FaultCode::Device,
+                    format!(
+                        "GPU unit {id} was allocated but node {} has no such MIG instance",
+                        cfg.node_name
+                    ),
+                )
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    // The GPUs themselves (a MIG instance's parent once), for the CDI spec.
+    let mut gpus: Vec<GpuInfo> = Vec::new();
+    for u in &units {
+        if !gpus.iter().any(|g| g.index == u.gpu.index) {
+            gpus.push(u.gpu.clone());
+        }
+    }
     let spec = &order.spec;
     let task = crate::env::Task {
         per_node: spec.tasks_per_node.max(1),
@@ -290,7 +320,7 @@ pub fn container_spec(
     env.extend(cfg.job_env.iter().cloned());
     env.retain(|(k, _)| !spec.env.contains_key(k));
     env.extend(spec.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let mut devices = gpu_devices(&cfg.dev_root, &share.gpu_ids)?;
+    let mut devices = gpu_devices(&cfg.dev_root, &units)?;
     if let Some(edits) = &cdi {
         for (host, path) in &edits.device_nodes {
             // Wharf's own choice of GPU nodes stands; the spec adds the rest (MIG caps, ...).
@@ -327,7 +357,7 @@ pub fn container_spec(
         ("SLURM_RESTART_COUNT".into(), order.restarts.to_string()),
         ("WHARF_GPUS".into(), host_gpus.join(",")),
     ]);
-    env.extend(gpu_env(&gpus));
+    env.extend(gpu_env(&units));
     env.extend(crate::env::rendezvous(&order.rendezvous, task));
     // The hostfile, read-only in the job's private /tmp. Only Wharf's own name: Open MPI's
     // default-hostfile variable would cap every mpirun in the job at one slot per node.
@@ -727,26 +757,59 @@ const GPU_CONTROL_DEVICES: [&str; 4] = [
     "nvidia-modeset",
 ];
 
-/// The device nodes for the allocated GPUs: `/dev/nvidiaN` for each, plus the control devices
-/// present on the node. A missing GPU node fails the launch with the reason.
+/// The device nodes for the allocated GPU units: `/dev/nvidiaN` for each whole GPU; for a
+/// MIG instance its GPU's `/dev/nvidiaN` and its own capability devices
+/// (`/dev/nvidia-caps/nvidia-capK`: no other instance's); plus the control devices present
+/// on the node. A missing node fails the launch with the reason.
 pub fn gpu_devices(
     dev_root: &Path,
-    gpu_ids: &[u32],
+    units: &[GpuUnit],
 ) -> Result<Vec<wharf_runtime::DeviceNode>, LaunchError> {
-    if gpu_ids.is_empty() {
+    if units.is_empty() {
         return Ok(vec![]);
     }
-    let mut out = Vec::new();
-    for id in gpu_ids {
-        let host = dev_root.join(format!("nvidia{id}"));
-        let node = wharf_runtime::DeviceNode::from_host(&host, &format!("/dev/nvidia{id}"))
-            .map_err(|e| {
-                LaunchError::new(
-                    FaultCode::Device,
-                    format!("GPU {id} was allocated but {}: {e}", host.display()),
-                )
-            })?;
+    let mut out: Vec<wharf_runtime::DeviceNode> = Vec::new();
+    let mut add = |host: PathBuf, path: String, what: &dyn Fn() -> String| {
+        if out.iter().any(|d| d.path == path) {
+            return Ok::<(), LaunchError>(());
+        }
+        let node = wharf_runtime::DeviceNode::from_host(&host, &path).map_err(|e| {
+            LaunchError::new(
+                FaultCode::Device,
+                format!("{} was allocated but {}: {e}", what(), host.display()),
+            )
+        })?;
         out.push(node);
+        Ok(())
+    };
+    for u in units {
+        let minor = u.gpu.index;
+        let what = || match &u.mig {
+            Some(m) => format!("MIG instance {} ({}) of GPU {minor}", m.uuid, m.profile),
+            None => format!("GPU {minor}"),
+        };
+        add(
+            dev_root.join(format!("nvidia{minor}")),
+            format!("/dev/nvidia{minor}"),
+            &what,
+        )?;
+        let Some(mig) = &u.mig else { continue };
+        if mig.caps.is_empty() {
+            return Err(LaunchError::new(
+                FaultCode::Device,
+                format!(
+                    "{} was allocated but the driver lists no capability devices for it",
+                    what()
+                ),
+            ));
+        }
+        for cap in &mig.caps {
+            add(
+                dev_root.join(format!("nvidia-caps/nvidia-cap{cap}")),
+                format!("/dev/nvidia-caps/nvidia-cap{cap}"),
+                &what,
+            )?;
+        }
     }
     for name in GPU_CONTROL_DEVICES {
         let host = dev_root.join(name);
@@ -788,6 +851,20 @@ pub fn parse_task_dir_name(name: &str) -> Option<(u64, u32)> {
         }
     };
     digits(id).then(|| id.parse().ok().map(|id| (id, local)))?
+}
+
+/// The mark of job `id` prepared here and waiting for its release (a gang's first phase):
+/// `ID.ready` beside the task directories, a file, so that nothing takes it for a task.
+pub fn ready_mark(state_dir: &Path, id: u64) -> PathBuf {
+    state_dir.join("jobs").join(format!("{id}.ready"))
+}
+
+/// The job a name under `jobs` marks as prepared ([`ready_mark`]'s inverse).
+pub fn parse_ready_name(name: &str) -> Option<u64> {
+    let id = name.strip_suffix(".ready")?;
+    (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| id.parse().ok())
+        .flatten()
 }
 
 /// Where task `local` of job `id` lives on this node, each task in a sandbox of its own.
@@ -928,10 +1005,133 @@ mod tests {
         }
     }
 
+    fn whole(minor: u32) -> GpuUnit {
+        GpuInfo::minor(minor).units().remove(0)
+    }
+
+    /// Makes character device `name` under `dir` (its parents too); `false` without root.
+    fn fake_device(dir: &Path, name: &str, major: u64, minor: u64) -> bool {
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        nix::sys::stat::mknod(
+            &path,
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::from_bits_truncate(0o666),
+            nix::sys::stat::makedev(major, minor),
+        )
+        .is_ok()
+    }
+
+    #[test]
+    fn a_job_given_a_mig_instance_gets_its_gpu_and_only_its_own_capability_devices() {
+        let test = "a_job_given_a_mig_instance_gets_its_gpu_and_only_its_own_capability_devices";
+        if !nix::unistd::geteuid().is_root() {
+            assert!(
+                std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+                "{test} needs root"
+            );
+            eprintln!("SKIPPED {test}: mknod needs root");
+            return;
+        }
+        let dev = tempfile::tempdir().unwrap();
+        for (name, major, minor) in [
+            ("nvidia3", 195, 3),
+            ("nvidiactl", 195, 255),
+            ("nvidia-caps/nvidia-cap21", 237, 21),
+            ("nvidia-caps/nvidia-cap22", 237, 22),
+            ("nvidia-caps/nvidia-cap30", 237, 30),
+            ("nvidia-caps/nvidia-cap31", 237, 31),
+        ] {
+            assert!(fake_device(dev.path(), name, major, minor), "mknod {name}");
+        }
+        let mig = |uuid: &str, profile: &str, caps: Vec<u32>| wharf_api::node::MigInfo {
+            uuid: uuid.into(),
+            profile: profile.into(),
+            memory: None,
+            caps,
+        };
+        let machine = Machine {
+            cpus: vec![0, 1],
+            gpus: vec![GpuInfo {
+                uuid: Some("GPU-parent".into()),
+                model: Some("NVIDIA H100 80GB HBM3".into()),
+                mig: vec![
+                    mig("MIG-aaaa", "1g.10gb", vec![21, 22]),
+                    mig("MIG-bbbb", "1g.10gb", vec![30, 31]),
+                ],
+                ..GpuInfo::minor(3)
+            }],
+            cpu_numa: vec![],
+        };
+        let cfg = cfg(dev.path());
+        let images = wharf_images::ImageStore::open(dev.path().join("images")).unwrap();
+        let second = wharf_api::node::mig_unit_id(3, 1);
+        let spec = wharf_api::JobRequest {
+            command: Some(vec!["true".into()]),
+            image: Some("host".into()),
+            gpus: Some(1),
+            gpu_type: Some("1g.10gb".into()),
+            ..Default::default()
+        }
+        .resolve("/", &wharf_api::JobDefaults::default())
+        .unwrap();
+        let order = LaunchOrder {
+            id: 9,
+            owner: wharf_api::Owner {
+                uid: 0,
+                gid: 0,
+                user: "root".into(),
+            },
+            spec,
+            cpu_ids: vec![0],
+            gpu_ids: vec![second],
+            restarts: 0,
+            rendezvous: Default::default(),
+            registry_auth: None,
+            hold: false,
+        };
+        let spec = container_spec(&cfg, &images, &order, 0, &machine).unwrap();
+        // The GPU's own node, the second instance's two capabilities, the control device:
+        // the device cgroup allows exactly these, so the first instance's stay shut.
+        let devices: Vec<(&str, i64, i64)> = spec
+            .devices
+            .iter()
+            .map(|d| (d.path.as_str(), d.major, d.minor))
+            .collect();
+        assert_eq!(
+            devices,
+            [
+                ("/dev/nvidia3", 195, 3),
+                ("/dev/nvidia-caps/nvidia-cap30", 237, 30),
+                ("/dev/nvidia-caps/nvidia-cap31", 237, 31),
+                ("/dev/nvidiactl", 195, 255),
+            ]
+        );
+        let env: std::collections::BTreeMap<&str, &str> =
+            spec.env.iter().filter_map(|e| e.split_once('=')).collect();
+        assert_eq!(env["CUDA_VISIBLE_DEVICES"], "MIG-bbbb");
+        assert_eq!(env["NVIDIA_VISIBLE_DEVICES"], "MIG-bbbb");
+        assert_eq!(env["SLURM_JOB_GPUS"], second.to_string());
+        // The parent as a whole is no unit of this node; nor is an instance it lacks.
+        let mut whole = order.clone();
+        whole.gpu_ids = vec![wharf_api::node::mig_unit_id(3, 5)];
+        let e = container_spec(&cfg, &images, &whole, 0, &machine).unwrap_err();
+        assert_eq!(e.code, FaultCode::Device, "{e}");
+        // An instance whose capability device is missing: the node's fault, named.
+        std::fs::remove_file(dev.path().join("nvidia-caps/nvidia-cap31")).unwrap();
+        let e = container_spec(&cfg, &images, &order, 0, &machine).unwrap_err();
+        assert_eq!(e.code, FaultCode::Device, "{e}");
+        assert!(
+            e.message
+                .contains("MIG instance MIG-bbbb (1g.10gb) of GPU 3"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn a_missing_gpu_device_is_the_nodes_fault() {
         let dev = tempfile::tempdir().unwrap();
-        let e = gpu_devices(dev.path(), &[0]).unwrap_err();
+        let e = gpu_devices(dev.path(), &[whole(0)]).unwrap_err();
         assert_eq!(e.code, FaultCode::Device, "{e}");
         assert!(e.message.contains("GPU 0 was allocated but"), "{e}");
         assert!(gpu_devices(dev.path(), &[]).unwrap().is_empty());
@@ -985,6 +1185,7 @@ mod tests {
                 restarts: 0,
                 rendezvous: Default::default(),
                 registry_auth: None,
+                hold: false,
             }
         };
         let own = order(Some(1), None);
@@ -1001,6 +1202,19 @@ mod tests {
         // Without --gpus-per-task both tasks see the node's GPUs of the job.
         let shared = order(None, Some(2));
         assert_eq!(task_share(&shared, 1).gpu_ids, [1, 3]);
+    }
+
+    #[test]
+    fn ready_marks_are_named_for_the_job_and_never_read_as_tasks() {
+        let state = Path::new("/state");
+        let mark = ready_mark(state, 12);
+        assert_eq!(mark, Path::new("/state/jobs/12.ready"));
+        let name = mark.file_name().unwrap().to_str().unwrap();
+        assert_eq!(parse_ready_name(name), Some(12));
+        assert_eq!(parse_task_dir_name(name), None);
+        for bad in ["12", "12.1", ".ready", "x.ready", "12.ready.1"] {
+            assert_eq!(parse_ready_name(bad), None, "{bad}");
+        }
     }
 
     #[test]
@@ -1024,7 +1238,8 @@ mod tests {
     #[test]
     fn gpus_are_named_by_uuid_to_runtimes_by_minor_to_slurm_and_from_0_to_cuda() {
         let env = |gpus: &[GpuInfo]| -> std::collections::BTreeMap<String, String> {
-            gpu_env(gpus).into_iter().collect()
+            let units: Vec<GpuUnit> = gpus.iter().map(|g| g.units().remove(0)).collect();
+            gpu_env(&units).into_iter().collect()
         };
         let uuid = |minor: u32, u: &str| GpuInfo {
             uuid: Some(u.into()),

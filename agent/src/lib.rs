@@ -367,9 +367,9 @@ async fn local_change(
     sent: &PollRequest,
     mut shims: Vec<u32>,
 ) {
-    let shape = |jobs: &[AgentJob]| -> Vec<(u64, bool, bool)> {
+    let shape = |jobs: &[AgentJob]| -> Vec<(u64, bool, bool, bool)> {
         jobs.iter()
-            .map(|j| (j.id, j.start_time.is_some(), j.exit.is_some()))
+            .map(|j| (j.id, j.ready, j.start_time.is_some(), j.exit.is_some()))
             .collect()
     };
     let before = shape(&sent.jobs);
@@ -407,12 +407,14 @@ fn report(
         return (vec![], vec![]);
     };
     let mut by_job: std::collections::BTreeMap<u64, Vec<(u32, JobDir)>> = Default::default();
+    let mut prepared = BTreeSet::new();
     for entry in entries.flatten() {
-        let Some((id, local)) = entry
-            .file_name()
-            .to_str()
-            .and_then(launch::parse_task_dir_name)
-        else {
+        let name = entry.file_name();
+        if let Some(id) = name.to_str().and_then(launch::parse_ready_name) {
+            prepared.insert(id);
+            continue;
+        }
+        let Some((id, local)) = name.to_str().and_then(launch::parse_task_dir_name) else {
             continue;
         };
         if pulls.pulling(id) {
@@ -426,6 +428,7 @@ fn report(
     let mut out = Vec::new();
     let mut shims = Vec::new();
     let mut running = BTreeSet::new();
+    let by_job_ids: BTreeSet<u64> = by_job.keys().copied().collect();
     for (id, mut dirs) in by_job {
         dirs.sort_by_key(|(local, _)| *local);
         let tasks: Vec<TaskReport> = dirs
@@ -483,7 +486,22 @@ fn report(
         }
         out.push(job);
     }
-    // A job's image stays pinned while it runs (its shims pin it too).
+    // Prepared here, waiting for its release (its tasks are not launched yet).
+    for id in prepared {
+        if by_job_ids.contains(&id) || pulls.pulling(id) {
+            continue;
+        }
+        running.insert(id);
+        out.push(AgentJob {
+            id,
+            start_time: None,
+            exit: None,
+            end_time: None,
+            stopping: false,
+            ready: true,
+        });
+    }
+    // A job's image stays pinned while it runs or waits (its shims pin it too).
     pulls.keep_pins(&running);
     (out, shims)
 }
@@ -553,6 +571,7 @@ fn node_report(id: u64, tasks: &[TaskReport]) -> AgentJob {
             exit: None,
             end_time: None,
             stopping,
+            ready: false,
         };
     }
     let bad = |t: &&TaskReport| {
@@ -579,6 +598,7 @@ fn node_report(id: u64, tasks: &[TaskReport]) -> AgentJob {
         exit: Some(exit),
         end_time: tasks.iter().filter_map(|t| t.end_time).max(),
         stopping: false,
+        ready: false,
     }
 }
 
@@ -650,7 +670,12 @@ fn carry_out(
     let launcher = launcher.as_ref();
     for kill in &orders.kill {
         tracing::info!(job = kill.id, reason = %kill.reason, "stopping job");
+        // Prepared and never released: nothing ran; gone from the next report.
+        let _ = std::fs::remove_file(launch::ready_mark(&cfg.state_dir, kill.id));
         for dir in task_dirs(&cfg.state_dir, kill.id) {
+            if !dir.path().exists() {
+                continue;
+            }
             // Recorded first, so that the order is not repeated while the job winds down.
             let written = JobDir::write_private(&dir.stop(), kill.reason.as_bytes());
             if let Err(e) = written {
@@ -665,6 +690,7 @@ fn carry_out(
     }
     let forget: BTreeSet<u64> = orders.forget.into_iter().collect();
     for id in forget {
+        let _ = std::fs::remove_file(launch::ready_mark(&cfg.state_dir, id));
         // The first task's directory last: while it is there, the job is reported.
         let mut dirs = task_dirs(&cfg.state_dir, id);
         dirs.reverse();
@@ -737,6 +763,10 @@ fn start(
     if dir.path().exists() || pulls.pulling(order.id) {
         return;
     }
+    // Prepared already: a repeated order waits on, the release launches.
+    if order.hold && launch::ready_mark(&cfg.state_dir, order.id).exists() {
+        return;
+    }
     if let Some(reference) = images::to_pull(cfg, images, &order.spec.image) {
         let (c, l, i, m, o) = (
             cfg.clone(),
@@ -799,10 +829,14 @@ fn start(
 
 /// Launches `order` now, or records why it cannot run (`ready`'s error: a failed pull, and
 /// whose fault that is; its value: the pulled image's pin): each of its tasks on this node in
-/// a sandbox of its own, the last first, so that the first task's directory (by which the job
-/// is known here) comes once all the others are there. A task that cannot start fails the
-/// job; the tasks not yet started are then recorded as never started. A job on an image of
-/// the store keeps it pinned from here until it is seen ended.
+/// a sandbox of its own. Every task's spec is built first (the preflight: user, image,
+/// devices, RDMA, memlock), so that none starts when one cannot; then the tasks are
+/// launched, the last first, so that the first task's directory (by which the job is known
+/// here) comes once all the others are there. An order with `hold` stops after the
+/// preflight: the job is marked ready ([`launch::ready_mark`]) and waits for its release.
+/// A task that cannot start fails the job; the tasks not yet started are then recorded as
+/// never started. A job on an image of the store keeps it pinned from here until it is seen
+/// ended.
 fn launch_now(
     cfg: &AgentConfig,
     launcher: &dyn Backend,
@@ -812,69 +846,99 @@ fn launch_now(
     order: &LaunchOrder,
     ready: Result<Option<wharf_images::Pin>, launch::LaunchError>,
 ) {
-    tracing::info!(job = order.id, user = %order.owner.user, image = %order.spec.image, tasks = order.spec.tasks_per_node, "launching");
+    tracing::info!(job = order.id, user = %order.owner.user, image = %order.spec.image, tasks = order.spec.tasks_per_node, hold = order.hold, "launching");
     // The pulled image stays pinned until the launch holds its own pin.
     let (ready, _pulled) = match ready {
         Ok(pin) => (Ok(()), pin),
         Err(e) => (Err(e), None),
     };
-    let mut failed: Option<u32> = None;
-    let mut pinned = false;
-    for local in (0..order.spec.tasks_per_node.max(1)).rev() {
-        let dir = launch::task_dir(&cfg.state_dir, order.id, local);
-        if dir.path().exists() {
-            continue;
+    let locals: Vec<u32> = (0..order.spec.tasks_per_node.max(1))
+        .rev()
+        .filter(|&l| {
+            !launch::task_dir(&cfg.state_dir, order.id, l)
+                .path()
+                .exists()
+        })
+        .collect();
+    // The preflight: every task's spec, and the image pinned.
+    let mut specs = Vec::new();
+    let mut failed: Option<(u32, launch::LaunchError)> = None;
+    for &local in &locals {
+        let spec = ready.clone().and_then(|()| {
+            let spec = launch::container_spec(cfg, images, order, local, machine)?;
+            if specs.is_empty() {
+                let pin = launch::pin_image(cfg, &spec).map_err(|e| {
+                    launch::LaunchError::new(
+                        launch::image_fault(&e),
+                        format!(
+                            "image {:?} on node {}: {e}",
+                            order.spec.image, cfg.node_name
+                        ),
+                    )
+                })?;
+                if let Some(pin) = pin {
+                    pulls.hold(order.id, pin);
+                }
+            }
+            Ok(spec)
+        });
+        match spec {
+            Ok(spec) => specs.push((local, spec)),
+            Err(e) => {
+                failed = Some((local, e));
+                break;
+            }
         }
-        // Why the task did not start: its launch failed (with whose fault that is), or an
-        // earlier task's did and it is never started (cancelled, no fault).
-        let ended = match failed {
-            Some(task) => Some((
+    }
+    let mark = launch::ready_mark(&cfg.state_dir, order.id);
+    if failed.is_none() && order.hold {
+        if let Err(e) = JobDir::write_atomic(&mark, &wharf_runtime::now_ms()) {
+            tracing::error!(job = order.id, error = %e, "cannot record the job ready");
+        } else {
+            tracing::info!(job = order.id, "prepared; waiting for the release");
+        }
+        return;
+    }
+    let mut launched = BTreeSet::new();
+    if failed.is_none() {
+        for (local, spec) in &specs {
+            let dir = launch::task_dir(&cfg.state_dir, order.id, *local);
+            if let Err(e) = launcher.launch(&dir, spec) {
+                failed = Some((*local, launch::LaunchError::from(e)));
+                break;
+            }
+            launched.insert(*local);
+        }
+    }
+    // Released (or failed): the job is known by its task directories from here on.
+    let _ = std::fs::remove_file(&mark);
+    let Some((task, error)) = failed else {
+        return;
+    };
+    let fault = error.fault();
+    tracing::warn!(job = order.id, task, error = %error.message, %fault, "launch failed");
+    for &local in locals.iter().filter(|l| !launched.contains(l)) {
+        // Why the task did not start: its launch failed (with whose fault that is), or
+        // another task's did and it is never started (cancelled, no fault).
+        let (message, fault) = if local == task {
+            (error.message.clone(), Some(fault))
+        } else {
+            (
                 format!("never started: task {task} of the job could not start"),
                 None,
-            )),
-            None => ready
-                .clone()
-                .and_then(|()| {
-                    let spec = launch::container_spec(cfg, images, order, local, machine)?;
-                    if !pinned {
-                        let pin = launch::pin_image(cfg, &spec).map_err(|e| {
-                            launch::LaunchError::new(
-                                launch::image_fault(&e),
-                                format!(
-                                    "image {:?} on node {}: {e}",
-                                    order.spec.image, cfg.node_name
-                                ),
-                            )
-                        })?;
-                        if let Some(pin) = pin {
-                            pulls.hold(order.id, pin);
-                        }
-                        pinned = true;
-                    }
-                    launcher
-                        .launch(&dir, &spec)
-                        .map_err(launch::LaunchError::from)
-                })
-                .err()
-                .map(|e| {
-                    let fault = e.fault();
-                    tracing::warn!(job = order.id, task = local, error = %e.message, %fault, "launch failed");
-                    failed = Some(local);
-                    (e.message, Some(fault))
-                }),
+            )
         };
-        if let Some((message, fault)) = ended {
-            let _ = traverse_only_dir(dir.path());
-            let outcome = Outcome {
-                error: Some(bound_message(message)),
-                cancelled: fault.is_none(),
-                fault,
-                ended_ms: wharf_runtime::now_ms(),
-                ..Default::default()
-            };
-            if let Err(e) = JobDir::write_atomic(&dir.outcome(), &outcome) {
-                tracing::error!(job = order.id, error = %e, "cannot record launch failure");
-            }
+        let dir = launch::task_dir(&cfg.state_dir, order.id, local);
+        let _ = traverse_only_dir(dir.path());
+        let outcome = Outcome {
+            error: Some(bound_message(message)),
+            cancelled: fault.is_none(),
+            fault,
+            ended_ms: wharf_runtime::now_ms(),
+            ..Default::default()
+        };
+        if let Err(e) = JobDir::write_atomic(&dir.outcome(), &outcome) {
+            tracing::error!(job = order.id, error = %e, "cannot record launch failure");
         }
     }
 }
@@ -893,6 +957,7 @@ mod tests {
             }),
             end_time: Some(1),
             stopping: false,
+            ready: false,
         }
     }
 

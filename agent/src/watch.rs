@@ -161,7 +161,17 @@ impl Changes {
                 // Events were lost: look at everything again.
                 true
             } else if ev.wd == self.jobs.1 {
-                if let Some(name) = ev.name.as_ref().filter(|_| ev.mask.intersects(made)) {
+                // A job's ready mark is a file: only task directories are watched.
+                let task = |n: &std::ffi::OsString| {
+                    n.to_str()
+                        .and_then(crate::launch::parse_task_dir_name)
+                        .is_some()
+                };
+                if let Some(name) = ev
+                    .name
+                    .as_ref()
+                    .filter(|n| ev.mask.intersects(made) && task(n))
+                {
                     self.watch_job(&self.jobs.0.join(name));
                 }
                 true

@@ -62,6 +62,16 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             ),
         ));
     }
+    if let Some(stop) = &j.requeued_after {
+        let words = stop.requeue_words();
+        rows.push((
+            "Last requeue",
+            match &j.requeued_message {
+                Some(m) => format!("{words}: {m}"),
+                None => words,
+            },
+        ));
+    }
     if let Some(at) = j.begin_time {
         rows.push(("Begin time", output::time(Some(at))));
     }

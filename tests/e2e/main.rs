@@ -12,6 +12,7 @@ mod durability;
 mod faults;
 mod flags;
 mod gang;
+mod gang_preflight;
 mod gpu;
 mod harness;
 mod images;

@@ -260,6 +260,8 @@ pub struct MultiHost {
     pub socket: PathBuf,
     controller: Option<Child>,
     agents: Vec<Option<Child>>,
+    /// Each host's own agent config keys.
+    agent_more: Vec<String>,
     tag: String,
     /// Dropped after the processes are gone (see `Drop`), and before the directory.
     pub fabric: Fabric,
@@ -272,6 +274,17 @@ impl MultiHost {
     /// Returns None (after printing why) when this machine cannot make the network, and
     /// panics instead under WHARF_TEST_STRICT=1.
     pub fn start(test: &str, n: usize, more: &str) -> Option<MultiHost> {
+        Self::start_with_agents(test, n, more, &|_| String::new())
+    }
+
+    /// [`MultiHost::start`] with `agent(i)` added to host `i`'s agent config (after its
+    /// `[agent]` keys), so that one node can differ from the others.
+    pub fn start_with_agents(
+        test: &str,
+        n: usize,
+        more: &str,
+        agent: &dyn Fn(usize) -> String,
+    ) -> Option<MultiHost> {
         let fabric = Fabric::for_test(test, n)?;
         let dir = scratch("wharf-hosts-");
         let d = dir.path();
@@ -300,6 +313,7 @@ impl MultiHost {
             socket: d.join("wharf.sock"),
             controller: Some(controller),
             agents: (0..n).map(|_| None).collect(),
+            agent_more: (0..n).map(agent).collect(),
             tag,
             fabric,
             dir,
@@ -353,9 +367,10 @@ impl MultiHost {
             format!(
                 "[agent]\nstate_dir = \"{0}/agent-{name}\"\nimage_store = \"{0}/images\"\n\
                  cgroup_parent = \"{1}\"\nfabric_interface = \"{FABRIC_IF}\"\ngrace = \"2s\"\n\
-                 env = {{ GLOO_SOCKET_IFNAME = \"{FABRIC_IF}\", NCCL_SOCKET_IFNAME = \"{FABRIC_IF}\" }}\n",
+                 env = {{ GLOO_SOCKET_IFNAME = \"{FABRIC_IF}\", NCCL_SOCKET_IFNAME = \"{FABRIC_IF}\" }}\n{2}\n",
                 d.display(),
                 self.cgroup_parent(i),
+                self.agent_more[i],
             ),
         )
         .unwrap();

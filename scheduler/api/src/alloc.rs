@@ -30,6 +30,9 @@ pub struct NodeAlloc {
     /// How this rank ended, once its node has said so (or was lost).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitInfo>,
+    /// Its node has prepared this rank (a gang's first phase) and waits for the release.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ready: bool,
 }
 
 impl NodeAlloc {

@@ -1113,6 +1113,14 @@ pub struct JobRecord {
     /// never be taken for the next one's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requeued_from: Vec<String>,
+    /// Why a requeued job went back to the queue (the stop that ended its last run), until
+    /// it starts again (public: made of node, rank and fault code).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeued_after: Option<Stop>,
+    /// The words its node gave for that stop, if any (private to its owner and admins, as
+    /// every message from a node is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeued_message: Option<String>,
     /// How many of its launches failed through no fault of its own (a node fault, an outage):
     /// it is requeued after each, up to [`MAX_LAUNCH_FAULTS`] (public).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -1181,6 +1189,22 @@ pub enum Stop {
 }
 
 impl Stop {
+    /// Why a job this stop requeued is back in the queue, in words (public: node, rank and
+    /// fault code only).
+    pub fn requeue_words(&self) -> String {
+        match self {
+            Stop::LaunchFault { node, fault, .. } => {
+                format!("requeued after node {node} failed ({fault})")
+            }
+            Stop::NodeLost { node, .. } => {
+                format!("requeued after node {node} stopped responding")
+            }
+            Stop::Preempt { by, .. } => format!("requeued: preempted by job {by}"),
+            Stop::Requeue { by_user } => format!("requeued by {by_user}"),
+            Stop::RankFailed { .. } => format!("requeued after {self}"),
+        }
+    }
+
     /// Whether the job goes back to the queue once stopped.
     pub fn requeues(&self) -> bool {
         match self {
@@ -1240,6 +1264,8 @@ impl JobRecord {
             restarts: 0,
             stop: None,
             requeued_from: vec![],
+            requeued_after: None,
+            requeued_message: None,
             port: None,
             launch_faults: 0,
             pulling: vec![],
@@ -1272,6 +1298,8 @@ impl JobRecord {
             restarts: self.restarts,
             stop: self.stop.clone(),
             requeued_from: self.requeued_from.clone(),
+            requeued_after: self.requeued_after.clone(),
+            requeued_message: self.requeued_message.clone(),
             port: self.port,
             launch_faults: self.launch_faults,
             pulling: self.pulling.clone(),

@@ -52,6 +52,38 @@ impl GpuInfo {
     pub fn kind(&self) -> String {
         gpu_kind(self.model.as_deref().unwrap_or(""))
     }
+
+    /// What jobs can be given of it: each MIG instance when it has any, else itself whole.
+    pub fn units(&self) -> Vec<GpuUnit> {
+        if self.mig.is_empty() {
+            return vec![GpuUnit {
+                id: self.index,
+                kind: self.kind(),
+                gpu: self.clone(),
+                mig: None,
+            }];
+        }
+        self.mig
+            .iter()
+            .enumerate()
+            .map(|(slot, m)| GpuUnit {
+                id: mig_unit_id(self.index, slot),
+                kind: m.profile.to_ascii_lowercase(),
+                gpu: self.clone(),
+                mig: Some(m.clone()),
+            })
+            .collect()
+    }
+}
+
+/// The unit of `gpus` with id `id` ([`GpuInfo::units`]).
+pub fn gpu_unit(gpus: &[GpuInfo], id: u32) -> Option<GpuUnit> {
+    let parent = mig_slot(id).map_or(id, |(p, _)| p);
+    gpus.iter()
+        .find(|g| g.index == parent)?
+        .units()
+        .into_iter()
+        .find(|u| u.id == id)
 }
 
 /// The type name in a GPU model name: the first word with a digit, after the vendor and
@@ -76,6 +108,43 @@ pub struct MigInfo {
     /// Memory, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<u64>,
+    /// The minors of the capability devices that open it (`/dev/nvidia-caps/nvidia-capN`:
+    /// its GPU instance's and its compute instance's `access`), as the driver lists them
+    /// under `/proc/driver/nvidia/capabilities`; empty when unknown (it cannot be used).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub caps: Vec<u32>,
+}
+
+/// The first id of MIG instances: a GPU is scheduled by its device minor (below 256, the
+/// driver's limit), MIG instance `slot` of the GPU of minor `parent` by
+/// `MIG_ID_BASE + parent * 256 + slot`, so that no id of a node means two things.
+pub const MIG_ID_BASE: u32 = 1 << 16;
+
+/// The id MIG instance `slot` (its position in [`GpuInfo::mig`]) of GPU `parent` is
+/// scheduled by.
+pub fn mig_unit_id(parent: u32, slot: usize) -> u32 {
+    MIG_ID_BASE + parent * 256 + slot as u32
+}
+
+/// The GPU (its minor) and MIG slot an id of [`mig_unit_id`] stands for; `None` for a whole
+/// GPU's id.
+pub fn mig_slot(id: u32) -> Option<(u32, usize)> {
+    let rest = id.checked_sub(MIG_ID_BASE)?;
+    Some((rest / 256, (rest % 256) as usize))
+}
+
+/// One GPU unit a job can be given: a whole GPU, or one MIG instance of a GPU in MIG mode
+/// (whose GPU is then never given whole).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuUnit {
+    /// The id it is scheduled by: the GPU's minor, or [`mig_unit_id`].
+    pub id: u32,
+    /// Its type: the GPU's ([`GpuInfo::kind`]) or the MIG profile (`1g.10gb`).
+    pub kind: String,
+    /// The GPU (the whole one, or the MIG instance's parent).
+    pub gpu: GpuInfo,
+    /// The MIG instance, for one.
+    pub mig: Option<MigInfo>,
 }
 
 /// What an agent reports about its node when it registers.
@@ -127,7 +196,7 @@ impl NodeInfo {
         Resources {
             cpus: self.cpus,
             memory: self.memory,
-            gpus: self.gpus.len() as u32,
+            gpus: self.gpus.iter().map(|g| g.units().len() as u32).sum(),
         }
     }
 }
@@ -183,6 +252,59 @@ pub struct NodeRecord {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_gpu_in_mig_mode_is_given_by_its_instances_only() {
+        let mig = |uuid: &str, profile: &str| MigInfo {
+            uuid: uuid.into(),
+            profile: profile.into(),
+            memory: None,
+            caps: vec![],
+        };
+        let whole = GpuInfo {
+            model: Some("NVIDIA H100 80GB HBM3".into()),
+            ..GpuInfo::minor(0)
+        };
+        let split = GpuInfo {
+            mig: vec![mig("MIG-a", "1g.10gb"), mig("MIG-b", "3g.40gb")],
+            ..GpuInfo {
+                index: 3,
+                ..whole.clone()
+            }
+        };
+        let units = whole.units();
+        assert_eq!(
+            (units.len(), units[0].id, units[0].kind.as_str()),
+            (1, 0, "h100")
+        );
+        let units = split.units();
+        let ids: Vec<(u32, &str)> = units.iter().map(|u| (u.id, u.kind.as_str())).collect();
+        assert_eq!(
+            ids,
+            [
+                (mig_unit_id(3, 0), "1g.10gb"),
+                (mig_unit_id(3, 1), "3g.40gb")
+            ]
+        );
+        assert!(
+            units.iter().all(|u| u.id != 3),
+            "the parent is not given whole"
+        );
+        assert_eq!(mig_slot(mig_unit_id(3, 1)), Some((3, 1)));
+        assert_eq!(mig_slot(255), None);
+        let gpus = [whole, split];
+        let b = gpu_unit(&gpus, mig_unit_id(3, 1)).unwrap();
+        assert_eq!((b.gpu.index, b.mig.unwrap().uuid.as_str()), (3, "MIG-b"));
+        assert_eq!(gpu_unit(&gpus, 0).unwrap().mig, None);
+        assert_eq!(
+            gpu_unit(&gpus, 3),
+            None,
+            "a GPU in MIG mode has no whole unit"
+        );
+        let node = NodeInfo::new("n", "n", 4, 1 << 30, gpus.to_vec());
+        assert_eq!(node.capacity().gpus, 3);
+    }
+
     use super::*;
 
     #[test]

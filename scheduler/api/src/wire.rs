@@ -210,6 +210,10 @@ pub struct AgentJob {
     /// the controller does not repeat the order.
     #[serde(default)]
     pub stopping: bool,
+    /// The job's tasks here are prepared (image ready, preflight passed) and wait for the
+    /// controller to release them: a gang's first phase (see [`LaunchOrder::hold`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ready: bool,
 }
 
 /// `POST /v1/agent/poll`: heartbeat, job report, and a request for orders.
@@ -261,6 +265,11 @@ pub struct LaunchOrder {
     /// already), kept in memory only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registry_auth: Option<RegistryCredential>,
+    /// Prepare only: pull the image and run the preflight of every task here, then report
+    /// the job `ready` and start nothing until the same order comes without `hold`. A gang's
+    /// ranks start only once every node is ready; a one-node job is never held.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hold: bool,
 }
 
 /// Where a job's ranks find each other: its nodes in rank order, which one an order is for,

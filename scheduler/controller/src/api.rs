@@ -644,6 +644,13 @@ async fn poll(
         .filter(|j| j.exit.is_none() && j.stopping)
         .map(|j| j.id)
         .collect();
+    // Gang ranks the node has prepared: released once every node of their gang is ready.
+    let prepared: BTreeSet<JobId> = req
+        .jobs
+        .iter()
+        .filter(|j| j.exit.is_none() && j.ready)
+        .map(|j| j.id)
+        .collect();
     // Jobs whose image the node is pulling: their launch order is under way there, so it is
     // not repeated (an answer at once to each poll would make the agent poll without pause
     // for as long as the pull lasts); the agent's progress reports wake it instead.
@@ -667,9 +674,14 @@ async fn poll(
     }
     let deadline = tokio::time::Instant::now() + wait;
     loop {
-        let (n, h, st) = (node.clone(), held.clone(), stopping.clone());
+        let (n, h, st, pr) = (
+            node.clone(),
+            held.clone(),
+            stopping.clone(),
+            prepared.clone(),
+        );
         let (mut launch, kill, pull) = with_cluster(&s, move |cl, _| {
-            let (launch, kill) = cl.orders(&n, &h, &st);
+            let (launch, kill) = cl.orders(&n, &h, &st, &pr);
             Ok((launch, kill, cl.pull_orders(&n)))
         })
         .await?;

@@ -493,6 +493,7 @@ impl Cluster {
         let mut forget = Vec::new();
         let mut charge = Vec::new();
         let mut drain = None;
+        let mut release = BTreeSet::new();
         for (id, aj) in &reported {
             let ours = self
                 .jobs
@@ -529,9 +530,22 @@ impl Cluster {
                     }
                 }
                 (Some((job, rank)), None) if !job.allocs[rank].ended() => {
-                    if let (Some(at), None) = (aj.start_time, job.allocs[rank].start_time) {
-                        changed.push(gang::rank_started(job.clone(), rank, at));
+                    let alloc = &job.allocs[rank];
+                    let was = gang::released(job);
+                    let job = if let (Some(at), None) = (aj.start_time, alloc.start_time) {
+                        gang::rank_started(job.clone(), rank, at)
+                    } else if aj.ready && !alloc.ready && job.state == JobState::Starting {
+                        gang::rank_ready(job.clone(), rank)
+                    } else {
+                        continue;
+                    };
+                    // The last node ready (or started, by an agent that predates the
+                    // barrier): the others hear of their release now.
+                    let stopping = job.stop.is_some() || job.cancel_requested;
+                    if !was && gang::released(&job) && !stopping {
+                        release.extend(job.nodes().filter(|n| *n != node).map(String::from));
                     }
+                    changed.push(job);
                 }
                 _ => {}
             }
@@ -570,7 +584,8 @@ impl Cluster {
             self.drain(node, &reason, now)?;
         }
         self.charge_requeued(&charge);
-        let wake = stopping_nodes(&changed, node);
+        let mut wake = stopping_nodes(&changed, node);
+        wake.extend(release);
         self.commit(changed)?;
         Ok(Ingested { forget, wake })
     }

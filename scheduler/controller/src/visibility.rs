@@ -15,6 +15,7 @@ pub fn view(caller: &Caller, mut job: JobRecord) -> JobRecord {
         job.spec = None;
         // The image it pulls is the spec's.
         job.pulling.clear();
+        job.requeued_message = None;
         let ranks = job.allocs.iter_mut().filter_map(|a| a.exit.as_mut());
         for exit in job.exit.as_mut().into_iter().chain(ranks) {
             exit.message = None;

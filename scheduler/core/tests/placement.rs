@@ -130,3 +130,71 @@ fn with_no_node_at_all_the_reason_says_so() {
     assert_eq!(reason, &PendingReason::NoNodes);
     assert!(reason.to_string().contains("wharf agent"), "{reason}");
 }
+
+#[test]
+fn mig_instances_are_gpus_of_their_own_type_and_their_gpu_is_never_given_whole() {
+    use wharf_api::node::{mig_unit_id, GpuInfo, MigInfo};
+    // GPU 0 whole; GPU 1 split into two 1g.10gb instances and one 3g.40gb, as an agent
+    // reports it and the controller turns it into units.
+    let mig = |uuid: &str, profile: &str| MigInfo {
+        uuid: uuid.into(),
+        profile: profile.into(),
+        memory: None,
+        caps: vec![],
+    };
+    let h100 = |minor: u32, mig: Vec<MigInfo>| GpuInfo {
+        model: Some("NVIDIA H100 80GB HBM3".into()),
+        mig,
+        ..GpuInfo::minor(minor)
+    };
+    let reported = [
+        h100(0, vec![]),
+        h100(
+            1,
+            vec![
+                mig("MIG-a", "1g.10gb"),
+                mig("MIG-b", "1g.10gb"),
+                mig("MIG-c", "3g.40gb"),
+            ],
+        ),
+    ];
+    let gpus: Vec<Gpu> = reported
+        .iter()
+        .flat_map(GpuInfo::units)
+        .map(|u| Gpu::new(u.id, &u.kind))
+        .collect();
+    let typed = |id, kind: &str, count| {
+        let mut j = job(id, "u", 1, count, 10, id);
+        j.request.gpu_kind = Some(kind.into());
+        j
+    };
+    let state = State {
+        nodes: vec![Node::new("a", 8, 64 * GIB, gpus)],
+        pending: vec![
+            typed(1, "1g.10gb", 1),
+            typed(2, "1g.10gb", 1),
+            typed(3, "1g.10gb", 1),
+            typed(4, "h100", 2),
+            typed(5, "h100", 1),
+            typed(6, "3g.40gb", 1),
+        ],
+        ..State::default()
+    };
+    let plan = schedule(MIN, &state, &Config::default());
+    let by_job = |id| {
+        plan.starts
+            .iter()
+            .find(|s| s.job == id)
+            .map(|s| s.allocs[0].gpu_ids.clone())
+    };
+    assert_eq!(by_job(1), Some(vec![mig_unit_id(1, 0)]));
+    assert_eq!(by_job(2), Some(vec![mig_unit_id(1, 1)]));
+    assert_eq!(by_job(3), None, "two 1g.10gb instances only");
+    assert_eq!(by_job(4), None, "GPU 1 is not an h100 to be given whole");
+    assert_eq!(by_job(5), Some(vec![0]));
+    assert_eq!(by_job(6), Some(vec![mig_unit_id(1, 2)]));
+    assert!(plan
+        .starts
+        .iter()
+        .all(|s| !s.allocs[0].gpu_ids.contains(&1)));
+}

@@ -167,7 +167,11 @@ impl Cluster {
                 .filter_map(|r| r.inside(since, until)),
         );
         let cpus = self.nodes.values().map(|n| u64::from(n.info.cpus)).sum();
-        let gpus = self.nodes.values().map(|n| n.info.gpus.len() as u64).sum();
+        let gpus = self
+            .nodes
+            .values()
+            .map(|n| u64::from(n.info.capacity().gpus))
+            .sum();
         Ok(wharf_api::report::Report::of_groups(
             &groups,
             since,

@@ -173,6 +173,7 @@ mod tests {
                     ..Default::default()
                 }),
                 stopping: false,
+                ready: false,
             }],
             wait_ms: 0,
             images: vec![],

@@ -18,6 +18,18 @@
 //!       failed first, else the one the stop is about), its exit code the job's.
 //! ```
 //!
+//! A gang starts in two phases. Each node first prepares its rank (the order comes with
+//! `hold`: image pulled, every task's preflight run: user, devices, RDMA, memlock) and reports
+//! it ready; once every node has, the same order goes out again without `hold` and the ranks
+//! start. A node whose preflight fails reports its rank ended as any failed launch does, so
+//! the ranks still waiting elsewhere are stopped before any ran its command. A one-node job
+//! is never held: it costs no extra round trip.
+//!
+//! ```text
+//!   order with hold ─▶ node prepares ─▶ ready ─┐ every node ready ──▶ order without hold
+//!                          └─ preflight fails ─┴─▶ stop: kill the prepared ranks (never run)
+//! ```
+//!
 //! A rank ending with status 0 while others still run (a torchrun agent that is done) stops
 //! nothing. Until the last rank has ended the job keeps all of its nodes, so that no new job
 //! starts beside a rank that is still being stopped.
@@ -50,6 +62,33 @@ pub(super) fn rank_started(mut job: JobRecord, rank: usize, at: u64) -> JobRecor
         job.reason = None;
     }
     job
+}
+
+/// Rank `rank`'s node has prepared it and waits for the release; once every rank is ready
+/// their nodes are sent the order that starts them (see [`Cluster::orders`]).
+pub(super) fn rank_ready(mut job: JobRecord, rank: usize) -> JobRecord {
+    job.allocs[rank].ready = true;
+    if released(&job) {
+        job.reason = Some(format!(
+            "starting on {}: every node is ready",
+            job.nodelist()
+        ));
+    } else {
+        let ready = job.allocs.iter().filter(|a| a.ready).count();
+        job.reason = Some(format!(
+            "starting on {}: {ready} of {} nodes ready",
+            job.nodelist(),
+            job.allocs.len()
+        ));
+    }
+    job
+}
+
+/// Whether `job`'s ranks may start: a gang's once every node has prepared its rank (or
+/// started it: an agent that predates the barrier launches at once and never says ready);
+/// a one-node job at once.
+pub(super) fn released(job: &JobRecord) -> bool {
+    job.allocs.len() < 2 || job.allocs.iter().all(|a| a.ready || a.start_time.is_some())
 }
 
 /// Rank `rank` has ended as `exit` says, at `end`. When it ended badly and nothing stops the
@@ -164,15 +203,17 @@ impl Cluster {
     }
 
     /// Orders for a node given what it holds: launches of the ranks allocated to it that it
-    /// does not have (each with the job's whole peer list and its own rank), kills for the
-    /// ranks of jobs being stopped (cancel, preemption, another rank failed or its node lost)
-    /// and for jobs it runs that are not (or no longer) its, except those it already reports
-    /// `stopping`.
+    /// does not have (each with the job's whole peer list and its own rank; a gang's with
+    /// `hold` until every node has reported its rank ready), the releases of the ranks it
+    /// holds `prepared` once every node of their gang is ready, kills for the ranks of jobs
+    /// being stopped (cancel, preemption, another rank failed or its node lost) and for jobs
+    /// it runs that are not (or no longer) its, except those it already reports `stopping`.
     pub fn orders(
         &self,
         node: &str,
         held: &BTreeSet<JobId>,
         stopping: &BTreeSet<JobId>,
+        prepared: &BTreeSet<JobId>,
     ) -> (Vec<LaunchOrder>, Vec<KillOrder>) {
         let mut launch = Vec::new();
         let mut kill = Vec::new();
@@ -182,25 +223,27 @@ impl Cluster {
             };
             let alloc = &job.allocs[rank as usize];
             let stop_asked = job.cancel_requested || job.stop.is_some();
+            let fresh = alloc.start_time.is_none() && !alloc.ended();
+            let order = |hold: bool| {
+                job.spec.as_ref().map(|spec| LaunchOrder {
+                    id: job.id,
+                    owner: job.owner.clone(),
+                    spec: spec.clone(),
+                    cpu_ids: alloc.cpu_ids.clone(),
+                    gpu_ids: alloc.gpu_ids.clone(),
+                    restarts: job.restarts,
+                    rendezvous: Rendezvous {
+                        nodes: job.nodes().map(|n| self.peer(n)).collect(),
+                        node_rank: rank,
+                        port: job.port,
+                    },
+                    registry_auth: self.credentials.get(job.id),
+                    hold,
+                })
+            };
             if !held.contains(&job.id) {
-                let fresh = alloc.start_time.is_none() && !alloc.ended();
                 if job.state == JobState::Starting && fresh && !stop_asked {
-                    if let Some(spec) = &job.spec {
-                        launch.push(LaunchOrder {
-                            id: job.id,
-                            owner: job.owner.clone(),
-                            spec: spec.clone(),
-                            cpu_ids: alloc.cpu_ids.clone(),
-                            gpu_ids: alloc.gpu_ids.clone(),
-                            restarts: job.restarts,
-                            rendezvous: Rendezvous {
-                                nodes: job.nodes().map(|n| self.peer(n)).collect(),
-                                node_rank: rank,
-                                port: job.port,
-                            },
-                            registry_auth: self.credentials.get(job.id),
-                        });
-                    }
+                    launch.extend(order(!released(job)));
                 }
             } else if stopping.contains(&job.id) {
                 // Its agent is stopping it already: nothing to repeat.
@@ -216,6 +259,12 @@ impl Cluster {
                     _ => "cancelled".into(),
                 };
                 kill.push(KillOrder { id: job.id, reason });
+            } else if prepared.contains(&job.id)
+                && job.state == JobState::Starting
+                && fresh
+                && released(job)
+            {
+                launch.extend(order(false));
             }
         }
         for id in held.difference(stopping) {
@@ -387,3 +436,6 @@ fn merged_usage(job: &JobRecord) -> Option<JobUsage> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod barrier_tests;

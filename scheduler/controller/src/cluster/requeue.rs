@@ -74,10 +74,14 @@ impl Cluster {
 pub(super) fn let_go(job: &JobRecord, node: &str) -> JobRecord {
     let mut job = job.clone();
     job.requeued_from.retain(|n| n != node);
+    let words = job
+        .requeued_after
+        .as_ref()
+        .map_or_else(|| "requeued".to_string(), Stop::requeue_words);
     job.reason = Some(if job.requeued_from.is_empty() {
-        "Queued: requeued; waiting for the scheduler".into()
+        format!("Queued: {words}; waiting for the scheduler")
     } else {
-        waiting_for(&job.requeued_from)
+        format!("{words}: {}", waiting_for(&job.requeued_from))
     });
     job
 }
@@ -103,19 +107,26 @@ fn waiting_for(nodes: &[String]) -> String {
 
 /// A job that `stop` ended: back to the queue (same id and submit time, one more restart,
 /// not to start again before each of `nodes` has let go of this run), or PREEMPTED.
-pub(super) fn stopped(mut job: JobRecord, stop: &wharf_api::Stop, nodes: Vec<String>) -> JobRecord {
+pub(super) fn stopped(mut job: JobRecord, stop: &Stop, nodes: Vec<String>) -> JobRecord {
     if !stop.requeues() {
         job.state = JobState::Preempted;
         job.reason = Some(stop.to_string());
         return job;
     }
     tracing::info!(job = job.id, %stop, "job requeued");
+    // Said until it starts again: the scheduler's pending reason carries it.
+    job.requeued_message = match stop {
+        Stop::LaunchFault { .. } => job.exit.as_ref().and_then(|e| e.message.clone()),
+        _ => None,
+    };
+    job.requeued_after = Some(stop.clone());
     job.state = JobState::Pending;
     job.restarts += 1;
+    let words = stop.requeue_words();
     job.reason = Some(if nodes.is_empty() {
-        format!("Requeued ({stop}); waiting for the scheduler")
+        format!("Queued: {words}; waiting for the scheduler")
     } else {
-        format!("Requeued ({stop}): {}", waiting_for(&nodes))
+        format!("{words}: {}", waiting_for(&nodes))
     });
     job.requeued_from = nodes;
     job.stop = None;

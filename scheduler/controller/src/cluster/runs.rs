@@ -191,6 +191,7 @@ mod tests {
             end_time: end.as_ref().map(|e| e.0),
             exit: end.map(|e| e.1),
             stopping: false,
+            ready: false,
         }];
         let poll = PollRequest {
             node: "n1".into(),

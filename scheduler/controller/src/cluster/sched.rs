@@ -55,6 +55,8 @@ impl Cluster {
                 .map(|a| NodeAlloc::new(&a.node, a.cpu_ids.clone(), a.gpu_ids.clone()))
                 .collect();
             rec.reason = Some(format!("starting on {}", rec.nodelist()));
+            rec.requeued_after = None;
+            rec.requeued_message = None;
             rec.port = start.port;
             rec.priority = None;
             rec.expected_start = None;
@@ -93,6 +95,15 @@ impl Cluster {
             let reason = match self.jobs.get(&wait.job).map(nodes_of) {
                 Some(n) if n > 1 => gang_words(reason, n),
                 _ => reason,
+            };
+            // Until it starts again, a requeued job says why it is back in the queue.
+            let reason = match self
+                .jobs
+                .get(&wait.job)
+                .and_then(|j| j.requeued_after.as_ref())
+            {
+                Some(stop) => format!("{reason}; {}", stop.requeue_words()),
+                None => reason,
             };
             self.jobs.edit(wait.job, |rec| {
                 rec.priority = priority;
@@ -369,8 +380,9 @@ impl Cluster {
         let mut best = 0;
         for n in self.nodes.values() {
             let mut per_node: BTreeMap<String, u32> = BTreeMap::new();
-            for g in &n.info.gpus {
-                *per_node.entry(g.kind()).or_default() += 1;
+            // By unit: each MIG instance of its profile, never its GPU whole.
+            for u in n.info.gpus.iter().flat_map(GpuInfo::units) {
+                *per_node.entry(u.kind).or_default() += 1;
             }
             best = best.max(per_node.get(kind).copied().unwrap_or(0));
             for (k, c) in per_node {
@@ -613,14 +625,17 @@ fn sched_gpus(gpus: &[GpuInfo]) -> Vec<Gpu> {
         .iter()
         .filter_map(|g| g.pcie_switch.as_deref())
         .collect();
+    // A GPU in MIG mode is given by its instances, each of its own type, never whole.
     gpus.iter()
-        .map(|g| {
+        .flat_map(|g| {
             let switch = g
                 .pcie_switch
                 .as_deref()
                 .and_then(|s| switches.iter().position(|x| *x == s))
                 .map(|p| p as u32);
-            Gpu::new(g.index, &g.kind()).at(g.numa_node, switch)
+            g.units()
+                .into_iter()
+                .map(move |u| Gpu::new(u.id, &u.kind).at(g.numa_node, switch))
         })
         .collect()
 }

@@ -81,6 +81,7 @@ fn poll(c: &mut Cluster, node: &str, jobs: Vec<(JobId, Says)>, now: u64) -> Vec<
                 end_time: exit.as_ref().map(|_| now),
                 exit,
                 stopping: false,
+                ready: false,
             }
         })
         .collect();
@@ -311,7 +312,12 @@ fn a_node_fault_in_a_gang_drains_that_node_and_requeues_the_whole_gang() {
         "{j:?}"
     );
     // The rank that runs is told to stop.
-    let (_, kill) = c.orders(&good, &BTreeSet::from([id]), &BTreeSet::new());
+    let (_, kill) = c.orders(
+        &good,
+        &BTreeSet::from([id]),
+        &BTreeSet::new(),
+        &BTreeSet::new(),
+    );
     assert_eq!(kill.len(), 1, "{kill:?}");
     poll(&mut c, &good, vec![(id, Says::Killed)], 2_500);
     let j = job(&c, id);
@@ -369,6 +375,7 @@ fn a_fault_reported_by_an_older_agent_or_after_a_start_drains_nothing() {
                 ..Default::default()
             }),
             stopping: false,
+            ready: false,
         }],
         wait_ms: 0,
         images: vec![],
@@ -399,6 +406,7 @@ fn poll_pulling(c: &mut Cluster, node: &str, running: &[JobId], pulling: &[(JobI
                 exit: None,
                 end_time: None,
                 stopping: false,
+                ready: false,
             })
             .collect(),
         wait_ms: 0,

@@ -133,6 +133,7 @@ pub(in crate::cluster) fn end(c: &mut Cluster, id: JobId, code: i32, now: u64) {
             }),
             end_time: Some(now),
             stopping: false,
+            ready: false,
         }],
         wait_ms: 0,
         images: vec![],

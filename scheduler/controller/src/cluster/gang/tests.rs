@@ -81,6 +81,7 @@ fn ingest(c: &mut Cluster, node: &str, jobs: &[(JobId, Rank)], now: u64) -> Inge
                 end_time: exit.as_ref().map(|_| now),
                 exit,
                 stopping: false,
+                ready: false,
             }
         })
         .collect();
@@ -147,7 +148,7 @@ fn a_three_node_job_starts_at_once_with_a_rank_per_node_and_one_port() {
 
     let mut ports = BTreeSet::new();
     for (rank, node) in ["g1", "g2", "g3"].into_iter().enumerate() {
-        let (launch, kill) = c.orders(node, &BTreeSet::new(), &BTreeSet::new());
+        let (launch, kill) = c.orders(node, &BTreeSet::new(), &BTreeSet::new(), &BTreeSet::new());
         assert!(kill.is_empty());
         assert_eq!(launch.len(), 1, "{node}");
         let r = &launch[0].rendezvous;
@@ -171,7 +172,7 @@ fn a_three_node_job_starts_at_once_with_a_rank_per_node_and_one_port() {
     poll(&mut c, "g3", &[(id, Rank::Running)], 1_500);
     assert_eq!(record(&c, id).state, JobState::Starting);
     // A node holding its rank is not sent it again.
-    let (launch, _) = c.orders("g1", &held(id), &BTreeSet::new());
+    let (launch, _) = c.orders("g1", &held(id), &BTreeSet::new(), &BTreeSet::new());
     assert!(launch.is_empty());
     poll(&mut c, "g2", &[(id, Rank::Running)], 1_600);
     let job = record(&c, id);
@@ -184,7 +185,7 @@ fn a_three_node_job_starts_at_once_with_a_rank_per_node_and_one_port() {
     poll(&mut c, "g1", &[(id, Rank::Exited(0))], 5_000);
     let job = record(&c, id);
     assert_eq!((job.state, job.stop.clone()), (JobState::Running, None));
-    let (_, kill) = c.orders("g2", &held(id), &BTreeSet::new());
+    let (_, kill) = c.orders("g2", &held(id), &BTreeSet::new(), &BTreeSet::new());
     assert!(kill.is_empty(), "{kill:?}");
     poll(&mut c, "g2", &[(id, Rank::Exited(0))], 5_100);
     poll(&mut c, "g3", &[(id, Rank::Exited(0))], 5_200);
@@ -215,16 +216,16 @@ fn one_rank_failing_stops_the_others_and_the_job_fails_naming_node_and_rank() {
         })
     );
     for node in ["g1", "g3"] {
-        let (launch, kill) = c.orders(node, &held(id), &BTreeSet::new());
+        let (launch, kill) = c.orders(node, &held(id), &BTreeSet::new(), &BTreeSet::new());
         assert!(launch.is_empty());
         assert_eq!(kill.len(), 1, "{node}");
         assert_eq!(kill[0].reason, "rank 1 on node g2 failed");
     }
     // The failed rank is not launched again, nor killed.
-    let (launch, kill) = c.orders("g2", &BTreeSet::new(), &BTreeSet::new());
+    let (launch, kill) = c.orders("g2", &BTreeSet::new(), &BTreeSet::new(), &BTreeSet::new());
     assert!(launch.is_empty() && kill.is_empty());
     // Not repeated to a node already stopping it.
-    let (_, kill) = c.orders("g1", &held(id), &held(id));
+    let (_, kill) = c.orders("g1", &held(id), &held(id), &BTreeSet::new());
     assert!(kill.is_empty());
 
     poll(&mut c, "g1", &[(id, Rank::Killed)], 4_000);
@@ -265,7 +266,7 @@ fn a_lost_node_requeues_the_gang_once_its_other_ranks_are_stopped() {
             requeue: true
         })
     );
-    let (_, kill) = c.orders("g1", &held(id), &BTreeSet::new());
+    let (_, kill) = c.orders("g1", &held(id), &BTreeSet::new(), &BTreeSet::new());
     assert_eq!(kill[0].reason, "node g2 stopped responding");
     poll(&mut c, "g1", &[(id, Rank::Killed)], TIMEOUT + 3_000);
     let job = record(&c, id);
@@ -285,7 +286,7 @@ fn a_lost_node_requeues_the_gang_once_its_other_ranks_are_stopped() {
     );
     c.schedule(TIMEOUT + 5_100).unwrap();
     assert_eq!(record(&c, id).state, JobState::Pending);
-    let (launch, kill) = c.orders("g2", &held(id), &BTreeSet::new());
+    let (launch, kill) = c.orders("g2", &held(id), &BTreeSet::new(), &BTreeSet::new());
     assert!(launch.is_empty());
     assert_eq!(kill[0].reason, "job is not active on this node");
     poll(&mut c, "g2", &[(id, Rank::Killed)], TIMEOUT + 6_000);
@@ -338,11 +339,11 @@ fn cancel_stops_every_rank_and_a_rank_never_launched_is_not_waited_for() {
     let (_, wake) = c.cancel(&ann, id, 2_000).unwrap();
     assert_eq!(wake, ["g1", "g2"]);
     // g2 never got its launch: it is not sent now, and its rank counts as ended.
-    let (launch, _) = c.orders("g2", &BTreeSet::new(), &BTreeSet::new());
+    let (launch, _) = c.orders("g2", &BTreeSet::new(), &BTreeSet::new(), &BTreeSet::new());
     assert!(launch.is_empty());
     poll(&mut c, "g2", &[], 2_100);
     assert_eq!(record(&c, id).state, JobState::Starting);
-    let (_, kill) = c.orders("g1", &held(id), &BTreeSet::new());
+    let (_, kill) = c.orders("g1", &held(id), &BTreeSet::new(), &BTreeSet::new());
     assert_eq!(kill[0].reason, "cancelled");
     poll(&mut c, "g1", &[(id, Rank::Killed)], 2_500);
     let done = c.store.job(id).unwrap().unwrap();
@@ -362,7 +363,7 @@ fn a_gang_job_survives_a_controller_restart() {
     assert_eq!(after, before);
     assert_eq!(c.jobs.on_node("g2").map(|j| j.id).collect::<Vec<_>>(), [id]);
     // The nodes hold it: nothing to launch; then they carry on to the end.
-    let (launch, kill) = c.orders("g2", &held(id), &BTreeSet::new());
+    let (launch, kill) = c.orders("g2", &held(id), &BTreeSet::new(), &BTreeSet::new());
     assert!(launch.is_empty() && kill.is_empty());
     poll(&mut c, "g2", &[(id, Rank::Exited(0))], 3_000);
     poll(&mut c, "g1", &[(id, Rank::Exited(0))], 3_100);
@@ -456,7 +457,7 @@ fn a_preempted_gang_is_stopped_everywhere_and_waits_for_every_node_to_let_go() {
     let woken = c.schedule(3_000).unwrap();
     assert_eq!(woken, BTreeSet::from(["g1".into(), "g2".into()]));
     for node in ["g1", "g2"] {
-        let (_, kill) = c.orders(node, &held(low), &BTreeSet::new());
+        let (_, kill) = c.orders(node, &held(low), &BTreeSet::new(), &BTreeSet::new());
         assert_eq!(kill[0].reason, format!("preempted by job {high}"), "{node}");
     }
     poll(&mut c, "g1", &[(low, Rank::Killed)], 4_000);
@@ -494,6 +495,7 @@ fn a_rank_out_of_memory_ends_the_gang_out_of_memory_naming_it() {
         }),
         end_time: Some(3_000),
         stopping: false,
+        ready: false,
     };
     let report = PollRequest {
         node: "g1".into(),
@@ -542,6 +544,7 @@ fn a_gangs_usage_is_every_nodes() {
             }),
             end_time: Some(9_000),
             stopping: false,
+            ready: false,
         };
         let report = PollRequest {
             node: node.into(),
@@ -597,7 +600,7 @@ fn a_node_is_sent_its_tasks_in_one_order_and_the_job_holds_their_cpus_once() {
     assert_eq!(job.tasks_per_node(), 2);
     assert_eq!(record(&c, other).state, JobState::Pending);
     for (rank, node) in ["g1", "g2"].into_iter().enumerate() {
-        let (launch, _) = c.orders(node, &BTreeSet::new(), &BTreeSet::new());
+        let (launch, _) = c.orders(node, &BTreeSet::new(), &BTreeSet::new(), &BTreeSet::new());
         assert_eq!(launch.len(), 1, "one order per node, whatever its tasks");
         assert_eq!(launch[0].spec.tasks_per_node, 2);
         assert_eq!(launch[0].cpu_ids.len(), 4);
@@ -620,7 +623,7 @@ fn a_failed_task_stops_every_node_and_the_job_names_its_global_rank() {
             rank: 3
         })
     );
-    let (_, kill) = c.orders("g1", &held(id), &BTreeSet::new());
+    let (_, kill) = c.orders("g1", &held(id), &BTreeSet::new(), &BTreeSet::new());
     assert_eq!(kill[0].reason, "rank 3 on node g2 failed");
     poll(&mut c, "g1", &[(id, Rank::Killed)], 4_000);
     let done = c.store.job(id).unwrap().unwrap();

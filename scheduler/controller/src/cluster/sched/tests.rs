@@ -557,6 +557,7 @@ fn report(c: &mut Cluster, jobs: &[(JobId, bool)], now: u64) -> Vec<JobId> {
             }),
             end_time: stopped.then_some(now),
             stopping: false,
+            ready: false,
         })
         .collect();
     let poll = PollRequest {
@@ -612,7 +613,12 @@ fn a_preempted_job_is_stopped_requeued_and_started_again_only_once_its_node_let_
     );
     let waits = record(&c, high).reason.unwrap();
     assert!(waits.contains(&format!("waiting for job {low}")), "{waits}");
-    let (launch, kill) = c.orders("n1", &BTreeSet::from([low]), &BTreeSet::new());
+    let (launch, kill) = c.orders(
+        "n1",
+        &BTreeSet::from([low]),
+        &BTreeSet::new(),
+        &BTreeSet::new(),
+    );
     assert!(launch.is_empty());
     assert_eq!(kill[0].reason, format!("preempted by job {high}"));
     // A second pass chooses it no second time.
@@ -645,6 +651,51 @@ fn a_preempted_job_is_stopped_requeued_and_started_again_only_once_its_node_let_
     report(&mut c, &[(high, true)], 7_000);
     c.schedule(8_000).unwrap();
     assert_eq!(record(&c, low).state, JobState::Starting);
-    let (launch, _) = c.orders("n1", &BTreeSet::new(), &BTreeSet::new());
+    let (launch, _) = c.orders("n1", &BTreeSet::new(), &BTreeSet::new(), &BTreeSet::new());
     assert_eq!((launch[0].id, launch[0].restarts), (low, 1));
+}
+
+#[test]
+fn mig_instances_are_scheduled_by_their_profile_and_launched_by_their_unit_id() {
+    use wharf_api::node::{mig_unit_id, MigInfo};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("wharf.db")).unwrap();
+    let mut c = Cluster::load(store, JobDefaults::default(), 60_000, 0).unwrap();
+    let mig = |uuid: &str| MigInfo {
+        uuid: uuid.into(),
+        profile: "1g.10gb".into(),
+        memory: Some(10 << 30),
+        caps: vec![21, 22],
+    };
+    let gpu = GpuInfo {
+        model: Some("NVIDIA H100 80GB HBM3".into()),
+        mig: vec![mig("MIG-a"), mig("MIG-b")],
+        ..GpuInfo::minor(0)
+    };
+    c.register(NodeInfo::new("n1", "127.0.0.1", 8, 16 << 30, vec![gpu]), 0)
+        .unwrap();
+    let ann = caller(1000, "ann");
+    let typed = |kind: &str| JobRequest {
+        gpus: Some(1),
+        gpu_type: Some(kind.into()),
+        ..Default::default()
+    };
+    let first = submit_job(&mut c, &ann, typed("1g.10gb"), 10).unwrap();
+    let second = submit_job(&mut c, &ann, typed("1g.10gb"), 11).unwrap();
+    // The GPU in MIG mode is not an h100 to be had whole: it can never run.
+    let whole = submit_job(&mut c, &ann, typed("h100"), 12);
+    assert!(whole.is_err(), "{whole:?}");
+    c.schedule(100).unwrap();
+    let (launch, _) = c.orders("n1", &BTreeSet::new(), &BTreeSet::new(), &BTreeSet::new());
+    let given: Vec<(JobId, Vec<u32>)> = launch.iter().map(|o| (o.id, o.gpu_ids.clone())).collect();
+    assert_eq!(
+        given,
+        [
+            (first, vec![mig_unit_id(0, 0)]),
+            (second, vec![mig_unit_id(0, 1)])
+        ]
+    );
+    // Two instances: the node reports two GPUs.
+    let n = c.nodes().into_iter().find(|n| n.info.name == "n1").unwrap();
+    assert_eq!(n.info.capacity().gpus, 2);
 }

@@ -231,7 +231,7 @@ fn a_registry_credential_is_kept_apart_given_only_in_launch_orders_and_deleted_a
     // The launch order to the job's node carries it.
     c.schedule(2).unwrap();
     let none = std::collections::BTreeSet::new();
-    let (launch, _) = c.orders("n1", &none, &none);
+    let (launch, _) = c.orders("n1", &none, &none, &none);
     let order = launch.iter().find(|o| o.id == id).unwrap();
     assert_eq!(order.registry_auth.as_ref().unwrap().password, secret);
     assert!(!format!("{order:?}").contains(secret), "Debug hides it");
