@@ -29,6 +29,8 @@ pub(crate) struct Ready<'a> {
     pub job: &'a PendingJob,
     pub part: usize,
     pub limit: Time,
+    /// The ready job just before it is alike (see [`crate::queue::alike`]).
+    pub alike_prev: bool,
 }
 
 /// What the pass decided for the ready jobs.
@@ -109,6 +111,10 @@ pub(crate) fn pass(
     // allows, and why none could ever do, are worked out once per partition and selection.
     let mut selections: BTreeMap<(usize, &Selection), Allowed> = BTreeMap::new();
     let mut blocked = false;
+    // Why the job just before waited, when it got neither a reservation nor a preemption:
+    // nothing changed since, so an alike job waits for the same reason (behind it, a job
+    // that waited for resources now waits for priority).
+    let mut last_wait: Option<PendingReason> = None;
     for (n, r) in ready.iter().enumerate() {
         let req = &r.job.request;
         let sel = &r.job.select;
@@ -121,11 +127,22 @@ pub(crate) fn pass(
             out.waiting.push(wait(PendingReason::Priority, None));
             continue;
         }
+        if let (true, Some(last)) = (r.alike_prev, &last_wait) {
+            let reason = match last {
+                PendingReason::Resources | PendingReason::Priority => PendingReason::Priority,
+                other => other.clone(),
+            };
+            last_wait = Some(reason.clone());
+            out.waiting.push(wait(reason, None));
+            continue;
+        }
+        last_wait = None;
         let (allowed, none) = selections
             .entry((r.part, sel))
             .or_insert_with(|| (sel.mask(nodes), why_none(sel, &parts.parts[r.part], nodes)));
         if let Some(what) = none {
             let reason = PendingReason::NoNodeMatches { what: what.clone() };
+            last_wait = Some(reason.clone());
             out.waiting.push(wait(reason, None));
             continue;
         }
@@ -147,16 +164,20 @@ pub(crate) fn pass(
             }
         };
         if let Some(reason) = never {
+            last_wait = Some(reason.clone());
             out.waiting.push(wait(reason, None));
             continue;
         }
         // Over a QoS or association limit now: waits without a reservation and, as in Slurm,
         // holds back no job behind it.
         if let Err(reason) = held.fits(config, r.job, r.limit) {
-            out.waiting.push(wait(PendingReason::Limit(reason), None));
+            let reason = PendingReason::Limit(reason);
+            last_wait = Some(reason.clone());
+            out.waiting.push(wait(reason, None));
             continue;
         }
         if blocked && config.policy == Policy::Fcfs {
+            last_wait = Some(PendingReason::Priority);
             out.waiting.push(wait(PendingReason::Priority, None));
             continue;
         }
@@ -234,6 +255,7 @@ pub(crate) fn pass(
         } else {
             PendingReason::Resources
         };
+        last_wait = Some(reason.clone());
         out.waiting.push(wait(reason, None));
         blocked = true;
     }
@@ -318,6 +340,8 @@ fn reserve(
     let req = fit.req;
     let want = req.node_count() as usize;
     let mut cands: Vec<(Time, usize, Tres)> = Vec::new();
+    // One node: the earliest of them all is enough, no list to sort.
+    let mut first: Option<(Time, usize, Tres)> = None;
     for &i in &parts.parts[p].nodes {
         let node = &table.nodes[i];
         if !node.up || !fit.may_use(i) {
@@ -332,18 +356,26 @@ fn reserve(
                     .map(|t| (t, i, need))
             })
             .min();
-        cands.extend(best);
+        if want == 1 {
+            first = match (first, best) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        } else {
+            cands.extend(best);
+        }
     }
-    if cands.len() < want {
-        return None;
-    }
-    cands.sort();
     let picks: Vec<(usize, Tres)>;
     let start: Time;
     if want == 1 {
-        start = cands[0].0;
-        picks = vec![(cands[0].1, cands[0].2)];
+        let (t, i, need) = first?;
+        start = t;
+        picks = vec![(i, need)];
     } else {
+        if cands.len() < want {
+            return None;
+        }
+        cands.sort();
         // A common start can only be where some candidate node's availability rises: one of
         // their earliest times, releases or reservation ends, no sooner than the `want`-th
         // earliest.

@@ -61,21 +61,17 @@ impl Profile {
         if !capacity.covers(need) {
             return None;
         }
-        let mut times: Vec<Time> =
-            Vec::with_capacity(1 + self.releases.len() + self.reserved.len());
-        times.push(now);
-        times.extend(self.releases.iter().map(|(t, _)| *t).filter(|t| *t > now));
-        times.extend(
-            self.reserved
-                .iter()
-                .map(|(_, e, _)| *e)
-                .filter(|t| *t > now),
-        );
-        times.sort_unstable();
-        times.dedup();
-        times
-            .into_iter()
-            .find(|&t| self.fits(need, t, t.saturating_add(duration)))
+        // Availability only rises where a release or a reservation's end falls: try those
+        // times in ascending order (a node has a handful).
+        let mut t = now;
+        loop {
+            if self.fits(need, t, t.saturating_add(duration)) {
+                return Some(t);
+            }
+            let releases = self.releases.iter().map(|(at, _)| *at);
+            let ends = self.reserved.iter().map(|(_, e, _)| *e);
+            t = releases.chain(ends).filter(|&at| at > t).min()?;
+        }
     }
 
     /// The time after which nothing changes any more.
