@@ -27,6 +27,8 @@ use crate::tres::Tres;
 /// A job that passed every check but resources: its partition and time limit.
 pub(crate) struct Ready<'a> {
     pub job: &'a PendingJob,
+    /// Its id (kept here so that a job decided without a look at it is not read at all).
+    pub id: JobId,
     pub part: usize,
     pub limit: Time,
     /// The ready job just before it is alike (see [`crate::queue::alike`]).
@@ -106,7 +108,6 @@ pub(crate) fn pass(
     let mut out = Outcome::default();
     let max_res = config.reservation_limit();
     let mut failed: Vec<Vec<Failed>> = (0..parts.parts.len()).map(|_| Vec::new()).collect();
-    let classes = classes(table, parts);
     // Jobs often share a selection (the tasks of an array, one user's jobs): the nodes it
     // allows, and why none could ever do, are worked out once per partition and selection.
     let mut selections: BTreeMap<(usize, &Selection), Allowed> = BTreeMap::new();
@@ -119,7 +120,7 @@ pub(crate) fn pass(
         let req = &r.job.request;
         let sel = &r.job.select;
         let wait = |reason: PendingReason, at: Option<Time>| Waiting {
-            job: r.job.id,
+            job: r.id,
             reason,
             estimated_start: at,
         };
@@ -153,7 +154,7 @@ pub(crate) fn pass(
         };
         // A job that can never run here says so whatever is ahead of it, and blocks nobody.
         let never = match fit.allowed {
-            None => never_fits(table, classes[r.part].iter().copied(), &fit),
+            None => never_fits(table, table.classes[r.part].iter().copied(), &fit),
             Some(_) => {
                 let mine = parts.parts[r.part]
                     .nodes
@@ -262,25 +263,6 @@ pub(crate) fn pass(
     out
 }
 
-/// Nodes of one partition grouped by shape: (a node of the group, how many, how many up).
-/// Clusters have few node shapes, so "could this job ever run here" looks at a handful.
-pub(crate) fn classes(table: &Table, parts: &Partitions) -> Vec<Vec<(usize, usize, usize)>> {
-    parts
-        .parts
-        .iter()
-        .map(|part| {
-            let mut groups: BTreeMap<(Tres, &[String]), (usize, usize, usize)> = BTreeMap::new();
-            for &i in &part.nodes {
-                let n = &table.nodes[i];
-                let g = groups.entry((n.capacity, &n.kinds)).or_insert((i, 0, 0));
-                g.1 += 1;
-                g.2 += usize::from(n.up);
-            }
-            groups.into_values().collect()
-        })
-        .collect()
-}
-
 /// Why the job can never start on the nodes it may use in its partition (node shapes and
 /// states alone), if so. `groups` are (a node, how many like it, how many of those are up).
 fn never_fits(
@@ -347,12 +329,17 @@ fn reserve(
         if !node.up || !fit.may_use(i) {
             continue;
         }
+        // For one node, a time later than the best so far cannot win: stop looking there.
+        let until = match first {
+            Some((t, _, _)) if want == 1 => t,
+            _ => Time::MAX,
+        };
         let best = table
             .shapes(i, req, fit.exclusive)
             .into_iter()
             .filter_map(|need| {
                 node.profile
-                    .earliest(&need, &node.capacity, now, limit)
+                    .earliest(&need, &node.capacity, now, limit, until)
                     .map(|t| (t, i, need))
             })
             .min();

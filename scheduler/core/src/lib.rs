@@ -88,7 +88,11 @@ pub(crate) fn pass(
     table: &mut Table,
 ) -> Plan {
     let usage = usage_now(now, state, parts);
-    let runs = queue::runs(&state.pending);
+    let queue::Runs {
+        runs,
+        ids,
+        any_after,
+    } = queue::runs(&state.pending);
     // Queues are long and their users few: each association is cloned once.
     let mut assocs: BTreeSet<&Assoc> = BTreeSet::new();
     let mut last: Option<&Assoc> = None;
@@ -107,7 +111,7 @@ pub(crate) fn pass(
         max_qos: config.qos.iter().map(|q| q.priority).max().unwrap_or(0),
     };
     // Only dependencies look at which jobs are still in the system.
-    let active: Vec<JobId> = if state.pending.iter().any(|j| !j.after.is_empty()) {
+    let active: Vec<JobId> = if any_after {
         let mut ids: Vec<JobId> = state
             .pending
             .iter()
@@ -137,7 +141,7 @@ pub(crate) fn pass(
         let admitted = parts.admit(head, config);
         let part = admitted.as_ref().ok().map(|&(p, _)| &parts.parts[p]);
         let priority = scale.priority(head, part, now);
-        prio.extend(state.pending[run.clone()].iter().map(|j| (j.id, priority)));
+        prio.extend(ids[run.clone()].iter().map(|&id| (id, priority)));
         let reason = match (admitted, head.hold) {
             (_, Some(Hold::User)) => Err(PendingReason::JobHeldUser),
             (_, Some(Hold::Admin)) => Err(PendingReason::JobHeldAdmin),
@@ -147,8 +151,8 @@ pub(crate) fn pass(
             (admitted, _) => admitted,
         };
         match reason {
-            Err(reason) => blocked.extend(state.pending[run].iter().map(|j| Waiting {
-                job: j.id,
+            Err(reason) => blocked.extend(ids[run].iter().map(|&job| Waiting {
+                job,
                 reason: reason.clone(),
                 estimated_start: None,
             })),
@@ -183,7 +187,7 @@ pub(crate) fn pass(
             }
         }
     }
-    let ready = queue::order(&state.pending, segments);
+    let ready = queue::order(&state.pending, &ids, segments);
     let mut held = limits::Counters::new(config, &state.running, now, &state.budget);
     let victims = preempt::Victims::new(config, parts, &state.running);
     let out = backfill::pass(

@@ -111,6 +111,10 @@ pub(crate) struct Taken {
 pub(crate) struct Table {
     pub nodes: Vec<NodeRt>,
     index: Vec<BTreeSet<Key>>,
+    /// Nodes of each partition grouped by shape: (a node of the group, how many, how many
+    /// up). Clusters have few node shapes, so "could this job ever run here" looks at a
+    /// handful; shapes and states only change with the nodes, so they are grouped once.
+    pub classes: Vec<Vec<(usize, usize, usize)>>,
     /// While a pass runs on a kept table: each node it changed, as it was before.
     saved: Option<Saved>,
 }
@@ -171,9 +175,25 @@ impl Table {
                 }
             }
         }
+        let classes = parts
+            .parts
+            .iter()
+            .map(|part| {
+                let mut groups: BTreeMap<(Tres, &[String]), (usize, usize, usize)> =
+                    BTreeMap::new();
+                for &i in &part.nodes {
+                    let n = &rt[i];
+                    let g = groups.entry((n.capacity, &n.kinds)).or_insert((i, 0, 0));
+                    g.1 += 1;
+                    g.2 += usize::from(n.up);
+                }
+                groups.into_values().collect()
+            })
+            .collect();
         Table {
             nodes: rt,
             index,
+            classes,
             saved: None,
         }
     }

@@ -11,6 +11,8 @@
 
 use std::ops::Range;
 
+use wharf_api::JobId;
+
 use crate::backfill::Ready;
 use crate::state::{PendingJob, Time};
 
@@ -44,23 +46,46 @@ pub(crate) fn alike(a: &PendingJob, b: &PendingJob) -> bool {
         && a.assoc == b.assoc
 }
 
+/// The pending list as runs of consecutive alike jobs, read in one sweep.
+pub(crate) struct Runs {
+    /// Index ranges into the pending list.
+    pub runs: Vec<Range<usize>>,
+    /// Every pending job's id, in list order: later steps read these, not the jobs.
+    pub ids: Vec<JobId>,
+    /// Some job has dependencies.
+    pub any_after: bool,
+}
+
 /// Splits `pending` into runs of consecutive alike jobs.
-pub(crate) fn runs(pending: &[PendingJob]) -> Vec<Range<usize>> {
-    let mut runs = Vec::new();
+pub(crate) fn runs(pending: &[PendingJob]) -> Runs {
+    let mut out = Runs {
+        runs: Vec::new(),
+        ids: Vec::with_capacity(pending.len()),
+        any_after: false,
+    };
     let mut start = 0;
-    for k in 1..=pending.len() {
-        if k == pending.len() || !alike(&pending[k - 1], &pending[k]) {
-            runs.push(start..k);
+    for (k, job) in pending.iter().enumerate() {
+        out.ids.push(job.id);
+        out.any_after |= !job.after.is_empty();
+        if k > 0 && !alike(&pending[k - 1], job) {
+            out.runs.push(start..k);
             start = k;
         }
     }
-    runs
+    if !pending.is_empty() {
+        out.runs.push(start..pending.len());
+    }
+    out
 }
 
 /// The ready jobs of `segments` in scheduling order: by prefix, then job id.
-pub(crate) fn order<'a>(pending: &'a [PendingJob], mut segments: Vec<Segment>) -> Vec<Ready<'a>> {
+pub(crate) fn order<'a>(
+    pending: &'a [PendingJob],
+    ids: &[JobId],
+    mut segments: Vec<Segment>,
+) -> Vec<Ready<'a>> {
     let total = segments.iter().map(|s| s.jobs.len()).sum();
-    segments.sort_unstable_by_key(|s| (s.prefix, pending[s.jobs.start].id));
+    segments.sort_unstable_by_key(|s| (s.prefix, ids[s.jobs.start]));
     let mut out = Vec::with_capacity(total);
     let mut i = 0;
     while i < segments.len() {
@@ -72,6 +97,7 @@ pub(crate) fn order<'a>(pending: &'a [PendingJob], mut segments: Vec<Segment>) -
             let s = &segments[i];
             out.extend(s.jobs.clone().enumerate().map(|(n, k)| Ready {
                 job: &pending[k],
+                id: ids[k],
                 part: s.part,
                 limit: s.limit,
                 alike_prev: n > 0,
@@ -81,15 +107,16 @@ pub(crate) fn order<'a>(pending: &'a [PendingJob], mut segments: Vec<Segment>) -
             let mut merged: Vec<(u64, usize, usize)> = segments[i..j]
                 .iter()
                 .enumerate()
-                .flat_map(|(s, seg)| seg.jobs.clone().map(move |k| (pending[k].id, k, s)))
+                .flat_map(|(s, seg)| seg.jobs.clone().map(move |k| (ids[k], k, s)))
                 .collect();
             merged.sort_unstable();
             let mut prev: Option<usize> = None;
-            for (_, k, s) in merged {
+            for (id, k, s) in merged {
                 let seg = &segments[i + s];
                 // Alike only when the one before came from the same run.
                 out.push(Ready {
                     job: &pending[k],
+                    id,
                     part: seg.part,
                     limit: seg.limit,
                     alike_prev: prev == Some(s),
