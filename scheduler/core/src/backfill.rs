@@ -93,7 +93,8 @@ const FAILED_KEPT: usize = 16;
 const MULTI_NODE_BUDGET: usize = 200_000;
 
 /// Runs the pass over `ready`, already in scheduling order. A job that cannot start now
-/// preempts `victims` when it may (see [`crate::preempt`]).
+/// preempts `victims` when it may (see [`crate::preempt`]). `queue_len`: how many jobs are
+/// pending in all, ready or not.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn pass(
     now: Time,
@@ -104,8 +105,14 @@ pub(crate) fn pass(
     ready: &[Ready<'_>],
     held: &mut Counters,
     victims: &Victims<'_>,
+    queue_len: usize,
 ) -> Outcome {
-    let mut out = Outcome::default();
+    // Every ready job but those that start waits, and the caller adds the held-back ones:
+    // room for the whole queue at once, not a copy at each doubling.
+    let mut out = Outcome {
+        waiting: Vec::with_capacity(queue_len),
+        ..Outcome::default()
+    };
     let max_res = config.reservation_limit();
     let mut failed: Vec<Vec<Failed>> = (0..parts.parts.len()).map(|_| Vec::new()).collect();
     // Jobs often share a selection (the tasks of an array, one user's jobs): the nodes it

@@ -199,6 +199,7 @@ pub(crate) fn pass(
         &ready,
         &mut held,
         &victims,
+        state.pending.len(),
     );
     plan.starts = out.starts;
     ports::assign(&config.rendezvous_ports, &state.running, &mut plan.starts);
