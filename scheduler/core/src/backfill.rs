@@ -27,8 +27,12 @@ use crate::tres::Tres;
 /// A job that passed every check but resources: its partition and time limit.
 pub(crate) struct Ready<'a> {
     pub job: &'a PendingJob,
+    /// Its id (kept here so that a job decided without a look at it is not read at all).
+    pub id: JobId,
     pub part: usize,
     pub limit: Time,
+    /// The ready job just before it is alike (see [`crate::queue::alike`]).
+    pub alike_prev: bool,
 }
 
 /// What the pass decided for the ready jobs.
@@ -89,7 +93,8 @@ const FAILED_KEPT: usize = 16;
 const MULTI_NODE_BUDGET: usize = 200_000;
 
 /// Runs the pass over `ready`, already in scheduling order. A job that cannot start now
-/// preempts `victims` when it may (see [`crate::preempt`]).
+/// preempts `victims` when it may (see [`crate::preempt`]). `queue_len`: how many jobs are
+/// pending in all, ready or not.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn pass(
     now: Time,
@@ -100,20 +105,29 @@ pub(crate) fn pass(
     ready: &[Ready<'_>],
     held: &mut Counters,
     victims: &Victims<'_>,
+    queue_len: usize,
 ) -> Outcome {
-    let mut out = Outcome::default();
+    // Every ready job but those that start waits, and the caller adds the held-back ones:
+    // room for the whole queue at once, not a copy at each doubling.
+    let mut out = Outcome {
+        waiting: Vec::with_capacity(queue_len),
+        ..Outcome::default()
+    };
     let max_res = config.reservation_limit();
     let mut failed: Vec<Vec<Failed>> = (0..parts.parts.len()).map(|_| Vec::new()).collect();
-    let classes = classes(table, parts);
     // Jobs often share a selection (the tasks of an array, one user's jobs): the nodes it
     // allows, and why none could ever do, are worked out once per partition and selection.
     let mut selections: BTreeMap<(usize, &Selection), Allowed> = BTreeMap::new();
     let mut blocked = false;
+    // Why the job just before waited, when it got neither a reservation nor a preemption:
+    // nothing changed since, so an alike job waits for the same reason (behind it, a job
+    // that waited for resources now waits for priority).
+    let mut last_wait: Option<PendingReason> = None;
     for (n, r) in ready.iter().enumerate() {
         let req = &r.job.request;
         let sel = &r.job.select;
         let wait = |reason: PendingReason, at: Option<Time>| Waiting {
-            job: r.job.id,
+            job: r.id,
             reason,
             estimated_start: at,
         };
@@ -121,11 +135,22 @@ pub(crate) fn pass(
             out.waiting.push(wait(PendingReason::Priority, None));
             continue;
         }
+        if let (true, Some(last)) = (r.alike_prev, &last_wait) {
+            let reason = match last {
+                PendingReason::Resources | PendingReason::Priority => PendingReason::Priority,
+                other => other.clone(),
+            };
+            last_wait = Some(reason.clone());
+            out.waiting.push(wait(reason, None));
+            continue;
+        }
+        last_wait = None;
         let (allowed, none) = selections
             .entry((r.part, sel))
             .or_insert_with(|| (sel.mask(nodes), why_none(sel, &parts.parts[r.part], nodes)));
         if let Some(what) = none {
             let reason = PendingReason::NoNodeMatches { what: what.clone() };
+            last_wait = Some(reason.clone());
             out.waiting.push(wait(reason, None));
             continue;
         }
@@ -136,7 +161,7 @@ pub(crate) fn pass(
         };
         // A job that can never run here says so whatever is ahead of it, and blocks nobody.
         let never = match fit.allowed {
-            None => never_fits(table, classes[r.part].iter().copied(), &fit),
+            None => never_fits(table, table.classes[r.part].iter().copied(), &fit),
             Some(_) => {
                 let mine = parts.parts[r.part]
                     .nodes
@@ -147,16 +172,20 @@ pub(crate) fn pass(
             }
         };
         if let Some(reason) = never {
+            last_wait = Some(reason.clone());
             out.waiting.push(wait(reason, None));
             continue;
         }
         // Over a QoS or association limit now: waits without a reservation and, as in Slurm,
         // holds back no job behind it.
         if let Err(reason) = held.fits(config, r.job, r.limit) {
-            out.waiting.push(wait(PendingReason::Limit(reason), None));
+            let reason = PendingReason::Limit(reason);
+            last_wait = Some(reason.clone());
+            out.waiting.push(wait(reason, None));
             continue;
         }
         if blocked && config.policy == Policy::Fcfs {
+            last_wait = Some(PendingReason::Priority);
             out.waiting.push(wait(PendingReason::Priority, None));
             continue;
         }
@@ -234,29 +263,11 @@ pub(crate) fn pass(
         } else {
             PendingReason::Resources
         };
+        last_wait = Some(reason.clone());
         out.waiting.push(wait(reason, None));
         blocked = true;
     }
     out
-}
-
-/// Nodes of one partition grouped by shape: (a node of the group, how many, how many up).
-/// Clusters have few node shapes, so "could this job ever run here" looks at a handful.
-pub(crate) fn classes(table: &Table, parts: &Partitions) -> Vec<Vec<(usize, usize, usize)>> {
-    parts
-        .parts
-        .iter()
-        .map(|part| {
-            let mut groups: BTreeMap<(Tres, &[String]), (usize, usize, usize)> = BTreeMap::new();
-            for &i in &part.nodes {
-                let n = &table.nodes[i];
-                let g = groups.entry((n.capacity, &n.kinds)).or_insert((i, 0, 0));
-                g.1 += 1;
-                g.2 += usize::from(n.up);
-            }
-            groups.into_values().collect()
-        })
-        .collect()
 }
 
 /// Why the job can never start on the nodes it may use in its partition (node shapes and
@@ -318,32 +329,47 @@ fn reserve(
     let req = fit.req;
     let want = req.node_count() as usize;
     let mut cands: Vec<(Time, usize, Tres)> = Vec::new();
+    // One node: the earliest of them all is enough, no list to sort.
+    let mut first: Option<(Time, usize, Tres)> = None;
     for &i in &parts.parts[p].nodes {
         let node = &table.nodes[i];
         if !node.up || !fit.may_use(i) {
             continue;
         }
+        // For one node, a time later than the best so far cannot win: stop looking there.
+        let until = match first {
+            Some((t, _, _)) if want == 1 => t,
+            _ => Time::MAX,
+        };
         let best = table
             .shapes(i, req, fit.exclusive)
             .into_iter()
             .filter_map(|need| {
                 node.profile
-                    .earliest(&need, &node.capacity, now, limit)
+                    .earliest(&need, &node.capacity, now, limit, until)
                     .map(|t| (t, i, need))
             })
             .min();
-        cands.extend(best);
+        if want == 1 {
+            first = match (first, best) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        } else {
+            cands.extend(best);
+        }
     }
-    if cands.len() < want {
-        return None;
-    }
-    cands.sort();
     let picks: Vec<(usize, Tres)>;
     let start: Time;
     if want == 1 {
-        start = cands[0].0;
-        picks = vec![(cands[0].1, cands[0].2)];
+        let (t, i, need) = first?;
+        start = t;
+        picks = vec![(i, need)];
     } else {
+        if cands.len() < want {
+            return None;
+        }
+        cands.sort();
         // A common start can only be where some candidate node's availability rises: one of
         // their earliest times, releases or reservation ends, no sooner than the `want`-th
         // earliest.

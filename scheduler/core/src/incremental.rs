@@ -57,24 +57,26 @@ impl Scheduler {
     /// One scheduling pass at `now`: the plan [`crate::schedule`] would make from the same
     /// arguments.
     pub fn schedule(&mut self, now: Time, state: &State, config: &Config) -> Plan {
-        if !state.nodes.is_sorted_by(|a, b| a.name <= b.name) {
+        // The kept nodes were sorted: the same nodes need no second look.
+        let same_nodes = self.view.as_ref().is_some_and(|v| v.nodes == state.nodes);
+        if !same_nodes && !state.nodes.is_sorted_by(|a, b| a.name <= b.name) {
             let mut sorted = state.clone();
             sorted.nodes.sort_by(|a, b| a.name.cmp(&b.name));
             return self.schedule(now, &sorted, config);
         }
-        let view = self.sync(now, state, config);
+        let view = self.sync(now, state, config, same_nodes);
         view.table.begin_pass();
         let plan = crate::pass(now, state, config, &view.parts, &mut view.table);
         view.table.end_pass();
         plan
     }
 
-    /// Brings the kept view up to `state` at `now`.
-    fn sync(&mut self, now: Time, state: &State, config: &Config) -> &mut View {
+    /// Brings the kept view up to `state` at `now`; `same_nodes`: its nodes are the kept ones.
+    fn sync(&mut self, now: Time, state: &State, config: &Config, same_nodes: bool) -> &mut View {
         let stale = self
             .view
             .as_ref()
-            .is_none_or(|v| v.config != *config || v.nodes != state.nodes);
+            .is_none_or(|v| !same_nodes || v.config != *config);
         if stale {
             self.view = None;
         }

@@ -33,6 +33,7 @@ mod ports;
 mod preempt;
 mod priority;
 mod profile;
+mod queue;
 mod reason;
 pub mod select;
 mod state;
@@ -58,7 +59,6 @@ pub use tres::{Gpu, Request, GPU_SLOTS};
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use backfill::Ready;
 use partition::Partitions;
 use placement::Table;
 use priority::Scale;
@@ -88,13 +88,19 @@ pub(crate) fn pass(
     table: &mut Table,
 ) -> Plan {
     let usage = usage_now(now, state, parts);
+    let queue::Runs {
+        runs,
+        ids,
+        any_after,
+    } = queue::runs(&state.pending);
     // Queues are long and their users few: each association is cloned once.
     let mut assocs: BTreeSet<&Assoc> = BTreeSet::new();
     let mut last: Option<&Assoc> = None;
-    for job in &state.pending {
-        if last != Some(&job.assoc) {
-            assocs.insert(&job.assoc);
-            last = Some(&job.assoc);
+    for run in &runs {
+        let assoc = &state.pending[run.start].assoc;
+        if last != Some(assoc) {
+            assocs.insert(assoc);
+            last = Some(assoc);
         }
     }
     let fairshare = fairshare::factors(config, assocs.into_iter().cloned(), &usage);
@@ -104,51 +110,84 @@ pub(crate) fn pass(
         max_tier: parts.max_tier,
         max_qos: config.qos.iter().map(|q| q.priority).max().unwrap_or(0),
     };
-    let active: BTreeSet<JobId> = state
-        .pending
-        .iter()
-        .map(|j| j.id)
-        .chain(state.running.iter().map(|j| j.id))
-        .collect();
+    // Only dependencies look at which jobs are still in the system.
+    let active: Vec<JobId> = if any_after {
+        let mut ids: Vec<JobId> = state
+            .pending
+            .iter()
+            .map(|j| j.id)
+            .chain(state.running.iter().map(|j| j.id))
+            .collect();
+        ids.sort_unstable();
+        ids
+    } else {
+        Vec::new()
+    };
+    let waits_on = |job: &PendingJob| {
+        job.after
+            .iter()
+            .find(|d| **d != job.id && active.binary_search(d).is_ok())
+            .map(|&on| PendingReason::Dependency { on })
+    };
 
     let mut plan = Plan::default();
     let mut blocked = Vec::new();
-    let mut ready = Vec::new();
+    let mut segments = Vec::new();
     let mut prio: Vec<(JobId, Priority)> = Vec::with_capacity(state.pending.len());
-    for job in &state.pending {
-        let admitted = parts.admit(job, config);
+    // Alike jobs are admitted, held back and ranked alike: the first of each run stands for
+    // the rest (see `queue`).
+    for run in runs {
+        let head = &state.pending[run.start];
+        let admitted = parts.admit(head, config);
         let part = admitted.as_ref().ok().map(|&(p, _)| &parts.parts[p]);
-        let priority = scale.priority(job, part, now);
-        prio.push((job.id, priority));
-        let reason = match (&admitted, job.hold) {
-            (_, Some(Hold::User)) => Some(PendingReason::JobHeldUser),
-            (_, Some(Hold::Admin)) => Some(PendingReason::JobHeldAdmin),
-            _ if job.begin.is_some_and(|b| b > now) => Some(PendingReason::BeginTime {
-                at: job.begin.unwrap_or(0),
+        let priority = scale.priority(head, part, now);
+        prio.extend(ids[run.clone()].iter().map(|&id| (id, priority)));
+        let reason = match (admitted, head.hold) {
+            (_, Some(Hold::User)) => Err(PendingReason::JobHeldUser),
+            (_, Some(Hold::Admin)) => Err(PendingReason::JobHeldAdmin),
+            _ if head.begin.is_some_and(|b| b > now) => Err(PendingReason::BeginTime {
+                at: head.begin.unwrap_or(0),
             }),
-            (Err(reason), _) => Some(reason.clone()),
-            _ => job
-                .after
-                .iter()
-                .find(|d| **d != job.id && active.contains(d))
-                .map(|&on| PendingReason::Dependency { on }),
+            (admitted, _) => admitted,
         };
-        match (reason, admitted) {
-            (Some(reason), _) => blocked.push(Waiting {
-                job: job.id,
-                reason,
+        match reason {
+            Err(reason) => blocked.extend(ids[run].iter().map(|&job| Waiting {
+                job,
+                reason: reason.clone(),
                 estimated_start: None,
-            }),
-            (None, Ok((part, limit))) => ready.push((
-                order_key(config.policy, parts.parts[part].tier, &priority, job),
-                Ready { job, part, limit },
-            )),
-            (None, Err(_)) => unreachable!("a refused job has a reason"),
+            })),
+            Ok((p, limit)) => {
+                let key = order_key(config.policy, parts.parts[p].tier, &priority, head);
+                let prefix = (key.0, key.1, key.2);
+                if head.after.is_empty() {
+                    segments.push(queue::Segment {
+                        prefix,
+                        jobs: run,
+                        part: p,
+                        limit,
+                    });
+                    continue;
+                }
+                // A job never waits on itself, so alike jobs may differ here: one by one.
+                for k in run {
+                    match waits_on(&state.pending[k]) {
+                        Some(reason) => blocked.push(Waiting {
+                            job: state.pending[k].id,
+                            reason,
+                            estimated_start: None,
+                        }),
+                        None => segments.push(queue::Segment {
+                            prefix,
+                            jobs: k..k + 1,
+                            part: p,
+                            limit,
+                        }),
+                    }
+                }
+            }
         }
     }
-    // Keys end in the job id, so they are distinct and an unstable sort is as good.
-    ready.sort_unstable_by_key(|a| a.0);
-    let ready: Vec<Ready<'_>> = ready.into_iter().map(|(_, r)| r).collect();
+    let ready = queue::order(&state.pending, &ids, segments);
     let mut held = limits::Counters::new(config, &state.running, now, &state.budget);
     let victims = preempt::Victims::new(config, parts, &state.running);
     let out = backfill::pass(
@@ -160,6 +199,7 @@ pub(crate) fn pass(
         &ready,
         &mut held,
         &victims,
+        state.pending.len(),
     );
     plan.starts = out.starts;
     ports::assign(&config.rendezvous_ports, &state.running, &mut plan.starts);
@@ -190,8 +230,19 @@ fn order_key(policy: Policy, tier: u32, p: &Priority, job: &PendingJob) -> (u64,
 /// Decayed past usage plus what running jobs have used so far (not decayed: it is recent).
 fn usage_now(now: Time, state: &State, parts: &Partitions) -> BTreeMap<Assoc, f64> {
     let mut usage = state.usage.clone();
+    // Jobs started together run for one association: its entry is looked up once per run.
+    let mut last: Option<(&Assoc, f64)> = None;
+    let mut billing_of: Option<(Option<&str>, crate::Billing)> = None;
     for job in &state.running {
-        let billing = parts.billing(job.partition.as_deref());
+        let name = job.partition.as_deref();
+        let billing = match billing_of {
+            Some((n, b)) if n == name => b,
+            _ => {
+                let b = parts.billing(name);
+                billing_of = Some((name, b));
+                b
+            }
+        };
         let (cpus, memory, gpus) = job.allocs.iter().fold((0u64, 0u64, 0u64), |acc, a| {
             (
                 acc.0 + a.cpu_ids.len() as u64,
@@ -201,12 +252,30 @@ fn usage_now(now: Time, state: &State, parts: &Partitions) -> BTreeMap<Assoc, f6
         });
         let secs = now.saturating_sub(job.start) as f64 / 1000.0;
         let used = billing.rate(cpus, memory, gpus) * secs;
-        match usage.get_mut(&job.assoc) {
-            Some(u) => *u += used,
-            None => {
-                usage.insert(job.assoc.clone(), used);
+        match &mut last {
+            Some((assoc, sum)) if *assoc == &job.assoc => *sum += used,
+            _ => {
+                if let Some((assoc, sum)) = last.take() {
+                    settle(&mut usage, assoc, sum);
+                }
+                let sum = usage.get(&job.assoc).copied();
+                last = Some((&job.assoc, sum.map_or(used, |s| s + used)));
+                if sum.is_none() {
+                    usage.insert(job.assoc.clone(), 0.0);
+                }
             }
         }
     }
+    if let Some((assoc, sum)) = last {
+        settle(&mut usage, assoc, sum);
+    }
     usage
+}
+
+/// Writes an association's running sum back (the same additions, in the same order, as
+/// adding each job to its entry).
+fn settle(usage: &mut BTreeMap<Assoc, f64>, assoc: &Assoc, sum: f64) {
+    if let Some(u) = usage.get_mut(assoc) {
+        *u = sum;
+    }
 }

@@ -63,6 +63,36 @@ pub(crate) struct Holding {
     pub stopping: bool,
 }
 
+/// The shapes a request may take on one node, at most one per GPU type slot: kept inline,
+/// since every node a job is tried on asks for them.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Shapes {
+    items: [Tres; GPU_SLOTS],
+    len: usize,
+}
+
+impl Shapes {
+    fn push(&mut self, t: Tres) {
+        self.items[self.len] = t;
+        self.len += 1;
+    }
+}
+
+impl std::ops::Deref for Shapes {
+    type Target = [Tres];
+    fn deref(&self) -> &[Tres] {
+        &self.items[..self.len]
+    }
+}
+
+impl IntoIterator for Shapes {
+    type Item = Tres;
+    type IntoIter = std::iter::Take<std::array::IntoIter<Tres, GPU_SLOTS>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.items.into_iter().take(self.len)
+    }
+}
+
 /// Index key: free GPUs, free CPUs, node index. Ascending order is best fit first.
 type Key = (u32, u32, usize);
 
@@ -81,6 +111,10 @@ pub(crate) struct Taken {
 pub(crate) struct Table {
     pub nodes: Vec<NodeRt>,
     index: Vec<BTreeSet<Key>>,
+    /// Nodes of each partition grouped by shape: (a node of the group, how many, how many
+    /// up). Clusters have few node shapes, so "could this job ever run here" looks at a
+    /// handful; shapes and states only change with the nodes, so they are grouped once.
+    pub classes: Vec<Vec<(usize, usize, usize)>>,
     /// While a pass runs on a kept table: each node it changed, as it was before.
     saved: Option<Saved>,
 }
@@ -141,9 +175,25 @@ impl Table {
                 }
             }
         }
+        let classes = parts
+            .parts
+            .iter()
+            .map(|part| {
+                let mut groups: BTreeMap<(Tres, &[String]), (usize, usize, usize)> =
+                    BTreeMap::new();
+                for &i in &part.nodes {
+                    let n = &rt[i];
+                    let g = groups.entry((n.capacity, &n.kinds)).or_insert((i, 0, 0));
+                    g.1 += 1;
+                    g.2 += usize::from(n.up);
+                }
+                groups.into_values().collect()
+            })
+            .collect();
         Table {
             nodes: rt,
             index,
+            classes,
             saved: None,
         }
     }
@@ -281,23 +331,37 @@ impl Table {
     /// The shapes `req` may take on node `i`: one per usable GPU type slot, most free first.
     /// A job that takes whole nodes (`exclusive`) has one shape, the node's capacity, on a node
     /// that could hold its request at all.
-    pub fn shapes(&self, i: usize, req: &Request, exclusive: bool) -> Vec<Tres> {
+    pub fn shapes(&self, i: usize, req: &Request, exclusive: bool) -> Shapes {
         let n = &self.nodes[i];
+        let mut out = Shapes::default();
         if exclusive {
             let fits = self
                 .shapes(i, req, false)
                 .iter()
                 .any(|need| n.capacity.covers(need));
-            return if fits { vec![n.capacity] } else { vec![] };
+            if fits {
+                out.push(n.capacity);
+            }
+            return out;
         }
         if req.gpus == 0 {
-            return vec![self.need(req, None)];
+            out.push(self.need(req, None));
+            return out;
         }
-        let mut slots: Vec<usize> = (0..n.kinds.len())
-            .filter(|&s| req.gpu_kind.as_deref().is_none_or(|k| n.kinds[s] == k))
-            .collect();
+        let mut slots = [0usize; GPU_SLOTS];
+        let mut count = 0;
+        for s in 0..n.kinds.len().min(GPU_SLOTS) {
+            if req.gpu_kind.as_deref().is_none_or(|k| n.kinds[s] == k) {
+                slots[count] = s;
+                count += 1;
+            }
+        }
+        let slots = &mut slots[..count];
         slots.sort_by_key(|&s| (std::cmp::Reverse(n.profile.free.gpus[s]), s));
-        slots.into_iter().map(|s| self.need(req, Some(s))).collect()
+        for &s in slots.iter() {
+            out.push(self.need(req, Some(s)));
+        }
+        out
     }
 
     /// Up to `req.nodes` nodes of partition `p` that the job may use (`allowed`, by node

@@ -50,32 +50,31 @@ impl Profile {
     }
 
     /// The earliest time at or after `now` from which `need` is available for `duration`;
-    /// `None` when even an empty node could not hold it (`capacity`).
+    /// `None` when even an empty node could not hold it (`capacity`), or when that time is
+    /// later than `until`.
     pub fn earliest(
         &self,
         need: &Tres,
         capacity: &Tres,
         now: Time,
         duration: Time,
+        until: Time,
     ) -> Option<Time> {
         if !capacity.covers(need) {
             return None;
         }
-        let mut times: Vec<Time> =
-            Vec::with_capacity(1 + self.releases.len() + self.reserved.len());
-        times.push(now);
-        times.extend(self.releases.iter().map(|(t, _)| *t).filter(|t| *t > now));
-        times.extend(
-            self.reserved
-                .iter()
-                .map(|(_, e, _)| *e)
-                .filter(|t| *t > now),
-        );
-        times.sort_unstable();
-        times.dedup();
-        times
-            .into_iter()
-            .find(|&t| self.fits(need, t, t.saturating_add(duration)))
+        // Availability only rises where a release or a reservation's end falls: try those
+        // times in ascending order (a node has a handful).
+        let mut t = now;
+        while t <= until {
+            if self.fits(need, t, t.saturating_add(duration)) {
+                return Some(t);
+            }
+            let releases = self.releases.iter().map(|(at, _)| *at);
+            let ends = self.reserved.iter().map(|(_, e, _)| *e);
+            t = releases.chain(ends).filter(|&at| at > t).min()?;
+        }
+        None
     }
 
     /// The time after which nothing changes any more.
@@ -139,5 +138,49 @@ impl Profile {
     /// Sets `need` aside on `[start, end)`.
     pub fn reserve(&mut self, need: &Tres, start: Time, end: Time) {
         self.reserved.push((start, end, *need));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpus(n: u32) -> Tres {
+        Tres {
+            cpus: n,
+            ..Tres::default()
+        }
+    }
+
+    /// 8 CPUs: 2 free now, 2 back at 100, 4 back at 300; 4 set aside on [150, 400).
+    fn busy() -> Profile {
+        Profile {
+            free: cpus(2),
+            releases: vec![(300, cpus(4)), (100, cpus(2))],
+            reserved: vec![(150, 400, cpus(4))],
+        }
+    }
+
+    #[test]
+    fn earliest_walks_events_in_time_order() {
+        let p = busy();
+        let cap = cpus(8);
+        assert_eq!(p.earliest(&cpus(2), &cap, 0, 100, Time::MAX), Some(0));
+        // Over the reservation from 150 nothing is left until 300.
+        assert_eq!(p.earliest(&cpus(2), &cap, 0, 1_000, Time::MAX), Some(300));
+        // 4 CPUs: at 100 there are 4 until the reservation takes them at 150.
+        assert_eq!(p.earliest(&cpus(4), &cap, 0, 10, Time::MAX), Some(100));
+        assert_eq!(p.earliest(&cpus(4), &cap, 0, 100, Time::MAX), Some(300));
+        assert_eq!(p.earliest(&cpus(8), &cap, 0, 10, Time::MAX), Some(400));
+        assert_eq!(p.earliest(&cpus(9), &cap, 0, 10, Time::MAX), None);
+    }
+
+    #[test]
+    fn earliest_gives_up_past_its_bound() {
+        let p = busy();
+        let cap = cpus(8);
+        assert_eq!(p.earliest(&cpus(4), &cap, 0, 100, 300), Some(300));
+        assert_eq!(p.earliest(&cpus(4), &cap, 0, 100, 299), None);
+        assert_eq!(p.earliest(&cpus(2), &cap, 0, 100, 0), Some(0));
     }
 }

@@ -248,13 +248,18 @@ impl Driver {
     }
 
     fn sweep(&mut self, now: u64) {
+        // A sorted list is searched faster than the set, once per job of the state.
         if !self.left_pending.is_empty() {
-            let gone = std::mem::take(&mut self.left_pending);
-            self.state.pending.retain(|j| !gone.contains(&j.id));
+            let gone: Vec<JobId> = std::mem::take(&mut self.left_pending).into_iter().collect();
+            self.state
+                .pending
+                .retain(|j| gone.binary_search(&j.id).is_err());
         }
         if !self.left_running.is_empty() {
-            let gone = std::mem::take(&mut self.left_running);
-            self.state.running.retain(|j| !gone.contains(&j.id));
+            let gone: Vec<JobId> = std::mem::take(&mut self.left_running).into_iter().collect();
+            self.state
+                .running
+                .retain(|j| gone.binary_search(&j.id).is_err());
         }
         self.state.usage = self.ledger.snapshot(now);
     }

@@ -1,0 +1,130 @@
+//! The pending queue in scheduling order, worked out per run of alike jobs.
+//!
+//! A deep queue is mostly arrays: tasks submitted together that differ only in their id.
+//! Consecutive pending jobs that are [`alike`] form a run; a run's admission, hold and begin
+//! reason and priority are those of its first job, worked out once, and runs are sorted
+//! instead of jobs. The order is exactly that of sorting every job by its key (tier, priority,
+//! submit time, id): runs whose keys tie but for the id are merged by id. The backfill pass
+//! is told which ready jobs are alike their predecessor in that order, so that a job whose
+//! twin just before it waited without a reservation waits for the same reason at once (see
+//! [`crate::backfill`]).
+
+use std::ops::Range;
+
+use wharf_api::JobId;
+
+use crate::backfill::Ready;
+use crate::state::{PendingJob, Time};
+
+/// The part of a job's sort key that alike jobs share: inverted tier, inverted priority,
+/// submit time.
+pub(crate) type Prefix = (u64, u64, Time);
+
+/// Ready jobs of one run (or one job), sharing a sort prefix, partition and time limit.
+pub(crate) struct Segment {
+    pub prefix: Prefix,
+    /// Indices into the pending list, ids ascending.
+    pub jobs: Range<usize>,
+    pub part: usize,
+    pub limit: Time,
+}
+
+/// True when `b` differs from `a` in nothing the scheduler looks at but its id, and comes
+/// after it in id order. Cheap fields first: most neighbours differ in their submit time.
+pub(crate) fn alike(a: &PendingJob, b: &PendingJob) -> bool {
+    b.id > a.id
+        && a.submit == b.submit
+        && a.time_limit == b.time_limit
+        && a.begin == b.begin
+        && a.hold == b.hold
+        && a.nice == b.nice
+        && a.request == b.request
+        && a.after == b.after
+        && a.partition == b.partition
+        && a.qos == b.qos
+        && a.select == b.select
+        && a.assoc == b.assoc
+}
+
+/// The pending list as runs of consecutive alike jobs, read in one sweep.
+pub(crate) struct Runs {
+    /// Index ranges into the pending list.
+    pub runs: Vec<Range<usize>>,
+    /// Every pending job's id, in list order: later steps read these, not the jobs.
+    pub ids: Vec<JobId>,
+    /// Some job has dependencies.
+    pub any_after: bool,
+}
+
+/// Splits `pending` into runs of consecutive alike jobs.
+pub(crate) fn runs(pending: &[PendingJob]) -> Runs {
+    let mut out = Runs {
+        runs: Vec::new(),
+        ids: Vec::with_capacity(pending.len()),
+        any_after: false,
+    };
+    let mut start = 0;
+    for (k, job) in pending.iter().enumerate() {
+        out.ids.push(job.id);
+        out.any_after |= !job.after.is_empty();
+        if k > 0 && !alike(&pending[k - 1], job) {
+            out.runs.push(start..k);
+            start = k;
+        }
+    }
+    if !pending.is_empty() {
+        out.runs.push(start..pending.len());
+    }
+    out
+}
+
+/// The ready jobs of `segments` in scheduling order: by prefix, then job id.
+pub(crate) fn order<'a>(
+    pending: &'a [PendingJob],
+    ids: &[JobId],
+    mut segments: Vec<Segment>,
+) -> Vec<Ready<'a>> {
+    let total = segments.iter().map(|s| s.jobs.len()).sum();
+    segments.sort_unstable_by_key(|s| (s.prefix, ids[s.jobs.start]));
+    let mut out = Vec::with_capacity(total);
+    let mut i = 0;
+    while i < segments.len() {
+        let mut j = i + 1;
+        while j < segments.len() && segments[j].prefix == segments[i].prefix {
+            j += 1;
+        }
+        if j == i + 1 {
+            let s = &segments[i];
+            out.extend(s.jobs.clone().enumerate().map(|(n, k)| Ready {
+                job: &pending[k],
+                id: ids[k],
+                part: s.part,
+                limit: s.limit,
+                alike_prev: n > 0,
+            }));
+        } else {
+            // Keys tie but for the id: interleave by id, as a sort of every job would.
+            let mut merged: Vec<(u64, usize, usize)> = segments[i..j]
+                .iter()
+                .enumerate()
+                .flat_map(|(s, seg)| seg.jobs.clone().map(move |k| (ids[k], k, s)))
+                .collect();
+            merged.sort_unstable();
+            let mut prev: Option<usize> = None;
+            for (id, k, s) in merged {
+                let seg = &segments[i + s];
+                // Alike only when the one before came from the same run.
+                out.push(Ready {
+                    job: &pending[k],
+                    id,
+                    part: seg.part,
+                    limit: seg.limit,
+                    alike_prev: prev == Some(s),
+                });
+                prev = Some(s);
+            }
+        }
+        i = j;
+    }
+    out
+}
