@@ -10,6 +10,7 @@ pub mod discover;
 pub mod env;
 pub mod images;
 pub mod launch;
+pub mod step;
 pub mod usage;
 pub mod watch;
 
@@ -147,6 +148,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .map_err(|e| AgentError::Setup(format!("image store {}: {e}", cfg.image_store.display())))?
         .with_quota(cfg.cache_quota);
     let client = Client::new(cfg.controller.clone(), Some(cfg.token.clone()));
+    // `wharf step` inside this node's jobs reaches the agent here.
+    if let Err(e) = step::listen(&cfg, client.clone()) {
+        tracing::error!(error = %e, socket = %step::socket_env(&cfg), "cannot open the step socket; `wharf step` will not work in this node's jobs");
+    }
     // The sandbox backend: Wharf's own OCI sandbox (through `wharf shim`), or Docker.
     let launcher: Arc<dyn Backend> = match &cfg.backend {
         BackendKind::Oci => Arc::new(Launcher::new(cfg.shim_exe.clone())),
@@ -193,6 +198,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         }
         let ((mut jobs, shims), image_names) =
             local_state(&cfg, launcher.as_ref(), &images, &pulls);
+        let steps = step::report(&cfg, launcher.as_ref(), &jobs);
         detail.apply(&mut jobs);
         let req = PollRequest {
             node: cfg.node_name.clone(),
@@ -200,6 +206,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             wait_ms,
             images: image_names,
             pulling: pulls.progress(),
+            steps,
         };
         let poll = client.post::<_, PollResponse>("/v1/agent/poll", &req);
         // What changes here (a job starts or ends, an image is imported) is reported at once,
@@ -359,7 +366,14 @@ async fn local_change(
             .map(|j| (j.id, j.start_time.is_some(), j.exit.is_some()))
             .collect()
     };
+    let step_shape = |steps: &[wharf_api::step::AgentStep]| -> Vec<_> {
+        steps
+            .iter()
+            .map(|s| (s.key, s.start_time.is_some(), s.exit.is_some()))
+            .collect()
+    };
     let before = shape(&sent.jobs);
+    let steps_before = step_shape(&sent.steps);
     let progressed = progress_to_report(pulls, &sent.pulling, tokio::time::Instant::now());
     tokio::pin!(progressed);
     loop {
@@ -371,7 +385,8 @@ async fn local_change(
         let (jobs, live) = report(cfg, launcher, pulls, false);
         let images_changed =
             cfg.backend == BackendKind::Oci && image_names(cfg, images) != sent.images;
-        if shape(&jobs) != before || images_changed {
+        let steps_changed = step_shape(&step::report(cfg, launcher, &jobs)) != steps_before;
+        if shape(&jobs) != before || images_changed || steps_changed {
             return;
         }
         shims = live;
@@ -635,8 +650,19 @@ fn carry_out(
         start(cfg, launcher, images, machine, pulls, order);
     }
     let launcher = launcher.as_ref();
+    for so in &orders.steps {
+        step::launch(cfg, launcher, images, machine, so);
+    }
+    for k in &orders.kill_steps {
+        step::kill(cfg, launcher, k.key, &k.reason);
+    }
+    for key in &orders.forget_steps {
+        step::forget(cfg, launcher, key.job, Some(key.step));
+    }
     for kill in &orders.kill {
         tracing::info!(job = kill.id, reason = %kill.reason, "stopping job");
+        // Its steps go with it.
+        step::kill_job(cfg, launcher, kill.id, &kill.reason);
         for dir in task_dirs(&cfg.state_dir, kill.id) {
             // Recorded first, so that the order is not repeated while the job winds down.
             let written = JobDir::write_private(&dir.stop(), kill.reason.as_bytes());
@@ -652,6 +678,7 @@ fn carry_out(
     }
     let forget: BTreeSet<u64> = orders.forget.into_iter().collect();
     for id in forget {
+        step::forget(cfg, launcher, id, None);
         // The first task's directory last: while it is there, the job is reported.
         let mut dirs = task_dirs(&cfg.state_dir, id);
         dirs.reverse();

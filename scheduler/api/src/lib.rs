@@ -20,6 +20,7 @@ pub mod node;
 pub mod pull;
 pub mod report;
 pub mod resources;
+pub mod step;
 pub mod text;
 pub mod usage;
 pub mod wire;

@@ -229,6 +229,10 @@ pub struct PollRequest {
     /// an older agent never sends it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pulling: Vec<crate::pull::PullProgress>,
+    /// The steps of its jobs that the node holds (`wharf step`), each once for all its
+    /// tasks here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::step::AgentStep>,
 }
 
 /// A job for the agent to start.
@@ -299,6 +303,15 @@ pub struct PollResponse {
     pub kill: Vec<KillOrder>,
     /// Ended jobs whose results are committed: the agent may delete its records of them.
     pub forget: Vec<JobId>,
+    /// Steps of running jobs to start here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::step::StepOrder>,
+    /// Steps to stop here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kill_steps: Vec<crate::step::StepKill>,
+    /// Ended steps whose end here is committed: the agent may delete their directories.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forget_steps: Vec<crate::step::StepKey>,
 }
 
 /// `GET /v1/acct`: jobs, ended or not, that were in the system during a time window (as

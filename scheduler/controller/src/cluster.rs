@@ -27,6 +27,7 @@ mod gang;
 mod requeue;
 mod runs;
 mod sched;
+pub mod steps;
 mod submit;
 mod table;
 
@@ -625,7 +626,7 @@ impl Cluster {
     }
 
     /// Stores changed jobs in one transaction, then updates memory (active jobs only).
-    fn commit(&mut self, changed: Vec<JobRecord>) -> Result<(), Failure> {
+    fn commit(&mut self, mut changed: Vec<JobRecord>) -> Result<(), Failure> {
         if changed.is_empty() {
             self.requeued_runs.clear();
             return Ok(());
@@ -639,6 +640,11 @@ impl Cluster {
                     job.state
                 );
             }
+        }
+        // A job that ends or goes back to the queue ends its steps with it.
+        for job in changed.iter_mut().filter(|j| !j.state.holds_resources()) {
+            let at = job.end_time.unwrap_or_default();
+            steps::close(job, at);
         }
         self.store_with_runs(&changed)?;
         for job in changed {

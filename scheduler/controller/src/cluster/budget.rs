@@ -177,6 +177,7 @@ mod tests {
             wait_ms: 0,
             images: vec![],
             pulling: vec![],
+            steps: vec![],
         };
         c.ingest(&poll, now).unwrap();
     }

@@ -198,6 +198,7 @@ mod tests {
             wait_ms: 0,
             images: vec![],
             pulling: vec![],
+            steps: vec![],
         };
         c.ingest(&poll, now).unwrap();
     }
@@ -230,6 +231,7 @@ mod tests {
                 wait_ms: 0,
                 images: vec![],
                 pulling: vec![],
+                steps: vec![],
             },
             6_000,
         )

@@ -90,6 +90,7 @@ fn poll(c: &mut Cluster, node: &str, jobs: Vec<(JobId, Says)>, now: u64) -> Vec<
         wait_ms: 0,
         images: vec![],
         pulling: vec![],
+        steps: vec![],
     };
     c.ingest(&report, now).unwrap().forget
 }
@@ -372,6 +373,7 @@ fn a_fault_reported_by_an_older_agent_or_after_a_start_drains_nothing() {
         wait_ms: 0,
         images: vec![],
         pulling: vec![],
+        steps: vec![],
     };
     c.ingest(&report, 2_000).unwrap();
     assert_eq!(job(&c, id).state, JobState::Failed);
@@ -413,6 +415,7 @@ fn poll_pulling(c: &mut Cluster, node: &str, running: &[JobId], pulling: &[(JobI
                 bytes: 8_400_000_000,
             })
             .collect(),
+        steps: vec![],
     };
     c.ingest(&report, 2_000).unwrap();
 }

@@ -137,6 +137,7 @@ pub(in crate::cluster) fn end(c: &mut Cluster, id: JobId, code: i32, now: u64) {
         wait_ms: 0,
         images: vec![],
         pulling: vec![],
+        steps: vec![],
     };
     c.ingest(&report, now).unwrap();
 }

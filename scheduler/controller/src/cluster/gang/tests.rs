@@ -90,6 +90,7 @@ fn ingest(c: &mut Cluster, node: &str, jobs: &[(JobId, Rank)], now: u64) -> Inge
         wait_ms: 0,
         images: vec![],
         pulling: vec![],
+        steps: vec![],
     };
     c.ingest(&poll, now).unwrap()
 }
@@ -500,6 +501,7 @@ fn a_rank_out_of_memory_ends_the_gang_out_of_memory_naming_it() {
         wait_ms: 0,
         images: vec![],
         pulling: vec![],
+        steps: vec![],
     };
     c.ingest(&report, 3_000).unwrap();
     assert_eq!(
@@ -547,6 +549,7 @@ fn a_gangs_usage_is_every_nodes() {
             wait_ms: 0,
             images: vec![],
             pulling: vec![],
+            steps: vec![],
         };
         c.ingest(&report, 9_000).unwrap();
     }

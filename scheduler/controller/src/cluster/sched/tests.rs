@@ -565,6 +565,7 @@ fn report(c: &mut Cluster, jobs: &[(JobId, bool)], now: u64) -> Vec<JobId> {
         wait_ms: 0,
         images: vec![],
         pulling: vec![],
+        steps: vec![],
     };
     c.ingest(&poll, now).unwrap().forget
 }

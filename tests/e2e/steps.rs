@@ -1,0 +1,248 @@
+//! Steps inside a job (`wharf step`): tasks with the step's ranks in the job's allocation,
+//! the step's status, its record, and the refusals: outside any job, from another user's
+//! process, for a job that is not running, beyond the allocation.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+/// `KEY=VALUE` words of the first line of `path` that starts with `tag`.
+fn words(path: &Path, tag: &str) -> std::collections::BTreeMap<String, String> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(tag))
+        .unwrap_or_else(|| panic!("no {tag} line in {}:\n{text}", path.display()));
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The CPUs of a `Cpus_allowed_list` such as `0-2,5`.
+fn cpu_list(text: &str) -> Vec<u32> {
+    let mut out = vec![];
+    for part in text.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => out.extend(a.parse::<u32>().unwrap()..=b.parse().unwrap()),
+            None => out.push(part.parse().unwrap()),
+        }
+    }
+    out
+}
+
+const SHOW: &str = "echo TASK STEP=$SLURM_STEP_ID PROCID=$SLURM_PROCID NTASKS=$SLURM_NTASKS \
+    RANK=$RANK WORLD=$WORLD_SIZE LOCAL=$LOCAL_RANK NODE=$NODE_RANK JOB=$SLURM_JOB_ID \
+    CPUS=$(grep Cpus_allowed_list /proc/self/status | tr -d \"[:blank:]\" | cut -d: -f2) \
+    USER=$(id -u)";
+
+#[test]
+fn a_step_runs_ranked_tasks_in_the_jobs_allocation_and_ends_as_its_first_failing_task() {
+    let test = "a_step_runs_ranked_tasks_in_the_jobs_allocation_and_ends_as_its_first_failing_task";
+    if !can_run(test) {
+        return;
+    }
+    let c = Cluster::start();
+    if !c.has_cpus(test, 2) {
+        return;
+    }
+    let alice = user("wharf-alice");
+    let home = c.home(&alice);
+    let w = wharf_bin();
+    let script = format!(
+        "echo BATCH CPUS=$(grep Cpus_allowed_list /proc/self/status | tr -d ' \\t' | cut -d: -f2); \
+         {w} step --ntasks-per-node 2 -- sh -c '{SHOW}'; echo RESULT FIRST=$?; \
+         t0=$(date +%s); {w} step -n 2 -- sh -c 'if [ $SLURM_PROCID = 1 ]; then exit 3; fi; sleep 60'; \
+         echo RESULT SECOND=$? SECS=$(( $(date +%s) - t0 )); \
+         {w} step --ntasks-per-node 3 -- true; echo RESULT THIRD=$?; \
+         {w} step --jobid 999999 -- true; echo RESULT FOURTH=$?"
+    );
+    let id = submitted_id(&c.wharf_as(
+        &alice,
+        &["submit", "--cpus-per-task", "2", "--mem", "128M", "-t", "2m", "--wrap", &script],
+    ));
+    let job = c.wait_done(id, Duration::from_secs(90));
+    let out = home.join(format!("wharf-{id}.out"));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{text}\n{}", c.log());
+    let result = words(&out, "RESULT FIRST");
+    assert_eq!(result["FIRST"], "0", "{text}");
+    // Task 1 exited 3: the step's status, and task 0's sleep was stopped at once.
+    let second = words(&out, "RESULT SECOND");
+    assert_eq!(second["SECOND"], "3", "{text}");
+    assert!(second["SECS"].parse::<u64>().unwrap() < 30, "{text}");
+    assert_eq!(words(&out, "RESULT THIRD")["THIRD"], "1", "{text}");
+    assert!(
+        text.contains("3 tasks per node is more than job") && text.contains("2 CPU(s)"),
+        "{text}"
+    );
+    assert_eq!(words(&out, "RESULT FOURTH")["FOURTH"], "1", "{text}");
+    assert!(text.contains(&format!("runs inside job {id}, not job 999999")), "{text}");
+    // Each task of step 0 wrote its own file, with the step's ranks, as alice, on CPUs of
+    // the job's own.
+    let batch = cpu_list(&words(&out, "BATCH")["CPUS"]);
+    let mut seen = vec![];
+    for rank in 0..2u32 {
+        let file = match rank {
+            0 => home.join(format!("wharf-{id}.out.step0")),
+            r => home.join(format!("wharf-{id}.out.step0.rank{r}")),
+        };
+        let t = words(&file, "TASK");
+        let r = rank.to_string();
+        assert_eq!(
+            (&*t["STEP"], &*t["PROCID"], &*t["RANK"], &*t["LOCAL"], &*t["NTASKS"]),
+            ("0", &*r, &*r, &*r, "2"),
+            "{t:?}"
+        );
+        assert_eq!((&*t["WORLD"], &*t["NODE"]), ("2", "0"));
+        assert_eq!(t["JOB"], id.to_string());
+        assert_eq!(t["USER"], alice.uid.to_string());
+        let cpus = cpu_list(&t["CPUS"]);
+        assert_eq!(cpus.len(), 1, "one CPU each: {t:?}");
+        assert!(cpus.iter().all(|c| batch.contains(c)), "{cpus:?} not in {batch:?}");
+        seen.extend(cpus);
+    }
+    seen.dedup();
+    assert_eq!(seen.len(), 2, "the tasks' CPUs differ");
+    // The job's record has its two steps (the refused ones were never recorded).
+    let steps = job["steps"].as_array().expect("steps recorded");
+    assert_eq!(steps.len(), 2, "{job}");
+    assert_eq!(steps[0]["id"], 0);
+    assert_eq!(steps[0]["exit"]["code"], 0);
+    assert_eq!(steps[1]["exit"]["code"], 3);
+    assert_eq!(steps[1]["tasks_per_node"], 2);
+    assert!(steps[1]["exit"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("task 1 on node"));
+}
+
+/// The pids in job `id`'s sandbox cgroup.
+fn job_pids(c: &Cluster, id: u64) -> Vec<i32> {
+    wharf_runtime::cgroup_dirs(&format!("/{}/wharf-{id}", c.cgroup_parent))
+        .iter()
+        .flat_map(|d| {
+            std::fs::read_to_string(d.join("cgroup.procs"))
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
+/// Runs `wharf step -- true` as `user` (root when `None`), put by root into the cgroup
+/// `cgroup` (made when missing, removed after) before it calls; its output.
+fn step_from_cgroup(
+    socket: &str,
+    user: Option<&User>,
+    cgroup: &str,
+    made: bool,
+) -> std::process::Output {
+    let script = format!("read go; exec {} step -- true", wharf_bin());
+    let mut cmd = match user {
+        Some(u) => {
+            let mut cmd = setpriv(u);
+            cmd.arg("/bin/sh");
+            cmd
+        }
+        None => std::process::Command::new("/bin/sh"),
+    };
+    let mut child = cmd
+        .args(["-c", &script])
+        .env("WHARF_STEP_SOCKET", socket)
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dirs: Vec<PathBuf> = wharf_runtime::cgroup_dirs(cgroup);
+    for d in &dirs {
+        if made {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(d.join("cgroup.procs"), child.id().to_string())
+            .unwrap_or_else(|e| panic!("joining {}: {e}", d.display()));
+    }
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    if made {
+        for d in &dirs {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_step_is_refused_outside_a_job_to_another_user_and_for_a_job_that_is_not_running() {
+    let test = "a_step_is_refused_outside_a_job_to_another_user_and_for_a_job_that_is_not_running";
+    if !can_run(test) {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    let bob = user("wharf-bob");
+    let done = submitted_id(&c.wharf_as(&alice, &["submit", "--wrap", "true"]));
+    c.wait_done(done, Duration::from_secs(30));
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", "-t", "2m", "--wrap", "sleep 120"]));
+    c.wait_running(id);
+    // The socket name, from the job's own environment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let socket = loop {
+        let found = job_pids(&c, id).into_iter().find_map(|pid| {
+            let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+            env.split(|&b| b == 0)
+                .find_map(|kv| kv.strip_prefix(b"WHARF_STEP_SOCKET="))
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        });
+        if let Some(s) = found {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no job process shows WHARF_STEP_SOCKET");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(socket.starts_with("@wharf-step-"), "{socket}");
+    // No socket named: not in a job.
+    let out = c.wharf_as(&bob, &["step", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("only inside a Wharf job"), "{}", stderr(&out));
+    // The socket named, but the caller is in no job's sandbox.
+    let out = setpriv(&bob)
+        .args([wharf_bin(), "step", "--", "true"])
+        .env("WHARF_STEP_SOCKET", &socket)
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("in no job's sandbox"), "{}", stderr(&out));
+    // Bob's process inside alice's job's cgroup (put there by root): not alice, refused.
+    let job_cgroup = format!("/{}/wharf-{id}", c.cgroup_parent);
+    let out = step_from_cgroup(&socket, Some(&bob), &job_cgroup, false);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        stderr(&out).contains("belongs to another user"),
+        "{}\n{}",
+        stderr(&out),
+        c.log()
+    );
+    // A process in the sandbox cgroup of a job that ended, or never was.
+    let ended = format!("/{}/wharf-{done}", c.cgroup_parent);
+    let out = step_from_cgroup(&socket, None, &ended, true);
+    assert!(
+        stderr(&out).contains(&format!("job {done} is not running: it ended COMPLETED")),
+        "{}",
+        stderr(&out)
+    );
+    let none = format!("/{}/wharf-999999", c.cgroup_parent);
+    let out = step_from_cgroup(&socket, None, &none, true);
+    assert!(stderr(&out).contains("no job 999999"), "{}", stderr(&out));
+    // None of these started a step.
+    assert!(c.job(id)["steps"].as_array().is_none_or(|s| s.is_empty()));
+    c.wharf(&["cancel", &id.to_string()]);
+}
