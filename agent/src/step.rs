@@ -156,7 +156,11 @@ fn stop_tasks(launcher: &dyn Backend, dirs: &[(u32, JobDir)], reason: &str) {
 /// This node's steps, each once for all its tasks here (as a job's tasks are reported).
 /// When one task failed, its siblings here are stopped; when the job they belong to has
 /// ended here (or is gone), all are.
-pub fn report(cfg: &AgentConfig, launcher: &dyn Backend, jobs: &[wharf_api::wire::AgentJob]) -> Vec<AgentStep> {
+pub fn report(
+    cfg: &AgentConfig,
+    launcher: &dyn Backend,
+    jobs: &[wharf_api::wire::AgentJob],
+) -> Vec<AgentStep> {
     let mut out = Vec::new();
     for (key, dirs) in step_dirs(&cfg.state_dir) {
         let tasks: Vec<TaskReport> = dirs
@@ -187,7 +191,11 @@ pub fn report(cfg: &AgentConfig, launcher: &dyn Backend, jobs: &[wharf_api::wire
             .collect();
         let job_live = jobs.iter().any(|j| j.id == key.job && j.exit.is_none());
         if !job_live {
-            stop_tasks(launcher, &dirs, &format!("job {} ended on this node", key.job));
+            stop_tasks(
+                launcher,
+                &dirs,
+                &format!("job {} ended on this node", key.job),
+            );
         } else if let Some((failed, _)) = crate::siblings_to_stop(&tasks, &cfg.node_name) {
             let reason = format!(
                 "task {failed} of step {}.{} on node {} failed; stopping the others",
@@ -223,10 +231,19 @@ pub fn launch(
     so: &StepOrder,
 ) {
     let order = &so.order;
-    tracing::info!(job = order.id, step = so.step, tasks = order.spec.tasks_per_node, "launching step");
+    tracing::info!(
+        job = order.id,
+        step = so.step,
+        tasks = order.spec.tasks_per_node,
+        "launching step"
+    );
     let mut failed: Option<String> = None;
     for local in (0..order.spec.tasks_per_node.max(1)).rev() {
-        let dir = JobDir::new(cfg.state_dir.join("jobs").join(dir_name(order.id, so.step, local)));
+        let dir = JobDir::new(
+            cfg.state_dir
+                .join("jobs")
+                .join(dir_name(order.id, so.step, local)),
+        );
         if dir.path().exists() {
             continue;
         }
@@ -334,9 +351,9 @@ fn identify(stream: &tokio::net::UnixStream, cgroup_parent: &str) -> Result<(Job
         .filter(|&p| p > 0)
         .ok_or("the caller's process is not visible to the agent")?;
     // A pidfd for the very peer when the kernel gives one (Linux 6.5), else for the pid.
-    let pidfd = peer_pidfd(stream).or_else(|_| pidfd_open(pid)).map_err(|e| {
-        format!("cannot follow the caller's process {pid}: {e}")
-    })?;
+    let pidfd = peer_pidfd(stream)
+        .or_else(|_| pidfd_open(pid))
+        .map_err(|e| format!("cannot follow the caller's process {pid}: {e}"))?;
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
         .map_err(|e| format!("cannot read the caller's cgroup: {e}"))?;
     // Still alive: the pid was not reused between the connection and the read.
@@ -355,9 +372,11 @@ fn identify(stream: &tokio::net::UnixStream, cgroup_parent: &str) -> Result<(Job
     }
     let Some(job) = job_of_cgroup(&text, cgroup_parent) else {
         tracing::info!(pid, uid = cred.uid(), cgroup = %text.trim(), "step refused: the caller is in no job");
-        return Err("wharf step runs only inside a Wharf job: this process is in no job's \
+        return Err(
+            "wharf step runs only inside a Wharf job: this process is in no job's \
                     sandbox on this node"
-            .into());
+                .into(),
+        );
     };
     Ok((job, cred.uid()))
 }
@@ -409,7 +428,12 @@ fn api_words(e: &ClientError) -> String {
 
 /// Serves one caller: identify, forward, wait for the step's end (or cancel it when the
 /// caller hangs up).
-async fn serve(mut stream: tokio::net::UnixStream, cgroup_parent: &str, node: &str, client: &Client) {
+async fn serve(
+    mut stream: tokio::net::UnixStream,
+    cgroup_parent: &str,
+    node: &str,
+    client: &Client,
+) {
     let (job, uid) = match identify(&stream, cgroup_parent) {
         Ok(who) => who,
         Err(why) => return reply(&mut stream, &StepReply::Error(why)).await,
@@ -420,7 +444,11 @@ async fn serve(mut stream: tokio::net::UnixStream, cgroup_parent: &str, node: &s
         .read_until(b'\n', &mut line)
         .await;
     if let Err(e) = read {
-        return reply(&mut stream, &StepReply::Error(format!("reading the request: {e}"))).await;
+        return reply(
+            &mut stream,
+            &StepReply::Error(format!("reading the request: {e}")),
+        )
+        .await;
     }
     if line.len() as u64 > MAX_REQUEST {
         let why = format!("step request over {MAX_REQUEST} bytes");
@@ -443,10 +471,7 @@ async fn serve(mut stream: tokio::net::UnixStream, cgroup_parent: &str, node: &s
         Ok(s) => s,
         Err(e) => return reply(&mut stream, &StepReply::Error(api_words(&e))).await,
     };
-    let key = StepKey {
-        job,
-        step: step.id,
-    };
+    let key = StepKey { job, step: step.id };
     reply(&mut stream, &StepReply::Started(step)).await;
     let mut probe = [0u8; 1];
     loop {
@@ -458,7 +483,10 @@ async fn serve(mut stream: tokio::net::UnixStream, cgroup_parent: &str, node: &s
             }
             () = tokio::time::sleep(STATUS_EVERY) => {}
         }
-        match client.post::<_, StepRecord>("/v1/agent/steps/status", &key).await {
+        match client
+            .post::<_, StepRecord>("/v1/agent/steps/status", &key)
+            .await
+        {
             Ok(s) if s.exit.is_some() => return reply(&mut stream, &StepReply::Ended(s)).await,
             Ok(_) => {}
             Err(e) if e.is_transient() => {}
@@ -476,7 +504,10 @@ mod tests {
         let v2 = "0::/wharf/wharf-12\n";
         assert_eq!(job_of_cgroup(v2, "wharf"), Some(12));
         assert_eq!(job_of_cgroup("0::/wharf/wharf-12.3\n", "/wharf/"), Some(12));
-        assert_eq!(job_of_cgroup("0::/wharf/wharf-12.s4.0/x\n", "wharf"), Some(12));
+        assert_eq!(
+            job_of_cgroup("0::/wharf/wharf-12.s4.0/x\n", "wharf"),
+            Some(12)
+        );
         let v1 = "12:pids:/user.slice\n7:memory:/wharf-e2e-1/wharf-40\n1:name=systemd:/x\n";
         assert_eq!(job_of_cgroup(v1, "wharf-e2e-1"), Some(40));
         // Not under the agent's parent, not the memory hierarchy, or not a job's name.

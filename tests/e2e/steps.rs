@@ -11,8 +11,7 @@ use crate::harness::*;
 
 /// `KEY=VALUE` words of the first line of `path` that starts with `tag`.
 fn words(path: &Path, tag: &str) -> std::collections::BTreeMap<String, String> {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let line = text
         .lines()
         .find(|l| l.starts_with(tag))
@@ -63,7 +62,17 @@ fn a_step_runs_ranked_tasks_in_the_jobs_allocation_and_ends_as_its_first_failing
     );
     let id = submitted_id(&c.wharf_as(
         &alice,
-        &["submit", "--cpus-per-task", "2", "--mem", "128M", "-t", "2m", "--wrap", &script],
+        &[
+            "submit",
+            "--cpus-per-task",
+            "2",
+            "--mem",
+            "128M",
+            "-t",
+            "2m",
+            "--wrap",
+            &script,
+        ],
     ));
     let job = c.wait_done(id, Duration::from_secs(90));
     let out = home.join(format!("wharf-{id}.out"));
@@ -81,7 +90,10 @@ fn a_step_runs_ranked_tasks_in_the_jobs_allocation_and_ends_as_its_first_failing
         "{text}"
     );
     assert_eq!(words(&out, "RESULT FOURTH")["FOURTH"], "1", "{text}");
-    assert!(text.contains(&format!("runs inside job {id}, not job 999999")), "{text}");
+    assert!(
+        text.contains(&format!("runs inside job {id}, not job 999999")),
+        "{text}"
+    );
     // Each task of step 0 wrote its own file, with the step's ranks, as alice, on CPUs of
     // the job's own.
     let batch = cpu_list(&words(&out, "BATCH")["CPUS"]);
@@ -94,7 +106,13 @@ fn a_step_runs_ranked_tasks_in_the_jobs_allocation_and_ends_as_its_first_failing
         let t = words(&file, "TASK");
         let r = rank.to_string();
         assert_eq!(
-            (&*t["STEP"], &*t["PROCID"], &*t["RANK"], &*t["LOCAL"], &*t["NTASKS"]),
+            (
+                &*t["STEP"],
+                &*t["PROCID"],
+                &*t["RANK"],
+                &*t["LOCAL"],
+                &*t["NTASKS"]
+            ),
             ("0", &*r, &*r, &*r, "2"),
             "{t:?}"
         );
@@ -103,7 +121,10 @@ fn a_step_runs_ranked_tasks_in_the_jobs_allocation_and_ends_as_its_first_failing
         assert_eq!(t["USER"], alice.uid.to_string());
         let cpus = cpu_list(&t["CPUS"]);
         assert_eq!(cpus.len(), 1, "one CPU each: {t:?}");
-        assert!(cpus.iter().all(|c| batch.contains(c)), "{cpus:?} not in {batch:?}");
+        assert!(
+            cpus.iter().all(|c| batch.contains(c)),
+            "{cpus:?} not in {batch:?}"
+        );
         seen.extend(cpus);
     }
     seen.dedup();
@@ -161,7 +182,14 @@ fn step_from_cgroup(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let dirs: Vec<PathBuf> = wharf_runtime::cgroup_dirs(cgroup);
+    let (parent, name) = cgroup.rsplit_once('/').unwrap();
+    // A cgroup made here only where the agent looks (v2, or v1's memory hierarchy): a
+    // fresh v1 cpuset takes no process.
+    let dirs: Vec<PathBuf> = wharf_runtime::cgroup_dirs(parent)
+        .into_iter()
+        .map(|d| d.join(name))
+        .filter(|d| !made || d.is_dir() || !d.starts_with("/sys/fs/cgroup/cpuset"))
+        .collect();
     for d in &dirs {
         if made {
             std::fs::create_dir_all(d).unwrap();
@@ -204,14 +232,21 @@ fn a_step_is_refused_outside_a_job_to_another_user_and_for_a_job_that_is_not_run
         if let Some(s) = found {
             break s;
         }
-        assert!(Instant::now() < deadline, "no job process shows WHARF_STEP_SOCKET");
+        assert!(
+            Instant::now() < deadline,
+            "no job process shows WHARF_STEP_SOCKET"
+        );
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(socket.starts_with("@wharf-step-"), "{socket}");
     // No socket named: not in a job.
     let out = c.wharf_as(&bob, &["step", "--", "true"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("only inside a Wharf job"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("only inside a Wharf job"),
+        "{}",
+        stderr(&out)
+    );
     // The socket named, but the caller is in no job's sandbox.
     let out = setpriv(&bob)
         .args([wharf_bin(), "step", "--", "true"])
@@ -220,7 +255,11 @@ fn a_step_is_refused_outside_a_job_to_another_user_and_for_a_job_that_is_not_run
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("in no job's sandbox"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("in no job's sandbox"),
+        "{}",
+        stderr(&out)
+    );
     // Bob's process inside alice's job's cgroup (put there by root): not alice, refused.
     let job_cgroup = format!("/{}/wharf-{id}", c.cgroup_parent);
     let out = step_from_cgroup(&socket, Some(&bob), &job_cgroup, false);

@@ -17,11 +17,11 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use wharf_api::admin::{AdminChange, Associations, AuditEntry, AuditList};
+use wharf_api::step::{StepKey, StepRecord, StepStart};
 use wharf_api::wire::{
     ApiError, ErrorKind, JobList, NodeList, PollRequest, PollResponse, RegisterRequest,
     RegisterResponse, SubmitRequest, SubmitResponse, WhoAmI,
 };
-use wharf_api::step::{StepKey, StepRecord, StepStart};
 use wharf_api::{JobId, JobState, Owner};
 
 use crate::cluster::{Caller, Failure};

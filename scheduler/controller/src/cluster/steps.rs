@@ -190,7 +190,10 @@ fn settle(step: &mut StepRecord) {
     let mut exit = node.exit.unwrap_or_default();
     if exit.final_state() != JobState::Completed {
         let rank = idx as u32 * step.tasks_per_node + exit.task.unwrap_or(0);
-        let what = exit.message.take().unwrap_or_else(|| format!("exit {}", exit.code_signal()));
+        let what = exit
+            .message
+            .take()
+            .unwrap_or_else(|| format!("exit {}", exit.code_signal()));
         exit.message = Some(wharf_api::text::bound_message(format!(
             "task {rank} on node {}: {what}",
             node.node
@@ -218,7 +221,8 @@ pub fn close(job: &mut JobRecord, now: u64) {
                 ..Default::default()
             });
         }
-        step.stop.get_or_insert_with(|| format!("job {} ended", job.id));
+        step.stop
+            .get_or_insert_with(|| format!("job {} ended", job.id));
         settle(step);
     }
 }
@@ -327,7 +331,9 @@ impl Cluster {
         }
         let plan = plan(job, r)?;
         let started = job.start_time.unwrap_or(now);
-        let left = (started + job.time_limit * 1000).saturating_sub(now).div_ceil(1000);
+        let left = (started + job.time_limit * 1000)
+            .saturating_sub(now)
+            .div_ceil(1000);
         let step = StepRecord {
             id: job.steps.len() as u32,
             name: r.argv[0].rsplit('/').next().unwrap_or_default().to_string(),
@@ -350,7 +356,13 @@ impl Cluster {
         };
         let mut job = job.clone();
         job.steps.push(step.clone());
-        tracing::info!(job = id, step = step.id, nodes = step.nodes.len(), tasks = step.ntasks(), "step started");
+        tracing::info!(
+            job = id,
+            step = step.id,
+            nodes = step.nodes.len(),
+            tasks = step.ntasks(),
+            "step started"
+        );
         self.commit(vec![job])?;
         Ok(step)
     }
@@ -361,9 +373,10 @@ impl Cluster {
     pub fn step(&self, key: StepKey) -> Result<StepRecord, Failure> {
         let job = match self.jobs.get(&key.job) {
             Some(j) => j.clone(),
-            None => self.store.job(key.job)?.ok_or_else(|| {
-                refused(ErrorKind::NotFound, format!("no job {}", key.job))
-            })?,
+            None => self
+                .store
+                .job(key.job)?
+                .ok_or_else(|| refused(ErrorKind::NotFound, format!("no job {}", key.job)))?,
         };
         job.steps
             .into_iter()
@@ -431,8 +444,13 @@ impl Cluster {
                     forget.push(key);
                     let step = job.steps[si].clone();
                     let was_stopping = step.stop.is_some();
-                    let step =
-                        node_ended(step, ni, exit.clone(), s.start_time, s.end_time.unwrap_or(now));
+                    let step = node_ended(
+                        step,
+                        ni,
+                        exit.clone(),
+                        s.start_time,
+                        s.end_time.unwrap_or(now),
+                    );
                     if step.stop.is_some() && !was_stopping {
                         wake.extend(
                             step.nodes
@@ -542,8 +560,7 @@ impl Cluster {
                     }
                     continue;
                 }
-                if stop.is_some() || entry.start_time.is_some() || job.state != JobState::Running
-                {
+                if stop.is_some() || entry.start_time.is_some() || job.state != JobState::Running {
                     continue;
                 }
                 let alloc = &job.allocs[rank as usize];

@@ -112,7 +112,9 @@ fn steps_get_their_jobs_next_id_and_run_where_they_ask_within_the_allocation() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = nodes(&dir, 3);
     let id = running(&mut c, 3);
-    let all = c.start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000).unwrap();
+    let all = c
+        .start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000)
+        .unwrap();
     assert_eq!((all.id, all.nodes.len(), all.tasks_per_node), (0, 3, 1));
     let two = StepRequest {
         nodes: Some(2),
@@ -136,7 +138,13 @@ fn steps_get_their_jobs_next_id_and_run_where_they_ask_within_the_allocation() {
     assert!(kills.is_empty());
     let got: Vec<(u32, u32, usize)> = orders
         .iter()
-        .map(|o| (o.step, o.order.rendezvous.node_rank, o.order.rendezvous.nodes.len()))
+        .map(|o| {
+            (
+                o.step,
+                o.order.rendezvous.node_rank,
+                o.order.rendezvous.nodes.len(),
+            )
+        })
         .collect();
     assert_eq!(got, [(0, 2, 3), (2, 0, 1)]);
     assert_eq!(orders[1].order.spec.env["SLURM_STEP_ID"], "2");
@@ -152,7 +160,10 @@ fn a_step_outside_the_callers_job_or_allocation_is_refused_with_the_reason() {
     let refused = |c: &mut Cluster, s: StepStart| c.start_step(s, 2_000).unwrap_err();
     let other_user = refused(&mut c, ask(id, "g1", 1001, StepRequest::default()));
     assert_eq!(other_user.kind, ErrorKind::PermissionDenied);
-    assert!(other_user.message.contains("another user"), "{other_user:?}");
+    assert!(
+        other_user.message.contains("another user"),
+        "{other_user:?}"
+    );
     let other_job = StepRequest {
         job: Some(id + 7),
         ..Default::default()
@@ -172,18 +183,24 @@ fn a_step_outside_the_callers_job_or_allocation_is_refused_with_the_reason() {
         gpus_per_task: Some(1),
         ..Default::default()
     };
-    assert!(refused(&mut c, ask(id, "g1", 1000, gpus)).message.contains("0 GPU(s)"));
+    assert!(refused(&mut c, ask(id, "g1", 1000, gpus))
+        .message
+        .contains("0 GPU(s)"));
     let outside = StepRequest {
         nodelist: Some("g3".into()),
         ..Default::default()
     };
-    assert!(refused(&mut c, ask(id, "g1", 1000, outside)).message.contains("not one of"));
+    assert!(refused(&mut c, ask(id, "g1", 1000, outside))
+        .message
+        .contains("not one of"));
     let uneven = StepRequest {
         ntasks: Some(3),
         nodes: Some(2),
         ..Default::default()
     };
-    assert!(refused(&mut c, ask(id, "g1", 1000, uneven)).message.contains("evenly"));
+    assert!(refused(&mut c, ask(id, "g1", 1000, uneven))
+        .message
+        .contains("evenly"));
     // Nothing of these was recorded.
     assert!(record(&c, id).steps.is_empty());
     // Once the job has ended, no more steps.
@@ -191,7 +208,10 @@ fn a_step_outside_the_callers_job_or_allocation_is_refused_with_the_reason() {
     report(&mut c, "g2", &[(id, Some(0))], vec![]);
     let e = refused(&mut c, ask(id, "g1", 1000, StepRequest::default()));
     assert_eq!(e.kind, ErrorKind::NotFound);
-    assert!(e.message.contains("is not running: it ended COMPLETED"), "{e:?}");
+    assert!(
+        e.message.contains("is not running: it ended COMPLETED"),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -255,6 +275,10 @@ fn the_jobs_end_ends_its_steps_and_steps_stopped_before_they_start_end_there() {
     report(&mut c, "g2", &[(id, Some(0))], vec![]);
     let job = c.job(&caller(1000, "ann"), id).unwrap();
     assert_eq!(job.state, JobState::Completed);
-    assert!(job.steps.iter().all(|s| s.exit.is_some()), "{:?}", job.steps);
+    assert!(
+        job.steps.iter().all(|s| s.exit.is_some()),
+        "{:?}",
+        job.steps
+    );
     assert_eq!(job.steps[1].state(), JobState::Cancelled);
 }
