@@ -198,7 +198,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         }
         let ((mut jobs, shims), image_names) =
             local_state(&cfg, launcher.as_ref(), &images, &pulls);
-        let steps = step::report(&cfg, launcher.as_ref(), &jobs);
+        let steps = step::report(&cfg, launcher.as_ref());
         detail.apply(&mut jobs);
         let req = PollRequest {
             node: cfg.node_name.clone(),
@@ -385,7 +385,7 @@ async fn local_change(
         let (jobs, live) = report(cfg, launcher, pulls, false);
         let images_changed =
             cfg.backend == BackendKind::Oci && image_names(cfg, images) != sent.images;
-        let steps_changed = step_shape(&step::report(cfg, launcher, &jobs)) != steps_before;
+        let steps_changed = step_shape(&step::report(cfg, launcher)) != steps_before;
         if shape(&jobs) != before || images_changed || steps_changed {
             return;
         }
@@ -657,7 +657,7 @@ fn carry_out(
         step::kill(cfg, launcher, k.key, &k.reason);
     }
     for key in &orders.forget_steps {
-        step::forget(cfg, launcher, key.job, Some(key.step));
+        step::forget(cfg, launcher, *key);
     }
     for kill in &orders.kill {
         tracing::info!(job = kill.id, reason = %kill.reason, "stopping job");
@@ -678,7 +678,6 @@ fn carry_out(
     }
     let forget: BTreeSet<u64> = orders.forget.into_iter().collect();
     for id in forget {
-        step::forget(cfg, launcher, id, None);
         // The first task's directory last: while it is there, the job is reported.
         let mut dirs = task_dirs(&cfg.state_dir, id);
         dirs.reverse();

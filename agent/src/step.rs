@@ -154,13 +154,10 @@ fn stop_tasks(launcher: &dyn Backend, dirs: &[(u32, JobDir)], reason: &str) {
 }
 
 /// This node's steps, each once for all its tasks here (as a job's tasks are reported).
-/// When one task failed, its siblings here are stopped; when the job they belong to has
-/// ended here (or is gone), all are.
-pub fn report(
-    cfg: &AgentConfig,
-    launcher: &dyn Backend,
-    jobs: &[wharf_api::wire::AgentJob],
-) -> Vec<AgentStep> {
+/// When one task failed, its siblings here are stopped. The end of the job's batch command
+/// on this node does not stop them: the job holds the node until its last rank ends, and
+/// the controller orders the step stopped when the job ends.
+pub fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentStep> {
     let mut out = Vec::new();
     for (key, dirs) in step_dirs(&cfg.state_dir) {
         let tasks: Vec<TaskReport> = dirs
@@ -189,14 +186,7 @@ pub fn report(
                 }
             })
             .collect();
-        let job_live = jobs.iter().any(|j| j.id == key.job && j.exit.is_none());
-        if !job_live {
-            stop_tasks(
-                launcher,
-                &dirs,
-                &format!("job {} ended on this node", key.job),
-            );
-        } else if let Some((failed, _)) = crate::siblings_to_stop(&tasks, &cfg.node_name) {
+        if let Some((failed, _)) = crate::siblings_to_stop(&tasks, &cfg.node_name) {
             let reason = format!(
                 "task {failed} of step {}.{} on node {} failed; stopping the others",
                 key.job, key.step, cfg.node_name
@@ -294,17 +284,12 @@ pub fn kill_job(cfg: &AgentConfig, launcher: &dyn Backend, job: JobId, reason: &
     }
 }
 
-/// Removes the directories of this node's tasks of `key` (its end is committed), or of
-/// every step of `job` when `key` is `None`.
-pub fn forget(cfg: &AgentConfig, launcher: &dyn Backend, job: JobId, step: Option<u32>) {
-    for (key, dirs) in step_dirs(&cfg.state_dir) {
-        if key.job != job || step.is_some_and(|s| s != key.step) {
-            continue;
-        }
-        for (_, dir) in dirs.iter().rev() {
-            if let Err(e) = launcher.remove(dir) {
-                tracing::warn!(job, step = key.step, error = %e, "cannot remove a step's directory");
-            }
+/// Removes the directories of this node's tasks of `key` (its end here is committed).
+pub fn forget(cfg: &AgentConfig, launcher: &dyn Backend, key: StepKey) {
+    let dirs = step_dirs(&cfg.state_dir).remove(&key).unwrap_or_default();
+    for (_, dir) in dirs.iter().rev() {
+        if let Err(e) = launcher.remove(dir) {
+            tracing::warn!(job = key.job, step = key.step, error = %e, "cannot remove a step's directory");
         }
     }
 }

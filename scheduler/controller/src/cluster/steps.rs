@@ -45,7 +45,9 @@ fn refused(kind: ErrorKind, message: impl Into<String>) -> Failure {
 
 /// Where `req` runs within `job`, or why it cannot: it must ask for nodes of the job, tasks
 /// that divide evenly over them, and no more tasks (one CPU each at least) or GPUs than the
-/// job holds on each.
+/// job holds on each. A node whose part of the batch command has ended (with status 0: a
+/// failure stops the job) still belongs to the job until its last rank ends, so a batch
+/// script that runs only on rank 0 (`if [ "$RANK" = 0 ]`) can run steps on every node.
 pub fn plan(job: &JobRecord, req: &StepRequest) -> Result<Plan, Failure> {
     let invalid = |m: String| refused(ErrorKind::InvalidInput, m);
     let id = job.id;
@@ -103,13 +105,8 @@ pub fn plan(job: &JobRecord, req: &StepRequest) -> Result<Plan, Failure> {
         (None, None) => spec_tasks,
     };
     for &r in &ranks {
+        // A node whose batch rank is done (exit 0) is still the job's: steps run there.
         let a = &job.allocs[r];
-        if a.ended() {
-            return Err(refused(
-                ErrorKind::Conflict,
-                format!("job {id}'s rank on node {} has ended", a.node),
-            ));
-        }
         let cpus = a.cpu_ids.len() as u32;
         if per_node > cpus {
             return Err(invalid(format!(
@@ -288,8 +285,10 @@ impl Cluster {
                 format!("node {} holds no part of job {id}", req.node),
             ));
         }
-        if job.state != JobState::Running || job.cancel_requested || job.stop.is_some() {
-            let what = if job.state == JobState::Running {
+        // STARTING counts as running: the caller runs, so its node has started, and its
+        // batch command must not race the other nodes' start reports.
+        if !job.state.holds_resources() || job.cancel_requested || job.stop.is_some() {
+            let what = if job.state.holds_resources() {
                 "being stopped".to_string()
             } else {
                 job.state.to_string()
@@ -560,7 +559,7 @@ impl Cluster {
                     }
                     continue;
                 }
-                if stop.is_some() || entry.start_time.is_some() || job.state != JobState::Running {
+                if stop.is_some() || entry.start_time.is_some() {
                     continue;
                 }
                 let alloc = &job.allocs[rank as usize];
