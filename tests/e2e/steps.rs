@@ -140,6 +140,32 @@ fn a_step_runs_ranked_tasks_in_the_jobs_allocation_and_ends_as_its_first_failing
         .as_str()
         .unwrap()
         .starts_with("task 1 on node"));
+    // Accounting shows them as sacct does: JOBID.batch, then JOBID.STEP.
+    let out = c.wharf_as(
+        &alice,
+        &[
+            "acct",
+            "-j",
+            &id.to_string(),
+            "--steps",
+            "-p",
+            "-n",
+            "-o",
+            "JobID,JobName,State,ExitCode,NNodes,NTasks",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: Vec<String> = stdout(&out).lines().skip(1).map(str::to_string).collect();
+    assert_eq!(
+        rows,
+        [
+            format!("{id}.batch|batch|COMPLETED|0:0|1|1|"),
+            format!("{id}.0|sh|COMPLETED|0:0|1|2|"),
+            format!("{id}.1|sh|FAILED|3:0|1|2|"),
+        ],
+        "{}",
+        stdout(&out)
+    );
 }
 
 /// The pids in job `id`'s sandbox cgroup.
