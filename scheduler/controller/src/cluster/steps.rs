@@ -26,7 +26,8 @@ use wharf_api::{ExitInfo, JobId, JobRecord, JobState};
 
 use super::{Cluster, Failure};
 
-/// Steps a job may have started, in all: their records travel in the job's record.
+/// Steps a job may have started, in all: their records travel in the job's record (each
+/// without its environment once started everywhere).
 pub const MAX_STEPS: usize = 1000;
 
 /// Where a step runs: its nodes (indices into the job's allocations, rank order) and tasks
@@ -205,6 +206,8 @@ fn settle(step: &mut StepRecord) {
         .and_then(|s| s.into_iter().max());
     step.end_time = step.nodes.iter().filter_map(|n| n.end_time).max();
     step.exit = Some(exit);
+    // Only launch orders need the environment, and it is most of a step's record.
+    step.env.clear();
 }
 
 /// Ends every step of `job` still going, as stopped by the job's end at `now`.
@@ -470,6 +473,8 @@ impl Cluster {
                         let step = &mut job.steps[si];
                         if step.nodes.iter().all(|n| n.start_time.is_some()) {
                             step.start_time = step.nodes.iter().filter_map(|n| n.start_time).max();
+                            // Only launch orders need it, and it is most of a record.
+                            step.env.clear();
                         }
                         changed.insert(job.id, job);
                     }

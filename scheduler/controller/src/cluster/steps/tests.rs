@@ -84,6 +84,11 @@ fn ask(job: JobId, node: &str, uid: u32, request: StepRequest) -> StepStart {
         uid,
         request: StepRequest {
             argv: vec!["/bin/true".into()],
+            env: [
+                ("OMP_NUM_THREADS".into(), "4".into()),
+                ("RANK".into(), "9".into()),
+            ]
+            .into(),
             ..request
         },
     }
@@ -148,6 +153,9 @@ fn steps_get_their_jobs_next_id_and_run_where_they_ask_within_the_allocation() {
         .collect();
     assert_eq!(got, [(0, 2, 3), (2, 0, 1)]);
     assert_eq!(orders[1].order.spec.env["SLURM_STEP_ID"], "2");
+    // The caller's environment goes on, less the variables that place a task.
+    assert_eq!(orders[1].order.spec.env["OMP_NUM_THREADS"], "4");
+    assert!(!orders[1].order.spec.env.contains_key("RANK"));
     assert!(orders[1].order.spec.output.ends_with(".step2"));
     assert_eq!(orders[1].order.spec.tasks_per_node, 2);
 }
@@ -227,7 +235,9 @@ fn a_failing_task_stops_the_step_elsewhere_and_decides_its_exit() {
     let key = StepKey { job: id, step: 0 };
     report(&mut c, "g1", &[(id, None)], vec![step_report(id, 0, None)]);
     report(&mut c, "g2", &[(id, None)], vec![step_report(id, 0, None)]);
-    assert!(c.step(key).unwrap().start_time.is_some());
+    let started = c.step(key).unwrap();
+    assert!(started.start_time.is_some());
+    assert!(started.env.is_empty() && !started.argv.is_empty());
     // Task 1 of g2 (global rank 3) exits 7: g1 is told to stop its tasks.
     let (forget, wake) = c
         .ingest_steps("g2", &[step_report(id, 0, code(7, 1))], 2_500)
