@@ -311,3 +311,150 @@ fn a_step_is_refused_outside_a_job_to_another_user_and_for_a_job_that_is_not_run
     assert!(c.job(id)["steps"].as_array().is_none_or(|s| s.is_empty()));
     c.wharf(&["cancel", &id.to_string()]);
 }
+
+/// `text` as a script file readable by every user, in a directory jobs can see (theirs is a
+/// private /tmp).
+fn script_file(dir: &Path, name: &str, text: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn step_tasks_see_only_the_jobs_gpus_one_each_when_asked() {
+    let test = "step_tasks_see_only_the_jobs_gpus_one_each_when_asked";
+    if !can_run(test) {
+        return;
+    }
+    let (_dev, c) = crate::gpu::gpu_cluster(&[0, 1, 2, 3]);
+    if !c.has_cpus(test, 2) {
+        return;
+    }
+    let alice = user("wharf-alice");
+    let home = c.home(&alice);
+    let dir = scratch("wharf-steps-");
+    let show = script_file(
+        dir.path(),
+        "gpus.sh",
+        "echo TASK PROCID=$SLURM_PROCID VISIBLE=$(ls /dev | grep '^nvidia[0-9]' | tr '\\n' ,) \
+         CUDA=$CUDA_VISIBLE_DEVICES GPUS=$WHARF_GPUS\n",
+    );
+    let w = wharf_bin();
+    let script = format!(
+        "echo BATCH GPUS=$WHARF_GPUS; \
+         {w} step --ntasks-per-node 2 --gpus-per-task 1 -- sh {show}; echo RESULT ONE=$?; \
+         {w} step --ntasks-per-node 2 -- sh {show}; echo RESULT ALL=$?; \
+         {w} step --ntasks-per-node 2 --gpus-per-task 2 -- true; echo RESULT TOO_MANY=$?"
+    );
+    let id = submitted_id(&c.wharf_as(
+        &alice,
+        &[
+            "submit", "--gpus", "2", "--cpus", "2", "--mem", "64M", "-t", "2m", "--wrap", &script,
+        ],
+    ));
+    let job = c.wait_done(id, Duration::from_secs(60));
+    let out = home.join(format!("wharf-{id}.out"));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{text}");
+    let held: Vec<String> = words(&out, "BATCH")["GPUS"]
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    assert_eq!(held.len(), 2, "{text}");
+    assert_eq!(words(&out, "RESULT ONE")["ONE"], "0", "{text}");
+    assert_eq!(words(&out, "RESULT ALL")["ALL"], "0", "{text}");
+    assert_eq!(words(&out, "RESULT TOO_MANY")["TOO_MANY"], "1", "{text}");
+    assert!(
+        text.contains("is more than job") && text.contains("2 GPU(s)"),
+        "{text}"
+    );
+    let task = |step: u32, rank: u32| {
+        let name = match rank {
+            0 => format!("wharf-{id}.out.step{step}"),
+            r => format!("wharf-{id}.out.step{step}.rank{r}"),
+        };
+        words(&home.join(name), "TASK")
+    };
+    // One each: its own of the job's two, as device 0 for CUDA.
+    let mut seen = vec![];
+    for rank in 0..2 {
+        let t = task(0, rank);
+        assert!(held.contains(&t["GPUS"]), "{t:?} outside {held:?}");
+        assert_eq!(t["VISIBLE"], format!("nvidia{},", t["GPUS"]), "{t:?}");
+        assert_eq!(t["CUDA"], "0", "{t:?}");
+        seen.push(t["GPUS"].clone());
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 2, "each task its own GPU");
+    // Without --gpus-per-task every task sees the job's two, and only those.
+    for rank in 0..2 {
+        let t = task(1, rank);
+        let all: String = held.iter().map(|g| format!("nvidia{g},")).collect();
+        assert_eq!(t["VISIBLE"], all, "{t:?}");
+    }
+}
+
+/// Whether any process is left in a cgroup named `name` under `parent`.
+fn cgroup_busy(parent: &str, name: &str) -> bool {
+    wharf_runtime::cgroup_dirs(&format!("/{parent}/{name}"))
+        .iter()
+        .any(|d| {
+            !std::fs::read_to_string(d.join("cgroup.procs"))
+                .unwrap_or_default()
+                .trim()
+                .is_empty()
+        })
+}
+
+#[test]
+fn a_step_stops_when_its_caller_is_killed_and_when_its_job_is_cancelled() {
+    let test = "a_step_stops_when_its_caller_is_killed_and_when_its_job_is_cancelled";
+    if !can_run(test) {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    let w = wharf_bin();
+    // Step 0's caller is killed after a second; step 1 runs until the job is cancelled.
+    let script =
+        format!("{w} step -- sleep 300 & sleep 1; kill -9 $!; {w} step -- sleep 300; echo never");
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", "-t", "2m", "--wrap", &script]));
+    let step_cgroup = |s: u32| format!("wharf-{id}.s{s}.0");
+    let wait_for = |what: &str, f: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !f() {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {}\n{}",
+                c.job(id),
+                c.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_for("step 1 runs", &|| {
+        cgroup_busy(&c.cgroup_parent, &step_cgroup(1))
+    });
+    // Its caller gone, step 0 was stopped.
+    wait_for("step 0 stopped", &|| {
+        !cgroup_busy(&c.cgroup_parent, &step_cgroup(0))
+    });
+    let steps = c.job(id)["steps"].clone();
+    assert_eq!(steps[0]["exit"]["cancelled"], true, "{steps}");
+    c.wharf(&["cancel", &id.to_string()]);
+    let job = c.wait_done(id, Duration::from_secs(30));
+    assert_eq!(job["state"], "CANCELLED", "{job}");
+    wait_for("step 1 stopped", &|| {
+        !cgroup_busy(&c.cgroup_parent, &step_cgroup(1))
+    });
+    let steps = job["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{job}");
+    assert!(
+        steps.iter().all(|s| s["exit"]["cancelled"] == true),
+        "{job}"
+    );
+}
