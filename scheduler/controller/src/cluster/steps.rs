@@ -568,6 +568,10 @@ impl Cluster {
                     continue;
                 }
                 let alloc = &job.allocs[rank as usize];
+                // Not before the job has started here: its image may still be on its way.
+                if alloc.start_time.is_none() && !alloc.ended() {
+                    continue;
+                }
                 let mut spec = spec.clone();
                 // The step's files beside the job's (absolute), whatever directory it runs in.
                 spec.output = step_output(&spec.output_path(job.id), step.id);

@@ -161,6 +161,34 @@ fn steps_get_their_jobs_next_id_and_run_where_they_ask_within_the_allocation() {
 }
 
 #[test]
+fn a_step_of_a_starting_job_goes_to_each_node_once_the_job_started_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = nodes(&dir, 2);
+    let id = submit_job(
+        &mut c,
+        &caller(1000, "ann"),
+        JobRequest {
+            nodes: Some(2),
+            cpus: Some(4),
+            ..Default::default()
+        },
+        10,
+    )
+    .unwrap();
+    c.schedule(1_000).unwrap();
+    // g1 started (its rank 0 asks for the step); g2 is still pulling the image.
+    report(&mut c, "g1", &[(id, None)], vec![]);
+    assert_eq!(record(&c, id).state, JobState::Starting);
+    c.start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000)
+        .unwrap();
+    let none = BTreeSet::new();
+    assert_eq!(c.step_orders("g1", &none, &none).0.len(), 1);
+    assert!(c.step_orders("g2", &none, &none).0.is_empty());
+    report(&mut c, "g2", &[(id, None)], vec![]);
+    assert_eq!(c.step_orders("g2", &none, &none).0.len(), 1);
+}
+
+#[test]
 fn a_step_outside_the_callers_job_or_allocation_is_refused_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = nodes(&dir, 3);
