@@ -140,6 +140,18 @@ fn a_step_runs_ranked_tasks_in_the_jobs_allocation_and_ends_as_its_first_failing
         .as_str()
         .unwrap()
         .starts_with("task 1 on node"));
+    // `wharf show` lists them.
+    let shown = stdout(&c.wharf_as(&alice, &["show", &id.to_string()]));
+    assert!(
+        shown.contains(&format!("Step: {id}.0 sh: 2 task(s) on "))
+            && shown.contains("COMPLETED 0:0"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!("Step: {id}.1 sh: 2 task(s) on ")),
+        "{shown}"
+    );
+    assert!(shown.contains("FAILED 3:0 (task 1 on node"), "{shown}");
     // Accounting shows them as sacct does: JOBID.batch, then JOBID.STEP.
     let out = c.wharf_as(
         &alice,
