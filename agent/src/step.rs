@@ -446,18 +446,25 @@ async fn serve(
             return reply(&mut stream, &StepReply::Error(why)).await;
         }
     };
-    let start = StepStart {
-        node: node.to_string(),
-        job,
-        uid,
-        request,
+    let key = match request.resume {
+        // A caller waiting again (this agent restarted meanwhile): a step of its own job.
+        Some(step) => StepKey { job, step },
+        None => {
+            let start = StepStart {
+                node: node.to_string(),
+                job,
+                uid,
+                request,
+            };
+            let step: StepRecord = match client.post("/v1/agent/steps", &start).await {
+                Ok(s) => s,
+                Err(e) => return reply(&mut stream, &StepReply::Error(api_words(&e))).await,
+            };
+            let key = StepKey { job, step: step.id };
+            reply(&mut stream, &StepReply::Started(step)).await;
+            key
+        }
     };
-    let step: StepRecord = match client.post("/v1/agent/steps", &start).await {
-        Ok(s) => s,
-        Err(e) => return reply(&mut stream, &StepReply::Error(api_words(&e))).await,
-    };
-    let key = StepKey { job, step: step.id };
-    reply(&mut stream, &StepReply::Started(step)).await;
     let mut probe = [0u8; 1];
     loop {
         tokio::select! {

@@ -87,28 +87,77 @@ pub async fn run(args: Args) -> Result<i32> {
         workdir: std::env::current_dir()
             .ok()
             .map(|d| d.display().to_string()),
+        resume: None,
     };
-    let mut stream = connect().await?;
-    let mut line = serde_json::to_vec(&request)?;
+    let mut request = request;
+    // Once started, the step is waited for again through a restart of the node's agent.
+    let mut reconnect_by: Option<std::time::Instant> = None;
+    loop {
+        let stream = match (connect().await, reconnect_by) {
+            (Ok(s), _) => s,
+            (Err(_), Some(by)) if std::time::Instant::now() < by => {
+                tokio::time::sleep(RECONNECT_EVERY).await;
+                continue;
+            }
+            (Err(e), _) => return Err(e),
+        };
+        match exchange(stream, &request, &job, args.quiet).await? {
+            Answer::Ended(status) => return Ok(status),
+            Answer::Cut(Some(step)) => {
+                if !args.quiet {
+                    eprintln!("wharf: lost this node's agent; waiting for step {job}.{step} again");
+                }
+                request.resume = Some(step);
+                reconnect_by = Some(std::time::Instant::now() + RECONNECT_FOR);
+            }
+            Answer::Cut(None) => {
+                bail!("this node's Wharf agent went away before the step started")
+            }
+        }
+    }
+}
+
+/// How long a caller whose agent went away tries to reach it again, and how often.
+const RECONNECT_FOR: std::time::Duration = std::time::Duration::from_secs(120);
+const RECONNECT_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// How one connection to the agent ended.
+enum Answer {
+    /// The step ended with this status.
+    Ended(i32),
+    /// The connection was cut; the step's id when it had started.
+    Cut(Option<u32>),
+}
+
+/// Sends `request` on `stream` and reads the answers until the step ends or the connection
+/// is cut.
+async fn exchange(
+    mut stream: tokio::net::UnixStream,
+    request: &StepRequest,
+    job: &str,
+    quiet: bool,
+) -> Result<Answer> {
+    let mut line = serde_json::to_vec(request)?;
     line.push(b'\n');
     // The agent may refuse the caller before reading a word: its answer says why.
     let _ = stream.write_all(&line).await;
     let mut lines = BufReader::new(stream).lines();
+    let mut started = request.resume;
     loop {
-        let Some(text) = lines.next_line().await? else {
-            bail!("this node's Wharf agent went away before the step ended");
+        let Ok(Some(text)) = lines.next_line().await else {
+            return Ok(Answer::Cut(started));
         };
         match serde_json::from_str::<StepReply>(&text)
             .with_context(|| "the agent's answer makes no sense")?
         {
             StepReply::Started(s) => {
-                if !args.quiet {
+                started = Some(s.id);
+                if !quiet {
                     eprintln!("wharf: step {job}.{} started: {}", s.id, describe(&s));
                 }
             }
             StepReply::Ended(s) => {
-                let status = s.exit_status();
-                if !args.quiet {
+                if !quiet {
                     let why = s
                         .exit
                         .as_ref()
@@ -117,7 +166,7 @@ pub async fn run(args: Args) -> Result<i32> {
                         .unwrap_or_default();
                     eprintln!("wharf: step {job}.{} ended {}{why}", s.id, s.state());
                 }
-                return Ok(status);
+                return Ok(Answer::Ended(s.exit_status()));
             }
             StepReply::Error(why) => bail!("step refused: {}", crate::output::clean(&why)),
         }

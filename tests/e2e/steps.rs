@@ -470,3 +470,36 @@ fn a_step_stops_when_its_caller_is_killed_and_when_its_job_is_cancelled() {
         "{job}"
     );
 }
+
+#[test]
+fn a_step_is_waited_for_through_a_restart_of_its_agent() {
+    let test = "a_step_is_waited_for_through_a_restart_of_its_agent";
+    if !can_run(test) {
+        return;
+    }
+    let mut c = Cluster::start();
+    let alice = user("wharf-alice");
+    let home = c.home(&alice);
+    let w = wharf_bin();
+    let script = format!("{w} step -- sh -c 'sleep 8; exit 7'; echo RESULT STATUS=$?");
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", "-t", "2m", "--wrap", &script]));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cgroup_busy(&c.cgroup_parent, &format!("wharf-{id}.s0.0")) {
+        assert!(Instant::now() < deadline, "the step never ran: {}", c.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Controller and agent die together and come back; the job and its step run on.
+    c.kill9();
+    c.spawn();
+    c.wait_node_up();
+    let job = c.wait_done(id, Duration::from_secs(60));
+    let out = home.join(format!("wharf-{id}.out"));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{text}\n{}", c.log());
+    assert_eq!(words(&out, "RESULT")["STATUS"], "7", "{text}");
+    assert!(
+        text.contains(&format!("waiting for step {id}.0 again")),
+        "{text}"
+    );
+    assert_eq!(job["steps"][0]["exit"]["code"], 7, "{job}");
+}

@@ -45,6 +45,10 @@ pub struct StepRequest {
     /// The caller's working directory; `None`: the job's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<String>,
+    /// Wait again for this step of the caller's job, started by an earlier request whose
+    /// answer was cut off (the agent restarted): nothing is started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<u32>,
 }
 
 /// `POST /v1/agent/steps`: an agent forwards a step request from a process it found inside
