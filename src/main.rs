@@ -47,6 +47,9 @@ enum Command {
     Report(cmd::report::Args),
     /// How well an ended job used its CPUs, memory and GPUs, with hints for next time.
     Eff(cmd::eff::Args),
+    /// Run a command on some or all of the nodes of the job it is called from, within its
+    /// allocation (Slurm's srun inside a job), and exit with its status.
+    Step(cmd::step::Args),
     /// Cancel jobs.
     Cancel(cmd::cancel::Args),
     /// Hold pending jobs so they do not start (an admin's hold only an admin releases).
@@ -115,6 +118,7 @@ fn main() {
             Command::Eff(a) => cmd::eff::run(&socket, a).await,
             Command::Acct(a) => cmd::acct::run(&socket, a).await,
             Command::Report(a) => cmd::report::run(&socket, a).await,
+            Command::Step(a) => cmd::step::run(a).await,
             Command::Cancel(a) => cmd::cancel::run(&socket, a).await,
             Command::Requeue(a) => cmd::requeue::run(&socket, a).await,
             Command::Hold(a) => cmd::hold::run(&socket, a, false).await,

@@ -356,6 +356,8 @@ pub fn container_spec(
         ("WHARF_RESTART_COUNT".into(), order.restarts.to_string()),
         ("SLURM_RESTART_COUNT".into(), order.restarts.to_string()),
         ("WHARF_GPUS".into(), host_gpus.join(",")),
+        // Where `wharf step` reaches this node's agent.
+        ("WHARF_STEP_SOCKET".into(), crate::step::socket_env(cfg)),
     ]);
     env.extend(gpu_env(&units));
     env.extend(crate::env::rendezvous(&order.rendezvous, task));

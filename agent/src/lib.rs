@@ -12,6 +12,7 @@ pub mod env;
 pub mod images;
 pub mod launch;
 pub mod prepull;
+pub mod step;
 pub mod usage;
 pub mod watch;
 
@@ -153,6 +154,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .with_quota(cfg.cache_quota)
         .with_shared_cache(cfg.shared_cache.clone());
     let client = Client::new(cfg.controller.clone(), Some(cfg.token.clone()));
+    // `wharf step` inside this node's jobs reaches the agent here.
+    if let Err(e) = step::listen(&cfg, client.clone()) {
+        tracing::error!(error = %e, socket = %step::socket_env(&cfg), "cannot open the step socket; `wharf step` will not work in this node's jobs");
+    }
     // The sandbox backend: Wharf's own OCI sandbox (through `wharf shim`), or Docker.
     let launcher: Arc<dyn Backend> = match &cfg.backend {
         BackendKind::Oci => Arc::new(Launcher::new(cfg.shim_exe.clone())),
@@ -199,6 +204,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         }
         let ((mut jobs, shims), image_names) =
             local_state(&cfg, launcher.as_ref(), &images, &pulls);
+        let steps = step::report(&cfg, launcher.as_ref());
         detail.apply(&mut jobs);
         let req = PollRequest {
             node: cfg.node_name.clone(),
@@ -207,6 +213,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             images: image_names,
             pulling: pulls.progress(),
             prepulls: pulls.prepulls().reports(),
+            steps,
         };
         let poll = client.post::<_, PollResponse>("/v1/agent/poll", &req);
         // What changes here (a job starts or ends, an image is imported) is reported at once,
@@ -372,7 +379,14 @@ async fn local_change(
             .map(|j| (j.id, j.ready, j.start_time.is_some(), j.exit.is_some()))
             .collect()
     };
+    let step_shape = |steps: &[wharf_api::step::AgentStep]| -> Vec<_> {
+        steps
+            .iter()
+            .map(|s| (s.key, s.start_time.is_some(), s.exit.is_some()))
+            .collect()
+    };
     let before = shape(&sent.jobs);
+    let steps_before = step_shape(&sent.steps);
     let progressed = progress_to_report(pulls, sent, tokio::time::Instant::now());
     tokio::pin!(progressed);
     loop {
@@ -384,7 +398,8 @@ async fn local_change(
         let (jobs, live) = report(cfg, launcher, pulls, false);
         let images_changed =
             cfg.backend == BackendKind::Oci && image_names(cfg, images) != sent.images;
-        if shape(&jobs) != before || images_changed {
+        let steps_changed = step_shape(&step::report(cfg, launcher)) != steps_before;
+        if shape(&jobs) != before || images_changed || steps_changed {
             return;
         }
         shims = live;
@@ -668,10 +683,21 @@ fn carry_out(
         start(cfg, launcher, images, machine, pulls, order);
     }
     let launcher = launcher.as_ref();
+    for so in &orders.steps {
+        step::launch(cfg, launcher, images, machine, so);
+    }
+    for k in &orders.kill_steps {
+        step::kill(cfg, launcher, k.key, &k.reason);
+    }
+    for key in &orders.forget_steps {
+        step::forget(cfg, launcher, *key);
+    }
     for kill in &orders.kill {
         tracing::info!(job = kill.id, reason = %kill.reason, "stopping job");
         // Prepared and never released: nothing ran; gone from the next report.
         let _ = std::fs::remove_file(launch::ready_mark(&cfg.state_dir, kill.id));
+        // Its steps go with it.
+        step::kill_job(cfg, launcher, kill.id, &kill.reason);
         for dir in task_dirs(&cfg.state_dir, kill.id) {
             if !dir.path().exists() {
                 continue;
@@ -1005,6 +1031,7 @@ mod tests {
             images: vec![],
             pulling: pulls.progress(),
             prepulls: pulls.prepulls().reports(),
+            steps: vec![],
         };
         let sent = poll(&pulls);
         let reference: wharf_images::ImageRef = "127.0.0.1:5000/test/app:v1".parse().unwrap();

@@ -54,12 +54,16 @@ pub struct Args {
     /// Every run of a requeued job (its earlier runs shown as REQUEUED), not only its last.
     #[arg(short = 'D', long)]
     duplicates: bool,
+    /// A row for each job's steps after the job's own, as sacct shows them: `ID.batch` for
+    /// the batch command, `ID.0`, `ID.1`, ... for the steps it started with `wharf step`.
+    #[arg(long)]
+    steps: bool,
 }
 
 const DEFAULT_FORMAT: &str = "JobID,JobName,Partition,Account,AllocCPUS,AllocGPUS,State,ExitCode";
 
 /// Columns `--format` takes, with what each shows.
-const COLUMNS: [(&str, &str); 25] = [
+const COLUMNS: [(&str, &str); 26] = [
     ("JobID", "job id (ARRAYID_TASK for array tasks)"),
     ("JobName", "name"),
     ("User", "owner"),
@@ -74,6 +78,7 @@ const COLUMNS: [(&str, &str); 25] = [
     ("Elapsed", "run time"),
     ("Timelimit", "time limit"),
     ("NNodes", "nodes"),
+    ("NTasks", "tasks (of the job, or of a step)"),
     ("AllocCPUS", "CPUs held (all nodes)"),
     ("ReqMem", "memory asked for"),
     ("AllocGPUS", "GPUs held (all nodes)"),
@@ -142,22 +147,29 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         println!("{}", serde_json::to_string_pretty(&list.jobs)?);
         return Ok(0);
     }
-    let rows: Vec<Vec<String>> = list
-        .jobs
-        .iter()
-        .enumerate()
-        .map(|(i, j)| {
-            // A run followed by another of its job (--duplicates) ended in a requeue.
-            let requeued = list.jobs.get(i + 1).is_some_and(|n| n.id == j.id);
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for (i, j) in list.jobs.iter().enumerate() {
+        // A run followed by another of its job (--duplicates) ended in a requeue.
+        let requeued = list.jobs.get(i + 1).is_some_and(|n| n.id == j.id);
+        let row = |batch: bool| -> Vec<String> {
             columns
                 .iter()
                 .map(|c| match *c {
                     "State" if requeued => "REQUEUED".to_string(),
+                    "JobID" if batch => format!("{}.batch", cell(j, c, now)),
+                    "JobName" if batch => "batch".to_string(),
                     _ => cell(j, c, now),
                 })
                 .collect()
-        })
-        .collect();
+        };
+        rows.push(row(false));
+        if args.steps && j.start_time.is_some() {
+            rows.push(row(true));
+            for s in &j.steps {
+                rows.push(columns.iter().map(|c| step_cell(j, s, c, now)).collect());
+            }
+        }
+    }
     if args.parsable {
         let mut out = String::new();
         let header: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
@@ -232,6 +244,7 @@ fn cell(j: &JobRecord, column: &str, now: u64) -> String {
         "Elapsed" => opt(elapsed.map(|ms| format_duration(ms / 1000))),
         "Timelimit" => format_duration(j.time_limit),
         "NNodes" => j.node_count().to_string(),
+        "NTasks" => opt(spec.map(|s| s.tasks().to_string())),
         "AllocCPUS" => (j.resources.cpus * j.node_count()).to_string(),
         "ReqMem" => format_memory(j.resources.memory),
         "AllocGPUS" => (j.resources.gpus * j.node_count()).to_string(),
@@ -246,6 +259,36 @@ fn cell(j: &JobRecord, column: &str, now: u64) -> String {
         "Restarts" => j.restarts.to_string(),
         "Image" => opt(spec.map(|s| s.image.clone())),
         "ImageDigest" => opt(j.exit.as_ref().and_then(|e| e.image_digest.clone())),
+        _ => String::new(),
+    }
+}
+
+/// One column of step `s` of job `j`: what the step itself has (its times, nodes, tasks,
+/// state), the job's where they are the same (user, account, partition), blank otherwise.
+fn step_cell(j: &JobRecord, s: &wharf_api::step::StepRecord, column: &str, now: u64) -> String {
+    let elapsed = s
+        .start_time
+        .map(|t| s.end_time.unwrap_or(now).saturating_sub(t));
+    let names: Vec<&str> = s.nodes.iter().map(|n| n.node.as_str()).collect();
+    let cpus = j.resources.cpus * names.len() as u32;
+    let opt = |v: Option<String>| v.unwrap_or_default();
+    match column {
+        "JobID" => format!("{}.{}", cell(j, "JobID", now), s.id),
+        "JobName" => s.name.clone(),
+        "User" | "Account" | "Partition" | "QOS" | "Image" => cell(j, column, now),
+        "State" => s.state().as_str().to_string(),
+        "ExitCode" => opt(s.exit.as_ref().map(|e| e.code_signal())),
+        "Submit" => output::time(Some(s.submit_time)),
+        "Start" => output::time(s.start_time),
+        "End" => output::time(s.end_time),
+        "Elapsed" => opt(elapsed.map(|ms| format_duration(ms / 1000))),
+        "Timelimit" => format_duration(s.time_limit),
+        "NNodes" => names.len().to_string(),
+        "NTasks" => s.ntasks().to_string(),
+        "AllocCPUS" => cpus.to_string(),
+        "AllocGPUS" => (j.resources.gpus * names.len() as u32).to_string(),
+        "NodeList" => wharf_api::hostlist::compress(&names),
+        "CPUTime" => opt(elapsed.map(|ms| format_duration(ms * u64::from(cpus) / 1000))),
         _ => String::new(),
     }
 }

@@ -17,5 +17,6 @@ pub mod requeue;
 pub mod run;
 pub mod shim;
 pub mod show;
+pub mod step;
 pub mod submit;
 pub mod update;

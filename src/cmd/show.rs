@@ -146,6 +146,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             rows.push(("GPU ids", format!("{:?}", a.gpu_ids)));
         }
     }
+    rows.extend(j.steps.iter().map(|st| ("Step", step_line(j.id, st))));
     if let Some(e) = &j.exit {
         rows.push((
             "Exit",
@@ -195,6 +196,27 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         println!("{:>12}: {}", k, output::clean(&v));
     }
     Ok(0)
+}
+
+/// One step of job `id`: `12.0 sh: 4 task(s) on n[1-2], COMPLETED 0:0`, with how it
+/// failed (the first failing task and node) for its owner.
+fn step_line(id: u64, st: &wharf_api::step::StepRecord) -> String {
+    let names: Vec<&str> = st.nodes.iter().map(|n| n.node.as_str()).collect();
+    let mut line = format!(
+        "{id}.{} {}: {} task(s) on {}, {}",
+        st.id,
+        st.name,
+        st.ntasks(),
+        wharf_api::hostlist::compress(&names),
+        st.state()
+    );
+    if let Some(e) = &st.exit {
+        line.push_str(&format!(" {}", e.code_signal()));
+        if let Some(m) = &e.message {
+            line.push_str(&format!(" ({m})"));
+        }
+    }
+    line
 }
 
 /// While the job is STARTING, each node's pull of its image, as

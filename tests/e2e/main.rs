@@ -38,6 +38,7 @@ mod scheduling;
 mod sif;
 mod sif_fifo;
 mod state_files;
+mod steps;
 mod submit_limits;
 mod tasks;
 mod untrusted_text;

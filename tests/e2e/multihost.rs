@@ -606,3 +606,62 @@ fn a_gang_job_losing_a_host_is_requeued_whole_or_ends_node_fail() {
     std::thread::sleep(Duration::from_secs(3));
     assert!(bed.job_pids(lost).is_empty(), "{}", bed.logs());
 }
+
+#[test]
+fn steps_from_rank_0_run_on_every_host_or_some_with_their_own_ranks() {
+    let test = "steps_from_rank_0_run_on_every_host_or_some_with_their_own_ranks";
+    let Some(bed) = MultiHost::start(test, 3, "") else {
+        return;
+    };
+    let program = example_for_jobs(&bed, "allreduce.py");
+    let w = wharf_bin();
+    // The batch command does its work on rank 0 only, as an sbatch script would; the other
+    // nodes stay the job's until it ends.
+    let script = format!(
+        "if [ \"$RANK\" = 0 ]; then \
+           {w} step --ntasks-per-node 2 -- python3 {program} --timeout 120; echo \"STEP0 $?\"; \
+           {w} step --nodelist node[2-3] -- sh -c 'echo \"two rank $RANK of $WORLD_SIZE \
+             node_rank $NODE_RANK master $MASTER_ADDR nodes $SLURM_STEP_NODELIST \
+             procid $SLURM_PROCID step $SLURM_STEP_ID\"'; echo \"STEP1 $?\"; \
+           {w} step -N 1 -- sh -c 'exit 5'; echo \"STEP2 $?\"; \
+         fi"
+    );
+    let id = bed.submit(&["--nodes", "3", "--cpus", "2", "-t", "3m", "--wrap", &script]);
+    let job = bed.wait_done(id, Duration::from_secs(240));
+    let out = bed.output(id);
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{out}\n{}", bed.logs());
+    eprintln!("job {id}'s output:\n{out}");
+    assert!(
+        out.contains("STEP0 0\n") && out.contains("STEP1 0\n"),
+        "{out}"
+    );
+    assert!(out.contains("STEP2 5\n"), "{out}");
+    // Step 0: six ranks, two on each host, node by node.
+    let addrs = assert_all_ranks_ok(&out, 6, 100_000);
+    for (r, a) in addrs.iter().enumerate() {
+        assert_eq!(*a, Fabric::addr(r / 2), "rank {r}: {out}");
+    }
+    // Step 1 on nodes 2 and 3 only: its own ranks, with node 2 as its master.
+    for r in 0..2 {
+        assert!(
+            out.contains(&format!(
+                "two rank {r} of 2 node_rank {r} master {} nodes node[2-3] procid {r} step 1\n",
+                Fabric::addr(1)
+            )),
+            "step 1 rank {r}:\n{out}"
+        );
+    }
+    let steps = job["steps"].as_array().expect("steps recorded");
+    let shape: Vec<(u64, usize, u64, i64)> = steps
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_u64().unwrap(),
+                s["nodes"].as_array().unwrap().len(),
+                s["tasks_per_node"].as_u64().unwrap(),
+                s["exit"]["code"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(shape, [(0, 3, 2, 0), (1, 2, 1, 0), (2, 1, 1, 5)], "{job}");
+}

@@ -1130,6 +1130,9 @@ pub struct JobRecord {
     /// memory only: never in the store, and empty in every other state.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pulling: Vec<crate::pull::PullProgress>,
+    /// The steps it started from inside (`wharf step`), by id (public, as sacct shows them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::step::StepRecord>,
 }
 
 /// How many failed launches that were not the job's fault requeue it; the next one ends it
@@ -1269,6 +1272,7 @@ impl JobRecord {
             port: None,
             launch_faults: 0,
             pulling: vec![],
+            steps: vec![],
         }
     }
 
@@ -1303,6 +1307,7 @@ impl JobRecord {
             port: self.port,
             launch_faults: self.launch_faults,
             pulling: self.pulling.clone(),
+            steps: self.steps.clone(),
         }
     }
 }

@@ -21,6 +21,7 @@ pub mod prepull;
 pub mod pull;
 pub mod report;
 pub mod resources;
+pub mod step;
 pub mod text;
 pub mod usage;
 pub mod wire;

@@ -237,6 +237,10 @@ pub struct PollRequest {
     /// and those finished since the controller last ordered them. Left out when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prepulls: Vec<crate::prepull::NodePull>,
+    /// The steps of its jobs that the node holds (`wharf step`), each once for all its
+    /// tasks here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::step::AgentStep>,
 }
 
 /// A job for the agent to start.
@@ -316,6 +320,15 @@ pub struct PollResponse {
     /// reports each finished; one it no longer finds here is over for it. Left out when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pull: Vec<crate::prepull::PullOrder>,
+    /// Steps of running jobs to start here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::step::StepOrder>,
+    /// Steps to stop here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kill_steps: Vec<crate::step::StepKill>,
+    /// Ended steps whose end here is committed: the agent may delete their directories.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forget_steps: Vec<crate::step::StepKey>,
 }
 
 /// `GET /v1/acct`: jobs, ended or not, that were in the system during a time window (as

@@ -17,6 +17,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use wharf_api::admin::{AdminChange, Associations, AuditEntry, AuditList};
+use wharf_api::step::{StepKey, StepRecord, StepStart};
 use wharf_api::wire::{
     ApiError, ErrorKind, JobList, NodeList, PollRequest, PollResponse, RegisterRequest,
     RegisterResponse, SubmitRequest, SubmitResponse, WhoAmI,
@@ -92,6 +93,9 @@ pub fn router(shared: Arc<Shared>) -> Router {
     let agents = Router::new()
         .route("/v1/agent/register", post(register))
         .route("/v1/agent/poll", post(poll))
+        .route("/v1/agent/steps", post(step_start))
+        .route("/v1/agent/steps/status", post(step_status))
+        .route("/v1/agent/steps/cancel", post(step_cancel))
         .layer(DefaultBodyLimit::max(shared.config.max_agent_request_bytes))
         .route_layer(middleware::from_fn_with_state(shared.clone(), agents_only));
     Router::new()
@@ -663,8 +667,26 @@ async fn poll(
     // Register interest before reading state so a wake-up between the two is not lost.
     let mut notified = Box::pin(notify.clone().notified_owned());
     notified.as_mut().enable();
-    let crate::cluster::Ingested { forget, wake } =
-        with_cluster(&s, move |cl, now| cl.ingest(&req, now)).await?;
+    let steps_held: BTreeSet<StepKey> = req
+        .steps
+        .iter()
+        .filter(|st| st.exit.is_none())
+        .map(|st| st.key)
+        .collect();
+    let steps_stopping: BTreeSet<StepKey> = req
+        .steps
+        .iter()
+        .filter(|st| st.exit.is_none() && st.stopping)
+        .map(|st| st.key)
+        .collect();
+    let (crate::cluster::Ingested { forget, mut wake }, (forget_steps, step_wake)) =
+        with_cluster(&s, move |cl, now| {
+            let ingested = cl.ingest(&req, now)?;
+            let steps = cl.ingest_steps(&req.node, &req.steps, now)?;
+            Ok((ingested, steps))
+        })
+        .await?;
+    wake.extend(step_wake);
     if !forget.is_empty() {
         s.wake_scheduler();
     }
@@ -680,9 +702,13 @@ async fn poll(
             stopping.clone(),
             prepared.clone(),
         );
-        let (mut launch, kill, pull) = with_cluster(&s, move |cl, _| {
-            let (launch, kill) = cl.orders(&n, &h, &st, &pr);
-            Ok((launch, kill, cl.pull_orders(&n)))
+        let (sh, ss) = (steps_held.clone(), steps_stopping.clone());
+        let ((mut launch, kill), pull, (steps, kill_steps)) = with_cluster(&s, move |cl, _| {
+            Ok((
+                cl.orders(&n, &h, &st, &pr),
+                cl.pull_orders(&n),
+                cl.step_orders(&n, &sh, &ss),
+            ))
         })
         .await?;
         launch.retain(|order| !pulling.contains(&order.id));
@@ -691,6 +717,9 @@ async fn poll(
             || !kill.is_empty()
             || !forget.is_empty()
             || new_pull
+            || !steps.is_empty()
+            || !kill_steps.is_empty()
+            || !forget_steps.is_empty()
             || tokio::time::Instant::now() >= deadline
         {
             return Ok(Json(PollResponse {
@@ -698,6 +727,9 @@ async fn poll(
                 kill,
                 forget,
                 pull,
+                steps,
+                kill_steps,
+                forget_steps: forget_steps.clone(),
             }));
         }
         // Woken or timed out: look again (past the deadline the answer goes out as it is).
@@ -710,4 +742,50 @@ async fn poll(
         notified = Box::pin(notify.clone().notified_owned());
         notified.as_mut().enable();
     }
+}
+
+/// `POST /v1/agent/steps`: a step asked for from inside a job, forwarded by the agent of the
+/// caller's node with the job and uid it found from the kernel. The step's nodes hear of it
+/// at once.
+async fn step_start(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<StepRecord> {
+    check_token(&s, &headers)?;
+    let req: StepStart = agent_body(&s, bytes)?;
+    let step = with_cluster(&s, move |cl, now| cl.start_step(req, now)).await?;
+    for n in &step.nodes {
+        s.wake_node(&n.node);
+    }
+    Ok(Json(step))
+}
+
+/// `POST /v1/agent/steps/status`: a step as it stands.
+async fn step_status(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<StepRecord> {
+    check_token(&s, &headers)?;
+    let key: StepKey = agent_body(&s, bytes)?;
+    Ok(Json(with_cluster(&s, move |cl, _| cl.step(key)).await?))
+}
+
+/// `POST /v1/agent/steps/cancel`: the caller of a step went away; its tasks are stopped.
+async fn step_cancel(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<StepRecord> {
+    check_token(&s, &headers)?;
+    let key: StepKey = agent_body(&s, bytes)?;
+    let nodes = with_cluster(&s, move |cl, _| {
+        cl.cancel_step(key, "its caller (wharf step) went away")
+    })
+    .await?;
+    for n in &nodes {
+        s.wake_node(n);
+    }
+    Ok(Json(with_cluster(&s, move |cl, _| cl.step(key)).await?))
 }

@@ -28,6 +28,7 @@ pub mod prepull;
 mod requeue;
 mod runs;
 mod sched;
+pub mod steps;
 mod submit;
 mod table;
 
@@ -645,7 +646,7 @@ impl Cluster {
     }
 
     /// Stores changed jobs in one transaction, then updates memory (active jobs only).
-    fn commit(&mut self, changed: Vec<JobRecord>) -> Result<(), Failure> {
+    fn commit(&mut self, mut changed: Vec<JobRecord>) -> Result<(), Failure> {
         if changed.is_empty() {
             self.requeued_runs.clear();
             return Ok(());
@@ -659,6 +660,11 @@ impl Cluster {
                     job.state
                 );
             }
+        }
+        // A job that ends or goes back to the queue ends its steps with it.
+        for job in changed.iter_mut().filter(|j| !j.state.holds_resources()) {
+            let at = job.end_time.unwrap_or_default();
+            steps::close(job, at);
         }
         self.store_with_runs(&changed)?;
         for job in changed {

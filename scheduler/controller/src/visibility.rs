@@ -20,6 +20,18 @@ pub fn view(caller: &Caller, mut job: JobRecord) -> JobRecord {
         for exit in job.exit.as_mut().into_iter().chain(ranks) {
             exit.message = None;
         }
+        // A step's command and words are its owner's, as the job's are.
+        for step in &mut job.steps {
+            step.name.clear();
+            step.stop = None;
+            step.argv.clear();
+            step.env.clear();
+            step.workdir = None;
+            let nodes = step.nodes.iter_mut().filter_map(|n| n.exit.as_mut());
+            for exit in step.exit.as_mut().into_iter().chain(nodes) {
+                exit.message = None;
+            }
+        }
         job.reason = public_reason(&job);
     }
     job

@@ -179,6 +179,7 @@ mod tests {
             images: vec![],
             pulling: vec![],
             prepulls: vec![],
+            steps: vec![],
         };
         c.ingest(&poll, now).unwrap();
     }

@@ -188,7 +188,7 @@ pub(super) fn rank_never_started(mut job: JobRecord, rank: usize, now: u64) -> J
 
 impl Cluster {
     /// Node `name` as a job's peers reach it: its fabric address when its agent has one.
-    fn peer(&self, name: &str) -> Peer {
+    pub(super) fn peer(&self, name: &str) -> Peer {
         let info = self.nodes.get(name).map(|n| &n.info);
         Peer {
             name: name.to_string(),

@@ -132,6 +132,8 @@ pub(super) fn stopped(mut job: JobRecord, stop: &Stop, nodes: Vec<String>) -> Jo
     job.stop = None;
     job.allocs.clear();
     job.port = None;
+    // A new run starts its steps from 0; the last run's are in its ledger row.
+    job.steps.clear();
     job.start_time = None;
     job.end_time = None;
     job.exit = None;

@@ -200,6 +200,7 @@ mod tests {
             images: vec![],
             pulling: vec![],
             prepulls: vec![],
+            steps: vec![],
         };
         c.ingest(&poll, now).unwrap();
     }
@@ -233,6 +234,7 @@ mod tests {
                 images: vec![],
                 pulling: vec![],
                 prepulls: vec![],
+                steps: vec![],
             },
             6_000,
         )

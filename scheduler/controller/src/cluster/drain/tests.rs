@@ -92,6 +92,7 @@ fn poll(c: &mut Cluster, node: &str, jobs: Vec<(JobId, Says)>, now: u64) -> Vec<
         images: vec![],
         pulling: vec![],
         prepulls: vec![],
+        steps: vec![],
     };
     c.ingest(&report, now).unwrap().forget
 }
@@ -381,6 +382,7 @@ fn a_fault_reported_by_an_older_agent_or_after_a_start_drains_nothing() {
         images: vec![],
         pulling: vec![],
         prepulls: vec![],
+        steps: vec![],
     };
     c.ingest(&report, 2_000).unwrap();
     assert_eq!(job(&c, id).state, JobState::Failed);
@@ -424,6 +426,7 @@ fn poll_pulling(c: &mut Cluster, node: &str, running: &[JobId], pulling: &[(JobI
             })
             .collect(),
         prepulls: vec![],
+        steps: vec![],
     };
     c.ingest(&report, 2_000).unwrap();
 }

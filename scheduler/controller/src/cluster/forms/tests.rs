@@ -139,6 +139,7 @@ pub(in crate::cluster) fn end(c: &mut Cluster, id: JobId, code: i32, now: u64) {
         images: vec![],
         pulling: vec![],
         prepulls: vec![],
+        steps: vec![],
     };
     c.ingest(&report, now).unwrap();
 }

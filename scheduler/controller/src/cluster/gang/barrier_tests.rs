@@ -65,6 +65,7 @@ fn report(c: &mut Cluster, node: &str, id: JobId, says: Says, now: u64) -> Inges
         images: vec![],
         pulling: vec![],
         prepulls: vec![],
+        steps: vec![],
     };
     c.ingest(&poll, now).unwrap()
 }
@@ -277,6 +278,7 @@ fn a_node_whose_agent_predates_the_barrier_and_starts_at_once_counts_as_ready() 
         images: vec![],
         pulling: vec![],
         prepulls: vec![],
+        steps: vec![],
     };
     let seen = c.ingest(&started, 250).unwrap();
     assert_eq!(seen.wake, BTreeSet::from(["g1".into(), "g2".into()]));

@@ -92,6 +92,7 @@ fn ingest(c: &mut Cluster, node: &str, jobs: &[(JobId, Rank)], now: u64) -> Inge
         images: vec![],
         pulling: vec![],
         prepulls: vec![],
+        steps: vec![],
     };
     c.ingest(&poll, now).unwrap()
 }
@@ -504,6 +505,7 @@ fn a_rank_out_of_memory_ends_the_gang_out_of_memory_naming_it() {
         images: vec![],
         pulling: vec![],
         prepulls: vec![],
+        steps: vec![],
     };
     c.ingest(&report, 3_000).unwrap();
     assert_eq!(
@@ -553,6 +555,7 @@ fn a_gangs_usage_is_every_nodes() {
             images: vec![],
             pulling: vec![],
             prepulls: vec![],
+            steps: vec![],
         };
         c.ingest(&report, 9_000).unwrap();
     }

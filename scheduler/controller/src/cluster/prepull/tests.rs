@@ -42,6 +42,7 @@ fn report(c: &mut Cluster, node: &str, parts: Vec<NodePull>, now: u64) {
             images: vec![],
             pulling: vec![],
             prepulls: parts,
+            steps: vec![],
         },
         now,
     )

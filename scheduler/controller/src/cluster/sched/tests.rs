@@ -567,6 +567,7 @@ fn report(c: &mut Cluster, jobs: &[(JobId, bool)], now: u64) -> Vec<JobId> {
         images: vec![],
         pulling: vec![],
         prepulls: vec![],
+        steps: vec![],
     };
     c.ingest(&poll, now).unwrap().forget
 }

@@ -1,0 +1,539 @@
+//! Steps on this node (`wharf step` from inside a job): the step socket that callers reach,
+//! their identity, their step's tasks here and the report of them.
+//!
+//! **Who asks is the kernel's word.** The agent listens on an abstract Unix socket in the
+//! node's network namespace (jobs share it), named in every job's `WHARF_STEP_SOCKET`. For
+//! each connection it takes the caller's uid and a pidfd from the socket itself
+//! (`SO_PEERCRED`, `SO_PEERPIDFD`), reads which cgroup the process is in, and accepts it
+//! only if that is a job's sandbox here (`CGROUP_PARENT/wharf-J`, `wharf-J.L`, or a step
+//! task's `wharf-J.sS.L`): only root can move a process into those cgroups. The pidfd is
+//! checked to be alive after the read, so the pid cannot have been reused meanwhile. The
+//! request itself names no job or user; the agent forwards the job and uid it found to the
+//! controller over its authenticated channel, which checks that the uid owns the job.
+//!
+//! ```text
+//!   wharf step ──line──▶ agent: peer cred + cgroup ─POST /v1/agent/steps─▶ controller
+//!              ◀─Started─     ◀──── the step (id, nodes) ─────────────────
+//!                              every 200 ms: /v1/agent/steps/status until it ended
+//!              ◀─Ended───      (the caller hangs up: /v1/agent/steps/cancel)
+//! ```
+//!
+//! Task L of step S of job J lives in `jobs/J.sS.L`, its sandbox and cgroup `wharf-J.sS.L`,
+//! beside the job's own (the job's report never lists them: [`crate::launch::parse_task_dir_name`]
+//! does not read these names).
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use wharf_api::step::{
+    AgentStep, StepKey, StepOrder, StepRecord, StepReply, StepRequest, StepStart,
+};
+use wharf_api::text::bound_message;
+use wharf_api::{ExitInfo, JobId};
+use wharf_client::{Client, ClientError};
+use wharf_runtime::{Backend, JobDir, JobStatus, Outcome};
+
+use crate::{AgentConfig, TaskReport};
+
+/// The longest step request read from a caller, bytes.
+pub const MAX_REQUEST: u64 = 1 << 20;
+
+/// How often a waiting caller's step is looked up.
+const STATUS_EVERY: Duration = Duration::from_millis(200);
+
+/// The abstract socket name (without its leading NUL) of the step socket of the agent whose
+/// state lives in `state_dir`: one per agent, even for several agents in one network
+/// namespace.
+pub fn socket_name(node: &str, state_dir: &Path) -> String {
+    // FNV-1a: stable across runs and builds, unlike std's hasher.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in state_dir.as_os_str().as_encoded_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let node: String = node
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c))
+        .take(40)
+        .collect();
+    format!("wharf-step-{node}-{h:016x}")
+}
+
+/// The value of `WHARF_STEP_SOCKET` for jobs of this agent: the abstract name with `@`.
+pub fn socket_env(cfg: &AgentConfig) -> String {
+    format!("@{}", socket_name(&cfg.node_name, &cfg.state_dir))
+}
+
+/// The job whose sandbox a process is in, from its `/proc/PID/cgroup` text: the job's
+/// cgroup (or one of its tasks' or steps') directly under `cgroup_parent`, in the unified
+/// hierarchy or the v1 memory hierarchy. `None` for any other process.
+pub fn job_of_cgroup(text: &str, cgroup_parent: &str) -> Option<JobId> {
+    let parent = cgroup_parent.trim_matches('/');
+    let prefix = if parent.is_empty() {
+        "/".to_string()
+    } else {
+        format!("/{parent}/")
+    };
+    text.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let unified = controllers.is_empty();
+        if !unified && !controllers.split(',').any(|c| c == "memory") {
+            return None;
+        }
+        let name = path.strip_prefix(&prefix)?;
+        let name = name.split('/').next()?.strip_prefix("wharf-")?;
+        let id = name.split('.').next()?;
+        let rest = &name[id.len()..];
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(id) {
+            return None;
+        }
+        let well_formed = rest.is_empty()
+            || crate::launch::parse_task_dir_name(name).is_some()
+            || parse_dir_name(name).is_some();
+        well_formed.then(|| id.parse().ok())?
+    })
+}
+
+/// The directory name of task `local` of step `step` of job `job`.
+pub fn dir_name(job: JobId, step: u32, local: u32) -> String {
+    format!("{job}.s{step}.{local}")
+}
+
+/// The job, step and task a directory name stands for ([`dir_name`]'s inverse).
+pub fn parse_dir_name(name: &str) -> Option<(JobId, u32, u32)> {
+    let canonical = |s: &str| -> Option<u64> {
+        let n: u64 = s.parse().ok()?;
+        (s.bytes().all(|b| b.is_ascii_digit()) && n.to_string() == s).then_some(n)
+    };
+    let (job, rest) = name.split_once(".s")?;
+    let (step, local) = rest.split_once('.')?;
+    Some((
+        canonical(job)?,
+        u32::try_from(canonical(step)?).ok()?,
+        u32::try_from(canonical(local)?).ok()?,
+    ))
+}
+
+/// Task directories of this node's steps, grouped by step, tasks in order.
+fn step_dirs(state_dir: &Path) -> std::collections::BTreeMap<StepKey, Vec<(u32, JobDir)>> {
+    let mut out: std::collections::BTreeMap<StepKey, Vec<(u32, JobDir)>> = Default::default();
+    let Ok(entries) = std::fs::read_dir(state_dir.join("jobs")) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        if let Some((job, step, local)) = e.file_name().to_str().and_then(parse_dir_name) {
+            out.entry(StepKey { job, step })
+                .or_default()
+                .push((local, JobDir::new(e.path())));
+        }
+    }
+    for dirs in out.values_mut() {
+        dirs.sort_by_key(|(l, _)| *l);
+    }
+    out
+}
+
+/// Stops the tasks in `dirs` that still run, recording `reason` (as a kill order does).
+fn stop_tasks(launcher: &dyn Backend, dirs: &[(u32, JobDir)], reason: &str) {
+    for (_, dir) in dirs {
+        if dir.stop().exists() || matches!(launcher.status(dir), JobStatus::Exited(_)) {
+            continue;
+        }
+        if JobDir::write_private(&dir.stop(), reason.as_bytes()).is_ok() {
+            if let Err(e) = launcher.cancel(dir) {
+                tracing::warn!(dir = %dir.path().display(), error = %e, "cannot stop a step task");
+                let _ = std::fs::remove_file(dir.stop());
+            }
+        }
+    }
+}
+
+/// This node's steps, each once for all its tasks here (as a job's tasks are reported).
+/// When one task failed, its siblings here are stopped. The end of the job's batch command
+/// on this node does not stop them: the job holds the node until its last rank ends, and
+/// the controller orders the step stopped when the job ends.
+pub fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentStep> {
+    let mut out = Vec::new();
+    for (key, dirs) in step_dirs(&cfg.state_dir) {
+        let tasks: Vec<TaskReport> = dirs
+            .iter()
+            .map(|(local, dir)| {
+                let (start_time, exit, end_time) = match launcher.status(dir) {
+                    JobStatus::Running { started_ms, .. } => (started_ms, None, None),
+                    JobStatus::Exited(o) => {
+                        (o.started_ms, Some(crate::exit_info(&o)), Some(o.ended_ms))
+                    }
+                    JobStatus::Lost(why) => (
+                        None,
+                        Some(ExitInfo {
+                            message: Some(bound_message(why)),
+                            ..Default::default()
+                        }),
+                        Some(wharf_runtime::now_ms()),
+                    ),
+                };
+                TaskReport {
+                    local: *local,
+                    start_time,
+                    exit,
+                    end_time,
+                    stopping: dir.stop().exists(),
+                }
+            })
+            .collect();
+        if let Some((failed, _)) = crate::siblings_to_stop(&tasks, &cfg.node_name) {
+            let reason = format!(
+                "task {failed} of step {}.{} on node {} failed; stopping the others",
+                key.job, key.step, cfg.node_name
+            );
+            let others: Vec<(u32, JobDir)> =
+                dirs.into_iter().filter(|(l, _)| *l != failed).collect();
+            stop_tasks(launcher, &others, &reason);
+        }
+        let node = crate::node_report(key.job, &tasks);
+        out.push(AgentStep {
+            key,
+            start_time: node.start_time,
+            exit: node.exit.map(|mut e| {
+                e.usage = None;
+                e
+            }),
+            end_time: node.end_time,
+            stopping: node.stopping,
+        });
+    }
+    out
+}
+
+/// Starts this node's tasks of a step (each in a sandbox of its own, the last first, like a
+/// job's) unless they are here already; a task that cannot start is recorded as ended with
+/// the reason, and those after it as never started.
+pub fn launch(
+    cfg: &AgentConfig,
+    launcher: &dyn Backend,
+    images: &wharf_images::ImageStore,
+    machine: &crate::discover::Machine,
+    so: &StepOrder,
+) {
+    let order = &so.order;
+    tracing::info!(
+        job = order.id,
+        step = so.step,
+        tasks = order.spec.tasks_per_node,
+        "launching step"
+    );
+    let mut failed: Option<String> = None;
+    for local in (0..order.spec.tasks_per_node.max(1)).rev() {
+        let dir = JobDir::new(
+            cfg.state_dir
+                .join("jobs")
+                .join(dir_name(order.id, so.step, local)),
+        );
+        if dir.path().exists() {
+            continue;
+        }
+        let error = match &failed {
+            Some(why) => Some((format!("never started: {why}"), None)),
+            None => crate::launch::container_spec(cfg, images, order, local, machine)
+                .and_then(|mut spec| {
+                    spec.id = format!("wharf-{}", dir_name(order.id, so.step, local));
+                    launcher.launch(&dir, &spec).map_err(crate::launch::LaunchError::from)
+                })
+                .err()
+                .map(|e| {
+                    tracing::warn!(job = order.id, step = so.step, task = local, error = %e.message, "step launch failed");
+                    failed = Some(format!("task {local} of the step could not start"));
+                    (e.message.clone(), Some(e.fault()))
+                }),
+        };
+        if let Some((message, fault)) = error {
+            let _ = crate::traverse_only_dir(dir.path());
+            let outcome = Outcome {
+                error: Some(bound_message(message)),
+                cancelled: fault.is_none(),
+                fault,
+                ended_ms: wharf_runtime::now_ms(),
+                ..Default::default()
+            };
+            if let Err(e) = JobDir::write_atomic(&dir.outcome(), &outcome) {
+                tracing::error!(job = order.id, error = %e, "cannot record a step's launch failure");
+            }
+        }
+    }
+}
+
+/// Stops this node's tasks of `key`.
+pub fn kill(cfg: &AgentConfig, launcher: &dyn Backend, key: StepKey, reason: &str) {
+    if let Some(dirs) = step_dirs(&cfg.state_dir).remove(&key) {
+        tracing::info!(job = key.job, step = key.step, %reason, "stopping step");
+        stop_tasks(launcher, &dirs, reason);
+    }
+}
+
+/// Stops this node's tasks of every step of `job`.
+pub fn kill_job(cfg: &AgentConfig, launcher: &dyn Backend, job: JobId, reason: &str) {
+    for (key, dirs) in step_dirs(&cfg.state_dir) {
+        if key.job == job {
+            stop_tasks(launcher, &dirs, reason);
+        }
+    }
+}
+
+/// Removes the directories of this node's tasks of `key` (its end here is committed).
+pub fn forget(cfg: &AgentConfig, launcher: &dyn Backend, key: StepKey) {
+    let dirs = step_dirs(&cfg.state_dir).remove(&key).unwrap_or_default();
+    for (_, dir) in dirs.iter().rev() {
+        if let Err(e) = launcher.remove(dir) {
+            tracing::warn!(job = key.job, step = key.step, error = %e, "cannot remove a step's directory");
+        }
+    }
+}
+
+/// Listens on this agent's step socket for as long as the agent runs; each caller is served
+/// on a task of its own.
+///
+/// Errors: the socket cannot be made (its name taken by another process).
+pub fn listen(cfg: &AgentConfig, client: Client) -> io::Result<()> {
+    use std::os::linux::net::SocketAddrExt;
+    let name = socket_name(&cfg.node_name, &cfg.state_dir);
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    let std_listener = std::os::unix::net::UnixListener::bind_addr(&addr)?;
+    std_listener.set_nonblocking(true)?;
+    let listener = tokio::net::UnixListener::from_std(std_listener)?;
+    let state = Arc::new((cfg.cgroup_parent.clone(), cfg.node_name.clone(), client));
+    tokio::spawn(async move {
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    let state = state.clone();
+                    tokio::spawn(async move {
+                        let (parent, node, client) = &*state;
+                        serve(stream, parent, node, client).await;
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "step socket accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// The caller's job and uid, from the kernel; an error with words for the caller.
+fn identify(stream: &tokio::net::UnixStream, cgroup_parent: &str) -> Result<(JobId, u32), String> {
+    let cred = stream
+        .peer_cred()
+        .map_err(|e| format!("cannot read the caller's credentials: {e}"))?;
+    let pid = cred
+        .pid()
+        .filter(|&p| p > 0)
+        .ok_or("the caller's process is not visible to the agent")?;
+    // A pidfd for the very peer when the kernel gives one (Linux 6.5), else for the pid.
+    let pidfd = peer_pidfd(stream)
+        .or_else(|_| pidfd_open(pid))
+        .map_err(|e| format!("cannot follow the caller's process {pid}: {e}"))?;
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .map_err(|e| format!("cannot read the caller's cgroup: {e}"))?;
+    // Still alive: the pid was not reused between the connection and the read.
+    // SAFETY: a plain system call on a descriptor we own; no pointers but a null siginfo.
+    let alive = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            0,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    } == 0;
+    if !alive {
+        return Err("the calling process went away".into());
+    }
+    let Some(job) = job_of_cgroup(&text, cgroup_parent) else {
+        tracing::info!(pid, uid = cred.uid(), cgroup = %text.trim(), "step refused: the caller is in no job");
+        return Err(
+            "wharf step runs only inside a Wharf job: this process is in no job's \
+                    sandbox on this node"
+                .into(),
+        );
+    };
+    Ok((job, cred.uid()))
+}
+
+/// `SO_PEERPIDFD`: a pidfd for the process that connected (Linux 6.5 and later).
+fn peer_pidfd(stream: &tokio::net::UnixStream) -> io::Result<OwnedFd> {
+    const SO_PEERPIDFD: libc::c_int = 77;
+    let mut fd: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `fd` and `len` are valid for the kernel to write an int into.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_PEERPIDFD,
+            (&mut fd as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 || fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just gave us this descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: a plain system call.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just gave us this descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+async fn reply(stream: &mut tokio::net::UnixStream, r: &StepReply) {
+    let mut line = serde_json::to_vec(r).unwrap_or_default();
+    line.push(b'\n');
+    let _ = stream.write_all(&line).await;
+}
+
+fn api_words(e: &ClientError) -> String {
+    match e {
+        ClientError::Api { error, .. } => error.error.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Serves one caller: identify, forward, wait for the step's end (or cancel it when the
+/// caller hangs up).
+async fn serve(
+    mut stream: tokio::net::UnixStream,
+    cgroup_parent: &str,
+    node: &str,
+    client: &Client,
+) {
+    let (job, uid) = match identify(&stream, cgroup_parent) {
+        Ok(who) => who,
+        Err(why) => return reply(&mut stream, &StepReply::Error(why)).await,
+    };
+    let mut line = Vec::new();
+    let read = BufReader::new(&mut stream)
+        .take(MAX_REQUEST + 1)
+        .read_until(b'\n', &mut line)
+        .await;
+    if let Err(e) = read {
+        return reply(
+            &mut stream,
+            &StepReply::Error(format!("reading the request: {e}")),
+        )
+        .await;
+    }
+    if line.len() as u64 > MAX_REQUEST {
+        let why = format!("step request over {MAX_REQUEST} bytes");
+        return reply(&mut stream, &StepReply::Error(why)).await;
+    }
+    let request: StepRequest = match serde_json::from_slice(&line) {
+        Ok(r) => r,
+        Err(e) => {
+            let why = format!("bad step request: {e}");
+            return reply(&mut stream, &StepReply::Error(why)).await;
+        }
+    };
+    let key = match request.resume {
+        // A caller waiting again (this agent restarted meanwhile): a step of its own job.
+        Some(step) => StepKey { job, step },
+        None => {
+            let start = StepStart {
+                node: node.to_string(),
+                job,
+                uid,
+                request,
+            };
+            let step: StepRecord = match client.post("/v1/agent/steps", &start).await {
+                Ok(s) => s,
+                Err(e) => return reply(&mut stream, &StepReply::Error(api_words(&e))).await,
+            };
+            let key = StepKey { job, step: step.id };
+            reply(&mut stream, &StepReply::Started(step)).await;
+            key
+        }
+    };
+    let mut probe = [0u8; 1];
+    loop {
+        tokio::select! {
+            // The caller hung up (interrupted): its step is stopped.
+            _ = stream.read(&mut probe) => {
+                let _ = client.post::<_, StepRecord>("/v1/agent/steps/cancel", &key).await;
+                return;
+            }
+            () = tokio::time::sleep(STATUS_EVERY) => {}
+        }
+        match client
+            .post::<_, StepRecord>("/v1/agent/steps/status", &key)
+            .await
+        {
+            Ok(s) if s.exit.is_some() => return reply(&mut stream, &StepReply::Ended(s)).await,
+            Ok(_) => {}
+            Err(e) if e.is_transient() => {}
+            Err(e) => return reply(&mut stream, &StepReply::Error(api_words(&e))).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_belongs_to_the_job_whose_sandbox_cgroup_holds_it() {
+        let v2 = "0::/wharf/wharf-12\n";
+        assert_eq!(job_of_cgroup(v2, "wharf"), Some(12));
+        assert_eq!(job_of_cgroup("0::/wharf/wharf-12.3\n", "/wharf/"), Some(12));
+        assert_eq!(
+            job_of_cgroup("0::/wharf/wharf-12.s4.0/x\n", "wharf"),
+            Some(12)
+        );
+        let v1 = "12:pids:/user.slice\n7:memory:/wharf-e2e-1/wharf-40\n1:name=systemd:/x\n";
+        assert_eq!(job_of_cgroup(v1, "wharf-e2e-1"), Some(40));
+        // Not under the agent's parent, not the memory hierarchy, or not a job's name.
+        for text in [
+            "0::/user.slice/wharf/wharf-12\n",
+            "0::/other/wharf-12\n",
+            "3:pids:/wharf/wharf-12\n",
+            "0::/wharf/wharf-x\n",
+            "0::/wharf/wharf-12.s\n",
+            "0::/wharf/wharf-12.0\n",
+            "0::/wharf/wharf-\n",
+            "0::/wharf\n",
+        ] {
+            assert_eq!(job_of_cgroup(text, "wharf"), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn step_directories_are_named_for_job_step_and_task_and_read_back() {
+        assert_eq!(dir_name(7, 2, 0), "7.s2.0");
+        assert_eq!(parse_dir_name("7.s2.0"), Some((7, 2, 0)));
+        assert_eq!(parse_dir_name("7.s12.3"), Some((7, 12, 3)));
+        for bad in ["7", "7.1", "7.s2", "7.s02.0", "7.s2.x", "x.s1.0", "7.s-1.0"] {
+            assert_eq!(parse_dir_name(bad), None, "{bad}");
+        }
+        // A job's report never takes a step's directory for one of its tasks.
+        assert_eq!(crate::launch::parse_task_dir_name("7.s2.0"), None);
+    }
+
+    #[test]
+    fn each_agent_has_its_own_socket_name() {
+        let a = socket_name("n1", Path::new("/var/lib/wharf"));
+        assert!(a.starts_with("wharf-step-n1-"));
+        assert_ne!(a, socket_name("n1", Path::new("/var/lib/wharf2")));
+        assert_eq!(a, socket_name("n1", Path::new("/var/lib/wharf")));
+    }
+}

@@ -1,0 +1,527 @@
+//! Steps of running jobs (`wharf step`): a request forwarded by the agent of the node where
+//! the caller runs, checked against the job's allocation, given the job's next step id and
+//! recorded with the job; launch orders to the step's nodes; their reports; the step's end.
+//!
+//! ```text
+//!   asked (the caller's agent found it inside job J as uid U; J RUNNING, owned by U,
+//!          the step fits J's allocation) ──▶ recorded, id = J's step count; orders out
+//!   every node's tasks have started        ──▶ started
+//!   a node's tasks end badly               ──▶ stop: the step's other nodes are told to
+//!                                              kill theirs
+//!   every node's tasks have ended          ──▶ ended, as its first failing task ended
+//!   the job ends first                     ──▶ ended CANCELLED ("the job ended")
+//! ```
+//!
+//! The pure parts ([`plan`], [`node_ended`], [`close`]) take the records and return new
+//! ones; [`Cluster`]'s methods store them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use wharf_api::step::{
+    is_placement_variable, step_output, AgentStep, StepKey, StepKill, StepNode, StepOrder,
+    StepRecord, StepStart,
+};
+use wharf_api::wire::{ErrorKind, LaunchOrder, Rendezvous};
+use wharf_api::{ExitInfo, JobId, JobRecord, JobState};
+
+use super::{Cluster, Failure};
+
+mod plan;
+pub use plan::{plan, Plan};
+
+/// Steps a job may have started, in all: their records travel in the job's record (each
+/// without its environment once started everywhere).
+pub const MAX_STEPS: usize = 1000;
+
+fn refused(kind: ErrorKind, message: impl Into<String>) -> Failure {
+    Failure::new(kind, message)
+}
+
+/// The step `node`'s tasks of `step` ended as `exit` says: recorded; the first bad end stops
+/// the step's other nodes; once every node has ended, the step has, as its first failing
+/// task did.
+pub fn node_ended(
+    mut step: StepRecord,
+    idx: usize,
+    exit: ExitInfo,
+    start: Option<u64>,
+    end: u64,
+) -> StepRecord {
+    let per_node = step.tasks_per_node;
+    let n = &mut step.nodes[idx];
+    n.start_time = n.start_time.or(start);
+    n.end_time = Some(end);
+    let bad = exit.final_state() != JobState::Completed;
+    if bad && !exit.cancelled && step.stop.is_none() {
+        let rank = idx as u32 * per_node + exit.task.unwrap_or(0);
+        step.stop = Some(format!(
+            "task {rank} of step {} on node {} failed ({}); stopping the step",
+            step.id,
+            n.node,
+            exit.code_signal()
+        ));
+    }
+    n.exit = Some(exit);
+    if step.nodes.iter().all(|n| n.exit.is_some()) {
+        settle(&mut step);
+    }
+    step
+}
+
+/// Sets an ended step's exit: the first node that failed on its own (by end time), else the
+/// first that did not complete, else node 0; its message names the node and the task.
+fn settle(step: &mut StepRecord) {
+    let bad = |n: &&StepNode| {
+        n.exit
+            .as_ref()
+            .is_some_and(|e| e.final_state() != JobState::Completed)
+    };
+    let by_end = |n: &&StepNode| n.end_time;
+    let (idx, node) = {
+        let deciding = step
+            .nodes
+            .iter()
+            .filter(bad)
+            .filter(|n| n.exit.as_ref().is_some_and(|e| !e.cancelled))
+            .min_by_key(by_end)
+            .or_else(|| step.nodes.iter().filter(bad).min_by_key(by_end))
+            .unwrap_or(&step.nodes[0]);
+        let idx = step.nodes.iter().position(|n| n.node == deciding.node);
+        (idx.unwrap_or(0), deciding.clone())
+    };
+    let mut exit = node.exit.unwrap_or_default();
+    if exit.final_state() != JobState::Completed {
+        let rank = idx as u32 * step.tasks_per_node + exit.task.unwrap_or(0);
+        let what = exit
+            .message
+            .take()
+            .unwrap_or_else(|| format!("exit {}", exit.code_signal()));
+        exit.message = Some(wharf_api::text::bound_message(format!(
+            "task {rank} on node {}: {what}",
+            node.node
+        )));
+    }
+    exit.usage = None;
+    step.start_time = step
+        .nodes
+        .iter()
+        .map(|n| n.start_time)
+        .collect::<Option<Vec<u64>>>()
+        .and_then(|s| s.into_iter().max());
+    step.end_time = step.nodes.iter().filter_map(|n| n.end_time).max();
+    step.exit = Some(exit);
+    // Only launch orders need the environment, and it is most of a step's record.
+    step.env.clear();
+}
+
+/// Ends every step of `job` still going, as stopped by the job's end at `now`.
+pub fn close(job: &mut JobRecord, now: u64) {
+    for step in job.steps.iter_mut().filter(|s| s.exit.is_none()) {
+        for n in step.nodes.iter_mut().filter(|n| n.exit.is_none()) {
+            n.end_time = Some(now);
+            n.exit = Some(ExitInfo {
+                cancelled: true,
+                message: Some(format!("job {} ended ({})", job.id, job.state)),
+                ..Default::default()
+            });
+        }
+        step.stop
+            .get_or_insert_with(|| format!("job {} ended", job.id));
+        settle(step);
+    }
+}
+
+/// The environment a step's tasks start with: the caller's, less the variables that place a
+/// task (each gets its own), plus the step's id.
+fn step_env(step: &StepRecord) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = step
+        .env
+        .iter()
+        .filter(|(k, _)| !is_placement_variable(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let id = step.id.to_string();
+    for k in ["SLURM_STEP_ID", "SLURM_STEPID", "WHARF_STEP_ID"] {
+        env.insert(k.into(), id.clone());
+    }
+    env.insert("SLURM_STEP_NUM_NODES".into(), step.nodes.len().to_string());
+    env.insert("SLURM_STEP_NUM_TASKS".into(), step.ntasks().to_string());
+    let names: Vec<&str> = step.nodes.iter().map(|n| n.node.as_str()).collect();
+    env.insert(
+        "SLURM_STEP_NODELIST".into(),
+        wharf_api::hostlist::compress(&names),
+    );
+    env
+}
+
+impl Cluster {
+    /// Records a new step of `req.job`, asked for by `req.uid` from inside that job on
+    /// `req.node` (both as the node's agent found them), and returns it; its launch orders
+    /// go out with its nodes' next polls.
+    ///
+    /// Errors: `NotFound`/`Conflict` when the job is not running; `PermissionDenied` when the
+    /// caller is not its owner, asked for another job, or the node is not the job's;
+    /// `InvalidInput` for a step that does not fit the job's allocation.
+    pub fn start_step(&mut self, req: StepStart, now: u64) -> Result<StepRecord, Failure> {
+        let id = req.job;
+        let Some(job) = self.jobs.get(&id) else {
+            let why = match self.store.job(id)? {
+                Some(j) => format!("job {id} is not running: it ended {}", j.state),
+                None => format!("no job {id}"),
+            };
+            return Err(refused(ErrorKind::NotFound, why));
+        };
+        if job.owner.uid != req.uid {
+            return Err(refused(
+                ErrorKind::PermissionDenied,
+                format!("job {id} belongs to another user; a step runs only in your own job"),
+            ));
+        }
+        if let Some(asked) = req.request.job.filter(|&j| j != id) {
+            return Err(refused(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "this process runs inside job {id}, not job {asked}: a step runs only in \
+                     the job it is started from"
+                ),
+            ));
+        }
+        if job.rank_on(&req.node).is_none() {
+            return Err(refused(
+                ErrorKind::PermissionDenied,
+                format!("node {} holds no part of job {id}", req.node),
+            ));
+        }
+        // STARTING counts as running: the caller runs, so its node has started, and its
+        // batch command must not race the other nodes' start reports.
+        if !job.state.holds_resources() || job.cancel_requested || job.stop.is_some() {
+            let what = if job.state.holds_resources() {
+                "being stopped".to_string()
+            } else {
+                job.state.to_string()
+            };
+            return Err(refused(
+                ErrorKind::Conflict,
+                format!("job {id} is not running ({what}); a step needs a running job"),
+            ));
+        }
+        let r = &req.request;
+        if r.argv.is_empty() {
+            return Err(refused(ErrorKind::InvalidInput, "a step needs a command"));
+        }
+        let env_bytes: usize = r.env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+        if env_bytes > self.defaults.max_env_bytes {
+            return Err(refused(
+                ErrorKind::InvalidInput,
+                format!(
+                    "the step's environment is {env_bytes} bytes, over the limit of {}",
+                    self.defaults.max_env_bytes
+                ),
+            ));
+        }
+        let argv_bytes: usize = r.argv.iter().map(|a| a.len() + 1).sum();
+        if argv_bytes > self.defaults.max_command_bytes {
+            return Err(refused(
+                ErrorKind::InvalidInput,
+                format!(
+                    "the step's command is {argv_bytes} bytes, over the limit of {}",
+                    self.defaults.max_command_bytes
+                ),
+            ));
+        }
+        if job.steps.len() >= MAX_STEPS {
+            return Err(refused(
+                ErrorKind::InvalidInput,
+                format!("job {id} has started {MAX_STEPS} steps, the most a job may"),
+            ));
+        }
+        let plan = plan(job, r)?;
+        let started = job.start_time.unwrap_or(now);
+        let left = (started + job.time_limit * 1000)
+            .saturating_sub(now)
+            .div_ceil(1000);
+        let step = StepRecord {
+            id: job.steps.len() as u32,
+            name: r.argv[0].rsplit('/').next().unwrap_or_default().to_string(),
+            nodes: plan
+                .ranks
+                .iter()
+                .map(|&i| StepNode {
+                    node: job.allocs[i].node.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+            tasks_per_node: plan.tasks_per_node,
+            submit_time: now,
+            argv: r.argv.clone(),
+            env: r.env.clone(),
+            workdir: r.workdir.clone(),
+            gpus_per_task: r.gpus_per_task,
+            time_limit: left.max(1),
+            ..Default::default()
+        };
+        let mut job = job.clone();
+        job.steps.push(step.clone());
+        tracing::info!(
+            job = id,
+            step = step.id,
+            nodes = step.nodes.len(),
+            tasks = step.ntasks(),
+            "step started"
+        );
+        self.commit(vec![job])?;
+        Ok(step)
+    }
+
+    /// A step as it stands (of a job running or ended).
+    ///
+    /// Errors: `NotFound` when the job or step does not exist.
+    pub fn step(&self, key: StepKey) -> Result<StepRecord, Failure> {
+        let job = match self.jobs.get(&key.job) {
+            Some(j) => j.clone(),
+            None => self
+                .store
+                .job(key.job)?
+                .ok_or_else(|| refused(ErrorKind::NotFound, format!("no job {}", key.job)))?,
+        };
+        job.steps
+            .into_iter()
+            .find(|s| s.id == key.step)
+            .ok_or_else(|| {
+                refused(
+                    ErrorKind::NotFound,
+                    format!("job {} has no step {}", key.job, key.step),
+                )
+            })
+    }
+
+    /// Stops a step whose caller went away (`wharf step` was interrupted). Idempotent.
+    /// Returns the nodes to wake.
+    pub fn cancel_step(&mut self, key: StepKey, why: &str) -> Result<Vec<String>, Failure> {
+        let Some(job) = self.jobs.get(&key.job) else {
+            return Ok(vec![]);
+        };
+        let Some(i) = job.steps.iter().position(|s| s.id == key.step) else {
+            return Ok(vec![]);
+        };
+        if job.steps[i].exit.is_some() || job.steps[i].stop.is_some() {
+            return Ok(vec![]);
+        }
+        let mut job = job.clone();
+        job.steps[i].stop = Some(why.to_string());
+        let nodes = job.steps[i].nodes.iter().map(|n| n.node.clone()).collect();
+        self.commit(vec![job])?;
+        Ok(nodes)
+    }
+
+    /// Takes in `node`'s report of its steps: starts and ends recorded. Returns the steps
+    /// the agent may forget and the other nodes with step tasks to stop now.
+    pub fn ingest_steps(
+        &mut self,
+        node: &str,
+        reported: &[AgentStep],
+        now: u64,
+    ) -> Result<(Vec<StepKey>, BTreeSet<String>), Failure> {
+        let mut changed: BTreeMap<JobId, JobRecord> = BTreeMap::new();
+        let mut forget = Vec::new();
+        let mut wake = BTreeSet::new();
+        for s in reported {
+            let key = s.key;
+            let job = match changed.get(&key.job) {
+                Some(j) => Some(j.clone()),
+                None => self.jobs.get(&key.job).cloned(),
+            };
+            let found = job.and_then(|j| {
+                let si = j.steps.iter().position(|st| st.id == key.step)?;
+                let ni = j.steps[si].nodes.iter().position(|n| n.node == node)?;
+                Some((j, si, ni))
+            });
+            let Some((mut job, si, ni)) = found else {
+                // Of a job or step no longer here: the orders' pass kills a live one.
+                if s.exit.is_some() {
+                    forget.push(key);
+                }
+                continue;
+            };
+            let entry = &job.steps[si].nodes[ni];
+            match &s.exit {
+                Some(_) if entry.exit.is_some() => forget.push(key),
+                Some(exit) => {
+                    forget.push(key);
+                    let step = job.steps[si].clone();
+                    let was_stopping = step.stop.is_some();
+                    let step = node_ended(
+                        step,
+                        ni,
+                        exit.clone(),
+                        s.start_time,
+                        s.end_time.unwrap_or(now),
+                    );
+                    if step.stop.is_some() && !was_stopping {
+                        wake.extend(
+                            step.nodes
+                                .iter()
+                                .filter(|n| n.exit.is_none() && n.node != node)
+                                .map(|n| n.node.clone()),
+                        );
+                    }
+                    if let Some(e) = &step.exit {
+                        tracing::info!(job = key.job, step = key.step, state = %e.final_state(), "step ended");
+                    }
+                    job.steps[si] = step;
+                    changed.insert(job.id, job);
+                }
+                None => {
+                    if let (Some(at), None) = (s.start_time, entry.start_time) {
+                        job.steps[si].nodes[ni].start_time = Some(at);
+                        let step = &mut job.steps[si];
+                        if step.nodes.iter().all(|n| n.start_time.is_some()) {
+                            step.start_time = step.nodes.iter().filter_map(|n| n.start_time).max();
+                            // Only launch orders need it, and it is most of a record.
+                            step.env.clear();
+                        }
+                        changed.insert(job.id, job);
+                    }
+                }
+            }
+        }
+        // A stopped step's tasks that never started here never will.
+        let reported: BTreeSet<StepKey> = reported.iter().map(|s| s.key).collect();
+        let on: Vec<JobRecord> = self.jobs_on(node).cloned().collect();
+        for job in on {
+            let was_changed = changed.contains_key(&job.id);
+            let mut job = changed.remove(&job.id).unwrap_or(job);
+            let mut touched = was_changed;
+            for si in 0..job.steps.len() {
+                let step = &job.steps[si];
+                let key = StepKey {
+                    job: job.id,
+                    step: step.id,
+                };
+                let Some(ni) = step.nodes.iter().position(|n| n.node == node) else {
+                    continue;
+                };
+                let n = &step.nodes[ni];
+                if step.stop.is_none() || n.start_time.is_some() || n.exit.is_some() {
+                    continue;
+                }
+                if reported.contains(&key) {
+                    continue;
+                }
+                let exit = ExitInfo {
+                    cancelled: true,
+                    message: Some("never started: the step was stopped first".into()),
+                    ..Default::default()
+                };
+                job.steps[si] = node_ended(step.clone(), ni, exit, None, now);
+                touched = true;
+            }
+            if touched {
+                changed.insert(job.id, job);
+            }
+        }
+        self.commit(changed.into_values().collect())?;
+        Ok((forget, wake))
+    }
+
+    /// The step orders for `node`: launches of steps it has not started yet, and kills of
+    /// those it runs that are being stopped, or that belong to no running step here. `held`
+    /// are the steps it reported still running, `stopping` those it is stopping already.
+    pub fn step_orders(
+        &self,
+        node: &str,
+        held: &BTreeSet<StepKey>,
+        stopping: &BTreeSet<StepKey>,
+    ) -> (Vec<StepOrder>, Vec<StepKill>) {
+        let mut launch = Vec::new();
+        let mut kill = Vec::new();
+        let mut known = BTreeSet::new();
+        for job in self.jobs_on(node) {
+            let (Some(spec), Some(rank)) = (&job.spec, job.rank_on(node)) else {
+                continue;
+            };
+            let job_stopping =
+                job.cancel_requested || job.stop.is_some() || !job.state.holds_resources();
+            for step in &job.steps {
+                let Some(ni) = step.nodes.iter().position(|n| n.node == node) else {
+                    continue;
+                };
+                let key = StepKey {
+                    job: job.id,
+                    step: step.id,
+                };
+                let entry = &step.nodes[ni];
+                if entry.exit.is_some() {
+                    continue;
+                }
+                known.insert(key);
+                let stop = step
+                    .stop
+                    .clone()
+                    .or_else(|| job_stopping.then(|| format!("job {} is being stopped", job.id)));
+                if held.contains(&key) {
+                    if let Some(reason) = stop.filter(|_| !stopping.contains(&key)) {
+                        kill.push(StepKill {
+                            key,
+                            reason: reason.clone(),
+                        });
+                    }
+                    continue;
+                }
+                if stop.is_some() || entry.start_time.is_some() {
+                    continue;
+                }
+                let alloc = &job.allocs[rank as usize];
+                // Not before the job has started here: its image may still be on its way.
+                if alloc.start_time.is_none() && !alloc.ended() {
+                    continue;
+                }
+                let mut spec = spec.clone();
+                // The step's files beside the job's (absolute), whatever directory it runs in.
+                spec.output = step_output(&spec.output_path(job.id), step.id);
+                spec.error = spec.error_path(job.id).map(|e| step_output(&e, step.id));
+                spec.argv = step.argv.clone();
+                spec.env = step_env(step);
+                if let Some(dir) = &step.workdir {
+                    spec.workdir = dir.clone();
+                }
+                spec.nodes = step.nodes.len() as u32;
+                spec.tasks_per_node = step.tasks_per_node;
+                spec.gpus_per_task = step.gpus_per_task;
+                spec.resources.cpus = alloc.cpu_ids.len() as u32;
+                spec.time_limit = step.time_limit;
+                launch.push(StepOrder {
+                    step: step.id,
+                    order: LaunchOrder {
+                        id: job.id,
+                        owner: job.owner.clone(),
+                        spec,
+                        cpu_ids: alloc.cpu_ids.clone(),
+                        gpu_ids: alloc.gpu_ids.clone(),
+                        restarts: 0,
+                        rendezvous: Rendezvous {
+                            nodes: step.nodes.iter().map(|n| self.peer(&n.node)).collect(),
+                            node_rank: ni as u32,
+                            port: job.port,
+                        },
+                        registry_auth: self.credentials.get(job.id),
+                        // A step starts in a job already running on every node.
+                        hold: false,
+                    },
+                });
+            }
+        }
+        for key in held.difference(stopping) {
+            if !known.contains(key) {
+                kill.push(StepKill {
+                    key: *key,
+                    reason: format!("step {}.{} is not running on this node", key.job, key.step),
+                });
+            }
+        }
+        (launch, kill)
+    }
+}
+
+#[cfg(test)]
+mod tests;

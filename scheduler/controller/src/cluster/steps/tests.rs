@@ -1,0 +1,324 @@
+use std::collections::BTreeSet;
+
+use wharf_api::step::{AgentStep, StepKey, StepRecord, StepRequest, StepStart};
+use wharf_api::wire::{AgentJob, ErrorKind, PollRequest};
+use wharf_api::{ExitInfo, JobDefaults, JobId, JobRequest, JobState, NodeInfo};
+
+use crate::cluster::sched::tests::{caller, record, submit_job};
+use crate::cluster::Cluster;
+use crate::store::Store;
+
+/// Nodes `g1`..`gN`, 4 CPUs each.
+fn nodes(dir: &tempfile::TempDir, n: u32) -> Cluster {
+    let store = Store::open(&dir.path().join("wharf.db")).unwrap();
+    let mut c = Cluster::load_with_scheduler(
+        store,
+        JobDefaults::default(),
+        60_000,
+        0,
+        wharf_core::Config::default(),
+    )
+    .unwrap();
+    for i in 1..=n {
+        let name = format!("g{i}");
+        c.register(
+            NodeInfo::new(&name, &format!("10.0.0.{i}"), 4, 16 << 30, vec![]),
+            0,
+        )
+        .unwrap();
+    }
+    c
+}
+
+fn report(c: &mut Cluster, node: &str, jobs: &[(JobId, Option<i32>)], steps: Vec<AgentStep>) {
+    let jobs = jobs
+        .iter()
+        .map(|&(id, code)| AgentJob {
+            id,
+            start_time: Some(1_000),
+            exit: code.map(|code| ExitInfo {
+                code: Some(code),
+                ..Default::default()
+            }),
+            end_time: code.map(|_| 3_000),
+            stopping: false,
+            ready: false,
+        })
+        .collect();
+    let poll = PollRequest {
+        node: node.into(),
+        jobs,
+        wait_ms: 0,
+        images: vec![],
+        pulling: vec![],
+        prepulls: vec![],
+        steps: steps.clone(),
+    };
+    c.ingest(&poll, 2_000).unwrap();
+    c.ingest_steps(node, &steps, 2_000).unwrap();
+}
+
+/// A running job of uid 1000 on `n` nodes, 4 CPUs on each.
+fn running(c: &mut Cluster, n: u32) -> JobId {
+    let id = submit_job(
+        c,
+        &caller(1000, "ann"),
+        JobRequest {
+            nodes: Some(n),
+            cpus: Some(4),
+            ..Default::default()
+        },
+        10,
+    )
+    .unwrap();
+    c.schedule(1_000).unwrap();
+    for i in 1..=n {
+        report(c, &format!("g{i}"), &[(id, None)], vec![]);
+    }
+    assert_eq!(record(c, id).state, JobState::Running);
+    id
+}
+
+fn ask(job: JobId, node: &str, uid: u32, request: StepRequest) -> StepStart {
+    StepStart {
+        node: node.into(),
+        job,
+        uid,
+        request: StepRequest {
+            argv: vec!["/bin/true".into()],
+            env: [
+                ("OMP_NUM_THREADS".into(), "4".into()),
+                ("RANK".into(), "9".into()),
+            ]
+            .into(),
+            ..request
+        },
+    }
+}
+
+fn step_report(job: JobId, step: u32, exit: Option<ExitInfo>) -> AgentStep {
+    AgentStep {
+        key: StepKey { job, step },
+        start_time: Some(1_500),
+        end_time: exit.as_ref().map(|_| 2_000),
+        exit,
+        stopping: false,
+    }
+}
+
+fn code(code: i32, task: u32) -> Option<ExitInfo> {
+    Some(ExitInfo {
+        code: Some(code),
+        task: Some(task),
+        ..Default::default()
+    })
+}
+
+#[test]
+fn steps_get_their_jobs_next_id_and_run_where_they_ask_within_the_allocation() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = nodes(&dir, 3);
+    let id = running(&mut c, 3);
+    let all = c
+        .start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000)
+        .unwrap();
+    assert_eq!((all.id, all.nodes.len(), all.tasks_per_node), (0, 3, 1));
+    let two = StepRequest {
+        nodes: Some(2),
+        ntasks_per_node: Some(4),
+        ..Default::default()
+    };
+    let two = c.start_step(ask(id, "g2", 1000, two), 2_000).unwrap();
+    assert_eq!((two.id, two.ntasks()), (1, 8));
+    let listed = StepRequest {
+        nodelist: Some("g3".into()),
+        ntasks: Some(2),
+        ..Default::default()
+    };
+    let listed = c.start_step(ask(id, "g1", 1000, listed), 2_000).unwrap();
+    assert_eq!(listed.nodes[0].node, "g3");
+    assert_eq!(listed.tasks_per_node, 2);
+    // Recorded with the job, durably.
+    assert_eq!(record(&c, id).steps.len(), 3);
+    // g3's orders: steps 0 and 2, ranked within each step; the step's env names the step.
+    let (orders, kills) = c.step_orders("g3", &BTreeSet::new(), &BTreeSet::new());
+    assert!(kills.is_empty());
+    let got: Vec<(u32, u32, usize)> = orders
+        .iter()
+        .map(|o| {
+            (
+                o.step,
+                o.order.rendezvous.node_rank,
+                o.order.rendezvous.nodes.len(),
+            )
+        })
+        .collect();
+    assert_eq!(got, [(0, 2, 3), (2, 0, 1)]);
+    assert_eq!(orders[1].order.spec.env["SLURM_STEP_ID"], "2");
+    // The caller's environment goes on, less the variables that place a task.
+    assert_eq!(orders[1].order.spec.env["OMP_NUM_THREADS"], "4");
+    assert!(!orders[1].order.spec.env.contains_key("RANK"));
+    assert!(orders[1].order.spec.output.ends_with(".step2"));
+    assert_eq!(orders[1].order.spec.tasks_per_node, 2);
+}
+
+#[test]
+fn a_step_of_a_starting_job_goes_to_each_node_once_the_job_started_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = nodes(&dir, 2);
+    let id = submit_job(
+        &mut c,
+        &caller(1000, "ann"),
+        JobRequest {
+            nodes: Some(2),
+            cpus: Some(4),
+            ..Default::default()
+        },
+        10,
+    )
+    .unwrap();
+    c.schedule(1_000).unwrap();
+    // g1 started (its rank 0 asks for the step); g2 is still pulling the image.
+    report(&mut c, "g1", &[(id, None)], vec![]);
+    assert_eq!(record(&c, id).state, JobState::Starting);
+    c.start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000)
+        .unwrap();
+    let none = BTreeSet::new();
+    assert_eq!(c.step_orders("g1", &none, &none).0.len(), 1);
+    assert!(c.step_orders("g2", &none, &none).0.is_empty());
+    report(&mut c, "g2", &[(id, None)], vec![]);
+    assert_eq!(c.step_orders("g2", &none, &none).0.len(), 1);
+}
+
+#[test]
+fn a_step_outside_the_callers_job_or_allocation_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = nodes(&dir, 3);
+    let id = running(&mut c, 2);
+    let refused = |c: &mut Cluster, s: StepStart| c.start_step(s, 2_000).unwrap_err();
+    let other_user = refused(&mut c, ask(id, "g1", 1001, StepRequest::default()));
+    assert_eq!(other_user.kind, ErrorKind::PermissionDenied);
+    assert!(
+        other_user.message.contains("another user"),
+        "{other_user:?}"
+    );
+    let other_job = StepRequest {
+        job: Some(id + 7),
+        ..Default::default()
+    };
+    let e = refused(&mut c, ask(id, "g1", 1000, other_job));
+    assert!(e.message.contains(&format!("inside job {id}")), "{e:?}");
+    let e = refused(&mut c, ask(id, "g3", 1000, StepRequest::default()));
+    assert_eq!(e.kind, ErrorKind::PermissionDenied);
+    let too_many = StepRequest {
+        ntasks_per_node: Some(5),
+        ..Default::default()
+    };
+    let e = refused(&mut c, ask(id, "g1", 1000, too_many));
+    assert_eq!(e.kind, ErrorKind::InvalidInput);
+    assert!(e.message.contains("4 CPU(s)"), "{e:?}");
+    let gpus = StepRequest {
+        gpus_per_task: Some(1),
+        ..Default::default()
+    };
+    assert!(refused(&mut c, ask(id, "g1", 1000, gpus))
+        .message
+        .contains("0 GPU(s)"));
+    let outside = StepRequest {
+        nodelist: Some("g3".into()),
+        ..Default::default()
+    };
+    assert!(refused(&mut c, ask(id, "g1", 1000, outside))
+        .message
+        .contains("not one of"));
+    let uneven = StepRequest {
+        ntasks: Some(3),
+        nodes: Some(2),
+        ..Default::default()
+    };
+    assert!(refused(&mut c, ask(id, "g1", 1000, uneven))
+        .message
+        .contains("evenly"));
+    // Nothing of these was recorded.
+    assert!(record(&c, id).steps.is_empty());
+    // Once the job has ended, no more steps.
+    report(&mut c, "g1", &[(id, Some(0))], vec![]);
+    report(&mut c, "g2", &[(id, Some(0))], vec![]);
+    let e = refused(&mut c, ask(id, "g1", 1000, StepRequest::default()));
+    assert_eq!(e.kind, ErrorKind::NotFound);
+    assert!(
+        e.message.contains("is not running: it ended COMPLETED"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn a_failing_task_stops_the_step_elsewhere_and_decides_its_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = nodes(&dir, 2);
+    let id = running(&mut c, 2);
+    let req = StepRequest {
+        ntasks_per_node: Some(2),
+        ..Default::default()
+    };
+    let step = c.start_step(ask(id, "g1", 1000, req), 2_000).unwrap();
+    let key = StepKey { job: id, step: 0 };
+    report(&mut c, "g1", &[(id, None)], vec![step_report(id, 0, None)]);
+    report(&mut c, "g2", &[(id, None)], vec![step_report(id, 0, None)]);
+    let started = c.step(key).unwrap();
+    assert!(started.start_time.is_some());
+    assert!(started.env.is_empty() && !started.argv.is_empty());
+    // Task 1 of g2 (global rank 3) exits 7: g1 is told to stop its tasks.
+    let (forget, wake) = c
+        .ingest_steps("g2", &[step_report(id, 0, code(7, 1))], 2_500)
+        .unwrap();
+    assert_eq!(forget, [key]);
+    assert_eq!(wake, BTreeSet::from(["g1".to_string()]));
+    let (_, kills) = c.step_orders("g1", &BTreeSet::from([key]), &BTreeSet::new());
+    assert_eq!(kills.len(), 1);
+    assert!(kills[0].reason.contains("task 3"), "{kills:?}");
+    let killed = Some(ExitInfo {
+        signal: Some(15),
+        cancelled: true,
+        ..Default::default()
+    });
+    c.ingest_steps("g1", &[step_report(id, 0, killed)], 2_600)
+        .unwrap();
+    let ended: StepRecord = c.step(key).unwrap();
+    assert_eq!(ended.state(), JobState::Failed);
+    assert_eq!(ended.exit_status(), 7);
+    let msg = ended.exit.as_ref().unwrap().message.clone().unwrap();
+    assert!(msg.starts_with("task 3 on node g2"), "{msg}");
+    // The job goes on.
+    assert_eq!(record(&c, id).state, JobState::Running);
+    let _ = step;
+}
+
+#[test]
+fn the_jobs_end_ends_its_steps_and_steps_stopped_before_they_start_end_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = nodes(&dir, 2);
+    let id = running(&mut c, 2);
+    c.start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000)
+        .unwrap();
+    let key = StepKey { job: id, step: 0 };
+    // Its caller went away before g2 launched it: g2 never starts it.
+    assert_eq!(c.cancel_step(key, "gone").unwrap(), ["g1", "g2"]);
+    let (launch, _) = c.step_orders("g2", &BTreeSet::new(), &BTreeSet::new());
+    assert!(launch.is_empty());
+    report(&mut c, "g2", &[(id, None)], vec![]);
+    assert!(c.step(key).unwrap().nodes[1].exit.is_some());
+    // A second step, still running when the job ends, ends with it.
+    c.start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000)
+        .unwrap();
+    report(&mut c, "g1", &[(id, Some(0))], vec![]);
+    report(&mut c, "g2", &[(id, Some(0))], vec![]);
+    let job = c.job(&caller(1000, "ann"), id).unwrap();
+    assert_eq!(job.state, JobState::Completed);
+    assert!(
+        job.steps.iter().all(|s| s.exit.is_some()),
+        "{:?}",
+        job.steps
+    );
+    assert_eq!(job.steps[1].state(), JobState::Cancelled);
+}

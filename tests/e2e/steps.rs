@@ -1,0 +1,505 @@
+//! Steps inside a job (`wharf step`): tasks with the step's ranks in the job's allocation,
+//! the step's status, its record, and the refusals: outside any job, from another user's
+//! process, for a job that is not running, beyond the allocation.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+/// `KEY=VALUE` words of the first line of `path` that starts with `tag`.
+fn words(path: &Path, tag: &str) -> std::collections::BTreeMap<String, String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(tag))
+        .unwrap_or_else(|| panic!("no {tag} line in {}:\n{text}", path.display()));
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The CPUs of a `Cpus_allowed_list` such as `0-2,5`.
+fn cpu_list(text: &str) -> Vec<u32> {
+    let mut out = vec![];
+    for part in text.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => out.extend(a.parse::<u32>().unwrap()..=b.parse().unwrap()),
+            None => out.push(part.parse().unwrap()),
+        }
+    }
+    out
+}
+
+const SHOW: &str = "echo TASK STEP=$SLURM_STEP_ID PROCID=$SLURM_PROCID NTASKS=$SLURM_NTASKS \
+    RANK=$RANK WORLD=$WORLD_SIZE LOCAL=$LOCAL_RANK NODE=$NODE_RANK JOB=$SLURM_JOB_ID \
+    CPUS=$(grep Cpus_allowed_list /proc/self/status | tr -d \"[:blank:]\" | cut -d: -f2) \
+    USER=$(id -u)";
+
+#[test]
+fn a_step_runs_ranked_tasks_in_the_jobs_allocation_and_ends_as_its_first_failing_task() {
+    let test = "a_step_runs_ranked_tasks_in_the_jobs_allocation_and_ends_as_its_first_failing_task";
+    if !can_run(test) {
+        return;
+    }
+    let c = Cluster::start();
+    if !c.has_cpus(test, 2) {
+        return;
+    }
+    let alice = user("wharf-alice");
+    let home = c.home(&alice);
+    let w = wharf_bin();
+    let script = format!(
+        "echo BATCH CPUS=$(grep Cpus_allowed_list /proc/self/status | tr -d ' \\t' | cut -d: -f2); \
+         {w} step --ntasks-per-node 2 -- sh -c '{SHOW}'; echo RESULT FIRST=$?; \
+         t0=$(date +%s); {w} step -n 2 -- sh -c 'if [ $SLURM_PROCID = 1 ]; then exit 3; fi; sleep 60'; \
+         echo RESULT SECOND=$? SECS=$(( $(date +%s) - t0 )); \
+         {w} step --ntasks-per-node 3 -- true; echo RESULT THIRD=$?; \
+         {w} step --jobid 999999 -- true; echo RESULT FOURTH=$?"
+    );
+    let id = submitted_id(&c.wharf_as(
+        &alice,
+        &[
+            "submit",
+            "--cpus-per-task",
+            "2",
+            "--mem",
+            "128M",
+            "-t",
+            "2m",
+            "--wrap",
+            &script,
+        ],
+    ));
+    let job = c.wait_done(id, Duration::from_secs(90));
+    let out = home.join(format!("wharf-{id}.out"));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{text}\n{}", c.log());
+    let result = words(&out, "RESULT FIRST");
+    assert_eq!(result["FIRST"], "0", "{text}");
+    // Task 1 exited 3: the step's status, and task 0's sleep was stopped at once.
+    let second = words(&out, "RESULT SECOND");
+    assert_eq!(second["SECOND"], "3", "{text}");
+    assert!(second["SECS"].parse::<u64>().unwrap() < 30, "{text}");
+    assert_eq!(words(&out, "RESULT THIRD")["THIRD"], "1", "{text}");
+    assert!(
+        text.contains("3 tasks per node is more than job") && text.contains("2 CPU(s)"),
+        "{text}"
+    );
+    assert_eq!(words(&out, "RESULT FOURTH")["FOURTH"], "1", "{text}");
+    assert!(
+        text.contains(&format!("runs inside job {id}, not job 999999")),
+        "{text}"
+    );
+    // Each task of step 0 wrote its own file, with the step's ranks, as alice, on CPUs of
+    // the job's own.
+    let batch = cpu_list(&words(&out, "BATCH")["CPUS"]);
+    let mut seen = vec![];
+    for rank in 0..2u32 {
+        let file = match rank {
+            0 => home.join(format!("wharf-{id}.out.step0")),
+            r => home.join(format!("wharf-{id}.out.step0.rank{r}")),
+        };
+        let t = words(&file, "TASK");
+        let r = rank.to_string();
+        assert_eq!(
+            (
+                &*t["STEP"],
+                &*t["PROCID"],
+                &*t["RANK"],
+                &*t["LOCAL"],
+                &*t["NTASKS"]
+            ),
+            ("0", &*r, &*r, &*r, "2"),
+            "{t:?}"
+        );
+        assert_eq!((&*t["WORLD"], &*t["NODE"]), ("2", "0"));
+        assert_eq!(t["JOB"], id.to_string());
+        assert_eq!(t["USER"], alice.uid.to_string());
+        let cpus = cpu_list(&t["CPUS"]);
+        assert_eq!(cpus.len(), 1, "one CPU each: {t:?}");
+        assert!(
+            cpus.iter().all(|c| batch.contains(c)),
+            "{cpus:?} not in {batch:?}"
+        );
+        seen.extend(cpus);
+    }
+    seen.dedup();
+    assert_eq!(seen.len(), 2, "the tasks' CPUs differ");
+    // The job's record has its two steps (the refused ones were never recorded).
+    let steps = job["steps"].as_array().expect("steps recorded");
+    assert_eq!(steps.len(), 2, "{job}");
+    assert_eq!(steps[0]["id"], 0);
+    assert_eq!(steps[0]["exit"]["code"], 0);
+    assert_eq!(steps[1]["exit"]["code"], 3);
+    assert_eq!(steps[1]["tasks_per_node"], 2);
+    assert!(steps[1]["exit"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("task 1 on node"));
+    // `wharf show` lists them.
+    let shown = stdout(&c.wharf_as(&alice, &["show", &id.to_string()]));
+    assert!(
+        shown.contains(&format!("Step: {id}.0 sh: 2 task(s) on "))
+            && shown.contains("COMPLETED 0:0"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!("Step: {id}.1 sh: 2 task(s) on ")),
+        "{shown}"
+    );
+    assert!(shown.contains("FAILED 3:0 (task 1 on node"), "{shown}");
+    // Accounting shows them as sacct does: JOBID.batch, then JOBID.STEP.
+    let out = c.wharf_as(
+        &alice,
+        &[
+            "acct",
+            "-j",
+            &id.to_string(),
+            "--steps",
+            "-p",
+            "-n",
+            "-o",
+            "JobID,JobName,State,ExitCode,NNodes,NTasks",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: Vec<String> = stdout(&out).lines().skip(1).map(str::to_string).collect();
+    assert_eq!(
+        rows,
+        [
+            format!("{id}.batch|batch|COMPLETED|0:0|1|1|"),
+            format!("{id}.0|sh|COMPLETED|0:0|1|2|"),
+            format!("{id}.1|sh|FAILED|3:0|1|2|"),
+        ],
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// The pids in job `id`'s sandbox cgroup.
+fn job_pids(c: &Cluster, id: u64) -> Vec<i32> {
+    wharf_runtime::cgroup_dirs(&format!("/{}/wharf-{id}", c.cgroup_parent))
+        .iter()
+        .flat_map(|d| {
+            std::fs::read_to_string(d.join("cgroup.procs"))
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
+/// Runs `wharf step -- true` as `user` (root when `None`), put by root into the cgroup
+/// `cgroup` (made when missing, removed after) before it calls; its output.
+fn step_from_cgroup(
+    socket: &str,
+    user: Option<&User>,
+    cgroup: &str,
+    made: bool,
+) -> std::process::Output {
+    let script = format!("read go; exec {} step -- true", wharf_bin());
+    let mut cmd = match user {
+        Some(u) => {
+            let mut cmd = setpriv(u);
+            cmd.arg("/bin/sh");
+            cmd
+        }
+        None => std::process::Command::new("/bin/sh"),
+    };
+    let mut child = cmd
+        .args(["-c", &script])
+        .env("WHARF_STEP_SOCKET", socket)
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (parent, name) = cgroup.rsplit_once('/').unwrap();
+    // A cgroup made here only where the agent looks (v2, or v1's memory hierarchy): a
+    // fresh v1 cpuset takes no process.
+    let dirs: Vec<PathBuf> = wharf_runtime::cgroup_dirs(parent)
+        .into_iter()
+        .map(|d| d.join(name))
+        .filter(|d| !made || d.is_dir() || !d.starts_with("/sys/fs/cgroup/cpuset"))
+        .collect();
+    for d in &dirs {
+        if made {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(d.join("cgroup.procs"), child.id().to_string())
+            .unwrap_or_else(|e| panic!("joining {}: {e}", d.display()));
+    }
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    if made {
+        for d in &dirs {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_step_is_refused_outside_a_job_to_another_user_and_for_a_job_that_is_not_running() {
+    let test = "a_step_is_refused_outside_a_job_to_another_user_and_for_a_job_that_is_not_running";
+    if !can_run(test) {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    let bob = user("wharf-bob");
+    let done = submitted_id(&c.wharf_as(&alice, &["submit", "--wrap", "true"]));
+    c.wait_done(done, Duration::from_secs(30));
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", "-t", "2m", "--wrap", "sleep 120"]));
+    c.wait_running(id);
+    // The socket name, from the job's own environment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let socket = loop {
+        let found = job_pids(&c, id).into_iter().find_map(|pid| {
+            let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+            env.split(|&b| b == 0)
+                .find_map(|kv| kv.strip_prefix(b"WHARF_STEP_SOCKET="))
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        });
+        if let Some(s) = found {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no job process shows WHARF_STEP_SOCKET"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(socket.starts_with("@wharf-step-"), "{socket}");
+    // No socket named: not in a job.
+    let out = c.wharf_as(&bob, &["step", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("only inside a Wharf job"),
+        "{}",
+        stderr(&out)
+    );
+    // The socket named, but the caller is in no job's sandbox.
+    let out = setpriv(&bob)
+        .args([wharf_bin(), "step", "--", "true"])
+        .env("WHARF_STEP_SOCKET", &socket)
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("in no job's sandbox"),
+        "{}",
+        stderr(&out)
+    );
+    // Bob's process inside alice's job's cgroup (put there by root): not alice, refused.
+    let job_cgroup = format!("/{}/wharf-{id}", c.cgroup_parent);
+    let out = step_from_cgroup(&socket, Some(&bob), &job_cgroup, false);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        stderr(&out).contains("belongs to another user"),
+        "{}\n{}",
+        stderr(&out),
+        c.log()
+    );
+    // A process in the sandbox cgroup of a job that ended, or never was.
+    let ended = format!("/{}/wharf-{done}", c.cgroup_parent);
+    let out = step_from_cgroup(&socket, None, &ended, true);
+    assert!(
+        stderr(&out).contains(&format!("job {done} is not running: it ended COMPLETED")),
+        "{}",
+        stderr(&out)
+    );
+    let none = format!("/{}/wharf-999999", c.cgroup_parent);
+    let out = step_from_cgroup(&socket, None, &none, true);
+    assert!(stderr(&out).contains("no job 999999"), "{}", stderr(&out));
+    // None of these started a step.
+    assert!(c.job(id)["steps"].as_array().is_none_or(|s| s.is_empty()));
+    c.wharf(&["cancel", &id.to_string()]);
+}
+
+/// `text` as a script file readable by every user, in a directory jobs can see (theirs is a
+/// private /tmp).
+fn script_file(dir: &Path, name: &str, text: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn step_tasks_see_only_the_jobs_gpus_one_each_when_asked() {
+    let test = "step_tasks_see_only_the_jobs_gpus_one_each_when_asked";
+    if !can_run(test) {
+        return;
+    }
+    let (_dev, c) = crate::gpu::gpu_cluster(&[0, 1, 2, 3]);
+    if !c.has_cpus(test, 2) {
+        return;
+    }
+    let alice = user("wharf-alice");
+    let home = c.home(&alice);
+    let dir = scratch("wharf-steps-");
+    let show = script_file(
+        dir.path(),
+        "gpus.sh",
+        "echo TASK PROCID=$SLURM_PROCID VISIBLE=$(ls /dev | grep '^nvidia[0-9]' | tr '\\n' ,) \
+         CUDA=$CUDA_VISIBLE_DEVICES GPUS=$WHARF_GPUS\n",
+    );
+    let w = wharf_bin();
+    let script = format!(
+        "echo BATCH GPUS=$WHARF_GPUS; \
+         {w} step --ntasks-per-node 2 --gpus-per-task 1 -- sh {show}; echo RESULT ONE=$?; \
+         {w} step --ntasks-per-node 2 -- sh {show}; echo RESULT ALL=$?; \
+         {w} step --ntasks-per-node 2 --gpus-per-task 2 -- true; echo RESULT TOO_MANY=$?"
+    );
+    let id = submitted_id(&c.wharf_as(
+        &alice,
+        &[
+            "submit", "--gpus", "2", "--cpus", "2", "--mem", "64M", "-t", "2m", "--wrap", &script,
+        ],
+    ));
+    let job = c.wait_done(id, Duration::from_secs(60));
+    let out = home.join(format!("wharf-{id}.out"));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{text}");
+    let held: Vec<String> = words(&out, "BATCH")["GPUS"]
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    assert_eq!(held.len(), 2, "{text}");
+    assert_eq!(words(&out, "RESULT ONE")["ONE"], "0", "{text}");
+    assert_eq!(words(&out, "RESULT ALL")["ALL"], "0", "{text}");
+    assert_eq!(words(&out, "RESULT TOO_MANY")["TOO_MANY"], "1", "{text}");
+    assert!(
+        text.contains("is more than job") && text.contains("2 GPU(s)"),
+        "{text}"
+    );
+    let task = |step: u32, rank: u32| {
+        let name = match rank {
+            0 => format!("wharf-{id}.out.step{step}"),
+            r => format!("wharf-{id}.out.step{step}.rank{r}"),
+        };
+        words(&home.join(name), "TASK")
+    };
+    // One each: its own of the job's two, as device 0 for CUDA.
+    let mut seen = vec![];
+    for rank in 0..2 {
+        let t = task(0, rank);
+        assert!(held.contains(&t["GPUS"]), "{t:?} outside {held:?}");
+        assert_eq!(t["VISIBLE"], format!("nvidia{},", t["GPUS"]), "{t:?}");
+        assert_eq!(t["CUDA"], "0", "{t:?}");
+        seen.push(t["GPUS"].clone());
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 2, "each task its own GPU");
+    // Without --gpus-per-task every task sees the job's two, and only those.
+    for rank in 0..2 {
+        let t = task(1, rank);
+        let all: String = held.iter().map(|g| format!("nvidia{g},")).collect();
+        assert_eq!(t["VISIBLE"], all, "{t:?}");
+    }
+}
+
+/// Whether any process is left in a cgroup named `name` under `parent`.
+fn cgroup_busy(parent: &str, name: &str) -> bool {
+    wharf_runtime::cgroup_dirs(&format!("/{parent}/{name}"))
+        .iter()
+        .any(|d| {
+            !std::fs::read_to_string(d.join("cgroup.procs"))
+                .unwrap_or_default()
+                .trim()
+                .is_empty()
+        })
+}
+
+#[test]
+fn a_step_stops_when_its_caller_is_killed_and_when_its_job_is_cancelled() {
+    let test = "a_step_stops_when_its_caller_is_killed_and_when_its_job_is_cancelled";
+    if !can_run(test) {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    let w = wharf_bin();
+    // Step 0's caller is killed after a second; step 1 runs until the job is cancelled.
+    let script =
+        format!("{w} step -- sleep 300 & sleep 1; kill -9 $!; {w} step -- sleep 300; echo never");
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", "-t", "2m", "--wrap", &script]));
+    let step_cgroup = |s: u32| format!("wharf-{id}.s{s}.0");
+    let wait_for = |what: &str, f: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !f() {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {}\n{}",
+                c.job(id),
+                c.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_for("step 1 runs", &|| {
+        cgroup_busy(&c.cgroup_parent, &step_cgroup(1))
+    });
+    // Its caller gone, step 0 was stopped.
+    wait_for("step 0 stopped", &|| {
+        !cgroup_busy(&c.cgroup_parent, &step_cgroup(0))
+    });
+    let steps = c.job(id)["steps"].clone();
+    assert_eq!(steps[0]["exit"]["cancelled"], true, "{steps}");
+    c.wharf(&["cancel", &id.to_string()]);
+    let job = c.wait_done(id, Duration::from_secs(30));
+    assert_eq!(job["state"], "CANCELLED", "{job}");
+    wait_for("step 1 stopped", &|| {
+        !cgroup_busy(&c.cgroup_parent, &step_cgroup(1))
+    });
+    let steps = job["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{job}");
+    assert!(
+        steps.iter().all(|s| s["exit"]["cancelled"] == true),
+        "{job}"
+    );
+}
+
+#[test]
+fn a_step_is_waited_for_through_a_restart_of_its_agent() {
+    let test = "a_step_is_waited_for_through_a_restart_of_its_agent";
+    if !can_run(test) {
+        return;
+    }
+    let mut c = Cluster::start();
+    let alice = user("wharf-alice");
+    let home = c.home(&alice);
+    let w = wharf_bin();
+    let script = format!("{w} step -- sh -c 'sleep 8; exit 7'; echo RESULT STATUS=$?");
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", "-t", "2m", "--wrap", &script]));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cgroup_busy(&c.cgroup_parent, &format!("wharf-{id}.s0.0")) {
+        assert!(Instant::now() < deadline, "the step never ran: {}", c.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Controller and agent die together and come back; the job and its step run on.
+    c.kill9();
+    c.spawn();
+    c.wait_node_up();
+    let job = c.wait_done(id, Duration::from_secs(60));
+    let out = home.join(format!("wharf-{id}.out"));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{text}\n{}", c.log());
+    assert_eq!(words(&out, "RESULT")["STATUS"], "7", "{text}");
+    assert!(
+        text.contains(&format!("waiting for step {id}.0 again")),
+        "{text}"
+    );
+    assert_eq!(job["steps"][0]["exit"]["code"], 7, "{job}");
+}
