@@ -99,6 +99,32 @@ impl Store {
         &self.path
     }
 
+    /// Whether each commit waits for the disk (`synchronous=FULL`, as opened) or not
+    /// (`NORMAL`). In WAL mode a commit that does not wait is made durable by the next one
+    /// that does (or by [`Store::sync`]), which syncs the log and everything before it in
+    /// it; a crash before then loses such commits whole, never part of one, and never one
+    /// made before them.
+    pub fn set_durable(&mut self, durable: bool) -> Result<(), StoreError> {
+        let mode = if durable { "FULL" } else { "NORMAL" };
+        self.conn.pragma_update(None, "synchronous", mode)?;
+        Ok(())
+    }
+
+    /// Whether each commit waits for the disk (see [`Store::set_durable`]).
+    pub fn is_durable(&self) -> Result<bool, StoreError> {
+        let mode: i64 = self
+            .conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))?;
+        // 2 is FULL, 3 EXTRA.
+        Ok(mode >= 2)
+    }
+
+    /// Makes every commit so far durable: one write, waited for, of the store's own settings
+    /// (see [`Store::set_durable`]). Needs the store durable again first.
+    pub fn sync(&mut self) -> Result<(), StoreError> {
+        self.set_meta("synced", "1")
+    }
+
     /// A value kept in the store's own settings table.
     pub fn meta(&self, key: &str) -> Result<Option<String>, StoreError> {
         Ok(self
