@@ -120,9 +120,16 @@ impl Store {
     }
 
     /// Makes every commit so far durable: one write, waited for, of the store's own settings
-    /// (see [`Store::set_durable`]). Needs the store durable again first.
+    /// (see [`Store::set_durable`]). Needs the store durable again first. The value written
+    /// differs from the one stored (a count of syncs): SQLite writes nothing, and so syncs
+    /// nothing, for a row rewritten as it was.
     pub fn sync(&mut self) -> Result<(), StoreError> {
-        self.set_meta("synced", "1")
+        self.conn.execute(
+            "INSERT INTO meta (key, value) VALUES ('syncs', '1') \
+             ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1",
+            [],
+        )?;
+        Ok(())
     }
 
     /// A value kept in the store's own settings table.
@@ -640,6 +647,16 @@ pub(crate) mod tests {
         );
         assert_eq!(job.allocs[0].start_time, Some(5));
         assert_eq!(s.active_jobs().unwrap(), [job]);
+    }
+
+    #[test]
+    fn each_sync_writes_a_value_unlike_the_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("wharf.db")).unwrap();
+        s.sync().unwrap();
+        assert_eq!(s.meta("syncs").unwrap().as_deref(), Some("1"));
+        s.sync().unwrap();
+        assert_eq!(s.meta("syncs").unwrap().as_deref(), Some("2"));
     }
 
     #[test]
