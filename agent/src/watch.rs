@@ -30,6 +30,12 @@ impl AsRawFd for Fd {
     }
 }
 
+impl AsRawFd for Inotify {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.get_ref().as_raw_fd()
+    }
+}
+
 impl Inotify {
     /// A new instance (non-blocking, close-on-exec). Needs a tokio runtime.
     pub fn new() -> io::Result<Inotify> {

@@ -90,13 +90,23 @@ struct Output {
     /// appears as it is written on this machine. Where that cannot be watched (or is written
     /// by another machine, which inotify does not see), output appears at each answer of the
     /// controller: when the job changes state, and at least every `controller.poll_wait`.
+    /// Only made when there is output still to follow: closing an inotify instance that
+    /// watches something waits for the kernel to retire the watch (about 8 ms on the
+    /// development VM), which the command would pay at its exit.
     watch: Option<wharf_agent::watch::Inotify>,
 }
 
 impl Output {
-    fn new(out: String, err: Option<String>) -> Output {
+    /// The job's output files; followed as they grow when `follow`.
+    fn new(out: String, err: Option<String>, follow: bool) -> Output {
         use nix::sys::inotify::AddWatchFlags;
-        let watch = wharf_agent::watch::Inotify::new().ok().filter(|w| {
+        let watch = follow
+            .then(wharf_agent::watch::Inotify::new)
+            .and_then(Result::ok);
+        if let Some(w) = &watch {
+            hold_open_in_child(std::os::fd::AsRawFd::as_raw_fd(w));
+        }
+        let watch = watch.filter(|w| {
             [Some(&out), err.as_ref()]
                 .into_iter()
                 .flatten()
@@ -132,6 +142,67 @@ impl Output {
     }
 }
 
+/// Keeps the inotify instance `fd` open in a child process that lives until this one ends.
+///
+/// Closing an inotify instance that watches something waits for the kernel to retire its
+/// watches (a grace period of the notification layer: 8 ms at the median on the development
+/// VM, more under load), and an exiting process closes its descriptors before its parent
+/// hears of the exit: `wharf run` would end that much after its job. With a second reference
+/// in a child, this process's close only drops its own; the child, which waits for nothing
+/// but this process's end (the write end of a pipe, which only this process holds, closes
+/// with it), makes the last close, which nobody waits for. Best effort: without the child,
+/// the close is paid at exit as before.
+fn hold_open_in_child(fd: std::os::fd::RawFd) {
+    let mut pipe = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array it is given.
+    if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return;
+    }
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the child makes system calls only (no allocation, no lock), so another thread
+    // of this process holding a lock at the fork cannot stop it.
+    match unsafe { libc::fork() } {
+        0 => {
+            let mut keep = [fd, pipe[0]];
+            keep.sort_unstable();
+            let close_range = |from: i32, to: i32| {
+                if from <= to {
+                    // SAFETY: closes descriptors of this child only.
+                    unsafe { libc::syscall(libc::SYS_close_range, from as u32, to as u32, 0) };
+                }
+            };
+            // Nothing but the two: the child must not hold this process's output or its
+            // connections open after it.
+            close_range(0, keep[0] - 1);
+            close_range(keep[0] + 1, keep[1] - 1);
+            close_range(keep[1] + 1, i32::MAX);
+            // SAFETY: plain system calls; `_exit` skips the parent's atexit handlers.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::getppid() == parent {
+                    let mut byte = 0u8;
+                    while libc::read(pipe[0], (&mut byte as *mut u8).cast(), 1) < 0
+                        && *libc::__errno_location() == libc::EINTR
+                    {}
+                }
+                libc::_exit(0);
+            }
+        }
+        -1 => {
+            // SAFETY: the two descriptors pipe2 made, closed once.
+            unsafe {
+                libc::close(pipe[0]);
+                libc::close(pipe[1]);
+            }
+        }
+        // The write end stays open until this process ends.
+        // SAFETY: the child's end, closed once here.
+        _ => unsafe {
+            libc::close(pipe[0]);
+        },
+    }
+}
+
 /// Runs the command.
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
     let job = JobRequest {
@@ -149,7 +220,9 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         .spec
         .clone()
         .ok_or_else(|| anyhow::anyhow!("job {id} has no spec"))?;
-    let mut output = Output::new(spec.output_path(id), spec.error_path(id));
+    // A job that ended before the first answer (or a --quiet run) has no output to follow.
+    let follow = !args.quiet && !job.state.is_terminal();
+    let mut output = Output::new(spec.output_path(id), spec.error_path(id), follow);
     let mut said_pending = false;
     loop {
         if job.state == JobState::Pending && !said_pending {

@@ -393,7 +393,14 @@ async fn wait(
         return Ok(Json(job));
     };
     // Woken by the commit that changes the job's state; an ended job's sender goes away.
-    let _ = tokio::time::timeout_at(deadline, rx.wait_for(|now| !states.contains(now))).await;
+    let _ =
+        tokio::time::timeout_at(deadline, rx.wait_for(|now| !states.contains(&now.state))).await;
+    // The record committed with the change: no second trip to the cluster's lock (nor to the
+    // store, for an ended job, which the cluster no longer keeps).
+    let committed = rx.borrow().record.clone();
+    if let Some(job) = committed.filter(|j| !states.contains(&j.state)) {
+        return Ok(Json(crate::visibility::view(&c, (*job).clone())));
+    }
     let id = job.id;
     Ok(Json(with_cluster(&s, move |cl, _| cl.job(&c, id)).await?))
 }

@@ -371,7 +371,13 @@ impl Cluster {
         &mut self,
         caller: &Caller,
         id: JobId,
-    ) -> Result<(JobRecord, Option<tokio::sync::watch::Receiver<JobState>>), Failure> {
+    ) -> Result<
+        (
+            JobRecord,
+            Option<tokio::sync::watch::Receiver<crate::watch::Seen>>,
+        ),
+        Failure,
+    > {
         let job = self.job(caller, id)?;
         let rx = (!job.state.is_terminal()).then(|| self.watch.subscribe(id, job.state));
         Ok((job, rx))
@@ -645,6 +651,21 @@ impl Cluster {
         }
     }
 
+    /// Runs `f` with its commits not waiting for the disk, then makes them all durable with
+    /// one sync: several commits in a row (a group of submits, then the pass that starts
+    /// them) cost one wait for the disk instead of one each, and are all durable before
+    /// anyone hears of them when this returns `Ok`. On `Err` they may or may not be: the
+    /// caller tells no one of them. A panic in `f` leaves the store durable again.
+    pub fn durable_once<T>(&mut self, f: impl FnOnce(&mut Cluster) -> T) -> Result<T, Failure> {
+        self.store.set_durable(false)?;
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self)));
+        let restored = self.store.set_durable(true);
+        let out = out.unwrap_or_else(|p| std::panic::resume_unwind(p));
+        restored?;
+        self.store.sync()?;
+        Ok(out)
+    }
+
     /// Stores changed jobs in one transaction, then updates memory (active jobs only).
     fn commit(&mut self, mut changed: Vec<JobRecord>) -> Result<(), Failure> {
         if changed.is_empty() {
@@ -668,7 +689,7 @@ impl Cluster {
         }
         self.store_with_runs(&changed)?;
         for job in changed {
-            self.watch.changed(job.id, job.state);
+            self.watch.changed(&job);
             if job.state != JobState::Starting {
                 self.pulls.remove(&job.id);
             }

@@ -2,9 +2,12 @@
 //!
 //! One [`cluster::Cluster`] holds the state under a mutex; handlers run its methods on the
 //! blocking pool because each change commits to SQLite before the client is answered
-//! (submits go through one writer that commits them in groups, [`submits`]). A scheduler task
-//! runs a pass whenever something changes (and every second), spaced by the length of the
-//! last one, and wakes the long-polling agents that got work.
+//! (submits go through one writer that commits them in groups, [`submits`]). A scheduling
+//! pass runs whenever something changes (and every second), spaced by the length of the last
+//! one, and wakes the long-polling agents that got work: the submit writer runs it itself
+//! with a group when no spacing is owed (no thread is woken between a submit and its start,
+//! and one sync makes both durable), else the scheduler task runs it once the spacing is
+//! over.
 
 pub mod admin;
 pub mod api;
@@ -111,6 +114,8 @@ pub struct Shared {
     /// Submits waiting to be committed as a group.
     pub submits: submits::Submits,
     scheduler: Notify,
+    /// No scheduling pass starts before this (see [`PASS_SPACING`]).
+    next_pass: Mutex<std::time::Instant>,
     nodes: Mutex<BTreeMap<String, Arc<Notify>>>,
 }
 
@@ -123,6 +128,40 @@ impl Shared {
     /// Wakes a node's pending poll.
     pub fn wake_node(&self, node: &str) {
         self.node_notify(node).notify_waiters();
+    }
+
+    /// Whether a scheduling pass may start now: the spacing after the last one is over.
+    fn pass_due(&self) -> bool {
+        std::time::Instant::now() >= *self.next_pass.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs one scheduling pass on the calling thread (it takes the cluster's lock and
+    /// commits the starts): nodes that got work are woken, and the next pass is spaced by
+    /// this one's length.
+    fn scheduling_pass(&self) {
+        let woken = {
+            let mut cluster = self.cluster.lock().unwrap_or_else(|p| p.into_inner());
+            self.pass_on(&mut cluster)
+        };
+        woken.iter().for_each(|n| self.wake_node(n));
+    }
+
+    /// One scheduling pass over `cluster`, which the caller holds: returns the nodes that got
+    /// work (to be woken once the starts are durable), and spaces the next pass by this
+    /// one's length.
+    fn pass_on(&self, cluster: &mut cluster::Cluster) -> std::collections::BTreeSet<String> {
+        let started = std::time::Instant::now();
+        let now = now_ms();
+        let result = cluster.check_nodes(now).and_then(|mut woken| {
+            woken.extend(cluster.schedule(now)?);
+            Ok(woken)
+        });
+        let next = std::time::Instant::now() + started.elapsed() * PASS_SPACING;
+        *self.next_pass.lock().unwrap_or_else(|p| p.into_inner()) = next;
+        result.unwrap_or_else(|e| {
+            tracing::error!(error = %e.message, "scheduling pass failed");
+            Default::default()
+        })
     }
 
     fn node_notify(&self, node: &str) -> Arc<Notify> {
@@ -209,6 +248,7 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
         cluster: Mutex::new(cluster),
         submits,
         scheduler: Notify::new(),
+        next_pass: Mutex::new(std::time::Instant::now()),
         nodes: Mutex::default(),
     });
     submits::start(&shared, queue).map_err(io("starting the submit writer"))?;
@@ -316,7 +356,7 @@ async fn retention_loop(
     }
 }
 
-/// After a pass, the scheduler waits this many times the pass's length before the next.
+/// After a pass, the next waits this many times the pass's length.
 ///
 /// A pass holds the cluster and costs time in proportion to the queue, while wake-ups (every
 /// committed group of submits is one) come as fast as clients send. Spacing passes by their
@@ -325,24 +365,145 @@ async fn retention_loop(
 /// follows its wake-up at once. Wake-ups during the wait are kept, and make one pass.
 const PASS_SPACING: u32 = 4;
 
+/// Runs the passes the submit writer leaves (it runs one itself when none is owed): those
+/// woken by other changes (an end, a cancel, a node), by submits during the spacing, and
+/// every second (silent nodes are found by the pass).
 async fn scheduler_loop(shared: Arc<Shared>) {
     loop {
         let _ = tokio::time::timeout(Duration::from_secs(1), shared.scheduler.notified()).await;
-        let started = tokio::time::Instant::now();
+        let next = *shared.next_pass.lock().unwrap_or_else(|p| p.into_inner());
+        tokio::time::sleep_until(next.into()).await;
         let s = shared.clone();
-        let result = tokio::task::spawn_blocking(move || {
-            let mut cluster = s.cluster.lock().unwrap_or_else(|p| p.into_inner());
-            let now = now_ms();
-            let mut woken = cluster.check_nodes(now)?;
-            woken.extend(cluster.schedule(now)?);
-            Ok::<_, cluster::Failure>(woken)
-        })
-        .await;
-        match result {
-            Ok(Ok(woken)) => woken.iter().for_each(|n| shared.wake_node(n)),
-            Ok(Err(e)) => tracing::error!(error = %e.message, "scheduling pass failed"),
-            Err(e) => tracing::error!(error = %e, "scheduling pass panicked"),
+        if let Err(e) = tokio::task::spawn_blocking(move || s.scheduling_pass()).await {
+            tracing::error!(error = %e, "scheduling pass panicked");
         }
-        tokio::time::sleep(started.elapsed() * PASS_SPACING).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{Caller, Cluster};
+    use wharf_api::wire::SubmitRequest;
+    use wharf_api::{JobId, JobRequest, JobState, NodeInfo, Owner};
+
+    fn caller() -> Caller {
+        Caller {
+            owner: Owner {
+                uid: 1000,
+                gid: 1000,
+                user: "ann".into(),
+            },
+            admin: false,
+        }
+    }
+
+    /// A cluster with node n1 of 8 CPUs.
+    fn cluster(dir: &tempfile::TempDir) -> Cluster {
+        let store = store::Store::open(&dir.path().join("wharf.db")).unwrap();
+        let mut c = Cluster::load(store, JobDefaults::default(), 60_000, now_ms()).unwrap();
+        c.register(
+            NodeInfo::new("n1", "127.0.0.1", 8, 16 << 30, vec![]),
+            now_ms(),
+        )
+        .unwrap();
+        c
+    }
+
+    fn config(dir: &std::path::Path) -> ControllerConfig {
+        ControllerConfig {
+            state_dir: dir.to_path_buf(),
+            socket: dir.join("wharf.sock"),
+            listen: None,
+            join_token: "token".into(),
+            admins: vec![],
+            defaults: JobDefaults::default(),
+            node_timeout: Duration::from_secs(60),
+            poll_wait: Duration::from_secs(30),
+            max_pending_per_user: 1_000,
+            max_request_bytes: 1 << 20,
+            max_agent_request_bytes: 1 << 20,
+            connections: serve::ConnectionLimits::default(),
+            tcp: serve::TcpLimits::default(),
+            scheduler: SchedulerConfig::default(),
+            forms: FormsConfig::default(),
+            retention: None,
+            accounting: ledger::Engine::Sqlite,
+        }
+    }
+
+    /// A controller's state over a one-node cluster, its submit writer running and no
+    /// scheduler task: only the writer can start a job.
+    fn controller(dir: &tempfile::TempDir) -> Arc<Shared> {
+        let (submits, queue) = submits::queue();
+        let shared = Arc::new(Shared {
+            config: config(dir.path()),
+            cluster: Mutex::new(cluster(dir)),
+            submits,
+            scheduler: Notify::new(),
+            next_pass: Mutex::new(std::time::Instant::now()),
+            nodes: Mutex::default(),
+        });
+        submits::start(&shared, queue).unwrap();
+        shared
+    }
+
+    async fn submit(shared: &Shared) -> JobId {
+        let req = SubmitRequest {
+            job: JobRequest {
+                command: Some(vec!["/bin/true".into()]),
+                image: Some("host".into()),
+                ..Default::default()
+            },
+            cwd: "/tmp".into(),
+            client_token: None,
+            registry_auth: None,
+        };
+        shared.submits.submit(caller(), req).await.unwrap()
+    }
+
+    fn state(shared: &Shared, id: JobId) -> JobState {
+        let cluster = shared.cluster.lock().unwrap();
+        cluster.job(&caller(), id).unwrap().state
+    }
+
+    #[tokio::test]
+    async fn a_submit_to_an_idle_cluster_is_started_by_the_writer_and_both_commits_are_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = controller(&dir);
+        let node = shared.node_notify("n1");
+        let woken = node.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let id = submit(&shared).await;
+        tokio::time::timeout(Duration::from_secs(5), woken)
+            .await
+            .expect("the node was woken with the job's launch order");
+        assert_eq!(state(&shared, id), JobState::Starting);
+        // A controller started again from the database knows the job as starting, on n1.
+        let store = store::Store::open(&dir.path().join("wharf.db")).unwrap();
+        let job = store.job(id).unwrap().expect("stored");
+        assert_eq!(job.state, JobState::Starting);
+        assert_eq!(job.nodelist(), "n1");
+    }
+
+    #[tokio::test]
+    async fn a_submit_while_a_pass_is_owed_leaves_it_to_the_scheduler_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = controller(&dir);
+        *shared.next_pass.lock().unwrap() = std::time::Instant::now() + Duration::from_secs(3_600);
+        let id = submit(&shared).await;
+        // The writer wakes the scheduler task instead (its wake-up is kept until it waits).
+        tokio::time::timeout(Duration::from_secs(5), shared.scheduler.notified())
+            .await
+            .expect("the scheduler task was woken");
+        assert_eq!(state(&shared, id), JobState::Pending);
+        // The task's pass, once the spacing is over, starts it.
+        *shared.next_pass.lock().unwrap() = std::time::Instant::now();
+        let s = shared.clone();
+        tokio::task::spawn_blocking(move || s.scheduling_pass())
+            .await
+            .unwrap();
+        assert_eq!(state(&shared, id), JobState::Starting);
     }
 }

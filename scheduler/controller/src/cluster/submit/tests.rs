@@ -283,3 +283,33 @@ fn a_registry_credential_is_kept_apart_given_only_in_launch_orders_and_deleted_a
     assert!(!creds.join("999999").exists());
     drop(c);
 }
+
+#[test]
+fn submits_and_starts_synced_once_are_stored_and_the_store_stays_durable_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir, 100);
+    let ann = caller(1000, "ann");
+    let req = request("a", Some("token-a"));
+    let id = c
+        .durable_once(|c| {
+            assert!(!c.store.is_durable().unwrap(), "commits inside do not wait");
+            let id = c.submit_group(&[(&ann, &req)], 10)[0].clone().unwrap();
+            c.schedule(20).unwrap();
+            id
+        })
+        .unwrap();
+    assert!(c.store.is_durable().unwrap());
+    // A controller started again from the database has the job as started (on n1).
+    drop(c);
+    let c = cluster(&dir, 100);
+    let job = c.job(&ann, id).unwrap();
+    assert_eq!(job.state, JobState::Starting);
+    assert_eq!(job.nodelist(), "n1");
+    // A panic inside leaves every later commit waiting for the disk again.
+    let mut c = c;
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = c.durable_once(|_| panic!("a bug"));
+    }));
+    assert!(panicked.is_err());
+    assert!(c.store.is_durable().unwrap());
+}
