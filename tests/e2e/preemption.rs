@@ -90,12 +90,21 @@ fn a_low_tier_job_is_requeued_for_a_high_tier_one_and_runs_again_after_it() {
             "sleep 2; echo high",
         ],
     ));
-    // The preemptor says in words whom it waits for.
+    // The preemptor says in words whom it waits for, while the low job winds down. That can
+    // be over within a few milliseconds (the pass runs with the submit, and TERM may end the
+    // low job at once), so the requeue having happened also ends the wait; the words
+    // themselves are tested in `scheduler/core/src/reason.rs`.
     let waiting = format!("waiting for job {low}, which is being stopped (preempted)");
     let shown = wait_for(&c, high, 20, "never waited for the low job", |j| {
-        j["reason"].as_str().unwrap_or_default().contains(&waiting)
+        j["reason"].as_str().unwrap_or_default().contains(&waiting) || c.job(low)["restarts"] == 1
     });
-    assert_eq!(shown["state"], "PENDING", "{shown}");
+    if shown["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .contains(&waiting)
+    {
+        assert_eq!(shown["state"], "PENDING", "{shown}");
+    }
     // `show` says it too, unless the low job went first (the TERM reaches every process of
     // the job, its trap's children too, so it may go at once).
     let text = stdout(&c.wharf_as(&u, &["show", &high.to_string()]));

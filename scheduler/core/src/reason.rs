@@ -239,3 +239,25 @@ impl fmt::Display for PendingReason {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::PendingReason;
+
+    #[test]
+    fn a_preemptor_names_in_words_the_jobs_it_waits_for() {
+        let one = PendingReason::Preempting { victims: vec![7] }.to_string();
+        assert!(
+            one.starts_with("Resources: waiting for job 7, which is being stopped (preempted)"),
+            "{one}"
+        );
+        let two = PendingReason::Preempting {
+            victims: vec![7, 9],
+        }
+        .to_string();
+        assert!(
+            two.contains("waiting for jobs 7, 9, which are being stopped (preempted)"),
+            "{two}"
+        );
+    }
+}
