@@ -276,6 +276,11 @@ pub fn container_spec(
         .filter(|b| b.source.exists())
         .cloned()
         .collect();
+    // First, so that a shared path or a user's bind over /usr/local hides it rather than
+    // needing its mount point inside the bound directory.
+    if let Some(b) = step_binary_bind(cfg, &rootfs) {
+        binds.insert(0, b);
+    }
     for m in &spec.mounts {
         binds.push(user_bind(cfg, m, order.owner.uid, &groups)?);
     }
@@ -428,6 +433,30 @@ pub fn container_spec(
             }),
             crate::BackendKind::Oci => None,
         },
+    })
+}
+
+/// The agent's own binary, bound read-only at [`crate::step::STEP_BINARY_PATH`] in a job whose
+/// root is an image, so `wharf step` works there as on the host. `None` for the host's root
+/// (which has the node's `wharf` where the admin installed it, and in which the sandbox makes
+/// no mount point), for the Docker engine (the step socket knows callers by the cgroups of
+/// Wharf's own sandbox only), and where the binary is gone from its path (replaced while the
+/// agent runs: nothing is bound rather than another file).
+fn step_binary_bind(cfg: &AgentConfig, rootfs: &Path) -> Option<wharf_runtime::Bind> {
+    if rootfs == Path::new("/") || cfg.backend != crate::BackendKind::Oci {
+        return None;
+    }
+    if !cfg.shim_exe.is_file() {
+        tracing::warn!(exe = %cfg.shim_exe.display(), "the agent's binary is gone; `wharf step` is not bound into image jobs");
+        return None;
+    }
+    // The node's own bind, by path: the sandbox makes its mount point in the job's layer and
+    // binds it read-only, nosuid and nodev like every node bind.
+    Some(wharf_runtime::Bind {
+        source: cfg.shim_exe.clone(),
+        destination: crate::step::STEP_BINARY_PATH.into(),
+        read_only: true,
+        beneath: None,
     })
 }
 
@@ -974,6 +1003,26 @@ mod tests {
         ] {
             assert_eq!(c.kind(), kind, "{c}");
         }
+    }
+
+    #[test]
+    fn an_image_job_gets_the_agents_binary_read_only_and_the_host_root_does_not() {
+        let dev = tempfile::tempdir().unwrap();
+        let mut cfg = cfg(dev.path());
+        let image = Path::new("/var/lib/wharf/images/x/rootfs");
+        // The binary must be there to be bound.
+        assert_eq!(step_binary_bind(&cfg, image), None);
+        let exe = dev.path().join("wharf");
+        std::fs::write(&exe, b"").unwrap();
+        cfg.shim_exe = exe.clone();
+        let b = step_binary_bind(&cfg, image).expect("an image job gets the binary");
+        assert_eq!(b.source, exe);
+        assert_eq!(b.destination, "/usr/local/bin/wharf");
+        assert!(b.read_only);
+        assert_eq!(b.beneath, None, "bound by path, as the node's own");
+        assert_eq!(step_binary_bind(&cfg, Path::new("/")), None);
+        cfg.backend = crate::BackendKind::Docker("/run/docker.sock".into());
+        assert_eq!(step_binary_bind(&cfg, image), None);
     }
 
     #[test]

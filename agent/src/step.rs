@@ -39,6 +39,12 @@ use wharf_runtime::{Backend, JobDir, JobStatus, Outcome};
 
 use crate::{AgentConfig, TaskReport};
 
+/// Where a job whose root is an image finds `wharf` (the agent's own binary, bound read-only).
+/// `/usr/local/bin` is on the `PATH` Wharf gives every job and on every distribution's default
+/// one, so a job that sets its own `PATH` most likely keeps it; an image's own file there is
+/// hidden for the job. The binary needs glibc 2.34 or later in the image.
+pub const STEP_BINARY_PATH: &str = "/usr/local/bin/wharf";
+
 /// The longest step request read from a caller, bytes.
 pub const MAX_REQUEST: u64 = 1 << 20;
 
