@@ -18,9 +18,11 @@
 //!              ◀─Ended───      (the caller hangs up: /v1/agent/steps/cancel)
 //! ```
 //!
-//! Task L of step S of job J lives in `jobs/J.sS.L`, its sandbox and cgroup `wharf-J.sS.L`,
-//! beside the job's own (the job's report never lists them: [`crate::launch::parse_task_dir_name`]
-//! does not read these names).
+//! Task L of step S of job J lives in `jobs/J.sS.L` (beside the job's own: the job's report
+//! never lists them, [`crate::launch::parse_task_dir_name`] does not read these names), its
+//! sandbox `wharf-J.sS.L`, whose cgroup is a leaf of the job's cgroup `wharf-J`, beside the
+//! job's tasks' leaves: the job's memory limit holds for the batch command and its steps
+//! together.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -248,6 +250,9 @@ pub fn launch(
             None => crate::launch::container_spec(cfg, images, order, local, machine)
                 .and_then(|mut spec| {
                     spec.id = format!("wharf-{}", dir_name(order.id, so.step, local));
+                    if job_cgroup_is_flat(cfg, order.id) {
+                        spec.job_cgroup = None;
+                    }
                     launcher.launch(&dir, &spec).map_err(crate::launch::LaunchError::from)
                 })
                 .err()
@@ -271,6 +276,19 @@ pub fn launch(
             }
         }
     }
+}
+
+/// Whether job `id`'s first task here was started by an agent from before job cgroups held
+/// their tasks' (its spec names none): its cgroup `wharf-J` then holds processes and can take
+/// no leaf, so its steps' cgroups stay beside it, as that agent made them.
+fn job_cgroup_is_flat(cfg: &AgentConfig, id: JobId) -> bool {
+    let dir = cfg
+        .state_dir
+        .join("jobs")
+        .join(crate::launch::task_dir_name(id, 0));
+    JobDir::new(dir)
+        .read_spec()
+        .is_ok_and(|s| s.job_cgroup.is_none())
 }
 
 /// Stops this node's tasks of `key`.
