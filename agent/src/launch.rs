@@ -276,6 +276,11 @@ pub fn container_spec(
         .filter(|b| b.source.exists())
         .cloned()
         .collect();
+    // First, so that a shared path or a user's bind over /usr/local hides it rather than
+    // needing its mount point inside the bound directory.
+    if let Some(b) = step_binary_bind(cfg, &rootfs) {
+        binds.insert(0, b);
+    }
     for m in &spec.mounts {
         binds.push(user_bind(cfg, m, order.owner.uid, &groups)?);
     }
@@ -411,6 +416,7 @@ pub fn container_spec(
         time_limit: Some(spec.time_limit),
         grace_secs: cfg.grace_secs,
         cgroup_parent: cfg.cgroup_parent.clone(),
+        job_cgroup: job_cgroup(cfg, order, machine),
         devices,
         memlock: cfg.memlock,
         binds,
@@ -428,6 +434,55 @@ pub fn container_spec(
             }),
             crate::BackendKind::Oci => None,
         },
+    })
+}
+
+/// The job's cgroup on this node, which every task of the job and of its steps has its own
+/// cgroup under: the job's memory on the node, its CPUs and the node's task limit hold for
+/// them all together (a step shares the job's `--mem` with the batch command). The same for
+/// every task and step of the job (from the job's order, not the task's share). `None` for
+/// the Docker engine, whose containers have cgroups of its own.
+fn job_cgroup(
+    cfg: &AgentConfig,
+    order: &LaunchOrder,
+    machine: &Machine,
+) -> Option<wharf_runtime::JobCgroupSpec> {
+    if cfg.backend != crate::BackendKind::Oci {
+        return None;
+    }
+    Some(wharf_runtime::JobCgroupSpec {
+        name: format!("wharf-{}", order.id),
+        memory: Some(order.spec.resources.memory),
+        cpuset: order
+            .cpu_ids
+            .iter()
+            .filter_map(|&i| machine.cpus.get(i as usize).copied())
+            .collect(),
+        pids: cfg.pids_limit,
+    })
+}
+
+/// The agent's own binary, bound read-only at [`crate::step::STEP_BINARY_PATH`] in a job whose
+/// root is an image, so `wharf step` works there as on the host. `None` for the host's root
+/// (which has the node's `wharf` where the admin installed it, and in which the sandbox makes
+/// no mount point), for the Docker engine (the step socket knows callers by the cgroups of
+/// Wharf's own sandbox only), and where the binary is gone from its path (replaced while the
+/// agent runs: nothing is bound rather than another file).
+fn step_binary_bind(cfg: &AgentConfig, rootfs: &Path) -> Option<wharf_runtime::Bind> {
+    if rootfs == Path::new("/") || cfg.backend != crate::BackendKind::Oci {
+        return None;
+    }
+    if !cfg.shim_exe.is_file() {
+        tracing::warn!(exe = %cfg.shim_exe.display(), "the agent's binary is gone; `wharf step` is not bound into image jobs");
+        return None;
+    }
+    // The node's own bind, by path: the sandbox makes its mount point in the job's layer and
+    // binds it read-only, nosuid and nodev like every node bind.
+    Some(wharf_runtime::Bind {
+        source: cfg.shim_exe.clone(),
+        destination: crate::step::STEP_BINARY_PATH.into(),
+        read_only: true,
+        beneath: None,
     })
 }
 
@@ -974,6 +1029,83 @@ mod tests {
         ] {
             assert_eq!(c.kind(), kind, "{c}");
         }
+    }
+
+    #[test]
+    fn an_image_job_gets_the_agents_binary_read_only_and_the_host_root_does_not() {
+        let dev = tempfile::tempdir().unwrap();
+        let mut cfg = cfg(dev.path());
+        let image = Path::new("/var/lib/wharf/images/x/rootfs");
+        // The binary must be there to be bound.
+        assert_eq!(step_binary_bind(&cfg, image), None);
+        let exe = dev.path().join("wharf");
+        std::fs::write(&exe, b"").unwrap();
+        cfg.shim_exe = exe.clone();
+        let b = step_binary_bind(&cfg, image).expect("an image job gets the binary");
+        assert_eq!(b.source, exe);
+        assert_eq!(b.destination, "/usr/local/bin/wharf");
+        assert!(b.read_only);
+        assert_eq!(b.beneath, None, "bound by path, as the node's own");
+        assert_eq!(step_binary_bind(&cfg, Path::new("/")), None);
+        cfg.backend = crate::BackendKind::Docker("/run/docker.sock".into());
+        assert_eq!(step_binary_bind(&cfg, image), None);
+    }
+
+    #[test]
+    fn every_task_of_a_job_has_its_cgroup_under_the_jobs_which_holds_the_jobs_limits() {
+        let dev = tempfile::tempdir().unwrap();
+        let mut cfg = cfg(dev.path());
+        cfg.pids_limit = Some(512);
+        let images = wharf_images::ImageStore::open(dev.path().join("images")).unwrap();
+        let machine = Machine {
+            cpus: vec![10, 11, 12, 13],
+            gpus: vec![],
+            cpu_numa: vec![],
+        };
+        let mut spec = wharf_api::JobRequest {
+            command: Some(vec!["true".into()]),
+            image: Some("host".into()),
+            ..Default::default()
+        }
+        .resolve("/", &wharf_api::JobDefaults::default())
+        .unwrap();
+        spec.resources.memory = 1 << 30;
+        spec.tasks_per_node = 2;
+        let order = LaunchOrder {
+            id: 9,
+            owner: wharf_api::Owner {
+                uid: 0,
+                gid: 0,
+                user: "root".into(),
+            },
+            spec,
+            cpu_ids: vec![1, 3],
+            gpu_ids: vec![],
+            restarts: 0,
+            rendezvous: Default::default(),
+            registry_auth: None,
+            hold: false,
+        };
+        let job = wharf_runtime::JobCgroupSpec {
+            name: "wharf-9".into(),
+            memory: Some(1 << 30),
+            cpuset: vec![11, 13],
+            pids: Some(512),
+        };
+        for (local, leaf) in [(0, "wharf-9"), (1, "wharf-9.1")] {
+            let task = container_spec(&cfg, &images, &order, local, &machine).unwrap();
+            // The task's own share in its leaf, the job's whole under it.
+            assert_eq!(task.memory, Some(1 << 29));
+            assert_eq!(task.cpuset.len(), 1);
+            assert_eq!(task.job_cgroup.as_ref(), Some(&job));
+            assert_eq!(task.cgroup_path(), format!("/wharf-test/wharf-9/{leaf}"));
+            assert_eq!(
+                task.job_cgroup_path().as_deref(),
+                Some("/wharf-test/wharf-9")
+            );
+        }
+        cfg.backend = crate::BackendKind::Docker("/run/docker.sock".into());
+        assert_eq!(job_cgroup(&cfg, &order, &machine), None);
     }
 
     #[test]

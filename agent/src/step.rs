@@ -5,8 +5,8 @@
 //! node's network namespace (jobs share it), named in every job's `WHARF_STEP_SOCKET`. For
 //! each connection it takes the caller's uid and a pidfd from the socket itself
 //! (`SO_PEERCRED`, `SO_PEERPIDFD`), reads which cgroup the process is in, and accepts it
-//! only if that is a job's sandbox here (`CGROUP_PARENT/wharf-J`, `wharf-J.L`, or a step
-//! task's `wharf-J.sS.L`): only root can move a process into those cgroups. The pidfd is
+//! only if that is a job's sandbox here (`CGROUP_PARENT/wharf-J`, or a leaf under it: a task's
+//! `wharf-J.L`, a step task's `wharf-J.sS.L`): only root can move a process into those cgroups. The pidfd is
 //! checked to be alive after the read, so the pid cannot have been reused meanwhile. The
 //! request itself names no job or user; the agent forwards the job and uid it found to the
 //! controller over its authenticated channel, which checks that the uid owns the job.
@@ -18,9 +18,11 @@
 //!              ◀─Ended───      (the caller hangs up: /v1/agent/steps/cancel)
 //! ```
 //!
-//! Task L of step S of job J lives in `jobs/J.sS.L`, its sandbox and cgroup `wharf-J.sS.L`,
-//! beside the job's own (the job's report never lists them: [`crate::launch::parse_task_dir_name`]
-//! does not read these names).
+//! Task L of step S of job J lives in `jobs/J.sS.L` (beside the job's own: the job's report
+//! never lists them, [`crate::launch::parse_task_dir_name`] does not read these names), its
+//! sandbox `wharf-J.sS.L`, whose cgroup is a leaf of the job's cgroup `wharf-J`, beside the
+//! job's tasks' leaves: the job's memory limit holds for the batch command and its steps
+//! together.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -38,6 +40,12 @@ use wharf_client::{Client, ClientError};
 use wharf_runtime::{Backend, JobDir, JobStatus, Outcome};
 
 use crate::{AgentConfig, TaskReport};
+
+/// Where a job whose root is an image finds `wharf` (the agent's own binary, bound read-only).
+/// `/usr/local/bin` is on the `PATH` Wharf gives every job and on every distribution's default
+/// one, so a job that sets its own `PATH` most likely keeps it; an image's own file there is
+/// hidden for the job. The binary needs glibc 2.34 or later in the image.
+pub const STEP_BINARY_PATH: &str = "/usr/local/bin/wharf";
 
 /// The longest step request read from a caller, bytes.
 pub const MAX_REQUEST: u64 = 1 << 20;
@@ -68,7 +76,7 @@ pub fn socket_env(cfg: &AgentConfig) -> String {
 }
 
 /// The job whose sandbox a process is in, from its `/proc/PID/cgroup` text: the job's
-/// cgroup (or one of its tasks' or steps') directly under `cgroup_parent`, in the unified
+/// cgroup directly under `cgroup_parent` (or a leaf in it: its tasks', its steps'), in the unified
 /// hierarchy or the v1 memory hierarchy. `None` for any other process.
 pub fn job_of_cgroup(text: &str, cgroup_parent: &str) -> Option<JobId> {
     let parent = cgroup_parent.trim_matches('/');
@@ -242,6 +250,9 @@ pub fn launch(
             None => crate::launch::container_spec(cfg, images, order, local, machine)
                 .and_then(|mut spec| {
                     spec.id = format!("wharf-{}", dir_name(order.id, so.step, local));
+                    if job_cgroup_is_flat(&cfg.state_dir, order.id) {
+                        spec.job_cgroup = None;
+                    }
                     launcher.launch(&dir, &spec).map_err(crate::launch::LaunchError::from)
                 })
                 .err()
@@ -265,6 +276,18 @@ pub fn launch(
             }
         }
     }
+}
+
+/// Whether job `id`'s first task here was started by an agent from before job cgroups held
+/// their tasks' (its spec names none): its cgroup `wharf-J` then holds processes and can take
+/// no leaf, so its steps' cgroups stay beside it, as that agent made them.
+fn job_cgroup_is_flat(state_dir: &Path, id: JobId) -> bool {
+    let dir = state_dir
+        .join("jobs")
+        .join(crate::launch::task_dir_name(id, 0));
+    JobDir::new(dir)
+        .read_spec()
+        .is_ok_and(|s| s.job_cgroup.is_none())
 }
 
 /// Stops this node's tasks of `key`.
@@ -500,6 +523,11 @@ mod tests {
             job_of_cgroup("0::/wharf/wharf-12.s4.0/x\n", "wharf"),
             Some(12)
         );
+        // The leaves under the job's cgroup: a task's, a step task's.
+        for leaf in ["wharf-12", "wharf-12.1", "wharf-12.s4.0"] {
+            let text = format!("0::/wharf/wharf-12/{leaf}\n");
+            assert_eq!(job_of_cgroup(&text, "wharf"), Some(12), "{text}");
+        }
         let v1 = "12:pids:/user.slice\n7:memory:/wharf-e2e-1/wharf-40\n1:name=systemd:/x\n";
         assert_eq!(job_of_cgroup(v1, "wharf-e2e-1"), Some(40));
         // Not under the agent's parent, not the memory hierarchy, or not a job's name.
@@ -515,6 +543,29 @@ mod tests {
         ] {
             assert_eq!(job_of_cgroup(text, "wharf"), None, "{text}");
         }
+    }
+
+    #[test]
+    fn a_job_started_without_a_job_cgroup_keeps_its_steps_beside_it() {
+        let state = tempfile::tempdir().unwrap();
+        std::fs::create_dir(state.path().join("jobs")).unwrap();
+        // No task of the job here: its steps get the job's cgroup like its tasks would.
+        assert!(!job_cgroup_is_flat(state.path(), 12));
+        let mut spec = wharf_runtime::conformance::template("wharf-12", Path::new("/"), 1, 1);
+        let task = JobDir::new(state.path().join("jobs/12"));
+        task.create(&spec).unwrap();
+        assert!(
+            job_cgroup_is_flat(state.path(), 12),
+            "an older agent's task"
+        );
+        spec.job_cgroup = Some(wharf_runtime::JobCgroupSpec {
+            name: "wharf-12".into(),
+            memory: Some(1 << 30),
+            cpuset: vec![],
+            pids: None,
+        });
+        JobDir::write_atomic(&task.spec(), &spec).unwrap();
+        assert!(!job_cgroup_is_flat(state.path(), 12));
     }
 
     #[test]

@@ -205,5 +205,6 @@ pub fn template(id: &str, rootfs: &Path, uid: u32, gid: u32) -> ContainerSpec {
         identity: None,
         devices: vec![],
         tmp_files: vec![],
+        job_cgroup: None,
     }
 }

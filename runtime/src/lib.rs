@@ -62,7 +62,9 @@ pub use sandbox::limits::{can_raise_limits, memlock_ceiling};
 pub use sandbox::plan::RESERVED as RESERVED_DESTINATIONS;
 pub use sandbox::rootfs::SANDBOX_MOUNT_POINTS;
 pub use sandbox::seccomp::denied_calls as seccomp_denied_calls;
-pub use spec::{Bind, ContainerSpec, DeviceNode, DockerTarget, Identity, Outcome, TMP_FILES_DIR};
+pub use spec::{
+    Bind, ContainerSpec, DeviceNode, DockerTarget, Identity, JobCgroupSpec, Outcome, TMP_FILES_DIR,
+};
 pub use sys::pidfd_open;
 
 /// Milliseconds since the Unix epoch.

@@ -95,6 +95,28 @@ pub struct ContainerSpec {
     /// instead, unless a bind replaces `/tmp`.
     #[serde(default)]
     pub tmp_files: Vec<(String, String)>,
+    /// The job's cgroup on the node, when this container's cgroup is one of its leaves (a
+    /// task of the job or of one of its steps); `None`: the container's cgroup sits directly
+    /// under `cgroup_parent` (a spec written before job cgroups were shared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_cgroup: Option<JobCgroupSpec>,
+}
+
+/// The job's cgroup on a node: it holds no process itself (cgroup v2 allows processes only in
+/// leaves once controllers are enabled below), and its limits hold for all its leaves
+/// together, the job's tasks and its steps' tasks, as Slurm's job cgroup holds its steps'.
+/// Every leaf's shim writes the same values (they come from the job, not the task), so the
+/// order in which tasks and steps start does not matter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobCgroupSpec {
+    /// Its name under `cgroup_parent` (`wharf-12`).
+    pub name: String,
+    /// Memory limit of the job on the node, bytes.
+    pub memory: Option<u64>,
+    /// Host CPU ids the job holds on the node.
+    pub cpuset: Vec<u32>,
+    /// Maximum number of tasks, all leaves together.
+    pub pids: Option<i64>,
 }
 
 /// Where the sandbox puts a spec's `tmp_files`.
@@ -174,7 +196,17 @@ impl DeviceNode {
 impl ContainerSpec {
     /// The cgroup path of this container, relative to each hierarchy's root.
     pub fn cgroup_path(&self) -> String {
-        format!("/{}/{}", self.cgroup_parent.trim_matches('/'), self.id)
+        match self.job_cgroup_path() {
+            Some(job) => format!("{job}/{}", self.id),
+            None => format!("/{}/{}", self.cgroup_parent.trim_matches('/'), self.id),
+        }
+    }
+
+    /// The cgroup path of the job's cgroup this container's is a leaf of, if any.
+    pub fn job_cgroup_path(&self) -> Option<String> {
+        self.job_cgroup
+            .as_ref()
+            .map(|j| format!("/{}/{}", self.cgroup_parent.trim_matches('/'), j.name))
     }
 }
 

@@ -37,12 +37,9 @@ impl Drop for Cgroups {
     fn drop(&mut self) {
         for p in &self.0 {
             for dir in wharf_runtime::cgroup_dirs(&format!("/{p}")) {
-                for child in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                    if child.path().is_dir() {
-                        let _ = std::fs::remove_dir(child.path());
-                    }
+                for d in cgroup_tree(&dir) {
+                    let _ = std::fs::remove_dir(d);
                 }
-                let _ = std::fs::remove_dir(&dir);
             }
         }
     }

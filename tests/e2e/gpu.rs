@@ -332,7 +332,9 @@ fn device_cgroup_refuses_unallocated_gpus_to_root_inside_the_jobs_cgroup() {
         .as_u64()
         .expect("gpu_ids");
     let other = (gpu + 1) % 4;
-    let cgroups = wharf_runtime::cgroup_dirs(&format!("/{}/wharf-{id}", c.cgroup_parent));
+    // The job's task's own cgroup, a leaf under the job's.
+    let cgroups =
+        wharf_runtime::cgroup_dirs(&format!("/{0}/wharf-{id}/wharf-{id}", c.cgroup_parent));
     assert!(!cgroups.is_empty(), "job {id} has no cgroup");
     let script = format!(
         "read go; head -c1 {0}/nvidia{other} 2>&1; head -c1 {0}/nvidia{gpu} 2>&1",

@@ -435,16 +435,35 @@ impl Cluster {
 
     /// Every process in the cluster's cgroups (its jobs' processes).
     fn job_pids(&self) -> Vec<i32> {
-        let mut pids = Vec::new();
-        for dir in wharf_runtime::cgroup_dirs(&format!("/{}", self.cgroup_parent)) {
-            let children = std::fs::read_dir(&dir).into_iter().flatten().flatten();
-            for d in children.map(|e| e.path()).chain([dir.clone()]) {
-                let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
-                pids.extend(procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
-            }
-        }
-        pids
+        cgroup_procs(&format!("/{}", self.cgroup_parent))
     }
+}
+
+/// `dir` and every cgroup below it, deepest first (the order to remove them in).
+pub fn cgroup_tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    for child in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if child.path().is_dir() {
+            out.extend(cgroup_tree(&child.path()));
+        }
+    }
+    out.push(dir.to_path_buf());
+    out
+}
+
+/// Every process in the cgroup `path` (relative to each hierarchy's root) and below it: a
+/// job's cgroup holds none itself, its tasks' and steps' leaves do.
+pub fn cgroup_procs(path: &str) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for dir in wharf_runtime::cgroup_dirs(path) {
+        for d in cgroup_tree(&dir) {
+            let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+            pids.extend(procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+        }
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids
 }
 
 /// Field 22 of `/proc/PID/stat`: when the process started (clock ticks after boot).
@@ -492,12 +511,9 @@ impl Drop for Cluster {
         // The cgroup parent is the test's own: remove it (and any empty job cgroup left in it)
         // so that runs do not pile up cgroups on the machine.
         for dir in wharf_runtime::cgroup_dirs(&format!("/{}", self.cgroup_parent)) {
-            for child in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                if child.path().is_dir() {
-                    let _ = std::fs::remove_dir(child.path());
-                }
+            for d in cgroup_tree(&dir) {
+                let _ = std::fs::remove_dir(d);
             }
-            let _ = std::fs::remove_dir(&dir);
         }
     }
 }

@@ -441,16 +441,7 @@ fn a_dropped_cluster_leaves_no_shim_and_no_job_process() {
     let text = std::fs::read_to_string(pid_file).unwrap();
     let shim: i32 = text.split_whitespace().next().unwrap().parse().unwrap();
     let cgroup = format!("/{}/wharf-{id}", c.cgroup_parent);
-    let job: Vec<i32> = wharf_runtime::cgroup_dirs(&cgroup)
-        .iter()
-        .flat_map(|d| {
-            std::fs::read_to_string(d.join("cgroup.procs"))
-                .unwrap_or_default()
-                .lines()
-                .map(|l| l.parse::<i32>().unwrap())
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let job = cgroup_procs(&cgroup);
     assert!(!job.is_empty(), "no job process in {cgroup}");
     // The shim was forked by the spawner: not a child of the dev process.
     drop(c);

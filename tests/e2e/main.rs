@@ -39,6 +39,8 @@ mod sif;
 mod sif_fifo;
 mod state_files;
 mod steps;
+mod steps_image;
+mod steps_memory;
 mod submit_limits;
 mod tasks;
 mod untrusted_text;

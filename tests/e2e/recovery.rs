@@ -54,7 +54,11 @@ fn job_lost_by_its_node_ends_as_node_fail() {
     // have rebooted): end what is left of it, which no agent knows of any more.
     let cgroup = format!("/{}/wharf-{id}", c.cgroup_parent);
     for _ in 0..100 {
-        let dirs = wharf_runtime::cgroup_dirs(&cgroup);
+        // The job's cgroup and its task's leaf under it, the leaf first.
+        let dirs: Vec<std::path::PathBuf> = wharf_runtime::cgroup_dirs(&cgroup)
+            .iter()
+            .flat_map(|d| cgroup_tree(d))
+            .collect();
         if dirs.iter().all(|d| std::fs::remove_dir(d).is_ok()) {
             break;
         }

@@ -180,18 +180,9 @@ fn a_step_runs_ranked_tasks_in_the_jobs_allocation_and_ends_as_its_first_failing
     );
 }
 
-/// The pids in job `id`'s sandbox cgroup.
+/// The pids in job `id`'s cgroup (its tasks' and steps' leaves).
 fn job_pids(c: &Cluster, id: u64) -> Vec<i32> {
-    wharf_runtime::cgroup_dirs(&format!("/{}/wharf-{id}", c.cgroup_parent))
-        .iter()
-        .flat_map(|d| {
-            std::fs::read_to_string(d.join("cgroup.procs"))
-                .unwrap_or_default()
-                .lines()
-                .filter_map(|l| l.trim().parse().ok())
-                .collect::<Vec<i32>>()
-        })
-        .collect()
+    cgroup_procs(&format!("/{}/wharf-{id}", c.cgroup_parent))
 }
 
 /// Runs `wharf step -- true` as `user` (root when `None`), put by root into the cgroup
@@ -298,8 +289,9 @@ fn a_step_is_refused_outside_a_job_to_another_user_and_for_a_job_that_is_not_run
         "{}",
         stderr(&out)
     );
-    // Bob's process inside alice's job's cgroup (put there by root): not alice, refused.
-    let job_cgroup = format!("/{}/wharf-{id}", c.cgroup_parent);
+    // Bob's process inside alice's job's batch task's cgroup (put there by root): not alice,
+    // refused.
+    let job_cgroup = format!("/{0}/wharf-{id}/wharf-{id}", c.cgroup_parent);
     let out = step_from_cgroup(&socket, Some(&bob), &job_cgroup, false);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(
@@ -410,7 +402,8 @@ fn step_tasks_see_only_the_jobs_gpus_one_each_when_asked() {
     }
 }
 
-/// Whether any process is left in a cgroup named `name` under `parent`.
+/// Whether any process is left in a cgroup named `name` under `parent` (a step task's leaf:
+/// `wharf-J/wharf-J.sS.L`).
 fn cgroup_busy(parent: &str, name: &str) -> bool {
     wharf_runtime::cgroup_dirs(&format!("/{parent}/{name}"))
         .iter()
@@ -435,7 +428,7 @@ fn a_step_stops_when_its_caller_is_killed_and_when_its_job_is_cancelled() {
     let script =
         format!("{w} step -- sleep 300 & sleep 1; kill -9 $!; {w} step -- sleep 300; echo never");
     let id = submitted_id(&c.wharf_as(&alice, &["submit", "-t", "2m", "--wrap", &script]));
-    let step_cgroup = |s: u32| format!("wharf-{id}.s{s}.0");
+    let step_cgroup = |s: u32| format!("wharf-{id}/wharf-{id}.s{s}.0");
     let wait_for = |what: &str, f: &dyn Fn() -> bool| {
         let deadline = Instant::now() + Duration::from_secs(20);
         while !f() {
@@ -455,10 +448,12 @@ fn a_step_stops_when_its_caller_is_killed_and_when_its_job_is_cancelled() {
     wait_for("step 0 stopped", &|| {
         !cgroup_busy(&c.cgroup_parent, &step_cgroup(0))
     });
-    // Its end reaches the record with the agent's next report.
+    // Its processes gone, its end still has to reach the controller.
     wait_for("step 0's end recorded", &|| {
-        c.job(id)["steps"][0]["exit"]["cancelled"] == true
+        !c.job(id)["steps"][0]["exit"].is_null()
     });
+    let steps = c.job(id)["steps"].clone();
+    assert_eq!(steps[0]["exit"]["cancelled"], true, "{steps}");
     c.wharf(&["cancel", &id.to_string()]);
     let job = c.wait_done(id, Duration::from_secs(30));
     assert_eq!(job["state"], "CANCELLED", "{job}");
@@ -485,7 +480,7 @@ fn a_step_is_waited_for_through_a_restart_of_its_agent() {
     let script = format!("{w} step -- sh -c 'sleep 8; exit 7'; echo RESULT STATUS=$?");
     let id = submitted_id(&c.wharf_as(&alice, &["submit", "-t", "2m", "--wrap", &script]));
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !cgroup_busy(&c.cgroup_parent, &format!("wharf-{id}.s0.0")) {
+    while !cgroup_busy(&c.cgroup_parent, &format!("wharf-{id}/wharf-{id}.s0.0")) {
         assert!(Instant::now() < deadline, "the step never ran: {}", c.log());
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -67,10 +67,23 @@ fn two_tasks_on_one_node_all_reduce_each_in_its_own_sandbox() {
             &script,
         ],
     ));
-    // Each task has a cgroup of its own, with half the node's 64M.
+    // Each task has a cgroup of its own, with half the node's 64M, under the job's cgroup,
+    // which has all of it.
     c.wait_running(id);
+    let limit = |path: &str| {
+        let dirs = wharf_runtime::cgroup_dirs(path);
+        dirs.iter()
+            .find_map(|d| {
+                std::fs::read_to_string(d.join("memory.max"))
+                    .or_else(|_| std::fs::read_to_string(d.join("memory.limit_in_bytes")))
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no memory limit for {path} in {dirs:?}"))
+    };
+    let job_cgroup = format!("/{}/wharf-{id}", c.cgroup_parent);
+    assert_eq!(limit(&job_cgroup).trim(), (64u64 << 20).to_string());
     for name in [format!("wharf-{id}"), format!("wharf-{id}.1")] {
-        let dirs = wharf_runtime::cgroup_dirs(&format!("/{}/{name}", c.cgroup_parent));
+        let dirs = wharf_runtime::cgroup_dirs(&format!("{job_cgroup}/{name}"));
         let max = dirs
             .iter()
             .find_map(|d| {
@@ -182,9 +195,14 @@ fn a_failing_task_stops_its_sibling_and_the_job_names_its_rank() {
     );
     let elapsed = done["end_time"].as_u64().unwrap() - done["start_time"].as_u64().unwrap();
     assert!(elapsed < 60_000, "task 0 was not stopped: {done}");
-    // Nothing of either task is left running.
-    for name in [format!("wharf-{id}"), format!("wharf-{id}.1")] {
-        let cgroup = format!("/{}/{name}", c.cgroup_parent);
+    // Nothing of either task is left running, nor the job's cgroup they were in.
+    let job_cgroup = format!("/{}/wharf-{id}", c.cgroup_parent);
+    let leaves = [format!("wharf-{id}"), format!("wharf-{id}.1")];
+    for cgroup in leaves
+        .iter()
+        .map(|name| format!("{job_cgroup}/{name}"))
+        .chain([job_cgroup.clone()])
+    {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while !wharf_runtime::cgroup_dirs(&cgroup).is_empty() {
             assert!(std::time::Instant::now() < deadline, "{cgroup} is left");

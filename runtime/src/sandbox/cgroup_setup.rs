@@ -3,10 +3,18 @@
 //! migration); on v1, where a move is unavoidable, it is made while the init mounts, and the
 //! init is moved in before it runs anything of the job's.
 //!
-//! v2: one directory `/sys/fs/cgroup/PARENT/ID`, with the cpu, cpuset, memory and pids
+//! v2: one directory `/sys/fs/cgroup/PARENT/JOB/ID`, with the cpu, cpuset, memory and pids
 //! controllers enabled above it, and the device filter (an eBPF program, see
 //! [`super::devices`]) attached to it. v1: one directory per controller that Wharf sets
 //! (memory, cpu, cpuset, pids, devices), the device list written to `devices.deny`/`allow`.
+//!
+//! `JOB` is the job's cgroup on the node ([`crate::JobCgroupSpec`]), shared by the job's tasks
+//! and its steps' tasks, each a leaf under it: it holds no process itself, and its memory,
+//! pids and cpuset limits hold for all the leaves together (a step cannot use memory the batch
+//! command holds). Each leaf keeps its own task's limits under it. Whichever shim comes first
+//! makes it and every shim writes the same limits; the last to leave removes it (a removal
+//! while another task is still there fails with EBUSY and leaves it). A spec without a job
+//! cgroup (written by an older agent) has its leaf directly under `PARENT`.
 
 use std::fs;
 use std::os::fd::OwnedFd;
@@ -34,6 +42,9 @@ const CPU_PERIOD_US: u64 = 100_000;
 #[derive(Debug)]
 pub(crate) struct JobCgroup {
     dirs: Vec<PathBuf>,
+    /// The job's cgroup directories above `dirs` (one per hierarchy), removed after them when
+    /// no other leaf is left in them.
+    jobs: Vec<PathBuf>,
     v2_fd: Option<OwnedFd>,
 }
 
@@ -47,20 +58,29 @@ impl JobCgroup {
     ) -> Result<JobCgroup, RuntimeError> {
         let rel = spec.cgroup_path();
         let rel = rel.trim_start_matches('/');
-        let mut cg = JobCgroup {
-            dirs: Vec::new(),
-            v2_fd: None,
-        };
-        let made = if is_v2() {
-            cg.create_v2(Path::new(CGROUP_ROOT), rel, spec, devices)
-        } else {
-            cg.create_v1(rel, spec, devices)
-        };
-        match made {
-            Ok(()) => Ok(cg),
-            Err(e) => {
-                cg.remove();
-                Err(e)
+        let mut attempt = 0;
+        loop {
+            let mut cg = JobCgroup {
+                dirs: Vec::new(),
+                jobs: Vec::new(),
+                v2_fd: None,
+            };
+            let made = if is_v2() {
+                cg.create_v2(Path::new(CGROUP_ROOT), rel, spec, devices)
+            } else {
+                cg.create_v1(rel, spec, devices)
+            };
+            match made {
+                Ok(()) => return Ok(cg),
+                Err(e) => {
+                    cg.remove();
+                    // The job's last other task removed the job's cgroup between our mkdir
+                    // of it and of our leaf: make it again.
+                    attempt += 1;
+                    if e.kind != ErrorKind::NotFound || spec.job_cgroup.is_none() || attempt > 2 {
+                        return Err(e);
+                    }
+                }
             }
         }
     }
@@ -87,6 +107,20 @@ impl JobCgroup {
             mkdir(&at)?;
         }
         enable_controllers(&at)?;
+        if let Some(job) = &spec.job_cgroup {
+            // `at` is the job's cgroup, the leaf's parent.
+            self.jobs.push(at.clone());
+            if let Some(mem) = job.memory {
+                write(&at, "memory.max", &mem.to_string())?;
+                write_if_present(&at, "memory.swap.max", "0")?;
+            }
+            if !job.cpuset.is_empty() {
+                write(&at, "cpuset.cpus", &cpu_list(&job.cpuset))?;
+            }
+            if let Some(pids) = job.pids {
+                write(&at, "pids.max", &pids.to_string())?;
+            }
+        }
         make_leaf(&dir)?;
         self.dirs.push(dir.clone());
         if let Some(mem) = spec.memory {
@@ -156,6 +190,10 @@ impl JobCgroup {
             }
             let dir = hierarchy.join(rel);
             make_parents(&hierarchy, rel, ctl == "cpuset")?;
+            if let (Some(job), Some(at)) = (&spec.job_cgroup, dir.parent()) {
+                self.jobs.push(at.to_path_buf());
+                v1_job_limits(ctl, at, job)?;
+            }
             make_leaf(&dir)?;
             self.dirs.push(dir.clone());
             match ctl {
@@ -222,14 +260,47 @@ impl JobCgroup {
         for dir in self.dirs.drain(..).rev() {
             let _ = fs::remove_dir(&dir);
         }
+        // EBUSY while another task or step of the job is still there: it removes it.
+        for dir in self.jobs.drain(..).rev() {
+            let _ = fs::remove_dir(&dir);
+        }
     }
 
-    /// Removes whatever cgroup directories of `spec`'s job exist (after a shim was lost).
+    /// Removes whatever cgroup directories of `spec`'s job exist (after a shim was lost); the
+    /// job's cgroup too, when no other leaf is left in it.
     pub(crate) fn remove_all(spec: &ContainerSpec) {
-        for dir in crate::cgroup_usage::cgroup_dirs(&spec.cgroup_path()) {
+        let leaf = crate::cgroup_usage::cgroup_dirs(&spec.cgroup_path());
+        let job = spec
+            .job_cgroup_path()
+            .map(|p| crate::cgroup_usage::cgroup_dirs(&p))
+            .unwrap_or_default();
+        for dir in leaf.into_iter().chain(job) {
             let _ = fs::remove_dir(dir);
         }
     }
+}
+
+/// Writes the job cgroup's limit of v1 controller `ctl` in its directory `at`.
+fn v1_job_limits(ctl: &str, at: &Path, job: &crate::JobCgroupSpec) -> Result<(), RuntimeError> {
+    match ctl {
+        "memory" => {
+            if let Some(mem) = job.memory {
+                write(at, "memory.limit_in_bytes", &mem.to_string())?;
+                write_if_present(at, "memory.memsw.limit_in_bytes", &mem.to_string())?;
+            }
+        }
+        // Its parent's CPUs and memory nodes were given by `make_parents`.
+        "cpuset" if !job.cpuset.is_empty() => {
+            write(at, "cpuset.cpus", &cpu_list(&job.cpuset))?;
+        }
+        "pids" => {
+            if let Some(pids) = job.pids {
+                write(at, "pids.max", &pids.to_string())?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Makes every level above the job's directory `rel` in `hierarchy`; in a v1 cpuset
@@ -410,6 +481,7 @@ mod tests {
         let rel = format!("wharf-devtest-{}/job", std::process::id());
         let mut cg = JobCgroup {
             dirs: Vec::new(),
+            jobs: Vec::new(),
             v2_fd: None,
         };
         let made = cg.create_v2(&root, &rel, &spec, &plan.devices);
@@ -450,6 +522,79 @@ mod tests {
             lines[1].ends_with("No such device or address"),
             "allocated GPU: {text}"
         );
+    }
+
+    /// A job's task and a step's task: two leaves under the job's cgroup, which has the job's
+    /// limits and goes with the last of them.
+    #[test]
+    fn leaves_of_one_job_share_its_cgroup_which_goes_with_the_last() {
+        let test = "leaves_of_one_job_share_its_cgroup_which_goes_with_the_last";
+        let root = nix::unistd::geteuid().is_root();
+        if !crate::test_can_run(test, (!root).then_some("needs root")) {
+            return;
+        }
+        let parent = format!("wharf-jobcg-{}", std::process::id());
+        let mut task = crate::conformance::template("wharf-7", Path::new("/"), 1, 1);
+        task.cgroup_parent = parent.clone();
+        (task.memory, task.cpus, task.pids) = (Some(64 << 20), None, Some(100));
+        task.job_cgroup = Some(crate::JobCgroupSpec {
+            name: "wharf-7".into(),
+            memory: Some(96 << 20),
+            cpuset: vec![],
+            pids: Some(200),
+        });
+        let mut step = task.clone();
+        step.id = "wharf-7.s0.0".into();
+        let job = task.job_cgroup_path().unwrap();
+        assert_eq!(job, format!("/{parent}/wharf-7"));
+        assert_eq!(step.cgroup_path(), format!("{job}/wharf-7.s0.0"));
+        let limit = |path: &str| -> Option<String> {
+            let file = if is_v2() {
+                "memory.max"
+            } else {
+                "memory.limit_in_bytes"
+            };
+            crate::cgroup_usage::cgroup_dirs(path)
+                .iter()
+                .find_map(|d| fs::read_to_string(d.join(file)).ok())
+                .map(|t| t.trim().to_string())
+        };
+        let made =
+            JobCgroup::create(&task, &[]).and_then(|a| Ok((a, JobCgroup::create(&step, &[])?)));
+        let checked = made.map(|(mut a, mut b)| {
+            let limits = (
+                limit(&job),
+                limit(&task.cgroup_path()),
+                limit(&step.cgroup_path()),
+            );
+            a.remove();
+            let after_one = (
+                crate::cgroup_usage::cgroup_dirs(&task.cgroup_path()).is_empty(),
+                crate::cgroup_usage::cgroup_dirs(&job).is_empty(),
+            );
+            b.remove();
+            (
+                limits,
+                after_one,
+                crate::cgroup_usage::cgroup_dirs(&job).is_empty(),
+            )
+        });
+        for d in crate::cgroup_usage::cgroup_dirs(&format!("/{parent}")) {
+            let _ = fs::remove_dir(d);
+        }
+        let (limits, after_one, after_both) = checked.unwrap();
+        let (job_mem, task_mem) = ((96u64 << 20).to_string(), (64u64 << 20).to_string());
+        assert_eq!(
+            limits,
+            (Some(job_mem), Some(task_mem.clone()), Some(task_mem)),
+            "the job's limit above, each task's own in its leaf"
+        );
+        assert_eq!(
+            after_one,
+            (true, false),
+            "the job's cgroup stays for the step"
+        );
+        assert!(after_both, "the last leaf takes the job's cgroup with it");
     }
 
     #[test]

@@ -1,0 +1,44 @@
+//! A step shares its job's memory on a node: the job's cgroup holds the limit, and the batch
+//! command's cgroup and each step task's are leaves under it.
+
+use std::time::Duration;
+
+use crate::harness::*;
+
+#[test]
+fn a_step_gets_only_the_memory_its_job_has_left_on_the_node() {
+    let test = "a_step_gets_only_the_memory_its_job_has_left_on_the_node";
+    if !can_run(test) {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    let home = c.home(&alice);
+    let w = wharf_bin();
+    // The batch command holds 80 MiB of its 128 MiB (a file in its private /tmp, a tmpfs whose
+    // pages are charged to its cgroup) while two steps each touch a buffer of their own: 20
+    // MiB fits in what is left, 80 MiB does not. Each step task's own limit is the whole
+    // 128 MiB: only the job's limit can stop the second.
+    let script = format!(
+        "dd if=/dev/zero of=/tmp/held bs=1M count=80 2>/dev/null; echo HELD $?; \
+         {w} step -- dd if=/dev/zero of=/dev/null bs=20M count=1; echo RESULT SMALL=$?; \
+         {w} step -- dd if=/dev/zero of=/dev/null bs=80M count=1; echo RESULT BIG=$?; \
+         rm /tmp/held; \
+         {w} step -- dd if=/dev/zero of=/dev/null bs=80M count=1; echo RESULT FREED=$?"
+    );
+    let id = submitted_id(&c.wharf_as(
+        &alice,
+        &["submit", "--mem", "128M", "-t", "2m", "--wrap", &script],
+    ));
+    let job = c.wait_done(id, Duration::from_secs(90));
+    let text = std::fs::read_to_string(home.join(format!("wharf-{id}.out"))).unwrap_or_default();
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{text}\n{}", c.log());
+    assert!(text.contains("HELD 0"), "{text}");
+    assert!(text.contains("RESULT SMALL=0"), "{text}\n{job}");
+    // Killed by the OOM killer in the job's cgroup (137: 128 + SIGKILL).
+    assert!(text.contains("RESULT BIG=137"), "{text}\n{job}");
+    let big = &job["steps"][1]["exit"];
+    assert!(big["oom"] == true || big["signal"] == 9, "{job}");
+    // Once the batch command lets go, the same step fits.
+    assert!(text.contains("RESULT FREED=0"), "{text}\n{job}");
+}
