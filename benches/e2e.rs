@@ -231,8 +231,11 @@ fn wharf_dev(dir: &Path) -> (Daemons, PathBuf) {
     std::fs::write(
         &config,
         format!(
-            "[controller]\nsocket = \"{}\"\n[agent]\nimage_store = \"{}\"\ncgroup_parent = \"{cgroup_parent}\"\n",
+            "[controller]\nsocket = \"{}\"\n[limits]\nmax_pending_per_user = {}\n\
+             [agent]\nimage_store = \"{}\"\ncgroup_parent = \"{cgroup_parent}\"\n",
             socket.display(),
+            // The deep queue is one user's.
+            queue_depth() + 20_000,
             dir.join("images").display(),
         ),
     )
