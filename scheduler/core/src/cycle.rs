@@ -5,12 +5,17 @@
 //! job starts where with what it is charged for, which running job is requeued or cancelled;
 //! [`waiting_note`]: the reason, priority and expected start a waiting job shows).
 //!
+//! At submit, [`admit`] and [`admit_qos`] refuse a job that could never run as asked, with
+//! the reason, and pick the partition it runs in.
+//!
 //! Pure, like the rest of the core: the caller passes the time and keeps its own records.
 
 use wharf_api::resources::format_duration;
+use wharf_api::wire::ErrorKind;
 use wharf_api::{JobId, PriorityView, Resources};
 
-use crate::config::{Config, PreemptMode, Weights};
+use crate::config::{Config, Partition, PartitionState, PreemptMode, Weights};
+use crate::partition::DEFAULT_PARTITION;
 use crate::plan::{Plan, Priority, Waiting};
 use crate::select::Selection;
 use crate::state::{Alloc, Assoc, Hold, PendingJob, RunningJob, Time};
@@ -138,6 +143,161 @@ impl JobFacts {
             port,
         }
     }
+}
+
+/// Why a job is refused at submit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The kind of error its submitter gets.
+    pub kind: ErrorKind,
+    /// The reason, in words that say what to change.
+    pub message: String,
+}
+
+impl Refusal {
+    fn new(kind: ErrorKind, message: String) -> Refusal {
+        Refusal { kind, message }
+    }
+}
+
+/// The partition `job` runs in (the one it names, else the configured default, else the
+/// first; `None` when none is configured), or why it is refused: its partition does not
+/// exist, takes no new jobs, allows less time than it asks for, or has fewer nodes than it
+/// asks for (its MaxNodes, its node list, or when it names none the `registered` nodes;
+/// nothing is refused for its node count before any node has joined). Who may use the
+/// partition is the caller's to check: it knows users' groups.
+pub fn admit<'c>(
+    config: &'c Config,
+    job: &JobFacts,
+    registered: usize,
+) -> Result<Option<&'c Partition>, Refusal> {
+    let parts = &config.partitions;
+    let known: Vec<&str> = if parts.is_empty() {
+        vec![DEFAULT_PARTITION]
+    } else {
+        parts.iter().map(|p| p.name.as_str()).collect()
+    };
+    let part = match job.partition.as_deref() {
+        Some(n) if !known.contains(&n) => {
+            return Err(Refusal::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "unknown partition {n:?}; this cluster has: {}",
+                    known.join(", ")
+                ),
+            ))
+        }
+        Some(n) => parts.iter().find(|p| p.name == n),
+        None => config
+            .default_partition
+            .as_deref()
+            .and_then(|d| parts.iter().find(|p| p.name == d))
+            .or(parts.first()),
+    };
+    let Some(part) = part else {
+        admit_node_count(job, None, registered)?;
+        return Ok(None);
+    };
+    if matches!(part.state, PartitionState::Drain | PartitionState::Inactive) {
+        return Err(Refusal::new(
+            ErrorKind::Unavailable,
+            format!(
+                "partition {} takes no new jobs (it is {}); choose another with --partition",
+                part.name,
+                if part.state == PartitionState::Drain {
+                    "draining"
+                } else {
+                    "inactive"
+                }
+            ),
+        ));
+    }
+    if let Some(max) = part.max_time {
+        if job.time_limit > max {
+            return Err(Refusal::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "`time` {} is over partition {}'s maximum of {}; ask for less time",
+                    format_duration(job.time_limit / 1000),
+                    part.name,
+                    format_duration(max / 1000)
+                ),
+            ));
+        }
+    }
+    admit_node_count(job, Some(part), registered)?;
+    Ok(Some(part))
+}
+
+/// Refuses a gang job that asks for more nodes than its partition's MaxNodes, or than its
+/// partition has (the `registered` nodes when it names none).
+fn admit_node_count(
+    job: &JobFacts,
+    part: Option<&Partition>,
+    registered: usize,
+) -> Result<(), Refusal> {
+    let name = part.map_or(DEFAULT_PARTITION, |p| p.name.as_str());
+    if let Some(max) = part.and_then(|p| p.max_nodes) {
+        if job.nodes > max {
+            return Err(Refusal::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "`nodes` = {} is over partition {name}'s MaxNodes of {max}; ask for fewer \
+                     nodes or another partition",
+                    job.nodes
+                ),
+            ));
+        }
+    }
+    let has = match part {
+        Some(p) if !p.nodes.is_empty() => p.nodes.len(),
+        _ => registered,
+    };
+    if has > 0 && job.nodes as usize > has {
+        return Err(Refusal::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "`nodes` = {}: partition {name} has {has} node{}, and a job's nodes are all \
+                 allocated at once; ask for at most {has}",
+                job.nodes,
+                if has == 1 { "" } else { "s" }
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses an unknown QoS, and a negative nice from anyone but an admin (it would raise the
+/// job above others).
+pub fn admit_qos(
+    config: &Config,
+    qos: Option<&str>,
+    nice: i32,
+    admin: bool,
+) -> Result<(), Refusal> {
+    if let Some(q) = qos {
+        if !config.qos.iter().any(|d| d.name == q) {
+            let known: Vec<&str> = config.qos.iter().map(|d| d.name.as_str()).collect();
+            let has = if known.is_empty() {
+                "none is configured".to_string()
+            } else {
+                format!("this cluster has: {}", known.join(", "))
+            };
+            return Err(Refusal::new(
+                ErrorKind::InvalidInput,
+                format!("unknown QoS {q:?}; {has}"),
+            ));
+        }
+    }
+    if nice < 0 && !admin {
+        return Err(Refusal::new(
+            ErrorKind::PermissionDenied,
+            format!(
+                "--nice {nice} would raise the job's priority; only an admin may; use 0 or more"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A job that starts now.
@@ -320,6 +480,57 @@ mod tests {
         c.limits.default_qos = Some("normal".into());
         assert_eq!(qos(&c, None).as_deref(), Some("normal"));
         assert_eq!(qos(&c, Some("high")).as_deref(), Some("high"));
+    }
+
+    #[test]
+    fn a_job_that_could_never_run_is_refused_with_its_reason() {
+        let mut c = Config::default();
+        let mut gang = facts(1);
+        gang.nodes = 3;
+        let refused = admit(&c, &gang, 2).unwrap_err();
+        assert_eq!(refused.kind, ErrorKind::InvalidInput);
+        assert!(
+            refused.message.contains("partition default has 2 nodes"),
+            "{}",
+            refused.message
+        );
+        assert_eq!(admit(&c, &gang, 0), Ok(None), "no node has joined yet");
+        let mut gpu = Partition::new("gpu", &["g1", "g2", "g3"]);
+        gpu.max_time = Some(30_000);
+        c.partitions = vec![Partition::new("cpu", &[]), gpu];
+        let mut long = facts(2);
+        long.partition = Some("gpu".into());
+        let refused = admit(&c, &long, 5).unwrap_err();
+        assert!(refused.message.contains("over partition gpu's maximum"));
+        long.time_limit = 30_000;
+        assert_eq!(
+            admit(&c, &long, 5).unwrap().map(|p| p.name.as_str()),
+            Some("gpu")
+        );
+        assert_eq!(
+            admit(&c, &facts(3), 5).unwrap().map(|p| p.name.as_str()),
+            Some("cpu"),
+            "no partition named: the first"
+        );
+        long.partition = Some("tpu".into());
+        assert!(admit(&c, &long, 5)
+            .unwrap_err()
+            .message
+            .contains("cpu, gpu"));
+        c.partitions[0].state = PartitionState::Drain;
+        assert_eq!(
+            admit(&c, &facts(4), 5).unwrap_err().kind,
+            ErrorKind::Unavailable
+        );
+        assert_eq!(
+            admit_qos(&c, Some("high"), 0, false).unwrap_err().kind,
+            ErrorKind::InvalidInput
+        );
+        assert_eq!(
+            admit_qos(&c, None, -5, false).unwrap_err().kind,
+            ErrorKind::PermissionDenied
+        );
+        assert_eq!(admit_qos(&c, None, -5, true), Ok(()));
     }
 
     #[test]

@@ -203,11 +203,14 @@ impl Driver {
         }
     }
 
-    /// A job was submitted.
-    pub fn submitted(&mut self, job: &SimJob) {
+    /// A job was submitted: it joins the queue, or is refused as the controller refuses a
+    /// job that could never run ([`cycle::admit`]: more nodes than its partition has).
+    pub fn submitted(&mut self, job: &SimJob) -> Result<(), cycle::Refusal> {
         let facts = self.facts(job);
+        cycle::admit(&self.config, &facts, self.node_index.len())?;
         self.state.pending.push(facts.pending(&self.config));
         self.facts.insert(job.id, facts);
+        Ok(())
     }
 
     /// A start was applied: the job holds `allocs` from `now`.

@@ -102,6 +102,8 @@ pub struct Replay {
     pub decisions: DecisionLog,
     /// Jobs still pending when no event was left (the core could never place them).
     pub never_started: Vec<JobId>,
+    /// Jobs refused at submit, as the controller refuses them, with the reason.
+    pub refused: Vec<(JobId, String)>,
     /// Scheduling passes run.
     pub passes: u64,
     /// Times a still-pending job lost its reservation ([`Driver::reservations_dropped`]).
@@ -146,6 +148,7 @@ pub struct Sim<'w> {
     nodes: Vec<NodeState>,
     node_names: Vec<String>,
     pending: BTreeMap<JobId, usize>,
+    refused: Vec<(JobId, String)>,
     running: BTreeMap<JobId, Running>,
     outcomes: Vec<Outcome>,
     decisions: DecisionLog,
@@ -182,6 +185,7 @@ impl<'w> Sim<'w> {
                 .collect(),
             node_names: workload.nodes.iter().map(|n| n.name.clone()).collect(),
             pending: BTreeMap::new(),
+            refused: Vec::new(),
             running: BTreeMap::new(),
             outcomes: Vec::new(),
             decisions: Vec::new(),
@@ -214,8 +218,12 @@ impl<'w> Sim<'w> {
             match kind {
                 Kind::Submit => {
                     let index = self.index[&id];
-                    self.pending.insert(id, index);
-                    driver.submitted(&self.workload.jobs[index]);
+                    match driver.submitted(&self.workload.jobs[index]) {
+                        Ok(()) => {
+                            self.pending.insert(id, index);
+                        }
+                        Err(r) => self.refused.push((id, r.message)),
+                    }
                 }
                 Kind::End => {
                     if let Some(r) = self.running.remove(&id) {
@@ -344,6 +352,7 @@ impl<'w> Sim<'w> {
             outcomes: self.outcomes,
             decisions: self.decisions,
             never_started: self.pending.keys().copied().collect(),
+            refused: self.refused,
             passes: self.passes,
             reservations_dropped: 0,
         }

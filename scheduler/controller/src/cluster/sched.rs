@@ -4,13 +4,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use wharf_api::node::GpuInfo;
-use wharf_api::resources::format_duration;
 use wharf_api::wire::ErrorKind;
 use wharf_api::{JobId, JobRecord, JobSpec, JobState, NodeAlloc, Resources, Stop};
 use wharf_core::cycle::{self, JobFacts};
 use wharf_core::{
-    limits, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PartitionState, PendingJob,
-    Request, Selection, State as SchedState, UsageLedger, DEFAULT_PARTITION,
+    limits, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PendingJob, Request, Selection,
+    State as SchedState, UsageLedger,
 };
 
 use super::{Caller, Cluster, Failure};
@@ -173,104 +172,19 @@ impl Cluster {
     }
 
     /// Refuses a job whose partition does not exist, takes no new jobs, allows less time than
-    /// it asks for, or is closed to the caller's account or groups.
+    /// it asks for, has fewer nodes than it asks for, or is closed to the caller's account or
+    /// groups. All but the last are the core's shared admission ([`cycle::admit`]).
     pub(super) fn check_partition(&self, spec: &JobSpec, caller: &Caller) -> Result<(), Failure> {
-        let parts = &self.sched.partitions;
-        let name = spec.partition.as_deref();
-        let known: Vec<&str> = if parts.is_empty() {
-            vec![DEFAULT_PARTITION]
-        } else {
-            parts.iter().map(|p| p.name.as_str()).collect()
+        let job = JobFacts {
+            partition: spec.partition.clone(),
+            time_limit: spec.time_limit.saturating_mul(1000),
+            nodes: spec.nodes,
+            ..JobFacts::default()
         };
-        let part = match name {
-            Some(n) if !known.contains(&n) => {
-                return Err(Failure::new(
-                    ErrorKind::InvalidInput,
-                    format!(
-                        "unknown partition {n:?}; this cluster has: {}",
-                        known.join(", ")
-                    ),
-                ))
-            }
-            Some(n) => parts.iter().find(|p| p.name == n),
-            None => self
-                .sched
-                .default_partition
-                .as_deref()
-                .and_then(|d| parts.iter().find(|p| p.name == d))
-                .or(parts.first()),
-        };
-        let Some(part) = part else {
-            return self.check_node_count(spec, None);
-        };
-        if matches!(part.state, PartitionState::Drain | PartitionState::Inactive) {
-            return Err(Failure::new(
-                ErrorKind::Unavailable,
-                format!(
-                    "partition {} takes no new jobs (it is {}); choose another with --partition",
-                    part.name,
-                    if part.state == PartitionState::Drain {
-                        "draining"
-                    } else {
-                        "inactive"
-                    }
-                ),
-            ));
+        match cycle::admit(&self.sched, &job, self.nodes.len()).map_err(refused)? {
+            Some(part) => self.check_access(part, spec, caller),
+            None => Ok(()),
         }
-        if let Some(max) = part.max_time {
-            if spec.time_limit.saturating_mul(1000) > max {
-                return Err(Failure::new(
-                    ErrorKind::InvalidInput,
-                    format!(
-                        "`time` {} is over partition {}'s maximum of {}; ask for less time",
-                        format_duration(spec.time_limit),
-                        part.name,
-                        format_duration(max / 1000)
-                    ),
-                ));
-            }
-        }
-        self.check_node_count(spec, Some(part))?;
-        self.check_access(part, spec, caller)
-    }
-
-    /// Refuses a gang job that asks for more nodes than its partition's MaxNodes, or than
-    /// its partition has (all nodes registered so far, when the partition names none; nothing
-    /// is refused before any node has joined).
-    fn check_node_count(
-        &self,
-        spec: &JobSpec,
-        part: Option<&wharf_core::Partition>,
-    ) -> Result<(), Failure> {
-        let name = part.map_or(DEFAULT_PARTITION, |p| p.name.as_str());
-        if let Some(max) = part.and_then(|p| p.max_nodes) {
-            if spec.nodes > max {
-                return Err(Failure::new(
-                    ErrorKind::InvalidInput,
-                    format!(
-                        "`nodes` = {} is over partition {name}'s MaxNodes of {max}; ask for fewer \
-                         nodes or another partition",
-                        spec.nodes
-                    ),
-                ));
-            }
-        }
-        let has = match part {
-            Some(p) if !p.nodes.is_empty() => p.nodes.len(),
-            _ => self.nodes.len(),
-        };
-        if has > 0 && spec.nodes as usize > has {
-            return Err(Failure::new(
-                ErrorKind::InvalidInput,
-                format!(
-                    "`nodes` = {}: partition {name} has {has} node{}, and a job's nodes are all \
-                     allocated at once; ask for at most {has}",
-                    spec.nodes,
-                    if has == 1 { "" } else { "s" }
-                ),
-            ));
-        }
-        Ok(())
     }
 
     /// Who a job runs for: the account it named, else its user's default account (the first
@@ -367,36 +281,13 @@ impl Cluster {
     }
 
     /// Refuses an unknown QoS, and a negative nice from anyone but an admin (it would raise
-    /// the job above others).
+    /// the job above others): the core's shared admission ([`cycle::admit_qos`]).
     pub(super) fn check_qos_and_nice(
         &self,
         spec: &JobSpec,
         caller: &Caller,
     ) -> Result<(), Failure> {
-        if let Some(q) = spec.qos.as_deref() {
-            if !self.sched.qos.iter().any(|d| d.name == q) {
-                let known: Vec<&str> = self.sched.qos.iter().map(|d| d.name.as_str()).collect();
-                let has = if known.is_empty() {
-                    "none is configured".to_string()
-                } else {
-                    format!("this cluster has: {}", known.join(", "))
-                };
-                return Err(Failure::new(
-                    ErrorKind::InvalidInput,
-                    format!("unknown QoS {q:?}; {has}"),
-                ));
-            }
-        }
-        if spec.nice < 0 && !caller.admin {
-            return Err(Failure::new(
-                ErrorKind::PermissionDenied,
-                format!(
-                    "--nice {} would raise the job's priority; only an admin may; use 0 or more",
-                    spec.nice
-                ),
-            ));
-        }
-        Ok(())
+        cycle::admit_qos(&self.sched, spec.qos.as_deref(), spec.nice, caller.admin).map_err(refused)
     }
 
     /// Refuses a job that could never start under a QoS or association limit (over MaxWall,
@@ -519,6 +410,11 @@ impl Cluster {
         let assoc = self.assoc(job);
         self.usage.record(&assoc, rate * secs, end);
     }
+}
+
+/// A submit refused by the core's shared admission.
+fn refused(r: cycle::Refusal) -> Failure {
+    Failure::new(r.kind, r.message)
 }
 
 /// What a job asks the core for: `resources` on each of its nodes.
