@@ -10,6 +10,7 @@
 //!
 //! Pure, like the rest of the core: the caller passes the time and keeps its own records.
 
+use wharf_api::array::ArrayTask;
 use wharf_api::resources::format_duration;
 use wharf_api::wire::ErrorKind;
 use wharf_api::{JobId, PriorityView, Resources};
@@ -143,6 +144,48 @@ impl JobFacts {
             port,
         }
     }
+}
+
+/// Keeps each throttled array's `pending` tasks to what its throttle still allows, lowest
+/// task ids first (`pending` is in id order), and returns the others, which wait with
+/// [`crate::PendingReason::JobArrayTaskLimit`]. `tasks` are every array task kept, each with
+/// whether it holds resources now; `task_of` the array task a pending job is, if any.
+pub fn throttle_arrays(
+    pending: &mut Vec<PendingJob>,
+    tasks: impl IntoIterator<Item = (ArrayTask, bool)>,
+    task_of: impl Fn(JobId) -> Option<ArrayTask>,
+) -> Vec<JobId> {
+    let mut budget: std::collections::BTreeMap<JobId, u32> = Default::default();
+    for (task, holds) in tasks {
+        let Some(n) = task.throttle else {
+            continue;
+        };
+        let left = budget.entry(task.job_id).or_insert(n);
+        if holds {
+            *left = left.saturating_sub(1);
+        }
+    }
+    if budget.is_empty() {
+        return Vec::new();
+    }
+    let mut limited = Vec::new();
+    pending.retain(|p| {
+        let Some(task) = task_of(p.id) else {
+            return true;
+        };
+        match budget.get_mut(&task.job_id) {
+            Some(0) => {
+                limited.push(p.id);
+                false
+            }
+            Some(left) => {
+                *left -= 1;
+                true
+            }
+            None => true,
+        }
+    });
+    limited
 }
 
 /// Why a job is refused at submit.
@@ -531,6 +574,32 @@ mod tests {
             ErrorKind::PermissionDenied
         );
         assert_eq!(admit_qos(&c, None, -5, true), Ok(()));
+    }
+
+    #[test]
+    fn a_throttled_array_runs_no_more_tasks_at_once_than_its_throttle_lowest_first() {
+        let task = |id: JobId| ArrayTask {
+            job_id: 10,
+            task_id: (id - 10) as u32,
+            throttle: Some(2),
+        };
+        // Task 10 runs; 11, 12 and 13 wait, as does job 20 of no array.
+        let mut pending: Vec<PendingJob> = [11, 12, 13, 20]
+            .iter()
+            .map(|&id| facts(id).pending(&Config::default()))
+            .collect();
+        let tasks = [
+            (task(10), true),
+            (task(11), false),
+            (task(12), false),
+            (task(13), false),
+        ];
+        let limited = throttle_arrays(&mut pending, tasks, |id| {
+            (10..20).contains(&id).then(|| task(id))
+        });
+        assert_eq!(limited, vec![12, 13]);
+        let left: Vec<JobId> = pending.iter().map(|p| p.id).collect();
+        assert_eq!(left, vec![11, 20]);
     }
 
     #[test]
