@@ -257,10 +257,10 @@ impl<'w> Sim<'w> {
     /// Carries out a plan's starts: checks each against the cluster (job pending, right number
     /// of nodes, ids in range and free, memory fits), holds the resources and queues the end.
     ///
-    /// This is the simulator's copy of the controller's plan-applying step
-    /// (`scheduler/controller/src/cluster/sched.rs`, `Cluster::schedule`'s loop over
-    /// `plan.starts`), kept to this one function so both can move onto one shared
-    /// implementation. It checks more than the controller does today (which trusts the core),
+    /// What each start is (job, allocations, time limit) was decided by the core's shared
+    /// pass code (`wharf_core::cycle::apply`, called by [`Driver::pass`]), as in the
+    /// controller (`scheduler/controller/src/cluster/sched.rs`); this step holds the
+    /// simulated resources. It checks more than the controller does (which trusts the core),
     /// because a replay is where a core bug should surface. A start that fails a check is
     /// refused before anything is taken, and stops the replay: it would be an over-allocation
     /// in production.
