@@ -23,6 +23,7 @@
 
 mod backfill;
 mod config;
+pub mod cycle;
 pub mod fairshare;
 mod incremental;
 pub mod limits;

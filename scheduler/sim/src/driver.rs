@@ -4,16 +4,19 @@
 //! nodes and running jobs between passes, as the controller's does), and turns the plan's
 //! starts into the simulator's terms. No policy is decided here: FCFS, EASY and Wharf's policy
 //! are the core's own [`Config`]s.
+//!
+//! A job becomes the core's pending and running job, and a plan becomes starts, through the
+//! core's [`cycle`] module: the same code the controller's pass uses
+//! (`scheduler/controller/src/cluster/sched.rs`), so the two cannot drift apart.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use wharf_api::JobId;
-use wharf_core::{
-    Account, Alloc, Assoc, Billing, Config, Node, Partition, PendingJob, Request, RunningJob,
-    Scheduler, State, UsageLedger,
-};
+use wharf_api::Resources;
+use wharf_core::cycle::{self, JobFacts};
+use wharf_core::{Account, Billing, Config, Node, Partition, Scheduler, State, UsageLedger};
 
 use crate::engine::{Placement, SimError, Start};
 use crate::workload::{SimJob, Workload};
@@ -102,6 +105,8 @@ pub struct Driver {
     ledger: UsageLedger,
     state: State,
     node_index: BTreeMap<String, usize>,
+    // Every job submitted and not yet ended, as the core's shared pass code takes it.
+    facts: BTreeMap<JobId, JobFacts>,
     accounts: Vec<String>,
     partitions: Vec<String>,
     // Moves are applied to `state` in one sweep at the next pass, not one scan per event.
@@ -155,6 +160,7 @@ impl Driver {
                 .enumerate()
                 .map(|(i, n)| (n.name.clone(), i))
                 .collect(),
+            facts: BTreeMap::new(),
             accounts: workload.accounts.iter().map(|a| a.name.clone()).collect(),
             partitions: workload.partitions.iter().map(|p| p.0.clone()).collect(),
             left_pending: BTreeSet::new(),
@@ -166,65 +172,69 @@ impl Driver {
         })
     }
 
-    fn assoc(&self, job: &SimJob) -> Assoc {
-        let account = self
-            .accounts
-            .get(job.account as usize)
-            .map(String::as_str)
-            .unwrap_or("root");
-        Assoc::new(account, &format!("u{}", job.user))
-    }
-
     fn partition(&self, job: &SimJob) -> Option<String> {
         job.partition
             .and_then(|p| self.partitions.get(p as usize))
             .cloned()
     }
 
-    /// A job was submitted.
-    pub fn submitted(&mut self, job: &SimJob) {
-        let request = Request {
+    /// A workload job in the terms of the core's shared pass code: user `u<n>`, charged to
+    /// its account (`root` when the workload names none).
+    fn facts(&self, job: &SimJob) -> JobFacts {
+        let account = self
+            .accounts
+            .get(job.account as usize)
+            .map(String::as_str)
+            .unwrap_or("root");
+        JobFacts {
+            id: job.id,
+            user: format!("u{}", job.user),
+            account: Some(account.to_string()),
+            partition: self.partition(job),
+            resources: Resources {
+                cpus: job.per_node.cpus,
+                memory: job.per_node.memory,
+                gpus: job.per_node.gpus,
+            },
             nodes: job.nodes,
-            cpus: job.per_node.cpus,
-            memory: job.per_node.memory,
-            gpus: job.per_node.gpus,
-            gpu_kind: None,
-        };
-        let mut p = PendingJob::new(job.id, self.assoc(job), request, job.submit);
-        p.time_limit = Some(job.limit);
-        p.partition = self.partition(job);
-        self.state.pending.push(p);
+            time_limit: job.limit,
+            submit: job.submit,
+            ..JobFacts::default()
+        }
+    }
+
+    /// A job was submitted: it joins the queue, or is refused as the controller refuses a
+    /// job that could never run ([`cycle::admit`]: more nodes than its partition has).
+    pub fn submitted(&mut self, job: &SimJob) -> Result<(), cycle::Refusal> {
+        let facts = self.facts(job);
+        cycle::admit(&self.config, &facts, self.node_index.len())?;
+        self.state.pending.push(facts.pending(&self.config));
+        self.facts.insert(job.id, facts);
+        Ok(())
     }
 
     /// A start was applied: the job holds `allocs` from `now`.
     pub fn started(&mut self, job: &SimJob, start: &Start, nodes: &[String], now: u64) {
         self.left_pending.insert(job.id);
+        let Some(facts) = self.facts.get(&job.id) else {
+            return;
+        };
         let allocs = start
             .placements
             .iter()
-            .map(|p| Alloc {
-                node: nodes[p.node].clone(),
-                cpu_ids: p.cpu_ids.clone(),
-                gpu_ids: p.gpu_ids.clone(),
-                memory: job.per_node.memory,
-            })
-            .collect();
-        self.state.running.push(RunningJob {
-            id: job.id,
-            assoc: self.assoc(job),
-            partition: self.partition(job),
-            qos: None,
-            start: now,
-            time_limit: start.time_limit,
-            allocs,
-            port: None,
-        });
+            .map(|p| (nodes[p.node].clone(), p.cpu_ids.clone(), p.gpu_ids.clone()));
+        self.state
+            .running
+            .push(facts.running(&self.config, now, allocs, None));
     }
 
     /// A job ended: its usage goes into the fair-share ledger.
     pub fn ended(&mut self, job: &SimJob, start: u64, end: u64) {
         self.left_running.insert(job.id);
-        let billing = self.config.billing_for(self.partition(job).as_deref());
+        let Some(facts) = self.facts.remove(&job.id) else {
+            return;
+        };
+        let billing = self.config.billing_for(facts.partition.as_deref());
         let n = job.nodes as u64;
         let rate = billing.rate(
             job.per_node.cpus as u64 * n,
@@ -232,7 +242,8 @@ impl Driver {
             job.per_node.gpus as u64 * n,
         );
         let secs = end.saturating_sub(start) as f64 / 1000.0;
-        self.ledger.record(&self.assoc(job), rate * secs, end);
+        self.ledger
+            .record(&facts.assoc(&self.config), rate * secs, end);
     }
 
     /// How many times a job that held a reservation lost it while still pending (neither started
@@ -279,7 +290,10 @@ impl Driver {
             .filter(|j| !self.left_pending.contains(j))
             .count() as u64;
         self.reserved = reserved;
-        plan.starts
+        // Preemptions (`applied.stops`) are not replayed: the simulator has no requeue.
+        let applied = cycle::apply(&plan, |id| self.facts.get(&id));
+        applied
+            .launches
             .into_iter()
             .map(|s| {
                 let placements = s

@@ -102,6 +102,8 @@ pub struct Replay {
     pub decisions: DecisionLog,
     /// Jobs still pending when no event was left (the core could never place them).
     pub never_started: Vec<JobId>,
+    /// Jobs refused at submit, as the controller refuses them, with the reason.
+    pub refused: Vec<(JobId, String)>,
     /// Scheduling passes run.
     pub passes: u64,
     /// Times a still-pending job lost its reservation ([`Driver::reservations_dropped`]).
@@ -146,6 +148,7 @@ pub struct Sim<'w> {
     nodes: Vec<NodeState>,
     node_names: Vec<String>,
     pending: BTreeMap<JobId, usize>,
+    refused: Vec<(JobId, String)>,
     running: BTreeMap<JobId, Running>,
     outcomes: Vec<Outcome>,
     decisions: DecisionLog,
@@ -182,6 +185,7 @@ impl<'w> Sim<'w> {
                 .collect(),
             node_names: workload.nodes.iter().map(|n| n.name.clone()).collect(),
             pending: BTreeMap::new(),
+            refused: Vec::new(),
             running: BTreeMap::new(),
             outcomes: Vec::new(),
             decisions: Vec::new(),
@@ -214,8 +218,12 @@ impl<'w> Sim<'w> {
             match kind {
                 Kind::Submit => {
                     let index = self.index[&id];
-                    self.pending.insert(id, index);
-                    driver.submitted(&self.workload.jobs[index]);
+                    match driver.submitted(&self.workload.jobs[index]) {
+                        Ok(()) => {
+                            self.pending.insert(id, index);
+                        }
+                        Err(r) => self.refused.push((id, r.message)),
+                    }
                 }
                 Kind::End => {
                     if let Some(r) = self.running.remove(&id) {
@@ -249,10 +257,10 @@ impl<'w> Sim<'w> {
     /// Carries out a plan's starts: checks each against the cluster (job pending, right number
     /// of nodes, ids in range and free, memory fits), holds the resources and queues the end.
     ///
-    /// This is the simulator's copy of the controller's plan-applying step
-    /// (`scheduler/controller/src/cluster/sched.rs`, `Cluster::schedule`'s loop over
-    /// `plan.starts`), kept to this one function so both can move onto one shared
-    /// implementation. It checks more than the controller does today (which trusts the core),
+    /// What each start is (job, allocations, time limit) was decided by the core's shared
+    /// pass code (`wharf_core::cycle::apply`, called by [`Driver::pass`]), as in the
+    /// controller (`scheduler/controller/src/cluster/sched.rs`); this step holds the
+    /// simulated resources. It checks more than the controller does (which trusts the core),
     /// because a replay is where a core bug should surface. A start that fails a check is
     /// refused before anything is taken, and stops the replay: it would be an over-allocation
     /// in production.
@@ -344,6 +352,7 @@ impl<'w> Sim<'w> {
             outcomes: self.outcomes,
             decisions: self.decisions,
             never_started: self.pending.keys().copied().collect(),
+            refused: self.refused,
             passes: self.passes,
             reservations_dropped: 0,
         }

@@ -187,7 +187,7 @@ fn main() -> Result<()> {
         columns.push(Column {
             policy,
             metrics: metrics::compute(&w, &replay.outcomes),
-            never_started: replay.never_started.len(),
+            never_started: replay.never_started.len() + replay.refused.len(),
             passes: replay.passes,
             reservations_dropped: replay.reservations_dropped,
             wall_s: t0.elapsed().as_secs_f64(),

@@ -13,7 +13,8 @@ pub struct Column {
     pub policy: Policy,
     /// Its metrics.
     pub metrics: Metrics,
-    /// Jobs the core never started (none unless a job could never fit).
+    /// Jobs never started: refused at submit as the controller refuses a job that could never
+    /// run, or never placed by the core (none unless a job could never fit).
     pub never_started: usize,
     /// Scheduling passes.
     pub passes: u64,

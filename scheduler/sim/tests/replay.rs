@@ -157,3 +157,21 @@ fn multifactor_with_age_only_and_one_reservation_is_easy() {
     let default = replay(&w, Policy::Wharf).unwrap();
     assert_ne!(easy.decisions, default.decisions);
 }
+
+#[test]
+fn a_job_that_could_never_run_is_refused_at_submit_as_the_controller_refuses_it() {
+    let mut w = from_swf("t", &swf::parse(BACKFILL).unwrap(), &SwfOptions::default());
+    let nodes = w.nodes.len();
+    w.jobs[1].nodes = nodes as u32 + 1;
+    let r = replay(&w, Policy::Wharf).unwrap();
+    assert_eq!(r.refused.len(), 1, "{:?}", r.refused);
+    let (job, reason) = &r.refused[0];
+    assert_eq!(*job, w.jobs[1].id);
+    // The controller's words (wharf_core::cycle::admit).
+    assert!(
+        reason.contains(&format!("ask for at most {nodes}")),
+        "{reason}"
+    );
+    assert!(r.never_started.is_empty());
+    assert_eq!(r.outcomes.len(), 2, "the others run");
+}

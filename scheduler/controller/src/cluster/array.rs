@@ -1,11 +1,10 @@
 //! Job arrays: one submit stores one record per task, all or none; the scheduler lets
 //! at most the throttle's number of an array's tasks hold resources at once.
 
-use std::collections::BTreeMap;
-
 use wharf_api::array::{ArraySpec, ArrayTask};
 use wharf_api::wire::ErrorKind;
 use wharf_api::{JobId, JobRecord};
+use wharf_core::cycle;
 use wharf_core::{PendingReason, State as SchedState};
 
 use super::{Cluster, Failure};
@@ -29,42 +28,15 @@ impl Cluster {
     }
 
     /// Keeps each throttled array's pending tasks in `state` to what its throttle still
-    /// allows (lowest task ids first); the others wait with `JobArrayTaskLimit`. Returns them.
+    /// allows (lowest task ids first, [`cycle::throttle_arrays`]); the others wait with
+    /// `JobArrayTaskLimit`. Returns them.
     pub(super) fn apply_array_throttles(&mut self, state: &mut SchedState) -> Vec<JobId> {
-        let mut budget: BTreeMap<JobId, u32> = BTreeMap::new();
-        for j in self.jobs.values() {
-            if let Some(ArrayTask {
-                job_id,
-                throttle: Some(n),
-                ..
-            }) = j.array
-            {
-                let left = budget.entry(job_id).or_insert(n);
-                if j.state.holds_resources() {
-                    *left = left.saturating_sub(1);
-                }
-            }
-        }
-        if budget.is_empty() {
-            return Vec::new();
-        }
-        let mut limited = Vec::new();
-        // `state.pending` is in id order (the jobs map's), so lower tasks go first.
-        state.pending.retain(|p| {
-            let Some(task) = self.jobs.get(&p.id).and_then(|j| j.array) else {
-                return true;
-            };
-            match budget.get_mut(&task.job_id) {
-                Some(0) => {
-                    limited.push(p.id);
-                    false
-                }
-                Some(left) => {
-                    *left -= 1;
-                    true
-                }
-                None => true,
-            }
+        let tasks = self
+            .jobs
+            .values()
+            .filter_map(|j| j.array.map(|a| (a, j.state.holds_resources())));
+        let limited = cycle::throttle_arrays(&mut state.pending, tasks, |id| {
+            self.jobs.get(&id).and_then(|j| j.array)
         });
         let words = PendingReason::JobArrayTaskLimit.to_string();
         for id in &limited {

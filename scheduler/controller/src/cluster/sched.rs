@@ -4,13 +4,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use wharf_api::node::GpuInfo;
-use wharf_api::resources::format_duration;
 use wharf_api::wire::ErrorKind;
-use wharf_api::{JobId, JobRecord, JobSpec, JobState, NodeAlloc, PriorityView, Resources, Stop};
+use wharf_api::{JobId, JobRecord, JobSpec, JobState, NodeAlloc, Resources, Stop};
+use wharf_core::cycle::{self, JobFacts};
 use wharf_core::{
-    limits, Alloc, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PartitionState, PendingJob,
-    PreemptMode, Priority, Request, RunningJob, Selection, State as SchedState, UsageLedger,
-    Weights, DEFAULT_PARTITION,
+    limits, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PendingJob, Request, Selection,
+    State as SchedState, UsageLedger,
 };
 
 use super::{Caller, Cluster, Failure};
@@ -21,8 +20,13 @@ const USAGE_HISTORY: u32 = 50_000;
 
 impl Cluster {
     /// One scheduling pass. Returns the nodes that got work.
+    ///
+    /// The decisions around the pass are the core's shared ones ([`cycle`]), the same the
+    /// simulator makes: the jobs become the core's inputs through [`JobFacts`], and the plan
+    /// becomes starts, stops and waiting jobs' notes through [`cycle::apply`] and
+    /// [`cycle::waiting_note`]. What is kept here is the store and the records.
     pub fn schedule(&mut self, now: u64) -> Result<BTreeSet<String>, Failure> {
-        let mut state = self.sched_state(now);
+        let (mut state, facts) = self.sched_state(now);
         if state.pending.is_empty() {
             return Ok(BTreeSet::new());
         }
@@ -30,26 +34,21 @@ impl Cluster {
         let never = self.apply_dependencies(&mut state)?;
         self.apply_array_throttles(&mut state);
         let plan = self.scheduler.schedule(now, &state, &self.sched);
+        let applied = cycle::apply(&plan, |id| facts.get(&id));
         let mut started = self.never_met(never, now);
         let mut woken = BTreeSet::new();
-        for start in &plan.starts {
+        for launch in &applied.launches {
             // All of a gang's nodes at once, in rank order (the core decides them together).
-            let (Some(rec), Some(alloc)) = (self.jobs.get(&start.job), start.allocs.first()) else {
+            let Some(rec) = self.jobs.get(&launch.job) else {
                 continue;
             };
             let mut rec = rec.clone();
-            // A whole-node job holds, and is charged for, all of the node (of its first node:
-            // resources are per node, and a gang's whole nodes are taken to be alike).
             if let Some(spec) = rec.spec.as_mut().filter(|s| s.exclusive) {
-                spec.resources = Resources {
-                    cpus: alloc.cpu_ids.len() as u32,
-                    memory: alloc.memory,
-                    gpus: alloc.gpu_ids.len() as u32,
-                };
-                rec.resources = spec.resources;
+                spec.resources = launch.resources;
+                rec.resources = launch.resources;
             }
             rec.state = JobState::Starting;
-            rec.allocs = start
+            rec.allocs = launch
                 .allocs
                 .iter()
                 .map(|a| NodeAlloc::new(&a.node, a.cpu_ids.clone(), a.gpu_ids.clone()))
@@ -57,7 +56,7 @@ impl Cluster {
             rec.reason = Some(format!("starting on {}", rec.nodelist()));
             rec.requeued_after = None;
             rec.requeued_message = None;
-            rec.port = start.port;
+            rec.port = launch.port;
             rec.priority = None;
             rec.expected_start = None;
             woken.extend(rec.nodes().map(str::to_string));
@@ -65,15 +64,21 @@ impl Cluster {
         }
         // Committed with the starts: a preemption and the reservation it makes are one
         // decision.
-        for p in &plan.preemptions {
+        for p in &applied.stops {
             let Some(rec) = self.jobs.get(&p.job) else {
                 continue;
             };
             let mut rec = rec.clone();
-            let requeue =
-                p.mode == PreemptMode::Requeue && rec.spec.as_ref().is_none_or(|s| s.requeue);
-            let stop = Stop::Preempt { by: p.by, requeue };
-            tracing::info!(job = p.job, by = p.by, requeue, "preempting job");
+            let stop = Stop::Preempt {
+                by: p.by,
+                requeue: p.requeue,
+            };
+            tracing::info!(
+                job = p.job,
+                by = p.by,
+                requeue = p.requeue,
+                "preempting job"
+            );
             rec.reason = Some(format!("{stop}; stopping"));
             rec.stop = Some(stop);
             woken.extend(rec.nodes().map(str::to_string));
@@ -81,34 +86,11 @@ impl Cluster {
         }
         let weights = self.sched.weights;
         for wait in &plan.waiting {
-            let priority = plan.priority(wait.job).map(|p| sprio(p, &weights));
-            // The scheduler's sentence is made of public fields only (resources, limits,
-            // partition and job ids), so other users may see it too.
-            let reason = match wait.estimated_start {
-                Some(at) => format!(
-                    "{}; expected to start in about {}",
-                    wait.reason,
-                    wharf_api::resources::format_duration(at.saturating_sub(now) / 1000)
-                ),
-                None => wait.reason.to_string(),
-            };
-            let reason = match self.jobs.get(&wait.job).map(nodes_of) {
-                Some(n) if n > 1 => gang_words(reason, n),
-                _ => reason,
-            };
-            // Until it starts again, a requeued job says why it is back in the queue.
-            let reason = match self
-                .jobs
-                .get(&wait.job)
-                .and_then(|j| j.requeued_after.as_ref())
-            {
-                Some(stop) => format!("{reason}; {}", stop.requeue_words()),
-                None => reason,
-            };
+            let note = cycle::waiting_note(&plan, wait, now, &weights, facts.get(&wait.job));
             self.jobs.edit(wait.job, |rec| {
-                rec.priority = priority;
-                rec.expected_start = wait.estimated_start;
-                rec.reason = Some(reason);
+                rec.priority = note.priority;
+                rec.expected_start = note.expected_start;
+                rec.reason = Some(note.reason);
             });
         }
         self.commit(started)?;
@@ -116,73 +98,54 @@ impl Cluster {
     }
 
     /// The scheduler's view: every node (GPUs with the ids their agent reported), running
-    /// jobs expected to end at start + time limit, pending jobs, and decayed usage. Each user
-    /// is its own fair-share account until accounts are configured.
-    fn sched_state(&self, now: u64) -> SchedState {
+    /// jobs expected to end at start + time limit, pending jobs, and decayed usage, with what
+    /// it was built from for each job. Each user is its own fair-share account until
+    /// accounts are configured.
+    fn sched_state(&self, now: u64) -> (SchedState, BTreeMap<JobId, JobFacts>) {
         let nodes = self.sched_nodes();
         let mut running = Vec::new();
         let mut pending = Vec::new();
         let mut stopping = BTreeSet::new();
+        let mut facts = BTreeMap::new();
         for job in self.jobs.values() {
             if job.state.holds_resources() && (job.cancel_requested || job.stop.is_some()) {
                 stopping.insert(job.id);
             }
             match job.state {
-                s if s.holds_resources() && !job.allocs.is_empty() => running.push(RunningJob {
-                    id: job.id,
-                    assoc: self.assoc(job),
-                    partition: partition(job),
-                    qos: self.qos_of(job.spec.as_ref()),
-                    // A job still starting is taken to start now.
-                    start: job.start_time.unwrap_or(now),
-                    time_limit: job.time_limit.saturating_mul(1000),
-                    allocs: job
-                        .allocs
-                        .iter()
-                        .map(|a| Alloc {
-                            node: a.node.clone(),
-                            cpu_ids: a.cpu_ids.clone(),
-                            gpu_ids: a.gpu_ids.clone(),
-                            memory: job.resources.memory,
-                        })
-                        .collect(),
-                    port: job.port,
-                }),
+                s if s.holds_resources() && !job.allocs.is_empty() => {
+                    let f = job_facts(job);
+                    running.push(
+                        f.running(
+                            &self.sched,
+                            // A job still starting is taken to start now.
+                            job.start_time.unwrap_or(now),
+                            job.allocs
+                                .iter()
+                                .map(|a| (a.node.clone(), a.cpu_ids.clone(), a.gpu_ids.clone())),
+                            job.port,
+                        ),
+                    );
+                    facts.insert(job.id, f);
+                }
                 // Not before its nodes have let go of its last run (see `requeued_from`).
                 JobState::Pending if !job.requeued_from.is_empty() => {}
                 JobState::Pending => {
-                    let mut p = PendingJob::new(
-                        job.id,
-                        self.assoc(job),
-                        request(job.resources, job.spec.as_ref()),
-                        job.submit_time,
-                    );
-                    p.time_limit = Some(job.time_limit.saturating_mul(1000));
-                    p.partition = partition(job);
-                    p.begin = job.begin_time;
-                    p.hold = job.hold.map(|h| match h {
-                        wharf_api::Hold::User => Hold::User,
-                        wharf_api::Hold::Admin => Hold::Admin,
-                    });
-                    if let Some(spec) = &job.spec {
-                        p.qos = self.qos_of(Some(spec));
-                        p.nice = spec.nice;
-                        p.request.gpu_kind = spec.gpu_type.clone();
-                        p.select = selection(spec);
-                    }
-                    pending.push(p);
+                    let f = job_facts(job);
+                    pending.push(f.pending(&self.sched));
+                    facts.insert(job.id, f);
                 }
                 _ => {}
             }
         }
-        SchedState {
+        let state = SchedState {
             nodes,
             running,
             pending,
             usage: self.usage.snapshot(now),
             stopping,
             budget: Default::default(),
-        }
+        };
+        (state, facts)
     }
 
     /// Every node (GPUs with the ids their agent reported, its features) as the core sees it.
@@ -209,104 +172,19 @@ impl Cluster {
     }
 
     /// Refuses a job whose partition does not exist, takes no new jobs, allows less time than
-    /// it asks for, or is closed to the caller's account or groups.
+    /// it asks for, has fewer nodes than it asks for, or is closed to the caller's account or
+    /// groups. All but the last are the core's shared admission ([`cycle::admit`]).
     pub(super) fn check_partition(&self, spec: &JobSpec, caller: &Caller) -> Result<(), Failure> {
-        let parts = &self.sched.partitions;
-        let name = spec.partition.as_deref();
-        let known: Vec<&str> = if parts.is_empty() {
-            vec![DEFAULT_PARTITION]
-        } else {
-            parts.iter().map(|p| p.name.as_str()).collect()
+        let job = JobFacts {
+            partition: spec.partition.clone(),
+            time_limit: spec.time_limit.saturating_mul(1000),
+            nodes: spec.nodes,
+            ..JobFacts::default()
         };
-        let part = match name {
-            Some(n) if !known.contains(&n) => {
-                return Err(Failure::new(
-                    ErrorKind::InvalidInput,
-                    format!(
-                        "unknown partition {n:?}; this cluster has: {}",
-                        known.join(", ")
-                    ),
-                ))
-            }
-            Some(n) => parts.iter().find(|p| p.name == n),
-            None => self
-                .sched
-                .default_partition
-                .as_deref()
-                .and_then(|d| parts.iter().find(|p| p.name == d))
-                .or(parts.first()),
-        };
-        let Some(part) = part else {
-            return self.check_node_count(spec, None);
-        };
-        if matches!(part.state, PartitionState::Drain | PartitionState::Inactive) {
-            return Err(Failure::new(
-                ErrorKind::Unavailable,
-                format!(
-                    "partition {} takes no new jobs (it is {}); choose another with --partition",
-                    part.name,
-                    if part.state == PartitionState::Drain {
-                        "draining"
-                    } else {
-                        "inactive"
-                    }
-                ),
-            ));
+        match cycle::admit(&self.sched, &job, self.nodes.len()).map_err(refused)? {
+            Some(part) => self.check_access(part, spec, caller),
+            None => Ok(()),
         }
-        if let Some(max) = part.max_time {
-            if spec.time_limit.saturating_mul(1000) > max {
-                return Err(Failure::new(
-                    ErrorKind::InvalidInput,
-                    format!(
-                        "`time` {} is over partition {}'s maximum of {}; ask for less time",
-                        format_duration(spec.time_limit),
-                        part.name,
-                        format_duration(max / 1000)
-                    ),
-                ));
-            }
-        }
-        self.check_node_count(spec, Some(part))?;
-        self.check_access(part, spec, caller)
-    }
-
-    /// Refuses a gang job that asks for more nodes than its partition's MaxNodes, or than
-    /// its partition has (all nodes registered so far, when the partition names none; nothing
-    /// is refused before any node has joined).
-    fn check_node_count(
-        &self,
-        spec: &JobSpec,
-        part: Option<&wharf_core::Partition>,
-    ) -> Result<(), Failure> {
-        let name = part.map_or(DEFAULT_PARTITION, |p| p.name.as_str());
-        if let Some(max) = part.and_then(|p| p.max_nodes) {
-            if spec.nodes > max {
-                return Err(Failure::new(
-                    ErrorKind::InvalidInput,
-                    format!(
-                        "`nodes` = {} is over partition {name}'s MaxNodes of {max}; ask for fewer \
-                         nodes or another partition",
-                        spec.nodes
-                    ),
-                ));
-            }
-        }
-        let has = match part {
-            Some(p) if !p.nodes.is_empty() => p.nodes.len(),
-            _ => self.nodes.len(),
-        };
-        if has > 0 && spec.nodes as usize > has {
-            return Err(Failure::new(
-                ErrorKind::InvalidInput,
-                format!(
-                    "`nodes` = {}: partition {name} has {has} node{}, and a job's nodes are all \
-                     allocated at once; ask for at most {has}",
-                    spec.nodes,
-                    if has == 1 { "" } else { "s" }
-                ),
-            ));
-        }
-        Ok(())
     }
 
     /// Who a job runs for: the account it named, else its user's default account (the first
@@ -317,17 +195,7 @@ impl Cluster {
 
     /// [`Cluster::assoc`] of a job `user` submits with `spec`.
     pub(super) fn assoc_for(&self, spec: Option<&JobSpec>, user: &str) -> Assoc {
-        let account = spec
-            .and_then(|s| s.account.as_deref())
-            .or_else(|| {
-                self.sched
-                    .users
-                    .iter()
-                    .find(|u| u.user == user)
-                    .map(|u| u.account.as_str())
-            })
-            .unwrap_or(user);
-        Assoc::new(account, user)
+        cycle::assoc(&self.sched, spec.and_then(|s| s.account.as_deref()), user)
     }
 
     /// Refuses an account the user is not in and, once accounts are configured (in the file
@@ -413,36 +281,13 @@ impl Cluster {
     }
 
     /// Refuses an unknown QoS, and a negative nice from anyone but an admin (it would raise
-    /// the job above others).
+    /// the job above others): the core's shared admission ([`cycle::admit_qos`]).
     pub(super) fn check_qos_and_nice(
         &self,
         spec: &JobSpec,
         caller: &Caller,
     ) -> Result<(), Failure> {
-        if let Some(q) = spec.qos.as_deref() {
-            if !self.sched.qos.iter().any(|d| d.name == q) {
-                let known: Vec<&str> = self.sched.qos.iter().map(|d| d.name.as_str()).collect();
-                let has = if known.is_empty() {
-                    "none is configured".to_string()
-                } else {
-                    format!("this cluster has: {}", known.join(", "))
-                };
-                return Err(Failure::new(
-                    ErrorKind::InvalidInput,
-                    format!("unknown QoS {q:?}; {has}"),
-                ));
-            }
-        }
-        if spec.nice < 0 && !caller.admin {
-            return Err(Failure::new(
-                ErrorKind::PermissionDenied,
-                format!(
-                    "--nice {} would raise the job's priority; only an admin may; use 0 or more",
-                    spec.nice
-                ),
-            ));
-        }
-        Ok(())
+        cycle::admit_qos(&self.sched, spec.qos.as_deref(), spec.nice, caller.admin).map_err(refused)
     }
 
     /// Refuses a job that could never start under a QoS or association limit (over MaxWall,
@@ -508,8 +353,7 @@ impl Cluster {
 
     /// The QoS a job runs in: the one it names, else the configured default.
     pub(super) fn qos_of(&self, spec: Option<&JobSpec>) -> Option<String> {
-        spec.and_then(|s| s.qos.clone())
-            .or_else(|| self.sched.limits.default_qos.clone())
+        cycle::qos(&self.sched, spec.and_then(|s| s.qos.as_deref()))
     }
 
     /// Rebuilds fair-share usage from the ledger's most recent runs (requeued runs included,
@@ -568,25 +412,39 @@ impl Cluster {
     }
 }
 
+/// A submit refused by the core's shared admission.
+fn refused(r: cycle::Refusal) -> Failure {
+    Failure::new(r.kind, r.message)
+}
+
 /// What a job asks the core for: `resources` on each of its nodes.
 fn request(resources: Resources, spec: Option<&JobSpec>) -> Request {
-    let r = resources;
-    let mut req = Request::per_node(r.cpus, r.memory, r.gpus);
-    req.nodes = spec.map_or(1, |s| s.nodes.max(1));
-    req
+    cycle::request(resources, spec.map_or(1, |s| s.nodes))
 }
 
-/// How many nodes a job asks for.
-fn nodes_of(job: &JobRecord) -> u32 {
-    job.spec.as_ref().map_or(1, |s| s.nodes.max(1))
-}
-
-/// A pending gang job's reason says that all of its nodes must be free at once.
-fn gang_words(reason: String, nodes: u32) -> String {
-    if reason.starts_with("Resources:") || reason.starts_with("Priority:") {
-        format!("{reason} (it needs {nodes} nodes at once, all started together)")
-    } else {
-        reason
+/// A job record in the terms the core's shared pass code ([`cycle`]) takes.
+fn job_facts(job: &JobRecord) -> JobFacts {
+    let spec = job.spec.as_ref();
+    JobFacts {
+        id: job.id,
+        user: job.owner.user.clone(),
+        account: spec.and_then(|s| s.account.clone()),
+        partition: partition(job),
+        qos: spec.and_then(|s| s.qos.clone()),
+        resources: job.resources,
+        nodes: spec.map_or(1, |s| s.nodes),
+        time_limit: job.time_limit.saturating_mul(1000),
+        submit: job.submit_time,
+        begin: job.begin_time,
+        hold: job.hold.map(|h| match h {
+            wharf_api::Hold::User => Hold::User,
+            wharf_api::Hold::Admin => Hold::Admin,
+        }),
+        nice: spec.map_or(0, |s| s.nice),
+        gpu_kind: spec.and_then(|s| s.gpu_type.clone()),
+        select: spec.map(selection).unwrap_or_default(),
+        requeue: spec.is_none_or(|s| s.requeue),
+        requeued_words: job.requeued_after.as_ref().map(Stop::requeue_words),
     }
 }
 
@@ -602,20 +460,6 @@ pub(super) fn selection(spec: &JobSpec) -> Selection {
 
 pub(super) fn partition(job: &JobRecord) -> Option<String> {
     job.spec.as_ref().and_then(|s| s.partition.clone())
-}
-
-/// A priority the way `sprio` shows it: each factor times its weight.
-fn sprio(p: &Priority, w: &Weights) -> PriorityView {
-    let weighted = |weight: u32, factor: f64| (weight as f64 * factor).round() as u64;
-    PriorityView {
-        total: p.value,
-        age: weighted(w.age, p.age),
-        fairshare: weighted(w.fairshare, p.fairshare),
-        job_size: weighted(w.job_size, p.job_size),
-        partition: weighted(w.partition, p.partition),
-        qos: weighted(w.qos, p.qos),
-        nice: p.nice.into(),
-    }
 }
 
 /// A node's GPUs as the scheduler sees them: the agent's ids and type names, and where each

@@ -700,3 +700,133 @@ fn mig_instances_are_scheduled_by_their_profile_and_launched_by_their_unit_id() 
     let n = c.nodes().into_iter().find(|n| n.info.name == "n1").unwrap();
     assert_eq!(n.info.capacity().gpus, 2);
 }
+
+/// A job started, with its nodes and the CPU ids it holds on each.
+type StartedOn = (JobId, Vec<(String, Vec<u32>)>);
+
+/// The simulator and the controller decide around a pass with the same code
+/// (`wharf_core::cycle`): one workload gives the same starts, on the same nodes with the same
+/// CPU ids, through a simulated replay and through a controller's pass.
+#[test]
+fn the_simulator_and_the_controller_start_the_same_jobs_in_the_same_places() {
+    use wharf_sim::driver::{Knobs, Policy};
+    use wharf_sim::workload::{Account, Measure, SimJob, SimNodeSpec, Workload};
+
+    let node = wharf_api::Resources {
+        cpus: 8,
+        memory: 16 << 30,
+        gpus: 0,
+    };
+    let mut config = wharf_core::Config::default();
+    config.accounts.push(wharf_core::Account {
+        name: "physics".into(),
+        parent: None,
+        shares: 1,
+    });
+    for user in ["u0", "u1"] {
+        config.users.push(wharf_core::UserShares {
+            user: user.into(),
+            account: "physics".into(),
+            shares: 1,
+        });
+    }
+    // (user, nodes, CPUs per node, time limit s): a node-filling job, a gang that must wait
+    // for both nodes, short jobs to backfill around it, a long one that must not.
+    let shapes = [
+        (0, 1, 6, 3_600),
+        (1, 2, 4, 3_600),
+        (0, 1, 2, 600),
+        (1, 1, 8, 7_200),
+        (1, 1, 1, 300),
+        (0, 1, 3, 900),
+    ];
+    let at = 1_000;
+    let jobs: Vec<SimJob> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, &(user, nodes, cpus, limit))| SimJob {
+            id: i as JobId + 1,
+            submit: at,
+            run: limit * 1000,
+            limit: limit * 1000,
+            nodes,
+            per_node: wharf_api::Resources {
+                cpus,
+                memory: 1 << 30,
+                gpus: 0,
+            },
+            user,
+            account: 0,
+            partition: None,
+        })
+        .collect();
+    let workload = Workload {
+        name: "shared".into(),
+        nodes: ["n1", "n2"]
+            .iter()
+            .map(|n| SimNodeSpec {
+                name: n.to_string(),
+                capacity: node,
+            })
+            .collect(),
+        accounts: vec![Account {
+            name: "physics".into(),
+            shares: 1,
+        }],
+        partitions: vec![],
+        jobs: jobs.clone(),
+        measure: Measure::Cpus,
+        skipped: 0,
+    };
+    let knobs = Knobs {
+        config: config.clone(),
+        billing: None,
+    };
+    let replay = wharf_sim::engine::replay_with(&workload, Policy::Wharf, &knobs).unwrap();
+    let mut simulated: Vec<StartedOn> = replay
+        .decisions
+        .iter()
+        .filter(|(t, _, _)| *t == at)
+        .map(|(_, job, allocs)| {
+            let allocs = allocs.iter().map(|(n, c, _)| (n.clone(), c.clone()));
+            (*job, allocs.collect())
+        })
+        .collect();
+    simulated.sort();
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("wharf.db")).unwrap();
+    let mut c =
+        Cluster::load_with_scheduler(store, JobDefaults::default(), 60_000, 0, config).unwrap();
+    for name in ["n1", "n2"] {
+        let info = NodeInfo::new(name, "127.0.0.1", node.cpus, node.memory, vec![]);
+        c.register(info, 0).unwrap();
+    }
+    for job in &jobs {
+        let who = caller(1000 + job.user, &format!("u{}", job.user));
+        let req = JobRequest {
+            cpus: Some(job.per_node.cpus),
+            memory: Some(job.per_node.memory),
+            nodes: Some(job.nodes),
+            time: Some(job.limit / 1000),
+            ..Default::default()
+        };
+        assert_eq!(submit_job(&mut c, &who, req, at).unwrap(), job.id);
+    }
+    c.schedule(at).unwrap();
+    let controlled: Vec<StartedOn> = jobs
+        .iter()
+        .map(|j| record(&c, j.id))
+        .filter(|r| r.state == JobState::Starting)
+        .map(|r| {
+            let allocs = r.allocs.iter().map(|a| (a.node.clone(), a.cpu_ids.clone()));
+            (r.id, allocs.collect())
+        })
+        .collect();
+
+    assert!(
+        controlled.len() >= 3 && controlled.len() < jobs.len(),
+        "some start, some wait: {controlled:?}"
+    );
+    assert_eq!(simulated, controlled);
+}
