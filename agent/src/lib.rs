@@ -793,23 +793,9 @@ fn start(
     if order.hold && launch::ready_mark(&cfg.state_dir, order.id).exists() {
         return;
     }
-    if let Some(reference) = images::to_pull(cfg, images, &order.spec.image) {
-        let (c, l, i, m, o) = (
-            cfg.clone(),
-            launcher.clone(),
-            images.clone(),
-            machine.clone(),
-            order.clone(),
-        );
-        let p = pulls.clone();
-        pulls.spawn(order.id, move || {
-            let ready = images::pull_for(&c, &i, &p, &o, &reference).map(Some);
-            launch_now(&c, l.as_ref(), &i, &m, &p, &o, ready);
-        });
-        return;
-    }
-    // A registry image on a Docker node: the engine pulls it with the job's credential.
-    if let Some(reference) = engine::to_engine_pull(cfg, &order.spec.image) {
+    // Work before the launch (a pull, a proof of access) runs on a thread of its own and
+    // launches, or records why not, when it is done.
+    let then_launch = |prepare: Prepare| {
         let (c, l, i, m, o, p) = (
             cfg.clone(),
             launcher.clone(),
@@ -819,26 +805,30 @@ fn start(
             pulls.clone(),
         );
         pulls.spawn(order.id, move || {
-            let ready = engine::engine_pull_for(&c, &p, &o, &reference).map(|()| None);
+            let ready = prepare(&c, &p, &o);
             launch_now(&c, l.as_ref(), &i, &m, &p, &o, ready);
         });
+    };
+    if let Some(reference) = images::to_pull(cfg, images, &order.spec.image) {
+        let i = images.clone();
+        then_launch(Box::new(move |c, p, o| {
+            images::pull_for(c, &i, p, o, &reference).map(Some)
+        }));
+        return;
+    }
+    // A registry image on a Docker node: the engine pulls it with the job's credential.
+    if let Some(reference) = engine::to_engine_pull(cfg, &order.spec.image) {
+        then_launch(Box::new(move |c, p, o| {
+            engine::engine_pull_for(c, p, o, &reference).map(|()| None)
+        }));
         return;
     }
     // A private image cached here: this job's credentials must prove access first.
     if let Some((reference, info)) = images::to_prove(cfg, images, &order.spec.image) {
         if !pulls.proven(order.owner.uid, &info.digest) {
-            let (c, l, i, m, o, p) = (
-                cfg.clone(),
-                launcher.clone(),
-                images.clone(),
-                machine.clone(),
-                order.clone(),
-                pulls.clone(),
-            );
-            pulls.spawn(order.id, move || {
-                let ready = images::prove_for(&c, &p, &o, &reference, &info).map(|()| None);
-                launch_now(&c, l.as_ref(), &i, &m, &p, &o, ready);
-            });
+            then_launch(Box::new(move |c, p, o| {
+                images::prove_for(c, p, o, &reference, &info).map(|()| None)
+            }));
             return;
         }
     }
@@ -852,6 +842,13 @@ fn start(
         Ok(None),
     );
 }
+
+/// Whether a job may launch after the work before it: the pulled image's pin (none when
+/// nothing was pulled here), or why not.
+type Ready = Result<Option<wharf_images::Pin>, launch::LaunchError>;
+
+/// Work a launch waits for (a pull, a proof of access), run on a thread of its own.
+type Prepare = Box<dyn FnOnce(&AgentConfig, &images::Pulls, &LaunchOrder) -> Ready + Send>;
 
 /// Launches `order` now, or records why it cannot run (`ready`'s error: a failed pull, and
 /// whose fault that is; its value: the pulled image's pin): each of its tasks on this node in
@@ -870,7 +867,7 @@ fn launch_now(
     machine: &discover::Machine,
     pulls: &images::Pulls,
     order: &LaunchOrder,
-    ready: Result<Option<wharf_images::Pin>, launch::LaunchError>,
+    ready: Ready,
 ) {
     tracing::info!(job = order.id, user = %order.owner.user, image = %order.spec.image, tasks = order.spec.tasks_per_node, hold = order.hold, "launching");
     // The pulled image stays pinned until the launch holds its own pin.
@@ -955,17 +952,29 @@ fn launch_now(
             )
         };
         let dir = launch::task_dir(&cfg.state_dir, order.id, local);
-        let _ = traverse_only_dir(dir.path());
-        let outcome = Outcome {
-            error: Some(bound_message(message)),
-            cancelled: fault.is_none(),
-            fault,
-            ended_ms: wharf_runtime::now_ms(),
-            ..Default::default()
-        };
-        if let Err(e) = JobDir::write_atomic(&dir.outcome(), &outcome) {
-            tracing::error!(job = order.id, error = %e, "cannot record launch failure");
-        }
+        record_not_started(&dir, order.id, message, fault);
+    }
+}
+
+/// Records in `dir` (a task of job `job`, or of one of its steps) that it never ran: its
+/// launch failed with `fault` (whose fault it is), or, without one, it was not started
+/// because another task's launch failed (cancelled).
+fn record_not_started(
+    dir: &JobDir,
+    job: wharf_api::JobId,
+    message: String,
+    fault: Option<wharf_api::fault::LaunchFault>,
+) {
+    let _ = traverse_only_dir(dir.path());
+    let outcome = Outcome {
+        error: Some(bound_message(message)),
+        cancelled: fault.is_none(),
+        fault,
+        ended_ms: wharf_runtime::now_ms(),
+        ..Default::default()
+    };
+    if let Err(e) = JobDir::write_atomic(&dir.outcome(), &outcome) {
+        tracing::error!(job, dir = %dir.path().display(), error = %e, "cannot record a launch failure");
     }
 }
 

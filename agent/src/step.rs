@@ -37,7 +37,7 @@ use wharf_api::step::{
 use wharf_api::text::bound_message;
 use wharf_api::{ExitInfo, JobId};
 use wharf_client::{Client, ClientError};
-use wharf_runtime::{Backend, JobDir, JobStatus, Outcome};
+use wharf_runtime::{Backend, JobDir, JobStatus};
 
 use crate::{AgentConfig, TaskReport};
 
@@ -263,17 +263,7 @@ pub fn launch(
                 }),
         };
         if let Some((message, fault)) = error {
-            let _ = crate::traverse_only_dir(dir.path());
-            let outcome = Outcome {
-                error: Some(bound_message(message)),
-                cancelled: fault.is_none(),
-                fault,
-                ended_ms: wharf_runtime::now_ms(),
-                ..Default::default()
-            };
-            if let Err(e) = JobDir::write_atomic(&dir.outcome(), &outcome) {
-                tracing::error!(job = order.id, error = %e, "cannot record a step's launch failure");
-            }
+            crate::record_not_started(&dir, order.id, message, fault);
         }
     }
 }
