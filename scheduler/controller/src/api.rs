@@ -635,6 +635,11 @@ async fn register(
     }))
 }
 
+/// The keys of the `items` that `keep` selects.
+fn keys<T, K: Ord>(items: &[T], keep: impl Fn(&T) -> bool, key: impl Fn(&T) -> K) -> BTreeSet<K> {
+    items.iter().filter(|i| keep(i)).map(key).collect()
+}
+
 async fn poll(
     State(s): State<Arc<Shared>>,
     headers: HeaderMap,
@@ -643,25 +648,10 @@ async fn poll(
     check_token(&s, &headers)?;
     let req: PollRequest = agent_body(&s, bytes)?;
     let node = req.node.clone();
-    let held: BTreeSet<JobId> = req
-        .jobs
-        .iter()
-        .filter(|j| j.exit.is_none())
-        .map(|j| j.id)
-        .collect();
-    let stopping: BTreeSet<JobId> = req
-        .jobs
-        .iter()
-        .filter(|j| j.exit.is_none() && j.stopping)
-        .map(|j| j.id)
-        .collect();
+    let held = keys(&req.jobs, |j| j.exit.is_none(), |j| j.id);
+    let stopping = keys(&req.jobs, |j| j.exit.is_none() && j.stopping, |j| j.id);
     // Gang ranks the node has prepared: released once every node of their gang is ready.
-    let prepared: BTreeSet<JobId> = req
-        .jobs
-        .iter()
-        .filter(|j| j.exit.is_none() && j.ready)
-        .map(|j| j.id)
-        .collect();
+    let prepared = keys(&req.jobs, |j| j.exit.is_none() && j.ready, |j| j.id);
     // Jobs whose image the node is pulling: their launch order is under way there, so it is
     // not repeated (an answer at once to each poll would make the agent poll without pause
     // for as long as the pull lasts); the agent's progress reports wake it instead.
@@ -674,18 +664,12 @@ async fn poll(
     // Register interest before reading state so a wake-up between the two is not lost.
     let mut notified = Box::pin(notify.clone().notified_owned());
     notified.as_mut().enable();
-    let steps_held: BTreeSet<StepKey> = req
-        .steps
-        .iter()
-        .filter(|st| st.exit.is_none())
-        .map(|st| st.key)
-        .collect();
-    let steps_stopping: BTreeSet<StepKey> = req
-        .steps
-        .iter()
-        .filter(|st| st.exit.is_none() && st.stopping)
-        .map(|st| st.key)
-        .collect();
+    let steps_held = keys(&req.steps, |st| st.exit.is_none(), |st| st.key);
+    let steps_stopping = keys(
+        &req.steps,
+        |st| st.exit.is_none() && st.stopping,
+        |st| st.key,
+    );
     let (crate::cluster::Ingested { forget, mut wake }, (forget_steps, step_wake)) =
         with_cluster(&s, move |cl, now| {
             let ingested = cl.ingest(&req, now)?;
