@@ -161,7 +161,7 @@ fn pinned(dir: &Path) -> bool {
 }
 
 /// The image directory `dir`'s pin taken exclusively, when no one uses it; `None` when in use.
-fn claim(dir: &Path) -> Result<Option<File>> {
+pub(crate) fn claim(dir: &Path) -> Result<Option<File>> {
     let path = dir.join(PIN);
     let file = open_pin(&path, true)
         .map_err(|e| ImageError::io(format!("opening {}", path.display()), e))?;

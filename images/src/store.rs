@@ -168,7 +168,8 @@ impl ImageStore {
         &self.limits
     }
 
-    /// Imports `source` under `name`, replacing any image of that name only on success.
+    /// Imports `source` under `name`, replacing any image of that name only on success, and
+    /// never an imported image a job is using (refused: it is that job's root).
     ///
     /// `source` is a rootfs tarball (plain, gzip or zstd, told by magic bytes), a directory
     /// holding a root filesystem, or an OCI image layout (`DIR`, or `DIR:TAG` to pick the
@@ -177,8 +178,9 @@ impl ImageStore {
     /// mount points `proc sys dev tmp etc` are created when missing.
     ///
     /// Errors: `InvalidInput` for a bad name, a malformed, corrupt or hostile source or one
-    /// over the [`Limits`]; `NotFound` for a missing source, tag or blob; `PermissionDenied`
-    /// and `Unavailable` from the filesystem. The store is unchanged after any error.
+    /// over the [`Limits`], or an image of that name in use; `NotFound` for a missing source,
+    /// tag or blob; `PermissionDenied` and `Unavailable` from the filesystem. The store is
+    /// unchanged after any error.
     pub fn import(&self, source: &Path, name: &str) -> Result<ImageInfo> {
         validate_name(name)?;
         let source = Source::classify(source)?;
@@ -215,6 +217,24 @@ impl ImageStore {
             ImageError::new(ErrorKind::Unavailable, format!("encoding image info: {e}"))
         })?;
         write_synced(&staging.path.join(INFO), &json)?;
+        // An imported image of that name holds its root in place: replacing it under a
+        // running job would delete the job's root, so a root in use is refused, and one that
+        // is not stays claimed until it has been swapped out (a job pinning it meanwhile finds
+        // it gone rather than half-deleted).
+        let _claim = match read_info(&dest.join(INFO)) {
+            Ok(old) if old.rootfs.parent() == Some(dest.as_path()) => {
+                match crate::cache::claim(&dest)? {
+                    Some(claim) => Some(claim),
+                    None => {
+                        return Err(ImageError::invalid(format!(
+                            "image {name:?} is in use by a running job (or a pull); import \
+                             the new one under another name, or again once that ends"
+                        )))
+                    }
+                }
+            }
+            _ => None,
+        };
         staging.publish(&dest)?;
         Ok(info)
     }

@@ -190,3 +190,25 @@ fn bad_names_and_sources_are_rejected() {
     assert!(s.store.list().unwrap().is_empty());
     s.assert_no_leftovers();
 }
+
+#[test]
+fn an_imported_image_a_job_uses_is_not_replaced_under_it() {
+    let s = scratch();
+    let v1 = Tar::new().dir("etc/").file("etc/v", b"one\n").bytes();
+    let v2 = Tar::new().dir("etc/").file("etc/v", b"two\n").bytes();
+    let first = s.store.import(&s.put("v1.tar", &v1), "app").unwrap();
+    let pin = wharf_images::Pin::rootfs(&first.rootfs).unwrap();
+
+    // While a job holds it: refused, saying why, and the job's root is untouched.
+    let err = s.store.import(&s.put("v2.tar", &v2), "app").unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidInput, "{err}");
+    assert!(err.to_string().contains("in use by a running job"), "{err}");
+    assert_eq!(fs::read(first.rootfs.join("etc/v")).unwrap(), b"one\n");
+    assert_eq!(s.store.get("app").unwrap().digest, first.digest);
+
+    // Once it lets go: replaced.
+    drop(pin);
+    let second = s.store.import(&s.put("v2.tar", &v2), "app").unwrap();
+    assert_eq!(fs::read(second.rootfs.join("etc/v")).unwrap(), b"two\n");
+    assert_ne!(second.digest, first.digest);
+}
