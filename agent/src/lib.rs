@@ -449,35 +449,9 @@ fn report(
         let tasks: Vec<TaskReport> = dirs
             .iter()
             .map(|(local, dir)| {
-                let (exit, end_time, start_time) = match launcher.status(dir) {
-                    JobStatus::Running { pid, started_ms } => {
-                        shims.push(pid);
-                        (None, None, started_ms)
-                    }
-                    JobStatus::Exited(o) => {
-                        let mut exit = exit_info(&o);
-                        if usage {
-                            exit.usage = usage::summary(dir, &o);
-                            exit.image_digest = dir.read_spec().ok().and_then(|s| s.image_digest);
-                        }
-                        (Some(exit), Some(o.ended_ms), o.started_ms)
-                    }
-                    JobStatus::Lost(why) => (
-                        Some(ExitInfo {
-                            message: Some(bound_message(why)),
-                            ..Default::default()
-                        }),
-                        Some(wharf_runtime::now_ms()),
-                        None,
-                    ),
-                };
-                TaskReport {
-                    local: *local,
-                    start_time,
-                    exit,
-                    end_time,
-                    stopping: dir.stop().exists(),
-                }
+                let (task, shim) = task_report(launcher, *local, dir, usage);
+                shims.extend(shim);
+                task
             })
             .collect();
         if let Some((failed, reason)) = siblings_to_stop(&tasks, &cfg.node_name) {
@@ -652,6 +626,44 @@ fn merged_usage<'a>(
         }
     }
     out
+}
+
+/// What the task of `dir` (local index `local`) is doing, as its report says it, with its
+/// shim's pid while it runs; with `usage`, an ended task's usage summary and image digest.
+pub(crate) fn task_report(
+    launcher: &dyn Backend,
+    local: u32,
+    dir: &JobDir,
+    usage: bool,
+) -> (TaskReport, Option<u32>) {
+    let (exit, end_time, start_time, shim) = match launcher.status(dir) {
+        JobStatus::Running { pid, started_ms } => (None, None, started_ms, Some(pid)),
+        JobStatus::Exited(o) => {
+            let mut exit = exit_info(&o);
+            if usage {
+                exit.usage = usage::summary(dir, &o);
+                exit.image_digest = dir.read_spec().ok().and_then(|s| s.image_digest);
+            }
+            (Some(exit), Some(o.ended_ms), o.started_ms, None)
+        }
+        JobStatus::Lost(why) => (
+            Some(ExitInfo {
+                message: Some(bound_message(why)),
+                ..Default::default()
+            }),
+            Some(wharf_runtime::now_ms()),
+            None,
+            None,
+        ),
+    };
+    let task = TaskReport {
+        local,
+        start_time,
+        exit,
+        end_time,
+        stopping: dir.stop().exists(),
+    };
+    (task, shim)
 }
 
 fn exit_info(o: &Outcome) -> ExitInfo {

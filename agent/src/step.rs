@@ -34,8 +34,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use wharf_api::step::{
     AgentStep, StepKey, StepOrder, StepRecord, StepReply, StepRequest, StepStart,
 };
-use wharf_api::text::bound_message;
-use wharf_api::{ExitInfo, JobId};
+use wharf_api::JobId;
 use wharf_client::{Client, ClientError};
 use wharf_runtime::{Backend, JobDir, JobStatus};
 
@@ -170,29 +169,7 @@ pub fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentStep> {
     for (key, dirs) in step_dirs(&cfg.state_dir) {
         let tasks: Vec<TaskReport> = dirs
             .iter()
-            .map(|(local, dir)| {
-                let (start_time, exit, end_time) = match launcher.status(dir) {
-                    JobStatus::Running { started_ms, .. } => (started_ms, None, None),
-                    JobStatus::Exited(o) => {
-                        (o.started_ms, Some(crate::exit_info(&o)), Some(o.ended_ms))
-                    }
-                    JobStatus::Lost(why) => (
-                        None,
-                        Some(ExitInfo {
-                            message: Some(bound_message(why)),
-                            ..Default::default()
-                        }),
-                        Some(wharf_runtime::now_ms()),
-                    ),
-                };
-                TaskReport {
-                    local: *local,
-                    start_time,
-                    exit,
-                    end_time,
-                    stopping: dir.stop().exists(),
-                }
-            })
+            .map(|(local, dir)| crate::task_report(launcher, *local, dir, false).0)
             .collect();
         if let Some((failed, _)) = crate::siblings_to_stop(&tasks, &cfg.node_name) {
             let reason = format!(
