@@ -1048,11 +1048,9 @@ mod tests {
         let poll = |pulls: &images::Pulls| PollRequest {
             node: "n1".into(),
             jobs: vec![],
-            wait_ms: 0,
-            images: vec![],
             pulling: pulls.progress(),
             prepulls: pulls.prepulls().reports(),
-            steps: vec![],
+            ..Default::default()
         };
         let sent = poll(&pulls);
         let reference: wharf_images::ImageRef = "127.0.0.1:5000/test/app:v1".parse().unwrap();

@@ -217,7 +217,7 @@ pub struct AgentJob {
 }
 
 /// `POST /v1/agent/poll`: heartbeat, job report, and a request for orders.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PollRequest {
     /// Node name.
     pub node: String,

@@ -196,11 +196,7 @@ mod tests {
         let poll = PollRequest {
             node: "n1".into(),
             jobs,
-            wait_ms: 0,
-            images: vec![],
-            pulling: vec![],
-            prepulls: vec![],
-            steps: vec![],
+            ..Default::default()
         };
         c.ingest(&poll, now).unwrap();
     }
@@ -230,11 +226,7 @@ mod tests {
             &PollRequest {
                 node: "n1".into(),
                 jobs: vec![],
-                wait_ms: 0,
-                images: vec![],
-                pulling: vec![],
-                prepulls: vec![],
-                steps: vec![],
+                ..Default::default()
             },
             6_000,
         )

@@ -88,11 +88,7 @@ fn poll(c: &mut Cluster, node: &str, jobs: Vec<(JobId, Says)>, now: u64) -> Vec<
     let report = PollRequest {
         node: node.into(),
         jobs,
-        wait_ms: 0,
-        images: vec![],
-        pulling: vec![],
-        prepulls: vec![],
-        steps: vec![],
+        ..Default::default()
     };
     c.ingest(&report, now).unwrap().forget
 }
@@ -411,8 +407,6 @@ fn poll_pulling(c: &mut Cluster, node: &str, running: &[JobId], pulling: &[(JobI
                 ready: false,
             })
             .collect(),
-        wait_ms: 0,
-        images: vec![],
         pulling: pulling
             .iter()
             .map(|&(job, done)| wharf_api::PullProgress {
@@ -425,8 +419,7 @@ fn poll_pulling(c: &mut Cluster, node: &str, running: &[JobId], pulling: &[(JobI
                 bytes: 8_400_000_000,
             })
             .collect(),
-        prepulls: vec![],
-        steps: vec![],
+        ..Default::default()
     };
     c.ingest(&report, 2_000).unwrap();
 }

@@ -61,11 +61,7 @@ fn report(c: &mut Cluster, node: &str, id: JobId, says: Says, now: u64) -> Inges
     let poll = PollRequest {
         node: node.into(),
         jobs: job.into_iter().collect(),
-        wait_ms: 0,
-        images: vec![],
-        pulling: vec![],
-        prepulls: vec![],
-        steps: vec![],
+        ..Default::default()
     };
     c.ingest(&poll, now).unwrap()
 }
@@ -274,11 +270,7 @@ fn a_node_whose_agent_predates_the_barrier_and_starts_at_once_counts_as_ready() 
             stopping: false,
             ready: false,
         }],
-        wait_ms: 0,
-        images: vec![],
-        pulling: vec![],
-        prepulls: vec![],
-        steps: vec![],
+        ..Default::default()
     };
     let seen = c.ingest(&started, 250).unwrap();
     assert_eq!(seen.wake, BTreeSet::from(["g1".into(), "g2".into()]));

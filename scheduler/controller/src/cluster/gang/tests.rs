@@ -88,11 +88,7 @@ fn ingest(c: &mut Cluster, node: &str, jobs: &[(JobId, Rank)], now: u64) -> Inge
     let poll = PollRequest {
         node: node.into(),
         jobs,
-        wait_ms: 0,
-        images: vec![],
-        pulling: vec![],
-        prepulls: vec![],
-        steps: vec![],
+        ..Default::default()
     };
     c.ingest(&poll, now).unwrap()
 }
@@ -501,11 +497,7 @@ fn a_rank_out_of_memory_ends_the_gang_out_of_memory_naming_it() {
     let report = PollRequest {
         node: "g1".into(),
         jobs: vec![oom],
-        wait_ms: 0,
-        images: vec![],
-        pulling: vec![],
-        prepulls: vec![],
-        steps: vec![],
+        ..Default::default()
     };
     c.ingest(&report, 3_000).unwrap();
     assert_eq!(
@@ -551,11 +543,7 @@ fn a_gangs_usage_is_every_nodes() {
         let report = PollRequest {
             node: node.into(),
             jobs: vec![ended],
-            wait_ms: 0,
-            images: vec![],
-            pulling: vec![],
-            prepulls: vec![],
-            steps: vec![],
+            ..Default::default()
         };
         c.ingest(&report, 9_000).unwrap();
     }

@@ -38,11 +38,8 @@ fn report(c: &mut Cluster, node: &str, parts: Vec<NodePull>, now: u64) {
         &PollRequest {
             node: node.into(),
             jobs: vec![],
-            wait_ms: 0,
-            images: vec![],
-            pulling: vec![],
             prepulls: parts,
-            steps: vec![],
+            ..Default::default()
         },
         now,
     )

@@ -563,11 +563,7 @@ fn report(c: &mut Cluster, jobs: &[(JobId, bool)], now: u64) -> Vec<JobId> {
     let poll = PollRequest {
         node: "n1".into(),
         jobs,
-        wait_ms: 0,
-        images: vec![],
-        pulling: vec![],
-        prepulls: vec![],
-        steps: vec![],
+        ..Default::default()
     };
     c.ingest(&poll, now).unwrap().forget
 }

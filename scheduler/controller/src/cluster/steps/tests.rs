@@ -48,11 +48,8 @@ fn report(c: &mut Cluster, node: &str, jobs: &[(JobId, Option<i32>)], steps: Vec
     let poll = PollRequest {
         node: node.into(),
         jobs,
-        wait_ms: 0,
-        images: vec![],
-        pulling: vec![],
-        prepulls: vec![],
         steps: steps.clone(),
+        ..Default::default()
     };
     c.ingest(&poll, 2_000).unwrap();
     c.ingest_steps(node, &steps, 2_000).unwrap();
