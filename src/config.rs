@@ -62,6 +62,9 @@ pub struct ImagesSection {
     /// A cluster-wide layer cache on shared storage: nodes look there before downloading a
     /// layer and publish the layers they unpack. Root's own, 0700.
     pub shared_cache: Option<PathBuf>,
+    /// Most bytes of layer content the shared cache may hold (`500G`); past it, a node that
+    /// adds a layer evicts the least recently used ones no node is copying. Unset: no limit.
+    pub shared_cache_quota: Option<String>,
 }
 
 impl Default for ImagesSection {
@@ -73,6 +76,7 @@ impl Default for ImagesSection {
             timeout: "60s".into(),
             cache_quota: None,
             shared_cache: None,
+            shared_cache_quota: None,
         }
     }
 }
@@ -91,12 +95,25 @@ impl ImagesSection {
     }
 
     /// The shared layer cache, opened and checked (refused, naming the problem, when others
-    /// could write to or reach it); `None` when unset.
+    /// could write to or reach it), with its quota; `None` when unset.
     pub fn shared_cache(&self) -> Result<Option<wharf_images::SharedCache>> {
+        let quota = self
+            .shared_cache_quota
+            .as_deref()
+            .map(|q| {
+                wharf_api::resources::parse_memory(q).map_err(|e| {
+                    anyhow::anyhow!("images.shared_cache_quota {q:?}: {e} (a size such as 500G)")
+                })
+            })
+            .transpose()?;
+        if quota.is_some() && self.shared_cache.is_none() {
+            anyhow::bail!("images.shared_cache_quota is set, but images.shared_cache is not");
+        }
         self.shared_cache
             .as_deref()
             .map(|p| {
                 wharf_images::SharedCache::open(p)
+                    .map(|c| c.with_quota(quota))
                     .with_context(|| format!("images.shared_cache {}", p.display()))
             })
             .transpose()
@@ -678,6 +695,25 @@ mod tests {
             err.contains("images.shared_cache") && err.contains("writable by non-root users"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_shared_cache_quota_is_a_size_and_needs_a_shared_cache() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("layers-cache");
+        let text = format!(
+            "[images]\nshared_cache = \"{}\"\nshared_cache_quota = \"2G\"\n",
+            dir.display()
+        );
+        let file: FileConfig = toml::from_str(&text).unwrap();
+        let cache = file.images.shared_cache().unwrap().unwrap();
+        assert_eq!(cache.quota(), Some(2 << 30));
+        let file: FileConfig = toml::from_str(&text.replace("\"2G\"", "\"lots\"")).unwrap();
+        let err = format!("{:#}", file.images.shared_cache().unwrap_err());
+        assert!(err.contains("images.shared_cache_quota"), "{err}");
+        let file: FileConfig = toml::from_str("[images]\nshared_cache_quota = \"2G\"\n").unwrap();
+        let err = format!("{:#}", file.images.shared_cache().unwrap_err());
+        assert!(err.contains("images.shared_cache is not"), "{err}");
     }
 
     #[test]

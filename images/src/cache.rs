@@ -307,7 +307,7 @@ struct Scan {
     layers: BTreeMap<String, LayerEntry>,
 }
 
-fn is_hex64(name: &str) -> bool {
+pub(crate) fn is_hex64(name: &str) -> bool {
     name.len() == 64
         && name
             .bytes()

@@ -158,8 +158,12 @@ pub(crate) fn ensure_layer(
     if let Some(cache) = shared {
         // Verified above (blob digest and diff_id): other nodes may take it as it is.
         let mut fresh = Budget::new(*budget.limits());
-        if let Err(e) = cache.publish(hex, &dest, &mut fresh) {
-            tracing::warn!(layer = %desc.digest, error = %e, "cannot publish a layer to the shared cache");
+        match cache.publish(hex, &dest, size, &mut fresh) {
+            Ok(true) => cache.enforce_quota(),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(layer = %desc.digest, error = %e, "cannot publish a layer to the shared cache")
+            }
         }
     }
     Ok(true)

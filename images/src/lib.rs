@@ -49,6 +49,7 @@ mod pull;
 pub mod registry;
 mod rootfs;
 mod shared;
+mod shared_quota;
 pub mod sif;
 mod source;
 mod stack;

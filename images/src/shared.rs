@@ -5,6 +5,7 @@
 //! ```text
 //! <cache>/layers/<hex of the blob digest>/   one layer's entries, as in a node's store
 //! <cache>/tmp/                               layers being copied in (renamed into layers/)
+//! <cache>/meta/, leases/, evict.lock         the quota's records (see `shared_quota.rs`)
 //! ```
 //!
 //! Trust: a directory under `layers/` is taken as the layer its name says, unchecked (its
@@ -32,10 +33,12 @@ use crate::error::{ErrorKind, ImageError, Result};
 use crate::extract::{apply_stream, Whiteouts};
 use crate::limits::Budget;
 use crate::rootfs::RootDir;
+use crate::shared_quota::{self, identity, touch_record, write_record, Lease, LEASES, META};
 use crate::staging::Staging;
+use crate::Removed;
 
-const LAYERS: &str = "layers";
-const TMP: &str = "tmp";
+pub(crate) const LAYERS: &str = "layers";
+pub(crate) const TMP: &str = "tmp";
 /// A staging directory left in `tmp/` this long (a node that crashed mid-copy) is removed.
 const STALE: Duration = Duration::from_secs(24 * 3600);
 
@@ -43,6 +46,8 @@ const STALE: Duration = Duration::from_secs(24 * 3600);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SharedCache {
     root: PathBuf,
+    /// Most bytes of layer content it may hold (`[images] shared_cache_quota`).
+    quota: Option<u64>,
 }
 
 impl SharedCache {
@@ -66,21 +71,74 @@ impl SharedCache {
             check_ancestor(dir, root)?;
             above = dir.parent();
         }
-        for sub in [LAYERS, TMP] {
+        for sub in [LAYERS, TMP, META, LEASES] {
             let dir = root.join(sub);
             mkdir(&dir)?;
             check_dir(&dir)?;
         }
         let cache = SharedCache {
             root: root.to_path_buf(),
+            quota: None,
         };
         cache.clear_stale();
         Ok(cache)
     }
 
+    /// This cache with `quota` bytes for its layers' content: each node that adds a layer
+    /// then evicts the least recently used layers no node is copying until it fits.
+    pub fn with_quota(mut self, quota: Option<u64>) -> SharedCache {
+        self.quota = quota;
+        self
+    }
+
+    /// The quota, bytes.
+    pub fn quota(&self) -> Option<u64> {
+        self.quota
+    }
+
     /// The cache's directory.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Bytes of file content its layers hold.
+    pub fn bytes(&self) -> Result<u64> {
+        Ok(shared_quota::scan(&self.root, shared_quota::now_ms())?
+            .iter()
+            .map(|l| l.size)
+            .sum())
+    }
+
+    /// Evicts the least recently used layers that no node is copying out now until the
+    /// cache holds at most `quota` bytes (the module docs of `shared_quota.rs` say how nodes
+    /// agree on that); with `dry_run`, only says which would go. `None` when another node's
+    /// eviction runs now. Only `layers`, `bytes`, `cache_bytes` and `in_use` (layers kept
+    /// because a node is copying them) are filled in.
+    ///
+    /// Errors: `Unavailable` when the cache cannot be read or a layer cannot be moved.
+    pub fn evict(&self, quota: u64, dry_run: bool) -> Result<Option<Removed>> {
+        shared_quota::evict(&self.root, quota, dry_run)
+    }
+
+    /// After this node added a layer: evicts down to the quota when one is set. A failure
+    /// is logged, not returned: the pull itself succeeded.
+    pub(crate) fn enforce_quota(&self) {
+        let Some(quota) = self.quota else {
+            return;
+        };
+        match self.evict(quota, false) {
+            Ok(Some(r)) if !r.layers.is_empty() => tracing::info!(
+                cache = %self.root.display(),
+                layers = r.layers.len(),
+                freed = r.bytes,
+                bytes = r.cache_bytes,
+                "shared layer cache over its quota: evicted least recently used layers"
+            ),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(cache = %self.root.display(), error = %e, "shared layer cache eviction failed")
+            }
+        }
     }
 
     /// The directory of layer `hex` in the cache, when it holds one that passes the checks.
@@ -97,36 +155,76 @@ impl SharedCache {
     }
 
     /// Copies layer `hex` from the cache into a new staging directory under `tmp` (the node
-    /// store's), counting against `budget`; `None` when the cache does not hold it.
+    /// store's), counting against `budget`; `None` when the cache does not hold it. The copy
+    /// holds a lease on the layer, and is refused (`Unavailable`) when the layer was evicted
+    /// while it ran: the caller downloads it instead.
     pub(crate) fn copy_out(
         &self,
         hex: &str,
         tmp: &Path,
         budget: &mut Budget,
     ) -> Result<Option<Staging>> {
+        self.copy_out_then(hex, tmp, budget, || {})
+    }
+
+    /// [`SharedCache::copy_out`], calling `copied` between the copy and its check (tests
+    /// evict there).
+    pub(crate) fn copy_out_then(
+        &self,
+        hex: &str,
+        tmp: &Path,
+        budget: &mut Budget,
+        copied: impl FnOnce(),
+    ) -> Result<Option<Staging>> {
+        // The lease before the look: an eviction that starts later sees it.
+        let _lease = Lease::take(&self.root, hex)?;
         let Some(dir) = self.layer(hex) else {
             return Ok(None);
         };
+        let before = identity(&dir);
         let staging = Staging::create(tmp, "layer", 0o755)?;
         copy_tree(&dir, &staging.path, budget)?;
+        copied();
+        // An eviction renames a layer away before deleting it: a source still at its path
+        // as the same directory was whole for the whole copy.
+        if before.is_none() || identity(&dir) != before {
+            return Err(ImageError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "layer {hex} was evicted from the shared cache {} while being copied",
+                    self.root.display()
+                ),
+            ));
+        }
+        touch_record(&self.root, hex);
         Ok(Some(staging))
     }
 
-    /// Publishes the node's unpacked layer `hex` at `from` in the cache, unless it holds it
-    /// already (another node's copy, made at the same time, wins).
-    pub(crate) fn publish(&self, hex: &str, from: &Path, budget: &mut Budget) -> Result<()> {
+    /// Publishes the node's unpacked layer `hex` at `from` (`size` bytes of file content) in
+    /// the cache, unless it holds it already (another node's copy, made at the same time,
+    /// wins); returns whether this call added it.
+    pub(crate) fn publish(
+        &self,
+        hex: &str,
+        from: &Path,
+        size: u64,
+        budget: &mut Budget,
+    ) -> Result<bool> {
         let dest = self.root.join(LAYERS).join(hex);
         if dest.exists() {
-            return Ok(());
+            return Ok(false);
         }
         let staging = Staging::create(&self.root.join(TMP), "layer", 0o700)?;
         copy_tree(from, &staging.path, budget)?;
         match fs::rename(&staging.path, &dest) {
-            Ok(()) => Ok(()),
+            Ok(()) => {}
             // Another node's copy came first: the same layer, verified by it.
-            Err(_) if dest.is_dir() => Ok(()),
-            Err(e) => Err(ImageError::io(format!("publishing {}", dest.display()), e)),
+            Err(_) if dest.is_dir() => return Ok(false),
+            Err(e) => return Err(ImageError::io(format!("publishing {}", dest.display()), e)),
         }
+        // After the layer: one without a record is measured by the next eviction.
+        write_record(&self.root, hex, size, SystemTime::now())?;
+        Ok(true)
     }
 
     /// Removes staging directories older than [`STALE`] (their node crashed mid-copy; a live

@@ -13,6 +13,7 @@ use crate::error::{ImageError, Result};
 
 /// A directory under `tmp/`, deleted when dropped: a failed import's work, an image being
 /// removed, or (after an exchange) the image that was replaced.
+#[derive(Debug)]
 pub(crate) struct Staging {
     /// The directory.
     pub path: PathBuf,

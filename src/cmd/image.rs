@@ -78,11 +78,17 @@ pub enum Command {
     },
     /// Remove pulled images' roots and layers that no image name uses; with `--all`, every
     /// pulled image no job uses (imported images stay); with `--to-quota`, the least recently
-    /// used pulled images no job uses until the cache fits `[images] cache_quota`.
+    /// used pulled images no job uses until the cache fits `[images] cache_quota`; with
+    /// `--shared`, the cluster-wide layer cache (`[images] shared_cache`) instead.
     Prune {
-        /// Also remove every pulled image that no job uses.
+        /// Also remove every pulled image that no job uses (with `--shared`: every layer no
+        /// node is copying now).
         #[arg(long, conflicts_with = "to_quota")]
         all: bool,
+        /// Evict the cluster-wide layer cache as a node adding to it does: least recently
+        /// used layers no node is copying now, down to `[images] shared_cache_quota`.
+        #[arg(long, conflicts_with = "to_quota")]
+        shared: bool,
         /// Evict as a pull does: least recently used first, down to the configured quota.
         #[arg(long)]
         to_quota: bool,
@@ -389,10 +395,19 @@ pub async fn run(socket: &str, cmd: Command) -> Result<i32> {
         }
         Command::Prune {
             all,
+            shared: true,
+            dry_run,
+            store,
+            json,
+            ..
+        } => prune_shared(store, all, dry_run, json).await?,
+        Command::Prune {
+            all,
             to_quota,
             dry_run,
             store,
             json,
+            ..
         } => {
             let quota = match (to_quota, store.quota()?) {
                 (false, _) => None,
@@ -457,6 +472,65 @@ pub async fn run(socket: &str, cmd: Command) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// `wharf image prune --shared`: evicts the shared layer cache down to its quota, or with
+/// `all` every layer no node is copying now.
+async fn prune_shared(store: StoreArg, all: bool, dry_run: bool, json: bool) -> Result<()> {
+    let Some(cache) = store.shared_cache()? else {
+        anyhow::bail!("--shared: the configuration sets no [images] shared_cache");
+    };
+    let quota = match (all, cache.quota()) {
+        (true, _) => 0,
+        (false, Some(q)) => q,
+        (false, None) => anyhow::bail!(
+            "--shared: the configuration sets no [images] shared_cache_quota to evict down to \
+             (--all removes every layer no node is copying)"
+        ),
+    };
+    let root = cache.root().to_path_buf();
+    let Some(removed) = tokio::task::spawn_blocking(move || cache.evict(quota, dry_run)).await??
+    else {
+        anyhow::bail!(
+            "another node is evicting the shared cache {} now; try again once it is done",
+            root.display()
+        );
+    };
+    if json {
+        let mut doc = serde_json::to_value(&removed)?;
+        doc["dry_run"] = dry_run.into();
+        doc["shared_cache"] = root.display().to_string().into();
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    if !removed.layers.is_empty() {
+        let mut t = output::table(&["KIND", "WHAT"]);
+        for l in &removed.layers {
+            t.add_row(["layer", l.as_str()]);
+        }
+        output::print_table(&t);
+    }
+    println!(
+        "{} {} layers ({}) from the shared cache {}; it holds {}",
+        if dry_run { "Would remove" } else { "Removed" },
+        removed.layers.len(),
+        format_memory(removed.bytes),
+        output::clean(&root.display().to_string()),
+        format_memory(removed.cache_bytes)
+    );
+    if !removed.in_use.is_empty() {
+        println!(
+            "Kept {} being copied by nodes: {}",
+            removed.in_use.len(),
+            removed
+                .in_use
+                .iter()
+                .map(|d| short(d))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// A digest shortened for a table.
