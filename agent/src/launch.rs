@@ -430,7 +430,7 @@ pub fn container_spec(
         docker: match &cfg.backend {
             crate::BackendKind::Docker(socket) => Some(wharf_runtime::DockerTarget {
                 socket: socket.clone(),
-                image: crate::engine::engine_image(&spec.image),
+                image: crate::engine::engine_run_image(socket, &cfg.registry, &spec.image),
             }),
             crate::BackendKind::Oci => None,
         },

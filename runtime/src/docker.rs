@@ -29,7 +29,7 @@ use crate::spec::{ContainerSpec, DockerTarget, Outcome};
 
 #[path = "docker_pull.rs"]
 mod pull;
-pub use pull::{has_image, pull_image, EnginePull};
+pub use pull::{has_image, pull_image, tag_image, EnginePull};
 
 /// The engine settings for `spec`. Pure.
 pub fn container_body(spec: &ContainerSpec, target: &DockerTarget) -> ContainerCreateBody {

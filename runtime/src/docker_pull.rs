@@ -183,6 +183,37 @@ pub fn has_image(socket: &std::path::Path, name: &str) -> Result<bool, RuntimeEr
     })
 }
 
+/// Tags the engine's image `source` (`host/path:tag`, `host/path@sha256:...` or an id) as
+/// `repository:tag`, moving the tag if another image had it. Idempotent.
+///
+/// Errors: `NotFound` when the engine has no image `source`; `Unavailable` otherwise, with
+/// the node's fault code when the engine cannot be reached.
+pub fn tag_image(
+    socket: &std::path::Path,
+    source: &str,
+    repository: &str,
+    tag: &str,
+) -> Result<(), RuntimeError> {
+    block_on(async {
+        let docker = connect(socket, 30)?;
+        let options = bollard::query_parameters::TagImageOptionsBuilder::default()
+            .repo(repository)
+            .tag(tag)
+            .build();
+        match docker.tag_image(source, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404,
+                message,
+            }) => Err(RuntimeError::new(
+                ErrorKind::NotFound,
+                format!("tagging {source} as {repository}:{tag}: {message}"),
+            )),
+            Err(e) => Err(engine("tag image", e)),
+        }
+    })
+}
+
 /// The engine's refusal of a pull, kind by the registry's answer.
 fn pull_error(repository: &str, e: bollard::errors::Error) -> RuntimeError {
     use bollard::errors::Error as E;

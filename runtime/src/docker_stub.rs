@@ -65,3 +65,8 @@ pub fn pull_image(
 pub fn has_image(_: &std::path::Path, _: &str) -> Result<bool, RuntimeError> {
     Err(missing())
 }
+
+/// Always an error without the feature.
+pub fn tag_image(_: &std::path::Path, _: &str, _: &str, _: &str) -> Result<(), RuntimeError> {
+    Err(missing())
+}

@@ -1,7 +1,8 @@
 //! Images on nodes: twenty jobs asking at once for one new image (one download of each
 //! blob), an admin's pre-pull (`wharf image pull REF --nodes ...`) through the controller to
 //! each agent, two nodes sharing a layer cache (`[images] shared_cache`), and the Docker
-//! backend pulling a registry image through the engine with the job's own credential.
+//! backend pulling a registry image through the engine with the job's own credential, from
+//! the site's mirrors first.
 
 use std::fs;
 use std::path::Path;
@@ -295,6 +296,152 @@ fn a_docker_node_pulls_a_registry_image_through_the_engine_with_the_jobs_credent
         .output()
         .unwrap();
     assert!(inspect.status.success(), "the engine lacks {reference}");
+}
+
+/// Pushes `repo:tag` to `reg`: a base of `sh` and `cat`, and `/etc/greeting` saying
+/// `greeting`, laid out under `work/name`.
+fn push_tag(
+    reg: &Loopback,
+    work: &Path,
+    name: &str,
+    repo_tag: &str,
+    greeting: &str,
+    creds: Option<&str>,
+) {
+    let (repo, tag) = repo_tag.split_once(':').unwrap();
+    let base = work.join("base");
+    if !base.exists() {
+        mkrootfs(&base, &["sh", "cat"]);
+    }
+    let top = work.join(format!("top-{name}"));
+    fs::create_dir_all(top.join("etc")).unwrap();
+    fs::write(top.join("etc/greeting"), greeting).unwrap();
+    let layout = work.join(format!("layout-{name}"));
+    write_layout(&layout, tag, &[&base, &top]);
+    reg.push(&layout, tag, repo, creds);
+}
+
+#[test]
+fn a_docker_node_pulls_from_the_mirrors_first_and_falls_back_to_the_registry() {
+    let test = "a_docker_node_pulls_from_the_mirrors_first_and_falls_back_to_the_registry";
+    if !can_run(test) || !tools(test) || !docker(test) {
+        return;
+    }
+    let secret = "ann-mirror-secret-7d1e";
+    let work = scratch("whdockmirror-");
+    // The registry wants a credential; its mirror serves its own copy of v1 (other content,
+    // to tell who served it) and lacks v2.
+    let origin = Loopback::start_with_users(work.path(), &[("ann", secret)]);
+    let mirror = Loopback::start_in(work.path(), false);
+    let creds = format!("ann:{secret}");
+    push_tag(
+        &origin,
+        work.path(),
+        "o1",
+        "team/app:v1",
+        "registry v1\n",
+        Some(&creds),
+    );
+    push_tag(
+        &origin,
+        work.path(),
+        "o2",
+        "team/app:v2",
+        "registry v2\n",
+        Some(&creds),
+    );
+    push_tag(
+        &mirror,
+        work.path(),
+        "m1",
+        "team/app:v1",
+        "mirror v1\n",
+        None,
+    );
+    let v1 = origin.name("team/app:v1");
+    let v2 = origin.name("team/app:v2");
+    let at_mirror = mirror.name("team/app:v1");
+    let mut cleanup = vec![
+        EngineImage(v1.clone()),
+        EngineImage(v2.clone()),
+        EngineImage(at_mirror.clone()),
+    ];
+    let c = Cluster::start_with(&format!(
+        "backend = \"docker\"\n[images]\nmirrors = {{ \"{}\" = [\"http://127.0.0.1:1\", \"http://{}\"] }}\n",
+        origin.addr, mirror.addr
+    ));
+    let ann = user("whdmir-ann");
+    let bob = user("whdmir-bob");
+    docker_login(&c, &ann, &origin.addr, "ann", secret);
+    let run = |who: &User, image: &str| {
+        let out = wharf_home(
+            &c,
+            who,
+            &[
+                "run",
+                "--image",
+                image,
+                "--",
+                "/bin/sh",
+                "-c",
+                "cat /etc/greeting",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{image}: {}{}\n{}",
+            stdout(&out),
+            stderr(&out),
+            c.log()
+        );
+        stdout(&out)
+    };
+    let origin_gets = origin.blob_gets();
+    // v1: the first mirror is down, the second serves it, under the registry's name; the
+    // registry is not asked.
+    assert_eq!(run(&ann, &v1), "mirror v1\n");
+    assert_eq!(origin.blob_gets(), origin_gets, "the registry was asked");
+    assert!(!mirror.blob_gets().is_empty());
+    let inspect = |name: &str| {
+        std::process::Command::new("docker")
+            .args([
+                "image",
+                "inspect",
+                "--format",
+                "{{json .RepoDigests}}",
+                name,
+            ])
+            .output()
+            .unwrap()
+    };
+    assert!(inspect(&v1).status.success(), "the engine lacks {v1}");
+    // Pinned by the digest the mirror serves (the registry has no such manifest): runs under
+    // the mirror's name for it.
+    let digests: Vec<String> = serde_json::from_slice(&inspect(&at_mirror).stdout).unwrap();
+    let digest = digests
+        .iter()
+        .find_map(|d| d.strip_prefix(&format!("{}/team/app@", mirror.addr)))
+        .unwrap_or_else(|| panic!("{digests:?}"))
+        .to_string();
+    let pinned = origin.name(&format!("team/app@{digest}"));
+    cleanup.push(EngineImage(format!("{}/team/app@{digest}", mirror.addr)));
+    assert_eq!(run(&ann, &pinned), "mirror v1\n");
+    // v2: no mirror has it; the registry serves it with Ann's own credential.
+    assert_eq!(run(&ann, &v2), "registry v2\n");
+    // Bob has no credential: the mirrors lack v2, and the registry refuses him, although the
+    // engine has the image. The mirrors' failures come after the registry's reason.
+    let out = wharf_home(&c, &bob, &["submit", "--image", &v2, "--wrap", "true"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = c.wait_done(submitted_id(&out), Duration::from_secs(120));
+    assert_eq!(job["state"], "FAILED", "{job}");
+    assert_eq!(job["exit"]["fault"]["code"], "image_denied", "{job}");
+    let text = job.to_string();
+    assert!(text.contains(&format!("mirror {}", mirror.addr)), "{job}");
+    // The mirror goes down: v1 comes from the registry now, with Ann's credential, and the
+    // registry's content replaces the mirror's under the name.
+    drop(mirror);
+    assert_eq!(run(&ann, &v1), "registry v1\n");
+    drop(cleanup);
 }
 
 #[test]
