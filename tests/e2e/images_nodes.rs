@@ -60,7 +60,7 @@ fn an_admin_pre_pulls_on_named_nodes_and_the_second_takes_layers_from_the_shared
             name,
             &token,
             &format!(
-                "image_store = \"{0}/images-{name}\"\n[images]\nshared_cache = \"{0}/shared\"\n",
+                "image_store = \"{0}/images-{name}\"\n[images]\nshared_cache = \"{0}/shared\"\nshared_cache_quota = \"1G\"\n",
                 d.display()
             ),
         );
@@ -133,6 +133,53 @@ fn an_admin_pre_pulls_on_named_nodes_and_the_second_takes_layers_from_the_shared
             stdout(&out)
         );
     }
+    // The shared cache evicted by hand: `wharf image prune --shared`, down to its quota.
+    let cfg = d.join("prune.toml");
+    let cfg_arg = cfg.to_str().unwrap();
+    let shared = format!("[images]\nshared_cache = \"{}/shared\"\n", d.display());
+    fs::write(&cfg, &shared).unwrap();
+    let prune = |args: &[&str]| {
+        let mut all = vec!["image", "prune", "--shared", "--config", cfg_arg];
+        all.extend_from_slice(args);
+        c.wharf(&all)
+    };
+    let out = prune(&[]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("no [images] shared_cache_quota"),
+        "{}",
+        stderr(&out)
+    );
+    fs::write(&cfg, format!("{shared}shared_cache_quota = \"1K\"\n")).unwrap();
+    let out = prune(&["--dry-run"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The base layer (megabytes) goes whatever the order; the top one (a few bytes) may go
+    // first, or stay.
+    let text = stdout(&out);
+    assert!(
+        text.contains("Would remove ") && text.contains("from the shared cache"),
+        "{text}"
+    );
+    let out = prune(&["--dry-run", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["cache_bytes"].as_u64().unwrap() <= 1024, "{doc}");
+    assert!(!doc["layers"].as_array().unwrap().is_empty(), "{doc}");
+    assert_eq!(doc["dry_run"], true, "{doc}");
+    assert_eq!(entries(&d.join("shared/layers")), 2);
+    let out = prune(&["--all", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["layers"].as_array().unwrap().len(), 2, "{doc}");
+    assert_eq!(doc["cache_bytes"], 0, "{doc}");
+    assert_eq!(entries(&d.join("shared/layers")), 0);
+    // The nodes' own stores keep their images.
+    let out = c.wharf(&[
+        "image",
+        "ls",
+        "--store",
+        d.join("images-n2").to_str().unwrap(),
+    ]);
+    assert!(stdout(&out).contains(&reference), "{}", stdout(&out));
     // A tag the registry lacks fails on the node, with the registry's reason.
     let out = c.wharf(&["image", "pull", &reg.name("test/app:nope"), "--nodes", "n1"]);
     assert_eq!(out.status.code(), Some(1));
