@@ -188,10 +188,11 @@ pub fn engine_image(image: &str) -> String {
 /// engine has one of them unless that pull failed.
 pub fn engine_run_image(socket: &std::path::Path, site: &RegistryOptions, image: &str) -> String {
     let name = engine_image(image);
+    // A bare name too (`ubuntu@sha256:...`): a docker.io mirror may have served it.
     let Some(reference) = image
         .parse::<ImageRef>()
         .ok()
-        .filter(|r| r.digest.is_some() && ImageRef::is_explicit(image))
+        .filter(|r| r.digest.is_some())
     else {
         return name;
     };

@@ -176,7 +176,11 @@ impl SharedCache {
         budget: &mut Budget,
         copied: impl FnOnce(),
     ) -> Result<Option<Staging>> {
-        // The lease before the look: an eviction that starts later sees it.
+        // A miss costs no lease; a hit takes one and looks again, so an eviction that
+        // starts after that look sees the lease.
+        if self.layer(hex).is_none() {
+            return Ok(None);
+        }
         let _lease = Lease::take(&self.root, hex)?;
         let Some(dir) = self.layer(hex) else {
             return Ok(None);
@@ -228,8 +232,9 @@ impl SharedCache {
     }
 
     /// Removes staging directories older than [`STALE`] (their node crashed mid-copy; a live
-    /// copy is never that old).
+    /// copy is never that old), and expired leases.
     fn clear_stale(&self) {
+        shared_quota::clear_expired_leases(&self.root);
         let Ok(entries) = fs::read_dir(self.root.join(TMP)) else {
             return;
         };
