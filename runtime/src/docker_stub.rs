@@ -25,6 +25,14 @@ pub(crate) fn supervise(
 }
 
 /// Always an error without the feature.
+pub(crate) fn with_tmp_files(
+    _: &std::path::Path,
+    _: &ContainerSpec,
+) -> Result<ContainerSpec, RuntimeError> {
+    Err(missing())
+}
+
+/// Always an error without the feature.
 pub fn list_images(_: &std::path::Path) -> Result<Vec<String>, RuntimeError> {
     Err(missing())
 }
