@@ -86,7 +86,7 @@ pub fn schedule(now: Time, state: &State, config: &Config) -> Plan {
 
 /// One pass over `state`, whose nodes are sorted by name, given its partitions, a table of
 /// its nodes with what its running jobs hold, and its pending list cut into runs of alike
-/// jobs (see [`queue::Runs`]) and what its running jobs accrue (see [`accrual::Accruals`]).
+/// jobs (see [`queue::Runs`]; jobs in no run are not pending any more) and what its running jobs accrue (see [`accrual::Accruals`]).
 pub(crate) fn pass(
     now: Time,
     state: &State,
@@ -122,14 +122,14 @@ pub(crate) fn pass(
     };
     // Only dependencies look at which jobs are still in the system.
     let active: Vec<JobId> = if any_after {
-        let mut ids: Vec<JobId> = state
-            .pending
+        // The runs' jobs: a kept list may still hold jobs that left it (see `Live`).
+        let mut active: Vec<JobId> = runs
             .iter()
-            .map(|j| j.id)
+            .flat_map(|r| ids[r.clone()].iter().copied())
             .chain(state.running.iter().map(|j| j.id))
             .collect();
-        ids.sort_unstable();
-        ids
+        active.sort_unstable();
+        active
     } else {
         Vec::new()
     };
@@ -143,7 +143,8 @@ pub(crate) fn pass(
     let mut plan = Plan::default();
     let mut blocked = Vec::new();
     let mut segments = Vec::new();
-    let mut prio: Vec<(JobId, Priority)> = Vec::with_capacity(state.pending.len());
+    let queued = runs.iter().map(|r| r.len()).sum();
+    let mut prio: Vec<(JobId, Priority)> = Vec::with_capacity(queued);
     // Alike jobs are admitted, held back and ranked alike: the first of each run stands for
     // the rest (see `queue`).
     for run in runs.iter().cloned() {
@@ -209,7 +210,7 @@ pub(crate) fn pass(
         &ready,
         &mut held,
         &victims,
-        state.pending.len(),
+        queued,
     );
     plan.starts = out.starts;
     ports::assign(&config.rendezvous_ports, &state.running, &mut plan.starts);

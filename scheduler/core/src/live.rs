@@ -43,15 +43,17 @@ pub struct Live {
     runs: Runs,
     /// What the running jobs accrue, in the running list's order.
     accruals: Accruals,
-    /// Each pending job's place in the list as a number that only grows: positions move as
-    /// jobs leave, the order of these numbers does not.
+    /// Each listed job's place in the list as a number that only grows: positions move as
+    /// the list is closed up, the order of these numbers does not.
     seq: Vec<u64>,
     place: BTreeMap<JobId, u64>,
     next_seq: u64,
     /// Pending jobs with dependencies.
     with_after: usize,
-    /// Places of pending jobs that left since the list was last closed up.
-    left: Vec<u64>,
+    /// By list position: the job left the queue. It stays listed, in no run, until enough
+    /// have left that closing the list up is worth its cost.
+    left: Vec<bool>,
+    left_count: usize,
     /// Running jobs that ended since the list was last closed up.
     ended: BTreeSet<JobId>,
     /// Jobs the table has yet to give back (ended), and to hold (started), at the next pass.
@@ -77,6 +79,7 @@ impl Live {
             next_seq: 0,
             with_after: 0,
             left: Vec::new(),
+            left_count: 0,
             ended: BTreeSet::new(),
             release: Vec::new(),
             hold: BTreeMap::new(),
@@ -92,6 +95,7 @@ impl Live {
     /// pending jobs in the order they were submitted, running jobs in the order they started.
     pub fn state(&mut self) -> &State {
         self.close_up();
+        self.close_up_pending();
         &self.state
     }
 
@@ -102,6 +106,7 @@ impl Live {
         self.with_after += usize::from(!job.after.is_empty());
         self.place.insert(job.id, self.next_seq);
         self.seq.push(self.next_seq);
+        self.left.push(false);
         self.next_seq += 1;
         self.state.pending.push(job);
     }
@@ -109,9 +114,17 @@ impl Live {
     /// Pending job `id` leaves the queue without starting (cancelled, or no longer known);
     /// nothing when it is not pending.
     pub fn withdraw(&mut self, id: JobId) {
-        if let Some(s) = self.place.remove(&id) {
-            self.left.push(s);
-        }
+        let Some(s) = self.place.remove(&id) else {
+            return;
+        };
+        let Ok(k) = self.seq.binary_search(&s) else {
+            return;
+        };
+        self.left[k] = true;
+        self.left_count += 1;
+        self.with_after -= usize::from(!self.state.pending[k].after.is_empty());
+        self.runs.cut(k);
+        self.runs.any_after = self.with_after > 0;
     }
 
     /// `job` runs from now on, holding its allocations: it leaves the queue when pending, and
@@ -174,6 +187,11 @@ impl Live {
     /// [`Live::state`] and [`Live::config`].
     pub fn pass(&mut self, now: Time) -> Plan {
         self.close_up();
+        // Jobs that left stay listed (in no run) until they are as many as those pending:
+        // the list is closed up once per that many leaving, not at every pass.
+        if self.left_count > self.state.pending.len() - self.left_count {
+            self.close_up_pending();
+        }
         // As a kept view follows a whole state: gone jobs first, then late or stopping ones
         // moved, then new ones in id order.
         for id in std::mem::take(&mut self.release) {
@@ -186,22 +204,25 @@ impl Live {
         self.view.pass(now, &self.state, &self.runs, &self.accruals)
     }
 
-    /// Takes the jobs that left out of the pending and running lists.
-    fn close_up(&mut self) {
-        if !self.left.is_empty() {
-            self.left.sort_unstable();
-            let gone: Vec<usize> = self
-                .left
-                .drain(..)
-                .filter_map(|s| self.seq.binary_search(&s).ok())
-                .collect();
-            for &k in &gone {
-                self.with_after -= usize::from(!self.state.pending[k].after.is_empty());
-            }
-            retain_but(&mut self.state.pending, &gone);
-            retain_but(&mut self.seq, &gone);
-            self.runs.remove(&gone, self.with_after > 0);
+    /// Takes the jobs that left the queue out of the pending list.
+    fn close_up_pending(&mut self) {
+        if self.left_count == 0 {
+            return;
         }
+        let gone: Vec<usize> = (self.left.iter().enumerate())
+            .filter(|(_, &l)| l)
+            .map(|(k, _)| k)
+            .collect();
+        retain_but(&mut self.state.pending, &gone);
+        retain_but(&mut self.seq, &gone);
+        retain_but(&mut self.left, &gone);
+        self.left_count = 0;
+        self.runs
+            .close_up(&self.state.pending, &gone, self.with_after > 0);
+    }
+
+    /// Takes the jobs that ended out of the running list.
+    fn close_up(&mut self) {
         if !self.ended.is_empty() {
             let ended = std::mem::take(&mut self.ended);
             let gone: Vec<usize> = (self.state.running.iter().enumerate())

@@ -72,9 +72,49 @@ impl Runs {
         }
     }
 
+    /// The job at list position `k` left the queue but stays in the list for now: the run
+    /// that held it is cut around it.
+    pub fn cut(&mut self, k: usize) {
+        let Some(r) = self
+            .runs
+            .partition_point(|run| run.start <= k)
+            .checked_sub(1)
+        else {
+            return;
+        };
+        let run = self.runs[r].clone();
+        if !run.contains(&k) {
+            return;
+        }
+        let parts = [run.start..k, k + 1..run.end];
+        let kept: Vec<Range<usize>> = parts.into_iter().filter(|p| !p.is_empty()).collect();
+        self.runs.splice(r..=r, kept);
+    }
+
+    /// The jobs at `gone` (list positions, ascending, distinct), in no run, left the list,
+    /// which was closed up behind them; neighbouring runs alike are joined again.
+    /// `any_after`: some job still pending has dependencies.
+    pub fn close_up(&mut self, pending: &[PendingJob], gone: &[usize], any_after: bool) {
+        self.remove(gone, any_after);
+        let mut out: Vec<Range<usize>> = Vec::with_capacity(self.runs.len());
+        for run in self.runs.drain(..) {
+            match out.last_mut() {
+                Some(last)
+                    if last.end == run.start
+                        && alike(&pending[last.end - 1], &pending[run.start]) =>
+                {
+                    last.end = run.end;
+                }
+                _ => out.push(run),
+            }
+        }
+        self.runs = out;
+    }
+
     /// The jobs at `gone` (list positions, ascending, distinct) left the list, which was
     /// closed up behind them; `any_after`: some job still pending has dependencies.
     pub fn remove(&mut self, gone: &[usize], any_after: bool) {
+        self.any_after = any_after;
         if gone.is_empty() {
             return;
         }
@@ -96,7 +136,6 @@ impl Runs {
             }
         }
         self.runs = out;
-        self.any_after = any_after;
     }
 }
 
