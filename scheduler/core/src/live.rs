@@ -17,7 +17,8 @@
 //! live.submit(PendingJob::new(1, Assoc::new("physics", "ann"), req, 0));
 //! let plan = live.pass(1_000);
 //! assert_eq!(plan.starts[0].job, 1);
-//! assert_eq!(plan, wharf_core::schedule(1_000, live.state(), live.config()));
+//! let config = live.config().clone();
+//! assert_eq!(plan, wharf_core::schedule(1_000, live.state(), &config));
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
