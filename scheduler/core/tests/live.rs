@@ -210,3 +210,31 @@ proptest! {
         }
     }
 }
+
+/// A job whose time limit ends exactly at the pass's time is late: its resources are expected
+/// just after now, as a fresh pass expects them, not at now.
+#[test]
+fn a_job_at_the_end_of_its_limit_is_late() {
+    let config = Config::with_policy(Policy::Easy);
+    let mut state = State {
+        nodes: vec![node("n1", 4, 8, 0)],
+        pending: vec![job(2, "u1", 4, 0, 30, 0)],
+        running: vec![running(1, "n1", vec![0, 1, 2, 3], vec![], 0, 10)],
+        ..State::default()
+    };
+    let mut live = Live::new(state.nodes.clone(), config.clone());
+    live.start(state.running[0].clone());
+    live.submit(state.pending[0].clone());
+    for now in [5 * MIN, 10 * MIN, 10 * MIN + 1, 11 * MIN] {
+        let plan = live.pass(now);
+        assert_eq!(plan, schedule(now, &state, &config), "at {now}");
+        assert_eq!(plan.reservations[0].start, (10 * MIN).max(now + 1));
+    }
+    // The clock going back brings expected ends back with it.
+    let plan = live.pass(5 * MIN);
+    assert_eq!(plan, schedule(5 * MIN, &state, &config));
+    assert_eq!(plan.reservations[0].start, 10 * MIN);
+    state.running.clear();
+    live.end(1);
+    assert_eq!(live.pass(11 * MIN), schedule(11 * MIN, &state, &config));
+}
