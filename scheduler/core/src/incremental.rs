@@ -15,10 +15,11 @@
 //! assert!(plan.starts.is_empty());
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use wharf_api::JobId;
 
+use crate::accrual::Accruals;
 use crate::config::Config;
 use crate::partition::Partitions;
 use crate::placement::{release_time, Table, Taken};
@@ -33,13 +34,18 @@ pub struct Scheduler {
 
 /// What the last pass was given and the table built from it.
 #[derive(Debug)]
-struct View {
+pub(crate) struct View {
     config: Config,
     nodes: Vec<Node>,
     by_name: BTreeMap<String, usize>,
     parts: Partitions,
     table: Table,
     jobs: BTreeMap<JobId, Placed>,
+    /// The kept jobs by the end of their time limit: only those past it, and those being
+    /// stopped, have their expected end moved by a later pass.
+    by_limit: BTreeSet<(Time, JobId)>,
+    /// The latest time the expected ends were brought up to.
+    refreshed: Time,
 }
 
 /// A running job as the table holds it: what the table depends on, and what it took.
@@ -65,10 +71,8 @@ impl Scheduler {
             return self.schedule(now, &sorted, config);
         }
         let view = self.sync(now, state, config, same_nodes);
-        view.table.begin_pass();
-        let plan = crate::pass(now, state, config, &view.parts, &mut view.table);
-        view.table.end_pass();
-        plan
+        let accruals = Accruals::of(&state.running, &view.parts);
+        view.pass(now, state, &crate::queue::runs(&state.pending), &accruals)
     }
 
     /// Brings the kept view up to `state` at `now`; `same_nodes`: its nodes are the kept ones.
@@ -80,31 +84,130 @@ impl Scheduler {
         if stale {
             self.view = None;
         }
-        let view = match &mut self.view {
-            Some(view) => view,
-            slot => {
-                let parts = Partitions::resolve(config, &state.nodes);
-                slot.insert(View {
-                    config: config.clone(),
-                    nodes: state.nodes.clone(),
-                    by_name: state
-                        .nodes
-                        .iter()
-                        .enumerate()
-                        .map(|(i, n)| (n.name.clone(), i))
-                        .collect(),
-                    table: Table::empty(&state.nodes, &parts),
-                    parts,
-                    jobs: BTreeMap::new(),
-                })
-            }
-        };
+        let view = self
+            .view
+            .get_or_insert_with(|| View::new(config, &state.nodes));
         view.update(now, state);
         view
     }
 }
 
 impl View {
+    /// Nodes sorted by name with nothing running on them.
+    pub(crate) fn new(config: &Config, nodes: &[Node]) -> View {
+        let parts = Partitions::resolve(config, nodes);
+        View {
+            config: config.clone(),
+            nodes: nodes.to_vec(),
+            by_name: nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.clone(), i))
+                .collect(),
+            table: Table::empty(nodes, &parts),
+            parts,
+            jobs: BTreeMap::new(),
+            by_limit: BTreeSet::new(),
+            refreshed: 0,
+        }
+    }
+
+    /// The kept configuration.
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The partitions resolved on the kept nodes.
+    pub(crate) fn parts(&self) -> &Partitions {
+        &self.parts
+    }
+
+    /// One pass over `state` (its nodes and running jobs are the view's), with its pending
+    /// list cut into `runs` and its running jobs' `accruals`: every node it changes is put
+    /// back afterwards.
+    pub(crate) fn pass(
+        &mut self,
+        now: Time,
+        state: &State,
+        runs: &crate::queue::Runs,
+        accruals: &Accruals,
+    ) -> Plan {
+        self.table.begin_pass();
+        let (config, parts) = (&self.config, &self.parts);
+        let plan = crate::pass(now, state, config, parts, &mut self.table, runs, accruals);
+        self.table.end_pass();
+        plan
+    }
+
+    /// Job `id` is held in the table.
+    pub(crate) fn holds(&self, id: JobId) -> bool {
+        self.jobs.contains_key(&id)
+    }
+
+    /// Job `id` no longer runs: what it held is given back.
+    pub(crate) fn release(&mut self, id: JobId) {
+        if let Some(placed) = self.jobs.remove(&id) {
+            self.by_limit.remove(&(placed.limit_end(), id));
+            for t in &placed.taken {
+                self.table.unhold(id, t, placed.end);
+            }
+        }
+    }
+
+    /// Moves the expected ends of the kept jobs that are late or being stopped at `now`.
+    /// Only those past their time limit, those in `stopping` and, when the clock went back,
+    /// all are looked at: a job marked stopping must stay so until it is released.
+    pub(crate) fn refresh(&mut self, now: Time, stopping: &BTreeSet<JobId>) {
+        let look: Vec<JobId> = if now < self.refreshed {
+            self.jobs.keys().copied().collect()
+        } else {
+            let late = self.by_limit.range(..=(now, JobId::MAX)).map(|&(_, id)| id);
+            late.chain(stopping.iter().copied()).collect()
+        };
+        self.refreshed = now;
+        for id in look {
+            let Some(placed) = self.jobs.get_mut(&id) else {
+                continue;
+            };
+            let stops = stopping.contains(&id);
+            let end = if stops {
+                now + 1
+            } else {
+                placed.start.saturating_add(placed.time_limit).max(now + 1)
+            };
+            if end != placed.end || stops != placed.stopping {
+                for t in &placed.taken {
+                    self.table.move_hold(t.node, id, placed.end, end, stops);
+                }
+                placed.end = end;
+                placed.stopping = stops;
+            }
+        }
+    }
+
+    /// `job`, not held yet, runs; call in id order, as [`Table::build`] adds jobs.
+    pub(crate) fn hold(&mut self, job: &RunningJob, stopping: bool, now: Time) {
+        let end = release_time(job, stopping, now);
+        let taken = job
+            .allocs
+            .iter()
+            .filter_map(|a| {
+                let i = *self.by_name.get(&a.node)?;
+                Some(self.table.hold(i, job.id, a, end, stopping))
+            })
+            .collect();
+        let placed = Placed {
+            start: job.start,
+            time_limit: job.time_limit,
+            allocs: job.allocs.clone(),
+            end,
+            stopping,
+            taken,
+        };
+        self.by_limit.insert((placed.limit_end(), job.id));
+        self.jobs.insert(job.id, placed);
+    }
+
     /// Gives back what jobs no longer running held, moves the expected ends of jobs that are
     /// late or being stopped, and takes what new running jobs hold.
     fn update(&mut self, now: Time, state: &State) {
@@ -150,11 +253,7 @@ impl View {
         new.extend(next.map(|&(_, k)| k));
 
         for id in gone {
-            if let Some(placed) = self.jobs.remove(&id) {
-                for t in &placed.taken {
-                    self.table.unhold(id, t, placed.end);
-                }
-            }
+            self.release(id);
         }
         for (id, end, stopping) in moved {
             if let Some(placed) = self.jobs.get_mut(&id) {
@@ -169,32 +268,17 @@ impl View {
         new.sort_unstable_by_key(|&k| state.running[k].id);
         for k in new {
             let job = &state.running[k];
-            let stopping = state.stopping.contains(&job.id);
-            let end = release_time(job, stopping, now);
-            let taken = job
-                .allocs
-                .iter()
-                .filter_map(|a| {
-                    let i = *self.by_name.get(&a.node)?;
-                    Some(self.table.hold(i, job.id, a, end, stopping))
-                })
-                .collect();
-            self.jobs.insert(
-                job.id,
-                Placed {
-                    start: job.start,
-                    time_limit: job.time_limit,
-                    allocs: job.allocs.clone(),
-                    end,
-                    stopping,
-                    taken,
-                },
-            );
+            self.hold(job, state.stopping.contains(&job.id), now);
         }
     }
 }
 
 impl Placed {
+    /// The end of its time limit.
+    fn limit_end(&self) -> Time {
+        self.start.saturating_add(self.time_limit)
+    }
+
     /// `job` holds what this was made from (its other fields do not touch the table).
     fn is(&self, job: &RunningJob) -> bool {
         self.start == job.start && self.time_limit == job.time_limit && self.allocs == job.allocs

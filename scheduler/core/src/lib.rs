@@ -21,12 +21,14 @@
 //! assert_eq!(plan.starts[0].allocs[0].cpu_ids, vec![0, 1]);
 //! ```
 
+mod accrual;
 mod backfill;
 mod config;
 pub mod cycle;
 pub mod fairshare;
 mod incremental;
 pub mod limits;
+mod live;
 mod partition;
 mod placement;
 mod plan;
@@ -51,6 +53,7 @@ pub use limits::{
     AssocLimits, BudgetPeriod, BudgetTres, BudgetUsage, LimitReason, Limits, QosLimits, TresKind,
     TresLimit, TresMins, TresMinutes,
 };
+pub use live::Live;
 pub use partition::DEFAULT_PARTITION;
 pub use plan::{Plan, Preemption, Priority, Reservation, Start, Waiting};
 pub use reason::PendingReason;
@@ -58,7 +61,7 @@ pub use select::Selection;
 pub use state::{Alloc, Assoc, Hold, Node, NodeState, PendingJob, RunningJob, State, Time};
 pub use tres::{Gpu, Request, GPU_SLOTS};
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use partition::Partitions;
 use placement::Table;
@@ -76,28 +79,34 @@ pub fn schedule(now: Time, state: &State, config: &Config) -> Plan {
     }
     let parts = Partitions::resolve(config, &state.nodes);
     let mut table = Table::build(&state.nodes, &state.running, &state.stopping, &parts, now);
-    pass(now, state, config, &parts, &mut table)
+    let runs = queue::runs(&state.pending);
+    let accruals = accrual::Accruals::of(&state.running, &parts);
+    pass(now, state, config, &parts, &mut table, &runs, &accruals)
 }
 
-/// One pass over `state`, whose nodes are sorted by name, given its partitions and a table
-/// of its nodes with what its running jobs hold.
+/// One pass over `state`, whose nodes are sorted by name, given its partitions, a table of
+/// its nodes with what its running jobs hold, and its pending list cut into runs of alike
+/// jobs (see [`queue::Runs`]; jobs in no run are not pending any more) and what its running jobs accrue (see [`accrual::Accruals`]).
 pub(crate) fn pass(
     now: Time,
     state: &State,
     config: &Config,
     parts: &Partitions,
     table: &mut Table,
+    runs: &queue::Runs,
+    accruals: &accrual::Accruals,
 ) -> Plan {
-    let usage = usage_now(now, state, parts);
+    let usage = accruals.usage_now(now, &state.usage);
     let queue::Runs {
         runs,
         ids,
         any_after,
-    } = queue::runs(&state.pending);
+    } = runs;
+    let any_after = *any_after;
     // Queues are long and their users few: each association is cloned once.
     let mut assocs: BTreeSet<&Assoc> = BTreeSet::new();
     let mut last: Option<&Assoc> = None;
-    for run in &runs {
+    for run in runs {
         let assoc = &state.pending[run.start].assoc;
         if last != Some(assoc) {
             assocs.insert(assoc);
@@ -113,14 +122,14 @@ pub(crate) fn pass(
     };
     // Only dependencies look at which jobs are still in the system.
     let active: Vec<JobId> = if any_after {
-        let mut ids: Vec<JobId> = state
-            .pending
+        // The runs' jobs: a kept list may still hold jobs that left it (see `Live`).
+        let mut active: Vec<JobId> = runs
             .iter()
-            .map(|j| j.id)
+            .flat_map(|r| ids[r.clone()].iter().copied())
             .chain(state.running.iter().map(|j| j.id))
             .collect();
-        ids.sort_unstable();
-        ids
+        active.sort_unstable();
+        active
     } else {
         Vec::new()
     };
@@ -134,10 +143,11 @@ pub(crate) fn pass(
     let mut plan = Plan::default();
     let mut blocked = Vec::new();
     let mut segments = Vec::new();
-    let mut prio: Vec<(JobId, Priority)> = Vec::with_capacity(state.pending.len());
+    let queued = runs.iter().map(|r| r.len()).sum();
+    let mut prio: Vec<(JobId, Priority)> = Vec::with_capacity(queued);
     // Alike jobs are admitted, held back and ranked alike: the first of each run stands for
     // the rest (see `queue`).
-    for run in runs {
+    for run in runs.iter().cloned() {
         let head = &state.pending[run.start];
         let admitted = parts.admit(head, config);
         let part = admitted.as_ref().ok().map(|&(p, _)| &parts.parts[p]);
@@ -188,7 +198,7 @@ pub(crate) fn pass(
             }
         }
     }
-    let ready = queue::order(&state.pending, &ids, segments);
+    let ready = queue::order(&state.pending, ids, segments);
     let mut held = limits::Counters::new(config, &state.running, now, &state.budget);
     let victims = preempt::Victims::new(config, parts, &state.running);
     let out = backfill::pass(
@@ -200,7 +210,7 @@ pub(crate) fn pass(
         &ready,
         &mut held,
         &victims,
-        state.pending.len(),
+        queued,
     );
     plan.starts = out.starts;
     ports::assign(&config.rendezvous_ports, &state.running, &mut plan.starts);
@@ -225,58 +235,5 @@ fn order_key(policy: Policy, tier: u32, p: &Priority, job: &PendingJob) -> (u64,
             job.submit,
             job.id,
         ),
-    }
-}
-
-/// Decayed past usage plus what running jobs have used so far (not decayed: it is recent).
-fn usage_now(now: Time, state: &State, parts: &Partitions) -> BTreeMap<Assoc, f64> {
-    let mut usage = state.usage.clone();
-    // Jobs started together run for one association: its entry is looked up once per run.
-    let mut last: Option<(&Assoc, f64)> = None;
-    let mut billing_of: Option<(Option<&str>, crate::Billing)> = None;
-    for job in &state.running {
-        let name = job.partition.as_deref();
-        let billing = match billing_of {
-            Some((n, b)) if n == name => b,
-            _ => {
-                let b = parts.billing(name);
-                billing_of = Some((name, b));
-                b
-            }
-        };
-        let (cpus, memory, gpus) = job.allocs.iter().fold((0u64, 0u64, 0u64), |acc, a| {
-            (
-                acc.0 + a.cpu_ids.len() as u64,
-                acc.1 + a.memory,
-                acc.2 + a.gpu_ids.len() as u64,
-            )
-        });
-        let secs = now.saturating_sub(job.start) as f64 / 1000.0;
-        let used = billing.rate(cpus, memory, gpus) * secs;
-        match &mut last {
-            Some((assoc, sum)) if *assoc == &job.assoc => *sum += used,
-            _ => {
-                if let Some((assoc, sum)) = last.take() {
-                    settle(&mut usage, assoc, sum);
-                }
-                let sum = usage.get(&job.assoc).copied();
-                last = Some((&job.assoc, sum.map_or(used, |s| s + used)));
-                if sum.is_none() {
-                    usage.insert(job.assoc.clone(), 0.0);
-                }
-            }
-        }
-    }
-    if let Some((assoc, sum)) = last {
-        settle(&mut usage, assoc, sum);
-    }
-    usage
-}
-
-/// Writes an association's running sum back (the same additions, in the same order, as
-/// adding each job to its entry).
-fn settle(usage: &mut BTreeMap<Assoc, f64>, assoc: &Assoc, sum: f64) {
-    if let Some(u) = usage.get_mut(assoc) {
-        *u = sum;
     }
 }

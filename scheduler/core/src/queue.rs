@@ -46,7 +46,11 @@ pub(crate) fn alike(a: &PendingJob, b: &PendingJob) -> bool {
         && a.assoc == b.assoc
 }
 
-/// The pending list as runs of consecutive alike jobs, read in one sweep.
+/// The pending list as runs of consecutive alike jobs, read in one sweep, or kept up to date
+/// as jobs join and leave (see [`crate::Live`]). A pass needs only that every run be
+/// consecutive jobs alike their first; runs that could be merged may stay apart (a plan does
+/// not depend on how alike jobs are grouped, `scheduler/core/tests/runs.rs`).
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Runs {
     /// Index ranges into the pending list.
     pub runs: Vec<Range<usize>>,
@@ -54,6 +58,85 @@ pub(crate) struct Runs {
     pub ids: Vec<JobId>,
     /// Some job has dependencies.
     pub any_after: bool,
+}
+
+impl Runs {
+    /// `job` joined the end of the pending list, after `last` (the job that was last).
+    pub fn push(&mut self, last: Option<&PendingJob>, job: &PendingJob) {
+        let k = self.ids.len();
+        self.ids.push(job.id);
+        self.any_after |= !job.after.is_empty();
+        match (last, self.runs.last_mut()) {
+            (Some(last), Some(run)) if run.end == k && alike(last, job) => run.end = k + 1,
+            _ => self.runs.push(k..k + 1),
+        }
+    }
+
+    /// The job at list position `k` left the queue but stays in the list for now: the run
+    /// that held it is cut around it.
+    pub fn cut(&mut self, k: usize) {
+        let Some(r) = self
+            .runs
+            .partition_point(|run| run.start <= k)
+            .checked_sub(1)
+        else {
+            return;
+        };
+        let run = self.runs[r].clone();
+        if !run.contains(&k) {
+            return;
+        }
+        let parts = [run.start..k, k + 1..run.end];
+        let kept: Vec<Range<usize>> = parts.into_iter().filter(|p| !p.is_empty()).collect();
+        self.runs.splice(r..=r, kept);
+    }
+
+    /// The jobs at `gone` (list positions, ascending, distinct), in no run, left the list,
+    /// which was closed up behind them; neighbouring runs alike are joined again.
+    /// `any_after`: some job still pending has dependencies.
+    pub fn close_up(&mut self, pending: &[PendingJob], gone: &[usize], any_after: bool) {
+        self.remove(gone, any_after);
+        let mut out: Vec<Range<usize>> = Vec::with_capacity(self.runs.len());
+        for run in self.runs.drain(..) {
+            match out.last_mut() {
+                Some(last)
+                    if last.end == run.start
+                        && alike(&pending[last.end - 1], &pending[run.start]) =>
+                {
+                    last.end = run.end;
+                }
+                _ => out.push(run),
+            }
+        }
+        self.runs = out;
+    }
+
+    /// The jobs at `gone` (list positions, ascending, distinct) left the list, which was
+    /// closed up behind them; `any_after`: some job still pending has dependencies.
+    pub fn remove(&mut self, gone: &[usize], any_after: bool) {
+        self.any_after = any_after;
+        if gone.is_empty() {
+            return;
+        }
+        retain_but(&mut self.ids, gone);
+        // Gone before a run's start, and before its end.
+        let mut at = 0;
+        let mut out = Vec::with_capacity(self.runs.len());
+        for run in &self.runs {
+            while at < gone.len() && gone[at] < run.start {
+                at += 1;
+            }
+            let before = at;
+            while at < gone.len() && gone[at] < run.end {
+                at += 1;
+            }
+            let r = run.start - before..run.end - at;
+            if !r.is_empty() {
+                out.push(r);
+            }
+        }
+        self.runs = out;
+    }
 }
 
 /// Splits `pending` into runs of consecutive alike jobs.
@@ -76,6 +159,17 @@ pub(crate) fn runs(pending: &[PendingJob]) -> Runs {
         out.runs.push(start..pending.len());
     }
     out
+}
+
+/// Keeps every element of `list` but those at `gone` (positions, ascending, distinct).
+pub(crate) fn retain_but<T>(list: &mut Vec<T>, gone: &[usize]) {
+    let (mut k, mut next) = (0, 0);
+    list.retain(|_| {
+        let keep = gone.get(next) != Some(&k);
+        next += usize::from(!keep);
+        k += 1;
+        keep
+    });
 }
 
 /// The ready jobs of `segments` in scheduling order: by prefix, then job id.

@@ -137,8 +137,8 @@ fn main() {
         percentile(&pass_times, 0.99).as_secs_f64() * 1e3
     );
     println!(
-        "of which in wharf_core::schedule: {:.2} s ({:.0} %); the rest is the simulator's state \
-         upkeep and plan applying",
+        "of which in the core's pass (wharf_core::Live::pass): {:.2} s ({:.0} %); the rest is \
+         the simulator's state upkeep and plan applying",
         (driver.core_time() - core_before).as_secs_f64(),
         100.0 * (driver.core_time() - core_before).as_secs_f64() / busy.as_secs_f64().max(1e-9)
     );

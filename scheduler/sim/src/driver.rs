@@ -1,8 +1,8 @@
-//! The one place the simulator meets `wharf-core`: keeps the core's [`State`] as the controller
-//! keeps its in-memory view (jobs join on submit, move to running on start, leave on end, usage
-//! goes into a [`UsageLedger`] on end), passes it to a [`Scheduler`] (which keeps its view of
-//! nodes and running jobs between passes, as the controller's does), and turns the plan's
-//! starts into the simulator's terms. No policy is decided here: FCFS, EASY and Wharf's policy
+//! The one place the simulator meets `wharf-core`: tells a [`Live`] scheduler what changed
+//! (jobs join on submit, move to running on start, leave on end; usage goes into a
+//! [`UsageLedger`] on end), so that the core keeps its whole state between passes and a pass
+//! costs what changed rather than a read of the whole queue, and turns the plan's starts into
+//! the simulator's terms. No policy is decided here: FCFS, EASY and Wharf's policy
 //! are the core's own [`Config`]s.
 //!
 //! A job becomes the core's pending and running job, and a plan becomes starts, through the
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use wharf_api::JobId;
 use wharf_api::Resources;
 use wharf_core::cycle::{self, JobFacts};
-use wharf_core::{Account, Billing, Config, Node, Partition, Scheduler, State, UsageLedger};
+use wharf_core::{Account, Billing, Config, Live, Node, Partition, UsageLedger};
 
 use crate::engine::{Placement, SimError, Start};
 use crate::workload::{SimJob, Workload};
@@ -103,19 +103,15 @@ pub fn config_for(policy: Policy, workload: &Workload, knobs: &Knobs) -> Config 
 pub struct Driver {
     config: Config,
     ledger: UsageLedger,
-    state: State,
     node_index: BTreeMap<String, usize>,
     // Every job submitted and not yet ended, as the core's shared pass code takes it.
     facts: BTreeMap<JobId, JobFacts>,
     accounts: Vec<String>,
     partitions: Vec<String>,
-    // Moves are applied to `state` in one sweep at the next pass, not one scan per event.
-    left_pending: BTreeSet<JobId>,
-    left_running: BTreeSet<JobId>,
-    // Wall time spent inside the core's `Scheduler::schedule`, for the benchmark's breakdown; it never
+    // Wall time spent inside the core's `Live::pass`, for the benchmark's breakdown; it never
     // feeds a decision.
     core_time: Duration,
-    scheduler: Scheduler,
+    live: Live,
     // Jobs that held a reservation after the last pass, and how many times a job still pending
     // lost its reservation to another: a measure of how stable the backfill plan is.
     reserved: BTreeSet<JobId>,
@@ -135,7 +131,7 @@ impl Driver {
         knobs: &Knobs,
     ) -> Result<Driver, SimError> {
         let config = config_for(policy, workload, knobs);
-        let nodes = workload
+        let nodes: Vec<Node> = workload
             .nodes
             .iter()
             .map(|n| {
@@ -149,11 +145,8 @@ impl Driver {
             .collect();
         Ok(Driver {
             ledger: UsageLedger::new(config.half_life),
+            live: Live::new(nodes, config.clone()),
             config,
-            state: State {
-                nodes,
-                ..State::default()
-            },
             node_index: workload
                 .nodes
                 .iter()
@@ -163,10 +156,7 @@ impl Driver {
             facts: BTreeMap::new(),
             accounts: workload.accounts.iter().map(|a| a.name.clone()).collect(),
             partitions: workload.partitions.iter().map(|p| p.0.clone()).collect(),
-            left_pending: BTreeSet::new(),
-            left_running: BTreeSet::new(),
             core_time: Duration::ZERO,
-            scheduler: Scheduler::default(),
             reserved: BTreeSet::new(),
             reservations_dropped: 0,
         })
@@ -208,14 +198,13 @@ impl Driver {
     pub fn submitted(&mut self, job: &SimJob) -> Result<(), cycle::Refusal> {
         let facts = self.facts(job);
         cycle::admit(&self.config, &facts, self.node_index.len())?;
-        self.state.pending.push(facts.pending(&self.config));
+        self.live.submit(facts.pending(&self.config));
         self.facts.insert(job.id, facts);
         Ok(())
     }
 
     /// A start was applied: the job holds `allocs` from `now`.
     pub fn started(&mut self, job: &SimJob, start: &Start, nodes: &[String], now: u64) {
-        self.left_pending.insert(job.id);
         let Some(facts) = self.facts.get(&job.id) else {
             return;
         };
@@ -223,14 +212,13 @@ impl Driver {
             .placements
             .iter()
             .map(|p| (nodes[p.node].clone(), p.cpu_ids.clone(), p.gpu_ids.clone()));
-        self.state
-            .running
-            .push(facts.running(&self.config, now, allocs, None));
+        self.live
+            .start(facts.running(&self.config, now, allocs, None));
     }
 
     /// A job ended: its usage goes into the fair-share ledger.
     pub fn ended(&mut self, job: &SimJob, start: u64, end: u64) {
-        self.left_running.insert(job.id);
+        self.live.end(job.id);
         let Some(facts) = self.facts.remove(&job.id) else {
             return;
         };
@@ -253,33 +241,16 @@ impl Driver {
         self.reservations_dropped
     }
 
-    /// Wall time spent inside the core's `schedule` so far.
+    /// Wall time spent inside the core's `Live::pass` so far.
     pub fn core_time(&self) -> Duration {
         self.core_time
     }
 
-    fn sweep(&mut self, now: u64) {
-        // A sorted list is searched faster than the set, once per job of the state.
-        if !self.left_pending.is_empty() {
-            let gone: Vec<JobId> = std::mem::take(&mut self.left_pending).into_iter().collect();
-            self.state
-                .pending
-                .retain(|j| gone.binary_search(&j.id).is_err());
-        }
-        if !self.left_running.is_empty() {
-            let gone: Vec<JobId> = std::mem::take(&mut self.left_running).into_iter().collect();
-            self.state
-                .running
-                .retain(|j| gone.binary_search(&j.id).is_err());
-        }
-        self.state.usage = self.ledger.snapshot(now);
-    }
-
     /// One scheduling pass at `now`: the core's plan, as starts.
     pub fn pass(&mut self, now: u64) -> Result<Vec<Start>, SimError> {
-        self.sweep(now);
+        self.live.set_usage(self.ledger.snapshot(now));
         let t = Instant::now();
-        let plan = self.scheduler.schedule(now, &self.state, &self.config);
+        let plan = self.live.pass(now);
         self.core_time += t.elapsed();
         let reserved: BTreeSet<JobId> = plan.reservations.iter().map(|r| r.job).collect();
         let started: BTreeSet<JobId> = plan.starts.iter().map(|s| s.job).collect();
@@ -287,7 +258,6 @@ impl Driver {
             .reserved
             .iter()
             .filter(|j| !reserved.contains(j) && !started.contains(j))
-            .filter(|j| !self.left_pending.contains(j))
             .count() as u64;
         self.reserved = reserved;
         // Preemptions (`applied.stops`) are not replayed: the simulator has no requeue.
