@@ -171,6 +171,10 @@ pub fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentStep> {
             .iter()
             .map(|(local, dir)| crate::task_report(launcher, *local, dir, false).0)
             .collect();
+        // Its end waits for its output: the caller gets all of it before the step's end.
+        let held_back = dirs
+            .iter()
+            .any(|(_, d)| crate::step_output::is_held_back(d));
         if let Some((failed, _)) = crate::siblings_to_stop(&tasks, &cfg.node_name) {
             let reason = format!(
                 "task {failed} of step {}.{} on node {} failed; stopping the others",
@@ -181,14 +185,15 @@ pub fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentStep> {
             stop_tasks(launcher, &others, &reason);
         }
         let node = crate::node_report(key.job, &tasks);
+        let exit = node.exit.filter(|_| !held_back);
         out.push(AgentStep {
             key,
             start_time: node.start_time,
-            exit: node.exit.map(|mut e| {
+            end_time: node.end_time.filter(|_| exit.is_some()),
+            exit: exit.map(|mut e| {
                 e.usage = None;
                 e
             }),
-            end_time: node.end_time,
             stopping: node.stopping,
         });
     }
@@ -227,6 +232,9 @@ pub fn launch(
             None => crate::launch::container_spec(cfg, images, order, local, machine)
                 .and_then(|mut spec| {
                     spec.id = format!("wharf-{}", dir_name(order.id, so.step, local));
+                    // The streams its caller takes go to the task's directory, for
+                    // [`crate::step_output`] to pass on.
+                    (spec.capture_stdout, spec.capture_stderr) = so.output.captured();
                     if job_cgroup_is_flat(&cfg.state_dir, order.id) {
                         spec.job_cgroup = None;
                     }
@@ -436,6 +444,7 @@ async fn serve(
             return reply(&mut stream, &StepReply::Error(why)).await;
         }
     };
+    let streamed = request.output.stream;
     let key = match request.resume {
         // A caller waiting again (this agent restarted meanwhile): a step of its own job.
         Some(step) => StepKey { job, step },
@@ -455,6 +464,9 @@ async fn serve(
             key
         }
     };
+    if streamed {
+        return pass_output_on(stream, node, key, client).await;
+    }
     let mut probe = [0u8; 1];
     loop {
         tokio::select! {
@@ -474,6 +486,70 @@ async fn serve(
             Err(e) if e.is_transient() => {}
             Err(e) => return reply(&mut stream, &StepReply::Error(api_words(&e))).await,
         }
+    }
+}
+
+/// Serves a caller that takes its step's output: passes it on as the controller has it,
+/// then the step's end once all of it was read. Writing to a caller that reads slowly
+/// waits, and so does the controller's buffer behind it (bounded), and the tasks' files
+/// behind that. The caller hanging up stops the step.
+async fn pass_output_on(
+    mut stream: tokio::net::UnixStream,
+    node: &str,
+    key: StepKey,
+    client: &Client,
+) {
+    use wharf_api::step_output::{OutputBatch, OutputRead};
+    let mut read = OutputRead {
+        node: node.to_string(),
+        key,
+        buffer: 0,
+        after: 0,
+    };
+    let mut wait = Duration::ZERO;
+    let mut probe = [0u8; 1];
+    loop {
+        tokio::select! {
+            _ = stream.read(&mut probe) => {
+                let _ = client.post::<_, StepRecord>("/v1/agent/steps/cancel", &key).await;
+                return;
+            }
+            () = tokio::time::sleep(wait) => {}
+        }
+        let batch = match client
+            .post::<_, OutputBatch>("/v1/agent/steps/output/read", &read)
+            .await
+        {
+            Ok(b) => b,
+            Err(e) if e.is_transient() => {
+                wait = STATUS_EVERY;
+                continue;
+            }
+            Err(e) => return reply(&mut stream, &StepReply::Error(api_words(&e))).await,
+        };
+        if batch.dropped > 0 {
+            let why = format!(
+                "{} bytes of the step's output were dropped: nobody read them for too long",
+                batch.dropped
+            );
+            reply(&mut stream, &StepReply::Notice(why)).await;
+        }
+        if batch.buffer != read.buffer {
+            read.after = 0;
+        }
+        read.buffer = batch.buffer;
+        for c in batch.chunks {
+            read.after = c.seq;
+            reply(&mut stream, &StepReply::Output(c)).await;
+        }
+        if let Some(step) = batch.step {
+            return reply(&mut stream, &StepReply::Ended(step)).await;
+        }
+        wait = if batch.more {
+            Duration::ZERO
+        } else {
+            STATUS_EVERY
+        };
     }
 }
 

@@ -5,10 +5,12 @@
 //! of the step and exits with the step's status.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 
 use anyhow::{bail, Context, Result};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use wharf_api::step::{StepRecord, StepReply, StepRequest};
+use wharf_api::step_output::{OutputChunk, StepOutput, Stream};
 
 /// Arguments.
 #[derive(Debug, clap::Args)]
@@ -16,28 +18,39 @@ use wharf_api::step::{StepRecord, StepReply, StepRequest};
 pub struct Args {
     /// Run on the job's first N nodes (default: all of them).
     #[arg(short = 'N', long)]
-    nodes: Option<u32>,
+    pub nodes: Option<u32>,
     /// Run on these of the job's nodes (a host list, e.g. `gpu[01-02]`).
     #[arg(short = 'w', long)]
-    nodelist: Option<String>,
+    pub nodelist: Option<String>,
     /// Tasks on each node (default: the job's tasks per node, or from --ntasks).
     #[arg(long)]
-    ntasks_per_node: Option<u32>,
+    pub ntasks_per_node: Option<u32>,
     /// Tasks in all, spread evenly over the step's nodes.
     #[arg(short = 'n', long)]
-    ntasks: Option<u32>,
+    pub ntasks: Option<u32>,
     /// GPUs each task has to itself (default: every task sees all the job's GPUs on its node).
     #[arg(long)]
-    gpus_per_task: Option<u32>,
+    pub gpus_per_task: Option<u32>,
     /// The job to run in: refused unless it is the job this command runs inside.
     #[arg(long)]
-    jobid: Option<u64>,
+    pub jobid: Option<u64>,
+    /// Begin each line of the tasks' output with the task's rank (`3: `).
+    #[arg(short = 'l', long)]
+    pub label: bool,
+    /// The tasks' standard output (and error, unless --error) goes to this file instead of
+    /// here: %t the rank (else ranks past 0 add `.rankR`), %s the step, %j the job, %N the
+    /// node; relative to this directory.
+    #[arg(short = 'o', long)]
+    pub output: Option<String>,
+    /// The tasks' standard error goes to this file (the same patterns).
+    #[arg(short = 'e', long)]
+    pub error: Option<String>,
     /// Print nothing of the step's start and end on standard error.
     #[arg(short, long)]
-    quiet: bool,
+    pub quiet: bool,
     /// The command and its arguments.
     #[arg(required = true)]
-    command: Vec<String>,
+    pub command: Vec<String>,
 }
 
 /// Connects to the agent's step socket named by `WHARF_STEP_SOCKET` (`@NAME` for an abstract
@@ -88,7 +101,13 @@ pub async fn run(args: Args) -> Result<i32> {
             .ok()
             .map(|d| d.display().to_string()),
         resume: None,
+        output: StepOutput {
+            stream: true,
+            output: args.output,
+            error: args.error,
+        },
     };
+    let mut lines = Lines::new(args.label);
     let mut request = request;
     // Once started, the step is waited for again through a restart of the node's agent.
     let mut reconnect_by: Option<std::time::Instant> = None;
@@ -101,7 +120,7 @@ pub async fn run(args: Args) -> Result<i32> {
             }
             (Err(e), _) => return Err(e),
         };
-        match exchange(stream, &request, &job, args.quiet).await? {
+        match exchange(stream, &request, &job, args.quiet, &mut lines).await? {
             Answer::Ended(status) => return Ok(status),
             Answer::Cut(Some(step)) => {
                 if !args.quiet {
@@ -136,6 +155,7 @@ async fn exchange(
     request: &StepRequest,
     job: &str,
     quiet: bool,
+    out: &mut Lines,
 ) -> Result<Answer> {
     let mut line = serde_json::to_vec(request)?;
     line.push(b'\n');
@@ -150,13 +170,20 @@ async fn exchange(
         match serde_json::from_str::<StepReply>(&text)
             .with_context(|| "the agent's answer makes no sense")?
         {
+            StepReply::Output(chunk) => out.take(&chunk),
+            StepReply::Notice(why) => {
+                out.flush_all();
+                eprintln!("wharf: {}", crate::output::clean(&why));
+            }
             StepReply::Started(s) => {
                 started = Some(s.id);
+                out.ranks(s.ntasks());
                 if !quiet {
                     eprintln!("wharf: step {job}.{} started: {}", s.id, describe(&s));
                 }
             }
             StepReply::Ended(s) => {
+                out.flush_all();
                 if !quiet {
                     let why = s
                         .exit
@@ -169,6 +196,72 @@ async fn exchange(
                 return Ok(Answer::Ended(s.exit_status()));
             }
             StepReply::Error(why) => bail!("step refused: {}", crate::output::clean(&why)),
+        }
+    }
+}
+
+/// The longest partial line held back for the rest of it; past this it is written as it is.
+const MAX_PARTIAL: usize = 64 << 10;
+
+/// The tasks' output as this command writes it: whole lines, each stream of each rank on
+/// its own (so lines of different ranks never mix), with the rank before each line when
+/// labelled. The bytes are the tasks' own, control characters included.
+struct Lines {
+    label: bool,
+    width: usize,
+    partial: BTreeMap<(u32, Stream), Vec<u8>>,
+}
+
+impl Lines {
+    fn new(label: bool) -> Lines {
+        Lines {
+            label,
+            width: 1,
+            partial: BTreeMap::new(),
+        }
+    }
+
+    /// Labels are as wide as the step's highest rank (`srun -l`'s).
+    fn ranks(&mut self, ntasks: u32) {
+        self.width = ntasks.saturating_sub(1).to_string().len();
+    }
+
+    fn take(&mut self, c: &OutputChunk) {
+        let held = self.partial.entry((c.rank, c.stream)).or_default();
+        held.extend_from_slice(&c.data);
+        let whole = match held.iter().rposition(|&b| b == b'\n') {
+            Some(i) => i + 1,
+            None if held.len() > MAX_PARTIAL => held.len(),
+            None => return,
+        };
+        let rest = held.split_off(whole);
+        let text = std::mem::replace(held, rest);
+        self.write(c.rank, c.stream, &text);
+    }
+
+    fn write(&self, rank: u32, stream: Stream, text: &[u8]) {
+        let mut out: Box<dyn Write> = match stream {
+            Stream::Stdout => Box::new(std::io::stdout().lock()),
+            Stream::Stderr => Box::new(std::io::stderr().lock()),
+        };
+        let mut buf = Vec::with_capacity(text.len() + 16);
+        for line in text.split_inclusive(|&b| b == b'\n') {
+            if self.label {
+                buf.extend_from_slice(format!("{rank:>w$}: ", w = self.width).as_bytes());
+            }
+            buf.extend_from_slice(line);
+        }
+        // A closed standard output (`| head`) is not the step's failure.
+        let _ = out.write_all(&buf).and_then(|()| out.flush());
+    }
+
+    /// Writes what is left of every stream's last line (the step ended, or words of
+    /// Wharf's own follow).
+    fn flush_all(&mut self) {
+        for ((rank, stream), text) in std::mem::take(&mut self.partial) {
+            if !text.is_empty() {
+                self.write(rank, stream, &text);
+            }
         }
     }
 }

@@ -54,7 +54,7 @@ fn a_step_runs_ranked_tasks_in_the_jobs_allocation_and_ends_as_its_first_failing
     let w = wharf_bin();
     let script = format!(
         "echo BATCH CPUS=$(grep Cpus_allowed_list /proc/self/status | tr -d ' \\t' | cut -d: -f2); \
-         {w} step --ntasks-per-node 2 -- sh -c '{SHOW}'; echo RESULT FIRST=$?; \
+         {w} step -l --ntasks-per-node 2 -- sh -c '{SHOW}'; echo RESULT FIRST=$?; \
          t0=$(date +%s); {w} step -n 2 -- sh -c 'if [ $SLURM_PROCID = 1 ]; then exit 3; fi; sleep 60'; \
          echo RESULT SECOND=$? SECS=$(( $(date +%s) - t0 )); \
          {w} step --ntasks-per-node 3 -- true; echo RESULT THIRD=$?; \
@@ -94,16 +94,13 @@ fn a_step_runs_ranked_tasks_in_the_jobs_allocation_and_ends_as_its_first_failing
         text.contains(&format!("runs inside job {id}, not job 999999")),
         "{text}"
     );
-    // Each task of step 0 wrote its own file, with the step's ranks, as alice, on CPUs of
-    // the job's own.
+    // Each task of step 0 wrote to the caller's output, labelled with its rank, with the
+    // step's ranks, as alice, on CPUs of the job's own; no step file was written.
+    assert!(!home.join(format!("wharf-{id}.out.step0")).exists());
     let batch = cpu_list(&words(&out, "BATCH")["CPUS"]);
     let mut seen = vec![];
     for rank in 0..2u32 {
-        let file = match rank {
-            0 => home.join(format!("wharf-{id}.out.step0")),
-            r => home.join(format!("wharf-{id}.out.step0.rank{r}")),
-        };
-        let t = words(&file, "TASK");
+        let t = words(&out, &format!("{rank}: TASK"));
         let r = rank.to_string();
         assert_eq!(
             (
@@ -349,8 +346,9 @@ fn step_tasks_see_only_the_jobs_gpus_one_each_when_asked() {
     let w = wharf_bin();
     let script = format!(
         "echo BATCH GPUS=$WHARF_GPUS; \
-         {w} step --ntasks-per-node 2 --gpus-per-task 1 -- sh {show}; echo RESULT ONE=$?; \
-         {w} step --ntasks-per-node 2 -- sh {show}; echo RESULT ALL=$?; \
+         {w} step -o wharf-%j.out.step%s --ntasks-per-node 2 --gpus-per-task 1 -- sh {show}; \
+         echo RESULT ONE=$?; \
+         {w} step -o wharf-%j.out.step%s --ntasks-per-node 2 -- sh {show}; echo RESULT ALL=$?; \
          {w} step --ntasks-per-node 2 --gpus-per-task 2 -- true; echo RESULT TOO_MANY=$?"
     );
     let id = submitted_id(&c.wharf_as(
@@ -375,6 +373,7 @@ fn step_tasks_see_only_the_jobs_gpus_one_each_when_asked() {
         text.contains("is more than job") && text.contains("2 GPU(s)"),
         "{text}"
     );
+    // Each task's own file, as `--output` named it (relative to the caller's directory).
     let task = |step: u32, rank: u32| {
         let name = match rank {
             0 => format!("wharf-{id}.out.step{step}"),
@@ -498,4 +497,49 @@ fn a_step_is_waited_for_through_a_restart_of_its_agent() {
         "{text}"
     );
     assert_eq!(job["steps"][0]["exit"]["code"], 7, "{job}");
+}
+
+#[test]
+fn srun_outside_a_job_runs_the_command_as_a_job_or_says_which_flag_has_no_meaning_there() {
+    let test =
+        "srun_outside_a_job_runs_the_command_as_a_job_or_says_which_flag_has_no_meaning_there";
+    if !can_run(test) {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    let out = c.wharf_as(
+        &alice,
+        &[
+            "srun",
+            "-n",
+            "1",
+            "-t",
+            "1",
+            "--mem",
+            "64M",
+            "sh",
+            "-c",
+            "echo srun-outside tasks=$SLURM_NTASKS; exit 3",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).contains("srun-outside tasks=1"),
+        "{}",
+        stdout(&out)
+    );
+    let out = c.wharf_as(&alice, &["srun", "-l", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    let why = stderr(&out);
+    assert!(
+        why.contains("runs the command as a new job (wharf run)") && why.contains("--label"),
+        "{why}"
+    );
 }

@@ -1,0 +1,278 @@
+//! Passing steps' output on: this node's step tasks whose caller takes their output write it
+//! to files in their own directories (the shim makes them, as root); this pump reads what is
+//! new there and pushes it to the controller, which holds it for the caller's agent (see
+//! [`wharf_api::step_output`]).
+//!
+//! ```text
+//!   every PUMP_EVERY (at once again while there is more): each captured stream read from
+//!     where the controller last said to go on, PUSH_BYTES at most per push
+//!   task ended and every stream read out and taken ─▶ `drained` written: only now does
+//!     the step's report here carry its end ([`is_held_back`]), so the caller never sees the
+//!     end before the output
+//!   the controller says discard (the step's caller went away, the step is over) ─▶ drained
+//! ```
+//!
+//! Memory holds one push at a time; what the controller has no room for waits in the file,
+//! and what it took is punched out of the file, so a task writing on and on fills neither
+//! memory nor the disk faster than its caller reads.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use wharf_api::step::StepKey;
+use wharf_api::step_output::{OutputAck, OutputPush, PushChunk, Stream};
+use wharf_client::Client;
+use wharf_runtime::{Backend, JobDir, JobStatus};
+
+use crate::AgentConfig;
+
+/// How often the captured files are looked at when nothing was waiting.
+const PUMP_EVERY: Duration = Duration::from_millis(100);
+/// Bytes one push carries at most (well under the controller's agent request limit once
+/// base64 has grown them by a third).
+pub const PUSH_BYTES: usize = 512 << 10;
+/// Bytes one stream gives one push at most, so that one busy task does not starve the rest.
+const STREAM_BYTES: usize = 256 << 10;
+
+/// Told whenever a task's output is all passed on: its step's end may now be reported.
+pub static DRAINED: LazyLock<Notify> = LazyLock::new(Notify::new);
+
+/// The mark of a step task whose output is all passed on (or that nobody will read).
+fn drained(dir: &JobDir) -> PathBuf {
+    dir.path().join("drained")
+}
+
+/// Whether a step task's end must not be reported yet: its captured output is still on
+/// its way to the controller.
+pub fn is_held_back(dir: &JobDir) -> bool {
+    (dir.captured(false).exists() || dir.captured(true).exists()) && !drained(dir).exists()
+}
+
+#[derive(Debug)]
+struct Task {
+    dir: JobDir,
+    key: StepKey,
+    local: u32,
+    /// Captured streams and the offset each goes on from.
+    streams: Vec<(Stream, u64)>,
+    done: bool,
+}
+
+/// Runs the pump for as long as the agent runs.
+pub fn spawn(cfg: &AgentConfig, client: Client, launcher: Arc<dyn Backend>) {
+    let jobs = cfg.state_dir.join("jobs");
+    let node = cfg.node_name.clone();
+    tokio::spawn(async move {
+        let mut tasks: BTreeMap<PathBuf, Task> = BTreeMap::new();
+        let mut turn = 0usize;
+        loop {
+            turn = turn.wrapping_add(1);
+            find_tasks(&jobs, &mut tasks);
+            let more = pass(&node, &client, launcher.as_ref(), &mut tasks, turn).await;
+            if !more {
+                tokio::time::sleep(PUMP_EVERY).await;
+            }
+        }
+    });
+}
+
+/// Adds this node's step tasks not seen yet (those with a captured stream, and the others
+/// as done) and forgets those whose directory went.
+fn find_tasks(jobs: &std::path::Path, tasks: &mut BTreeMap<PathBuf, Task>) {
+    tasks.retain(|p, _| p.exists());
+    let Ok(entries) = std::fs::read_dir(jobs) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if tasks.contains_key(&path) {
+            continue;
+        }
+        let Some((job, step, local)) = e.file_name().to_str().and_then(crate::step::parse_dir_name)
+        else {
+            continue;
+        };
+        let dir = JobDir::new(path.clone());
+        // Not written yet: looked at again next time.
+        let Ok(spec) = dir.read_spec() else { continue };
+        let mut streams = vec![];
+        if spec.capture_stdout {
+            streams.push((Stream::Stdout, 0));
+        }
+        if spec.capture_stderr {
+            streams.push((Stream::Stderr, 0));
+        }
+        let done = streams.is_empty() || drained(&dir).exists();
+        tasks.insert(
+            path,
+            Task {
+                dir,
+                key: StepKey { job, step },
+                local,
+                streams,
+                done,
+            },
+        );
+    }
+}
+
+/// Reads up to `max` bytes of `path` from `offset` (nothing when it does not exist).
+fn read_from(path: &std::path::Path, offset: u64, max: usize) -> Vec<u8> {
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+    else {
+        return vec![];
+    };
+    let mut buf = Vec::new();
+    if f.seek(SeekFrom::Start(offset)).is_ok() {
+        let _ = f.by_ref().take(max as u64).read_to_end(&mut buf);
+    }
+    buf
+}
+
+/// Frees the disk blocks of `path` before `offset` (taken by the controller); the file keeps
+/// its size, so offsets stay as they were. Best effort: a filesystem without holes keeps them.
+fn punch(path: &std::path::Path, offset: u64) {
+    let block = offset & !0xfff;
+    if block == 0 {
+        return;
+    }
+    if let Ok(f) = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+    {
+        // SAFETY: a plain system call on a descriptor we hold.
+        unsafe {
+            libc::fallocate(
+                f.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                0,
+                block as libc::off_t,
+            );
+        }
+    }
+}
+
+/// One look at every task still passing output on: one push per step. Returns whether
+/// some stream had more than it could take.
+async fn pass(
+    node: &str,
+    client: &Client,
+    launcher: &dyn Backend,
+    tasks: &mut BTreeMap<PathBuf, Task>,
+    turn: usize,
+) -> bool {
+    let mut by_step: BTreeMap<StepKey, Vec<PathBuf>> = BTreeMap::new();
+    for (p, t) in tasks.iter().filter(|(_, t)| !t.done) {
+        by_step.entry(t.key).or_default().push(p.clone());
+    }
+    let mut more = false;
+    for (key, mut paths) in by_step {
+        // Who goes first turns, so one task writing on and on does not starve the others.
+        let n = paths.len();
+        paths.rotate_left(turn % n);
+        let mut chunks = Vec::new();
+        // Tasks whose end was seen before their files were read: drained once all is taken.
+        let mut ended = Vec::new();
+        let mut budget = PUSH_BYTES;
+        for p in &paths {
+            let t = &tasks[p];
+            let was_over = matches!(launcher.status(&t.dir), JobStatus::Exited(_));
+            let mut read_out = true;
+            for &(stream, offset) in &t.streams {
+                let max = STREAM_BYTES.min(budget);
+                let data = read_from(&t.dir.captured(stream == Stream::Stderr), offset, max);
+                read_out &= data.len() < max;
+                budget -= data.len();
+                if !data.is_empty() {
+                    chunks.push(PushChunk {
+                        task: t.local,
+                        stream,
+                        offset,
+                        data,
+                    });
+                }
+            }
+            more |= !read_out;
+            if was_over && read_out {
+                ended.push(p.clone());
+            }
+        }
+        let ack = if chunks.is_empty() {
+            OutputAck::default()
+        } else {
+            let push = OutputPush {
+                node: node.to_string(),
+                key,
+                chunks: chunks.clone(),
+            };
+            match client
+                .post::<_, OutputAck>("/v1/agent/steps/output", &push)
+                .await
+            {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::debug!(job = key.job, step = key.step, error = %e, "cannot pass step output on; trying again");
+                    continue;
+                }
+            }
+        };
+        for p in &paths {
+            let t = tasks.get_mut(p).expect("listed");
+            for (stream, offset) in t.streams.iter_mut() {
+                let sent = chunks
+                    .iter()
+                    .find(|c| c.task == t.local && c.stream == *stream);
+                let Some(a) = ack
+                    .acks
+                    .iter()
+                    .find(|a| a.task == t.local && a.stream == *stream)
+                else {
+                    continue;
+                };
+                let end = sent.map_or(*offset, |c| c.offset + c.data.len() as u64);
+                more |= a.next < end;
+                if a.next != *offset {
+                    punch(&t.dir.captured(*stream == Stream::Stderr), a.next);
+                }
+                *offset = a.next;
+            }
+        }
+        let finished: Vec<&PathBuf> = if ack.discard {
+            paths.iter().collect()
+        } else {
+            // Read out before its end was seen, and all of it taken.
+            ended
+                .iter()
+                .filter(|p| {
+                    let t = &tasks[*p];
+                    t.streams.iter().all(|(s, off)| {
+                        chunks
+                            .iter()
+                            .find(|c| c.task == t.local && c.stream == *s)
+                            .is_none_or(|c| *off >= c.offset + c.data.len() as u64)
+                    })
+                })
+                .collect()
+        };
+        for p in finished {
+            let t = tasks.get_mut(p).expect("listed");
+            if let Err(e) = JobDir::write_private(&drained(&t.dir), b"") {
+                tracing::warn!(dir = %p.display(), error = %e, "cannot mark a step task's output passed on");
+                continue;
+            }
+            t.done = true;
+            DRAINED.notify_one();
+        }
+    }
+    more
+}
