@@ -185,6 +185,7 @@ pub fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentStep> {
             stop_tasks(launcher, &others, &reason);
         }
         let node = crate::node_report(key.job, &tasks);
+        let ended = node.exit.is_some();
         let exit = node.exit.filter(|_| !held_back);
         out.push(AgentStep {
             key,
@@ -194,7 +195,8 @@ pub fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentStep> {
                 e.usage = None;
                 e
             }),
-            stopping: node.stopping,
+            // Ended, its output still on its way: there is nothing left to stop.
+            stopping: node.stopping || (ended && held_back),
         });
     }
     out

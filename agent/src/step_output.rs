@@ -37,8 +37,9 @@ const PUMP_EVERY: Duration = Duration::from_millis(100);
 /// Bytes one push carries at most (well under the controller's agent request limit once
 /// base64 has grown them by a third).
 pub const PUSH_BYTES: usize = 512 << 10;
-/// Bytes one stream gives one push at most, so that one busy task does not starve the rest.
-const STREAM_BYTES: usize = 256 << 10;
+/// Bytes one stream gives one push at most (tasks take turns going first, so one busy task
+/// does not starve the rest).
+const STREAM_BYTES: usize = PUSH_BYTES;
 
 /// Told whenever a task's output is all passed on: its step's end may now be reported.
 pub static DRAINED: LazyLock<Notify> = LazyLock::new(Notify::new);
@@ -163,7 +164,7 @@ fn punch(path: &std::path::Path, offset: u64) {
 }
 
 /// One look at every task still passing output on: one push per step. Returns whether
-/// some stream had more than it could take.
+/// some stream had more than one push could take, and the controller took it all.
 async fn pass(
     node: &str,
     client: &Client,
@@ -176,6 +177,7 @@ async fn pass(
         by_step.entry(t.key).or_default().push(p.clone());
     }
     let mut more = false;
+    let mut full = false;
     for (key, mut paths) in by_step {
         // Who goes first turns, so one task writing on and on does not starve the others.
         let n = paths.len();
@@ -240,7 +242,8 @@ async fn pass(
                     continue;
                 };
                 let end = sent.map_or(*offset, |c| c.offset + c.data.len() as u64);
-                more |= a.next < end;
+                // The controller is full: wait for its reader rather than push again now.
+                full |= a.next < end;
                 if a.next != *offset {
                     punch(&t.dir.captured(*stream == Stream::Stderr), a.next);
                 }
@@ -274,5 +277,5 @@ async fn pass(
             DRAINED.notify_one();
         }
     }
-    more
+    more && !full
 }

@@ -344,11 +344,12 @@ fn step_tasks_see_only_the_jobs_gpus_one_each_when_asked() {
          CUDA=$CUDA_VISIBLE_DEVICES GPUS=$WHARF_GPUS\n",
     );
     let w = wharf_bin();
+    let h = home.display();
     let script = format!(
         "echo BATCH GPUS=$WHARF_GPUS; \
-         {w} step -o wharf-%j.out.step%s --ntasks-per-node 2 --gpus-per-task 1 -- sh {show}; \
+         {w} step -o {h}/wharf-%j.out.step%s --ntasks-per-node 2 --gpus-per-task 1 -- sh {show}; \
          echo RESULT ONE=$?; \
-         {w} step -o wharf-%j.out.step%s --ntasks-per-node 2 -- sh {show}; echo RESULT ALL=$?; \
+         {w} step -o {h}/wharf-%j.out.step%s --ntasks-per-node 2 -- sh {show}; echo RESULT ALL=$?; \
          {w} step --ntasks-per-node 2 --gpus-per-task 2 -- true; echo RESULT TOO_MANY=$?"
     );
     let id = submitted_id(&c.wharf_as(
@@ -373,7 +374,7 @@ fn step_tasks_see_only_the_jobs_gpus_one_each_when_asked() {
         text.contains("is more than job") && text.contains("2 GPU(s)"),
         "{text}"
     );
-    // Each task's own file, as `--output` named it (relative to the caller's directory).
+    // Each task's own file, as `--output` named it.
     let task = |step: u32, rank: u32| {
         let name = match rank {
             0 => format!("wharf-{id}.out.step{step}"),
