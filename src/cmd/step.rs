@@ -170,9 +170,13 @@ async fn exchange(
         match serde_json::from_str::<StepReply>(&text)
             .with_context(|| "the agent's answer makes no sense")?
         {
-            StepReply::Output(chunk) => out.take(&chunk),
+            StepReply::Output(chunk) => {
+                if let Some((stream, bytes)) = out.take(&chunk) {
+                    emit(stream, &bytes);
+                }
+            }
             StepReply::Notice(why) => {
-                out.flush_all();
+                emit_all(out.flush_all());
                 eprintln!("wharf: {}", crate::output::clean(&why));
             }
             StepReply::Started(s) => {
@@ -183,7 +187,7 @@ async fn exchange(
                 }
             }
             StepReply::Ended(s) => {
-                out.flush_all();
+                emit_all(out.flush_all());
                 if !quiet {
                     let why = s
                         .exit
@@ -226,42 +230,101 @@ impl Lines {
         self.width = ntasks.saturating_sub(1).to_string().len();
     }
 
-    fn take(&mut self, c: &OutputChunk) {
+    /// Takes a chunk: the whole lines it completes, as they are to be written.
+    fn take(&mut self, c: &OutputChunk) -> Option<(Stream, Vec<u8>)> {
         let held = self.partial.entry((c.rank, c.stream)).or_default();
         held.extend_from_slice(&c.data);
         let whole = match held.iter().rposition(|&b| b == b'\n') {
             Some(i) => i + 1,
             None if held.len() > MAX_PARTIAL => held.len(),
-            None => return,
+            None => return None,
         };
         let rest = held.split_off(whole);
         let text = std::mem::replace(held, rest);
-        self.write(c.rank, c.stream, &text);
+        Some((c.stream, self.render(c.rank, &text)))
     }
 
-    fn write(&self, rank: u32, stream: Stream, text: &[u8]) {
-        let mut out: Box<dyn Write> = match stream {
-            Stream::Stdout => Box::new(std::io::stdout().lock()),
-            Stream::Stderr => Box::new(std::io::stderr().lock()),
-        };
+    fn render(&self, rank: u32, text: &[u8]) -> Vec<u8> {
+        if !self.label {
+            return text.to_vec();
+        }
         let mut buf = Vec::with_capacity(text.len() + 16);
         for line in text.split_inclusive(|&b| b == b'\n') {
-            if self.label {
-                buf.extend_from_slice(format!("{rank:>w$}: ", w = self.width).as_bytes());
-            }
+            buf.extend_from_slice(format!("{rank:>w$}: ", w = self.width).as_bytes());
             buf.extend_from_slice(line);
         }
-        // A closed standard output (`| head`) is not the step's failure.
-        let _ = out.write_all(&buf).and_then(|()| out.flush());
+        buf
     }
 
-    /// Writes what is left of every stream's last line (the step ended, or words of
-    /// Wharf's own follow).
-    fn flush_all(&mut self) {
-        for ((rank, stream), text) in std::mem::take(&mut self.partial) {
-            if !text.is_empty() {
-                self.write(rank, stream, &text);
-            }
+    /// What is left of every stream's last line (the step ended, or words of Wharf's own
+    /// follow).
+    fn flush_all(&mut self) -> Vec<(Stream, Vec<u8>)> {
+        std::mem::take(&mut self.partial)
+            .into_iter()
+            .filter(|(_, text)| !text.is_empty())
+            .map(|((rank, stream), text)| (stream, self.render(rank, &text)))
+            .collect()
+    }
+}
+
+/// Writes the tasks' bytes to this command's standard output or error. A closed one
+/// (`| head`) is not the step's failure.
+fn emit(stream: Stream, bytes: &[u8]) {
+    let mut out: Box<dyn Write> = match stream {
+        Stream::Stdout => Box::new(std::io::stdout().lock()),
+        Stream::Stderr => Box::new(std::io::stderr().lock()),
+    };
+    let _ = out.write_all(bytes).and_then(|()| out.flush());
+}
+
+fn emit_all(parts: Vec<(Stream, Vec<u8>)>) {
+    for (stream, bytes) in parts {
+        emit(stream, &bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(rank: u32, stream: Stream, data: &[u8]) -> OutputChunk {
+        OutputChunk {
+            seq: 0,
+            rank,
+            stream,
+            data: data.to_vec(),
         }
+    }
+
+    #[test]
+    fn lines_come_out_whole_per_rank_and_stream_labelled_when_asked() {
+        let mut l = Lines::new(true);
+        l.ranks(12);
+        assert_eq!(l.take(&chunk(3, Stream::Stdout, b"hal")), None);
+        // Another rank's line in between does not cut rank 3's.
+        let other = l.take(&chunk(10, Stream::Stdout, b"x\n")).unwrap();
+        assert_eq!(other, (Stream::Stdout, b"10: x\n".to_vec()));
+        let got = l
+            .take(&chunk(3, Stream::Stdout, b"f\nnext\n\x1b[1mpart"))
+            .unwrap();
+        assert_eq!(got, (Stream::Stdout, b" 3: half\n 3: next\n".to_vec()));
+        assert_eq!(l.take(&chunk(3, Stream::Stderr, b"e")), None);
+        let mut rest = l.flush_all();
+        rest.sort();
+        assert_eq!(
+            rest,
+            [
+                (Stream::Stdout, b" 3: \x1b[1mpart".to_vec()),
+                (Stream::Stderr, b" 3: e".to_vec())
+            ]
+        );
+        // Unlabelled, the bytes pass as they are; a line without end is not held forever.
+        let mut l = Lines::new(false);
+        assert_eq!(
+            l.take(&chunk(0, Stream::Stdout, b"a\r\n")).unwrap().1,
+            b"a\r\n"
+        );
+        let long = vec![b'y'; MAX_PARTIAL + 1];
+        assert_eq!(l.take(&chunk(0, Stream::Stdout, &long)).unwrap().1, long);
     }
 }
