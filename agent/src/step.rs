@@ -14,9 +14,14 @@
 //! ```text
 //!   wharf step ──line──▶ agent: peer cred + cgroup ─POST /v1/agent/steps─▶ controller
 //!              ◀─Started─     ◀──── the step (id, nodes) ─────────────────
-//!                              every 200 ms: /v1/agent/steps/status until it ended
+//!              ◀─Output──      every 200 ms (at once while more waits):
+//!                              /v1/agent/steps/output/read until it ended and all is read
 //!              ◀─Ended───      (the caller hangs up: /v1/agent/steps/cancel)
 //! ```
+//!
+//! A caller from before streaming waits the same way on `/v1/agent/steps/status`. The
+//! output itself reaches the controller from every node of the step through
+//! [`crate::step_output`].
 //!
 //! Task L of step S of job J lives in `jobs/J.sS.L` (beside the job's own: the job's report
 //! never lists them, [`crate::launch::parse_task_dir_name`] does not read these names), its

@@ -14,7 +14,8 @@
 //!
 //! Memory holds one push at a time; what the controller has no room for waits in the file,
 //! and what it took is punched out of the file, so a task writing on and on fills neither
-//! memory nor the disk faster than its caller reads.
+//! memory nor the disk faster than its caller reads. A restarted agent goes on from the
+//! first byte not punched out (the controller skips what it already has).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
@@ -102,12 +103,14 @@ fn find_tasks(jobs: &std::path::Path, tasks: &mut BTreeMap<PathBuf, Task>) {
         let dir = JobDir::new(path.clone());
         // Not written yet: looked at again next time.
         let Ok(spec) = dir.read_spec() else { continue };
+        // Where each stream goes on from: after what an agent before this one had passed on
+        // and punched out (the controller skips the rest it has).
         let mut streams = vec![];
         if spec.capture_stdout {
-            streams.push((Stream::Stdout, 0));
+            streams.push((Stream::Stdout, data_start(&dir.captured(false))));
         }
         if spec.capture_stderr {
-            streams.push((Stream::Stderr, 0));
+            streams.push((Stream::Stderr, data_start(&dir.captured(true))));
         }
         let done = streams.is_empty() || drained(&dir).exists();
         tasks.insert(
@@ -137,6 +140,28 @@ fn read_from(path: &std::path::Path, offset: u64, max: usize) -> Vec<u8> {
         let _ = f.by_ref().take(max as u64).read_to_end(&mut buf);
     }
     buf
+}
+
+/// The first offset of `path` that is not a punched hole: everything before it was taken
+/// by the controller. 0 when the file does not exist or the filesystem keeps no holes.
+fn data_start(path: &std::path::Path) -> u64 {
+    let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+    else {
+        return 0;
+    };
+    // SAFETY: a plain system call on a descriptor we hold.
+    let at = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) };
+    match u64::try_from(at) {
+        Ok(at) => at,
+        // No data at all: every byte was taken (or none was ever written).
+        Err(_) if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) => {
+            f.metadata().map_or(0, |m| m.len())
+        }
+        Err(_) => 0,
+    }
 }
 
 /// Frees the disk blocks of `path` before `offset` (taken by the controller); the file keeps
@@ -278,4 +303,38 @@ async fn pass(
         }
     }
     more && !full
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn what_was_taken_is_punched_out_and_a_restart_goes_on_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stdout");
+        assert_eq!(data_start(&path), 0, "no file yet");
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(&vec![b'a'; 3 * 4096 + 10]).unwrap();
+        assert_eq!(data_start(&path), 0);
+        assert_eq!(read_from(&path, 4096 * 3, 100), b"a".repeat(10));
+        punch(&path, 2 * 4096 + 5);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 3 * 4096 + 10);
+        // Where the filesystem keeps holes, a restart skips the blocks punched out.
+        let start = data_start(&path);
+        assert!(start == 0 || start == 2 * 4096, "{start}");
+        assert_eq!(read_from(&path, 2 * 4096 + 5, 5), b"aaaaa");
+    }
+
+    #[test]
+    fn a_task_holds_back_its_end_only_while_its_output_is_on_its_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let task = JobDir::new(dir.path().to_path_buf());
+        assert!(!is_held_back(&task), "nothing captured");
+        std::fs::write(task.captured(true), b"x").unwrap();
+        assert!(is_held_back(&task));
+        std::fs::write(drained(&task), b"").unwrap();
+        assert!(!is_held_back(&task));
+    }
 }
