@@ -10,12 +10,15 @@
 //!     the step's report here carry its end ([`is_held_back`]), so the caller never sees the
 //!     end before the output
 //!   the controller says discard (the step's caller went away, the step is over) ─▶ drained
+//!   the controller says rewind (it restarted and lost its buffer) ─▶ again from the first
+//!     byte not punched out
 //! ```
 //!
 //! Memory holds one push at a time; what the controller has no room for waits in the file,
-//! and what it took is punched out of the file, so a task writing on and on fills neither
-//! memory nor the disk faster than its caller reads. A restarted agent goes on from the
-//! first byte not punched out (the controller skips what it already has).
+//! and what the caller was passed is punched out of the file, so a task writing on and on
+//! fills neither memory nor the disk faster than its caller reads. A restarted agent, or a
+//! restarted controller, goes on from the first byte not punched out: the controller skips
+//! what it already has, the caller what it already wrote (by offset).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom};
@@ -61,8 +64,9 @@ struct Task {
     dir: JobDir,
     key: StepKey,
     local: u32,
-    /// Captured streams and the offset each goes on from.
-    streams: Vec<(Stream, u64)>,
+    /// Captured streams: the offset each goes on from, and the one before which it was
+    /// punched out (its caller has it).
+    streams: Vec<(Stream, u64, u64)>,
     done: bool,
 }
 
@@ -72,11 +76,22 @@ pub fn spawn(cfg: &AgentConfig, client: Client, launcher: Arc<dyn Backend>) {
     let node = cfg.node_name.clone();
     tokio::spawn(async move {
         let mut tasks: BTreeMap<PathBuf, Task> = BTreeMap::new();
+        // Per step: the controller's buffer last pushed to.
+        let mut buffers: BTreeMap<StepKey, u64> = BTreeMap::new();
         let mut turn = 0usize;
         loop {
             turn = turn.wrapping_add(1);
             find_tasks(&jobs, &mut tasks);
-            let more = pass(&node, &client, launcher.as_ref(), &mut tasks, turn).await;
+            buffers.retain(|k, _| tasks.values().any(|t| t.key == *k));
+            let pumped = pass(
+                &node,
+                &client,
+                launcher.as_ref(),
+                &mut tasks,
+                &mut buffers,
+                turn,
+            );
+            let more = pumped.await;
             if !more {
                 tokio::time::sleep(PUMP_EVERY).await;
             }
@@ -106,11 +121,14 @@ fn find_tasks(jobs: &std::path::Path, tasks: &mut BTreeMap<PathBuf, Task>) {
         // Where each stream goes on from: after what an agent before this one had passed on
         // and punched out (the controller skips the rest it has).
         let mut streams = vec![];
-        if spec.capture_stdout {
-            streams.push((Stream::Stdout, data_start(&dir.captured(false))));
-        }
-        if spec.capture_stderr {
-            streams.push((Stream::Stderr, data_start(&dir.captured(true))));
+        for (stream, captured) in [
+            (Stream::Stdout, spec.capture_stdout),
+            (Stream::Stderr, spec.capture_stderr),
+        ] {
+            if captured {
+                let at = data_start(&dir.captured(stream == Stream::Stderr));
+                streams.push((stream, at, at));
+            }
         }
         let done = streams.is_empty() || drained(&dir).exists();
         tasks.insert(
@@ -195,6 +213,7 @@ async fn pass(
     client: &Client,
     launcher: &dyn Backend,
     tasks: &mut BTreeMap<PathBuf, Task>,
+    buffers: &mut BTreeMap<StepKey, u64>,
     turn: usize,
 ) -> bool {
     let mut by_step: BTreeMap<StepKey, Vec<PathBuf>> = BTreeMap::new();
@@ -215,7 +234,7 @@ async fn pass(
             let t = &tasks[p];
             let was_over = matches!(launcher.status(&t.dir), JobStatus::Exited(_));
             let mut read_out = true;
-            for &(stream, offset) in &t.streams {
+            for &(stream, offset, _) in &t.streams {
                 let max = STREAM_BYTES.min(budget);
                 let data = read_from(&t.dir.captured(stream == Stream::Stderr), offset, max);
                 read_out &= data.len() < max;
@@ -240,6 +259,7 @@ async fn pass(
             let push = OutputPush {
                 node: node.to_string(),
                 key,
+                buffer: buffers.get(&key).copied().unwrap_or(0),
                 chunks: chunks.clone(),
             };
             match client
@@ -253,9 +273,25 @@ async fn pass(
                 }
             }
         };
+        if ack.rewind {
+            // The controller lost what it held (it restarted): again from what the caller
+            // has not been passed, which is still in the files.
+            for p in &paths {
+                let t = tasks.get_mut(p).expect("listed");
+                for (stream, offset, _) in t.streams.iter_mut() {
+                    *offset = data_start(&t.dir.captured(*stream == Stream::Stderr));
+                }
+            }
+            buffers.insert(key, ack.buffer);
+            more = true;
+            continue;
+        }
+        if ack.buffer != 0 {
+            buffers.insert(key, ack.buffer);
+        }
         for p in &paths {
             let t = tasks.get_mut(p).expect("listed");
-            for (stream, offset) in t.streams.iter_mut() {
+            for (stream, offset, punched) in t.streams.iter_mut() {
                 let sent = chunks
                     .iter()
                     .find(|c| c.task == t.local && c.stream == *stream);
@@ -269,8 +305,10 @@ async fn pass(
                 let end = sent.map_or(*offset, |c| c.offset + c.data.len() as u64);
                 // The controller is full: wait for its reader rather than push again now.
                 full |= a.next < end;
-                if a.next != *offset {
-                    punch(&t.dir.captured(*stream == Stream::Stderr), a.next);
+                // Only what reached the caller: the rest may be needed again.
+                if a.read > *punched {
+                    punch(&t.dir.captured(*stream == Stream::Stderr), a.read);
+                    *punched = a.read;
                 }
                 *offset = a.next;
             }
@@ -283,7 +321,7 @@ async fn pass(
                 .iter()
                 .filter(|p| {
                     let t = &tasks[*p];
-                    t.streams.iter().all(|(s, off)| {
+                    t.streams.iter().all(|(s, off, _)| {
                         chunks
                             .iter()
                             .find(|c| c.task == t.local && c.stream == *s)

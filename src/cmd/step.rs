@@ -214,6 +214,9 @@ struct Lines {
     label: bool,
     width: usize,
     partial: BTreeMap<(u32, Stream), Vec<u8>>,
+    /// Per (rank, stream): the offset of the next byte not yet taken. A restart of an agent
+    /// or the controller may send some bytes again; they are dropped here.
+    next: BTreeMap<(u32, Stream), u64>,
 }
 
 impl Lines {
@@ -222,6 +225,7 @@ impl Lines {
             label,
             width: 1,
             partial: BTreeMap::new(),
+            next: BTreeMap::new(),
         }
     }
 
@@ -232,8 +236,16 @@ impl Lines {
 
     /// Takes a chunk: the whole lines it completes, as they are to be written.
     fn take(&mut self, c: &OutputChunk) -> Option<(Stream, Vec<u8>)> {
+        let next = self.next.entry((c.rank, c.stream)).or_default();
+        let end = c.offset + c.data.len() as u64;
+        if end <= *next {
+            return None;
+        }
+        // Past `next` (output dropped for a caller that did not read): go on from there.
+        let skip = next.saturating_sub(c.offset) as usize;
+        *next = end;
         let held = self.partial.entry((c.rank, c.stream)).or_default();
-        held.extend_from_slice(&c.data);
+        held.extend_from_slice(&c.data[skip..]);
         let whole = match held.iter().rposition(|&b| b == b'\n') {
             Some(i) => i + 1,
             None if held.len() > MAX_PARTIAL => held.len(),
@@ -287,17 +299,26 @@ fn emit_all(parts: Vec<(Stream, Vec<u8>)>) {
 mod tests {
     use super::*;
 
-    fn chunk(rank: u32, stream: Stream, data: &[u8]) -> OutputChunk {
-        OutputChunk {
-            seq: 0,
-            rank,
-            stream,
-            data: data.to_vec(),
+    /// Chunks of each (rank, stream) follow each other, as the controller sends them.
+    fn chunker() -> impl FnMut(u32, Stream, &[u8]) -> OutputChunk {
+        let mut at: BTreeMap<(u32, Stream), u64> = BTreeMap::new();
+        move |rank, stream, data| {
+            let offset = at.entry((rank, stream)).or_default();
+            let c = OutputChunk {
+                seq: 0,
+                rank,
+                stream,
+                offset: *offset,
+                data: data.to_vec(),
+            };
+            *offset += data.len() as u64;
+            c
         }
     }
 
     #[test]
     fn lines_come_out_whole_per_rank_and_stream_labelled_when_asked() {
+        let mut chunk = chunker();
         let mut l = Lines::new(true);
         l.ranks(12);
         assert_eq!(l.take(&chunk(3, Stream::Stdout, b"hal")), None);
@@ -319,6 +340,7 @@ mod tests {
             ]
         );
         // Unlabelled, the bytes pass as they are; a line without end is not held forever.
+        let mut chunk = chunker();
         let mut l = Lines::new(false);
         assert_eq!(
             l.take(&chunk(0, Stream::Stdout, b"a\r\n")).unwrap().1,
@@ -326,5 +348,21 @@ mod tests {
         );
         let long = vec![b'y'; MAX_PARTIAL + 1];
         assert_eq!(l.take(&chunk(0, Stream::Stdout, &long)).unwrap().1, long);
+    }
+
+    #[test]
+    fn bytes_sent_again_after_a_restart_are_written_once() {
+        let c = |offset, data: &[u8]| OutputChunk {
+            seq: 0,
+            rank: 0,
+            stream: Stream::Stdout,
+            offset,
+            data: data.to_vec(),
+        };
+        let mut l = Lines::new(false);
+        assert_eq!(l.take(&c(0, b"one\ntw")).unwrap().1, b"one\n");
+        // Sent again from an earlier offset: only what is new goes on.
+        assert_eq!(l.take(&c(0, b"one\n")), None);
+        assert_eq!(l.take(&c(4, b"two\nthree\n")).unwrap().1, b"two\nthree\n");
     }
 }

@@ -477,11 +477,21 @@ fn a_step_is_waited_for_through_a_restart_of_its_agent() {
     let alice = user("wharf-alice");
     let home = c.home(&alice);
     let w = wharf_bin();
-    let script = format!("{w} step -- sh -c 'sleep 8; exit 7'; echo RESULT STATUS=$?");
+    // Output before the restart, and after: each line reaches the caller once.
+    let script = format!(
+        "{w} step -- sh -c 'echo BEFORE; sleep 8; echo AFTER; exit 7'; echo RESULT STATUS=$?"
+    );
     let id = submitted_id(&c.wharf_as(&alice, &["submit", "-t", "2m", "--wrap", &script]));
     let deadline = Instant::now() + Duration::from_secs(20);
     while !cgroup_busy(&c.cgroup_parent, &format!("wharf-{id}/wharf-{id}.s0.0")) {
         assert!(Instant::now() < deadline, "the step never ran: {}", c.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Its first line has reached the caller: the restarted agent sends it again (it is
+    // still in the task's file), and the caller writes it only once.
+    let out = home.join(format!("wharf-{id}.out"));
+    while !std::fs::read_to_string(&out).is_ok_and(|t| t.contains("BEFORE\n")) {
+        assert!(Instant::now() < deadline, "no output came back: {}", c.log());
         std::thread::sleep(Duration::from_millis(100));
     }
     // Controller and agent die together and come back; the job and its step run on.
@@ -489,7 +499,6 @@ fn a_step_is_waited_for_through_a_restart_of_its_agent() {
     c.spawn();
     c.wait_node_up();
     let job = c.wait_done(id, Duration::from_secs(60));
-    let out = home.join(format!("wharf-{id}.out"));
     let text = std::fs::read_to_string(&out).unwrap();
     assert_eq!(job["state"], "COMPLETED", "{job}\n{text}\n{}", c.log());
     assert_eq!(words(&out, "RESULT")["STATUS"], "7", "{text}");
@@ -497,6 +506,10 @@ fn a_step_is_waited_for_through_a_restart_of_its_agent() {
         text.contains(&format!("waiting for step {id}.0 again")),
         "{text}"
     );
+    for word in ["BEFORE", "AFTER"] {
+        let n = text.lines().filter(|l| *l == word).count();
+        assert_eq!(n, 1, "{word} should arrive once:\n{text}");
+    }
     assert_eq!(job["steps"][0]["exit"]["code"], 7, "{job}");
 }
 

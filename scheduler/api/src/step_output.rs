@@ -64,6 +64,10 @@ pub struct OutputPush {
     pub node: String,
     /// The step.
     pub key: StepKey,
+    /// The controller's buffer the agent pushed to before (an earlier answer's `buffer`;
+    /// 0 for none): when it is gone (the controller restarted), the answer says `rewind`.
+    #[serde(default)]
+    pub buffer: u64,
     /// What its tasks wrote, each stream in order.
     pub chunks: Vec<PushChunk>,
 }
@@ -77,6 +81,9 @@ pub struct StreamAck {
     pub stream: Stream,
     /// Everything before this offset is taken; push on from here.
     pub next: u64,
+    /// Everything before this offset was passed on to the caller: the agent may forget it.
+    #[serde(default)]
+    pub read: u64,
 }
 
 /// The controller's answer to a push.
@@ -87,6 +94,13 @@ pub struct OutputAck {
     /// Nobody will read the step's output (it ended, its caller went away): push no more.
     #[serde(default)]
     pub discard: bool,
+    /// The step's buffer, to name in the next push.
+    #[serde(default)]
+    pub buffer: u64,
+    /// The buffer pushed to before is gone, and nothing was taken: push again from the
+    /// first byte the caller has not been passed (its duplicates are dropped by offset).
+    #[serde(default)]
+    pub rewind: bool,
 }
 
 /// `POST /v1/agent/steps/output/read`: the caller's agent fetches the step's output and
@@ -114,6 +128,10 @@ pub struct OutputChunk {
     pub rank: u32,
     /// Which stream.
     pub stream: Stream,
+    /// Where in the stream the bytes start (the caller drops what it has already: a
+    /// restart may send some again).
+    #[serde(default)]
+    pub offset: u64,
     /// The bytes.
     #[serde(with = "b64")]
     pub data: Vec<u8>,

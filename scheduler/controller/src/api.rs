@@ -816,12 +816,14 @@ async fn step_output_push(
     };
     let live = idx != usize::MAX && step.exit.is_none();
     let base = (idx as u32).saturating_mul(step.tasks_per_node);
+    let now = crate::now_ms();
     Ok(Json(relay(&s).push(
         key,
         base,
+        push.buffer,
         push.chunks,
         live,
-        crate::now_ms(),
+        now,
     )))
 }
 

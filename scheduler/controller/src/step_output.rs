@@ -38,6 +38,8 @@ struct Buffer {
     next_seq: u64,
     /// Per (rank, stream): the offset wanted next.
     offsets: BTreeMap<(u32, Stream), u64>,
+    /// Per (rank, stream): the offset the reader has acknowledged up to.
+    read_to: BTreeMap<(u32, Stream), u64>,
     last_read: u64,
     touched: u64,
     /// Nobody reads: what comes is dropped (and counted).
@@ -65,6 +67,7 @@ impl Relay {
                 bytes: 0,
                 next_seq: 1,
                 offsets: BTreeMap::new(),
+                read_to: BTreeMap::new(),
                 last_read: now,
                 touched: now,
                 discarding: false,
@@ -75,11 +78,14 @@ impl Relay {
 
     /// Takes what a node pushed for its tasks of `key`, whose first rank there is `base`,
     /// as far as there is room. `live`: the step runs and its caller waits (else everything
-    /// is refused with `discard`). Idempotent: bytes before a stream's offset are skipped.
+    /// is refused with `discard`). `buffer`: the buffer the node pushed to before; when that
+    /// one is gone, nothing is taken and the answer says `rewind`. Idempotent: bytes before
+    /// a stream's offset are skipped.
     pub fn push(
         &mut self,
         key: StepKey,
         base: u32,
+        buffer: u64,
         chunks: Vec<PushChunk>,
         live: bool,
         now: u64,
@@ -90,8 +96,8 @@ impl Relay {
                 b.discarding = true;
             }
             return OutputAck {
-                acks: vec![],
                 discard: true,
+                ..Default::default()
             };
         }
         let mut total = self.total;
@@ -100,8 +106,16 @@ impl Relay {
         if b.discarding {
             b.dropped += chunks.iter().map(|c| c.data.len() as u64).sum::<u64>();
             return OutputAck {
-                acks: vec![],
                 discard: true,
+                buffer: b.id,
+                ..Default::default()
+            };
+        }
+        if buffer != 0 && buffer != b.id {
+            return OutputAck {
+                buffer: b.id,
+                rewind: true,
+                ..Default::default()
             };
         }
         let mut acks = Vec::new();
@@ -124,6 +138,7 @@ impl Relay {
                         seq: b.next_seq,
                         rank,
                         stream: c.stream,
+                        offset: *want,
                         data: c.data[skip..skip + take].to_vec(),
                     });
                     b.next_seq += 1;
@@ -132,10 +147,12 @@ impl Relay {
                     *want += take as u64;
                 }
             }
+            let next = *want;
             acks.push(StreamAck {
                 task: c.task,
                 stream: c.stream,
-                next: *want,
+                next,
+                read: b.read_to.get(&(rank, c.stream)).copied().unwrap_or(0),
             });
         }
         if full && now.saturating_sub(b.last_read) > READER_GONE_MS {
@@ -146,10 +163,12 @@ impl Relay {
             );
             b.discarding = true;
         }
+        let id = b.id;
         self.total = total;
         OutputAck {
             acks,
-            discard: false,
+            buffer: id,
+            ..Default::default()
         }
     }
 
@@ -177,6 +196,9 @@ impl Relay {
                 let c = b.chunks.pop_front().expect("front");
                 b.bytes -= c.data.len();
                 self.total -= c.data.len();
+                let end = c.offset + c.data.len() as u64;
+                let read = b.read_to.entry((c.rank, c.stream)).or_default();
+                *read = (*read).max(end);
             }
         }
         b.last_read = now;

@@ -30,6 +30,7 @@ fn output_reaches_the_reader_in_order_with_ranks_and_once_only() {
     let ack = r.push(
         KEY,
         2,
+        0,
         vec![
             chunk(0, Stream::Stdout, 0, b"a\n"),
             chunk(1, Stream::Stderr, 0, b"b"),
@@ -43,6 +44,7 @@ fn output_reaches_the_reader_in_order_with_ranks_and_once_only() {
     let ack = r.push(
         KEY,
         2,
+        0,
         vec![chunk(0, Stream::Stdout, 0, b"a\nc\n")],
         true,
         11,
@@ -80,12 +82,13 @@ fn output_reaches_the_reader_in_order_with_ranks_and_once_only() {
 fn a_full_buffer_takes_no_more_until_read_and_then_drops_what_nobody_reads() {
     let mut r = Relay::default();
     let big = vec![b'x'; STEP_BYTES + 100];
-    let ack = r.push(KEY, 0, vec![chunk(0, Stream::Stdout, 0, &big)], true, 0);
+    let ack = r.push(KEY, 0, 0, vec![chunk(0, Stream::Stdout, 0, &big)], true, 0);
     assert_eq!(ack.acks[0].next, STEP_BYTES as u64);
     assert_eq!(r.held(), STEP_BYTES);
     // Full: the rest waits with the agent.
     let ack = r.push(
         KEY,
+        0,
         0,
         vec![chunk(0, Stream::Stdout, STEP_BYTES as u64, b"yy")],
         true,
@@ -101,6 +104,7 @@ fn a_full_buffer_takes_no_more_until_read_and_then_drops_what_nobody_reads() {
     let ack = r.push(
         KEY,
         0,
+        0,
         vec![chunk(0, Stream::Stdout, STEP_BYTES as u64, b"yy")],
         true,
         late,
@@ -108,6 +112,7 @@ fn a_full_buffer_takes_no_more_until_read_and_then_drops_what_nobody_reads() {
     assert!(!ack.discard);
     let ack = r.push(
         KEY,
+        0,
         0,
         vec![chunk(0, Stream::Stdout, STEP_BYTES as u64, b"zzz")],
         true,
@@ -122,15 +127,22 @@ fn a_full_buffer_takes_no_more_until_read_and_then_drops_what_nobody_reads() {
 #[test]
 fn an_abandoned_or_ended_step_takes_nothing() {
     let mut r = Relay::default();
-    r.push(KEY, 0, vec![chunk(0, Stream::Stdout, 0, b"x")], true, 0);
+    r.push(KEY, 0, 0, vec![chunk(0, Stream::Stdout, 0, b"x")], true, 0);
     r.abandon(KEY, 1);
     assert_eq!(r.held(), 0);
-    let ack = r.push(KEY, 0, vec![chunk(0, Stream::Stdout, 1, b"y")], true, 2);
+    let ack = r.push(KEY, 0, 0, vec![chunk(0, Stream::Stdout, 1, b"y")], true, 2);
     assert!(ack.discard);
     let other = StepKey { job: 8, step: 1 };
-    assert!(r.push(other, 0, vec![], false, 3).discard);
+    assert!(r.push(other, 0, 0, vec![], false, 3).discard);
     // Forgotten once idle long enough.
-    r.push(other, 0, vec![chunk(0, Stream::Stdout, 0, b"z")], true, 4);
+    r.push(
+        other,
+        0,
+        0,
+        vec![chunk(0, Stream::Stdout, 0, b"z")],
+        true,
+        4,
+    );
     r.read(
         StepKey { job: 9, step: 0 },
         0,
@@ -140,4 +152,57 @@ fn an_abandoned_or_ended_step_takes_nothing() {
     );
     assert_eq!(r.held(), 0);
     assert!(!r.steps.contains_key(&other));
+}
+
+#[test]
+fn a_gone_buffer_asks_for_a_rewind_and_the_agent_may_forget_what_the_reader_took() {
+    let mut r = Relay::default();
+    let ack = r.push(
+        KEY,
+        0,
+        0,
+        vec![chunk(0, Stream::Stdout, 0, b"ab")],
+        true,
+        10,
+    );
+    let id = ack.buffer;
+    assert_eq!((ack.acks[0].next, ack.acks[0].read), (2, 0));
+    let b = r.read(KEY, 0, 0, running(), 11);
+    assert_eq!(b.chunks[0].offset, 0);
+    r.read(KEY, b.buffer, b.chunks[0].seq, running(), 12);
+    let ack = r.push(
+        KEY,
+        0,
+        id,
+        vec![chunk(0, Stream::Stdout, 2, b"c")],
+        true,
+        13,
+    );
+    assert_eq!((ack.acks[0].next, ack.acks[0].read), (3, 2));
+    // The controller restarted: a push naming the old buffer takes nothing.
+    let mut r = Relay::default();
+    let ack = r.push(
+        KEY,
+        0,
+        id,
+        vec![chunk(0, Stream::Stdout, 3, b"d")],
+        true,
+        20,
+    );
+    assert!(ack.rewind && ack.acks.is_empty() && ack.buffer != id);
+    // Pushed again from where the reader had got to: taken from there, offsets and all.
+    let ack = r.push(
+        KEY,
+        0,
+        ack.buffer,
+        vec![chunk(0, Stream::Stdout, 2, b"cd")],
+        true,
+        21,
+    );
+    assert_eq!(ack.acks[0].next, 4);
+    let b = r.read(KEY, 0, 0, running(), 22);
+    assert_eq!(
+        (b.chunks[0].offset, b.chunks[0].data.as_slice()),
+        (2, &b"cd"[..])
+    );
 }
