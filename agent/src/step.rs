@@ -545,6 +545,8 @@ async fn pass_output_on(
             read.after = 0;
         }
         read.buffer = batch.buffer;
+        // While output flows, the next read goes at once; the wait is for a quiet step.
+        let flowing = !batch.chunks.is_empty();
         for c in batch.chunks {
             read.after = c.seq;
             reply(&mut stream, &StepReply::Output(c)).await;
@@ -552,7 +554,7 @@ async fn pass_output_on(
         if let Some(step) = batch.step {
             return reply(&mut stream, &StepReply::Ended(step)).await;
         }
-        wait = if batch.more {
+        wait = if flowing {
             Duration::ZERO
         } else {
             STATUS_EVERY

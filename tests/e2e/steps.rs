@@ -491,7 +491,11 @@ fn a_step_is_waited_for_through_a_restart_of_its_agent() {
     // still in the task's file), and the caller writes it only once.
     let out = home.join(format!("wharf-{id}.out"));
     while !std::fs::read_to_string(&out).is_ok_and(|t| t.contains("BEFORE\n")) {
-        assert!(Instant::now() < deadline, "no output came back: {}", c.log());
+        assert!(
+            Instant::now() < deadline,
+            "no output came back: {}",
+            c.log()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     // Controller and agent die together and come back; the job and its step run on.
