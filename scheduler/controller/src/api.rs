@@ -799,20 +799,22 @@ async fn step_output_push(
     check_token(&s, &headers)?;
     let push: OutputPush = agent_body(&s, bytes)?;
     let (key, node) = (push.key, push.node.clone());
-    let found = with_cluster(&s, move |cl, _| cl.step_seen_from(key, &node)).await;
+    let found = with_cluster(&s, move |cl, _| match cl.step_seen_from(key, &node) {
+        Ok(found) => Ok(Some(found)),
+        Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    })
+    .await?;
     let (step, idx) = match found {
-        Ok((step, Some(idx), _)) => (step, idx),
-        Ok((_, None, _)) => {
-            return Err(fail(
-                ErrorKind::PermissionDenied,
-                format!(
-                    "node {} runs no task of step {}.{}",
-                    push.node, key.job, key.step
-                ),
-            ))
+        Some((step, Some(idx), _)) => (step, idx),
+        // Not a node of the step: nothing of it is taken (and the agent, told to push no
+        // more, does not hold its tasks' end back for it).
+        Some((_, None, _)) => {
+            tracing::warn!(node = %push.node, job = key.job, step = key.step, "output pushed for a step the node has no part in; dropped");
+            (StepRecord::default(), usize::MAX)
         }
         // Of a job or step no longer known: nobody will read it.
-        Err(_) => (StepRecord::default(), usize::MAX),
+        None => (StepRecord::default(), usize::MAX),
     };
     let live = idx != usize::MAX && step.exit.is_none();
     let base = (idx as u32).saturating_mul(step.tasks_per_node);
