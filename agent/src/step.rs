@@ -55,7 +55,7 @@ pub const STEP_BINARY_PATH: &str = "/usr/local/bin/wharf";
 pub const MAX_REQUEST: u64 = 1 << 20;
 
 /// How often a waiting caller's step is looked up.
-const STATUS_EVERY: Duration = Duration::from_millis(200);
+pub(crate) const STATUS_EVERY: Duration = Duration::from_millis(200);
 
 /// The abstract socket name (without its leading NUL) of the step socket of the agent whose
 /// state lives in `state_dir`: one per agent, even for several agents in one network
@@ -403,13 +403,13 @@ fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-async fn reply(stream: &mut tokio::net::UnixStream, r: &StepReply) {
+pub(crate) async fn reply(stream: &mut tokio::net::UnixStream, r: &StepReply) {
     let mut line = serde_json::to_vec(r).unwrap_or_default();
     line.push(b'\n');
     let _ = stream.write_all(&line).await;
 }
 
-fn api_words(e: &ClientError) -> String {
+pub(crate) fn api_words(e: &ClientError) -> String {
     match e {
         ClientError::Api { error, .. } => error.error.clone(),
         other => other.to_string(),
@@ -472,7 +472,7 @@ async fn serve(
         }
     };
     if streamed {
-        return pass_output_on(stream, node, key, client).await;
+        return crate::step_output::pass_on_to_caller(stream, node, key, client).await;
     }
     let mut probe = [0u8; 1];
     loop {
@@ -493,72 +493,6 @@ async fn serve(
             Err(e) if e.is_transient() => {}
             Err(e) => return reply(&mut stream, &StepReply::Error(api_words(&e))).await,
         }
-    }
-}
-
-/// Serves a caller that takes its step's output: passes it on as the controller has it,
-/// then the step's end once all of it was read. Writing to a caller that reads slowly
-/// waits, and so does the controller's buffer behind it (bounded), and the tasks' files
-/// behind that. The caller hanging up stops the step.
-async fn pass_output_on(
-    mut stream: tokio::net::UnixStream,
-    node: &str,
-    key: StepKey,
-    client: &Client,
-) {
-    use wharf_api::step_output::{OutputBatch, OutputRead};
-    let mut read = OutputRead {
-        node: node.to_string(),
-        key,
-        buffer: 0,
-        after: 0,
-    };
-    let mut wait = Duration::ZERO;
-    let mut probe = [0u8; 1];
-    loop {
-        tokio::select! {
-            _ = stream.read(&mut probe) => {
-                let _ = client.post::<_, StepRecord>("/v1/agent/steps/cancel", &key).await;
-                return;
-            }
-            () = tokio::time::sleep(wait) => {}
-        }
-        let batch = match client
-            .post::<_, OutputBatch>("/v1/agent/steps/output/read", &read)
-            .await
-        {
-            Ok(b) => b,
-            Err(e) if e.is_transient() => {
-                wait = STATUS_EVERY;
-                continue;
-            }
-            Err(e) => return reply(&mut stream, &StepReply::Error(api_words(&e))).await,
-        };
-        if batch.dropped > 0 {
-            let why = format!(
-                "{} bytes of the step's output were dropped: nobody read them for too long",
-                batch.dropped
-            );
-            reply(&mut stream, &StepReply::Notice(why)).await;
-        }
-        if batch.buffer != read.buffer {
-            read.after = 0;
-        }
-        read.buffer = batch.buffer;
-        // While output flows, the next read goes at once; the wait is for a quiet step.
-        let flowing = !batch.chunks.is_empty();
-        for c in batch.chunks {
-            read.after = c.seq;
-            reply(&mut stream, &StepReply::Output(c)).await;
-        }
-        if let Some(step) = batch.step {
-            return reply(&mut stream, &StepReply::Ended(step)).await;
-        }
-        wait = if flowing {
-            Duration::ZERO
-        } else {
-            STATUS_EVERY
-        };
     }
 }
 

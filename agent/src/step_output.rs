@@ -1,7 +1,7 @@
 //! Passing steps' output on: this node's step tasks whose caller takes their output write it
 //! to files in their own directories (the shim makes them, as root); this pump reads what is
 //! new there and pushes it to the controller, which holds it for the caller's agent (see
-//! [`wharf_api::step_output`]).
+//! [`wharf_api::step_output`]), which passes it on to the caller ([`pass_on_to_caller`]).
 //!
 //! ```text
 //!   every PUMP_EVERY (at once again while there is more): each captured stream read from
@@ -28,9 +28,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use tokio::io::AsyncReadExt;
 use tokio::sync::Notify;
 use wharf_api::step::StepKey;
-use wharf_api::step_output::{OutputAck, OutputPush, PushChunk, Stream};
+use wharf_api::step::{StepRecord, StepReply};
+use wharf_api::step_output::{OutputAck, OutputBatch, OutputPush, OutputRead, PushChunk, Stream};
 use wharf_client::Client;
 use wharf_runtime::{Backend, JobDir, JobStatus};
 
@@ -341,6 +343,77 @@ async fn pass(
         }
     }
     more && !full
+}
+
+/// Serves a caller that takes its step's output: passes it on as the controller has it,
+/// then the step's end once all of it was read. Writing to a caller that reads slowly
+/// waits, and so does the controller's buffer behind it (bounded), and the tasks' files
+/// behind that. The caller hanging up stops the step.
+pub(crate) async fn pass_on_to_caller(
+    mut stream: tokio::net::UnixStream,
+    node: &str,
+    key: StepKey,
+    client: &Client,
+) {
+    let mut read = OutputRead {
+        node: node.to_string(),
+        key,
+        buffer: 0,
+        after: 0,
+    };
+    let mut wait = Duration::ZERO;
+    let mut probe = [0u8; 1];
+    loop {
+        tokio::select! {
+            _ = stream.read(&mut probe) => {
+                let _ = client.post::<_, StepRecord>("/v1/agent/steps/cancel", &key).await;
+                return;
+            }
+            () = tokio::time::sleep(wait) => {}
+        }
+        let batch = match client
+            .post::<_, OutputBatch>("/v1/agent/steps/output/read", &read)
+            .await
+        {
+            Ok(b) => b,
+            Err(e) if e.is_transient() => {
+                wait = crate::step::STATUS_EVERY;
+                continue;
+            }
+            Err(e) => {
+                return crate::step::reply(
+                    &mut stream,
+                    &StepReply::Error(crate::step::api_words(&e)),
+                )
+                .await
+            }
+        };
+        if batch.dropped > 0 {
+            let why = format!(
+                "{} bytes of the step's output were dropped: nobody read them for too long",
+                batch.dropped
+            );
+            crate::step::reply(&mut stream, &StepReply::Notice(why)).await;
+        }
+        if batch.buffer != read.buffer {
+            read.after = 0;
+        }
+        read.buffer = batch.buffer;
+        // While output flows, the next read goes at once; the wait is for a quiet step.
+        let flowing = !batch.chunks.is_empty();
+        for c in batch.chunks {
+            read.after = c.seq;
+            crate::step::reply(&mut stream, &StepReply::Output(c)).await;
+        }
+        if let Some(step) = batch.step {
+            return crate::step::reply(&mut stream, &StepReply::Ended(step)).await;
+        }
+        wait = if flowing {
+            Duration::ZERO
+        } else {
+            crate::step::STATUS_EVERY
+        };
+    }
 }
 
 #[cfg(test)]
