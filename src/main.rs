@@ -50,6 +50,9 @@ enum Command {
     /// Run a command on some or all of the nodes of the job it is called from, within its
     /// allocation (Slurm's srun inside a job), and exit with its status.
     Step(cmd::step::Args),
+    /// Slurm's srun: a step inside a job, else the command as a job (`wharf run`); also
+    /// what this binary does when it is called `srun` (a link named so).
+    Srun(cmd::srun::Args),
     /// Cancel jobs.
     Cancel(cmd::cancel::Args),
     /// Hold pending jobs so they do not start (an admin's hold only an admin releases).
@@ -81,8 +84,22 @@ enum Command {
     Shim(cmd::shim::Args),
 }
 
+/// The command line, with `srun` in front when this binary was called as `srun`.
+fn args() -> Vec<std::ffi::OsString> {
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let called = argv
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .map(|n| n.to_os_string());
+    if called.is_some_and(|n| n == "srun") {
+        argv[0] = "wharf".into();
+        argv.insert(1, "srun".into());
+    }
+    argv
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(args());
     if let Command::Shim(args) = &cli.command {
         // The shim must stay single-threaded: no async runtime here.
         std::process::exit(cmd::shim::run(args));
@@ -119,6 +136,19 @@ fn main() {
             Command::Acct(a) => cmd::acct::run(&socket, a).await,
             Command::Report(a) => cmd::report::run(&socket, a).await,
             Command::Step(a) => cmd::step::run(a).await,
+            Command::Srun(a) => {
+                let env = |k: &str| std::env::var(k).ok();
+                match cmd::srun::plan(a, &env)? {
+                    cmd::srun::Plan::Step(a) => cmd::step::run(a).await,
+                    cmd::srun::Plan::Run(words) => {
+                        let argv = std::iter::once("wharf".to_string()).chain(words);
+                        match Cli::try_parse_from(argv)?.command {
+                            Command::Run(a) => cmd::run::run(&socket, a).await,
+                            _ => unreachable!("srun's plan is a run"),
+                        }
+                    }
+                }
+            }
             Command::Cancel(a) => cmd::cancel::run(&socket, a).await,
             Command::Requeue(a) => cmd::requeue::run(&socket, a).await,
             Command::Hold(a) => cmd::hold::run(&socket, a, false).await,

@@ -413,6 +413,9 @@ pub fn container_spec(
         stderr,
         // A requeued job's next run adds to what the last one wrote.
         append_output: order.restarts > 0,
+        // A step's launch captures the streams its caller takes (`step::launch`).
+        capture_stdout: false,
+        capture_stderr: false,
         time_limit: Some(spec.time_limit),
         grace_secs: cfg.grace_secs,
         cgroup_parent: cfg.cgroup_parent.clone(),

@@ -13,6 +13,7 @@ pub mod images;
 pub mod launch;
 pub mod prepull;
 pub mod step;
+pub mod step_output;
 pub mod usage;
 pub mod watch;
 
@@ -177,6 +178,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         cfg.sample_interval,
         machine.clone(),
     );
+    step_output::spawn(&cfg, client.clone(), launcher.clone());
     let pulls = images::Pulls::default();
     let mut wait_ms = 0;
     let mut registered = false;
@@ -392,6 +394,8 @@ async fn local_change(
     loop {
         tokio::select! {
             () = changes.next(&shims) => {}
+            // A step task's output is all passed on: its end may be reported now.
+            () = step_output::DRAINED.notified() => {}
             () = &mut progressed => return,
         }
         // Only the jobs' shapes are compared: their usage is not read here.

@@ -14,9 +14,14 @@
 //! ```text
 //!   wharf step ──line──▶ agent: peer cred + cgroup ─POST /v1/agent/steps─▶ controller
 //!              ◀─Started─     ◀──── the step (id, nodes) ─────────────────
-//!                              every 200 ms: /v1/agent/steps/status until it ended
+//!              ◀─Output──      every 200 ms (at once while more waits):
+//!                              /v1/agent/steps/output/read until it ended and all is read
 //!              ◀─Ended───      (the caller hangs up: /v1/agent/steps/cancel)
 //! ```
+//!
+//! A caller from before streaming waits the same way on `/v1/agent/steps/status`. The
+//! output itself reaches the controller from every node of the step through
+//! [`crate::step_output`].
 //!
 //! Task L of step S of job J lives in `jobs/J.sS.L` (beside the job's own: the job's report
 //! never lists them, [`crate::launch::parse_task_dir_name`] does not read these names), its
@@ -50,7 +55,7 @@ pub const STEP_BINARY_PATH: &str = "/usr/local/bin/wharf";
 pub const MAX_REQUEST: u64 = 1 << 20;
 
 /// How often a waiting caller's step is looked up.
-const STATUS_EVERY: Duration = Duration::from_millis(200);
+pub(crate) const STATUS_EVERY: Duration = Duration::from_millis(200);
 
 /// The abstract socket name (without its leading NUL) of the step socket of the agent whose
 /// state lives in `state_dir`: one per agent, even for several agents in one network
@@ -171,6 +176,10 @@ pub fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentStep> {
             .iter()
             .map(|(local, dir)| crate::task_report(launcher, *local, dir, false).0)
             .collect();
+        // Its end waits for its output: the caller gets all of it before the step's end.
+        let held_back = dirs
+            .iter()
+            .any(|(_, d)| crate::step_output::is_held_back(d));
         if let Some((failed, _)) = crate::siblings_to_stop(&tasks, &cfg.node_name) {
             let reason = format!(
                 "task {failed} of step {}.{} on node {} failed; stopping the others",
@@ -181,15 +190,18 @@ pub fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentStep> {
             stop_tasks(launcher, &others, &reason);
         }
         let node = crate::node_report(key.job, &tasks);
+        let ended = node.exit.is_some();
+        let exit = node.exit.filter(|_| !held_back);
         out.push(AgentStep {
             key,
             start_time: node.start_time,
-            exit: node.exit.map(|mut e| {
+            end_time: node.end_time.filter(|_| exit.is_some()),
+            exit: exit.map(|mut e| {
                 e.usage = None;
                 e
             }),
-            end_time: node.end_time,
-            stopping: node.stopping,
+            // Ended, its output still on its way: there is nothing left to stop.
+            stopping: node.stopping || (ended && held_back),
         });
     }
     out
@@ -227,6 +239,9 @@ pub fn launch(
             None => crate::launch::container_spec(cfg, images, order, local, machine)
                 .and_then(|mut spec| {
                     spec.id = format!("wharf-{}", dir_name(order.id, so.step, local));
+                    // The streams its caller takes go to the task's directory, for
+                    // [`crate::step_output`] to pass on.
+                    (spec.capture_stdout, spec.capture_stderr) = so.output.captured();
                     if job_cgroup_is_flat(&cfg.state_dir, order.id) {
                         spec.job_cgroup = None;
                     }
@@ -388,13 +403,13 @@ fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-async fn reply(stream: &mut tokio::net::UnixStream, r: &StepReply) {
+pub(crate) async fn reply(stream: &mut tokio::net::UnixStream, r: &StepReply) {
     let mut line = serde_json::to_vec(r).unwrap_or_default();
     line.push(b'\n');
     let _ = stream.write_all(&line).await;
 }
 
-fn api_words(e: &ClientError) -> String {
+pub(crate) fn api_words(e: &ClientError) -> String {
     match e {
         ClientError::Api { error, .. } => error.error.clone(),
         other => other.to_string(),
@@ -436,6 +451,7 @@ async fn serve(
             return reply(&mut stream, &StepReply::Error(why)).await;
         }
     };
+    let streamed = request.output.stream;
     let key = match request.resume {
         // A caller waiting again (this agent restarted meanwhile): a step of its own job.
         Some(step) => StepKey { job, step },
@@ -455,6 +471,9 @@ async fn serve(
             key
         }
     };
+    if streamed {
+        return crate::step_output::pass_on_to_caller(stream, node, key, client).await;
+    }
     let mut probe = [0u8; 1];
     loop {
         tokio::select! {

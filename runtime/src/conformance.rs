@@ -191,6 +191,8 @@ pub fn template(id: &str, rootfs: &Path, uid: u32, gid: u32) -> ContainerSpec {
         stdout: PathBuf::new(),
         stderr: PathBuf::new(),
         append_output: false,
+        capture_stdout: false,
+        capture_stderr: false,
         time_limit: None,
         grace_secs: 1,
         cgroup_parent: "wharf-conformance".into(),

@@ -65,6 +65,11 @@ impl JobDir {
     pub fn usage(&self) -> PathBuf {
         self.root.join("usage")
     }
+    /// Where a task's stream goes when its spec captures it (`capture_stdout`/`_stderr`):
+    /// root's file in this directory, which only the agent reads.
+    pub fn captured(&self, stderr: bool) -> PathBuf {
+        self.root.join(if stderr { "stderr" } else { "stdout" })
+    }
     /// The shim's launch timeline (see [`crate::timeline`]).
     pub fn timeline(&self) -> PathBuf {
         self.root.join("timeline")

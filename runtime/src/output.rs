@@ -27,6 +27,7 @@ use nix::sys::stat::{fstat, Mode, SFlag};
 
 use crate::as_user::AsUser;
 use crate::error::{ErrorKind, RuntimeError};
+use crate::jobdir::JobDir;
 use crate::shim::{Abort, Stop};
 use crate::spec::ContainerSpec;
 
@@ -35,21 +36,42 @@ const LEASE_RETRY: Duration = Duration::from_millis(50);
 
 /// Opens the job's stdout and stderr files (one descriptor twice when they are the same
 /// path). `stop` is asked while a lease holds a file: a cancel or the time limit ends the
-/// wait.
+/// wait. A captured stream goes to its file in the job directory `jd` instead, which root
+/// makes (the user never names it).
 pub(crate) fn open_outputs(
     spec: &ContainerSpec,
+    jd: &JobDir,
     stop: &dyn Fn() -> Option<Stop>,
 ) -> Result<(OwnedFd, OwnedFd), Abort> {
     let null = nix::sys::stat::stat("/dev/null")
         .map_err(|e| RuntimeError::sys("/dev/null", e))?
         .st_rdev;
-    let stdout = open_output(&spec.stdout, spec, null, stop)?;
-    let stderr = if spec.stderr == spec.stdout {
+    let stdout = match spec.capture_stdout {
+        true => open_captured(&jd.captured(false))?,
+        false => open_output(&spec.stdout, spec, null, stop)?,
+    };
+    let stderr = if spec.capture_stderr {
+        open_captured(&jd.captured(true))?
+    } else if spec.stderr == spec.stdout && !spec.capture_stdout {
         stdout.try_clone().map_err(|e| RuntimeError::io("dup", e))?
     } else {
         open_output(&spec.stderr, spec, null, stop)?
     };
     Ok((stdout, stderr))
+}
+
+/// A captured stream's file: root's, private, in the job directory (which only root writes).
+fn open_captured(path: &Path) -> Result<OwnedFd, Abort> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| RuntimeError::io(path.display(), e))?;
+    Ok(file.into())
 }
 
 fn open_output(
@@ -205,6 +227,11 @@ mod tests {
         crate::test_can_run(test, (!root).then_some("needs root"))
     }
 
+    /// No captured stream in these tests: their job directory is never looked at.
+    fn no_dir() -> JobDir {
+        JobDir::new("/nonexistent".into())
+    }
+
     fn never() -> Option<Stop> {
         None
     }
@@ -226,12 +253,12 @@ mod tests {
         let fifo = tmp.path().join("fifo");
         nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o666)).unwrap();
         let spec = spec_in(tmp.path(), "fifo");
-        let why = message(open_outputs(&spec, &never));
+        let why = message(open_outputs(&spec, &no_dir(), &never));
         assert!(why.contains("is a named pipe (FIFO)"), "{why}");
         // With a reader the open succeeds; the type check refuses it.
         let _reader =
             nix::fcntl::open(&fifo, OFlag::O_RDONLY | OFlag::O_NONBLOCK, Mode::empty()).unwrap();
-        let why = message(open_outputs(&spec, &never));
+        let why = message(open_outputs(&spec, &no_dir(), &never));
         assert!(why.contains("is a named pipe (FIFO)"), "{why}");
     }
 
@@ -255,7 +282,11 @@ mod tests {
             })
         };
         std::thread::sleep(Duration::from_millis(200));
-        let why = message(open_outputs(&spec_in(tmp.path(), "fifo"), &never));
+        let why = message(open_outputs(
+            &spec_in(tmp.path(), "fifo"),
+            &no_dir(),
+            &never,
+        ));
         assert!(why.contains("is a named pipe (FIFO)"), "{why}");
         let opened = rx.recv_timeout(Duration::from_millis(500));
         // Let the reader go whatever happened.
@@ -273,7 +304,7 @@ mod tests {
         let file = tmp.path().join("out");
         std::fs::write(&file, "old output").unwrap();
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let (o, _) = open_outputs(&spec_in(tmp.path(), "out"), &never).unwrap();
+        let (o, _) = open_outputs(&spec_in(tmp.path(), "out"), &no_dir(), &never).unwrap();
         let meta = std::fs::metadata(&file).unwrap();
         assert_eq!((meta.len(), meta.mode() & 0o777), (0, 0o600));
         let flags = fcntl(o.as_raw_fd(), FcntlArg::F_GETFL).unwrap();
@@ -286,11 +317,11 @@ mod tests {
         let mut spec = spec_in(tmp.path(), "x");
         spec.stdout = "/dev/null".into();
         spec.stderr = spec.stdout.clone();
-        assert!(open_outputs(&spec, &never).is_ok());
+        assert!(open_outputs(&spec, &no_dir(), &never).is_ok());
         assert_eq!(std::fs::metadata("/dev/null").unwrap().mode(), before);
         // Another character device is refused.
         spec.stdout = "/dev/zero".into();
-        let why = message(open_outputs(&spec, &never));
+        let why = message(open_outputs(&spec, &no_dir(), &never));
         assert!(
             why.contains("character device other than /dev/null"),
             "{why}"
@@ -307,7 +338,7 @@ mod tests {
         std::fs::write(&file, "first run\n").unwrap();
         let mut spec = spec_in(tmp.path(), "out");
         spec.append_output = true;
-        let (o, _) = open_outputs(&spec, &never).unwrap();
+        let (o, _) = open_outputs(&spec, &no_dir(), &never).unwrap();
         let flags = fcntl(o.as_raw_fd(), FcntlArg::F_GETFL).unwrap();
         assert_ne!(flags & libc::O_APPEND, 0, "appending");
         let mut out = std::fs::File::from(o);
@@ -327,7 +358,11 @@ mod tests {
         let target = tmp.path().join("target");
         std::fs::write(&target, "keep").unwrap();
         std::os::unix::fs::symlink(&target, tmp.path().join("link")).unwrap();
-        let why = message(open_outputs(&spec_in(tmp.path(), "link"), &never));
+        let why = message(open_outputs(
+            &spec_in(tmp.path(), "link"),
+            &no_dir(),
+            &never,
+        ));
         assert!(why.contains("is a symbolic link"), "{why}");
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
     }
@@ -353,11 +388,42 @@ mod tests {
             (asked.get() >= 3).then_some(Stop::Cancelled)
         };
         let started = std::time::Instant::now();
-        let r = open_outputs(&spec_in(tmp.path(), "leased"), &stop);
+        let r = open_outputs(&spec_in(tmp.path(), "leased"), &no_dir(), &stop);
         assert!(matches!(r, Err(Abort::Stop(Stop::Cancelled))));
         assert!(started.elapsed() < Duration::from_secs(5));
         drop(holder);
         // The lease gone, the file opens.
-        assert!(open_outputs(&spec_in(tmp.path(), "leased"), &never).is_ok());
+        assert!(open_outputs(&spec_in(tmp.path(), "leased"), &no_dir(), &never).is_ok());
+    }
+
+    #[test]
+    fn a_captured_stream_goes_to_roots_file_in_the_job_directory_and_not_to_the_users() {
+        if !as_root(
+            "a_captured_stream_goes_to_roots_file_in_the_job_directory_and_not_to_the_users",
+        ) {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let jd = JobDir::new(tmp.path().to_path_buf());
+        let mut spec = spec_in(tmp.path(), "user.out");
+        spec.capture_stdout = true;
+        spec.capture_stderr = true;
+        let (o, e) = open_outputs(&spec, &jd, &never).unwrap();
+        std::io::Write::write_all(&mut std::fs::File::from(o), b"out\x1b\n").unwrap();
+        std::io::Write::write_all(&mut std::fs::File::from(e), b"err\n").unwrap();
+        assert_eq!(std::fs::read(jd.captured(false)).unwrap(), b"out\x1b\n");
+        assert_eq!(std::fs::read(jd.captured(true)).unwrap(), b"err\n");
+        assert!(!tmp.path().join("user.out").exists());
+        let mode = std::fs::metadata(jd.captured(false)).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // Only standard output captured: errors go to the user's file.
+        spec.capture_stderr = false;
+        spec.stderr = tmp.path().join("user.err");
+        let (_, e) = open_outputs(&spec, &jd, &never).unwrap();
+        std::io::Write::write_all(&mut std::fs::File::from(e), b"mine\n").unwrap();
+        assert_eq!(
+            std::fs::read(tmp.path().join("user.err")).unwrap(),
+            b"mine\n"
+        );
     }
 }

@@ -255,8 +255,8 @@ fn supervise_docker(jd: &JobDir, spec: &ContainerSpec, target: &crate::DockerTar
         .and_then(|_| {
             let launch = Launch::start(spec.time_limit);
             let launched = || -> Result<_, Abort> {
-                let (o, e) =
-                    open_outputs(spec, &|| launch.stop()).map_err(|a| a.code(FaultCode::Output))?;
+                let (o, e) = open_outputs(spec, jd, &|| launch.stop())
+                    .map_err(|a| a.code(FaultCode::Output))?;
                 launch.check()?;
                 // The engine sets the container's limits; ask only for what this node can give.
                 let spec = apply_limits(spec)?;
@@ -301,8 +301,8 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
                 // Held until the job ends: its image is not evicted or removed under it.
                 let _pin =
                     pin_image(spec).map_err(|e| Abort::from(e).code(FaultCode::ImageStore))?;
-                let (stdout, stderr) =
-                    open_outputs(spec, &|| launch.stop()).map_err(|a| a.code(FaultCode::Output))?;
+                let (stdout, stderr) = open_outputs(spec, jd, &|| launch.stop())
+                    .map_err(|a| a.code(FaultCode::Output))?;
                 launch.check()?;
                 let stdin =
                     File::open("/dev/null").map_err(|e| RuntimeError::io("/dev/null", e))?;

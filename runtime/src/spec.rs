@@ -46,6 +46,13 @@ pub struct ContainerSpec {
     /// Append to the output files instead of truncating them (a requeued job's next run).
     #[serde(default)]
     pub append_output: bool,
+    /// Standard output goes to the job directory's [`crate::JobDir::captured`] file instead
+    /// of `stdout` (a step's task whose caller takes its output: the agent passes it on).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub capture_stdout: bool,
+    /// The same for standard error.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub capture_stderr: bool,
     /// Time limit, seconds.
     pub time_limit: Option<u64>,
     /// Seconds between SIGTERM and SIGKILL.

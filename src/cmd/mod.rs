@@ -17,6 +17,7 @@ pub mod requeue;
 pub mod run;
 pub mod shim;
 pub mod show;
+pub mod srun;
 pub mod step;
 pub mod submit;
 pub mod update;

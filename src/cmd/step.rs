@@ -5,10 +5,12 @@
 //! of the step and exits with the step's status.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 
 use anyhow::{bail, Context, Result};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use wharf_api::step::{StepRecord, StepReply, StepRequest};
+use wharf_api::step_output::{OutputChunk, StepOutput, Stream};
 
 /// Arguments.
 #[derive(Debug, clap::Args)]
@@ -16,28 +18,39 @@ use wharf_api::step::{StepRecord, StepReply, StepRequest};
 pub struct Args {
     /// Run on the job's first N nodes (default: all of them).
     #[arg(short = 'N', long)]
-    nodes: Option<u32>,
+    pub nodes: Option<u32>,
     /// Run on these of the job's nodes (a host list, e.g. `gpu[01-02]`).
     #[arg(short = 'w', long)]
-    nodelist: Option<String>,
+    pub nodelist: Option<String>,
     /// Tasks on each node (default: the job's tasks per node, or from --ntasks).
     #[arg(long)]
-    ntasks_per_node: Option<u32>,
+    pub ntasks_per_node: Option<u32>,
     /// Tasks in all, spread evenly over the step's nodes.
     #[arg(short = 'n', long)]
-    ntasks: Option<u32>,
+    pub ntasks: Option<u32>,
     /// GPUs each task has to itself (default: every task sees all the job's GPUs on its node).
     #[arg(long)]
-    gpus_per_task: Option<u32>,
+    pub gpus_per_task: Option<u32>,
     /// The job to run in: refused unless it is the job this command runs inside.
     #[arg(long)]
-    jobid: Option<u64>,
+    pub jobid: Option<u64>,
+    /// Begin each line of the tasks' output with the task's rank (`3: `).
+    #[arg(short = 'l', long)]
+    pub label: bool,
+    /// The tasks' standard output (and error, unless --error) goes to this file instead of
+    /// here: %t the rank (else ranks past 0 add `.rankR`), %s the step, %j the job, %N the
+    /// node; relative to this directory.
+    #[arg(short = 'o', long)]
+    pub output: Option<String>,
+    /// The tasks' standard error goes to this file (the same patterns).
+    #[arg(short = 'e', long)]
+    pub error: Option<String>,
     /// Print nothing of the step's start and end on standard error.
     #[arg(short, long)]
-    quiet: bool,
+    pub quiet: bool,
     /// The command and its arguments.
     #[arg(required = true)]
-    command: Vec<String>,
+    pub command: Vec<String>,
 }
 
 /// Connects to the agent's step socket named by `WHARF_STEP_SOCKET` (`@NAME` for an abstract
@@ -88,7 +101,13 @@ pub async fn run(args: Args) -> Result<i32> {
             .ok()
             .map(|d| d.display().to_string()),
         resume: None,
+        output: StepOutput {
+            stream: true,
+            output: args.output,
+            error: args.error,
+        },
     };
+    let mut lines = Lines::new(args.label);
     let mut request = request;
     // Once started, the step is waited for again through a restart of the node's agent.
     let mut reconnect_by: Option<std::time::Instant> = None;
@@ -101,7 +120,7 @@ pub async fn run(args: Args) -> Result<i32> {
             }
             (Err(e), _) => return Err(e),
         };
-        match exchange(stream, &request, &job, args.quiet).await? {
+        match exchange(stream, &request, &job, args.quiet, &mut lines).await? {
             Answer::Ended(status) => return Ok(status),
             Answer::Cut(Some(step)) => {
                 if !args.quiet {
@@ -136,6 +155,7 @@ async fn exchange(
     request: &StepRequest,
     job: &str,
     quiet: bool,
+    out: &mut Lines,
 ) -> Result<Answer> {
     let mut line = serde_json::to_vec(request)?;
     line.push(b'\n');
@@ -150,13 +170,24 @@ async fn exchange(
         match serde_json::from_str::<StepReply>(&text)
             .with_context(|| "the agent's answer makes no sense")?
         {
+            StepReply::Output(chunk) => {
+                if let Some((stream, bytes)) = out.take(&chunk) {
+                    emit(stream, &bytes);
+                }
+            }
+            StepReply::Notice(why) => {
+                emit_all(out.flush_all());
+                eprintln!("wharf: {}", crate::output::clean(&why));
+            }
             StepReply::Started(s) => {
                 started = Some(s.id);
+                out.ranks(s.ntasks());
                 if !quiet {
                     eprintln!("wharf: step {job}.{} started: {}", s.id, describe(&s));
                 }
             }
             StepReply::Ended(s) => {
+                emit_all(out.flush_all());
                 if !quiet {
                     let why = s
                         .exit
@@ -170,5 +201,168 @@ async fn exchange(
             }
             StepReply::Error(why) => bail!("step refused: {}", crate::output::clean(&why)),
         }
+    }
+}
+
+/// The longest partial line held back for the rest of it; past this it is written as it is.
+const MAX_PARTIAL: usize = 64 << 10;
+
+/// The tasks' output as this command writes it: whole lines, each stream of each rank on
+/// its own (so lines of different ranks never mix), with the rank before each line when
+/// labelled. The bytes are the tasks' own, control characters included.
+struct Lines {
+    label: bool,
+    width: usize,
+    partial: BTreeMap<(u32, Stream), Vec<u8>>,
+    /// Per (rank, stream): the offset of the next byte not yet taken. A restart of an agent
+    /// or the controller may send some bytes again; they are dropped here.
+    next: BTreeMap<(u32, Stream), u64>,
+}
+
+impl Lines {
+    fn new(label: bool) -> Lines {
+        Lines {
+            label,
+            width: 1,
+            partial: BTreeMap::new(),
+            next: BTreeMap::new(),
+        }
+    }
+
+    /// Labels are as wide as the step's highest rank (`srun -l`'s).
+    fn ranks(&mut self, ntasks: u32) {
+        self.width = ntasks.saturating_sub(1).to_string().len();
+    }
+
+    /// Takes a chunk: the whole lines it completes, as they are to be written.
+    fn take(&mut self, c: &OutputChunk) -> Option<(Stream, Vec<u8>)> {
+        let next = self.next.entry((c.rank, c.stream)).or_default();
+        let end = c.offset + c.data.len() as u64;
+        if end <= *next {
+            return None;
+        }
+        // Past `next` (output dropped for a caller that did not read): go on from there.
+        let skip = next.saturating_sub(c.offset) as usize;
+        *next = end;
+        let held = self.partial.entry((c.rank, c.stream)).or_default();
+        held.extend_from_slice(&c.data[skip..]);
+        let whole = match held.iter().rposition(|&b| b == b'\n') {
+            Some(i) => i + 1,
+            None if held.len() > MAX_PARTIAL => held.len(),
+            None => return None,
+        };
+        let rest = held.split_off(whole);
+        let text = std::mem::replace(held, rest);
+        Some((c.stream, self.render(c.rank, &text)))
+    }
+
+    fn render(&self, rank: u32, text: &[u8]) -> Vec<u8> {
+        if !self.label {
+            return text.to_vec();
+        }
+        let mut buf = Vec::with_capacity(text.len() + 16);
+        for line in text.split_inclusive(|&b| b == b'\n') {
+            buf.extend_from_slice(format!("{rank:>w$}: ", w = self.width).as_bytes());
+            buf.extend_from_slice(line);
+        }
+        buf
+    }
+
+    /// What is left of every stream's last line (the step ended, or words of Wharf's own
+    /// follow).
+    fn flush_all(&mut self) -> Vec<(Stream, Vec<u8>)> {
+        std::mem::take(&mut self.partial)
+            .into_iter()
+            .filter(|(_, text)| !text.is_empty())
+            .map(|((rank, stream), text)| (stream, self.render(rank, &text)))
+            .collect()
+    }
+}
+
+/// Writes the tasks' bytes to this command's standard output or error. A closed one
+/// (`| head`) is not the step's failure.
+fn emit(stream: Stream, bytes: &[u8]) {
+    let mut out: Box<dyn Write> = match stream {
+        Stream::Stdout => Box::new(std::io::stdout().lock()),
+        Stream::Stderr => Box::new(std::io::stderr().lock()),
+    };
+    let _ = out.write_all(bytes).and_then(|()| out.flush());
+}
+
+fn emit_all(parts: Vec<(Stream, Vec<u8>)>) {
+    for (stream, bytes) in parts {
+        emit(stream, &bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Chunks of each (rank, stream) follow each other, as the controller sends them.
+    fn chunker() -> impl FnMut(u32, Stream, &[u8]) -> OutputChunk {
+        let mut at: BTreeMap<(u32, Stream), u64> = BTreeMap::new();
+        move |rank, stream, data| {
+            let offset = at.entry((rank, stream)).or_default();
+            let c = OutputChunk {
+                seq: 0,
+                rank,
+                stream,
+                offset: *offset,
+                data: data.to_vec(),
+            };
+            *offset += data.len() as u64;
+            c
+        }
+    }
+
+    #[test]
+    fn lines_come_out_whole_per_rank_and_stream_labelled_when_asked() {
+        let mut chunk = chunker();
+        let mut l = Lines::new(true);
+        l.ranks(12);
+        assert_eq!(l.take(&chunk(3, Stream::Stdout, b"hal")), None);
+        // Another rank's line in between does not cut rank 3's.
+        let other = l.take(&chunk(10, Stream::Stdout, b"x\n")).unwrap();
+        assert_eq!(other, (Stream::Stdout, b"10: x\n".to_vec()));
+        let got = l
+            .take(&chunk(3, Stream::Stdout, b"f\nnext\n\x1b[1mpart"))
+            .unwrap();
+        assert_eq!(got, (Stream::Stdout, b" 3: half\n 3: next\n".to_vec()));
+        assert_eq!(l.take(&chunk(3, Stream::Stderr, b"e")), None);
+        let mut rest = l.flush_all();
+        rest.sort();
+        assert_eq!(
+            rest,
+            [
+                (Stream::Stdout, b" 3: \x1b[1mpart".to_vec()),
+                (Stream::Stderr, b" 3: e".to_vec())
+            ]
+        );
+        // Unlabelled, the bytes pass as they are; a line without end is not held forever.
+        let mut chunk = chunker();
+        let mut l = Lines::new(false);
+        assert_eq!(
+            l.take(&chunk(0, Stream::Stdout, b"a\r\n")).unwrap().1,
+            b"a\r\n"
+        );
+        let long = vec![b'y'; MAX_PARTIAL + 1];
+        assert_eq!(l.take(&chunk(0, Stream::Stdout, &long)).unwrap().1, long);
+    }
+
+    #[test]
+    fn bytes_sent_again_after_a_restart_are_written_once() {
+        let c = |offset, data: &[u8]| OutputChunk {
+            seq: 0,
+            rank: 0,
+            stream: Stream::Stdout,
+            offset,
+            data: data.to_vec(),
+        };
+        let mut l = Lines::new(false);
+        assert_eq!(l.take(&c(0, b"one\ntw")).unwrap().1, b"one\n");
+        // Sent again from an earlier offset: only what is new goes on.
+        assert_eq!(l.take(&c(0, b"one\n")), None);
+        assert_eq!(l.take(&c(4, b"two\nthree\n")).unwrap().1, b"two\nthree\n");
     }
 }

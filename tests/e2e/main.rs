@@ -41,6 +41,7 @@ mod state_files;
 mod steps;
 mod steps_image;
 mod steps_memory;
+mod steps_output;
 mod submit_limits;
 mod tasks;
 mod untrusted_text;

@@ -425,6 +425,27 @@ impl MultiHost {
         pids
     }
 
+    /// The peak resident memory (`VmHWM`, KiB) of the controller and of each agent, by name.
+    pub fn peak_memory_kib(&self) -> Vec<(String, u64)> {
+        let peak = |pid: u32| {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            text.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .unwrap_or(0)
+        };
+        let mut out = vec![];
+        if let Some(c) = &self.controller {
+            out.push(("controller".to_string(), peak(c.id())));
+        }
+        for (i, a) in self.agents.iter().enumerate() {
+            if let Some(a) = a {
+                out.push((Self::node(i), peak(a.id())));
+            }
+        }
+        out
+    }
+
     /// Runs the CLI as root against the controller's Unix socket, from the bed's directory
     /// (jobs' output files land there).
     pub fn wharf(&self, args: &[&str]) -> Output {

@@ -54,7 +54,7 @@ fn a_step_runs_ranked_tasks_in_the_jobs_allocation_and_ends_as_its_first_failing
     let w = wharf_bin();
     let script = format!(
         "echo BATCH CPUS=$(grep Cpus_allowed_list /proc/self/status | tr -d ' \\t' | cut -d: -f2); \
-         {w} step --ntasks-per-node 2 -- sh -c '{SHOW}'; echo RESULT FIRST=$?; \
+         {w} step -l --ntasks-per-node 2 -- sh -c '{SHOW}'; echo RESULT FIRST=$?; \
          t0=$(date +%s); {w} step -n 2 -- sh -c 'if [ $SLURM_PROCID = 1 ]; then exit 3; fi; sleep 60'; \
          echo RESULT SECOND=$? SECS=$(( $(date +%s) - t0 )); \
          {w} step --ntasks-per-node 3 -- true; echo RESULT THIRD=$?; \
@@ -94,16 +94,13 @@ fn a_step_runs_ranked_tasks_in_the_jobs_allocation_and_ends_as_its_first_failing
         text.contains(&format!("runs inside job {id}, not job 999999")),
         "{text}"
     );
-    // Each task of step 0 wrote its own file, with the step's ranks, as alice, on CPUs of
-    // the job's own.
+    // Each task of step 0 wrote to the caller's output, labelled with its rank, with the
+    // step's ranks, as alice, on CPUs of the job's own; no step file was written.
+    assert!(!home.join(format!("wharf-{id}.out.step0")).exists());
     let batch = cpu_list(&words(&out, "BATCH")["CPUS"]);
     let mut seen = vec![];
     for rank in 0..2u32 {
-        let file = match rank {
-            0 => home.join(format!("wharf-{id}.out.step0")),
-            r => home.join(format!("wharf-{id}.out.step0.rank{r}")),
-        };
-        let t = words(&file, "TASK");
+        let t = words(&out, &format!("{rank}: TASK"));
         let r = rank.to_string();
         assert_eq!(
             (
@@ -347,10 +344,12 @@ fn step_tasks_see_only_the_jobs_gpus_one_each_when_asked() {
          CUDA=$CUDA_VISIBLE_DEVICES GPUS=$WHARF_GPUS\n",
     );
     let w = wharf_bin();
+    let h = home.display();
     let script = format!(
         "echo BATCH GPUS=$WHARF_GPUS; \
-         {w} step --ntasks-per-node 2 --gpus-per-task 1 -- sh {show}; echo RESULT ONE=$?; \
-         {w} step --ntasks-per-node 2 -- sh {show}; echo RESULT ALL=$?; \
+         {w} step -o {h}/wharf-%j.out.step%s --ntasks-per-node 2 --gpus-per-task 1 -- sh {show}; \
+         echo RESULT ONE=$?; \
+         {w} step -o {h}/wharf-%j.out.step%s --ntasks-per-node 2 -- sh {show}; echo RESULT ALL=$?; \
          {w} step --ntasks-per-node 2 --gpus-per-task 2 -- true; echo RESULT TOO_MANY=$?"
     );
     let id = submitted_id(&c.wharf_as(
@@ -375,6 +374,7 @@ fn step_tasks_see_only_the_jobs_gpus_one_each_when_asked() {
         text.contains("is more than job") && text.contains("2 GPU(s)"),
         "{text}"
     );
+    // Each task's own file, as `--output` named it.
     let task = |step: u32, rank: u32| {
         let name = match rank {
             0 => format!("wharf-{id}.out.step{step}"),
@@ -477,11 +477,25 @@ fn a_step_is_waited_for_through_a_restart_of_its_agent() {
     let alice = user("wharf-alice");
     let home = c.home(&alice);
     let w = wharf_bin();
-    let script = format!("{w} step -- sh -c 'sleep 8; exit 7'; echo RESULT STATUS=$?");
+    // Output before the restart, and after: each line reaches the caller once.
+    let script = format!(
+        "{w} step -- sh -c 'echo BEFORE; sleep 8; echo AFTER; exit 7'; echo RESULT STATUS=$?"
+    );
     let id = submitted_id(&c.wharf_as(&alice, &["submit", "-t", "2m", "--wrap", &script]));
     let deadline = Instant::now() + Duration::from_secs(20);
     while !cgroup_busy(&c.cgroup_parent, &format!("wharf-{id}/wharf-{id}.s0.0")) {
         assert!(Instant::now() < deadline, "the step never ran: {}", c.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Its first line has reached the caller: the restarted agent sends it again (it is
+    // still in the task's file), and the caller writes it only once.
+    let out = home.join(format!("wharf-{id}.out"));
+    while !std::fs::read_to_string(&out).is_ok_and(|t| t.contains("BEFORE\n")) {
+        assert!(
+            Instant::now() < deadline,
+            "no output came back: {}",
+            c.log()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     // Controller and agent die together and come back; the job and its step run on.
@@ -489,7 +503,6 @@ fn a_step_is_waited_for_through_a_restart_of_its_agent() {
     c.spawn();
     c.wait_node_up();
     let job = c.wait_done(id, Duration::from_secs(60));
-    let out = home.join(format!("wharf-{id}.out"));
     let text = std::fs::read_to_string(&out).unwrap();
     assert_eq!(job["state"], "COMPLETED", "{job}\n{text}\n{}", c.log());
     assert_eq!(words(&out, "RESULT")["STATUS"], "7", "{text}");
@@ -497,5 +510,54 @@ fn a_step_is_waited_for_through_a_restart_of_its_agent() {
         text.contains(&format!("waiting for step {id}.0 again")),
         "{text}"
     );
+    for word in ["BEFORE", "AFTER"] {
+        let n = text.lines().filter(|l| *l == word).count();
+        assert_eq!(n, 1, "{word} should arrive once:\n{text}");
+    }
     assert_eq!(job["steps"][0]["exit"]["code"], 7, "{job}");
+}
+
+#[test]
+fn srun_outside_a_job_runs_the_command_as_a_job_or_says_which_flag_has_no_meaning_there() {
+    let test =
+        "srun_outside_a_job_runs_the_command_as_a_job_or_says_which_flag_has_no_meaning_there";
+    if !can_run(test) {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    let out = c.wharf_as(
+        &alice,
+        &[
+            "srun",
+            "-n",
+            "1",
+            "-t",
+            "1",
+            "--mem",
+            "64M",
+            "sh",
+            "-c",
+            "echo srun-outside tasks=$SLURM_NTASKS; exit 3",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).contains("srun-outside tasks=1"),
+        "{}",
+        stdout(&out)
+    );
+    let out = c.wharf_as(&alice, &["srun", "-l", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    let why = stderr(&out);
+    assert!(
+        why.contains("runs the command as a new job (wharf run)") && why.contains("--label"),
+        "{why}"
+    );
 }

@@ -54,9 +54,12 @@ impl NodeAlloc {
 
 /// The file rank `rank` of a job writes where the job's output (or error) file is `path`:
 /// rank 0 writes the job's own file, rank `r` the same path with `.rank<r>` after it, so
-/// that ranks on nodes sharing a filesystem never write over each other.
+/// that ranks on nodes sharing a filesystem never write over each other. A path with `%t`
+/// (Slurm's task id) has the rank there instead.
 pub fn rank_path(path: &str, rank: u32) -> String {
-    if rank == 0 {
+    if path.contains("%t") {
+        path.replace("%t", &rank.to_string())
+    } else if rank == 0 {
         path.to_string()
     } else {
         format!("{path}.rank{rank}")

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::job::{ExitInfo, JobId, JobState};
+use crate::step_output::{OutputChunk, StepOutput};
 use crate::wire::LaunchOrder;
 
 /// What `wharf step` asks its node's agent for (one JSON line on the agent's step socket).
@@ -49,6 +50,14 @@ pub struct StepRequest {
     /// answer was cut off (the agent restarted): nothing is started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume: Option<u32>,
+    /// Where the tasks' output goes: to the caller, or to files (a caller from before
+    /// streaming sends none: the job's files, beside).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub output: StepOutput,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 /// `POST /v1/agent/steps`: an agent forwards a step request from a process it found inside
@@ -132,6 +141,9 @@ pub struct StepRecord {
     /// Seconds it may run: what was left of the job's time limit when it was asked for.
     #[serde(default)]
     pub time_limit: u64,
+    /// Where its tasks' output goes.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub output: StepOutput,
 }
 
 impl StepRecord {
@@ -168,6 +180,10 @@ impl StepRecord {
 pub enum StepReply {
     /// The controller accepted the step and ordered its launch.
     Started(StepRecord),
+    /// Output of one of its tasks (only to a caller that asked for it).
+    Output(OutputChunk),
+    /// Something the caller should know of that is not the tasks' output (output dropped).
+    Notice(String),
     /// The step ended.
     Ended(StepRecord),
     /// It was refused or failed; the words say why.
@@ -182,6 +198,10 @@ pub struct StepOrder {
     pub step: u32,
     /// What to start, as for a job.
     pub order: LaunchOrder,
+    /// Where its tasks' output goes: the streams the caller gets are kept in the task's
+    /// directory for the agent to pass on.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub output: StepOutput,
 }
 
 /// A step's tasks for an agent to stop.

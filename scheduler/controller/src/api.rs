@@ -18,6 +18,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use wharf_api::admin::{AdminChange, Associations, AuditEntry, AuditList};
 use wharf_api::step::{StepKey, StepRecord, StepStart};
+use wharf_api::step_output::{OutputAck, OutputBatch, OutputPush, OutputRead};
 use wharf_api::wire::{
     ApiError, ErrorKind, JobList, NodeList, PollRequest, PollResponse, RegisterRequest,
     RegisterResponse, SubmitRequest, SubmitResponse, WhoAmI,
@@ -96,6 +97,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/agent/steps", post(step_start))
         .route("/v1/agent/steps/status", post(step_status))
         .route("/v1/agent/steps/cancel", post(step_cancel))
+        .route("/v1/agent/steps/output", post(step_output_push))
+        .route("/v1/agent/steps/output/read", post(step_output_read))
         .layer(DefaultBodyLimit::max(shared.config.max_agent_request_bytes))
         .route_layer(middleware::from_fn_with_state(shared.clone(), agents_only));
     Router::new()
@@ -778,5 +781,77 @@ async fn step_cancel(
     for n in &nodes {
         s.wake_node(n);
     }
+    relay(&s).abandon(key, crate::now_ms());
     Ok(Json(with_cluster(&s, move |cl, _| cl.step(key)).await?))
+}
+
+fn relay(s: &Shared) -> std::sync::MutexGuard<'_, crate::step_output::Relay> {
+    s.step_output.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `POST /v1/agent/steps/output`: a node's agent passes on what its tasks of a step wrote;
+/// the answer says, per stream, where to go on (or to push no more).
+async fn step_output_push(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<OutputAck> {
+    check_token(&s, &headers)?;
+    let push: OutputPush = agent_body(&s, bytes)?;
+    let (key, node) = (push.key, push.node.clone());
+    let found = with_cluster(&s, move |cl, _| match cl.step_seen_from(key, &node) {
+        Ok(found) => Ok(Some(found)),
+        Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    })
+    .await?;
+    let (step, idx) = match found {
+        Some((step, Some(idx), _)) => (step, idx),
+        // Not a node of the step: nothing of it is taken (and the agent, told to push no
+        // more, does not hold its tasks' end back for it).
+        Some((_, None, _)) => {
+            tracing::warn!(node = %push.node, job = key.job, step = key.step, "output pushed for a step the node has no part in; dropped");
+            (StepRecord::default(), usize::MAX)
+        }
+        // Of a job or step no longer known: nobody will read it.
+        None => (StepRecord::default(), usize::MAX),
+    };
+    let live = idx != usize::MAX && step.exit.is_none();
+    let base = (idx as u32).saturating_mul(step.tasks_per_node);
+    let now = crate::now_ms();
+    Ok(Json(relay(&s).push(
+        key,
+        base,
+        push.buffer,
+        push.chunks,
+        live,
+        now,
+    )))
+}
+
+/// `POST /v1/agent/steps/output/read`: the caller's agent fetches the step's output and
+/// acknowledges what it passed on; the step comes with the answer once it ended and its
+/// output is all read.
+async fn step_output_read(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<OutputBatch> {
+    check_token(&s, &headers)?;
+    let read: OutputRead = agent_body(&s, bytes)?;
+    let (key, node) = (read.key, read.node.clone());
+    let (step, _, holds) = with_cluster(&s, move |cl, _| cl.step_seen_from(key, &node)).await?;
+    if !holds {
+        return Err(fail(
+            ErrorKind::PermissionDenied,
+            format!("node {} holds no part of job {}", read.node, key.job),
+        ));
+    }
+    Ok(Json(relay(&s).read(
+        key,
+        read.buffer,
+        read.after,
+        step,
+        crate::now_ms(),
+    )))
 }

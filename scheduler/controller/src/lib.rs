@@ -18,6 +18,7 @@ pub mod private;
 pub mod registry_auth;
 pub mod retention;
 pub mod serve;
+pub mod step_output;
 pub mod store;
 pub mod submits;
 pub mod visibility;
@@ -117,6 +118,9 @@ pub struct Shared {
     /// No scheduling pass starts before this (see [`PASS_SPACING`]).
     next_pass: Mutex<std::time::Instant>,
     nodes: Mutex<BTreeMap<String, Arc<Notify>>>,
+    /// Steps' output on its way to their callers (apart from the cluster's lock: it is
+    /// bytes in flight, not state).
+    pub step_output: Mutex<step_output::Relay>,
 }
 
 impl Shared {
@@ -249,6 +253,7 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
         submits,
         scheduler: Notify::new(),
         next_pass: Mutex::new(std::time::Instant::now()),
+        step_output: Default::default(),
         nodes: Mutex::default(),
     });
     submits::start(&shared, queue).map_err(io("starting the submit writer"))?;
@@ -442,6 +447,7 @@ mod tests {
             submits,
             scheduler: Notify::new(),
             next_pass: Mutex::new(std::time::Instant::now()),
+            step_output: Default::default(),
             nodes: Mutex::default(),
         });
         submits::start(&shared, queue).unwrap();

@@ -131,6 +131,36 @@ pub fn close(job: &mut JobRecord, now: u64) {
     }
 }
 
+/// The output and error file patterns (absolute) of `step`'s tasks on `node`, which each
+/// rank's agent makes its own file of (`%t`, or `.rankR` after it, see
+/// [`wharf_api::alloc::rank_path`]): the caller's `--output` and `--error` (relative to its
+/// directory), else the job's files with `.stepS` after them, whatever directory the step
+/// runs in. A stream the caller takes never reaches its file.
+fn output_files(
+    spec: &wharf_api::JobSpec,
+    job: JobId,
+    step: &StepRecord,
+    node: &str,
+) -> (String, Option<String>) {
+    let mine = |pattern: &str| {
+        let p = wharf_api::step_output::expand_for_node(pattern, job, step.id, node);
+        match &step.workdir {
+            Some(dir) if !p.starts_with('/') => format!("{}/{p}", dir.trim_end_matches('/')),
+            _ => p,
+        }
+    };
+    let o = &step.output;
+    match (&o.output, &o.error) {
+        (Some(out), err) => (mine(out), err.as_deref().map(mine)),
+        (None, err) => (
+            step_output(&spec.output_path(job), step.id),
+            err.as_deref()
+                .map(mine)
+                .or_else(|| spec.error_path(job).map(|e| step_output(&e, step.id))),
+        ),
+    }
+}
+
 /// The environment a step's tasks start with: the caller's, less the variables that place a
 /// task (each gets its own), plus the step's id.
 fn step_env(step: &StepRecord) -> BTreeMap<String, String> {
@@ -258,6 +288,7 @@ impl Cluster {
             workdir: r.workdir.clone(),
             gpus_per_task: r.gpus_per_task,
             time_limit: left.max(1),
+            output: r.output.clone(),
             ..Default::default()
         };
         let mut job = job.clone();
@@ -293,6 +324,27 @@ impl Cluster {
                     format!("job {} has no step {}", key.job, key.step),
                 )
             })
+    }
+
+    /// A step as it stands, with where `node` is in it: its index among the step's nodes,
+    /// and whether it holds part of the step's job (the node a caller runs on).
+    ///
+    /// Errors: `NotFound` when the job or step does not exist.
+    pub fn step_seen_from(
+        &self,
+        key: StepKey,
+        node: &str,
+    ) -> Result<(StepRecord, Option<usize>, bool), Failure> {
+        let step = self.step(key)?;
+        let holds = match self.jobs.get(&key.job) {
+            Some(j) => j.rank_on(node).is_some(),
+            None => self
+                .store
+                .job(key.job)?
+                .is_some_and(|j| j.rank_on(node).is_some()),
+        };
+        let idx = step.nodes.iter().position(|n| n.node == node);
+        Ok((step, idx, holds))
     }
 
     /// Stops a step whose caller went away (`wharf step` was interrupted). Idempotent.
@@ -477,9 +529,8 @@ impl Cluster {
                     continue;
                 }
                 let mut spec = spec.clone();
-                // The step's files beside the job's (absolute), whatever directory it runs in.
-                spec.output = step_output(&spec.output_path(job.id), step.id);
-                spec.error = spec.error_path(job.id).map(|e| step_output(&e, step.id));
+                let files = output_files(&spec, job.id, step, node);
+                (spec.output, spec.error) = files;
                 spec.argv = step.argv.clone();
                 spec.env = step_env(step);
                 if let Some(dir) = &step.workdir {
@@ -508,6 +559,7 @@ impl Cluster {
                         // A step starts in a job already running on every node.
                         hold: false,
                     },
+                    output: step.output.clone(),
                 });
             }
         }

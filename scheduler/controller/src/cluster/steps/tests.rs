@@ -319,3 +319,42 @@ fn the_jobs_end_ends_its_steps_and_steps_stopped_before_they_start_end_there() {
     );
     assert_eq!(job.steps[1].state(), JobState::Cancelled);
 }
+
+#[test]
+fn a_steps_output_goes_to_its_caller_or_to_the_files_it_names_per_node() {
+    use wharf_api::step_output::StepOutput;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = nodes(&dir, 2);
+    let id = running(&mut c, 2);
+    let asked = |output: StepOutput| StepRequest {
+        workdir: Some("/home/ann/run".into()),
+        output,
+        ..Default::default()
+    };
+    let streamed = StepOutput {
+        stream: true,
+        ..Default::default()
+    };
+    c.start_step(ask(id, "g1", 1000, asked(streamed.clone())), 2_000)
+        .unwrap();
+    let files = StepOutput {
+        stream: true,
+        output: Some("out-%j.%s.%N.%t".into()),
+        error: Some("/scratch/err-%s".into()),
+    };
+    c.start_step(ask(id, "g1", 1000, asked(files.clone())), 2_000)
+        .unwrap();
+    let (orders, _) = c.step_orders("g2", &BTreeSet::new(), &BTreeSet::new());
+    // Taken by the caller: the agent captures both streams.
+    assert_eq!(orders[0].output, streamed);
+    assert_eq!(orders[0].output.captured(), (true, true));
+    // Files: relative to the caller's directory; %t is the agent's to fill in.
+    assert_eq!(orders[1].output.captured(), (false, false));
+    let spec = &orders[1].order.spec;
+    assert_eq!(spec.output, format!("/home/ann/run/out-{id}.1.g2.%t"));
+    assert_eq!(spec.error.as_deref(), Some("/scratch/err-1"));
+    assert_eq!(
+        spec.rank_output_path(id, 3),
+        format!("/home/ann/run/out-{id}.1.g2.3")
+    );
+}

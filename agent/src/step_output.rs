@@ -1,0 +1,451 @@
+//! Passing steps' output on: this node's step tasks whose caller takes their output write it
+//! to files in their own directories (the shim makes them, as root); this pump reads what is
+//! new there and pushes it to the controller, which holds it for the caller's agent (see
+//! [`wharf_api::step_output`]), which passes it on to the caller ([`pass_on_to_caller`]).
+//!
+//! ```text
+//!   every PUMP_EVERY (at once again while there is more): each captured stream read from
+//!     where the controller last said to go on, PUSH_BYTES at most per push
+//!   task ended and every stream read out and taken ─▶ `drained` written: only now does
+//!     the step's report here carry its end ([`is_held_back`]), so the caller never sees the
+//!     end before the output
+//!   the controller says discard (the step's caller went away, the step is over) ─▶ drained
+//!   the controller says rewind (it restarted and lost its buffer) ─▶ again from the first
+//!     byte not punched out
+//! ```
+//!
+//! Memory holds one push at a time; what the controller has no room for waits in the file,
+//! and what the caller was passed is punched out of the file, so a task writing on and on
+//! fills neither memory nor the disk faster than its caller reads. A restarted agent, or a
+//! restarted controller, goes on from the first byte not punched out: the controller skips
+//! what it already has, the caller what it already wrote (by offset).
+
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use tokio::sync::Notify;
+use wharf_api::step::StepKey;
+use wharf_api::step::{StepRecord, StepReply};
+use wharf_api::step_output::{OutputAck, OutputBatch, OutputPush, OutputRead, PushChunk, Stream};
+use wharf_client::Client;
+use wharf_runtime::{Backend, JobDir, JobStatus};
+
+use crate::AgentConfig;
+
+/// How often the captured files are looked at when nothing was waiting.
+const PUMP_EVERY: Duration = Duration::from_millis(100);
+/// Bytes one push carries at most (well under the controller's agent request limit once
+/// base64 has grown them by a third).
+pub const PUSH_BYTES: usize = 512 << 10;
+/// Bytes one stream gives one push at most (tasks take turns going first, so one busy task
+/// does not starve the rest).
+const STREAM_BYTES: usize = PUSH_BYTES;
+
+/// Told whenever a task's output is all passed on: its step's end may now be reported.
+pub static DRAINED: LazyLock<Notify> = LazyLock::new(Notify::new);
+
+/// The mark of a step task whose output is all passed on (or that nobody will read).
+fn drained(dir: &JobDir) -> PathBuf {
+    dir.path().join("drained")
+}
+
+/// Whether a step task's end must not be reported yet: its captured output is still on
+/// its way to the controller.
+pub fn is_held_back(dir: &JobDir) -> bool {
+    (dir.captured(false).exists() || dir.captured(true).exists()) && !drained(dir).exists()
+}
+
+#[derive(Debug)]
+struct Task {
+    dir: JobDir,
+    key: StepKey,
+    local: u32,
+    /// Captured streams: the offset each goes on from, and the one before which it was
+    /// punched out (its caller has it).
+    streams: Vec<(Stream, u64, u64)>,
+    done: bool,
+}
+
+/// Runs the pump for as long as the agent runs.
+pub fn spawn(cfg: &AgentConfig, client: Client, launcher: Arc<dyn Backend>) {
+    let jobs = cfg.state_dir.join("jobs");
+    let node = cfg.node_name.clone();
+    tokio::spawn(async move {
+        let mut tasks: BTreeMap<PathBuf, Task> = BTreeMap::new();
+        // Per step: the controller's buffer last pushed to.
+        let mut buffers: BTreeMap<StepKey, u64> = BTreeMap::new();
+        let mut turn = 0usize;
+        loop {
+            turn = turn.wrapping_add(1);
+            find_tasks(&jobs, &mut tasks);
+            buffers.retain(|k, _| tasks.values().any(|t| t.key == *k));
+            let pumped = pass(
+                &node,
+                &client,
+                launcher.as_ref(),
+                &mut tasks,
+                &mut buffers,
+                turn,
+            );
+            let more = pumped.await;
+            if !more {
+                tokio::time::sleep(PUMP_EVERY).await;
+            }
+        }
+    });
+}
+
+/// Adds this node's step tasks not seen yet (those with a captured stream, and the others
+/// as done) and forgets those whose directory went.
+fn find_tasks(jobs: &std::path::Path, tasks: &mut BTreeMap<PathBuf, Task>) {
+    tasks.retain(|p, _| p.exists());
+    let Ok(entries) = std::fs::read_dir(jobs) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if tasks.contains_key(&path) {
+            continue;
+        }
+        let Some((job, step, local)) = e.file_name().to_str().and_then(crate::step::parse_dir_name)
+        else {
+            continue;
+        };
+        let dir = JobDir::new(path.clone());
+        // Not written yet: looked at again next time.
+        let Ok(spec) = dir.read_spec() else { continue };
+        // Where each stream goes on from: after what an agent before this one had passed on
+        // and punched out (the controller skips the rest it has).
+        let mut streams = vec![];
+        for (stream, captured) in [
+            (Stream::Stdout, spec.capture_stdout),
+            (Stream::Stderr, spec.capture_stderr),
+        ] {
+            if captured {
+                let at = data_start(&dir.captured(stream == Stream::Stderr));
+                streams.push((stream, at, at));
+            }
+        }
+        let done = streams.is_empty() || drained(&dir).exists();
+        tasks.insert(
+            path,
+            Task {
+                dir,
+                key: StepKey { job, step },
+                local,
+                streams,
+                done,
+            },
+        );
+    }
+}
+
+/// Reads up to `max` bytes of `path` from `offset` (nothing when it does not exist).
+fn read_from(path: &std::path::Path, offset: u64, max: usize) -> Vec<u8> {
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+    else {
+        return vec![];
+    };
+    let mut buf = Vec::new();
+    if f.seek(SeekFrom::Start(offset)).is_ok() {
+        let _ = f.by_ref().take(max as u64).read_to_end(&mut buf);
+    }
+    buf
+}
+
+/// The first offset of `path` that is not a punched hole: everything before it was taken
+/// by the controller. 0 when the file does not exist or the filesystem keeps no holes.
+fn data_start(path: &std::path::Path) -> u64 {
+    let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+    else {
+        return 0;
+    };
+    // SAFETY: a plain system call on a descriptor we hold.
+    let at = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) };
+    match u64::try_from(at) {
+        Ok(at) => at,
+        // No data at all: every byte was taken (or none was ever written).
+        Err(_) if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) => {
+            f.metadata().map_or(0, |m| m.len())
+        }
+        Err(_) => 0,
+    }
+}
+
+/// Frees the disk blocks of `path` before `offset` (taken by the controller); the file keeps
+/// its size, so offsets stay as they were. Best effort: a filesystem without holes keeps them.
+fn punch(path: &std::path::Path, offset: u64) {
+    let block = offset & !0xfff;
+    if block == 0 {
+        return;
+    }
+    if let Ok(f) = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+    {
+        // SAFETY: a plain system call on a descriptor we hold.
+        unsafe {
+            libc::fallocate(
+                f.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                0,
+                block as libc::off_t,
+            );
+        }
+    }
+}
+
+/// One look at every task still passing output on: one push per step. Returns whether
+/// some stream had more than one push could take, and the controller took it all.
+async fn pass(
+    node: &str,
+    client: &Client,
+    launcher: &dyn Backend,
+    tasks: &mut BTreeMap<PathBuf, Task>,
+    buffers: &mut BTreeMap<StepKey, u64>,
+    turn: usize,
+) -> bool {
+    let mut by_step: BTreeMap<StepKey, Vec<PathBuf>> = BTreeMap::new();
+    for (p, t) in tasks.iter().filter(|(_, t)| !t.done) {
+        by_step.entry(t.key).or_default().push(p.clone());
+    }
+    let mut more = false;
+    let mut full = false;
+    for (key, mut paths) in by_step {
+        // Who goes first turns, so one task writing on and on does not starve the others.
+        let n = paths.len();
+        paths.rotate_left(turn % n);
+        let mut chunks = Vec::new();
+        // Tasks whose end was seen before their files were read: drained once all is taken.
+        let mut ended = Vec::new();
+        let mut budget = PUSH_BYTES;
+        for p in &paths {
+            let t = &tasks[p];
+            let was_over = matches!(launcher.status(&t.dir), JobStatus::Exited(_));
+            let mut read_out = true;
+            for &(stream, offset, _) in &t.streams {
+                let max = STREAM_BYTES.min(budget);
+                let data = read_from(&t.dir.captured(stream == Stream::Stderr), offset, max);
+                read_out &= data.len() < max;
+                budget -= data.len();
+                if !data.is_empty() {
+                    chunks.push(PushChunk {
+                        task: t.local,
+                        stream,
+                        offset,
+                        data,
+                    });
+                }
+            }
+            more |= !read_out;
+            if was_over && read_out {
+                ended.push(p.clone());
+            }
+        }
+        let ack = if chunks.is_empty() {
+            OutputAck::default()
+        } else {
+            let push = OutputPush {
+                node: node.to_string(),
+                key,
+                buffer: buffers.get(&key).copied().unwrap_or(0),
+                chunks: chunks.clone(),
+            };
+            match client
+                .post::<_, OutputAck>("/v1/agent/steps/output", &push)
+                .await
+            {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::debug!(job = key.job, step = key.step, error = %e, "cannot pass step output on; trying again");
+                    continue;
+                }
+            }
+        };
+        if ack.rewind {
+            // The controller lost what it held (it restarted): again from what the caller
+            // has not been passed, which is still in the files.
+            for p in &paths {
+                let t = tasks.get_mut(p).expect("listed");
+                for (stream, offset, _) in t.streams.iter_mut() {
+                    *offset = data_start(&t.dir.captured(*stream == Stream::Stderr));
+                }
+            }
+            buffers.insert(key, ack.buffer);
+            more = true;
+            continue;
+        }
+        if ack.buffer != 0 {
+            buffers.insert(key, ack.buffer);
+        }
+        for p in &paths {
+            let t = tasks.get_mut(p).expect("listed");
+            for (stream, offset, punched) in t.streams.iter_mut() {
+                let sent = chunks
+                    .iter()
+                    .find(|c| c.task == t.local && c.stream == *stream);
+                let Some(a) = ack
+                    .acks
+                    .iter()
+                    .find(|a| a.task == t.local && a.stream == *stream)
+                else {
+                    continue;
+                };
+                let end = sent.map_or(*offset, |c| c.offset + c.data.len() as u64);
+                // The controller is full: wait for its reader rather than push again now.
+                full |= a.next < end;
+                // Only what reached the caller: the rest may be needed again.
+                if a.read > *punched {
+                    punch(&t.dir.captured(*stream == Stream::Stderr), a.read);
+                    *punched = a.read;
+                }
+                *offset = a.next;
+            }
+        }
+        let finished: Vec<&PathBuf> = if ack.discard {
+            paths.iter().collect()
+        } else {
+            // Read out before its end was seen, and all of it taken.
+            ended
+                .iter()
+                .filter(|p| {
+                    let t = &tasks[*p];
+                    t.streams.iter().all(|(s, off, _)| {
+                        chunks
+                            .iter()
+                            .find(|c| c.task == t.local && c.stream == *s)
+                            .is_none_or(|c| *off >= c.offset + c.data.len() as u64)
+                    })
+                })
+                .collect()
+        };
+        for p in finished {
+            let t = tasks.get_mut(p).expect("listed");
+            if let Err(e) = JobDir::write_private(&drained(&t.dir), b"") {
+                tracing::warn!(dir = %p.display(), error = %e, "cannot mark a step task's output passed on");
+                continue;
+            }
+            t.done = true;
+            DRAINED.notify_one();
+        }
+    }
+    more && !full
+}
+
+/// Serves a caller that takes its step's output: passes it on as the controller has it,
+/// then the step's end once all of it was read. Writing to a caller that reads slowly
+/// waits, and so does the controller's buffer behind it (bounded), and the tasks' files
+/// behind that. The caller hanging up stops the step.
+pub(crate) async fn pass_on_to_caller(
+    mut stream: tokio::net::UnixStream,
+    node: &str,
+    key: StepKey,
+    client: &Client,
+) {
+    let mut read = OutputRead {
+        node: node.to_string(),
+        key,
+        buffer: 0,
+        after: 0,
+    };
+    let mut wait = Duration::ZERO;
+    let mut probe = [0u8; 1];
+    loop {
+        tokio::select! {
+            _ = stream.read(&mut probe) => {
+                let _ = client.post::<_, StepRecord>("/v1/agent/steps/cancel", &key).await;
+                return;
+            }
+            () = tokio::time::sleep(wait) => {}
+        }
+        let batch = match client
+            .post::<_, OutputBatch>("/v1/agent/steps/output/read", &read)
+            .await
+        {
+            Ok(b) => b,
+            Err(e) if e.is_transient() => {
+                wait = crate::step::STATUS_EVERY;
+                continue;
+            }
+            Err(e) => {
+                return crate::step::reply(
+                    &mut stream,
+                    &StepReply::Error(crate::step::api_words(&e)),
+                )
+                .await
+            }
+        };
+        if batch.dropped > 0 {
+            let why = format!(
+                "{} bytes of the step's output were dropped: nobody read them for too long",
+                batch.dropped
+            );
+            crate::step::reply(&mut stream, &StepReply::Notice(why)).await;
+        }
+        if batch.buffer != read.buffer {
+            read.after = 0;
+        }
+        read.buffer = batch.buffer;
+        // While output flows, the next read goes at once; the wait is for a quiet step.
+        let flowing = !batch.chunks.is_empty();
+        for c in batch.chunks {
+            read.after = c.seq;
+            crate::step::reply(&mut stream, &StepReply::Output(c)).await;
+        }
+        if let Some(step) = batch.step {
+            return crate::step::reply(&mut stream, &StepReply::Ended(step)).await;
+        }
+        wait = if flowing {
+            Duration::ZERO
+        } else {
+            crate::step::STATUS_EVERY
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn what_was_taken_is_punched_out_and_a_restart_goes_on_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stdout");
+        assert_eq!(data_start(&path), 0, "no file yet");
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(&vec![b'a'; 3 * 4096 + 10]).unwrap();
+        assert_eq!(data_start(&path), 0);
+        assert_eq!(read_from(&path, 4096 * 3, 100), b"a".repeat(10));
+        punch(&path, 2 * 4096 + 5);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 3 * 4096 + 10);
+        // Where the filesystem keeps holes, a restart skips the blocks punched out.
+        let start = data_start(&path);
+        assert!(start == 0 || start == 2 * 4096, "{start}");
+        assert_eq!(read_from(&path, 2 * 4096 + 5, 5), b"aaaaa");
+    }
+
+    #[test]
+    fn a_task_holds_back_its_end_only_while_its_output_is_on_its_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let task = JobDir::new(dir.path().to_path_buf());
+        assert!(!is_held_back(&task), "nothing captured");
+        std::fs::write(task.captured(true), b"x").unwrap();
+        assert!(is_held_back(&task));
+        std::fs::write(drained(&task), b"").unwrap();
+        assert!(!is_held_back(&task));
+    }
+}

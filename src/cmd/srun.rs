@@ -1,0 +1,286 @@
+//! `wharf srun` (and the binary called as `srun`): Slurm's `srun` on Wharf. Inside a job
+//! (its step socket named in the environment) it runs a step, as `wharf step` does; outside
+//! one it runs the command as a job of its own, as `wharf run` does, when every flag given
+//! has a meaning there, and otherwise says which flag and what to do instead.
+
+use anyhow::{bail, Result};
+
+use super::step;
+
+/// Arguments: the common `srun` flags.
+#[derive(Debug, clap::Args)]
+#[command(trailing_var_arg = true)]
+pub struct Args {
+    /// Nodes: inside a job, the job's first N; outside, the new job's.
+    #[arg(short = 'N', long)]
+    nodes: Option<u32>,
+    /// Tasks in all.
+    #[arg(short = 'n', long)]
+    ntasks: Option<u32>,
+    /// Tasks on each node.
+    #[arg(long)]
+    ntasks_per_node: Option<u32>,
+    /// Nodes to run on (a host list, e.g. `gpu[01-02]`).
+    #[arg(short = 'w', long)]
+    nodelist: Option<String>,
+    /// Begin each line of output with the task's rank (inside a job).
+    #[arg(short = 'l', long)]
+    label: bool,
+    /// GPUs each task has to itself.
+    #[arg(long)]
+    gpus_per_task: Option<u32>,
+    /// The job to run in (inside a job: refused unless it is this one).
+    #[arg(long)]
+    jobid: Option<u64>,
+    /// CPUs each task needs: outside a job, the new job's; inside one, checked against the
+    /// job's CPUs on a node (a step's tasks share them evenly).
+    #[arg(short = 'c', long)]
+    cpus_per_task: Option<u32>,
+    /// Output file pattern (see `wharf step --help`); default: this command's output.
+    #[arg(short = 'o', long)]
+    output: Option<String>,
+    /// Error file pattern.
+    #[arg(short = 'e', long)]
+    error: Option<String>,
+    /// Job name (outside a job).
+    #[arg(short = 'J', long)]
+    job_name: Option<String>,
+    /// Time limit (outside a job).
+    #[arg(short = 't', long)]
+    time: Option<String>,
+    /// Partition (outside a job).
+    #[arg(short = 'p', long)]
+    partition: Option<String>,
+    /// Account (outside a job).
+    #[arg(short = 'A', long)]
+    account: Option<String>,
+    /// Memory per node (outside a job).
+    #[arg(long)]
+    mem: Option<String>,
+    /// GPUs per node (outside a job).
+    #[arg(short = 'G', long, visible_alias = "gpus-per-node")]
+    gpus: Option<String>,
+    /// Image (outside a job).
+    #[arg(long)]
+    image: Option<String>,
+    /// Print nothing of Wharf's own on standard error.
+    #[arg(short = 'Q', long)]
+    quiet: bool,
+    /// The command and its arguments.
+    #[arg(required = true, allow_hyphen_values = true)]
+    command: Vec<String>,
+}
+
+/// What `srun` does here.
+#[derive(Debug)]
+pub enum Plan {
+    /// Inside a job: a step.
+    Step(step::Args),
+    /// Outside a job: `wharf run` with these arguments (after `wharf`).
+    Run(Vec<String>),
+}
+
+/// Whether this process runs inside a Wharf job that can take steps.
+fn inside_job(env: &dyn Fn(&str) -> Option<String>) -> Result<bool> {
+    let job = env("WHARF_JOB_ID").or_else(|| env("SLURM_JOB_ID"));
+    match (job, env("WHARF_STEP_SOCKET")) {
+        (_, Some(_)) => Ok(true),
+        (None, None) => Ok(false),
+        (Some(id), None) => bail!(
+            "srun: job {id} is in the environment but this node's Wharf step socket is not \
+             (WHARF_STEP_SOCKET): run srun from a Wharf job's script or its processes, or \
+             unset SLURM_JOB_ID/WHARF_JOB_ID to run the command as a new job"
+        ),
+    }
+}
+
+/// Decides what `srun` does with `args`, `env` reading the environment.
+pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
+    if inside_job(env)? {
+        if let Some(c) = args.cpus_per_task {
+            let on_node = env("SLURM_CPUS_ON_NODE").and_then(|v| v.parse::<u32>().ok());
+            let per_node = args.ntasks_per_node.unwrap_or(1);
+            if let Some(have) = on_node.filter(|&h| c.saturating_mul(per_node) > h) {
+                bail!(
+                    "srun: {per_node} task(s) of {c} CPUs each on a node is more than the \
+                     job's {have} CPUs there; ask for fewer, or submit the job with more"
+                );
+            }
+        }
+        let outside_only = [
+            ("--job-name", args.job_name.is_some()),
+            ("--time", args.time.is_some()),
+            ("--partition", args.partition.is_some()),
+            ("--account", args.account.is_some()),
+            ("--mem", args.mem.is_some()),
+            ("--gpus", args.gpus.is_some()),
+            ("--image", args.image.is_some()),
+        ];
+        if let Some((flag, _)) = outside_only.iter().find(|(_, given)| *given) {
+            bail!(
+                "srun: {flag} is a job's, not a step's: inside a job a step runs in the job's \
+                 allocation; leave it out, or give it to the job (wharf submit)"
+            );
+        }
+        return Ok(Plan::Step(step::Args {
+            nodes: args.nodes,
+            nodelist: args.nodelist,
+            ntasks_per_node: args.ntasks_per_node,
+            ntasks: args.ntasks,
+            gpus_per_task: args.gpus_per_task,
+            jobid: args.jobid,
+            label: args.label,
+            output: args.output,
+            error: args.error,
+            quiet: args.quiet,
+            command: args.command,
+        }));
+    }
+    // Outside a job: a job of its own, as `wharf run` runs it.
+    let unmapped = [
+        (
+            "--label",
+            args.label,
+            "`wharf run` prints the job's output file as it is",
+        ),
+        (
+            "--jobid",
+            args.jobid.is_some(),
+            "a step runs only inside the job it is started from",
+        ),
+    ];
+    if let Some((flag, _, why)) = unmapped.iter().find(|(_, given, _)| *given) {
+        bail!(
+            "srun: not inside a Wharf job, so srun runs the command as a new job (wharf run), \
+             where {flag} has no meaning: {why}. Leave {flag} out, or call srun from inside a \
+             job (a `wharf submit` script)"
+        );
+    }
+    let mut argv = vec!["run".to_string()];
+    let mut flag = |name: &str, value: Option<String>| {
+        if let Some(v) = value {
+            argv.push(format!("--{name}={v}"));
+        }
+    };
+    let num = |v: Option<u32>| v.map(|n| n.to_string());
+    flag("nodes", num(args.nodes));
+    flag("ntasks", num(args.ntasks));
+    flag("ntasks-per-node", num(args.ntasks_per_node));
+    flag("nodelist", args.nodelist);
+    flag("gpus-per-task", num(args.gpus_per_task));
+    flag("cpus", num(args.cpus_per_task));
+    flag("output", args.output);
+    flag("error", args.error);
+    flag("job-name", args.job_name);
+    flag("time", args.time);
+    flag("partition", args.partition);
+    flag("account", args.account);
+    flag("mem", args.mem);
+    flag("gpus", args.gpus);
+    flag("image", args.image);
+    if args.quiet {
+        argv.push("--quiet".into());
+    }
+    argv.push("--".into());
+    argv.extend(args.command);
+    Ok(Plan::Run(argv))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(words: &[&str]) -> Args {
+        let mut argv = vec!["srun"];
+        argv.extend(words);
+        Cli::try_parse_from(argv).unwrap().args
+    }
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    const IN_JOB: &[(&str, &str)] = &[
+        ("WHARF_JOB_ID", "12"),
+        ("WHARF_STEP_SOCKET", "@x"),
+        ("SLURM_CPUS_ON_NODE", "4"),
+    ];
+
+    #[test]
+    fn inside_a_job_srun_is_a_step_with_the_same_flags() {
+        let a = parse(&[
+            "-N",
+            "2",
+            "-l",
+            "--ntasks-per-node=2",
+            "-c",
+            "2",
+            "hostname",
+            "-s",
+        ]);
+        let Plan::Step(s) = plan(a, &env_of(IN_JOB)).unwrap() else {
+            panic!("not a step")
+        };
+        assert_eq!(
+            (s.nodes, s.ntasks_per_node, s.label),
+            (Some(2), Some(2), true)
+        );
+        assert_eq!(s.command, ["hostname", "-s"]);
+        // More CPUs than the job has on a node, or a job's own flag: refused with words.
+        let a = parse(&["--ntasks-per-node=2", "-c", "3", "true"]);
+        let e = plan(a, &env_of(IN_JOB)).unwrap_err().to_string();
+        assert!(e.contains("more than the job's 4 CPUs"), "{e}");
+        let e = plan(parse(&["-t", "5", "true"]), &env_of(IN_JOB))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--time is a job's"), "{e}");
+    }
+
+    #[test]
+    fn outside_a_job_srun_is_wharf_run_where_the_flags_map() {
+        let a = parse(&[
+            "-N", "2", "-n", "4", "-c", "2", "-t", "10", "python", "x.py",
+        ]);
+        let Plan::Run(argv) = plan(a, &env_of(&[])).unwrap() else {
+            panic!("not a run")
+        };
+        assert_eq!(
+            argv,
+            [
+                "run",
+                "--nodes=2",
+                "--ntasks=4",
+                "--cpus=2",
+                "--time=10",
+                "--",
+                "python",
+                "x.py"
+            ]
+        );
+        let e = plan(parse(&["-l", "true"]), &env_of(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("runs the command as a new job (wharf run)"),
+            "{e}"
+        );
+        assert!(e.contains("--label"), "{e}");
+        // A Slurm job's id without Wharf's socket: not silently a new job.
+        let e = plan(parse(&["true"]), &env_of(&[("SLURM_JOB_ID", "5")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("WHARF_STEP_SOCKET"), "{e}");
+    }
+}
