@@ -146,7 +146,14 @@ pub struct Cluster {
     extra_config: String,
     /// Handed to the dev process as descriptor 9, inheritable (see [`Cluster::start_leaking`]).
     leaked: Option<std::fs::File>,
+    /// Held while a cluster drives the Docker engine: an agent names its containers by job id
+    /// alone (one agent per engine on a real node), so two test clusters on this machine's one
+    /// engine would take each other's `wharf-1`. Released after the cluster is stopped.
+    _engine: Option<std::sync::MutexGuard<'static, ()>>,
 }
+
+/// The Docker engine, one cluster at a time (see `Cluster::_engine`).
+static ENGINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Cluster {
     /// Starts a dev cluster and waits for its node to be up.
@@ -178,6 +185,11 @@ impl Cluster {
             child: None,
             extra_config: extra.to_string(),
             leaked,
+            _engine: extra.contains("backend = \"docker\"").then(|| {
+                ENGINE
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+            }),
         };
         c.spawn();
         c.wait_node_up();
