@@ -70,6 +70,12 @@ pub(crate) fn remove_tree(parent: RawFd, name: &OsStr) -> nix::Result<()> {
 
 /// The names in directory `dir`, without `.` and `..`.
 pub(crate) fn list_dir(dir: &OwnedFd) -> nix::Result<Vec<OsString>> {
+    list_dir_typed(dir).map(|entries| entries.into_iter().map(|(name, _)| name).collect())
+}
+
+/// The names in directory `dir`, without `.` and `..`, each with its `d_type` (`DT_UNKNOWN`
+/// where the filesystem does not tell).
+pub(crate) fn list_dir_typed(dir: &OwnedFd) -> nix::Result<Vec<(OsString, u8)>> {
     // A fresh open of "." rather than dup: the stream gets its own offset and owns the fd.
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
     let fd = openat(Some(dir.as_raw_fd()), ".", flags, Mode::empty())?;
@@ -95,7 +101,9 @@ pub(crate) fn list_dir(dir: &OwnedFd) -> nix::Result<Vec<OsString>> {
         // SAFETY: readdir returned a valid dirent whose d_name is NUL-terminated.
         let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) }.to_bytes();
         if name != b"." && name != b".." {
-            names.push(OsStr::from_bytes(name).to_os_string());
+            // SAFETY: as above.
+            let kind = unsafe { (*ent).d_type };
+            names.push((OsStr::from_bytes(name).to_os_string(), kind));
         }
     };
     // SAFETY: closes the stream, and with it `fd`, exactly once.
