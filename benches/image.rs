@@ -9,6 +9,9 @@
 //! a fresh directory; medians are reported. Needs root (the warm start mounts an overlay) and
 //! `docker-registry`, `skopeo` and `umoci` (`apt-get install docker-registry skopeo umoci`).
 //!
+//! `WHARF_BENCH_BIN` names a prebuilt `wharf` binary to pull with (another build's, to compare
+//! two in the same conditions).
+//!
 //! `cargo bench --bench image`; the last line is
 //! `RESULT image cold_ms=... skopeo_umoci_ms=... ratio=...` (ratio > 1: Wharf is faster).
 
@@ -126,6 +129,26 @@ fn write_layout(dir: &Path, mb: usize, layers: usize) {
     fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
 }
 
+/// Marks `dir` as the top of directory hierarchies (ext4's `chattr +T`), so each run's output
+/// directory, of either tool, starts in a block group of its own. Without it, both tools
+/// allocate next to what the previous run deleted, and on ext4 without a journal each new
+/// inode then costs a scan of every inode freed in the last minutes: whichever tool ran first
+/// after a delete paid for it, and the other's time moved with where the first one's files
+/// went. Other filesystems refuse the flag, which is ignored.
+fn spread_subdirs(dir: &Path) {
+    use std::os::fd::AsRawFd;
+    const FS_TOPDIR_FL: libc::c_int = 0x0002_0000;
+    let dir = fs::File::open(dir).unwrap();
+    let mut flags: libc::c_int = 0;
+    // SAFETY: both requests read or write one int through the pointer, which outlives them.
+    unsafe {
+        if libc::ioctl(dir.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) == 0 {
+            flags |= FS_TOPDIR_FL;
+            libc::ioctl(dir.as_raw_fd(), libc::FS_IOC_SETFLAGS, &flags);
+        }
+    }
+}
+
 fn run(cmd: &mut Command) {
     let out = cmd.output().unwrap();
     assert!(
@@ -141,8 +164,11 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The `wharf` binary under test: `WHARF_BENCH_BIN`, else the one built with the benchmark.
 fn wharf_bin() -> PathBuf {
-    env!("CARGO_BIN_EXE_wharf").into()
+    std::env::var_os("WHARF_BENCH_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_wharf").into())
 }
 
 /// Finds the cached image and mounts it as a job's root is mounted (an overlay of the image
@@ -206,6 +232,7 @@ fn main() {
         .prefix("wharf-bench-image-")
         .tempdir_in("/var/tmp")
         .unwrap();
+    spread_subdirs(dir.path());
     let layout = dir.path().join("layout");
     let t = Instant::now();
     write_layout(&layout, mb, 4);

@@ -21,7 +21,7 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::{fchown, fchownat, linkat, symlinkat, unlinkat, Gid, Uid, UnlinkatFlags};
 
 use crate::error::{ImageError, Result};
-use crate::fsutil::{is_dir, list_dir, open_dir_nofollow, owned, remove_tree};
+use crate::fsutil::{is_dir, list_dir, list_dir_typed, open_dir_nofollow, owned, remove_tree};
 
 const WHITEOUT: &[u8] = b".wh.";
 const OPAQUE: &[u8] = b".wh..wh..opq";
@@ -51,6 +51,9 @@ pub(crate) fn stack(root: &Path, layers: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
+/// Directory entries with their `d_type`.
+type Named = Vec<(OsString, u8)>;
+
 type Step<T = ()> = std::result::Result<T, (PathBuf, Errno)>;
 
 fn at<T>(rel: &Path, name: &OsStr, r: nix::Result<T>) -> Step<T> {
@@ -59,12 +62,12 @@ fn at<T>(rel: &Path, name: &OsStr, r: nix::Result<T>) -> Step<T> {
 
 /// Applies the layer directory `layer` (at `rel`) onto the root's directory `root`.
 fn apply_dir(layer: &OwnedFd, root: &OwnedFd, rel: &Path, chown: bool) -> Step {
-    let mut names = list_dir(layer).map_err(|e| (rel.to_path_buf(), e))?;
+    let mut names = list_dir_typed(layer).map_err(|e| (rel.to_path_buf(), e))?;
     names.sort();
-    let (whiteouts, entries): (Vec<OsString>, Vec<OsString>) = names
+    let (whiteouts, entries): (Named, Named) = names
         .into_iter()
-        .partition(|n| n.as_bytes().starts_with(WHITEOUT));
-    for wh in &whiteouts {
+        .partition(|(n, _)| n.as_bytes().starts_with(WHITEOUT));
+    for (wh, _) in &whiteouts {
         let name = wh.as_bytes();
         if name == OPAQUE {
             for child in list_dir(root).map_err(|e| (rel.to_path_buf(), e))? {
@@ -79,7 +82,13 @@ fn apply_dir(layer: &OwnedFd, root: &OwnedFd, rel: &Path, chown: bool) -> Step {
             }
         }
     }
-    for name in &entries {
+    for (name, kind) in &entries {
+        if *kind == libc::DT_REG {
+            // Most entries: linked without a stat, and without clearing a slot that is
+            // nearly always empty (cleared only when the link finds it taken).
+            at(rel, name, link_file(layer, root, name))?;
+            continue;
+        }
         let st = at(
             rel,
             name,
@@ -97,20 +106,7 @@ fn apply_dir(layer: &OwnedFd, root: &OwnedFd, rel: &Path, chown: bool) -> Step {
                 // After the children: creating them changes the directory's mtime.
                 at(rel, name, set_meta(&sub_root, &st, chown))?;
             }
-            libc::S_IFREG => {
-                at(rel, name, remove_tree(root.as_raw_fd(), name))?;
-                at(
-                    rel,
-                    name,
-                    linkat(
-                        Some(layer.as_raw_fd()),
-                        name.as_os_str(),
-                        Some(root.as_raw_fd()),
-                        name.as_os_str(),
-                        AtFlags::empty(),
-                    ),
-                )?;
-            }
+            libc::S_IFREG => at(rel, name, link_file(layer, root, name))?,
             libc::S_IFLNK => {
                 at(rel, name, remove_tree(root.as_raw_fd(), name))?;
                 let target = at(
@@ -142,6 +138,27 @@ fn apply_dir(layer: &OwnedFd, root: &OwnedFd, rel: &Path, chown: bool) -> Step {
         }
     }
     Ok(())
+}
+
+/// Links the layer's regular file `name` into the root's directory `root`, replacing whatever
+/// the root has there.
+fn link_file(layer: &OwnedFd, root: &OwnedFd, name: &OsStr) -> nix::Result<()> {
+    let link = || {
+        linkat(
+            Some(layer.as_raw_fd()),
+            name,
+            Some(root.as_raw_fd()),
+            name,
+            AtFlags::empty(),
+        )
+    };
+    match link() {
+        Err(Errno::EEXIST) => {
+            remove_tree(root.as_raw_fd(), name)?;
+            link()
+        }
+        other => other,
+    }
 }
 
 /// The root's directory `name` in `root`: kept when it is one, else made (whatever

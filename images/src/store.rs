@@ -38,7 +38,7 @@ use sha2::{Digest, Sha256};
 
 use crate::cache::META;
 use crate::error::{ErrorKind, ImageError, Result};
-use crate::fsutil::{list_dir, open_dir_nofollow, owned};
+use crate::fsutil::{list_dir, open_dir_nofollow, owned, spread_subdirs};
 use crate::layers::{LAYERS, LOCKS, ROOTS};
 use crate::limits::{Budget, Limits};
 use crate::name::validate_name;
@@ -128,6 +128,9 @@ impl ImageStore {
             mkdir(&root.join(sub))?;
         }
         lock_down(&root, &fd)?;
+        if let Ok(tmp) = open_dir_nofollow(fd.as_raw_fd(), OsStr::new(TMP)) {
+            spread_subdirs(&tmp);
+        }
         let store = ImageStore {
             root,
             limits: Limits::default(),

@@ -177,3 +177,45 @@ fn missing_parents_of_the_store_are_0755_and_only_the_store_is_private() {
     ImageStore::open(mine.join("store")).unwrap();
     assert_eq!(mode(&mine), 0o750);
 }
+
+/// The inode flags of `dir` (`FS_IOC_GETFLAGS`), or the error of a filesystem without them.
+fn inode_flags(dir: &Path) -> nix::Result<libc::c_int> {
+    use std::os::fd::AsRawFd;
+    let dir = fs::File::open(dir).unwrap();
+    let mut flags: libc::c_int = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes one int through the pointer, which outlives the call.
+    let res = unsafe { libc::ioctl(dir.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) };
+    nix::errno::Errno::result(res).map(|_| flags)
+}
+
+#[test]
+fn new_trees_in_the_stores_tmp_are_spread_over_the_filesystem_on_ext4() {
+    const FS_TOPDIR_FL: libc::c_int = 0x0002_0000;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("store");
+    let store = ImageStore::open(root.clone()).unwrap();
+    let ext = nix::sys::statfs::statfs(tmp.path())
+        .unwrap()
+        .filesystem_type()
+        == nix::sys::statfs::EXT4_SUPER_MAGIC;
+    let flags = inode_flags(&root.join("tmp"));
+    if ext {
+        // ext2/3/4: the hint is taken, and kept by the next open.
+        assert_ne!(
+            flags.unwrap() & FS_TOPDIR_FL,
+            0,
+            "tmp/ lacks the Orlov hint"
+        );
+        drop(store);
+        ImageStore::open(root.clone()).unwrap();
+        assert_ne!(inode_flags(&root.join("tmp")).unwrap() & FS_TOPDIR_FL, 0);
+    } else {
+        // Elsewhere the hint is refused, which must not keep the store from opening.
+        assert_eq!(flags.map(|f| f & FS_TOPDIR_FL).unwrap_or(0), 0);
+    }
+    // Only tmp/: the published layers, roots and images stay where they are.
+    for sub in ["layers", "roots", "images"] {
+        let f = inode_flags(&root.join(sub)).unwrap_or(0);
+        assert_eq!(f & FS_TOPDIR_FL, 0, "{sub}");
+    }
+}
