@@ -17,14 +17,22 @@ pub use wharf_api::text::printable as clean;
 pub struct Table {
     /// Every cell, escaped, one after the other.
     text: String,
-    /// Each cell's end in `text` and its width on screen.
-    cells: Vec<(usize, usize)>,
+    /// Each cell's end in `text` and its width on screen (32 bits each: a long listing has a
+    /// million cells).
+    cells: Vec<(u32, u32)>,
     /// Each row's end in `cells`.
     rows: Vec<usize>,
     widths: Vec<usize>,
 }
 
 impl Table {
+    /// Room for `rows` more rows of `cells` cells of about `bytes` bytes each.
+    pub fn reserve(&mut self, rows: usize, cells: usize, bytes: usize) {
+        self.text.reserve(rows * cells * bytes);
+        self.cells.reserve(rows * cells);
+        self.rows.reserve(rows);
+    }
+
     /// Adds a row; control characters in the cells are escaped.
     pub fn add_row<S: AsRef<str>>(&mut self, cells: impl IntoIterator<Item = S>) {
         for c in cells {
@@ -59,7 +67,7 @@ impl Table {
 
     /// Measures the cell that ends at the end of `text`.
     fn close_cell(&mut self) {
-        let start = self.cells.last().map_or(0, |c| c.0);
+        let start = self.cells.last().map_or(0, |c| c.0 as usize);
         let cell = &self.text[start..];
         // Escaped text has no control characters: printable ASCII is one column a byte.
         let w = if cell.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
@@ -72,7 +80,8 @@ impl Table {
             Some(max) => *max = (*max).max(w),
             None => self.widths.push(w),
         }
-        self.cells.push((self.text.len(), w));
+        // Past 4 GiB of text (never, in practice) the table's lines would be wrong, not unsafe.
+        self.cells.push((self.text.len() as u32, w as u32));
     }
 
     /// Writes the table, one line per row, without trailing spaces.
@@ -82,6 +91,7 @@ impl Table {
         for &row_end in &self.rows {
             line.clear();
             for (k, &(end, w)) in self.cells[cell..row_end].iter().enumerate() {
+                let (end, w) = (end as usize, w as usize);
                 if k > 0 {
                     line.push_str("  ");
                 }

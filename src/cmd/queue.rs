@@ -94,6 +94,19 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     Ok(0)
 }
 
+/// The text of the last value formatted.
+#[derive(Default)]
+struct Memo(Option<(u64, String)>);
+
+impl Memo {
+    fn get(&mut self, value: u64, format: fn(u64) -> String) -> &str {
+        if self.0.as_ref().is_none_or(|(v, _)| *v != value) {
+            self.0 = Some((value, format(value)));
+        }
+        self.0.as_ref().map_or("", |(_, text)| text)
+    }
+}
+
 /// The table of `rows` at `now` (ms since the epoch).
 fn table(rows: &[JobRow], now: u64) -> output::Table {
     let mut t = output::table(&[
@@ -109,6 +122,9 @@ fn table(rows: &[JobRow], now: u64) -> output::Table {
         "NODES",
         "NODELIST(REASON)",
     ]);
+    t.reserve(rows.len(), 11, 8);
+    // Most jobs of a long queue share their limit, memory and (pending: none) time.
+    let (mut time, mut limit, mut mem) = (Memo::default(), Memo::default(), Memo::default());
     for j in rows {
         match j.array {
             Some((job, task)) => t.cell_fmt(format_args!("{job}_{task}")),
@@ -122,19 +138,15 @@ fn table(rows: &[JobRow], now: u64) -> output::Table {
         );
         t.cell(&j.user);
         t.cell(j.state.as_str());
-        t.cell(&format_duration(j.elapsed_ms(now) / 1000));
-        t.cell(&format_duration(j.time_limit));
+        t.cell(time.get(j.elapsed_ms(now) / 1000, format_duration));
+        t.cell(limit.get(j.time_limit, format_duration));
         t.cell_fmt(format_args!("{}", j.resources.cpus));
-        t.cell(&format_memory(j.resources.memory));
+        t.cell(mem.get(j.resources.memory, format_memory));
         t.cell_fmt(format_args!("{}", j.resources.gpus));
         t.cell_fmt(format_args!("{}", j.nodes));
         match j.state {
             JobState::Pending => {
-                let code = j
-                    .reason
-                    .as_deref()
-                    .and_then(|r| r.split(':').next())
-                    .unwrap_or("");
+                let code = j.reason.as_deref().unwrap_or("");
                 match j.expected_start {
                     // Slurm's `squeue --start`, in one column.
                     Some(at) => t.cell_fmt(format_args!(
@@ -194,7 +206,7 @@ mod tests {
         let held = JobRow {
             array: Some((40, 2)),
             name: "a name longer than twenty, cut\x1b[2J".into(),
-            reason: Some("JobHeldUser: held by its owner".into()),
+            reason: Some("JobHeldUser".into()),
             ..row(42, JobState::Pending)
         };
         let soon = JobRow {

@@ -52,7 +52,8 @@ pub struct JobRow<'a> {
     pub user: Cow<'a, str>,
     /// Its state.
     pub state: JobState,
-    /// Why it is pending, or why it ended, for failures ([`JobRecord::reason`]).
+    /// Why a pending job waits, as a code: its [`JobRecord::reason`] up to the first `:`
+    /// (`JobHeldUser`, `Resources`), as squeue shows it. None in other states.
     pub reason: Option<Cow<'a, str>>,
     /// Start time, ms since the Unix epoch.
     pub start_time: Option<u64>,
@@ -119,6 +120,11 @@ impl PullCounts {
     }
 }
 
+/// The code a reason starts with: the words before its first `:`.
+pub fn reason_code(reason: &str) -> &str {
+    reason.split(':').next().unwrap_or("")
+}
+
 impl<'a> JobRow<'a> {
     /// The row of `job`, borrowing its text; `pulls` are its nodes' pulls of its image as
     /// the caller may see them (none for a caller who may not).
@@ -129,7 +135,10 @@ impl<'a> JobRow<'a> {
             name: Cow::Borrowed(&job.name),
             user: Cow::Borrowed(&job.owner.user),
             state: job.state,
-            reason: job.reason.as_deref().map(Cow::Borrowed),
+            reason: match job.state {
+                JobState::Pending => job.reason.as_deref().map(|r| Cow::Borrowed(reason_code(r))),
+                _ => None,
+            },
             start_time: job.start_time,
             end_time: job.end_time,
             time_limit: job.time_limit,
@@ -284,5 +293,38 @@ impl<'de: 'a, 'a> Deserialize<'de> for JobRow<'a> {
             }
         }
         d.deserialize_seq(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROW: &str = r#"[9,[7,2],"a \"b\"\\ 日本","bob","STARTING",null,1000,null,60,2,512,1,2,"g[1-2]",null,[3,14,10,20]"#;
+
+    #[test]
+    fn rows_borrow_plain_text_and_unescape_the_rest() {
+        let text = format!("{ROW}]");
+        let row: JobRow = serde_json::from_str(&text).unwrap();
+        assert!(matches!(row.name, Cow::Owned(_)) && row.name == "a \"b\"\\ 日本");
+        assert!(matches!(row.user, Cow::Borrowed("bob")));
+        assert_eq!(
+            (row.label(), row.elapsed_ms(4000), row.nodes),
+            ("7_2".into(), 3000, 2)
+        );
+        assert_eq!(
+            row.pull.map(|p| p.counts()),
+            Some("10 of 20 B, 3 of 14 layers".into())
+        );
+        assert_eq!(serde_json::to_string(&row).unwrap(), text);
+    }
+
+    #[test]
+    fn fields_added_at_the_end_are_skipped_and_missing_ones_refused() {
+        let text = format!(r#"{ROW},"new",{{"x":1}}]"#);
+        let later: JobRow = serde_json::from_str(&text).unwrap();
+        assert_eq!(later.id, 9);
+        let short = serde_json::from_str::<JobRow>(r#"[9,null,"a","bob","PENDING"]"#);
+        assert!(short.unwrap_err().to_string().contains("invalid length 5"));
     }
 }

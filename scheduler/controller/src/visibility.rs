@@ -3,8 +3,6 @@
 //! and a reason rebuilt from them, never the spec (command, environment, paths) or words that
 //! came from it.
 
-use std::borrow::Cow;
-
 use wharf_api::listing::JobRow;
 use wharf_api::{JobRecord, JobState, PullProgress, Stop};
 
@@ -41,17 +39,11 @@ pub fn view(caller: &Caller, mut job: JobRecord) -> JobRecord {
 }
 
 /// The listing row of `job` as `caller` may see it: what [`view`] leaves of it, borrowed from
-/// it. `pulls` are its nodes' pulls of its image, which only its owner and admins see.
+/// it. `pulls` are its nodes' pulls of its image, which only its owner and admins see. (A
+/// row's reason is a pending job's, which [`public_reason`] keeps as it is.)
 pub fn row<'a>(caller: &Caller, job: &'a JobRecord, pulls: &[PullProgress]) -> JobRow<'a> {
-    if caller.may_manage(job) {
-        return JobRow::of(job, pulls);
-    }
-    let mut row = JobRow::of(job, &[]);
-    // A pending job's public reason is its own (the scheduler's words): kept borrowed.
-    if job.state != JobState::Pending {
-        row.reason = public_reason(job).map(Cow::Owned);
-    }
-    row
+    let pulls = if caller.may_manage(job) { pulls } else { &[] };
+    JobRow::of(job, pulls)
 }
 
 /// The reason of `job` as users other than its owner see it: made of its state, resources,

@@ -150,6 +150,12 @@ mod tests {
         assert_eq!(theirs.pull.map(|p| p.layers_done), Some(1));
         let others = row(&bob);
         assert_eq!(others.pull, None);
-        assert_eq!(others.reason.as_deref(), Some("starting on g[1-2]"));
+        // A pending job's reason comes as its code; nobody's reason for another state does.
+        assert_eq!(others.reason, None);
+        let held = all
+            .rows
+            .iter()
+            .find(|r| r.state == JobState::Pending && r.user == "ann");
+        assert_eq!(held.unwrap().reason.as_deref(), Some("JobHeldUser"));
     }
 }
