@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use wharf_api::listing::Rows;
 use wharf_api::wire::{JobList, SubmitRequest, SubmitResponse};
 use wharf_api::JobRequest;
 use wharf_client::{Client, Endpoint};
@@ -187,7 +188,7 @@ async fn median_ms<F: std::future::Future<Output = ()>>(mut f: impl FnMut() -> F
 }
 
 /// Listing times at the depth reached, ms (each the median of 5): the list call alone (whole
-/// records, and brief as `wharf queue` asks), and `wharf queue` printing the table; and the
+/// records, and rows as `wharf queue` asks), and `wharf queue` printing the table; and the
 /// jobs listed.
 async fn list_times(socket: &Path) -> (f64, f64, f64, usize) {
     let client = Client::new(Endpoint::Unix(socket.to_path_buf()), None);
@@ -202,9 +203,13 @@ async fn list_times(socket: &Path) -> (f64, f64, f64, usize) {
         assert_eq!(list.jobs.len(), listed);
     })
     .await;
-    let brief_ms = median_ms(|| async {
-        let list: JobList = client.get("/v1/jobs?finished=0&brief=true").await.unwrap();
-        assert_eq!(list.jobs.len(), listed);
+    let rows_ms = median_ms(|| async {
+        let body = client
+            .get_bytes("/v1/jobs?finished=0&brief=true&rows=true")
+            .await
+            .unwrap();
+        let list: Rows = serde_json::from_slice(&body).unwrap();
+        assert_eq!(list.rows.len(), listed);
     })
     .await;
     let cli_ms = median_ms(|| async {
@@ -219,7 +224,7 @@ async fn list_times(socket: &Path) -> (f64, f64, f64, usize) {
         assert_eq!(rows, listed + 1, "one row per job and a header");
     })
     .await;
-    (api_ms, brief_ms, cli_ms, listed)
+    (api_ms, rows_ms, cli_ms, listed)
 }
 
 fn main() {
@@ -244,14 +249,7 @@ fn main() {
     );
     println!(
         "{:>8} {:>10} {:>8} {:>10} {:>10} {:>10} {:>8} {:>10}",
-        "depth",
-        "submits/s",
-        "listed",
-        "list API",
-        "brief API",
-        "queue CLI",
-        "RSS MiB",
-        "bytes/job"
+        "depth", "submits/s", "listed", "list API", "rows API", "queue CLI", "RSS MiB", "bytes/job"
     );
     let mut last_rate = 0.0;
     let mut per_job = 0.0;
@@ -266,7 +264,7 @@ fn main() {
         // Taken before the listings, whose answers (megabytes at depth) are not the queue's.
         let rss = ctl.rss();
         per_job = rss.saturating_sub(rss0) as f64 / (at + window) as f64;
-        let (api_ms, brief_ms, cli_ms, listed) = rt.block_on(list_times(&ctl.socket));
+        let (api_ms, rows_ms, cli_ms, listed) = rt.block_on(list_times(&ctl.socket));
         assert_eq!(listed, at + window, "every acknowledged submit is listed");
         println!(
             "{:>8} {:>10.0} {:>8} {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>8.1} {:>10.0}",
@@ -274,7 +272,7 @@ fn main() {
             last_rate,
             listed,
             api_ms,
-            brief_ms,
+            rows_ms,
             cli_ms,
             rss as f64 / (1u64 << 20) as f64,
             per_job

@@ -1,6 +1,7 @@
 //! `wharf queue`.
 
 use anyhow::Result;
+use wharf_api::listing::JobRow;
 use wharf_api::resources::{format_duration, format_memory};
 use wharf_api::wire::{JobList, WhoAmI};
 use wharf_api::{JobRecord, JobState};
@@ -43,6 +44,16 @@ pub async fn fetch(
     Ok(client.get::<JobList>(&path).await?.jobs)
 }
 
+/// A listing's answer: rows from a controller that makes them, whole records from an older
+/// one (which ignores `rows=true`).
+#[derive(serde::Deserialize)]
+struct Listing<'a> {
+    #[serde(borrow, default)]
+    rows: Option<Vec<JobRow<'a>>>,
+    #[serde(default)]
+    jobs: Option<Vec<JobRecord>>,
+}
+
 /// Runs the command.
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
     let client = Client::new(Endpoint::parse(socket), None);
@@ -55,15 +66,49 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             )
         })?);
     }
-    // The table shows no part of a spec; --json gives the whole records.
     let finished = if args.all { args.limit } else { 0 };
-    let mut jobs = fetch(&client, finished, args.me, !args.json).await?;
-    jobs.retain(|j| states.is_empty() || states.contains(&j.state));
     if args.json {
+        // --json gives the whole records.
+        let mut jobs = fetch(&client, finished, args.me, false).await?;
+        jobs.retain(|j| states.is_empty() || states.contains(&j.state));
         println!("{}", serde_json::to_string_pretty(&JobList { jobs })?);
         return Ok(0);
     }
-    let now = wharf_controller::now_ms();
+    // The table shows no part of a spec: rows of what it shows are enough.
+    let mut path = format!("/v1/jobs?finished={finished}&brief=true&rows=true");
+    if args.me {
+        let who: WhoAmI = client.get("/v1/whoami").await?;
+        path.push_str(&format!("&user={}", who.owner.uid));
+    }
+    let body = client.get_bytes(&path).await?;
+    let listing: Listing = serde_json::from_slice(&body)
+        .map_err(|e| anyhow::anyhow!("talking to the controller: bad answer: {e}"))?;
+    let records = listing.jobs.unwrap_or_default();
+    let mut rows = match listing.rows {
+        Some(rows) => rows,
+        None => records.iter().map(|j| JobRow::of(j, &j.pulling)).collect(),
+    };
+    rows.retain(|j| states.is_empty() || states.contains(&j.state));
+    let t = table(&rows, wharf_controller::now_ms());
+    output::print_table(&t);
+    Ok(0)
+}
+
+/// The text of the last value formatted.
+#[derive(Default)]
+struct Memo(Option<(u64, String)>);
+
+impl Memo {
+    fn get(&mut self, value: u64, format: fn(u64) -> String) -> &str {
+        if self.0.as_ref().is_none_or(|(v, _)| *v != value) {
+            self.0 = Some((value, format(value)));
+        }
+        self.0.as_ref().map_or("", |(_, text)| text)
+    }
+}
+
+/// The table of `rows` at `now` (ms since the epoch).
+fn table(rows: &[JobRow], now: u64) -> output::Table {
     let mut t = output::table(&[
         "JOBID",
         "NAME",
@@ -77,51 +122,133 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         "NODES",
         "NODELIST(REASON)",
     ]);
-    for j in &jobs {
-        let where_ = match j.state {
+    t.reserve(rows.len(), 11, 8);
+    // Most jobs of a long queue share their limit, memory and (pending: none) time.
+    let (mut time, mut limit, mut mem) = (Memo::default(), Memo::default(), Memo::default());
+    for j in rows {
+        match j.array {
+            Some((job, task)) => t.cell_fmt(format_args!("{job}_{task}")),
+            None => t.cell_fmt(format_args!("{}", j.id)),
+        }
+        t.cell(
+            j.name
+                .char_indices()
+                .nth(20)
+                .map_or(&j.name, |(at, _)| &j.name[..at]),
+        );
+        t.cell(&j.user);
+        t.cell(j.state.as_str());
+        t.cell(time.get(j.elapsed_ms(now) / 1000, format_duration));
+        t.cell(limit.get(j.time_limit, format_duration));
+        t.cell_fmt(format_args!("{}", j.resources.cpus));
+        t.cell(mem.get(j.resources.memory, format_memory));
+        t.cell_fmt(format_args!("{}", j.resources.gpus));
+        t.cell_fmt(format_args!("{}", j.nodes));
+        match j.state {
             JobState::Pending => {
-                let code = j
-                    .reason
-                    .as_deref()
-                    .and_then(|r| r.split(':').next())
-                    .unwrap_or("");
+                let code = j.reason.as_deref().unwrap_or("");
                 match j.expected_start {
                     // Slurm's `squeue --start`, in one column.
-                    Some(at) => format!(
+                    Some(at) => t.cell_fmt(format_args!(
                         "{code}, starts in {}",
                         format_duration(at.saturating_sub(now) / 1000)
-                    ),
-                    None => code.to_string(),
+                    )),
+                    None => t.cell(code),
                 }
             }
-            _ if j.allocs.is_empty() => "-".into(),
+            _ if j.nodelist.is_empty() => t.cell("-"),
             // How far its image's pull has come, on the node that is furthest behind.
-            JobState::Starting if !j.pulling.is_empty() => {
-                let behind = j
-                    .pulling
-                    .iter()
-                    .min_by_key(|p| (p.layers_done, p.bytes_done));
-                match behind {
-                    Some(p) => format!("{} (pulling: {})", j.nodelist(), p.counts()),
-                    None => j.nodelist(),
-                }
-            }
-            _ => j.nodelist(),
-        };
-        t.add_row(vec![
-            j.array.map_or_else(|| j.id.to_string(), |a| a.label()),
-            j.name.chars().take(20).collect(),
-            j.owner.user.clone(),
-            j.state.to_string(),
-            format_duration(j.elapsed_ms(now) / 1000),
-            format_duration(j.time_limit),
-            j.resources.cpus.to_string(),
-            format_memory(j.resources.memory),
-            j.resources.gpus.to_string(),
-            j.node_count().to_string(),
-            where_,
-        ]);
+            JobState::Starting if j.pull.is_some() => t.cell_fmt(format_args!(
+                "{} (pulling: {})",
+                j.nodelist,
+                j.pull.map(|p| p.counts()).unwrap_or_default()
+            )),
+            _ => t.cell(&j.nodelist),
+        }
+        t.end_row();
     }
-    output::print_table(&t);
-    Ok(0)
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use wharf_api::listing::{JobRow, PullCounts};
+    use wharf_api::{JobState, Resources};
+
+    fn row(id: u64, state: JobState) -> JobRow<'static> {
+        JobRow {
+            id,
+            array: None,
+            name: Cow::Borrowed("train"),
+            user: Cow::Borrowed("alice"),
+            state,
+            reason: None,
+            start_time: None,
+            end_time: None,
+            time_limit: 3600,
+            resources: Resources {
+                cpus: 4,
+                memory: 3 << 29,
+                gpus: 1,
+            },
+            nodes: 1,
+            nodelist: Cow::Borrowed(""),
+            expected_start: None,
+            pull: None,
+        }
+    }
+
+    #[test]
+    fn the_table_shows_each_state_as_squeue_does() {
+        let now = 100_000_000;
+        let held = JobRow {
+            array: Some((40, 2)),
+            name: "a name longer than twenty, cut\x1b[2J".into(),
+            reason: Some("JobHeldUser".into()),
+            ..row(42, JobState::Pending)
+        };
+        let soon = JobRow {
+            name: "日本語".into(),
+            reason: Some("Resources".into()),
+            expected_start: Some(now + 90_000),
+            ..row(43, JobState::Pending)
+        };
+        let pulling = JobRow {
+            start_time: Some(now - 5_000),
+            nodes: 2,
+            nodelist: "gpu[01-02]".into(),
+            pull: Some(PullCounts {
+                layers_done: 3,
+                layers: 14,
+                bytes_done: 1_800_000_000,
+                bytes: 8_400_000_000,
+            }),
+            ..row(44, JobState::Starting)
+        };
+        let running = JobRow {
+            start_time: Some(now - 90_061_000),
+            nodelist: "gpu03".into(),
+            ..row(45, JobState::Running)
+        };
+        let ended = JobRow {
+            start_time: Some(now - 61_000),
+            end_time: Some(now - 1_000),
+            time_limit: 2 * 86400,
+            ..row(46, JobState::Failed)
+        };
+        let t = super::table(&[held, soon, pulling, running, ended], now);
+        let mut shown = Vec::new();
+        t.write(&mut shown).unwrap();
+        assert_eq!(
+            String::from_utf8(shown).unwrap(),
+            "JOBID  NAME                  USER   STATE     TIME        LIMIT       CPUS  MEM   GPUS  NODES  NODELIST(REASON)\n\
+             40_2   a name longer than t  alice  PENDING   00:00:00    01:00:00    4     1.5G  1     1      JobHeldUser\n\
+             43     日本語                alice  PENDING   00:00:00    01:00:00    4     1.5G  1     1      Resources, starts in 00:01:30\n\
+             44     train                 alice  STARTING  00:00:05    01:00:00    4     1.5G  1     2      gpu[01-02] (pulling: 1.8 of 8.4 GB, 3 of 14 layers)\n\
+             45     train                 alice  RUNNING   1-01:01:01  01:00:00    4     1.5G  1     1      gpu03\n\
+             46     train                 alice  FAILED    00:01:00    2-00:00:00  4     1.5G  1     1      -\n"
+        );
+    }
 }

@@ -16,6 +16,7 @@ pub mod image_ref;
 pub mod job;
 pub mod jobfile;
 pub mod limits;
+pub mod listing;
 pub mod node;
 pub mod prepull;
 pub mod pull;

@@ -110,12 +110,30 @@ impl Client {
         self.call("POST", path, Some(bytes)).await
     }
 
+    /// `GET path`, the answer's body unparsed: for a caller that parses it borrowing from it
+    /// (a long listing), or that takes more than one form of answer.
+    pub async fn get_bytes(&self, path: &str) -> Result<Bytes, ClientError> {
+        self.call_raw("GET", path, None).await
+    }
+
     async fn call<T: DeserializeOwned>(
         &self,
         method: &str,
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<T, ClientError> {
+        let bytes = self.call_raw(method, path, body).await?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| ClientError::Protocol(format!("bad answer: {e}")))
+    }
+
+    /// A call's successful answer, unparsed; an error answer as [`ClientError::Api`].
+    async fn call_raw(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Bytes, ClientError> {
         let unreachable = |err| ClientError::Unreachable {
             endpoint: self.endpoint.clone(),
             err,
@@ -149,8 +167,7 @@ impl Client {
         let status = resp.status().as_u16();
         let bytes = resp.into_body().collect().await.map_err(proto)?.to_bytes();
         if (200..300).contains(&status) {
-            serde_json::from_slice(&bytes)
-                .map_err(|e| ClientError::Protocol(format!("bad answer: {e}")))
+            Ok(bytes)
         } else {
             let error = serde_json::from_slice(&bytes).unwrap_or_else(|_| ApiError {
                 error: format!("HTTP {status}: {}", String::from_utf8_lossy(&bytes)),

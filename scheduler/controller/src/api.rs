@@ -263,17 +263,28 @@ struct ListQuery {
     /// Leave each job's spec out (what a queue listing shows does not need it).
     #[serde(default)]
     brief: bool,
+    /// Answer `{"rows": [JobRow]}`, only what a queue listing shows (`wharf_api::listing`).
+    #[serde(default)]
+    rows: bool,
 }
 
 async fn list(
     State(s): State<Arc<Shared>>,
     ConnectInfo(peer): ConnectInfo<Peer>,
     Query(q): Query<ListQuery>,
-) -> ApiResult<JobList> {
+) -> Result<Response, ApiFailure> {
     let c = caller(&s, &peer)?;
     let finished = q.finished.min(10_000);
+    if q.rows {
+        let body = with_cluster(&s, move |cl, _| cl.list_rows(&c, finished, q.user)).await?;
+        let json = [(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        )];
+        return Ok((json, body).into_response());
+    }
     let jobs = with_cluster(&s, move |cl, _| cl.list(&c, finished, q.user, q.brief)).await?;
-    Ok(Json(JobList { jobs }))
+    Ok(Json(JobList { jobs }).into_response())
 }
 
 async fn acct(

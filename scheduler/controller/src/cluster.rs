@@ -24,6 +24,7 @@ mod budget;
 mod drain;
 mod forms;
 mod gang;
+mod listing;
 pub mod prepull;
 mod requeue;
 mod runs;

@@ -3,7 +3,8 @@
 //! and a reason rebuilt from them, never the spec (command, environment, paths) or words that
 //! came from it.
 
-use wharf_api::{JobRecord, JobState, Stop};
+use wharf_api::listing::JobRow;
+use wharf_api::{JobRecord, JobState, PullProgress, Stop};
 
 use crate::cluster::Caller;
 
@@ -35,6 +36,14 @@ pub fn view(caller: &Caller, mut job: JobRecord) -> JobRecord {
         job.reason = public_reason(&job);
     }
     job
+}
+
+/// The listing row of `job` as `caller` may see it: what [`view`] leaves of it, borrowed from
+/// it. `pulls` are its nodes' pulls of its image, which only its owner and admins see. (A
+/// row's reason is a pending job's, which [`public_reason`] keeps as it is.)
+pub fn row<'a>(caller: &Caller, job: &'a JobRecord, pulls: &[PullProgress]) -> JobRow<'a> {
+    let pulls = if caller.may_manage(job) { pulls } else { &[] };
+    JobRow::of(job, pulls)
 }
 
 /// The reason of `job` as users other than its owner see it: made of its state, resources,

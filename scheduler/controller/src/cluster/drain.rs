@@ -101,4 +101,4 @@ fn no_node(node: &str) -> Failure {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

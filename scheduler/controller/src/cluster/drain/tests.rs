@@ -14,7 +14,7 @@ use crate::cluster::{Caller, Cluster};
 use crate::store::Store;
 
 /// Nodes `g1`, `g2`, ... with 4 CPUs and 16 GiB each.
-fn nodes(dir: &tempfile::TempDir, n: u32) -> Cluster {
+pub(crate) fn nodes(dir: &tempfile::TempDir, n: u32) -> Cluster {
     let store = Store::open(&dir.path().join("wharf.db")).unwrap();
     let mut c = Cluster::load(store, JobDefaults::default(), 60_000, 0).unwrap();
     for i in 1..=n {
@@ -94,7 +94,12 @@ fn poll(c: &mut Cluster, node: &str, jobs: Vec<(JobId, Says)>, now: u64) -> Vec<
 }
 
 /// Submits a job of `nodes` whole nodes and schedules it; returns it and its nodes.
-fn started(c: &mut Cluster, nodes: u32, requeue: bool, now: u64) -> (JobId, Vec<String>) {
+pub(crate) fn started(
+    c: &mut Cluster,
+    nodes: u32,
+    requeue: bool,
+    now: u64,
+) -> (JobId, Vec<String>) {
     let req = JobRequest {
         nodes: Some(nodes),
         cpus: Some(4),
@@ -393,7 +398,12 @@ fn a_fault_reported_by_an_older_agent_or_after_a_start_drains_nothing() {
 
 /// A poll from `node` holding `running` (started) and pulling the images of `pulling`
 /// (job, layers done).
-fn poll_pulling(c: &mut Cluster, node: &str, running: &[JobId], pulling: &[(JobId, u64)]) {
+pub(crate) fn poll_pulling(
+    c: &mut Cluster,
+    node: &str,
+    running: &[JobId],
+    pulling: &[(JobId, u64)],
+) {
     let report = PollRequest {
         node: node.into(),
         jobs: running

@@ -1,0 +1,161 @@
+//! The queue listing in rows (`GET /v1/jobs?rows=true`, `wharf_api::listing`).
+
+use wharf_api::wire::ErrorKind;
+use wharf_api::JobRecord;
+
+use super::{Caller, Cluster, Failure};
+
+impl Cluster {
+    /// The jobs [`Cluster::list`] gives, as the rows of a queue listing, written as the
+    /// answer's JSON (`{"rows": [JobRow]}`) straight from the records: none is copied, so a
+    /// queue of 100,000 costs one pass over it with the lock held.
+    pub fn list_rows(
+        &self,
+        caller: &Caller,
+        finished: u32,
+        only_uid: Option<u32>,
+    ) -> Result<Vec<u8>, Failure> {
+        let ended = match finished {
+            0 => Vec::new(),
+            n => self.store.finished_jobs(only_uid, n)?,
+        };
+        let mut jobs: Vec<&JobRecord> = self
+            .jobs
+            .values()
+            .filter(|j| only_uid.is_none_or(|u| j.owner.uid == u))
+            .collect();
+        if !ended.is_empty() {
+            // Active jobs come in id order; ended ones are merged in by id.
+            jobs.extend(&ended);
+            jobs.sort_by_key(|j| j.id);
+        }
+        // A pending job's row is about 100 bytes.
+        let mut out = Vec::with_capacity(16 + 128 * jobs.len());
+        let rows = jobs.into_iter().map(|j| {
+            let pulls = self.pulls.get(&j.id).map_or(&[][..], Vec::as_slice);
+            crate::visibility::row(caller, j, pulls)
+        });
+        out.extend_from_slice(b"{\"rows\":");
+        serde::Serializer::collect_seq(&mut serde_json::Serializer::new(&mut out), rows)
+            .map_err(|e| Failure::new(ErrorKind::Internal, format!("listing the jobs: {e}")))?;
+        out.push(b'}');
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use wharf_api::array::parse_array;
+    use wharf_api::listing::{JobRow, Rows};
+    use wharf_api::{JobRequest, JobState};
+
+    use crate::cluster::drain::tests::{nodes, poll_pulling, started};
+    use crate::cluster::sched::tests::{caller, submit_job};
+    use crate::cluster::{Caller, Cluster};
+
+    /// The rows `caller` gets, and those made from the whole records it gets.
+    fn both(
+        c: &Cluster,
+        caller: &Caller,
+        finished: u32,
+        uid: Option<u32>,
+    ) -> (Rows<'static>, Vec<JobRow<'static>>) {
+        let bytes = c.list_rows(caller, finished, uid).unwrap();
+        let rows: Rows = serde_json::from_slice(&bytes).unwrap();
+        let rows = Rows {
+            rows: rows.rows.into_iter().map(owned).collect(),
+        };
+        let records = c.list(caller, finished, uid, true).unwrap();
+        let from_records = records
+            .iter()
+            .map(|j| owned(JobRow::of(j, &j.pulling)))
+            .collect();
+        (rows, from_records)
+    }
+
+    fn owned(r: JobRow<'_>) -> JobRow<'static> {
+        JobRow {
+            name: r.name.into_owned().into(),
+            user: r.user.into_owned().into(),
+            reason: r.reason.map(|r| r.into_owned().into()),
+            nodelist: r.nodelist.into_owned().into(),
+            ..r
+        }
+    }
+
+    #[test]
+    fn rows_show_what_the_whole_records_show_each_caller() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = nodes(&dir, 2);
+        // Ann's gang starts on both nodes, which pull its image.
+        let (gang, on) = started(&mut c, 2, false, 10);
+        poll_pulling(&mut c, &on[0], &[], &[(gang, 3)]);
+        poll_pulling(&mut c, &on[1], &[], &[(gang, 1)]);
+        // Bob's jobs wait: one named with text that JSON escapes, an array, one held.
+        let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
+        let named = JobRequest {
+            name: Some("a \"quoted\"\\ name 日本語 and more than twenty characters".into()),
+            ..Default::default()
+        };
+        submit_job(&mut c, &bob, named, 20).unwrap();
+        let array = JobRequest {
+            array: Some(parse_array("0-2").unwrap()),
+            ..Default::default()
+        };
+        submit_job(&mut c, &bob, array, 20).unwrap();
+        let held = JobRequest {
+            hold: Some(true),
+            ..Default::default()
+        };
+        let cancelled = submit_job(&mut c, &ann, held.clone(), 20).unwrap();
+        submit_job(&mut c, &ann, held, 20).unwrap();
+        c.cancel(&ann, cancelled, 30).unwrap();
+        c.schedule(40).unwrap();
+
+        let admin = Caller {
+            admin: true,
+            ..caller(0, "root")
+        };
+        for who in [&ann, &bob, &admin] {
+            for (finished, uid) in [(0, None), (10, None), (10, Some(1000)), (0, Some(1001))] {
+                let (rows, from_records) = both(&c, who, finished, uid);
+                assert_eq!(rows.rows, from_records, "{who:?} {finished} {uid:?}");
+            }
+        }
+        let (all, _) = both(&c, &bob, 10, None);
+        assert_eq!(all.rows.len(), 1 + 1 + 3 + 2, "{all:?}");
+        assert!(all
+            .rows
+            .iter()
+            .any(|r| r.id == cancelled && r.state == JobState::Cancelled));
+        assert!(all
+            .rows
+            .iter()
+            .any(|r| r.array.is_some_and(|(_, task)| task == 2)));
+        assert!(all
+            .rows
+            .iter()
+            .any(|r| r.name.starts_with("a \"quoted\"\\ name 日本語")));
+        // The gang's pulls: the node furthest behind, to its owner only.
+        let row = |who: &Caller| {
+            both(&c, who, 0, None)
+                .0
+                .rows
+                .into_iter()
+                .find(|r| r.id == gang)
+                .unwrap()
+        };
+        let theirs = row(&ann);
+        assert_eq!((theirs.nodes, &*theirs.nodelist), (2, "g[1-2]"));
+        assert_eq!(theirs.pull.map(|p| p.layers_done), Some(1));
+        let others = row(&bob);
+        assert_eq!(others.pull, None);
+        // A pending job's reason comes as its code; nobody's reason for another state does.
+        assert_eq!(others.reason, None);
+        let held = all
+            .rows
+            .iter()
+            .find(|r| r.state == JobState::Pending && r.user == "ann");
+        assert_eq!(held.unwrap().reason.as_deref(), Some("JobHeldUser"));
+    }
+}
