@@ -63,8 +63,8 @@ pub struct JobRow<'a> {
     pub time_limit: u64,
     /// Resources per node.
     pub resources: Resources,
-    /// Its nodes, as [`JobRecord::node_count`] counts them in a listing (which leaves the
-    /// spec out): those it holds, else 1.
+    /// Its nodes, as [`JobRecord::node_count`] counts them: those it holds, else those it
+    /// asks for (1 from a record whose spec was left out).
     pub nodes: u32,
     /// The nodes it holds, as a compressed host list; empty while it holds none.
     pub nodelist: Cow<'a, str>,
@@ -143,7 +143,7 @@ impl<'a> JobRow<'a> {
             end_time: job.end_time,
             time_limit: job.time_limit,
             resources: job.resources,
-            nodes: (job.allocs.len() as u32).max(1),
+            nodes: job.node_count(),
             nodelist: if job.allocs.is_empty() {
                 Cow::Borrowed("")
             } else {

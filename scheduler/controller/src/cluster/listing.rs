@@ -66,9 +66,26 @@ mod tests {
             rows: rows.rows.into_iter().map(owned).collect(),
         };
         let records = c.list(caller, finished, uid, true).unwrap();
+        // A row's NODES is what the job holds or asks for, to every caller (as squeue shows
+        // it), which records without their spec cannot tell: taken from the whole records.
+        let admin = Caller {
+            admin: true,
+            ..caller.clone()
+        };
+        let asks: std::collections::BTreeMap<_, _> = c
+            .list(&admin, finished, uid, false)
+            .unwrap()
+            .iter()
+            .map(|j| (j.id, j.node_count()))
+            .collect();
         let from_records = records
             .iter()
-            .map(|j| owned(JobRow::of(j, &j.pulling)))
+            .map(|j| {
+                owned(JobRow {
+                    nodes: asks[&j.id],
+                    ..JobRow::of(j, &j.pulling)
+                })
+            })
             .collect();
         (rows, from_records)
     }
@@ -103,12 +120,14 @@ mod tests {
             ..Default::default()
         };
         submit_job(&mut c, &bob, array, 20).unwrap();
+        // Held gangs: a pending job's NODES is what it asks for, to everyone.
         let held = JobRequest {
             hold: Some(true),
+            nodes: Some(2),
             ..Default::default()
         };
         let cancelled = submit_job(&mut c, &ann, held.clone(), 20).unwrap();
-        submit_job(&mut c, &ann, held, 20).unwrap();
+        let waiting = submit_job(&mut c, &ann, held, 20).unwrap();
         c.cancel(&ann, cancelled, 30).unwrap();
         c.schedule(40).unwrap();
 
@@ -128,6 +147,10 @@ mod tests {
             .rows
             .iter()
             .any(|r| r.id == cancelled && r.state == JobState::Cancelled));
+        assert!(all
+            .rows
+            .iter()
+            .any(|r| r.id == waiting && r.state == JobState::Pending && r.nodes == 2));
         assert!(all
             .rows
             .iter()
