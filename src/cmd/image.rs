@@ -456,18 +456,7 @@ pub async fn run(socket: &str, cmd: Command) -> Result<i32> {
                         0
                     }))
                 );
-                if !removed.in_use.is_empty() {
-                    println!(
-                        "Kept {} in use by jobs: {}",
-                        removed.in_use.len(),
-                        removed
-                            .in_use
-                            .iter()
-                            .map(|d| short(d))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    );
-                }
+                print_kept("in use by jobs", &removed.in_use);
             }
         }
     }
@@ -518,19 +507,16 @@ async fn prune_shared(store: StoreArg, all: bool, dry_run: bool, json: bool) -> 
         output::clean(&root.display().to_string()),
         format_memory(removed.cache_bytes)
     );
-    if !removed.in_use.is_empty() {
-        println!(
-            "Kept {} being copied by nodes: {}",
-            removed.in_use.len(),
-            removed
-                .in_use
-                .iter()
-                .map(|d| short(d))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
+    print_kept("being copied by nodes", &removed.in_use);
     Ok(())
+}
+
+/// The layers a prune kept (`why`: what holds them), shortened; nothing when none.
+fn print_kept(why: &str, kept: &[String]) {
+    if !kept.is_empty() {
+        let names: Vec<String> = kept.iter().map(|d| short(d)).collect();
+        println!("Kept {} {why}: {}", kept.len(), names.join(", "));
+    }
 }
 
 /// A digest shortened for a table.

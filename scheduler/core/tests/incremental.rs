@@ -64,19 +64,6 @@ fn arb_step(first_id: u64) -> impl Strategy<Value = Step> {
         })
 }
 
-fn config(policy: Policy, tiers: bool) -> Config {
-    let mut c = Config::with_policy(policy);
-    c.reservations = 3;
-    if tiers {
-        let mut scav = Partition::new("scav", &[]);
-        scav.preempt_mode = PreemptMode::Requeue;
-        let mut high = Partition::new("high", &[]);
-        high.priority_tier = 1;
-        c.partitions = vec![Partition::new("default", &[]), scav, high];
-    }
-    c
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 

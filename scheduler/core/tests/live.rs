@@ -84,19 +84,6 @@ fn arb_node(i: usize) -> impl Strategy<Value = Node> {
         .prop_map(move |(cpus, gib, gpus)| node(&format!("n{:02}", (i * 7) % 10), cpus, gib, gpus))
 }
 
-fn config(policy: Policy, tiers: bool) -> Config {
-    let mut c = Config::with_policy(policy);
-    c.reservations = 3;
-    if tiers {
-        let mut scav = Partition::new("scav", &[]);
-        scav.preempt_mode = PreemptMode::Requeue;
-        let mut high = Partition::new("high", &[]);
-        high.priority_tier = 1;
-        c.partitions = vec![Partition::new("default", &[]), scav, high];
-    }
-    c
-}
-
 /// The tasks of `a`, ids from `*next` on, submitted at `now`.
 fn tasks(a: &Array, next: &mut u64, now: Time) -> Vec<PendingJob> {
     (0..a.tasks)

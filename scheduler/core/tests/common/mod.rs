@@ -81,3 +81,18 @@ pub fn apply(state: &mut State, plan: &Plan, now: Time) {
         });
     }
 }
+
+/// Policy `policy` with three reservations and, when `tiers`, three partitions: `default`,
+/// `scav` (preempted by requeue) and `high` (tier 1).
+pub fn config(policy: Policy, tiers: bool) -> Config {
+    let mut c = Config::with_policy(policy);
+    c.reservations = 3;
+    if tiers {
+        let mut scav = Partition::new("scav", &[]);
+        scav.preempt_mode = PreemptMode::Requeue;
+        let mut high = Partition::new("high", &[]);
+        high.priority_tier = 1;
+        c.partitions = vec![Partition::new("default", &[]), scav, high];
+    }
+    c
+}
