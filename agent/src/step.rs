@@ -474,15 +474,9 @@ async fn serve(
     if streamed {
         return crate::step_output::pass_on_to_caller(stream, node, key, client).await;
     }
-    let mut probe = [0u8; 1];
     loop {
-        tokio::select! {
-            // The caller hung up (interrupted): its step is stopped.
-            _ = stream.read(&mut probe) => {
-                let _ = client.post::<_, StepRecord>("/v1/agent/steps/cancel", &key).await;
-                return;
-            }
-            () = tokio::time::sleep(STATUS_EVERY) => {}
+        if hung_up_within(&mut stream, STATUS_EVERY, key, client).await {
+            return;
         }
         match client
             .post::<_, StepRecord>("/v1/agent/steps/status", &key)
@@ -493,6 +487,24 @@ async fn serve(
             Err(e) if e.is_transient() => {}
             Err(e) => return reply(&mut stream, &StepReply::Error(api_words(&e))).await,
         }
+    }
+}
+
+/// Waits `wait` for the caller on `stream`; true when it hung up (interrupted) first, and its
+/// step is then stopped.
+pub(crate) async fn hung_up_within(
+    stream: &mut tokio::net::UnixStream,
+    wait: Duration,
+    key: StepKey,
+    client: &Client,
+) -> bool {
+    let mut probe = [0u8; 1];
+    tokio::select! {
+        _ = stream.read(&mut probe) => {
+            let _ = client.post::<_, StepRecord>("/v1/agent/steps/cancel", &key).await;
+            true
+        }
+        () = tokio::time::sleep(wait) => false,
     }
 }
 

@@ -28,10 +28,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use tokio::io::AsyncReadExt;
 use tokio::sync::Notify;
 use wharf_api::step::StepKey;
-use wharf_api::step::{StepRecord, StepReply};
+use wharf_api::step::StepReply;
 use wharf_api::step_output::{OutputAck, OutputBatch, OutputPush, OutputRead, PushChunk, Stream};
 use wharf_client::Client;
 use wharf_runtime::{Backend, JobDir, JobStatus};
@@ -362,14 +361,9 @@ pub(crate) async fn pass_on_to_caller(
         after: 0,
     };
     let mut wait = Duration::ZERO;
-    let mut probe = [0u8; 1];
     loop {
-        tokio::select! {
-            _ = stream.read(&mut probe) => {
-                let _ = client.post::<_, StepRecord>("/v1/agent/steps/cancel", &key).await;
-                return;
-            }
-            () = tokio::time::sleep(wait) => {}
+        if crate::step::hung_up_within(&mut stream, wait, key, client).await {
+            return;
         }
         let batch = match client
             .post::<_, OutputBatch>("/v1/agent/steps/output/read", &read)
