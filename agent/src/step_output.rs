@@ -15,8 +15,10 @@
 //! ```
 //!
 //! Memory holds one push at a time; what the controller has no room for waits in the file,
-//! and what the caller was passed is punched out of the file, so a task writing on and on
-//! fills neither memory nor the disk faster than its caller reads. A restarted agent, or a
+//! and what the caller was passed is punched out of the file. A stream whose unread part
+//! grows past [`BACKLOG_BYTES`] (a task writing faster than its caller reads, a caller that
+//! stopped reading) stops its task, and so does a discard while the task runs: the files are
+//! root's, on the node's state disk, and one task must not fill it. A restarted agent, or a
 //! restarted controller, goes on from the first byte not punched out: the controller skips
 //! what it already has, the caller what it already wrote (by offset).
 
@@ -45,6 +47,42 @@ pub const PUSH_BYTES: usize = 512 << 10;
 /// Bytes one stream gives one push at most (tasks take turns going first, so one busy task
 /// does not starve the rest).
 const STREAM_BYTES: usize = PUSH_BYTES;
+
+/// Bytes of one captured stream not yet passed to the caller (the file's size past what was
+/// punched out) beyond which the task is stopped. The files are root's, on the agent's state
+/// disk: a task writing faster than its caller reads, a caller that stopped reading, or a
+/// task that writes far ahead of its end (`pwrite`) must not fill that disk for every job of
+/// the node.
+pub const BACKLOG_BYTES: u64 = 256 << 20;
+
+/// Why a step task is stopped when its captured output grew past [`BACKLOG_BYTES`] unread.
+fn backlog_words(node: &str) -> String {
+    format!(
+        "its output on node {node} grew more than {} MiB past what its caller read; \
+         write large output to a file (wharf step -o) instead",
+        BACKLOG_BYTES >> 20
+    )
+}
+
+/// Whether a captured stream of `len` bytes, punched out up to `punched`, is over
+/// [`BACKLOG_BYTES`].
+fn over_backlog(len: u64, punched: u64) -> bool {
+    len.saturating_sub(punched) > BACKLOG_BYTES
+}
+
+/// Stops step task `t` (once) with `reason`, unless it has ended.
+fn stop_task(launcher: &dyn Backend, t: &Task, reason: &str) {
+    if matches!(launcher.status(&t.dir), JobStatus::Exited(_)) || t.dir.stop().exists() {
+        return;
+    }
+    tracing::warn!(job = t.key.job, step = t.key.step, task = t.local, %reason, "stopping a step task");
+    if JobDir::write_private(&t.dir.stop(), reason.as_bytes()).is_ok() {
+        if let Err(e) = launcher.cancel(&t.dir) {
+            tracing::warn!(job = t.key.job, step = t.key.step, error = %e, "cancel failed");
+            let _ = std::fs::remove_file(t.dir.stop());
+        }
+    }
+}
 
 /// Told whenever a task's output is all passed on: its step's end may now be reported.
 pub static DRAINED: LazyLock<Notify> = LazyLock::new(Notify::new);
@@ -233,6 +271,13 @@ async fn pass(
         let mut budget = PUSH_BYTES;
         for p in &paths {
             let t = &tasks[p];
+            let backlog = t.streams.iter().any(|&(stream, _, punched)| {
+                std::fs::symlink_metadata(t.dir.captured(stream == Stream::Stderr))
+                    .is_ok_and(|m| over_backlog(m.len(), punched))
+            });
+            if backlog {
+                stop_task(launcher, t, &backlog_words(node));
+            }
             let was_over = matches!(launcher.status(&t.dir), JobStatus::Exited(_));
             let mut read_out = true;
             for &(stream, offset, _) in &t.streams {
@@ -333,6 +378,15 @@ async fn pass(
         };
         for p in finished {
             let t = tasks.get_mut(p).expect("listed");
+            if ack.discard {
+                // Nobody will read what it writes from here: it is stopped rather than left
+                // writing into a file nothing empties.
+                stop_task(
+                    launcher,
+                    t,
+                    "its caller stopped taking its output (gone, or not reading for minutes)",
+                );
+            }
             if let Err(e) = JobDir::write_private(&drained(&t.dir), b"") {
                 tracing::warn!(dir = %p.display(), error = %e, "cannot mark a step task's output passed on");
                 continue;
@@ -414,6 +468,26 @@ pub(crate) async fn pass_on_to_caller(
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn a_stream_far_past_what_its_caller_read_is_over_the_backlog() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stdout");
+        let f = std::fs::File::create(&path).unwrap();
+        // A task that wrote (or seeked) past the backlog with nothing read yet.
+        f.set_len(BACKLOG_BYTES + 1).unwrap();
+        let len = std::fs::symlink_metadata(&path).unwrap().len();
+        assert!(over_backlog(len, 0));
+        // The same once its caller read all but the backlog.
+        assert!(!over_backlog(len, 1));
+        assert!(!over_backlog(len, len));
+        assert!(!over_backlog(0, 0));
+        assert!(
+            backlog_words("n1").contains("256 MiB"),
+            "{}",
+            backlog_words("n1")
+        );
+    }
 
     #[test]
     fn what_was_taken_is_punched_out_and_a_restart_goes_on_after_it() {

@@ -99,3 +99,45 @@ fn step_output_from_every_host_reaches_the_caller_labelled_in_order_and_bounded(
     srun.sort();
     assert_eq!(srun, ["SRUN 0: node1", "SRUN 1: node2"], "{tail}");
 }
+
+/// Bytes the backlog test's task tries to write: well past the agent's backlog bound
+/// (`BACKLOG_BYTES`, 256 MiB), in lines of 100 bytes.
+const BACKLOG_TRY: u64 = 400_000_000;
+
+#[test]
+fn a_step_whose_caller_does_not_read_is_stopped_before_it_fills_the_nodes_disk() {
+    let test = "a_step_whose_caller_does_not_read_is_stopped_before_it_fills_the_nodes_disk";
+    let Some(bed) = MultiHost::start(test, 2, "") else {
+        return;
+    };
+    let w = wharf_bin();
+    let line = "x".repeat(99);
+    // The caller reads nothing for 30 s while its task writes as fast as it can: what the
+    // caller has not read waits in a root-owned file on the node's state disk, and past the
+    // bound the task is stopped (without the bound it writes all of it, and the step ends 0).
+    let script = format!(
+        "if [ \"$RANK\" = 0 ]; then \
+           {{ {w} step -q -N 1 -- sh -c 'yes {line} | head -c {BACKLOG_TRY}'; echo \"BACKLOG_STATUS $?\" >&2; }} \
+             | {{ sleep 30; echo BACKLOG_BYTES $(wc -c); }}; \
+         fi"
+    );
+    let id = bed.submit(&["--nodes", "2", "--cpus", "2", "-t", "5m", "--wrap", &script]);
+    let job = bed.wait_done(id, Duration::from_secs(300));
+    let out = bed.output(id);
+    let tail = &out[out.len().saturating_sub(3000)..];
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{tail}\n{}", bed.logs());
+    let status = out
+        .lines()
+        .find_map(|l| l.strip_prefix("BACKLOG_STATUS "))
+        .unwrap_or_else(|| panic!("no status: {tail}"));
+    assert_ne!(status, "0", "the task wrote on past the bound: {tail}");
+    let bytes: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("BACKLOG_BYTES "))
+        .and_then(|b| b.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no byte count: {tail}"));
+    assert!(
+        bytes < BACKLOG_TRY,
+        "{bytes} bytes reached the caller: {tail}"
+    );
+}
