@@ -186,12 +186,21 @@ impl SharedCache {
             return Ok(None);
         };
         let before = identity(&dir);
+        // Read before the copy: an eviction removes the record with the layer.
+        let recorded = shared_quota::recorded_size(&self.root, hex);
         let staging = Staging::create(tmp, "layer", 0o755)?;
         copy_tree(&dir, &staging.path, budget)?;
         copied();
         // An eviction renames a layer away before deleting it: a source still at its path
-        // as the same directory was whole for the whole copy.
-        if before.is_none() || identity(&dir) != before {
+        // as the same directory was whole for the whole copy. Where the storage's attribute
+        // cache hides that (NFS), a copy with less content than its publisher recorded lost
+        // part of its source to an eviction all the same. (More is no sign: hard links come
+        // out of a copy as files of their own.)
+        let short = match recorded {
+            Some(want) => crate::store::tree_size(&staging.path)? < want,
+            None => false,
+        };
+        if before.is_none() || identity(&dir) != before || short {
             return Err(ImageError::new(
                 ErrorKind::Unavailable,
                 format!(

@@ -29,7 +29,9 @@
 //!   renames a layer away (into `tmp/`) before deleting it, so a source that was evicted
 //!   meanwhile (a lease that expired, an eviction that decided between a copier's lease and
 //!   its start) fails the check, and the node downloads the layer from the registry instead.
-//!   A partial copy is never kept.
+//!   Where the storage's attribute cache hides the rename from the copier (NFS clients cache
+//!   attributes for seconds), a copy with less file content than the layer's record says is
+//!   refused the same way. A partial copy is never kept.
 //! - **One eviction at a time** is `evict.lock`, made with `O_EXCL` and deleted when done; one
 //!   older than an hour (its node died) is removed by the next. Two evictions at once would do
 //!   no harm, only double work: each layer is renamed away once, and the other finds it gone.
@@ -238,6 +240,13 @@ fn record_path(cache: &Path, hex: &str) -> PathBuf {
 
 /// Writes layer `hex`'s record (its `size`), last used at `used`, atomically (a rename from
 /// `tmp/`).
+/// The size layer `hex`'s record gives (bytes of file content, as its publisher measured
+/// them); `None` without a readable record.
+pub(crate) fn recorded_size(cache: &Path, hex: &str) -> Option<u64> {
+    let bytes = fs::read(record_path(cache, hex)).ok()?;
+    serde_json::from_slice::<Record>(&bytes).ok().map(|r| r.size)
+}
+
 pub(crate) fn write_record(cache: &Path, hex: &str, size: u64, used: SystemTime) -> Result<()> {
     let json = serde_json::to_vec(&Record {
         digest: format!("sha256:{hex}"),

@@ -258,6 +258,25 @@ fn a_copy_whose_source_was_evicted_meanwhile_is_refused() {
         })
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    // A source that lost files while it stayed the same directory to the copier (storage
+    // whose attribute cache hid the eviction's rename): less content than its record says.
+    n.publish(0, 'c', 1000, 300);
+    let e = n
+        .cache
+        .copy_out_then(&hex('c'), &tmp, &mut budget(), || {})
+        .map(|_| ())
+        .and_then(|()| {
+            fs::remove_file(n.cache.root().join("layers").join(hex('c')).join("f")).unwrap();
+            n.cache
+                .copy_out_then(&hex('c'), &tmp, &mut budget(), || {})
+                .map(|_| ())
+        })
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unavailable, "{e}");
+    assert!(
+        fs::read_dir(&tmp).unwrap().next().is_none(),
+        "a partial copy was kept"
+    );
 }
 
 #[test]
