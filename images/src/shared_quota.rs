@@ -244,7 +244,9 @@ fn record_path(cache: &Path, hex: &str) -> PathBuf {
 /// them); `None` without a readable record.
 pub(crate) fn recorded_size(cache: &Path, hex: &str) -> Option<u64> {
     let bytes = fs::read(record_path(cache, hex)).ok()?;
-    serde_json::from_slice::<Record>(&bytes).ok().map(|r| r.size)
+    serde_json::from_slice::<Record>(&bytes)
+        .ok()
+        .map(|r| r.size)
 }
 
 pub(crate) fn write_record(cache: &Path, hex: &str, size: u64, used: SystemTime) -> Result<()> {
