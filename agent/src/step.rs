@@ -153,16 +153,25 @@ fn step_dirs(state_dir: &Path) -> std::collections::BTreeMap<StepKey, Vec<(u32, 
 /// Stops the tasks in `dirs` that still run, recording `reason` (as a kill order does).
 fn stop_tasks(launcher: &dyn Backend, dirs: &[(u32, JobDir)], reason: &str) {
     for (_, dir) in dirs {
-        if dir.stop().exists() || matches!(launcher.status(dir), JobStatus::Exited(_)) {
-            continue;
-        }
-        if JobDir::write_private(&dir.stop(), reason.as_bytes()).is_ok() {
-            if let Err(e) = launcher.cancel(dir) {
-                tracing::warn!(dir = %dir.path().display(), error = %e, "cannot stop a step task");
-                let _ = std::fs::remove_file(dir.stop());
-            }
-        }
+        stop_task(launcher, dir, reason);
     }
+}
+
+/// Stops step task `dir` (once) with `reason`, unless it has ended; whether it was asked to
+/// stop now.
+pub(crate) fn stop_task(launcher: &dyn Backend, dir: &JobDir, reason: &str) -> bool {
+    if dir.stop().exists() || matches!(launcher.status(dir), JobStatus::Exited(_)) {
+        return false;
+    }
+    if JobDir::write_private(&dir.stop(), reason.as_bytes()).is_err() {
+        return false;
+    }
+    if let Err(e) = launcher.cancel(dir) {
+        tracing::warn!(dir = %dir.path().display(), error = %e, "cannot stop a step task");
+        let _ = std::fs::remove_file(dir.stop());
+        return false;
+    }
+    true
 }
 
 /// This node's steps, each once for all its tasks here (as a job's tasks are reported).

@@ -70,17 +70,10 @@ fn over_backlog(len: u64, punched: u64) -> bool {
     len.saturating_sub(punched) > BACKLOG_BYTES
 }
 
-/// Stops step task `t` (once) with `reason`, unless it has ended.
+/// Stops step task `t` with `reason`, unless it has ended or is being stopped.
 fn stop_task(launcher: &dyn Backend, t: &Task, reason: &str) {
-    if matches!(launcher.status(&t.dir), JobStatus::Exited(_)) || t.dir.stop().exists() {
-        return;
-    }
-    tracing::warn!(job = t.key.job, step = t.key.step, task = t.local, %reason, "stopping a step task");
-    if JobDir::write_private(&t.dir.stop(), reason.as_bytes()).is_ok() {
-        if let Err(e) = launcher.cancel(&t.dir) {
-            tracing::warn!(job = t.key.job, step = t.key.step, error = %e, "cancel failed");
-            let _ = std::fs::remove_file(t.dir.stop());
-        }
+    if crate::step::stop_task(launcher, &t.dir, reason) {
+        tracing::warn!(job = t.key.job, step = t.key.step, task = t.local, %reason, "stopped a step task");
     }
 }
 
