@@ -28,6 +28,7 @@ lacks() { ! has "$@"; }
 echo "== node"
 uname -r
 nvidia-smi -L
+echo "MIG mode: $(nvidia-smi --query-gpu=mig.mode.current --format=csv,noheader 2>&1 | tr '\n' ' ')"
 smi_uuids=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | sort)
 ngpus=$(echo "$smi_uuids" | grep -c GPU-)
 if [ -e /sys/fs/cgroup/cgroup.controllers ]; then echo "cgroup v2"; else echo "cgroup v1/hybrid"; fi
@@ -246,19 +247,45 @@ check "a job that holds a GPU and sleeps shows low utilization (${iutil:-none}%)
 check "and wharf eff says so in a hint" has "$(WHARF_SOCKET="$data/wharf.sock" "$WHARF" eff \
     "$(printf '%s\n' "$out" | sed -n 's/.*[Jj]ob \([0-9][0-9]*\).*/\1/p' | head -1)")" 'GPUs were busy'
 
-echo "== the device cgroup holds even for host root inside the job's cgroup"
-if [ -e /sys/fs/cgroup/cgroup.controllers ]; then cgroot=/sys/fs/cgroup; else cgroot=/sys/fs/cgroup/devices; fi
+echo "== the job's cgroups: a parent with the job's limits, a leaf per task and per step"
+if [ -e /sys/fs/cgroup/cgroup.controllers ]; then v2=1 cgroot=/sys/fs/cgroup; else v2=0 cgroot=/sys/fs/cgroup/devices; fi
+# The job runs a step beside its batch command, so both kinds of leaf are there at once.
 sleeper=$(WHARF_SOCKET="$data/wharf.sock" runuser -u "$user" -- sh -c \
-    'cd && exec "$0" submit --image host --gpus 1 --time 5m --wrap "sleep 60"' "$WHARF" |
+    'cd && exec "$0" submit --image host --gpus 1 --cpus 2 --mem 3G --time 5m \
+        --wrap "$0 step -- sleep 50 & sleep 60"' "$WHARF" |
     sed -n 's/^Submitted job //p')
-# The agent's default cgroup parent is "wharf".
-cg=$cgroot/wharf/wharf-$sleeper
-for _ in $(seq 100); do
-    grep -q . "$cg/cgroup.procs" 2>/dev/null && break
+# The agent's default cgroup parent is "wharf"; task 0 of job J is the leaf wharf-J/wharf-J,
+# task L of step S the leaf wharf-J/wharf-J.sS.L.
+jobcg=$cgroot/wharf/wharf-$sleeper
+cg=$jobcg/wharf-$sleeper
+step_leaf() { find "$jobcg" -maxdepth 1 -type d -name "wharf-$sleeper.s*" 2>/dev/null | head -1; }
+for _ in $(seq 200); do
+    grep -q . "$cg/cgroup.procs" 2>/dev/null && [ -n "$(step_leaf)" ] &&
+        grep -q . "$(step_leaf)/cgroup.procs" 2>/dev/null && break
     sleep 0.1
 done
-echo "job $sleeper, cgroup $cg"
-[ -n "$sleeper" ] && grep -q . "$cg/cgroup.procs" 2>/dev/null || { fail "the job's cgroup appeared"; cg=/nonexistent; }
+echo "job $sleeper, cgroup $jobcg:"
+find "$jobcg" -maxdepth 1 -type d 2>/dev/null | sed "s|^$cgroot/||"
+[ -n "$sleeper" ] && grep -q . "$cg/cgroup.procs" 2>/dev/null || { fail "the job's task cgroup appeared"; cg=/nonexistent; }
+check "the job's own cgroup holds no process (its tasks and steps are leaves)" \
+    sh -c '[ -d "$0" ] && ! grep -q . "$0/cgroup.procs"' "$jobcg"
+stepcg=$(step_leaf)
+check "a step of the job is a leaf under the job's cgroup, beside its batch task" \
+    sh -c '[ -n "$0" ] && grep -q . "$0/cgroup.procs"' "$stepcg"
+if [ "$v2" = 1 ]; then
+    echo "memory.max: job $(cat "$jobcg/memory.max" 2>&1), task $(cat "$cg/memory.max" 2>&1), step $(cat "$stepcg/memory.max" 2>&1)"
+    echo "cpuset.cpus: job $(cat "$jobcg/cpuset.cpus" 2>&1); pids.max: job $(cat "$jobcg/pids.max" 2>&1)"
+    check "the job's cgroup holds its --mem (3G) for the batch task and the step together" \
+        [ "$(cat "$jobcg/memory.max" 2>/dev/null)" = $((3 * 1024 * 1024 * 1024)) ]
+    ncpus() { # the CPUs a cpuset list such as 0-1,4 names
+        printf '%s\n' "$1" | tr ',' '\n' | awk -F- 'NF { n += ($2 == "" ? 1 : $2 - $1 + 1) } END { print n + 0 }'
+    }
+    check "the job's cgroup holds its 2 CPUs" [ "$(ncpus "$(cat "$jobcg/cpuset.cpus" 2>/dev/null)")" = 2 ]
+    check "the job's cgroup enables memory, cpuset and pids for its leaves" \
+        sh -c 'for c in memory cpuset pids; do grep -qw "$c" "$0/cgroup.subtree_control" || exit 1; done' "$jobcg"
+fi
+
+echo "== the device cgroup holds even for host root inside the job's task cgroup"
 others=$(ls /dev/nvidia-caps/* /dev/vd? /dev/sd? /dev/nvme?n? 2>/dev/null | head -3)
 out=$(sh -c 'echo $$ > "$0/cgroup.procs" || exit; exec "$@"' "$cg" "$py" -c '
 import os, sys
