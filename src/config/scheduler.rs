@@ -13,6 +13,11 @@ use super::duration;
 pub struct SchedulerSection {
     pub policy: String,
     pub reservations: usize,
+    /// Reservations past `reservations` for the first blocked job of each association that
+    /// holds none (0: none).
+    pub assoc_reservations: usize,
+    /// A job that has waited this long keeps the reservation it holds.
+    pub keep_reservations_after: String,
     pub max_job_test: usize,
     pub half_life: String,
     pub max_age: String,
@@ -337,6 +342,8 @@ impl Default for SchedulerSection {
         SchedulerSection {
             policy: "multifactor".into(),
             reservations: c.reservations,
+            assoc_reservations: c.assoc_reservations,
+            keep_reservations_after: format!("{}s", c.keep_reservations_after / 1000),
             max_job_test: c.max_job_test,
             half_life: "7d".into(),
             max_age: "7d".into(),
@@ -406,6 +413,11 @@ impl SchedulerSection {
         };
         let mut c = wharf_controller::SchedulerConfig::with_policy(policy);
         c.reservations = self.reservations;
+        c.assoc_reservations = self.assoc_reservations;
+        c.keep_reservations_after = ms(
+            "scheduler.keep_reservations_after",
+            &self.keep_reservations_after,
+        )?;
         c.max_job_test = self.max_job_test;
         c.half_life = ms("scheduler.half_life", &self.half_life)?;
         c.max_age = ms("scheduler.max_age", &self.max_age)?;
@@ -688,10 +700,23 @@ mod tests {
             ("policy = \"sjf\"", "scheduler.policy \"sjf\""),
             ("reservations = 0", "scheduler.reservations"),
             ("half_life = \"soon\"", "scheduler.half_life"),
+            (
+                "keep_reservations_after = \"a while\"",
+                "scheduler.keep_reservations_after",
+            ),
         ] {
             let err = refused(&format!("[scheduler]\n{text}\n"));
             assert!(err.contains(want), "{err}");
         }
+    }
+
+    #[test]
+    fn reservations_past_the_depth_and_kept_ones_are_configured() {
+        let text = "[scheduler]\nassoc_reservations = 4\nkeep_reservations_after = \"2d\"\n";
+        let file: FileConfig = toml::from_str(text).unwrap();
+        let c = file.scheduler.resolve().unwrap();
+        assert_eq!(c.assoc_reservations, 4);
+        assert_eq!(c.keep_reservations_after, 2 * 24 * 3600 * 1000);
     }
 
     #[test]

@@ -108,6 +108,10 @@ pub struct Cluster {
     sched: SchedConfig,
     /// The scheduling core, which keeps its view of nodes and running jobs between passes.
     scheduler: Scheduler,
+    /// The reservations of the last pass, in the order it made them, for the next pass (see
+    /// `wharf_core::State::reserved`); not stored: after a restart the first pass makes them
+    /// again.
+    reserved: BTreeMap<JobId, u32>,
     /// Fair-share usage: rebuilt at start from the ledger's most recent runs, then charged as
     /// runs end.
     usage: UsageLedger,
@@ -226,6 +230,7 @@ impl Cluster {
             usage: UsageLedger::new(sched.half_life),
             sched,
             scheduler: Scheduler::default(),
+            reserved: BTreeMap::new(),
             budgets: budget::Budgets::default(),
             groups: crate::groups::unix_groups,
             watch: JobWatch::default(),

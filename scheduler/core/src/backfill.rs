@@ -9,7 +9,7 @@
 //! partition fail at once (starts and reservations only ever take capacity away within a
 //! pass); only reserved jobs look at every node's time profile.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use wharf_api::JobId;
 
@@ -21,10 +21,11 @@ use crate::plan::{Preemption, Reservation, Start, Waiting};
 use crate::preempt::{self, Asker, Victims};
 use crate::reason::PendingReason;
 use crate::select::{why_none, Selection};
-use crate::state::{Node, PendingJob, Time};
+use crate::state::{Assoc, Node, PendingJob, Time};
 use crate::tres::Tres;
 
 /// A job that passed every check but resources: its partition and time limit.
+#[derive(Clone, Copy)]
 pub(crate) struct Ready<'a> {
     pub job: &'a PendingJob,
     /// Its id (kept here so that a job decided without a look at it is not read at all).
@@ -114,6 +115,11 @@ pub(crate) fn pass(
         ..Outcome::default()
     };
     let max_res = config.reservation_limit();
+    let max_own = config.own_reservation_limit();
+    // Associations holding a reservation in this pass, and how many reservations past the
+    // first `max_res` were made for an association's first blocked job.
+    let mut reserved_for: BTreeSet<&Assoc> = BTreeSet::new();
+    let mut own = 0usize;
     let mut failed: Vec<Vec<Failed>> = (0..parts.parts.len()).map(|_| Vec::new()).collect();
     // Jobs often share a selection (the tasks of an array, one user's jobs): the nodes it
     // allows, and why none could ever do, are worked out once per partition and selection.
@@ -249,8 +255,13 @@ pub(crate) fn pass(
                 continue;
             }
         }
-        if out.reservations.len() < max_res {
+        // Past the first `max_res`, an association's first blocked job still gets one, so
+        // that its own later jobs cannot backfill ahead of it forever.
+        let in_depth = out.reservations.len() < max_res;
+        if in_depth || (own < max_own && !reserved_for.contains(&r.job.assoc)) {
             if let Some(res) = reserve(table, parts, r.part, &fit, now, r.limit, nodes, r.job.id) {
+                own += usize::from(!in_depth);
+                reserved_for.insert(&r.job.assoc);
                 out.waiting
                     .push(wait(PendingReason::Resources, Some(res.start)));
                 out.reservations.push(res);

@@ -187,7 +187,7 @@ impl Default for Weights {
         Weights {
             age: 1_000,
             fairshare: 10_000,
-            job_size: 1_000,
+            job_size: 3_000,
             partition: 1_000,
             qos: 2_000,
         }
@@ -202,6 +202,16 @@ pub struct Config {
     /// Reservations the multifactor policy makes per pass (Slurm's backfill reserves for the
     /// first jobs it cannot start); EASY makes 1, FCFS none.
     pub reservations: usize,
+    /// Past the first [`Config::reservations`], the first blocked job of each association
+    /// that holds none yet gets a reservation too, up to this many more per pass (multifactor
+    /// only; 0: none). Without it, a large job that is never among the first blocked jobs
+    /// waits while its own association's later, smaller jobs backfill ahead of it.
+    pub assoc_reservations: usize,
+    /// A job that has waited this long (ms) keeps the reservation it holds: it comes before
+    /// every job of its partition tier that holds none, so its start can only move earlier
+    /// (multifactor only). Below it, a job of higher priority that comes later takes the
+    /// reservation over, as in Slurm.
+    pub keep_reservations_after: Time,
     /// Most pending jobs one pass looks at, in priority order (Slurm's `bf_max_job_test`);
     /// the rest wait with reason `Priority`.
     pub max_job_test: usize,
@@ -256,6 +266,15 @@ impl Config {
             .unwrap_or_default()
     }
 
+    /// How many reservations a pass makes, past [`Config::reservation_limit`], for the first
+    /// blocked job of associations that hold none.
+    pub fn own_reservation_limit(&self) -> usize {
+        match self.policy {
+            Policy::Fcfs | Policy::Easy => 0,
+            Policy::Multifactor => self.assoc_reservations,
+        }
+    }
+
     /// How many reservations a pass makes under this policy.
     pub fn reservation_limit(&self) -> usize {
         match self.policy {
@@ -270,7 +289,9 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             policy: Policy::Multifactor,
-            reservations: 8,
+            reservations: 4,
+            assoc_reservations: 32,
+            keep_reservations_after: 24 * 3600 * 1000,
             max_job_test: 100_000,
             weights: Weights::default(),
             max_age: 7 * 24 * 3600 * 1000,

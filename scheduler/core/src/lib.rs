@@ -58,7 +58,9 @@ pub use partition::DEFAULT_PARTITION;
 pub use plan::{Plan, Preemption, Priority, Reservation, Start, Waiting};
 pub use reason::PendingReason;
 pub use select::Selection;
-pub use state::{Alloc, Assoc, Hold, Node, NodeState, PendingJob, RunningJob, State, Time};
+pub use state::{
+    kept_reservations, Alloc, Assoc, Hold, Node, NodeState, PendingJob, RunningJob, State, Time,
+};
 pub use tres::{Gpu, Request, GPU_SLOTS};
 
 use std::collections::BTreeSet;
@@ -198,7 +200,17 @@ pub(crate) fn pass(
             }
         }
     }
-    let ready = queue::order(&state.pending, ids, segments);
+    let mut ready = queue::order(&state.pending, ids, segments);
+    if config.policy == Policy::Multifactor && !state.reserved.is_empty() {
+        let keep_after = config.keep_reservations_after;
+        let waited = |job: &PendingJob| {
+            let since = job.begin.unwrap_or(0).max(job.submit);
+            now.saturating_sub(since) >= keep_after
+        };
+        ready = queue::reserved_first(ready, &state.reserved, waited, |part| {
+            parts.parts[part].tier
+        });
+    }
     let mut held = limits::Counters::new(config, &state.running, now, &state.budget);
     let victims = preempt::Victims::new(config, parts, &state.running);
     let out = backfill::pass(

@@ -184,6 +184,11 @@ impl Live {
             .collect();
     }
 
+    /// Keeps the reservations of `plan` for the next pass (see [`State::keep_reservations`]).
+    pub fn keep_reservations(&mut self, plan: &Plan) {
+        self.state.keep_reservations(plan);
+    }
+
     /// One scheduling pass at `now`: the plan [`crate::schedule`] would make from
     /// [`Live::state`] and [`Live::config`].
     pub fn pass(&mut self, now: Time) -> Plan {

@@ -9,6 +9,7 @@
 //! twin just before it waited without a reservation waits for the same reason at once (see
 //! [`crate::backfill`]).
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 
 use wharf_api::JobId;
@@ -218,6 +219,53 @@ pub(crate) fn order<'a>(
                 prev = Some(s);
             }
         }
+        i = j;
+    }
+    out
+}
+
+/// `ready` (in scheduling order, highest partition tier first) with the jobs in `reserved`
+/// that have `waited` moved ahead of the other jobs of their tier, in their order there (the
+/// order the last pass made their reservations in). So such a reservation is not taken over
+/// by a job that comes later with a higher priority, nor by another kept one; it can only move
+/// earlier. Without this a large job whose reservation
+/// keeps being overtaken waits forever, and the nodes drained for it idle in vain each time
+/// (Maui's `RESERVATIONPOLICY HIGHEST` keeps reservations the same way).
+pub(crate) fn reserved_first<'a>(
+    ready: Vec<Ready<'a>>,
+    reserved: &BTreeMap<JobId, u32>,
+    waited: impl Fn(&PendingJob) -> bool,
+    tier: impl Fn(usize) -> u32,
+) -> Vec<Ready<'a>> {
+    let held: Vec<bool> = ready
+        .iter()
+        .map(|r| reserved.contains_key(&r.id) && waited(r.job))
+        .collect();
+    if !held.contains(&true) {
+        return ready;
+    }
+    let mut out = Vec::with_capacity(ready.len());
+    let mut i = 0;
+    while i < ready.len() {
+        let t = tier(ready[i].part);
+        let mut j = i + 1;
+        while j < ready.len() && tier(ready[j].part) == t {
+            j += 1;
+        }
+        let mut first: Vec<(u32, usize)> = (i..j)
+            .filter(|&k| held[k])
+            .map(|k| (reserved[&ready[k].id], k))
+            .collect();
+        first.sort_unstable();
+        out.extend(first.iter().map(|&(_, k)| Ready {
+            alike_prev: false,
+            ..ready[k]
+        }));
+        // A job that was alike the one before it is alike it still only if that one stayed.
+        out.extend((i..j).filter(|&k| !held[k]).map(|k| Ready {
+            alike_prev: ready[k].alike_prev && k > i && !held[k - 1],
+            ..ready[k]
+        }));
         i = j;
     }
     out

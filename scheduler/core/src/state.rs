@@ -194,4 +194,24 @@ pub struct State {
     /// The budget period and what ended runs used in it, for budgets (GrpTRESMins); unused
     /// when none is configured.
     pub budget: crate::limits::BudgetUsage,
+    /// Pending jobs that held a reservation after the last pass, each with its place among
+    /// that pass's reservations (kept by [`State::keep_reservations`]). Under the multifactor
+    /// policy, those that have waited [`crate::Config::keep_reservations_after`] come before
+    /// every other job of their partition tier, in that order.
+    pub reserved: BTreeMap<JobId, u32>,
+}
+
+impl State {
+    /// Keeps the reservations `plan` made for the next pass, in the order it made them. A job
+    /// that got none in `plan` (it started, left, or can no longer get one) is dropped.
+    pub fn keep_reservations(&mut self, plan: &crate::Plan) {
+        self.reserved = kept_reservations(plan);
+    }
+}
+
+/// What [`State::keep_reservations`] keeps of `plan`.
+pub fn kept_reservations(plan: &crate::Plan) -> BTreeMap<JobId, u32> {
+    (plan.reservations.iter().enumerate())
+        .map(|(place, r)| (r.job, place as u32))
+        .collect()
 }

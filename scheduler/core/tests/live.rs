@@ -182,6 +182,10 @@ proptest! {
             let plan = live.pass(now);
             prop_assert_eq!(&plan, &schedule(now, &state, &config), "at {} over {:?}", now, state);
             prop_assert_eq!(live.state(), &state);
+            // Reservations kept from pass to pass, as the controller and the simulator keep
+            // them.
+            state.keep_reservations(&plan);
+            live.keep_reservations(&plan);
             apply(&mut state, &plan, now);
             for s in &plan.starts {
                 let r = state.running.iter().find(|r| r.id == s.job).expect("started");

@@ -237,9 +237,20 @@ proptest! {
             }
         }
 
-        // Reservations: no more than the policy allows, and each stays feasible through its
-        // window given every running and started job and every other reservation.
-        prop_assert!(plan.reservations.len() <= case.config.reservation_limit());
+        // Reservations: no more than the policy allows (past its depth, one for each
+        // association that holds none), and each stays feasible through its window given
+        // every running and started job and every other reservation.
+        let depth = case.config.reservation_limit();
+        prop_assert!(
+            plan.reservations.len() <= depth + case.config.own_reservation_limit()
+        );
+        let assoc_of = |id: u64| {
+            case.state.pending.iter().find(|j| j.id == id).map(|j| j.assoc.clone())
+        };
+        for (k, r) in plan.reservations.iter().enumerate().skip(depth) {
+            let before: Vec<_> = plan.reservations[..k].iter().map(|b| assoc_of(b.job)).collect();
+            prop_assert!(!before.contains(&assoc_of(r.job)), "a second extra one for {:?}", r.job);
+        }
         for r in &plan.reservations {
             prop_assert!(r.start >= case.now);
             let w = plan.waiting.iter().find(|w| w.job == r.job).unwrap();
@@ -304,6 +315,7 @@ fn simulate_until_started(case: &Case, job: u64, deadline: Time) -> Option<Time>
     let mut now = case.now;
     for _ in 0..500 {
         let plan = schedule(now, &state, &case.config);
+        state.keep_reservations(&plan);
         apply(&mut state, &plan, now);
         if let Some(r) = state.running.iter().find(|r| r.id == job) {
             return Some(r.start);
@@ -333,6 +345,24 @@ proptest! {
     #[test]
     fn a_reservation_is_kept_when_the_plan_is_run_forward(mut case in arb_case()) {
         case.config.policy = Policy::Easy;
+        let plan = schedule(case.now, &case.state, &case.config);
+        if let Some(r) = plan.reservations.first() {
+            let started = simulate_until_started(&case, r.job, r.start);
+            prop_assert!(
+                started.is_some_and(|t| t <= r.start),
+                "job {} reserved for {} started {:?}", r.job, r.start, started
+            );
+        }
+    }
+
+    /// Under the multifactor policy, with reservations kept from the first pass on, the first
+    /// reserved job starts no later than its reservation said, whatever the priorities do
+    /// (those behind it are placed after it in each pass, so theirs may move either way until
+    /// they are first).
+    #[test]
+    fn the_first_kept_reservation_holds_when_the_plan_is_run_forward(mut case in arb_case()) {
+        case.config.policy = Policy::Multifactor;
+        case.config.keep_reservations_after = 0;
         let plan = schedule(case.now, &case.state, &case.config);
         if let Some(r) = plan.reservations.first() {
             let started = simulate_until_started(&case, r.job, r.start);

@@ -44,6 +44,8 @@ struct File {
 struct Section {
     policy: Option<String>,
     reservations: Option<usize>,
+    assoc_reservations: Option<usize>,
+    keep_reservations_after: Option<String>,
     max_job_test: Option<usize>,
     half_life: Option<String>,
     max_age: Option<String>,
@@ -207,6 +209,12 @@ pub fn scheduler_config(text: &str) -> Result<Config, ConfigError> {
     if let Some(a) = &s.max_age {
         c.max_age = ms("max_age", a)?;
     }
+    if let Some(k) = &s.keep_reservations_after {
+        c.keep_reservations_after = ms("keep_reservations_after", k)?;
+    }
+    if let Some(a) = s.assoc_reservations {
+        c.assoc_reservations = a;
+    }
     if let Some(f) = s.favor_small {
         c.favor_small = f;
     }
@@ -254,11 +262,14 @@ mod tests {
     #[test]
     fn keys_set_the_config() {
         let c = scheduler_config(
-            "[scheduler]\nreservations = 16\nweight_age = 15000\nhalf_life = \"1d\"\nfavor_small = true\n",
+            "[scheduler]\nreservations = 16\nweight_age = 15000\nhalf_life = \"1d\"\nfavor_small = true\n\
+             assoc_reservations = 3\nkeep_reservations_after = \"2h\"\n",
         )
         .unwrap();
         assert_eq!(c.policy, Policy::Multifactor);
         assert_eq!((c.reservations, c.weights.age), (16, 15000));
+        assert_eq!(c.assoc_reservations, 3);
+        assert_eq!(c.keep_reservations_after, 2 * 3600 * 1000);
         assert_eq!(c.half_life, 24 * 3600 * 1000);
         assert!(c.favor_small);
     }

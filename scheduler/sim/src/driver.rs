@@ -251,6 +251,7 @@ impl Driver {
         self.live.set_usage(self.ledger.snapshot(now));
         let t = Instant::now();
         let plan = self.live.pass(now);
+        self.live.keep_reservations(&plan);
         self.core_time += t.elapsed();
         let reserved: BTreeSet<JobId> = plan.reservations.iter().map(|r| r.job).collect();
         let started: BTreeSet<JobId> = plan.starts.iter().map(|s| s.job).collect();

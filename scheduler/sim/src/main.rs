@@ -50,6 +50,13 @@ struct Common {
     /// Wharf's policy: reservations per pass (backfill depth).
     #[arg(long, global = true)]
     reservations: Option<usize>,
+    /// Wharf's policy: reservations past `--reservations` for the first blocked job of each
+    /// association that holds none.
+    #[arg(long, global = true)]
+    assoc_reservations: Option<usize>,
+    /// Wharf's policy: a job that has waited this many hours keeps its reservation.
+    #[arg(long, global = true)]
+    keep_reservations_after_h: Option<f64>,
     /// Wharf's policy: age weight.
     #[arg(long, global = true)]
     weight_age: Option<u32>,
@@ -92,6 +99,16 @@ impl Common {
                 bail!("--reservations must be at least 1");
             }
             c.reservations = r;
+        }
+        if let Some(r) = self.assoc_reservations {
+            c.assoc_reservations = r;
+        }
+        if let Some(h) = self.keep_reservations_after_h {
+            c.keep_reservations_after = if h == 0.0 {
+                0
+            } else {
+                hours(h, "keep-reservations-after-h")?
+            };
         }
         if let Some(w) = self.weight_age {
             c.weights.age = w;

@@ -132,15 +132,16 @@ proptest::proptest! {
     }
 }
 
-/// Wharf's policy with age as its only factor and one reservation orders jobs by submit time,
-/// as EASY does, so the two must make the same decisions: a check that the simulator drives
-/// both configurations through the same machinery.
+/// Wharf's policy with age as its only factor and one reservation (none past it) orders jobs
+/// by submit time, as EASY does, so the two must make the same decisions: a check that the
+/// simulator drives both configurations through the same machinery.
 #[test]
 fn multifactor_with_age_only_and_one_reservation_is_easy() {
     let trace = swf::parse(include_str!("data/lublin_256_head.swf")).unwrap();
     let w = from_swf("t", &trace, &SwfOptions::default());
     let mut config = wharf_core::Config {
         reservations: 1,
+        assoc_reservations: 0,
         ..wharf_core::Config::default()
     };
     config.weights.fairshare = 0;

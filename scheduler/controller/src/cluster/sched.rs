@@ -28,12 +28,15 @@ impl Cluster {
     pub fn schedule(&mut self, now: u64) -> Result<BTreeSet<String>, Failure> {
         let (mut state, facts) = self.sched_state(now);
         if state.pending.is_empty() {
+            self.reserved.clear();
             return Ok(BTreeSet::new());
         }
         state.budget = self.budget_usage(now);
         let never = self.apply_dependencies(&mut state)?;
         self.apply_array_throttles(&mut state);
+        state.reserved = std::mem::take(&mut self.reserved);
         let plan = self.scheduler.schedule(now, &state, &self.sched);
+        self.reserved = wharf_core::kept_reservations(&plan);
         let applied = cycle::apply(&plan, |id| facts.get(&id));
         let mut started = self.never_met(never, now);
         let mut woken = BTreeSet::new();
@@ -144,6 +147,7 @@ impl Cluster {
             usage: self.usage.snapshot(now),
             stopping,
             budget: Default::default(),
+            reserved: BTreeMap::new(),
         };
         (state, facts)
     }

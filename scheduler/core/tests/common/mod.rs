@@ -82,11 +82,13 @@ pub fn apply(state: &mut State, plan: &Plan, now: Time) {
     }
 }
 
-/// Policy `policy` with three reservations and, when `tiers`, three partitions: `default`,
+/// Policy `policy` with three reservations (kept once their job has waited 20 minutes) and, when `tiers`, three partitions: `default`,
 /// `scav` (preempted by requeue) and `high` (tier 1).
 pub fn config(policy: Policy, tiers: bool) -> Config {
     let mut c = Config::with_policy(policy);
     c.reservations = 3;
+    // Short enough that kept reservations come into play within a test's minutes.
+    c.keep_reservations_after = 20 * MIN;
     if tiers {
         let mut scav = Partition::new("scav", &[]);
         scav.preempt_mode = PreemptMode::Requeue;

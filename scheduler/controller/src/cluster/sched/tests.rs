@@ -826,3 +826,45 @@ fn the_simulator_and_the_controller_start_the_same_jobs_in_the_same_places() {
     );
     assert_eq!(simulated, controlled);
 }
+
+/// ann's job waits for the node from 2 s; bob, who has used nothing, sends the same job at
+/// 15 min; the pass at 20 min decides whose job holds the one reservation (is expected to
+/// start at some time).
+fn next_on_the_node(keep_after_min: u64) -> (Option<u64>, Option<u64>) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = wharf_core::Config {
+        reservations: 1,
+        assoc_reservations: 0,
+        keep_reservations_after: keep_after_min * 60_000,
+        ..Default::default()
+    };
+    let mut c = cluster_with(&dir, config);
+    let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
+    let hog = submit(&mut c, &ann, 3, 10);
+    c.schedule(1_000).unwrap();
+    let mut ended = record(&c, hog);
+    ended.start_time = Some(0);
+    ended.end_time = Some(3_600_000);
+    c.charge(&ended);
+    let ann_next = submit(&mut c, &ann, 3, 2_000);
+    c.schedule(3_000).unwrap();
+    assert!(record(&c, ann_next).expected_start.is_some());
+    let bob_next = submit(&mut c, &bob, 3, 15 * 60_000);
+    c.schedule(20 * 60_000).unwrap();
+    (
+        record(&c, ann_next).expected_start,
+        record(&c, bob_next).expected_start,
+    )
+}
+
+#[test]
+fn a_job_that_waited_long_enough_keeps_its_reservation_from_pass_to_pass() {
+    // ann's job has waited 20 min of the 10 needed: bob's waits behind it.
+    let (ann, bob) = next_on_the_node(10);
+    assert!(ann.is_some());
+    assert_eq!(bob, None, "one reservation, ann's");
+    // Of the 30 needed: bob's, of higher priority, takes it.
+    let (ann, bob) = next_on_the_node(30);
+    assert!(bob.is_some());
+    assert_eq!(ann, None);
+}

@@ -1,0 +1,153 @@
+//! Which jobs hold reservations under the multifactor policy beyond the first
+//! `reservations`: an association's first blocked job, and a reservation kept once its job
+//! has waited `keep_reservations_after`.
+// Configs are built field by field so each test shows only what it changes.
+#![allow(clippy::field_reassign_with_default)]
+
+mod common;
+use common::*;
+use wharf_core::*;
+
+/// Fair share alone orders jobs; `hog` has used the cluster, `ann` has not.
+fn fair_config() -> Config {
+    let mut c = Config::default();
+    c.weights = Weights {
+        age: 0,
+        fairshare: 10_000,
+        job_size: 0,
+        partition: 0,
+        qos: 0,
+    };
+    c
+}
+
+fn hog_has_used(state: &mut State) {
+    state.usage.insert(Assoc::new("hog", "hog"), 1_000_000.0);
+}
+
+fn reserved(plan: &Plan) -> Vec<(u64, Time)> {
+    plan.reservations.iter().map(|r| (r.job, r.start)).collect()
+}
+
+/// hog's big job waits for node a (busy until 60 min); ann, who has used nothing, sends the
+/// same shape later.
+fn overtaken(keep_after: Time, kept: bool) -> Plan {
+    let mut config = fair_config();
+    config.reservations = 1;
+    config.assoc_reservations = 0;
+    config.keep_reservations_after = keep_after;
+    let mut state = State {
+        nodes: vec![node("a", 8, 64, 0)],
+        running: vec![running(9, "a", (0..8).collect(), vec![], 0, 60)],
+        pending: vec![job(1, "hog", 8, 0, 60, 0)],
+        ..State::default()
+    };
+    hog_has_used(&mut state);
+    let first = schedule(MIN, &state, &config);
+    assert_eq!(reserved(&first), vec![(1, 60 * MIN)]);
+    if kept {
+        state.keep_reservations(&first);
+    }
+    state.pending.push(job(2, "ann", 8, 0, 60, 15 * MIN));
+    schedule(20 * MIN, &state, &config)
+}
+
+#[test]
+fn a_job_that_waited_long_enough_keeps_its_reservation_against_later_higher_priority_jobs() {
+    let plan = overtaken(10 * MIN, true);
+    assert!(plan.priority(2).unwrap().value > plan.priority(1).unwrap().value);
+    assert_eq!(reserved(&plan), vec![(1, 60 * MIN)], "hog keeps it");
+    assert_eq!(waiting(&plan, 2).reason, PendingReason::Priority);
+}
+
+#[test]
+fn before_that_a_later_job_of_higher_priority_takes_the_reservation_over() {
+    // Waited 20 min of the 30 needed: ann's job goes first, as in Slurm.
+    assert_eq!(reserved(&overtaken(30 * MIN, true)), vec![(2, 60 * MIN)]);
+    // A reservation not kept by the caller is not held either.
+    assert_eq!(reserved(&overtaken(10 * MIN, false)), vec![(2, 60 * MIN)]);
+}
+
+#[test]
+fn kept_reservations_keep_the_order_they_were_made_in() {
+    let mut state = State::default();
+    let plan = |jobs: &[u64]| Plan {
+        reservations: jobs
+            .iter()
+            .map(|&job| Reservation {
+                job,
+                start: 0,
+                end: 0,
+                nodes: vec![],
+            })
+            .collect(),
+        ..Plan::default()
+    };
+    state.keep_reservations(&plan(&[1, 2]));
+    state.keep_reservations(&plan(&[3, 2]));
+    let kept: Vec<(u64, u32)> = state.reserved.iter().map(|(&j, &p)| (j, p)).collect();
+    assert_eq!(kept, vec![(2, 1), (3, 0)], "1 got none, so it is dropped");
+}
+
+/// ann's big job holds the one reservation of the depth (node a at 60 min); hog's big job
+/// (2) is blocked next, and hog's later small, long job (3) fits now on node b, where 4 CPUs
+/// are free until the running job ends at 90 min.
+fn behind_the_depth(assoc_reservations: usize) -> Plan {
+    let mut config = fair_config();
+    config.reservations = 1;
+    config.assoc_reservations = assoc_reservations;
+    let mut state = State {
+        nodes: vec![node("a", 8, 64, 0), node("b", 8, 64, 0)],
+        running: vec![
+            running(8, "a", (0..8).collect(), vec![], 0, 60),
+            running(9, "b", (0..4).collect(), vec![], 0, 90),
+        ],
+        pending: vec![
+            job(1, "ann", 8, 0, 60, 0),
+            job(2, "hog", 8, 0, 60, 0),
+            job(3, "hog", 4, 0, 300, 5 * MIN),
+        ],
+        ..State::default()
+    };
+    hog_has_used(&mut state);
+    schedule(10 * MIN, &state, &config)
+}
+
+#[test]
+fn an_associations_first_blocked_job_gets_a_reservation_past_the_depth() {
+    let plan = behind_the_depth(1);
+    assert_eq!(reserved(&plan), vec![(1, 60 * MIN), (2, 90 * MIN)]);
+    assert_eq!(started(&plan), Vec::<u64>::new(), "3 would delay 2 on b");
+    assert_eq!(waiting(&plan, 3).reason, PendingReason::Priority);
+}
+
+#[test]
+fn without_it_the_associations_own_later_job_backfills_ahead_of_its_first() {
+    let plan = behind_the_depth(0);
+    assert_eq!(reserved(&plan), vec![(1, 60 * MIN)]);
+    assert_eq!(started(&plan), vec![3]);
+}
+
+#[test]
+fn one_extra_reservation_per_association_and_none_under_easy() {
+    // hog's second big job gets none: hog already holds one.
+    let mut config = fair_config();
+    config.reservations = 1;
+    config.assoc_reservations = 5;
+    let mut state = State {
+        nodes: vec![node("a", 8, 64, 0)],
+        running: vec![running(9, "a", (0..8).collect(), vec![], 0, 60)],
+        pending: vec![
+            job(1, "ann", 8, 0, 60, 0),
+            job(2, "hog", 8, 0, 60, 0),
+            job(3, "hog", 8, 0, 60, MIN),
+        ],
+        ..State::default()
+    };
+    hog_has_used(&mut state);
+    let plan = schedule(10 * MIN, &state, &config);
+    assert_eq!(reserved(&plan), vec![(1, 60 * MIN), (2, 120 * MIN)]);
+    config.policy = Policy::Easy;
+    let easy = schedule(10 * MIN, &state, &config);
+    assert_eq!(easy.reservations.len(), 1);
+}
