@@ -175,7 +175,7 @@ fn body<T: serde::de::DeserializeOwned>(
     s: &Shared,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiFailure> {
-    json_body(bytes, || {
+    json_body(bytes, StatusCode::BAD_REQUEST, || {
         format!(
             "request body is over the controller's limit of {} bytes ([limits] \
              max_request_size); make the job smaller (a long script or environment \
@@ -185,12 +185,14 @@ fn body<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// An agent's body: like [`body`], with the agents' own limit.
+/// An agent's body: like [`body`], with the agents' own limit, and 413 past it: an agent
+/// that can split what it sends (a step output push) tells "too large" from "wrong" by the
+/// status and sends less.
 fn agent_body<T: serde::de::DeserializeOwned>(
     s: &Shared,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiFailure> {
-    json_body(bytes, || {
+    json_body(bytes, StatusCode::PAYLOAD_TOO_LARGE, || {
         format!(
             "agent report is over the controller's limit of {} bytes ([limits] \
              max_agent_request_size); raise it for nodes that hold this many jobs",
@@ -199,17 +201,17 @@ fn agent_body<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// A body read within its route's limit and parsed as JSON; `over_limit` says which limit a
-/// body past it broke and what to do.
+/// A body read within its route's limit and parsed as JSON; a body past the limit is
+/// answered `too_large` (invalid input), with `over_limit`'s words on which limit it broke
+/// and what to do.
 fn json_body<T: serde::de::DeserializeOwned>(
     bytes: Result<Bytes, BytesRejection>,
+    too_large: StatusCode,
     over_limit: impl FnOnce() -> String,
 ) -> Result<T, ApiFailure> {
     let bytes = bytes.map_err(|e| match e {
-        // 413, not a plain 400: a sender that can split what it sends (an agent's step output
-        // push) tells "too large" from "wrong" by the status and sends less.
         BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => ApiFailure(
-            StatusCode::PAYLOAD_TOO_LARGE,
+            too_large,
             ApiError {
                 error: over_limit(),
                 kind: ErrorKind::InvalidInput,
