@@ -374,6 +374,8 @@ async fn pass(
                 }
             }
             buffers.insert(key, ack.buffer);
+            // A controller that restarted may take larger pushes now (its limit raised).
+            *push_bytes = PUSH_BYTES;
             more = true;
             continue;
         }
