@@ -174,6 +174,19 @@ pub(crate) fn stop_task(launcher: &dyn Backend, dir: &JobDir, reason: &str) -> b
     true
 }
 
+/// A task that this agent stopped (its output not taken, its caller gone, a sibling
+/// failed) ends with the reason it was stopped for, which its shim never knew: the step's
+/// end then says why rather than only its signal.
+fn with_stop_reason(mut task: TaskReport, dir: &JobDir) -> TaskReport {
+    if let Some(exit) = task.exit.as_mut().filter(|e| e.message.is_none()) {
+        exit.message = std::fs::read_to_string(dir.stop())
+            .ok()
+            .filter(|why| !why.trim().is_empty())
+            .map(wharf_api::text::bound_message);
+    }
+    task
+}
+
 /// This node's steps, each once for all its tasks here (as a job's tasks are reported).
 /// When one task failed, its siblings here are stopped. The end of the job's batch command
 /// on this node does not stop them: the job holds the node until its last rank ends, and
@@ -183,7 +196,9 @@ pub fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentStep> {
     for (key, dirs) in step_dirs(&cfg.state_dir) {
         let tasks: Vec<TaskReport> = dirs
             .iter()
-            .map(|(local, dir)| crate::task_report(launcher, *local, dir, false).0)
+            .map(|(local, dir)| {
+                with_stop_reason(crate::task_report(launcher, *local, dir, false).0, dir)
+            })
             .collect();
         // Its end waits for its output: the caller gets all of it before the step's end.
         let held_back = dirs

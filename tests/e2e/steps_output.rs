@@ -236,3 +236,31 @@ fn a_controller_whose_request_limit_is_under_one_push_still_gets_a_steps_output(
     assert_eq!(bytes, [LIMIT_LINES, LIMIT_LINES * 100], "{tail}");
     assert!(out.contains("LIMIT_STATUS 0\n"), "{tail}");
 }
+
+#[test]
+fn a_controller_that_refuses_even_the_smallest_push_fails_the_step_with_the_reason() {
+    let test = "a_controller_that_refuses_even_the_smallest_push_fails_the_step_with_the_reason";
+    // Room for the agents' registrations, polls and the step's start; not for 4 KiB of
+    // output as base64.
+    let limits = "[limits]\nmax_agent_request_size = \"5K\"";
+    let Some(bed) = MultiHost::start(test, 1, limits) else {
+        return;
+    };
+    let w = wharf_bin();
+    let line = "x".repeat(99);
+    let script = format!(
+        "{w} step -N 1 -- sh -c 'yes {line} | head -n 1000; sleep 600'; echo \"TINY_STATUS $?\""
+    );
+    let id = bed.submit(&["--nodes", "1", "--cpus", "1", "-t", "2m", "--wrap", &script]);
+    let job = bed.wait_done(id, Duration::from_secs(180));
+    let out = bed.output(id);
+    let tail = &out[out.len().saturating_sub(3000)..];
+    // Not held until the job's time limit: the step ends at once, saying why.
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{tail}\n{}", bed.logs());
+    assert!(
+        out.contains("refuses its output from node node1 even 4096 bytes at a time"),
+        "{tail}\n{}",
+        bed.logs()
+    );
+    assert!(!out.contains("TINY_STATUS 0\n"), "{tail}");
+}
