@@ -537,6 +537,42 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_task_the_agent_stopped_ends_with_the_reason_unless_it_has_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let task = JobDir::new(dir.path().to_path_buf());
+        let ended = |message: Option<&str>| TaskReport {
+            local: 0,
+            start_time: Some(1),
+            exit: Some(wharf_api::ExitInfo {
+                signal: Some(15),
+                message: message.map(String::from),
+                ..Default::default()
+            }),
+            end_time: Some(2),
+            stopping: true,
+        };
+        let message = |t: TaskReport| t.exit.and_then(|e| e.message);
+        // Not stopped by the agent: as the shim said.
+        assert_eq!(message(with_stop_reason(ended(None), &task)), None);
+        std::fs::write(task.stop(), "its output could not be passed on").unwrap();
+        assert_eq!(
+            message(with_stop_reason(ended(None), &task)).as_deref(),
+            Some("its output could not be passed on")
+        );
+        // The task's own words (its shim's) come first.
+        assert_eq!(
+            message(with_stop_reason(ended(Some("oom")), &task)).as_deref(),
+            Some("oom")
+        );
+        // Running: nothing to say yet.
+        let running = TaskReport {
+            exit: None,
+            ..ended(None)
+        };
+        assert!(with_stop_reason(running, &task).exit.is_none());
+    }
+
+    #[test]
     fn a_process_belongs_to_the_job_whose_sandbox_cgroup_holds_it() {
         let v2 = "0::/wharf/wharf-12\n";
         assert_eq!(job_of_cgroup(v2, "wharf"), Some(12));
