@@ -174,6 +174,19 @@ pub(crate) fn stop_task(launcher: &dyn Backend, dir: &JobDir, reason: &str) -> b
     true
 }
 
+/// A task that this agent stopped (its output not taken, its caller gone, a sibling
+/// failed) ends with the reason it was stopped for, which its shim never knew: the step's
+/// end then says why rather than only its signal.
+fn with_stop_reason(mut task: TaskReport, dir: &JobDir) -> TaskReport {
+    if let Some(exit) = task.exit.as_mut().filter(|e| e.message.is_none()) {
+        exit.message = std::fs::read_to_string(dir.stop())
+            .ok()
+            .filter(|why| !why.trim().is_empty())
+            .map(wharf_api::text::bound_message);
+    }
+    task
+}
+
 /// This node's steps, each once for all its tasks here (as a job's tasks are reported).
 /// When one task failed, its siblings here are stopped. The end of the job's batch command
 /// on this node does not stop them: the job holds the node until its last rank ends, and
@@ -183,7 +196,9 @@ pub fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentStep> {
     for (key, dirs) in step_dirs(&cfg.state_dir) {
         let tasks: Vec<TaskReport> = dirs
             .iter()
-            .map(|(local, dir)| crate::task_report(launcher, *local, dir, false).0)
+            .map(|(local, dir)| {
+                with_stop_reason(crate::task_report(launcher, *local, dir, false).0, dir)
+            })
             .collect();
         // Its end waits for its output: the caller gets all of it before the step's end.
         let held_back = dirs
@@ -520,6 +535,42 @@ pub(crate) async fn hung_up_within(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_task_the_agent_stopped_ends_with_the_reason_unless_it_has_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let task = JobDir::new(dir.path().to_path_buf());
+        let ended = |message: Option<&str>| TaskReport {
+            local: 0,
+            start_time: Some(1),
+            exit: Some(wharf_api::ExitInfo {
+                signal: Some(15),
+                message: message.map(String::from),
+                ..Default::default()
+            }),
+            end_time: Some(2),
+            stopping: true,
+        };
+        let message = |t: TaskReport| t.exit.and_then(|e| e.message);
+        // Not stopped by the agent: as the shim said.
+        assert_eq!(message(with_stop_reason(ended(None), &task)), None);
+        std::fs::write(task.stop(), "its output could not be passed on").unwrap();
+        assert_eq!(
+            message(with_stop_reason(ended(None), &task)).as_deref(),
+            Some("its output could not be passed on")
+        );
+        // The task's own words (its shim's) come first.
+        assert_eq!(
+            message(with_stop_reason(ended(Some("oom")), &task)).as_deref(),
+            Some("oom")
+        );
+        // Running: nothing to say yet.
+        let running = TaskReport {
+            exit: None,
+            ..ended(None)
+        };
+        assert!(with_stop_reason(running, &task).exit.is_none());
+    }
 
     #[test]
     fn a_process_belongs_to_the_job_whose_sandbox_cgroup_holds_it() {

@@ -171,6 +171,21 @@ async fn exchange(
             .with_context(|| "the agent's answer makes no sense")?
         {
             StepReply::Output(chunk) => {
+                // Nothing should be lost on the way (the files are pushed again until the
+                // caller has them), but should it be, the caller is told rather than left
+                // with a hole it cannot see.
+                let lost = out.gap(&chunk);
+                if lost > 0 {
+                    emit_all(out.flush_all());
+                    let stream = match chunk.stream {
+                        Stream::Stdout => "standard output",
+                        Stream::Stderr => "standard error",
+                    };
+                    eprintln!(
+                        "wharf: {lost} bytes of rank {}'s {stream} were lost on their way here",
+                        chunk.rank
+                    );
+                }
                 if let Some((stream, bytes)) = out.take(&chunk) {
                     emit(stream, &bytes);
                 }
@@ -234,6 +249,13 @@ impl Lines {
         self.width = ntasks.saturating_sub(1).to_string().len();
     }
 
+    /// Bytes of the chunk's stream missing before it: what never arrived between the last
+    /// byte taken and where the chunk starts.
+    fn gap(&self, c: &OutputChunk) -> u64 {
+        let next = self.next.get(&(c.rank, c.stream)).copied().unwrap_or(0);
+        c.offset.saturating_sub(next)
+    }
+
     /// Takes a chunk: the whole lines it completes, as they are to be written.
     fn take(&mut self, c: &OutputChunk) -> Option<(Stream, Vec<u8>)> {
         let next = self.next.entry((c.rank, c.stream)).or_default();
@@ -241,7 +263,7 @@ impl Lines {
         if end <= *next {
             return None;
         }
-        // Past `next` (output dropped for a caller that did not read): go on from there.
+        // Past `next` (output lost on the way, see `gap`): go on from there.
         let skip = next.saturating_sub(c.offset) as usize;
         *next = end;
         let held = self.partial.entry((c.rank, c.stream)).or_default();
@@ -364,5 +386,25 @@ mod tests {
         // Sent again from an earlier offset: only what is new goes on.
         assert_eq!(l.take(&c(0, b"one\n")), None);
         assert_eq!(l.take(&c(4, b"two\nthree\n")).unwrap().1, b"two\nthree\n");
+        assert_eq!(l.gap(&c(0, b"one\n")), 0);
+    }
+
+    #[test]
+    fn bytes_that_never_arrived_are_counted_per_rank_and_stream() {
+        let c = |rank, offset, data: &[u8]| OutputChunk {
+            seq: 0,
+            rank,
+            stream: Stream::Stderr,
+            offset,
+            data: data.to_vec(),
+        };
+        let mut l = Lines::new(false);
+        assert_eq!(l.gap(&c(0, 0, b"a\n")), 0);
+        assert_eq!(l.take(&c(0, 0, b"a\n")).unwrap().1, b"a\n");
+        // Rank 0's bytes 2..10 never came; rank 1's stream starts where it should.
+        assert_eq!(l.gap(&c(0, 10, b"b\n")), 8);
+        assert_eq!(l.gap(&c(1, 0, b"c\n")), 0);
+        assert_eq!(l.take(&c(0, 10, b"b\n")).unwrap().1, b"b\n");
+        assert_eq!(l.gap(&c(0, 12, b"d\n")), 0);
     }
 }

@@ -175,7 +175,7 @@ fn body<T: serde::de::DeserializeOwned>(
     s: &Shared,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiFailure> {
-    json_body(bytes, || {
+    json_body(bytes, StatusCode::BAD_REQUEST, || {
         format!(
             "request body is over the controller's limit of {} bytes ([limits] \
              max_request_size); make the job smaller (a long script or environment \
@@ -185,12 +185,14 @@ fn body<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// An agent's body: like [`body`], with the agents' own limit.
+/// An agent's body: like [`body`], with the agents' own limit, and 413 past it: an agent
+/// that can split what it sends (a step output push) tells "too large" from "wrong" by the
+/// status and sends less.
 fn agent_body<T: serde::de::DeserializeOwned>(
     s: &Shared,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiFailure> {
-    json_body(bytes, || {
+    json_body(bytes, StatusCode::PAYLOAD_TOO_LARGE, || {
         format!(
             "agent report is over the controller's limit of {} bytes ([limits] \
              max_agent_request_size); raise it for nodes that hold this many jobs",
@@ -199,16 +201,22 @@ fn agent_body<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// A body read within its route's limit and parsed as JSON; `over_limit` says which limit a
-/// body past it broke and what to do.
+/// A body read within its route's limit and parsed as JSON; a body past the limit is
+/// answered `too_large` (invalid input), with `over_limit`'s words on which limit it broke
+/// and what to do.
 fn json_body<T: serde::de::DeserializeOwned>(
     bytes: Result<Bytes, BytesRejection>,
+    too_large: StatusCode,
     over_limit: impl FnOnce() -> String,
 ) -> Result<T, ApiFailure> {
     let bytes = bytes.map_err(|e| match e {
-        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
-            fail(ErrorKind::InvalidInput, over_limit())
-        }
+        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => ApiFailure(
+            too_large,
+            ApiError {
+                error: over_limit(),
+                kind: ErrorKind::InvalidInput,
+            },
+        ),
         other => fail(ErrorKind::InvalidInput, format!("request body: {other}")),
     })?;
     serde_json::from_slice(&bytes)
@@ -810,24 +818,26 @@ async fn step_output_push(
     check_token(&s, &headers)?;
     let push: OutputPush = agent_body(&s, bytes)?;
     let (key, node) = (push.key, push.node.clone());
-    let found = with_cluster(&s, move |cl, _| match cl.step_seen_from(key, &node) {
-        Ok(found) => Ok(Some(found)),
-        Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    })
-    .await?;
+    // A node that holds none of the step's tasks is refused before the buffer is looked at:
+    // it may not turn on the step's discarding (which stops the step's tasks) nor add to it.
+    let found = with_cluster(&s, move |cl, _| Ok(cl.step_output_from(key, &node))).await?;
     let (step, idx) = match found {
-        Some((step, Some(idx), _)) => (step, idx),
-        // Not a node of the step: nothing of it is taken (and the agent, told to push no
-        // more, does not hold its tasks' end back for it).
-        Some((_, None, _)) => {
-            tracing::warn!(node = %push.node, job = key.job, step = key.step, "output pushed for a step the node has no part in; dropped");
-            (StepRecord::default(), usize::MAX)
+        Ok(Some(found)) => found,
+        // Of a job or step no longer known: nobody will read it, and no buffer is touched.
+        Ok(None) => {
+            return Ok(Json(OutputAck {
+                discard: true,
+                ..Default::default()
+            }))
         }
-        // Of a job or step no longer known: nobody will read it.
-        None => (StepRecord::default(), usize::MAX),
+        Err(e) => {
+            if e.kind == ErrorKind::PermissionDenied {
+                tracing::warn!(node = %push.node, job = key.job, step = key.step, "output pushed for a step the node has no part in; refused");
+            }
+            return Err(e.into());
+        }
     };
-    let live = idx != usize::MAX && step.exit.is_none();
+    let live = step.exit.is_none();
     let base = (idx as u32).saturating_mul(step.tasks_per_node);
     let now = crate::now_ms();
     Ok(Json(relay(&s).push(
@@ -866,3 +876,6 @@ async fn step_output_read(
         crate::now_ms(),
     )))
 }
+
+#[cfg(test)]
+mod tests;

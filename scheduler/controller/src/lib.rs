@@ -386,7 +386,7 @@ async fn scheduler_loop(shared: Arc<Shared>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::cluster::{Caller, Cluster};
     use wharf_api::wire::SubmitRequest;
@@ -415,7 +415,8 @@ mod tests {
         c
     }
 
-    fn config(dir: &std::path::Path) -> ControllerConfig {
+    /// A controller's settings, its state in `dir`, its join token `token`.
+    pub(crate) fn config(dir: &std::path::Path) -> ControllerConfig {
         ControllerConfig {
             state_dir: dir.to_path_buf(),
             socket: dir.join("wharf.sock"),

@@ -347,6 +347,35 @@ impl Cluster {
         Ok((step, idx, holds))
     }
 
+    /// Where `node`'s push of output for step `key` goes: the step and the node's index
+    /// among its nodes (its first rank there is `index * tasks_per_node`), or `None` once the
+    /// job or step is no longer known (nobody will read it). Only a node that holds the
+    /// step's tasks may pass its output on: any other one must not touch the step's buffer
+    /// (turn on its discarding, stop its tasks), whatever job it runs.
+    ///
+    /// Errors: `PermissionDenied` when `node` is not one of the step's nodes.
+    pub fn step_output_from(
+        &self,
+        key: StepKey,
+        node: &str,
+    ) -> Result<Option<(StepRecord, usize)>, Failure> {
+        let step = match self.step(key) {
+            Ok(step) => step,
+            Err(e) if e.kind == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match step.nodes.iter().position(|n| n.node == node) {
+            Some(idx) => Ok(Some((step, idx))),
+            None => Err(refused(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "node {node} holds no task of step {} of job {}: it may not pass on its output",
+                    key.step, key.job
+                ),
+            )),
+        }
+    }
+
     /// Stops a step whose caller went away (`wharf step` was interrupted). Idempotent.
     /// Returns the nodes to wake.
     pub fn cancel_step(&mut self, key: StepKey, why: &str) -> Result<Vec<String>, Failure> {
