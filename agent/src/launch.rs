@@ -135,7 +135,11 @@ pub struct TaskShare {
 pub fn task_share(order: &LaunchOrder, local: u32) -> TaskShare {
     let spec = &order.spec;
     let per_node = spec.tasks_per_node.max(1);
-    let each_cpu = (order.cpu_ids.len() as u32 / per_node).max(1);
+    // A step's `--cpus-per-task` asks for fewer than the node's CPUs shared evenly.
+    let each_cpu = spec
+        .cpus_per_task()
+        .min(order.cpu_ids.len() as u32 / per_node)
+        .max(1);
     TaskShare {
         cpu_ids: crate::env::share(&order.cpu_ids, per_node, local, Some(each_cpu)),
         gpu_ids: crate::env::share(&order.gpu_ids, per_node, local, spec.gpus_per_task),
@@ -416,6 +420,7 @@ pub fn container_spec(
         // A step's launch captures the streams its caller takes (`step::launch`).
         capture_stdout: false,
         capture_stderr: false,
+        capture_stdin: false,
         time_limit: Some(spec.time_limit),
         grace_secs: cfg.grace_secs,
         cgroup_parent: cfg.cgroup_parent.clone(),
@@ -1339,6 +1344,14 @@ mod tests {
         // Without --gpus-per-task both tasks see the node's GPUs of the job.
         let shared = order(None, Some(2));
         assert_eq!(task_share(&shared, 1).gpu_ids, [1, 3]);
+        // A step with --cpus-per-task 1 in the same allocation (its order names the job's
+        // four CPUs, and 1 × 2 tasks as its CPUs): one CPU each, told so.
+        let mut step = order(None, None);
+        step.spec.resources.cpus = 2;
+        let shares: Vec<TaskShare> = (0..2).map(|l| task_share(&step, l)).collect();
+        assert_eq!(shares[0].cpu_ids, [4]);
+        assert_eq!(shares[1].cpu_ids, [5]);
+        assert_eq!((shares[0].cpus, shares[1].cpus), (1, 1));
     }
 
     #[test]
