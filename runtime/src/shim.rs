@@ -338,7 +338,7 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
                         .map_err(|e| e.with_code(FaultCode::Namespaces))?
                 };
                 let io = InitIo {
-                    stdin: stdin.into(),
+                    stdin,
                     stdout,
                     stderr,
                     timeline: timeline.raw_fd(),

@@ -84,7 +84,7 @@ fn a_steps_input_reaches_the_tasks_asked_for_and_a_task_that_does_not_read_holds
     assert!(
         fed * BLOCK < 12 << 20,
         "{} MiB went in while nothing read it",
-        fed * BLOCK >> 20
+        (fed * BLOCK) >> 20
     );
     // -c 1: the task has one of the job's two CPUs, and says so; without it, both.
     assert_eq!(after(&text, "CPT"), "1 1", "{text}");
