@@ -17,11 +17,14 @@
 //!              ◀─Output──      every 200 ms (at once while more waits):
 //!                              /v1/agent/steps/output/read until it ended and all is read
 //!              ◀─Ended───      (the caller hangs up: /v1/agent/steps/cancel)
+//!              ─InputLine─▶    its standard input, after the request, on the same
+//!                              connection: /v1/agent/steps/input ([`crate::step_input`])
 //! ```
 //!
 //! A caller from before streaming waits the same way on `/v1/agent/steps/status`. The
 //! output itself reaches the controller from every node of the step through
-//! [`crate::step_output`].
+//! [`crate::step_output`]; the input reaches the tasks that take it through
+//! [`crate::step_input`].
 //!
 //! Task L of step S of job J lives in `jobs/J.sS.L` (beside the job's own: the job's report
 //! never lists them, [`crate::launch::parse_task_dir_name`] does not read these names), its

@@ -298,6 +298,10 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("--label"), "{e}");
+        let e = plan(parse(&["-i", "none", "true"]), &env_of(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--input has no meaning"), "{e}");
         // A Slurm job's id without Wharf's socket: not silently a new job.
         let e = plan(parse(&["true"]), &env_of(&[("SLURM_JOB_ID", "5")]))
             .unwrap_err()

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::harness::*;
+use crate::netns::MultiHost;
 
 /// The words after `tag` on the first line of `text` that starts with it.
 fn after<'a>(text: &'a str, tag: &str) -> &'a str {
@@ -89,4 +90,34 @@ fn a_steps_input_reaches_the_tasks_asked_for_and_a_task_that_does_not_read_holds
     // -c 1: the task has one of the job's two CPUs, and says so; without it, both.
     assert_eq!(after(&text, "CPT"), "1 1", "{text}");
     assert_eq!(after(&text, "WHOLE"), "2 2", "{text}");
+}
+
+#[test]
+fn a_steps_input_reaches_its_tasks_on_another_host_with_its_end() {
+    let test = "a_steps_input_reaches_its_tasks_on_another_host_with_its_end";
+    let Some(bed) = MultiHost::start(test, 2, "") else {
+        return;
+    };
+    let w = wharf_bin();
+    // Rank 0 of the job (on node1) calls the steps; rank 1 of each step is on node2.
+    let script = format!(
+        "if [ \"$RANK\" = 0 ]; then \
+           printf 'a\\nb\\n' | {w} step -q -N 2 -i all -- sh -c 'echo \"ALL $SLURM_PROCID $(hostname) $(wc -l)\"'; \
+           printf 'a\\nb\\nc\\n' | {w} step -q -N 2 -i 1 -- sh -c 'echo \"ONE $SLURM_PROCID $(wc -l)\"'; \
+         fi"
+    );
+    let id = bed.submit(&["--nodes", "2", "--cpus", "1", "-t", "3m", "--wrap", &script]);
+    let job = bed.wait_done(id, Duration::from_secs(150));
+    let out = bed.output(id);
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{out}\n{}", bed.logs());
+    let mut got: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("ALL ") || l.starts_with("ONE "))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        ["ALL 0 node1 2", "ALL 1 node2 2", "ONE 0 0", "ONE 1 3"],
+        "{out}"
+    );
 }
