@@ -12,8 +12,8 @@
 //!    the task ended or closed its input (EPIPE) ─▶ the controller told: hold nothing for it
 //! ```
 //!
-//! Memory holds one line per caller and one pull (at most
-//! [`wharf_controller`]'s `PULL_BYTES` per task) per task; what the tasks have not read yet
+//! Memory holds one line per caller and one pull (at most the controller's `PULL_BYTES`,
+//! 256 KiB) per task; what the tasks have not read yet
 //! waits in the controller's bounded buffer, and behind it in the caller's socket and pipe.
 //! **An agent that restarts** loses its tasks' pipes: their tasks read the end of their input
 //! (the new agent leaves them alone), and a caller's line in flight is lost (the controller

@@ -120,6 +120,8 @@ pub async fn run(args: Args) -> Result<i32> {
     };
     // This command's standard input, read only when a task takes it.
     let mut input = (args.input != StepInput::None).then(read_stdin);
+    // Whether the agent and controller take input: set by the step's start.
+    let mut takes_input = false;
     let mut lines = Lines::new(args.label);
     let mut request = request;
     // Once started, the step is waited for again through a restart of the node's agent.
@@ -140,6 +142,7 @@ pub async fn run(args: Args) -> Result<i32> {
             args.quiet,
             &mut lines,
             input.as_mut(),
+            &mut takes_input,
         )
         .await?
         {
@@ -205,8 +208,9 @@ fn read_stdin() -> tokio::sync::mpsc::Receiver<InputLine> {
     rx
 }
 
-/// Sends `request` on `stream`, then `input` as it comes, and reads the answers until the
-/// step ends or the connection is cut.
+/// Sends `request` on `stream`, then `input` as it comes once the step's start says its
+/// tasks take it (`takes_input`, kept for a connection that waits again), and reads the
+/// answers until the step ends or the connection is cut.
 async fn exchange(
     stream: tokio::net::UnixStream,
     request: &StepRequest,
@@ -214,15 +218,21 @@ async fn exchange(
     quiet: bool,
     out: &mut Lines,
     input: Option<&mut tokio::sync::mpsc::Receiver<InputLine>>,
+    takes_input: &mut bool,
 ) -> Result<Answer> {
     let (rd, mut wr) = stream.into_split();
     let mut line = serde_json::to_vec(request)?;
     line.push(b'\n');
     // The agent may refuse the caller before reading a word: its answer says why.
     let _ = wr.write_all(&line).await;
-    // Input goes on beside the answers: a task's output never waits for its input.
+    // Input goes on beside the answers: a task's output never waits for its input. Only
+    // once the step's record says it takes input: an agent from before input forwarding
+    // drops the request's `input` (its record says none), and would take a line from this
+    // command for its going away.
+    let (go, mut go_rx) = tokio::sync::watch::channel(*takes_input);
     let send_input = async move {
-        if let Some(input) = input {
+        let go = go_rx.wait_for(|go| *go).await.is_ok();
+        if let Some(input) = input.filter(|_| go) {
             while let Some(chunk) = input.recv().await {
                 let mut line = serde_json::to_vec(&chunk).unwrap_or_default();
                 line.push(b'\n');
@@ -260,6 +270,10 @@ async fn exchange(
             }
             StepReply::Started(s) => {
                 started = Some(s.id);
+                if s.input != StepInput::None {
+                    *takes_input = true;
+                    let _ = go.send(true);
+                }
                 out.ranks(s.ntasks());
                 if !quiet {
                     eprintln!("wharf: step {job}.{} started: {}", s.id, describe(&s));
