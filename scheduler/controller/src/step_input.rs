@@ -27,6 +27,8 @@ pub const STEP_BYTES: usize = 1 << 20;
 pub const TOTAL_BYTES: usize = 64 << 20;
 /// Bytes one task gets from one pull at most.
 pub const PULL_BYTES: usize = 256 << 10;
+/// Bytes one pull's answer carries at most, all its tasks together.
+pub const PULL_TOTAL: usize = 1 << 20;
 /// A buffer untouched this long is forgotten (its step ended, its caller and tasks gone).
 pub const IDLE_MS: u64 = 600_000;
 
@@ -172,6 +174,7 @@ impl InputRelay {
         let b = self.buffer(key, ranks, 0, now);
         b.touched = now;
         let mut chunks = Vec::new();
+        let mut budget = PULL_TOTAL;
         for t in &mine {
             let rank = base + t.task;
             if t.closed {
@@ -186,7 +189,10 @@ impl InputRelay {
             let from = *at;
             let end = b.end();
             // Past the end (this controller restarted after the bytes were written): none.
-            let len = (end.saturating_sub(from) as usize).min(PULL_BYTES);
+            let len = (end.saturating_sub(from) as usize)
+                .min(PULL_BYTES)
+                .min(budget);
+            budget -= len;
             let skip = from.saturating_sub(b.start) as usize;
             let data: Vec<u8> = match len {
                 0 => vec![],

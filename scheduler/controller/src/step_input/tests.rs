@@ -138,3 +138,16 @@ fn a_restarted_controller_goes_on_from_where_its_agents_stand() {
     );
     assert_eq!(r.held(), 0);
 }
+
+#[test]
+fn one_pull_carries_a_bounded_answer_however_many_tasks_ask() {
+    let mut r = InputRelay::default();
+    let ranks: Vec<u32> = (0..16).collect();
+    let data = vec![b'z'; STEP_BYTES];
+    r.push(KEY, &ranks, line(0, &data, false), true, 1);
+    let all: Vec<TaskInput> = (0..16).map(|t| at(t, 0)).collect();
+    let b = r.pull(KEY, &ranks, 0, 16, all, true, 2);
+    let sizes: Vec<usize> = b.chunks.iter().map(|c| c.data.len()).collect();
+    assert_eq!(sizes.iter().sum::<usize>(), PULL_TOTAL);
+    assert!(sizes.iter().all(|&n| n <= PULL_BYTES), "{sizes:?}");
+}
