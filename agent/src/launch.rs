@@ -135,17 +135,29 @@ pub struct TaskShare {
 pub fn task_share(order: &LaunchOrder, local: u32) -> TaskShare {
     let spec = &order.spec;
     let per_node = spec.tasks_per_node.max(1);
-    // A step's `--cpus-per-task` asks for fewer than the node's CPUs shared evenly.
-    let each_cpu = spec
-        .cpus_per_task()
-        .min(order.cpu_ids.len() as u32 / per_node)
-        .max(1);
+    let each_cpu = (order.cpu_ids.len() as u32 / per_node).max(1);
     TaskShare {
         cpu_ids: crate::env::share(&order.cpu_ids, per_node, local, Some(each_cpu)),
         gpu_ids: crate::env::share(&order.gpu_ids, per_node, local, spec.gpus_per_task),
         cpus: spec.cpus_per_task(),
         memory: spec.resources.memory / u64::from(per_node),
     }
+}
+
+/// The node's CPU ids of CPU indices `ids` (into the node's CPU list).
+fn host_cpus(ids: &[u32], machine: &Machine) -> Vec<u32> {
+    ids.iter()
+        .filter_map(|&i| machine.cpus.get(i as usize).copied())
+        .collect()
+}
+
+/// The CPU set of task `local` of a step whose tasks have `each` of the order's CPUs
+/// (`wharf step -c`) instead of the node's CPUs of the job split evenly: the order keeps
+/// naming all of them, which the job's cgroup is written with.
+pub fn step_cpuset(order: &LaunchOrder, local: u32, each: u32, machine: &Machine) -> Vec<u32> {
+    let per_node = order.spec.tasks_per_node.max(1);
+    let ids = crate::env::share(&order.cpu_ids, per_node, local, Some(each));
+    host_cpus(&ids, machine)
 }
 
 /// Builds the container spec for task `local` of `order` on `machine` (CPU index → CPU id,
@@ -311,11 +323,7 @@ pub fn container_spec(
             ),
         ));
     }
-    let cpuset: Vec<u32> = share
-        .cpu_ids
-        .iter()
-        .filter_map(|&i| machine.cpus.get(i as usize).copied())
-        .collect();
+    let cpuset = host_cpus(&share.cpu_ids, machine);
     let mut env: Vec<(String, String)> = vec![
         (
             "PATH".into(),
@@ -1348,10 +1356,14 @@ mod tests {
         // four CPUs, and 1 × 2 tasks as its CPUs): one CPU each, told so.
         let mut step = order(None, None);
         step.spec.resources.cpus = 2;
-        let shares: Vec<TaskShare> = (0..2).map(|l| task_share(&step, l)).collect();
-        assert_eq!(shares[0].cpu_ids, [4]);
-        assert_eq!(shares[1].cpu_ids, [5]);
-        assert_eq!((shares[0].cpus, shares[1].cpus), (1, 1));
+        let cpus: Vec<u32> = (0..8).map(|c| 100 + c).collect();
+        let machine = Machine {
+            cpus,
+            ..Default::default()
+        };
+        assert_eq!(step_cpuset(&step, 0, 1, &machine), [104]);
+        assert_eq!(step_cpuset(&step, 1, 1, &machine), [105]);
+        assert_eq!(task_share(&step, 1).cpus, 1);
     }
 
     #[test]

@@ -258,6 +258,10 @@ pub fn launch(
                     // [`crate::step_input`] writes into; the others read /dev/null.
                     let rank = order.rendezvous.node_rank * order.spec.tasks_per_node.max(1) + local;
                     spec.capture_stdin = so.input.takes(rank);
+                    // `-c`: the task's own CPUs of the job's, not an even split of them.
+                    if let Some(each) = so.cpus_per_task {
+                        spec.cpuset = crate::launch::step_cpuset(order, local, each, machine);
+                    }
                     if job_cgroup_is_flat(&cfg.state_dir, order.id) {
                         spec.job_cgroup = None;
                     }

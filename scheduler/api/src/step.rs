@@ -222,6 +222,11 @@ pub struct StepOrder {
     /// `order.rendezvous.node_rank` times its tasks per node).
     #[serde(default, skip_serializing_if = "is_default")]
     pub input: StepInput,
+    /// CPUs each task has of `order.cpu_ids` (`-c`; `order.spec`'s CPUs are this times its
+    /// tasks per node); `None`: the node's CPUs of the job split evenly among its tasks.
+    /// `order.cpu_ids` keeps naming all of the job's, which its cgroup is written with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus_per_task: Option<u32>,
 }
 
 /// A step's tasks for an agent to stop.

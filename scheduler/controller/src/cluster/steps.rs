@@ -568,6 +568,7 @@ impl Cluster {
                     },
                     output: step.output.clone(),
                     input: step.input,
+                    cpus_per_task: step.cpus_per_task,
                 });
             }
         }

@@ -179,6 +179,8 @@ fn steps_get_their_jobs_next_id_and_run_where_they_ask_within_the_allocation() {
     let o = orders.iter().find(|o| o.step == narrow.id).unwrap();
     assert_eq!(o.order.spec.cpus_per_task(), 1);
     assert_eq!(o.order.cpu_ids.len(), 4, "the node's CPUs to choose from");
+    assert_eq!(o.cpus_per_task, Some(1));
+    assert_eq!(orders[0].cpus_per_task, None);
     assert_eq!(o.input, StepInput::All);
 }
 
