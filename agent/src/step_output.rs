@@ -459,7 +459,8 @@ fn passed_on(chunks: &[PushChunk], ack: &OutputAck, task: u32, stream: Stream) -
 /// waits, and so does the controller's buffer behind it (bounded), and the tasks' files
 /// behind that. The caller hanging up stops the step.
 pub(crate) async fn pass_on_to_caller(
-    mut stream: tokio::net::UnixStream,
+    mut stream: tokio::net::unix::OwnedWriteHalf,
+    caller: &mut crate::step_input::Caller,
     node: &str,
     key: StepKey,
     client: &Client,
@@ -472,7 +473,7 @@ pub(crate) async fn pass_on_to_caller(
     };
     let mut wait = Duration::ZERO;
     loop {
-        if crate::step::hung_up_within(&mut stream, wait, key, client).await {
+        if caller.hung_up_within(wait, key, client).await {
             return;
         }
         let batch = match client

@@ -27,7 +27,7 @@ pub enum Stream {
 }
 
 /// Bytes as base64 in JSON (output is the user's own bytes, control characters included).
-mod b64 {
+pub(crate) mod b64 {
     use base64::Engine;
     use serde::{Deserialize, Deserializer, Serializer};
 

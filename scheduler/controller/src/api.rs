@@ -28,6 +28,8 @@ use wharf_api::{JobId, JobState, Owner};
 use crate::cluster::{Caller, Failure};
 use crate::Shared;
 
+mod step_input;
+
 /// Who is on the other end of a connection.
 #[derive(Debug, Clone)]
 pub enum Peer {
@@ -99,6 +101,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/agent/steps/cancel", post(step_cancel))
         .route("/v1/agent/steps/output", post(step_output_push))
         .route("/v1/agent/steps/output/read", post(step_output_read))
+        .route("/v1/agent/steps/input", post(step_input::push))
+        .route("/v1/agent/steps/input/pull", post(step_input::pull))
         .layer(DefaultBodyLimit::max(shared.config.max_agent_request_bytes))
         .route_layer(middleware::from_fn_with_state(shared.clone(), agents_only));
     Router::new()
@@ -801,6 +805,7 @@ async fn step_cancel(
         s.wake_node(n);
     }
     relay(&s).abandon(key, crate::now_ms());
+    step_input::forget(&s, key);
     Ok(Json(with_cluster(&s, move |cl, _| cl.step(key)).await?))
 }
 

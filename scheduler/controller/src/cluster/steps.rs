@@ -287,8 +287,10 @@ impl Cluster {
             env: r.env.clone(),
             workdir: r.workdir.clone(),
             gpus_per_task: r.gpus_per_task,
+            cpus_per_task: r.cpus_per_task,
             time_limit: left.max(1),
             output: r.output.clone(),
+            input: r.input,
             ..Default::default()
         };
         let mut job = job.clone();
@@ -568,7 +570,12 @@ impl Cluster {
                 spec.nodes = step.nodes.len() as u32;
                 spec.tasks_per_node = step.tasks_per_node;
                 spec.gpus_per_task = step.gpus_per_task;
-                spec.resources.cpus = alloc.cpu_ids.len() as u32;
+                // `--cpus-per-task`: each task that many of the job's CPUs here (within them,
+                // as the plan checked); else all of them, shared evenly.
+                spec.resources.cpus = match step.cpus_per_task {
+                    Some(c) => c.saturating_mul(step.tasks_per_node),
+                    None => alloc.cpu_ids.len() as u32,
+                };
                 spec.time_limit = step.time_limit;
                 launch.push(StepOrder {
                     step: step.id,
@@ -589,6 +596,8 @@ impl Cluster {
                         hold: false,
                     },
                     output: step.output.clone(),
+                    input: step.input,
+                    cpus_per_task: step.cpus_per_task,
                 });
             }
         }
