@@ -81,6 +81,7 @@ fn controller(dir: &tempfile::TempDir) -> (Arc<Shared>, StepKey) {
         scheduler: Notify::new(),
         next_pass: Mutex::new(std::time::Instant::now()),
         step_output: Default::default(),
+        step_input: Default::default(),
         nodes: Mutex::default(),
     });
     (shared, StepKey { job: id, step: 0 })
