@@ -144,6 +144,22 @@ pub fn task_share(order: &LaunchOrder, local: u32) -> TaskShare {
     }
 }
 
+/// The node's CPU ids of CPU indices `ids` (into the node's CPU list).
+fn host_cpus(ids: &[u32], machine: &Machine) -> Vec<u32> {
+    ids.iter()
+        .filter_map(|&i| machine.cpus.get(i as usize).copied())
+        .collect()
+}
+
+/// The CPU set of task `local` of a step whose tasks have `each` of the order's CPUs
+/// (`wharf step -c`) instead of the node's CPUs of the job split evenly: the order keeps
+/// naming all of them, which the job's cgroup is written with.
+pub fn step_cpuset(order: &LaunchOrder, local: u32, each: u32, machine: &Machine) -> Vec<u32> {
+    let per_node = order.spec.tasks_per_node.max(1);
+    let ids = crate::env::share(&order.cpu_ids, per_node, local, Some(each));
+    host_cpus(&ids, machine)
+}
+
 /// Builds the container spec for task `local` of `order` on `machine` (CPU index → CPU id,
 /// GPUs by minor).
 pub fn container_spec(
@@ -307,11 +323,7 @@ pub fn container_spec(
             ),
         ));
     }
-    let cpuset: Vec<u32> = share
-        .cpu_ids
-        .iter()
-        .filter_map(|&i| machine.cpus.get(i as usize).copied())
-        .collect();
+    let cpuset = host_cpus(&share.cpu_ids, machine);
     let mut env: Vec<(String, String)> = vec![
         (
             "PATH".into(),
@@ -416,6 +428,7 @@ pub fn container_spec(
         // A step's launch captures the streams its caller takes (`step::launch`).
         capture_stdout: false,
         capture_stderr: false,
+        capture_stdin: false,
         time_limit: Some(spec.time_limit),
         grace_secs: cfg.grace_secs,
         cgroup_parent: cfg.cgroup_parent.clone(),
@@ -1339,6 +1352,18 @@ mod tests {
         // Without --gpus-per-task both tasks see the node's GPUs of the job.
         let shared = order(None, Some(2));
         assert_eq!(task_share(&shared, 1).gpu_ids, [1, 3]);
+        // A step with --cpus-per-task 1 in the same allocation (its order names the job's
+        // four CPUs, and 1 × 2 tasks as its CPUs): one CPU each, told so.
+        let mut step = order(None, None);
+        step.spec.resources.cpus = 2;
+        let cpus: Vec<u32> = (0..8).map(|c| 100 + c).collect();
+        let machine = Machine {
+            cpus,
+            ..Default::default()
+        };
+        assert_eq!(step_cpuset(&step, 0, 1, &machine), [104]);
+        assert_eq!(step_cpuset(&step, 1, 1, &machine), [105]);
+        assert_eq!(task_share(&step, 1).cpus, 1);
     }
 
     #[test]

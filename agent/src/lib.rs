@@ -13,6 +13,7 @@ pub mod images;
 pub mod launch;
 pub mod prepull;
 pub mod step;
+pub mod step_input;
 pub mod step_output;
 pub mod usage;
 pub mod watch;
@@ -179,6 +180,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         machine.clone(),
     );
     step_output::spawn(&cfg, client.clone(), launcher.clone());
+    step_input::spawn(&cfg, client.clone(), launcher.clone());
     let pulls = images::Pulls::default();
     let mut wait_ms = 0;
     let mut registered = false;

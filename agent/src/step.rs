@@ -17,11 +17,14 @@
 //!              ◀─Output──      every 200 ms (at once while more waits):
 //!                              /v1/agent/steps/output/read until it ended and all is read
 //!              ◀─Ended───      (the caller hangs up: /v1/agent/steps/cancel)
+//!              ─InputLine─▶    its standard input, after the request, on the same
+//!                              connection: /v1/agent/steps/input ([`crate::step_input`])
 //! ```
 //!
 //! A caller from before streaming waits the same way on `/v1/agent/steps/status`. The
 //! output itself reaches the controller from every node of the step through
-//! [`crate::step_output`].
+//! [`crate::step_output`]; the input reaches the tasks that take it through
+//! [`crate::step_input`].
 //!
 //! Task L of step S of job J lives in `jobs/J.sS.L` (beside the job's own: the job's report
 //! never lists them, [`crate::launch::parse_task_dir_name`] does not read these names), its
@@ -174,6 +177,19 @@ pub(crate) fn stop_task(launcher: &dyn Backend, dir: &JobDir, reason: &str) -> b
     true
 }
 
+/// A task that this agent stopped (its output not taken, its caller gone, a sibling
+/// failed) ends with the reason it was stopped for, which its shim never knew: the step's
+/// end then says why rather than only its signal.
+fn with_stop_reason(mut task: TaskReport, dir: &JobDir) -> TaskReport {
+    if let Some(exit) = task.exit.as_mut().filter(|e| e.message.is_none()) {
+        exit.message = std::fs::read_to_string(dir.stop())
+            .ok()
+            .filter(|why| !why.trim().is_empty())
+            .map(wharf_api::text::bound_message);
+    }
+    task
+}
+
 /// This node's steps, each once for all its tasks here (as a job's tasks are reported).
 /// When one task failed, its siblings here are stopped. The end of the job's batch command
 /// on this node does not stop them: the job holds the node until its last rank ends, and
@@ -183,7 +199,9 @@ pub fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentStep> {
     for (key, dirs) in step_dirs(&cfg.state_dir) {
         let tasks: Vec<TaskReport> = dirs
             .iter()
-            .map(|(local, dir)| crate::task_report(launcher, *local, dir, false).0)
+            .map(|(local, dir)| {
+                with_stop_reason(crate::task_report(launcher, *local, dir, false).0, dir)
+            })
             .collect();
         // Its end waits for its output: the caller gets all of it before the step's end.
         let held_back = dirs
@@ -251,6 +269,14 @@ pub fn launch(
                     // The streams its caller takes go to the task's directory, for
                     // [`crate::step_output`] to pass on.
                     (spec.capture_stdout, spec.capture_stderr) = so.output.captured();
+                    // The tasks that take the caller's input read it from a pipe that
+                    // [`crate::step_input`] writes into; the others read /dev/null.
+                    let rank = order.rendezvous.node_rank * order.spec.tasks_per_node.max(1) + local;
+                    spec.capture_stdin = so.input.takes(rank);
+                    // `-c`: the task's own CPUs of the job's, not an even split of them.
+                    if let Some(each) = so.cpus_per_task {
+                        spec.cpuset = crate::launch::step_cpuset(order, local, each, machine);
+                    }
                     if job_cgroup_is_flat(&cfg.state_dir, order.id) {
                         spec.job_cgroup = None;
                     }
@@ -412,7 +438,7 @@ fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-pub(crate) async fn reply(stream: &mut tokio::net::UnixStream, r: &StepReply) {
+pub(crate) async fn reply<W: tokio::io::AsyncWrite + Unpin>(stream: &mut W, r: &StepReply) {
     let mut line = serde_json::to_vec(r).unwrap_or_default();
     line.push(b'\n');
     let _ = stream.write_all(&line).await;
@@ -425,8 +451,8 @@ pub(crate) fn api_words(e: &ClientError) -> String {
     }
 }
 
-/// Serves one caller: identify, forward, wait for the step's end (or cancel it when the
-/// caller hangs up).
+/// Serves one caller: identify, forward, pass its input on, wait for the step's end (or
+/// cancel it when the caller hangs up).
 async fn serve(
     mut stream: tokio::net::UnixStream,
     cgroup_parent: &str,
@@ -437,27 +463,30 @@ async fn serve(
         Ok(who) => who,
         Err(why) => return reply(&mut stream, &StepReply::Error(why)).await,
     };
+    let (rd, mut wr) = stream.into_split();
+    // Kept past the request: the caller's input lines follow it.
+    let mut rd = BufReader::new(rd);
     let mut line = Vec::new();
-    let read = BufReader::new(&mut stream)
+    let read = (&mut rd)
         .take(MAX_REQUEST + 1)
         .read_until(b'\n', &mut line)
         .await;
     if let Err(e) = read {
         return reply(
-            &mut stream,
+            &mut wr,
             &StepReply::Error(format!("reading the request: {e}")),
         )
         .await;
     }
     if line.len() as u64 > MAX_REQUEST {
         let why = format!("step request over {MAX_REQUEST} bytes");
-        return reply(&mut stream, &StepReply::Error(why)).await;
+        return reply(&mut wr, &StepReply::Error(why)).await;
     }
     let request: StepRequest = match serde_json::from_slice(&line) {
         Ok(r) => r,
         Err(e) => {
             let why = format!("bad step request: {e}");
-            return reply(&mut stream, &StepReply::Error(why)).await;
+            return reply(&mut wr, &StepReply::Error(why)).await;
         }
     };
     let streamed = request.output.stream;
@@ -473,53 +502,72 @@ async fn serve(
             };
             let step: StepRecord = match client.post("/v1/agent/steps", &start).await {
                 Ok(s) => s,
-                Err(e) => return reply(&mut stream, &StepReply::Error(api_words(&e))).await,
+                Err(e) => return reply(&mut wr, &StepReply::Error(api_words(&e))).await,
             };
             let key = StepKey { job, step: step.id };
-            reply(&mut stream, &StepReply::Started(step)).await;
+            reply(&mut wr, &StepReply::Started(step)).await;
             key
         }
     };
+    let mut caller = crate::step_input::Caller::start(rd, node, key, client);
     if streamed {
-        return crate::step_output::pass_on_to_caller(stream, node, key, client).await;
+        return crate::step_output::pass_on_to_caller(wr, &mut caller, node, key, client).await;
     }
     loop {
-        if hung_up_within(&mut stream, STATUS_EVERY, key, client).await {
+        if caller.hung_up_within(STATUS_EVERY, key, client).await {
             return;
         }
         match client
             .post::<_, StepRecord>("/v1/agent/steps/status", &key)
             .await
         {
-            Ok(s) if s.exit.is_some() => return reply(&mut stream, &StepReply::Ended(s)).await,
+            Ok(s) if s.exit.is_some() => return reply(&mut wr, &StepReply::Ended(s)).await,
             Ok(_) => {}
             Err(e) if e.is_transient() => {}
-            Err(e) => return reply(&mut stream, &StepReply::Error(api_words(&e))).await,
+            Err(e) => return reply(&mut wr, &StepReply::Error(api_words(&e))).await,
         }
-    }
-}
-
-/// Waits `wait` for the caller on `stream`; true when it hung up (interrupted) first, and its
-/// step is then stopped.
-pub(crate) async fn hung_up_within(
-    stream: &mut tokio::net::UnixStream,
-    wait: Duration,
-    key: StepKey,
-    client: &Client,
-) -> bool {
-    let mut probe = [0u8; 1];
-    tokio::select! {
-        _ = stream.read(&mut probe) => {
-            let _ = client.post::<_, StepRecord>("/v1/agent/steps/cancel", &key).await;
-            true
-        }
-        () = tokio::time::sleep(wait) => false,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_task_the_agent_stopped_ends_with_the_reason_unless_it_has_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let task = JobDir::new(dir.path().to_path_buf());
+        let ended = |message: Option<&str>| TaskReport {
+            local: 0,
+            start_time: Some(1),
+            exit: Some(wharf_api::ExitInfo {
+                signal: Some(15),
+                message: message.map(String::from),
+                ..Default::default()
+            }),
+            end_time: Some(2),
+            stopping: true,
+        };
+        let message = |t: TaskReport| t.exit.and_then(|e| e.message);
+        // Not stopped by the agent: as the shim said.
+        assert_eq!(message(with_stop_reason(ended(None), &task)), None);
+        std::fs::write(task.stop(), "its output could not be passed on").unwrap();
+        assert_eq!(
+            message(with_stop_reason(ended(None), &task)).as_deref(),
+            Some("its output could not be passed on")
+        );
+        // The task's own words (its shim's) come first.
+        assert_eq!(
+            message(with_stop_reason(ended(Some("oom")), &task)).as_deref(),
+            Some("oom")
+        );
+        // Running: nothing to say yet.
+        let running = TaskReport {
+            exit: None,
+            ..ended(None)
+        };
+        assert!(with_stop_reason(running, &task).exit.is_none());
+    }
 
     #[test]
     fn a_process_belongs_to_the_job_whose_sandbox_cgroup_holds_it() {

@@ -6,12 +6,16 @@
 //! ```text
 //!   every PUMP_EVERY (at once again while there is more): each captured stream read from
 //!     where the controller last said to go on, PUSH_BYTES at most per push
-//!   task ended and every stream read out and taken ─▶ `drained` written: only now does
-//!     the step's report here carry its end ([`is_held_back`]), so the caller never sees the
-//!     end before the output
+//!   task ended and every stream read out and passed on to the caller (the controller's
+//!     `read`) ─▶ `drained` written: only now does the step's report here carry its end
+//!     ([`is_held_back`]), so the caller never sees the end before the output, and until
+//!     then the file still holds what the controller's buffer holds (a controller that
+//!     restarts loses nothing)
 //!   the controller says discard (the step's caller went away, the step is over) ─▶ drained
 //!   the controller says rewind (it restarted and lost its buffer) ─▶ again from the first
 //!     byte not punched out
+//!   the controller refuses a push as too large (413) ─▶ pushes half as large from then on;
+//!     at MIN_PUSH_BYTES still refused ─▶ the step's tasks here stopped, with the reason
 //! ```
 //!
 //! Memory holds one push at a time; what the controller has no room for waits in the file,
@@ -34,7 +38,7 @@ use tokio::sync::Notify;
 use wharf_api::step::StepKey;
 use wharf_api::step::StepReply;
 use wharf_api::step_output::{OutputAck, OutputBatch, OutputPush, OutputRead, PushChunk, Stream};
-use wharf_client::Client;
+use wharf_client::{Client, ClientError};
 use wharf_runtime::{Backend, JobDir, JobStatus};
 
 use crate::AgentConfig;
@@ -44,9 +48,29 @@ const PUMP_EVERY: Duration = Duration::from_millis(100);
 /// Bytes one push carries at most (well under the controller's agent request limit once
 /// base64 has grown them by a third).
 pub const PUSH_BYTES: usize = 512 << 10;
-/// Bytes one stream gives one push at most (tasks take turns going first, so one busy task
-/// does not starve the rest).
-const STREAM_BYTES: usize = PUSH_BYTES;
+/// Bytes of output a push carries at the least: a controller that refuses even this much
+/// (its `[limits] max_agent_request_size` is smaller) cannot be passed the output at all.
+pub const MIN_PUSH_BYTES: usize = 4 << 10;
+
+/// The push size to try after the controller refused one of `bytes` as too large (413), or
+/// None when `bytes` was already the least ([`MIN_PUSH_BYTES`]). One stream gives one push
+/// at most the whole push size (tasks take turns going first, so one busy task does not
+/// starve the rest).
+fn smaller_push(bytes: usize) -> Option<usize> {
+    (bytes > MIN_PUSH_BYTES).then(|| (bytes / 2).max(MIN_PUSH_BYTES))
+}
+
+/// Why a step task is stopped when the controller refuses even the smallest push.
+fn too_large_words(node: &str, refusal: &ClientError) -> String {
+    format!(
+        "the controller refuses its output from node {node} even {MIN_PUSH_BYTES} bytes at a \
+         time ({refusal})"
+    )
+}
+
+/// Why a step task is stopped when nobody will read its output.
+const DISCARDED_WORDS: &str =
+    "its caller stopped taking its output (gone, or not reading for minutes)";
 
 /// Bytes of one captured stream not yet passed to the caller (the file's size past what was
 /// punched out) beyond which the task is stopped. The files are root's, on the agent's state
@@ -111,6 +135,9 @@ pub fn spawn(cfg: &AgentConfig, client: Client, launcher: Arc<dyn Backend>) {
         // Per step: the controller's buffer last pushed to.
         let mut buffers: BTreeMap<StepKey, u64> = BTreeMap::new();
         let mut turn = 0usize;
+        // The most output one push carries: smaller once the controller refused a push as
+        // too large (its request limit is the same for every step).
+        let mut push_bytes = PUSH_BYTES;
         loop {
             turn = turn.wrapping_add(1);
             find_tasks(&jobs, &mut tasks);
@@ -121,6 +148,7 @@ pub fn spawn(cfg: &AgentConfig, client: Client, launcher: Arc<dyn Backend>) {
                 launcher.as_ref(),
                 &mut tasks,
                 &mut buffers,
+                &mut push_bytes,
                 turn,
             );
             let more = pumped.await;
@@ -238,14 +266,16 @@ fn punch(path: &std::path::Path, offset: u64) {
     }
 }
 
-/// One look at every task still passing output on: one push per step. Returns whether
-/// some stream had more than one push could take, and the controller took it all.
+/// One look at every task still passing output on: one push per step, of `push_bytes` at
+/// most (halved when the controller refuses one as too large). Returns whether some stream
+/// had more than one push could take, and the controller took it all.
 async fn pass(
     node: &str,
     client: &Client,
     launcher: &dyn Backend,
     tasks: &mut BTreeMap<PathBuf, Task>,
     buffers: &mut BTreeMap<StepKey, u64>,
+    push_bytes: &mut usize,
     turn: usize,
 ) -> bool {
     let mut by_step: BTreeMap<StepKey, Vec<PathBuf>> = BTreeMap::new();
@@ -259,9 +289,10 @@ async fn pass(
         let n = paths.len();
         paths.rotate_left(turn % n);
         let mut chunks = Vec::new();
-        // Tasks whose end was seen before their files were read: drained once all is taken.
+        // Tasks whose end was seen before their files were read out: drained once all of it
+        // was passed on to the caller.
         let mut ended = Vec::new();
-        let mut budget = PUSH_BYTES;
+        let mut budget = *push_bytes;
         for p in &paths {
             let t = &tasks[p];
             let backlog = t.streams.iter().any(|&(stream, _, punched)| {
@@ -274,11 +305,13 @@ async fn pass(
             let was_over = matches!(launcher.status(&t.dir), JobStatus::Exited(_));
             let mut read_out = true;
             for &(stream, offset, _) in &t.streams {
-                let max = STREAM_BYTES.min(budget);
+                let max = budget;
                 let data = read_from(&t.dir.captured(stream == Stream::Stderr), offset, max);
                 read_out &= data.len() < max;
                 budget -= data.len();
-                if !data.is_empty() {
+                // An ended task's streams are pushed even with nothing new: the answer says
+                // how far its caller was passed them, which its `drained` waits for.
+                if !data.is_empty() || was_over {
                     chunks.push(PushChunk {
                         task: t.local,
                         stream,
@@ -292,6 +325,8 @@ async fn pass(
                 ended.push(p.clone());
             }
         }
+        // Why the step's tasks here are stopped, when they are: nobody will read their output.
+        let mut stop_why = None;
         let ack = if chunks.is_empty() {
             OutputAck::default()
         } else {
@@ -306,6 +341,23 @@ async fn pass(
                 .await
             {
                 Ok(a) => a,
+                // Over the controller's request limit: smaller pushes from now on, and this
+                // one again at once; refused even at the least, the output cannot go on.
+                Err(e @ ClientError::Api { status: 413, .. }) => match smaller_push(*push_bytes) {
+                    Some(smaller) => {
+                        tracing::warn!(job = key.job, step = key.step, error = %e, bytes = smaller, "the controller refused a push of step output as too large; pushing less");
+                        *push_bytes = smaller;
+                        more = true;
+                        continue;
+                    }
+                    None => {
+                        stop_why = Some(too_large_words(node, &e));
+                        OutputAck {
+                            discard: true,
+                            ..Default::default()
+                        }
+                    }
+                },
                 Err(e) => {
                     tracing::debug!(job = key.job, step = key.step, error = %e, "cannot pass step output on; trying again");
                     continue;
@@ -322,6 +374,8 @@ async fn pass(
                 }
             }
             buffers.insert(key, ack.buffer);
+            // A controller that restarted may take larger pushes now (its limit raised).
+            *push_bytes = PUSH_BYTES;
             more = true;
             continue;
         }
@@ -352,33 +406,30 @@ async fn pass(
                 *offset = a.next;
             }
         }
+        if ack.discard && stop_why.is_none() {
+            stop_why = Some(DISCARDED_WORDS.to_string());
+        }
         let finished: Vec<&PathBuf> = if ack.discard {
             paths.iter().collect()
         } else {
-            // Read out before its end was seen, and all of it taken.
+            // Read out after its end was seen, and all of it passed on to the caller: not
+            // merely taken, for what the controller holds is lost when it restarts.
             ended
                 .iter()
                 .filter(|p| {
                     let t = &tasks[*p];
-                    t.streams.iter().all(|(s, off, _)| {
-                        chunks
-                            .iter()
-                            .find(|c| c.task == t.local && c.stream == *s)
-                            .is_none_or(|c| *off >= c.offset + c.data.len() as u64)
-                    })
+                    t.streams
+                        .iter()
+                        .all(|(s, _, _)| passed_on(&chunks, &ack, t.local, *s))
                 })
                 .collect()
         };
         for p in finished {
             let t = tasks.get_mut(p).expect("listed");
-            if ack.discard {
+            if let Some(why) = &stop_why {
                 // Nobody will read what it writes from here: it is stopped rather than left
                 // writing into a file nothing empties.
-                stop_task(
-                    launcher,
-                    t,
-                    "its caller stopped taking its output (gone, or not reading for minutes)",
-                );
+                stop_task(launcher, t, why);
             }
             if let Err(e) = JobDir::write_private(&drained(&t.dir), b"") {
                 tracing::warn!(dir = %p.display(), error = %e, "cannot mark a step task's output passed on");
@@ -391,12 +442,25 @@ async fn pass(
     more && !full
 }
 
+/// Whether stream `stream` of task `task`, pushed as `chunks` (an ended task's streams all
+/// are, read to their end), was passed on to the caller up to its end, as `ack` says.
+fn passed_on(chunks: &[PushChunk], ack: &OutputAck, task: u32, stream: Stream) -> bool {
+    let Some(c) = chunks.iter().find(|c| c.task == task && c.stream == stream) else {
+        return false;
+    };
+    ack.acks
+        .iter()
+        .find(|a| a.task == task && a.stream == stream)
+        .is_some_and(|a| a.read >= c.offset + c.data.len() as u64)
+}
+
 /// Serves a caller that takes its step's output: passes it on as the controller has it,
 /// then the step's end once all of it was read. Writing to a caller that reads slowly
 /// waits, and so does the controller's buffer behind it (bounded), and the tasks' files
 /// behind that. The caller hanging up stops the step.
 pub(crate) async fn pass_on_to_caller(
-    mut stream: tokio::net::UnixStream,
+    mut stream: tokio::net::unix::OwnedWriteHalf,
+    caller: &mut crate::step_input::Caller,
     node: &str,
     key: StepKey,
     client: &Client,
@@ -409,7 +473,7 @@ pub(crate) async fn pass_on_to_caller(
     };
     let mut wait = Duration::ZERO;
     loop {
-        if crate::step::hung_up_within(&mut stream, wait, key, client).await {
+        if caller.hung_up_within(wait, key, client).await {
             return;
         }
         let batch = match client
@@ -497,6 +561,52 @@ mod tests {
         let start = data_start(&path);
         assert!(start == 0 || start == 2 * 4096, "{start}");
         assert_eq!(read_from(&path, 2 * 4096 + 5, 5), b"aaaaa");
+    }
+
+    #[test]
+    fn a_push_refused_as_too_large_is_halved_down_to_the_least() {
+        let mut sizes = vec![PUSH_BYTES];
+        while let Some(smaller) = smaller_push(*sizes.last().unwrap()) {
+            sizes.push(smaller);
+        }
+        assert_eq!(sizes[1], PUSH_BYTES / 2);
+        assert_eq!(*sizes.last().unwrap(), MIN_PUSH_BYTES);
+        assert!(sizes.windows(2).all(|w| w[1] < w[0]), "{sizes:?}");
+        assert_eq!(smaller_push(MIN_PUSH_BYTES), None);
+        let refusal = ClientError::Protocol("HTTP 413".into());
+        let words = too_large_words("n1", &refusal);
+        assert!(words.contains("n1") && words.contains("4096"), "{words}");
+    }
+
+    #[test]
+    fn an_ended_tasks_stream_is_done_only_once_its_caller_was_passed_all_of_it() {
+        let chunks = [PushChunk {
+            task: 1,
+            stream: Stream::Stdout,
+            offset: 100,
+            data: b"last words\n".to_vec(),
+        }];
+        let ack = |next, read| OutputAck {
+            acks: vec![wharf_api::step_output::StreamAck {
+                task: 1,
+                stream: Stream::Stdout,
+                next,
+                read,
+            }],
+            ..Default::default()
+        };
+        // Taken by the controller but not yet read by the caller: lost if the controller
+        // restarts, so the file must still be pushed.
+        assert!(!passed_on(&chunks, &ack(111, 100), 1, Stream::Stdout));
+        assert!(passed_on(&chunks, &ack(111, 111), 1, Stream::Stdout));
+        // A stream the answer does not speak of, or one not pushed, is not done.
+        assert!(!passed_on(
+            &chunks,
+            &OutputAck::default(),
+            1,
+            Stream::Stdout
+        ));
+        assert!(!passed_on(&chunks, &ack(111, 111), 1, Stream::Stderr));
     }
 
     #[test]

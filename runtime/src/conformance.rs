@@ -193,6 +193,7 @@ pub fn template(id: &str, rootfs: &Path, uid: u32, gid: u32) -> ContainerSpec {
         append_output: false,
         capture_stdout: false,
         capture_stderr: false,
+        capture_stdin: false,
         time_limit: None,
         grace_secs: 1,
         cgroup_parent: "wharf-conformance".into(),

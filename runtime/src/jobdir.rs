@@ -70,6 +70,21 @@ impl JobDir {
     pub fn captured(&self, stderr: bool) -> PathBuf {
         self.root.join(if stderr { "stderr" } else { "stdout" })
     }
+    /// The directory of a task's standard input pipe ([`JobDir::stdin_pipe`]): root's, 0700,
+    /// so no process of the job's user reaches the pipe by its name.
+    pub fn input_dir(&self) -> PathBuf {
+        self.root.join("input")
+    }
+    /// A task's standard input when its spec takes it from the agent (`capture_stdin`): a
+    /// FIFO the shim makes and opens for the task, and the agent opens for writing.
+    pub fn stdin_pipe(&self) -> PathBuf {
+        self.input_dir().join("stdin")
+    }
+    /// Written by the agent once it holds [`JobDir::stdin_pipe`] open for writing: only then
+    /// does the shim start the task, which would otherwise read the end of its input at once.
+    pub fn stdin_ready(&self) -> PathBuf {
+        self.input_dir().join("ready")
+    }
     /// The shim's launch timeline (see [`crate::timeline`]).
     pub fn timeline(&self) -> PathBuf {
         self.root.join("timeline")

@@ -30,6 +30,7 @@ pub mod docker;
 pub mod docker;
 mod error;
 pub mod fake;
+mod input;
 mod jobdir;
 mod launcher;
 mod output;

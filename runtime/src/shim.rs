@@ -14,7 +14,6 @@
 //! `Launch`. Single-threaded by design: it forks, and its signal handling relies on one
 //! thread.
 
-use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -304,8 +303,8 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
                 let (stdout, stderr) = open_outputs(spec, jd, &|| launch.stop())
                     .map_err(|a| a.code(FaultCode::Output))?;
                 launch.check()?;
-                let stdin =
-                    File::open("/dev/null").map_err(|e| RuntimeError::io("/dev/null", e))?;
+                let stdin = crate::input::open_input(spec, jd, &|| launch.stop())
+                    .map_err(|a| a.code(FaultCode::Supervisor))?;
                 // The init inherits the shim's limits (a hard limit cannot be raised inside).
                 let spec = &apply_limits(spec).map_err(|e| e.with_code(FaultCode::Sandbox))?;
                 let plan = Plan::new(spec, jd.path().join("rootfs"))?;
@@ -339,7 +338,7 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
                         .map_err(|e| e.with_code(FaultCode::Namespaces))?
                 };
                 let io = InitIo {
-                    stdin: stdin.into(),
+                    stdin,
                     stdout,
                     stderr,
                     timeline: timeline.raw_fd(),

@@ -53,6 +53,10 @@ pub struct ContainerSpec {
     /// The same for standard error.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub capture_stderr: bool,
+    /// Standard input is the job directory's [`crate::JobDir::stdin_pipe`], which the agent
+    /// writes into (a step's task that takes its caller's input), instead of `/dev/null`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub capture_stdin: bool,
     /// Time limit, seconds.
     pub time_limit: Option<u64>,
     /// Seconds between SIGTERM and SIGKILL.

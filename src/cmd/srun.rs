@@ -5,6 +5,8 @@
 
 use anyhow::{bail, Result};
 
+use wharf_api::step_input::StepInput;
+
 use super::step;
 
 /// Arguments: the common `srun` flags.
@@ -32,10 +34,13 @@ pub struct Args {
     /// The job to run in (inside a job: refused unless it is this one).
     #[arg(long)]
     jobid: Option<u64>,
-    /// CPUs each task needs: outside a job, the new job's; inside one, checked against the
-    /// job's CPUs on a node (a step's tasks share them evenly).
+    /// CPUs each task needs: outside a job, the new job's; inside one, each step task's
+    /// own, within the job's CPUs on a node.
     #[arg(short = 'c', long)]
     cpus_per_task: Option<u32>,
+    /// Which tasks read standard input (inside a job): a task's rank, `all` or `none`.
+    #[arg(short = 'i', long, value_parser = StepInput::parse)]
+    input: Option<StepInput>,
     /// Output file pattern (see `wharf step --help`); default: this command's output.
     #[arg(short = 'o', long)]
     output: Option<String>,
@@ -128,7 +133,9 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
             ntasks_per_node: args.ntasks_per_node,
             ntasks: args.ntasks,
             gpus_per_task: args.gpus_per_task,
+            cpus_per_task: args.cpus_per_task,
             jobid: args.jobid,
+            input: args.input.unwrap_or(StepInput::Task(0)),
             label: args.label,
             output: args.output,
             error: args.error,
@@ -147,6 +154,11 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
             "--jobid",
             args.jobid.is_some(),
             "a step runs only inside the job it is started from",
+        ),
+        (
+            "--input",
+            args.input.is_some(),
+            "a job reads no standard input (its tasks read /dev/null)",
         ),
     ];
     if let Some((flag, _, why)) = unmapped.iter().find(|(_, given, _)| *given) {
@@ -238,6 +250,15 @@ mod tests {
             (Some(2), Some(2), true)
         );
         assert_eq!(s.command, ["hostname", "-s"]);
+        // -c reaches the step (each task's CPUs); input goes to task 0, as srun's does.
+        assert_eq!(s.cpus_per_task, Some(2));
+        assert_eq!(s.input, StepInput::Task(0));
+        let a = parse(&["-i", "all", "cat"]);
+        let Plan::Step(s) = plan(a, &env_of(IN_JOB)).unwrap() else {
+            panic!("not a step")
+        };
+        assert_eq!((s.input, s.cpus_per_task), (StepInput::All, None));
+        assert!(Cli::try_parse_from(["srun", "-i", "in.txt", "cat"]).is_err());
         // More CPUs than the job has on a node, or a job's own flag: refused with words.
         let a = parse(&["--ntasks-per-node=2", "-c", "3", "true"]);
         let e = plan(a, &env_of(IN_JOB)).unwrap_err().to_string();
@@ -277,6 +298,10 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("--label"), "{e}");
+        let e = plan(parse(&["-i", "none", "true"]), &env_of(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--input has no meaning"), "{e}");
         // A Slurm job's id without Wharf's socket: not silently a new job.
         let e = plan(parse(&["true"]), &env_of(&[("SLURM_JOB_ID", "5")]))
             .unwrap_err()

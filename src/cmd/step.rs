@@ -10,6 +10,7 @@ use std::io::Write;
 use anyhow::{bail, Context, Result};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use wharf_api::step::{StepRecord, StepReply, StepRequest};
+use wharf_api::step_input::{InputLine, StepInput};
 use wharf_api::step_output::{OutputChunk, StepOutput, Stream};
 
 /// Arguments.
@@ -31,9 +32,17 @@ pub struct Args {
     /// GPUs each task has to itself (default: every task sees all the job's GPUs on its node).
     #[arg(long)]
     pub gpus_per_task: Option<u32>,
+    /// CPUs each task has to itself (default: the job's CPUs on a node shared evenly among
+    /// the step's tasks there).
+    #[arg(short = 'c', long)]
+    pub cpus_per_task: Option<u32>,
     /// The job to run in: refused unless it is the job this command runs inside.
     #[arg(long)]
     pub jobid: Option<u64>,
+    /// Which tasks read this command's standard input: a task's rank, `all` or `none` (the
+    /// others read /dev/null).
+    #[arg(short = 'i', long, default_value = "0", value_parser = StepInput::parse)]
+    pub input: StepInput,
     /// Begin each line of the tasks' output with the task's rank (`3: `).
     #[arg(short = 'l', long)]
     pub label: bool,
@@ -94,6 +103,7 @@ pub async fn run(args: Args) -> Result<i32> {
         ntasks_per_node: args.ntasks_per_node,
         ntasks: args.ntasks,
         gpus_per_task: args.gpus_per_task,
+        cpus_per_task: args.cpus_per_task,
         job: args.jobid,
         argv: args.command,
         env,
@@ -106,7 +116,12 @@ pub async fn run(args: Args) -> Result<i32> {
             output: args.output,
             error: args.error,
         },
+        input: args.input,
     };
+    // This command's standard input, read only when a task takes it.
+    let mut input = (args.input != StepInput::None).then(read_stdin);
+    // Whether the agent and controller take input: set by the step's start.
+    let mut takes_input = false;
     let mut lines = Lines::new(args.label);
     let mut request = request;
     // Once started, the step is waited for again through a restart of the node's agent.
@@ -120,7 +135,17 @@ pub async fn run(args: Args) -> Result<i32> {
             }
             (Err(e), _) => return Err(e),
         };
-        match exchange(stream, &request, &job, args.quiet, &mut lines).await? {
+        match exchange(
+            stream,
+            &request,
+            &job,
+            args.quiet,
+            &mut lines,
+            input.as_mut(),
+            &mut takes_input,
+        )
+        .await?
+        {
             Answer::Ended(status) => return Ok(status),
             Answer::Cut(Some(step)) => {
                 if !args.quiet {
@@ -148,29 +173,108 @@ enum Answer {
     Cut(Option<u32>),
 }
 
-/// Sends `request` on `stream` and reads the answers until the step ends or the connection
-/// is cut.
+/// Bytes of standard input one line to the agent carries at most.
+const INPUT_BYTES: usize = 64 << 10;
+
+/// Reads this command's standard input on a thread of its own, a line for the agent at a
+/// time: the channel holds one, so a step whose tasks do not read stops the reading (and
+/// whoever writes into this command waits), as a pipe would.
+fn read_stdin() -> tokio::sync::mpsc::Receiver<InputLine> {
+    use std::io::Read;
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut offset = 0u64;
+        loop {
+            let mut data = vec![0u8; INPUT_BYTES];
+            let n = match stdin.read(&mut data) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                // An input that cannot be read ends there.
+                Err(_) => 0,
+            };
+            data.truncate(n);
+            let line = InputLine {
+                offset,
+                data,
+                eof: n == 0,
+            };
+            offset += n as u64;
+            if tx.blocking_send(line).is_err() || n == 0 {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// Sends `request` on `stream`, then `input` as it comes once the step's start says its
+/// tasks take it (`takes_input`, kept for a connection that waits again), and reads the
+/// answers until the step ends or the connection is cut.
 async fn exchange(
-    mut stream: tokio::net::UnixStream,
+    stream: tokio::net::UnixStream,
     request: &StepRequest,
     job: &str,
     quiet: bool,
     out: &mut Lines,
+    input: Option<&mut tokio::sync::mpsc::Receiver<InputLine>>,
+    takes_input: &mut bool,
 ) -> Result<Answer> {
+    let (rd, mut wr) = stream.into_split();
     let mut line = serde_json::to_vec(request)?;
     line.push(b'\n');
     // The agent may refuse the caller before reading a word: its answer says why.
-    let _ = stream.write_all(&line).await;
-    let mut lines = BufReader::new(stream).lines();
+    let _ = wr.write_all(&line).await;
+    // Input goes on beside the answers: a task's output never waits for its input. Only
+    // once the step's record says it takes input: an agent from before input forwarding
+    // drops the request's `input` (its record says none), and would take a line from this
+    // command for its going away.
+    let (go, mut go_rx) = tokio::sync::watch::channel(*takes_input);
+    let send_input = async move {
+        let go = go_rx.wait_for(|go| *go).await.is_ok();
+        if let Some(input) = input.filter(|_| go) {
+            while let Some(chunk) = input.recv().await {
+                let mut line = serde_json::to_vec(&chunk).unwrap_or_default();
+                line.push(b'\n');
+                if wr.write_all(&line).await.is_err() {
+                    break;
+                }
+            }
+        }
+        // Kept open: the agent takes the connection's end for the caller going away.
+        std::future::pending::<()>().await;
+        drop(wr);
+    };
+    tokio::pin!(send_input);
+    let mut lines = BufReader::new(rd).lines();
     let mut started = request.resume;
     loop {
-        let Ok(Some(text)) = lines.next_line().await else {
+        let next = tokio::select! {
+            l = lines.next_line() => l,
+            () = &mut send_input => unreachable!("input never ends the exchange"),
+        };
+        let Ok(Some(text)) = next else {
             return Ok(Answer::Cut(started));
         };
         match serde_json::from_str::<StepReply>(&text)
             .with_context(|| "the agent's answer makes no sense")?
         {
             StepReply::Output(chunk) => {
+                // Nothing should be lost on the way (the files are pushed again until the
+                // caller has them), but should it be, the caller is told rather than left
+                // with a hole it cannot see.
+                let lost = out.gap(&chunk);
+                if lost > 0 {
+                    emit_all(out.flush_all());
+                    let stream = match chunk.stream {
+                        Stream::Stdout => "standard output",
+                        Stream::Stderr => "standard error",
+                    };
+                    eprintln!(
+                        "wharf: {lost} bytes of rank {}'s {stream} were lost on their way here",
+                        chunk.rank
+                    );
+                }
                 if let Some((stream, bytes)) = out.take(&chunk) {
                     emit(stream, &bytes);
                 }
@@ -181,6 +285,10 @@ async fn exchange(
             }
             StepReply::Started(s) => {
                 started = Some(s.id);
+                if s.input != StepInput::None {
+                    *takes_input = true;
+                    let _ = go.send(true);
+                }
                 out.ranks(s.ntasks());
                 if !quiet {
                     eprintln!("wharf: step {job}.{} started: {}", s.id, describe(&s));
@@ -234,6 +342,13 @@ impl Lines {
         self.width = ntasks.saturating_sub(1).to_string().len();
     }
 
+    /// Bytes of the chunk's stream missing before it: what never arrived between the last
+    /// byte taken and where the chunk starts.
+    fn gap(&self, c: &OutputChunk) -> u64 {
+        let next = self.next.get(&(c.rank, c.stream)).copied().unwrap_or(0);
+        c.offset.saturating_sub(next)
+    }
+
     /// Takes a chunk: the whole lines it completes, as they are to be written.
     fn take(&mut self, c: &OutputChunk) -> Option<(Stream, Vec<u8>)> {
         let next = self.next.entry((c.rank, c.stream)).or_default();
@@ -241,7 +356,7 @@ impl Lines {
         if end <= *next {
             return None;
         }
-        // Past `next` (output dropped for a caller that did not read): go on from there.
+        // Past `next` (output lost on the way, see `gap`): go on from there.
         let skip = next.saturating_sub(c.offset) as usize;
         *next = end;
         let held = self.partial.entry((c.rank, c.stream)).or_default();
@@ -364,5 +479,25 @@ mod tests {
         // Sent again from an earlier offset: only what is new goes on.
         assert_eq!(l.take(&c(0, b"one\n")), None);
         assert_eq!(l.take(&c(4, b"two\nthree\n")).unwrap().1, b"two\nthree\n");
+        assert_eq!(l.gap(&c(0, b"one\n")), 0);
+    }
+
+    #[test]
+    fn bytes_that_never_arrived_are_counted_per_rank_and_stream() {
+        let c = |rank, offset, data: &[u8]| OutputChunk {
+            seq: 0,
+            rank,
+            stream: Stream::Stderr,
+            offset,
+            data: data.to_vec(),
+        };
+        let mut l = Lines::new(false);
+        assert_eq!(l.gap(&c(0, 0, b"a\n")), 0);
+        assert_eq!(l.take(&c(0, 0, b"a\n")).unwrap().1, b"a\n");
+        // Rank 0's bytes 2..10 never came; rank 1's stream starts where it should.
+        assert_eq!(l.gap(&c(0, 10, b"b\n")), 8);
+        assert_eq!(l.gap(&c(1, 0, b"c\n")), 0);
+        assert_eq!(l.take(&c(0, 10, b"b\n")).unwrap().1, b"b\n");
+        assert_eq!(l.gap(&c(0, 12, b"d\n")), 0);
     }
 }

@@ -40,6 +40,7 @@ mod sif_fifo;
 mod state_files;
 mod steps;
 mod steps_image;
+mod steps_input;
 mod steps_memory;
 mod steps_output;
 mod submit_limits;

@@ -300,33 +300,16 @@ impl MultiHost {
             ),
         )
         .unwrap();
-        let controller = fabric
-            .switch
-            .command(wharf_bin())
-            .args(["controller", "--config"])
-            .arg(&config)
-            .stderr(std::fs::File::create(d.join("ctl.log")).unwrap())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start the controller");
         let mut bed = MultiHost {
             socket: d.join("wharf.sock"),
-            controller: Some(controller),
+            controller: None,
             agents: (0..n).map(|_| None).collect(),
             agent_more: (0..n).map(agent).collect(),
             tag,
             fabric,
             dir,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !bed.token().exists() || !bed.socket.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "the controller did not start:\n{}",
-                bed.logs()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        bed.start_controller();
         for i in 0..n {
             bed.start_agent(i);
         }
@@ -341,6 +324,48 @@ impl MultiHost {
         let names: Vec<String> = (0..n).map(Self::node).collect();
         bed.wait_nodes(&names, "UP", Duration::from_secs(60));
         Some(bed)
+    }
+
+    /// Starts the controller in the switch's namespace (its log appended to `ctl.log`) and
+    /// waits for its socket and join token.
+    fn start_controller(&mut self) {
+        let d = self.dir.path();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(d.join("ctl.log"))
+            .unwrap();
+        let controller = self
+            .fabric
+            .switch
+            .command(wharf_bin())
+            .args(["controller", "--config"])
+            .arg(d.join("wharf.toml"))
+            .stderr(log)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start the controller");
+        self.controller = Some(controller);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.token().exists() || !self.socket.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "the controller did not start:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The controller is killed (SIGKILL: what it held only in memory is lost) and started
+    /// again from its state directory; agents and jobs run on.
+    pub fn restart_controller(&mut self) {
+        if let Some(mut c) = self.controller.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+        self.start_controller();
     }
 
     /// Host `i`'s node name.

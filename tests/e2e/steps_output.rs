@@ -1,7 +1,9 @@
 //! A step's output comes back to its caller (`wharf step`, `srun`): the tasks' lines from
 //! every host, whole and in order within each rank, labelled with the rank when asked, the
 //! bytes as written; the step's status; a flood of output arrives complete while the
-//! controller and agents hold only their bounded buffers; and the binary answers as `srun`.
+//! controller and agents hold only their bounded buffers, survives the controller's restart,
+//! and passes a controller whose request limit is under one push; and the binary answers as
+//! `srun`.
 
 use std::time::Duration;
 
@@ -140,4 +142,125 @@ fn a_step_whose_caller_does_not_read_is_stopped_before_it_fills_the_nodes_disk()
         bytes < BACKLOG_TRY,
         "{bytes} bytes reached the caller: {tail}"
     );
+}
+
+/// Lines of 100 bytes each rank of the restart test writes: together well within the
+/// controller's step buffer (8 MiB), well past what the pipes and sockets before the caller
+/// hold.
+const RESTART_LINES: u64 = 20_000;
+
+#[test]
+fn output_the_controller_held_for_a_caller_not_reading_survives_the_controllers_restart() {
+    let test =
+        "output_the_controller_held_for_a_caller_not_reading_survives_the_controllers_restart";
+    let Some(mut bed) = MultiHost::start(test, 2, "") else {
+        return;
+    };
+    let w = wharf_bin();
+    let line = "x".repeat(99);
+    // The caller does not read for a while: its tasks end and their output waits in the
+    // controller's buffer (and in their files), the caller's pipe being full; meanwhile the
+    // controller restarts and loses that buffer. Every byte must still reach the caller.
+    let script = format!(
+        "if [ \"$RANK\" = 0 ]; then \
+           echo STEP_STARTS; \
+           {{ {w} step -q -N 2 -- sh -c 'yes {line} | head -n {RESTART_LINES}'; echo \"RESTART_STATUS $?\" >&2; }} \
+             | {{ sleep 30; echo RESTART_BYTES $(wc -lc); }}; \
+         fi"
+    );
+    let id = bed.submit(&["--nodes", "2", "--cpus", "2", "-t", "5m", "--wrap", &script]);
+    let started = std::time::Instant::now();
+    while !bed.output(id).contains("STEP_STARTS") {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the job never started its step:\n{}",
+            bed.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Until the step's end is recorded (what was all its output's being taken), or long
+    // enough for its tasks to have written everything and the controller to hold it.
+    let ended = |j: &serde_json::Value| {
+        j["steps"]
+            .as_array()
+            .and_then(|s| s.first())
+            .is_some_and(|s| !s["exit"].is_null())
+    };
+    let waited = std::time::Instant::now();
+    while !ended(&bed.job(id)) && waited.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    bed.restart_controller();
+    let job = bed.wait_done(id, Duration::from_secs(300));
+    let out = bed.output(id);
+    let tail = &out[out.len().saturating_sub(3000)..];
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{tail}\n{}", bed.logs());
+    assert!(out.contains("RESTART_STATUS 0\n"), "{tail}\n{}", bed.logs());
+    let lines = 2 * RESTART_LINES;
+    assert!(
+        out.contains(&format!("RESTART_BYTES {lines} {}\n", lines * 100)),
+        "{tail}\n{}",
+        bed.logs()
+    );
+}
+
+/// Lines of 100 bytes the request limit test's task writes: far more than one push.
+const LIMIT_LINES: u64 = 20_000;
+
+#[test]
+fn a_controller_whose_request_limit_is_under_one_push_still_gets_a_steps_output() {
+    let test = "a_controller_whose_request_limit_is_under_one_push_still_gets_a_steps_output";
+    // 64 KiB: room for the agents' registrations and polls, not for a push of 512 KiB.
+    let limits = "[limits]\nmax_agent_request_size = \"64K\"";
+    let Some(bed) = MultiHost::start(test, 1, limits) else {
+        return;
+    };
+    let w = wharf_bin();
+    let line = "x".repeat(99);
+    let script = format!(
+        "{{ {w} step -q -N 1 -- sh -c 'yes {line} | head -n {LIMIT_LINES}'; echo \"LIMIT_STATUS $?\" >&2; }} \
+           | {{ echo LIMIT_BYTES $(wc -lc); }}"
+    );
+    let id = bed.submit(&["--nodes", "1", "--cpus", "1", "-t", "2m", "--wrap", &script]);
+    let job = bed.wait_done(id, Duration::from_secs(180));
+    let out = bed.output(id);
+    let tail = &out[out.len().saturating_sub(3000)..];
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{tail}\n{}", bed.logs());
+    let bytes: Vec<u64> = out
+        .lines()
+        .find_map(|l| l.strip_prefix("LIMIT_BYTES "))
+        .unwrap_or_else(|| panic!("no byte count: {tail}\n{}", bed.logs()))
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    assert_eq!(bytes, [LIMIT_LINES, LIMIT_LINES * 100], "{tail}");
+    assert!(out.contains("LIMIT_STATUS 0\n"), "{tail}");
+}
+
+#[test]
+fn a_controller_that_refuses_even_the_smallest_push_fails_the_step_with_the_reason() {
+    let test = "a_controller_that_refuses_even_the_smallest_push_fails_the_step_with_the_reason";
+    // Room for the agents' registrations, polls and the step's start; not for 4 KiB of
+    // output as base64.
+    let limits = "[limits]\nmax_agent_request_size = \"5K\"";
+    let Some(bed) = MultiHost::start(test, 1, limits) else {
+        return;
+    };
+    let w = wharf_bin();
+    let line = "x".repeat(99);
+    let script = format!(
+        "{w} step -N 1 -- sh -c 'yes {line} | head -n 1000; sleep 600'; echo \"TINY_STATUS $?\""
+    );
+    let id = bed.submit(&["--nodes", "1", "--cpus", "1", "-t", "2m", "--wrap", &script]);
+    let job = bed.wait_done(id, Duration::from_secs(180));
+    let out = bed.output(id);
+    let tail = &out[out.len().saturating_sub(3000)..];
+    // Not held until the job's time limit: the step ends at once, saying why.
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{tail}\n{}", bed.logs());
+    assert!(
+        out.contains("refuses its output from node node1 even 4096 bytes at a time"),
+        "{tail}\n{}",
+        bed.logs()
+    );
+    assert!(!out.contains("TINY_STATUS 0\n"), "{tail}");
 }

@@ -23,6 +23,7 @@ pub mod pull;
 pub mod report;
 pub mod resources;
 pub mod step;
+pub mod step_input;
 pub mod step_output;
 pub mod text;
 pub mod usage;

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::job::{ExitInfo, JobId, JobState};
+use crate::step_input::StepInput;
 use crate::step_output::{OutputChunk, StepOutput};
 use crate::wire::LaunchOrder;
 
@@ -34,6 +35,10 @@ pub struct StepRequest {
     /// GPUs each task has to itself; `None`: every task sees all the job's GPUs on its node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus_per_task: Option<u32>,
+    /// CPUs each task has to itself (`srun -c`); `None`: the job's CPUs on a node shared
+    /// evenly among the step's tasks there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus_per_task: Option<u32>,
     /// The job the caller believes it is in (`--jobid`): refused unless it is the job the
     /// caller is really in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -54,6 +59,11 @@ pub struct StepRequest {
     /// streaming sends none: the job's files, beside).
     #[serde(default, skip_serializing_if = "is_default")]
     pub output: StepOutput,
+    /// Which tasks get the caller's standard input, sent after the request as
+    /// [`crate::step_input::InputLine`]s (a caller from before input forwarding sends none:
+    /// every task reads `/dev/null`).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub input: StepInput,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
@@ -138,12 +148,18 @@ pub struct StepRecord {
     /// GPUs each task has to itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus_per_task: Option<u32>,
+    /// CPUs each task has to itself; `None`: the job's CPUs on a node shared evenly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus_per_task: Option<u32>,
     /// Seconds it may run: what was left of the job's time limit when it was asked for.
     #[serde(default)]
     pub time_limit: u64,
     /// Where its tasks' output goes.
     #[serde(default, skip_serializing_if = "is_default")]
     pub output: StepOutput,
+    /// Which of its tasks get the caller's standard input.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub input: StepInput,
 }
 
 impl StepRecord {
@@ -202,6 +218,15 @@ pub struct StepOrder {
     /// directory for the agent to pass on.
     #[serde(default, skip_serializing_if = "is_default")]
     pub output: StepOutput,
+    /// Which of the step's tasks take its caller's input (the node's first rank is
+    /// `order.rendezvous.node_rank` times its tasks per node).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub input: StepInput,
+    /// CPUs each task has of `order.cpu_ids` (`-c`; `order.spec`'s CPUs are this times its
+    /// tasks per node); `None`: the node's CPUs of the job split evenly among its tasks.
+    /// `order.cpu_ids` keeps naming all of the job's, which its cgroup is written with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus_per_task: Option<u32>,
 }
 
 /// A step's tasks for an agent to stop.

@@ -27,7 +27,7 @@ pub enum Stream {
 }
 
 /// Bytes as base64 in JSON (output is the user's own bytes, control characters included).
-mod b64 {
+pub(crate) mod b64 {
     use base64::Engine;
     use serde::{Deserialize, Deserializer, Serializer};
 
@@ -81,7 +81,8 @@ pub struct StreamAck {
     pub stream: Stream,
     /// Everything before this offset is taken; push on from here.
     pub next: u64,
-    /// Everything before this offset was passed on to the caller: the agent may forget it.
+    /// Everything before this offset was passed on to the caller: the agent may forget it
+    /// (and an ended task, once this reaches its stream's end, is drained).
     #[serde(default)]
     pub read: u64,
 }

@@ -28,6 +28,8 @@ use wharf_api::{JobId, JobState, Owner};
 use crate::cluster::{Caller, Failure};
 use crate::Shared;
 
+mod step_input;
+
 /// Who is on the other end of a connection.
 #[derive(Debug, Clone)]
 pub enum Peer {
@@ -99,6 +101,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/agent/steps/cancel", post(step_cancel))
         .route("/v1/agent/steps/output", post(step_output_push))
         .route("/v1/agent/steps/output/read", post(step_output_read))
+        .route("/v1/agent/steps/input", post(step_input::push))
+        .route("/v1/agent/steps/input/pull", post(step_input::pull))
         .layer(DefaultBodyLimit::max(shared.config.max_agent_request_bytes))
         .route_layer(middleware::from_fn_with_state(shared.clone(), agents_only));
     Router::new()
@@ -175,7 +179,7 @@ fn body<T: serde::de::DeserializeOwned>(
     s: &Shared,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiFailure> {
-    json_body(bytes, || {
+    json_body(bytes, StatusCode::BAD_REQUEST, || {
         format!(
             "request body is over the controller's limit of {} bytes ([limits] \
              max_request_size); make the job smaller (a long script or environment \
@@ -185,12 +189,14 @@ fn body<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// An agent's body: like [`body`], with the agents' own limit.
+/// An agent's body: like [`body`], with the agents' own limit, and 413 past it: an agent
+/// that can split what it sends (a step output push) tells "too large" from "wrong" by the
+/// status and sends less.
 fn agent_body<T: serde::de::DeserializeOwned>(
     s: &Shared,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiFailure> {
-    json_body(bytes, || {
+    json_body(bytes, StatusCode::PAYLOAD_TOO_LARGE, || {
         format!(
             "agent report is over the controller's limit of {} bytes ([limits] \
              max_agent_request_size); raise it for nodes that hold this many jobs",
@@ -199,16 +205,22 @@ fn agent_body<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// A body read within its route's limit and parsed as JSON; `over_limit` says which limit a
-/// body past it broke and what to do.
+/// A body read within its route's limit and parsed as JSON; a body past the limit is
+/// answered `too_large` (invalid input), with `over_limit`'s words on which limit it broke
+/// and what to do.
 fn json_body<T: serde::de::DeserializeOwned>(
     bytes: Result<Bytes, BytesRejection>,
+    too_large: StatusCode,
     over_limit: impl FnOnce() -> String,
 ) -> Result<T, ApiFailure> {
     let bytes = bytes.map_err(|e| match e {
-        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
-            fail(ErrorKind::InvalidInput, over_limit())
-        }
+        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => ApiFailure(
+            too_large,
+            ApiError {
+                error: over_limit(),
+                kind: ErrorKind::InvalidInput,
+            },
+        ),
         other => fail(ErrorKind::InvalidInput, format!("request body: {other}")),
     })?;
     serde_json::from_slice(&bytes)
@@ -793,6 +805,7 @@ async fn step_cancel(
         s.wake_node(n);
     }
     relay(&s).abandon(key, crate::now_ms());
+    step_input::forget(&s, key);
     Ok(Json(with_cluster(&s, move |cl, _| cl.step(key)).await?))
 }
 
@@ -810,24 +823,26 @@ async fn step_output_push(
     check_token(&s, &headers)?;
     let push: OutputPush = agent_body(&s, bytes)?;
     let (key, node) = (push.key, push.node.clone());
-    let found = with_cluster(&s, move |cl, _| match cl.step_seen_from(key, &node) {
-        Ok(found) => Ok(Some(found)),
-        Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    })
-    .await?;
+    // A node that holds none of the step's tasks is refused before the buffer is looked at:
+    // it may not turn on the step's discarding (which stops the step's tasks) nor add to it.
+    let found = with_cluster(&s, move |cl, _| Ok(cl.step_output_from(key, &node))).await?;
     let (step, idx) = match found {
-        Some((step, Some(idx), _)) => (step, idx),
-        // Not a node of the step: nothing of it is taken (and the agent, told to push no
-        // more, does not hold its tasks' end back for it).
-        Some((_, None, _)) => {
-            tracing::warn!(node = %push.node, job = key.job, step = key.step, "output pushed for a step the node has no part in; dropped");
-            (StepRecord::default(), usize::MAX)
+        Ok(Some(found)) => found,
+        // Of a job or step no longer known: nobody will read it, and no buffer is touched.
+        Ok(None) => {
+            return Ok(Json(OutputAck {
+                discard: true,
+                ..Default::default()
+            }))
         }
-        // Of a job or step no longer known: nobody will read it.
-        None => (StepRecord::default(), usize::MAX),
+        Err(e) => {
+            if e.kind == ErrorKind::PermissionDenied {
+                tracing::warn!(node = %push.node, job = key.job, step = key.step, "output pushed for a step the node has no part in; refused");
+            }
+            return Err(e.into());
+        }
     };
-    let live = idx != usize::MAX && step.exit.is_none();
+    let live = step.exit.is_none();
     let base = (idx as u32).saturating_mul(step.tasks_per_node);
     let now = crate::now_ms();
     Ok(Json(relay(&s).push(
@@ -866,3 +881,6 @@ async fn step_output_read(
         crate::now_ms(),
     )))
 }
+
+#[cfg(test)]
+mod tests;

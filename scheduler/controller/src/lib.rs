@@ -18,6 +18,7 @@ pub mod private;
 pub mod registry_auth;
 pub mod retention;
 pub mod serve;
+pub mod step_input;
 pub mod step_output;
 pub mod store;
 pub mod submits;
@@ -121,6 +122,8 @@ pub struct Shared {
     /// Steps' output on its way to their callers (apart from the cluster's lock: it is
     /// bytes in flight, not state).
     pub step_output: Mutex<step_output::Relay>,
+    /// Steps' input on its way from their callers to their tasks (bytes in flight too).
+    pub step_input: Mutex<step_input::InputRelay>,
 }
 
 impl Shared {
@@ -254,6 +257,7 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
         scheduler: Notify::new(),
         next_pass: Mutex::new(std::time::Instant::now()),
         step_output: Default::default(),
+        step_input: Default::default(),
         nodes: Mutex::default(),
     });
     submits::start(&shared, queue).map_err(io("starting the submit writer"))?;
@@ -386,7 +390,7 @@ async fn scheduler_loop(shared: Arc<Shared>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::cluster::{Caller, Cluster};
     use wharf_api::wire::SubmitRequest;
@@ -415,7 +419,8 @@ mod tests {
         c
     }
 
-    fn config(dir: &std::path::Path) -> ControllerConfig {
+    /// A controller's settings, its state in `dir`, its join token `token`.
+    pub(crate) fn config(dir: &std::path::Path) -> ControllerConfig {
         ControllerConfig {
             state_dir: dir.to_path_buf(),
             socket: dir.join("wharf.sock"),
@@ -448,6 +453,7 @@ mod tests {
             scheduler: Notify::new(),
             next_pass: Mutex::new(std::time::Instant::now()),
             step_output: Default::default(),
+            step_input: Default::default(),
             nodes: Mutex::default(),
         });
         submits::start(&shared, queue).unwrap();

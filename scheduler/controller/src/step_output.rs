@@ -10,8 +10,9 @@
 //! ```
 //!
 //! Nothing here is durable: a restarted controller starts empty, and each agent's next push
-//! starts its streams where it stands (a reader sees a new buffer id and acknowledges nothing
-//! of the old one).
+//! is told `rewind` and starts its streams again from what the caller was not passed, which
+//! its files still hold (a task is drained only once its caller was passed all of it; a
+//! reader sees a new buffer id and acknowledges nothing of the old one).
 
 use std::collections::{BTreeMap, VecDeque};
 

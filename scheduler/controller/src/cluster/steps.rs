@@ -287,8 +287,10 @@ impl Cluster {
             env: r.env.clone(),
             workdir: r.workdir.clone(),
             gpus_per_task: r.gpus_per_task,
+            cpus_per_task: r.cpus_per_task,
             time_limit: left.max(1),
             output: r.output.clone(),
+            input: r.input,
             ..Default::default()
         };
         let mut job = job.clone();
@@ -345,6 +347,35 @@ impl Cluster {
         };
         let idx = step.nodes.iter().position(|n| n.node == node);
         Ok((step, idx, holds))
+    }
+
+    /// Where `node`'s push of output for step `key` goes: the step and the node's index
+    /// among its nodes (its first rank there is `index * tasks_per_node`), or `None` once the
+    /// job or step is no longer known (nobody will read it). Only a node that holds the
+    /// step's tasks may pass its output on: any other one must not touch the step's buffer
+    /// (turn on its discarding, stop its tasks), whatever job it runs.
+    ///
+    /// Errors: `PermissionDenied` when `node` is not one of the step's nodes.
+    pub fn step_output_from(
+        &self,
+        key: StepKey,
+        node: &str,
+    ) -> Result<Option<(StepRecord, usize)>, Failure> {
+        let step = match self.step(key) {
+            Ok(step) => step,
+            Err(e) if e.kind == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match step.nodes.iter().position(|n| n.node == node) {
+            Some(idx) => Ok(Some((step, idx))),
+            None => Err(refused(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "node {node} holds no task of step {} of job {}: it may not pass on its output",
+                    key.step, key.job
+                ),
+            )),
+        }
     }
 
     /// Stops a step whose caller went away (`wharf step` was interrupted). Idempotent.
@@ -539,7 +570,12 @@ impl Cluster {
                 spec.nodes = step.nodes.len() as u32;
                 spec.tasks_per_node = step.tasks_per_node;
                 spec.gpus_per_task = step.gpus_per_task;
-                spec.resources.cpus = alloc.cpu_ids.len() as u32;
+                // `--cpus-per-task`: each task that many of the job's CPUs here (within them,
+                // as the plan checked); else all of them, shared evenly.
+                spec.resources.cpus = match step.cpus_per_task {
+                    Some(c) => c.saturating_mul(step.tasks_per_node),
+                    None => alloc.cpu_ids.len() as u32,
+                };
                 spec.time_limit = step.time_limit;
                 launch.push(StepOrder {
                     step: step.id,
@@ -560,6 +596,8 @@ impl Cluster {
                         hold: false,
                     },
                     output: step.output.clone(),
+                    input: step.input,
+                    cpus_per_task: step.cpus_per_task,
                 });
             }
         }

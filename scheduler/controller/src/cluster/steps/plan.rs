@@ -2,6 +2,7 @@
 //! the request.
 
 use wharf_api::step::StepRequest;
+use wharf_api::step_input::StepInput;
 use wharf_api::wire::ErrorKind;
 use wharf_api::JobRecord;
 
@@ -20,7 +21,8 @@ pub struct Plan {
 
 /// Where `req` runs within `job`, or why it cannot: it must ask for nodes of the job, tasks
 /// that divide evenly over them, and no more tasks (one CPU each at least) or GPUs than the
-/// job holds on each. A node whose part of the batch command has ended (with status 0: a
+/// job holds on each (nor more CPUs per task than the node's CPUs divided among its tasks);
+/// an `--input` rank must be one of the step's. A node whose part of the batch command has ended (with status 0: a
 /// failure stops the job) still belongs to the job until its last rank ends, so a batch
 /// script that runs only on rank 0 (`if [ "$RANK" = 0 ]`) can run steps on every node.
 pub fn plan(job: &JobRecord, req: &StepRequest) -> Result<Plan, Failure> {
@@ -90,6 +92,17 @@ pub fn plan(job: &JobRecord, req: &StepRequest) -> Result<Plan, Failure> {
                 a.node
             )));
         }
+        match req.cpus_per_task {
+            Some(0) => return Err(invalid("--cpus-per-task 0: a task needs a CPU".into())),
+            Some(c) if c.saturating_mul(per_node) > cpus => {
+                return Err(invalid(format!(
+                    "{per_node} task(s) with {c} CPU(s) each is more than job {id} holds on \
+                     node {}: {cpus} CPU(s)",
+                    a.node
+                )));
+            }
+            _ => {}
+        }
         if let Some(g) = req.gpus_per_task {
             let held = a.gpu_ids.len() as u32;
             if g * per_node > held {
@@ -99,6 +112,15 @@ pub fn plan(job: &JobRecord, req: &StepRequest) -> Result<Plan, Failure> {
                     a.node
                 )));
             }
+        }
+    }
+    if let StepInput::Task(r) = req.input {
+        let ntasks = per_node * n;
+        if r >= ntasks {
+            return Err(invalid(format!(
+                "--input {r}: the step has {ntasks} task(s), ranks 0 to {}",
+                ntasks - 1
+            )));
         }
     }
     Ok(Plan {

@@ -1,6 +1,7 @@
 use std::collections::BTreeSet;
 
 use wharf_api::step::{AgentStep, StepKey, StepRecord, StepRequest, StepStart};
+use wharf_api::step_input::StepInput;
 use wharf_api::wire::{AgentJob, ErrorKind, PollRequest};
 use wharf_api::{ExitInfo, JobDefaults, JobId, JobRequest, JobState, NodeInfo};
 
@@ -157,6 +158,30 @@ fn steps_get_their_jobs_next_id_and_run_where_they_ask_within_the_allocation() {
     assert!(!orders[1].order.spec.env.contains_key("RANK"));
     assert!(orders[1].order.spec.output.ends_with(".step2"));
     assert_eq!(orders[1].order.spec.tasks_per_node, 2);
+    // Its two tasks share g3's 4 CPUs: 2 each, told so.
+    assert_eq!(orders[1].order.spec.resources.cpus, 4);
+    assert_eq!(orders[1].order.spec.cpus_per_task(), 2);
+    assert_eq!(orders[1].input, StepInput::None);
+    // `-c 1` and `--input all`: one CPU each (of the node's four), all tasks read the input.
+    let narrow = StepRequest {
+        nodelist: Some("g3".into()),
+        ntasks: Some(2),
+        cpus_per_task: Some(1),
+        input: StepInput::All,
+        ..Default::default()
+    };
+    let narrow = c.start_step(ask(id, "g1", 1000, narrow), 2_000).unwrap();
+    assert_eq!(
+        (narrow.cpus_per_task, narrow.input),
+        (Some(1), StepInput::All)
+    );
+    let (orders, _) = c.step_orders("g3", &BTreeSet::new(), &BTreeSet::new());
+    let o = orders.iter().find(|o| o.step == narrow.id).unwrap();
+    assert_eq!(o.order.spec.cpus_per_task(), 1);
+    assert_eq!(o.order.cpu_ids.len(), 4, "the node's CPUs to choose from");
+    assert_eq!(o.cpus_per_task, Some(1));
+    assert_eq!(orders[0].cpus_per_task, None);
+    assert_eq!(o.input, StepInput::All);
 }
 
 #[test]
@@ -236,6 +261,23 @@ fn a_step_outside_the_callers_job_or_allocation_is_refused_with_the_reason() {
     assert!(refused(&mut c, ask(id, "g1", 1000, uneven))
         .message
         .contains("evenly"));
+    let wide = StepRequest {
+        ntasks_per_node: Some(2),
+        cpus_per_task: Some(3),
+        ..Default::default()
+    };
+    let e = refused(&mut c, ask(id, "g1", 1000, wide));
+    assert!(e.message.contains("2 task(s) with 3 CPU(s) each"), "{e:?}");
+    let input = StepRequest {
+        ntasks: Some(2),
+        input: StepInput::Task(2),
+        ..Default::default()
+    };
+    let e = refused(&mut c, ask(id, "g1", 1000, input));
+    assert!(
+        e.message.contains("--input 2: the step has 2 task(s)"),
+        "{e:?}"
+    );
     // Nothing of these was recorded.
     assert!(record(&c, id).steps.is_empty());
     // Once the job has ended, no more steps.

@@ -1,0 +1,414 @@
+//! Passing steps' standard input on, both ways of the controller (see
+//! [`wharf_api::step_input`]):
+//!
+//! ```text
+//!  caller's node:  wharf step ─InputLine─▶ [`Caller`]: one line at a time, pushed until the
+//!                  controller took it (a full buffer: tried again every INPUT_RETRY, and the
+//!                  caller's next line waits in the socket, its writes blocking behind it)
+//!  task's node:    the pump, every PUMP_EVERY (at once again while input flows):
+//!    shim made DIR/input/stdin ─▶ opened for writing, non-blocking ─▶ DIR/input/ready
+//!    pending empty ─▶ pull from the offset written so far ─▶ written as the pipe takes it
+//!    the input's end written ─▶ the pipe closed: the task reads its end
+//!    the task ended or closed its input (EPIPE) ─▶ the controller told: hold nothing for it
+//! ```
+//!
+//! Memory holds one line per caller and one pull (at most the controller's `PULL_BYTES`,
+//! 256 KiB) per task; what the tasks have not read yet
+//! waits in the controller's bounded buffer, and behind it in the caller's socket and pipe.
+//! **An agent that restarts** loses its tasks' pipes: their tasks read the end of their input
+//! (the new agent leaves them alone), and a caller's line in flight is lost (the controller
+//! goes on past the gap).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::net::unix::OwnedReadHalf;
+use tokio::sync::watch;
+use wharf_api::step::{StepKey, StepRecord};
+use wharf_api::step_input::{InputAck, InputBatch, InputLine, InputPull, InputPush, TaskInput};
+use wharf_client::Client;
+use wharf_runtime::{Backend, JobDir, JobStatus};
+
+use crate::AgentConfig;
+
+/// How often the tasks' pipes are looked at when no input flowed.
+const PUMP_EVERY: Duration = Duration::from_millis(50);
+/// How soon a push the controller had no room for is tried again.
+const INPUT_RETRY: Duration = Duration::from_millis(50);
+/// The longest line a caller sends (64 KiB of input as base64, with room to spare): longer
+/// is a broken caller, taken as gone.
+pub const MAX_INPUT_LINE: u64 = 256 << 10;
+
+/// The caller's side of a step's connection, read on a task of its own: its input lines
+/// pushed to the controller; its end (it hung up) told to whoever waits.
+#[derive(Debug)]
+pub(crate) struct Caller {
+    gone: watch::Receiver<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Caller {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Caller {
+    /// Starts reading `rd` (the request already read from it) for `key`'s input.
+    pub(crate) fn start(
+        rd: BufReader<OwnedReadHalf>,
+        node: &str,
+        key: StepKey,
+        client: &Client,
+    ) -> Caller {
+        let (tx, gone) = watch::channel(false);
+        let (node, client) = (node.to_string(), client.clone());
+        let task = tokio::spawn(async move {
+            forward(rd, &node, key, &client).await;
+            let _ = tx.send(true);
+        });
+        Caller { gone, task }
+    }
+
+    /// Waits `wait` for the caller; true when it hung up first, and its step is then
+    /// stopped.
+    pub(crate) async fn hung_up_within(
+        &mut self,
+        wait: Duration,
+        key: StepKey,
+        client: &Client,
+    ) -> bool {
+        tokio::select! {
+            // The guard it gives is not held across the cancel below.
+            _ = async { self.gone.wait_for(|g| *g).await.is_ok() } => {
+                let _ = client.post::<_, StepRecord>("/v1/agent/steps/cancel", &key).await;
+                true
+            }
+            () = tokio::time::sleep(wait) => false,
+        }
+    }
+}
+
+/// Reads the caller's input lines and pushes each to the controller; returns when the
+/// caller hung up (or sent what no caller sends).
+async fn forward(mut rd: BufReader<OwnedReadHalf>, node: &str, key: StepKey, client: &Client) {
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut rd)
+            .take(MAX_INPUT_LINE + 1)
+            .read_until(b'\n', &mut line)
+            .await
+        {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let Some(input) = line
+            .ends_with(b"\n")
+            .then(|| serde_json::from_slice::<InputLine>(&line).ok())
+            .flatten()
+        else {
+            tracing::warn!(
+                job = key.job,
+                step = key.step,
+                "a step's caller sent a bad input line; taken as gone"
+            );
+            return;
+        };
+        push(node, key, client, input).await;
+    }
+}
+
+/// Pushes `input` until the controller took all of it (or refused it for good).
+async fn push(node: &str, key: StepKey, client: &Client, mut input: InputLine) {
+    loop {
+        let end = input.offset + input.data.len() as u64;
+        let sent = InputPush {
+            node: node.to_string(),
+            key,
+            input: input.clone(),
+        };
+        match client
+            .post::<_, InputAck>("/v1/agent/steps/input", &sent)
+            .await
+        {
+            Ok(ack) if ack.next >= end => return,
+            Ok(ack) => {
+                // The buffer is full: its tasks have not read; the caller waits meanwhile.
+                let taken = ack.next.saturating_sub(input.offset) as usize;
+                input.data.drain(..taken.min(input.data.len()));
+                input.offset = input.offset.max(ack.next);
+            }
+            Err(e) if e.is_transient() => {}
+            Err(e) => {
+                tracing::debug!(job = key.job, step = key.step, error = %e, "step input refused; dropped");
+                return;
+            }
+        }
+        tokio::time::sleep(INPUT_RETRY).await;
+    }
+}
+
+/// Where one task's input pipe stands.
+#[derive(Debug)]
+enum Pipe {
+    /// The shim has not made or opened it yet.
+    Opening,
+    /// Held open: bytes before `offset` are written into it, `pending` follows them; the
+    /// input ends after `pending` when `eof`.
+    Open {
+        pipe: std::fs::File,
+        offset: u64,
+        pending: Vec<u8>,
+        eof: bool,
+    },
+    /// Closed (its end written, the task gone, or an agent before this one held it);
+    /// `told`: the controller knows.
+    Closed { offset: u64, told: bool },
+}
+
+#[derive(Debug)]
+struct Task {
+    dir: JobDir,
+    key: StepKey,
+    local: u32,
+    pipe: Pipe,
+}
+
+/// Runs the pump for as long as the agent runs.
+pub fn spawn(cfg: &AgentConfig, client: Client, launcher: Arc<dyn Backend>) {
+    let jobs = cfg.state_dir.join("jobs");
+    let node = cfg.node_name.clone();
+    tokio::spawn(async move {
+        // Every step task seen; `None` for those that take no input.
+        let mut tasks: BTreeMap<PathBuf, Option<Task>> = BTreeMap::new();
+        loop {
+            find_tasks(&jobs, &mut tasks);
+            let mut live: Vec<&mut Task> = tasks.values_mut().flatten().collect();
+            for t in live.iter_mut() {
+                step(t, launcher.as_ref());
+            }
+            let flowed = pull(&node, &client, &mut live).await;
+            for t in live.iter_mut() {
+                step(t, launcher.as_ref());
+            }
+            if !flowed {
+                tokio::time::sleep(PUMP_EVERY).await;
+            }
+        }
+    });
+}
+
+/// Adds this node's step tasks not seen yet and forgets those whose directory went.
+fn find_tasks(jobs: &std::path::Path, tasks: &mut BTreeMap<PathBuf, Option<Task>>) {
+    tasks.retain(|p, _| p.exists());
+    let Ok(entries) = std::fs::read_dir(jobs) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if tasks.contains_key(&path) {
+            continue;
+        }
+        let Some((job, step, local)) = e.file_name().to_str().and_then(crate::step::parse_dir_name)
+        else {
+            continue;
+        };
+        let dir = JobDir::new(path.clone());
+        // Not written yet: looked at again next time.
+        let Ok(spec) = dir.read_spec() else { continue };
+        let task = spec.capture_stdin.then(|| {
+            // Opened by an agent before this one: its task has read its input's end.
+            let pipe = match dir.stdin_ready().exists() {
+                true => Pipe::Closed {
+                    offset: 0,
+                    told: false,
+                },
+                false => Pipe::Opening,
+            };
+            Task {
+                dir,
+                key: StepKey { job, step },
+                local,
+                pipe,
+            }
+        });
+        tasks.insert(path, task);
+    }
+}
+
+/// Moves task `t`'s pipe on as far as it goes without waiting: opened once the shim's
+/// reader is there, pending bytes written as the pipe takes them, closed at the end or once
+/// the task is gone.
+fn step(t: &mut Task, launcher: &dyn Backend) {
+    if matches!(t.pipe, Pipe::Closed { .. }) {
+        return;
+    }
+    let ended = matches!(launcher.status(&t.dir), JobStatus::Exited(_));
+    let close = |offset| Pipe::Closed {
+        offset,
+        told: false,
+    };
+    match &mut t.pipe {
+        Pipe::Opening if ended => t.pipe = close(0),
+        Pipe::Opening => match open_pipe(&t.dir) {
+            Ok(Some(pipe)) => {
+                t.pipe = Pipe::Open {
+                    pipe,
+                    offset: 0,
+                    pending: vec![],
+                    eof: false,
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(dir = %t.dir.path().display(), error = %e, "cannot open a step task's input");
+                t.pipe = close(0);
+            }
+        },
+        Pipe::Open { offset, .. } if ended => t.pipe = close(*offset),
+        Pipe::Open {
+            pipe,
+            offset,
+            pending,
+            eof,
+        } => {
+            while !pending.is_empty() {
+                match pipe.write(pending) {
+                    Ok(n) => {
+                        pending.drain(..n);
+                        *offset += n as u64;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    // EPIPE: the task closed its input (`head -1`) or is gone.
+                    Err(_) => {
+                        t.pipe = close(*offset);
+                        return;
+                    }
+                }
+            }
+            if *eof {
+                // Dropping the only writer: the task reads the end of its input.
+                t.pipe = close(*offset);
+            }
+        }
+        Pipe::Closed { .. } => {}
+    }
+}
+
+/// Opens task `dir`'s input pipe for writing and tells the shim: `None` while the shim has
+/// not made it or is not reading it yet.
+fn open_pipe(dir: &JobDir) -> std::io::Result<Option<std::fs::File>> {
+    let opened = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir.stdin_pipe());
+    let pipe = match opened {
+        Ok(p) => p,
+        // Not made yet, or its reader not there yet.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENXIO)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if !pipe.metadata()?.file_type().is_fifo() {
+        return Err(std::io::Error::other("not a FIFO"));
+    }
+    // A pipe as large as the kernel allows a user (1 MiB by default): fewer wake-ups.
+    // SAFETY: a plain system call on a descriptor we hold.
+    unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20) };
+    JobDir::write_private(&dir.stdin_ready(), b"")?;
+    Ok(Some(pipe))
+}
+
+/// One pull per step for its tasks here that have written all they had (or closed since
+/// the last). Returns whether input came.
+async fn pull(node: &str, client: &Client, tasks: &mut [&mut Task]) -> bool {
+    let mut by_step: BTreeMap<StepKey, Vec<TaskInput>> = BTreeMap::new();
+    for t in tasks.iter() {
+        let asked = match &t.pipe {
+            Pipe::Open {
+                offset,
+                pending,
+                eof: false,
+                ..
+            } if pending.is_empty() => Some((*offset, false)),
+            Pipe::Closed {
+                offset,
+                told: false,
+            } => Some((*offset, true)),
+            _ => None,
+        };
+        if let Some((offset, closed)) = asked {
+            by_step.entry(t.key).or_default().push(TaskInput {
+                task: t.local,
+                offset,
+                closed,
+            });
+        }
+    }
+    let mut flowed = false;
+    for (key, asked) in by_step {
+        let req = InputPull {
+            node: node.to_string(),
+            key,
+            tasks: asked,
+        };
+        let batch = match client
+            .post::<_, InputBatch>("/v1/agent/steps/input/pull", &req)
+            .await
+        {
+            Ok(b) => b,
+            Err(e) if e.is_transient() => continue,
+            Err(e) => {
+                // The step is not known, or not this node's: its input is over.
+                tracing::debug!(job = key.job, step = key.step, error = %e, "no input for a step");
+                InputBatch {
+                    chunks: req
+                        .tasks
+                        .iter()
+                        .map(|t| wharf_api::step_input::TaskChunk {
+                            task: t.task,
+                            offset: t.offset,
+                            data: vec![],
+                            eof: true,
+                        })
+                        .collect(),
+                }
+            }
+        };
+        for t in tasks.iter_mut().filter(|t| t.key == key) {
+            if let Pipe::Closed { told, .. } = &mut t.pipe {
+                *told |= req.tasks.iter().any(|a| a.task == t.local && a.closed);
+                continue;
+            }
+            let Pipe::Open {
+                offset,
+                pending,
+                eof,
+                ..
+            } = &mut t.pipe
+            else {
+                continue;
+            };
+            let Some(c) = batch.chunks.iter().find(|c| c.task == t.local) else {
+                continue;
+            };
+            // Past our offset: bytes were lost on the way (a restart); on from there.
+            *offset = (*offset).max(c.offset);
+            let skip = (*offset - c.offset) as usize;
+            pending.extend_from_slice(c.data.get(skip..).unwrap_or_default());
+            *eof = c.eof;
+            flowed |= !c.data.is_empty();
+        }
+    }
+    flowed
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,93 @@
+//! `POST /v1/agent/steps/input` and `/input/pull`: a step's standard input from its caller's
+//! agent to the agents of its tasks that take it, through [`crate::step_input::InputRelay`].
+//! Only a node that holds part of the step's job pushes (the caller's agent found its caller
+//! inside that job), and a node pulls only for its own tasks of the step.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::Json;
+use wharf_api::step::{StepKey, StepRecord};
+use wharf_api::step_input::{InputAck, InputBatch, InputPull, InputPush};
+use wharf_api::wire::ErrorKind;
+
+use super::{agent_body, check_token, fail, with_cluster, ApiResult};
+use crate::Shared;
+
+fn relay(s: &Shared) -> std::sync::MutexGuard<'_, crate::step_input::InputRelay> {
+    s.step_input.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Drops `key`'s input (its caller went away).
+pub(super) fn forget(s: &Shared, key: StepKey) {
+    relay(s).forget(key);
+}
+
+/// Whether the step still takes input: it runs and is not being stopped.
+fn live(step: &StepRecord) -> bool {
+    step.exit.is_none() && step.stop.is_none()
+}
+
+/// The caller's agent passes on what its caller sent; the answer says where to go on.
+pub(super) async fn push(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<InputAck> {
+    check_token(&s, &headers)?;
+    let push: InputPush = agent_body(&s, bytes)?;
+    let (key, node) = (push.key, push.node.clone());
+    let (step, _, holds) = with_cluster(&s, move |cl, _| cl.step_seen_from(key, &node)).await?;
+    if !holds {
+        return Err(fail(
+            ErrorKind::PermissionDenied,
+            format!("node {} holds no part of job {}", push.node, key.job),
+        ));
+    }
+    let ranks = step.input.ranks(step.ntasks());
+    let now = crate::now_ms();
+    Ok(Json(relay(&s).push(
+        key,
+        &ranks,
+        push.input,
+        live(&step),
+        now,
+    )))
+}
+
+/// A node's agent asks for the input of its tasks of the step.
+pub(super) async fn pull(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<InputBatch> {
+    check_token(&s, &headers)?;
+    let pull: InputPull = agent_body(&s, bytes)?;
+    let (key, node) = (pull.key, pull.node.clone());
+    let (step, idx, _) = with_cluster(&s, move |cl, _| cl.step_seen_from(key, &node)).await?;
+    let Some(idx) = idx else {
+        return Err(fail(
+            ErrorKind::PermissionDenied,
+            format!(
+                "node {} runs no task of step {}.{}",
+                pull.node, key.job, key.step
+            ),
+        ));
+    };
+    let ranks = step.input.ranks(step.ntasks());
+    let per_node = step.tasks_per_node;
+    let base = (idx as u32).saturating_mul(per_node);
+    let now = crate::now_ms();
+    Ok(Json(relay(&s).pull(
+        key,
+        &ranks,
+        base,
+        per_node,
+        pull.tasks,
+        live(&step),
+        now,
+    )))
+}

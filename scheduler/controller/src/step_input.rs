@@ -1,0 +1,242 @@
+//! Steps' standard input on its way from their callers to their tasks: one bounded buffer
+//! per step, filled by the caller's agent and emptied as the agents of the tasks that take
+//! input pull it (see [`wharf_api::step_input`]).
+//!
+//! ```text
+//!   push (caller's agent): the bytes past what the buffer has, as far as the step's buffer
+//!     and the total have room; the answer says where to go on (a short answer: full, the
+//!     caller's agent waits and its caller's writes block behind it)
+//!   pull (a task's agent, per task: the offset written into the task): the bytes from
+//!     there; a byte is dropped once every task that takes input is past it (or closed)
+//!   the step ended or is being stopped: pushes are dropped, pulls answered with the end
+//! ```
+//!
+//! Nothing here is durable: a restarted controller starts empty; a push past the buffer's
+//! end (input lost on the way) goes on from its own offset, and a pull before the buffer's
+//! start gets what there is.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use wharf_api::step::StepKey;
+use wharf_api::step_input::{InputAck, InputBatch, InputLine, TaskChunk, TaskInput};
+
+/// Bytes one step's buffer holds at most: what a task that does not read lets its caller
+/// get ahead of it here.
+pub const STEP_BYTES: usize = 1 << 20;
+/// Bytes all steps' buffers hold at most.
+pub const TOTAL_BYTES: usize = 64 << 20;
+/// Bytes one task gets from one pull at most.
+pub const PULL_BYTES: usize = 256 << 10;
+/// Bytes one pull's answer carries at most, all its tasks together.
+pub const PULL_TOTAL: usize = 1 << 20;
+/// A buffer untouched this long is forgotten (its step ended, its caller and tasks gone).
+pub const IDLE_MS: u64 = 600_000;
+
+#[derive(Debug)]
+struct Buffer {
+    /// The offset of `data`'s first byte in the caller's input.
+    start: u64,
+    data: VecDeque<u8>,
+    /// The input ends at `start + data.len()`.
+    eof: bool,
+    /// Per rank that takes input and has not closed it: the offset written into it so far.
+    readers: BTreeMap<u32, u64>,
+    touched: u64,
+}
+
+impl Buffer {
+    fn end(&self) -> u64 {
+        self.start + self.data.len() as u64
+    }
+
+    /// Drops what every reader is past.
+    fn trim(&mut self) -> usize {
+        let low = self.readers.values().copied().min().unwrap_or(self.end());
+        let drop = (low.clamp(self.start, self.end()) - self.start) as usize;
+        self.data.drain(..drop);
+        self.start += drop as u64;
+        drop
+    }
+}
+
+/// Every step's input buffer.
+#[derive(Debug, Default)]
+pub struct InputRelay {
+    steps: BTreeMap<StepKey, Buffer>,
+    total: usize,
+}
+
+impl InputRelay {
+    fn buffer(&mut self, key: StepKey, ranks: &[u32], start: u64, now: u64) -> &mut Buffer {
+        self.steps.entry(key).or_insert_with(|| Buffer {
+            start,
+            data: VecDeque::new(),
+            eof: false,
+            readers: ranks.iter().map(|&r| (r, start)).collect(),
+            touched: now,
+        })
+    }
+
+    /// Takes what the caller of `key` sent (`line`), as far as there is room. `ranks`: the
+    /// step's ranks that take input; `live`: the step runs (else the bytes are dropped, all
+    /// taken). Idempotent: bytes before the buffer's end are skipped.
+    pub fn push(
+        &mut self,
+        key: StepKey,
+        ranks: &[u32],
+        line: InputLine,
+        live: bool,
+        now: u64,
+    ) -> InputAck {
+        self.sweep(now);
+        let past = line.offset + line.data.len() as u64;
+        if !live {
+            self.forget(key);
+            return InputAck { next: past };
+        }
+        let room = TOTAL_BYTES.saturating_sub(self.total);
+        let b = self.buffer(key, ranks, line.offset, now);
+        b.touched = now;
+        let mut dropped = 0;
+        if line.offset > b.end() {
+            // Bytes lost on the way (the caller's agent restarted): on from this one.
+            tracing::warn!(
+                job = key.job,
+                step = key.step,
+                lost = line.offset - b.end(),
+                "part of a step's input was lost"
+            );
+            dropped = b.data.len();
+            b.data.clear();
+            b.start = line.offset;
+            for r in b.readers.values_mut() {
+                *r = (*r).max(line.offset);
+            }
+        }
+        let skip = (b.end() - line.offset).min(line.data.len() as u64) as usize;
+        let new = &line.data[skip..];
+        let mut added = 0;
+        let take = if b.readers.is_empty() {
+            // Nobody takes input any more: it is dropped as it comes, as srun does.
+            b.start += new.len() as u64;
+            new.len()
+        } else {
+            let take = new
+                .len()
+                .min(STEP_BYTES.saturating_sub(b.data.len()))
+                .min(room + dropped);
+            b.data.extend(&new[..take]);
+            added = take;
+            take
+        };
+        if line.eof && take == new.len() {
+            b.eof = true;
+        }
+        let next = b.end();
+        self.total = self.total + added - dropped;
+        InputAck { next }
+    }
+
+    /// What the tasks `tasks` of the node whose first rank is `base` (with `per_node` tasks)
+    /// get next of `key`'s input, each from the offset written into it so far. A task that is
+    /// not the node's or takes no input (`ranks`) gets nothing; one that closed is forgotten.
+    /// `live`: the step runs; else every task is told its input ended.
+    #[allow(clippy::too_many_arguments)]
+    pub fn pull(
+        &mut self,
+        key: StepKey,
+        ranks: &[u32],
+        base: u32,
+        per_node: u32,
+        tasks: Vec<TaskInput>,
+        live: bool,
+        now: u64,
+    ) -> InputBatch {
+        self.sweep(now);
+        let mine: Vec<TaskInput> = tasks
+            .into_iter()
+            .filter(|t| t.task < per_node && ranks.contains(&(base + t.task)))
+            .collect();
+        if !live {
+            self.forget(key);
+            let chunks = mine
+                .iter()
+                .filter(|t| !t.closed)
+                .map(|t| TaskChunk {
+                    task: t.task,
+                    offset: t.offset,
+                    data: vec![],
+                    eof: true,
+                })
+                .collect();
+            return InputBatch { chunks };
+        }
+        let b = self.buffer(key, ranks, 0, now);
+        b.touched = now;
+        let mut chunks = Vec::new();
+        let mut budget = PULL_TOTAL;
+        for t in &mine {
+            let rank = base + t.task;
+            if t.closed {
+                b.readers.remove(&rank);
+                continue;
+            }
+            let Some(at) = b.readers.get_mut(&rank) else {
+                // Closed before (an agent that restarted lost its pipe): nothing more.
+                continue;
+            };
+            *at = (*at).max(t.offset).max(b.start);
+            let from = *at;
+            let end = b.end();
+            // Past the end (this controller restarted after the bytes were written): none.
+            let len = (end.saturating_sub(from) as usize)
+                .min(PULL_BYTES)
+                .min(budget);
+            budget -= len;
+            let skip = from.saturating_sub(b.start) as usize;
+            let data: Vec<u8> = match len {
+                0 => vec![],
+                _ => b.data.range(skip..skip + len).copied().collect(),
+            };
+            let eof = b.eof && from + len as u64 == end;
+            if !data.is_empty() || eof {
+                chunks.push(TaskChunk {
+                    task: t.task,
+                    offset: from,
+                    data,
+                    eof,
+                });
+            }
+        }
+        let dropped = b.trim();
+        self.total -= dropped;
+        InputBatch { chunks }
+    }
+
+    /// Drops `key`'s buffer (its caller went away, the step ended).
+    pub fn forget(&mut self, key: StepKey) {
+        if let Some(b) = self.steps.remove(&key) {
+            self.total -= b.data.len();
+        }
+    }
+
+    /// Bytes held, all steps together.
+    pub fn held(&self) -> usize {
+        self.total
+    }
+
+    fn sweep(&mut self, now: u64) {
+        let idle: Vec<StepKey> = self
+            .steps
+            .iter()
+            .filter(|(_, b)| now.saturating_sub(b.touched) > IDLE_MS)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in idle {
+            self.forget(k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,153 @@
+use super::*;
+
+const KEY: StepKey = StepKey { job: 7, step: 0 };
+
+fn line(offset: u64, data: &[u8], eof: bool) -> InputLine {
+    InputLine {
+        offset,
+        data: data.to_vec(),
+        eof,
+    }
+}
+
+fn at(task: u32, offset: u64) -> TaskInput {
+    TaskInput {
+        task,
+        offset,
+        closed: false,
+    }
+}
+
+fn got(b: &InputBatch) -> Vec<(u32, u64, &[u8], bool)> {
+    b.chunks
+        .iter()
+        .map(|c| (c.task, c.offset, c.data.as_slice(), c.eof))
+        .collect()
+}
+
+#[test]
+fn input_reaches_only_the_tasks_that_take_it_once_and_then_its_end() {
+    let mut r = InputRelay::default();
+    // Rank 0 takes input (srun's default); two tasks per node.
+    let ranks = [0];
+    assert_eq!(r.push(KEY, &ranks, line(0, b"a\n", false), true, 1).next, 2);
+    // Sent again (the caller's agent retried) with more: only the new bytes are taken.
+    let ack = r.push(KEY, &ranks, line(0, b"a\nb\n", true), true, 2);
+    assert_eq!(ack.next, 4);
+    // Node 0 asks for both its tasks: only rank 0 gets anything, with the end.
+    let b = r.pull(KEY, &ranks, 0, 2, vec![at(0, 0), at(1, 0)], true, 3);
+    assert_eq!(got(&b), [(0, 0, &b"a\nb\n"[..], true)]);
+    // Node 1 (ranks 2 and 3) gets nothing: no task of its takes input.
+    let b = r.pull(KEY, &ranks, 2, 2, vec![at(0, 0), at(1, 0)], true, 4);
+    assert!(b.chunks.is_empty());
+    // A task index past the node's tasks does not reach another node's rank.
+    let b = r.pull(KEY, &ranks, 2, 2, vec![at(u32::MAX - 1, 0)], true, 4);
+    assert!(b.chunks.is_empty());
+    // Written into the task: the buffer lets it go.
+    assert_eq!(r.held(), 4);
+    let b = r.pull(KEY, &ranks, 0, 2, vec![at(0, 4)], true, 5);
+    assert_eq!(got(&b), [(0, 4, &b""[..], true)]);
+    assert_eq!(r.held(), 0);
+}
+
+#[test]
+fn a_task_that_does_not_read_holds_its_caller_back_within_the_bound() {
+    let mut r = InputRelay::default();
+    let ranks = [0, 1];
+    let block = vec![b'x'; 64 << 10];
+    let mut offset = 0;
+    // The caller pushes on and on; nothing is pulled: the buffer stops at its bound.
+    for now in 0..100 {
+        let ack = r.push(KEY, &ranks, line(offset, &block, false), true, now);
+        assert!(ack.next >= offset);
+        offset = ack.next;
+    }
+    assert_eq!(offset, STEP_BYTES as u64);
+    assert_eq!(r.held(), STEP_BYTES);
+    // Rank 0 reads it all; rank 1 does not: everything stays for rank 1.
+    let b = r.pull(KEY, &ranks, 0, 2, vec![at(0, STEP_BYTES as u64)], true, 100);
+    assert!(b.chunks.is_empty());
+    assert_eq!(r.held(), STEP_BYTES);
+    let ack = r.push(KEY, &ranks, line(offset, &block, false), true, 101);
+    assert_eq!(ack.next, offset, "full: nothing taken");
+    // Rank 1 reads half: room for half.
+    let half = STEP_BYTES as u64 / 2;
+    let b = r.pull(KEY, &ranks, 0, 2, vec![at(1, half)], true, 102);
+    assert_eq!(got(&b)[0].1, half);
+    assert_eq!(got(&b)[0].2.len(), PULL_BYTES);
+    assert_eq!(r.held(), STEP_BYTES / 2);
+    // Rank 1 closes its input: it holds nothing back any more.
+    let closed = TaskInput {
+        task: 1,
+        offset: half,
+        closed: true,
+    };
+    r.pull(KEY, &ranks, 0, 2, vec![closed], true, 103);
+    assert_eq!(r.held(), 0);
+}
+
+#[test]
+fn input_after_every_reader_closed_or_the_step_ended_is_dropped() {
+    let mut r = InputRelay::default();
+    let ranks = [0];
+    r.push(KEY, &ranks, line(0, b"abc", false), true, 1);
+    let closed = TaskInput {
+        task: 0,
+        offset: 1,
+        closed: true,
+    };
+    r.pull(KEY, &ranks, 0, 1, vec![closed], true, 2);
+    // The caller is not held back by a task that stopped reading (`head -1`).
+    let big = vec![b'y'; 2 * STEP_BYTES];
+    let ack = r.push(KEY, &ranks, line(3, &big, false), true, 3);
+    assert_eq!(ack.next, 3 + big.len() as u64);
+    assert_eq!(r.held(), 0);
+    // A step that is over: dropped, and the pulling tasks are told their input ended.
+    let other = StepKey { job: 7, step: 1 };
+    r.push(other, &ranks, line(0, b"abc", false), true, 4);
+    assert_eq!(r.held(), 3);
+    let b = r.pull(other, &ranks, 0, 1, vec![at(0, 0)], false, 5);
+    assert_eq!(got(&b), [(0, 0, &b""[..], true)]);
+    assert_eq!(r.held(), 0);
+    let ack = r.push(other, &ranks, line(3, b"de", false), false, 6);
+    assert_eq!(ack.next, 5);
+    assert_eq!(r.held(), 0);
+}
+
+#[test]
+fn a_restarted_controller_goes_on_from_where_its_agents_stand() {
+    let mut r = InputRelay::default();
+    let ranks = [0];
+    // The node's agent had written 10 bytes before the restart; it asks first.
+    let b = r.pull(KEY, &ranks, 0, 1, vec![at(0, 10)], true, 1);
+    assert!(b.chunks.is_empty());
+    // The caller's agent goes on from byte 12 (2 bytes were lost with the old buffer).
+    assert_eq!(r.push(KEY, &ranks, line(12, b"xy", true), true, 2).next, 14);
+    let b = r.pull(KEY, &ranks, 0, 1, vec![at(0, 10)], true, 3);
+    assert_eq!(got(&b), [(0, 12, &b"xy"[..], true)]);
+    // Untouched for long: forgotten.
+    r.push(KEY, &ranks, line(14, b"z", false), true, 4);
+    r.pull(
+        StepKey { job: 8, step: 0 },
+        &ranks,
+        0,
+        1,
+        vec![],
+        true,
+        5 + IDLE_MS,
+    );
+    assert_eq!(r.held(), 0);
+}
+
+#[test]
+fn one_pull_carries_a_bounded_answer_however_many_tasks_ask() {
+    let mut r = InputRelay::default();
+    let ranks: Vec<u32> = (0..16).collect();
+    let data = vec![b'z'; STEP_BYTES];
+    r.push(KEY, &ranks, line(0, &data, false), true, 1);
+    let all: Vec<TaskInput> = (0..16).map(|t| at(t, 0)).collect();
+    let b = r.pull(KEY, &ranks, 0, 16, all, true, 2);
+    let sizes: Vec<usize> = b.chunks.iter().map(|c| c.data.len()).collect();
+    assert_eq!(sizes.iter().sum::<usize>(), PULL_TOTAL);
+    assert!(sizes.iter().all(|&n| n <= PULL_BYTES), "{sizes:?}");
+}

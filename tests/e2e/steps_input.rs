@@ -1,0 +1,123 @@
+//! A step's standard input (`wharf step -i`, srun's `--input`): the caller's input reaches
+//! task 0 by default, every task with `all`, one task by rank, none with `none`, its end
+//! included; a task that does not read holds its caller back by a bounded amount. And
+//! `-c` gives each task of a step its own CPUs.
+
+use std::time::Duration;
+
+use crate::harness::*;
+use crate::netns::MultiHost;
+
+/// The words after `tag` on the first line of `text` that starts with it.
+fn after<'a>(text: &'a str, tag: &str) -> &'a str {
+    text.lines()
+        .find_map(|l| l.strip_prefix(tag))
+        .unwrap_or_else(|| panic!("no {tag:?} line in:\n{text}"))
+        .trim()
+}
+
+/// Blocks of 64 KiB the bound test's writer gets into `wharf step` while its task sleeps.
+const BLOCK: u64 = 64 << 10;
+
+#[test]
+fn a_steps_input_reaches_the_tasks_asked_for_and_a_task_that_does_not_read_holds_it_back() {
+    let test =
+        "a_steps_input_reaches_the_tasks_asked_for_and_a_task_that_does_not_read_holds_it_back";
+    if !can_run(test) {
+        return;
+    }
+    let c = Cluster::start();
+    if !c.has_cpus(test, 2) {
+        return;
+    }
+    let alice = user("wharf-alice");
+    let home = c.home(&alice);
+    let w = wharf_bin();
+    let count = "sh -c 'echo \"$SLURM_PROCID $(wc -l)\"'";
+    let script = format!(
+        "printf 'a\\nb\\n' | {w} step -q -n 2 -- {count} | sed 's/^/DEFAULT /'; \
+         printf 'a\\nb\\n' | {w} step -q -n 2 --input all -- {count} | sed 's/^/ALL /'; \
+         printf 'a\\nb\\n' | {w} step -q -n 2 --input none -- {count} | sed 's/^/NONE /'; \
+         printf 'x\\n' | {w} step -q -n 2 -i 1 -- sh -c 'echo \"$SLURM_PROCID [$(cat)]\"' | sed 's/^/ONE /'; \
+         printf 'abc' | {w} step -q -n 1 -- sh -c 'head -c 1; echo' | sed 's/^/HEAD /'; \
+         {{ i=0; while head -c {BLOCK} /dev/zero; do i=$((i+1)); echo $i > /tmp/fed; done; }} \
+           | {w} step -q -n 1 -- sh -c 'sleep 6; echo SLEPT'; echo \"BOUND $?\"; \
+         echo \"FED $(cat /tmp/fed)\"; \
+         {w} step -q -n 1 -c 1 -- sh -c 'echo \"CPT $SLURM_CPUS_PER_TASK $(nproc)\"'; \
+         {w} step -q -n 1 -- sh -c 'echo \"WHOLE $SLURM_CPUS_PER_TASK $(nproc)\"'"
+    );
+    let id = submitted_id(&c.wharf_as(
+        &alice,
+        &[
+            "submit",
+            "--cpus-per-task",
+            "2",
+            "--mem",
+            "256M",
+            "-t",
+            "3m",
+            "--wrap",
+            &script,
+        ],
+    ));
+    let job = c.wait_done(id, Duration::from_secs(150));
+    let out = home.join(format!("wharf-{id}.out"));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{text}\n{}", c.log());
+    let lines = |tag: &str| {
+        let mut got: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix(tag)).collect();
+        got.sort();
+        got
+    };
+    // srun's default: rank 0 reads the input to its end; rank 1 reads /dev/null.
+    assert_eq!(lines("DEFAULT "), ["0 2", "1 0"], "{text}");
+    assert_eq!(lines("ALL "), ["0 2", "1 2"], "{text}");
+    assert_eq!(lines("NONE "), ["0 0", "1 0"], "{text}");
+    assert_eq!(lines("ONE "), ["0 []", "1 [x]"], "{text}");
+    // A task that stops reading (`head -c 1`) neither hangs nor fails the step.
+    assert_eq!(lines("HEAD "), ["a"], "{text}");
+    // The writer was held back while the task slept: what it got in is what the pipes,
+    // sockets and the controller's buffer (1 MiB) hold, not 6 s of /dev/zero.
+    assert_eq!(after(&text, "BOUND"), "0", "{text}");
+    assert!(text.contains("SLEPT\n"), "{text}");
+    let fed: u64 = after(&text, "FED").parse().unwrap();
+    assert!(fed > 0, "{text}");
+    assert!(
+        fed * BLOCK < 12 << 20,
+        "{} MiB went in while nothing read it",
+        (fed * BLOCK) >> 20
+    );
+    // -c 1: the task has one of the job's two CPUs, and says so; without it, both.
+    assert_eq!(after(&text, "CPT"), "1 1", "{text}");
+    assert_eq!(after(&text, "WHOLE"), "2 2", "{text}");
+}
+
+#[test]
+fn a_steps_input_reaches_its_tasks_on_another_host_with_its_end() {
+    let test = "a_steps_input_reaches_its_tasks_on_another_host_with_its_end";
+    let Some(bed) = MultiHost::start(test, 2, "") else {
+        return;
+    };
+    let w = wharf_bin();
+    // Rank 0 of the job (on node1) calls the steps; rank 1 of each step is on node2.
+    let script = format!(
+        "if [ \"$RANK\" = 0 ]; then \
+           printf 'a\\nb\\n' | {w} step -q -N 2 -i all -- sh -c 'echo \"ALL $SLURM_PROCID $(hostname) $(wc -l)\"'; \
+           printf 'a\\nb\\nc\\n' | {w} step -q -N 2 -i 1 -- sh -c 'echo \"ONE $SLURM_PROCID $(wc -l)\"'; \
+         fi"
+    );
+    let id = bed.submit(&["--nodes", "2", "--cpus", "1", "-t", "3m", "--wrap", &script]);
+    let job = bed.wait_done(id, Duration::from_secs(150));
+    let out = bed.output(id);
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{out}\n{}", bed.logs());
+    let mut got: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("ALL ") || l.starts_with("ONE "))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        ["ALL 0 node1 2", "ALL 1 node2 2", "ONE 0 0", "ONE 1 3"],
+        "{out}"
+    );
+}
