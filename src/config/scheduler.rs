@@ -414,10 +414,11 @@ impl SchedulerSection {
         let mut c = wharf_controller::SchedulerConfig::with_policy(policy);
         c.reservations = self.reservations;
         c.assoc_reservations = self.assoc_reservations;
-        c.keep_reservations_after = ms(
-            "scheduler.keep_reservations_after",
-            &self.keep_reservations_after,
-        )?;
+        // 0: every reservation is kept from the moment it is made.
+        let keep = "scheduler.keep_reservations_after";
+        c.keep_reservations_after = super::duration_or_off(keep, &self.keep_reservations_after)?
+            .as_millis()
+            .min(u64::MAX as u128) as u64;
         c.max_job_test = self.max_job_test;
         c.half_life = ms("scheduler.half_life", &self.half_life)?;
         c.max_age = ms("scheduler.max_age", &self.max_age)?;
@@ -717,6 +718,9 @@ mod tests {
         let c = file.scheduler.resolve().unwrap();
         assert_eq!(c.assoc_reservations, 4);
         assert_eq!(c.keep_reservations_after, 2 * 24 * 3600 * 1000);
+        let text = "[scheduler]\nkeep_reservations_after = \"0\"\n";
+        let file: FileConfig = toml::from_str(text).unwrap();
+        assert_eq!(file.scheduler.resolve().unwrap().keep_reservations_after, 0);
     }
 
     #[test]

@@ -111,7 +111,7 @@ pub struct Cluster {
     /// The reservations of the last pass, in the order it made them, for the next pass (see
     /// `wharf_core::State::reserved`); not stored: after a restart the first pass makes them
     /// again.
-    reserved: BTreeMap<JobId, u32>,
+    reserved: BTreeMap<JobId, wharf_core::KeptReservation>,
     /// Fair-share usage: rebuilt at start from the ledger's most recent runs, then charged as
     /// runs end.
     usage: UsageLedger,

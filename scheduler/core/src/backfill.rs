@@ -2,7 +2,9 @@
 //! reservations at the earliest time their shape fits; later jobs start now only when they
 //! delay no reservation (they fit beside it or end before it). FCFS makes no reservation and
 //! stops at the first blocked job; EASY makes one; the multifactor policy makes
-//! [`crate::Config::reservations`].
+//! [`crate::Config::reservations`], one more for the first blocked job of each association
+//! that holds none (up to [`crate::Config::assoc_reservations`]), and one for every job that
+//! keeps the reservation it held (see [`crate::queue::reserved_first`]).
 //!
 //! Cost: a job is tried against the free-capacity index of its partition, not every node; a
 //! shape that failed to start makes every larger-or-equal, longer-or-equal job of the same
@@ -34,6 +36,9 @@ pub(crate) struct Ready<'a> {
     pub limit: Time,
     /// The ready job just before it is alike (see [`crate::queue::alike`]).
     pub alike_prev: bool,
+    /// It keeps the reservation it held after the last pass, which started there, if so
+    /// (see [`crate::queue::reserved_first`]).
+    pub kept: Option<Time>,
 }
 
 /// What the pass decided for the ready jobs.
@@ -115,11 +120,11 @@ pub(crate) fn pass(
         ..Outcome::default()
     };
     let max_res = config.reservation_limit();
-    let max_own = config.own_reservation_limit();
+    let max_extra = config.assoc_reservation_limit();
     // Associations holding a reservation in this pass, and how many reservations past the
-    // first `max_res` were made for an association's first blocked job.
+    // first `max_res` were made (for an association's first blocked job, or kept).
     let mut reserved_for: BTreeSet<&Assoc> = BTreeSet::new();
-    let mut own = 0usize;
+    let mut extra = 0usize;
     let mut failed: Vec<Vec<Failed>> = (0..parts.parts.len()).map(|_| Vec::new()).collect();
     // Jobs often share a selection (the tasks of an array, one user's jobs): the nodes it
     // allows, and why none could ever do, are worked out once per partition and selection.
@@ -241,6 +246,7 @@ pub(crate) fn pass(
                     victims: c.waits_for,
                 };
                 out.waiting.push(wait(reason, Some(c.start)));
+                reserved_for.insert(&r.job.assoc);
                 out.reservations.push(Reservation {
                     job: r.job.id,
                     start: c.start,
@@ -256,11 +262,14 @@ pub(crate) fn pass(
             }
         }
         // Past the first `max_res`, an association's first blocked job still gets one, so
-        // that its own later jobs cannot backfill ahead of it forever.
+        // that its own later jobs cannot backfill ahead of it forever; a kept one always does
+        // (they come first, and were no more than the last pass made).
         let in_depth = out.reservations.len() < max_res;
-        if in_depth || (own < max_own && !reserved_for.contains(&r.job.assoc)) {
-            if let Some(res) = reserve(table, parts, r.part, &fit, now, r.limit, nodes, r.job.id) {
-                own += usize::from(!in_depth);
+        let first_of_its_own = extra < max_extra && !reserved_for.contains(&r.job.assoc);
+        if in_depth || first_of_its_own || r.kept.is_some() {
+            let (part, limit, id) = (r.part, r.limit, r.job.id);
+            if let Some(res) = reserve(table, parts, part, &fit, now, limit, nodes, id, r.kept) {
+                extra += usize::from(!in_depth);
                 reserved_for.insert(&r.job.assoc);
                 out.waiting
                     .push(wait(PendingReason::Resources, Some(res.start)));
@@ -336,6 +345,7 @@ fn reserve(
     limit: Time,
     nodes: &[Node],
     job: JobId,
+    hint: Option<Time>,
 ) -> Option<Reservation> {
     let req = fit.req;
     let want = req.node_count() as usize;
@@ -395,6 +405,12 @@ fn reserve(
         times.sort_unstable();
         times.dedup();
         times.truncate((MULTI_NODE_BUDGET / cands.len()).max(32));
+        // A kept reservation's last start is tried too, however many times come before it:
+        // what was free for it then still is, unless a node went away.
+        if let Some(h) = hint.filter(|&h| h >= floor && !times.contains(&h)) {
+            let at = times.partition_point(|&t| t < h);
+            times.insert(at, h);
+        }
         let last = cands
             .iter()
             .map(|c| table.nodes[c.1].profile.last_event(now))

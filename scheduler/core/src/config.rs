@@ -207,10 +207,11 @@ pub struct Config {
     /// only; 0: none). Without it, a large job that is never among the first blocked jobs
     /// waits while its own association's later, smaller jobs backfill ahead of it.
     pub assoc_reservations: usize,
-    /// A job that has waited this long (ms) keeps the reservation it holds: it comes before
-    /// every job of its partition tier that holds none, so its start can only move earlier
-    /// (multifactor only). Below it, a job of higher priority that comes later takes the
-    /// reservation over, as in Slurm.
+    /// A job that has waited this long (ms, from its submit or begin time) keeps the
+    /// reservation it holds: it comes before every job of its partition tier that holds none,
+    /// in the order the reservations were made, and gets one whatever the limits above
+    /// (multifactor only; 0: at once). Below it, a job of higher priority that comes later
+    /// takes the reservation over, as in Slurm.
     pub keep_reservations_after: Time,
     /// Most pending jobs one pass looks at, in priority order (Slurm's `bf_max_job_test`);
     /// the rest wait with reason `Priority`.
@@ -268,7 +269,7 @@ impl Config {
 
     /// How many reservations a pass makes, past [`Config::reservation_limit`], for the first
     /// blocked job of associations that hold none.
-    pub fn own_reservation_limit(&self) -> usize {
+    pub fn assoc_reservation_limit(&self) -> usize {
         match self.policy {
             Policy::Fcfs | Policy::Easy => 0,
             Policy::Multifactor => self.assoc_reservations,

@@ -59,7 +59,8 @@ pub use plan::{Plan, Preemption, Priority, Reservation, Start, Waiting};
 pub use reason::PendingReason;
 pub use select::Selection;
 pub use state::{
-    kept_reservations, Alloc, Assoc, Hold, Node, NodeState, PendingJob, RunningJob, State, Time,
+    kept_reservations, Alloc, Assoc, Hold, KeptReservation, Node, NodeState, PendingJob,
+    RunningJob, State, Time,
 };
 pub use tres::{Gpu, Request, GPU_SLOTS};
 

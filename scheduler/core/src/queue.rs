@@ -15,7 +15,7 @@ use std::ops::Range;
 use wharf_api::JobId;
 
 use crate::backfill::Ready;
-use crate::state::{PendingJob, Time};
+use crate::state::{KeptReservation, PendingJob, Time};
 
 /// The part of a job's sort key that alike jobs share: inverted tier, inverted priority,
 /// submit time.
@@ -196,6 +196,7 @@ pub(crate) fn order<'a>(
                 part: s.part,
                 limit: s.limit,
                 alike_prev: n > 0,
+                kept: None,
             }));
         } else {
             // Keys tie but for the id: interleave by id, as a sort of every job would.
@@ -215,6 +216,7 @@ pub(crate) fn order<'a>(
                     part: seg.part,
                     limit: seg.limit,
                     alike_prev: prev == Some(s),
+                    kept: None,
                 });
                 prev = Some(s);
             }
@@ -226,22 +228,22 @@ pub(crate) fn order<'a>(
 
 /// `ready` (in scheduling order, highest partition tier first) with the jobs in `reserved`
 /// that have `waited` moved ahead of the other jobs of their tier, in their order there (the
-/// order the last pass made their reservations in). So such a reservation is not taken over
-/// by a job that comes later with a higher priority, nor by another kept one; it can only move
-/// earlier. Without this a large job whose reservation
-/// keeps being overtaken waits forever, and the nodes drained for it idle in vain each time
-/// (Maui's `RESERVATIONPOLICY HIGHEST` keeps reservations the same way).
+/// order the last pass made their reservations in), each marked with where its reservation
+/// started. So such a reservation is not taken over by a job that comes later with a higher
+/// priority, nor by another kept one (Maui's `RESERVATIONPOLICY HIGHEST` keeps reservations
+/// the same way). Without this a large job whose reservation keeps being overtaken waits
+/// forever, and the nodes drained for it idle in vain each time.
 pub(crate) fn reserved_first<'a>(
     ready: Vec<Ready<'a>>,
-    reserved: &BTreeMap<JobId, u32>,
+    reserved: &BTreeMap<JobId, KeptReservation>,
     waited: impl Fn(&PendingJob) -> bool,
     tier: impl Fn(usize) -> u32,
 ) -> Vec<Ready<'a>> {
-    let held: Vec<bool> = ready
+    let held: Vec<Option<&KeptReservation>> = ready
         .iter()
-        .map(|r| reserved.contains_key(&r.id) && waited(r.job))
+        .map(|r| reserved.get(&r.id).filter(|_| waited(r.job)))
         .collect();
-    if !held.contains(&true) {
+    if held.iter().all(Option::is_none) {
         return ready;
     }
     let mut out = Vec::with_capacity(ready.len());
@@ -252,18 +254,18 @@ pub(crate) fn reserved_first<'a>(
         while j < ready.len() && tier(ready[j].part) == t {
             j += 1;
         }
-        let mut first: Vec<(u32, usize)> = (i..j)
-            .filter(|&k| held[k])
-            .map(|k| (reserved[&ready[k].id], k))
+        let mut first: Vec<(u32, usize, Time)> = (i..j)
+            .filter_map(|k| held[k].map(|h| (h.place, k, h.start)))
             .collect();
         first.sort_unstable();
-        out.extend(first.iter().map(|&(_, k)| Ready {
+        out.extend(first.iter().map(|&(_, k, start)| Ready {
             alike_prev: false,
+            kept: Some(start),
             ..ready[k]
         }));
         // A job that was alike the one before it is alike it still only if that one stayed.
-        out.extend((i..j).filter(|&k| !held[k]).map(|k| Ready {
-            alike_prev: ready[k].alike_prev && k > i && !held[k - 1],
+        out.extend((i..j).filter(|&k| held[k].is_none()).map(|k| Ready {
+            alike_prev: ready[k].alike_prev && k > i && held[k - 1].is_none(),
             ..ready[k]
         }));
         i = j;

@@ -194,11 +194,20 @@ pub struct State {
     /// The budget period and what ended runs used in it, for budgets (GrpTRESMins); unused
     /// when none is configured.
     pub budget: crate::limits::BudgetUsage,
-    /// Pending jobs that held a reservation after the last pass, each with its place among
-    /// that pass's reservations (kept by [`State::keep_reservations`]). Under the multifactor
-    /// policy, those that have waited [`crate::Config::keep_reservations_after`] come before
-    /// every other job of their partition tier, in that order.
-    pub reserved: BTreeMap<JobId, u32>,
+    /// Pending jobs that held a reservation after the last pass (kept by
+    /// [`State::keep_reservations`]). Under the multifactor policy, those that have waited
+    /// [`crate::Config::keep_reservations_after`] come before every other job of their
+    /// partition tier, in the order the reservations were made.
+    pub reserved: BTreeMap<JobId, KeptReservation>,
+}
+
+/// A reservation a pass made, kept for the next one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeptReservation {
+    /// Its place among the pass's reservations, in the order they were made.
+    pub place: u32,
+    /// When it was to start.
+    pub start: Time,
 }
 
 impl State {
@@ -210,8 +219,14 @@ impl State {
 }
 
 /// What [`State::keep_reservations`] keeps of `plan`.
-pub fn kept_reservations(plan: &crate::Plan) -> BTreeMap<JobId, u32> {
+pub fn kept_reservations(plan: &crate::Plan) -> BTreeMap<JobId, KeptReservation> {
     (plan.reservations.iter().enumerate())
-        .map(|(place, r)| (r.job, place as u32))
+        .map(|(place, r)| {
+            let kept = KeptReservation {
+                place: place as u32,
+                start: r.start,
+            };
+            (r.job, kept)
+        })
         .collect()
 }

@@ -242,7 +242,7 @@ proptest! {
         // every running and started job and every other reservation.
         let depth = case.config.reservation_limit();
         prop_assert!(
-            plan.reservations.len() <= depth + case.config.own_reservation_limit()
+            plan.reservations.len() <= depth + case.config.assoc_reservation_limit()
         );
         let assoc_of = |id: u64| {
             case.state.pending.iter().find(|j| j.id == id).map(|j| j.assoc.clone())
@@ -308,12 +308,21 @@ proptest! {
     }
 }
 
-/// Runs passes forward in time under `case.config`, every job running to its time limit and
-/// no new arrivals, until `job` starts or `deadline` passes; returns when it started.
-fn simulate_until_started(case: &Case, job: u64, deadline: Time) -> Option<Time> {
+/// Runs passes forward in time under `case.config`, every job running to its time limit,
+/// until `job` starts or `deadline` passes; returns when it started. With `rivals`, before
+/// each pass after the first a job like `job` arrives with a higher priority than any other.
+fn simulate_until_started(case: &Case, job: u64, deadline: Time, rivals: bool) -> Option<Time> {
     let mut state = case.state.clone();
     let mut now = case.now;
-    for _ in 0..500 {
+    let like = state.pending.iter().find(|j| j.id == job).cloned();
+    for n in 0..500u64 {
+        if let (true, true, Some(like)) = (rivals, n > 0, &like) {
+            let mut rival = like.clone();
+            rival.id = 10_000 + n;
+            rival.submit = now;
+            rival.nice = -1_000_000;
+            state.pending.push(rival);
+        }
         let plan = schedule(now, &state, &case.config);
         state.keep_reservations(&plan);
         apply(&mut state, &plan, now);
@@ -347,7 +356,7 @@ proptest! {
         case.config.policy = Policy::Easy;
         let plan = schedule(case.now, &case.state, &case.config);
         if let Some(r) = plan.reservations.first() {
-            let started = simulate_until_started(&case, r.job, r.start);
+            let started = simulate_until_started(&case, r.job, r.start, false);
             prop_assert!(
                 started.is_some_and(|t| t <= r.start),
                 "job {} reserved for {} started {:?}", r.job, r.start, started
@@ -356,16 +365,16 @@ proptest! {
     }
 
     /// Under the multifactor policy, with reservations kept from the first pass on, the first
-    /// reserved job starts no later than its reservation said, whatever the priorities do
-    /// (those behind it are placed after it in each pass, so theirs may move either way until
-    /// they are first).
+    /// reserved job starts no later than its reservation said, whatever the priorities do and
+    /// however many jobs of higher priority come after it (those behind it are placed after
+    /// it in each pass, so theirs may move either way until they are first).
     #[test]
     fn the_first_kept_reservation_holds_when_the_plan_is_run_forward(mut case in arb_case()) {
         case.config.policy = Policy::Multifactor;
         case.config.keep_reservations_after = 0;
         let plan = schedule(case.now, &case.state, &case.config);
         if let Some(r) = plan.reservations.first() {
-            let started = simulate_until_started(&case, r.job, r.start);
+            let started = simulate_until_started(&case, r.job, r.start, true);
             prop_assert!(
                 started.is_some_and(|t| t <= r.start),
                 "job {} reserved for {} started {:?}", r.job, r.start, started

@@ -85,7 +85,7 @@ fn kept_reservations_keep_the_order_they_were_made_in() {
     };
     state.keep_reservations(&plan(&[1, 2]));
     state.keep_reservations(&plan(&[3, 2]));
-    let kept: Vec<(u64, u32)> = state.reserved.iter().map(|(&j, &p)| (j, p)).collect();
+    let kept: Vec<(u64, u32)> = state.reserved.iter().map(|(&j, k)| (j, k.place)).collect();
     assert_eq!(kept, vec![(2, 1), (3, 0)], "1 got none, so it is dropped");
 }
 
@@ -150,4 +150,61 @@ fn one_extra_reservation_per_association_and_none_under_easy() {
     config.policy = Policy::Easy;
     let easy = schedule(10 * MIN, &state, &config);
     assert_eq!(easy.reservations.len(), 1);
+}
+
+#[test]
+fn kept_jobs_go_in_the_order_their_reservations_were_made_after_any_higher_tier() {
+    let mut config = fair_config();
+    config.reservations = 3;
+    config.assoc_reservations = 0;
+    config.keep_reservations_after = 0;
+    let mut high = Partition::new("high", &[]);
+    high.priority_tier = 1;
+    config.partitions = vec![Partition::new("low", &[]), high];
+    config.default_partition = Some("low".into());
+    // One node, busy for an hour; each job wants all of it for an hour.
+    let mut state = State {
+        nodes: vec![node("a", 8, 64, 0)],
+        running: vec![running(9, "a", (0..8).collect(), vec![], 0, 60)],
+        pending: vec![job(1, "ann", 8, 0, 60, 0), job(2, "hog", 8, 0, 60, 0)],
+        ..State::default()
+    };
+    hog_has_used(&mut state);
+    let first = schedule(MIN, &state, &config);
+    assert_eq!(reserved(&first), vec![(1, 60 * MIN), (2, 120 * MIN)]);
+    state.keep_reservations(&first);
+    // Now hog's job ranks first (ann has used far more since), and a job of the higher
+    // tier arrives.
+    state.usage.insert(Assoc::new("ann", "ann"), 1e12);
+    let mut urgent = job(3, "bob", 8, 0, 60, 2 * MIN);
+    urgent.partition = Some("high".into());
+    state.pending.push(urgent);
+    let plan = schedule(3 * MIN, &state, &config);
+    assert!(plan.priority(2).unwrap().value > plan.priority(1).unwrap().value);
+    assert_eq!(
+        reserved(&plan),
+        vec![(3, 60 * MIN), (1, 120 * MIN), (2, 180 * MIN)],
+        "the higher tier first, then the kept ones as they were made"
+    );
+}
+
+#[test]
+fn a_kept_job_gets_its_reservation_past_the_depth_and_its_associations_extra() {
+    // ann holds two kept reservations; the depth is now 1 and no extras are left.
+    let mut config = fair_config();
+    config.reservations = 2;
+    config.assoc_reservations = 0;
+    config.keep_reservations_after = 0;
+    let mut state = State {
+        nodes: vec![node("a", 8, 64, 0)],
+        running: vec![running(9, "a", (0..8).collect(), vec![], 0, 60)],
+        pending: vec![job(1, "ann", 8, 0, 60, 0), job(2, "ann", 8, 0, 60, 0)],
+        ..State::default()
+    };
+    let first = schedule(MIN, &state, &config);
+    assert_eq!(reserved(&first).len(), 2);
+    state.keep_reservations(&first);
+    config.reservations = 1;
+    let plan = schedule(2 * MIN, &state, &config);
+    assert_eq!(reserved(&plan), vec![(1, 60 * MIN), (2, 120 * MIN)]);
 }

@@ -109,6 +109,8 @@ fn config(policy: Policy) -> Config {
     let mut c = Config::with_policy(policy);
     c.reservations = 2;
     c.max_job_test = 40;
+    // Kept reservations move jobs out of their runs.
+    c.keep_reservations_after = 0;
     let mut scav = Partition::new("scav", &[]);
     scav.preempt_mode = PreemptMode::Requeue;
     let mut high = Partition::new("high", &[]);
@@ -157,6 +159,7 @@ proptest! {
             prop_assert_eq!(&plan, &schedule(now, &scattered, &config), "at {} over {:?}", now, state);
             let mut kept = Scheduler::default();
             prop_assert_eq!(&plan, &kept.schedule(now, &state, &config));
+            state.keep_reservations(&plan);
             apply(&mut state, &plan, now);
             for p in &plan.preemptions {
                 state.running.retain(|r| r.id != p.job);

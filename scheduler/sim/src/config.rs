@@ -210,7 +210,13 @@ pub fn scheduler_config(text: &str) -> Result<Config, ConfigError> {
         c.max_age = ms("max_age", a)?;
     }
     if let Some(k) = &s.keep_reservations_after {
-        c.keep_reservations_after = ms("keep_reservations_after", k)?;
+        // 0: every reservation is kept from the moment it is made, as the controller reads it.
+        let zero = k.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic());
+        c.keep_reservations_after = if !zero.is_empty() && zero.bytes().all(|b| b == b'0') {
+            0
+        } else {
+            ms("keep_reservations_after", k)?
+        };
     }
     if let Some(a) = s.assoc_reservations {
         c.assoc_reservations = a;
@@ -272,6 +278,8 @@ mod tests {
         assert_eq!(c.keep_reservations_after, 2 * 3600 * 1000);
         assert_eq!(c.half_life, 24 * 3600 * 1000);
         assert!(c.favor_small);
+        let c = scheduler_config("[scheduler]\nkeep_reservations_after = \"0\"\n").unwrap();
+        assert_eq!(c.keep_reservations_after, 0);
     }
 
     #[test]

@@ -352,8 +352,15 @@ impl Cluster {
             begin = ?job.begin_time,
             "job updated"
         );
+        // A job moved to another partition, QoS or account is ranked afresh there: a
+        // reservation it kept where it was does not carry over.
+        let spec_now = (&spec.partition, &spec.qos, &spec.account);
+        let moved = spec_now != (&old.2, &old.3, &old.4);
         job.spec = Some(spec);
         self.commit(vec![job.clone()])?;
+        if moved {
+            self.reserved.remove(&id);
+        }
         Ok(view(caller, job))
     }
 }

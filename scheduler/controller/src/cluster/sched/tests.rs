@@ -868,3 +868,35 @@ fn a_job_that_waited_long_enough_keeps_its_reservation_from_pass_to_pass() {
     assert!(bob.is_some());
     assert_eq!(ann, None);
 }
+
+#[test]
+fn a_job_moved_to_another_partition_does_not_keep_its_reservation() {
+    use wharf_api::wire::UpdateRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let config = wharf_core::Config {
+        keep_reservations_after: 0,
+        partitions: vec![
+            wharf_core::Partition::new("a", &[]),
+            wharf_core::Partition::new("b", &[]),
+        ],
+        ..Default::default()
+    };
+    let mut c = cluster_with(&dir, config);
+    let ann = caller(1000, "ann");
+    submit(&mut c, &ann, 3, 10);
+    let next = submit(&mut c, &ann, 3, 20);
+    c.schedule(1_000).unwrap();
+    assert!(c.reserved.contains_key(&next), "it holds the reservation");
+    let same = UpdateRequest {
+        time: Some(600),
+        ..Default::default()
+    };
+    c.update(&ann, next, &same, 2_000).unwrap();
+    assert!(c.reserved.contains_key(&next), "a shorter time keeps it");
+    let moved = UpdateRequest {
+        partition: Some("b".into()),
+        ..Default::default()
+    };
+    c.update(&ann, next, &moved, 2_000).unwrap();
+    assert!(!c.reserved.contains_key(&next));
+}
