@@ -119,6 +119,53 @@ pub fn dir_name(job: JobId, step: u32, local: u32) -> String {
     format!("{job}.s{step}.{local}")
 }
 
+/// A step task's directory found under the agent's `jobs`, its spec written.
+#[derive(Debug)]
+pub struct FoundTask {
+    /// Its directory.
+    pub path: std::path::PathBuf,
+    /// Its job and step.
+    pub key: StepKey,
+    /// Its task on this node.
+    pub local: u32,
+    /// The directory, to read and write its files.
+    pub dir: JobDir,
+    /// What its shim was asked to run.
+    pub spec: wharf_runtime::ContainerSpec,
+}
+
+/// Forgets from `known` the step tasks whose directory went, and returns those under `jobs`
+/// it does not hold yet whose spec is written (the others are looked at again next time).
+pub fn new_tasks<T>(
+    jobs: &std::path::Path,
+    known: &mut std::collections::BTreeMap<std::path::PathBuf, T>,
+) -> Vec<FoundTask> {
+    known.retain(|p, _| p.exists());
+    let Ok(entries) = std::fs::read_dir(jobs) else {
+        return vec![];
+    };
+    let mut found = vec![];
+    for e in entries.flatten() {
+        let path = e.path();
+        if known.contains_key(&path) {
+            continue;
+        }
+        let Some((job, step, local)) = e.file_name().to_str().and_then(parse_dir_name) else {
+            continue;
+        };
+        let dir = JobDir::new(path.clone());
+        let Ok(spec) = dir.read_spec() else { continue };
+        found.push(FoundTask {
+            path,
+            key: StepKey { job, step },
+            local,
+            dir,
+            spec,
+        });
+    }
+    found
+}
+
 /// The job, step and task a directory name stands for ([`dir_name`]'s inverse).
 pub fn parse_dir_name(name: &str) -> Option<(JobId, u32, u32)> {
     let canonical = |s: &str| -> Option<u64> {

@@ -207,25 +207,10 @@ pub fn spawn(cfg: &AgentConfig, client: Client, launcher: Arc<dyn Backend>) {
 
 /// Adds this node's step tasks not seen yet and forgets those whose directory went.
 fn find_tasks(jobs: &std::path::Path, tasks: &mut BTreeMap<PathBuf, Option<Task>>) {
-    tasks.retain(|p, _| p.exists());
-    let Ok(entries) = std::fs::read_dir(jobs) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let path = e.path();
-        if tasks.contains_key(&path) {
-            continue;
-        }
-        let Some((job, step, local)) = e.file_name().to_str().and_then(crate::step::parse_dir_name)
-        else {
-            continue;
-        };
-        let dir = JobDir::new(path.clone());
-        // Not written yet: looked at again next time.
-        let Ok(spec) = dir.read_spec() else { continue };
-        let task = spec.capture_stdin.then(|| {
+    for f in crate::step::new_tasks(jobs, tasks) {
+        let task = f.spec.capture_stdin.then(|| {
             // Opened by an agent before this one: its task has read its input's end.
-            let pipe = match dir.stdin_ready().exists() {
+            let pipe = match f.dir.stdin_ready().exists() {
                 true => Pipe::Closed {
                     offset: 0,
                     told: false,
@@ -233,13 +218,13 @@ fn find_tasks(jobs: &std::path::Path, tasks: &mut BTreeMap<PathBuf, Option<Task>
                 false => Pipe::Opening,
             };
             Task {
-                dir,
-                key: StepKey { job, step },
-                local,
+                dir: f.dir,
+                key: f.key,
+                local: f.local,
                 pipe,
             }
         });
-        tasks.insert(path, task);
+        tasks.insert(f.path, task);
     }
 }
 

@@ -162,22 +162,8 @@ pub fn spawn(cfg: &AgentConfig, client: Client, launcher: Arc<dyn Backend>) {
 /// Adds this node's step tasks not seen yet (those with a captured stream, and the others
 /// as done) and forgets those whose directory went.
 fn find_tasks(jobs: &std::path::Path, tasks: &mut BTreeMap<PathBuf, Task>) {
-    tasks.retain(|p, _| p.exists());
-    let Ok(entries) = std::fs::read_dir(jobs) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let path = e.path();
-        if tasks.contains_key(&path) {
-            continue;
-        }
-        let Some((job, step, local)) = e.file_name().to_str().and_then(crate::step::parse_dir_name)
-        else {
-            continue;
-        };
-        let dir = JobDir::new(path.clone());
-        // Not written yet: looked at again next time.
-        let Ok(spec) = dir.read_spec() else { continue };
+    for f in crate::step::new_tasks(jobs, tasks) {
+        let (dir, spec) = (f.dir, f.spec);
         // Where each stream goes on from: after what an agent before this one had passed on
         // and punched out (the controller skips the rest it has).
         let mut streams = vec![];
@@ -192,11 +178,11 @@ fn find_tasks(jobs: &std::path::Path, tasks: &mut BTreeMap<PathBuf, Task>) {
         }
         let done = streams.is_empty() || drained(&dir).exists();
         tasks.insert(
-            path,
+            f.path,
             Task {
                 dir,
-                key: StepKey { job, step },
-                local,
+                key: f.key,
+                local: f.local,
                 streams,
                 done,
             },
