@@ -16,6 +16,10 @@ if [ "$(id -u)" = 0 ]; then
     need pgrep || missing="$missing procps"
     need ip || missing="$missing iproute2"
     need python3 || missing="$missing python3"
+    # The torch.distributed (gloo, CPU) all-reduce across hosts runs the jobs' python3, the
+    # first on their PATH; Debian's own torch is CPU-only.
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        python3 -c 'import torch.distributed' >/dev/null 2>&1 || missing="$missing python3-torch"
     # --begin in the user's time zone is tested with TZ=Europe/Paris.
     [ -e /usr/share/zoneinfo/Europe/Paris ] || missing="$missing tzdata"
     need siftool || missing="$missing siftool"

@@ -43,15 +43,21 @@ pub fn tasks_per_node(per_node: u32, nodes: usize) -> String {
     }
 }
 
-/// The rendezvous variables for `task` on node `r.node_rank`. Empty when the order carries no
-/// nodes (sent by an older controller).
-pub fn rendezvous(r: &Rendezvous, task: Task) -> Vec<(String, String)> {
+/// The rendezvous variables for `task` on node `r.node_rank` of a job that has been requeued
+/// `restarts` times. Only the restart count when the order carries no nodes (sent by an older
+/// controller).
+///
+/// In a step's order (`r.step`), `r.nodes` are the step's: as under Slurm's `srun`, the
+/// ranks, `SLURM_NODELIST`, `SLURM_NNODES` and `SLURM_STEP_*` are the step's, while
+/// `SLURM_JOB_NODELIST`, `SLURM_JOB_NUM_NODES` and `SLURM_RESTART_COUNT` stay the job's.
+pub fn rendezvous(r: &Rendezvous, task: Task, restarts: u32) -> Vec<(String, String)> {
     let Some(first) = r.nodes.first() else {
-        return vec![];
+        return restart_count(restarts);
     };
     let per_node = task.per_node.max(1);
     let nnodes = r.nodes.len().to_string();
     let ntasks = (r.nodes.len() as u64 * u64::from(per_node)).to_string();
+    let ntasks_all = ntasks.clone();
     let names: Vec<&str> = r.nodes.iter().map(|p| p.name.as_str()).collect();
     let nodelist = wharf_api::hostlist::compress(&names);
     let node_rank = r.node_rank.to_string();
@@ -67,10 +73,8 @@ pub fn rendezvous(r: &Rendezvous, task: Task) -> Vec<(String, String)> {
         ("LOCAL_WORLD_SIZE", per_node.to_string()),
         ("WHARF_NODELIST", nodelist.clone()),
         ("WHARF_NODE_RANK", node_rank.clone()),
-        ("SLURM_JOB_NODELIST", nodelist.clone()),
-        ("SLURM_NODELIST", nodelist),
+        ("SLURM_NODELIST", nodelist.clone()),
         ("SLURM_NNODES", nnodes.clone()),
-        ("SLURM_JOB_NUM_NODES", nnodes),
         ("SLURM_NODEID", node_rank),
         ("SLURM_PROCID", rank),
         ("SLURM_LOCALID", local),
@@ -86,7 +90,40 @@ pub fn rendezvous(r: &Rendezvous, task: Task) -> Vec<(String, String)> {
     if let Some(port) = r.port {
         env.push(("MASTER_PORT", port.to_string()));
     }
-    env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    let restarts = match &r.step {
+        None => {
+            env.push(("SLURM_JOB_NODELIST", nodelist));
+            env.push(("SLURM_JOB_NUM_NODES", nnodes));
+            restarts
+        }
+        Some(step) => {
+            let id = step.id.to_string();
+            env.extend([
+                (
+                    "SLURM_JOB_NODELIST",
+                    wharf_api::hostlist::compress(&step.job_nodes),
+                ),
+                ("SLURM_JOB_NUM_NODES", step.job_nodes.len().to_string()),
+                ("SLURM_STEP_ID", id.clone()),
+                ("SLURM_STEPID", id.clone()),
+                ("WHARF_STEP_ID", id),
+                ("SLURM_STEP_NODELIST", nodelist),
+                ("SLURM_STEP_NUM_NODES", nnodes),
+                ("SLURM_STEP_NUM_TASKS", ntasks_all),
+            ]);
+            step.job_restarts
+        }
+    };
+    let mut env: Vec<(String, String)> = env.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    env.extend(restart_count(restarts));
+    env
+}
+
+/// `SLURM_RESTART_COUNT` (and Wharf's own name for it): the job's requeues so far.
+fn restart_count(restarts: u32) -> Vec<(String, String)> {
+    ["WHARF_RESTART_COUNT", "SLURM_RESTART_COUNT"]
+        .map(|k| (k.to_string(), restarts.to_string()))
+        .to_vec()
 }
 
 /// The job's hostfile, in the form MPI launchers (`mpirun --hostfile`) and DeepSpeed
@@ -143,8 +180,10 @@ mod tests {
             nodes: peers(&["gpu01", "gpu02", "gpu03", "gpu04"]),
             node_rank: 2,
             port: Some(29501),
+            step: None,
         };
-        let env: BTreeMap<String, String> = rendezvous(&r, Task::single(8)).into_iter().collect();
+        let env: BTreeMap<String, String> =
+            rendezvous(&r, Task::single(8), 0).into_iter().collect();
         assert_eq!(env["MASTER_ADDR"], "10.0.0.01");
         assert_eq!(env["MASTER_PORT"], "29501");
         assert_eq!(env["WORLD_SIZE"], "4");
@@ -165,12 +204,64 @@ mod tests {
             nodes: peers(&["gpu07"]),
             node_rank: 0,
             port: None,
+            step: None,
         };
-        let env: BTreeMap<String, String> = rendezvous(&r, Task::single(1)).into_iter().collect();
+        let env: BTreeMap<String, String> =
+            rendezvous(&r, Task::single(1), 0).into_iter().collect();
         assert_eq!(env["WORLD_SIZE"], "1");
         assert_eq!(env["SLURM_TASKS_PER_NODE"], "1");
         assert!(!env.contains_key("MASTER_PORT"), "no port, no MASTER_PORT");
-        assert!(rendezvous(&Rendezvous::default(), Task::single(1)).is_empty());
+        let bare = rendezvous(&Rendezvous::default(), Task::single(1), 2);
+        assert_eq!(bare, restart_count(2), "no nodes: only the restart count");
+    }
+
+    #[test]
+    fn a_steps_tasks_are_ranked_in_the_step_but_keep_the_jobs_node_list_and_restarts() {
+        // Step 3 of a job on gpu[01-04] (requeued twice) runs two tasks on gpu03 and gpu04.
+        let r = Rendezvous {
+            nodes: peers(&["gpu03", "gpu04"]),
+            node_rank: 1,
+            port: Some(29501),
+            step: Some(wharf_api::wire::StepPlace {
+                id: 3,
+                job_nodes: ["gpu01", "gpu02", "gpu03", "gpu04"]
+                    .map(String::from)
+                    .to_vec(),
+                job_restarts: 2,
+            }),
+        };
+        let env: Vec<(String, String)> = rendezvous(&r, Task::single(1), 0);
+        let keys: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+        let mut unique = keys.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), keys.len(), "each variable once: {keys:?}");
+        let env: BTreeMap<String, String> = env.into_iter().collect();
+        // The job's.
+        assert_eq!(env["SLURM_JOB_NODELIST"], "gpu[01-04]");
+        assert_eq!(env["SLURM_JOB_NUM_NODES"], "4");
+        assert_eq!(env["SLURM_RESTART_COUNT"], "2");
+        assert_eq!(env["WHARF_RESTART_COUNT"], "2");
+        // The step's.
+        assert_eq!(env["SLURM_STEP_ID"], "3");
+        assert_eq!(env["SLURM_STEPID"], "3");
+        assert_eq!(env["WHARF_STEP_ID"], "3");
+        assert_eq!(env["SLURM_STEP_NODELIST"], "gpu[03-04]");
+        assert_eq!(env["SLURM_STEP_NUM_NODES"], "2");
+        assert_eq!(env["SLURM_STEP_NUM_TASKS"], "2");
+        assert_eq!(env["SLURM_NODELIST"], "gpu[03-04]");
+        assert_eq!(env["SLURM_NNODES"], "2");
+        assert_eq!(env["SLURM_NODEID"], "1");
+        assert_eq!(env["RANK"], "1");
+        assert_eq!(env["WORLD_SIZE"], "2");
+        assert_eq!(env["MASTER_ADDR"], "10.0.0.03");
+        // A job's own order names no step.
+        let job = Rendezvous { step: None, ..r };
+        let env: BTreeMap<String, String> =
+            rendezvous(&job, Task::single(1), 5).into_iter().collect();
+        assert_eq!(env["SLURM_JOB_NODELIST"], "gpu[03-04]");
+        assert_eq!(env["SLURM_RESTART_COUNT"], "5");
+        assert!(!env.contains_key("SLURM_STEP_ID"));
     }
 
     #[test]
@@ -179,6 +270,7 @@ mod tests {
             nodes: peers(&["gpu03", "gpu01"]),
             node_rank: 1,
             port: Some(29501),
+            step: None,
         };
         let want = "10.0.0.03 slots=1\n10.0.0.01 slots=1\n";
         assert_eq!(hostfile(&r, 1).as_deref(), Some(want));
@@ -196,6 +288,7 @@ mod tests {
             nodes: peers(&["gpu01", "gpu02", "gpu03"]),
             node_rank: 0,
             port: Some(29600),
+            step: None,
         };
         let mut seen = Vec::new();
         for node_rank in 0..3 {
@@ -206,7 +299,7 @@ mod tests {
                     local,
                     cpus: 2,
                 };
-                let env: BTreeMap<String, String> = rendezvous(&r, task).into_iter().collect();
+                let env: BTreeMap<String, String> = rendezvous(&r, task, 0).into_iter().collect();
                 let want_rank = node_rank * 4 + local;
                 assert_eq!(env["RANK"], want_rank.to_string());
                 assert_eq!(env["SLURM_PROCID"], want_rank.to_string());
@@ -238,7 +331,7 @@ mod tests {
             local: 1,
             cpus: 1,
         };
-        let env: BTreeMap<String, String> = rendezvous(&r, task).into_iter().collect();
+        let env: BTreeMap<String, String> = rendezvous(&r, task, 0).into_iter().collect();
         assert_eq!(
             (
                 env["RANK"].as_str(),
@@ -257,6 +350,7 @@ mod tests {
             nodes: peers(&["gpu01", "gpu02"]),
             node_rank: 1,
             port: None,
+            step: None,
         };
         assert_eq!(
             hostfile(&r, 4).as_deref(),

@@ -370,14 +370,16 @@ pub fn container_spec(
         ("SLURM_JOB_ID".into(), order.id.to_string()),
         ("SLURM_JOB_NAME".into(), spec.name.clone()),
         ("SLURM_CPUS_ON_NODE".into(), spec.resources.cpus.to_string()),
-        ("WHARF_RESTART_COUNT".into(), order.restarts.to_string()),
-        ("SLURM_RESTART_COUNT".into(), order.restarts.to_string()),
         ("WHARF_GPUS".into(), host_gpus.join(",")),
         // Where `wharf step` reaches this node's agent.
         ("WHARF_STEP_SOCKET".into(), crate::step::socket_env(cfg)),
     ]);
     env.extend(gpu_env(&units));
-    env.extend(crate::env::rendezvous(&order.rendezvous, task));
+    env.extend(crate::env::rendezvous(
+        &order.rendezvous,
+        task,
+        order.restarts,
+    ));
     // The hostfile, read-only in the job's private /tmp. Only Wharf's own name: Open MPI's
     // default-hostfile variable would cap every mpirun in the job at one slot per node.
     let mut tmp_files = vec![];

@@ -110,6 +110,24 @@ fn a_two_node_job_runs_a_rank_on_each_node_with_one_rendezvous() {
         return;
     }
     let c = two_nodes("wharf-gang-run-");
+    // A one-CPU job on gang2 leaves it the fuller node, which best fit picks first: rank 0
+    // must still run on gang1, the first node of `gang[1-2]`.
+    let blocker = submitted_id(&c.wharf(&[
+        "submit",
+        "-w",
+        "gang2",
+        "--mem",
+        "16M",
+        "-t",
+        "2m",
+        "--wrap",
+        "sleep 120",
+    ]));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while job(&c, blocker)["state"] != "RUNNING" {
+        assert!(Instant::now() < deadline, "{}", job(&c, blocker));
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let script = "for v in RANK WORLD_SIZE MASTER_ADDR MASTER_PORT SLURM_JOB_NODELIST \
                   SLURM_NNODES SLURM_PROCID WHARF_HOSTFILE; do eval echo $v=\\$$v; done; \
                   echo HOST=$(hostname); n=0; while read -r l; do echo \"LINE$n=$l\"; \
@@ -121,9 +139,11 @@ fn a_two_node_job_runs_a_rank_on_each_node_with_one_rendezvous() {
     let done = ended(&c, id, Duration::from_secs(60));
     assert_eq!(done["state"], "COMPLETED", "{done}");
     let nodes = nodes_of(&done);
-    let mut sorted = nodes.clone();
-    sorted.sort();
-    assert_eq!(sorted, ["gang1", "gang2"], "{done}");
+    assert_eq!(
+        nodes,
+        ["gang1", "gang2"],
+        "ranks in node list order: {done}"
+    );
     // Rank 0 writes the job's output file, rank 1 its own beside it.
     let dir = c.dir.path();
     let out = dir.join(format!("wharf-{id}.out"));
@@ -177,6 +197,9 @@ fn a_two_node_job_runs_a_rank_on_each_node_with_one_rendezvous() {
     // Accounting lists both nodes as one host list.
     let acct = stdout(&c.wharf(&["acct", "-j", &id.to_string(), "-o", "JobID,NNodes,NodeList"]));
     assert!(acct.contains("gang[1-2]"), "{acct}");
+    c.wharf(&["cancel", &blocker.to_string()]);
+    ended(&c, blocker, Duration::from_secs(30));
+    no_cgroups_left(&c, blocker);
     no_cgroups_left(&c, id);
 }
 

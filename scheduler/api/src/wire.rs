@@ -287,6 +287,22 @@ pub struct Rendezvous {
     pub node_rank: u32,
     /// `MASTER_PORT`: free on every one of its nodes; `None` when the range ran out.
     pub port: Option<u16>,
+    /// In a step's order only (`nodes` are then the step's): the step and the job it runs
+    /// in, whose values `SLURM_JOB_NODELIST`, `SLURM_JOB_NUM_NODES` and
+    /// `SLURM_RESTART_COUNT` keep inside the step, as in Slurm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<StepPlace>,
+}
+
+/// A step's place in its job, for its tasks' environment.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepPlace {
+    /// The step's id within its job.
+    pub id: u32,
+    /// The job's nodes, in rank order.
+    pub job_nodes: Vec<String>,
+    /// How many times the job has been requeued.
+    pub job_restarts: u32,
 }
 
 /// One node of a job, as its peers reach it.

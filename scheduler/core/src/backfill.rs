@@ -18,7 +18,7 @@ use wharf_api::JobId;
 use crate::config::{Config, Policy};
 use crate::limits::Counters;
 use crate::partition::Partitions;
-use crate::placement::{Fit, Table};
+use crate::placement::{in_rank_order, Fit, Table};
 use crate::plan::{Preemption, Reservation, Start, Waiting};
 use crate::preempt::{self, Asker, Victims};
 use crate::reason::PendingReason;
@@ -206,10 +206,11 @@ pub(crate) fn pass(
         if !known_fail {
             if let Some(picks) = table.fit_now(r.part, &fit, now, r.limit) {
                 let end = now.saturating_add(r.limit);
-                let allocs: Vec<_> = picks
+                let mut allocs: Vec<_> = picks
                     .iter()
                     .map(|(i, need)| table.allocate(*i, need, end, &nodes[*i].name))
                     .collect();
+                in_rank_order(&mut allocs);
                 held.add(config, r.job, &allocs, r.limit);
                 out.starts.push(Start {
                     job: r.job.id,

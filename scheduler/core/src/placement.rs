@@ -427,6 +427,25 @@ impl Table {
     }
 }
 
+/// Puts a job's allocs in rank order: the order of its nodes in its compressed host list
+/// (`SLURM_JOB_NODELIST`, [`wharf_api::hostlist::compress`]: by name prefix, then number, so
+/// gpu2 before gpu10), not the best-fit order they were picked in. As in Slurm, rank 0 (and
+/// `MASTER_ADDR`) is then on the list's first node and a node's rank is its place there.
+pub(crate) fn in_rank_order(allocs: &mut [Alloc]) {
+    if allocs.len() < 2 {
+        return;
+    }
+    let names: Vec<&str> = allocs.iter().map(|a| a.node.as_str()).collect();
+    let list = wharf_api::hostlist::HostList::from_names(&names);
+    let place: BTreeMap<&str, usize> = list
+        .names()
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), i))
+        .collect();
+    allocs.sort_by_cached_key(|a| place.get(a.node.as_str()).copied().unwrap_or(usize::MAX));
+}
+
 /// When a running job's resources are expected back: at the end of its time limit, or just
 /// after `now` when it is late or being stopped.
 pub(crate) fn release_time(job: &RunningJob, stopping: bool, now: Time) -> Time {

@@ -31,7 +31,8 @@ pub struct Priority {
 pub struct Start {
     /// Job id.
     pub job: JobId,
-    /// One entry per node, ids taken from the node's own lists.
+    /// One entry per node, ids taken from the node's own lists, in rank order: the order of
+    /// the nodes in the job's compressed host list, so rank 0 is on its first node.
     pub allocs: Vec<Alloc>,
     /// Its time limit, ms (after partition defaults).
     pub time_limit: Time,

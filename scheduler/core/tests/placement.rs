@@ -198,3 +198,33 @@ fn mig_instances_are_gpus_of_their_own_type_and_their_gpu_is_never_given_whole()
         .iter()
         .all(|s| !s.allocs[0].gpu_ids.contains(&1)));
 }
+
+#[test]
+fn a_gangs_ranks_follow_its_node_list_not_the_best_fit_order() {
+    // Best fit takes the fullest nodes first: gpu10 (4 CPUs), gpu9 (6), then gpu2 (8). The
+    // ranks must follow the compressed list `gpu[2,9-10]`, numbers compared as numbers.
+    let state = State {
+        nodes: vec![
+            node("gpu2", 8, 64, 0),
+            node("gpu9", 6, 64, 0),
+            node("gpu10", 4, 64, 0),
+        ],
+        pending: vec![{
+            let mut j = job(1, "u", 4, 0, 10, 0);
+            j.request.nodes = 3;
+            j
+        }],
+        ..State::default()
+    };
+    let plan = schedule(MIN, &state, &Config::default());
+    let ranks: Vec<&str> = plan.starts[0]
+        .allocs
+        .iter()
+        .map(|a| a.node.as_str())
+        .collect();
+    let list = wharf_api::hostlist::compress(&ranks);
+    assert_eq!(list, "gpu[2,9-10]");
+    let expanded = wharf_api::hostlist::expand(&list, 3).unwrap();
+    assert_eq!(ranks, expanded, "rank r runs on the list's node r");
+    assert_eq!(ranks, ["gpu2", "gpu9", "gpu10"]);
+}

@@ -236,6 +236,7 @@ impl Cluster {
                         nodes: job.nodes().map(|n| self.peer(n)).collect(),
                         node_rank: rank,
                         port: job.port,
+                        step: None,
                     },
                     registry_auth: self.credentials.get(job.id),
                     hold,
@@ -357,7 +358,12 @@ impl Cluster {
                 ended.stop = Some(stop);
             }
             Some(stop @ Stop::RankFailed { .. }) => {
-                if gang && matches!(ended.state, JobState::Failed | JobState::OutOfMemory) {
+                if gang
+                    && matches!(
+                        ended.state,
+                        JobState::Failed | JobState::OutOfMemory | JobState::Timeout
+                    )
+                {
                     ended.reason = ended
                         .reason
                         .map(|r| format!("rank {task} on node {node}: {r}"));

@@ -21,7 +21,7 @@ use wharf_api::step::{
     is_placement_variable, step_output, AgentStep, StepKey, StepKill, StepNode, StepOrder,
     StepRecord, StepStart,
 };
-use wharf_api::wire::{ErrorKind, LaunchOrder, Rendezvous};
+use wharf_api::wire::{ErrorKind, LaunchOrder, Rendezvous, StepPlace};
 use wharf_api::{ExitInfo, JobId, JobRecord, JobState};
 
 use super::{Cluster, Failure};
@@ -162,26 +162,14 @@ fn output_files(
 }
 
 /// The environment a step's tasks start with: the caller's, less the variables that place a
-/// task (each gets its own), plus the step's id.
+/// task. Each task gets its own from its agent, the step's (`SLURM_STEP_*`) and the job's
+/// (`SLURM_JOB_NODELIST`, ...) among them, from the order's rendezvous.
 fn step_env(step: &StepRecord) -> BTreeMap<String, String> {
-    let mut env: BTreeMap<String, String> = step
-        .env
+    step.env
         .iter()
         .filter(|(k, _)| !is_placement_variable(k))
         .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let id = step.id.to_string();
-    for k in ["SLURM_STEP_ID", "SLURM_STEPID", "WHARF_STEP_ID"] {
-        env.insert(k.into(), id.clone());
-    }
-    env.insert("SLURM_STEP_NUM_NODES".into(), step.nodes.len().to_string());
-    env.insert("SLURM_STEP_NUM_TASKS".into(), step.ntasks().to_string());
-    let names: Vec<&str> = step.nodes.iter().map(|n| n.node.as_str()).collect();
-    env.insert(
-        "SLURM_STEP_NODELIST".into(),
-        wharf_api::hostlist::compress(&names),
-    );
-    env
+        .collect()
 }
 
 impl Cluster {
@@ -590,6 +578,11 @@ impl Cluster {
                             nodes: step.nodes.iter().map(|n| self.peer(&n.node)).collect(),
                             node_rank: ni as u32,
                             port: job.port,
+                            step: Some(StepPlace {
+                                id: step.id,
+                                job_nodes: job.nodes().map(str::to_string).collect(),
+                                job_restarts: job.restarts,
+                            }),
                         },
                         registry_auth: self.credentials.get(job.id),
                         // A step starts in a job already running on every node.

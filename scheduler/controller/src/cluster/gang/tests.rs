@@ -518,6 +518,43 @@ fn a_rank_out_of_memory_ends_the_gang_out_of_memory_naming_it() {
 }
 
 #[test]
+fn a_rank_past_its_time_limit_ends_the_gang_timeout_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 2, wharf_core::Config::default());
+    let id = running(&mut c, 2, gang(2));
+    let late = AgentJob {
+        id,
+        start_time: Some(1_000),
+        exit: Some(ExitInfo {
+            signal: Some(15),
+            timed_out: true,
+            ..Default::default()
+        }),
+        end_time: Some(3_000),
+        stopping: false,
+        ready: false,
+    };
+    let report = PollRequest {
+        node: "g2".into(),
+        jobs: vec![late],
+        ..Default::default()
+    };
+    c.ingest(&report, 3_000).unwrap();
+    assert_eq!(
+        record(&c, id).stop,
+        Some(Stop::RankFailed {
+            node: "g2".into(),
+            rank: 1
+        })
+    );
+    poll(&mut c, "g1", &[(id, Rank::Killed)], 4_000);
+    let done = c.store.job(id).unwrap().unwrap();
+    assert_eq!(done.state, JobState::Timeout);
+    let reason = done.reason.unwrap();
+    assert!(reason.starts_with("rank 1 on node g2: "), "{reason}");
+}
+
+#[test]
 fn a_gangs_usage_is_every_nodes() {
     use wharf_api::usage::JobUsage;
     let dir = tempfile::tempdir().unwrap();

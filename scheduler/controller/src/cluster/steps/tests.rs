@@ -152,7 +152,18 @@ fn steps_get_their_jobs_next_id_and_run_where_they_ask_within_the_allocation() {
         })
         .collect();
     assert_eq!(got, [(0, 2, 3), (2, 0, 1)]);
-    assert_eq!(orders[1].order.spec.env["SLURM_STEP_ID"], "2");
+    // The step's place goes with the rendezvous: the agent writes SLURM_STEP_* from it, and
+    // keeps SLURM_JOB_NODELIST and the rest the job's.
+    let place = orders[1]
+        .order
+        .rendezvous
+        .step
+        .as_ref()
+        .expect("a step's place");
+    assert_eq!(place.id, 2);
+    assert_eq!(place.job_nodes, ["g1", "g2", "g3"]);
+    assert_eq!(orders[1].order.rendezvous.nodes.len(), 1);
+    assert!(!orders[1].order.spec.env.contains_key("SLURM_STEP_ID"));
     // The caller's environment goes on, less the variables that place a task.
     assert_eq!(orders[1].order.spec.env["OMP_NUM_THREADS"], "4");
     assert!(!orders[1].order.spec.env.contains_key("RANK"));
