@@ -396,9 +396,11 @@ fn total_tasks(job: &JobRecord) -> u32 {
 /// else rank 0.
 fn deciding_rank(job: &JobRecord) -> usize {
     let named = match &job.stop {
-        Some(Stop::RankFailed { rank, .. }) => Some((*rank / job.tasks_per_node()) as usize),
+        // Both name a task's rank across the job: its node is that over tasks per node.
+        Some(Stop::RankFailed { rank, .. } | Stop::LaunchFault { rank, .. }) => {
+            Some((*rank / job.tasks_per_node()) as usize)
+        }
         Some(Stop::NodeLost { node, .. }) => job.rank_on(node).map(|r| r as usize),
-        Some(Stop::LaunchFault { rank, .. }) => Some(*rank as usize),
         _ => None,
     };
     let exits: Vec<ExitInfo> = job

@@ -691,3 +691,34 @@ fn a_one_node_job_with_two_tasks_fails_naming_the_task_that_failed() {
     assert_eq!(done.state, JobState::Completed);
     assert_eq!(done.allocs.len(), 1);
 }
+
+/// A launch fault names the task's rank across the job; with two tasks a node, the node it
+/// ran on is that rank's node, not the node of that index.
+#[test]
+fn a_launch_fault_of_a_task_decides_by_the_node_it_ran_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 2, wharf_core::Config::default());
+    let job = JobRequest {
+        ntasks_per_node: Some(2),
+        cpus: Some(2),
+        ..gang(2)
+    };
+    let id = submit_job(&mut c, &caller(1000, "ann"), job, 10).unwrap();
+    c.schedule(1_000).unwrap();
+    let mut rec = record(&c, id);
+    assert_eq!(rec.tasks_per_node(), 2);
+    // Task 3 (g2's second) could not launch; g1's ranks failed of their own first.
+    let failed = ExitInfo {
+        code: Some(1),
+        ..Default::default()
+    };
+    rec.allocs[0].exit = Some(failed.clone());
+    rec.allocs[1].exit = Some(failed);
+    rec.stop = Some(Stop::LaunchFault {
+        node: "g2".into(),
+        rank: 3,
+        fault: wharf_api::fault::FaultCode::Cgroup.into(),
+        requeue: false,
+    });
+    assert_eq!(super::deciding_rank(&rec), 1);
+}
