@@ -203,13 +203,23 @@ fn hold_open_in_child(fd: std::os::fd::RawFd) {
     }
 }
 
+/// The job `wharf run` submits: interactive, so, as `srun` outside a job, it is not
+/// requeued (a lost node ends it NODE_FAIL, a requeue-mode preemption PREEMPTED) unless
+/// `--requeue` asks for it; batch jobs are.
+fn interactive(mut job: JobRequest) -> JobRequest {
+    job.requeue = Some(job.requeue.unwrap_or(false));
+    job
+}
+
 /// Runs the command.
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
-    let job = JobRequest {
-        command: Some(args.command.clone()),
-        ..Default::default()
-    }
-    .overlay(args.flags.to_request()?);
+    let job = interactive(
+        JobRequest {
+            command: Some(args.command.clone()),
+            ..Default::default()
+        }
+        .overlay(args.flags.to_request()?),
+    );
     let id = submit(socket, job).await?;
     let client = Client::new(Endpoint::parse(socket), None);
     // Each wait is answered the moment the job leaves the states it waits out: no polling.
@@ -267,4 +277,19 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         );
     }
     Ok(exit_status(&job))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_is_not_requeued_unless_asked() {
+        assert_eq!(interactive(JobRequest::default()).requeue, Some(false));
+        let asked = JobRequest {
+            requeue: Some(true),
+            ..Default::default()
+        };
+        assert_eq!(interactive(asked).requeue, Some(true));
+    }
 }

@@ -89,7 +89,8 @@ pub struct JobFlags {
     /// node NODE_FAIL, and `wharf requeue` refuses it.
     #[arg(long, conflicts_with = "requeue")]
     pub no_requeue: bool,
-    /// May be requeued when preempted (the default; overrides a `--no-requeue` line).
+    /// May be requeued when preempted or its node is lost (the default for batch jobs,
+    /// `wharf submit`; `wharf run` jobs only with this flag; overrides a `--no-requeue` line).
     #[arg(long)]
     pub requeue: bool,
     /// Working directory (default: the current directory).
