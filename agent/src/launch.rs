@@ -131,17 +131,64 @@ pub struct TaskShare {
     pub memory: u64,
 }
 
-/// Task `local`'s share of what `order` holds on this node.
-pub fn task_share(order: &LaunchOrder, local: u32) -> TaskShare {
+/// Task `local`'s share of what `order` holds on `machine`. Tasks with GPUs of their own
+/// take their CPUs from their GPU's NUMA node first (`--gpu-bind closest`, per task as the
+/// scheduler does per job).
+pub fn task_share(order: &LaunchOrder, local: u32, machine: &Machine) -> TaskShare {
     let spec = &order.spec;
     let per_node = spec.tasks_per_node.max(1);
     let each_cpu = (order.cpu_ids.len() as u32 / per_node).max(1);
+    let gpus_of = |task| crate::env::share(&order.gpu_ids, per_node, task, spec.gpus_per_task);
+    let cpu_ids = match spec.gpus_per_task {
+        Some(_) if order.cpu_ids.len() >= (each_cpu * per_node) as usize => {
+            let near = |task| {
+                let gpu = *gpus_of(task).first()?;
+                machine.unit(gpu)?.gpu.numa_node
+            };
+            closest_cpus(
+                &order.cpu_ids,
+                &machine.cpu_numa,
+                per_node,
+                each_cpu,
+                local,
+                near,
+            )
+        }
+        _ => crate::env::share(&order.cpu_ids, per_node, local, Some(each_cpu)),
+    };
     TaskShare {
-        cpu_ids: crate::env::share(&order.cpu_ids, per_node, local, Some(each_cpu)),
-        gpu_ids: crate::env::share(&order.gpu_ids, per_node, local, spec.gpus_per_task),
+        cpu_ids,
+        gpu_ids: gpus_of(local),
         cpus: spec.cpus_per_task(),
         memory: spec.resources.memory / u64::from(per_node),
     }
+}
+
+/// The `each` CPU indices (of `ids`, indices into the node's CPU list, whose NUMA nodes
+/// `numa` gives) task `local` gets when tasks 0, 1, ... take theirs in turn, each first from
+/// the NUMA node `near` names for it, lowest index first, then from the rest: disjoint, and
+/// the same whichever task works it out.
+fn closest_cpus(
+    ids: &[u32],
+    numa: &[u32],
+    per_node: u32,
+    each: u32,
+    local: u32,
+    near: impl Fn(u32) -> Option<u32>,
+) -> Vec<u32> {
+    let mut pool: Vec<u32> = ids.to_vec();
+    let mut mine = Vec::new();
+    for task in 0..=local.min(per_node - 1) {
+        let home = near(task);
+        let on_home = |i: &u32| home.is_some() && numa.get(*i as usize).copied() == home;
+        let mut taken: Vec<u32> = pool.iter().copied().filter(on_home).collect();
+        taken.extend(pool.iter().copied().filter(|i| !on_home(i)));
+        taken.truncate(each as usize);
+        taken.sort_unstable();
+        pool.retain(|i| !taken.contains(i));
+        mine = taken;
+    }
+    mine
 }
 
 /// The node's CPU ids of CPU indices `ids` (into the node's CPU list).
@@ -169,7 +216,7 @@ pub fn container_spec(
     local: u32,
     machine: &Machine,
 ) -> Result<ContainerSpec, LaunchError> {
-    let share = task_share(order, local);
+    let share = task_share(order, local, machine);
     let units: Vec<GpuUnit> = share
         .gpu_ids
         .iter()
@@ -1341,7 +1388,8 @@ mod tests {
             }
         };
         let own = order(Some(1), None);
-        let shares: Vec<TaskShare> = (0..2).map(|l| task_share(&own, l)).collect();
+        let flat = Machine::default();
+        let shares: Vec<TaskShare> = (0..2).map(|l| task_share(&own, l, &flat)).collect();
         assert_eq!(shares[0].cpu_ids, [4, 5]);
         assert_eq!(shares[1].cpu_ids, [6, 7]);
         assert_eq!(
@@ -1353,7 +1401,7 @@ mod tests {
         }
         // Without --gpus-per-task both tasks see the node's GPUs of the job.
         let shared = order(None, Some(2));
-        assert_eq!(task_share(&shared, 1).gpu_ids, [1, 3]);
+        assert_eq!(task_share(&shared, 1, &flat).gpu_ids, [1, 3]);
         // A step with --cpus-per-task 1 in the same allocation (its order names the job's
         // four CPUs, and 1 × 2 tasks as its CPUs): one CPU each, told so.
         let mut step = order(None, None);
@@ -1365,7 +1413,22 @@ mod tests {
         };
         assert_eq!(step_cpuset(&step, 0, 1, &machine), [104]);
         assert_eq!(step_cpuset(&step, 1, 1, &machine), [105]);
-        assert_eq!(task_share(&step, 1).cpus, 1);
+        assert_eq!(task_share(&step, 1, &flat).cpus, 1);
+        // On a node whose CPUs 4-5 sit on NUMA node 0 and 6-7 on node 1, with GPU 1 on node
+        // 1 and GPU 3 on node 0, each task's CPUs are its own GPU's.
+        let gpu = |index, numa| wharf_api::node::GpuInfo {
+            numa_node: Some(numa),
+            ..wharf_api::node::GpuInfo::minor(index)
+        };
+        let numa = Machine {
+            cpus: (0..8).collect(),
+            gpus: vec![gpu(1, 1), gpu(3, 0)],
+            cpu_numa: vec![0, 0, 0, 0, 0, 0, 1, 1],
+        };
+        let shares: Vec<TaskShare> = (0..2).map(|l| task_share(&own, l, &numa)).collect();
+        assert_eq!(shares[0].gpu_ids, [1]);
+        assert_eq!(shares[0].cpu_ids, [6, 7]);
+        assert_eq!(shares[1].cpu_ids, [4, 5]);
     }
 
     #[test]
