@@ -29,8 +29,6 @@ pub const TOTAL_BYTES: usize = 64 << 20;
 pub const PULL_BYTES: usize = 256 << 10;
 /// Bytes one pull's answer carries at most, all its tasks together.
 pub const PULL_TOTAL: usize = 1 << 20;
-/// A buffer untouched this long is forgotten (its step ended, its caller and tasks gone).
-pub const IDLE_MS: u64 = 600_000;
 
 #[derive(Debug)]
 struct Buffer {
@@ -226,13 +224,7 @@ impl InputRelay {
     }
 
     fn sweep(&mut self, now: u64) {
-        let idle: Vec<StepKey> = self
-            .steps
-            .iter()
-            .filter(|(_, b)| now.saturating_sub(b.touched) > IDLE_MS)
-            .map(|(k, _)| *k)
-            .collect();
-        for k in idle {
+        for k in crate::step_output::idle_steps(&self.steps, now, |b| b.touched) {
             self.forget(k);
         }
     }

@@ -245,18 +245,24 @@ impl Relay {
     }
 
     fn sweep(&mut self, now: u64) {
-        let idle: Vec<StepKey> = self
-            .steps
-            .iter()
-            .filter(|(_, b)| now.saturating_sub(b.touched) > IDLE_MS)
-            .map(|(k, _)| *k)
-            .collect();
-        for k in idle {
+        for k in idle_steps(&self.steps, now, |b| b.touched) {
             if let Some(b) = self.steps.remove(&k) {
                 self.total -= b.bytes;
             }
         }
     }
+}
+
+/// The steps of `steps` whose buffer was last `touched` more than [`IDLE_MS`] before `now`.
+pub(crate) fn idle_steps<B>(
+    steps: &std::collections::BTreeMap<StepKey, B>,
+    now: u64,
+    touched: impl Fn(&B) -> u64,
+) -> Vec<StepKey> {
+    (steps.iter())
+        .filter(|(_, b)| now.saturating_sub(touched(b)) > IDLE_MS)
+        .map(|(k, _)| *k)
+        .collect()
 }
 
 #[cfg(test)]

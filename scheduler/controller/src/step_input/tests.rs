@@ -134,7 +134,7 @@ fn a_restarted_controller_goes_on_from_where_its_agents_stand() {
         1,
         vec![],
         true,
-        5 + IDLE_MS,
+        5 + crate::step_output::IDLE_MS,
     );
     assert_eq!(r.held(), 0);
 }
