@@ -165,9 +165,10 @@ pub fn task_share(order: &LaunchOrder, local: u32, machine: &Machine) -> TaskSha
 }
 
 /// The `each` CPU indices (of `ids`, indices into the node's CPU list, whose NUMA nodes
-/// `numa` gives) task `local` gets when tasks 0, 1, ... take theirs in turn, each first from
-/// the NUMA node `near` names for it, lowest index first, then from the rest: disjoint, and
-/// the same whichever task works it out.
+/// `numa` gives) task `local` gets: first every task with a NUMA node of its own (`near`)
+/// takes what it can there, in task order, lowest index first; then every task takes the
+/// rest it needs from what is left, in task order. Disjoint, and the same whichever task
+/// works it out.
 fn closest_cpus(
     ids: &[u32],
     numa: &[u32],
@@ -176,19 +177,23 @@ fn closest_cpus(
     local: u32,
     near: impl Fn(u32) -> Option<u32>,
 ) -> Vec<u32> {
+    let each = each as usize;
     let mut pool: Vec<u32> = ids.to_vec();
-    let mut mine = Vec::new();
-    for task in 0..=local.min(per_node - 1) {
-        let home = near(task);
-        let on_home = |i: &u32| home.is_some() && numa.get(*i as usize).copied() == home;
-        let mut taken: Vec<u32> = pool.iter().copied().filter(on_home).collect();
-        taken.extend(pool.iter().copied().filter(|i| !on_home(i)));
-        taken.truncate(each as usize);
-        taken.sort_unstable();
-        pool.retain(|i| !taken.contains(i));
-        mine = taken;
+    let mut got: Vec<Vec<u32>> = vec![Vec::new(); per_node as usize];
+    for (task, mine) in got.iter_mut().enumerate() {
+        let Some(home) = near(task as u32) else {
+            continue;
+        };
+        let on_home = |i: &u32| numa.get(*i as usize) == Some(&home);
+        mine.extend(pool.iter().copied().filter(on_home).take(each));
+        pool.retain(|i| !mine.contains(i));
     }
-    mine
+    for mine in got.iter_mut() {
+        let more = each.saturating_sub(mine.len());
+        mine.extend(pool.drain(..more.min(pool.len())));
+        mine.sort_unstable();
+    }
+    got.swap_remove(local.min(per_node - 1) as usize)
 }
 
 /// The node's CPU ids of CPU indices `ids` (into the node's CPU list).
@@ -422,11 +427,11 @@ pub fn container_spec(
         ("WHARF_STEP_SOCKET".into(), crate::step::socket_env(cfg)),
     ]);
     env.extend(gpu_env(&units));
-    env.extend(crate::env::rendezvous(
-        &order.rendezvous,
-        task,
-        order.restarts,
-    ));
+    // The rendezvous is this agent's to say: a value the order also carries (a step's, for
+    // agents that predate its place in the rendezvous) is replaced, never listed twice.
+    let rendezvous = crate::env::rendezvous(&order.rendezvous, task, order.restarts);
+    env.retain(|(k, _)| !rendezvous.iter().any(|(r, _)| r == k));
+    env.extend(rendezvous);
     // The hostfile, read-only in the job's private /tmp. Only Wharf's own name: Open MPI's
     // default-hostfile variable would cap every mpirun in the job at one slot per node.
     let mut tmp_files = vec![];
@@ -1429,6 +1434,16 @@ mod tests {
         assert_eq!(shares[0].gpu_ids, [1]);
         assert_eq!(shares[0].cpu_ids, [6, 7]);
         assert_eq!(shares[1].cpu_ids, [4, 5]);
+        // A first task whose GPU says no NUMA node takes what the others leave, not the
+        // second task's home.
+        let homeless = Machine {
+            gpus: vec![wharf_api::node::GpuInfo::minor(1), gpu(3, 1)],
+            cpu_numa: vec![0, 0, 0, 0, 1, 1, 0, 0],
+            ..numa
+        };
+        let shares: Vec<TaskShare> = (0..2).map(|l| task_share(&own, l, &homeless)).collect();
+        assert_eq!(shares[1].cpu_ids, [4, 5]);
+        assert_eq!(shares[0].cpu_ids, [6, 7]);
     }
 
     #[test]

@@ -406,18 +406,19 @@ fn reserve(
         times.sort_unstable();
         times.dedup();
         times.truncate((MULTI_NODE_BUDGET / cands.len()).max(32));
-        // A kept reservation's last start is tried too, however many times come before it:
-        // what was free for it then still is, unless a node went away.
-        if let Some(h) = hint.filter(|&h| h >= floor && !times.contains(&h)) {
-            let at = times.partition_point(|&t| t < h);
-            times.insert(at, h);
-        }
         let last = cands
             .iter()
             .map(|c| table.nodes[c.1].profile.last_event(now))
             .max()
             .unwrap_or(now);
         times.push(last);
+        // A kept reservation's last start is tried too, in its place among the others,
+        // however many times the budget cut: what was free for it then still is, unless a
+        // node went away.
+        if let Some(h) = hint.filter(|&h| h >= floor && h < last && !times.contains(&h)) {
+            let at = times.partition_point(|&t| t < h);
+            times.insert(at, h);
+        }
         let found = times.into_iter().find_map(|t| {
             let end = t.saturating_add(limit);
             let fit: Vec<(usize, Tres)> = cands

@@ -344,7 +344,7 @@ impl Cluster {
                     };
                 }
                 let why_not = if ended.spec.as_ref().is_some_and(|s| !s.requeue) {
-                    "it was submitted with --no-requeue".to_string()
+                    requeue::NOT_REQUEUEABLE.to_string()
                 } else {
                     format!("after {} failed launches", ended.launch_faults)
                 };

@@ -1,12 +1,16 @@
 //! Requeue: a running job stopped by a preemption or by `wharf requeue` goes back to the
 //! queue with its id, submit time and one more restart; or, preempted in cancel mode (or
-//! submitted with `--no-requeue`), ends PREEMPTED.
+//! submitted with `--no-requeue`, or a `wharf run` job), ends PREEMPTED.
 
 use wharf_api::wire::ErrorKind;
 use wharf_api::{JobId, JobRecord, JobState, Stop};
 
 use super::{not_yours, Caller, Cluster, Failure};
 use crate::visibility::view;
+
+/// Why a job may not go back to the queue, in the words its reason and refusals use.
+pub(super) const NOT_REQUEUEABLE: &str =
+    "it was submitted with --no-requeue, or run by wharf run without --requeue";
 
 impl Cluster {
     /// Stops a running job to put it back in the queue. Returns the job as the caller sees
@@ -45,7 +49,7 @@ impl Cluster {
         if job.spec.as_ref().is_some_and(|s| !s.requeue) {
             return Err(Failure::new(
                 ErrorKind::InvalidInput,
-                format!("job {id} was submitted with --no-requeue; cancel it instead"),
+                format!("job {id} may not be requeued: {NOT_REQUEUEABLE}; cancel it instead"),
             ));
         }
         let mut job = job.clone();

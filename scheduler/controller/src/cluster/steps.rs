@@ -163,13 +163,27 @@ fn output_files(
 
 /// The environment a step's tasks start with: the caller's, less the variables that place a
 /// task. Each task gets its own from its agent, the step's (`SLURM_STEP_*`) and the job's
-/// (`SLURM_JOB_NODELIST`, ...) among them, from the order's rendezvous.
+/// (`SLURM_JOB_NODELIST`, ...) among them, from the order's rendezvous, which win over
+/// these. The step's are also written here for agents that predate the order's step place.
 fn step_env(step: &StepRecord) -> BTreeMap<String, String> {
-    step.env
+    let mut env: BTreeMap<String, String> = step
+        .env
         .iter()
         .filter(|(k, _)| !is_placement_variable(k))
         .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
+        .collect();
+    let id = step.id.to_string();
+    for k in ["SLURM_STEP_ID", "SLURM_STEPID", "WHARF_STEP_ID"] {
+        env.insert(k.into(), id.clone());
+    }
+    env.insert("SLURM_STEP_NUM_NODES".into(), step.nodes.len().to_string());
+    env.insert("SLURM_STEP_NUM_TASKS".into(), step.ntasks().to_string());
+    let names: Vec<&str> = step.nodes.iter().map(|n| n.node.as_str()).collect();
+    env.insert(
+        "SLURM_STEP_NODELIST".into(),
+        wharf_api::hostlist::compress(&names),
+    );
+    env
 }
 
 impl Cluster {

@@ -163,7 +163,10 @@ fn steps_get_their_jobs_next_id_and_run_where_they_ask_within_the_allocation() {
     assert_eq!(place.id, 2);
     assert_eq!(place.job_nodes, ["g1", "g2", "g3"]);
     assert_eq!(orders[1].order.rendezvous.nodes.len(), 1);
-    assert!(!orders[1].order.spec.env.contains_key("SLURM_STEP_ID"));
+    // Also in the order's environment, for agents from before the step's place: a newer
+    // agent's own values replace them.
+    assert_eq!(orders[1].order.spec.env["SLURM_STEP_ID"], "2");
+    assert_eq!(orders[1].order.spec.env["SLURM_STEP_NODELIST"], "g3");
     // The caller's environment goes on, less the variables that place a task.
     assert_eq!(orders[1].order.spec.env["OMP_NUM_THREADS"], "4");
     assert!(!orders[1].order.spec.env.contains_key("RANK"));
