@@ -113,6 +113,7 @@ async fn forward(mut rd: BufReader<OwnedReadHalf>, node: &str, key: StepKey, cli
             .ends_with(b"\n")
             .then(|| serde_json::from_slice::<InputLine>(&line).ok())
             .flatten()
+            .filter(|i| i.end().is_some())
         else {
             tracing::warn!(
                 job = key.job,
@@ -128,7 +129,7 @@ async fn forward(mut rd: BufReader<OwnedReadHalf>, node: &str, key: StepKey, cli
 /// Pushes `input` until the controller took all of it (or refused it for good).
 async fn push(node: &str, key: StepKey, client: &Client, mut input: InputLine) {
     loop {
-        let end = input.offset + input.data.len() as u64;
+        let end = input.offset.saturating_add(input.data.len() as u64);
         let sent = InputPush {
             node: node.to_string(),
             key,

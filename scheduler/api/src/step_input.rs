@@ -66,6 +66,10 @@ impl StepInput {
     }
 }
 
+/// The farthest a step's input may reach (4 EiB): a line past it is refused, so no offset
+/// arithmetic can overflow.
+pub const MAX_OFFSET: u64 = 1 << 62;
+
 /// What `wharf step` sends its agent after the request, one JSON line each: the next bytes
 /// of its standard input.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,6 +82,13 @@ pub struct InputLine {
     /// The input ends after these bytes.
     #[serde(default)]
     pub eof: bool,
+}
+
+impl InputLine {
+    /// Where the line's bytes end in the caller's input, when that is within [`MAX_OFFSET`].
+    pub fn end(&self) -> Option<u64> {
+        (self.offset.checked_add(self.data.len() as u64)).filter(|&e| e <= MAX_OFFSET)
+    }
 }
 
 /// `POST /v1/agent/steps/input`: the caller's agent passes on what its caller sent.

@@ -23,6 +23,9 @@ use wharf_api::step_input::{InputAck, InputBatch, InputLine, TaskChunk, TaskInpu
 /// Bytes one step's buffer holds at most: what a task that does not read lets its caller
 /// get ahead of it here.
 pub const STEP_BYTES: usize = 1 << 20;
+/// Bytes one job's steps' buffers hold at most together: one job's many steps whose tasks
+/// do not read cannot take the whole relay from every other job.
+pub const JOB_BYTES: usize = 8 << 20;
 /// Bytes all steps' buffers hold at most.
 pub const TOTAL_BYTES: usize = 64 << 20;
 /// Bytes one task gets from one pull at most.
@@ -44,7 +47,7 @@ struct Buffer {
 
 impl Buffer {
     fn end(&self) -> u64 {
-        self.start + self.data.len() as u64
+        self.start.saturating_add(self.data.len() as u64)
     }
 
     /// Drops what every reader is past.
@@ -87,12 +90,22 @@ impl InputRelay {
         now: u64,
     ) -> InputAck {
         self.sweep(now);
-        let past = line.offset + line.data.len() as u64;
+        // Past MAX_OFFSET: what no caller sends (its agent refuses such a line); dropped.
+        let Some(past) = line.end() else {
+            self.forget(key);
+            return InputAck { next: u64::MAX };
+        };
         if !live {
             self.forget(key);
             return InputAck { next: past };
         }
-        let room = TOTAL_BYTES.saturating_sub(self.total);
+        let job_held: usize = (self.steps.iter())
+            .filter(|(k, _)| k.job == key.job)
+            .map(|(_, b)| b.data.len())
+            .sum();
+        let room = TOTAL_BYTES
+            .saturating_sub(self.total)
+            .min(JOB_BYTES.saturating_sub(job_held));
         let b = self.buffer(key, ranks, line.offset, now);
         b.touched = now;
         let mut dropped = 0;

@@ -1,4 +1,5 @@
 use super::*;
+use wharf_api::step_input::MAX_OFFSET;
 
 const KEY: StepKey = StepKey { job: 7, step: 0 };
 
@@ -150,4 +151,43 @@ fn one_pull_carries_a_bounded_answer_however_many_tasks_ask() {
     let sizes: Vec<usize> = b.chunks.iter().map(|c| c.data.len()).collect();
     assert_eq!(sizes.iter().sum::<usize>(), PULL_TOTAL);
     assert!(sizes.iter().all(|&n| n <= PULL_BYTES), "{sizes:?}");
+}
+
+#[test]
+fn one_jobs_steps_cannot_take_the_whole_relay_from_other_jobs() {
+    let mut r = InputRelay::default();
+    let ranks = [0];
+    let block = vec![b'x'; STEP_BYTES];
+    // Job 7 starts many steps whose tasks never read, each filled to its bound.
+    for step in 0..(TOTAL_BYTES / STEP_BYTES) as u32 {
+        r.push(
+            StepKey { job: 7, step },
+            &ranks,
+            line(0, &block, false),
+            true,
+            1,
+        );
+    }
+    assert_eq!(r.held(), JOB_BYTES, "job 7 holds its share and no more");
+    // Another job's step still gets its input in.
+    let other = StepKey { job: 8, step: 0 };
+    assert_eq!(
+        r.push(other, &ranks, line(0, b"hello\n", false), true, 2)
+            .next,
+        6
+    );
+}
+
+#[test]
+fn an_offset_at_the_end_of_the_range_is_dropped_without_a_panic() {
+    let mut r = InputRelay::default();
+    let ranks = [0];
+    let far = line(u64::MAX - 5, b"0123456789", false);
+    assert_eq!(far.end(), None);
+    assert_eq!(r.push(KEY, &ranks, far, true, 1).next, u64::MAX);
+    let near = line(MAX_OFFSET - 2, b"01", false);
+    assert_eq!(r.push(KEY, &ranks, near, true, 2).next, MAX_OFFSET);
+    let b = r.pull(KEY, &ranks, 0, 1, vec![at(0, 0)], true, 3);
+    assert_eq!(got(&b), [(0, MAX_OFFSET - 2, &b"01"[..], false)]);
+    assert_eq!(r.held(), 2);
 }
