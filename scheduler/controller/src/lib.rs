@@ -442,13 +442,16 @@ pub(crate) mod tests {
         }
     }
 
-    /// A controller's state over a one-node cluster, its submit writer running and no
-    /// scheduler task: only the writer can start a job.
-    fn controller(dir: &tempfile::TempDir) -> Arc<Shared> {
+    /// A controller's state over `cluster` with the settings of [`config`] in `dir`, and
+    /// the queue its submit writer would read (not started).
+    pub(crate) fn shared(
+        dir: &std::path::Path,
+        cluster: crate::cluster::Cluster,
+    ) -> (Arc<Shared>, submits::Queue) {
         let (submits, queue) = submits::queue();
         let shared = Arc::new(Shared {
-            config: config(dir.path()),
-            cluster: Mutex::new(cluster(dir)),
+            config: config(dir),
+            cluster: Mutex::new(cluster),
             submits,
             scheduler: Notify::new(),
             next_pass: Mutex::new(std::time::Instant::now()),
@@ -456,6 +459,13 @@ pub(crate) mod tests {
             step_input: Default::default(),
             nodes: Mutex::default(),
         });
+        (shared, queue)
+    }
+
+    /// A controller's state over a one-node cluster, its submit writer running and no
+    /// scheduler task: only the writer can start a job.
+    fn controller(dir: &tempfile::TempDir) -> Arc<Shared> {
+        let (shared, queue) = shared(dir.path(), cluster(dir));
         submits::start(&shared, queue).unwrap();
         shared
     }

@@ -1,89 +1,21 @@
-use std::sync::Mutex;
-
-use tokio::sync::Notify;
 use wharf_api::step::StepRequest;
 use wharf_api::step_output::{PushChunk, Stream};
-use wharf_api::wire::{AgentJob, PollRequest};
-use wharf_api::{JobDefaults, JobRequest, NodeInfo};
 
 use super::*;
-use crate::cluster::Cluster;
 
 /// A controller over nodes g1, g2 and g3, with job 1 running on g1 and g2 and its step 0
 /// on g1 alone.
 fn controller(dir: &tempfile::TempDir) -> (Arc<Shared>, StepKey) {
-    let store = crate::store::Store::open(&dir.path().join("wharf.db")).unwrap();
-    let mut c = Cluster::load(store, JobDefaults::default(), 60_000, 0).unwrap();
-    for i in 1..=3 {
-        let info = NodeInfo::new(
-            &format!("g{i}"),
-            &format!("10.0.0.{i}"),
-            4,
-            16 << 30,
-            vec![],
-        );
-        c.register(info, 0).unwrap();
-    }
-    let ann = Caller {
-        owner: Owner {
-            uid: 1000,
-            gid: 1000,
-            user: "ann".into(),
-        },
-        admin: false,
+    use crate::cluster::steps::tests::{ask, nodes, running};
+    let mut c = nodes(dir, 3);
+    let id = running(&mut c, 2);
+    let only_g1 = StepRequest {
+        nodelist: Some("g1".into()),
+        ..Default::default()
     };
-    let req = SubmitRequest {
-        job: JobRequest {
-            nodes: Some(2),
-            cpus: Some(4),
-            command: Some(vec!["/bin/true".into()]),
-            image: Some("host".into()),
-            ..Default::default()
-        },
-        cwd: "/tmp".into(),
-        client_token: None,
-        registry_auth: None,
-    };
-    let id = c.submit(&ann, &req, 10).unwrap();
-    c.schedule(1_000).unwrap();
-    for node in ["g1", "g2"] {
-        let poll = PollRequest {
-            node: node.into(),
-            jobs: vec![AgentJob {
-                id,
-                start_time: Some(1_000),
-                exit: None,
-                end_time: None,
-                stopping: false,
-                ready: false,
-            }],
-            ..Default::default()
-        };
-        c.ingest(&poll, 2_000).unwrap();
-    }
-    let start = StepStart {
-        node: "g1".into(),
-        job: id,
-        uid: 1000,
-        request: StepRequest {
-            argv: vec!["/bin/true".into()],
-            nodelist: Some("g1".into()),
-            ..Default::default()
-        },
-    };
-    let step = c.start_step(start, 2_000).unwrap();
+    let step = c.start_step(ask(id, "g1", 1000, only_g1), 2_000).unwrap();
     assert_eq!(step.nodes.len(), 1);
-    let (submits, _queue) = crate::submits::queue();
-    let shared = Arc::new(Shared {
-        config: crate::tests::config(dir.path()),
-        cluster: Mutex::new(c),
-        submits,
-        scheduler: Notify::new(),
-        next_pass: Mutex::new(std::time::Instant::now()),
-        step_output: Default::default(),
-        step_input: Default::default(),
-        nodes: Mutex::default(),
-    });
+    let (shared, _queue) = crate::tests::shared(dir.path(), c);
     (shared, StepKey { job: id, step: 0 })
 }
 

@@ -621,4 +621,4 @@ impl Cluster {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -10,7 +10,8 @@ use crate::cluster::Cluster;
 use crate::store::Store;
 
 /// Nodes `g1`..`gN`, 4 CPUs each.
-fn nodes(dir: &tempfile::TempDir, n: u32) -> Cluster {
+/// A cluster of `n` nodes g1, g2, ... with 4 CPUs and 16 GiB each.
+pub(crate) fn nodes(dir: &tempfile::TempDir, n: u32) -> Cluster {
     let store = Store::open(&dir.path().join("wharf.db")).unwrap();
     let mut c = Cluster::load_with_scheduler(
         store,
@@ -57,7 +58,7 @@ fn report(c: &mut Cluster, node: &str, jobs: &[(JobId, Option<i32>)], steps: Vec
 }
 
 /// A running job of uid 1000 on `n` nodes, 4 CPUs on each.
-fn running(c: &mut Cluster, n: u32) -> JobId {
+pub(crate) fn running(c: &mut Cluster, n: u32) -> JobId {
     let id = submit_job(
         c,
         &caller(1000, "ann"),
@@ -77,7 +78,8 @@ fn running(c: &mut Cluster, n: u32) -> JobId {
     id
 }
 
-fn ask(job: JobId, node: &str, uid: u32, request: StepRequest) -> StepStart {
+/// Step `request` asked for from `node` by `uid` in `job`, running `/bin/true`.
+pub(crate) fn ask(job: JobId, node: &str, uid: u32, request: StepRequest) -> StepStart {
     StepStart {
         node: node.into(),
         job,
