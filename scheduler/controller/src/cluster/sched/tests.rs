@@ -100,18 +100,23 @@ fn gpus_are_the_ids_the_agent_reported_and_waiting_jobs_carry_the_sentence() {
     assert_eq!(record(&c, first).priority, None, "started jobs carry none");
 }
 
+/// `who` starts a job on the node's three GPUs, and is charged as if an earlier job of
+/// theirs had used the whole node for an hour.
+fn holds_the_node_after_an_hour_on_it(c: &mut Cluster, who: &Caller) {
+    let hog = submit(c, who, 3, 10);
+    c.schedule(1_000).unwrap();
+    let mut ended = record(c, hog);
+    ended.start_time = Some(0);
+    ended.end_time = Some(3_600_000);
+    c.charge(&ended);
+}
+
 #[test]
 fn ended_jobs_count_against_their_user_for_fair_share() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(&dir);
     let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
-    let hog = submit(&mut c, &ann, 3, 10);
-    c.schedule(1_000).unwrap();
-    // ann's earlier job used the whole node for an hour.
-    let mut ended = record(&c, hog);
-    ended.start_time = Some(0);
-    ended.end_time = Some(3_600_000);
-    c.charge(&ended);
+    holds_the_node_after_an_hour_on_it(&mut c, &ann);
     let ann_next = submit(&mut c, &ann, 3, 2_000);
     let bob_next = submit(&mut c, &bob, 3, 3_000);
     c.schedule(4_000).unwrap();
@@ -840,12 +845,7 @@ fn next_on_the_node(keep_after_min: u64) -> (Option<u64>, Option<u64>) {
     };
     let mut c = cluster_with(&dir, config);
     let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
-    let hog = submit(&mut c, &ann, 3, 10);
-    c.schedule(1_000).unwrap();
-    let mut ended = record(&c, hog);
-    ended.start_time = Some(0);
-    ended.end_time = Some(3_600_000);
-    c.charge(&ended);
+    holds_the_node_after_an_hour_on_it(&mut c, &ann);
     let ann_next = submit(&mut c, &ann, 3, 2_000);
     c.schedule(3_000).unwrap();
     assert!(record(&c, ann_next).expected_start.is_some());
