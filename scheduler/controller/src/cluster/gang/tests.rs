@@ -477,38 +477,47 @@ fn a_preempted_gang_is_stopped_everywhere_and_waits_for_every_node_to_let_go() {
     assert_eq!(record(&c, high).state, JobState::Running);
 }
 
-#[test]
-fn a_rank_out_of_memory_ends_the_gang_out_of_memory_naming_it() {
+/// A two-node gang whose rank on `node` (g1 or g2) ends with `exit` while the other runs:
+/// the stop names that rank, the other is killed, and the job as stored is returned.
+fn gang_after_a_rank_ended(node: &str, exit: ExitInfo) -> wharf_api::JobRecord {
     let dir = tempfile::tempdir().unwrap();
     let mut c = gang_cluster(&dir, 2, wharf_core::Config::default());
     let id = running(&mut c, 2, gang(2));
-    let oom = AgentJob {
+    let ended = AgentJob {
         id,
         start_time: Some(1_000),
-        exit: Some(ExitInfo {
-            signal: Some(9),
-            oom: true,
-            ..Default::default()
-        }),
+        exit: Some(exit),
         end_time: Some(3_000),
         stopping: false,
         ready: false,
     };
     let report = PollRequest {
-        node: "g1".into(),
-        jobs: vec![oom],
+        node: node.into(),
+        jobs: vec![ended],
         ..Default::default()
     };
     c.ingest(&report, 3_000).unwrap();
+    let rank = u32::from(node == "g2");
     assert_eq!(
         record(&c, id).stop,
         Some(Stop::RankFailed {
-            node: "g1".into(),
-            rank: 0
+            node: node.into(),
+            rank
         })
     );
-    poll(&mut c, "g2", &[(id, Rank::Killed)], 4_000);
-    let done = c.store.job(id).unwrap().unwrap();
+    let other = if node == "g1" { "g2" } else { "g1" };
+    poll(&mut c, other, &[(id, Rank::Killed)], 4_000);
+    c.store.job(id).unwrap().unwrap()
+}
+
+#[test]
+fn a_rank_out_of_memory_ends_the_gang_out_of_memory_naming_it() {
+    let oom = ExitInfo {
+        signal: Some(9),
+        oom: true,
+        ..Default::default()
+    };
+    let done = gang_after_a_rank_ended("g1", oom);
     assert_eq!(done.state, JobState::OutOfMemory);
     let reason = done.reason.unwrap();
     assert!(
@@ -519,36 +528,12 @@ fn a_rank_out_of_memory_ends_the_gang_out_of_memory_naming_it() {
 
 #[test]
 fn a_rank_past_its_time_limit_ends_the_gang_timeout_naming_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = gang_cluster(&dir, 2, wharf_core::Config::default());
-    let id = running(&mut c, 2, gang(2));
-    let late = AgentJob {
-        id,
-        start_time: Some(1_000),
-        exit: Some(ExitInfo {
-            signal: Some(15),
-            timed_out: true,
-            ..Default::default()
-        }),
-        end_time: Some(3_000),
-        stopping: false,
-        ready: false,
-    };
-    let report = PollRequest {
-        node: "g2".into(),
-        jobs: vec![late],
+    let late = ExitInfo {
+        signal: Some(15),
+        timed_out: true,
         ..Default::default()
     };
-    c.ingest(&report, 3_000).unwrap();
-    assert_eq!(
-        record(&c, id).stop,
-        Some(Stop::RankFailed {
-            node: "g2".into(),
-            rank: 1
-        })
-    );
-    poll(&mut c, "g1", &[(id, Rank::Killed)], 4_000);
-    let done = c.store.job(id).unwrap().unwrap();
+    let done = gang_after_a_rank_ended("g2", late);
     assert_eq!(done.state, JobState::Timeout);
     let reason = done.reason.unwrap();
     assert!(reason.starts_with("rank 1 on node g2: "), "{reason}");
