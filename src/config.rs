@@ -512,13 +512,9 @@ pub fn duration(key: &str, text: &str) -> Result<Duration> {
 
 /// Parses a duration setting where zero (`0`, `0s`, `0m`, ...) turns the feature off.
 pub fn duration_or_off(key: &str, text: &str) -> Result<Duration> {
-    let number = text
-        .trim()
-        .trim_end_matches(|c: char| c.is_ascii_alphabetic());
-    if !number.is_empty() && number.bytes().all(|b| b == b'0') {
-        return Ok(Duration::ZERO);
-    }
-    duration(key, text)
+    wharf_api::parse_duration_or_zero(text)
+        .map(Duration::from_secs)
+        .map_err(|e| anyhow::anyhow!("{key}: {e}"))
 }
 
 /// Parses a size setting.

@@ -74,6 +74,18 @@ pub fn format_memory(bytes: u64) -> String {
     format!("{bytes}B")
 }
 
+/// [`parse_duration`], but zero (`0`, `0s`, `0m`, ...) is taken too, as 0: for settings
+/// where zero turns something off (or on at once).
+pub fn parse_duration_or_zero(text: &str) -> Result<u64, String> {
+    let number = text
+        .trim()
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    if !number.is_empty() && number.bytes().all(|b| b == b'0') {
+        return Ok(0);
+    }
+    parse_duration(text)
+}
+
 /// Parses a time limit. Accepts Slurm's forms (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`,
 /// `D-HH:MM:SS`) and suffixed forms (`90s`, `30m`, `2h`, `1d`). Returns seconds.
 pub fn parse_duration(text: &str) -> Result<u64, String> {

@@ -211,12 +211,12 @@ pub fn scheduler_config(text: &str) -> Result<Config, ConfigError> {
     }
     if let Some(k) = &s.keep_reservations_after {
         // 0: every reservation is kept from the moment it is made, as the controller reads it.
-        let zero = k.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic());
-        c.keep_reservations_after = if !zero.is_empty() && zero.bytes().all(|b| b == b'0') {
-            0
-        } else {
-            ms("keep_reservations_after", k)?
-        };
+        c.keep_reservations_after = wharf_api::parse_duration_or_zero(k)
+            .map(|secs| secs.saturating_mul(1000))
+            .map_err(|why| ConfigError::Value {
+                key: "keep_reservations_after",
+                why,
+            })?;
     }
     if let Some(a) = s.assoc_reservations {
         c.assoc_reservations = a;
