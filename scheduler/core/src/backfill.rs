@@ -268,9 +268,14 @@ pub(crate) fn pass(
         let in_depth = out.reservations.len() < max_res;
         let first_of_its_own = extra < max_extra && !reserved_for.contains(&r.job.assoc);
         if in_depth || first_of_its_own || r.kept.is_some() {
+            // Past the depth the try itself counts, found or not: each is a search over the
+            // partition's nodes, and an association gets one a pass however its jobs fare.
+            if !in_depth {
+                extra += 1;
+                reserved_for.insert(&r.job.assoc);
+            }
             let (part, limit, id) = (r.part, r.limit, r.job.id);
             if let Some(res) = reserve(table, parts, part, &fit, now, limit, nodes, id, r.kept) {
-                extra += usize::from(!in_depth);
                 reserved_for.insert(&r.job.assoc);
                 out.waiting
                     .push(wait(PendingReason::Resources, Some(res.start)));
