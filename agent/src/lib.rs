@@ -467,12 +467,7 @@ fn report(
                     continue;
                 }
                 tracing::info!(job = id, task = local, %reason, "stopping the job's other tasks on this node");
-                if JobDir::write_private(&dir.stop(), reason.as_bytes()).is_ok() {
-                    if let Err(e) = launcher.cancel(dir) {
-                        tracing::warn!(job = id, task = local, error = %e, "cancel failed");
-                        let _ = std::fs::remove_file(dir.stop());
-                    }
-                }
+                step::stop_task(launcher, dir, &reason);
             }
         }
         let job = node_report(id, &tasks);
