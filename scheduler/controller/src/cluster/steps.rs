@@ -312,22 +312,23 @@ impl Cluster {
     ///
     /// Errors: `NotFound` when the job or step does not exist.
     pub fn step(&self, key: StepKey) -> Result<StepRecord, Failure> {
-        let job = match self.jobs.get(&key.job) {
-            Some(j) => j.clone(),
+        // Only the step is copied out of a job in memory (its pushes and pulls ask often).
+        let found = match self.jobs.get(&key.job) {
+            Some(j) => j.steps.iter().find(|s| s.id == key.step).cloned(),
             None => self
                 .store
                 .job(key.job)?
-                .ok_or_else(|| refused(ErrorKind::NotFound, format!("no job {}", key.job)))?,
+                .ok_or_else(|| refused(ErrorKind::NotFound, format!("no job {}", key.job)))?
+                .steps
+                .into_iter()
+                .find(|s| s.id == key.step),
         };
-        job.steps
-            .into_iter()
-            .find(|s| s.id == key.step)
-            .ok_or_else(|| {
-                refused(
-                    ErrorKind::NotFound,
-                    format!("job {} has no step {}", key.job, key.step),
-                )
-            })
+        found.ok_or_else(|| {
+            refused(
+                ErrorKind::NotFound,
+                format!("job {} has no step {}", key.job, key.step),
+            )
+        })
     }
 
     /// A step as it stands, with where `node` is in it: its index among the step's nodes,
