@@ -1335,11 +1335,7 @@ pub struct PriorityView {
 impl JobRecord {
     /// Wall time used so far (or in all), in ms.
     pub fn elapsed_ms(&self, now: u64) -> u64 {
-        match (self.start_time, self.end_time) {
-            (Some(s), Some(e)) => e.saturating_sub(s),
-            (Some(s), None) => now.saturating_sub(s),
-            _ => 0,
-        }
+        elapsed_ms(self.start_time, self.end_time, now)
     }
 
     /// The job's nodes, in rank order.
@@ -1377,6 +1373,16 @@ impl JobRecord {
     pub fn nodelist(&self) -> String {
         let names: Vec<&str> = self.nodes().collect();
         crate::hostlist::compress(&names)
+    }
+}
+
+/// How long a job that started at `start` and ended at `end` (ms since the epoch, each if
+/// so) has run by `now`: 0 before it started.
+pub fn elapsed_ms(start: Option<u64>, end: Option<u64>, now: u64) -> u64 {
+    match (start, end) {
+        (Some(s), Some(e)) => e.saturating_sub(s),
+        (Some(s), None) => now.saturating_sub(s),
+        _ => 0,
     }
 }
 

@@ -158,21 +158,9 @@ impl<'a> JobRow<'a> {
         }
     }
 
-    /// Its label: `ID`, or `ARRAYID_TASK` for an array task.
-    pub fn label(&self) -> String {
-        match self.array {
-            Some((job, task)) => format!("{job}_{task}"),
-            None => self.id.to_string(),
-        }
-    }
-
     /// How long it has run by `now` (ms since the epoch), as [`JobRecord::elapsed_ms`].
     pub fn elapsed_ms(&self, now: u64) -> u64 {
-        match (self.start_time, self.end_time) {
-            (Some(s), Some(e)) => e.saturating_sub(s),
-            (Some(s), None) => now.saturating_sub(s),
-            _ => 0,
-        }
+        crate::job::elapsed_ms(self.start_time, self.end_time, now)
     }
 }
 
@@ -309,8 +297,8 @@ mod tests {
         assert!(matches!(row.name, Cow::Owned(_)) && row.name == "a \"b\"\\ 日本");
         assert!(matches!(row.user, Cow::Borrowed("bob")));
         assert_eq!(
-            (row.label(), row.elapsed_ms(4000), row.nodes),
-            ("7_2".into(), 3000, 2)
+            (row.array, row.elapsed_ms(4000), row.nodes),
+            (Some((7, 2)), 3000, 2)
         );
         assert_eq!(
             row.pull.map(|p| p.counts()),
