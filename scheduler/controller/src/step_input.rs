@@ -99,10 +99,14 @@ impl InputRelay {
             self.forget(key);
             return InputAck { next: past };
         }
-        let job_held: usize = (self.steps.iter())
-            .filter(|(k, _)| k.job == key.job)
-            .map(|(_, b)| b.data.len())
-            .sum();
+        let job = StepKey {
+            job: key.job,
+            step: 0,
+        }..=StepKey {
+            job: key.job,
+            step: u32::MAX,
+        };
+        let job_held: usize = self.steps.range(job).map(|(_, b)| b.data.len()).sum();
         let room = TOTAL_BYTES
             .saturating_sub(self.total)
             .min(JOB_BYTES.saturating_sub(job_held));
