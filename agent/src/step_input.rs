@@ -5,7 +5,8 @@
 //!  caller's node:  wharf step ─InputLine─▶ [`Caller`]: one line at a time, pushed until the
 //!                  controller took it (a full buffer: tried again every INPUT_RETRY, and the
 //!                  caller's next line waits in the socket, its writes blocking behind it)
-//!  task's node:    the pump, every PUMP_EVERY (at once again while input flows):
+//!  task's node:    the pump, every PUMP_EVERY, backing off to PUMP_IDLE_MAX while no input
+//!                  comes (at once again while input flows):
 //!    shim made DIR/input/stdin ─▶ opened for writing, non-blocking ─▶ DIR/input/ready
 //!    pending empty ─▶ pull from the offset written so far ─▶ written as the pipe takes it
 //!    the input's end written ─▶ the pipe closed: the task reads its end
@@ -39,6 +40,8 @@ use crate::AgentConfig;
 
 /// How often the tasks' pipes are looked at when no input flowed.
 const PUMP_EVERY: Duration = Duration::from_millis(50);
+/// The longest the pump waits between rounds while no input comes.
+const PUMP_IDLE_MAX: Duration = Duration::from_millis(400);
 /// How soon a push the controller had no room for is tried again.
 const INPUT_RETRY: Duration = Duration::from_millis(50);
 /// The longest line a caller sends (64 KiB of input as base64, with room to spare): longer
@@ -189,7 +192,11 @@ pub fn spawn(cfg: &AgentConfig, client: Client, launcher: Arc<dyn Backend>) {
     tokio::spawn(async move {
         // Every step task seen; `None` for those that take no input.
         let mut tasks: BTreeMap<PathBuf, Option<Task>> = BTreeMap::new();
+        // Rounds in a row in which no input came: the pump waits longer after each (up to
+        // PUMP_IDLE_MAX), so a step whose caller types nothing costs its controller little.
+        let mut idle = 0u32;
         loop {
+            let known = tasks.len();
             find_tasks(&jobs, &mut tasks);
             let mut live: Vec<&mut Task> = tasks.values_mut().flatten().collect();
             for t in live.iter_mut() {
@@ -199,8 +206,21 @@ pub fn spawn(cfg: &AgentConfig, client: Client, launcher: Arc<dyn Backend>) {
             for t in live.iter_mut() {
                 step(t, launcher.as_ref());
             }
+            // A task waiting for its pipe to be opened holds its start back, and one whose
+            // pipe is full has input to go on with: no backing off for either.
+            let busy = live.iter().any(|t| match &t.pipe {
+                Pipe::Opening => true,
+                Pipe::Open { pending, .. } => !pending.is_empty(),
+                Pipe::Closed { .. } => false,
+            });
+            if flowed || busy || tasks.len() != known {
+                idle = 0;
+            } else {
+                idle = idle.saturating_add(1);
+            }
             if !flowed {
-                tokio::time::sleep(PUMP_EVERY).await;
+                let wait = PUMP_EVERY.saturating_mul(1 << idle.min(3));
+                tokio::time::sleep(wait.min(PUMP_IDLE_MAX)).await;
             }
         }
     });
