@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use wharf_sim::config::scheduler_file;
 use wharf_sim::driver::{Knobs, Policy};
-use wharf_sim::report::{render, Column, Report};
+use wharf_sim::report::{outcomes_csv, render, Column, Report};
 use wharf_sim::workload::{self, GpuOptions, SwfOptions, Workload};
 use wharf_sim::{engine, metrics, swf};
 
@@ -42,6 +42,10 @@ struct Common {
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
     json: bool,
+    /// Also write every job's submit, start and end under each policy to DIR/POLICY.csv
+    /// (created if missing), for analysis beyond the table.
+    #[arg(long, global = true, value_name = "DIR")]
+    outcomes: Option<PathBuf>,
     /// Wharf's policy from this controller config file's `[scheduler]` section (default: the
     /// core's defaults, which are also the controller's); the flags below override it. Its
     /// partitions name real nodes, so only the default partition's billing weights are used.
@@ -195,12 +199,21 @@ fn main() -> Result<()> {
         bail!("the workload has no job to replay ({} skipped)", w.skipped);
     }
     let knobs = cli.common.knobs()?;
+    if let Some(dir) = &cli.common.outcomes {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the --outcomes folder {}", dir.display()))?;
+    }
     let mut columns = Vec::new();
     for p in &cli.common.policy {
         let policy = Policy::from(*p);
         let t0 = Instant::now();
         let replay = engine::replay_with(&w, policy, &knobs)
             .with_context(|| format!("replaying {} under {policy}", w.name))?;
+        if let Some(dir) = &cli.common.outcomes {
+            let path = dir.join(format!("{policy}.csv"));
+            std::fs::write(&path, outcomes_csv(&w, &replay.outcomes))
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
         columns.push(Column {
             policy,
             metrics: metrics::compute(&w, &replay.outcomes),

@@ -4,7 +4,8 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
 use serde::Serialize;
 
 use crate::driver::Policy;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Outcome};
+use crate::workload::Workload;
 
 /// One policy's figures.
 #[derive(Debug, Clone, Serialize)]
@@ -121,6 +122,30 @@ pub fn render(report: &Report) -> String {
             per.join(" "),
             ratio.join(" ")
         ));
+    }
+    out
+}
+
+/// The finished jobs of one replay as CSV, one line per job in the order they ended: id, its
+/// account's name, user index, submit, start and end (ms of the workload's clock), resource
+/// units held (processors or GPUs) and time limit (ms).
+pub fn outcomes_csv(workload: &Workload, done: &[Outcome]) -> String {
+    use std::fmt::Write as _;
+    let jobs: std::collections::BTreeMap<u64, &crate::workload::SimJob> =
+        workload.jobs.iter().map(|j| (j.id, j)).collect();
+    let mut out = String::from("id,account,user,submit_ms,start_ms,end_ms,units,limit_ms\n");
+    for o in done {
+        let account = workload
+            .accounts
+            .get(o.account as usize)
+            .map_or("", |a| a.name.as_str());
+        let (user, limit) = jobs.get(&o.id).map_or((0, 0), |j| (j.user, j.limit));
+        // Writing to a String cannot fail.
+        let _ = writeln!(
+            out,
+            "{},{account},{user},{},{},{},{},{limit}",
+            o.id, o.submit, o.start, o.end, o.units
+        );
     }
     out
 }

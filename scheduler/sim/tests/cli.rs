@@ -82,3 +82,64 @@ fn a_bad_trace_is_refused_naming_the_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("line 3: expected 18"), "{err}");
 }
+
+#[test]
+fn outcomes_are_written_per_policy_one_line_per_job() {
+    let dir = std::env::temp_dir().join(format!("wharf-sim-outcomes-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let sub = dir.join("new");
+    let out = sim(&[
+        "gpu",
+        "--jobs",
+        "150",
+        "--policy",
+        "easy,wharf",
+        "--outcomes",
+        sub.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for policy in ["easy", "wharf"] {
+        let text = std::fs::read_to_string(sub.join(format!("{policy}.csv"))).unwrap();
+        let mut lines = text.lines();
+        assert_eq!(
+            lines.next(),
+            Some("id,account,user,submit_ms,start_ms,end_ms,units,limit_ms")
+        );
+        let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+        assert_eq!(rows.len(), 150, "{policy}");
+        for r in &rows {
+            let n: Vec<u64> = [3, 4, 5, 7]
+                .iter()
+                .map(|&i| r[i].parse().unwrap())
+                .collect();
+            let (submit, start, end, limit) = (n[0], n[1], n[2], n[3]);
+            assert!(
+                submit <= start && start <= end && end - start <= limit,
+                "{r:?}"
+            );
+            assert!(r[1].starts_with("acct"), "{r:?}");
+        }
+    }
+    assert!(!sub.join("fcfs.csv").exists());
+    // A folder that cannot be made is named, and nothing is replayed.
+    let file = dir.join("file");
+    std::fs::write(&file, "").unwrap();
+    let out = sim(&[
+        "gpu",
+        "--jobs",
+        "10",
+        "--outcomes",
+        file.join("x").to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--outcomes"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
