@@ -226,10 +226,11 @@ pub(crate) fn pass(
         queued,
     );
     plan.starts = out.starts;
-    ports::assign(&config.rendezvous_ports, &state.running, &mut plan.starts);
+    let no_port = ports::assign(&config.rendezvous_ports, &state.running, &mut plan.starts);
     plan.preemptions = out.preemptions;
     plan.reservations = out.reservations;
     plan.waiting = out.waiting;
+    plan.waiting.extend(no_port);
     blocked.sort_by_key(|w| w.job);
     plan.waiting.extend(blocked);
     prio.sort_unstable_by_key(|(id, _)| *id);

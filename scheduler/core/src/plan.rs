@@ -83,8 +83,9 @@ pub struct Plan {
     pub starts: Vec<Start>,
     /// Reservations, highest priority first.
     pub reservations: Vec<Reservation>,
-    /// Every pending job not started: those that could run, in scheduling order, then those
-    /// held back by holds, begin times, dependencies or their partition, by job id.
+    /// Every pending job not started: those that could run, in scheduling order (then any
+    /// job on several nodes that found no free rendezvous port), then those held back by
+    /// holds, begin times, dependencies or their partition, by job id.
     pub waiting: Vec<Waiting>,
     /// Every pending job's priority, by job id order.
     pub priorities: Vec<(JobId, Priority)>,

@@ -1,15 +1,24 @@
 //! Rendezvous ports: each starting job gets the lowest port of the configured range that no
 //! running job holds on any of its nodes, so jobs sharing a node never collide on
-//! `MASTER_PORT`, and the same state always gives the same ports.
+//! `MASTER_PORT`, and the same state always gives the same ports. When none is free, a job on
+//! one node still starts (without `MASTER_PORT`: a single-node run can pick its own), but a job
+//! on several nodes cannot meet its peers without one: it stays pending, and the pass's table
+//! is thrown away after the pass, so what it would have held is free again at the next.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::RangeInclusive;
 
-use crate::plan::Start;
+use crate::plan::{Start, Waiting};
+use crate::reason::PendingReason;
 use crate::state::RunningJob;
 
-/// Gives each start a port from `range`, none when every port is held on one of its nodes.
-pub(crate) fn assign(range: &RangeInclusive<u16>, running: &[RunningJob], starts: &mut [Start]) {
+/// Gives each start a port from `range`, none when every port is held on one of its nodes;
+/// such a start on several nodes is taken out of `starts` and returned as waiting.
+pub(crate) fn assign(
+    range: &RangeInclusive<u16>,
+    running: &[RunningJob],
+    starts: &mut Vec<Start>,
+) -> Vec<Waiting> {
     let mut held: BTreeMap<&str, BTreeSet<u16>> = BTreeMap::new();
     for job in running {
         if let Some(port) = job.port {
@@ -22,7 +31,8 @@ pub(crate) fn assign(range: &RangeInclusive<u16>, running: &[RunningJob], starts
         .into_iter()
         .map(|(node, ports)| (node.to_string(), ports))
         .collect();
-    for start in starts.iter_mut() {
+    let mut waiting = Vec::new();
+    starts.retain_mut(|start| {
         let free = range.clone().find(|p| {
             start
                 .allocs
@@ -35,7 +45,20 @@ pub(crate) fn assign(range: &RangeInclusive<u16>, running: &[RunningJob], starts
             }
         }
         start.port = free;
-    }
+        let stays = free.is_some() || start.allocs.len() <= 1;
+        if !stays {
+            waiting.push(Waiting {
+                job: start.job,
+                reason: PendingReason::RendezvousPorts {
+                    first: *range.start(),
+                    last: *range.end(),
+                },
+                estimated_start: None,
+            });
+        }
+        stays
+    });
+    waiting
 }
 
 #[cfg(test)]
@@ -78,13 +101,54 @@ mod tests {
             start(3, &["n2"]),
             start(4, &["n1", "n2"]),
         ];
-        assign(&(29500..=29503), &running, &mut starts);
+        assert!(assign(&(29500..=29503), &running, &mut starts).is_empty());
         let ports: Vec<Option<u16>> = starts.iter().map(|s| s.port).collect();
         // n1 holds 29500; 2 takes 29501 on n1; 3 is alone on n2; 4 spans both.
         assert_eq!(ports, [Some(29501), Some(29500), Some(29502)]);
         let mut full = vec![start(5, &["n1"]), start(6, &["n1"]), start(7, &["n1"])];
-        assign(&(29500..=29502), &running, &mut full);
+        assert!(assign(&(29500..=29502), &running, &mut full).is_empty());
         let ports: Vec<Option<u16>> = full.iter().map(|s| s.port).collect();
         assert_eq!(ports, [Some(29501), Some(29502), None], "the range ran out");
+    }
+
+    #[test]
+    fn a_gang_without_a_free_port_waits_and_a_one_node_job_starts_without_one() {
+        let running = vec![RunningJob {
+            id: 1,
+            assoc: Assoc::new("a", "u"),
+            partition: None,
+            qos: None,
+            start: 0,
+            time_limit: 0,
+            allocs: vec![alloc("n1")],
+            port: Some(29500),
+        }];
+        // 2 takes the last port on n1; the gang 3 finds none free on both n1 and n2 and
+        // waits; 4, alone on n1, starts without a port; 5, a gang on n2 and n3, still gets
+        // one (what 3 would have held was never taken).
+        let mut starts = vec![
+            start(2, &["n1"]),
+            start(3, &["n1", "n2"]),
+            start(4, &["n1"]),
+            start(5, &["n2", "n3"]),
+        ];
+        let waiting = assign(&(29500..=29501), &running, &mut starts);
+        let left: Vec<(u64, Option<u16>)> = starts.iter().map(|s| (s.job, s.port)).collect();
+        assert_eq!(left, [(2, Some(29501)), (4, None), (5, Some(29500))]);
+        assert_eq!(waiting.len(), 1);
+        assert_eq!(waiting[0].job, 3);
+        assert_eq!(
+            waiting[0].reason,
+            PendingReason::RendezvousPorts {
+                first: 29500,
+                last: 29501
+            }
+        );
+        let words = waiting[0].reason.to_string();
+        assert!(
+            words.starts_with("Resources: every rendezvous port (29500-29501")
+                && words.contains("rendezvous_ports"),
+            "{words}"
+        );
     }
 }

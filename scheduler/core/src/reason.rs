@@ -14,6 +14,14 @@ use crate::state::Time;
 pub enum PendingReason {
     /// Nodes exist that could hold it, but not enough is free now.
     Resources,
+    /// It spans several nodes, and every rendezvous port (`MASTER_PORT`) of the configured
+    /// range is held by a running job on one of the nodes it would start on.
+    RendezvousPorts {
+        /// First port of the range.
+        first: u16,
+        /// Last port of the range.
+        last: u16,
+    },
     /// Jobs ahead of it in priority order hold or have reserved what it needs.
     Priority,
     /// Its partition is DOWN.
@@ -121,6 +129,8 @@ impl PendingReason {
             PendingReason::NoNodeMatches { .. } => "BadConstraints",
             // Slurm shows a preemptor waiting for its victims as waiting for resources.
             PendingReason::Preempting { .. } => "Resources",
+            // Slurm has no word of its own for it: a port is a resource of the node.
+            PendingReason::RendezvousPorts { .. } => "Resources",
         }
     }
 
@@ -157,6 +167,12 @@ impl fmt::Display for PendingReason {
             PendingReason::Priority => write!(
                 f,
                 "{code}: jobs of higher priority are ahead of it for the resources it needs"
+            ),
+            PendingReason::RendezvousPorts { first, last } => write!(
+                f,
+                "{code}: every rendezvous port ({first}-{last}, its MASTER_PORT) is held by \
+                 running jobs on the nodes it would start on; it starts when one of them ends \
+                 (an admin can widen [scheduler] rendezvous_ports)"
             ),
             PendingReason::PartitionDown { partition } => write!(
                 f,

@@ -228,3 +228,48 @@ fn a_gangs_ranks_follow_its_node_list_not_the_best_fit_order() {
     assert_eq!(ranks, expanded, "rank r runs on the list's node r");
     assert_eq!(ranks, ["gpu2", "gpu9", "gpu10"]);
 }
+
+#[test]
+fn a_gang_waits_for_a_rendezvous_port_and_starts_once_one_is_free() {
+    // Two ports; jobs 10 and 11 hold both on node a. The gang on a and b cannot meet its
+    // peers without a MASTER_PORT, so it waits (in words) and is in no start; a one-node
+    // job behind it still starts, without a port.
+    let holder = |id: u64, port: u16| {
+        let mut r = running(id, "a", vec![id as u32 - 10], vec![], 0, 60);
+        r.port = Some(port);
+        r
+    };
+    let mut gang = job(1, "u", 1, 0, 10, 0);
+    gang.request.nodes = 2;
+    let mut state = State {
+        nodes: vec![node("a", 8, 64, 0), node("b", 8, 64, 0)],
+        pending: vec![gang, job(2, "u", 1, 0, 10, 1)],
+        running: vec![holder(10, 29500), holder(11, 29501)],
+        ..State::default()
+    };
+    let config = Config {
+        rendezvous_ports: 29500..=29501,
+        ..Config::default()
+    };
+    let plan = schedule(MIN, &state, &config);
+    assert_eq!(started(&plan), vec![2]);
+    assert_eq!(plan.starts[0].port, None);
+    assert_eq!(
+        waiting(&plan, 1).reason,
+        PendingReason::RendezvousPorts {
+            first: 29500,
+            last: 29501
+        }
+    );
+    assert_eq!(
+        plan.waiting.iter().filter(|w| w.job == 1).count(),
+        1,
+        "waits once"
+    );
+    // Job 11 ends: its port is free and the gang starts with it.
+    state.running.retain(|r| r.id != 11);
+    state.pending.retain(|j| j.id == 1);
+    let plan = schedule(2 * MIN, &state, &config);
+    assert_eq!(started(&plan), vec![1]);
+    assert_eq!(plan.starts[0].port, Some(29501));
+}
