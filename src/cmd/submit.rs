@@ -27,7 +27,8 @@ pub struct JobFlags {
     /// GPUs per node: COUNT, or TYPE:COUNT for one type (e.g. h100:2).
     #[arg(short = 'G', long, visible_alias = "gpus-per-node")]
     pub gpus: Option<String>,
-    /// GPUs per node as Slurm's --gres writes them: gpu:COUNT or gpu:TYPE:COUNT.
+    /// GPUs per node as Slurm's --gres writes them: gpu:COUNT or gpu:TYPE:COUNT (the count
+    /// is 1 when left out: gpu, gpu:TYPE).
     #[arg(long, conflicts_with = "gpus")]
     pub gres: Option<String>,
     /// Time limit, e.g. 30m, 2h, 1:00:00.

@@ -1422,6 +1422,8 @@ mod tests {
             ("gpus", "H100:2", 2, Some("h100")),
             ("gres", "gpu:a100:4", 4, Some("a100")),
             ("gres", "gpu:1", 1, None),
+            ("gres", "gpu", 1, None),
+            ("gres", "gpu:H100", 1, Some("h100")),
         ] {
             let mut r = req();
             crate::jobfile::set_option(&mut r, key, value).unwrap();
@@ -1429,7 +1431,14 @@ mod tests {
             assert_eq!(spec.resources.gpus, gpus, "{value}");
             assert_eq!(spec.gpu_type.as_deref(), kind, "{value}");
         }
-        for (key, value) in [("gpus", "h100:x"), ("gres", "nic:1"), ("gpus", "a:b:c")] {
+        for (key, value) in [
+            ("gpus", "h100:x"),
+            ("gres", "nic:1"),
+            ("gpus", "a:b:c"),
+            ("gres", "gpus"),
+            ("gres", "gpu:h100:x"),
+            ("gres", "gpu:a:b:2"),
+        ] {
             let mut r = req();
             assert!(
                 crate::jobfile::set_option(&mut r, key, value).is_err(),

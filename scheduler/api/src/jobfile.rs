@@ -220,25 +220,39 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
         "mem" | "memory" => {
             req.memory = Some(parse_memory(value).map_err(|e| format!("--mem: {e}"))?)
         }
-        // `2`, `h100:2` (Slurm's --gpus), or `gpu:h100:2` / `gpu:2` (Slurm's --gres).
+        // `2`, `h100:2` (Slurm's --gpus), or `gpu:h100:2` / `gpu:2` (Slurm's --gres, where
+        // the count defaults to 1: `gpu`, `gpu:h100`).
         "G" | "gpus" | "gres" | "gpus-per-node" => {
             let v = value.trim();
-            let v = if key == "gres" {
-                v.strip_prefix("gpu:").ok_or_else(|| {
-                    format!("--gres supports GPUs only: write gpu:COUNT or gpu:TYPE:COUNT, found {value:?}")
-                })?
+            let (kind, count) = if key == "gres" {
+                let rest = match v {
+                    "gpu" => "",
+                    _ => v.strip_prefix("gpu:").ok_or_else(|| {
+                        format!("--gres supports GPUs only: write gpu, gpu:COUNT, gpu:TYPE or gpu:TYPE:COUNT, found {value:?}")
+                    })?,
+                };
+                match rest.rsplit_once(':') {
+                    Some((k, c)) => (Some(k), c),
+                    None if rest.is_empty() => (None, "1"),
+                    None if rest.trim().parse::<u32>().is_ok() => (None, rest),
+                    None => (Some(rest), "1"),
+                }
             } else {
-                v
-            };
-            let (kind, count) = match v.rsplit_once(':') {
-                Some((k, c)) => (Some(k), c),
-                None => (None, v),
+                match v.rsplit_once(':') {
+                    Some((k, c)) => (Some(k), c),
+                    None => (None, v),
+                }
             };
             req.gpus = Some(count.trim().parse::<u32>().map_err(|_| {
                 format!(
                     "--{key} expects a whole number or TYPE:COUNT (e.g. h100:2), found {value:?}"
                 )
             })?);
+            if let Some(k) = kind.filter(|k| k.trim().is_empty() || k.contains(':')) {
+                return Err(format!(
+                    "--{key}: {k:?} is not a GPU type (write TYPE:COUNT, e.g. h100:2)"
+                ));
+            }
             req.gpu_type = kind.map(|k| k.trim().to_ascii_lowercase());
         }
         "t" | "time" => req.time = Some(parse_duration(value).map_err(|e| format!("--time: {e}"))?),
