@@ -450,6 +450,30 @@ pub fn container_spec(
             ("SLURM_ARRAY_JOB_ID".into(), job),
             ("SLURM_ARRAY_TASK_ID".into(), task),
         ]);
+        if !a.shape.is_unknown() {
+            let s = a.shape;
+            for (name, v) in [
+                ("COUNT", s.count),
+                ("MIN", s.min),
+                ("MAX", s.max),
+                ("STEP", s.step),
+            ] {
+                env.push((format!("WHARF_ARRAY_TASK_{name}"), v.to_string()));
+                env.push((format!("SLURM_ARRAY_TASK_{name}"), v.to_string()));
+            }
+        }
+    }
+    // The partition, account and QoS it runs under (the controller names the ones it chose
+    // when the job gave none).
+    for (name, value) in [
+        ("PARTITION", &spec.partition),
+        ("ACCOUNT", &spec.account),
+        ("QOS", &spec.qos),
+    ] {
+        if let Some(v) = value {
+            env.push((format!("WHARF_JOB_{name}"), v.clone()));
+            env.push((format!("SLURM_JOB_{name}"), v.clone()));
+        }
     }
     // Rank 0 writes the job's files; every other rank its own, beside them.
     let rank = u32::try_from(task.rank(order.rendezvous.node_rank)).unwrap_or(u32::MAX);

@@ -251,7 +251,7 @@ fn each_array_task_sees_its_ids_and_writes_its_own_file() {
     let script = c.home(&u).join("tasks.sh");
     std::fs::write(
         &script,
-        "#!/bin/sh\n#WHARF --array=0-6:3 --mem 16M -o task-%A_%a.out\necho \"$WHARF_ARRAY_JOB_ID $WHARF_ARRAY_TASK_ID $SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID $WHARF_JOB_ID\"\n",
+        "#!/bin/sh\n#WHARF --array=0-6:3 --mem 16M -o task-%A_%a.out\necho \"$WHARF_ARRAY_JOB_ID $WHARF_ARRAY_TASK_ID $SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID $WHARF_JOB_ID\"\necho \"$SLURM_ARRAY_TASK_COUNT $SLURM_ARRAY_TASK_MIN $SLURM_ARRAY_TASK_MAX $SLURM_ARRAY_TASK_STEP $WHARF_ARRAY_TASK_STEP\"\necho \"$SLURM_JOB_PARTITION $SLURM_JOB_ACCOUNT\"\n",
     )
     .unwrap();
     let out = c.wharf_as(&u, &["submit", script.to_str().unwrap()]);
@@ -268,9 +268,15 @@ fn each_array_task_sees_its_ids_and_writes_its_own_file() {
         assert_eq!(done["state"], "COMPLETED", "{done}");
         let text =
             std::fs::read_to_string(c.home(&u).join(format!("task-{id}_{task}.out"))).unwrap();
+        // The ids, the array's shape (0-6:3: 3 tasks from 0 to 6 by 3), and the partition
+        // and account it runs under though it named neither (the user's own account here).
         assert_eq!(
             text.trim(),
-            format!("{id} {task} {id} {task} {}", id + k as u64),
+            format!(
+                "{id} {task} {id} {task} {}\n3 0 6 3 3\ndefault {}",
+                id + k as u64,
+                u.name
+            ),
             "task {task}"
         );
     }

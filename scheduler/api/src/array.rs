@@ -7,7 +7,8 @@
 //! --array 0-99%8      at most 8 of them running at once
 //! ```
 //!
-//! Each task runs with `WHARF_ARRAY_JOB_ID`/`WHARF_ARRAY_TASK_ID` (and the `SLURM_` names) set,
+//! Each task runs with `WHARF_ARRAY_JOB_ID`/`WHARF_ARRAY_TASK_ID`, the array's
+//! `WHARF_ARRAY_TASK_COUNT`/`_MIN`/`_MAX`/`_STEP` ([`ArrayShape`]) (and the `SLURM_` names) set,
 //! and `%A`/`%a` in its output paths are the array job id and the task id.
 
 use serde::{Deserialize, Serialize};
@@ -37,6 +38,51 @@ pub struct ArrayTask {
     /// Most tasks of the array running at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttle: Option<u32>,
+    /// The whole array's task count and range (all zero in records kept before it was).
+    #[serde(default, skip_serializing_if = "ArrayShape::is_unknown")]
+    pub shape: ArrayShape,
+}
+
+/// An array's task count, lowest and highest task id, and the step between its task ids:
+/// Slurm's `SLURM_ARRAY_TASK_COUNT`, `_MIN`, `_MAX` and `_STEP`. The step is the common
+/// difference when the ids are evenly spaced (`0-15:4`: 4), else 1, as Slurm gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ArrayShape {
+    /// Tasks in the array.
+    pub count: u32,
+    /// Lowest task id.
+    pub min: u32,
+    /// Highest task id.
+    pub max: u32,
+    /// Step between task ids.
+    pub step: u32,
+}
+
+impl ArrayShape {
+    /// True for a record kept before the shape was (no array has no task).
+    pub fn is_unknown(&self) -> bool {
+        self.count == 0
+    }
+}
+
+impl ArraySpec {
+    /// The array's count, range and step.
+    pub fn shape(&self) -> ArrayShape {
+        let (Some(&min), Some(&max)) = (self.tasks.first(), self.tasks.last()) else {
+            return ArrayShape::default();
+        };
+        let gaps: Vec<u32> = self.tasks.windows(2).map(|w| w[1] - w[0]).collect();
+        let step = match gaps.first() {
+            Some(&g) if gaps.iter().all(|&x| x == g) => g,
+            _ => 1,
+        };
+        ArrayShape {
+            count: u32::try_from(self.tasks.len()).unwrap_or(u32::MAX),
+            min,
+            max,
+            step,
+        }
+    }
 }
 
 impl ArrayTask {
@@ -148,6 +194,23 @@ impl std::fmt::Display for ArraySpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_arrays_shape_is_its_count_range_and_even_step_else_one() {
+        let shape = |t: &str| {
+            let s = parse_array(t).unwrap().shape();
+            (s.count, s.min, s.max, s.step)
+        };
+        assert_eq!(shape("0-6:3"), (3, 0, 6, 3));
+        assert_eq!(shape("1,3,5%2"), (3, 1, 5, 2));
+        assert_eq!(shape("1,2,5"), (3, 1, 5, 1));
+        assert_eq!(shape("7"), (1, 7, 7, 1));
+        assert!(ArrayShape::default().is_unknown());
+        // Records kept before the shape was read as unknown, and stay so when written back.
+        let old: ArrayTask = serde_json::from_str(r#"{"job_id":5,"task_id":2}"#).unwrap();
+        assert!(old.shape.is_unknown());
+        assert!(!serde_json::to_string(&old).unwrap().contains("shape"));
+    }
 
     #[test]
     fn slurm_forms() {

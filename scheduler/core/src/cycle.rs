@@ -582,6 +582,7 @@ mod tests {
             job_id: 10,
             task_id: (id - 10) as u32,
             throttle: Some(2),
+            shape: Default::default(),
         };
         // Task 10 runs; 11, 12 and 13 wait, as does job 20 of no array.
         let mut pending: Vec<PendingJob> = [11, 12, 13, 20]

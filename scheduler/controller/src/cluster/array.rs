@@ -126,6 +126,7 @@ impl Cluster {
 
 /// One record per task of `array`, copies of `first`; the store numbers them.
 pub(super) fn task_records(first: JobRecord, array: &ArraySpec) -> Vec<JobRecord> {
+    let shape = array.shape();
     array
         .tasks
         .iter()
@@ -134,6 +135,7 @@ pub(super) fn task_records(first: JobRecord, array: &ArraySpec) -> Vec<JobRecord
                 job_id: 0,
                 task_id,
                 throttle: array.throttle,
+                shape,
             };
             let mut r = first.clone();
             r.array = Some(task);

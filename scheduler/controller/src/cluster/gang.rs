@@ -187,6 +187,27 @@ pub(super) fn rank_never_started(mut job: JobRecord, rank: usize, now: u64) -> J
 }
 
 impl Cluster {
+    /// The spec a node launches `job` with: its own, naming the partition, account and QoS
+    /// the job runs under where it gave none (the job's `SLURM_JOB_PARTITION`,
+    /// `SLURM_JOB_ACCOUNT` and `SLURM_JOB_QOS`).
+    pub(super) fn launch_spec(
+        &self,
+        job: &JobRecord,
+        spec: &wharf_api::JobSpec,
+    ) -> wharf_api::JobSpec {
+        let mut spec = spec.clone();
+        if spec.partition.is_none() {
+            spec.partition = Some(self.partition_name(job));
+        }
+        if spec.account.is_none() {
+            spec.account = Some(self.assoc(job).account);
+        }
+        if spec.qos.is_none() {
+            spec.qos = wharf_core::cycle::qos(&self.sched, None);
+        }
+        spec
+    }
+
     /// Node `name` as a job's peers reach it: its fabric address when its agent has one.
     pub(super) fn peer(&self, name: &str) -> Peer {
         let info = self.nodes.get(name).map(|n| &n.info);
@@ -228,7 +249,7 @@ impl Cluster {
                 job.spec.as_ref().map(|spec| LaunchOrder {
                     id: job.id,
                     owner: job.owner.clone(),
-                    spec: spec.clone(),
+                    spec: self.launch_spec(job, spec),
                     cpu_ids: alloc.cpu_ids.clone(),
                     gpu_ids: alloc.gpu_ids.clone(),
                     restarts: job.restarts,

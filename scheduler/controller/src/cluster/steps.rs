@@ -562,7 +562,7 @@ impl Cluster {
                 if alloc.start_time.is_none() && !alloc.ended() {
                     continue;
                 }
-                let mut spec = spec.clone();
+                let mut spec = self.launch_spec(job, spec);
                 let files = output_files(&spec, job.id, step, node);
                 (spec.output, spec.error) = files;
                 spec.argv = step.argv.clone();
