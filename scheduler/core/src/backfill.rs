@@ -298,7 +298,7 @@ pub(crate) fn pass(
 
 /// Why the job can never start on the nodes it may use in its partition (node shapes and
 /// states alone), if so. `groups` are (a node, how many like it, how many of those are up).
-fn never_fits(
+pub(crate) fn never_fits(
     table: &Table,
     groups: impl Iterator<Item = (usize, usize, usize)>,
     fit: &Fit<'_>,

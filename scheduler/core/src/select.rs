@@ -4,7 +4,8 @@
 //!
 //! A job that no node of its partition could ever match waits with `BadConstraints`
 //! ([`PendingReason::NoNodeMatches`]), saying what is missing; the controller refuses such a
-//! job at submit with the same words ([`unmatched`]).
+//! job at submit with the same words, and one that no node it may use could ever hold
+//! (`TooLarge`, `PartitionNodeLimit`) too ([`unmatched`]).
 //!
 //! ```
 //! use wharf_core::{schedule, Assoc, Node, PendingJob, Request, Selection, State};
@@ -25,8 +26,10 @@ use std::collections::BTreeSet;
 use wharf_api::features::Constraint;
 use wharf_api::hostlist::compress;
 
+use crate::backfill::never_fits;
 use crate::config::Config;
 use crate::partition::{PartView, Partitions};
+use crate::placement::{Fit, Table};
 use crate::reason::PendingReason;
 use crate::state::{Node, PendingJob};
 
@@ -141,11 +144,29 @@ pub(crate) fn why_none(sel: &Selection, part: &PartView, nodes: &[Node]) -> Opti
     Some(why)
 }
 
-/// Why `job` could never run on `nodes` (every node its agent registered, up or down) for its
-/// node selection alone: the controller refuses such a job at submit. `None` when some node of
-/// its partition matches, or when its partition is unknown (that has its own refusal).
+/// Why `job` could never run on `nodes` (every node its agent registered, up or down): its
+/// node selection matches no node of its partition, or too few of the nodes it may use there
+/// could ever hold its shape (CPUs, memory, GPUs of its type, per node). The controller
+/// refuses such a job at submit. `None` when it could run, or when its partition is unknown
+/// (that has its own refusal).
 pub fn unmatched(config: &Config, nodes: &[Node], job: &PendingJob) -> Option<PendingReason> {
     let parts = Partitions::resolve(config, nodes);
     let p = parts.of(job)?;
-    why_none(&job.select, &parts.parts[p], nodes).map(|what| PendingReason::NoNodeMatches { what })
+    if let Some(what) = why_none(&job.select, &parts.parts[p], nodes) {
+        return Some(PendingReason::NoNodeMatches { what });
+    }
+    let table = Table::empty(nodes, &parts);
+    let allowed = job.select.mask(nodes);
+    let fit = Fit {
+        req: &job.request,
+        allowed: allowed.as_deref(),
+        exclusive: job.select.exclusive,
+    };
+    // Whatever their state: a node that is down now may come back.
+    let mine = parts.parts[p].nodes.iter().filter(|&&i| fit.may_use(i));
+    match never_fits(&table, mine.map(|&i| (i, 1, 1)), &fit) {
+        // Every node counted as up: a shortage of up nodes is no reason here.
+        Some(PendingReason::ReqNodeNotAvail) => None,
+        other => other,
+    }
 }

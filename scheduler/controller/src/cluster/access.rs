@@ -4,7 +4,7 @@
 
 use wharf_api::wire::ErrorKind;
 use wharf_api::JobSpec;
-use wharf_core::{select, Partition, PendingJob, Request};
+use wharf_core::{select, Partition, PendingJob};
 
 use super::sched::selection;
 use super::{Caller, Cluster, Failure};
@@ -61,23 +61,21 @@ impl Cluster {
         ))
     }
 
-    /// Refuses a job no registered node could ever run for its node selection: a node list
+    /// Refuses a job no registered node could ever run: for its node selection (a node list
     /// naming unknown nodes or none of its partition, features no node of its partition has,
-    /// or excluded nodes that leave none. With no node registered yet nothing is known.
+    /// or excluded nodes that leave none), or for its shape on the nodes it may use in its
+    /// partition (`-p cpu --gpus 1`, more nodes than could hold it). With no node registered
+    /// yet nothing is known.
     pub(super) fn check_selection(&self, spec: &JobSpec, user: &str) -> Result<(), Failure> {
-        let select = selection(spec);
-        if !select.filters() || self.nodes.is_empty() {
+        if self.nodes.is_empty() {
             return Ok(());
         }
         let r = spec.resources;
-        let mut job = PendingJob::new(
-            0,
-            self.assoc_for(Some(spec), user),
-            Request::per_node(r.cpus, r.memory, r.gpus),
-            0,
-        );
+        let mut request = wharf_core::cycle::request(r, spec.nodes);
+        request.gpu_kind = spec.gpu_type.clone();
+        let mut job = PendingJob::new(0, self.assoc_for(Some(spec), user), request, 0);
         job.partition = spec.partition.clone();
-        job.select = select;
+        job.select = selection(spec);
         match select::unmatched(&self.sched, &self.sched_nodes(), &job) {
             Some(wharf_core::PendingReason::NoNodeMatches { what }) => Err(Failure::new(
                 ErrorKind::InvalidInput,

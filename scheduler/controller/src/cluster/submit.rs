@@ -165,6 +165,8 @@ impl Cluster {
         )
         .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
         self.check_partition(&spec, caller)?;
+        // A GPU type no node has says which types there are; then what its partition holds.
+        self.check_gpu_type(&spec)?;
         self.check_selection(&spec, &caller.owner.user)?;
         self.check_account(&spec, &caller.owner.user)?;
         self.check_qos_and_nice(&spec, caller)?;
@@ -173,7 +175,6 @@ impl Cluster {
             None => 1,
         };
         self.check_limits(&spec, &caller.owner, &earlier.limited, tasks, None)?;
-        self.check_gpu_type(&spec)?;
         self.check_dependency(req.job.dependency.as_ref(), caller)?;
         let uid = caller.owner.uid;
         let pending = self.jobs.pending_of(uid) as usize + earlier.pending_of(uid);

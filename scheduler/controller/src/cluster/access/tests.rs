@@ -174,3 +174,63 @@ fn allow_accounts_and_allow_groups_refuse_at_submit_with_what_is_allowed() {
     // Other partitions are open to all.
     assert!(submit_job(&mut c, &bob, to("all"), 6).is_ok());
 }
+
+#[test]
+fn a_job_no_node_of_its_partition_could_hold_is_refused_at_submit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    config.partitions = vec![
+        wharf_core::Partition::new("cpu", &["n2"]),
+        wharf_core::Partition::new("gpu", &["n1"]),
+        wharf_core::Partition::new("all", &["n1", "n2"]),
+    ];
+    let mut c = two_nodes(&dir, config);
+    let ann = caller(1000, "ann");
+    // n1 in `gpu` has the GPUs, but `cpu` has only n2, which has none: refused, where before
+    // it was stored and waited for ever.
+    for (set, want) in [
+        (
+            asking(|r| {
+                r.partition = Some("cpu".into());
+                r.gpus = Some(1);
+            }),
+            "no node of its partition has 1 CPUs",
+        ),
+        (
+            asking(|r| {
+                r.partition = Some("all".into());
+                r.nodes = Some(2);
+                r.gpus = Some(1);
+            }),
+            "it asks for 2 nodes and the partition allows 1",
+        ),
+        (
+            // n1's type, outside the partition asked for.
+            asking(|r| {
+                r.partition = Some("cpu".into());
+                r.gpus = Some(1);
+                r.gpu_type = Some("h100".into());
+            }),
+            "1 h100 GPUs",
+        ),
+    ] {
+        let err = submit_job(&mut c, &ann, set, 1).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::InvalidInput);
+        assert!(
+            err.message.starts_with("this job could never start: ") && err.message.contains(want),
+            "{}",
+            err.message
+        );
+    }
+    assert!(c.jobs.is_empty(), "nothing stored");
+    // What either partition can hold is taken.
+    for set in [
+        asking(|r| {
+            r.partition = Some("gpu".into());
+            r.gpus = Some(3);
+        }),
+        asking(|r| r.partition = Some("cpu".into())),
+    ] {
+        submit_job(&mut c, &ann, set, 1).unwrap();
+    }
+}
