@@ -89,12 +89,17 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         rows.push(("Expected start", output::time(Some(at))));
     }
     if let Some(p) = &j.priority {
+        let factors = format!(
+            "age {} + fair share {} + job size {} + partition {} + QoS {} - nice {}",
+            p.age, p.fairshare, p.job_size, p.partition, p.qos, p.nice
+        );
         rows.push((
             "Priority",
-            format!(
-                "{} = age {} + fair share {} + job size {} + partition {} + QoS {} - nice {}",
-                p.total, p.age, p.fairshare, p.job_size, p.partition, p.qos, p.nice
-            ),
+            if p.fixed {
+                format!("{} (fixed by an admin; computed: {factors})", p.total)
+            } else {
+                format!("{} = {factors}", p.total)
+            },
         ));
     }
     rows.extend([

@@ -30,6 +30,10 @@ pub struct Args {
     /// 2026-12-01T08:00Z (UTC); `now` clears it.
     #[arg(long)]
     begin: Option<String>,
+    /// Fix the job's priority at N, above or below every computed one (admins only); `auto`
+    /// returns it to its computed priority.
+    #[arg(long, value_name = "N|auto", value_parser = parse_priority)]
+    priority: Option<u64>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -55,10 +59,12 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             .transpose()?
             .map(crate::localtime::localize)
             .transpose()?,
+        priority: args.priority,
     };
     if req == UpdateRequest::default() {
         anyhow::bail!(
-            "nothing to change: give --time, --nice, --partition, --qos, --account or --begin"
+            "nothing to change: give --time, --nice, --partition, --qos, --account, --begin or \
+             --priority"
         );
     }
     let client = Client::new(Endpoint::parse(socket), None);
@@ -83,6 +89,10 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
                 job.begin_time
                     .map(|b| format!(", begins {}", crate::output::time(Some(b))))
                     .unwrap_or_default()
+                    + &spec
+                        .and_then(|s| s.priority)
+                        .map(|p| format!(", priority fixed at {p}"))
+                        .unwrap_or_default()
             )
         }
         Err(ClientError::Api { error, .. }) => {
@@ -96,4 +106,35 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         Err(e) => return Err(e.into()),
     }
     Ok(0)
+}
+
+/// `--priority`: a whole number from 1, or `auto` (sent as 0: the computed priority again).
+fn parse_priority(s: &str) -> Result<u64, String> {
+    match s.trim() {
+        "auto" => Ok(0),
+        n => match n.parse::<u64>() {
+            Ok(0) | Err(_) => Err(format!(
+                "expected a whole number from 1, or auto, found {s:?} (to keep a job from \
+                 starting, use wharf hold)"
+            )),
+            Ok(v) => Ok(v),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_priority;
+
+    #[test]
+    fn priority_is_a_number_from_one_or_auto() {
+        assert_eq!(parse_priority("5000"), Ok(5000));
+        assert_eq!(parse_priority("auto"), Ok(0));
+        for bad in ["0", "-1", "high", ""] {
+            assert!(
+                parse_priority(bad).unwrap_err().contains("wharf hold"),
+                "{bad}"
+            );
+        }
+    }
 }

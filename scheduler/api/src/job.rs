@@ -305,6 +305,10 @@ pub struct JobSpec {
     /// Nice, subtracted from the priority.
     #[serde(default)]
     pub nice: i32,
+    /// A priority an admin fixed (`wharf update --priority`, Slurm's `scontrol update
+    /// priority=`): it replaces the computed one, nice and all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u64>,
     /// The array task this job is, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<crate::array::ArrayTask>,
@@ -558,6 +562,7 @@ impl JobRequest {
                     ))
                 }
             },
+            priority: None,
             array: None,
             constraint: self
                 .constraint
@@ -1330,6 +1335,9 @@ pub struct PriorityView {
     pub qos: u64,
     /// Nice, subtracted.
     pub nice: i64,
+    /// `total` is a priority an admin fixed, not the sum of the factors.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fixed: bool,
 }
 
 impl JobRecord {

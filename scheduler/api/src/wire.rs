@@ -133,6 +133,9 @@ pub struct UpdateRequest {
     /// Not before this time (`now+1h` counts from the update).
     #[serde(default)]
     pub begin: Option<crate::forms::Begin>,
+    /// A fixed priority (admins only); 0 returns the job to its computed priority.
+    #[serde(default)]
+    pub priority: Option<u64>,
 }
 
 /// `GET /v1/jobs`.

@@ -50,6 +50,8 @@ pub struct JobFacts {
     pub hold: Option<Hold>,
     /// Nice: lowers its priority.
     pub nice: i32,
+    /// A priority an admin fixed, if any.
+    pub priority: Option<u64>,
     /// The GPU type it asks for, if any.
     pub gpu_kind: Option<String>,
     /// Which nodes it may use, and whether it takes them whole.
@@ -112,6 +114,7 @@ impl JobFacts {
         p.begin = self.begin;
         p.hold = self.hold;
         p.nice = self.nice;
+        p.priority = self.priority;
         p.select = self.select.clone();
         p
     }
@@ -482,6 +485,7 @@ pub fn sprio(p: &Priority, w: &Weights) -> PriorityView {
         partition: weighted(w.partition, p.partition),
         qos: weighted(w.qos, p.qos),
         nice: p.nice.into(),
+        fixed: p.fixed,
     }
 }
 

@@ -24,6 +24,8 @@ pub struct Priority {
     pub qos: f64,
     /// Nice, as given.
     pub nice: i32,
+    /// `value` is a priority an admin fixed ([`crate::PendingJob::priority`]).
+    pub fixed: bool,
 }
 
 /// Start this job now on these nodes with these ids.

@@ -7,6 +7,9 @@
 //!   that with `favor_small`);
 //! - partition: its partition's tier against the highest tier;
 //! - QoS: its QoS priority against the highest QoS priority.
+//!
+//! A priority an admin fixed ([`crate::PendingJob::priority`]) replaces the sum; the factors
+//! are still worked out, for `wharf show`.
 
 use std::collections::BTreeMap;
 
@@ -55,9 +58,10 @@ impl Scale<'_> {
             + w.job_size as f64 * job_size
             + w.partition as f64 * partition
             + w.qos as f64 * qos;
-        let value = (sum.round() as i64).saturating_sub(job.nice as i64).max(0) as u64;
+        let computed = (sum.round() as i64).saturating_sub(job.nice as i64).max(0) as u64;
         Priority {
-            value,
+            value: job.priority.unwrap_or(computed),
+            fixed: job.priority.is_some(),
             age,
             fairshare,
             job_size,

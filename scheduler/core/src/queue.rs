@@ -39,6 +39,7 @@ pub(crate) fn alike(a: &PendingJob, b: &PendingJob) -> bool {
         && a.begin == b.begin
         && a.hold == b.hold
         && a.nice == b.nice
+        && a.priority == b.priority
         && a.request == b.request
         && a.after == b.after
         && a.partition == b.partition

@@ -149,6 +149,8 @@ pub struct PendingJob {
     pub hold: Option<Hold>,
     /// Slurm's nice: subtracted from the priority.
     pub nice: i32,
+    /// A priority an admin fixed: it replaces the computed one (nice included).
+    pub priority: Option<u64>,
     /// Jobs that must leave the queue first (afterany): while any of them is pending or
     /// running, this one waits with reason `Dependency`.
     pub after: Vec<JobId>,
@@ -170,6 +172,7 @@ impl PendingJob {
             begin: None,
             hold: None,
             nice: 0,
+            priority: None,
             after: Vec::new(),
             select: Selection::default(),
         }

@@ -142,3 +142,30 @@ fn max_job_test_bounds_the_jobs_looked_at() {
         .iter()
         .all(|w| w.reason == PendingReason::Priority));
 }
+
+#[test]
+fn a_fixed_priority_replaces_the_computed_one() {
+    let mut config = Config::default();
+    config.weights.fairshare = 0;
+    // Three one-node jobs for a node that holds one: 1 is oldest, so first by age; an
+    // admin fixes 3's priority above every computed one and 1's below.
+    let mut first = job(1, "u", 4, 0, 10, 0);
+    first.priority = Some(1);
+    let second = job(2, "u", 4, 0, 10, 50);
+    let mut third = job(3, "u", 4, 0, 10, 100);
+    third.priority = Some(1_000_000);
+    let state = State {
+        nodes: vec![node("a", 4, 64, 0)],
+        pending: vec![first, second, third],
+        ..State::default()
+    };
+    let now = 7 * 24 * 60 * MIN;
+    let plan = schedule(now, &state, &config);
+    assert_eq!(started(&plan), vec![3]);
+    let order: Vec<u64> = plan.waiting.iter().map(|w| w.job).collect();
+    assert_eq!(order, vec![2, 1]);
+    let p = plan.priority(3).unwrap();
+    assert!(p.fixed && p.value == 1_000_000 && p.age > 0.0, "{p:?}");
+    let p = plan.priority(2).unwrap();
+    assert!(!p.fixed && p.value > 1, "{p:?}");
+}

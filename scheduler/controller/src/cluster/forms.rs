@@ -317,6 +317,16 @@ impl Cluster {
         if let Some(a) = &req.account {
             spec.account = Some(a.trim().to_string());
         }
+        let old_priority = spec.priority;
+        if let Some(p) = req.priority {
+            if !caller.admin {
+                return Err(Failure::new(
+                    ErrorKind::PermissionDenied,
+                    "only an admin may fix a job's priority; lower your own job's with --nice",
+                ));
+            }
+            spec.priority = (p > 0).then_some(p);
+        }
         let owner = Caller {
             owner: job.owner.clone(),
             admin: caller.admin,
@@ -344,12 +354,14 @@ impl Cluster {
             old_qos = ?old.3,
             old_account = ?old.4,
             old_begin = ?old.5,
+            old_priority = ?old_priority,
             time = spec.time_limit,
             nice = spec.nice,
             partition = ?spec.partition,
             qos = ?spec.qos,
             account = ?spec.account,
             begin = ?job.begin_time,
+            priority = ?spec.priority,
             "job updated"
         );
         // A job moved to another partition, QoS or account is ranked afresh there: a

@@ -445,6 +445,7 @@ fn job_facts(job: &JobRecord) -> JobFacts {
             wharf_api::Hold::Admin => Hold::Admin,
         }),
         nice: spec.map_or(0, |s| s.nice),
+        priority: spec.and_then(|s| s.priority),
         gpu_kind: spec.and_then(|s| s.gpu_type.clone()),
         select: spec.map(selection).unwrap_or_default(),
         requeue: spec.is_none_or(|s| s.requeue),

@@ -327,6 +327,24 @@ fn an_owner_may_only_lower_a_pending_jobs_time_and_an_admin_may_change_anything(
         c.update(&root, id, &nice, 1).unwrap().spec.unwrap().nice,
         -5
     );
+    // A fixed priority is an admin's to set (`auto`, 0, clears it); the pass shows it so.
+    let fixed = |p| UpdateRequest {
+        priority: Some(p),
+        ..Default::default()
+    };
+    let e = c.update(&alice, id, &fixed(9_999_999), 1).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::PermissionDenied);
+    assert!(e.message.contains("only an admin"), "{}", e.message);
+    assert_eq!(c.jobs[&id].spec.as_ref().unwrap().priority, None);
+    let set = c.update(&root, id, &fixed(9_999_999), 1).unwrap();
+    assert_eq!(set.spec.unwrap().priority, Some(9_999_999));
+    c.schedule(2).unwrap();
+    let p = c.jobs[&id].priority.unwrap();
+    assert!(p.fixed && p.total == 9_999_999, "{p:?}");
+    let cleared = c.update(&root, id, &fixed(0), 3).unwrap();
+    assert_eq!(cleared.spec.unwrap().priority, None);
+    c.schedule(4).unwrap();
+    assert!(!c.jobs[&id].priority.unwrap().fixed);
     // Begin time: `now+1h` counts from the update; `now` clears it.
     let later = UpdateRequest {
         begin: Some(wharf_api::Begin::AfterSubmit(3600)),
