@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use wharf_api::dependency::{Check, Dependency};
+use wharf_api::dependency::{ArrayStates, Check, DepJob, Dependency, Found};
 use wharf_api::wire::ErrorKind;
 use wharf_api::{Hold, JobId, JobRecord, JobState};
 use wharf_core::{PendingReason, State as SchedState};
@@ -105,23 +105,29 @@ impl Cluster {
         let Some(dep) = dep else {
             return Ok(());
         };
-        for id in dep.jobs() {
+        for named in dep.jobs() {
+            let missing = || {
+                Failure::new(
+                    ErrorKind::InvalidInput,
+                    format!("--dependency names job {named}, which does not exist; check the id with `wharf queue --all`"),
+                )
+            };
+            let id = match self.resolve_task(named.id, named.task) {
+                Ok(id) => id,
+                Err(e) if e.kind == ErrorKind::NotFound => return Err(missing()),
+                Err(e) => return Err(e),
+            };
             let owner = match self.jobs.get(&id) {
                 Some(j) => j.owner.uid,
                 None => match self.store.job(id)? {
                     Some(j) => j.owner.uid,
-                    None => {
-                        return Err(Failure::new(
-                            ErrorKind::InvalidInput,
-                            format!("--dependency names job {id}, which does not exist; check the id with `wharf queue --all`"),
-                        ))
-                    }
+                    None => return Err(missing()),
                 },
             };
             if owner != caller.owner.uid && !caller.admin {
                 return Err(Failure::new(
                     ErrorKind::PermissionDenied,
-                    format!("--dependency names job {id}, which belongs to another user; depend only on your own jobs"),
+                    format!("--dependency names job {named}, which belongs to another user; depend only on your own jobs"),
                 ));
             }
         }
@@ -130,12 +136,13 @@ impl Cluster {
 
     /// Decides the dependencies of the pending jobs in `state`: a job waiting on another gets
     /// it in `after` (the core then says `Dependency`); a job whose dependency can never be met
-    /// leaves `state` and is returned. Ended jobs are read from the store once each.
+    /// leaves `state` and is returned. What each named job (or array) is, is looked up once a
+    /// pass ([`Cluster::dependency_found`]).
     pub(super) fn apply_dependencies(
         &self,
         state: &mut SchedState,
     ) -> Result<Vec<NeverMet>, Failure> {
-        let mut ended: BTreeMap<JobId, Option<JobState>> = BTreeMap::new();
+        let mut found: BTreeMap<DepJob, Found> = BTreeMap::new();
         let mut singles: Option<SingletonIndex> = None;
         let mut never = Vec::new();
         for p in &mut state.pending {
@@ -145,9 +152,9 @@ impl Cluster {
             let Some(dep) = &job.dependency else {
                 continue;
             };
-            for id in dep.jobs() {
-                if !self.jobs.contains_key(&id) && !ended.contains_key(&id) {
-                    ended.insert(id, self.store.job(id)?.map(|j| j.state));
+            for named in dep.jobs() {
+                if let std::collections::btree_map::Entry::Vacant(e) = found.entry(named) {
+                    e.insert(self.dependency_found(named)?);
                 }
             }
             let single = if dep.singleton {
@@ -160,11 +167,8 @@ impl Cluster {
             } else {
                 None
             };
-            let state_of = |id: JobId| match self.jobs.get(&id) {
-                Some(j) => Some(j.state),
-                None => ended.get(&id).copied().flatten(),
-            };
-            match dep.check(state_of, single) {
+            let found_of = |named: DepJob| found.get(&named).copied().unwrap_or(Found::Missing);
+            match dep.check(found_of, single) {
                 Check::Met => {}
                 Check::Waiting(on) => p.after.push(on),
                 Check::Never(on, parent_state) => never.push(NeverMet {
@@ -178,6 +182,54 @@ impl Cluster {
             .pending
             .retain(|p| !never.iter().any(|n| n.job == p.id));
         Ok(never)
+    }
+
+    /// What `named` is now: a job or one array task (active ones from memory, ended ones from
+    /// the store), or, for an array's job id, all of the array's tasks summed up.
+    fn dependency_found(&self, named: DepJob) -> Result<Found, Failure> {
+        let span = JobId::from(self.forms.max_array_size);
+        let one = |id: JobId| -> Result<Found, Failure> {
+            Ok(match self.jobs.get(&id) {
+                Some(j) => Found::Job(id, j.state),
+                None => self
+                    .store
+                    .job(id)?
+                    .map_or(Found::Missing, |j| Found::Job(id, j.state)),
+            })
+        };
+        if named.task.is_some() {
+            return match self.resolve_task(named.id, named.task) {
+                Ok(id) => one(id),
+                Err(e) if e.kind == ErrorKind::NotFound => Ok(Found::Missing),
+                Err(e) => Err(e),
+            };
+        }
+        let id = named.id;
+        let array = match self.jobs.get(&id) {
+            Some(j) => j.array.is_some_and(|a| a.job_id == id),
+            // Task 0 has ended: the others may not have.
+            None => true,
+        };
+        if !array {
+            return one(id);
+        }
+        let mut tasks: BTreeMap<JobId, JobState> =
+            self.store.array_states(id, span)?.into_iter().collect();
+        let in_memory = self
+            .jobs
+            .range(id..id.saturating_add(span))
+            .filter(|j| j.array.is_some_and(|a| a.job_id == id));
+        for j in in_memory {
+            tasks.insert(j.id, j.state);
+        }
+        if tasks.is_empty() {
+            return one(id);
+        }
+        let mut sum = ArrayStates::default();
+        for (id, state) in tasks {
+            sum.add(id, state);
+        }
+        Ok(Found::Array(sum))
     }
 
     /// For each user and job name: the first pending job, and a job holding resources.
