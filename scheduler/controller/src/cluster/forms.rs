@@ -22,41 +22,14 @@ impl Cluster {
     /// Holds a pending job: by its owner a user hold, by an admin an admin hold. Returns the
     /// job as the caller sees it.
     pub fn hold(&mut self, caller: &Caller, id: JobId) -> Result<JobRecord, Failure> {
-        let mut job = self.pending_for(caller, id, "held")?;
-        let hold = if caller.admin {
-            Hold::Admin
-        } else {
-            job.hold.unwrap_or(Hold::User)
-        };
-        job.hold = Some(hold);
-        job.reason = Some(held_reason(hold));
-        job.expected_start = None;
-        tracing::info!(job = id, by = %caller.owner.user, ?hold, "job held");
+        let job = held(caller, self.pending_for(caller, id, "held")?);
         self.commit(vec![job.clone()])?;
         Ok(view(caller, job))
     }
 
     /// Releases a held job. Only an admin releases an admin hold.
     pub fn release(&mut self, caller: &Caller, id: JobId) -> Result<JobRecord, Failure> {
-        let mut job = self.pending_for(caller, id, "released")?;
-        match job.hold {
-            None => {
-                return Err(Failure::new(
-                    ErrorKind::Conflict,
-                    format!("job {id} is not held"),
-                ))
-            }
-            Some(Hold::Admin) if !caller.admin => {
-                return Err(Failure::new(
-                    ErrorKind::PermissionDenied,
-                    format!("job {id} is held by an admin; only an admin may release it"),
-                ))
-            }
-            Some(_) => {}
-        }
-        job.hold = None;
-        job.reason = Some("Queued: released; waiting for the scheduler".into());
-        tracing::info!(job = id, by = %caller.owner.user, "job released");
+        let job = released(caller, self.pending_for(caller, id, "released")?)?;
         self.commit(vec![job.clone()])?;
         Ok(view(caller, job))
     }
@@ -289,6 +262,46 @@ impl Cluster {
     }
 }
 
+/// `job` (pending, the caller's to manage) held: by its owner a user hold, by an admin an
+/// admin hold; a hold never lowers an admin hold.
+pub(super) fn held(caller: &Caller, mut job: JobRecord) -> JobRecord {
+    let hold = if caller.admin {
+        Hold::Admin
+    } else {
+        job.hold.unwrap_or(Hold::User)
+    };
+    job.hold = Some(hold);
+    job.reason = Some(held_reason(hold));
+    job.expected_start = None;
+    tracing::info!(job = job.id, by = %caller.owner.user, ?hold, "job held");
+    job
+}
+
+/// `job` (pending, the caller's to manage) released, or why not: it is not held, or an admin
+/// holds it and the caller is none.
+pub(super) fn released(caller: &Caller, mut job: JobRecord) -> Result<JobRecord, Failure> {
+    let id = job.id;
+    match job.hold {
+        None => {
+            return Err(Failure::new(
+                ErrorKind::Conflict,
+                format!("job {id} is not held"),
+            ))
+        }
+        Some(Hold::Admin) if !caller.admin => {
+            return Err(Failure::new(
+                ErrorKind::PermissionDenied,
+                format!("job {id} is held by an admin; only an admin may release it"),
+            ))
+        }
+        Some(_) => {}
+    }
+    job.hold = None;
+    job.reason = Some("Queued: released; waiting for the scheduler".into());
+    tracing::info!(job = id, by = %caller.owner.user, "job released");
+    Ok(job)
+}
+
 /// The scheduler's sentence for a hold, so the job shows it before the next pass.
 fn held_reason(hold: Hold) -> String {
     match hold {
@@ -312,7 +325,26 @@ impl Cluster {
         req: &wharf_api::wire::UpdateRequest,
         now: u64,
     ) -> Result<JobRecord, Failure> {
-        let mut job = self.pending_for(caller, id, "updated")?;
+        let job = self.pending_for(caller, id, "updated")?;
+        let (job, moved) = self.updated(caller, job, req, now)?;
+        self.commit(vec![job.clone()])?;
+        if moved {
+            self.reserved.remove(&id);
+        }
+        Ok(view(caller, job))
+    }
+
+    /// `job` (pending, the caller's to manage) with the changes of `req`, or why they are
+    /// refused; and whether it moved to another partition, QoS or account. Nothing is
+    /// committed.
+    pub(super) fn updated(
+        &self,
+        caller: &Caller,
+        mut job: JobRecord,
+        req: &wharf_api::wire::UpdateRequest,
+        now: u64,
+    ) -> Result<(JobRecord, bool), Failure> {
+        let id = job.id;
         let Some(mut spec) = job.spec.clone() else {
             return Err(Failure::new(
                 ErrorKind::Internal,
@@ -409,10 +441,6 @@ impl Cluster {
         let spec_now = (&spec.partition, &spec.qos, &spec.account);
         let moved = spec_now != (&old.2, &old.3, &old.4);
         job.spec = Some(spec);
-        self.commit(vec![job.clone()])?;
-        if moved {
-            self.reserved.remove(&id);
-        }
-        Ok(view(caller, job))
+        Ok((job, moved))
     }
 }
