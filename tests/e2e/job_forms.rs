@@ -330,6 +330,87 @@ fn an_array_is_cancelled_whole_or_by_task_and_its_throttle_holds() {
 }
 
 #[test]
+fn hold_and_release_of_an_array_id_act_on_every_pending_task() {
+    if !can_run("hold_and_release_of_an_array_id_act_on_every_pending_task") {
+        return;
+    }
+    let c = Cluster::start();
+    let u = user("whform-arrayh");
+    let out = c.wharf_as(
+        &u,
+        &[
+            "submit",
+            "--array",
+            "0-3%1",
+            "--mem",
+            "16M",
+            "--wrap",
+            "sleep 600",
+        ],
+    );
+    let id = submitted_id(&out);
+    c.wait_running(id);
+    let out = c.wharf_as(&u, &["hold", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("held (by its owner)"),
+        "{}",
+        stdout(&out)
+    );
+    // (A held task over the throttle says JobArrayTaskLimit, not JobHeldUser.)
+    for t in id + 1..id + 4 {
+        let j = c.job(t);
+        assert_eq!(
+            (&j["state"], &j["hold"]),
+            (&"PENDING".into(), &"user".into()),
+            "{j}"
+        );
+    }
+    assert_eq!(c.job(id)["state"], "RUNNING");
+    assert!(c.job(id)["hold"].is_null());
+
+    // `ID_TASK` releases one task; the array's id releases the rest.
+    let out = c.wharf_as(&u, &["release", &format!("{id}_3")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(c.job(id + 3)["hold"].is_null());
+    assert_eq!(c.job(id + 1)["hold"], "user");
+    let out = c.wharf_as(&u, &["release", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for t in id + 1..id + 4 {
+        let j = c.job(t);
+        assert!(j["hold"].is_null(), "{j}");
+    }
+    stays_pending(&c, id + 1, "JobArrayTaskLimit");
+    let out = c.wharf_as(&u, &["release", &id.to_string()]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no held task"), "{}", stderr(&out));
+
+    // A dependency on a task that does not exist, or on no task at all, is refused.
+    let out = c.wharf_as(
+        &u,
+        &["submit", "-d", &format!("afterok:{id}_9"), "--wrap", "true"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains(&format!("job {id}_9, which does not exist")),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.wharf_as(
+        &u,
+        &["submit", "-d", &format!("afterok:{id}_x"), "--wrap", "true"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("after the `_` is no task id"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.wharf_as(&u, &["cancel", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
 fn an_owner_may_only_lower_a_pending_jobs_time_and_the_change_is_logged() {
     if !can_run("an_owner_may_only_lower_a_pending_jobs_time_and_the_change_is_logged") {
         return;

@@ -206,7 +206,7 @@ proptest! {
     }
 
     #[test]
-    fn dependencies_never_panic_and_accepted_ones_round_trip(t in nearly("((after|afterok|afternotok|afterany|singleton|aftercorr)(:[0-9]{0,21}){0,3}[,?]?){0,4}")) {
+    fn dependencies_never_panic_and_accepted_ones_round_trip(t in nearly("((after|afterok|afternotok|afterany|singleton|aftercorr)(:[0-9]{0,21}(_[0-9x]{0,11})?){0,3}[,?]?){0,4}")) {
         match parse_dependency(&t) {
             Ok(d) => {
                 let text = d.to_string();

@@ -461,8 +461,15 @@ async fn requeue(
 ) -> ApiResult<wharf_api::JobRecord> {
     let c = caller(&s, &peer)?;
     let (id, task) = job_id(&id)?;
-    let (job, nodes) =
-        with_cluster(&s, move |cl, _| cl.requeue(&c, cl.resolve_task(id, task)?)).await?;
+    let (job, nodes) = with_cluster(&s, move |cl, _| {
+        if task.is_none() {
+            if let Some(done) = cl.requeue_array(&c, id)? {
+                return Ok(done);
+            }
+        }
+        cl.requeue(&c, cl.resolve_task(id, task)?)
+    })
+    .await?;
     for node in nodes {
         s.wake_node(&node);
     }
@@ -477,7 +484,15 @@ async fn hold(
     let c = caller(&s, &peer)?;
     let (id, task) = job_id(&id)?;
     Ok(Json(
-        with_cluster(&s, move |cl, _| cl.hold(&c, cl.resolve_task(id, task)?)).await?,
+        with_cluster(&s, move |cl, _| {
+            if task.is_none() {
+                if let Some(done) = cl.hold_array(&c, id)? {
+                    return Ok(done);
+                }
+            }
+            cl.hold(&c, cl.resolve_task(id, task)?)
+        })
+        .await?,
     ))
 }
 
@@ -488,7 +503,15 @@ async fn release(
 ) -> ApiResult<wharf_api::JobRecord> {
     let c = caller(&s, &peer)?;
     let (id, task) = job_id(&id)?;
-    let job = with_cluster(&s, move |cl, _| cl.release(&c, cl.resolve_task(id, task)?)).await?;
+    let job = with_cluster(&s, move |cl, _| {
+        if task.is_none() {
+            if let Some(done) = cl.release_array(&c, id)? {
+                return Ok(done);
+            }
+        }
+        cl.release(&c, cl.resolve_task(id, task)?)
+    })
+    .await?;
     s.wake_scheduler();
     Ok(Json(job))
 }
@@ -503,6 +526,11 @@ async fn update(
     let (id, task) = job_id(&id)?;
     let req: wharf_api::wire::UpdateRequest = body(&s, bytes)?;
     let job = with_cluster(&s, move |cl, now| {
+        if task.is_none() {
+            if let Some(done) = cl.update_array(&c, id, &req, now)? {
+                return Ok(done);
+            }
+        }
         cl.update(&c, cl.resolve_task(id, task)?, &req, now)
     })
     .await?;

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension};
-use wharf_api::{JobId, JobRecord, NodeInfo};
+use wharf_api::{JobId, JobRecord, JobState, NodeInfo};
 
 mod admin;
 
@@ -214,6 +214,30 @@ impl Store {
             params![array_id as i64, task as i64, span as i64],
         )?;
         Ok(found.into_iter().next())
+    }
+
+    /// The id and state of every stored task of array `array_id` (none: no such array), in
+    /// id order. `span` as for [`Store::array_task`].
+    pub fn array_states(
+        &self,
+        array_id: JobId,
+        span: u64,
+    ) -> Result<Vec<(JobId, JobState)>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, state FROM jobs WHERE id >= ?1 AND id < ?1 + ?2 \
+             AND json_extract(record, '$.array.job_id') = ?1 ORDER BY id",
+        )?;
+        let rows = stmt.query_map(params![array_id as i64, span as i64], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, state) = row?;
+            // The column holds `JobState::as_str`; an unknown word counts as ended badly.
+            let state = JobState::parse(&state).unwrap_or(JobState::Failed);
+            out.push((id as JobId, state));
+        }
+        Ok(out)
     }
 
     /// Writes the new state of jobs, all or none.

@@ -3,11 +3,11 @@
 
 use wharf_api::array::{ArraySpec, ArrayTask};
 use wharf_api::wire::ErrorKind;
-use wharf_api::{JobId, JobRecord};
+use wharf_api::{JobId, JobRecord, JobState};
 use wharf_core::cycle;
 use wharf_core::{PendingReason, State as SchedState};
 
-use super::{Cluster, Failure};
+use super::{forms, requeue, Cluster, Failure};
 
 impl Cluster {
     /// The number of tasks, or a refusal when a task id is at or over `max_array_size`.
@@ -121,6 +121,171 @@ impl Cluster {
         wake.sort();
         wake.dedup();
         Ok(Some((crate::visibility::view(caller, first), wake)))
+    }
+}
+
+/// `wharf hold|release|update|requeue ARRAYID`, as `scontrol` does them with an array's job
+/// id: on every active task of the array that the command applies to, in one transaction.
+/// Each returns `None` when `array_id` names no array with an active task (the caller then
+/// acts on the job `array_id` alone), else the first task changed as the caller sees it. A
+/// refusal for any task it applies to changes none.
+impl Cluster {
+    /// The active tasks of array `array_id`, lowest id first; `None` when there are none.
+    fn active_tasks(
+        &self,
+        caller: &super::Caller,
+        array_id: JobId,
+    ) -> Result<Option<Vec<JobRecord>>, Failure> {
+        let span = JobId::from(self.forms.max_array_size);
+        let tasks: Vec<JobRecord> = self
+            .jobs
+            .range(array_id..array_id.saturating_add(span))
+            .filter(|j| j.array.is_some_and(|a| a.job_id == array_id))
+            .cloned()
+            .collect();
+        if tasks.is_empty() {
+            return Ok(None);
+        }
+        if let Some(j) = tasks.iter().find(|j| !caller.may_manage(j)) {
+            return Err(super::not_yours(j.id));
+        }
+        Ok(Some(tasks))
+    }
+
+    /// The pending tasks of array `array_id` (see [`Cluster::active_tasks`]), or a refusal
+    /// when none is pending.
+    fn pending_tasks(
+        &self,
+        caller: &super::Caller,
+        array_id: JobId,
+        what: &str,
+    ) -> Result<Option<Vec<JobRecord>>, Failure> {
+        let Some(tasks) = self.active_tasks(caller, array_id)? else {
+            return Ok(None);
+        };
+        let pending: Vec<JobRecord> = tasks
+            .into_iter()
+            .filter(|j| j.state == JobState::Pending)
+            .collect();
+        if pending.is_empty() {
+            return Err(Failure::new(
+                ErrorKind::Conflict,
+                format!(
+                    "array job {array_id} has no pending task; only pending jobs can be {what}"
+                ),
+            ));
+        }
+        Ok(Some(pending))
+    }
+
+    /// Commits `changed` and returns the first as `caller` sees it.
+    fn commit_tasks(
+        &mut self,
+        caller: &super::Caller,
+        changed: Vec<JobRecord>,
+    ) -> Result<JobRecord, Failure> {
+        let first = changed[0].clone();
+        self.commit(changed)?;
+        Ok(crate::visibility::view(caller, first))
+    }
+
+    /// Holds every pending task of array `array_id`.
+    pub fn hold_array(
+        &mut self,
+        caller: &super::Caller,
+        array_id: JobId,
+    ) -> Result<Option<JobRecord>, Failure> {
+        let Some(tasks) = self.pending_tasks(caller, array_id, "held")? else {
+            return Ok(None);
+        };
+        let changed = tasks.into_iter().map(|j| forms::held(caller, j)).collect();
+        self.commit_tasks(caller, changed).map(Some)
+    }
+
+    /// Releases every held task of array `array_id`; none if an admin holds one of them and
+    /// the caller is no admin.
+    pub fn release_array(
+        &mut self,
+        caller: &super::Caller,
+        array_id: JobId,
+    ) -> Result<Option<JobRecord>, Failure> {
+        let Some(tasks) = self.pending_tasks(caller, array_id, "released")? else {
+            return Ok(None);
+        };
+        let held: Vec<JobRecord> = tasks.into_iter().filter(|j| j.hold.is_some()).collect();
+        if held.is_empty() {
+            return Err(Failure::new(
+                ErrorKind::Conflict,
+                format!("array job {array_id} has no held task"),
+            ));
+        }
+        let changed = held
+            .into_iter()
+            .map(|j| forms::released(caller, j))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.commit_tasks(caller, changed).map(Some)
+    }
+
+    /// Changes every pending task of array `array_id` as [`Cluster::update`] does one job.
+    pub fn update_array(
+        &mut self,
+        caller: &super::Caller,
+        array_id: JobId,
+        req: &wharf_api::wire::UpdateRequest,
+        now: u64,
+    ) -> Result<Option<JobRecord>, Failure> {
+        let Some(tasks) = self.pending_tasks(caller, array_id, "updated")? else {
+            return Ok(None);
+        };
+        let mut changed = Vec::with_capacity(tasks.len());
+        let mut moved = Vec::new();
+        for job in tasks {
+            let (job, away) = self.updated(caller, job, req, now)?;
+            if away {
+                moved.push(job.id);
+            }
+            changed.push(job);
+        }
+        let first = self.commit_tasks(caller, changed)?;
+        for id in moved {
+            self.reserved.remove(&id);
+        }
+        Ok(Some(first))
+    }
+
+    /// Stops every running task of array `array_id` to put it back in the queue (pending
+    /// tasks are in it already; tasks being stopped are left so). Returns the nodes to wake.
+    pub fn requeue_array(
+        &mut self,
+        caller: &super::Caller,
+        array_id: JobId,
+    ) -> Result<Option<(JobRecord, Vec<String>)>, Failure> {
+        let Some(tasks) = self.active_tasks(caller, array_id)? else {
+            return Ok(None);
+        };
+        let running: Vec<&JobRecord> = tasks
+            .iter()
+            .filter(|j| j.state != JobState::Pending && !j.cancel_requested && j.stop.is_none())
+            .collect();
+        if running.is_empty() {
+            return Err(Failure::new(
+                ErrorKind::Conflict,
+                format!(
+                    "array job {array_id} has no running task to requeue (pending tasks are in \
+                     the queue already and were left as they are)"
+                ),
+            ));
+        }
+        let mut changed = Vec::with_capacity(running.len());
+        let mut wake = Vec::new();
+        for job in running {
+            let (job, nodes) = requeue::to_requeue(caller, job)?;
+            wake.extend(nodes);
+            changed.push(job);
+        }
+        wake.sort();
+        wake.dedup();
+        Ok(Some((self.commit_tasks(caller, changed)?, wake)))
     }
 }
 

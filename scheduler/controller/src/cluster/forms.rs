@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use wharf_api::dependency::{Check, Dependency};
+use wharf_api::dependency::{ArrayStates, Check, DepJob, Dependency, Found};
 use wharf_api::wire::ErrorKind;
 use wharf_api::{Hold, JobId, JobRecord, JobState};
 use wharf_core::{PendingReason, State as SchedState};
@@ -22,41 +22,14 @@ impl Cluster {
     /// Holds a pending job: by its owner a user hold, by an admin an admin hold. Returns the
     /// job as the caller sees it.
     pub fn hold(&mut self, caller: &Caller, id: JobId) -> Result<JobRecord, Failure> {
-        let mut job = self.pending_for(caller, id, "held")?;
-        let hold = if caller.admin {
-            Hold::Admin
-        } else {
-            job.hold.unwrap_or(Hold::User)
-        };
-        job.hold = Some(hold);
-        job.reason = Some(held_reason(hold));
-        job.expected_start = None;
-        tracing::info!(job = id, by = %caller.owner.user, ?hold, "job held");
+        let job = held(caller, self.pending_for(caller, id, "held")?);
         self.commit(vec![job.clone()])?;
         Ok(view(caller, job))
     }
 
     /// Releases a held job. Only an admin releases an admin hold.
     pub fn release(&mut self, caller: &Caller, id: JobId) -> Result<JobRecord, Failure> {
-        let mut job = self.pending_for(caller, id, "released")?;
-        match job.hold {
-            None => {
-                return Err(Failure::new(
-                    ErrorKind::Conflict,
-                    format!("job {id} is not held"),
-                ))
-            }
-            Some(Hold::Admin) if !caller.admin => {
-                return Err(Failure::new(
-                    ErrorKind::PermissionDenied,
-                    format!("job {id} is held by an admin; only an admin may release it"),
-                ))
-            }
-            Some(_) => {}
-        }
-        job.hold = None;
-        job.reason = Some("Queued: released; waiting for the scheduler".into());
-        tracing::info!(job = id, by = %caller.owner.user, "job released");
+        let job = released(caller, self.pending_for(caller, id, "released")?)?;
         self.commit(vec![job.clone()])?;
         Ok(view(caller, job))
     }
@@ -105,23 +78,29 @@ impl Cluster {
         let Some(dep) = dep else {
             return Ok(());
         };
-        for id in dep.jobs() {
+        for named in dep.jobs() {
+            let missing = || {
+                Failure::new(
+                    ErrorKind::InvalidInput,
+                    format!("--dependency names job {named}, which does not exist; check the id with `wharf queue --all`"),
+                )
+            };
+            let id = match self.resolve_task(named.id, named.task) {
+                Ok(id) => id,
+                Err(e) if e.kind == ErrorKind::NotFound => return Err(missing()),
+                Err(e) => return Err(e),
+            };
             let owner = match self.jobs.get(&id) {
                 Some(j) => j.owner.uid,
                 None => match self.store.job(id)? {
                     Some(j) => j.owner.uid,
-                    None => {
-                        return Err(Failure::new(
-                            ErrorKind::InvalidInput,
-                            format!("--dependency names job {id}, which does not exist; check the id with `wharf queue --all`"),
-                        ))
-                    }
+                    None => return Err(missing()),
                 },
             };
             if owner != caller.owner.uid && !caller.admin {
                 return Err(Failure::new(
                     ErrorKind::PermissionDenied,
-                    format!("--dependency names job {id}, which belongs to another user; depend only on your own jobs"),
+                    format!("--dependency names job {named}, which belongs to another user; depend only on your own jobs"),
                 ));
             }
         }
@@ -130,12 +109,13 @@ impl Cluster {
 
     /// Decides the dependencies of the pending jobs in `state`: a job waiting on another gets
     /// it in `after` (the core then says `Dependency`); a job whose dependency can never be met
-    /// leaves `state` and is returned. Ended jobs are read from the store once each.
+    /// leaves `state` and is returned. What each named job (or array) is, is looked up once a
+    /// pass ([`Cluster::dependency_found`]).
     pub(super) fn apply_dependencies(
         &self,
         state: &mut SchedState,
     ) -> Result<Vec<NeverMet>, Failure> {
-        let mut ended: BTreeMap<JobId, Option<JobState>> = BTreeMap::new();
+        let mut found: BTreeMap<DepJob, Found> = BTreeMap::new();
         let mut singles: Option<SingletonIndex> = None;
         let mut never = Vec::new();
         for p in &mut state.pending {
@@ -145,9 +125,9 @@ impl Cluster {
             let Some(dep) = &job.dependency else {
                 continue;
             };
-            for id in dep.jobs() {
-                if !self.jobs.contains_key(&id) && !ended.contains_key(&id) {
-                    ended.insert(id, self.store.job(id)?.map(|j| j.state));
+            for named in dep.jobs() {
+                if let std::collections::btree_map::Entry::Vacant(e) = found.entry(named) {
+                    e.insert(self.dependency_found(named)?);
                 }
             }
             let single = if dep.singleton {
@@ -160,11 +140,8 @@ impl Cluster {
             } else {
                 None
             };
-            let state_of = |id: JobId| match self.jobs.get(&id) {
-                Some(j) => Some(j.state),
-                None => ended.get(&id).copied().flatten(),
-            };
-            match dep.check(state_of, single) {
+            let found_of = |named: DepJob| found.get(&named).copied().unwrap_or(Found::Missing);
+            match dep.check(found_of, single) {
                 Check::Met => {}
                 Check::Waiting(on) => p.after.push(on),
                 Check::Never(on, parent_state) => never.push(NeverMet {
@@ -178,6 +155,54 @@ impl Cluster {
             .pending
             .retain(|p| !never.iter().any(|n| n.job == p.id));
         Ok(never)
+    }
+
+    /// What `named` is now: a job or one array task (active ones from memory, ended ones from
+    /// the store), or, for an array's job id, all of the array's tasks summed up.
+    fn dependency_found(&self, named: DepJob) -> Result<Found, Failure> {
+        let span = JobId::from(self.forms.max_array_size);
+        let one = |id: JobId| -> Result<Found, Failure> {
+            Ok(match self.jobs.get(&id) {
+                Some(j) => Found::Job(id, j.state),
+                None => self
+                    .store
+                    .job(id)?
+                    .map_or(Found::Missing, |j| Found::Job(id, j.state)),
+            })
+        };
+        if named.task.is_some() {
+            return match self.resolve_task(named.id, named.task) {
+                Ok(id) => one(id),
+                Err(e) if e.kind == ErrorKind::NotFound => Ok(Found::Missing),
+                Err(e) => Err(e),
+            };
+        }
+        let id = named.id;
+        let array = match self.jobs.get(&id) {
+            Some(j) => j.array.is_some_and(|a| a.job_id == id),
+            // Task 0 has ended: the others may not have.
+            None => true,
+        };
+        if !array {
+            return one(id);
+        }
+        let mut tasks: BTreeMap<JobId, JobState> =
+            self.store.array_states(id, span)?.into_iter().collect();
+        let in_memory = self
+            .jobs
+            .range(id..id.saturating_add(span))
+            .filter(|j| j.array.is_some_and(|a| a.job_id == id));
+        for j in in_memory {
+            tasks.insert(j.id, j.state);
+        }
+        if tasks.is_empty() {
+            return one(id);
+        }
+        let mut sum = ArrayStates::default();
+        for (id, state) in tasks {
+            sum.add(id, state);
+        }
+        Ok(Found::Array(sum))
     }
 
     /// For each user and job name: the first pending job, and a job holding resources.
@@ -237,6 +262,46 @@ impl Cluster {
     }
 }
 
+/// `job` (pending, the caller's to manage) held: by its owner a user hold, by an admin an
+/// admin hold; a hold never lowers an admin hold.
+pub(super) fn held(caller: &Caller, mut job: JobRecord) -> JobRecord {
+    let hold = if caller.admin {
+        Hold::Admin
+    } else {
+        job.hold.unwrap_or(Hold::User)
+    };
+    job.hold = Some(hold);
+    job.reason = Some(held_reason(hold));
+    job.expected_start = None;
+    tracing::info!(job = job.id, by = %caller.owner.user, ?hold, "job held");
+    job
+}
+
+/// `job` (pending, the caller's to manage) released, or why not: it is not held, or an admin
+/// holds it and the caller is none.
+pub(super) fn released(caller: &Caller, mut job: JobRecord) -> Result<JobRecord, Failure> {
+    let id = job.id;
+    match job.hold {
+        None => {
+            return Err(Failure::new(
+                ErrorKind::Conflict,
+                format!("job {id} is not held"),
+            ))
+        }
+        Some(Hold::Admin) if !caller.admin => {
+            return Err(Failure::new(
+                ErrorKind::PermissionDenied,
+                format!("job {id} is held by an admin; only an admin may release it"),
+            ))
+        }
+        Some(_) => {}
+    }
+    job.hold = None;
+    job.reason = Some("Queued: released; waiting for the scheduler".into());
+    tracing::info!(job = id, by = %caller.owner.user, "job released");
+    Ok(job)
+}
+
 /// The scheduler's sentence for a hold, so the job shows it before the next pass.
 fn held_reason(hold: Hold) -> String {
     match hold {
@@ -260,7 +325,26 @@ impl Cluster {
         req: &wharf_api::wire::UpdateRequest,
         now: u64,
     ) -> Result<JobRecord, Failure> {
-        let mut job = self.pending_for(caller, id, "updated")?;
+        let job = self.pending_for(caller, id, "updated")?;
+        let (job, moved) = self.updated(caller, job, req, now)?;
+        self.commit(vec![job.clone()])?;
+        if moved {
+            self.reserved.remove(&id);
+        }
+        Ok(view(caller, job))
+    }
+
+    /// `job` (pending, the caller's to manage) with the changes of `req`, or why they are
+    /// refused; and whether it moved to another partition, QoS or account. Nothing is
+    /// committed.
+    pub(super) fn updated(
+        &self,
+        caller: &Caller,
+        mut job: JobRecord,
+        req: &wharf_api::wire::UpdateRequest,
+        now: u64,
+    ) -> Result<(JobRecord, bool), Failure> {
+        let id = job.id;
         let Some(mut spec) = job.spec.clone() else {
             return Err(Failure::new(
                 ErrorKind::Internal,
@@ -369,10 +453,6 @@ impl Cluster {
         let spec_now = (&spec.partition, &spec.qos, &spec.account);
         let moved = spec_now != (&old.2, &old.3, &old.4);
         job.spec = Some(spec);
-        self.commit(vec![job.clone()])?;
-        if moved {
-            self.reserved.remove(&id);
-        }
-        Ok(view(caller, job))
+        Ok((job, moved))
     }
 }

@@ -36,30 +36,16 @@ impl Cluster {
         if !caller.may_manage(job) {
             return Err(not_yours(id));
         }
-        let refused = |why: String| Err(Failure::new(ErrorKind::Conflict, why));
         if job.state == JobState::Pending {
-            return refused(format!(
-                "job {id} is pending: it is in the queue already and was left as it is; only a \
-                 running job can be requeued"
-            ));
-        }
-        if job.cancel_requested || job.stop.is_some() {
-            return refused(format!("job {id} is already being stopped"));
-        }
-        if job.spec.as_ref().is_some_and(|s| !s.requeue) {
             return Err(Failure::new(
-                ErrorKind::InvalidInput,
-                format!("job {id} may not be requeued: {NOT_REQUEUEABLE}; cancel it instead"),
+                ErrorKind::Conflict,
+                format!(
+                    "job {id} is pending: it is in the queue already and was left as it is; only \
+                     a running job can be requeued"
+                ),
             ));
         }
-        let mut job = job.clone();
-        let stop = Stop::Requeue {
-            by_user: caller.owner.user.clone(),
-        };
-        tracing::info!(job = id, %stop, "requeue asked");
-        job.reason = Some(format!("{stop}; stopping"));
-        job.stop = Some(stop);
-        let wake = job.nodes().map(str::to_string).collect();
+        let (job, wake) = to_requeue(caller, job)?;
         self.commit(vec![job.clone()])?;
         Ok((view(caller, job), wake))
     }
@@ -71,6 +57,36 @@ impl Cluster {
     ) -> impl Iterator<Item = &'a JobRecord> + 'a {
         self.jobs.requeued_from(node)
     }
+}
+
+/// `job` (holding resources, the caller's to manage) asked to stop and go back to the queue,
+/// and its nodes to wake; or why not: it is being stopped already, or may not be requeued.
+pub(super) fn to_requeue(
+    caller: &Caller,
+    job: &JobRecord,
+) -> Result<(JobRecord, Vec<String>), Failure> {
+    let id = job.id;
+    if job.cancel_requested || job.stop.is_some() {
+        return Err(Failure::new(
+            ErrorKind::Conflict,
+            format!("job {id} is already being stopped"),
+        ));
+    }
+    if job.spec.as_ref().is_some_and(|s| !s.requeue) {
+        return Err(Failure::new(
+            ErrorKind::InvalidInput,
+            format!("job {id} may not be requeued: {NOT_REQUEUEABLE}; cancel it instead"),
+        ));
+    }
+    let mut job = job.clone();
+    let stop = Stop::Requeue {
+        by_user: caller.owner.user.clone(),
+    };
+    tracing::info!(job = id, %stop, "requeue asked");
+    job.reason = Some(format!("{stop}; stopping"));
+    job.stop = Some(stop);
+    let wake = job.nodes().map(str::to_string).collect();
+    Ok((job, wake))
 }
 
 /// A requeued job whose last run `node` has let go of (or that is down, and cleans nothing

@@ -110,3 +110,111 @@ fn an_array_over_max_array_size_is_refused_and_ten_thousand_tasks_are_quick() {
     // per task (10,000 fsyncs) takes far longer.
     assert!(took.as_secs() < 10, "{took:?}");
 }
+
+#[test]
+fn hold_release_update_and_requeue_of_an_array_id_act_on_every_task_they_apply_to() {
+    use wharf_api::wire::UpdateRequest;
+    use wharf_api::Hold;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let bob = Caller {
+        owner: Owner {
+            uid: 1002,
+            gid: 1002,
+            user: "bob".into(),
+        },
+        admin: false,
+    };
+    let root = Caller {
+        admin: true,
+        ..bob.clone()
+    };
+    let id = submit_array(&mut c, "0-3%2").unwrap();
+    c.schedule(10).unwrap();
+    let states = |c: &Cluster| -> Vec<(JobState, Option<Hold>)> {
+        (id..id + 4)
+            .map(|t| (c.jobs[&t].state, c.jobs[&t].hold))
+            .collect()
+    };
+    let (p, s) = (JobState::Pending, JobState::Starting);
+    assert_eq!(states(&c), [(s, None), (s, None), (p, None), (p, None)]);
+
+    // Someone else's array: refused whole, nothing changes.
+    let e = c.hold_array(&bob, id).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::PermissionDenied);
+    assert_eq!(c.jobs[&(id + 2)].hold, None);
+
+    // Every pending task is held, the running ones are left; a restart keeps the holds.
+    let first = c.hold_array(&alice(), id).unwrap().unwrap();
+    assert_eq!(first.id, id + 2);
+    let u = Some(Hold::User);
+    assert_eq!(states(&c), [(s, None), (s, None), (p, u), (p, u)]);
+    drop(c);
+    let mut c = cluster(&dir);
+    assert_eq!(c.jobs[&(id + 3)].hold, u);
+    c.release_array(&alice(), id).unwrap().unwrap();
+    assert_eq!(states(&c), [(s, None), (s, None), (p, None), (p, None)]);
+    let e = c.release_array(&alice(), id).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Conflict);
+    assert!(e.message.contains("no held task"), "{}", e.message);
+
+    // An admin's hold on one task: the owner's release of the array changes none.
+    c.hold(&root, id + 3).unwrap();
+    c.hold(&alice(), id + 2).unwrap();
+    let e = c.release_array(&alice(), id).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::PermissionDenied);
+    assert_eq!(c.jobs[&(id + 2)].hold, u);
+    c.release_array(&root, id).unwrap().unwrap();
+    assert_eq!(states(&c), [(s, None), (s, None), (p, None), (p, None)]);
+
+    // Update changes every pending task, all or none.
+    let limit = c.jobs[&id].time_limit;
+    let time = |t| UpdateRequest {
+        time: Some(t),
+        ..Default::default()
+    };
+    assert_eq!(
+        c.update_array(&alice(), id, &time(limit + 1), 20)
+            .unwrap_err()
+            .kind,
+        ErrorKind::PermissionDenied
+    );
+    c.update_array(&alice(), id, &time(60), 20)
+        .unwrap()
+        .unwrap();
+    let limits: Vec<u64> = (id..id + 4).map(|t| c.jobs[&t].time_limit).collect();
+    assert_eq!(limits, [limit, limit, 60, 60]);
+
+    // Requeue stops every running task; the pending ones stay as they are.
+    let (_, wake) = c.requeue_array(&alice(), id).unwrap().unwrap();
+    assert_eq!(wake, ["n1"]);
+    let stopping: Vec<bool> = (id..id + 4).map(|t| c.jobs[&t].stop.is_some()).collect();
+    assert_eq!(stopping, [true, true, false, false]);
+    let e = c.requeue_array(&alice(), id).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Conflict);
+
+    // `ID_TASK` keeps naming one task; a plain job is no array.
+    c.hold(&alice(), c.resolve_task(id, Some(3)).unwrap())
+        .unwrap();
+    assert_eq!(c.jobs[&(id + 2)].hold, None);
+    assert_eq!(c.jobs[&(id + 3)].hold, u);
+    let e = c.hold_array(&alice(), id + 1).unwrap();
+    assert!(e.is_none());
+}
+
+#[test]
+fn an_array_with_no_pending_task_cannot_be_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let id = submit_array(&mut c, "0-1").unwrap();
+    c.schedule(10).unwrap();
+    let e = c.hold_array(&alice(), id).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Conflict);
+    assert!(
+        e.message
+            .contains(&format!("array job {id} has no pending task")),
+        "{}",
+        e.message
+    );
+    assert!(c.jobs.values().all(|j| j.hold.is_none()));
+}

@@ -376,3 +376,157 @@ fn an_owner_may_only_lower_a_pending_jobs_time_and_an_admin_may_change_anything(
     assert_eq!(c.jobs[&id].time_limit, 7200);
     assert_eq!(c.jobs[&id].spec.as_ref().unwrap().nice, -5);
 }
+
+/// An array of `tasks` (`--array`) of `who`'s, submitted at `now`.
+fn submit_array(c: &mut Cluster, who: &Caller, tasks: &str, now: u64) -> JobId {
+    let job = JobRequest {
+        array: Some(wharf_api::array::parse_array(tasks).unwrap()),
+        ..Default::default()
+    };
+    submit(c, who, job, now)
+}
+
+#[test]
+fn a_dependency_on_an_array_waits_for_every_task_and_one_on_a_task_for_that_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let arr = submit_array(&mut c, &alice, "0-2", 1);
+    let on_all = submit(&mut c, &alice, after(&format!("afterok:{arr}")), 2);
+    let on_any = submit(&mut c, &alice, after(&format!("afterany:{arr}")), 2);
+    let on_task = submit(&mut c, &alice, after(&format!("afterok:{arr}_1")), 2);
+    let on_fail = submit(&mut c, &alice, after(&format!("afternotok:{arr}")), 2);
+    let on_start = submit(&mut c, &alice, after(&format!("after:{arr}")), 2);
+    c.schedule(10).unwrap();
+    for t in arr..arr + 3 {
+        assert_eq!(state(&c, t).0, JobState::Starting);
+    }
+    for child in [on_all, on_any, on_task, on_fail, on_start] {
+        let (s, r) = state(&c, child);
+        assert_eq!(s, JobState::Pending);
+        assert!(r.starts_with("Dependency: waiting for job"), "{r}");
+    }
+    // Tasks 0 and 1 done: the task's child starts; the array's wait for task 2.
+    end(&mut c, arr, 0, 20);
+    end(&mut c, arr + 1, 0, 20);
+    c.schedule(30).unwrap();
+    // No task is pending any more: `after` is met.
+    assert_eq!(state(&c, on_start).0, JobState::Starting);
+    assert_eq!(state(&c, on_task).0, JobState::Starting);
+    for child in [on_all, on_any, on_fail] {
+        let (s, r) = state(&c, child);
+        assert_eq!(s, JobState::Pending);
+        assert!(
+            r.starts_with(&format!("Dependency: waiting for job {}", arr + 2)),
+            "{r}"
+        );
+    }
+    end(&mut c, arr + 2, 0, 40);
+    c.schedule(50).unwrap();
+    assert_eq!(state(&c, on_all).0, JobState::Starting);
+    assert_eq!(state(&c, on_any).0, JobState::Starting);
+    // Every task COMPLETED: afternotok can never be met.
+    let gone = c.job(&alice, on_fail).unwrap();
+    assert_eq!(gone.state, JobState::Cancelled);
+    let r = gone.reason.unwrap();
+    assert!(
+        r.starts_with("DependencyNeverSatisfied") && r.contains("ended COMPLETED"),
+        "{r}"
+    );
+}
+
+#[test]
+fn afterok_on_an_array_is_never_met_once_all_ended_and_one_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let arr = submit_array(&mut c, &alice, "0-2", 1);
+    let on_ok = submit(&mut c, &alice, after(&format!("afterok:{arr}")), 2);
+    let on_fail = submit(&mut c, &alice, after(&format!("afternotok:{arr}")), 2);
+    let on_task0 = submit(&mut c, &alice, after(&format!("afterok:{arr}_0")), 2);
+    let either = submit(
+        &mut c,
+        &alice,
+        after(&format!("afterok:{arr}?afternotok:{arr}")),
+        2,
+    );
+    c.schedule(10).unwrap();
+    end(&mut c, arr + 1, 1, 20);
+    c.schedule(30).unwrap();
+    // As in Slurm, the array's dependents wait for every task to end.
+    for child in [on_ok, on_fail, either] {
+        let (s, r) = state(&c, child);
+        assert_eq!(s, JobState::Pending, "{r}");
+        assert!(r.starts_with("Dependency: waiting for job"), "{r}");
+    }
+    end(&mut c, arr, 0, 40);
+    end(&mut c, arr + 2, 0, 40);
+    c.schedule(50).unwrap();
+    assert_eq!(state(&c, on_fail).0, JobState::Starting);
+    assert_eq!(state(&c, on_task0).0, JobState::Starting);
+    assert_eq!(state(&c, either).0, JobState::Starting);
+    let gone = c.job(&alice, on_ok).unwrap();
+    assert_eq!(gone.state, JobState::Cancelled);
+    let r = gone.reason.unwrap();
+    assert!(
+        r.starts_with("DependencyNeverSatisfied")
+            && r.contains(&format!("job {} ended FAILED", arr + 1)),
+        "{r}"
+    );
+    // Decided from the store alone after a restart, the same way.
+    drop(c);
+    let mut c = cluster(&dir);
+    let late = submit(&mut c, &alice, after(&format!("afterany:{arr}")), 60);
+    let late_ok = submit(&mut c, &alice, after(&format!("afterok:{arr}")), 60);
+    c.schedule(70).unwrap();
+    assert_eq!(state(&c, late).0, JobState::Starting);
+    assert_eq!(c.job(&alice, late_ok).unwrap().state, JobState::Cancelled);
+}
+
+#[test]
+fn a_dependency_on_a_task_that_does_not_exist_or_is_not_yours_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let bob = caller(1002, "bob", false);
+    let arr = submit_array(&mut c, &alice, "0-4:2", 1);
+    let plain = submit(&mut c, &alice, JobRequest::default(), 1);
+    let mut try_submit = |who: &Caller, text: &str| {
+        let mut job = after(text);
+        job.command = Some(vec!["/bin/true".into()]);
+        let req = SubmitRequest {
+            job,
+            cwd: "/tmp".into(),
+            client_token: None,
+            registry_auth: None,
+        };
+        c.submit(who, &req, 2)
+    };
+    for (text, says) in [
+        (
+            format!("afterok:{arr}_1"),
+            format!("job {arr}_1, which does not exist"),
+        ),
+        (
+            format!("afterok:{arr}_99999"),
+            format!("job {arr}_99999, which does not exist"),
+        ),
+        (
+            format!("afterok:{plain}_0"),
+            format!("job {plain}_0, which does not exist"),
+        ),
+    ] {
+        let e = try_submit(&alice, &text).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput, "{text}");
+        assert!(e.message.contains(&says), "{text}: {}", e.message);
+    }
+    let e = try_submit(&bob, &format!("afterok:{arr}_2")).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::PermissionDenied);
+    assert!(
+        e.message.contains(&format!("job {arr}_2, which belongs")),
+        "{}",
+        e.message
+    );
+    try_submit(&alice, &format!("afterok:{arr}_4")).unwrap();
+    assert_eq!(c.jobs.len(), 5, "refused submits store nothing");
+}
