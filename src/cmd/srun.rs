@@ -62,9 +62,12 @@ pub struct Args {
     /// Memory per node (outside a job).
     #[arg(long)]
     mem: Option<String>,
-    /// GPUs per node (outside a job).
-    #[arg(short = 'G', long, visible_alias = "gpus-per-node")]
+    /// GPUs for the whole job (outside a job), split evenly over its nodes.
+    #[arg(short = 'G', long)]
     gpus: Option<String>,
+    /// GPUs per node (outside a job).
+    #[arg(long)]
+    gpus_per_node: Option<String>,
     /// Image (outside a job).
     #[arg(long)]
     image: Option<String>,
@@ -119,6 +122,7 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
             ("--account", args.account.is_some()),
             ("--mem", args.mem.is_some()),
             ("--gpus", args.gpus.is_some()),
+            ("--gpus-per-node", args.gpus_per_node.is_some()),
             ("--image", args.image.is_some()),
         ];
         if let Some((flag, _)) = outside_only.iter().find(|(_, given)| *given) {
@@ -189,6 +193,7 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
     flag("account", args.account);
     flag("mem", args.mem);
     flag("gpus", args.gpus);
+    flag("gpus-per-node", args.gpus_per_node);
     flag("image", args.image);
     if args.quiet {
         argv.push("--quiet".into());

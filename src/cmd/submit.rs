@@ -24,12 +24,16 @@ pub struct JobFlags {
     /// Memory, e.g. 4G or 512M.
     #[arg(long)]
     pub mem: Option<String>,
-    /// GPUs per node: COUNT, or TYPE:COUNT for one type (e.g. h100:2).
-    #[arg(short = 'G', long, visible_alias = "gpus-per-node")]
+    /// GPUs for the whole job, as Slurm's --gpus: COUNT, or TYPE:COUNT for one type (e.g.
+    /// h100:8); split evenly over its nodes.
+    #[arg(short = 'G', long)]
     pub gpus: Option<String>,
+    /// GPUs per node: COUNT, or TYPE:COUNT for one type (e.g. h100:2).
+    #[arg(long)]
+    pub gpus_per_node: Option<String>,
     /// GPUs per node as Slurm's --gres writes them: gpu:COUNT or gpu:TYPE:COUNT (the count
     /// is 1 when left out: gpu, gpu:TYPE).
-    #[arg(long, conflicts_with = "gpus")]
+    #[arg(long, conflicts_with_all = ["gpus", "gpus_per_node"])]
     pub gres: Option<String>,
     /// Time limit, e.g. 30m, 2h, 1:00:00.
     #[arg(short = 't', long)]
@@ -136,6 +140,7 @@ impl JobFlags {
             ("cpus", &self.cpus),
             ("mem", &self.mem),
             ("gpus", &self.gpus),
+            ("gpus-per-node", &self.gpus_per_node),
             ("gres", &self.gres),
             ("time", &self.time),
             ("nodes", &self.nodes),

@@ -58,6 +58,10 @@ pub struct JobRequest {
     /// GPUs per node (`gpus_per_node` is the same).
     #[serde(alias = "gpus_per_node")]
     pub gpus: Option<u32>,
+    /// GPUs for the whole job (Slurm's `--gpus`/`-G`): split evenly over its nodes, which
+    /// must divide it; set with `gpus` only if they agree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_total: Option<u32>,
     /// GPUs per task (Slurm's `--gpus-per-task`): each task sees only its own; the job gets
     /// this many times its tasks per node on each node. Without it every task of a node sees
     /// all the job's GPUs there.
@@ -356,6 +360,7 @@ impl JobRequest {
             cpus,
             memory,
             gpus,
+            gpus_total,
             gpus_per_task,
             time,
             nodes,
@@ -456,7 +461,26 @@ impl JobRequest {
         let cpus = cpus_per_task.checked_mul(tasks_per_node).ok_or_else(|| {
             format!("`cpus` = {cpus_per_task} per task times {tasks_per_node} tasks per node is too many")
         })?;
-        let gpus = match (self.gpus, self.gpus_per_task) {
+        let per_node = match self.gpus_total {
+            None => self.gpus,
+            Some(t) if t % nodes != 0 => {
+                return Err(format!(
+                    "--gpus {t} is the job's GPUs, and {t} does not split evenly over its {nodes} \
+                     nodes (every node gets the same here); ask --gpus-per-node instead"
+                ))
+            }
+            Some(t) => match self.gpus {
+                Some(n) if n != t / nodes => {
+                    return Err(format!(
+                        "--gpus {t} over {nodes} nodes is {} per node, but --gpus-per-node says \
+                         {n}; give one of them",
+                        t / nodes
+                    ))
+                }
+                _ => Some(t / nodes),
+            },
+        };
+        let gpus = match (per_node, self.gpus_per_task) {
             (_, Some(0)) => return Err("`gpus_per_task` must be at least 1".into()),
             (None, Some(g)) => g.checked_mul(tasks_per_node).ok_or_else(|| {
                 format!("`gpus_per_task` = {g} times {tasks_per_node} tasks per node is too many")
@@ -1456,6 +1480,49 @@ mod tests {
         let mut r = req();
         crate::jobfile::set_option(&mut r, "gpus", "h100:0").unwrap();
         assert!(r.resolve("/tmp", &d).unwrap_err().contains("needs `gpus`"));
+    }
+
+    #[test]
+    fn gpus_is_the_jobs_split_over_its_nodes_and_gpus_per_node_each_nodes() {
+        let d = JobDefaults::default();
+        let with = |opts: &[(&str, &str)]| {
+            let mut r = req();
+            for (k, v) in opts {
+                crate::jobfile::set_option(&mut r, k, v).unwrap();
+            }
+            r.resolve("/tmp", &d)
+        };
+        let gpus = |opts: &[(&str, &str)]| with(opts).unwrap().resources.gpus;
+        assert_eq!(
+            gpus(&[("nodes", "2"), ("gpus", "8")]),
+            4,
+            "Slurm's --gpus is the job's"
+        );
+        assert_eq!(gpus(&[("nodes", "2"), ("G", "h100:8")]), 4);
+        assert_eq!(gpus(&[("nodes", "2"), ("gpus-per-node", "8")]), 8);
+        assert_eq!(gpus(&[("nodes", "2"), ("gres", "gpu:8")]), 8);
+        assert_eq!(gpus(&[("gpus", "3")]), 3, "one node: the same either way");
+        assert_eq!(
+            gpus(&[("nodes", "2"), ("gpus", "8"), ("gpus-per-node", "4")]),
+            4,
+            "both, agreeing"
+        );
+        for (opts, says) in [
+            (
+                &[("nodes", "4"), ("gpus", "6")][..],
+                "does not split evenly over its 4 nodes",
+            ),
+            (
+                &[("nodes", "2"), ("gpus", "8"), ("gpus-per-node", "2")][..],
+                "is 4 per node, but --gpus-per-node says 2",
+            ),
+        ] {
+            let err = with(opts).unwrap_err();
+            assert!(err.contains(says), "{opts:?}: {err}");
+        }
+        // Job files keep `gpus` per node (`gpus_per_node`), as documented.
+        let r: JobRequest = toml::from_str("command = [\"true\"]\nnodes = 2\ngpus = 2\n").unwrap();
+        assert_eq!(r.resolve("/tmp", &d).unwrap().resources.gpus, 2);
     }
 
     #[test]

@@ -220,8 +220,9 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
         "mem" | "memory" => {
             req.memory = Some(parse_memory(value).map_err(|e| format!("--mem: {e}"))?)
         }
-        // `2`, `h100:2` (Slurm's --gpus), or `gpu:h100:2` / `gpu:2` (Slurm's --gres, where
-        // the count defaults to 1: `gpu`, `gpu:h100`).
+        // `2`, `h100:2` (Slurm's --gpus: the job's, and --gpus-per-node: each node's), or
+        // `gpu:h100:2` / `gpu:2` (Slurm's --gres, per node, where the count defaults to 1:
+        // `gpu`, `gpu:h100`).
         "G" | "gpus" | "gres" | "gpus-per-node" => {
             let v = value.trim();
             let (kind, count) = if key == "gres" {
@@ -243,11 +244,15 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
                     None => (None, v),
                 }
             };
-            req.gpus = Some(count.trim().parse::<u32>().map_err(|_| {
+            let count = count.trim().parse::<u32>().map_err(|_| {
                 format!(
                     "--{key} expects a whole number or TYPE:COUNT (e.g. h100:2), found {value:?}"
                 )
-            })?);
+            })?;
+            match key {
+                "G" | "gpus" => req.gpus_total = Some(count),
+                _ => req.gpus = Some(count),
+            }
             if let Some(k) = kind.filter(|k| k.trim().is_empty() || k.contains(':')) {
                 return Err(format!(
                     "--{key}: {k:?} is not a GPU type (write TYPE:COUNT, e.g. h100:2)"

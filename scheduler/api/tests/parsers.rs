@@ -251,6 +251,8 @@ proptest! {
         prop_assert_eq!(req.memory, Some(mib << 20));
         prop_assert_eq!(req.time, Some(minutes * 60));
         prop_assert_eq!(req.name.as_deref(), Some(name.as_str()));
-        prop_assert_eq!(req.gpus, Some(gpus));
+        // --gpus is the job's (Slurm's), kept apart from --gpus-per-node until resolved.
+        prop_assert_eq!(req.gpus_total, Some(gpus));
+        prop_assert_eq!(req.gpus, None);
     }
 }
