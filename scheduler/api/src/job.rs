@@ -271,6 +271,10 @@ pub struct JobSpec {
     pub gpus_per_task: Option<u32>,
     /// Time limit in seconds.
     pub time_limit: u64,
+    /// The job gave no time limit: `time_limit` is its partition's default, set again when
+    /// it moves to another partition.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub time_defaulted: bool,
     /// Output file pattern (absolute or relative to `workdir`).
     pub output: String,
     /// Error file pattern; `None` means the output file.
@@ -467,14 +471,19 @@ impl JobRequest {
             }
             (n, _) => n.unwrap_or(0),
         };
-        let time_limit = self.time.unwrap_or(defaults.time);
-        if time_limit > defaults.max_time {
-            return Err(format!(
-                "`time` {} is over the site's maximum of {}",
-                format_duration(time_limit),
-                format_duration(defaults.max_time)
-            ));
-        }
+        // A job that gives no time limit gets its partition's default when it is admitted;
+        // the site's default stands in until then.
+        let time_limit = match self.time {
+            Some(t) if t > defaults.max_time => {
+                return Err(format!(
+                    "`time` {} is over the site's maximum of {}",
+                    format_duration(t),
+                    format_duration(defaults.max_time)
+                ))
+            }
+            Some(t) => t,
+            None => defaults.time.min(defaults.max_time),
+        };
         let memory = self.memory.unwrap_or(defaults.memory);
         if memory < (4 << 20) {
             return Err(format!(
@@ -522,6 +531,7 @@ impl JobRequest {
             tasks_per_node,
             gpus_per_task: self.gpus_per_task,
             time_limit,
+            time_defaulted: self.time.is_none(),
             output: self.output.clone().unwrap_or_else(|| "wharf-%j.out".into()),
             error: self.error.clone(),
             // Required only when asked for: a gang is given the node's RDMA devices wherever

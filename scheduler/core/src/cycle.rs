@@ -203,8 +203,48 @@ impl Refusal {
     }
 }
 
-/// The partition `job` runs in (the one it names, else the configured default, else the
-/// first; `None` when none is configured), or why it is refused: its partition does not
+/// The partition a job that names `name` runs in: that one, else the configured default,
+/// else the first; `None` when none is configured. Refused when `name` is not a partition.
+pub fn partition<'c>(
+    config: &'c Config,
+    name: Option<&str>,
+) -> Result<Option<&'c Partition>, Refusal> {
+    let parts = &config.partitions;
+    let known: Vec<&str> = if parts.is_empty() {
+        vec![DEFAULT_PARTITION]
+    } else {
+        parts.iter().map(|p| p.name.as_str()).collect()
+    };
+    match name {
+        Some(n) if !known.contains(&n) => Err(Refusal::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "unknown partition {n:?}; this cluster has: {}",
+                known.join(", ")
+            ),
+        )),
+        Some(n) => Ok(parts.iter().find(|p| p.name == n)),
+        None => Ok(config
+            .default_partition
+            .as_deref()
+            .and_then(|d| parts.iter().find(|p| p.name == d))
+            .or(parts.first())),
+    }
+}
+
+/// The time limit, ms, of a job that gives none and runs in `part`: its DefaultTime, else
+/// `site` (the site's default), and never over its MaxTime (as in Slurm, where a job with
+/// neither gets MaxTime).
+pub fn default_time(part: Option<&Partition>, site: Time) -> Time {
+    let limit = part.and_then(|p| p.default_time).unwrap_or(site);
+    match part.and_then(|p| p.max_time) {
+        Some(max) => limit.min(max),
+        None => limit,
+    }
+    .max(1)
+}
+
+/// The partition `job` runs in ([`partition`]), or why it is refused: its partition does not
 /// exist, takes no new jobs, allows less time than it asks for, or has fewer nodes than it
 /// asks for (its MaxNodes, its node list, or when it names none the `registered` nodes;
 /// nothing is refused for its node count before any node has joined). Who may use the
@@ -214,30 +254,7 @@ pub fn admit<'c>(
     job: &JobFacts,
     registered: usize,
 ) -> Result<Option<&'c Partition>, Refusal> {
-    let parts = &config.partitions;
-    let known: Vec<&str> = if parts.is_empty() {
-        vec![DEFAULT_PARTITION]
-    } else {
-        parts.iter().map(|p| p.name.as_str()).collect()
-    };
-    let part = match job.partition.as_deref() {
-        Some(n) if !known.contains(&n) => {
-            return Err(Refusal::new(
-                ErrorKind::InvalidInput,
-                format!(
-                    "unknown partition {n:?}; this cluster has: {}",
-                    known.join(", ")
-                ),
-            ))
-        }
-        Some(n) => parts.iter().find(|p| p.name == n),
-        None => config
-            .default_partition
-            .as_deref()
-            .and_then(|d| parts.iter().find(|p| p.name == d))
-            .or(parts.first()),
-    };
-    let Some(part) = part else {
+    let Some(part) = partition(config, job.partition.as_deref())? else {
         admit_node_count(job, None, registered)?;
         return Ok(None);
     };
@@ -523,6 +540,20 @@ mod tests {
         c.limits.default_qos = Some("normal".into());
         assert_eq!(qos(&c, None).as_deref(), Some("normal"));
         assert_eq!(qos(&c, Some("high")).as_deref(), Some("high"));
+    }
+
+    #[test]
+    fn a_job_without_a_time_gets_its_partitions_default_never_over_its_maximum() {
+        const H: Time = 3_600_000;
+        let mut p = Partition::new("short", &[]);
+        assert_eq!(default_time(None, H), H);
+        assert_eq!(default_time(Some(&p), H), H, "no default: the site's");
+        p.max_time = Some(H / 2);
+        assert_eq!(default_time(Some(&p), H), H / 2, "capped at MaxTime");
+        p.default_time = Some(H / 4);
+        assert_eq!(default_time(Some(&p), H), H / 4);
+        p.default_time = Some(2 * H);
+        assert_eq!(default_time(Some(&p), H), H / 2);
     }
 
     #[test]

@@ -298,6 +298,7 @@ impl Cluster {
                 ));
             }
             spec.time_limit = t;
+            spec.time_defaulted = false;
         }
         if let Some(n) = req.nice {
             if n.unsigned_abs() > wharf_api::job::MAX_NICE.unsigned_abs() {
@@ -310,6 +311,8 @@ impl Cluster {
         }
         if let Some(p) = &req.partition {
             spec.partition = Some(p.trim().to_string());
+            // What it took from the partition it leaves, it takes from the new one.
+            self.partition_defaults(&mut spec);
         }
         if let Some(q) = &req.qos {
             spec.qos = Some(q.trim().to_string());

@@ -175,6 +175,18 @@ impl Cluster {
             .collect()
     }
 
+    /// Gives a job that gave no time limit its partition's default ([`cycle::default_time`]).
+    /// A partition that does not exist is [`Cluster::check_partition`]'s to refuse.
+    pub(super) fn partition_defaults(&self, spec: &mut JobSpec) {
+        let Ok(part) = cycle::partition(&self.sched, spec.partition.as_deref()) else {
+            return;
+        };
+        if spec.time_defaulted {
+            let site = self.defaults.time.min(self.defaults.max_time);
+            spec.time_limit = (cycle::default_time(part, site.saturating_mul(1000)) / 1000).max(1);
+        }
+    }
+
     /// Refuses a job whose partition does not exist, takes no new jobs, allows less time than
     /// it asks for, has fewer nodes than it asks for, or is closed to the caller's account or
     /// groups. All but the last are the core's shared admission ([`cycle::admit`]).

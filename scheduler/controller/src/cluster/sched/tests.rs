@@ -900,3 +900,58 @@ fn a_job_moved_to_another_partition_does_not_keep_its_reservation() {
     c.update(&ann, next, &moved, 2_000).unwrap();
     assert!(!c.reserved.contains_key(&next));
 }
+
+#[test]
+fn a_job_without_a_time_gets_its_partitions_default_never_over_its_maximum() {
+    use wharf_api::wire::UpdateRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let mut short = wharf_core::Partition::new("short", &[]);
+    short.max_time = Some(1_800_000);
+    let mut quick = wharf_core::Partition::new("quick", &[]);
+    quick.default_time = Some(600_000);
+    let config = wharf_core::Config {
+        partitions: vec![wharf_core::Partition::new("all", &[]), short, quick],
+        ..Default::default()
+    };
+    let mut c = cluster_with(&dir, config);
+    let ann = caller(1000, "ann");
+    let named = |p: &str, time: Option<u64>| JobRequest {
+        partition: Some(p.into()),
+        time,
+        ..Default::default()
+    };
+    let limit = |c: &Cluster, id: JobId| {
+        let r = record(c, id);
+        assert_eq!(r.spec.as_ref().unwrap().time_limit, r.time_limit);
+        r.time_limit
+    };
+    // The site's default is an hour: over short's maximum, which it gets instead.
+    let in_short = submit_job(&mut c, &ann, named("short", None), 1).unwrap();
+    assert_eq!(limit(&c, in_short), 1800);
+    let in_quick = submit_job(&mut c, &ann, named("quick", None), 2).unwrap();
+    assert_eq!(limit(&c, in_quick), 600);
+    let in_all = submit_job(&mut c, &ann, named("all", None), 3).unwrap();
+    assert_eq!(limit(&c, in_all), 3600);
+    let given = submit_job(&mut c, &ann, named("quick", Some(1200)), 4).unwrap();
+    assert_eq!(limit(&c, given), 1200);
+
+    // Moved, a job that gave no time takes the new partition's; one that gave one keeps it.
+    let to = |p: &str| UpdateRequest {
+        partition: Some(p.into()),
+        ..Default::default()
+    };
+    c.update(&ann, in_quick, &to("short"), 10).unwrap();
+    assert_eq!(limit(&c, in_quick), 1800);
+    c.update(&ann, in_short, &to("quick"), 10).unwrap();
+    assert_eq!(limit(&c, in_short), 600);
+    c.update(&ann, given, &to("all"), 10).unwrap();
+    assert_eq!(limit(&c, given), 1200);
+    // A time given by update is the job's own from then on.
+    let shorter = UpdateRequest {
+        time: Some(300),
+        ..Default::default()
+    };
+    c.update(&ann, in_all, &shorter, 10).unwrap();
+    c.update(&ann, in_all, &to("short"), 10).unwrap();
+    assert_eq!(limit(&c, in_all), 300);
+}
