@@ -334,6 +334,7 @@ impl Cluster {
         // The job is among its owner's active jobs already: it is not counted twice.
         self.check_limits(&spec, &job.owner, &[], 1, Some(id))?;
         job.time_limit = spec.time_limit;
+        job.resources = spec.resources;
         if let Some(b) = req.begin {
             job.begin_time = Some(b.at(now)).filter(|&t| t > now);
         }
