@@ -237,6 +237,18 @@ pub struct PartitionSet {
     /// Most nodes one job may use.
     #[arg(long, value_name = "N")]
     max_nodes: Option<String>,
+    /// Memory per CPU of jobs that ask for none, e.g. 4G (DefMemPerCPU).
+    #[arg(long, value_name = "SIZE")]
+    def_mem_per_cpu: Option<String>,
+    /// Memory per GPU of jobs with GPUs that ask for no memory, e.g. 80G (DefMemPerGPU).
+    #[arg(long, value_name = "SIZE")]
+    def_mem_per_gpu: Option<String>,
+    /// Most memory per CPU a job may have; more is refused at submit (MaxMemPerCPU).
+    #[arg(long, value_name = "SIZE")]
+    max_mem_per_cpu: Option<String>,
+    /// Most memory per GPU a job with GPUs may have (MaxMemPerGPU).
+    #[arg(long, value_name = "SIZE")]
+    max_mem_per_gpu: Option<String>,
     /// Make this the partition of jobs that name none.
     #[arg(long)]
     default: bool,
@@ -351,6 +363,10 @@ fn partition_settings(s: &PartitionSet) -> Result<BTreeMap<String, String>> {
         .opt("max_time", &s.max_time)
         .opt("default_time", &s.default_time)
         .opt("max_nodes", &s.max_nodes)
+        .opt("def_mem_per_cpu", &s.def_mem_per_cpu)
+        .opt("def_mem_per_gpu", &s.def_mem_per_gpu)
+        .opt("max_mem_per_cpu", &s.max_mem_per_cpu)
+        .opt("max_mem_per_gpu", &s.max_mem_per_gpu)
         .flag("default", s.default)
         .extra(&s.extra)?;
     Ok(out.0)

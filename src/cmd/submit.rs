@@ -21,9 +21,16 @@ pub struct JobFlags {
     /// CPUs per task (a node gives the job this many times --ntasks-per-node).
     #[arg(short = 'c', long, visible_alias = "cpus-per-task")]
     pub cpus: Option<String>,
-    /// Memory, e.g. 4G or 512M.
+    /// Memory per node, e.g. 4G or 512M (default: the partition's default per CPU or GPU, or
+    /// the site's).
     #[arg(long)]
     pub mem: Option<String>,
+    /// Memory per CPU, e.g. 2G: the job gets this times its CPUs on each node.
+    #[arg(long, conflicts_with_all = ["mem", "mem_per_gpu"])]
+    pub mem_per_cpu: Option<String>,
+    /// Memory per GPU, e.g. 40G: the job gets this times its GPUs on each node.
+    #[arg(long, conflicts_with_all = ["mem"])]
+    pub mem_per_gpu: Option<String>,
     /// GPUs for the whole job, as Slurm's --gpus: COUNT, or TYPE:COUNT for one type (e.g.
     /// h100:8); split evenly over its nodes.
     #[arg(short = 'G', long)]
@@ -139,6 +146,8 @@ impl JobFlags {
             ("image", &self.image),
             ("cpus", &self.cpus),
             ("mem", &self.mem),
+            ("mem-per-cpu", &self.mem_per_cpu),
+            ("mem-per-gpu", &self.mem_per_gpu),
             ("gpus", &self.gpus),
             ("gpus-per-node", &self.gpus_per_node),
             ("gres", &self.gres),

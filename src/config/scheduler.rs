@@ -227,6 +227,11 @@ pub struct PartitionSection {
     pub max_time: Option<String>,
     pub default_time: Option<String>,
     pub max_nodes: Option<u32>,
+    /// DefMemPerCPU, DefMemPerGPU, MaxMemPerCPU, MaxMemPerGPU: sizes such as "4G".
+    pub def_mem_per_cpu: Option<String>,
+    pub def_mem_per_gpu: Option<String>,
+    pub max_mem_per_cpu: Option<String>,
+    pub max_mem_per_gpu: Option<String>,
     pub billing_cpu: f64,
     pub billing_memory_gib: f64,
     pub billing_gpu: f64,
@@ -250,6 +255,10 @@ impl Default for PartitionSection {
             max_time: None,
             default_time: None,
             max_nodes: None,
+            def_mem_per_cpu: None,
+            def_mem_per_gpu: None,
+            max_mem_per_cpu: None,
+            max_mem_per_gpu: None,
             billing_cpu: b.cpu,
             billing_memory_gib: b.memory_gib,
             billing_gpu: b.gpu,
@@ -326,6 +335,18 @@ impl PartitionSection {
         p.max_time = ms("max_time", &self.max_time)?;
         p.default_time = ms("default_time", &self.default_time)?;
         p.max_nodes = self.max_nodes;
+        let size = |what: &str, text: &Option<String>| -> Result<Option<u64>> {
+            text.as_deref()
+                .map(|t| {
+                    wharf_api::resources::parse_memory(t)
+                        .map_err(|e| anyhow::anyhow!("{key} {what}: {e}"))
+                })
+                .transpose()
+        };
+        p.def_mem_per_cpu = size("def_mem_per_cpu", &self.def_mem_per_cpu)?;
+        p.def_mem_per_gpu = size("def_mem_per_gpu", &self.def_mem_per_gpu)?;
+        p.max_mem_per_cpu = size("max_mem_per_cpu", &self.max_mem_per_cpu)?;
+        p.max_mem_per_gpu = size("max_mem_per_gpu", &self.max_mem_per_gpu)?;
         p.preempt_mode = preempt_mode(&key, &self.preempt_mode)?;
         p.billing = wharf_controller::SchedulerBilling {
             cpu: self.billing_cpu,
@@ -684,6 +705,17 @@ mod tests {
         assert_eq!(c.partitions[0].nodes, ["g01", "g02", "g03", "big1"]);
         assert_eq!(c.partitions[0].allow_accounts, ["physics"]);
         assert_eq!(c.partitions[0].allow_groups, ["gpuusers"]);
+        let file: FileConfig = toml::from_str(
+            "[[scheduler.partition]]\nname = \"gpu\"\ndef_mem_per_cpu = \"2G\"\n\
+             def_mem_per_gpu = \"40G\"\nmax_mem_per_cpu = \"8G\"\nmax_mem_per_gpu = \"96G\"\n",
+        )
+        .unwrap();
+        let c = file.scheduler.resolve().unwrap();
+        let gpu = &c.partitions[0];
+        assert_eq!(gpu.def_mem_per_cpu, Some(2 << 30));
+        assert_eq!(gpu.def_mem_per_gpu, Some(40 << 30));
+        assert_eq!(gpu.max_mem_per_cpu, Some(8 << 30));
+        assert_eq!(gpu.max_mem_per_gpu, Some(96 << 30));
         for (text, want) in [
             ("name = \"a\"\nnodes = [\"g[1-\"]", "nodes: host list \"g[1-\""),
             ("name = \"a\"\nallow_accounts = [\"a b\"]", "is not an account name"),
@@ -692,6 +724,8 @@ mod tests {
             ("name = \"a b\"", "name must be"),
             ("name = \"a\"\nstate = \"closed\"", "state \"closed\""),
             ("name = \"a\"\nbilling_gpu = -1.0", "billing_gpu"),
+            ("name = \"a\"\nmax_mem_per_gpu = \"lots\"", "max_mem_per_gpu: invalid memory size"),
+            ("name = \"a\"\ndef_mem_per_cpu = \"4Q\"", "def_mem_per_cpu: unknown memory unit"),
             ("name = \"a\"\ndefault = true\n[[scheduler.partition]]\nname = \"b\"\ndefault = true", "mark one"),
         ] {
             let err = refused(&format!("[[scheduler.partition]]\n{text}\n"));

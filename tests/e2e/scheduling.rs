@@ -116,6 +116,64 @@ fn partitions_from_the_config_are_chosen_with_dash_p_and_checked_at_submit() {
 }
 
 #[test]
+fn a_partitions_default_time_and_memory_per_cpu_apply_and_its_maximum_is_refused() {
+    let name = "a_partitions_default_time_and_memory_per_cpu_apply_and_its_maximum_is_refused";
+    if !can_run(name) {
+        return;
+    }
+    let c = Cluster::start_with(
+        "[[scheduler.partition]]\nname = \"batch\"\ndefault = true\n\
+         [[scheduler.partition]]\nname = \"quick\"\nmax_time = \"10m\"\n\
+         def_mem_per_cpu = \"300M\"\nmax_mem_per_cpu = \"1G\"\n",
+    );
+    let u = user("whsched-pdef");
+    // No --time: the site's default (an hour) is over quick's maximum, which it gets.
+    let id = submitted_id(&c.wharf_as(&u, &["submit", "-p", "quick", "-H", "--wrap", "true"]));
+    let shown: serde_json::Value =
+        serde_json::from_slice(&c.wharf_as(&u, &["show", &id.to_string(), "--json"]).stdout)
+            .unwrap();
+    assert_eq!(shown["time_limit"], 600, "{shown}");
+    assert_eq!(
+        shown["spec"]["resources"]["memory"],
+        300u64 << 20,
+        "{shown}"
+    );
+    let out = c.wharf_as(
+        &u,
+        &[
+            "submit",
+            "-p",
+            "quick",
+            "--mem-per-cpu",
+            "2G",
+            "--wrap",
+            "true",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("over partition quick's MaxMemPerCPU of 1G"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.wharf_as(
+        &u,
+        &[
+            "submit",
+            "--mem",
+            "1G",
+            "--mem-per-cpu",
+            "1G",
+            "--wrap",
+            "true",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--mem-per-cpu"), "{}", stderr(&out));
+    assert!(c.wharf(&["cancel", &id.to_string()]).status.success());
+}
+
+#[test]
 fn an_accounts_cpu_limit_holds_the_second_job_while_another_users_job_runs() {
     let name = "an_accounts_cpu_limit_holds_the_second_job_while_another_users_job_runs";
     if !can_run(name) {

@@ -263,6 +263,18 @@ pub struct PartitionDef {
     /// Most nodes one job may use.
     #[serde(default)]
     pub max_nodes: Option<u32>,
+    /// Memory per CPU, bytes, of jobs that ask for none (DefMemPerCPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub def_mem_per_cpu: Option<u64>,
+    /// Memory per GPU, bytes, of jobs with GPUs that ask for none (DefMemPerGPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub def_mem_per_gpu: Option<u64>,
+    /// Most memory per CPU, bytes (MaxMemPerCPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_mem_per_cpu: Option<u64>,
+    /// Most memory per GPU, bytes (MaxMemPerGPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_mem_per_gpu: Option<u64>,
     /// Billing weight per CPU.
     pub billing_cpu: f64,
     /// Billing weight per GiB of memory.
@@ -295,6 +307,10 @@ impl PartitionDef {
             max_time: None,
             default_time: None,
             max_nodes: None,
+            def_mem_per_cpu: None,
+            def_mem_per_gpu: None,
+            max_mem_per_cpu: None,
+            max_mem_per_gpu: None,
             billing_cpu: 1.0,
             billing_memory_gib: 0.0,
             billing_gpu: 0.0,

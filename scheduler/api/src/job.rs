@@ -55,6 +55,22 @@ pub struct JobRequest {
     /// Memory per node in bytes (job files may write `"4G"`).
     #[serde(default, deserialize_with = "de_memory")]
     pub memory: Option<u64>,
+    /// Memory per CPU in bytes (Slurm's `--mem-per-cpu`): the node's memory is this times the
+    /// job's CPUs there. Excludes `memory` and `mem_per_gpu`.
+    #[serde(
+        default,
+        deserialize_with = "de_memory",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub mem_per_cpu: Option<u64>,
+    /// Memory per GPU in bytes (Slurm's `--mem-per-gpu`): the node's memory is this times the
+    /// job's GPUs there. Excludes `memory` and `mem_per_cpu`.
+    #[serde(
+        default,
+        deserialize_with = "de_memory",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub mem_per_gpu: Option<u64>,
     /// GPUs per node (`gpus_per_node` is the same).
     #[serde(alias = "gpus_per_node")]
     pub gpus: Option<u32>,
@@ -275,6 +291,14 @@ pub struct JobSpec {
     pub gpus_per_task: Option<u32>,
     /// Time limit in seconds.
     pub time_limit: u64,
+    /// The job gave no time limit: `time_limit` is its partition's default, set again when
+    /// it moves to another partition.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub time_defaulted: bool,
+    /// The job gave no memory: `resources.memory` is its partition's default, set again when
+    /// it moves to another partition.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub memory_defaulted: bool,
     /// Output file pattern (absolute or relative to `workdir`).
     pub output: String,
     /// Error file pattern; `None` means the output file.
@@ -352,6 +376,10 @@ impl JobRequest {
         macro_rules! take {
             ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
         }
+        // The three ways of asking for memory are one choice: the later one replaces it.
+        if other.memory.is_some() || other.mem_per_cpu.is_some() || other.mem_per_gpu.is_some() {
+            (self.memory, self.mem_per_cpu, self.mem_per_gpu) = (None, None, None);
+        }
         take!(
             name,
             image,
@@ -359,6 +387,8 @@ impl JobRequest {
             script,
             cpus,
             memory,
+            mem_per_cpu,
+            mem_per_gpu,
             gpus,
             gpus_total,
             gpus_per_task,
@@ -495,15 +525,43 @@ impl JobRequest {
             }
             (n, _) => n.unwrap_or(0),
         };
-        let time_limit = self.time.unwrap_or(defaults.time);
-        if time_limit > defaults.max_time {
-            return Err(format!(
-                "`time` {} is over the site's maximum of {}",
-                format_duration(time_limit),
-                format_duration(defaults.max_time)
-            ));
-        }
-        let memory = self.memory.unwrap_or(defaults.memory);
+        // A job that gives no time limit gets its partition's default when it is admitted;
+        // the site's default stands in until then.
+        let time_limit = match self.time {
+            Some(t) if t > defaults.max_time => {
+                return Err(format!(
+                    "`time` {} is over the site's maximum of {}",
+                    format_duration(t),
+                    format_duration(defaults.max_time)
+                ))
+            }
+            Some(t) => t,
+            None => defaults.time.min(defaults.max_time),
+        };
+        // Likewise memory: per CPU or per GPU becomes per node; none given, the partition's
+        // default per CPU or per GPU, or the site's, applies at admission.
+        let memory = match (self.memory, self.mem_per_cpu, self.mem_per_gpu) {
+            (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
+                return Err(
+                    "give one of `memory` (--mem), `mem_per_cpu` (--mem-per-cpu) and \
+                     `mem_per_gpu` (--mem-per-gpu)"
+                        .into(),
+                )
+            }
+            (Some(m), None, None) => m,
+            (None, Some(m), None) => m
+                .checked_mul(u64::from(cpus))
+                .ok_or_else(|| format!("`mem_per_cpu` {} is too large", format_memory(m)))?,
+            (None, None, Some(_)) if gpus == 0 => {
+                return Err("`mem_per_gpu` needs GPUs; ask for some with --gpus".into())
+            }
+            (None, None, Some(m)) => m
+                .checked_mul(u64::from(gpus))
+                .ok_or_else(|| format!("`mem_per_gpu` {} is too large", format_memory(m)))?,
+            (None, None, None) => defaults.memory,
+        };
+        let memory_defaulted =
+            self.memory.is_none() && self.mem_per_cpu.is_none() && self.mem_per_gpu.is_none();
         if memory < (4 << 20) {
             return Err(format!(
                 "`memory` {} is too small; ask for at least 4M",
@@ -550,6 +608,8 @@ impl JobRequest {
             tasks_per_node,
             gpus_per_task: self.gpus_per_task,
             time_limit,
+            time_defaulted: self.time.is_none(),
+            memory_defaulted,
             output: self.output.clone().unwrap_or_else(|| "wharf-%j.out".into()),
             error: self.error.clone(),
             // Required only when asked for: a gang is given the node's RDMA devices wherever
@@ -1601,6 +1661,67 @@ mod tests {
         assert_eq!(spec.resources.cpus, 1);
         assert_eq!(spec.output_path(7), "/home/a/wharf-7.out");
         assert_eq!(spec.error_path(7), None);
+    }
+
+    #[test]
+    fn memory_per_cpu_or_gpu_is_memory_per_node_and_one_way_is_given() {
+        let d = JobDefaults::default();
+        let spec = req().resolve("/", &d).unwrap();
+        assert!(spec.time_defaulted && spec.memory_defaulted);
+        assert_eq!((spec.time_limit, spec.resources.memory), (d.time, d.memory));
+        let r = JobRequest {
+            cpus: Some(2),
+            ntasks_per_node: Some(2),
+            mem_per_cpu: Some(1 << 30),
+            time: Some(60),
+            ..req()
+        };
+        let spec = r.resolve("/", &d).unwrap();
+        assert_eq!(
+            spec.resources.memory,
+            4 << 30,
+            "1G times 2 CPUs times 2 tasks"
+        );
+        assert!(!spec.time_defaulted && !spec.memory_defaulted);
+        let r = JobRequest {
+            gpus: Some(3),
+            mem_per_gpu: Some(2 << 30),
+            ..req()
+        };
+        assert_eq!(r.resolve("/", &d).unwrap().resources.memory, 6 << 30);
+        let e = JobRequest {
+            mem_per_gpu: Some(2 << 30),
+            ..req()
+        }
+        .resolve("/", &d)
+        .unwrap_err();
+        assert!(e.contains("`mem_per_gpu` needs GPUs"), "{e}");
+        for (memory, per_cpu, per_gpu) in [
+            (Some(1 << 30), Some(1 << 30), None),
+            (Some(1 << 30), None, Some(1 << 30)),
+            (None, Some(1 << 30), Some(1 << 30)),
+        ] {
+            let r = JobRequest {
+                memory,
+                mem_per_cpu: per_cpu,
+                mem_per_gpu: per_gpu,
+                gpus: Some(1),
+                ..req()
+            };
+            let e = r.resolve("/", &d).unwrap_err();
+            assert!(e.contains("give one of `memory` (--mem)"), "{e}");
+        }
+        // Flags over #WHARF lines: the later way of asking for memory replaces the earlier.
+        let lines = JobRequest {
+            mem_per_cpu: Some(1 << 30),
+            ..req()
+        };
+        let flags = JobRequest {
+            memory: Some(3 << 30),
+            ..Default::default()
+        };
+        let both = lines.overlay(flags);
+        assert_eq!((both.memory, both.mem_per_cpu), (Some(3 << 30), None));
     }
 
     #[test]

@@ -220,6 +220,12 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
         "mem" | "memory" => {
             req.memory = Some(parse_memory(value).map_err(|e| format!("--mem: {e}"))?)
         }
+        "mem-per-cpu" => {
+            req.mem_per_cpu = Some(parse_memory(value).map_err(|e| format!("--mem-per-cpu: {e}"))?)
+        }
+        "mem-per-gpu" => {
+            req.mem_per_gpu = Some(parse_memory(value).map_err(|e| format!("--mem-per-gpu: {e}"))?)
+        }
         // `2`, `h100:2` (Slurm's --gpus: the job's, and --gpus-per-node: each node's), or
         // `gpu:h100:2` / `gpu:2` (Slurm's --gres, per node, where the count defaults to 1:
         // `gpu`, `gpu:h100`).
@@ -328,6 +334,21 @@ mod tests {
         set_option(&mut req, "requeue", "yes").unwrap();
         assert_eq!(req.requeue, Some(true));
         assert!(set_option(&mut req, "no-requeue", "maybe").is_err());
+    }
+
+    #[test]
+    fn memory_per_cpu_and_per_gpu_from_sbatch_lines_and_toml() {
+        let req = parse_job_file("s.sh", "#!/bin/sh\n#SBATCH --mem-per-cpu=2G\ntrue\n").unwrap();
+        assert_eq!((req.memory, req.mem_per_cpu), (None, Some(2 << 30)));
+        let req = parse_job_file("s.sh", "#!/bin/sh\n#WHARF --mem-per-gpu 40G\ntrue\n").unwrap();
+        assert_eq!(req.mem_per_gpu, Some(40 << 30));
+        let text = "command = [\"x\"]\nmem_per_cpu = \"512M\"\n";
+        assert_eq!(
+            parse_job_file("j.toml", text).unwrap().mem_per_cpu,
+            Some(512 << 20)
+        );
+        let e = parse_job_file("s.sh", "#SBATCH --mem-per-cpu=lots\n").unwrap_err();
+        assert!(e.to_string().contains("line 1: --mem-per-cpu"), "{e}");
     }
 
     #[test]

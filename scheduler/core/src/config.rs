@@ -103,6 +103,17 @@ pub struct Partition {
     pub default_time: Option<Time>,
     /// Most nodes one job may use here.
     pub max_nodes: Option<u32>,
+    /// Memory per node of a job that asks for none and has no GPUs or no `def_mem_per_gpu`
+    /// applies: this many bytes per CPU it has there (Slurm's DefMemPerCPU).
+    pub def_mem_per_cpu: Option<u64>,
+    /// Memory per node of a job with GPUs that asks for no memory: this many bytes per GPU it
+    /// has there (Slurm's DefMemPerGPU).
+    pub def_mem_per_gpu: Option<u64>,
+    /// Most memory per CPU a job may have here, bytes (Slurm's MaxMemPerCPU; a job over it is
+    /// refused at submit).
+    pub max_mem_per_cpu: Option<u64>,
+    /// Most memory per GPU a job with GPUs may have here, bytes (Slurm's MaxMemPerGPU).
+    pub max_mem_per_gpu: Option<u64>,
     /// Billing weights for usage here.
     pub billing: Billing,
     /// Accounts whose jobs may run here (Slurm's AllowAccounts); empty: every account.
@@ -127,6 +138,10 @@ impl Partition {
             max_time: None,
             default_time: None,
             max_nodes: None,
+            def_mem_per_cpu: None,
+            def_mem_per_gpu: None,
+            max_mem_per_cpu: None,
+            max_mem_per_gpu: None,
             billing: Billing::default(),
             allow_accounts: Vec::new(),
             allow_groups: Vec::new(),

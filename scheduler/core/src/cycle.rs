@@ -206,16 +206,11 @@ impl Refusal {
     }
 }
 
-/// The partition `job` runs in (the one it names, else the configured default, else the
-/// first; `None` when none is configured), or why it is refused: its partition does not
-/// exist, takes no new jobs, allows less time than it asks for, or has fewer nodes than it
-/// asks for (its MaxNodes, its node list, or when it names none the `registered` nodes;
-/// nothing is refused for its node count before any node has joined). Who may use the
-/// partition is the caller's to check: it knows users' groups.
-pub fn admit<'c>(
+/// The partition a job that names `name` runs in: that one, else the configured default,
+/// else the first; `None` when none is configured. Refused when `name` is not a partition.
+pub fn partition<'c>(
     config: &'c Config,
-    job: &JobFacts,
-    registered: usize,
+    name: Option<&str>,
 ) -> Result<Option<&'c Partition>, Refusal> {
     let parts = &config.partitions;
     let known: Vec<&str> = if parts.is_empty() {
@@ -223,24 +218,92 @@ pub fn admit<'c>(
     } else {
         parts.iter().map(|p| p.name.as_str()).collect()
     };
-    let part = match job.partition.as_deref() {
-        Some(n) if !known.contains(&n) => {
-            return Err(Refusal::new(
-                ErrorKind::InvalidInput,
-                format!(
-                    "unknown partition {n:?}; this cluster has: {}",
-                    known.join(", ")
-                ),
-            ))
-        }
-        Some(n) => parts.iter().find(|p| p.name == n),
-        None => config
+    match name {
+        Some(n) if !known.contains(&n) => Err(Refusal::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "unknown partition {n:?}; this cluster has: {}",
+                known.join(", ")
+            ),
+        )),
+        Some(n) => Ok(parts.iter().find(|p| p.name == n)),
+        None => Ok(config
             .default_partition
             .as_deref()
             .and_then(|d| parts.iter().find(|p| p.name == d))
-            .or(parts.first()),
+            .or(parts.first())),
+    }
+}
+
+/// The time limit, ms, of a job that gives none and runs in `part`: its DefaultTime, else
+/// `site` (the site's default), and never over its MaxTime (as in Slurm, where a job with
+/// neither gets MaxTime).
+pub fn default_time(part: Option<&Partition>, site: Time) -> Time {
+    let limit = part.and_then(|p| p.default_time).unwrap_or(site);
+    match part.and_then(|p| p.max_time) {
+        Some(max) => limit.min(max),
+        None => limit,
+    }
+    .max(1)
+}
+
+/// The memory per node, bytes, of a job that asks for none and has `cpus` CPUs and `gpus`
+/// GPUs on each node in `part`: its DefMemPerGPU times the GPUs when the job has GPUs and it
+/// is set, else its DefMemPerCPU times the CPUs when that is set, else `site` (the site's
+/// default).
+pub fn default_memory(part: Option<&Partition>, cpus: u32, gpus: u32, site: u64) -> u64 {
+    let per_gpu = part
+        .and_then(|p| p.def_mem_per_gpu)
+        .filter(|_| gpus > 0)
+        .map(|m| m.saturating_mul(u64::from(gpus)));
+    let per_cpu = || {
+        part.and_then(|p| p.def_mem_per_cpu)
+            .map(|m| m.saturating_mul(u64::from(cpus.max(1))))
     };
-    let Some(part) = part else {
+    per_gpu.or_else(per_cpu).unwrap_or(site)
+}
+
+/// Refuses a job whose memory per CPU, or per GPU when it has GPUs, is over `part`'s
+/// MaxMemPerCPU or MaxMemPerGPU. (Slurm may raise the job's CPUs instead; Wharf says what to
+/// change.)
+fn admit_memory(job: &JobFacts, part: &Partition) -> Result<(), Refusal> {
+    let r = job.resources;
+    let fmt = wharf_api::resources::format_memory;
+    for (max, count, what, key) in [
+        (part.max_mem_per_cpu, r.cpus, "CPU", "MaxMemPerCPU"),
+        (part.max_mem_per_gpu, r.gpus, "GPU", "MaxMemPerGPU"),
+    ] {
+        let Some(max) = max else { continue };
+        if count == 0 || r.memory <= max.saturating_mul(u64::from(count)) {
+            continue;
+        }
+        return Err(Refusal::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "memory {} per node on {count} {what}{} is {} per {what}, over partition {}'s \
+                 {key} of {}; ask for less memory or more {what}s",
+                fmt(r.memory),
+                if count == 1 { "" } else { "s" },
+                fmt(r.memory.div_ceil(u64::from(count))),
+                part.name,
+                fmt(max)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The partition `job` runs in ([`partition`]), or why it is refused: its partition does not
+/// exist, takes no new jobs, allows less time than it asks for, less memory per CPU or GPU,
+/// or has fewer nodes than it asks for (its MaxNodes, its node list, or when it names none
+/// the `registered` nodes; nothing is refused for its node count before any node has
+/// joined). Who may use the partition is the caller's to check: it knows users' groups.
+pub fn admit<'c>(
+    config: &'c Config,
+    job: &JobFacts,
+    registered: usize,
+) -> Result<Option<&'c Partition>, Refusal> {
+    let Some(part) = partition(config, job.partition.as_deref())? else {
         admit_node_count(job, None, registered)?;
         return Ok(None);
     };
@@ -271,6 +334,7 @@ pub fn admit<'c>(
             ));
         }
     }
+    admit_memory(job, part)?;
     admit_node_count(job, Some(part), registered)?;
     Ok(Some(part))
 }
@@ -527,6 +591,65 @@ mod tests {
         c.limits.default_qos = Some("normal".into());
         assert_eq!(qos(&c, None).as_deref(), Some("normal"));
         assert_eq!(qos(&c, Some("high")).as_deref(), Some("high"));
+    }
+
+    #[test]
+    fn a_job_without_a_time_gets_its_partitions_default_never_over_its_maximum() {
+        const H: Time = 3_600_000;
+        let mut p = Partition::new("short", &[]);
+        assert_eq!(default_time(None, H), H);
+        assert_eq!(default_time(Some(&p), H), H, "no default: the site's");
+        p.max_time = Some(H / 2);
+        assert_eq!(default_time(Some(&p), H), H / 2, "capped at MaxTime");
+        p.default_time = Some(H / 4);
+        assert_eq!(default_time(Some(&p), H), H / 4);
+        p.default_time = Some(2 * H);
+        assert_eq!(default_time(Some(&p), H), H / 2);
+    }
+
+    #[test]
+    fn a_job_without_memory_gets_its_partitions_default_per_gpu_else_per_cpu() {
+        const G: u64 = 1 << 30;
+        let mut p = Partition::new("gpu", &[]);
+        assert_eq!(default_memory(Some(&p), 4, 2, G), G, "none set: the site's");
+        p.def_mem_per_cpu = Some(2 * G);
+        assert_eq!(default_memory(Some(&p), 4, 2, G), 8 * G);
+        p.def_mem_per_gpu = Some(40 * G);
+        assert_eq!(default_memory(Some(&p), 4, 2, G), 80 * G);
+        assert_eq!(default_memory(Some(&p), 4, 0, G), 8 * G, "no GPUs: per CPU");
+        assert_eq!(default_memory(None, 4, 2, G), G);
+    }
+
+    #[test]
+    fn memory_over_the_partitions_maximum_per_cpu_or_gpu_is_refused_naming_both() {
+        let mut c = Config::default();
+        let mut p = Partition::new("gpu", &[]);
+        p.max_mem_per_cpu = Some(1 << 30);
+        p.max_mem_per_gpu = Some(4 << 30);
+        c.partitions = vec![p];
+        let mut job = facts(1);
+        job.resources.memory = 2 << 30; // 1G per CPU, 2G per GPU
+        assert!(admit(&c, &job, 1).is_ok());
+        job.resources.memory = 3 << 30;
+        let r = admit(&c, &job, 1).unwrap_err();
+        assert_eq!(r.kind, ErrorKind::InvalidInput);
+        assert!(
+            r.message.contains(
+                "memory 3G per node on 2 CPUs is 1.5G per CPU, over partition gpu's \
+                 MaxMemPerCPU of 1G"
+            ),
+            "{}",
+            r.message
+        );
+        job.resources.cpus = 8;
+        job.resources.memory = 6 << 30;
+        let r = admit(&c, &job, 1).unwrap_err();
+        assert!(
+            r.message
+                .contains("over partition gpu's MaxMemPerGPU of 4G"),
+            "{}",
+            r.message
+        );
     }
 
     #[test]

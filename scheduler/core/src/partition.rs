@@ -109,11 +109,14 @@ impl Partitions {
             }
             PartitionState::Up | PartitionState::Drain => {}
         }
-        let limit = job
-            .time_limit
-            .or(p.default_time)
-            .unwrap_or(config.default_time)
-            .max(1);
+        // A job that gives none gets the partition's default, never over its maximum.
+        let limit = match job.time_limit {
+            Some(t) => t.max(1),
+            None => {
+                let t = p.default_time.unwrap_or(config.default_time);
+                p.max_time.map_or(t, |max| t.min(max)).max(1)
+            }
+        };
         if let Some(max) = p.max_time {
             if limit > max {
                 return Err(PendingReason::PartitionTimeLimit { limit, max });

@@ -47,6 +47,25 @@ fn a_job_runs_only_on_its_partitions_nodes_and_gets_its_default_time() {
 }
 
 #[test]
+fn a_job_without_a_time_gets_at_most_its_partitions_max_time() {
+    let mut config = two_partitions();
+    config.partitions[1].default_time = None;
+    config.partitions[1].max_time = Some(30 * MIN);
+    config.default_time = 60 * MIN;
+    let mut j = job(1, "u", 8, 0, 0, 0);
+    j.partition = Some("gpu".into());
+    j.time_limit = None;
+    let state = State {
+        nodes: nodes(),
+        pending: vec![j],
+        ..State::default()
+    };
+    let plan = schedule(MIN, &state, &config);
+    assert_eq!(plan.starts.len(), 1, "{:?}", plan.waiting);
+    assert_eq!(plan.starts[0].time_limit, 30 * MIN);
+}
+
+#[test]
 fn limits_and_states_keep_jobs_pending_with_their_reasons() {
     let mut config = two_partitions();
     let mut long = job(1, "u", 1, 0, 120, 0);

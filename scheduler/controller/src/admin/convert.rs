@@ -138,6 +138,10 @@ impl Registry {
                     max_time: p.max_time.map(|ms| ms / 1000),
                     default_time: p.default_time.map(|ms| ms / 1000),
                     max_nodes: p.max_nodes,
+                    def_mem_per_cpu: p.def_mem_per_cpu,
+                    def_mem_per_gpu: p.def_mem_per_gpu,
+                    max_mem_per_cpu: p.max_mem_per_cpu,
+                    max_mem_per_gpu: p.max_mem_per_gpu,
                     billing_cpu: p.billing.cpu,
                     billing_memory_gib: p.billing.memory_gib,
                     billing_gpu: p.billing.gpu,
@@ -255,6 +259,10 @@ impl Registry {
         p.max_time = d.max_time.map(|s| s.saturating_mul(1000));
         p.default_time = d.default_time.map(|s| s.saturating_mul(1000));
         p.max_nodes = d.max_nodes;
+        p.def_mem_per_cpu = d.def_mem_per_cpu;
+        p.def_mem_per_gpu = d.def_mem_per_gpu;
+        p.max_mem_per_cpu = d.max_mem_per_cpu;
+        p.max_mem_per_gpu = d.max_mem_per_gpu;
         p.billing = Billing {
             cpu: d.billing_cpu,
             memory_gib: d.billing_memory_gib,

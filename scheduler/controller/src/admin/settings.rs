@@ -50,6 +50,10 @@ const PARTITION_KEYS: &[&str] = &[
     "max_time",
     "default_time",
     "max_nodes",
+    "def_mem_per_cpu",
+    "def_mem_per_gpu",
+    "max_mem_per_cpu",
+    "max_mem_per_gpu",
     "billing_cpu",
     "billing_memory_gib",
     "billing_gpu",
@@ -108,6 +112,18 @@ fn secs(key: &str, value: &str) -> Result<Option<u64>, String> {
     parse_duration(value)
         .map(Some)
         .map_err(|e| format!("{key}: {e}"))
+}
+
+/// A size (`4G`), or `none`.
+fn size(key: &str, value: &str) -> Result<Option<u64>, String> {
+    if is_none(value) {
+        return Ok(None);
+    }
+    match parse_memory(value) {
+        Ok(0) => Err(format!("{key} must be more than 0, or none")),
+        Ok(n) => Ok(Some(n)),
+        Err(e) => Err(format!("{key}: {e}")),
+    }
 }
 
 /// A comma-separated list of names (empty: none).
@@ -302,6 +318,10 @@ pub fn partition(def: &mut PartitionDef, key: &str, value: &str) -> Result<(), S
                 None => None,
             }
         }
+        "def_mem_per_cpu" => def.def_mem_per_cpu = size(key, value)?,
+        "def_mem_per_gpu" => def.def_mem_per_gpu = size(key, value)?,
+        "max_mem_per_cpu" => def.max_mem_per_cpu = size(key, value)?,
+        "max_mem_per_gpu" => def.max_mem_per_gpu = size(key, value)?,
         "billing_cpu" => def.billing_cpu = weight(value)?,
         "billing_memory_gib" => def.billing_memory_gib = weight(value)?,
         "billing_gpu" => def.billing_gpu = weight(value)?,
@@ -440,5 +460,22 @@ mod tests {
         assert!(partition(&mut p, "billing_gpu", "-2")
             .unwrap_err()
             .contains("billing_gpu"));
+    }
+
+    #[test]
+    fn partition_memory_per_cpu_and_gpu_are_sizes() {
+        let mut p = PartitionDef::new("p");
+        partition(&mut p, "def_mem_per_cpu", "4G").unwrap();
+        partition(&mut p, "def_mem_per_gpu", "80G").unwrap();
+        partition(&mut p, "max_mem_per_cpu", "8G").unwrap();
+        partition(&mut p, "max_mem_per_gpu", "512M").unwrap();
+        assert_eq!(p.def_mem_per_cpu, Some(4 << 30));
+        assert_eq!(p.def_mem_per_gpu, Some(80 << 30));
+        assert_eq!(p.max_mem_per_cpu, Some(8 << 30));
+        assert_eq!(p.max_mem_per_gpu, Some(512 << 20));
+        partition(&mut p, "def_mem_per_cpu", "none").unwrap();
+        assert_eq!(p.def_mem_per_cpu, None);
+        let err = partition(&mut p, "max_mem_per_gpu", "lots").unwrap_err();
+        assert!(err.starts_with("max_mem_per_gpu: "), "{err}");
     }
 }

@@ -382,6 +382,7 @@ impl Cluster {
                 ));
             }
             spec.time_limit = t;
+            spec.time_defaulted = false;
         }
         if let Some(n) = req.nice {
             if n.unsigned_abs() > wharf_api::job::MAX_NICE.unsigned_abs() {
@@ -394,6 +395,8 @@ impl Cluster {
         }
         if let Some(p) = &req.partition {
             spec.partition = Some(p.trim().to_string());
+            // What it took from the partition it leaves, it takes from the new one.
+            self.partition_defaults(&mut spec);
         }
         if let Some(q) = &req.qos {
             spec.qos = Some(q.trim().to_string());
@@ -425,6 +428,7 @@ impl Cluster {
         // The job is among its owner's active jobs already: it is not counted twice.
         self.check_limits(&spec, &job.owner, &[], 1, Some(id))?;
         job.time_limit = spec.time_limit;
+        job.resources = spec.resources;
         if let Some(b) = req.begin {
             job.begin_time = Some(b.at(now)).filter(|&t| t > now);
         }

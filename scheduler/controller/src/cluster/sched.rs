@@ -175,12 +175,41 @@ impl Cluster {
             .collect()
     }
 
-    /// Refuses a job whose partition does not exist, takes no new jobs, allows less time than
-    /// it asks for, has fewer nodes than it asks for, or is closed to the caller's account or
-    /// groups. All but the last are the core's shared admission ([`cycle::admit`]).
+    /// Gives a job what it left to its partition: its time limit ([`cycle::default_time`])
+    /// when it gave none, its memory ([`cycle::default_memory`]) when it asked for none. A
+    /// partition that does not exist is [`Cluster::check_partition`]'s to refuse.
+    pub(super) fn partition_defaults(&self, spec: &mut JobSpec) {
+        let Ok(part) = cycle::partition(&self.sched, spec.partition.as_deref()) else {
+            return;
+        };
+        if spec.time_defaulted {
+            let site = self.defaults.time.min(self.defaults.max_time);
+            spec.time_limit = (cycle::default_time(part, site.saturating_mul(1000)) / 1000).max(1);
+        }
+        if spec.memory_defaulted {
+            let r = spec.resources;
+            spec.resources.memory =
+                cycle::default_memory(part, r.cpus, r.gpus, self.defaults.memory);
+        }
+    }
+
+    /// Refuses a job whose partition does not exist, takes no new jobs, allows less time or
+    /// memory per CPU or GPU than it asks for, has fewer nodes than it asks for, or is closed
+    /// to the caller's account or groups. All but the last are the core's shared admission
+    /// ([`cycle::admit`]).
     pub(super) fn check_partition(&self, spec: &JobSpec, caller: &Caller) -> Result<(), Failure> {
         let job = JobFacts {
             partition: spec.partition.clone(),
+            // Memory the partition's defaults gave is not held against its maxima: only what
+            // the job asked for is.
+            resources: Resources {
+                memory: if spec.memory_defaulted {
+                    0
+                } else {
+                    spec.resources.memory
+                },
+                ..spec.resources
+            },
             time_limit: spec.time_limit.saturating_mul(1000),
             nodes: spec.nodes,
             ..JobFacts::default()

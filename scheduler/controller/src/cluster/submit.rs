@@ -155,10 +155,11 @@ impl Cluster {
         now: u64,
         earlier: &Added,
     ) -> Result<Vec<JobRecord>, Failure> {
-        let spec = req
+        let mut spec = req
             .job
             .resolve(&req.cwd, &self.defaults)
             .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
+        self.partition_defaults(&mut spec);
         wharf_api::limits::fits_some_node(
             &spec.resources,
             self.nodes.values().map(|n| n.info.capacity()),

@@ -900,3 +900,153 @@ fn a_job_moved_to_another_partition_does_not_keep_its_reservation() {
     c.update(&ann, next, &moved, 2_000).unwrap();
     assert!(!c.reserved.contains_key(&next));
 }
+
+#[test]
+fn a_job_without_a_time_gets_its_partitions_default_never_over_its_maximum() {
+    use wharf_api::wire::UpdateRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let mut short = wharf_core::Partition::new("short", &[]);
+    short.max_time = Some(1_800_000);
+    let mut quick = wharf_core::Partition::new("quick", &[]);
+    quick.default_time = Some(600_000);
+    let config = wharf_core::Config {
+        partitions: vec![wharf_core::Partition::new("all", &[]), short, quick],
+        ..Default::default()
+    };
+    let mut c = cluster_with(&dir, config);
+    let ann = caller(1000, "ann");
+    let named = |p: &str, time: Option<u64>| JobRequest {
+        partition: Some(p.into()),
+        time,
+        ..Default::default()
+    };
+    let limit = |c: &Cluster, id: JobId| {
+        let r = record(c, id);
+        assert_eq!(r.spec.as_ref().unwrap().time_limit, r.time_limit);
+        r.time_limit
+    };
+    // The site's default is an hour: over short's maximum, which it gets instead.
+    let in_short = submit_job(&mut c, &ann, named("short", None), 1).unwrap();
+    assert_eq!(limit(&c, in_short), 1800);
+    let in_quick = submit_job(&mut c, &ann, named("quick", None), 2).unwrap();
+    assert_eq!(limit(&c, in_quick), 600);
+    let in_all = submit_job(&mut c, &ann, named("all", None), 3).unwrap();
+    assert_eq!(limit(&c, in_all), 3600);
+    let given = submit_job(&mut c, &ann, named("quick", Some(1200)), 4).unwrap();
+    assert_eq!(limit(&c, given), 1200);
+
+    // Moved, a job that gave no time takes the new partition's; one that gave one keeps it.
+    let to = |p: &str| UpdateRequest {
+        partition: Some(p.into()),
+        ..Default::default()
+    };
+    c.update(&ann, in_quick, &to("short"), 10).unwrap();
+    assert_eq!(limit(&c, in_quick), 1800);
+    c.update(&ann, in_short, &to("quick"), 10).unwrap();
+    assert_eq!(limit(&c, in_short), 600);
+    c.update(&ann, given, &to("all"), 10).unwrap();
+    assert_eq!(limit(&c, given), 1200);
+    // A time given by update is the job's own from then on.
+    let shorter = UpdateRequest {
+        time: Some(300),
+        ..Default::default()
+    };
+    c.update(&ann, in_all, &shorter, 10).unwrap();
+    c.update(&ann, in_all, &to("short"), 10).unwrap();
+    assert_eq!(limit(&c, in_all), 300);
+}
+
+#[test]
+fn memory_per_cpu_and_per_gpu_default_convert_and_are_capped_by_the_partition() {
+    use wharf_api::wire::UpdateRequest;
+    const G: u64 = 1 << 30;
+    let dir = tempfile::tempdir().unwrap();
+    let mut gpu = wharf_core::Partition::new("gpu", &[]);
+    gpu.def_mem_per_cpu = Some(G / 2);
+    gpu.def_mem_per_gpu = Some(4 * G);
+    gpu.max_mem_per_cpu = Some(3 * G);
+    gpu.max_mem_per_gpu = Some(5 * G);
+    let config = wharf_core::Config {
+        partitions: vec![wharf_core::Partition::new("all", &[]), gpu],
+        ..Default::default()
+    };
+    let mut c = cluster_with(&dir, config);
+    let ann = caller(1000, "ann");
+    let job = |cpus: u32, gpus: u32| JobRequest {
+        partition: Some("gpu".into()),
+        cpus: Some(cpus),
+        gpus: Some(gpus),
+        ..Default::default()
+    };
+    let memory = |c: &Cluster, id: JobId| {
+        let r = record(c, id);
+        assert_eq!(r.spec.as_ref().unwrap().resources, r.resources);
+        r.resources.memory
+    };
+    let with_gpus = submit_job(&mut c, &ann, job(1, 2), 1).unwrap();
+    assert_eq!(
+        memory(&c, with_gpus),
+        8 * G,
+        "DefMemPerGPU times 2 GPUs (what the partition gave is not held against its maxima)"
+    );
+    let cpus_only = submit_job(&mut c, &ann, job(4, 0), 2).unwrap();
+    assert_eq!(memory(&c, cpus_only), 2 * G, "DefMemPerCPU times 4 CPUs");
+    let per_cpu = JobRequest {
+        mem_per_cpu: Some(G),
+        ..job(3, 0)
+    };
+    let per_cpu = submit_job(&mut c, &ann, per_cpu, 3).unwrap();
+    assert_eq!(memory(&c, per_cpu), 3 * G);
+    let per_gpu = JobRequest {
+        mem_per_gpu: Some(5 * G),
+        ..job(4, 2)
+    };
+    let per_gpu = submit_job(&mut c, &ann, per_gpu, 4).unwrap();
+    assert_eq!(memory(&c, per_gpu), 10 * G);
+
+    let over = JobRequest {
+        mem_per_cpu: Some(4 * G),
+        ..job(2, 0)
+    };
+    let err = submit_job(&mut c, &ann, over, 5).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidInput);
+    assert!(
+        err.message
+            .contains("4G per CPU, over partition gpu's MaxMemPerCPU of 3G"),
+        "{}",
+        err.message
+    );
+    let over = JobRequest {
+        memory: Some(12 * G),
+        ..job(8, 2)
+    };
+    let err = submit_job(&mut c, &ann, over, 6).unwrap_err();
+    assert!(
+        err.message
+            .contains("6G per GPU, over partition gpu's MaxMemPerGPU of 5G"),
+        "{}",
+        err.message
+    );
+    let both = JobRequest {
+        memory: Some(G),
+        mem_per_cpu: Some(G),
+        ..job(1, 0)
+    };
+    let err = submit_job(&mut c, &ann, both, 7).unwrap_err();
+    assert!(
+        err.message.contains("give one of `memory`"),
+        "{}",
+        err.message
+    );
+
+    // Moved to a partition without defaults, a job that asked for no memory gets the site's;
+    // one that asked keeps what it asked for.
+    let to_all = UpdateRequest {
+        partition: Some("all".into()),
+        ..Default::default()
+    };
+    c.update(&ann, with_gpus, &to_all, 10).unwrap();
+    assert_eq!(memory(&c, with_gpus), JobDefaults::default().memory);
+    c.update(&ann, per_cpu, &to_all, 10).unwrap();
+    assert_eq!(memory(&c, per_cpu), 3 * G);
+}
