@@ -130,6 +130,7 @@ pub(crate) fn pass(
             .iter()
             .flat_map(|r| ids[r.clone()].iter().copied())
             .chain(state.running.iter().map(|j| j.id))
+            .chain(state.outside.iter().copied())
             .collect();
         active.sort_unstable();
         active

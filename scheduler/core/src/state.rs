@@ -202,6 +202,10 @@ pub struct State {
     /// [`crate::Config::keep_reservations_after`] come before every other job of their
     /// partition tier, in the order the reservations were made.
     pub reserved: BTreeMap<JobId, KeptReservation>,
+    /// Jobs still in the system that the caller left out of `pending` and `running` (array
+    /// tasks over their throttle, jobs waiting for a requeue to finish): a job that depends on
+    /// one of them still waits for it.
+    pub outside: BTreeSet<JobId>,
 }
 
 /// A reservation a pass made, kept for the next one.

@@ -33,7 +33,9 @@ impl Cluster {
         }
         state.budget = self.budget_usage(now);
         let never = self.apply_dependencies(&mut state)?;
-        self.apply_array_throttles(&mut state);
+        let throttled = self.apply_array_throttles(&mut state);
+        // A job that depends on a task held back by its throttle still waits for it.
+        state.outside.extend(throttled);
         state.reserved = std::mem::take(&mut self.reserved);
         let plan = self.scheduler.schedule(now, &state, &self.sched);
         self.reserved = wharf_core::kept_reservations(&plan);
@@ -108,6 +110,7 @@ impl Cluster {
         let nodes = self.sched_nodes();
         let mut running = Vec::new();
         let mut pending = Vec::new();
+        let mut outside = BTreeSet::new();
         let mut stopping = BTreeSet::new();
         let mut facts = BTreeMap::new();
         for job in self.jobs.values() {
@@ -130,8 +133,11 @@ impl Cluster {
                     );
                     facts.insert(job.id, f);
                 }
-                // Not before its nodes have let go of its last run (see `requeued_from`).
-                JobState::Pending if !job.requeued_from.is_empty() => {}
+                // Not before its nodes have let go of its last run (see `requeued_from`); a job
+                // that depends on it still waits for it.
+                JobState::Pending if !job.requeued_from.is_empty() => {
+                    outside.insert(job.id);
+                }
                 JobState::Pending => {
                     let f = job_facts(job);
                     pending.push(f.pending(&self.sched));
@@ -148,6 +154,7 @@ impl Cluster {
             stopping,
             budget: Default::default(),
             reserved: BTreeMap::new(),
+            outside,
         };
         (state, facts)
     }

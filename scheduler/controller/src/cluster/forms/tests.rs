@@ -530,3 +530,24 @@ fn a_dependency_on_a_task_that_does_not_exist_or_is_not_yours_is_refused() {
     try_submit(&alice, &format!("afterok:{arr}_4")).unwrap();
     assert_eq!(c.jobs.len(), 5, "refused submits store nothing");
 }
+
+#[test]
+fn a_dependency_on_a_task_held_back_by_its_throttle_still_waits_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    // One task at a time: tasks 1 and 2 wait for the throttle, out of the core's queue.
+    let arr = submit_array(&mut c, &alice, "0-2%1", 1);
+    let on_task = submit(&mut c, &alice, after(&format!("afterok:{arr}_2")), 2);
+    let on_start = submit(&mut c, &alice, after(&format!("after:{arr}")), 2);
+    c.schedule(10).unwrap();
+    assert_eq!(state(&c, arr).0, JobState::Starting);
+    assert_eq!(state(&c, arr + 2).0, JobState::Pending);
+    // Before, the throttled task was in neither the core's queue nor its running jobs, so
+    // both children counted it as gone and started.
+    for child in [on_task, on_start] {
+        let (s, r) = state(&c, child);
+        assert_eq!(s, JobState::Pending, "{r}");
+        assert!(r.starts_with("Dependency: waiting for job"), "{r}");
+    }
+}
