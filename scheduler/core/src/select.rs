@@ -147,13 +147,22 @@ pub(crate) fn why_none(sel: &Selection, part: &PartView, nodes: &[Node]) -> Opti
 /// Why `job` could never run on `nodes` (every node its agent registered, up or down): its
 /// node selection matches no node of its partition, or too few of the nodes it may use there
 /// could ever hold its shape (CPUs, memory, GPUs of its type, per node). The controller
-/// refuses such a job at submit. `None` when it could run, or when its partition is unknown
-/// (that has its own refusal).
+/// refuses such a job at submit. `None` when it could run, when its partition is unknown
+/// (that has its own refusal), and for its shape while some node its partition names has not
+/// registered yet (that node may hold it).
 pub fn unmatched(config: &Config, nodes: &[Node], job: &PendingJob) -> Option<PendingReason> {
     let parts = Partitions::resolve(config, nodes);
     let p = parts.of(job)?;
     if let Some(what) = why_none(&job.select, &parts.parts[p], nodes) {
         return Some(PendingReason::NoNodeMatches { what });
+    }
+    let named = config
+        .partitions
+        .iter()
+        .find(|c| c.name == parts.parts[p].name)
+        .map_or(0, |c| c.nodes.len());
+    if parts.parts[p].nodes.is_empty() || parts.parts[p].nodes.len() < named {
+        return None;
     }
     let table = Table::empty(nodes, &parts);
     let allowed = job.select.mask(nodes);

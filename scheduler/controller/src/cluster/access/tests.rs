@@ -223,7 +223,27 @@ fn a_job_no_node_of_its_partition_could_hold_is_refused_at_submit() {
         );
     }
     assert!(c.jobs.is_empty(), "nothing stored");
-    // What either partition can hold is taken.
+    // What either partition can hold is taken, and so is what a partition could hold once
+    // the node it names that has not joined yet does.
+    drop(c);
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    config.partitions = vec![
+        wharf_core::Partition::new("cpu", &["n2"]),
+        wharf_core::Partition::new("gpu", &["n1", "n3"]),
+    ];
+    let mut c = two_nodes(&dir, config);
+    submit_job(
+        &mut c,
+        &ann,
+        asking(|r| {
+            r.partition = Some("gpu".into());
+            r.nodes = Some(2);
+            r.gpus = Some(1);
+        }),
+        1,
+    )
+    .unwrap();
     for set in [
         asking(|r| {
             r.partition = Some("gpu".into());
