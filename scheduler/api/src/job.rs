@@ -380,6 +380,10 @@ impl JobRequest {
         if other.memory.is_some() || other.mem_per_cpu.is_some() || other.mem_per_gpu.is_some() {
             (self.memory, self.mem_per_cpu, self.mem_per_gpu) = (None, None, None);
         }
+        // So are the job's GPUs and each node's (`--gpus`, `--gpus-per-node`), with their type.
+        if other.gpus.is_some() || other.gpus_total.is_some() {
+            (self.gpus, self.gpus_total, self.gpu_type) = (None, None, None);
+        }
         take!(
             name,
             image,
@@ -1580,6 +1584,25 @@ mod tests {
             let err = with(opts).unwrap_err();
             assert!(err.contains(says), "{opts:?}: {err}");
         }
+        // One option may name the type for both.
+        let spec = with(&[("nodes", "2"), ("gpus", "h100:8"), ("gpus-per-node", "4")]).unwrap();
+        assert_eq!(
+            (spec.resources.gpus, spec.gpu_type.as_deref()),
+            (4, Some("h100"))
+        );
+        let mut r = req();
+        crate::jobfile::set_option(&mut r, "gpus", "h100:8").unwrap();
+        let err = crate::jobfile::set_option(&mut r, "gpus-per-node", "a100:4").unwrap_err();
+        assert!(err.contains("of one type"), "{err}");
+        // The command line's GPUs replace a script's, whichever way each asked.
+        let mut script = req();
+        for (k, v) in [("nodes", "2"), ("gpus", "h100:8")] {
+            crate::jobfile::set_option(&mut script, k, v).unwrap();
+        }
+        let mut cli = JobRequest::default();
+        crate::jobfile::set_option(&mut cli, "gpus-per-node", "2").unwrap();
+        let spec = script.overlay(cli).resolve("/tmp", &d).unwrap();
+        assert_eq!((spec.resources.gpus, spec.gpu_type), (2, None));
         // Job files keep `gpus` per node (`gpus_per_node`), as documented.
         let r: JobRequest = toml::from_str("command = [\"true\"]\nnodes = 2\ngpus = 2\n").unwrap();
         assert_eq!(r.resolve("/tmp", &d).unwrap().resources.gpus, 2);

@@ -264,7 +264,18 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
                     "--{key}: {k:?} is not a GPU type (write TYPE:COUNT, e.g. h100:2)"
                 ));
             }
-            req.gpu_type = kind.map(|k| k.trim().to_ascii_lowercase());
+            // `--gpus h100:8 --gpus-per-node 4` keeps the type; two types are refused.
+            if let Some(k) = kind.map(|k| k.trim().to_ascii_lowercase()) {
+                match &req.gpu_type {
+                    Some(t) if *t != k => {
+                        return Err(format!(
+                            "--{key} asks for {k} GPUs but another option asked for {t}; \
+                             a job's GPUs are of one type"
+                        ))
+                    }
+                    _ => req.gpu_type = Some(k),
+                }
+            }
         }
         "t" | "time" => req.time = Some(parse_duration(value).map_err(|e| format!("--time: {e}"))?),
         "N" | "nodes" => req.nodes = Some(num("nodes")?),

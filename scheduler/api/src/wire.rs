@@ -133,8 +133,9 @@ pub struct UpdateRequest {
     /// Not before this time (`now+1h` counts from the update).
     #[serde(default)]
     pub begin: Option<crate::forms::Begin>,
-    /// A fixed priority (admins only); 0 returns the job to its computed priority.
-    #[serde(default)]
+    /// A fixed priority (admins only); 0 returns the job to its computed priority. Left out
+    /// when unset, so that a controller that predates it still takes every other update.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u64>,
 }
 
