@@ -326,7 +326,7 @@ impl Cluster {
         now: u64,
     ) -> Result<JobRecord, Failure> {
         let job = self.pending_for(caller, id, "updated")?;
-        let (job, moved) = self.updated(caller, job, req, now)?;
+        let (job, moved) = self.updated(caller, job, req, now, &Batch::default())?;
         self.commit(vec![job.clone()])?;
         if moved {
             self.reserved.remove(&id);
@@ -336,13 +336,15 @@ impl Cluster {
 
     /// `job` (pending, the caller's to manage) with the changes of `req`, or why they are
     /// refused; and whether it moved to another partition, QoS or account. Nothing is
-    /// committed.
+    /// committed. `batch`: the other jobs changed with it (an array's tasks), so that its
+    /// owner's caps count each of them once, as changed.
     pub(super) fn updated(
         &self,
         caller: &Caller,
         mut job: JobRecord,
         req: &wharf_api::wire::UpdateRequest,
         now: u64,
+        batch: &Batch,
     ) -> Result<(JobRecord, bool), Failure> {
         let id = job.id;
         let Some(mut spec) = job.spec.clone() else {
@@ -426,7 +428,9 @@ impl Cluster {
         }
         self.check_account(&spec, &job.owner.user)?;
         // The job is among its owner's active jobs already: it is not counted twice.
-        self.check_limits(&spec, &job.owner, &[], 1, Some(id))?;
+        let mut replaces = batch.ids.clone();
+        replaces.push(id);
+        self.check_limits(&spec, &job.owner, &batch.changed, 1, &replaces)?;
         job.time_limit = spec.time_limit;
         job.resources = spec.resources;
         if let Some(b) = req.begin {
@@ -459,4 +463,12 @@ impl Cluster {
         job.spec = Some(spec);
         Ok((job, moved))
     }
+}
+
+/// Jobs changed together by one update (an array's tasks): all of their ids, and what those
+/// already changed now count as toward their owner's caps (association, QoS).
+#[derive(Debug, Default)]
+pub(super) struct Batch {
+    pub ids: Vec<JobId>,
+    pub changed: Vec<(wharf_core::Assoc, Option<String>)>,
 }

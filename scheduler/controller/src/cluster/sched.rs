@@ -342,7 +342,7 @@ impl Cluster {
         owner: &wharf_api::Owner,
         earlier: &[(Assoc, Option<String>)],
         tasks: usize,
-        replaces: Option<JobId>,
+        replaces: &[JobId],
     ) -> Result<(), Failure> {
         let limits = &self.sched.limits;
         if limits.is_empty() {
@@ -377,7 +377,7 @@ impl Cluster {
         let active: Vec<(Assoc, Option<String>)> = self
             .jobs
             .active_of(owner.uid)
-            .filter(|j| Some(j.id) != replaces)
+            .filter(|j| !replaces.contains(&j.id))
             .map(|j| (self.assoc(j), self.qos_of(j.spec.as_ref())))
             .chain(earlier.iter().cloned())
             .chain(std::iter::repeat_n(this, tasks.saturating_sub(1)))

@@ -1050,3 +1050,52 @@ fn memory_per_cpu_and_per_gpu_default_convert_and_are_capped_by_the_partition() 
     c.update(&ann, per_cpu, &to_all, 10).unwrap();
     assert_eq!(memory(&c, per_cpu), 3 * G);
 }
+
+#[test]
+fn moving_a_whole_array_to_a_capped_qos_counts_every_task() {
+    use wharf_core::QosLimits;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    for name in ["normal", "small"] {
+        config.qos.push(wharf_core::Qos {
+            name: name.into(),
+            priority: 0,
+        });
+    }
+    config.limits.qos.insert(
+        "small".into(),
+        QosLimits {
+            max_submit_jobs_per_user: Some(2),
+            ..QosLimits::default()
+        },
+    );
+    let mut c = cluster_with(&dir, config);
+    let ann = caller(1000, "ann");
+    let array = |tasks: &str| JobRequest {
+        qos: Some("normal".into()),
+        hold: Some(true),
+        array: Some(wharf_api::array::parse_array(tasks).unwrap()),
+        ..Default::default()
+    };
+    let four = submit_job(&mut c, &ann, array("0-3"), 1).unwrap();
+    let to_small = wharf_api::wire::UpdateRequest {
+        qos: Some("small".into()),
+        ..Default::default()
+    };
+    // Task by task each saw the other three still in `normal`, and all four moved.
+    let err = c.update_array(&ann, four, &to_small, 2).unwrap_err();
+    assert!(err.message.contains("refused"), "{}", err.message);
+    for id in four..four + 4 {
+        assert_eq!(
+            record(&c, id).spec.unwrap().qos.as_deref(),
+            Some("normal"),
+            "none changed"
+        );
+    }
+    let two = submit_job(&mut c, &ann, array("0-1"), 3).unwrap();
+    c.update_array(&ann, two, &to_small, 4).unwrap();
+    assert_eq!(
+        record(&c, two + 1).spec.unwrap().qos.as_deref(),
+        Some("small")
+    );
+}
