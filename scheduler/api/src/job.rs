@@ -1534,6 +1534,7 @@ mod tests {
             ("gres", "gpus"),
             ("gres", "gpu:h100:x"),
             ("gres", "gpu:a:b:2"),
+            ("gres", "gpu:"),
         ] {
             let mut r = req();
             assert!(

@@ -233,15 +233,15 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
             let v = value.trim();
             let (kind, count) = if key == "gres" {
                 let rest = match v {
-                    "gpu" => "",
+                    "gpu" => "1",
                     _ => v.strip_prefix("gpu:").ok_or_else(|| {
                         format!("--gres supports GPUs only: write gpu, gpu:COUNT, gpu:TYPE or gpu:TYPE:COUNT, found {value:?}")
                     })?,
                 };
                 match rest.rsplit_once(':') {
                     Some((k, c)) => (Some(k), c),
-                    None if rest.is_empty() => (None, "1"),
                     None if rest.trim().parse::<u32>().is_ok() => (None, rest),
+                    // `gpu:` names neither: the type check below refuses it.
                     None => (Some(rest), "1"),
                 }
             } else {

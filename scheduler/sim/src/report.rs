@@ -139,6 +139,12 @@ pub fn outcomes_csv(workload: &Workload, done: &[Outcome]) -> String {
             .accounts
             .get(o.account as usize)
             .map_or("", |a| a.name.as_str());
+        // A name with a comma or quote is quoted, as CSV readers expect.
+        let account = if account.contains([',', '"', '\n']) {
+            format!("\"{}\"", account.replace('"', "\"\""))
+        } else {
+            account.to_string()
+        };
         let (user, limit) = jobs.get(&o.id).map_or((0, 0), |j| (j.user, j.limit));
         // Writing to a String cannot fail.
         let _ = writeln!(
