@@ -285,15 +285,11 @@ fn each_array_task_sees_its_ids_and_writes_its_own_file() {
     assert!(shown.contains(&format!("array task {id}_6")), "{shown}");
 }
 
-#[test]
-fn an_array_is_cancelled_whole_or_by_task_and_its_throttle_holds() {
-    if !can_run("an_array_is_cancelled_whole_or_by_task_and_its_throttle_holds") {
-        return;
-    }
-    let c = Cluster::start();
-    let u = user("whform-arrayc");
+/// Submits, as `u`, an array of 4 tasks that sleep, one running at a time; returns its id
+/// once its first task runs.
+fn sleeping_array_one_at_a_time(c: &Cluster, u: &User) -> u64 {
     let out = c.wharf_as(
-        &u,
+        u,
         &[
             "submit",
             "--array",
@@ -306,6 +302,17 @@ fn an_array_is_cancelled_whole_or_by_task_and_its_throttle_holds() {
     );
     let id = submitted_id(&out);
     c.wait_running(id);
+    id
+}
+
+#[test]
+fn an_array_is_cancelled_whole_or_by_task_and_its_throttle_holds() {
+    if !can_run("an_array_is_cancelled_whole_or_by_task_and_its_throttle_holds") {
+        return;
+    }
+    let c = Cluster::start();
+    let u = user("whform-arrayc");
+    let id = sleeping_array_one_at_a_time(&c, &u);
     stays_pending(&c, id + 1, "JobArrayTaskLimit");
     let out = c.wharf_as(&u, &["cancel", &format!("{id}_2")]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -336,20 +343,7 @@ fn hold_and_release_of_an_array_id_act_on_every_pending_task() {
     }
     let c = Cluster::start();
     let u = user("whform-arrayh");
-    let out = c.wharf_as(
-        &u,
-        &[
-            "submit",
-            "--array",
-            "0-3%1",
-            "--mem",
-            "16M",
-            "--wrap",
-            "sleep 600",
-        ],
-    );
-    let id = submitted_id(&out);
-    c.wait_running(id);
+    let id = sleeping_array_one_at_a_time(&c, &u);
     let out = c.wharf_as(&u, &["hold", &id.to_string()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(

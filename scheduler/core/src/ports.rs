@@ -76,6 +76,20 @@ mod tests {
         }
     }
 
+    /// Job 1, running on n1 with port 29500.
+    fn holding_29500_on_n1() -> RunningJob {
+        RunningJob {
+            id: 1,
+            assoc: Assoc::new("a", "u"),
+            partition: None,
+            qos: None,
+            start: 0,
+            time_limit: 0,
+            allocs: vec![alloc("n1")],
+            port: Some(29500),
+        }
+    }
+
     fn start(job: u64, nodes: &[&str]) -> Start {
         Start {
             job,
@@ -87,16 +101,7 @@ mod tests {
 
     #[test]
     fn jobs_sharing_a_node_never_share_a_port() {
-        let running = vec![RunningJob {
-            id: 1,
-            assoc: Assoc::new("a", "u"),
-            partition: None,
-            qos: None,
-            start: 0,
-            time_limit: 0,
-            allocs: vec![alloc("n1")],
-            port: Some(29500),
-        }];
+        let running = vec![holding_29500_on_n1()];
         let mut starts = vec![
             start(2, &["n1"]),
             start(3, &["n2"]),
@@ -114,16 +119,7 @@ mod tests {
 
     #[test]
     fn a_gang_without_a_free_port_waits_and_a_one_node_job_starts_without_one() {
-        let running = vec![RunningJob {
-            id: 1,
-            assoc: Assoc::new("a", "u"),
-            partition: None,
-            qos: None,
-            start: 0,
-            time_limit: 0,
-            allocs: vec![alloc("n1")],
-            port: Some(29500),
-        }];
+        let running = vec![holding_29500_on_n1()];
         // 2 takes the last port on n1; the gang 3 finds none free on both n1 and n2 and
         // waits; 4, alone on n1, starts without a port; 5, a gang on n2 and n3, still gets
         // one (what 3 would have held was never taken).

@@ -167,11 +167,7 @@ fn afterok_waits_for_success_and_a_failed_parent_cancels_the_child_with_the_reas
         2,
     );
     c.schedule(10).unwrap();
-    for child in [on_ok, on_bad, on_bad_or] {
-        let (s, r) = state(&c, child);
-        assert_eq!(s, JobState::Pending);
-        assert!(r.starts_with("Dependency: waiting for job"), "{r}");
-    }
+    wait_for_a_dependency(&c, &[on_ok, on_bad, on_bad_or]);
     end(&mut c, ok, 0, 20);
     end(&mut c, bad, 1, 20);
     c.schedule(30).unwrap();
@@ -377,6 +373,15 @@ fn an_owner_may_only_lower_a_pending_jobs_time_and_an_admin_may_change_anything(
     assert_eq!(c.jobs[&id].spec.as_ref().unwrap().nice, -5);
 }
 
+/// Each of `jobs` is pending, waiting for a job it depends on.
+fn wait_for_a_dependency(c: &Cluster, jobs: &[JobId]) {
+    for &job in jobs {
+        let (s, r) = state(c, job);
+        assert_eq!(s, JobState::Pending, "{r}");
+        assert!(r.starts_with("Dependency: waiting for job"), "{r}");
+    }
+}
+
 /// An array of `tasks` (`--array`) of `who`'s, submitted at `now`.
 fn submit_array(c: &mut Cluster, who: &Caller, tasks: &str, now: u64) -> JobId {
     let job = JobRequest {
@@ -401,11 +406,7 @@ fn a_dependency_on_an_array_waits_for_every_task_and_one_on_a_task_for_that_task
     for t in arr..arr + 3 {
         assert_eq!(state(&c, t).0, JobState::Starting);
     }
-    for child in [on_all, on_any, on_task, on_fail, on_start] {
-        let (s, r) = state(&c, child);
-        assert_eq!(s, JobState::Pending);
-        assert!(r.starts_with("Dependency: waiting for job"), "{r}");
-    }
+    wait_for_a_dependency(&c, &[on_all, on_any, on_task, on_fail, on_start]);
     // Tasks 0 and 1 done: the task's child starts; the array's wait for task 2.
     end(&mut c, arr, 0, 20);
     end(&mut c, arr + 1, 0, 20);
@@ -454,11 +455,7 @@ fn afterok_on_an_array_is_never_met_once_all_ended_and_one_failed() {
     end(&mut c, arr + 1, 1, 20);
     c.schedule(30).unwrap();
     // As in Slurm, the array's dependents wait for every task to end.
-    for child in [on_ok, on_fail, either] {
-        let (s, r) = state(&c, child);
-        assert_eq!(s, JobState::Pending, "{r}");
-        assert!(r.starts_with("Dependency: waiting for job"), "{r}");
-    }
+    wait_for_a_dependency(&c, &[on_ok, on_fail, either]);
     end(&mut c, arr, 0, 40);
     end(&mut c, arr + 2, 0, 40);
     c.schedule(50).unwrap();
@@ -545,9 +542,5 @@ fn a_dependency_on_a_task_held_back_by_its_throttle_still_waits_for_it() {
     assert_eq!(state(&c, arr + 2).0, JobState::Pending);
     // Before, the throttled task was in neither the core's queue nor its running jobs, so
     // both children counted it as gone and started.
-    for child in [on_task, on_start] {
-        let (s, r) = state(&c, child);
-        assert_eq!(s, JobState::Pending, "{r}");
-        assert!(r.starts_with("Dependency: waiting for job"), "{r}");
-    }
+    wait_for_a_dependency(&c, &[on_task, on_start]);
 }
