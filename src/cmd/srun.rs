@@ -62,6 +62,12 @@ pub struct Args {
     /// Memory per node (outside a job).
     #[arg(long)]
     mem: Option<String>,
+    /// Memory per CPU (outside a job).
+    #[arg(long, conflicts_with_all = ["mem", "mem_per_gpu"])]
+    mem_per_cpu: Option<String>,
+    /// Memory per GPU (outside a job).
+    #[arg(long, conflicts_with = "mem")]
+    mem_per_gpu: Option<String>,
     /// GPUs for the whole job (outside a job), split evenly over its nodes.
     #[arg(short = 'G', long)]
     gpus: Option<String>,
@@ -121,6 +127,8 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
             ("--partition", args.partition.is_some()),
             ("--account", args.account.is_some()),
             ("--mem", args.mem.is_some()),
+            ("--mem-per-cpu", args.mem_per_cpu.is_some()),
+            ("--mem-per-gpu", args.mem_per_gpu.is_some()),
             ("--gpus", args.gpus.is_some()),
             ("--gpus-per-node", args.gpus_per_node.is_some()),
             ("--image", args.image.is_some()),
@@ -192,6 +200,8 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
     flag("partition", args.partition);
     flag("account", args.account);
     flag("mem", args.mem);
+    flag("mem-per-cpu", args.mem_per_cpu);
+    flag("mem-per-gpu", args.mem_per_gpu);
     flag("gpus", args.gpus);
     flag("gpus-per-node", args.gpus_per_node);
     flag("image", args.image);
@@ -295,6 +305,25 @@ mod tests {
                 "x.py"
             ]
         );
+        // GPUs and memory as Slurm writes them: the job's, per node, per CPU or per GPU.
+        let a = parse(&["-N", "2", "-G", "h100:8", "--mem-per-gpu", "40G", "true"]);
+        let Plan::Run(argv) = plan(a, &env_of(&[])).unwrap() else {
+            panic!("not a run")
+        };
+        assert_eq!(
+            argv,
+            [
+                "run",
+                "--nodes=2",
+                "--mem-per-gpu=40G",
+                "--gpus=h100:8",
+                "--",
+                "true"
+            ]
+        );
+        let a = parse(&["--mem-per-cpu", "2G", "true"]);
+        let e = plan(a, &env_of(IN_JOB)).unwrap_err().to_string();
+        assert!(e.contains("--mem-per-cpu is a job's"), "{e}");
         let e = plan(parse(&["-l", "true"]), &env_of(&[]))
             .unwrap_err()
             .to_string();
