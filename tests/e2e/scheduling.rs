@@ -170,6 +170,12 @@ fn a_partitions_default_time_and_memory_per_cpu_apply_and_its_maximum_is_refused
     );
     assert!(!out.status.success());
     assert!(stderr(&out).contains("--mem-per-cpu"), "{}", stderr(&out));
+    // The partition's memory per CPU, default/max, in its admin table.
+    let table = stdout(&c.wharf(&["admin", "partition", "show", "quick"]));
+    assert!(
+        table.contains("MEM/CPU") && table.contains("300M/1G"),
+        "{table}"
+    );
     assert!(c.wharf(&["cancel", &id.to_string()]).status.success());
 }
 

@@ -251,9 +251,19 @@ pub async fn show(client: &Client, kind: AdminKind, args: ShowArgs) -> Result<i3
                 "MAX_TIME",
                 "DEFAULT_TIME",
                 "MAX_NODES",
+                "MEM/CPU",
+                "MEM/GPU",
                 "NODES",
                 "SOURCE",
             ]);
+            // Memory per CPU or GPU as DEFAULT/MAX, `-` for none.
+            let per = |def: Option<u64>, max: Option<u64>| match (def, max) {
+                (None, None) => "-".to_string(),
+                (d, m) => {
+                    let f = |v: Option<u64>| v.map_or("-".into(), format_memory);
+                    format!("{}/{}", f(d), f(m))
+                }
+            };
             for e in a.partitions.iter().filter(|e| wanted(&e.def.name)) {
                 let d = &e.def;
                 t.add_row([
@@ -264,6 +274,8 @@ pub async fn show(client: &Client, kind: AdminKind, args: ShowArgs) -> Result<i3
                     time(d.max_time),
                     time(d.default_time),
                     d.max_nodes.map_or("-".into(), |n| n.to_string()),
+                    per(d.def_mem_per_cpu, d.max_mem_per_cpu),
+                    per(d.def_mem_per_gpu, d.max_mem_per_gpu),
                     if d.nodes.is_empty() {
                         "all".into()
                     } else {
