@@ -231,17 +231,7 @@ pub(crate) fn pass(
     plan.preemptions = out.preemptions;
     plan.reservations = out.reservations;
     plan.waiting = out.waiting;
-    // A gang held back only for a port keeps the nodes it was given as a reservation from
-    // now, so that it stays ahead (and, once it has waited, keeps them) until a port frees.
-    for (start, wait) in no_port {
-        plan.reservations.push(Reservation {
-            job: start.job,
-            start: now,
-            end: now.saturating_add(start.time_limit),
-            nodes: start.allocs.iter().map(|a| a.node.clone()).collect(),
-        });
-        plan.waiting.push(wait);
-    }
+    plan.waiting.extend(no_port);
     blocked.sort_by_key(|w| w.job);
     plan.waiting.extend(blocked);
     prio.sort_unstable_by_key(|(id, _)| *id);

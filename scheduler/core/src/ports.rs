@@ -13,12 +13,12 @@ use crate::reason::PendingReason;
 use crate::state::RunningJob;
 
 /// Gives each start a port from `range`, none when every port is held on one of its nodes;
-/// such a start on several nodes is taken out of `starts` and returned, with its job waiting.
+/// such a start on several nodes is taken out of `starts` and returned as waiting.
 pub(crate) fn assign(
     range: &RangeInclusive<u16>,
     running: &[RunningJob],
     starts: &mut Vec<Start>,
-) -> Vec<(Start, Waiting)> {
+) -> Vec<Waiting> {
     let mut held: BTreeMap<&str, BTreeSet<u16>> = BTreeMap::new();
     for job in running {
         if let Some(port) = job.port {
@@ -47,15 +47,14 @@ pub(crate) fn assign(
         start.port = free;
         let stays = free.is_some() || start.allocs.len() <= 1;
         if !stays {
-            let wait = Waiting {
+            waiting.push(Waiting {
                 job: start.job,
                 reason: PendingReason::RendezvousPorts {
                     first: *range.start(),
                     last: *range.end(),
                 },
                 estimated_start: None,
-            };
-            waiting.push((start.clone(), wait));
+            });
         }
         stays
     });
@@ -133,16 +132,15 @@ mod tests {
         let left: Vec<(u64, Option<u16>)> = starts.iter().map(|s| (s.job, s.port)).collect();
         assert_eq!(left, [(2, Some(29501)), (4, None), (5, Some(29500))]);
         assert_eq!(waiting.len(), 1);
-        let (start, wait) = &waiting[0];
-        assert_eq!((start.job, wait.job), (3, 3));
+        assert_eq!(waiting[0].job, 3);
         assert_eq!(
-            wait.reason,
+            waiting[0].reason,
             PendingReason::RendezvousPorts {
                 first: 29500,
                 last: 29501
             }
         );
-        let words = wait.reason.to_string();
+        let words = waiting[0].reason.to_string();
         assert!(
             words.starts_with("Resources: every rendezvous port (29500-29501")
                 && words.contains("rendezvous_ports"),
