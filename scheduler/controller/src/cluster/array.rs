@@ -239,22 +239,19 @@ impl Cluster {
         };
         let mut changed = Vec::with_capacity(tasks.len());
         let mut moved = Vec::new();
-        // Each task's caps count the tasks changed before it as changed, and the rest not at
-        // all: as if the array had been submitted again as it will be.
-        let mut batch = super::forms::Batch {
+        // The caps count every task as changed, once for the whole array: as if it had been
+        // submitted again as it will be.
+        let batch = super::forms::Batch {
             ids: tasks.iter().map(|j| j.id).collect(),
-            changed: Vec::new(),
         };
         for job in tasks {
             let (job, away) = self.updated(caller, job, req, now, &batch)?;
             if away {
                 moved.push(job.id);
             }
-            batch
-                .changed
-                .push((self.assoc(&job), self.qos_of(job.spec.as_ref())));
             changed.push(job);
         }
+        self.check_batch_caps(&batch, &changed)?;
         let first = self.commit_tasks(caller, changed)?;
         for id in moved {
             self.reserved.remove(&id);

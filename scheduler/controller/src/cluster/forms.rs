@@ -8,7 +8,7 @@
 //! A hold never lowers an admin hold to a user hold. The change is committed before the
 //! answer, like every other.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use wharf_api::dependency::{ArrayStates, Check, DepJob, Dependency, Found};
 use wharf_api::wire::ErrorKind;
@@ -428,9 +428,12 @@ impl Cluster {
         }
         self.check_account(&spec, &job.owner.user)?;
         // The job is among its owner's active jobs already: it is not counted twice.
-        let mut replaces = batch.ids.clone();
-        replaces.push(id);
-        self.check_limits(&spec, &job.owner, &batch.changed, 1, &replaces)?;
+        if batch.ids.is_empty() {
+            self.check_limits(&spec, &job.owner, &[], 1, &BTreeSet::from([id]))?;
+        } else {
+            // The batch's caps are checked once, with every job as changed (`check_batch_caps`).
+            self.check_job_limits(&spec, &job.owner)?;
+        }
         job.time_limit = spec.time_limit;
         job.resources = spec.resources;
         if let Some(b) = req.begin {
@@ -465,10 +468,37 @@ impl Cluster {
     }
 }
 
-/// Jobs changed together by one update (an array's tasks): all of their ids, and what those
-/// already changed now count as toward their owner's caps (association, QoS).
+/// Jobs changed together by one update (an array's tasks): their ids. Their owner's caps are
+/// checked once for all of them ([`Cluster::check_batch_caps`]), not job by job.
 #[derive(Debug, Default)]
 pub(super) struct Batch {
-    pub ids: Vec<JobId>,
-    pub changed: Vec<(wharf_core::Assoc, Option<String>)>,
+    pub ids: BTreeSet<JobId>,
+}
+
+impl Cluster {
+    /// Refuses `changed` (one owner's jobs, as an update leaves them, the ids of `batch`) when
+    /// they would take the owner over a submit cap: each (association, QoS) they count toward
+    /// is checked once, with all of them counted as changed and none as they were.
+    pub(super) fn check_batch_caps(
+        &self,
+        batch: &Batch,
+        changed: &[JobRecord],
+    ) -> Result<(), Failure> {
+        let Some(owner) = changed.first().map(|j| &j.owner) else {
+            return Ok(());
+        };
+        let counted: Vec<(wharf_core::Assoc, Option<String>)> = changed
+            .iter()
+            .map(|j| (self.assoc(j), self.qos_of(j.spec.as_ref())))
+            .collect();
+        let distinct: BTreeSet<&(wharf_core::Assoc, Option<String>)> = counted.iter().collect();
+        for this in distinct {
+            // Every changed job but one of this kind before it: the check adds that one.
+            let at = counted.iter().position(|c| c == this).unwrap_or(0);
+            let mut earlier = counted.clone();
+            earlier.remove(at);
+            self.check_caps(owner, this, &earlier, 1, &batch.ids)?;
+        }
+        Ok(())
+    }
 }

@@ -342,15 +342,27 @@ impl Cluster {
         owner: &wharf_api::Owner,
         earlier: &[(Assoc, Option<String>)],
         tasks: usize,
-        replaces: &[JobId],
+        replaces: &BTreeSet<JobId>,
     ) -> Result<(), Failure> {
-        let limits = &self.sched.limits;
-        if limits.is_empty() {
-            return Ok(());
-        }
+        let this = self.check_job_limits(spec, owner)?;
+        self.check_caps(owner, &this, earlier, tasks, replaces)
+    }
+
+    /// The first half of [`Cluster::check_limits`]: refuses a job that could never start
+    /// under its QoS or association limits on its own. Returns the (association, QoS) it
+    /// counts toward.
+    pub(super) fn check_job_limits(
+        &self,
+        spec: &JobSpec,
+        owner: &wharf_api::Owner,
+    ) -> Result<(Assoc, Option<String>), Failure> {
         let assoc = self.assoc_for(Some(spec), &owner.user);
+        let qos = self.qos_of(Some(spec));
+        if self.sched.limits.is_empty() {
+            return Ok((assoc, qos));
+        }
         let mut job = PendingJob::new(0, assoc, request(spec.resources, Some(spec)), 0);
-        job.qos = self.qos_of(Some(spec));
+        job.qos = qos;
         if let Some(reason) =
             limits::never_fits(&self.sched, &job, spec.time_limit.saturating_mul(1000))
         {
@@ -358,6 +370,24 @@ impl Cluster {
                 ErrorKind::InvalidInput,
                 format!("this job could never start: {reason}"),
             ));
+        }
+        Ok((job.assoc, job.qos))
+    }
+
+    /// The second half of [`Cluster::check_limits`]: refuses one more job counted toward
+    /// `this` (association, QoS) when it would take its owner over a submit cap, with the
+    /// owner's active jobs but `replaces`, `earlier` and `tasks - 1` more like it counted.
+    pub(super) fn check_caps(
+        &self,
+        owner: &wharf_api::Owner,
+        this: &(Assoc, Option<String>),
+        earlier: &[(Assoc, Option<String>)],
+        tasks: usize,
+        replaces: &BTreeSet<JobId>,
+    ) -> Result<(), Failure> {
+        let limits = &self.sched.limits;
+        if limits.is_empty() {
+            return Ok(());
         }
         let capped = limits
             .qos
@@ -373,19 +403,18 @@ impl Cluster {
         }
         // Pending and running jobs of this user: only theirs can count toward their caps. The
         // job checked is the last; an array's other tasks count before it.
-        let this = (job.assoc.clone(), job.qos.clone());
         let active: Vec<(Assoc, Option<String>)> = self
             .jobs
             .active_of(owner.uid)
             .filter(|j| !replaces.contains(&j.id))
             .map(|j| (self.assoc(j), self.qos_of(j.spec.as_ref())))
             .chain(earlier.iter().cloned())
-            .chain(std::iter::repeat_n(this, tasks.saturating_sub(1)))
+            .chain(std::iter::repeat_n(this.clone(), tasks.saturating_sub(1)))
             .collect();
         limits::submit_fits(
             &self.sched,
-            &job.assoc,
-            job.qos.as_deref(),
+            &this.0,
+            this.1.as_deref(),
             active.iter().map(|(a, q)| (a, q.as_deref())),
         )
         .map_err(|reason| Failure::new(ErrorKind::Unavailable, format!("refused: {reason}")))

@@ -175,7 +175,13 @@ impl Cluster {
             Some(a) => self.check_array(a)?,
             None => 1,
         };
-        self.check_limits(&spec, &caller.owner, &earlier.limited, tasks, &[])?;
+        self.check_limits(
+            &spec,
+            &caller.owner,
+            &earlier.limited,
+            tasks,
+            &Default::default(),
+        )?;
         self.check_dependency(req.job.dependency.as_ref(), caller)?;
         let uid = caller.owner.uid;
         let pending = self.jobs.pending_of(uid) as usize + earlier.pending_of(uid);
