@@ -398,7 +398,7 @@ impl Cluster {
         if let Some(p) = &req.partition {
             spec.partition = Some(p.trim().to_string());
             // What it took from the partition it leaves, it takes from the new one.
-            self.partition_defaults(&mut spec);
+            self.partition_defaults(&mut spec)?;
         }
         if let Some(q) = &req.qos {
             spec.qos = Some(q.trim().to_string());

@@ -185,9 +185,9 @@ impl Cluster {
     /// Gives a job what it left to its partition: its time limit ([`cycle::default_time`])
     /// when it gave none, its memory ([`cycle::default_memory`]) when it asked for none. A
     /// partition that does not exist is [`Cluster::check_partition`]'s to refuse.
-    pub(super) fn partition_defaults(&self, spec: &mut JobSpec) {
+    pub(super) fn partition_defaults(&self, spec: &mut JobSpec) -> Result<(), Failure> {
         let Ok(part) = cycle::partition(&self.sched, spec.partition.as_deref()) else {
-            return;
+            return Ok(());
         };
         if spec.time_defaulted {
             let site = self.defaults.time.min(self.defaults.max_time);
@@ -197,7 +197,21 @@ impl Cluster {
             let r = spec.resources;
             spec.resources.memory =
                 cycle::default_memory(part, r.cpus, r.gpus, self.defaults.memory);
+            // The site's ceilings hold for what a partition's defaults give too.
+            self.defaults
+                .max_resources
+                .check(&spec.resources)
+                .map_err(|m| {
+                    Failure::new(
+                        ErrorKind::InvalidInput,
+                        format!(
+                            "with partition {}'s default memory per CPU or GPU: {m}; give --mem",
+                            part.map_or(wharf_core::DEFAULT_PARTITION, |p| p.name.as_str())
+                        ),
+                    )
+                })?;
         }
+        Ok(())
     }
 
     /// Refuses a job whose partition does not exist, takes no new jobs, allows less time or

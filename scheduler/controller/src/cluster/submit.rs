@@ -159,7 +159,7 @@ impl Cluster {
             .job
             .resolve(&req.cwd, &self.defaults)
             .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
-        self.partition_defaults(&mut spec);
+        self.partition_defaults(&mut spec)?;
         wharf_api::limits::fits_some_node(
             &spec.resources,
             self.nodes.values().map(|n| n.info.capacity()),

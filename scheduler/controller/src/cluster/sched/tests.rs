@@ -1099,3 +1099,35 @@ fn moving_a_whole_array_to_a_capped_qos_counts_every_task() {
         Some("small")
     );
 }
+
+#[test]
+fn a_partitions_default_memory_is_held_to_the_sites_ceiling() {
+    const G: u64 = 1 << 30;
+    let dir = tempfile::tempdir().unwrap();
+    let mut gpu = wharf_core::Partition::new("gpu", &[]);
+    gpu.def_mem_per_gpu = Some(4 * G);
+    let config = wharf_core::Config {
+        partitions: vec![gpu],
+        ..Default::default()
+    };
+    let mut c = cluster_with(&dir, config);
+    c.defaults.max_resources.memory = Some(6 * G);
+    let ann = caller(1000, "ann");
+    let job = |gpus: u32| JobRequest {
+        partition: Some("gpu".into()),
+        gpus: Some(gpus),
+        ..Default::default()
+    };
+    // 2 GPUs x 4G is over the site's 6G: refused, naming where it came from.
+    let err = submit_job(&mut c, &ann, job(2), 1).unwrap_err();
+    assert!(
+        err.message
+            .starts_with("with partition gpu's default memory per CPU or GPU:")
+            && err.message.contains("give --mem"),
+        "{}",
+        err.message
+    );
+    assert!(c.jobs.is_empty());
+    let one = submit_job(&mut c, &ann, job(1), 2).unwrap();
+    assert_eq!(record(&c, one).resources.memory, 4 * G);
+}
