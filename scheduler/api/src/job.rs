@@ -1595,6 +1595,14 @@ mod tests {
         crate::jobfile::set_option(&mut r, "gpus", "h100:8").unwrap();
         let err = crate::jobfile::set_option(&mut r, "gpus-per-node", "a100:4").unwrap_err();
         assert!(err.contains("of one type"), "{err}");
+        // The same option again replaces itself, type and all: the last line wins.
+        let spec = with(&[("gpus", "h100:2"), ("gpus", "a100:4")]).unwrap();
+        assert_eq!(
+            (spec.resources.gpus, spec.gpu_type.as_deref()),
+            (4, Some("a100"))
+        );
+        let spec = with(&[("gpus", "h100:2"), ("gpus", "4")]).unwrap();
+        assert_eq!((spec.resources.gpus, spec.gpu_type), (4, None));
         // The command line's GPUs replace a script's, whichever way each asked.
         let mut script = req();
         for (k, v) in [("nodes", "2"), ("gpus", "h100:8")] {

@@ -255,16 +255,28 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
                     "--{key} expects a whole number or TYPE:COUNT (e.g. h100:2), found {value:?}"
                 )
             })?;
-            match key {
-                "G" | "gpus" => req.gpus_total = Some(count),
-                _ => req.gpus = Some(count),
-            }
             if let Some(k) = kind.filter(|k| k.trim().is_empty() || k.contains(':')) {
                 return Err(format!(
                     "--{key}: {k:?} is not a GPU type (write TYPE:COUNT, e.g. h100:2)"
                 ));
             }
-            // `--gpus h100:8 --gpus-per-node 4` keeps the type; two types are refused.
+            // The same option given again replaces itself, type and all (the last line wins,
+            // as in Slurm); `--gpus h100:8 --gpus-per-node 4` keeps the type the other gave,
+            // and two types across the two are refused.
+            let total = matches!(key, "G" | "gpus");
+            let (again, other) = if total {
+                (req.gpus_total.is_some(), req.gpus.is_some())
+            } else {
+                (req.gpus.is_some(), req.gpus_total.is_some())
+            };
+            if again && !other {
+                req.gpu_type = None;
+            }
+            if total {
+                req.gpus_total = Some(count);
+            } else {
+                req.gpus = Some(count);
+            }
             if let Some(k) = kind.map(|k| k.trim().to_ascii_lowercase()) {
                 match &req.gpu_type {
                     Some(t) if *t != k => {
