@@ -64,7 +64,7 @@ fn constraints_and_excluded_nodes_choose_among_two_agents() {
     for _ in 0..3 {
         let on_ib = submit(&["-C", "ib&nvme"]);
         let not_fast = submit(&["--exclude", "fast[1]"]);
-        let listed = submit(&["-w", "plain[1],fast1", "-x", "plain1"]);
+        let listed = submit(&["-w", "fast1", "-x", "plain1"]);
         for (id, node) in [(on_ib, "fast1"), (not_fast, "plain1"), (listed, "fast1")] {
             let job = ended(&c, id, Duration::from_secs(30));
             assert_eq!(job["state"], "COMPLETED", "{job}");
@@ -85,6 +85,34 @@ fn constraints_and_excluded_nodes_choose_among_two_agents() {
         "{}",
         stderr(&out)
     );
+    // A node both listed and excluded is a mistake; a list is every node of the job (as in
+    // Slurm: its node count is raised to theirs), so a count over it is refused.
+    for (args, says) in [
+        (
+            &["-w", "plain1,fast1", "-x", "plain1"][..],
+            "node plain1 is both in --nodelist and in --exclude",
+        ),
+        (
+            &["-N", "3", "-w", "plain1,fast1"][..],
+            "--nodes 3 but --nodelist names 2 nodes",
+        ),
+    ] {
+        let all = [&["submit"][..], args, &["--wrap", "true"]].concat();
+        let out = c.wharf(&all);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+    let both = submit(&["-w", "plain1,fast1"]);
+    let job = ended(&c, both, Duration::from_secs(30));
+    assert_eq!(job["state"], "COMPLETED", "{job}");
+    let mut on: Vec<&str> = job["allocs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["node"].as_str().unwrap())
+        .collect();
+    on.sort_unstable();
+    assert_eq!(on, ["fast1", "plain1"], "{job}");
     let out = c.wharf(&["submit", "-w", "fast[1-3]", "--wrap", "true"]);
     assert!(
         stderr(&out).contains("its --nodelist names fast[2-3], which are not a node"),

@@ -157,7 +157,8 @@ pub struct JobRequest {
     /// Node features the job needs: `ib&nvme` (all), `a100|h100` (any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub constraint: Option<String>,
-    /// Host list of the nodes the job may run on (`gpu[01-04]`); none: any node.
+    /// Host list of the nodes the job runs on, every one of them (`gpu[01-04]`: 4 nodes, its
+    /// node count raised to theirs, as in Slurm); none: any node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodelist: Option<String>,
     /// Host list of nodes the job must not run on.
@@ -491,7 +492,29 @@ impl JobRequest {
         if cpus_per_task == 0 {
             return Err("`cpus` must be at least 1".into());
         }
-        let (nodes, tasks_per_node) = check_tasks(self.nodes, self.ntasks, self.ntasks_per_node)?;
+        // As in Slurm, a job gets every node its --nodelist names: its node count is raised to
+        // theirs, and a node both listed and excluded is a mistake.
+        let nodelist = host_list("nodelist", &self.nodelist)?;
+        let exclude = host_list("exclude", &self.exclude)?;
+        let listed: std::collections::BTreeSet<&str> =
+            nodelist.names().iter().map(String::as_str).collect();
+        if let Some(both) = listed.iter().find(|n| exclude.contains(n)) {
+            return Err(format!(
+                "node {both} is both in --nodelist and in --exclude; leave it out of one"
+            ));
+        }
+        let asked = match (self.nodes, u32::try_from(listed.len()).unwrap_or(u32::MAX)) {
+            (n, 0) => n,
+            (Some(n), k) if n > k => {
+                return Err(format!(
+                    "--nodes {n} but --nodelist names {k} node{}: a job runs on exactly the \
+                     nodes it lists; list all {n}, or leave --nodelist out",
+                    if k == 1 { "" } else { "s" }
+                ))
+            }
+            (_, k) => Some(k),
+        };
+        let (nodes, tasks_per_node) = check_tasks(asked, self.ntasks, self.ntasks_per_node)?;
         let cpus = cpus_per_task.checked_mul(tasks_per_node).ok_or_else(|| {
             format!("`cpus` = {cpus_per_task} per task times {tasks_per_node} tasks per node is too many")
         })?;
@@ -657,8 +680,8 @@ impl JobRequest {
                 .as_deref()
                 .map(crate::features::Constraint::parse)
                 .transpose()?,
-            nodelist: host_list("nodelist", &self.nodelist)?,
-            exclude: host_list("exclude", &self.exclude)?,
+            nodelist,
+            exclude,
             exclusive: self.exclusive.unwrap_or(false),
             requeue: self.requeue.unwrap_or(true),
         })
@@ -1615,6 +1638,51 @@ mod tests {
         // Job files keep `gpus` per node (`gpus_per_node`), as documented.
         let r: JobRequest = toml::from_str("command = [\"true\"]\nnodes = 2\ngpus = 2\n").unwrap();
         assert_eq!(r.resolve("/tmp", &d).unwrap().resources.gpus, 2);
+    }
+
+    #[test]
+    fn a_nodelist_is_every_node_of_the_job_as_in_slurm() {
+        let d = JobDefaults::default();
+        let with = |opts: &[(&str, &str)]| {
+            let mut r = req();
+            for (k, v) in opts {
+                crate::jobfile::set_option(&mut r, k, v).unwrap();
+            }
+            r.resolve("/tmp", &d)
+        };
+        let nodes = |opts: &[(&str, &str)]| with(opts).unwrap().nodes;
+        assert_eq!(
+            nodes(&[("nodelist", "gpu[01-04]")]),
+            4,
+            "raised to the list"
+        );
+        assert_eq!(nodes(&[("nodes", "1"), ("nodelist", "a,b")]), 2);
+        assert_eq!(
+            nodes(&[("nodes", "2"), ("nodelist", "a,b,a")]),
+            2,
+            "once each"
+        );
+        assert_eq!(nodes(&[("nodelist", "a")]), 1);
+        assert_eq!(
+            nodes(&[("exclude", "a,b")]),
+            1,
+            "an exclude list is no count"
+        );
+        let spec = with(&[("ntasks", "4"), ("nodelist", "a,b")]).unwrap();
+        assert_eq!((spec.nodes, spec.tasks_per_node), (2, 2));
+        for (opts, says) in [
+            (
+                &[("nodes", "3"), ("nodelist", "a,b")][..],
+                "--nodes 3 but --nodelist names 2 nodes",
+            ),
+            (
+                &[("nodelist", "a,b"), ("exclude", "b")][..],
+                "node b is both in --nodelist and in --exclude",
+            ),
+        ] {
+            let err = with(opts).unwrap_err();
+            assert!(err.contains(says), "{opts:?}: {err}");
+        }
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //!
 //! A job that no node of its partition could ever match waits with `BadConstraints`
 //! ([`PendingReason::NoNodeMatches`]), saying what is missing; the controller refuses such a
-//! job at submit with the same words, and one that no node it may use could ever hold
-//! (`TooLarge`, `PartitionNodeLimit`) too ([`unmatched`]).
+//! job at submit with the same words ([`unmatched`]), and one that no node it may use could
+//! ever hold too ([`never_holds`]).
 //!
 //! ```
 //! use wharf_core::{schedule, Assoc, Node, PendingJob, Request, Selection, State};
@@ -144,18 +144,23 @@ pub(crate) fn why_none(sel: &Selection, part: &PartView, nodes: &[Node]) -> Opti
     Some(why)
 }
 
-/// Why `job` could never run on `nodes` (every node its agent registered, up or down): its
-/// node selection matches no node of its partition, or too few of the nodes it may use there
-/// could ever hold its shape (CPUs, memory, GPUs of its type, per node). The controller
-/// refuses such a job at submit. `None` when it could run, when its partition is unknown
-/// (that has its own refusal), and for its shape while some node its partition names has not
-/// registered yet (that node may hold it).
+/// Why `job` could never run on `nodes` (every node its agent registered, up or down) for its
+/// node selection alone: the controller refuses such a job at submit. `None` when some node of
+/// its partition matches, or when its partition is unknown (that has its own refusal).
 pub fn unmatched(config: &Config, nodes: &[Node], job: &PendingJob) -> Option<PendingReason> {
     let parts = Partitions::resolve(config, nodes);
     let p = parts.of(job)?;
-    if let Some(what) = why_none(&job.select, &parts.parts[p], nodes) {
-        return Some(PendingReason::NoNodeMatches { what });
-    }
+    why_none(&job.select, &parts.parts[p], nodes).map(|what| PendingReason::NoNodeMatches { what })
+}
+
+/// Why too few of the nodes `job` may use in its partition (of `nodes`, every node its agent
+/// registered, up or down) could ever hold its shape: CPUs, memory, GPUs of its type, per
+/// node (`TooLarge`, `PartitionNodeLimit`). The controller refuses such a job at submit.
+/// `None` when enough could, when its partition is unknown, and while some node its
+/// partition names has not registered yet (that node may hold it).
+pub fn never_holds(config: &Config, nodes: &[Node], job: &PendingJob) -> Option<PendingReason> {
+    let parts = Partitions::resolve(config, nodes);
+    let p = parts.of(job)?;
     let named = config
         .partitions
         .iter()

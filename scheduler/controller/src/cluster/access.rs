@@ -4,7 +4,7 @@
 
 use wharf_api::wire::ErrorKind;
 use wharf_api::JobSpec;
-use wharf_core::{select, Partition, PendingJob};
+use wharf_core::{select, Partition, PendingJob, PendingReason};
 
 use super::sched::selection;
 use super::{Caller, Cluster, Failure};
@@ -61,12 +61,26 @@ impl Cluster {
         ))
     }
 
-    /// Refuses a job no registered node could ever run: for its node selection (a node list
+    /// Refuses a job no registered node could ever run for its node selection: a node list
     /// naming unknown nodes or none of its partition, features no node of its partition has,
-    /// or excluded nodes that leave none), or for its shape on the nodes it may use in its
-    /// partition (`-p cpu --gpus 1`, more nodes than could hold it). With no node registered
-    /// yet nothing is known.
+    /// or excluded nodes that leave none. With no node registered yet nothing is known.
     pub(super) fn check_selection(&self, spec: &JobSpec, user: &str) -> Result<(), Failure> {
+        self.refuse_if(spec, user, select::unmatched)
+    }
+
+    /// Refuses a job too few of the nodes it may use in its partition could ever hold, for
+    /// its shape (`-p cpu --gpus 1`, more nodes than could hold it).
+    pub(super) fn check_shape(&self, spec: &JobSpec, user: &str) -> Result<(), Failure> {
+        self.refuse_if(spec, user, select::never_holds)
+    }
+
+    /// `spec` as the core's pending job, refused with the words of `why` if it says so.
+    fn refuse_if(
+        &self,
+        spec: &JobSpec,
+        user: &str,
+        why: fn(&wharf_core::Config, &[wharf_core::Node], &PendingJob) -> Option<PendingReason>,
+    ) -> Result<(), Failure> {
         if self.nodes.is_empty() {
             return Ok(());
         }
@@ -76,8 +90,8 @@ impl Cluster {
         let mut job = PendingJob::new(0, self.assoc_for(Some(spec), user), request, 0);
         job.partition = spec.partition.clone();
         job.select = selection(spec);
-        match select::unmatched(&self.sched, &self.sched_nodes(), &job) {
-            Some(wharf_core::PendingReason::NoNodeMatches { what }) => Err(Failure::new(
+        match why(&self.sched, &self.sched_nodes(), &job) {
+            Some(PendingReason::NoNodeMatches { what }) => Err(Failure::new(
                 ErrorKind::InvalidInput,
                 format!("Requested node configuration is not available: {what}"),
             )),

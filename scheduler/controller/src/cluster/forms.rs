@@ -422,6 +422,7 @@ impl Cluster {
         };
         self.check_partition(&spec, &owner)?;
         self.check_selection(&spec, &job.owner.user)?;
+        self.check_shape(&spec, &job.owner.user)?;
         // What an admin set before is not the caller's to answer for.
         if req.nice.is_some() || req.qos.is_some() {
             self.check_qos_and_nice(&spec, caller)?;

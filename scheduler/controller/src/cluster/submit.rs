@@ -165,10 +165,13 @@ impl Cluster {
             self.nodes.values().map(|n| n.info.capacity()),
         )
         .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
-        self.check_partition(&spec, caller)?;
-        // A GPU type no node has says which types there are; then what its partition holds.
-        self.check_gpu_type(&spec)?;
+        // A node list naming nodes that are not there says so before its node count (raised
+        // to theirs) is held against its partition's; a GPU type no node has says which types
+        // there are; then what the partition's nodes could hold.
         self.check_selection(&spec, &caller.owner.user)?;
+        self.check_partition(&spec, caller)?;
+        self.check_gpu_type(&spec)?;
+        self.check_shape(&spec, &caller.owner.user)?;
         self.check_account(&spec, &caller.owner.user)?;
         self.check_qos_and_nice(&spec, caller)?;
         let tasks = match &req.job.array {
