@@ -230,6 +230,14 @@ mod tests {
         Cli::try_parse_from(argv).unwrap().args
     }
 
+    /// What srun outside a job runs for `words`: its `wharf run` argv.
+    fn run_argv(words: &[&str]) -> Vec<String> {
+        let Plan::Run(argv) = plan(parse(words), &env_of(&[])).unwrap() else {
+            panic!("not a run")
+        };
+        argv
+    }
+
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
         move |k| {
             pairs
@@ -286,14 +294,8 @@ mod tests {
 
     #[test]
     fn outside_a_job_srun_is_wharf_run_where_the_flags_map() {
-        let a = parse(&[
-            "-N", "2", "-n", "4", "-c", "2", "-t", "10", "python", "x.py",
-        ]);
-        let Plan::Run(argv) = plan(a, &env_of(&[])).unwrap() else {
-            panic!("not a run")
-        };
         assert_eq!(
-            argv,
+            run_argv(&["-N", "2", "-n", "4", "-c", "2", "-t", "10", "python", "x.py"]),
             [
                 "run",
                 "--nodes=2",
@@ -306,12 +308,8 @@ mod tests {
             ]
         );
         // GPUs and memory as Slurm writes them: the job's, per node, per CPU or per GPU.
-        let a = parse(&["-N", "2", "-G", "h100:8", "--mem-per-gpu", "40G", "true"]);
-        let Plan::Run(argv) = plan(a, &env_of(&[])).unwrap() else {
-            panic!("not a run")
-        };
         assert_eq!(
-            argv,
+            run_argv(&["-N", "2", "-G", "h100:8", "--mem-per-gpu", "40G", "true"]),
             [
                 "run",
                 "--nodes=2",
