@@ -61,28 +61,18 @@ impl Cluster {
         ))
     }
 
-    /// Refuses a job no registered node could ever run for its node selection: a node list
-    /// naming unknown nodes or none of its partition, features no node of its partition has,
-    /// or excluded nodes that leave none. With no node registered yet nothing is known.
-    pub(super) fn check_selection(&self, spec: &JobSpec, user: &str) -> Result<(), Failure> {
-        self.refuse_if(spec, user, select::unmatched)
-    }
-
-    /// Refuses a job too few of the nodes it may use in its partition could ever hold, for
-    /// its shape (`-p cpu --gpus 1`, more nodes than could hold it).
-    pub(super) fn check_shape(&self, spec: &JobSpec, user: &str) -> Result<(), Failure> {
-        self.refuse_if(spec, user, select::never_holds)
-    }
-
-    /// `spec` as the core's pending job, refused with the words of `why` if it says so.
-    fn refuse_if(
-        &self,
-        spec: &JobSpec,
-        user: &str,
-        why: fn(&wharf_core::Config, &[wharf_core::Node], &PendingJob) -> Option<PendingReason>,
-    ) -> Result<(), Failure> {
+    /// What the registered nodes say of a job, worked out on one view of them (with no node
+    /// registered yet nothing is known): [`NodeChecks::selection`] refuses a job whose node
+    /// selection no node could match (a node list naming unknown nodes or none of its
+    /// partition, features no node of its partition has, or excluded nodes that leave none);
+    /// [`NodeChecks::shape`] one that too few of the nodes it may use in its partition could
+    /// ever hold (`-p cpu --gpus 1`, more nodes than could hold it).
+    pub(super) fn node_checks(&self, spec: &JobSpec, user: &str) -> NodeChecks {
         if self.nodes.is_empty() {
-            return Ok(());
+            return NodeChecks {
+                selection: Ok(()),
+                shape: Ok(()),
+            };
         }
         let r = spec.resources;
         let mut request = wharf_core::cycle::request(r, spec.nodes);
@@ -90,7 +80,8 @@ impl Cluster {
         let mut job = PendingJob::new(0, self.assoc_for(Some(spec), user), request, 0);
         job.partition = spec.partition.clone();
         job.select = selection(spec);
-        match why(&self.sched, &self.sched_nodes(), &job) {
+        let nodes = self.sched_nodes();
+        let refuse = |why: Option<PendingReason>| match why {
             Some(PendingReason::NoNodeMatches { what }) => Err(Failure::new(
                 ErrorKind::InvalidInput,
                 format!("Requested node configuration is not available: {what}"),
@@ -100,8 +91,24 @@ impl Cluster {
                 format!("this job could never start: {other}"),
             )),
             None => Ok(()),
+        };
+        NodeChecks {
+            selection: if job.select.filters() {
+                refuse(select::unmatched(&self.sched, &nodes, &job))
+            } else {
+                Ok(())
+            },
+            shape: refuse(select::never_holds(&self.sched, &nodes, &job)),
         }
     }
+}
+
+/// See [`Cluster::node_checks`]; callers take the selection's answer before the partition's
+/// checks (a node list naming no node says so before its raised node count is judged) and
+/// the shape's after them.
+pub(super) struct NodeChecks {
+    pub selection: Result<(), Failure>,
+    pub shape: Result<(), Failure>,
 }
 
 #[cfg(test)]

@@ -421,8 +421,12 @@ impl Cluster {
             admin: caller.admin,
         };
         self.check_partition(&spec, &owner)?;
-        self.check_selection(&spec, &job.owner.user)?;
-        self.check_shape(&spec, &job.owner.user)?;
+        // Of what an update may change, only the partition changes which nodes could hold it.
+        if req.partition.is_some() {
+            let nodes = self.node_checks(&spec, &job.owner.user);
+            nodes.selection?;
+            nodes.shape?;
+        }
         // What an admin set before is not the caller's to answer for.
         if req.nice.is_some() || req.qos.is_some() {
             self.check_qos_and_nice(&spec, caller)?;

@@ -168,10 +168,11 @@ impl Cluster {
         // A node list naming nodes that are not there says so before its node count (raised
         // to theirs) is held against its partition's; a GPU type no node has says which types
         // there are; then what the partition's nodes could hold.
-        self.check_selection(&spec, &caller.owner.user)?;
+        let nodes = self.node_checks(&spec, &caller.owner.user);
+        nodes.selection?;
         self.check_partition(&spec, caller)?;
         self.check_gpu_type(&spec)?;
-        self.check_shape(&spec, &caller.owner.user)?;
+        nodes.shape?;
         self.check_account(&spec, &caller.owner.user)?;
         self.check_qos_and_nice(&spec, caller)?;
         let tasks = match &req.job.array {
