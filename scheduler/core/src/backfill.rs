@@ -420,9 +420,10 @@ fn reserve(
         // A kept reservation's last start is tried too, in its place among the others,
         // however many times the budget cut: what was free for it then still is, unless a
         // node went away.
-        if let Some(h) = hint.filter(|&h| h >= floor && h < last && !times.contains(&h)) {
-            let at = times.partition_point(|&t| t < h);
-            times.insert(at, h);
+        if let Some(h) = hint.filter(|&h| h >= floor && h < last) {
+            if let Err(at) = times.binary_search(&h) {
+                times.insert(at, h);
+            }
         }
         let found = times.into_iter().find_map(|t| {
             let end = t.saturating_add(limit);

@@ -239,12 +239,11 @@ pub fn partition<'c>(
 /// `site` (the site's default), and never over its MaxTime (as in Slurm, where a job with
 /// neither gets MaxTime).
 pub fn default_time(part: Option<&Partition>, site: Time) -> Time {
-    let limit = part.and_then(|p| p.default_time).unwrap_or(site);
-    match part.and_then(|p| p.max_time) {
-        Some(max) => limit.min(max),
-        None => limit,
-    }
-    .max(1)
+    crate::partition::default_limit(
+        part.and_then(|p| p.default_time),
+        part.and_then(|p| p.max_time),
+        site,
+    )
 }
 
 /// The memory per node, bytes, of a job that asks for none and has `cpus` CPUs and `gpus`

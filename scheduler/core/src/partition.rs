@@ -112,10 +112,7 @@ impl Partitions {
         // A job that gives none gets the partition's default, never over its maximum.
         let limit = match job.time_limit {
             Some(t) => t.max(1),
-            None => {
-                let t = p.default_time.unwrap_or(config.default_time);
-                p.max_time.map_or(t, |max| t.min(max)).max(1)
-            }
+            None => default_limit(p.default_time, p.max_time, config.default_time),
         };
         if let Some(max) = p.max_time {
             if limit > max {
@@ -190,4 +187,15 @@ impl Billing {
 /// True when `state` lets a node take new work.
 pub(crate) fn takes_work(state: NodeState) -> bool {
     state == NodeState::Up
+}
+
+/// The time limit of a job that gives none: its partition's `default_time`, else `site`, never
+/// over the partition's `max_time`, at least 1 ms.
+pub(crate) fn default_limit(
+    default_time: Option<Time>,
+    max_time: Option<Time>,
+    site: Time,
+) -> Time {
+    let limit = default_time.unwrap_or(site);
+    max_time.map_or(limit, |max| limit.min(max)).max(1)
 }

@@ -176,11 +176,8 @@ pub fn never_holds(config: &Config, nodes: &[Node], job: &PendingJob) -> Option<
         allowed: allowed.as_deref(),
         exclusive: job.select.exclusive,
     };
-    // Whatever their state: a node that is down now may come back.
+    // Every node counted as up, whatever its state: a node that is down now may come back
+    // (so the answer is never `ReqNodeNotAvail`).
     let mine = parts.parts[p].nodes.iter().filter(|&&i| fit.may_use(i));
-    match never_fits(&table, mine.map(|&i| (i, 1, 1)), &fit) {
-        // Every node counted as up: a shortage of up nodes is no reason here.
-        Some(PendingReason::ReqNodeNotAvail) => None,
-        other => other,
-    }
+    never_fits(&table, mine.map(|&i| (i, 1, 1)), &fit)
 }
