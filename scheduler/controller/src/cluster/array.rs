@@ -51,21 +51,27 @@ impl Cluster {
 
     /// The job `id`, or with `task` the task of array `id`.
     pub fn resolve_task(&self, id: JobId, task: Option<u32>) -> Result<JobId, Failure> {
-        let Some(task) = task else {
-            return Ok(id);
-        };
+        match task {
+            None => Ok(id),
+            Some(task) => self.find_task(id, task).map(|(job, _)| job),
+        }
+    }
+
+    /// Task `task` of array `id`: its job id and state, from memory while it is active, else
+    /// from the store.
+    pub(super) fn find_task(&self, id: JobId, task: u32) -> Result<(JobId, JobState), Failure> {
         let active = self
             .jobs
             .range(id..)
             .find(|j| j.array.is_some_and(|a| a.job_id == id && a.task_id == task));
         if let Some(j) = active {
-            return Ok(j.id);
+            return Ok((j.id, j.state));
         }
         match self
             .store
             .array_task(id, task, self.forms.max_array_size.into())?
         {
-            Some(j) => Ok(j.id),
+            Some(j) => Ok((j.id, j.state)),
             None => Err(Failure::new(
                 ErrorKind::NotFound,
                 format!("no job {id}_{task}"),

@@ -170,9 +170,9 @@ impl Cluster {
                     .map_or(Found::Missing, |j| Found::Job(id, j.state)),
             })
         };
-        if named.task.is_some() {
-            return match self.resolve_task(named.id, named.task) {
-                Ok(id) => one(id),
+        if let Some(task) = named.task {
+            return match self.find_task(named.id, task) {
+                Ok((id, state)) => Ok(Found::Job(id, state)),
                 Err(e) if e.kind == ErrorKind::NotFound => Ok(Found::Missing),
                 Err(e) => Err(e),
             };
@@ -180,8 +180,14 @@ impl Cluster {
         let id = named.id;
         let array = match self.jobs.get(&id) {
             Some(j) => j.array.is_some_and(|a| a.job_id == id),
-            // Task 0 has ended: the others may not have.
-            None => true,
+            // Ended: a plain job is read once; an array's task 0 (or nothing stored) sends us
+            // to its tasks, some of which may not have ended.
+            None => match self.store.job(id)? {
+                Some(j) if !j.array.is_some_and(|a| a.job_id == id) => {
+                    return Ok(Found::Job(id, j.state))
+                }
+                _ => true,
+            },
         };
         if !array {
             return one(id);
