@@ -183,7 +183,7 @@ impl Cluster {
             // Ended: a plain job is read once; an array's task 0 (or nothing stored) sends us
             // to its tasks, some of which may not have ended.
             None => match self.store.job(id)? {
-                Some(j) if !j.array.is_some_and(|a| a.job_id == id) => {
+                Some(j) if j.array.is_none_or(|a| a.job_id != id) => {
                     return Ok(Found::Job(id, j.state))
                 }
                 _ => true,
