@@ -90,18 +90,12 @@ impl Cluster {
         array_id: JobId,
         now: u64,
     ) -> Result<Option<(JobRecord, Vec<String>)>, Failure> {
-        let tasks: Vec<JobRecord> = self
-            .jobs
-            .range(array_id..)
-            .filter(|j| j.array.is_some_and(|a| a.job_id == array_id))
-            .cloned()
-            .collect();
-        if tasks.len() < 2 && tasks.first().is_none_or(|j| j.id != array_id) {
-            // One task left (or none): the plain cancel says it as well.
+        let Some(tasks) = self.active_tasks(caller, array_id)? else {
             return Ok(None);
-        }
-        if let Some(j) = tasks.iter().find(|j| !caller.may_manage(j)) {
-            return Err(super::not_yours(j.id));
+        };
+        if tasks.len() == 1 && tasks[0].id != array_id {
+            // One task left, not the one named: the plain cancel says it as well.
+            return Ok(None);
         }
         let mut wake = Vec::new();
         let changed: Vec<JobRecord> = tasks
@@ -122,11 +116,10 @@ impl Cluster {
                 job
             })
             .collect();
-        let first = changed[0].clone();
-        self.commit(changed)?;
+        let first = self.commit_tasks(caller, changed)?;
         wake.sort();
         wake.dedup();
-        Ok(Some((crate::visibility::view(caller, first), wake)))
+        Ok(Some((first, wake)))
     }
 }
 
