@@ -44,7 +44,7 @@ impl StepInput {
         }
     }
 
-    /// The ranks of a step of `ntasks` tasks that take input.
+    /// The ranks of a step of `ntasks` tasks that take input, ascending.
     pub fn ranks(self, ntasks: u32) -> Vec<u32> {
         (0..ntasks).filter(|&r| self.takes(r)).collect()
     }
