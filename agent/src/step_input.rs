@@ -199,12 +199,18 @@ pub fn spawn(cfg: &AgentConfig, client: Client, launcher: Arc<dyn Backend>) {
             let known = tasks.len();
             find_tasks(&jobs, &mut tasks);
             let mut live: Vec<&mut Task> = tasks.values_mut().flatten().collect();
-            for t in live.iter_mut() {
-                step(t, launcher.as_ref());
+            // Whether each task has ended, read once a round (a task that ends meanwhile is
+            // seen at the next).
+            let ended: Vec<bool> = live
+                .iter()
+                .map(|t| has_ended(t, launcher.as_ref()))
+                .collect();
+            for (t, &ended) in live.iter_mut().zip(&ended) {
+                step(t, ended);
             }
             let flowed = pull(&node, &client, &mut live).await;
-            for t in live.iter_mut() {
-                step(t, launcher.as_ref());
+            for (t, &ended) in live.iter_mut().zip(&ended) {
+                step(t, ended);
             }
             // A task waiting for its pipe to be opened holds its start back, and one whose
             // pipe is full has input to go on with: no backing off for either.
@@ -249,14 +255,19 @@ fn find_tasks(jobs: &std::path::Path, tasks: &mut BTreeMap<PathBuf, Option<Task>
     }
 }
 
+/// Whether task `t` has ended (a closed pipe needs no look at its task).
+fn has_ended(t: &Task, launcher: &dyn Backend) -> bool {
+    !matches!(t.pipe, Pipe::Closed { .. })
+        && matches!(launcher.status(&t.dir), JobStatus::Exited(_))
+}
+
 /// Moves task `t`'s pipe on as far as it goes without waiting: opened once the shim's
 /// reader is there, pending bytes written as the pipe takes them, closed at the end or once
-/// the task is gone.
-fn step(t: &mut Task, launcher: &dyn Backend) {
+/// the task is gone (`ended`).
+fn step(t: &mut Task, ended: bool) {
     if matches!(t.pipe, Pipe::Closed { .. }) {
         return;
     }
-    let ended = matches!(launcher.status(&t.dir), JobStatus::Exited(_));
     let close = |offset| Pipe::Closed {
         offset,
         told: false,

@@ -4,6 +4,12 @@ use std::io::Read;
 use wharf_runtime::fake::FakeBackend;
 
 /// A step task's directory with its input FIFO, and the shim's reader on it.
+/// One round of the pump for `t`, as `spawn` runs it: its end read, then its pipe moved on.
+fn advance(t: &mut Task, launcher: &dyn Backend) {
+    let ended = has_ended(t, launcher);
+    step(t, ended);
+}
+
 fn task_with_pipe(root: &std::path::Path) -> (Task, std::fs::File) {
     let dir = JobDir::new(root.join("7.s0.0"));
     std::fs::create_dir_all(dir.input_dir()).unwrap();
@@ -19,7 +25,7 @@ fn task_with_pipe(root: &std::path::Path) -> (Task, std::fs::File) {
         pipe: Pipe::Opening,
     };
     // Nobody reads it yet (the shim has not opened it): the agent waits.
-    step(&mut task, &FakeBackend::new());
+    advance(&mut task, &FakeBackend::new());
     assert!(matches!(task.pipe, Pipe::Opening));
     assert!(!dir.stdin_ready().exists());
     let reader = std::fs::OpenOptions::new()
@@ -35,14 +41,14 @@ fn the_pump_opens_the_pipe_writes_what_came_and_closes_it_at_the_end() {
     let root = tempfile::tempdir().unwrap();
     let (mut t, mut reader) = task_with_pipe(root.path());
     let fake = FakeBackend::new();
-    step(&mut t, &fake);
+    advance(&mut t, &fake);
     assert!(matches!(t.pipe, Pipe::Open { .. }), "{:?}", t.pipe);
     assert!(t.dir.stdin_ready().exists(), "the shim is told");
     if let Pipe::Open { pending, eof, .. } = &mut t.pipe {
         pending.extend_from_slice(b"a\nb\n");
         *eof = true;
     }
-    step(&mut t, &fake);
+    advance(&mut t, &fake);
     assert!(
         matches!(
             t.pipe,
@@ -64,13 +70,13 @@ fn a_task_that_does_not_read_holds_the_rest_back_and_one_that_closed_is_let_go()
     let root = tempfile::tempdir().unwrap();
     let (mut t, reader) = task_with_pipe(root.path());
     let fake = FakeBackend::new();
-    step(&mut t, &fake);
+    advance(&mut t, &fake);
     // More than the pipe holds: what it does not take stays pending, nothing is lost.
     let big = vec![b'x'; 4 << 20];
     if let Pipe::Open { pending, .. } = &mut t.pipe {
         pending.extend_from_slice(&big);
     }
-    step(&mut t, &fake);
+    advance(&mut t, &fake);
     let Pipe::Open {
         offset, pending, ..
     } = &t.pipe
@@ -81,7 +87,7 @@ fn a_task_that_does_not_read_holds_the_rest_back_and_one_that_closed_is_let_go()
     assert_eq!(*offset as usize + pending.len(), big.len());
     // The task closes its input (`head -1`): the pipe is closed, the controller to be told.
     drop(reader);
-    step(&mut t, &fake);
+    advance(&mut t, &fake);
     assert!(
         matches!(t.pipe, Pipe::Closed { told: false, .. }),
         "{:?}",
