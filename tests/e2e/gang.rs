@@ -48,26 +48,6 @@ fn cgroup_parent(c: &TcpCluster, name: &str) -> String {
     format!("{dir}-{name}")
 }
 
-fn job(c: &TcpCluster, id: u64) -> Value {
-    show_json(&c.wharf(&["show", &id.to_string(), "--json"]), id)
-}
-
-fn ended(c: &TcpCluster, id: u64, limit: Duration) -> Value {
-    wait_ended(|| job(c, id), id, limit, || c.logs())
-}
-
-/// The nodes of `job`, in rank order.
-fn nodes_of(job: &Value) -> Vec<String> {
-    job["allocs"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|x| x["node"].as_str().unwrap_or_default().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Each node's address as its peers reach it (the fabric address, else the agent's).
 fn peer_addresses(c: &TcpCluster) -> BTreeMap<String, String> {
     let nodes: Value =
@@ -123,11 +103,7 @@ fn a_two_node_job_runs_a_rank_on_each_node_with_one_rendezvous() {
         "--wrap",
         "sleep 120",
     ]));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while job(&c, blocker)["state"] != "RUNNING" {
-        assert!(Instant::now() < deadline, "{}", job(&c, blocker));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    c.wait_running(blocker);
     let script = "for v in RANK WORLD_SIZE MASTER_ADDR MASTER_PORT SLURM_JOB_NODELIST \
                   SLURM_NNODES SLURM_PROCID WHARF_HOSTFILE; do eval echo $v=\\$$v; done; \
                   echo HOST=$(hostname); n=0; while read -r l; do echo \"LINE$n=$l\"; \
@@ -136,7 +112,7 @@ fn a_two_node_job_runs_a_rank_on_each_node_with_one_rendezvous() {
     let id = submitted_id(&c.wharf(&[
         "submit", "-N", "2", "--mem", "16M", "-t", "2m", "--wrap", script,
     ]));
-    let done = ended(&c, id, Duration::from_secs(60));
+    let done = c.wait_done(id, Duration::from_secs(60));
     assert_eq!(done["state"], "COMPLETED", "{done}");
     let nodes = nodes_of(&done);
     assert_eq!(
@@ -198,7 +174,7 @@ fn a_two_node_job_runs_a_rank_on_each_node_with_one_rendezvous() {
     let acct = stdout(&c.wharf(&["acct", "-j", &id.to_string(), "-o", "JobID,NNodes,NodeList"]));
     assert!(acct.contains("gang[1-2]"), "{acct}");
     c.wharf(&["cancel", &blocker.to_string()]);
-    ended(&c, blocker, Duration::from_secs(30));
+    c.wait_done(blocker, Duration::from_secs(30));
     no_cgroups_left(&c, blocker);
     no_cgroups_left(&c, id);
 }
@@ -222,7 +198,7 @@ fn a_rank_that_fails_stops_the_gang_and_the_job_names_it() {
         script,
     ]));
     // Rank 0 would sleep for 5 minutes: the job ends long before, when it is stopped.
-    let done = ended(&c, id, Duration::from_secs(90));
+    let done = c.wait_done(id, Duration::from_secs(90));
     assert_eq!(done["state"], "FAILED", "{done}");
     assert_eq!(done["exit"]["code"], 3, "the failing rank's code: {done}");
     let nodes = nodes_of(&done);
@@ -328,13 +304,13 @@ fn a_gang_on_fake_gpus_sees_exactly_its_devices_on_each_node() {
         ]))
     };
     let two = submit("2");
-    let done = ended(&c, two, Duration::from_secs(60));
+    let done = c.wait_done(two, Duration::from_secs(60));
     assert_eq!(done["state"], "COMPLETED", "{done}");
     sees_exactly_its_gpus(&c, two, &done, 2);
     no_cgroups_left(&c, two);
 
     let three = submit("3");
-    let done = ended(&c, three, Duration::from_secs(60));
+    let done = c.wait_done(three, Duration::from_secs(60));
     assert_eq!(done["state"], "COMPLETED", "{done}");
     sees_exactly_its_gpus(&c, three, &done, 3);
     let seen = gpus_seen(&c, three, &done);

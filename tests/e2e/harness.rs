@@ -758,6 +758,25 @@ impl TcpCluster {
         stdout(&self.wharf(&["nodes"]))
     }
 
+    /// Job `id` as root sees it.
+    pub fn job(&self, id: u64) -> Value {
+        show_json(&self.wharf(&["show", &id.to_string(), "--json"]), id)
+    }
+
+    /// Job `id` once it has ended (or `limit` passes, which fails the test).
+    pub fn wait_done(&self, id: u64, limit: Duration) -> Value {
+        wait_ended(|| self.job(id), id, limit, || self.logs())
+    }
+
+    /// Waits (up to 30 s, else fails the test) until job `id` runs.
+    pub fn wait_running(&self, id: u64) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.job(id)["state"] != "RUNNING" {
+            assert!(Instant::now() < deadline, "{}", self.job(id));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// The last lines of the controller's and agent `n1`'s logs.
     pub fn logs(&self) -> String {
         let tail = |name: &str| {
@@ -781,4 +800,16 @@ pub fn vars(path: &Path) -> std::collections::BTreeMap<String, String> {
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
+}
+
+/// The nodes of `job` (a record as `wharf show --json` prints it), in rank order.
+pub fn nodes_of(job: &Value) -> Vec<String> {
+    job["allocs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|x| x["node"].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
 }

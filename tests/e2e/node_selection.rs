@@ -9,12 +9,6 @@ use serde_json::Value;
 
 use crate::harness::*;
 
-/// Job `id` as root sees it, once it has ended (or `limit` passes, which fails the test).
-fn ended(c: &TcpCluster, id: u64, limit: Duration) -> Value {
-    let show = || show_json(&c.wharf(&["show", &id.to_string(), "--json"]), id);
-    wait_ended(show, id, limit, || c.logs())
-}
-
 #[test]
 fn constraints_and_excluded_nodes_choose_among_two_agents() {
     if !can_run("constraints_and_excluded_nodes_choose_among_two_agents") {
@@ -66,7 +60,7 @@ fn constraints_and_excluded_nodes_choose_among_two_agents() {
         let not_fast = submit(&["--exclude", "fast[1]"]);
         let listed = submit(&["-w", "fast1", "-x", "plain1"]);
         for (id, node) in [(on_ib, "fast1"), (not_fast, "plain1"), (listed, "fast1")] {
-            let job = ended(&c, id, Duration::from_secs(30));
+            let job = c.wait_done(id, Duration::from_secs(30));
             assert_eq!(job["state"], "COMPLETED", "{job}");
             assert_eq!(job["allocs"][0]["node"], node, "{job}");
         }
@@ -103,14 +97,9 @@ fn constraints_and_excluded_nodes_choose_among_two_agents() {
         assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
     }
     let both = submit(&["-w", "plain1,fast1"]);
-    let job = ended(&c, both, Duration::from_secs(30));
+    let job = c.wait_done(both, Duration::from_secs(30));
     assert_eq!(job["state"], "COMPLETED", "{job}");
-    let mut on: Vec<&str> = job["allocs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["node"].as_str().unwrap())
-        .collect();
+    let mut on = nodes_of(&job);
     on.sort_unstable();
     assert_eq!(on, ["fast1", "plain1"], "{job}");
     let out = c.wharf(&["submit", "-w", "fast[1-3]", "--wrap", "true"]);
