@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use crate::harness::*;
 
 /// Waits until `id` is pending with a reason starting with `code`, then checks that it stays so
-/// across more than one scheduling pass (the loop runs at least once a second).
+/// across more than one scheduling pass (the loop runs at least once a second), and that
+/// `wharf show --json` carries it as a typed value too.
 fn stays_pending(c: &Cluster, id: u64, code: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -26,6 +27,17 @@ fn stays_pending(c: &Cluster, id: u64, code: &str) {
         j["reason"].as_str().unwrap_or_default().starts_with(code),
         "{j}"
     );
+    // The same reason as a typed value, for clients that match on it (`JobHeldUser` is
+    // `{"kind": "job_held_user"}`).
+    let kind: String = code
+        .chars()
+        .enumerate()
+        .flat_map(|(i, ch)| {
+            let sep = (i > 0 && ch.is_ascii_uppercase()).then_some('_');
+            sep.into_iter().chain(ch.to_lowercase())
+        })
+        .collect();
+    assert_eq!(j["pending_reason"]["kind"], kind.as_str(), "{j}");
 }
 
 #[test]

@@ -20,6 +20,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::pending::PendingReason;
+
 use crate::hostlist::HostList;
 use crate::resources::{format_duration, format_memory, parse_duration, parse_memory, Resources};
 
@@ -1181,6 +1183,17 @@ pub struct JobRecord {
     pub state: JobState,
     /// Why it is pending, in words; or why it ended, for failures.
     pub reason: Option<String>,
+    /// Why a pending job waits, as a typed value (public: made of resources, limits,
+    /// partitions and job ids): Slurm's code with the numbers behind it, of which `reason`
+    /// is the sentence. Set while the scheduler or a hold keeps it pending; `None` in every
+    /// other state and while no pass has looked at it yet. A reason this build does not know
+    /// (from a newer controller) reads as `None`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "known_reason"
+    )]
+    pub pending_reason: Option<PendingReason>,
     /// Submit time, ms since the Unix epoch.
     pub submit_time: u64,
     /// Start time, ms since the Unix epoch.
@@ -1255,6 +1268,13 @@ pub struct JobRecord {
 /// (NODE_FAIL for a node fault, FAILED for an outage). A failure misread as a node's thus
 /// drains at most this many nodes for one job.
 pub const MAX_LAUNCH_FAULTS: u32 = 3;
+
+/// A pending reason, or `None` for one this build does not know: a client older than its
+/// controller still reads the job.
+fn known_reason<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<PendingReason>, D::Error> {
+    let value = Option::<serde_json::Value>::deserialize(d)?;
+    Ok(value.and_then(|v| serde_json::from_value(v).ok()))
+}
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
@@ -1368,6 +1388,7 @@ impl JobRecord {
             time_limit,
             state: JobState::Pending,
             reason: None,
+            pending_reason: None,
             submit_time,
             start_time: None,
             end_time: None,
@@ -1403,6 +1424,7 @@ impl JobRecord {
             time_limit: self.time_limit,
             state: self.state,
             reason: self.reason.clone(),
+            pending_reason: self.pending_reason.clone(),
             submit_time: self.submit_time,
             start_time: self.start_time,
             end_time: self.end_time,

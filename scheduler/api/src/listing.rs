@@ -52,7 +52,8 @@ pub struct JobRow<'a> {
     pub user: Cow<'a, str>,
     /// Its state.
     pub state: JobState,
-    /// Why a pending job waits, as a code: its [`JobRecord::reason`] up to the first `:`
+    /// Why a pending job waits, as a code: its [`JobRecord::pending_reason`]'s, else its
+    /// [`JobRecord::reason`] up to the first `:`
     /// (`JobHeldUser`, `Resources`), as squeue shows it. None in other states.
     pub reason: Option<Cow<'a, str>>,
     /// Start time, ms since the Unix epoch.
@@ -135,8 +136,11 @@ impl<'a> JobRow<'a> {
             name: Cow::Borrowed(&job.name),
             user: Cow::Borrowed(&job.owner.user),
             state: job.state,
-            reason: match job.state {
-                JobState::Pending => job.reason.as_deref().map(|r| Cow::Borrowed(reason_code(r))),
+            reason: match (job.state, &job.pending_reason) {
+                (JobState::Pending, Some(why)) => Some(Cow::Borrowed(why.code())),
+                (JobState::Pending, None) => {
+                    job.reason.as_deref().map(|r| Cow::Borrowed(reason_code(r)))
+                }
                 _ => None,
             },
             start_time: job.start_time,

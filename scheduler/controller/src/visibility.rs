@@ -35,6 +35,9 @@ pub fn view(caller: &Caller, mut job: JobRecord) -> JobRecord {
         }
         job.reason = public_reason(&job);
     }
+    if job.state != JobState::Pending {
+        job.pending_reason = None;
+    }
     job
 }
 

@@ -21,10 +21,10 @@ use crate::partition::Partitions;
 use crate::placement::{in_rank_order, Fit, Table};
 use crate::plan::{Preemption, Reservation, Start, Waiting};
 use crate::preempt::{self, Asker, Victims};
-use crate::reason::PendingReason;
 use crate::select::{why_none, Selection};
 use crate::state::{Assoc, Node, PendingJob, Time};
 use crate::tres::Tres;
+use crate::PendingReason;
 
 /// A job that passed every check but resources: its partition and time limit.
 #[derive(Clone, Copy)]

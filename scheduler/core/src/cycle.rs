@@ -557,7 +557,7 @@ mod tests {
     use super::*;
     use crate::config::UserShares;
     use crate::plan::{Preemption, Start};
-    use crate::reason::PendingReason;
+    use crate::PendingReason;
 
     fn facts(id: JobId) -> JobFacts {
         JobFacts {

@@ -37,7 +37,7 @@ mod preempt;
 mod priority;
 mod profile;
 mod queue;
-mod reason;
+
 pub mod select;
 mod state;
 mod topology;
@@ -56,13 +56,13 @@ pub use limits::{
 pub use live::Live;
 pub use partition::DEFAULT_PARTITION;
 pub use plan::{Plan, Preemption, Priority, Reservation, Start, Waiting};
-pub use reason::PendingReason;
 pub use select::Selection;
 pub use state::{
     kept_reservations, Alloc, Assoc, Hold, KeptReservation, Node, NodeState, PendingJob,
     RunningJob, State, Time,
 };
 pub use tres::{Gpu, Request, GPU_SLOTS};
+pub use wharf_api::pending::PendingReason;
 
 use std::collections::BTreeSet;
 

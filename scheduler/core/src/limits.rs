@@ -28,12 +28,11 @@
 //! ```
 
 mod budget;
-mod reason;
 
 use std::collections::BTreeMap;
 
 pub use budget::{format_utc, BudgetPeriod, BudgetTres, BudgetUsage, TresMins, TresMinutes};
-pub use reason::{LimitReason, TresKind};
+pub use wharf_api::pending::{LimitReason, TresKind};
 
 use crate::config::Config;
 use crate::state::{Alloc, Assoc, PendingJob, RunningJob, Time};
@@ -493,7 +492,7 @@ impl Counters {
         for (l, held, mins, label) in scopes {
             if !l.grp_tres_mins.is_empty() {
                 if let Some((tres, limit, used, asks)) =
-                    BudgetTres::over(&l.grp_tres_mins, mins.unwrap_or(&none), &budget_asks)
+                    budget::over(&l.grp_tres_mins, mins.unwrap_or(&none), &budget_asks)
                 {
                     return Err(LimitReason::AssocGrpTresMins {
                         assoc: label,

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use crate::config::{Billing, Config, PartitionState, PreemptMode};
-use crate::reason::PendingReason;
 use crate::state::{Node, NodeState, PendingJob, Time};
+use crate::PendingReason;
 
 /// Name of the partition made when none is configured.
 pub const DEFAULT_PARTITION: &str = "default";

@@ -4,8 +4,8 @@
 use wharf_api::JobId;
 
 use crate::config::PreemptMode;
-use crate::reason::PendingReason;
 use crate::state::{Alloc, Time};
+use crate::PendingReason;
 
 /// The multifactor priority of one job, with each factor so it can be shown.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]

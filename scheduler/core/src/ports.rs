@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::RangeInclusive;
 
 use crate::plan::{Start, Waiting};
-use crate::reason::PendingReason;
 use crate::state::RunningJob;
+use crate::PendingReason;
 
 /// Gives each start a port from `range`, none when every port is held on one of its nodes;
 /// such a start on several nodes is taken out of `starts` and returned as waiting.

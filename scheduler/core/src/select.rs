@@ -30,8 +30,8 @@ use crate::backfill::never_fits;
 use crate::config::Config;
 use crate::partition::{PartView, Partitions};
 use crate::placement::{Fit, Table};
-use crate::reason::PendingReason;
 use crate::state::{Node, PendingJob};
+use crate::PendingReason;
 
 /// What a job asks of the nodes it runs on, beyond resources.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default)]

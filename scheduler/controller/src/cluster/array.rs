@@ -42,6 +42,7 @@ impl Cluster {
         for id in &limited {
             self.jobs.edit(*id, |rec| {
                 rec.reason = Some(words.clone());
+                rec.pending_reason = Some(PendingReason::JobArrayTaskLimit);
                 rec.priority = None;
                 rec.expected_start = None;
             });

@@ -232,18 +232,15 @@ impl Cluster {
     pub(super) fn never_met(&mut self, never: Vec<NeverMet>, now: u64) -> Vec<JobRecord> {
         let mut cancelled = Vec::new();
         for n in never {
-            let words = format!(
-                "{} (job {} ended {})",
-                PendingReason::DependencyNeverSatisfied { on: n.on },
-                n.on,
-                n.parent_state
-            );
+            let why = PendingReason::DependencyNeverSatisfied { on: n.on };
+            let words = format!("{why} (job {} ended {})", n.on, n.parent_state);
             let kill = self.forms.kill_invalid_dependency;
             let Some(mut rec) = self.jobs.edit(n.job, |rec| {
                 rec.priority = None;
                 rec.expected_start = None;
                 if !kill {
                     rec.reason = Some(words.clone());
+                    rec.pending_reason = Some(why.clone());
                 }
                 rec.clone()
             }) else {
@@ -277,7 +274,12 @@ pub(super) fn held(caller: &Caller, mut job: JobRecord) -> JobRecord {
         job.hold.unwrap_or(Hold::User)
     };
     job.hold = Some(hold);
-    job.reason = Some(held_reason(hold));
+    let why = match hold {
+        Hold::User => PendingReason::JobHeldUser,
+        Hold::Admin => PendingReason::JobHeldAdmin,
+    };
+    job.reason = Some(why.to_string());
+    job.pending_reason = Some(why);
     job.expected_start = None;
     tracing::info!(job = job.id, by = %caller.owner.user, ?hold, "job held");
     job
@@ -304,17 +306,9 @@ pub(super) fn released(caller: &Caller, mut job: JobRecord) -> Result<JobRecord,
     }
     job.hold = None;
     job.reason = Some("Queued: released; waiting for the scheduler".into());
+    job.pending_reason = None;
     tracing::info!(job = id, by = %caller.owner.user, "job released");
     Ok(job)
-}
-
-/// The scheduler's sentence for a hold, so the job shows it before the next pass.
-fn held_reason(hold: Hold) -> String {
-    match hold {
-        Hold::User => PendingReason::JobHeldUser,
-        Hold::Admin => PendingReason::JobHeldAdmin,
-    }
-    .to_string()
 }
 
 #[cfg(test)]

@@ -141,6 +141,7 @@ pub(super) fn stopped(mut job: JobRecord, stop: &Stop, nodes: Vec<String>) -> Jo
     };
     job.requeued_after = Some(stop.clone());
     job.state = JobState::Pending;
+    job.pending_reason = None;
     job.restarts += 1;
     let words = stop.requeue_words();
     job.reason = Some(if nodes.is_empty() {

@@ -59,6 +59,7 @@ impl Cluster {
                 .map(|a| NodeAlloc::new(&a.node, a.cpu_ids.clone(), a.gpu_ids.clone()))
                 .collect();
             rec.reason = Some(format!("starting on {}", rec.nodelist()));
+            rec.pending_reason = None;
             rec.requeued_after = None;
             rec.requeued_message = None;
             rec.port = launch.port;
@@ -96,6 +97,7 @@ impl Cluster {
                 rec.priority = note.priority;
                 rec.expected_start = note.expected_start;
                 rec.reason = Some(note.reason);
+                rec.pending_reason = Some(wait.reason.clone());
             });
         }
         self.commit(started)?;

@@ -9,6 +9,9 @@
 
 use std::collections::BTreeMap;
 
+use wharf_api::forms::civil_from_days;
+pub use wharf_api::pending::{format_utc_minute as format_utc, BudgetTres};
+
 use crate::state::{Assoc, Time};
 
 const DAY: Time = 24 * 3600 * 1000;
@@ -93,14 +96,6 @@ impl BudgetPeriod {
     }
 }
 
-/// `ms` since the Unix epoch as `YYYY-MM-DD HH:MM UTC`.
-pub fn format_utc(ms: Time) -> String {
-    let days = (ms / DAY) as i64;
-    let (y, m, d) = civil_from_days(days);
-    let min = (ms % DAY) / 60_000;
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02} UTC", min / 60, min % 60)
-}
-
 /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
 fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
@@ -110,20 +105,6 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     era * 146_097 + doe - 719_468
-}
-
-/// The date of a day since 1970-01-01: (year, month 1-12, day 1-31).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
 
 /// A budget per TRES, in TRES-minutes (GrpTRESMins); `None` is no budget.
@@ -186,53 +167,24 @@ pub struct BudgetUsage {
     pub used: BTreeMap<Assoc, TresMinutes>,
 }
 
-/// A TRES a budget is kept for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum BudgetTres {
-    /// CPUs.
-    Cpu,
-    /// GPUs.
-    Gpu,
-    /// Billing units.
-    Billing,
-}
-
-impl BudgetTres {
-    pub(crate) fn key(self) -> &'static str {
-        match self {
-            BudgetTres::Cpu => "cpu",
-            BudgetTres::Gpu => "gpu",
-            BudgetTres::Billing => "billing",
-        }
-    }
-
-    pub(crate) fn unit(self) -> &'static str {
-        match self {
-            BudgetTres::Cpu => "CPU-minutes",
-            BudgetTres::Gpu => "GPU-minutes",
-            BudgetTres::Billing => "billing-minutes",
-        }
-    }
-
-    /// The first TRES of `cap` on which `used + asks` goes over it: (TRES, cap, used, asks),
-    /// amounts rounded up to whole minutes.
-    pub(crate) fn over(
-        cap: &TresMins,
-        used: &TresMinutes,
-        asks: &TresMinutes,
-    ) -> Option<(BudgetTres, u64, u64, u64)> {
-        [
-            (BudgetTres::Gpu, cap.gpu, used.gpu, asks.gpu),
-            (BudgetTres::Cpu, cap.cpu, used.cpu, asks.cpu),
-            (BudgetTres::Billing, cap.billing, used.billing, asks.billing),
-        ]
-        .into_iter()
-        .find_map(|(kind, cap, used, asks)| {
-            // A small tolerance: float sums of many runs must not refuse an exact fit.
-            cap.filter(|&c| asks > 0.0 && used + asks > c as f64 + 1e-6)
-                .map(|c| (kind, c, used.ceil() as u64, asks.ceil() as u64))
-        })
-    }
+/// The first TRES of `cap` on which `used + asks` goes over it: (TRES, cap, used, asks),
+/// amounts rounded up to whole minutes.
+pub(crate) fn over(
+    cap: &TresMins,
+    used: &TresMinutes,
+    asks: &TresMinutes,
+) -> Option<(BudgetTres, u64, u64, u64)> {
+    [
+        (BudgetTres::Gpu, cap.gpu, used.gpu, asks.gpu),
+        (BudgetTres::Cpu, cap.cpu, used.cpu, asks.cpu),
+        (BudgetTres::Billing, cap.billing, used.billing, asks.billing),
+    ]
+    .into_iter()
+    .find_map(|(kind, cap, used, asks)| {
+        // A small tolerance: float sums of many runs must not refuse an exact fit.
+        cap.filter(|&c| asks > 0.0 && used + asks > c as f64 + 1e-6)
+            .map(|c| (kind, c, used.ceil() as u64, asks.ceil() as u64))
+    })
 }
 
 #[cfg(test)]

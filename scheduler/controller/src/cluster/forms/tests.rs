@@ -1,5 +1,6 @@
 use wharf_api::dependency::parse_dependency;
 use wharf_api::forms::parse_begin;
+use wharf_api::pending::PendingReason;
 use wharf_api::wire::{AgentJob, ErrorKind, PollRequest, SubmitRequest};
 use wharf_api::{ExitInfo, Hold, JobDefaults, JobId, JobRequest, JobState, NodeInfo, Owner};
 
@@ -55,8 +56,14 @@ fn a_held_job_waits_until_released_and_only_an_admin_releases_an_admin_hold() {
     };
     let a = submit(&mut c, &alice, held, 1);
     let b = submit(&mut c, &alice, JobRequest::default(), 2);
-    c.hold(&root, b).unwrap();
+    let why = |c: &Cluster, id: JobId| c.jobs[&id].pending_reason.clone();
+    assert_eq!(
+        c.hold(&root, b).unwrap().pending_reason,
+        Some(PendingReason::JobHeldAdmin)
+    );
     c.schedule(10).unwrap();
+    assert_eq!(why(&c, a), Some(PendingReason::JobHeldUser));
+    assert_eq!(why(&c, b), Some(PendingReason::JobHeldAdmin));
     let (s, r) = state(&c, a);
     assert_eq!(s, JobState::Pending);
     assert!(r.starts_with("JobHeldUser: held by its owner"), "{r}");
@@ -80,9 +87,15 @@ fn a_held_job_waits_until_released_and_only_an_admin_releases_an_admin_hold() {
     assert_eq!(c.hold(&alice, b).unwrap().hold, Some(Hold::Admin));
 
     c.release(&alice, a).unwrap();
+    assert_eq!(
+        why(&c, a),
+        None,
+        "released: no longer held, and no pass has looked yet"
+    );
     assert_eq!(c.release(&alice, a).unwrap_err().kind, ErrorKind::Conflict);
     c.schedule(20).unwrap();
     assert_eq!(state(&c, a).0, JobState::Starting);
+    assert_eq!(why(&c, a), None);
     assert_eq!(c.hold(&alice, a).unwrap_err().kind, ErrorKind::Conflict);
     assert_eq!(state(&c, b).0, JobState::Pending);
 
@@ -90,6 +103,7 @@ fn a_held_job_waits_until_released_and_only_an_admin_releases_an_admin_hold() {
     drop(c);
     let mut c = cluster(&dir);
     assert_eq!(c.jobs[&b].hold, Some(Hold::Admin));
+    assert_eq!(why(&c, b), Some(PendingReason::JobHeldAdmin));
     c.schedule(30).unwrap();
     assert_eq!(state(&c, b).0, JobState::Pending);
     c.release(&root, b).unwrap();

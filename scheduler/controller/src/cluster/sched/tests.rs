@@ -1,6 +1,7 @@
 use std::collections::BTreeSet;
 
 use wharf_api::node::GpuInfo;
+use wharf_api::pending::{LimitReason, PendingReason, TresKind};
 use wharf_api::wire::{ErrorKind, SubmitRequest};
 use wharf_api::{JobDefaults, JobId, JobRecord, JobRequest, JobState, NodeInfo, Owner};
 
@@ -89,6 +90,8 @@ fn gpus_are_the_ids_the_agent_reported_and_waiting_jobs_carry_the_sentence() {
         reason.starts_with("Resources: ") && reason.contains("expected to start in about"),
         "{reason}"
     );
+    // The same reason as a value, for clients that match on it.
+    assert_eq!(waiting.pending_reason, Some(PendingReason::Resources));
     // Started at 1 s with the default 1 h limit: the node is expected free at 3,601 s.
     assert_eq!(waiting.expected_start, Some(3_601_000));
     let p = waiting.priority.unwrap();
@@ -98,6 +101,11 @@ fn gpus_are_the_ids_the_agent_reported_and_waiting_jobs_carry_the_sentence() {
         p.age + p.fairshare + p.job_size + p.partition + p.qos
     );
     assert_eq!(record(&c, first).priority, None, "started jobs carry none");
+    assert_eq!(
+        record(&c, first).pending_reason,
+        None,
+        "nor a pending reason"
+    );
 }
 
 /// `who` starts a job on the node's three GPUs, and is charged as if an earlier job of
@@ -408,6 +416,16 @@ fn qos_limits_hold_a_users_second_job_and_refuse_what_could_never_run() {
             "QOSMaxGRESPerUser: QoS normal allows each user 2 GPUs at once (max_tres_per_user \
              gpu); 2 GPUs are in use and it asks for 1 GPUs; it starts when enough of them end"
         )
+    );
+    assert_eq!(
+        held.pending_reason,
+        Some(PendingReason::Limit(LimitReason::QosMaxTresPerUser {
+            qos: "normal".into(),
+            tres: TresKind::Gpu,
+            limit: 2,
+            in_use: 2,
+            asks: 1,
+        }))
     );
 
     // The next pass counts the running jobs (by their QoS): still held.
