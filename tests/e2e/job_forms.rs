@@ -28,7 +28,8 @@ fn stays_pending(c: &Cluster, id: u64, code: &str) {
         "{j}"
     );
     // The same reason as a typed value, for clients that match on it (`JobHeldUser` is
-    // `{"kind": "job_held_user"}`).
+    // `{"kind": "job_held_user"}`). The codes this is called with name one kind each, its
+    // snake case; `QOS...` codes, `PartitionConfig` and codes shared by kinds do not.
     let kind: String = code
         .chars()
         .enumerate()

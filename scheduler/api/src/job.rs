@@ -1183,11 +1183,14 @@ pub struct JobRecord {
     pub state: JobState,
     /// Why it is pending, in words; or why it ended, for failures.
     pub reason: Option<String>,
-    /// Why a pending job waits, as a typed value (public: made of resources, limits,
-    /// partitions and job ids): Slurm's code with the numbers behind it, of which `reason`
-    /// is the sentence. Set while the scheduler or a hold keeps it pending; `None` in every
-    /// other state and while no pass has looked at it yet. A reason this build does not know
-    /// (from a newer controller) reads as `None`.
+    /// Why a pending job waits, as a typed value: Slurm's code with the numbers behind it, of
+    /// which `reason` is the sentence. Shown to whoever sees that sentence (other users see a
+    /// pending job's as it is: it names resources, limits, partitions, job ids and, for
+    /// [`PendingReason::NoNodeMatches`], the nodes and features the job asked for). Set while
+    /// the scheduler or a hold keeps it pending; `None` in every other state, while no pass
+    /// has looked at it yet, and while words of the controller's own (a requeue's, a
+    /// release's) stand in the sentence. A kind this build does not know (from a newer
+    /// controller), or a malformed value, reads as `None`.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -1269,8 +1272,9 @@ pub struct JobRecord {
 /// drains at most this many nodes for one job.
 pub const MAX_LAUNCH_FAULTS: u32 = 3;
 
-/// A pending reason, or `None` for one this build does not know: a client older than its
-/// controller still reads the job.
+/// A pending reason, or `None` for one this build does not know (a kind or a limit's rule
+/// added later) or cannot read: a client older than its controller still reads the job, and
+/// the reason's sentence (`reason`) still says it.
 fn known_reason<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<PendingReason>, D::Error> {
     let value = Option::<serde_json::Value>::deserialize(d)?;
     Ok(value.and_then(|v| serde_json::from_value(v).ok()))

@@ -688,6 +688,10 @@ impl Cluster {
                 );
             }
         }
+        // Only a pending job waits for something (a start or a cancel clears its reason).
+        for job in changed.iter_mut().filter(|j| j.state != JobState::Pending) {
+            job.pending_reason = None;
+        }
         // A job that ends or goes back to the queue ends its steps with it.
         for job in changed.iter_mut().filter(|j| !j.state.holds_resources()) {
             let at = job.end_time.unwrap_or_default();

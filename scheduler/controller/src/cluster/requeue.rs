@@ -94,6 +94,8 @@ pub(super) fn to_requeue(
 pub(super) fn let_go(job: &JobRecord, node: &str) -> JobRecord {
     let mut job = job.clone();
     job.requeued_from.retain(|n| n != node);
+    // Words of the requeue's own replace the scheduler's until the next pass.
+    job.pending_reason = None;
     let words = job
         .requeued_after
         .as_ref()
@@ -111,6 +113,7 @@ pub(super) fn let_go(job: &JobRecord, node: &str) -> JobRecord {
 pub(super) fn still_held(job: &JobRecord, node: &str) -> JobRecord {
     let mut job = job.clone();
     job.requeued_from.push(node.to_string());
+    job.pending_reason = None;
     job.reason = Some(format!("Requeued: {}", waiting_for(&job.requeued_from)));
     job
 }

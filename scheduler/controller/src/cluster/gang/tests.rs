@@ -275,12 +275,24 @@ fn a_lost_node_requeues_the_gang_once_its_other_ranks_are_stopped() {
     // g1 lets go of the last run; g2 comes back still running its rank: it is killed there.
     poll(&mut c, "g1", &[], TIMEOUT + 4_000);
     assert!(record(&c, id).requeued_from.is_empty());
+    c.schedule(TIMEOUT + 4_500).unwrap();
+    let waits = record(&c, id);
+    assert_eq!(waits.state, JobState::Pending, "g2 is down");
+    assert!(waits.pending_reason.is_some(), "{:?}", waits.reason);
     poll(&mut c, "g2", &[(id, Rank::Running)], TIMEOUT + 5_000);
+    let waits = record(&c, id);
     assert_eq!(
-        record(&c, id).requeued_from,
+        waits.requeued_from,
         ["g2"],
         "not restarted beside its old run"
     );
+    // Its reason is the requeue's now, and the scheduler's typed one went with the words.
+    assert!(waits
+        .reason
+        .as_deref()
+        .unwrap()
+        .starts_with("Requeued: waiting for node g2"));
+    assert_eq!(waits.pending_reason, None);
     c.schedule(TIMEOUT + 5_100).unwrap();
     assert_eq!(record(&c, id).state, JobState::Pending);
     let (launch, kill) = c.orders("g2", &held(id), &BTreeSet::new(), &BTreeSet::new());
