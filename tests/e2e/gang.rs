@@ -18,12 +18,7 @@ fn two_nodes_with(prefix: &str, extra: [&str; 2]) -> TcpCluster {
     let mut c = TcpCluster::controller(prefix, "node_timeout = \"10s\"\n");
     let token = c.token();
     for (name, extra) in ["gang1", "gang2"].into_iter().zip(extra) {
-        let parent = cgroup_parent(&c, name);
-        c.agent_with(
-            name,
-            &token,
-            &format!("cgroup_parent = \"{parent}\"\ngrace = \"2s\"\n{extra}"),
-        );
+        c.agent_with(name, &token, &format!("grace = \"2s\"\n{extra}"));
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     while stdout(&c.wharf(&["nodes", "--json"]))
@@ -39,13 +34,6 @@ fn two_nodes_with(prefix: &str, extra: [&str; 2]) -> TcpCluster {
         std::thread::sleep(Duration::from_millis(100));
     }
     c
-}
-
-/// Node `name`'s cgroup parent: its own, and no other cluster's (each controller numbers its
-/// jobs from 1, and tests run side by side).
-fn cgroup_parent(c: &TcpCluster, name: &str) -> String {
-    let dir = c.dir.path().file_name().unwrap().to_string_lossy();
-    format!("{dir}-{name}")
 }
 
 /// Each node's address as its peers reach it (the fabric address, else the agent's).
@@ -72,13 +60,13 @@ fn peer_addresses(c: &TcpCluster) -> BTreeMap<String, String> {
 fn no_cgroups_left(c: &TcpCluster, id: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     for name in ["gang1", "gang2"] {
-        let cgroup = format!("/{}/wharf-{id}", cgroup_parent(c, name));
+        let cgroup = format!("/{}/wharf-{id}", c.cgroup_parent_of(name));
         while !wharf_runtime::cgroup_dirs(&cgroup).is_empty() {
             assert!(Instant::now() < deadline, "{cgroup} is still there");
             std::thread::sleep(Duration::from_millis(100));
         }
         // The node's own parent goes too, empty now: nothing of the test is left behind.
-        for dir in wharf_runtime::cgroup_dirs(&format!("/{}", cgroup_parent(c, name))) {
+        for dir in wharf_runtime::cgroup_dirs(&format!("/{}", c.cgroup_parent_of(name))) {
             let _ = std::fs::remove_dir(dir);
         }
     }

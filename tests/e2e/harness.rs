@@ -618,6 +618,12 @@ pub struct TcpCluster {
     pub socket: PathBuf,
     config: PathBuf,
     procs: Vec<Child>,
+    /// The prefix of its agents' cgroup parents: `PREFIX` for those on the shared config,
+    /// `PREFIX-NAME` for each agent with a config of its own. Each "host" needs its own, as
+    /// real hosts have: a job's cgroup is named by its id, so two agents under one parent
+    /// would share the cgroup of a gang's ranks, and a rank that ends would kill the other
+    /// one's processes with its own. Parallel tests' clusters would share job ids too.
+    cgroup_parent: String,
 }
 
 impl Drop for TcpCluster {
@@ -625,6 +631,22 @@ impl Drop for TcpCluster {
         for p in &mut self.procs {
             let _ = p.kill();
             let _ = p.wait();
+        }
+        // The agents are gone; their jobs' shims end theirs. Empty cgroups left are removed.
+        let parents = std::fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten();
+        for parent in parents.map(|e| e.file_name().to_string_lossy().into_owned()) {
+            if parent == self.cgroup_parent
+                || parent.starts_with(&format!("{}-", self.cgroup_parent))
+            {
+                for dir in wharf_runtime::cgroup_dirs(&format!("/{parent}")) {
+                    for d in cgroup_tree(&dir) {
+                        let _ = std::fs::remove_dir(d);
+                    }
+                }
+            }
         }
     }
 }
@@ -659,10 +681,12 @@ impl TcpCluster {
             .port();
         let socket = d.join("wharf.sock");
         let config = d.join("wharf.toml");
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let cgroup_parent = format!("wharf-e2e-tcp-{}-{n}", std::process::id());
         std::fs::write(
             &config,
             format!(
-                "[controller]\nstate_dir = \"{0}/ctl\"\nsocket = \"{1}\"\nlisten = \"127.0.0.1:{port}\"\n{more}\n[agent]\nstate_dir = \"{0}/agent\"\nimage_store = \"{0}/images\"\n",
+                "[controller]\nstate_dir = \"{0}/ctl\"\nsocket = \"{1}\"\nlisten = \"127.0.0.1:{port}\"\n{more}\n[agent]\nstate_dir = \"{0}/agent\"\nimage_store = \"{0}/images\"\ncgroup_parent = \"{cgroup_parent}\"\n",
                 d.display(),
                 socket.display()
             ),
@@ -681,6 +705,7 @@ impl TcpCluster {
             socket,
             config,
             procs: vec![ctl],
+            cgroup_parent,
         };
         let token = c.token();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -689,6 +714,12 @@ impl TcpCluster {
             std::thread::sleep(Duration::from_millis(50));
         }
         c
+    }
+
+    /// The cgroup parent of agent `name` started by [`TcpCluster::agent_with`] (unless its
+    /// `extra` named another).
+    pub fn cgroup_parent_of(&self, name: &str) -> String {
+        format!("{}-{name}", self.cgroup_parent)
     }
 
     /// The file holding the controller's join token.
@@ -705,8 +736,8 @@ impl TcpCluster {
 
     /// Starts agent `name` as [`TcpCluster::agent`] does, with a state directory of its own
     /// (`agent-NAME`) and `extra` (TOML lines) in its `[agent]` table: nodes that differ.
-    /// The image store is the cluster's `images` unless `extra` names one; `extra` may open
-    /// further tables after its `[agent]` lines.
+    /// The image store is the cluster's `images` and the cgroup parent its own unless `extra`
+    /// names them; `extra` may open further tables after its `[agent]` lines.
     pub fn agent_with(&mut self, name: &str, token: &Path, extra: &str) {
         let d = self.dir.path();
         let config = d.join(format!("agent-{name}.toml"));
@@ -715,10 +746,15 @@ impl TcpCluster {
         } else {
             format!("image_store = \"{}/images\"\n", d.display())
         };
+        let cgroup = if extra.contains("cgroup_parent") {
+            String::new()
+        } else {
+            format!("cgroup_parent = \"{}\"\n", self.cgroup_parent_of(name))
+        };
         std::fs::write(
             &config,
             format!(
-                "[agent]\nstate_dir = \"{}/agent-{name}\"\n{store}{extra}\n",
+                "[agent]\nstate_dir = \"{}/agent-{name}\"\n{store}{cgroup}{extra}\n",
                 d.display()
             ),
         )
