@@ -147,6 +147,13 @@ pub fn node_info(cfg: &AgentConfig, machine: &discover::Machine) -> NodeInfo {
 
 /// Runs the agent until the task is dropped. Controller outages are waited out.
 pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
+    // Held while the agent runs: no second agent on this machine makes jobs' cgroups here.
+    let _cgroups = match cfg.backend {
+        BackendKind::Oci => Some(
+            wharf_runtime::claim_cgroup_parent(&cfg.cgroup_parent).map_err(AgentError::Setup)?,
+        ),
+        BackendKind::Docker(_) => None,
+    };
     for dir in [cfg.state_dir.clone(), cfg.state_dir.join("jobs")] {
         traverse_only_dir(&dir)
             .map_err(|e| AgentError::Setup(format!("securing {}: {e}", dir.display())))?;

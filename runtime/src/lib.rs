@@ -22,6 +22,7 @@
 mod as_user;
 mod backend;
 mod cgroup_usage;
+mod claim;
 pub mod conformance;
 #[cfg(feature = "docker")]
 pub mod docker;
@@ -56,6 +57,7 @@ pub(crate) fn test_can_run(test: &str, missing: Option<&str>) -> bool {
 
 pub use backend::{Backend, DockerBackend};
 pub use cgroup_usage::{cgroup_dirs, usage as cgroup_usage, CgroupUsage};
+pub use claim::{claim_cgroup_parent, ParentClaim};
 pub use error::{ErrorKind, RuntimeError};
 pub use jobdir::JobDir;
 pub use launcher::{JobStatus, Launcher};

@@ -624,6 +624,8 @@ pub struct TcpCluster {
     /// would share the cgroup of a gang's ranks, and a rank that ends would kill the other
     /// one's processes with its own. Parallel tests' clusters would share job ids too.
     cgroup_parent: String,
+    /// The agents started with a config of their own, by name.
+    agents: Vec<String>,
 }
 
 impl Drop for TcpCluster {
@@ -632,19 +634,13 @@ impl Drop for TcpCluster {
             let _ = p.kill();
             let _ = p.wait();
         }
-        // The agents are gone; their jobs' shims end theirs. Empty cgroups left are removed.
-        let parents = std::fs::read_dir("/sys/fs/cgroup")
-            .into_iter()
-            .flatten()
-            .flatten();
-        for parent in parents.map(|e| e.file_name().to_string_lossy().into_owned()) {
-            if parent == self.cgroup_parent
-                || parent.starts_with(&format!("{}-", self.cgroup_parent))
-            {
-                for dir in wharf_runtime::cgroup_dirs(&format!("/{parent}")) {
-                    for d in cgroup_tree(&dir) {
-                        let _ = std::fs::remove_dir(d);
-                    }
+        // The agents are gone; their jobs' shims end theirs. Empty cgroups left are removed
+        // (in every hierarchy, on cgroup v1).
+        let names = self.agents.iter().map(|n| self.cgroup_parent_of(n));
+        for parent in names.chain([self.cgroup_parent.clone()]) {
+            for dir in wharf_runtime::cgroup_dirs(&format!("/{parent}")) {
+                for d in cgroup_tree(&dir) {
+                    let _ = std::fs::remove_dir(d);
                 }
             }
         }
@@ -706,6 +702,7 @@ impl TcpCluster {
             config,
             procs: vec![ctl],
             cgroup_parent,
+            agents: vec![],
         };
         let token = c.token();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -751,6 +748,7 @@ impl TcpCluster {
         } else {
             format!("cgroup_parent = \"{}\"\n", self.cgroup_parent_of(name))
         };
+        self.agents.push(name.to_string());
         std::fs::write(
             &config,
             format!(

@@ -16,7 +16,8 @@ fn agent_joins_over_tcp_only_with_the_token() {
     let token = c.token();
     let bad_token = d.join("bad-token");
     std::fs::write(&bad_token, "not-the-token\n").unwrap();
-    c.agent("intruder", &bad_token);
+    // A host of its own (state and cgroup parent): two agents never share them.
+    c.agent_with("intruder", &bad_token, "");
     c.agent("good", &token);
     let deadline = Instant::now() + Duration::from_secs(20);
     while !c.nodes().contains("good") {
@@ -64,4 +65,71 @@ fn unreachable_controller_is_reported_clearly() {
         "{err}"
     );
     assert!(err.contains("WHARF_SOCKET"), "{err}");
+}
+
+#[test]
+fn a_second_agent_under_the_same_cgroup_parent_is_refused_at_start() {
+    let name = "a_second_agent_under_the_same_cgroup_parent_is_refused_at_start";
+    if !can_run(name) {
+        return;
+    }
+    let mut c = TcpCluster::controller("wharf-claim-", "");
+    let token = c.token();
+    let parent = c.cgroup_parent_of("first");
+    c.agent_with("first", &token, "");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.nodes().contains("first") {
+        assert!(
+            Instant::now() < deadline,
+            "the first agent never registered"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A second agent, with a state directory of its own but the first one's cgroup parent:
+    // its jobs' cgroups would be the first one's (a job's is named by its id).
+    let d = c.dir.path();
+    let config = d.join("agent-second.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agent]\nstate_dir = \"{}/agent-second\"\nimage_store = \"{}/images\"\n\
+             cgroup_parent = \"{parent}\"\n",
+            d.display(),
+            d.display()
+        ),
+    )
+    .unwrap();
+    let mut second = Command::new(wharf_bin())
+        .args(["agent", "--config"])
+        .arg(&config)
+        .args(["--controller", &format!("127.0.0.1:{}", c.port)])
+        .args(["--node-name", "second", "--join-token-file"])
+        .arg(&token)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = second.kill();
+            let _ = second.wait();
+            panic!("a second agent under cgroup parent {parent} kept running");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let said = std::io::read_to_string(second.stderr.take().unwrap()).unwrap();
+    assert!(!status.success());
+    assert!(
+        said.contains(&format!("under cgroup parent \"{parent}\""))
+            && said.contains("`[agent] cgroup_parent`"),
+        "{said}"
+    );
+    assert!(!c.nodes().contains("second"), "{}", c.nodes());
+    // The first one still runs jobs.
+    let run = c.wharf(&["run", "--", "/bin/echo", "still here"]);
+    assert_eq!(stdout(&run), "still here\n", "{}", stderr(&run));
 }
