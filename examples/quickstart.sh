@@ -32,7 +32,12 @@ echo "== import an image built from this machine's programs"
 "$wharf" image import "$data/rootfs" --name tiny
 
 echo "== nodes"
-for _ in $(seq 100); do "$wharf" nodes --json 2>/dev/null | grep -q '"tiny"' && break; sleep 0.2; done
+for _ in $(seq 100); do
+    "$wharf" nodes --json 2>/dev/null | grep -q '"tiny"' && break
+    # It stops at once on what it cannot use (another agent's cgroup parent, a bad setting).
+    kill -0 "$dev" 2>/dev/null || { echo "wharf dev stopped:" >&2; cat "$data/dev.log" >&2; exit 1; }
+    sleep 0.2
+done
 "$wharf" nodes
 
 

@@ -23,20 +23,25 @@ pub struct ParentClaim {
 
 /// Takes `parent` (a cgroup path such as `wharf` or `/site/wharf`) for this process: makes
 /// its directory if it is not there and locks it, on the unified hierarchy (cgroup v2) or on
-/// v1's memory hierarchy, the first of those a job's cgroup is made in, which stands for
-/// all. Another process holding it is an error naming it; a parent that cannot be made or
-/// opened (an unusable path, no memory hierarchy) is claimed as nothing, and each job's
-/// launch says what is wrong with it.
+/// the first of v1's memory, pids and devices hierarchies the machine has (every job's
+/// cgroup is made in its pids and devices ones), which stands for all. Another process
+/// holding it is an error naming it; a parent that cannot be made or opened (an unusable
+/// path) is claimed as nothing, and each job's launch says what is wrong with it.
+///
+/// The lock is on the directory: it holds only while the directory does. Wharf never
+/// removes a cgroup parent; an admin who does while the agent runs lets a second one in.
 pub fn claim_cgroup_parent(parent: &str) -> Result<ParentClaim, String> {
+    let root = Path::new(CGROUP_ROOT);
     let hierarchy = if is_v2() {
-        Path::new(CGROUP_ROOT).to_path_buf()
+        Some(root.to_path_buf())
     } else {
-        Path::new(CGROUP_ROOT).join("memory")
+        let v1 = ["memory", "pids", "devices"].map(|h| root.join(h));
+        v1.into_iter().find(|h| h.is_dir())
     };
-    if !hierarchy.is_dir() {
-        return Ok(ParentClaim { _lock: None });
+    match hierarchy {
+        Some(h) => claim_dir(&h.join(parent.trim_matches('/')), parent),
+        None => Ok(ParentClaim { _lock: None }),
     }
-    claim_dir(&hierarchy.join(parent.trim_matches('/')), parent)
 }
 
 fn claim_dir(dir: &Path, parent: &str) -> Result<ParentClaim, String> {

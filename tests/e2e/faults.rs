@@ -10,16 +10,11 @@ use serde_json::Value;
 
 use crate::harness::*;
 
-/// A node's cgroup parent: its own, and no other cluster's.
-fn parent(c: &TcpCluster, name: &str) -> String {
-    let dir = c.dir.path().file_name().unwrap().to_string_lossy();
-    format!("{dir}-{name}")
-}
-
 /// Starts agent `name`; a broken one is given a cgroup parent under `cgroup.procs`, a file.
 fn agent(c: &mut TcpCluster, name: &str, broken: bool) {
     let token = c.token();
-    let mut cgroup = parent(c, name);
+    // Its own parent (the cluster removes it when dropped), or a path under a file in it.
+    let mut cgroup = c.cgroup_parent_of(name);
     if broken {
         cgroup.push_str("/cgroup.procs");
     }
@@ -28,21 +23,6 @@ fn agent(c: &mut TcpCluster, name: &str, broken: bool) {
         &token,
         &format!("cgroup_parent = \"{cgroup}\"\ngrace = \"2s\"\n"),
     );
-}
-
-/// The nodes' cgroup parents go when the test ends, passed or failed.
-struct Cgroups(Vec<String>);
-
-impl Drop for Cgroups {
-    fn drop(&mut self) {
-        for p in &self.0 {
-            for dir in wharf_runtime::cgroup_dirs(&format!("/{p}")) {
-                for d in cgroup_tree(&dir) {
-                    let _ = std::fs::remove_dir(d);
-                }
-            }
-        }
-    }
 }
 
 fn nodes(c: &TcpCluster) -> Vec<Value> {
@@ -89,7 +69,6 @@ fn a_node_that_cannot_make_cgroups_is_drained_and_the_job_runs_on_another() {
         return;
     }
     let mut c = TcpCluster::controller("wharf-fault-node-", "node_timeout = \"10s\"\n");
-    let _cgroups = Cgroups(vec![parent(&c, "broken"), parent(&c, "good")]);
     agent(&mut c, "broken", true);
     wait_node(&c, "broken", |n| n["state"] == "UP");
     let id = submitted_id(&c.wharf(&[
@@ -160,8 +139,6 @@ fn a_gang_with_a_node_that_cannot_make_cgroups_is_requeued_as_a_whole() {
         return;
     }
     let mut c = TcpCluster::controller("wharf-fault-gang-", "node_timeout = \"10s\"\n");
-    let names = ["ok1", "broken", "ok2"];
-    let _cgroups = Cgroups(names.iter().map(|n| parent(&c, n)).collect());
     agent(&mut c, "ok1", false);
     agent(&mut c, "broken", true);
     wait_node(&c, "ok1", |n| n["state"] == "UP");

@@ -427,28 +427,37 @@ impl Cluster {
     /// shim forked by the spawner is neither the dev process's child nor named after its job
     /// directory), with the start time recorded there, so a reused pid is never taken for one.
     fn shim_pids(&self) -> Vec<i32> {
-        let jobs = self.dir.join("agent/jobs");
-        let mut pids = Vec::new();
-        for job in std::fs::read_dir(jobs).into_iter().flatten().flatten() {
-            let Ok(text) = std::fs::read_to_string(job.path().join("shim.pid")) else {
-                continue;
-            };
-            let mut words = text.split_whitespace();
-            let (Some(pid), recorded) = (words.next().and_then(|p| p.parse().ok()), words.next())
-            else {
-                continue;
-            };
-            if recorded.is_some() && recorded == start_time(pid).as_deref() {
-                pids.push(pid);
-            }
-        }
-        pids
+        shim_pids_in(&self.dir.join("agent"))
     }
 
     /// Every process in the cluster's cgroups (its jobs' processes).
     fn job_pids(&self) -> Vec<i32> {
         cgroup_procs(&format!("/{}", self.cgroup_parent))
     }
+}
+
+/// Every live shim of the agent whose state directory is `state`, by the pid files in its job
+/// directories, with the start time recorded there, so a reused pid is never taken for one.
+fn shim_pids_in(state: &Path) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for job in std::fs::read_dir(state.join("jobs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let Ok(text) = std::fs::read_to_string(job.path().join("shim.pid")) else {
+            continue;
+        };
+        let mut words = text.split_whitespace();
+        let (Some(pid), recorded) = (words.next().and_then(|p| p.parse().ok()), words.next())
+        else {
+            continue;
+        };
+        if recorded.is_some() && recorded == start_time(pid).as_deref() {
+            pids.push(pid);
+        }
+    }
+    pids
 }
 
 /// `dir` and every cgroup below it, deepest first (the order to remove them in).
@@ -634,10 +643,20 @@ impl Drop for TcpCluster {
             let _ = p.kill();
             let _ = p.wait();
         }
-        // The agents are gone; their jobs' shims end theirs. Empty cgroups left are removed
-        // (in every hierarchy, on cgroup v1).
+        // Shims outlive their agent by design: a test that ends (or fails) with a job still
+        // running stops it here, then the cgroups go (in every hierarchy, on cgroup v1).
+        let d = self.dir.path();
+        let states = self.agents.iter().map(|n| d.join(format!("agent-{n}")));
+        let states: Vec<PathBuf> = states.chain([d.join("agent")]).collect();
+        states.iter().flat_map(|s| shim_pids_in(s)).for_each(kill9);
         let names = self.agents.iter().map(|n| self.cgroup_parent_of(n));
-        for parent in names.chain([self.cgroup_parent.clone()]) {
+        let parents: Vec<String> = names.chain([self.cgroup_parent.clone()]).collect();
+        let procs = || -> Vec<i32> {
+            let each = parents.iter().map(|p| cgroup_procs(&format!("/{p}")));
+            each.flatten().collect()
+        };
+        kill_until_gone(Duration::from_secs(5), procs);
+        for parent in &parents {
             for dir in wharf_runtime::cgroup_dirs(&format!("/{parent}")) {
                 for d in cgroup_tree(&dir) {
                     let _ = std::fs::remove_dir(d);
