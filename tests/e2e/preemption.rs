@@ -93,7 +93,7 @@ fn a_low_tier_job_is_requeued_for_a_high_tier_one_and_runs_again_after_it() {
     // The preemptor says in words whom it waits for, while the low job winds down. That can
     // be over within a few milliseconds (the pass runs with the submit, and TERM may end the
     // low job at once), so the requeue having happened also ends the wait; the words
-    // themselves are tested in `scheduler/core/src/reason.rs`.
+    // themselves are tested in `scheduler/api/src/pending.rs`.
     let waiting = format!("waiting for job {low}, which is being stopped (preempted)");
     let shown = wait_for(&c, high, 20, "never waited for the low job", |j| {
         j["reason"].as_str().unwrap_or_default().contains(&waiting) || c.job(low)["restarts"] == 1

@@ -37,7 +37,6 @@ mod preempt;
 mod priority;
 mod profile;
 mod queue;
-
 pub mod select;
 mod state;
 mod topology;
