@@ -18,6 +18,8 @@ pub struct SchedulerSection {
     pub assoc_reservations: usize,
     /// A job that has waited this long keeps the reservation it holds.
     pub keep_reservations_after: String,
+    /// How many of the last pass's reservations (the first it made) may be kept; none: all.
+    pub keep_reservations: Option<usize>,
     pub max_job_test: usize,
     pub half_life: String,
     pub max_age: String,
@@ -365,6 +367,7 @@ impl Default for SchedulerSection {
             reservations: c.reservations,
             assoc_reservations: c.assoc_reservations,
             keep_reservations_after: format!("{}s", c.keep_reservations_after / 1000),
+            keep_reservations: None,
             max_job_test: c.max_job_test,
             half_life: "7d".into(),
             max_age: "7d".into(),
@@ -440,6 +443,7 @@ impl SchedulerSection {
         c.keep_reservations_after = super::duration_or_off(keep, &self.keep_reservations_after)?
             .as_millis()
             .min(u64::MAX as u128) as u64;
+        c.keep_reservations = self.keep_reservations.unwrap_or(usize::MAX);
         c.max_job_test = self.max_job_test;
         c.half_life = ms("scheduler.half_life", &self.half_life)?;
         c.max_age = ms("scheduler.max_age", &self.max_age)?;
@@ -752,6 +756,16 @@ mod tests {
         let c = file.scheduler.resolve().unwrap();
         assert_eq!(c.assoc_reservations, 4);
         assert_eq!(c.keep_reservations_after, 2 * 24 * 3600 * 1000);
+        assert_eq!(
+            c.keep_reservations,
+            usize::MAX,
+            "every reservation may be kept"
+        );
+        let text = "[scheduler]\nkeep_reservations = 2\n";
+        let file: FileConfig = toml::from_str(text).unwrap();
+        assert_eq!(file.scheduler.resolve().unwrap().keep_reservations, 2);
+        let text = "[scheduler]\nkeep_reservations = -1\n";
+        assert!(toml::from_str::<FileConfig>(text).is_err());
         let text = "[scheduler]\nkeep_reservations_after = \"0\"\n";
         let file: FileConfig = toml::from_str(text).unwrap();
         assert_eq!(file.scheduler.resolve().unwrap().keep_reservations_after, 0);

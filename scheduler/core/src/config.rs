@@ -228,6 +228,12 @@ pub struct Config {
     /// (multifactor only; 0: at once). Below it, a job of higher priority that comes later
     /// takes the reservation over, as in Slurm.
     pub keep_reservations_after: Time,
+    /// How many of the last pass's reservations may be kept: the first this many it made
+    /// (multifactor only; `usize::MAX`, the default: all). A job whose reservation came
+    /// later is placed by priority again, however long it has waited. Fewer kept
+    /// reservations give fair share more say over the order large jobs start in, at some
+    /// cost in utilization (docs/scheduling.md); the first always holds.
+    pub keep_reservations: usize,
     /// Most pending jobs one pass looks at, in priority order (Slurm's `bf_max_job_test`);
     /// the rest wait with reason `Priority`.
     pub max_job_test: usize,
@@ -308,6 +314,7 @@ impl Default for Config {
             reservations: 4,
             assoc_reservations: 32,
             keep_reservations_after: 24 * 3600 * 1000,
+            keep_reservations: usize::MAX,
             max_job_test: 100_000,
             weights: Weights::default(),
             max_age: 7 * 24 * 3600 * 1000,

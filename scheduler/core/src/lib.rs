@@ -208,7 +208,8 @@ pub(crate) fn pass(
             let since = job.begin.unwrap_or(0).max(job.submit);
             now.saturating_sub(since) >= keep_after
         };
-        ready = queue::reserved_first(ready, &state.reserved, waited, |part| {
+        let places = config.keep_reservations;
+        ready = queue::reserved_first(ready, &state.reserved, places, waited, |part| {
             parts.parts[part].tier
         });
     }

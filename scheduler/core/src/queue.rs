@@ -228,7 +228,8 @@ pub(crate) fn order<'a>(
 }
 
 /// `ready` (in scheduling order, highest partition tier first) with the jobs in `reserved`
-/// that have `waited` moved ahead of the other jobs of their tier, in their order there (the
+/// among its first `places` (by the order the last pass made them in) that have `waited`
+/// moved ahead of the other jobs of their tier, in their order there (the
 /// order the last pass made their reservations in), each marked with where its reservation
 /// started. So such a reservation is not taken over by a job that comes later with a higher
 /// priority, nor by another kept one (Maui's `RESERVATIONPOLICY HIGHEST` keeps reservations
@@ -237,12 +238,16 @@ pub(crate) fn order<'a>(
 pub(crate) fn reserved_first<'a>(
     ready: Vec<Ready<'a>>,
     reserved: &BTreeMap<JobId, KeptReservation>,
+    places: usize,
     waited: impl Fn(&PendingJob) -> bool,
     tier: impl Fn(usize) -> u32,
 ) -> Vec<Ready<'a>> {
     let held: Vec<Option<&KeptReservation>> = ready
         .iter()
-        .map(|r| reserved.get(&r.id).filter(|_| waited(r.job)))
+        .map(|r| {
+            let kept = reserved.get(&r.id).filter(|h| (h.place as usize) < places);
+            kept.filter(|_| waited(r.job))
+        })
         .collect();
     if held.iter().all(Option::is_none) {
         return ready;

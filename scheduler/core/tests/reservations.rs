@@ -1,6 +1,6 @@
 //! Which jobs hold reservations under the multifactor policy beyond the first
 //! `reservations`: an association's first blocked job, and a reservation kept once its job
-//! has waited `keep_reservations_after`.
+//! has waited `keep_reservations_after` (among the first `keep_reservations` made).
 // Configs are built field by field so each test shows only what it changes.
 #![allow(clippy::field_reassign_with_default)]
 
@@ -66,6 +66,48 @@ fn before_that_a_later_job_of_higher_priority_takes_the_reservation_over() {
     assert_eq!(reserved(&overtaken(30 * MIN, true)), vec![(2, 60 * MIN)]);
     // A reservation not kept by the caller is not held either.
     assert_eq!(reserved(&overtaken(10 * MIN, false)), vec![(2, 60 * MIN)]);
+}
+
+/// hog's two big jobs hold the pass's two reservations (node a free at 60 min, b at 90 min)
+/// and have waited long enough to keep them; ann, who has used nothing, sends the second's
+/// shape later. `keep` is how many of them may be kept.
+fn two_kept(keep: usize) -> Plan {
+    let mut config = fair_config();
+    config.reservations = 2;
+    config.assoc_reservations = 0;
+    config.keep_reservations_after = 10 * MIN;
+    config.keep_reservations = keep;
+    let mut state = State {
+        nodes: vec![node("a", 8, 64, 0), node("b", 8, 64, 0)],
+        running: vec![
+            running(8, "a", (0..8).collect(), vec![], 0, 60),
+            running(9, "b", (0..8).collect(), vec![], 0, 90),
+        ],
+        pending: vec![job(1, "hog", 8, 0, 60, 0), job(2, "hog", 8, 0, 60, 0)],
+        ..State::default()
+    };
+    hog_has_used(&mut state);
+    let first = schedule(MIN, &state, &config);
+    assert_eq!(reserved(&first), vec![(1, 60 * MIN), (2, 90 * MIN)]);
+    state.keep_reservations(&first);
+    state.pending.push(job(3, "ann", 8, 0, 60, 15 * MIN));
+    schedule(20 * MIN, &state, &config)
+}
+
+#[test]
+fn only_the_first_keep_reservations_are_kept_and_the_rest_go_by_priority() {
+    // Every reservation may be kept (the default): hog keeps both, ann waits behind them.
+    assert_eq!(Config::default().keep_reservations, usize::MAX);
+    let all = two_kept(usize::MAX);
+    assert_eq!(reserved(&all), vec![(1, 60 * MIN), (2, 90 * MIN)]);
+    assert_eq!(waiting(&all, 3).reason, PendingReason::Priority);
+    // One: the first holds; fair share puts ann's job ahead of hog's second for the rest.
+    let one = two_kept(1);
+    assert_eq!(reserved(&one), vec![(1, 60 * MIN), (3, 90 * MIN)]);
+    assert!(one.priority(3).unwrap().value > one.priority(2).unwrap().value);
+    // None: nothing is kept, and fair share orders all three.
+    let none = two_kept(0);
+    assert_eq!(reserved(&none), vec![(3, 60 * MIN), (1, 90 * MIN)]);
 }
 
 #[test]

@@ -46,6 +46,7 @@ struct Section {
     reservations: Option<usize>,
     assoc_reservations: Option<usize>,
     keep_reservations_after: Option<String>,
+    keep_reservations: Option<usize>,
     max_job_test: Option<usize>,
     half_life: Option<String>,
     max_age: Option<String>,
@@ -221,6 +222,9 @@ pub fn scheduler_config(text: &str) -> Result<Config, ConfigError> {
     if let Some(a) = s.assoc_reservations {
         c.assoc_reservations = a;
     }
+    if let Some(k) = s.keep_reservations {
+        c.keep_reservations = k;
+    }
     if let Some(f) = s.favor_small {
         c.favor_small = f;
     }
@@ -269,13 +273,14 @@ mod tests {
     fn keys_set_the_config() {
         let c = scheduler_config(
             "[scheduler]\nreservations = 16\nweight_age = 15000\nhalf_life = \"1d\"\nfavor_small = true\n\
-             assoc_reservations = 3\nkeep_reservations_after = \"2h\"\n",
+             assoc_reservations = 3\nkeep_reservations_after = \"2h\"\nkeep_reservations = 5\n",
         )
         .unwrap();
         assert_eq!(c.policy, Policy::Multifactor);
         assert_eq!((c.reservations, c.weights.age), (16, 15000));
         assert_eq!(c.assoc_reservations, 3);
         assert_eq!(c.keep_reservations_after, 2 * 3600 * 1000);
+        assert_eq!(c.keep_reservations, 5);
         assert_eq!(c.half_life, 24 * 3600 * 1000);
         assert!(c.favor_small);
         let c = scheduler_config("[scheduler]\nkeep_reservations_after = \"0\"\n").unwrap();

@@ -61,6 +61,10 @@ struct Common {
     /// Wharf's policy: a job that has waited this many hours keeps its reservation.
     #[arg(long, global = true)]
     keep_reservations_after_h: Option<f64>,
+    /// Wharf's policy: how many of the last pass's reservations (the first it made) may be
+    /// kept.
+    #[arg(long, global = true)]
+    keep_reservations: Option<usize>,
     /// Wharf's policy: age weight.
     #[arg(long, global = true)]
     weight_age: Option<u32>,
@@ -113,6 +117,9 @@ impl Common {
             } else {
                 hours(h, "keep-reservations-after-h")?
             };
+        }
+        if let Some(k) = self.keep_reservations {
+            c.keep_reservations = k;
         }
         if let Some(w) = self.weight_age {
             c.weights.age = w;
