@@ -228,11 +228,13 @@ pub struct Config {
     /// (multifactor only; 0: at once). Below it, a job of higher priority that comes later
     /// takes the reservation over, as in Slurm.
     pub keep_reservations_after: Time,
-    /// How many of the last pass's reservations may be kept: the first this many it made
-    /// (multifactor only; `usize::MAX`, the default: all). A job whose reservation came
-    /// later is placed by priority again, however long it has waited. Fewer kept
-    /// reservations give fair share more say over the order large jobs start in, at some
-    /// cost in utilization (docs/scheduling.md); the first always holds.
+    /// How many reservations may be kept: of the jobs holding one from the last pass that
+    /// have waited [`Config::keep_reservations_after`], the first this many in the order the
+    /// reservations were made, across every partition (multifactor only; `usize::MAX`, the
+    /// default: all). The others are placed by priority again, however long they have
+    /// waited. Fewer kept reservations give fair share more say over the order large jobs
+    /// start in, at some cost in utilization (docs/scheduling.md); from 1 up, the first
+    /// always holds.
     pub keep_reservations: usize,
     /// Most pending jobs one pass looks at, in priority order (Slurm's `bf_max_job_test`);
     /// the rest wait with reason `Priority`.

@@ -227,9 +227,9 @@ pub(crate) fn order<'a>(
     out
 }
 
-/// `ready` (in scheduling order, highest partition tier first) with the jobs in `reserved`
-/// among its first `places` (by the order the last pass made them in) that have `waited`
-/// moved ahead of the other jobs of their tier, in their order there (the
+/// `ready` (in scheduling order, highest partition tier first) with the first `places` of
+/// the jobs in `reserved` that have `waited` (by the order the last pass made their
+/// reservations in, across every partition) moved ahead of the other jobs of their tier, in their order there (the
 /// order the last pass made their reservations in), each marked with where its reservation
 /// started. So such a reservation is not taken over by a job that comes later with a higher
 /// priority, nor by another kept one (Maui's `RESERVATIONPOLICY HIGHEST` keeps reservations
@@ -242,13 +242,24 @@ pub(crate) fn reserved_first<'a>(
     waited: impl Fn(&PendingJob) -> bool,
     tier: impl Fn(usize) -> u32,
 ) -> Vec<Ready<'a>> {
-    let held: Vec<Option<&KeptReservation>> = ready
+    // The jobs that have waited, in the order their reservations were made: the first
+    // `places` of them keep theirs (a job that has not waited, or has gone, takes no place).
+    let mut eligible: Vec<(u32, usize)> = ready
         .iter()
-        .map(|r| {
-            let kept = reserved.get(&r.id).filter(|h| (h.place as usize) < places);
-            kept.filter(|_| waited(r.job))
+        .enumerate()
+        .filter_map(|(k, r)| {
+            let h = reserved.get(&r.id).filter(|_| waited(r.job))?;
+            Some((h.place, k))
         })
         .collect();
+    if eligible.len() > places {
+        eligible.sort_unstable();
+        eligible.truncate(places);
+    }
+    let mut held: Vec<Option<&KeptReservation>> = vec![None; ready.len()];
+    for (_, k) in eligible {
+        held[k] = reserved.get(&ready[k].id);
+    }
     if held.iter().all(Option::is_none) {
         return ready;
     }

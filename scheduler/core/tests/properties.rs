@@ -367,11 +367,16 @@ proptest! {
     /// Under the multifactor policy, with reservations kept from the first pass on, the first
     /// reserved job starts no later than its reservation said, whatever the priorities do and
     /// however many jobs of higher priority come after it (those behind it are placed after
-    /// it in each pass, so theirs may move either way until they are first).
+    /// it in each pass, so theirs may move either way until they are first). So it does when
+    /// only the first one or two reservations may be kept.
     #[test]
-    fn the_first_kept_reservation_holds_when_the_plan_is_run_forward(mut case in arb_case()) {
+    fn the_first_kept_reservation_holds_when_the_plan_is_run_forward(
+        mut case in arb_case(),
+        keep in proptest::sample::select(vec![1usize, 2, usize::MAX]),
+    ) {
         case.config.policy = Policy::Multifactor;
         case.config.keep_reservations_after = 0;
+        case.config.keep_reservations = keep;
         let plan = schedule(case.now, &case.state, &case.config);
         if let Some(r) = plan.reservations.first() {
             let started = simulate_until_started(&case, r.job, r.start, true);

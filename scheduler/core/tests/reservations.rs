@@ -111,6 +111,36 @@ fn only_the_first_keep_reservations_are_kept_and_the_rest_go_by_priority() {
 }
 
 #[test]
+fn a_reservation_that_may_not_be_kept_yet_uses_up_no_place() {
+    // ann's young job got the first reservation and hog's old one the second; only one may
+    // be kept. ann's has not waited long enough, so hog's is the one kept: cat's later job of
+    // higher priority does not take it over.
+    let mut config = fair_config();
+    config.reservations = 2;
+    config.assoc_reservations = 0;
+    config.keep_reservations_after = 30 * MIN;
+    config.keep_reservations = 1;
+    let mut state = State {
+        nodes: vec![node("a", 8, 64, 0), node("b", 8, 64, 0)],
+        running: vec![
+            running(8, "a", (0..8).collect(), vec![], 0, 60),
+            running(9, "b", (0..8).collect(), vec![], 0, 90),
+        ],
+        pending: vec![job(1, "hog", 8, 0, 60, 0), job(2, "ann", 8, 0, 60, 9 * MIN)],
+        ..State::default()
+    };
+    hog_has_used(&mut state);
+    let first = schedule(10 * MIN, &state, &config);
+    assert_eq!(reserved(&first), vec![(2, 60 * MIN), (1, 90 * MIN)]);
+    state.keep_reservations(&first);
+    state.pending.push(job(3, "cat", 8, 0, 60, 20 * MIN));
+    let plan = schedule(35 * MIN, &state, &config);
+    assert!(plan.priority(3).unwrap().value > plan.priority(1).unwrap().value);
+    assert_eq!(reserved(&plan), vec![(1, 60 * MIN), (2, 90 * MIN)]);
+    assert_eq!(waiting(&plan, 3).reason, PendingReason::Priority);
+}
+
+#[test]
 fn kept_reservations_keep_the_order_they_were_made_in() {
     let mut state = State::default();
     let plan = |jobs: &[u64]| Plan {
