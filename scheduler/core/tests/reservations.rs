@@ -68,6 +68,19 @@ fn before_that_a_later_job_of_higher_priority_takes_the_reservation_over() {
     assert_eq!(reserved(&overtaken(10 * MIN, false)), vec![(2, 60 * MIN)]);
 }
 
+/// Nodes a and b, 8 CPUs each, busy until 60 and 90 min; `pending` waits for them.
+fn two_busy_nodes(pending: Vec<PendingJob>) -> State {
+    State {
+        nodes: vec![node("a", 8, 64, 0), node("b", 8, 64, 0)],
+        running: vec![
+            running(8, "a", (0..8).collect(), vec![], 0, 60),
+            running(9, "b", (0..8).collect(), vec![], 0, 90),
+        ],
+        pending,
+        ..State::default()
+    }
+}
+
 /// hog's two big jobs hold the pass's two reservations (node a free at 60 min, b at 90 min)
 /// and have waited long enough to keep them; ann, who has used nothing, sends the second's
 /// shape later. `keep` is how many of them may be kept.
@@ -77,15 +90,7 @@ fn two_kept(keep: usize) -> Plan {
     config.assoc_reservations = 0;
     config.keep_reservations_after = 10 * MIN;
     config.keep_reservations = keep;
-    let mut state = State {
-        nodes: vec![node("a", 8, 64, 0), node("b", 8, 64, 0)],
-        running: vec![
-            running(8, "a", (0..8).collect(), vec![], 0, 60),
-            running(9, "b", (0..8).collect(), vec![], 0, 90),
-        ],
-        pending: vec![job(1, "hog", 8, 0, 60, 0), job(2, "hog", 8, 0, 60, 0)],
-        ..State::default()
-    };
+    let mut state = two_busy_nodes(vec![job(1, "hog", 8, 0, 60, 0), job(2, "hog", 8, 0, 60, 0)]);
     hog_has_used(&mut state);
     let first = schedule(MIN, &state, &config);
     assert_eq!(reserved(&first), vec![(1, 60 * MIN), (2, 90 * MIN)]);
@@ -120,15 +125,8 @@ fn a_reservation_that_may_not_be_kept_yet_uses_up_no_place() {
     config.assoc_reservations = 0;
     config.keep_reservations_after = 30 * MIN;
     config.keep_reservations = 1;
-    let mut state = State {
-        nodes: vec![node("a", 8, 64, 0), node("b", 8, 64, 0)],
-        running: vec![
-            running(8, "a", (0..8).collect(), vec![], 0, 60),
-            running(9, "b", (0..8).collect(), vec![], 0, 90),
-        ],
-        pending: vec![job(1, "hog", 8, 0, 60, 0), job(2, "ann", 8, 0, 60, 9 * MIN)],
-        ..State::default()
-    };
+    let pending = vec![job(1, "hog", 8, 0, 60, 0), job(2, "ann", 8, 0, 60, 9 * MIN)];
+    let mut state = two_busy_nodes(pending);
     hog_has_used(&mut state);
     let first = schedule(10 * MIN, &state, &config);
     assert_eq!(reserved(&first), vec![(2, 60 * MIN), (1, 90 * MIN)]);
