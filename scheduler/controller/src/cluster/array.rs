@@ -61,17 +61,15 @@ impl Cluster {
     /// Task `task` of array `id`: its job id and state, from memory while it is active, else
     /// from the store.
     pub(super) fn find_task(&self, id: JobId, task: u32) -> Result<(JobId, JobState), Failure> {
+        let span = JobId::from(self.forms.max_array_size);
         let active = self
             .jobs
-            .range(id..)
+            .range(id..id.saturating_add(span))
             .find(|j| j.array.is_some_and(|a| a.job_id == id && a.task_id == task));
         if let Some(j) = active {
             return Ok((j.id, j.state));
         }
-        match self
-            .store
-            .array_task(id, task, self.forms.max_array_size.into())?
-        {
+        match self.store.array_task(id, task, span)? {
             Some(j) => Ok((j.id, j.state)),
             None => Err(Failure::new(
                 ErrorKind::NotFound,
