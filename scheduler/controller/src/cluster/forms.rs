@@ -161,15 +161,6 @@ impl Cluster {
     /// the store), or, for an array's job id, all of the array's tasks summed up.
     fn dependency_found(&self, named: DepJob) -> Result<Found, Failure> {
         let span = JobId::from(self.forms.max_array_size);
-        let one = |id: JobId| -> Result<Found, Failure> {
-            Ok(match self.jobs.get(&id) {
-                Some(j) => Found::Job(id, j.state),
-                None => self
-                    .store
-                    .job(id)?
-                    .map_or(Found::Missing, |j| Found::Job(id, j.state)),
-            })
-        };
         if let Some(task) = named.task {
             return match self.find_task(named.id, task) {
                 Ok((id, state)) => Ok(Found::Job(id, state)),
@@ -178,19 +169,19 @@ impl Cluster {
             };
         }
         let id = named.id;
-        let array = match self.jobs.get(&id) {
-            Some(j) => j.array.is_some_and(|a| a.job_id == id),
+        match self.jobs.get(&id) {
+            Some(j) if j.array.is_none_or(|a| a.job_id != id) => {
+                return Ok(Found::Job(id, j.state))
+            }
+            Some(_) => {}
             // Ended: a plain job is read once; an array's task 0 (or nothing stored) sends us
             // to its tasks, some of which may not have ended.
             None => match self.store.job(id)? {
                 Some(j) if j.array.is_none_or(|a| a.job_id != id) => {
                     return Ok(Found::Job(id, j.state))
                 }
-                _ => true,
+                _ => {}
             },
-        };
-        if !array {
-            return one(id);
         }
         let mut tasks: BTreeMap<JobId, JobState> =
             self.store.array_states(id, span)?.into_iter().collect();
@@ -201,8 +192,9 @@ impl Cluster {
         for j in in_memory {
             tasks.insert(j.id, j.state);
         }
+        // Neither a job nor an array's task: nothing by that id was ever stored.
         if tasks.is_empty() {
-            return one(id);
+            return Ok(Found::Missing);
         }
         let mut sum = ArrayStates::default();
         for (id, state) in tasks {
