@@ -244,24 +244,24 @@ pub(crate) fn reserved_first<'a>(
 ) -> Vec<Ready<'a>> {
     // The jobs that have waited, in the order their reservations were made: the first
     // `places` of them keep theirs (a job that has not waited, or has gone, takes no place).
-    let mut eligible: Vec<(u32, usize)> = ready
+    let mut eligible: Vec<(u32, usize, &KeptReservation)> = ready
         .iter()
         .enumerate()
         .filter_map(|(k, r)| {
             let h = reserved.get(&r.id).filter(|_| waited(r.job))?;
-            Some((h.place, k))
+            Some((h.place, k, h))
         })
         .collect();
+    if eligible.is_empty() || places == 0 {
+        return ready;
+    }
     if eligible.len() > places {
-        eligible.sort_unstable();
+        eligible.sort_unstable_by_key(|&(place, k, _)| (place, k));
         eligible.truncate(places);
     }
     let mut held: Vec<Option<&KeptReservation>> = vec![None; ready.len()];
-    for (_, k) in eligible {
-        held[k] = reserved.get(&ready[k].id);
-    }
-    if held.iter().all(Option::is_none) {
-        return ready;
+    for (_, k, h) in eligible {
+        held[k] = Some(h);
     }
     let mut out = Vec::with_capacity(ready.len());
     let mut i = 0;
