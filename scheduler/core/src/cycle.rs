@@ -213,19 +213,22 @@ pub fn partition<'c>(
     name: Option<&str>,
 ) -> Result<Option<&'c Partition>, Refusal> {
     let parts = &config.partitions;
-    let known: Vec<&str> = if parts.is_empty() {
-        vec![DEFAULT_PARTITION]
-    } else {
-        parts.iter().map(|p| p.name.as_str()).collect()
-    };
+    let known = parts.is_empty() && name == Some(DEFAULT_PARTITION);
     match name {
-        Some(n) if !known.contains(&n) => Err(Refusal::new(
-            ErrorKind::InvalidInput,
-            format!(
-                "unknown partition {n:?}; this cluster has: {}",
-                known.join(", ")
-            ),
-        )),
+        Some(n) if !known && !parts.iter().any(|p| p.name == n) => {
+            let names: Vec<&str> = if parts.is_empty() {
+                vec![DEFAULT_PARTITION]
+            } else {
+                parts.iter().map(|p| p.name.as_str()).collect()
+            };
+            Err(Refusal::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "unknown partition {n:?}; this cluster has: {}",
+                    names.join(", ")
+                ),
+            ))
+        }
         Some(n) => Ok(parts.iter().find(|p| p.name == n)),
         None => Ok(config
             .default_partition
