@@ -59,7 +59,6 @@ impl Cluster {
                 .map(|a| NodeAlloc::new(&a.node, a.cpu_ids.clone(), a.gpu_ids.clone()))
                 .collect();
             rec.reason = Some(format!("starting on {}", rec.nodelist()));
-            rec.pending_reason = None;
             rec.requeued_after = None;
             rec.requeued_message = None;
             rec.port = launch.port;
