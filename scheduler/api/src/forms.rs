@@ -271,7 +271,9 @@ fn parse_utc(t: &str) -> Option<u64> {
             (hh, mm, ss)
         }
     };
-    Some(days_from_civil(y, m, day) * 86400 + hh * 3600 + mm * 60 + ss)
+    // y ≥ 1970, so the day count is not negative.
+    let days = days_from_civil(y as i64, m as u32, day as u32) as u64;
+    Some(days * 86400 + hh * 3600 + mm * 60 + ss)
 }
 
 fn is_leap(y: u64) -> bool {
@@ -287,13 +289,16 @@ fn days_in_month(y: u64, m: u64) -> u64 {
     }
 }
 
-/// Days since 1970-01-01 of a date on or after it.
-fn days_from_civil(y: u64, m: u64, d: u64) -> u64 {
-    let before_year: u64 = (1970..y)
-        .map(|yy| if is_leap(yy) { 366 } else { 365 })
-        .sum();
-    let before_month: u64 = (1..m).map(|mm| days_in_month(y, mm)).sum();
-    before_year + before_month + d - 1
+/// Days since 1970-01-01 of a proleptic Gregorian date, negative before it (H. Hinnant's
+/// algorithm; [`civil_from_days`] is its inverse).
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = i64::from(m);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use wharf_api::forms::civil_from_days;
+use wharf_api::forms::{civil_from_days, days_from_civil};
 pub use wharf_api::pending::{format_utc_minute as format_utc, BudgetTres};
 
 use crate::state::{Assoc, Time};
@@ -94,17 +94,6 @@ impl BudgetPeriod {
             BudgetPeriod::Yearly => (at(y, 1), Some(at(y + 1, 1))),
         }
     }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 /// A budget per TRES, in TRES-minutes (GrpTRESMins); `None` is no budget.
