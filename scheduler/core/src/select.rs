@@ -144,23 +144,45 @@ pub(crate) fn why_none(sel: &Selection, part: &PartView, nodes: &[Node]) -> Opti
     Some(why)
 }
 
-/// Why `job` could never run on `nodes` (every node its agent registered, up or down) for its
-/// node selection alone: the controller refuses such a job at submit. `None` when some node of
-/// its partition matches, or when its partition is unknown (that has its own refusal).
-pub fn unmatched(config: &Config, nodes: &[Node], job: &PendingJob) -> Option<PendingReason> {
-    let parts = Partitions::resolve(config, nodes);
-    let p = parts.of(job)?;
-    why_none(&job.select, &parts.parts[p], nodes).map(|what| PendingReason::NoNodeMatches { what })
+/// Why `job` could never run on `nodes` (every node its agent registered, up or down): the
+/// controller refuses such a job at submit. Both are `None` when its partition is unknown
+/// (that has its own refusal); the partitions are resolved once for both.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SubmitChecks {
+    /// For its node selection alone (constraint, node list, excluded nodes), when it makes
+    /// one: no node of its partition matches.
+    pub unmatched: Option<PendingReason>,
+    /// Too few of the nodes it may use in its partition could ever hold its shape: CPUs,
+    /// memory, GPUs of its type, per node (`TooLarge`, `PartitionNodeLimit`). `None` too
+    /// while some node its partition names has not registered yet (that node may hold it).
+    pub never: Option<PendingReason>,
 }
 
-/// Why too few of the nodes `job` may use in its partition (of `nodes`, every node its agent
-/// registered, up or down) could ever hold its shape: CPUs, memory, GPUs of its type, per
-/// node (`TooLarge`, `PartitionNodeLimit`). The controller refuses such a job at submit.
-/// `None` when enough could, when its partition is unknown, and while some node its
-/// partition names has not registered yet (that node may hold it).
-pub fn never_holds(config: &Config, nodes: &[Node], job: &PendingJob) -> Option<PendingReason> {
+/// [`SubmitChecks`] of `job` on `nodes`.
+pub fn submit_checks(config: &Config, nodes: &[Node], job: &PendingJob) -> SubmitChecks {
     let parts = Partitions::resolve(config, nodes);
-    let p = parts.of(job)?;
+    let Some(p) = parts.of(job) else {
+        return SubmitChecks::default();
+    };
+    let unmatched = job
+        .select
+        .filters()
+        .then(|| why_none(&job.select, &parts.parts[p], nodes))
+        .flatten()
+        .map(|what| PendingReason::NoNodeMatches { what });
+    SubmitChecks {
+        unmatched,
+        never: never_holds(config, nodes, &parts, p, job),
+    }
+}
+
+fn never_holds(
+    config: &Config,
+    nodes: &[Node],
+    parts: &Partitions,
+    p: usize,
+    job: &PendingJob,
+) -> Option<PendingReason> {
     let named = config
         .partitions
         .iter()
@@ -169,7 +191,7 @@ pub fn never_holds(config: &Config, nodes: &[Node], job: &PendingJob) -> Option<
     if parts.parts[p].nodes.is_empty() || parts.parts[p].nodes.len() < named {
         return None;
     }
-    let table = Table::empty(nodes, &parts);
+    let table = Table::empty(nodes, parts);
     let allowed = job.select.mask(nodes);
     let fit = Fit {
         req: &job.request,

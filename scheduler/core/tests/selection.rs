@@ -111,7 +111,8 @@ fn a_nodelist_outside_the_partition_is_refused_by_name() {
     };
     let mut j = job(1, "u", 1, 0, 10, 0);
     j.select.nodelist = names(&["n2", "n3"]);
-    let why = select::unmatched(&config, &cluster(), &j)
+    let why = select::submit_checks(&config, &cluster(), &j)
+        .unmatched
         .unwrap()
         .to_string();
     assert!(
@@ -119,7 +120,10 @@ fn a_nodelist_outside_the_partition_is_refused_by_name() {
         "{why}"
     );
     j.select.nodelist = names(&["n1"]);
-    assert_eq!(select::unmatched(&config, &cluster(), &j), None);
+    assert_eq!(
+        select::submit_checks(&config, &cluster(), &j).unmatched,
+        None
+    );
 }
 
 #[test]

@@ -92,13 +92,10 @@ impl Cluster {
             )),
             None => Ok(()),
         };
+        let checks = select::submit_checks(&self.sched, &nodes, &job);
         NodeChecks {
-            selection: if job.select.filters() {
-                refuse(select::unmatched(&self.sched, &nodes, &job))
-            } else {
-                Ok(())
-            },
-            shape: refuse(select::never_holds(&self.sched, &nodes, &job)),
+            selection: refuse(checks.unmatched),
+            shape: refuse(checks.never),
         }
     }
 }
