@@ -25,7 +25,7 @@ use wharf_api::wire::{
 };
 use wharf_api::{JobId, JobState, Owner};
 
-use crate::cluster::{Caller, Failure};
+use crate::cluster::{Caller, Cluster, Failure};
 use crate::Shared;
 
 mod step_input;
@@ -230,7 +230,7 @@ fn json_body<T: serde::de::DeserializeOwned>(
 /// Runs a closure on the cluster state off the async threads (it commits to disk).
 async fn with_cluster<T: Send + 'static>(
     shared: &Arc<Shared>,
-    f: impl FnOnce(&mut crate::cluster::Cluster, u64) -> Result<T, Failure> + Send + 'static,
+    f: impl FnOnce(&mut Cluster, u64) -> Result<T, Failure> + Send + 'static,
 ) -> Result<T, ApiFailure> {
     let shared = shared.clone();
     tokio::task::spawn_blocking(move || {
@@ -439,12 +439,8 @@ async fn cancel(
     let c = caller(&s, &peer)?;
     let (id, task) = job_id(&id)?;
     let (job, nodes) = with_cluster(&s, move |cl, now| {
-        if task.is_none() {
-            if let Some(done) = cl.cancel_array(&c, id, now)? {
-                return Ok(done);
-            }
-        }
-        cl.cancel(&c, cl.resolve_task(id, task)?, now)
+        let whole = |cl: &mut Cluster| cl.cancel_array(&c, id, now);
+        cl.on_target(id, task, whole, |cl, job| cl.cancel(&c, job, now))
     })
     .await?;
     for node in nodes {
@@ -462,12 +458,8 @@ async fn requeue(
     let c = caller(&s, &peer)?;
     let (id, task) = job_id(&id)?;
     let (job, nodes) = with_cluster(&s, move |cl, _| {
-        if task.is_none() {
-            if let Some(done) = cl.requeue_array(&c, id)? {
-                return Ok(done);
-            }
-        }
-        cl.requeue(&c, cl.resolve_task(id, task)?)
+        let whole = |cl: &mut Cluster| cl.requeue_array(&c, id);
+        cl.on_target(id, task, whole, |cl, job| cl.requeue(&c, job))
     })
     .await?;
     for node in nodes {
@@ -485,12 +477,8 @@ async fn hold(
     let (id, task) = job_id(&id)?;
     Ok(Json(
         with_cluster(&s, move |cl, _| {
-            if task.is_none() {
-                if let Some(done) = cl.hold_array(&c, id)? {
-                    return Ok(done);
-                }
-            }
-            cl.hold(&c, cl.resolve_task(id, task)?)
+            let whole = |cl: &mut Cluster| cl.hold_array(&c, id);
+            cl.on_target(id, task, whole, |cl, job| cl.hold(&c, job))
         })
         .await?,
     ))
@@ -504,12 +492,8 @@ async fn release(
     let c = caller(&s, &peer)?;
     let (id, task) = job_id(&id)?;
     let job = with_cluster(&s, move |cl, _| {
-        if task.is_none() {
-            if let Some(done) = cl.release_array(&c, id)? {
-                return Ok(done);
-            }
-        }
-        cl.release(&c, cl.resolve_task(id, task)?)
+        let whole = |cl: &mut Cluster| cl.release_array(&c, id);
+        cl.on_target(id, task, whole, |cl, job| cl.release(&c, job))
     })
     .await?;
     s.wake_scheduler();
@@ -526,12 +510,8 @@ async fn update(
     let (id, task) = job_id(&id)?;
     let req: wharf_api::wire::UpdateRequest = body(&s, bytes)?;
     let job = with_cluster(&s, move |cl, now| {
-        if task.is_none() {
-            if let Some(done) = cl.update_array(&c, id, &req, now)? {
-                return Ok(done);
-            }
-        }
-        cl.update(&c, cl.resolve_task(id, task)?, &req, now)
+        let whole = |cl: &mut Cluster| cl.update_array(&c, id, &req, now);
+        cl.on_target(id, task, whole, |cl, job| cl.update(&c, job, &req, now))
     })
     .await?;
     s.wake_scheduler();

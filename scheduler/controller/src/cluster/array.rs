@@ -58,6 +58,25 @@ impl Cluster {
         }
     }
 
+    /// An action on `ID` or `ID_TASK` as a command names a job: an array's job id alone is the
+    /// whole array (`whole` answers `None` when `id` is none), anything else the one job it
+    /// resolves to (`one`).
+    pub fn on_target<T>(
+        &mut self,
+        id: JobId,
+        task: Option<u32>,
+        whole: impl FnOnce(&mut Self) -> Result<Option<T>, Failure>,
+        one: impl FnOnce(&mut Self, JobId) -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        if task.is_none() {
+            if let Some(done) = whole(self)? {
+                return Ok(done);
+            }
+        }
+        let job = self.resolve_task(id, task)?;
+        one(self, job)
+    }
+
     /// Task `task` of array `id`: its job id and state, from memory while it is active, else
     /// from the store.
     pub(super) fn find_task(&self, id: JobId, task: u32) -> Result<(JobId, JobState), Failure> {
