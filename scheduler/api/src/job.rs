@@ -252,6 +252,14 @@ pub struct JobDefaults {
     pub max_command_bytes: usize,
 }
 
+impl JobDefaults {
+    /// The time limit of a job that gives none, before its partition's DefaultTime: the
+    /// site's default, never over its maximum. Seconds.
+    pub fn site_time(&self) -> u64 {
+        self.time.min(self.max_time)
+    }
+}
+
 impl Default for JobDefaults {
     fn default() -> Self {
         JobDefaults {
@@ -565,7 +573,7 @@ impl JobRequest {
                 ))
             }
             Some(t) => t,
-            None => defaults.time.min(defaults.max_time),
+            None => defaults.site_time(),
         };
         // Likewise memory: per CPU or per GPU becomes per node; none given, the partition's
         // default per CPU or per GPU, or the site's, applies at admission.

@@ -191,7 +191,7 @@ impl Cluster {
             return Ok(());
         };
         if spec.time_defaulted {
-            let site = self.defaults.time.min(self.defaults.max_time);
+            let site = self.defaults.site_time();
             spec.time_limit = (cycle::default_time(part, site.saturating_mul(1000)) / 1000).max(1);
         }
         if spec.memory_defaulted {
