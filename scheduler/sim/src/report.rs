@@ -133,18 +133,19 @@ pub fn outcomes_csv(workload: &Workload, done: &[Outcome]) -> String {
     use std::fmt::Write as _;
     let jobs: std::collections::BTreeMap<u64, &crate::workload::SimJob> =
         workload.jobs.iter().map(|j| (j.id, j)).collect();
+    // Each account's name as a CSV field, once: a name with a comma or quote is quoted, as
+    // CSV readers expect.
+    let names: Vec<std::borrow::Cow<str>> = workload
+        .accounts
+        .iter()
+        .map(|a| match a.name.contains([',', '"', '\n']) {
+            true => format!("\"{}\"", a.name.replace('"', "\"\"")).into(),
+            false => a.name.as_str().into(),
+        })
+        .collect();
     let mut out = String::from("id,account,user,submit_ms,start_ms,end_ms,units,limit_ms\n");
     for o in done {
-        let account = workload
-            .accounts
-            .get(o.account as usize)
-            .map_or("", |a| a.name.as_str());
-        // A name with a comma or quote is quoted, as CSV readers expect.
-        let account = if account.contains([',', '"', '\n']) {
-            format!("\"{}\"", account.replace('"', "\"\""))
-        } else {
-            account.to_string()
-        };
+        let account = names.get(o.account as usize).map_or("", |n| n.as_ref());
         let (user, limit) = jobs.get(&o.id).map_or((0, 0), |j| (j.user, j.limit));
         // Writing to a String cannot fail.
         let _ = writeln!(
