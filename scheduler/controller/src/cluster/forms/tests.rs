@@ -187,13 +187,7 @@ fn afterok_waits_for_success_and_a_failed_parent_cancels_the_child_with_the_reas
     c.schedule(30).unwrap();
     assert_eq!(state(&c, on_ok).0, JobState::Starting);
     assert_eq!(state(&c, on_bad_or).0, JobState::Starting);
-    let gone = c.job(&alice, on_bad).unwrap();
-    assert_eq!(gone.state, JobState::Cancelled);
-    let r = gone.reason.unwrap();
-    assert!(
-        r.starts_with("DependencyNeverSatisfied") && r.contains(&format!("job {bad} ended FAILED")),
-        "{r}"
-    );
+    never_met(&c, &alice, on_bad, &format!("job {bad} ended FAILED"));
 }
 
 #[test]
@@ -396,6 +390,18 @@ fn wait_for_a_dependency(c: &Cluster, jobs: &[JobId]) {
     }
 }
 
+/// `id` (`who`'s) was cancelled because its dependency can never be met, the reason saying
+/// `ended` (which job ended how).
+fn never_met(c: &Cluster, who: &Caller, id: JobId, ended: &str) {
+    let gone = c.job(who, id).unwrap();
+    assert_eq!(gone.state, JobState::Cancelled);
+    let r = gone.reason.unwrap();
+    assert!(
+        r.starts_with("DependencyNeverSatisfied") && r.contains(ended),
+        "{r}"
+    );
+}
+
 /// An array of `tasks` (`--array`) of `who`'s, submitted at `now`.
 fn submit_array(c: &mut Cluster, who: &Caller, tasks: &str, now: u64) -> JobId {
     let job = JobRequest {
@@ -441,13 +447,7 @@ fn a_dependency_on_an_array_waits_for_every_task_and_one_on_a_task_for_that_task
     assert_eq!(state(&c, on_all).0, JobState::Starting);
     assert_eq!(state(&c, on_any).0, JobState::Starting);
     // Every task COMPLETED: afternotok can never be met.
-    let gone = c.job(&alice, on_fail).unwrap();
-    assert_eq!(gone.state, JobState::Cancelled);
-    let r = gone.reason.unwrap();
-    assert!(
-        r.starts_with("DependencyNeverSatisfied") && r.contains("ended COMPLETED"),
-        "{r}"
-    );
+    never_met(&c, &alice, on_fail, "ended COMPLETED");
 }
 
 #[test]
@@ -476,14 +476,7 @@ fn afterok_on_an_array_is_never_met_once_all_ended_and_one_failed() {
     assert_eq!(state(&c, on_fail).0, JobState::Starting);
     assert_eq!(state(&c, on_task0).0, JobState::Starting);
     assert_eq!(state(&c, either).0, JobState::Starting);
-    let gone = c.job(&alice, on_ok).unwrap();
-    assert_eq!(gone.state, JobState::Cancelled);
-    let r = gone.reason.unwrap();
-    assert!(
-        r.starts_with("DependencyNeverSatisfied")
-            && r.contains(&format!("job {} ended FAILED", arr + 1)),
-        "{r}"
-    );
+    never_met(&c, &alice, on_ok, &format!("job {} ended FAILED", arr + 1));
     // Decided from the store alone after a restart, the same way.
     drop(c);
     let mut c = cluster(&dir);
