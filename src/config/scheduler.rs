@@ -20,6 +20,8 @@ pub struct SchedulerSection {
     pub keep_reservations_after: String,
     /// How many of the last pass's reservations (the first it made) may be kept; none: all.
     pub keep_reservations: Option<usize>,
+    /// How many waiting jobs past the reservations get an estimated start (0: none).
+    pub start_estimates: usize,
     pub max_job_test: usize,
     pub half_life: String,
     pub max_age: String,
@@ -368,6 +370,7 @@ impl Default for SchedulerSection {
             assoc_reservations: c.assoc_reservations,
             keep_reservations_after: format!("{}s", c.keep_reservations_after / 1000),
             keep_reservations: None,
+            start_estimates: c.start_estimates,
             max_job_test: c.max_job_test,
             half_life: "7d".into(),
             max_age: "7d".into(),
@@ -444,6 +447,7 @@ impl SchedulerSection {
             .as_millis()
             .min(u64::MAX as u128) as u64;
         c.keep_reservations = self.keep_reservations.unwrap_or(usize::MAX);
+        c.start_estimates = self.start_estimates;
         c.max_job_test = self.max_job_test;
         c.half_life = ms("scheduler.half_life", &self.half_life)?;
         c.max_age = ms("scheduler.max_age", &self.max_age)?;
@@ -761,6 +765,9 @@ mod tests {
             usize::MAX,
             "every reservation may be kept"
         );
+        let text = "[scheduler]\nstart_estimates = 0\n";
+        let file: FileConfig = toml::from_str(text).unwrap();
+        assert_eq!(file.scheduler.resolve().unwrap().start_estimates, 0);
         let text = "[scheduler]\nkeep_reservations = 2\n";
         let file: FileConfig = toml::from_str(text).unwrap();
         assert_eq!(file.scheduler.resolve().unwrap().keep_reservations, 2);

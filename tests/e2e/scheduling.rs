@@ -71,9 +71,11 @@ fn a_short_job_backfills_and_waiting_jobs_say_why() {
             .starts_with("Resources:"),
         "{seen}"
     );
-    // `wharf queue` shows when the reserved job should start.
+    // `wharf queue` shows when the reserved job should start, and when the one behind it
+    // is expected to (an estimate, past the reservation).
     let queue = stdout(&c.wharf_as(&u, &["queue"]));
     assert!(queue.contains("Resources, starts in "), "{queue}");
+    assert!(queue.contains("Priority, starts in "), "{queue}");
     // `wharf show` prints the expected start and each priority factor.
     let shown = stdout(&c.wharf_as(&u, &["show", &whole.to_string()]));
     assert!(

@@ -1223,7 +1223,8 @@ pub struct JobRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<PriorityView>,
     /// When the last scheduling pass expects a pending job to start, ms since the Unix epoch
-    /// (public); set only for jobs holding a reservation.
+    /// (public); set for jobs holding a reservation and for the next ones the pass placed
+    /// after them (the controller's `start_estimates`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_start: Option<u64>,
     /// A pending job may not start before this time, ms since the Unix epoch (public).

@@ -236,6 +236,11 @@ pub struct Config {
     /// start in, at some cost in utilization (docs/scheduling.md); from 1 up, the first
     /// always holds.
     pub keep_reservations: usize,
+    /// How many waiting jobs past those holding reservations get an estimated start, in
+    /// scheduling order: each is placed where its shape first fits after the reservations
+    /// and the estimates before it, once the pass has decided everything; nothing is held
+    /// back for it (0: only jobs with reservations show one).
+    pub start_estimates: usize,
     /// Most pending jobs one pass looks at, in priority order (Slurm's `bf_max_job_test`);
     /// the rest wait with reason `Priority`.
     pub max_job_test: usize,
@@ -317,6 +322,7 @@ impl Default for Config {
             assoc_reservations: 32,
             keep_reservations_after: 24 * 3600 * 1000,
             keep_reservations: usize::MAX,
+            start_estimates: 32,
             max_job_test: 100_000,
             weights: Weights::default(),
             max_age: 7 * 24 * 3600 * 1000,

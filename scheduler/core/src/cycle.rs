@@ -491,7 +491,8 @@ pub fn apply<'a>(plan: &Plan, facts: impl Fn(JobId) -> Option<&'a JobFacts>) -> 
 pub struct WaitNote {
     /// Its priority, factor by factor, as `sprio` shows it.
     pub priority: Option<PriorityView>,
-    /// When it is expected to start, ms, when it holds a reservation.
+    /// When it is expected to start, ms, when the plan gave it a time (see
+    /// [`crate::Waiting::estimated_start`]).
     pub expected_start: Option<Time>,
     /// Why it waits, in words other users may see too (made of public fields only:
     /// resources, limits, partition and job ids).

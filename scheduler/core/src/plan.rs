@@ -50,7 +50,9 @@ pub struct Waiting {
     pub job: JobId,
     /// Why.
     pub reason: PendingReason,
-    /// When the backfill plan expects it to start, when it holds a reservation.
+    /// When the backfill plan expects it to start: where its reservation starts, or, for
+    /// the first [`crate::Config::start_estimates`] waiting jobs past those, where the plan
+    /// would place it next.
     pub estimated_start: Option<Time>,
 }
 

@@ -37,7 +37,8 @@ fn a_short_job_backfills_before_the_reservation_and_a_long_one_does_not() {
     assert_eq!(w.reason, PendingReason::Resources);
     assert_eq!(w.estimated_start, Some(60 * MIN));
     assert_eq!(waiting(&plan, 4).reason, PendingReason::Priority);
-    assert_eq!(waiting(&plan, 4).estimated_start, None);
+    // Not a reservation, but an estimate: after 1's, when its GPUs are free again.
+    assert_eq!(waiting(&plan, 4).estimated_start, Some(120 * MIN));
 }
 
 #[test]

@@ -295,6 +295,34 @@ proptest! {
     }
 
     #[test]
+    fn estimates_change_no_decision(case in arb_case(), estimates in 0usize..6) {
+        let mut config = case.config.clone();
+        config.start_estimates = estimates;
+        let plan = schedule(case.now, &case.state, &config);
+        config.start_estimates = 0;
+        let bare = schedule(case.now, &case.state, &config);
+        prop_assert_eq!(&plan.starts, &bare.starts);
+        prop_assert_eq!(&plan.reservations, &bare.reservations);
+        prop_assert_eq!(&plan.preemptions, &bare.preemptions);
+        prop_assert_eq!(&plan.priorities, &bare.priorities);
+        prop_assert_eq!(plan.waiting.len(), bare.waiting.len());
+        let mut extra = 0;
+        for (w, b) in plan.waiting.iter().zip(&bare.waiting) {
+            prop_assert_eq!((w.job, &w.reason), (b.job, &b.reason));
+            match (b.estimated_start, w.estimated_start) {
+                (Some(_), _) => prop_assert_eq!(w.estimated_start, b.estimated_start),
+                (None, Some(at)) => {
+                    extra += 1;
+                    prop_assert!(at >= case.now);
+                    prop_assert!(matches!(w.reason, PendingReason::Resources | PendingReason::Priority));
+                }
+                (None, None) => {}
+            }
+        }
+        prop_assert!(extra <= estimates);
+    }
+
+    #[test]
     fn same_input_same_plan(case in arb_case()) {
         let a = schedule(case.now, &case.state, &case.config);
         let b = schedule(case.now, &case.state.clone(), &case.config.clone());

@@ -47,6 +47,7 @@ struct Section {
     assoc_reservations: Option<usize>,
     keep_reservations_after: Option<String>,
     keep_reservations: Option<usize>,
+    start_estimates: Option<usize>,
     max_job_test: Option<usize>,
     half_life: Option<String>,
     max_age: Option<String>,
@@ -225,6 +226,9 @@ pub fn scheduler_config(text: &str) -> Result<Config, ConfigError> {
     if let Some(k) = s.keep_reservations {
         c.keep_reservations = k;
     }
+    if let Some(e) = s.start_estimates {
+        c.start_estimates = e;
+    }
     if let Some(f) = s.favor_small {
         c.favor_small = f;
     }
@@ -273,7 +277,8 @@ mod tests {
     fn keys_set_the_config() {
         let c = scheduler_config(
             "[scheduler]\nreservations = 16\nweight_age = 15000\nhalf_life = \"1d\"\nfavor_small = true\n\
-             assoc_reservations = 3\nkeep_reservations_after = \"2h\"\nkeep_reservations = 5\n",
+             assoc_reservations = 3\nkeep_reservations_after = \"2h\"\nkeep_reservations = 5\n\
+             start_estimates = 7\n",
         )
         .unwrap();
         assert_eq!(c.policy, Policy::Multifactor);
@@ -281,6 +286,7 @@ mod tests {
         assert_eq!(c.assoc_reservations, 3);
         assert_eq!(c.keep_reservations_after, 2 * 3600 * 1000);
         assert_eq!(c.keep_reservations, 5);
+        assert_eq!(c.start_estimates, 7);
         assert_eq!(c.half_life, 24 * 3600 * 1000);
         assert!(c.favor_small);
         let c = scheduler_config("[scheduler]\nkeep_reservations_after = \"0\"\n").unwrap();

@@ -116,6 +116,11 @@ pub struct Driver {
     // lost its reservation to another: a measure of how stable the backfill plan is.
     reserved: BTreeSet<JobId>,
     reservations_dropped: u64,
+    // The first start each pending job was shown, and, for each job started since, how far
+    // its start fell from that (ms, late positive): how good the plan's estimates are. They
+    // never feed a decision.
+    first_estimate: BTreeMap<JobId, u64>,
+    estimate_errors: Vec<i64>,
 }
 
 impl Driver {
@@ -159,6 +164,8 @@ impl Driver {
             core_time: Duration::ZERO,
             reserved: BTreeSet::new(),
             reservations_dropped: 0,
+            first_estimate: BTreeMap::new(),
+            estimate_errors: Vec::new(),
         })
     }
 
@@ -241,6 +248,11 @@ impl Driver {
         self.reservations_dropped
     }
 
+    /// How far the jobs started so far began from the first start they were shown.
+    pub fn estimates(&self) -> Estimates {
+        Estimates::of(&self.estimate_errors)
+    }
+
     /// Wall time spent inside the core's `Live::pass` so far.
     pub fn core_time(&self) -> Duration {
         self.core_time
@@ -261,6 +273,16 @@ impl Driver {
             .filter(|j| !reserved.contains(j) && !started.contains(j))
             .count() as u64;
         self.reserved = reserved;
+        for w in &plan.waiting {
+            if let Some(at) = w.estimated_start {
+                self.first_estimate.entry(w.job).or_insert(at);
+            }
+        }
+        for s in &plan.starts {
+            if let Some(at) = self.first_estimate.remove(&s.job) {
+                self.estimate_errors.push(now as i64 - at as i64);
+            }
+        }
         // Preemptions (`applied.stops`) are not replayed: the simulator has no requeue.
         let applied = cycle::apply(&plan, |id| self.facts.get(&id));
         applied
@@ -289,5 +311,54 @@ impl Driver {
                 })
             })
             .collect()
+    }
+}
+
+/// How good the estimated starts of one replay were: for each job that was shown one before
+/// it started, its real start against the first one it was shown.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Estimates {
+    /// Jobs shown an estimated start before they started.
+    pub jobs: usize,
+    /// Of those, the share that started no later than the first estimate (time limits are
+    /// upper bounds, so jobs ahead mostly end early).
+    pub on_time: f64,
+    /// Median distance between the real start and the first estimate, seconds.
+    pub median_error_s: f64,
+    /// 90th percentile of that distance, seconds.
+    pub p90_error_s: f64,
+}
+
+impl Estimates {
+    /// The summary of `errors` (real start minus first estimate, ms).
+    pub fn of(errors: &[i64]) -> Estimates {
+        if errors.is_empty() {
+            return Estimates::default();
+        }
+        let mut abs: Vec<u64> = errors.iter().map(|e| e.unsigned_abs()).collect();
+        abs.sort_unstable();
+        let at = |q: f64| abs[((abs.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0;
+        Estimates {
+            jobs: errors.len(),
+            on_time: errors.iter().filter(|&&e| e <= 0).count() as f64 / errors.len() as f64,
+            median_error_s: at(0.5),
+            p90_error_s: at(0.9),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Estimates;
+
+    #[test]
+    fn estimates_sum_up_early_and_late_starts() {
+        assert_eq!(Estimates::of(&[]), Estimates::default());
+        // Three early or on the dot, two late: distances 0, 1, 2, 3 and 10 s.
+        let e = Estimates::of(&[0, -1_000, 2_000, -3_000, 10_000]);
+        assert_eq!(e.jobs, 5);
+        assert!((e.on_time - 0.6).abs() < 1e-9, "{e:?}");
+        assert_eq!(e.median_error_s, 2.0);
+        assert_eq!(e.p90_error_s, 10.0);
     }
 }

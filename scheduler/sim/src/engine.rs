@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use wharf_api::{JobId, Resources};
 
-use crate::driver::{Driver, Knobs, Policy};
+use crate::driver::{Driver, Estimates, Knobs, Policy};
 use crate::metrics::Outcome;
 use crate::workload::{Measure, SimJob, SimNodeSpec, Workload};
 
@@ -108,6 +108,8 @@ pub struct Replay {
     pub passes: u64,
     /// Times a still-pending job lost its reservation ([`Driver::reservations_dropped`]).
     pub reservations_dropped: u64,
+    /// How good the estimated starts were ([`Driver::estimates`]).
+    pub estimates: Estimates,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -136,6 +138,7 @@ pub fn replay_with(workload: &Workload, policy: Policy, knobs: &Knobs) -> Result
     }
     let mut replay = sim.finish();
     replay.reservations_dropped = driver.reservations_dropped();
+    replay.estimates = driver.estimates();
     Ok(replay)
 }
 
@@ -355,6 +358,7 @@ impl<'w> Sim<'w> {
             refused: self.refused,
             passes: self.passes,
             reservations_dropped: 0,
+            estimates: Estimates::default(),
         }
     }
 }

@@ -65,6 +65,9 @@ struct Common {
     /// kept.
     #[arg(long, global = true)]
     keep_reservations: Option<usize>,
+    /// Wharf's policy: how many waiting jobs past the reservations get an estimated start.
+    #[arg(long, global = true)]
+    start_estimates: Option<usize>,
     /// Wharf's policy: age weight.
     #[arg(long, global = true)]
     weight_age: Option<u32>,
@@ -120,6 +123,9 @@ impl Common {
         }
         if let Some(k) = self.keep_reservations {
             c.keep_reservations = k;
+        }
+        if let Some(e) = self.start_estimates {
+            c.start_estimates = e;
         }
         if let Some(w) = self.weight_age {
             c.weights.age = w;
@@ -227,6 +233,7 @@ fn main() -> Result<()> {
             never_started: replay.never_started.len() + replay.refused.len(),
             passes: replay.passes,
             reservations_dropped: replay.reservations_dropped,
+            estimates: replay.estimates,
             wall_s: t0.elapsed().as_secs_f64(),
         });
     }

@@ -3,7 +3,7 @@
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
 use serde::Serialize;
 
-use crate::driver::Policy;
+use crate::driver::{Estimates, Policy};
 use crate::metrics::{Metrics, Outcome};
 use crate::workload::Workload;
 
@@ -21,6 +21,8 @@ pub struct Column {
     pub passes: u64,
     /// Times a still-pending job lost its reservation.
     pub reservations_dropped: u64,
+    /// How good the estimated starts were.
+    pub estimates: Estimates,
     /// Wall-clock seconds the replay took.
     pub wall_s: f64,
 }
@@ -54,7 +56,7 @@ pub fn render(report: &Report) -> String {
     }
     t.set_header(header);
     type Get = fn(&Column) -> f64;
-    let rows: [(&str, Get, usize); 12] = [
+    let rows: [(&str, Get, usize); 15] = [
         ("jobs finished", |c| c.metrics.jobs as f64, 0),
         ("utilization", |c| c.metrics.utilization, 4),
         (
@@ -82,6 +84,9 @@ pub fn render(report: &Report) -> String {
         ("never started", |c| c.never_started as f64, 0),
         ("passes", |c| c.passes as f64, 0),
         ("reservations dropped", |c| c.reservations_dropped as f64, 0),
+        ("started after an estimate", |c| c.estimates.jobs as f64, 0),
+        ("started by first estimate", |c| c.estimates.on_time, 3),
+        ("estimate error p50 (s)", |c| c.estimates.median_error_s, 0),
         ("replay wall (s)", |c| c.wall_s, 2),
     ];
     for (name, get, digits) in rows {

@@ -852,13 +852,14 @@ fn the_simulator_and_the_controller_start_the_same_jobs_in_the_same_places() {
 
 /// ann's job waits for the node from 2 s; bob, who has used nothing, sends the same job at
 /// 15 min; the pass at 20 min decides whose job holds the one reservation (is expected to
-/// start at some time).
+/// start at some time; no estimates past it).
 fn next_on_the_node(keep_after_min: u64) -> (Option<u64>, Option<u64>) {
     let dir = tempfile::tempdir().unwrap();
     let config = wharf_core::Config {
         reservations: 1,
         assoc_reservations: 0,
         keep_reservations_after: keep_after_min * 60_000,
+        start_estimates: 0,
         ..Default::default()
     };
     let mut c = cluster_with(&dir, config);
