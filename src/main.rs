@@ -66,6 +66,9 @@ enum Command {
     Update(cmd::update::Args),
     /// List nodes and what is allocated on them.
     Nodes(cmd::nodes::Args),
+    /// The fair-share tree (Slurm's sshare): each account's and user's shares and decayed
+    /// usage against its siblings', and each user's fair-share factor.
+    Share(cmd::share::Args),
     /// Accounts, users, QoS and partitions at run time, and their audit (admins; an
     /// account's coordinators manage its users).
     #[command(subcommand)]
@@ -155,6 +158,7 @@ fn main() {
             Command::Release(a) => cmd::hold::run(&socket, a, true).await,
             Command::Update(a) => cmd::update::run(&socket, a).await,
             Command::Nodes(a) => cmd::nodes::run(&socket, a).await,
+            Command::Share(a) => cmd::share::run(&socket, a).await,
             Command::Admin(c) => cmd::admin::run(&socket, c).await,
             Command::Image(c) => cmd::image::run(&socket, c).await,
             Command::Controller(a) => cmd::controller::run(a, cli.socket.as_deref()).await,

@@ -15,6 +15,7 @@ pub mod queue;
 pub mod report;
 pub mod requeue;
 pub mod run;
+pub mod share;
 pub mod shim;
 pub mod show;
 pub mod srun;

@@ -244,3 +244,68 @@ fn an_accounts_cpu_limit_holds_the_second_job_while_another_users_job_runs() {
     let done = c.wait_done(second, Duration::from_secs(30));
     assert_eq!(done["state"], "COMPLETED", "{done}");
 }
+
+#[test]
+fn wharf_share_shows_the_fair_share_tree_with_each_users_factor() {
+    if !can_run("wharf_share_shows_the_fair_share_tree_with_each_users_factor") {
+        return;
+    }
+    let c = Cluster::start();
+    let (used, idle) = (user("whshare-used"), user("whshare-idle"));
+    // One user runs a job (its usage is charged when it ends); the other only waits.
+    let ran = submitted_id(&c.wharf_as(&used, &["submit", "--wrap", "sleep 1"]));
+    let done = c.wait_done(ran, Duration::from_secs(30));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    let held = submitted_id(&c.wharf_as(&idle, &["submit", "-H", "--wrap", "true"]));
+    let share = |who: &User, args: &[&str]| -> serde_json::Value {
+        let mut all = vec!["share", "--json"];
+        all.extend(args);
+        let out = c.wharf_as(who, &all);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let line = |tree: &serde_json::Value, user: &str| -> Option<serde_json::Value> {
+        tree["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["user"] == user)
+            .cloned()
+    };
+    // A user sees its own line and its account, nobody else's.
+    let mine = share(&used, &[]);
+    let me = line(&mine, "whshare-used").expect("the caller's line");
+    assert!(me["usage"].as_f64().unwrap() > 0.0, "{me}");
+    assert!(me["factor"].as_f64().is_some(), "{me}");
+    let accounts: Vec<&str> = mine["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r.get("user").is_none())
+        .map(|r| r["account"].as_str().unwrap())
+        .collect();
+    assert_eq!(accounts, vec!["whshare-used"], "{mine}");
+    let out = c.wharf_as(&used, &["share", "--all"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("only admins"), "{}", stderr(&out));
+    // An admin sees everyone's with --all: the user who used nothing ranks first.
+    let out = c.wharf(&["share", "--all", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (me, other) = (
+        line(&all, "whshare-used").unwrap(),
+        line(&all, "whshare-idle").unwrap(),
+    );
+    assert!(
+        other["factor"].as_f64().unwrap() > me["factor"].as_f64().unwrap(),
+        "{all}"
+    );
+    assert_eq!(other["usage"], 0.0);
+    let table = stdout(&c.wharf_as(&used, &["share"]));
+    assert!(
+        table.contains("FAIRSHARE") && table.contains("whshare-used"),
+        "{table}"
+    );
+    assert!(table.contains("halving every 7 days"), "{table}");
+    assert!(c.wharf(&["cancel", &held.to_string()]).status.success());
+}

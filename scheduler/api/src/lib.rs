@@ -23,6 +23,7 @@ pub mod prepull;
 pub mod pull;
 pub mod report;
 pub mod resources;
+pub mod share;
 pub mod step;
 pub mod step_input;
 pub mod step_output;

@@ -117,6 +117,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/jobs/{id}/update", post(update))
         .route("/v1/acct", get(acct))
         .route("/v1/report", get(report))
+        .route("/v1/share", get(share))
         .route("/v1/nodes", get(nodes))
         .route("/v1/nodes/{name}/state", post(node_state))
         .route("/v1/images/pull", post(prepull))
@@ -526,6 +527,25 @@ async fn nodes(
     Ok(Json(NodeList {
         nodes: with_cluster(&s, |cl, _| Ok(cl.nodes())).await?,
     }))
+}
+
+/// `GET /v1/share?all=BOOL`.
+#[derive(Debug, Deserialize)]
+struct ShareQuery {
+    /// Every user's line (admins only).
+    #[serde(default)]
+    all: bool,
+}
+
+/// `wharf share`: the fair-share tree (Slurm's `sshare`), as far as the caller may see it.
+async fn share(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Query(q): Query<ShareQuery>,
+) -> ApiResult<wharf_api::share::ShareTree> {
+    let c = caller(&s, &peer)?;
+    let tree = with_cluster(&s, move |cl, now| cl.fair_share(&c, q.all, now)).await?;
+    Ok(Json(tree))
 }
 
 /// `wharf nodes --drain/--resume` (admins).

@@ -21,6 +21,8 @@
 
 use std::collections::BTreeMap;
 
+use wharf_api::share::ShareRow;
+
 use crate::config::Config;
 use crate::state::{Assoc, Time};
 
@@ -80,6 +82,84 @@ pub fn factors(
     assocs: impl IntoIterator<Item = Assoc>,
     usage: &BTreeMap<Assoc, f64>,
 ) -> BTreeMap<Assoc, f64> {
+    rank(&tree(config, assocs, usage))
+}
+
+/// The tree as `wharf share` shows it: every account and every association in `assocs` (and
+/// in `usage`), depth first, each account's users (by name) before its sub-accounts (by
+/// name), with the figures the ranking uses.
+pub fn share_rows(
+    config: &Config,
+    assocs: impl IntoIterator<Item = Assoc>,
+    usage: &BTreeMap<Assoc, f64>,
+) -> Vec<ShareRow> {
+    let tree = tree(config, assocs, usage);
+    let factors = rank(&tree);
+    let mut rows = Vec::new();
+    push_rows(&tree, 0, 0, &factors, &mut rows);
+    rows
+}
+
+fn push_rows(
+    tree: &[TreeNode],
+    i: usize,
+    depth: u32,
+    factors: &BTreeMap<Assoc, f64>,
+    rows: &mut Vec<ShareRow>,
+) {
+    let level = Level::of(tree, i);
+    let mut kids = tree[i].children.clone();
+    kids.sort_by(|&a, &b| {
+        let key = |c: usize| (tree[c].user.is_none(), &tree[c].name);
+        key(a).cmp(&key(b)).then(a.cmp(&b))
+    });
+    for c in kids {
+        let node = &tree[c];
+        let fs = level.fs(tree, c);
+        rows.push(ShareRow {
+            depth,
+            account: node
+                .user
+                .as_ref()
+                .map_or(&node.name, |a| &a.account)
+                .clone(),
+            user: node.user.as_ref().map(|a| a.user.clone()),
+            shares: node.shares,
+            norm_shares: level.shares(tree, c),
+            usage: node.usage,
+            norm_usage: level.usage(tree, c),
+            level_fs: fs.is_finite().then_some(fs),
+            factor: node.user.as_ref().and_then(|a| factors.get(a).copied()),
+        });
+        if node.user.is_none() {
+            push_rows(tree, c, depth + 1, factors, rows);
+        }
+    }
+}
+
+/// Every user's factor: its rank, best first, over the number of users.
+fn rank(tree: &[TreeNode]) -> BTreeMap<Assoc, f64> {
+    let groups = visit(tree, 0);
+    let n = groups.iter().map(Vec::len).sum::<usize>() as f64;
+    let mut out = BTreeMap::new();
+    let mut before = 0usize;
+    for group in groups {
+        let rank = n - before as f64;
+        before += group.len();
+        for assoc in group {
+            out.insert(assoc, rank / n);
+        }
+    }
+    out
+}
+
+/// The account tree with every association in `assocs` (and in `usage`) as a user under
+/// its account, and each node's usage summed over its subtree.
+fn tree(
+    config: &Config,
+    assocs: impl IntoIterator<Item = Assoc>,
+    usage: &BTreeMap<Assoc, f64>,
+) -> Vec<TreeNode> {
     let mut tree = vec![TreeNode {
         shares: 1.0,
         usage: 0.0,
@@ -149,18 +229,54 @@ pub fn factors(
         tree[acct].children.push(i);
     }
     sum_usage(&mut tree, 0);
-    let groups = visit(&tree, 0);
-    let n = groups.iter().map(Vec::len).sum::<usize>() as f64;
-    let mut out = BTreeMap::new();
-    let mut before = 0usize;
-    for group in groups {
-        let rank = n - before as f64;
-        before += group.len();
-        for assoc in group {
-            out.insert(assoc, rank / n);
+    tree
+}
+
+/// The sums a level's siblings are weighed against.
+struct Level {
+    shares: f64,
+    usage: f64,
+}
+
+impl Level {
+    /// The level below node `i`: its children.
+    fn of(tree: &[TreeNode], i: usize) -> Level {
+        let kids = &tree[i].children;
+        Level {
+            shares: kids.iter().map(|&c| tree[c].shares).sum(),
+            usage: kids.iter().map(|&c| tree[c].usage).sum(),
         }
     }
-    out
+
+    /// Child `c`'s shares as a fraction of its siblings'.
+    fn shares(&self, tree: &[TreeNode], c: usize) -> f64 {
+        if self.shares > 0.0 {
+            tree[c].shares / self.shares
+        } else {
+            0.0
+        }
+    }
+
+    /// Child `c`'s usage as a fraction of its siblings'.
+    fn usage(&self, tree: &[TreeNode], c: usize) -> f64 {
+        if self.usage > 0.0 {
+            tree[c].usage / self.usage
+        } else {
+            0.0
+        }
+    }
+
+    /// Child `c`'s level fair share `S / U`: infinite where it used nothing but has shares.
+    fn fs(&self, tree: &[TreeNode], c: usize) -> f64 {
+        let (s, u) = (self.shares(tree, c), self.usage(tree, c));
+        if u > 0.0 {
+            s / u
+        } else if s > 0.0 {
+            f64::INFINITY
+        } else {
+            0.0
+        }
+    }
 }
 
 fn is_below(
@@ -204,28 +320,8 @@ fn sum_usage(tree: &mut [TreeNode], i: usize) -> f64 {
 /// tied siblings are ranked together: their own rankings are merged level by level.
 fn visit(tree: &[TreeNode], i: usize) -> Vec<Vec<Assoc>> {
     let kids = &tree[i].children;
-    let share_sum: f64 = kids.iter().map(|&c| tree[c].shares).sum();
-    let usage_sum: f64 = kids.iter().map(|&c| tree[c].usage).sum();
-    let level = |c: usize| -> f64 {
-        let s = if share_sum > 0.0 {
-            tree[c].shares / share_sum
-        } else {
-            0.0
-        };
-        let u = if usage_sum > 0.0 {
-            tree[c].usage / usage_sum
-        } else {
-            0.0
-        };
-        if u > 0.0 {
-            s / u
-        } else if s > 0.0 {
-            f64::INFINITY
-        } else {
-            0.0
-        }
-    };
-    let mut order: Vec<(f64, usize)> = kids.iter().map(|&c| (level(c), c)).collect();
+    let level = Level::of(tree, i);
+    let mut order: Vec<(f64, usize)> = kids.iter().map(|&c| (level.fs(tree, c), c)).collect();
     order.sort_by(|a, b| {
         b.0.total_cmp(&a.0)
             .then_with(|| tree[a.1].name.cmp(&tree[b.1].name))

@@ -86,6 +86,16 @@ pub fn schedule(now: Time, state: &State, config: &Config) -> Plan {
     pass(now, state, config, &parts, &mut table, &runs, &accruals)
 }
 
+/// The fair-share tree at `now` as `wharf share` shows it: usage is `state.usage` plus what
+/// `state.running` have used so far, and the users are those with pending or running jobs or
+/// usage, so each user's factor is the one a pass at `now` would give its jobs.
+pub fn fair_share(now: Time, state: &State, config: &Config) -> Vec<wharf_api::share::ShareRow> {
+    let parts = Partitions::resolve(config, &state.nodes);
+    let usage = accrual::Accruals::of(&state.running, &parts).usage_now(now, &state.usage);
+    let assocs = state.pending.iter().map(|j| j.assoc.clone());
+    fairshare::share_rows(config, assocs, &usage)
+}
+
 /// One pass over `state`, whose nodes are sorted by name, given its partitions, a table of
 /// its nodes with what its running jobs hold, and its pending list cut into runs of alike
 /// jobs (see [`queue::Runs`]; jobs in no run are not pending any more) and what its running jobs accrue (see [`accrual::Accruals`]).

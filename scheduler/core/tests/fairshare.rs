@@ -122,3 +122,131 @@ fn usage_decays_by_half_life_and_running_jobs_count() {
     let plan = schedule(3 * hour, &state, &config);
     assert!(plan.priority(2).unwrap().fairshare > plan.priority(1).unwrap().fairshare);
 }
+
+#[test]
+fn the_share_tree_shows_each_level_and_the_factors_priority_uses() {
+    let usage: BTreeMap<Assoc, f64> = [
+        (Assoc::new("physics", "hog"), 300.0),
+        (Assoc::new("physics", "ann"), 100.0),
+        (Assoc::new("bio-lab", "cat"), 50.0),
+    ]
+    .into();
+    let rows = fairshare::share_rows(&tree(), assocs(), &usage);
+    let f = factors(&tree(), assocs(), &usage);
+    let line = |r: &wharf_api::share::ShareRow| {
+        (
+            r.depth,
+            r.account.clone(),
+            r.user.clone(),
+            r.norm_shares,
+            r.usage,
+            r.norm_usage,
+            r.level_fs,
+        )
+    };
+    // Depth first, an account's users before its sub-accounts, each by name.
+    assert_eq!(
+        rows.iter().map(line).collect::<Vec<_>>(),
+        vec![
+            (
+                0,
+                "bio".to_string(),
+                None,
+                0.5,
+                50.0,
+                50.0 / 450.0,
+                Some(0.5 / (50.0 / 450.0))
+            ),
+            (
+                1,
+                "bio".to_string(),
+                Some("bob".to_string()),
+                0.5,
+                0.0,
+                0.0,
+                None
+            ),
+            (1, "bio-lab".to_string(), None, 0.5, 50.0, 1.0, Some(0.5)),
+            (
+                2,
+                "bio-lab".to_string(),
+                Some("cat".to_string()),
+                1.0,
+                50.0,
+                1.0,
+                Some(1.0)
+            ),
+            (
+                0,
+                "physics".to_string(),
+                None,
+                0.5,
+                400.0,
+                400.0 / 450.0,
+                Some(0.5 / (400.0 / 450.0))
+            ),
+            (
+                1,
+                "physics".to_string(),
+                Some("ann".to_string()),
+                0.5,
+                100.0,
+                0.25,
+                Some(2.0)
+            ),
+            (
+                1,
+                "physics".to_string(),
+                Some("hog".to_string()),
+                0.5,
+                300.0,
+                0.75,
+                Some(0.5 / 0.75)
+            ),
+        ]
+    );
+    // Accounts carry no factor; each user carries the one priority takes.
+    for r in &rows {
+        match &r.user {
+            None => assert_eq!(r.factor, None),
+            Some(u) => assert_eq!(r.factor, Some(f[&Assoc::new(&r.account, u)]), "{r:?}"),
+        }
+    }
+    // bio's users first (bob, who used nothing, then cat), then physics's (ann, then hog).
+    let by_factor = |u: &str| {
+        rows.iter()
+            .find(|r| r.user.as_deref() == Some(u))
+            .unwrap()
+            .factor
+    };
+    assert_eq!(by_factor("bob"), Some(1.0));
+    assert_eq!(by_factor("cat"), Some(0.75));
+    assert_eq!(by_factor("ann"), Some(0.5));
+    assert_eq!(by_factor("hog"), Some(0.25));
+}
+
+#[test]
+fn the_share_tree_counts_running_jobs_use_so_far() {
+    // hog's job has run for an hour on 4 CPUs (billing 1 per CPU-second by default).
+    let state = State {
+        nodes: vec![node("a", 8, 64, 0)],
+        running: vec![RunningJob {
+            assoc: Assoc::new("physics", "hog"),
+            ..running(1, "a", (0..4).collect(), vec![], 0, 120)
+        }],
+        pending: vec![job(2, "ann", 1, 0, 10, 0)],
+        ..State::default()
+    };
+    let rows = fair_share(60 * MIN, &state, &tree());
+    let hog = rows
+        .iter()
+        .find(|r| r.user.as_deref() == Some("hog"))
+        .unwrap();
+    assert!((hog.usage - 4.0 * 3600.0).abs() < 1e-6, "{hog:?}");
+    let ann = rows
+        .iter()
+        .find(|r| r.user.as_deref() == Some("ann"))
+        .unwrap();
+    assert_eq!((ann.account.as_str(), ann.usage), ("ann", 0.0));
+    assert!(ann.factor > hog.factor);
+}

@@ -103,6 +103,59 @@ impl Cluster {
         Ok(woken)
     }
 
+    /// The fair-share tree at `now` (`wharf share`), each user's factor the one the next
+    /// pass would give its jobs. Usage is private, as in `wharf report`: a user sees its own
+    /// lines and the accounts above them; an admin every account, and with `all` every user.
+    pub fn fair_share(
+        &self,
+        caller: &Caller,
+        all: bool,
+        now: u64,
+    ) -> Result<wharf_api::share::ShareTree, Failure> {
+        if all && !caller.admin {
+            return Err(Failure::new(
+                ErrorKind::PermissionDenied,
+                "only admins see other users' fair-share lines; leave out --all to see your own",
+            ));
+        }
+        let (state, _) = self.sched_state(now);
+        let rows = wharf_core::fair_share(now, &state, &self.sched);
+        let mine = |r: &wharf_api::share::ShareRow| {
+            r.user.as_ref().is_some_and(|u| *u == caller.owner.user)
+        };
+        let rows = match (caller.admin, all) {
+            (true, true) => rows,
+            (true, false) => rows
+                .into_iter()
+                .filter(|r| r.user.is_none() || mine(r))
+                .collect(),
+            (false, _) => {
+                // Depth first: the accounts above a line are the last ones seen at each
+                // shallower depth.
+                let mut keep = vec![false; rows.len()];
+                let mut above: Vec<usize> = Vec::new();
+                for (i, r) in rows.iter().enumerate() {
+                    above.truncate(r.depth as usize);
+                    if r.user.is_none() {
+                        above.push(i);
+                    } else if mine(r) {
+                        keep[i] = true;
+                        for &a in &above {
+                            keep[a] = true;
+                        }
+                    }
+                }
+                (rows.into_iter().zip(keep))
+                    .filter_map(|(r, k)| k.then_some(r))
+                    .collect()
+            }
+        };
+        Ok(wharf_api::share::ShareTree {
+            half_life_ms: self.sched.half_life,
+            rows,
+        })
+    }
+
     /// The scheduler's view: every node (GPUs with the ids their agent reported), running
     /// jobs expected to end at start + time limit, pending jobs, and decayed usage, with what
     /// it was built from for each job. Each user is its own fair-share account until

@@ -120,6 +120,49 @@ fn holds_the_node_after_an_hour_on_it(c: &mut Cluster, who: &Caller) {
 }
 
 #[test]
+fn the_fair_share_tree_shows_a_user_its_own_lines_and_an_admin_everyone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
+    holds_the_node_after_an_hour_on_it(&mut c, &ann);
+    submit(&mut c, &ann, 3, 2_000);
+    submit(&mut c, &bob, 3, 3_000);
+    let lines = |tree: wharf_api::share::ShareTree| -> Vec<(u32, String, Option<String>)> {
+        tree.rows
+            .into_iter()
+            .map(|r| (r.depth, r.account, r.user))
+            .collect()
+    };
+    let line = |depth, account: &str, user: Option<&str>| {
+        (depth, account.to_string(), user.map(str::to_string))
+    };
+    // Each user is its own account until accounts are configured.
+    assert_eq!(
+        lines(c.fair_share(&ann, false, 4_000).unwrap()),
+        vec![line(0, "ann", None), line(1, "ann", Some("ann"))]
+    );
+    let err = c.fair_share(&bob, true, 4_000).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PermissionDenied);
+    assert!(err.message.contains("only admins"), "{}", err.message);
+    let root = Caller {
+        admin: true,
+        ..caller(0, "root")
+    };
+    assert_eq!(
+        lines(c.fair_share(&root, false, 4_000).unwrap()),
+        vec![line(0, "ann", None), line(0, "bob", None)]
+    );
+    let all = c.fair_share(&root, true, 4_000).unwrap();
+    assert_eq!(all.half_life_ms, wharf_core::Config::default().half_life);
+    let ann_line = all.rows.iter().find(|r| r.user.as_deref() == Some("ann"));
+    let bob_line = all.rows.iter().find(|r| r.user.as_deref() == Some("bob"));
+    let (ann_line, bob_line) = (ann_line.unwrap(), bob_line.unwrap());
+    // ann's hour on the node counts against her: bob, who used nothing, ranks first.
+    assert!(ann_line.usage > 0.0 && bob_line.usage == 0.0, "{all:?}");
+    assert!(bob_line.factor > ann_line.factor, "{all:?}");
+}
+
+#[test]
 fn ended_jobs_count_against_their_user_for_fair_share() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(&dir);
