@@ -4,7 +4,7 @@ use anyhow::Result;
 use wharf_api::listing::JobRow;
 use wharf_api::resources::{format_duration, format_memory};
 use wharf_api::wire::{JobList, WhoAmI};
-use wharf_api::{JobRecord, JobState};
+use wharf_api::{JobRecord, JobState, PriorityView};
 use wharf_client::{Client, Endpoint};
 
 use crate::output;
@@ -24,6 +24,10 @@ pub struct Args {
     /// Only jobs in these states (e.g. running,pending).
     #[arg(long, value_delimiter = ',')]
     state: Vec<String>,
+    /// Pending jobs' priorities factor by factor, highest first (Slurm's sprio): each
+    /// factor times its weight, as the last scheduling pass computed them.
+    #[arg(short, long, conflicts_with_all = ["all", "state"])]
+    priority: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -66,6 +70,9 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             )
         })?);
     }
+    if args.priority {
+        return priorities(&client, args.me, args.json).await;
+    }
     let finished = if args.all { args.limit } else { 0 };
     if args.json {
         // --json gives the whole records.
@@ -92,6 +99,79 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     let t = table(&rows, wharf_controller::now_ms());
     output::print_table(&t);
     Ok(0)
+}
+
+/// One pending job's priority, for `--priority --json`.
+#[derive(serde::Serialize)]
+struct JobPriority<'a> {
+    job: String,
+    user: &'a str,
+    #[serde(flatten)]
+    priority: PriorityView,
+}
+
+/// `wharf queue --priority`: pending jobs that have been through a scheduling pass, highest
+/// priority first (ties by id), each factor times its weight.
+async fn priorities(client: &Client, me: bool, json: bool) -> Result<i32> {
+    let jobs = fetch(client, 0, me, true).await?;
+    let mut ranked: Vec<(&JobRecord, PriorityView)> = jobs
+        .iter()
+        .filter(|j| j.state == JobState::Pending)
+        .filter_map(|j| Some((j, j.priority?)))
+        .collect();
+    ranked.sort_by_key(|(j, p)| (std::cmp::Reverse(p.total), j.id));
+    if json {
+        let list: Vec<JobPriority> = ranked
+            .iter()
+            .map(|(j, p)| JobPriority {
+                job: label(j),
+                user: &j.owner.user,
+                priority: *p,
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(0);
+    }
+    output::print_table(&priority_table(&ranked));
+    Ok(0)
+}
+
+/// A job's id as the queue shows it: `ARRAY_TASK` for an array's task.
+fn label(j: &JobRecord) -> String {
+    match &j.array {
+        Some(a) => format!("{}_{}", a.job_id, a.task_id),
+        None => j.id.to_string(),
+    }
+}
+
+/// The `--priority` table.
+fn priority_table(ranked: &[(&JobRecord, PriorityView)]) -> output::Table {
+    let mut t = output::table(&[
+        "JOBID",
+        "USER",
+        "PRIORITY",
+        "AGE",
+        "FAIRSHARE",
+        "JOBSIZE",
+        "PARTITION",
+        "QOS",
+        "NICE",
+    ]);
+    for (j, p) in ranked {
+        t.cell(&label(j));
+        t.cell(&j.owner.user);
+        if p.fixed {
+            t.cell_fmt(format_args!("{} (set)", p.total));
+        } else {
+            t.cell_fmt(format_args!("{}", p.total));
+        }
+        for f in [p.age, p.fairshare, p.job_size, p.partition, p.qos] {
+            t.cell_fmt(format_args!("{f}"));
+        }
+        t.cell_fmt(format_args!("{}", p.nice));
+        t.end_row();
+    }
+    t
 }
 
 /// The text of the last value formatted.
@@ -176,6 +256,51 @@ mod tests {
 
     use wharf_api::listing::{JobRow, PullCounts};
     use wharf_api::{JobState, Resources};
+
+    #[test]
+    fn priorities_show_each_weighted_factor_and_a_fixed_one_says_so() {
+        use wharf_api::{JobRecord, Owner, PriorityView};
+        let owner = Owner {
+            uid: 1000,
+            gid: 1000,
+            user: "ann".into(),
+        };
+        let mut a = JobRecord::pending(owner.clone(), "a".into(), Resources::default(), 60, 0);
+        a.id = 7;
+        let mut b = JobRecord::pending(owner, "b".into(), Resources::default(), 60, 0);
+        b.id = 8;
+        b.array = Some(wharf_api::array::ArrayTask {
+            job_id: 5,
+            task_id: 3,
+            throttle: None,
+            shape: Default::default(),
+        });
+        let computed = PriorityView {
+            total: 11_150,
+            age: 500,
+            fairshare: 8_000,
+            job_size: 750,
+            partition: 0,
+            qos: 2_000,
+            nice: 100,
+            fixed: false,
+        };
+        let fixed = PriorityView {
+            total: 90_000,
+            fixed: true,
+            ..PriorityView::default()
+        };
+        let mut out = Vec::new();
+        super::priority_table(&[(&b, fixed), (&a, computed)])
+            .write(&mut out)
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "JOBID  USER  PRIORITY     AGE  FAIRSHARE  JOBSIZE  PARTITION  QOS   NICE\n\
+             5_3    ann   90000 (set)  0    0          0        0          0     0\n\
+             7      ann   11150        500  8000       750      0          2000  100\n"
+        );
+    }
 
     fn row(id: u64, state: JobState) -> JobRow<'static> {
         JobRow {

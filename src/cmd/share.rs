@@ -92,8 +92,11 @@ fn render(tree: &ShareTree) -> output::Table {
 
 /// `ms` as days or hours.
 fn half_life(ms: u64) -> String {
+    if ms == 0 {
+        return "never (no decay)".into();
+    }
     match ms / 1000 {
-        0 => "never (no decay)".into(),
+        0 => format!("{ms} ms"),
         s if s % 86_400 == 0 => format!("{} days", s / 86_400),
         s if s % 3_600 == 0 => format!("{} hours", s / 3_600),
         s => format!("{s} seconds"),
@@ -140,5 +143,6 @@ mod tests {
         assert_eq!(half_life(7 * 86_400_000), "7 days");
         assert_eq!(half_life(0), "never (no decay)");
         assert_eq!(half_life(5_400_000), "5400 seconds");
+        assert_eq!(half_life(500), "500 ms");
     }
 }

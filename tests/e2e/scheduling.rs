@@ -82,6 +82,22 @@ fn a_short_job_backfills_and_waiting_jobs_say_why() {
         shown.contains("Expected start") && shown.contains("+ fair share "),
         "{shown}"
     );
+    // `wharf queue --priority` (sprio) lists the waiting jobs, highest priority first.
+    let prio = stdout(&c.wharf_as(&u, &["queue", "--priority"]));
+    assert!(
+        prio.starts_with("JOBID") && prio.contains("FAIRSHARE"),
+        "{prio}"
+    );
+    for id in [whole, long] {
+        assert!(
+            prio.lines().any(|l| l.starts_with(&format!("{id} "))),
+            "{prio}"
+        );
+    }
+    assert!(
+        !prio.contains(&format!("\n{busy} ")),
+        "a running job: {prio}"
+    );
     for id in [busy, whole, long] {
         assert!(c.wharf(&["cancel", &id.to_string()]).status.success());
     }

@@ -92,8 +92,9 @@ pub fn schedule(now: Time, state: &State, config: &Config) -> Plan {
 pub fn fair_share(now: Time, state: &State, config: &Config) -> Vec<wharf_api::share::ShareRow> {
     let parts = Partitions::resolve(config, &state.nodes);
     let usage = accrual::Accruals::of(&state.running, &parts).usage_now(now, &state.usage);
-    let assocs = state.pending.iter().map(|j| j.assoc.clone());
-    fairshare::share_rows(config, assocs, &usage)
+    // Queues are long and their users few: each association is cloned once.
+    let assocs: BTreeSet<&Assoc> = state.pending.iter().map(|j| &j.assoc).collect();
+    fairshare::share_rows(config, assocs.into_iter().cloned(), &usage)
 }
 
 /// One pass over `state`, whose nodes are sorted by name, given its partitions, a table of

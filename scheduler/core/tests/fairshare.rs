@@ -248,5 +248,53 @@ fn the_share_tree_counts_running_jobs_use_so_far() {
         .find(|r| r.user.as_deref() == Some("ann"))
         .unwrap();
     assert_eq!((ann.account.as_str(), ann.usage), ("ann", 0.0));
-    assert!(ann.factor > hog.factor);
+    assert!(ann.factor.unwrap() > hog.factor.unwrap());
+}
+
+#[test]
+fn the_share_tree_gives_each_user_the_factor_a_pass_gives_its_jobs() {
+    let mut c = tree();
+    c.users = vec![UserShares {
+        account: "physics".into(),
+        user: "ann".into(),
+        shares: 3,
+    }];
+    let mut state = State {
+        nodes: vec![node("a", 8, 64, 0)],
+        running: vec![RunningJob {
+            assoc: Assoc::new("bio", "bob"),
+            ..running(1, "a", (0..8).collect(), vec![], 0, 120)
+        }],
+        usage: [
+            (Assoc::new("physics", "hog"), 50_000.0),
+            (Assoc::new("physics", "ann"), 20_000.0),
+        ]
+        .into(),
+        ..State::default()
+    };
+    for (id, (account, user)) in (10..).zip([
+        ("physics", "ann"),
+        ("physics", "hog"),
+        ("bio", "bob"),
+        ("bio-lab", "cat"),
+        ("elsewhere", "dan"),
+    ]) {
+        let mut j = job(id, user, 1, 0, 10, 0);
+        j.assoc = Assoc::new(account, user);
+        state.pending.push(j);
+    }
+    let now = 30 * MIN;
+    let plan = schedule(now, &state, &c);
+    let rows = fair_share(now, &state, &c);
+    for j in &state.pending {
+        let row = rows
+            .iter()
+            .find(|r| r.account == j.assoc.account && r.user.as_deref() == Some(&j.assoc.user))
+            .unwrap_or_else(|| panic!("no line for {:?}: {rows:?}", j.assoc));
+        assert_eq!(
+            row.factor.unwrap(),
+            plan.priority(j.id).unwrap().fairshare,
+            "{row:?}"
+        );
+    }
 }

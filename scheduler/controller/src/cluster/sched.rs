@@ -104,8 +104,9 @@ impl Cluster {
     }
 
     /// The fair-share tree at `now` (`wharf share`), each user's factor the one the next
-    /// pass would give its jobs. Usage is private, as in `wharf report`: a user sees its own
-    /// lines and the accounts above them; an admin every account, and with `all` every user.
+    /// pass would give its jobs. A user sees its own lines and the accounts above them (an
+    /// account's usage sums everyone's under it); an admin every account, and with `all`
+    /// every user.
     pub fn fair_share(
         &self,
         caller: &Caller,

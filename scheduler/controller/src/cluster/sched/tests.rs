@@ -159,7 +159,10 @@ fn the_fair_share_tree_shows_a_user_its_own_lines_and_an_admin_everyone() {
     let (ann_line, bob_line) = (ann_line.unwrap(), bob_line.unwrap());
     // ann's hour on the node counts against her: bob, who used nothing, ranks first.
     assert!(ann_line.usage > 0.0 && bob_line.usage == 0.0, "{all:?}");
-    assert!(bob_line.factor > ann_line.factor, "{all:?}");
+    assert!(
+        bob_line.factor.unwrap() > ann_line.factor.unwrap(),
+        "{all:?}"
+    );
 }
 
 #[test]
