@@ -1,8 +1,9 @@
 //! `wharf nodes`.
 
 use anyhow::Result;
+use wharf_api::resources::format_duration;
 use wharf_api::resources::format_memory;
-use wharf_api::wire::{NodeList, NodeStateChange, NodeStateRequest};
+use wharf_api::wire::{NodeList, NodeStateChange, NodeStateRequest, PartitionList};
 use wharf_api::NodeRecord;
 use wharf_client::{Client, ClientError, Endpoint};
 
@@ -28,6 +29,11 @@ pub struct Args {
     /// Let a drained node take new jobs again (admins).
     #[arg(long, value_name = "NODE")]
     resume: Option<String>,
+    /// One line per partition instead (Slurm's `sinfo -s`): its state, time limit, nodes
+    /// allocated/mixed/idle/other, CPUs and GPUs in use, and jobs running and pending; `*`
+    /// marks the default partition.
+    #[arg(short, long, conflicts_with_all = ["drain", "resume"])]
+    partitions: bool,
 }
 
 /// Runs the command.
@@ -59,6 +65,15 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             }
             Err(e) => Err(e.into()),
         };
+    }
+    if args.partitions {
+        let list: PartitionList = client.get("/v1/partitions").await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&list)?);
+        } else {
+            output::print_table(&partition_table(&list));
+        }
+        return Ok(0);
     }
     let list: NodeList = client.get("/v1/nodes").await?;
     if args.json {
@@ -103,4 +118,78 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     }
     output::print_table(&t);
     Ok(0)
+}
+
+/// The `--partitions` table.
+fn partition_table(list: &PartitionList) -> output::Table {
+    let mut t = output::table(&[
+        "PARTITION",
+        "AVAIL",
+        "TIMELIMIT",
+        "TIER",
+        "NODES(A/M/I/O)",
+        "CPUS(A/T)",
+        "GPUS(A/T)",
+        "JOBS(R/PD)",
+    ]);
+    for p in &list.partitions {
+        let star = if p.default { "*" } else { "" };
+        t.cell_fmt(format_args!("{}{star}", p.name));
+        t.cell(&p.state);
+        match p.max_time_s {
+            Some(s) => t.cell(&format_duration(s)),
+            None => t.cell("infinite"),
+        }
+        t.cell_fmt(format_args!("{}", p.tier));
+        let n = p.nodes;
+        t.cell_fmt(format_args!(
+            "{}/{}/{}/{}",
+            n.allocated, n.mixed, n.idle, n.other
+        ));
+        t.cell_fmt(format_args!("{}/{}", p.cpus.0, p.cpus.1));
+        t.cell_fmt(format_args!("{}/{}", p.gpus.0, p.gpus.1));
+        t.cell_fmt(format_args!("{}/{}", p.running, p.pending));
+        t.end_row();
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use wharf_api::wire::{NodeCounts, PartitionList, PartitionSummary};
+
+    #[test]
+    fn partitions_are_summed_up_one_a_line_with_the_default_starred() {
+        let part = |name: &str, default, max_time_s| PartitionSummary {
+            name: name.into(),
+            state: "UP".into(),
+            default,
+            tier: 0,
+            max_time_s,
+            nodes: NodeCounts {
+                allocated: 1,
+                mixed: 2,
+                idle: 3,
+                other: 4,
+            },
+            cpus: (40, 192),
+            gpus: (12, 16),
+            running: 7,
+            pending: 30,
+        };
+        let list = PartitionList {
+            partitions: vec![
+                part("batch", true, None),
+                part("short\u{7}", false, Some(600)),
+            ],
+        };
+        let mut out = Vec::new();
+        super::partition_table(&list).write(&mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "PARTITION  AVAIL  TIMELIMIT  TIER  NODES(A/M/I/O)  CPUS(A/T)  GPUS(A/T)  JOBS(R/PD)\n\
+             batch*     UP     infinite   0     1/2/3/4         40/192     12/16      7/30\n\
+             short\\x07  UP     00:10:00   0     1/2/3/4         40/192     12/16      7/30\n"
+        );
+    }
 }

@@ -131,6 +131,25 @@ fn partitions_from_the_config_are_chosen_with_dash_p_and_checked_at_submit() {
     let done = c.wait_done(id, Duration::from_secs(30));
     assert_eq!(done["state"], "COMPLETED", "{done}");
     assert_eq!(done["spec"]["partition"], "quick", "{done}");
+    // `wharf nodes --partitions` (sinfo -s): one line each, the default starred.
+    let parts = stdout(&c.wharf_as(&u, &["nodes", "--partitions"]));
+    let lines: Vec<&str> = parts.lines().collect();
+    assert!(
+        lines[0].starts_with("PARTITION  AVAIL  TIMELIMIT"),
+        "{parts}"
+    );
+    assert!(
+        lines[1].starts_with("batch*  ") && lines[1].contains(" infinite "),
+        "{parts}"
+    );
+    assert!(
+        lines[2].starts_with("quick   ") && lines[2].contains(" 00:10:00 "),
+        "{parts}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&c.wharf_as(&u, &["nodes", "-p", "--json"]).stdout).unwrap();
+    assert_eq!(json["partitions"][1]["max_time_s"], 600, "{json}");
+    assert_eq!(json["partitions"][0]["nodes"]["idle"], 1, "{json}");
 }
 
 #[test]

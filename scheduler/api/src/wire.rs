@@ -153,6 +153,53 @@ pub struct NodeList {
     pub nodes: Vec<NodeRecord>,
 }
 
+/// `GET /v1/partitions`: each partition's settings, nodes and jobs (Slurm's `sinfo -s`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionList {
+    /// In the order they are configured.
+    pub partitions: Vec<PartitionSummary>,
+}
+
+/// One partition as `wharf nodes --partitions` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionSummary {
+    /// Name.
+    pub name: String,
+    /// `UP`, `DOWN`, `DRAIN` or `INACTIVE`.
+    pub state: String,
+    /// Jobs that name no partition go here.
+    pub default: bool,
+    /// Its priority tier.
+    pub tier: u32,
+    /// Longest time limit a job may have here, seconds (none: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_time_s: Option<u64>,
+    /// Its nodes: all CPUs allocated, some, none, and those that take no work (down or
+    /// drained).
+    pub nodes: NodeCounts,
+    /// CPUs allocated and in all, on its nodes that are up.
+    pub cpus: (u32, u32),
+    /// GPUs allocated and in all, on its nodes that are up.
+    pub gpus: (u32, u32),
+    /// Its jobs running or starting.
+    pub running: u32,
+    /// Its pending jobs.
+    pub pending: u32,
+}
+
+/// How many nodes of a partition are in each state, as `sinfo` counts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct NodeCounts {
+    /// Every CPU allocated.
+    pub allocated: u32,
+    /// Some CPUs allocated.
+    pub mixed: u32,
+    /// Nothing allocated.
+    pub idle: u32,
+    /// Down or drained.
+    pub other: u32,
+}
+
 /// `POST /v1/nodes/{name}/state` (admins): drain a node with a reason, or resume it. Answered
 /// with the node's record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -13,6 +13,7 @@
 //! accepted one.
 
 mod convert;
+pub(crate) use convert::state_name;
 pub mod settings;
 
 use wharf_api::admin::{

@@ -119,6 +119,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/report", get(report))
         .route("/v1/share", get(share))
         .route("/v1/nodes", get(nodes))
+        .route("/v1/partitions", get(partitions))
         .route("/v1/nodes/{name}/state", post(node_state))
         .route("/v1/images/pull", post(prepull))
         .route("/v1/images/pull/{id}", get(prepull_status))
@@ -546,6 +547,15 @@ async fn share(
     let c = caller(&s, &peer)?;
     let tree = with_cluster(&s, move |cl, now| cl.fair_share(&c, q.all, now)).await?;
     Ok(Json(tree))
+}
+
+/// `wharf nodes --partitions`: each partition's nodes and jobs (anyone).
+async fn partitions(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> ApiResult<wharf_api::wire::PartitionList> {
+    caller(&s, &peer)?;
+    Ok(Json(with_cluster(&s, |cl, _| Ok(cl.partitions())).await?))
 }
 
 /// `wharf nodes --drain/--resume` (admins).

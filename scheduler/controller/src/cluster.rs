@@ -446,6 +446,76 @@ impl Cluster {
             .collect()
     }
 
+    /// Each partition's settings, nodes and jobs (`wharf nodes --partitions`, Slurm's
+    /// `sinfo -s`); when none is configured, the one every node is in.
+    pub fn partitions(&self) -> wharf_api::wire::PartitionList {
+        use wharf_api::wire::{NodeCounts, PartitionSummary};
+        let nodes = self.nodes();
+        let configured = &self.sched.partitions;
+        let all = [wharf_core::Partition::new(
+            wharf_core::DEFAULT_PARTITION,
+            &[],
+        )];
+        let parts = if configured.is_empty() {
+            &all[..]
+        } else {
+            &configured[..]
+        };
+        let default = self
+            .sched
+            .default_partition
+            .as_deref()
+            .unwrap_or(&parts[0].name);
+        let mut jobs: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+        for j in self.jobs.values() {
+            let counts = jobs.entry(self.partition_name(j)).or_default();
+            match j.state {
+                JobState::Pending => counts.1 += 1,
+                s if s.holds_resources() => counts.0 += 1,
+                _ => {}
+            }
+        }
+        let partitions = parts
+            .iter()
+            .map(|p| {
+                let members: BTreeSet<&str> = p.nodes.iter().map(String::as_str).collect();
+                let mut counts = NodeCounts::default();
+                let (mut cpus, mut gpus) = ((0, 0), (0, 0));
+                for n in nodes
+                    .iter()
+                    .filter(|n| members.is_empty() || members.contains(n.info.name.as_str()))
+                {
+                    if n.state != NodeState::Up {
+                        counts.other += 1;
+                        continue;
+                    }
+                    let (have, used) = (n.info.capacity(), n.allocated);
+                    match used.cpus {
+                        0 => counts.idle += 1,
+                        c if c >= have.cpus => counts.allocated += 1,
+                        _ => counts.mixed += 1,
+                    }
+                    cpus = (cpus.0 + used.cpus, cpus.1 + have.cpus);
+                    gpus = (gpus.0 + used.gpus, gpus.1 + have.gpus);
+                }
+                let (running, pending) = jobs.get(&p.name).copied().unwrap_or_default();
+                PartitionSummary {
+                    name: p.name.clone(),
+                    state: crate::admin::state_name(p.state).to_string(),
+                    default: p.name == default,
+                    tier: p.priority_tier,
+                    max_time_s: p.max_time.map(|t| t / 1000),
+                    nodes: counts,
+                    cpus,
+                    gpus,
+                    running,
+                    pending,
+                }
+            })
+            .collect();
+        wharf_api::wire::PartitionList { partitions }
+    }
+
     fn jobs_on<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a JobRecord> + 'a {
         self.jobs.on_node(node)
     }

@@ -59,7 +59,7 @@ fn assoc_limits(c: &AssocCaps) -> AssocLimits {
     }
 }
 
-fn state_name(s: PartitionState) -> &'static str {
+pub(crate) fn state_name(s: PartitionState) -> &'static str {
     match s {
         PartitionState::Up => "UP",
         PartitionState::Down => "DOWN",

@@ -166,6 +166,76 @@ fn the_fair_share_tree_shows_a_user_its_own_lines_and_an_admin_everyone() {
 }
 
 #[test]
+fn partitions_count_their_nodes_and_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut quick = wharf_core::Partition::new("quick", &["n1"]);
+    quick.max_time = Some(600_000);
+    quick.state = wharf_core::PartitionState::Drain;
+    quick.priority_tier = 2;
+    let config = wharf_core::Config {
+        partitions: vec![wharf_core::Partition::new("batch", &[]), quick],
+        ..Default::default()
+    };
+    let mut c = cluster_with(&dir, config);
+    let ann = caller(1000, "ann");
+    let first = submit(&mut c, &ann, 3, 1_000);
+    submit(&mut c, &ann, 3, 2_000);
+    c.schedule(3_000).unwrap();
+    assert!(record(&c, first).state.holds_resources());
+    let list = c.partitions().partitions;
+    let shown: Vec<_> = list
+        .iter()
+        .map(|p| {
+            (
+                p.name.as_str(),
+                p.state.as_str(),
+                p.default,
+                p.tier,
+                p.max_time_s,
+                (
+                    p.nodes.allocated,
+                    p.nodes.mixed,
+                    p.nodes.idle,
+                    p.nodes.other,
+                ),
+                p.cpus,
+                p.gpus,
+                (p.running, p.pending),
+            )
+        })
+        .collect();
+    // The first partition is the default: both jobs are batch's, one on n1 (1 of 8 CPUs,
+    // every GPU), one waiting for its GPUs.
+    assert_eq!(
+        shown,
+        vec![
+            (
+                "batch",
+                "UP",
+                true,
+                0,
+                None,
+                (0, 1, 0, 0),
+                (1, 8),
+                (3, 3),
+                (1, 1)
+            ),
+            (
+                "quick",
+                "DRAIN",
+                false,
+                2,
+                Some(600),
+                (0, 1, 0, 0),
+                (1, 8),
+                (3, 3),
+                (0, 0)
+            ),
+        ]
+    );
+}
+
+#[test]
 fn ended_jobs_count_against_their_user_for_fair_share() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(&dir);
