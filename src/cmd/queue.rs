@@ -24,8 +24,10 @@ pub struct Args {
     /// Only jobs in these states (e.g. running,pending).
     #[arg(long, value_delimiter = ',')]
     state: Vec<String>,
-    /// Pending jobs' priorities factor by factor, highest first (Slurm's sprio): each
-    /// factor times its weight, as the last scheduling pass computed them.
+    /// Pending jobs' priorities factor by factor (Slurm's sprio): each factor times its
+    /// weight, as the last scheduling pass computed them, in the order the multifactor
+    /// policy takes them (higher partition tiers first, then higher priorities; FCFS and
+    /// EASY go by submit time instead).
     #[arg(short, long, conflicts_with_all = ["all", "state"])]
     priority: bool,
     /// Print JSON.
@@ -110,8 +112,8 @@ struct JobPriority<'a> {
     priority: PriorityView,
 }
 
-/// `wharf queue --priority`: pending jobs that have been through a scheduling pass, highest
-/// priority first (ties by id), each factor times its weight.
+/// `wharf queue --priority`: pending jobs that have been through a scheduling pass, in the
+/// order the multifactor policy takes them (ties by id), each factor times its weight.
 async fn priorities(client: &Client, me: bool, json: bool) -> Result<i32> {
     let jobs = fetch(client, 0, me, true).await?;
     let mut ranked: Vec<(&JobRecord, PriorityView)> = jobs
@@ -119,7 +121,9 @@ async fn priorities(client: &Client, me: bool, json: bool) -> Result<i32> {
         .filter(|j| j.state == JobState::Pending)
         .filter_map(|j| Some((j, j.priority?)))
         .collect();
-    ranked.sort_by_key(|(j, p)| (std::cmp::Reverse(p.total), j.id));
+    // The multifactor policy takes higher partition tiers first (a higher PARTITION
+    // factor), then higher priorities.
+    ranked.sort_by_key(|(j, p)| (std::cmp::Reverse((p.partition, p.total)), j.id));
     if json {
         let list: Vec<JobPriority> = ranked
             .iter()
