@@ -25,10 +25,10 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     state: Vec<String>,
     /// Pending jobs' priorities factor by factor (Slurm's sprio): each factor times its
-    /// weight, as the last scheduling pass computed them, in the order the multifactor
-    /// policy takes them (higher partition tiers first, then higher priorities; FCFS and
-    /// EASY go by submit time instead).
-    #[arg(short, long, conflicts_with_all = ["all", "state"])]
+    /// weight, as the last scheduling pass computed them, highest first (the multifactor
+    /// policy still takes a higher partition tier first, and FCFS and EASY go by submit
+    /// time).
+    #[arg(short, long, conflicts_with_all = ["all", "state", "limit"])]
     priority: bool,
     /// Print JSON.
     #[arg(long)]
@@ -106,28 +106,23 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
 /// One pending job's priority, for `--priority --json`.
 #[derive(serde::Serialize)]
 struct JobPriority<'a> {
+    id: u64,
     job: String,
     user: &'a str,
     #[serde(flatten)]
     priority: PriorityView,
 }
 
-/// `wharf queue --priority`: pending jobs that have been through a scheduling pass, in the
-/// order the multifactor policy takes them (ties by id), each factor times its weight.
+/// `wharf queue --priority`: pending jobs that have been through a scheduling pass, highest
+/// priority first (ties by id), each factor times its weight.
 async fn priorities(client: &Client, me: bool, json: bool) -> Result<i32> {
     let jobs = fetch(client, 0, me, true).await?;
-    let mut ranked: Vec<(&JobRecord, PriorityView)> = jobs
-        .iter()
-        .filter(|j| j.state == JobState::Pending)
-        .filter_map(|j| Some((j, j.priority?)))
-        .collect();
-    // The multifactor policy takes higher partition tiers first (a higher PARTITION
-    // factor), then higher priorities.
-    ranked.sort_by_key(|(j, p)| (std::cmp::Reverse((p.partition, p.total)), j.id));
+    let ranked = ranked(&jobs);
     if json {
         let list: Vec<JobPriority> = ranked
             .iter()
             .map(|(j, p)| JobPriority {
+                id: j.id,
                 job: label(j),
                 user: &j.owner.user,
                 priority: *p,
@@ -138,6 +133,18 @@ async fn priorities(client: &Client, me: bool, json: bool) -> Result<i32> {
     }
     output::print_table(&priority_table(&ranked));
     Ok(0)
+}
+
+/// The pending jobs of `jobs` that have been through a scheduling pass, highest priority
+/// first, ties by id.
+fn ranked(jobs: &[JobRecord]) -> Vec<(&JobRecord, PriorityView)> {
+    let mut ranked: Vec<(&JobRecord, PriorityView)> = jobs
+        .iter()
+        .filter(|j| j.state == JobState::Pending)
+        .filter_map(|j| Some((j, j.priority?)))
+        .collect();
+    ranked.sort_by_key(|(j, p)| (std::cmp::Reverse(p.total), j.id));
+    ranked
 }
 
 /// A job's id as the queue shows it: `ARRAY_TASK` for an array's task.
@@ -260,6 +267,35 @@ mod tests {
 
     use wharf_api::listing::{JobRow, PullCounts};
     use wharf_api::{JobState, Resources};
+
+    #[test]
+    fn only_pending_jobs_with_a_priority_are_ranked_highest_first() {
+        use wharf_api::{JobRecord, Owner, PriorityView};
+        let owner = Owner {
+            uid: 1000,
+            gid: 1000,
+            user: "ann".into(),
+        };
+        let job = |id, state, total: Option<u64>| {
+            let mut j = JobRecord::pending(owner.clone(), "j".into(), Resources::default(), 60, 0);
+            j.id = id;
+            j.state = state;
+            j.priority = total.map(|total| PriorityView {
+                total,
+                ..PriorityView::default()
+            });
+            j
+        };
+        let jobs = vec![
+            job(1, JobState::Pending, Some(10)),
+            job(2, JobState::Running, Some(99)),
+            job(3, JobState::Pending, None),
+            job(4, JobState::Pending, Some(50)),
+            job(5, JobState::Pending, Some(10)),
+        ];
+        let order: Vec<u64> = super::ranked(&jobs).iter().map(|(j, _)| j.id).collect();
+        assert_eq!(order, vec![4, 1, 5]);
+    }
 
     #[test]
     fn priorities_show_each_weighted_factor_and_a_fixed_one_says_so() {

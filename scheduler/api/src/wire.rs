@@ -174,8 +174,8 @@ pub struct PartitionSummary {
     /// Longest time limit a job may have here, seconds (none: no limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_time_s: Option<u64>,
-    /// Its nodes: all CPUs allocated, some, none, and those that take no work (down or
-    /// drained).
+    /// Its nodes: all CPUs allocated, some, none, and those that take no work (down,
+    /// drained, or named here and never registered).
     pub nodes: NodeCounts,
     /// CPUs allocated and in all, on its nodes that are up.
     pub cpus: (u32, u32),
@@ -196,7 +196,7 @@ pub struct NodeCounts {
     pub mixed: u32,
     /// Nothing allocated.
     pub idle: u32,
-    /// Down or drained.
+    /// Down, drained, or never registered.
     pub other: u32,
 }
 

@@ -481,10 +481,12 @@ impl Cluster {
                 let members: BTreeSet<&str> = p.nodes.iter().map(String::as_str).collect();
                 let mut counts = NodeCounts::default();
                 let (mut cpus, mut gpus) = ((0, 0), (0, 0));
+                let mut registered = 0;
                 for n in nodes
                     .iter()
                     .filter(|n| members.is_empty() || members.contains(n.info.name.as_str()))
                 {
+                    registered += 1;
                     if n.state != NodeState::Up {
                         counts.other += 1;
                         continue;
@@ -498,6 +500,8 @@ impl Cluster {
                     cpus = (cpus.0 + used.cpus, cpus.1 + have.cpus);
                     gpus = (gpus.0 + used.gpus, gpus.1 + have.gpus);
                 }
+                // A node named here that never registered takes no work either.
+                counts.other += (members.len() as u32).saturating_sub(registered);
                 let (running, pending) = jobs.get(&p.name).copied().unwrap_or_default();
                 PartitionSummary {
                     name: p.name.clone(),

@@ -168,7 +168,8 @@ fn the_fair_share_tree_shows_a_user_its_own_lines_and_an_admin_everyone() {
 #[test]
 fn partitions_count_their_nodes_and_jobs() {
     let dir = tempfile::tempdir().unwrap();
-    let mut quick = wharf_core::Partition::new("quick", &["n1"]);
+    // n9 never registered: it takes no work.
+    let mut quick = wharf_core::Partition::new("quick", &["n1", "n9"]);
     quick.max_time = Some(600_000);
     quick.state = wharf_core::PartitionState::Drain;
     quick.priority_tier = 2;
@@ -226,7 +227,7 @@ fn partitions_count_their_nodes_and_jobs() {
                 false,
                 2,
                 Some(600),
-                (0, 1, 0, 0),
+                (0, 1, 0, 1),
                 (1, 8),
                 (3, 3),
                 (0, 0)
