@@ -102,6 +102,7 @@ impl Caller {
 /// caller hung up (or sent what no caller sends).
 async fn forward(mut rd: BufReader<OwnedReadHalf>, node: &str, key: StepKey, client: &Client) {
     let mut line = Vec::new();
+    let mut outbox = Outbox::default();
     loop {
         line.clear();
         match (&mut rd)
@@ -125,37 +126,128 @@ async fn forward(mut rd: BufReader<OwnedReadHalf>, node: &str, key: StepKey, cli
             );
             return;
         };
-        push(node, key, client, input).await;
+        outbox.add(input);
+        if !push(node, key, client, &mut outbox).await {
+            return;
+        }
     }
 }
 
-/// Pushes `input` until the controller took all of it (or refused it for good).
-async fn push(node: &str, key: StepKey, client: &Client, mut input: InputLine) {
-    loop {
-        let end = input.offset.saturating_add(input.data.len() as u64);
+/// Pushes what `outbox` holds until the controller has taken all of it, and, once the input
+/// ended, until every task has it; false when the controller refused it for good (the input
+/// is dropped).
+async fn push(node: &str, key: StepKey, client: &Client, outbox: &mut Outbox) -> bool {
+    let mut idle = 0u32;
+    while let Some((input, retained_from)) = outbox.next() {
         let sent = InputPush {
             node: node.to_string(),
             key,
-            input: input.clone(),
+            input,
+            retained_from: Some(retained_from),
         };
         match client
             .post::<_, InputAck>("/v1/agent/steps/input", &sent)
             .await
         {
-            Ok(ack) if ack.next >= end => return,
             Ok(ack) => {
-                // The buffer is full: its tasks have not read; the caller waits meanwhile.
-                let taken = ack.next.saturating_sub(input.offset) as usize;
-                input.data.drain(..taken.min(input.data.len()));
-                input.offset = input.offset.max(ack.next);
+                if outbox.acked(&sent.input, ack) {
+                    idle = 0;
+                    continue;
+                }
             }
             Err(e) if e.is_transient() => {}
             Err(e) => {
                 tracing::debug!(job = key.job, step = key.step, error = %e, "step input refused; dropped");
-                return;
+                return false;
             }
         }
-        tokio::time::sleep(INPUT_RETRY).await;
+        // A full buffer (its tasks have not read), the controller away, or an ended input
+        // its tasks have not all read yet: tried again, less often the longer nothing moves;
+        // the caller waits meanwhile.
+        tokio::time::sleep(INPUT_RETRY.saturating_mul(1 << idle.min(4))).await;
+        idle = idle.saturating_add(1);
+    }
+    true
+}
+
+/// Bytes of input one push carries at most.
+const PUSH_BYTES: usize = 192 << 10;
+
+/// What a caller's agent holds of its caller's input: everything from where the controller
+/// last said every task has it (`from`) to what the caller sent last, so that a controller
+/// that restarted, and lost what its buffer held, gets it again. Bounded by what the
+/// controller holds for the step (it takes no more while its tasks do not read, and the
+/// caller's next line waits) and one line.
+#[derive(Debug, Default)]
+struct Outbox {
+    /// The offset of `data`'s first byte.
+    from: u64,
+    data: std::collections::VecDeque<u8>,
+    /// The controller wants the bytes from here next.
+    want: u64,
+    /// The input ends after `data`.
+    eof: bool,
+    /// The controller took the end of the input.
+    eof_taken: bool,
+}
+
+impl Outbox {
+    fn end(&self) -> u64 {
+        self.from + self.data.len() as u64
+    }
+
+    /// The caller's next line, which follows the last one.
+    fn add(&mut self, line: InputLine) {
+        if self.data.is_empty() && line.offset != self.end() {
+            // The first line, or one after a gap (the line before it was not all taken).
+            self.from = line.offset;
+            self.want = self.want.max(line.offset);
+        }
+        let skip = self.end().saturating_sub(line.offset) as usize;
+        self.data.extend(line.data.get(skip..).unwrap_or_default());
+        self.eof |= line.eof;
+    }
+
+    /// The next push, with the offset this agent holds the input from; `None` when the
+    /// controller has taken everything and, after the input's end, every task has it.
+    fn next(&self) -> Option<(InputLine, u64)> {
+        let end = self.end();
+        let taken = self.want >= end && (!self.eof || self.eof_taken);
+        if taken && (!self.eof || self.data.is_empty()) {
+            return None;
+        }
+        // After the end was taken, an empty push at the end asks whether the controller
+        // still has it (a restarted one asks for what is held here).
+        let at = self.want.clamp(self.from, end);
+        let skip = (at - self.from) as usize;
+        let data: Vec<u8> = self.data.range(skip..).take(PUSH_BYTES).copied().collect();
+        let eof = self.eof && at + data.len() as u64 == end;
+        let line = InputLine {
+            offset: at,
+            data,
+            eof,
+        };
+        Some((line, self.from))
+    }
+
+    /// What the controller answered `sent`; true when it moved anything on.
+    fn acked(&mut self, sent: &InputLine, ack: InputAck) -> bool {
+        let end = self.end();
+        let before = (self.want, self.from, self.eof_taken);
+        // What it asks for next: a controller that lost its buffer may go back, never
+        // before what is held here (it then starts from there).
+        self.want = ack.next.max(self.from);
+        self.eof_taken = if sent.eof {
+            ack.next >= end
+        } else {
+            self.eof_taken && ack.next >= end
+        };
+        // What may be forgotten: what every task has, or, from a controller that does not
+        // say, what it took.
+        let forget = ack.held_from.unwrap_or(ack.next).clamp(self.from, end);
+        self.data.drain(..(forget - self.from) as usize);
+        self.from = forget;
+        (self.want, self.from, self.eof_taken) != before
     }
 }
 

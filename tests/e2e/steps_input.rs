@@ -121,3 +121,50 @@ fn a_steps_input_reaches_its_tasks_on_another_host_with_its_end() {
         "{out}"
     );
 }
+
+/// Bytes of input the restart test sends: more than its task's pipe (1 MiB) and one pull
+/// hold, so that the rest waits in the controller's buffer when the controller restarts.
+const RESTART_BYTES: u64 = 1_800_000;
+
+#[test]
+fn input_the_controller_held_for_a_task_not_reading_survives_the_controllers_restart() {
+    let test = "input_the_controller_held_for_a_task_not_reading_survives_the_controllers_restart";
+    let Some(mut bed) = MultiHost::start(test, 2, "") else {
+        return;
+    };
+    let w = wharf_bin();
+    // Rank 1 of the step (on node2) takes the input and reads none of it for a while: its
+    // pipe fills, the rest waits in the controller's buffer, and the controller restarts,
+    // losing that buffer. Every byte must still reach the task, once.
+    let script = format!(
+        "if [ \"$RANK\" = 0 ]; then \
+           echo STEP_STARTS; \
+           head -c {RESTART_BYTES} /dev/zero \
+             | {w} step -q -N 2 -i 1 -- sh -c 'sleep 20; echo \"IN $SLURM_PROCID $(wc -c)\"'; \
+           echo \"STEP_STATUS $?\"; \
+         fi"
+    );
+    let id = bed.submit(&["--nodes", "2", "--cpus", "1", "-t", "5m", "--wrap", &script]);
+    let started = std::time::Instant::now();
+    while !bed.output(id).contains("STEP_STARTS") {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the job never started its step:\n{}",
+            bed.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Long enough for the pipe to fill and the controller's buffer to take the rest.
+    std::thread::sleep(Duration::from_secs(8));
+    bed.restart_controller();
+    let job = bed.wait_done(id, Duration::from_secs(240));
+    let out = bed.output(id);
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{out}\n{}", bed.logs());
+    assert!(out.contains("STEP_STATUS 0\n"), "{out}\n{}", bed.logs());
+    assert!(out.contains("IN 0 0\n"), "{out}");
+    assert!(
+        out.contains(&format!("IN 1 {RESTART_BYTES}\n")),
+        "{out}\n{}",
+        bed.logs()
+    );
+}

@@ -130,3 +130,91 @@ fn only_step_tasks_that_take_input_are_pumped_and_a_restart_leaves_theirs_closed
         ]
     );
 }
+
+fn input(offset: u64, data: &[u8], eof: bool) -> InputLine {
+    InputLine {
+        offset,
+        data: data.to_vec(),
+        eof,
+    }
+}
+
+/// The next push's offset, bytes, end and the offset held from.
+fn pushed(o: &Outbox) -> Option<(u64, Vec<u8>, bool, u64)> {
+    o.next().map(|(l, from)| (l.offset, l.data, l.eof, from))
+}
+
+fn ack(next: u64, held_from: Option<u64>) -> InputAck {
+    InputAck { next, held_from }
+}
+
+#[test]
+fn the_outbox_keeps_what_the_tasks_do_not_have_yet_and_gives_it_again_to_a_restarted_controller() {
+    let mut o = Outbox::default();
+    o.add(input(0, b"abc", false));
+    assert_eq!(pushed(&o), Some((0, b"abc".to_vec(), false, 0)));
+    assert!(o.acked(&input(0, b"abc", false), ack(3, Some(0))));
+    assert_eq!(
+        pushed(&o),
+        None,
+        "all taken: the caller's next line is read"
+    );
+    o.add(input(3, b"de", false));
+    assert_eq!(pushed(&o), Some((3, b"de".to_vec(), false, 0)));
+    // The tasks have "ab": that much is forgotten.
+    assert!(o.acked(&input(3, b"de", false), ack(5, Some(2))));
+    assert_eq!((o.from, o.data.len()), (2, 3));
+    o.add(input(5, b"fg", false));
+    assert_eq!(pushed(&o), Some((5, b"fg".to_vec(), false, 2)));
+    // The controller restarted and lost "cde": it asks from 2, and gets it all again.
+    assert!(o.acked(&input(5, b"fg", false), ack(2, Some(2))));
+    assert_eq!(pushed(&o), Some((2, b"cdefg".to_vec(), false, 2)));
+    assert!(o.acked(&input(2, b"cdefg", false), ack(7, Some(2))));
+    assert_eq!(pushed(&o), None);
+    // A full buffer takes part and moves on; one that takes nothing moves nothing.
+    o.add(input(7, b"hij", false));
+    assert!(o.acked(&input(7, b"hij", false), ack(8, Some(2))));
+    assert_eq!(pushed(&o), Some((8, b"ij".to_vec(), false, 2)));
+    assert!(!o.acked(&input(8, b"ij", false), ack(8, Some(2))));
+}
+
+#[test]
+fn after_the_end_the_outbox_asks_until_every_task_has_it() {
+    let mut o = Outbox::default();
+    o.add(input(0, b"x", true));
+    assert_eq!(pushed(&o), Some((0, b"x".to_vec(), true, 0)));
+    assert!(o.acked(&input(0, b"x", true), ack(1, Some(0))));
+    // Taken, not yet read: an empty push at the end asks again.
+    assert_eq!(pushed(&o), Some((1, vec![], true, 0)));
+    assert!(!o.acked(&input(1, b"", true), ack(1, Some(0))));
+    // A restarted controller lost it: asked for again, end and all.
+    assert!(o.acked(&input(1, b"", true), ack(0, Some(0))));
+    assert_eq!(pushed(&o), Some((0, b"x".to_vec(), true, 0)));
+    assert!(o.acked(&input(0, b"x", true), ack(1, Some(0))));
+    // Read: done.
+    assert!(o.acked(&input(1, b"", true), ack(1, Some(1))));
+    assert_eq!(pushed(&o), None);
+}
+
+#[test]
+fn a_controller_that_does_not_say_what_its_tasks_have_is_answered_as_before() {
+    let mut o = Outbox::default();
+    o.add(input(0, b"abc", false));
+    assert!(o.acked(&input(0, b"abc", false), ack(3, None)));
+    assert!(o.data.is_empty(), "what it took is forgotten");
+    o.add(input(3, b"", true));
+    assert_eq!(pushed(&o), Some((3, vec![], true, 3)));
+    assert!(o.acked(&input(3, b"", true), ack(3, None)));
+    assert_eq!(pushed(&o), None);
+}
+
+#[test]
+fn one_push_carries_a_bounded_part() {
+    let mut o = Outbox::default();
+    let big = vec![b'x'; PUSH_BYTES + 10];
+    o.add(input(0, &big, false));
+    let (at, data, _, _) = pushed(&o).unwrap();
+    assert_eq!((at, data.len()), (0, PUSH_BYTES));
+    assert!(o.acked(&input(0, &data, false), ack(PUSH_BYTES as u64, Some(0))));
+    assert_eq!(pushed(&o).unwrap().1.len(), 10);
+}

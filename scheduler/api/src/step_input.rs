@@ -100,14 +100,25 @@ pub struct InputPush {
     pub key: StepKey,
     /// The bytes, their offset and whether the input ends after them.
     pub input: InputLine,
+    /// The pushing agent still holds its caller's input from this offset (up to the push's
+    /// end): a controller that lost its buffer (it restarted) asks for it again rather than
+    /// go on past a gap. Absent from an agent from before it was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retained_from: Option<u64>,
 }
 
 /// The controller's answer to a push.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InputAck {
     /// Everything before this offset is taken; push on from here (when it is short of the
-    /// push's end, the buffer is full: try the rest again later).
+    /// push's end, the buffer is full: try the rest again later; when it is before the
+    /// push's offset, a controller that lost its buffer asks for what the pusher retained).
     pub next: u64,
+    /// Every task that takes the input has everything before this offset (or takes no
+    /// more): the pusher may forget it. Absent from a controller from before it was sent:
+    /// the pusher then keeps nothing past `next`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_from: Option<u64>,
 }
 
 /// One task's place in the input, as its node's agent has written it into the task.

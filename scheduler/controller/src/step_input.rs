@@ -11,9 +11,13 @@
 //!   the step ended or is being stopped: pushes are dropped, pulls answered with the end
 //! ```
 //!
-//! Nothing here is durable: a restarted controller starts empty; a push past the buffer's
-//! end (input lost on the way) goes on from its own offset, and a pull before the buffer's
-//! start gets what there is.
+//! Nothing here is durable, and nothing needs to be: the caller's agent keeps what it
+//! pushed until the answers say every task that takes input has it (`held_from`, the
+//! buffer's start). A restarted controller starts empty; the first push it gets names what
+//! its agent still holds (`retained_from`), and the buffer starts there and asks for it
+//! again. Only a push from an agent that keeps nothing (one from before it was sent) past
+//! the buffer's end goes on from its own offset, the bytes between lost; a pull before the
+//! buffer's start gets what there is.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -79,26 +83,35 @@ impl InputRelay {
     }
 
     /// Takes what the caller of `key` sent (`line`), as far as there is room. `ranks`: the
-    /// step's ranks that take input, ascending ([`wharf_api::step_input::StepInput::ranks`]); `live`: the step runs (else the bytes are dropped, all
-    /// taken). Idempotent: bytes before the buffer's end are skipped.
+    /// step's ranks that take input, ascending
+    /// ([`wharf_api::step_input::StepInput::ranks`]); `retained`: the pushing agent still
+    /// holds the input from there (a gap before `line` is asked for again from there);
+    /// `live`: the step runs (else the bytes are dropped, all taken). Idempotent: bytes
+    /// before the buffer's end are skipped.
     pub fn push(
         &mut self,
         key: StepKey,
         ranks: &[u32],
         line: InputLine,
+        retained: Option<u64>,
         live: bool,
         now: u64,
     ) -> InputAck {
         self.sweep(now);
+        let done = |at: u64| InputAck {
+            next: at,
+            held_from: Some(at),
+        };
         // Past MAX_OFFSET: what no caller sends (its agent refuses such a line); dropped.
         let Some(past) = line.end() else {
             self.forget(key);
-            return InputAck { next: u64::MAX };
+            return done(u64::MAX);
         };
         if !live {
             self.forget(key);
-            return InputAck { next: past };
+            return done(past);
         }
+        let retained = retained.filter(|&r| r <= line.offset);
         let job = StepKey {
             job: key.job,
             step: 0,
@@ -110,9 +123,30 @@ impl InputRelay {
         let room = TOTAL_BYTES
             .saturating_sub(self.total)
             .min(JOB_BYTES.saturating_sub(job_held));
-        let b = self.buffer(key, ranks, line.offset, now);
+        let b = self.buffer(key, ranks, retained.unwrap_or(line.offset), now);
         b.touched = now;
         let mut dropped = 0;
+        if let Some(r) = retained.filter(|_| line.offset > b.end()) {
+            if r > b.end() {
+                // Every task has what came before `r` (its pusher was told so): the buffer
+                // (empty, or what the tasks are past) starts there.
+                dropped = b.data.len();
+                b.data.clear();
+                b.start = r;
+                for at in b.readers.values_mut() {
+                    *at = (*at).max(r);
+                }
+            }
+            if line.offset > b.end() {
+                // A gap its pusher can fill (this controller restarted): ask for it.
+                let ack = InputAck {
+                    next: b.end(),
+                    held_from: Some(b.start),
+                };
+                self.total -= dropped;
+                return ack;
+            }
+        }
         if line.offset > b.end() {
             // Bytes lost on the way (the caller's agent restarted): on from this one.
             tracing::warn!(
@@ -147,9 +181,12 @@ impl InputRelay {
         if line.eof && take == new.len() {
             b.eof = true;
         }
-        let next = b.end();
+        let ack = InputAck {
+            next: b.end(),
+            held_from: Some(b.start),
+        };
         self.total = self.total + added - dropped;
-        InputAck { next }
+        ack
     }
 
     /// What the tasks `tasks` of the node whose first rank is `base` (with `per_node` tasks)

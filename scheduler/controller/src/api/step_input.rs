@@ -53,6 +53,7 @@ pub(super) async fn push(
         key,
         &ranks,
         push.input,
+        push.retained_from,
         live(&step),
         now,
     )))

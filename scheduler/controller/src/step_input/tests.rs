@@ -31,9 +31,13 @@ fn input_reaches_only_the_tasks_that_take_it_once_and_then_its_end() {
     let mut r = InputRelay::default();
     // Rank 0 takes input (srun's default); two tasks per node.
     let ranks = [0];
-    assert_eq!(r.push(KEY, &ranks, line(0, b"a\n", false), true, 1).next, 2);
+    assert_eq!(
+        r.push(KEY, &ranks, line(0, b"a\n", false), None, true, 1)
+            .next,
+        2
+    );
     // Sent again (the caller's agent retried) with more: only the new bytes are taken.
-    let ack = r.push(KEY, &ranks, line(0, b"a\nb\n", true), true, 2);
+    let ack = r.push(KEY, &ranks, line(0, b"a\nb\n", true), None, true, 2);
     assert_eq!(ack.next, 4);
     // Node 0 asks for both its tasks: only rank 0 gets anything, with the end.
     let b = r.pull(KEY, &ranks, 0, 2, vec![at(0, 0), at(1, 0)], true, 3);
@@ -59,7 +63,7 @@ fn a_task_that_does_not_read_holds_its_caller_back_within_the_bound() {
     let mut offset = 0;
     // The caller pushes on and on; nothing is pulled: the buffer stops at its bound.
     for now in 0..100 {
-        let ack = r.push(KEY, &ranks, line(offset, &block, false), true, now);
+        let ack = r.push(KEY, &ranks, line(offset, &block, false), None, true, now);
         assert!(ack.next >= offset);
         offset = ack.next;
     }
@@ -69,7 +73,7 @@ fn a_task_that_does_not_read_holds_its_caller_back_within_the_bound() {
     let b = r.pull(KEY, &ranks, 0, 2, vec![at(0, STEP_BYTES as u64)], true, 100);
     assert!(b.chunks.is_empty());
     assert_eq!(r.held(), STEP_BYTES);
-    let ack = r.push(KEY, &ranks, line(offset, &block, false), true, 101);
+    let ack = r.push(KEY, &ranks, line(offset, &block, false), None, true, 101);
     assert_eq!(ack.next, offset, "full: nothing taken");
     // Rank 1 reads half: room for half.
     let half = STEP_BYTES as u64 / 2;
@@ -91,7 +95,7 @@ fn a_task_that_does_not_read_holds_its_caller_back_within_the_bound() {
 fn input_after_every_reader_closed_or_the_step_ended_is_dropped() {
     let mut r = InputRelay::default();
     let ranks = [0];
-    r.push(KEY, &ranks, line(0, b"abc", false), true, 1);
+    r.push(KEY, &ranks, line(0, b"abc", false), None, true, 1);
     let closed = TaskInput {
         task: 0,
         offset: 1,
@@ -100,17 +104,17 @@ fn input_after_every_reader_closed_or_the_step_ended_is_dropped() {
     r.pull(KEY, &ranks, 0, 1, vec![closed], true, 2);
     // The caller is not held back by a task that stopped reading (`head -1`).
     let big = vec![b'y'; 2 * STEP_BYTES];
-    let ack = r.push(KEY, &ranks, line(3, &big, false), true, 3);
+    let ack = r.push(KEY, &ranks, line(3, &big, false), None, true, 3);
     assert_eq!(ack.next, 3 + big.len() as u64);
     assert_eq!(r.held(), 0);
     // A step that is over: dropped, and the pulling tasks are told their input ended.
     let other = StepKey { job: 7, step: 1 };
-    r.push(other, &ranks, line(0, b"abc", false), true, 4);
+    r.push(other, &ranks, line(0, b"abc", false), None, true, 4);
     assert_eq!(r.held(), 3);
     let b = r.pull(other, &ranks, 0, 1, vec![at(0, 0)], false, 5);
     assert_eq!(got(&b), [(0, 0, &b""[..], true)]);
     assert_eq!(r.held(), 0);
-    let ack = r.push(other, &ranks, line(3, b"de", false), false, 6);
+    let ack = r.push(other, &ranks, line(3, b"de", false), None, false, 6);
     assert_eq!(ack.next, 5);
     assert_eq!(r.held(), 0);
 }
@@ -123,11 +127,15 @@ fn a_restarted_controller_goes_on_from_where_its_agents_stand() {
     let b = r.pull(KEY, &ranks, 0, 1, vec![at(0, 10)], true, 1);
     assert!(b.chunks.is_empty());
     // The caller's agent goes on from byte 12 (2 bytes were lost with the old buffer).
-    assert_eq!(r.push(KEY, &ranks, line(12, b"xy", true), true, 2).next, 14);
+    assert_eq!(
+        r.push(KEY, &ranks, line(12, b"xy", true), None, true, 2)
+            .next,
+        14
+    );
     let b = r.pull(KEY, &ranks, 0, 1, vec![at(0, 10)], true, 3);
     assert_eq!(got(&b), [(0, 12, &b"xy"[..], true)]);
     // Untouched for long: forgotten.
-    r.push(KEY, &ranks, line(14, b"z", false), true, 4);
+    r.push(KEY, &ranks, line(14, b"z", false), None, true, 4);
     r.pull(
         StepKey { job: 8, step: 0 },
         &ranks,
@@ -145,7 +153,7 @@ fn one_pull_carries_a_bounded_answer_however_many_tasks_ask() {
     let mut r = InputRelay::default();
     let ranks: Vec<u32> = (0..16).collect();
     let data = vec![b'z'; STEP_BYTES];
-    r.push(KEY, &ranks, line(0, &data, false), true, 1);
+    r.push(KEY, &ranks, line(0, &data, false), None, true, 1);
     let all: Vec<TaskInput> = (0..16).map(|t| at(t, 0)).collect();
     let b = r.pull(KEY, &ranks, 0, 16, all, true, 2);
     let sizes: Vec<usize> = b.chunks.iter().map(|c| c.data.len()).collect();
@@ -164,6 +172,7 @@ fn one_jobs_steps_cannot_take_the_whole_relay_from_other_jobs() {
             StepKey { job: 7, step },
             &ranks,
             line(0, &block, false),
+            None,
             true,
             1,
         );
@@ -172,7 +181,7 @@ fn one_jobs_steps_cannot_take_the_whole_relay_from_other_jobs() {
     // Another job's step still gets its input in.
     let other = StepKey { job: 8, step: 0 };
     assert_eq!(
-        r.push(other, &ranks, line(0, b"hello\n", false), true, 2)
+        r.push(other, &ranks, line(0, b"hello\n", false), None, true, 2)
             .next,
         6
     );
@@ -184,10 +193,82 @@ fn an_offset_at_the_end_of_the_range_is_dropped_without_a_panic() {
     let ranks = [0];
     let far = line(u64::MAX - 5, b"0123456789", false);
     assert_eq!(far.end(), None);
-    assert_eq!(r.push(KEY, &ranks, far, true, 1).next, u64::MAX);
+    assert_eq!(r.push(KEY, &ranks, far, None, true, 1).next, u64::MAX);
     let near = line(MAX_OFFSET - 2, b"01", false);
-    assert_eq!(r.push(KEY, &ranks, near, true, 2).next, MAX_OFFSET);
+    assert_eq!(r.push(KEY, &ranks, near, None, true, 2).next, MAX_OFFSET);
     let b = r.pull(KEY, &ranks, 0, 1, vec![at(0, 0)], true, 3);
     assert_eq!(got(&b), [(0, MAX_OFFSET - 2, &b"01"[..], false)]);
     assert_eq!(r.held(), 2);
+}
+
+/// A controller that restarted (a new relay) while its buffer held input the task had not
+/// pulled gets it all again from the caller's agent, which kept it: nothing is lost, and
+/// nothing is given twice.
+#[test]
+fn input_held_when_the_controller_restarted_is_asked_for_again_from_the_caller() {
+    let ranks = [0];
+    let mut before = InputRelay::default();
+    // The caller sent "abcdef"; the task pulled "ab" and wrote it.
+    let ack = before.push(KEY, &ranks, line(0, b"abcdef", false), Some(0), true, 1);
+    assert_eq!(
+        ack,
+        InputAck {
+            next: 6,
+            held_from: Some(0)
+        }
+    );
+    let got = before.pull(KEY, &ranks, 0, 1, vec![at(0, 0)], true, 2);
+    assert_eq!(got.chunks[0].data, b"abcdef");
+    before.pull(KEY, &ranks, 0, 1, vec![at(0, 2)], true, 3);
+    let ack = before.push(KEY, &ranks, line(6, b"gh", false), Some(0), true, 4);
+    // The task has "ab": its pusher may forget it.
+    assert_eq!(
+        ack,
+        InputAck {
+            next: 8,
+            held_from: Some(2)
+        }
+    );
+    for pull_first in [false, true] {
+        let mut after = InputRelay::default();
+        if pull_first {
+            // The task's agent asks first, from what it wrote: there is nothing yet.
+            let got = after.pull(KEY, &ranks, 0, 1, vec![at(0, 2)], true, 5);
+            assert!(got.chunks.is_empty(), "{got:?}");
+        }
+        // The caller's next line comes with what its agent still holds (from 2): the
+        // controller asks for that first, then takes it.
+        let ack = after.push(KEY, &ranks, line(8, b"ij", false), Some(2), true, 6);
+        assert_eq!(
+            ack,
+            InputAck {
+                next: 2,
+                held_from: Some(2)
+            },
+            "pull first: {pull_first}"
+        );
+        let ack = after.push(KEY, &ranks, line(2, b"cdefghij", false), Some(2), true, 7);
+        assert_eq!(ack.next, 10);
+        let got = after.pull(KEY, &ranks, 0, 1, vec![at(0, 2)], true, 8);
+        assert_eq!(got.chunks.len(), 1, "{got:?}");
+        assert_eq!(
+            (got.chunks[0].offset, &got.chunks[0].data[..]),
+            (2, &b"cdefghij"[..])
+        );
+    }
+}
+
+/// An agent from before retaining (no `retained_from`) is answered as before: a gap is
+/// gone past, from the push's own offset.
+#[test]
+fn a_pusher_that_keeps_nothing_goes_on_past_a_gap() {
+    let ranks = [0];
+    let mut r = InputRelay::default();
+    let ack = r.push(KEY, &ranks, line(8, b"ij", false), None, true, 1);
+    assert_eq!(ack.next, 10);
+    let got = r.pull(KEY, &ranks, 0, 1, vec![at(0, 2)], true, 2);
+    assert_eq!(
+        (got.chunks[0].offset, &got.chunks[0].data[..]),
+        (8, &b"ij"[..])
+    );
 }
