@@ -13,12 +13,15 @@
 //!    the task ended or closed its input (EPIPE) ─▶ the controller told: hold nothing for it
 //! ```
 //!
-//! Memory holds one line per caller and one pull (at most the controller's `PULL_BYTES`,
-//! 256 KiB) per task; what the tasks have not read yet
-//! waits in the controller's bounded buffer, and behind it in the caller's socket and pipe.
-//! **An agent that restarts** loses its tasks' pipes: their tasks read the end of their input
-//! (the new agent leaves them alone), and a caller's line in flight is lost (the controller
-//! goes on past the gap).
+//! Memory holds, per caller, what it sent that not every task has yet (`Outbox`: at most
+//! the controller's step buffer and one line), so that a restarted controller can ask for
+//! it again; and one pull (at most the controller's `PULL_BYTES`, 256 KiB) per task. What
+//! the tasks have not read yet waits in the controller's bounded buffer, and behind it in
+//! the caller's socket and pipe. After the input's end the caller's agent asks, less often
+//! the longer nothing moves, until every task has it, watching its caller's connection
+//! meanwhile. **An agent that restarts** loses its tasks' pipes: their tasks read the end
+//! of their input (the new agent leaves them alone), and a caller's agent loses what it
+//! held (the controller goes on past the gap).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -127,51 +130,78 @@ async fn forward(mut rd: BufReader<OwnedReadHalf>, node: &str, key: StepKey, cli
             return;
         };
         outbox.add(input);
-        if !push(node, key, client, &mut outbox).await {
+        push(node, key, client, &mut outbox).await;
+        if outbox.eof {
+            // Nothing comes after the end: until every task has it (a restarted controller
+            // may ask for it again), the caller's connection is watched for its hang-up.
+            tokio::select! {
+                () = deliver(node, key, client, &mut outbox) => {}
+                _ = rd.read_u8() => return,
+            }
+            // Then only the hang-up (or anything else) ends it.
+            let _ = rd.read_u8().await;
             return;
         }
     }
 }
 
-/// Pushes what `outbox` holds until the controller has taken all of it, and, once the input
-/// ended, until every task has it; false when the controller refused it for good (the input
-/// is dropped).
-async fn push(node: &str, key: StepKey, client: &Client, outbox: &mut Outbox) -> bool {
-    let mut idle = 0u32;
-    while let Some((input, retained_from)) = outbox.next() {
-        let sent = InputPush {
-            node: node.to_string(),
-            key,
-            input,
-            retained_from: Some(retained_from),
-        };
-        match client
-            .post::<_, InputAck>("/v1/agent/steps/input", &sent)
-            .await
-        {
-            Ok(ack) => {
-                if outbox.acked(&sent.input, ack) {
-                    idle = 0;
-                    continue;
-                }
-            }
-            Err(e) if e.is_transient() => {}
-            Err(e) => {
-                tracing::debug!(job = key.job, step = key.step, error = %e, "step input refused; dropped");
-                return false;
-            }
+/// One push of what `outbox` gives next; whether the controller moved anything on (a
+/// refusal for good drops the input held, as taken).
+async fn push_once(node: &str, key: StepKey, client: &Client, outbox: &mut Outbox) -> bool {
+    let Some((input, retained_from)) = outbox.next() else {
+        return false;
+    };
+    let sent = InputPush {
+        node: node.to_string(),
+        key,
+        input,
+        retained_from: Some(retained_from),
+    };
+    match client
+        .post::<_, InputAck>("/v1/agent/steps/input", &sent)
+        .await
+    {
+        Ok(ack) => outbox.acked(&sent.input, ack),
+        Err(e) if e.is_transient() => false,
+        Err(e) => {
+            tracing::debug!(job = key.job, step = key.step, error = %e, "step input refused; dropped");
+            outbox.drop_all();
+            true
         }
-        // A full buffer (its tasks have not read), the controller away, or an ended input
-        // its tasks have not all read yet: tried again, less often the longer nothing moves;
-        // the caller waits meanwhile.
-        tokio::time::sleep(INPUT_RETRY.saturating_mul(1 << idle.min(4))).await;
-        idle = idle.saturating_add(1);
     }
-    true
 }
 
-/// Bytes of input one push carries at most.
-const PUSH_BYTES: usize = 192 << 10;
+/// Pushes what `outbox` holds until the controller has taken all of it; a full buffer (its
+/// tasks have not read) or a controller away is tried again every INPUT_RETRY, the caller's
+/// next line waiting meanwhile.
+async fn push(node: &str, key: StepKey, client: &Client, outbox: &mut Outbox) {
+    while !outbox.taken() {
+        if !push_once(node, key, client, outbox).await {
+            tokio::time::sleep(INPUT_RETRY).await;
+        }
+    }
+}
+
+/// After the input's end: asks, less often the longer nothing moves (up to DELIVER_WAIT_MAX),
+/// until every task has it all, pushing again what a restarted controller asks for.
+async fn deliver(node: &str, key: StepKey, client: &Client, outbox: &mut Outbox) {
+    let mut idle = 0u32;
+    while outbox.next().is_some() {
+        if push_once(node, key, client, outbox).await {
+            idle = 0;
+            continue;
+        }
+        let wait = INPUT_RETRY.saturating_mul(1 << idle.min(8));
+        tokio::time::sleep(wait.min(DELIVER_WAIT_MAX)).await;
+        idle = idle.saturating_add(1);
+    }
+}
+
+/// The longest the caller's agent waits between asks whether every task has the input's end.
+const DELIVER_WAIT_MAX: Duration = Duration::from_secs(5);
+
+/// Bytes of input one push carries at most (a caller's line holds up to 64 KiB).
+const PUSH_BYTES: usize = 64 << 10;
 
 /// What a caller's agent holds of its caller's input: everything from where the controller
 /// last said every task has it (`from`) to what the caller sent last, so that a controller
@@ -189,6 +219,8 @@ struct Outbox {
     eof: bool,
     /// The controller took the end of the input.
     eof_taken: bool,
+    /// Every task has the end of the input (or takes no more).
+    delivered: bool,
 }
 
 impl Outbox {
@@ -208,16 +240,20 @@ impl Outbox {
         self.eof |= line.eof;
     }
 
-    /// The next push, with the offset this agent holds the input from; `None` when the
-    /// controller has taken everything and, after the input's end, every task has it.
+    /// The controller has taken everything the caller sent (its end too, once sent).
+    fn taken(&self) -> bool {
+        self.want >= self.end() && (!self.eof || self.eof_taken)
+    }
+
+    /// The next push, with the offset this agent holds the input from; `None` once the
+    /// controller has taken everything and, after the input's end, every task has it all.
     fn next(&self) -> Option<(InputLine, u64)> {
-        let end = self.end();
-        let taken = self.want >= end && (!self.eof || self.eof_taken);
-        if taken && (!self.eof || self.data.is_empty()) {
+        if self.taken() && (!self.eof || self.delivered) {
             return None;
         }
-        // After the end was taken, an empty push at the end asks whether the controller
-        // still has it (a restarted one asks for what is held here).
+        // After the end was taken, an empty push at the end asks whether every task has it
+        // (a restarted controller asks for what is held here instead).
+        let end = self.end();
         let at = self.want.clamp(self.from, end);
         let skip = (at - self.from) as usize;
         let data: Vec<u8> = self.data.range(skip..).take(PUSH_BYTES).copied().collect();
@@ -233,21 +269,28 @@ impl Outbox {
     /// What the controller answered `sent`; true when it moved anything on.
     fn acked(&mut self, sent: &InputLine, ack: InputAck) -> bool {
         let end = self.end();
-        let before = (self.want, self.from, self.eof_taken);
+        let before = (self.want, self.from, self.eof_taken, self.delivered);
         // What it asks for next: a controller that lost its buffer may go back, never
         // before what is held here (it then starts from there).
         self.want = ack.next.max(self.from);
-        self.eof_taken = if sent.eof {
-            ack.next >= end
-        } else {
-            self.eof_taken && ack.next >= end
-        };
-        // What may be forgotten: what every task has, or, from a controller that does not
-        // say, what it took.
-        let forget = ack.held_from.unwrap_or(ack.next).clamp(self.from, end);
+        self.eof_taken = ack.next >= end && (sent.eof || self.eof_taken);
+        // What may be forgotten: what every task has (one past the end: the end too), or,
+        // from a controller that does not say, what it took.
+        let held = ack.held_from.unwrap_or(ack.next.saturating_add(1));
+        self.delivered = self.eof_taken && held > end;
+        let forget = held.clamp(self.from, end);
         self.data.drain(..(forget - self.from) as usize);
         self.from = forget;
-        (self.want, self.from, self.eof_taken) != before
+        (self.want, self.from, self.eof_taken, self.delivered) != before
+    }
+
+    /// Forgets everything: the controller refused it for good.
+    fn drop_all(&mut self) {
+        self.from = self.end();
+        self.data.clear();
+        self.want = self.from;
+        self.eof_taken = self.eof;
+        self.delivered = self.eof;
     }
 }
 

@@ -424,9 +424,13 @@ fn a_step_stops_when_its_caller_is_killed_and_when_its_job_is_cancelled() {
     let c = Cluster::start();
     let alice = user("wharf-alice");
     let w = wharf_bin();
-    // Step 0's caller is killed after a second; step 1 runs until the job is cancelled.
-    let script =
-        format!("{w} step -- sleep 300 & sleep 1; kill -9 $!; {w} step -- sleep 300; echo never");
+    // Step 0's caller is killed after a while; step 1 runs until the job is cancelled. Step
+    // 0's task reads none of the 2 MB its caller sent, all of it and its end taken by then:
+    // the caller's agent, still asking whether the task has it all, sees the hang-up too.
+    let script = format!(
+        "head -c 2000000 /dev/zero | {w} step -- sleep 300 & sleep 3; kill -9 $!; \
+         {w} step -- sleep 300; echo never"
+    );
     let id = submitted_id(&c.wharf_as(&alice, &["submit", "-t", "2m", "--wrap", &script]));
     let step_cgroup = |s: u32| format!("wharf-{id}/wharf-{id}.s{s}.0");
     let wait_for = |what: &str, f: &dyn Fn() -> bool| {

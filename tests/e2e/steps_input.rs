@@ -122,9 +122,10 @@ fn a_steps_input_reaches_its_tasks_on_another_host_with_its_end() {
     );
 }
 
-/// Bytes of input the restart test sends: more than its task's pipe (1 MiB) and one pull
-/// hold, so that the rest waits in the controller's buffer when the controller restarts.
-const RESTART_BYTES: u64 = 1_800_000;
+/// Lines of `seq` the restart test sends (1,638,895 bytes): more than its task's pipe (1 MiB)
+/// and one pull hold, so that the rest waits in the controller's buffer when the controller
+/// restarts.
+const RESTART_SEQ: u64 = 250_000;
 
 #[test]
 fn input_the_controller_held_for_a_task_not_reading_survives_the_controllers_restart() {
@@ -135,12 +136,13 @@ fn input_the_controller_held_for_a_task_not_reading_survives_the_controllers_res
     let w = wharf_bin();
     // Rank 1 of the step (on node2) takes the input and reads none of it for a while: its
     // pipe fills, the rest waits in the controller's buffer, and the controller restarts,
-    // losing that buffer. Every byte must still reach the task, once.
+    // losing that buffer. Every byte must still reach the task, once and in order.
     let script = format!(
         "if [ \"$RANK\" = 0 ]; then \
            echo STEP_STARTS; \
-           head -c {RESTART_BYTES} /dev/zero \
-             | {w} step -q -N 2 -i 1 -- sh -c 'sleep 20; echo \"IN $SLURM_PROCID $(wc -c)\"'; \
+           echo \"WANT $(seq 1 {RESTART_SEQ} | md5sum | cut -c1-32)\"; \
+           seq 1 {RESTART_SEQ} \
+             | {w} step -q -N 2 -i 1 -- sh -c 'sleep 20; echo \"IN $SLURM_PROCID $(md5sum | cut -c1-32)\"'; \
            echo \"STEP_STATUS $?\"; \
          fi"
     );
@@ -161,9 +163,14 @@ fn input_the_controller_held_for_a_task_not_reading_survives_the_controllers_res
     let out = bed.output(id);
     assert_eq!(job["state"], "COMPLETED", "{job}\n{out}\n{}", bed.logs());
     assert!(out.contains("STEP_STATUS 0\n"), "{out}\n{}", bed.logs());
-    assert!(out.contains("IN 0 0\n"), "{out}");
+    let want = after(&out, "WANT ");
+    // /dev/null's digest for rank 0, which takes no input.
     assert!(
-        out.contains(&format!("IN 1 {RESTART_BYTES}\n")),
+        out.contains("IN 0 d41d8cd98f00b204e9800998ecf8427e\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("IN 1 {want}\n")),
         "{out}\n{}",
         bed.logs()
     );

@@ -191,9 +191,21 @@ fn after_the_end_the_outbox_asks_until_every_task_has_it() {
     assert!(o.acked(&input(1, b"", true), ack(0, Some(0))));
     assert_eq!(pushed(&o), Some((0, b"x".to_vec(), true, 0)));
     assert!(o.acked(&input(0, b"x", true), ack(1, Some(0))));
-    // Read: done.
+    // The task has the byte, not yet the end: still asked.
     assert!(o.acked(&input(1, b"", true), ack(1, Some(1))));
+    assert_eq!(pushed(&o), Some((1, vec![], true, 1)));
+    // One past the end: every task has the end too.
+    assert!(o.acked(&input(1, b"", true), ack(1, Some(2))));
     assert_eq!(pushed(&o), None);
+}
+
+#[test]
+fn input_refused_for_good_is_dropped_and_counts_as_had() {
+    let mut o = Outbox::default();
+    o.add(input(0, b"abc", true));
+    o.drop_all();
+    assert_eq!(pushed(&o), None);
+    assert!(o.taken());
 }
 
 #[test]

@@ -115,8 +115,9 @@ pub struct InputAck {
     /// push's offset, a controller that lost its buffer asks for what the pusher retained).
     pub next: u64,
     /// Every task that takes the input has everything before this offset (or takes no
-    /// more): the pusher may forget it. Absent from a controller from before it was sent:
-    /// the pusher then keeps nothing past `next`.
+    /// more): the pusher may forget it. One past the input's end: every task has its end
+    /// too. Absent from a controller from before it was sent: the pusher then keeps nothing
+    /// past `next`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_from: Option<u64>,
 }

@@ -54,6 +54,16 @@ impl Buffer {
         self.start.saturating_add(self.data.len() as u64)
     }
 
+    /// What every task that takes input has: the buffer's start, or one past the input's
+    /// end once every reader got the end (and closed) or none is left.
+    fn held_from(&self) -> u64 {
+        if self.eof && self.readers.is_empty() {
+            self.end().saturating_add(1)
+        } else {
+            self.start
+        }
+    }
+
     /// Drops what every reader is past.
     fn trim(&mut self) -> usize {
         let low = self.readers.values().copied().min().unwrap_or(self.end());
@@ -98,9 +108,10 @@ impl InputRelay {
         now: u64,
     ) -> InputAck {
         self.sweep(now);
+        // Nothing more is wanted: everything up to `at`, and its end, counts as had.
         let done = |at: u64| InputAck {
             next: at,
-            held_from: Some(at),
+            held_from: Some(at.saturating_add(1)),
         };
         // Past MAX_OFFSET: what no caller sends (its agent refuses such a line); dropped.
         let Some(past) = line.end() else {
@@ -141,7 +152,7 @@ impl InputRelay {
                 // A gap its pusher can fill (this controller restarted): ask for it.
                 let ack = InputAck {
                     next: b.end(),
-                    held_from: Some(b.start),
+                    held_from: Some(b.held_from()),
                 };
                 self.total -= dropped;
                 return ack;
@@ -183,7 +194,7 @@ impl InputRelay {
         }
         let ack = InputAck {
             next: b.end(),
-            held_from: Some(b.start),
+            held_from: Some(b.held_from()),
         };
         self.total = self.total + added - dropped;
         ack

@@ -272,3 +272,42 @@ fn a_pusher_that_keeps_nothing_goes_on_past_a_gap() {
         (8, &b"ij"[..])
     );
 }
+
+/// The input's end counts as had only once every task got it and closed: a task that has
+/// every byte but not yet the end keeps its caller's agent asking, so a controller restart
+/// then cannot lose the end.
+#[test]
+fn the_end_counts_as_had_only_once_every_task_got_it() {
+    let ranks = [0];
+    let mut r = InputRelay::default();
+    r.push(KEY, &ranks, line(0, b"ab", false), Some(0), true, 1);
+    r.pull(KEY, &ranks, 0, 1, vec![at(0, 0)], true, 2);
+    r.pull(KEY, &ranks, 0, 1, vec![at(0, 2)], true, 3);
+    let ack = r.push(KEY, &ranks, line(2, b"", true), Some(0), true, 4);
+    assert_eq!(
+        ack,
+        InputAck {
+            next: 2,
+            held_from: Some(2)
+        },
+        "the bytes, not the end"
+    );
+    let got = r.pull(KEY, &ranks, 0, 1, vec![at(0, 2)], true, 5);
+    assert!(got.chunks[0].eof, "{got:?}");
+    let closed = TaskInput {
+        task: 0,
+        offset: 2,
+        closed: true,
+    };
+    r.pull(KEY, &ranks, 0, 1, vec![closed], true, 6);
+    let ack = r.push(KEY, &ranks, line(2, b"", true), Some(2), true, 7);
+    assert_eq!(
+        ack,
+        InputAck {
+            next: 2,
+            held_from: Some(3)
+        },
+        "the end too"
+    );
+    assert_eq!(r.held(), 0);
+}
