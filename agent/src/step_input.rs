@@ -275,8 +275,12 @@ impl Outbox {
         self.want = ack.next.max(self.from);
         self.eof_taken = ack.next >= end && (sent.eof || self.eof_taken);
         // What may be forgotten: what every task has (one past the end: the end too), or,
-        // from a controller that does not say, what it took.
-        let held = ack.held_from.unwrap_or(ack.next.saturating_add(1));
+        // from a controller that does not say, what it took (and the end, once taken).
+        let held = match ack.held_from {
+            Some(held) => held,
+            None if self.eof_taken => end.saturating_add(1),
+            None => ack.next,
+        };
         self.delivered = self.eof_taken && held > end;
         let forget = held.clamp(self.from, end);
         self.data.drain(..(forget - self.from) as usize);

@@ -573,6 +573,20 @@ impl MultiHost {
             .collect()
     }
 
+    /// Waits up to a minute for job `id`'s output to hold `text` (a job's own mark that it
+    /// got as far as that), failing with the beds' logs.
+    pub fn wait_output(&self, id: u64, text: &str) {
+        let started = std::time::Instant::now();
+        while !self.output(id).contains(text) {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "job {id} never wrote {text:?}:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// The last lines of the controller's and every agent's log.
     pub fn logs(&self) -> String {
         let tail = |name: &str| {

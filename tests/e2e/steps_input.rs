@@ -147,15 +147,7 @@ fn input_the_controller_held_for_a_task_not_reading_survives_the_controllers_res
          fi"
     );
     let id = bed.submit(&["--nodes", "2", "--cpus", "1", "-t", "5m", "--wrap", &script]);
-    let started = std::time::Instant::now();
-    while !bed.output(id).contains("STEP_STARTS") {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the job never started its step:\n{}",
-            bed.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    bed.wait_output(id, "STEP_STARTS");
     // Long enough for the pipe to fill and the controller's buffer to take the rest.
     std::thread::sleep(Duration::from_secs(8));
     bed.restart_controller();

@@ -169,15 +169,7 @@ fn output_the_controller_held_for_a_caller_not_reading_survives_the_controllers_
          fi"
     );
     let id = bed.submit(&["--nodes", "2", "--cpus", "2", "-t", "5m", "--wrap", &script]);
-    let started = std::time::Instant::now();
-    while !bed.output(id).contains("STEP_STARTS") {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the job never started its step:\n{}",
-            bed.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    bed.wait_output(id, "STEP_STARTS");
     // Until the step's end is recorded (what was all its output's being taken), or long
     // enough for its tasks to have written everything and the controller to hold it.
     let ended = |j: &serde_json::Value| {

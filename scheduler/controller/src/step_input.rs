@@ -139,8 +139,16 @@ impl InputRelay {
         let mut dropped = 0;
         if let Some(r) = retained.filter(|_| line.offset > b.end()) {
             if r > b.end() {
-                // Every task has what came before `r` (its pusher was told so): the buffer
-                // (empty, or what the tasks are past) starts there.
+                // Its pusher holds nothing before `r`: what it was told every task has, or,
+                // when a task's place is behind it, what that pusher lost (it restarted).
+                if let Some(&low) = b.readers.values().min().filter(|&&low| low < r) {
+                    tracing::warn!(
+                        job = key.job,
+                        step = key.step,
+                        lost = r - low,
+                        "part of a step's input may have been lost"
+                    );
+                }
                 dropped = b.data.len();
                 b.data.clear();
                 b.start = r;
