@@ -192,6 +192,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let mut wait_ms = 0;
     let mut registered = false;
     let mut detail = Detail::default();
+    // This run's reports are counted, so that the controller takes none older than one it
+    // took: a report is given up on (not its request) when something changes here.
+    let boot = run_id();
+    let mut polls = 0u64;
     loop {
         if !registered {
             let req = RegisterRequest {
@@ -217,7 +221,9 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             local_state(&cfg, launcher.as_ref(), &images, &pulls);
         let steps = step::report(&cfg, launcher.as_ref());
         detail.apply(&mut jobs);
+        polls += 1;
         let req = PollRequest {
+            seq: Some(wharf_api::wire::PollSeq { boot, n: polls }),
             node: cfg.node_name.clone(),
             jobs,
             wait_ms,
@@ -273,6 +279,15 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             }
         }
     }
+}
+
+/// A number for this run of the agent, unlike any earlier run's on this node: the time it
+/// started, in nanoseconds, mixed with its process id.
+fn run_id() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 40)
 }
 
 /// How much of each ended job's message a poll carries. Full unless the controller refused a
@@ -1054,6 +1069,7 @@ mod tests {
         let pulls = images::Pulls::default();
         let sent_at = tokio::time::Instant::now();
         let poll = |pulls: &images::Pulls| PollRequest {
+            seq: None,
             node: "n1".into(),
             jobs: vec![],
             pulling: pulls.progress(),

@@ -270,6 +270,11 @@ pub struct AgentJob {
 /// `POST /v1/agent/poll`: heartbeat, job report, and a request for orders.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PollRequest {
+    /// Which report of the agent's this is: one older than a report already taken (the
+    /// agent stopped waiting on it and sent a newer one) is not taken. Absent from an agent
+    /// from before it was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<PollSeq>,
     /// Node name.
     pub node: String,
     /// Every job the agent holds, running or ended but not yet forgotten.
@@ -292,6 +297,16 @@ pub struct PollRequest {
     /// tasks here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<crate::step::AgentStep>,
+}
+
+/// An agent's report's place: the agent's run (a number drawn when it starts) and the
+/// report's count within that run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PollSeq {
+    /// The agent's run.
+    pub boot: u64,
+    /// The report's count in that run, from 1.
+    pub n: u64,
 }
 
 /// A job for the agent to start.

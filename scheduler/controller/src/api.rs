@@ -734,13 +734,22 @@ async fn poll(
         |st| st.exit.is_none() && st.stopping,
         |st| st.key,
     );
-    let (crate::cluster::Ingested { forget, mut wake }, (forget_steps, step_wake)) =
-        with_cluster(&s, move |cl, now| {
-            let ingested = cl.ingest(&req, now)?;
-            let steps = cl.ingest_steps(&req.node, &req.steps, now)?;
-            Ok((ingested, steps))
-        })
-        .await?;
+    let (ingested, (forget_steps, step_wake)) = with_cluster(&s, move |cl, now| {
+        let ingested = cl.ingest(&req, now)?;
+        if ingested.stale {
+            return Ok((ingested, Default::default()));
+        }
+        let steps = cl.ingest_steps(&req.node, &req.steps, now)?;
+        Ok((ingested, steps))
+    })
+    .await?;
+    if ingested.stale {
+        // Its agent no longer waits for this answer.
+        return Ok(Json(PollResponse::default()));
+    }
+    let crate::cluster::Ingested {
+        forget, mut wake, ..
+    } = ingested;
     wake.extend(step_wake);
     if !forget.is_empty() {
         s.wake_scheduler();

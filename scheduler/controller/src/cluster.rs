@@ -81,6 +81,8 @@ struct NodeEntry {
     up: bool,
     /// Drained: takes no new jobs.
     drain: Option<drain::Drain>,
+    /// The newest report taken from its agent.
+    last_poll: Option<wharf_api::wire::PollSeq>,
 }
 
 /// Jobs and nodes.
@@ -196,6 +198,7 @@ impl Cluster {
                     images: BTreeSet::new(),
                     last_seen: now.max(seen),
                     up: true,
+                    last_poll: None,
                 };
                 (entry.info.name.clone(), entry)
             })
@@ -554,6 +557,7 @@ impl Cluster {
                 last_seen: now,
                 up: true,
                 drain,
+                last_poll: None,
             },
         );
         Ok(())
@@ -569,6 +573,20 @@ impl Cluster {
                 format!("node {} is not registered; register first", report.node),
             ));
         };
+        if let Some(seq) = report.seq {
+            let stale = node
+                .last_poll
+                .is_some_and(|last| last.boot == seq.boot && last.n >= seq.n);
+            if stale {
+                // Older than a report already taken: its jobs' absence or states are not
+                // news (a job launched since would look lost).
+                return Ok(Ingested {
+                    stale: true,
+                    ..Ingested::default()
+                });
+            }
+            node.last_poll = Some(seq);
+        }
         node.last_seen = now;
         node.up = true;
         node.images = report.images.iter().cloned().collect();
@@ -674,7 +692,11 @@ impl Cluster {
         let mut wake = stopping_nodes(&changed, node);
         wake.extend(release);
         self.commit(changed)?;
-        Ok(Ingested { forget, wake })
+        Ok(Ingested {
+            forget,
+            wake,
+            stale: false,
+        })
     }
 
     /// Marks nodes silent for longer than the node timeout as down; their jobs' ranks there
@@ -796,6 +818,8 @@ pub struct Ingested {
     pub forget: Vec<JobId>,
     /// Other nodes with ranks to stop now (a rank here failed or ended its job's run).
     pub wake: BTreeSet<String>,
+    /// The report was older than one already taken, and nothing of it was.
+    pub stale: bool,
 }
 
 /// The nodes, other than `except`, of `changed` jobs that still hold them and are being

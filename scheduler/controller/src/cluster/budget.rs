@@ -163,6 +163,7 @@ mod tests {
     /// n1's agent reports `id` running since `start`, or ended at `end`.
     fn agent(c: &mut Cluster, id: JobId, start: u64, end: Option<u64>, now: u64) {
         let poll = PollRequest {
+            seq: None,
             node: "n1".into(),
             jobs: vec![AgentJob {
                 id,

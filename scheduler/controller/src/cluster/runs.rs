@@ -194,6 +194,7 @@ mod tests {
             ready: false,
         }];
         let poll = PollRequest {
+            seq: None,
             node: "n1".into(),
             jobs,
             ..Default::default()
@@ -224,6 +225,7 @@ mod tests {
     fn second_run_completes(c: &mut Cluster, id: JobId) {
         c.ingest(
             &PollRequest {
+                seq: None,
                 node: "n1".into(),
                 jobs: vec![],
                 ..Default::default()

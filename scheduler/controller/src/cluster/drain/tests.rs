@@ -86,6 +86,7 @@ fn poll(c: &mut Cluster, node: &str, jobs: Vec<(JobId, Says)>, now: u64) -> Vec<
         })
         .collect();
     let report = PollRequest {
+        seq: None,
         node: node.into(),
         jobs,
         ..Default::default()
@@ -366,6 +367,7 @@ fn a_fault_reported_by_an_older_agent_or_after_a_start_drains_nothing() {
     let (id, _) = started(&mut c, 1, true, 10);
     // A run that started, then ended with a fault attached, ended as its job did.
     let report = PollRequest {
+        seq: None,
         node: "g1".into(),
         jobs: vec![AgentJob {
             id,
@@ -405,6 +407,7 @@ pub(crate) fn poll_pulling(
     pulling: &[(JobId, u64)],
 ) {
     let report = PollRequest {
+        seq: None,
         node: node.into(),
         jobs: running
             .iter()

@@ -137,6 +137,7 @@ fn a_job_with_a_begin_time_waits_for_it_even_across_a_restart() {
 /// The agent of n1 reports job `id` ended with `code`.
 pub(in crate::cluster) fn end(c: &mut Cluster, id: JobId, code: i32, now: u64) {
     let report = PollRequest {
+        seq: None,
         node: "n1".into(),
         jobs: vec![AgentJob {
             id,

@@ -59,6 +59,7 @@ fn report(c: &mut Cluster, node: &str, id: JobId, says: Says, now: u64) -> Inges
         Says::Nothing => None,
     };
     let poll = PollRequest {
+        seq: None,
         node: node.into(),
         jobs: job.into_iter().collect(),
         ..Default::default()
@@ -261,6 +262,7 @@ fn a_node_whose_agent_predates_the_barrier_and_starts_at_once_counts_as_ready() 
     report(&mut c, "g2", id, Says::Ready, 200);
     // g3's agent ignored `hold` and started its rank.
     let started = PollRequest {
+        seq: None,
         node: "g3".into(),
         jobs: vec![AgentJob {
             id,

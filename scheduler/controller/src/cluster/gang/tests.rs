@@ -86,6 +86,7 @@ fn ingest(c: &mut Cluster, node: &str, jobs: &[(JobId, Rank)], now: u64) -> Inge
         })
         .collect();
     let poll = PollRequest {
+        seq: None,
         node: node.into(),
         jobs,
         ..Default::default()
@@ -504,6 +505,7 @@ fn gang_after_a_rank_ended(node: &str, exit: ExitInfo) -> wharf_api::JobRecord {
         ready: false,
     };
     let report = PollRequest {
+        seq: None,
         node: node.into(),
         jobs: vec![ended],
         ..Default::default()
@@ -575,6 +577,7 @@ fn a_gangs_usage_is_every_nodes() {
             ready: false,
         };
         let report = PollRequest {
+            seq: None,
             node: node.into(),
             jobs: vec![ended],
             ..Default::default()

@@ -36,6 +36,7 @@ fn req(image: &str, nodes: &[&str]) -> PrePullRequest {
 fn report(c: &mut Cluster, node: &str, parts: Vec<NodePull>, now: u64) {
     c.ingest(
         &PollRequest {
+            seq: None,
             node: node.into(),
             jobs: vec![],
             prepulls: parts,

@@ -701,6 +701,7 @@ fn report(c: &mut Cluster, jobs: &[(JobId, bool)], now: u64) -> Vec<JobId> {
         })
         .collect();
     let poll = PollRequest {
+        seq: None,
         node: "n1".into(),
         jobs,
         ..Default::default()
@@ -1266,4 +1267,46 @@ fn a_partitions_default_memory_is_held_to_the_sites_ceiling() {
     assert!(c.jobs.is_empty());
     let one = submit_job(&mut c, &ann, job(1), 2).unwrap();
     assert_eq!(record(&c, one).resources.memory, 4 * G);
+}
+
+/// An agent gives up on a report when something changes on its node and sends a newer one;
+/// the older one may still reach the controller after it. Taken then, it would make a job
+/// launched in between look lost.
+#[test]
+fn a_report_older_than_one_already_taken_is_not_taken() {
+    use wharf_api::wire::{AgentJob, PollRequest, PollSeq};
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let id = submit(&mut c, &caller(1000, "ann"), 1, 10);
+    c.schedule(1_000).unwrap();
+    let started = AgentJob {
+        id,
+        start_time: Some(1_100),
+        exit: None,
+        end_time: None,
+        stopping: false,
+        ready: false,
+    };
+    let poll = |n: u64, jobs: Vec<AgentJob>| PollRequest {
+        seq: Some(PollSeq { boot: 7, n }),
+        node: "n1".into(),
+        jobs,
+        ..Default::default()
+    };
+    // Report 2 (the job started) arrives first; report 1, sent before the launch, after.
+    assert!(!c.ingest(&poll(2, vec![started]), 1_200).unwrap().stale);
+    assert_eq!(record(&c, id).state, JobState::Running);
+    assert!(c.ingest(&poll(1, vec![]), 1_300).unwrap().stale);
+    assert_eq!(
+        record(&c, id).state,
+        JobState::Running,
+        "not taken for lost"
+    );
+    // A newer report without it, or one of a new run of the agent, is news.
+    let restarted = PollRequest {
+        seq: Some(PollSeq { boot: 8, n: 1 }),
+        ..poll(1, vec![])
+    };
+    assert!(!c.ingest(&restarted, 1_400).unwrap().stale);
+    assert!(!c.jobs.contains_key(&id), "taken for lost, it ended");
 }

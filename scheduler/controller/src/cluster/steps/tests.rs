@@ -48,6 +48,7 @@ fn report(c: &mut Cluster, node: &str, jobs: &[(JobId, Option<i32>)], steps: Vec
         })
         .collect();
     let poll = PollRequest {
+        seq: None,
         node: node.into(),
         jobs,
         steps: steps.clone(),
