@@ -227,10 +227,7 @@ fn cell(j: &JobRecord, column: &str, now: u64) -> String {
         .map(|s| j.end_time.unwrap_or(now).saturating_sub(s));
     let opt = |v: Option<String>| v.unwrap_or_default();
     match column {
-        "JobID" => match &j.array {
-            Some(a) => format!("{}_{}", a.job_id, a.task_id),
-            None => j.id.to_string(),
-        },
+        "JobID" => j.label(),
         "JobName" => j.name.clone(),
         "User" => j.owner.user.clone(),
         "Account" => opt(spec.and_then(|s| s.account.clone())),

@@ -123,7 +123,7 @@ async fn priorities(client: &Client, me: bool, json: bool) -> Result<i32> {
             .iter()
             .map(|(j, p)| JobPriority {
                 id: j.id,
-                job: label(j),
+                job: j.label(),
                 user: &j.owner.user,
                 priority: *p,
             })
@@ -147,14 +147,6 @@ fn ranked(jobs: &[JobRecord]) -> Vec<(&JobRecord, PriorityView)> {
     ranked
 }
 
-/// A job's id as the queue shows it: `ARRAY_TASK` for an array's task.
-fn label(j: &JobRecord) -> String {
-    match &j.array {
-        Some(a) => format!("{}_{}", a.job_id, a.task_id),
-        None => j.id.to_string(),
-    }
-}
-
 /// The `--priority` table.
 fn priority_table(ranked: &[(&JobRecord, PriorityView)]) -> output::Table {
     let mut t = output::table(&[
@@ -169,7 +161,7 @@ fn priority_table(ranked: &[(&JobRecord, PriorityView)]) -> output::Table {
         "NICE",
     ]);
     for (j, p) in ranked {
-        t.cell(&label(j));
+        t.cell(&j.label());
         t.cell(&j.owner.user);
         if p.fixed {
             t.cell_fmt(format_args!("{} (set)", p.total));

@@ -1487,6 +1487,13 @@ pub struct PriorityView {
 }
 
 impl JobRecord {
+    /// Its id as `squeue` shows it: `ARRAYID_TASKID` for an array's task.
+    pub fn label(&self) -> String {
+        self.array
+            .as_ref()
+            .map_or_else(|| self.id.to_string(), crate::array::ArrayTask::label)
+    }
+
     /// Wall time used so far (or in all), in ms.
     pub fn elapsed_ms(&self, now: u64) -> u64 {
         elapsed_ms(self.start_time, self.end_time, now)
