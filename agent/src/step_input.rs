@@ -186,7 +186,7 @@ async fn push(node: &str, key: StepKey, client: &Client, outbox: &mut Outbox) {
 /// until every task has it all, pushing again what a restarted controller asks for.
 async fn deliver(node: &str, key: StepKey, client: &Client, outbox: &mut Outbox) {
     let mut idle = 0u32;
-    while outbox.next().is_some() {
+    while !outbox.done() {
         if push_once(node, key, client, outbox).await {
             idle = 0;
             continue;
@@ -245,10 +245,16 @@ impl Outbox {
         self.want >= self.end() && (!self.eof || self.eof_taken)
     }
 
-    /// The next push, with the offset this agent holds the input from; `None` once the
-    /// controller has taken everything and, after the input's end, every task has it all.
+    /// The controller has taken everything and, after the input's end, every task has it
+    /// all: nothing is left to push.
+    fn done(&self) -> bool {
+        self.taken() && (!self.eof || self.delivered)
+    }
+
+    /// The next push, with the offset this agent holds the input from; `None` once
+    /// [`Outbox::done`].
     fn next(&self) -> Option<(InputLine, u64)> {
-        if self.taken() && (!self.eof || self.delivered) {
+        if self.done() {
             return None;
         }
         // After the end was taken, an empty push at the end asks whether every task has it

@@ -54,6 +54,26 @@ impl Buffer {
         self.start.saturating_add(self.data.len() as u64)
     }
 
+    /// Empties the buffer and starts it at `at`, past which every reader then is; returns
+    /// how many bytes it held.
+    fn skip_to(&mut self, at: u64) -> usize {
+        let dropped = self.data.len();
+        self.data.clear();
+        self.start = at;
+        for r in self.readers.values_mut() {
+            *r = (*r).max(at);
+        }
+        dropped
+    }
+
+    /// The answer to a push: on from the buffer's end, and what every task has.
+    fn ack(&self) -> InputAck {
+        InputAck {
+            next: self.end(),
+            held_from: Some(self.held_from()),
+        }
+    }
+
     /// What every task that takes input has: the buffer's start, or one past the input's
     /// end once every reader got the end (and closed) or none is left.
     fn held_from(&self) -> u64 {
@@ -149,19 +169,11 @@ impl InputRelay {
                         "part of a step's input may have been lost"
                     );
                 }
-                dropped = b.data.len();
-                b.data.clear();
-                b.start = r;
-                for at in b.readers.values_mut() {
-                    *at = (*at).max(r);
-                }
+                dropped = b.skip_to(r);
             }
             if line.offset > b.end() {
                 // A gap its pusher can fill (this controller restarted): ask for it.
-                let ack = InputAck {
-                    next: b.end(),
-                    held_from: Some(b.held_from()),
-                };
+                let ack = b.ack();
                 self.total -= dropped;
                 return ack;
             }
@@ -174,12 +186,7 @@ impl InputRelay {
                 lost = line.offset - b.end(),
                 "part of a step's input was lost"
             );
-            dropped = b.data.len();
-            b.data.clear();
-            b.start = line.offset;
-            for r in b.readers.values_mut() {
-                *r = (*r).max(line.offset);
-            }
+            dropped = b.skip_to(line.offset);
         }
         let skip = (b.end() - line.offset).min(line.data.len() as u64) as usize;
         let new = &line.data[skip..];
@@ -200,10 +207,7 @@ impl InputRelay {
         if line.eof && take == new.len() {
             b.eof = true;
         }
-        let ack = InputAck {
-            next: b.end(),
-            held_from: Some(b.held_from()),
-        };
+        let ack = b.ack();
         self.total = self.total + added - dropped;
         ack
     }
