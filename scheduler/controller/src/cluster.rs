@@ -464,11 +464,7 @@ impl Cluster {
         } else {
             &configured[..]
         };
-        let default = self
-            .sched
-            .default_partition
-            .as_deref()
-            .unwrap_or(&parts[0].name);
+        let default = self.sched.default_partition_name();
         let mut jobs: BTreeMap<String, (u32, u32)> = BTreeMap::new();
         for j in self.jobs.values() {
             let counts = jobs.entry(self.partition_name(j)).or_default();

@@ -295,6 +295,17 @@ impl Config {
             .unwrap_or_default()
     }
 
+    /// The partition of jobs that name none: [`Config::default_partition`] when it names a
+    /// configured one, else the first configured, else [`crate::DEFAULT_PARTITION`] (every
+    /// node's, when none is configured).
+    pub fn default_partition_name(&self) -> &str {
+        let named = self.default_partition.as_deref();
+        named
+            .filter(|d| self.partitions.iter().any(|p| p.name == *d))
+            .or(self.partitions.first().map(|p| p.name.as_str()))
+            .unwrap_or(crate::DEFAULT_PARTITION)
+    }
+
     /// How many reservations a pass makes, past [`Config::reservation_limit`], for the first
     /// blocked job of associations that hold none.
     pub fn assoc_reservation_limit(&self) -> usize {

@@ -73,10 +73,9 @@ impl Partitions {
             .enumerate()
             .map(|(i, p)| (p.name.clone(), i))
             .collect();
-        let default = config
-            .default_partition
-            .as_ref()
-            .and_then(|d| by_name.get(d).copied())
+        let default = by_name
+            .get(config.default_partition_name())
+            .copied()
             .unwrap_or(0);
         let max_tier = parts.iter().map(|p| p.tier).max().unwrap_or(0);
         Partitions {

@@ -170,3 +170,15 @@ fn held_delayed_and_dependent_jobs_wait_with_their_reasons() {
     let plan = schedule(10 * MIN, &state, &Config::default());
     assert!(started(&plan).contains(&3));
 }
+
+#[test]
+fn the_default_partition_is_the_one_named_if_it_exists_else_the_first() {
+    let mut c = Config::default();
+    assert_eq!(c.default_partition_name(), DEFAULT_PARTITION);
+    c.partitions = vec![Partition::new("batch", &[]), Partition::new("gpu", &[])];
+    assert_eq!(c.default_partition_name(), "batch");
+    c.default_partition = Some("gpu".into());
+    assert_eq!(c.default_partition_name(), "gpu");
+    c.default_partition = Some("gone".into());
+    assert_eq!(c.default_partition_name(), "batch");
+}

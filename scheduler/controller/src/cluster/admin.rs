@@ -139,11 +139,7 @@ impl Cluster {
     /// Refuses to remove what pending or running jobs use.
     fn check_unused(&self, change: &AdminChange) -> Result<(), Failure> {
         let name = change.name.trim();
-        let default_partition = self
-            .sched
-            .default_partition
-            .clone()
-            .or_else(|| self.sched.partitions.first().map(|p| p.name.clone()));
+        let default_partition = self.sched.default_partition_name();
         let using: Vec<JobId> = self
             .jobs
             .values()
@@ -155,10 +151,7 @@ impl Cluster {
                 }
                 AdminKind::Qos => self.qos_of(j.spec.as_ref()).as_deref() == Some(name),
                 AdminKind::Partition => {
-                    super::sched::partition(j)
-                        .or_else(|| default_partition.clone())
-                        .as_deref()
-                        == Some(name)
+                    super::sched::partition(j).as_deref().unwrap_or(default_partition) == name
                 }
             })
             .map(|j| j.id)

@@ -73,9 +73,7 @@ impl Cluster {
     /// The partition `job` runs (or ran, or waits) in: the one it named, else the default.
     pub(super) fn partition_name(&self, job: &JobRecord) -> String {
         super::sched::partition(job)
-            .or_else(|| self.sched.default_partition.clone())
-            .or_else(|| self.sched.partitions.first().map(|p| p.name.clone()))
-            .unwrap_or_else(|| wharf_core::DEFAULT_PARTITION.to_string())
+            .unwrap_or_else(|| self.sched.default_partition_name().to_string())
     }
 
     /// The ledger row of `job`'s run as it stands, ended as `state`; `None` while it has no
