@@ -472,6 +472,15 @@ pub fn cgroup_tree(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Removes the cgroup parent `name` and every (empty) cgroup below it, in every hierarchy.
+pub fn remove_cgroup_parent(name: &str) {
+    for dir in wharf_runtime::cgroup_dirs(&format!("/{name}")) {
+        for d in cgroup_tree(&dir) {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
 /// Every process in the cgroup `path` (relative to each hierarchy's root) and below it: a
 /// job's cgroup holds none itself, its tasks' and steps' leaves do.
 pub fn cgroup_procs(path: &str) -> Vec<i32> {
@@ -531,11 +540,7 @@ impl Drop for Cluster {
         }
         // The cgroup parent is the test's own: remove it (and any empty job cgroup left in it)
         // so that runs do not pile up cgroups on the machine.
-        for dir in wharf_runtime::cgroup_dirs(&format!("/{}", self.cgroup_parent)) {
-            for d in cgroup_tree(&dir) {
-                let _ = std::fs::remove_dir(d);
-            }
-        }
+        remove_cgroup_parent(&self.cgroup_parent);
     }
 }
 
@@ -657,11 +662,7 @@ impl Drop for TcpCluster {
         };
         kill_until_gone(Duration::from_secs(5), procs);
         for parent in &parents {
-            for dir in wharf_runtime::cgroup_dirs(&format!("/{parent}")) {
-                for d in cgroup_tree(&dir) {
-                    let _ = std::fs::remove_dir(d);
-                }
-            }
+            remove_cgroup_parent(parent);
         }
     }
 }
