@@ -23,8 +23,8 @@ pub struct ParentClaim {
 
 /// Takes `parent` (a cgroup path such as `wharf` or `/site/wharf`) for this process: makes
 /// its directory if it is not there and locks it, on the unified hierarchy (cgroup v2) or on
-/// the first of v1's memory, pids and devices hierarchies the machine has (every job's
-/// cgroup is made in its pids and devices ones), which stands for all. Another process
+/// the first v1 hierarchy the machine has of those every job's cgroup is made in (the
+/// sandbox's `V1_CONTROLLERS`), which stands for all. Another process
 /// holding it is an error naming it; a parent that cannot be made or opened (an unusable
 /// path) is claimed as nothing, and each job's launch says what is wrong with it.
 ///
@@ -35,7 +35,7 @@ pub fn claim_cgroup_parent(parent: &str) -> Result<ParentClaim, String> {
     let hierarchy = if is_v2() {
         Some(root.to_path_buf())
     } else {
-        let v1 = ["memory", "pids", "devices"].map(|h| root.join(h));
+        let v1 = crate::sandbox::cgroup_setup::V1_CONTROLLERS.map(|h| root.join(h));
         v1.into_iter().find(|h| h.is_dir())
     };
     match hierarchy {

@@ -30,7 +30,7 @@ use crate::spec::ContainerSpec;
 /// The v1 controllers Wharf creates a job directory in. The last two only count (CPU time,
 /// block I/O for accounting); they are used where mounted, once each when mounted together
 /// with another (`cpu,cpuacct`).
-const V1_CONTROLLERS: [&str; 7] = [
+pub(crate) const V1_CONTROLLERS: [&str; 7] = [
     "memory", "cpu", "cpuset", "pids", "devices", "cpuacct", "blkio",
 ];
 /// The v2 controllers enabled for job cgroups (those the kernel offers).

@@ -27,7 +27,7 @@
 //! (exec'd) ─▶ exited (the shim reaps it); spawned or built ─abort─▶ killed. A dropped,
 //! unstarted `Init` is aborted.
 
-mod cgroup_setup;
+pub(crate) mod cgroup_setup;
 #[cfg(feature = "v2-devices")]
 mod devices;
 #[cfg(not(feature = "v2-devices"))]
