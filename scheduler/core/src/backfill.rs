@@ -92,8 +92,8 @@ impl Failed {
 type Allowed = (Option<Vec<bool>>, Option<String>);
 
 /// Most nodes one pass looks at for estimated starts past the reservations (each estimate
-/// looks at every node of its job's partition): up to [`Config::start_estimates`] of them on
-/// partitions of up to 625 nodes, 2 on one of 10,000.
+/// looks at every node of its job's partition): a partition of 10,000 nodes gets 2, and the
+/// default 32 are all made on partitions of up to 625.
 const ESTIMATE_LOOKS: usize = 20_000;
 
 /// How many failed shapes each partition remembers.

@@ -56,7 +56,7 @@ pub fn render(report: &Report) -> String {
     }
     t.set_header(header);
     type Get = fn(&Column) -> f64;
-    let rows: [(&str, Get, usize); 15] = [
+    let rows: [(&str, Get, usize); 16] = [
         ("jobs finished", |c| c.metrics.jobs as f64, 0),
         ("utilization", |c| c.metrics.utilization, 4),
         (
@@ -87,6 +87,7 @@ pub fn render(report: &Report) -> String {
         ("started after an estimate", |c| c.estimates.jobs as f64, 0),
         ("started by first estimate", |c| c.estimates.on_time, 3),
         ("estimate error p50 (s)", |c| c.estimates.median_error_s, 0),
+        ("estimate error p90 (s)", |c| c.estimates.p90_error_s, 0),
         ("replay wall (s)", |c| c.wall_s, 2),
     ];
     for (name, get, digits) in rows {
