@@ -213,29 +213,25 @@ pub fn partition<'c>(
     name: Option<&str>,
 ) -> Result<Option<&'c Partition>, Refusal> {
     let parts = &config.partitions;
-    let known = parts.is_empty() && name == Some(DEFAULT_PARTITION);
-    match name {
-        Some(n) if !known && !parts.iter().any(|p| p.name == n) => {
-            let names: Vec<&str> = if parts.is_empty() {
-                vec![DEFAULT_PARTITION]
-            } else {
-                parts.iter().map(|p| p.name.as_str()).collect()
-            };
-            Err(Refusal::new(
-                ErrorKind::InvalidInput,
-                format!(
-                    "unknown partition {n:?}; this cluster has: {}",
-                    names.join(", ")
-                ),
-            ))
-        }
-        Some(n) => Ok(parts.iter().find(|p| p.name == n)),
-        None => Ok(config
-            .default_partition
-            .as_deref()
-            .and_then(|d| parts.iter().find(|p| p.name == d))
-            .or(parts.first())),
+    let wanted = name.unwrap_or(config.default_partition_name());
+    if let Some(p) = parts.iter().find(|p| p.name == wanted) {
+        return Ok(Some(p));
     }
+    if parts.is_empty() && wanted == DEFAULT_PARTITION {
+        return Ok(None);
+    }
+    let names: Vec<&str> = if parts.is_empty() {
+        vec![DEFAULT_PARTITION]
+    } else {
+        parts.iter().map(|p| p.name.as_str()).collect()
+    };
+    Err(Refusal::new(
+        ErrorKind::InvalidInput,
+        format!(
+            "unknown partition {wanted:?}; this cluster has: {}",
+            names.join(", ")
+        ),
+    ))
 }
 
 /// The time limit, ms, of a job that gives none and runs in `part`: its DefaultTime, else

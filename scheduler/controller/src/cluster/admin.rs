@@ -151,7 +151,10 @@ impl Cluster {
                 }
                 AdminKind::Qos => self.qos_of(j.spec.as_ref()).as_deref() == Some(name),
                 AdminKind::Partition => {
-                    super::sched::partition(j).as_deref().unwrap_or(default_partition) == name
+                    super::sched::partition(j)
+                        .as_deref()
+                        .unwrap_or(default_partition)
+                        == name
                 }
             })
             .map(|j| j.id)
