@@ -11,6 +11,7 @@ pub mod engine;
 pub mod env;
 pub mod images;
 pub mod launch;
+pub mod node_key;
 pub mod prepull;
 pub mod step;
 pub mod step_input;
@@ -162,7 +163,9 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .map_err(|e| AgentError::Setup(format!("image store {}: {e}", cfg.image_store.display())))?
         .with_quota(cfg.cache_quota)
         .with_shared_cache(cfg.shared_cache.clone());
-    let client = Client::new(cfg.controller.clone(), Some(cfg.token.clone()));
+    // Every request carries the node's own key; the join token only gets it.
+    let key = node_key::obtain(&cfg, false).await;
+    let client = Client::new(cfg.controller.clone(), Some(key));
     // `wharf step` inside this node's jobs reaches the agent here.
     if let Err(e) = step::listen(&cfg, client.clone()) {
         tracing::error!(error = %e, socket = %step::socket_env(&cfg), "cannot open the step socket; `wharf step` will not work in this node's jobs");
@@ -210,6 +213,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                     wait_ms = r.poll_wait_ms;
                     registered = true;
                 }
+                Err(ClientError::Api { status: 403, .. }) => rejoin(&cfg, &client).await,
                 Err(e) => {
                     tracing::warn!(error = %e, "registration failed; retrying");
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -258,6 +262,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                     .await;
             }
             Err(ClientError::Api { status: 404, .. }) => registered = false,
+            Err(ClientError::Api { status: 403, .. }) => {
+                rejoin(&cfg, &client).await;
+                registered = false;
+            }
             // The report itself was refused (too large for the controller): registering
             // again would not help, and would make the node look alive while its reports are
             // lost. Send less detail until the controller takes it.
@@ -279,6 +287,13 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             }
         }
     }
+}
+
+/// The controller refused the node's key (an admin forgot it, or its database is new): the
+/// agent joins again, and every clone of `client` sends the new key.
+async fn rejoin(cfg: &AgentConfig, client: &Client) {
+    tracing::warn!(node = %cfg.node_name, "the controller refused this node's key; joining again");
+    client.set_token(node_key::obtain(cfg, true).await);
 }
 
 /// A number for this run of the agent, unlike any earlier run's on this node: the time it

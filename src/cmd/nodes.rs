@@ -27,22 +27,28 @@ pub struct Args {
     #[arg(long, value_name = "TEXT", requires = "drain")]
     reason: Option<String>,
     /// Let a drained node take new jobs again (admins).
-    #[arg(long, value_name = "NODE")]
+    #[arg(long, value_name = "NODE", conflicts_with = "forget_key")]
     resume: Option<String>,
+    /// Forget a node's key (admins): its agent must join again with the cluster's join
+    /// token. For a reinstalled node that lost its key (its agent says it cannot join); with
+    /// a new join token, for a node no longer trusted.
+    #[arg(long, value_name = "NODE", conflicts_with = "drain")]
+    forget_key: Option<String>,
     /// One line per partition instead (Slurm's `sinfo -s`): its state, time limit, nodes
     /// allocated/mixed/idle/other, CPUs and GPUs in use, and jobs running and pending; `*`
     /// marks the default partition.
-    #[arg(short, long, conflicts_with_all = ["drain", "resume"])]
+    #[arg(short, long, conflicts_with_all = ["drain", "resume", "forget_key"])]
     partitions: bool,
 }
 
 /// Runs the command.
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
     let client = Client::new(Endpoint::parse(socket), None);
-    let change = match (&args.drain, &args.resume) {
-        (Some(node), _) => Some((node, NodeStateChange::Drain)),
-        (None, Some(node)) => Some((node, NodeStateChange::Resume)),
-        (None, None) => None,
+    let change = match (&args.drain, &args.resume, &args.forget_key) {
+        (Some(node), _, _) => Some((node, NodeStateChange::Drain)),
+        (None, Some(node), _) => Some((node, NodeStateChange::Resume)),
+        (None, None, Some(node)) => Some((node, NodeStateChange::ForgetKey)),
+        (None, None, None) => None,
     };
     if let Some((node, state)) = change {
         let req = NodeStateRequest {
@@ -53,6 +59,13 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         return match client.post::<_, NodeRecord>(&path, &req).await {
             Ok(n) if args.json => {
                 println!("{}", serde_json::to_string_pretty(&n)?);
+                Ok(0)
+            }
+            Ok(n) if state == NodeStateChange::ForgetKey => {
+                println!(
+                    "node {}: key forgotten; its agent joins again with the join token",
+                    output::clean(&n.info.name)
+                );
                 Ok(0)
             }
             Ok(n) => {

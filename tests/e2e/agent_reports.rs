@@ -106,6 +106,16 @@ fn tail(log: &str) -> String {
 /// Sends `head` (and `body`) to the controller at `port`; the status line of the answer, or
 /// why there was none within `limit`.
 fn exchange(port: u16, head: &str, body: &[u8], limit: Duration) -> String {
+    answer(port, head, body, limit, false)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Sends `head` (and `body`) to the controller at `port`; the answer, its head alone unless
+/// `whole` (then all until the connection closes), or why there was none within `limit`.
+fn answer(port: u16, head: &str, body: &[u8], limit: Duration, whole: bool) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(limit)).unwrap();
@@ -115,18 +125,28 @@ fn exchange(port: u16, head: &str, body: &[u8], limit: Duration) -> String {
     }
     let mut answer = Vec::new();
     let mut buf = [0u8; 4096];
-    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+    while whole || !answer.windows(4).any(|w| w == b"\r\n\r\n") {
         match s.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => answer.extend_from_slice(&buf[..n]),
             Err(e) => return format!("no answer: {e}"),
         }
     }
-    String::from_utf8_lossy(&answer)
-        .lines()
-        .next()
-        .unwrap_or("")
-        .to_string()
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// A POST of `body` to `path` with `auth` as the bearer token (none if empty): the answer.
+fn post(port: u16, path: &str, auth: &str, body: &str) -> String {
+    let auth = if auth.is_empty() {
+        String::new()
+    } else {
+        format!("authorization: Bearer {auth}\r\n")
+    };
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: wharf\r\ncontent-type: application/json\r\n{auth}content-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    answer(port, &head, body.as_bytes(), Duration::from_secs(20), true)
 }
 
 /// The agents' routes have their own body limit (a poll reports every job of its node) and
@@ -139,8 +159,9 @@ fn agents_routes_check_the_token_first_and_take_large_reports() {
         return;
     }
     let c = TcpCluster::start("");
-    let token = std::fs::read_to_string(c.dir.path().join("ctl/join-token")).unwrap();
-    let token = token.trim();
+    // Agents' routes take a node's own key: the one n1's agent got when it joined.
+    let kept = std::fs::read_to_string(c.dir.path().join("agent/node-key")).unwrap();
+    let token = kept.lines().nth(1).expect("the agent keeps its key");
     // A valid report padded with 2 MB of JSON whitespace.
     let mut body = br#"{"node":"n1","jobs":[],"wait_ms":0,"images":[]}"#.to_vec();
     body.resize(body.len() + 2_000_000, b' ');
@@ -169,4 +190,73 @@ fn agents_routes_check_the_token_first_and_take_large_reports() {
         t.elapsed()
     );
     assert!(c.nodes().contains("UP"), "{}", c.nodes());
+}
+
+/// Each node holds a key of its own, kept 0600 in its agent's state; the join token only
+/// joins, once per name; a key speaks for its own node only; and once an admin forgets a key
+/// its agent joins again by itself and the node goes on. On the old code the join token was
+/// every agent's credential, so any node (or whoever read the token on one) could poll in
+/// another node's name and take its launch orders.
+#[test]
+fn a_nodes_key_is_its_own_and_a_forgotten_one_makes_its_agent_join_again() {
+    use std::os::unix::fs::PermissionsExt;
+    if !can_run("a_nodes_key_is_its_own_and_a_forgotten_one_makes_its_agent_join_again") {
+        return;
+    }
+    let c = TcpCluster::start("");
+    let join_token = std::fs::read_to_string(c.dir.path().join("ctl/join-token")).unwrap();
+    let join_token = join_token.trim();
+    let file = c.dir.path().join("agent/node-key");
+    let kept = std::fs::read_to_string(&file).unwrap();
+    let mut lines = kept.lines();
+    assert_eq!(lines.next(), Some("n1"), "{kept}");
+    let n1 = lines.next().unwrap().to_string();
+    assert!(n1.starts_with("wnk_") && n1 != join_token, "{kept}");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    let poll = |node: &str| format!(r#"{{"node":"{node}","jobs":[],"wait_ms":0,"images":[]}}"#);
+    let status = |answer: &str| answer.lines().next().unwrap_or("").to_string();
+    // The join token polls as nobody, and cannot take n1's name again.
+    let answer = post(c.port, "/v1/agent/poll", join_token, &poll("n1"));
+    assert!(status(&answer).contains(" 403 "), "{answer}");
+    let answer = post(c.port, "/v1/agent/join", join_token, r#"{"node":"n1"}"#);
+    assert!(status(&answer).contains(" 409 "), "{answer}");
+    assert!(answer.contains("--forget-key n1"), "{answer}");
+    // A new node's key is its own: it does not speak for n1.
+    let answer = post(c.port, "/v1/agent/join", join_token, r#"{"node":"n7"}"#);
+    assert!(status(&answer).contains(" 200 "), "{answer}");
+    let n7 = answer
+        .split("\"key\":\"")
+        .nth(1)
+        .and_then(|k| k.split('"').next())
+        .unwrap_or_else(|| panic!("joining: {answer}"));
+    let answer = post(c.port, "/v1/agent/poll", n7, &poll("n1"));
+    assert!(status(&answer).contains(" 403 "), "{answer}");
+    assert!(answer.contains("speaks for node"), "{answer}");
+    // n1's own key is taken.
+    let answer = post(c.port, "/v1/agent/poll", &n1, &poll("n1"));
+    assert!(status(&answer).contains(" 200 "), "{answer}");
+    // An admin forgets n1's key: the old key is refused, and the agent joins again by itself.
+    let out = c.wharf(&["nodes", "--forget-key", "n1"]);
+    assert!(stdout(&out).contains("key forgotten"), "{}", stderr(&out));
+    let answer = post(c.port, "/v1/agent/poll", &n1, &poll("n1"));
+    assert!(status(&answer).contains(" 403 "), "{answer}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = std::fs::read_to_string(&file).unwrap_or_default();
+        if now
+            .lines()
+            .nth(1)
+            .is_some_and(|k| k.starts_with("wnk_") && k != n1)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the agent never joined again: {now}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let run = c.wharf(&["run", "--", "/bin/echo", "after a new key"]);
+    assert_eq!(stdout(&run), "after a new key\n", "{}", stderr(&run));
 }

@@ -220,6 +220,9 @@ pub enum NodeStateChange {
     Drain,
     /// Take new jobs again.
     Resume,
+    /// Forget the node's key: its agent must join again with the join token (a reinstalled
+    /// node that lost its key; or, with a new join token, one no longer trusted).
+    ForgetKey,
 }
 
 /// `GET /v1/whoami`: how the controller sees the caller.
@@ -229,6 +232,30 @@ pub struct WhoAmI {
     pub owner: Owner,
     /// Whether the caller is an administrator.
     pub admin: bool,
+}
+
+/// `POST /v1/agent/join`, with the cluster's join token: asks for a key of the node's own,
+/// which every other agent route takes instead of the token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinRequest {
+    /// The node's name (one that holds no key yet).
+    pub node: String,
+}
+
+/// Answer to a join: the node's key.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinResponse {
+    /// The key, sent as `authorization: Bearer KEY` from now on.
+    pub key: String,
+}
+
+impl std::fmt::Debug for JoinResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinResponse")
+            .field("key", &"(hidden)")
+            .finish()
+    }
 }
 
 /// `POST /v1/agent/register`.

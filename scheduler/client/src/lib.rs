@@ -81,13 +81,25 @@ impl ClientError {
 #[derive(Debug, Clone)]
 pub struct Client {
     endpoint: Endpoint,
-    token: Option<String>,
+    /// Shared by the client's clones, so that a new one reaches them all.
+    token: Option<std::sync::Arc<std::sync::RwLock<String>>>,
 }
 
 impl Client {
     /// A client; `token` is sent as a bearer token (agents).
     pub fn new(endpoint: Endpoint, token: Option<String>) -> Client {
-        Client { endpoint, token }
+        Client {
+            endpoint,
+            token: token.map(|t| std::sync::Arc::new(std::sync::RwLock::new(t))),
+        }
+    }
+
+    /// Sends `token` from now on, from this client and every clone of it (one made with a
+    /// token; one made without stays without).
+    pub fn set_token(&self, token: String) {
+        if let Some(t) = &self.token {
+            *t.write().unwrap_or_else(|p| p.into_inner()) = token;
+        }
     }
 
     /// The endpoint.
@@ -145,6 +157,7 @@ impl Client {
             .header("host", "wharf")
             .header("content-type", "application/json");
         if let Some(t) = &self.token {
+            let t = t.read().unwrap_or_else(|p| p.into_inner());
             req = req.header("authorization", format!("Bearer {t}"));
         }
         let req = req

@@ -1,5 +1,7 @@
 //! The `/v1` HTTP API (routes in `docs/api.md`). Identity comes from the connection: the peer
-//! credentials of the Unix socket for users, the join token for agents. Never from a field.
+//! credentials of the Unix socket for users, each node's own key for agents (the join token
+//! only joins; see [`crate::node_keys`]). Never from a field: a body naming another node
+//! than its key's is refused.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -18,14 +20,16 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use wharf_api::admin::{AdminChange, Associations, AuditEntry, AuditList};
 use wharf_api::step::{StepKey, StepRecord, StepStart};
+use wharf_api::step_input::{InputPull, InputPush};
 use wharf_api::step_output::{OutputAck, OutputBatch, OutputPush, OutputRead};
 use wharf_api::wire::{
-    ApiError, ErrorKind, JobList, NodeList, PollRequest, PollResponse, RegisterRequest,
-    RegisterResponse, SubmitRequest, SubmitResponse, WhoAmI,
+    ApiError, ErrorKind, JobList, JoinRequest, JoinResponse, NodeList, PollRequest, PollResponse,
+    RegisterRequest, RegisterResponse, SubmitRequest, SubmitResponse, WhoAmI,
 };
 use wharf_api::{JobId, JobState, Owner};
 
 use crate::cluster::{Caller, Cluster, Failure};
+use crate::node_keys::Credential;
 use crate::Shared;
 
 mod step_input;
@@ -94,6 +98,7 @@ type ApiResult<T> = Result<Json<T>, ApiFailure>;
 /// token is checked before an agent's body is read, so that only agents may send that much.
 pub fn router(shared: Arc<Shared>) -> Router {
     let agents = Router::new()
+        .route(JOIN, post(join))
         .route("/v1/agent/register", post(register))
         .route("/v1/agent/poll", post(poll))
         .route("/v1/agent/steps", post(step_start))
@@ -133,14 +138,22 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
-/// Lets only requests with the join token reach the agents' routes (before their bodies are
-/// read).
+/// The route the join token is good for.
+const JOIN: &str = "/v1/agent/join";
+
+/// Lets only requests with a node's key reach the agents' routes, and the join token the
+/// join route, before their bodies are read.
 async fn agents_only(
     State(s): State<Arc<Shared>>,
     req: axum::extract::Request,
     next: middleware::Next,
 ) -> Response {
-    match check_token(&s, req.headers()) {
+    let checked = if req.uri().path() == JOIN {
+        joining(&s, req.headers())
+    } else {
+        agent_node(&s, req.headers()).map(drop)
+    };
+    match checked {
         Ok(()) => next.run(req).await,
         Err(refused) => refused.into_response(),
     }
@@ -567,7 +580,12 @@ async fn node_state(
 ) -> ApiResult<wharf_api::NodeRecord> {
     let c = caller(&s, &peer)?;
     let req: wharf_api::wire::NodeStateRequest = body(&s, bytes)?;
+    let forget = req.state == wharf_api::wire::NodeStateChange::ForgetKey;
     let node = with_cluster(&s, move |cl, now| cl.set_node_state(&c, &name, &req, now)).await?;
+    if forget {
+        // Its agent's next request is refused, and it joins again with the join token.
+        s.node_keys.remove(&node.info.name);
+    }
     // A resumed node may take pending jobs now.
     s.wake_scheduler();
     Ok(Json(node))
@@ -661,28 +679,108 @@ async fn audit(
     Ok(Json(AuditList { entries }))
 }
 
-fn check_token(s: &Shared, headers: &HeaderMap) -> Result<(), ApiFailure> {
-    let given = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    let want = s.config.join_token.as_bytes();
-    // Compare in constant time so the token cannot be guessed byte by byte.
-    let same = given.len() == want.len()
-        && given
-            .bytes()
-            .zip(want)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0;
-    if same && !want.is_empty() {
-        Ok(())
-    } else {
-        Err(fail(
+/// The node whose key the request carries.
+fn agent_node(s: &Shared, headers: &HeaderMap) -> Result<String, ApiFailure> {
+    match s.node_keys.check(headers) {
+        Some(Credential::Node(node)) => Ok(node),
+        Some(Credential::Join) => Err(fail(
             ErrorKind::PermissionDenied,
-            "agent requests need the cluster's join token",
-        ))
+            "the join token only joins a node (POST /v1/agent/join); an agent then sends its \
+             node's own key",
+        )),
+        None => Err(fail(
+            ErrorKind::PermissionDenied,
+            "agent requests need their node's key (a joining agent, the cluster's join token); \
+             this one has neither, or a key the controller forgot",
+        )),
     }
+}
+
+/// The request carries the join token.
+fn joining(s: &Shared, headers: &HeaderMap) -> Result<(), ApiFailure> {
+    match s.node_keys.check(headers) {
+        Some(Credential::Join) => Ok(()),
+        _ => Err(fail(
+            ErrorKind::PermissionDenied,
+            "joining needs the cluster's join token",
+        )),
+    }
+}
+
+/// An agent's body that names the node it speaks for.
+trait FromNode {
+    fn node(&self) -> &str;
+}
+
+macro_rules! from_node {
+    ($($t:ty => |$r:ident| $e:expr),* $(,)?) => {
+        $(impl FromNode for $t {
+            fn node(&self) -> &str {
+                let $r = self;
+                $e
+            }
+        })*
+    };
+}
+
+from_node! {
+    RegisterRequest => |r| &r.node.name,
+    PollRequest => |r| &r.node,
+    StepStart => |r| &r.node,
+    OutputPush => |r| &r.node,
+    OutputRead => |r| &r.node,
+    InputPush => |r| &r.node,
+    InputPull => |r| &r.node,
+}
+
+/// An agent's request: its key's node, and its body, which must speak for that node.
+fn agent_request<T: serde::de::DeserializeOwned + FromNode>(
+    s: &Shared,
+    headers: &HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiFailure> {
+    let me = agent_node(s, headers)?;
+    let req: T = agent_body(s, bytes)?;
+    if req.node() != me {
+        tracing::warn!(key = %me, claimed = ?req.node(), "an agent spoke for another node; refused");
+        return Err(fail(
+            ErrorKind::PermissionDenied,
+            format!(
+                "this request speaks for node {:?}, but its key is node {me:?}'s",
+                req.node()
+            ),
+        ));
+    }
+    Ok(req)
+}
+
+/// `POST /v1/agent/join`: a node that holds no key yet gets one (see [`crate::node_keys`]).
+async fn join(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+) -> ApiResult<JoinResponse> {
+    joining(&s, &headers)?;
+    let req: JoinRequest = agent_body(&s, bytes)?;
+    let key = crate::node_keys::new_key()
+        .map_err(|e| fail(ErrorKind::Internal, format!("making a node key: {e}")))?;
+    let hash = crate::node_keys::hash(&key);
+    let node = req.node.clone();
+    let added = with_cluster(&s, move |cl, now| cl.add_node_key(&node, &hash, now)).await?;
+    if !added {
+        return Err(fail(
+            ErrorKind::Conflict,
+            format!(
+                "node {:?} has joined already and holds a key of its own; if its agent lost \
+                 it (a reinstalled node), an admin lets it join again with `wharf nodes \
+                 --forget-key {}`",
+                req.node, req.node
+            ),
+        ));
+    }
+    s.node_keys.insert(&req.node, hash);
+    tracing::info!(node = %req.node, "node joined with a key of its own");
+    Ok(Json(JoinResponse { key }))
 }
 
 async fn register(
@@ -690,8 +788,7 @@ async fn register(
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<RegisterResponse> {
-    check_token(&s, &headers)?;
-    let req: RegisterRequest = agent_body(&s, bytes)?;
+    let req: RegisterRequest = agent_request(&s, &headers, bytes)?;
     with_cluster(&s, move |cl, now| cl.register(req.node, now)).await?;
     s.wake_scheduler();
     Ok(Json(RegisterResponse {
@@ -709,8 +806,7 @@ async fn poll(
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<PollResponse> {
-    check_token(&s, &headers)?;
-    let req: PollRequest = agent_body(&s, bytes)?;
+    let req: PollRequest = agent_request(&s, &headers, bytes)?;
     let node = req.node.clone();
     let held = keys(&req.jobs, |j| j.exit.is_none(), |j| j.id);
     let stopping = keys(&req.jobs, |j| j.exit.is_none() && j.stopping, |j| j.id);
@@ -816,8 +912,7 @@ async fn step_start(
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<StepRecord> {
-    check_token(&s, &headers)?;
-    let req: StepStart = agent_body(&s, bytes)?;
+    let req: StepStart = agent_request(&s, &headers, bytes)?;
     let step = with_cluster(&s, move |cl, now| cl.start_step(req, now)).await?;
     for n in &step.nodes {
         s.wake_node(&n.node);
@@ -831,9 +926,26 @@ async fn step_status(
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<StepRecord> {
-    check_token(&s, &headers)?;
+    let me = agent_node(&s, &headers)?;
     let key: StepKey = agent_body(&s, bytes)?;
-    Ok(Json(with_cluster(&s, move |cl, _| cl.step(key)).await?))
+    Ok(Json(step_of_own_job(&s, me, key).await?))
+}
+
+/// Step `key`, asked for by node `me`, which must hold part of its job.
+async fn step_of_own_job(
+    s: &Arc<Shared>,
+    me: String,
+    key: StepKey,
+) -> Result<StepRecord, ApiFailure> {
+    let node = me.clone();
+    let (step, _, holds) = with_cluster(s, move |cl, _| cl.step_seen_from(key, &node)).await?;
+    if !holds {
+        return Err(fail(
+            ErrorKind::PermissionDenied,
+            format!("node {me} holds no part of job {}", key.job),
+        ));
+    }
+    Ok(step)
 }
 
 /// `POST /v1/agent/steps/cancel`: the caller of a step went away; its tasks are stopped.
@@ -842,8 +954,9 @@ async fn step_cancel(
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<StepRecord> {
-    check_token(&s, &headers)?;
+    let me = agent_node(&s, &headers)?;
     let key: StepKey = agent_body(&s, bytes)?;
+    step_of_own_job(&s, me, key).await?;
     let nodes = with_cluster(&s, move |cl, _| {
         cl.cancel_step(key, "its caller (wharf step) went away")
     })
@@ -867,8 +980,7 @@ async fn step_output_push(
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<OutputAck> {
-    check_token(&s, &headers)?;
-    let push: OutputPush = agent_body(&s, bytes)?;
+    let push: OutputPush = agent_request(&s, &headers, bytes)?;
     let (key, node) = (push.key, push.node.clone());
     // A node that holds none of the step's tasks is refused before the buffer is looked at:
     // it may not turn on the step's discarding (which stops the step's tasks) nor add to it.
@@ -910,8 +1022,7 @@ async fn step_output_read(
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<OutputBatch> {
-    check_token(&s, &headers)?;
-    let read: OutputRead = agent_body(&s, bytes)?;
+    let read: OutputRead = agent_request(&s, &headers, bytes)?;
     let (key, node) = (read.key, read.node.clone());
     let (step, _, holds) = with_cluster(&s, move |cl, _| cl.step_seen_from(key, &node)).await?;
     if !holds {

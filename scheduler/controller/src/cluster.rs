@@ -523,14 +523,21 @@ impl Cluster {
         self.jobs.on_node(node)
     }
 
+    /// Records `hash` as the key of `node`, which must hold none (see `crate::node_keys`);
+    /// false if it holds one.
+    pub fn add_node_key(
+        &mut self,
+        node: &str,
+        hash: &crate::node_keys::KeyHash,
+        now: u64,
+    ) -> Result<bool, Failure> {
+        valid_node_name(node)?;
+        Ok(self.store.add_node_key(node, hash, now)?)
+    }
+
     /// Records an agent's registration.
     pub fn register(&mut self, info: NodeInfo, now: u64) -> Result<(), Failure> {
-        if info.name.is_empty() || info.name.len() > 255 || info.name.contains(['/', '\0']) {
-            return Err(Failure::new(
-                ErrorKind::InvalidInput,
-                format!("invalid node name {:?}", info.name),
-            ));
-        }
+        valid_node_name(&info.name)?;
         wharf_api::features::validate_features(&info.features).map_err(|e| {
             Failure::new(
                 ErrorKind::InvalidInput,
@@ -820,6 +827,21 @@ pub struct Ingested {
 
 /// The nodes, other than `except`, of `changed` jobs that still hold them and are being
 /// stopped: their agents are to hear of it now rather than at their next poll.
+/// A node name is 1 to 255 bytes, with no `/`, NUL or other control character.
+fn valid_node_name(name: &str) -> Result<(), Failure> {
+    if name.is_empty()
+        || name.len() > 255
+        || name.contains('/')
+        || name.chars().any(char::is_control)
+    {
+        return Err(Failure::new(
+            ErrorKind::InvalidInput,
+            format!("invalid node name {name:?}"),
+        ));
+    }
+    Ok(())
+}
+
 fn stopping_nodes(changed: &[JobRecord], except: &str) -> BTreeSet<String> {
     changed
         .iter()

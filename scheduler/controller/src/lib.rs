@@ -14,6 +14,7 @@ pub mod api;
 pub mod cluster;
 pub mod groups;
 pub mod ledger;
+pub mod node_keys;
 pub mod private;
 pub mod registry_auth;
 pub mod retention;
@@ -124,6 +125,8 @@ pub struct Shared {
     pub step_output: Mutex<step_output::Relay>,
     /// Steps' input on its way from their callers to their tasks (bytes in flight too).
     pub step_input: Mutex<step_input::InputRelay>,
+    /// The join token and each node's key (see [`node_keys`]).
+    pub node_keys: Arc<node_keys::NodeKeys>,
 }
 
 impl Shared {
@@ -226,6 +229,10 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
     private::dir(&config.state_dir, 0o700)
         .map_err(io(format!("securing {}", config.state_dir.display())))?;
     let store = store::Store::open(&config.state_dir.join("wharf.db"))?;
+    let node_keys = Arc::new(node_keys::NodeKeys::new(
+        &config.join_token,
+        store.node_keys()?,
+    ));
     let ledger: Option<(Box<dyn ledger::Ledger>, &str)> = match &config.accounting {
         ledger::Engine::Sqlite => None,
         ledger::Engine::Postgres(pg) => {
@@ -259,6 +266,7 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
         step_output: Default::default(),
         step_input: Default::default(),
         nodes: Mutex::default(),
+        node_keys: node_keys.clone(),
     });
     submits::start(&shared, queue).map_err(io("starting the submit writer"))?;
 
@@ -295,7 +303,7 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
                 .max_connections
                 .saturating_sub(config.tcp.max_unauthenticated)
                 .max(16);
-            let gate = serve::Gate::new(&config.join_token, config.tcp.clone(), agents);
+            let gate = serve::Gate::new(node_keys.clone(), config.tcp.clone(), agents);
             Some(serve::serve_tcp(l, app, limits.clone(), gate))
         }
         None => None,
@@ -458,6 +466,7 @@ pub(crate) mod tests {
             step_output: Default::default(),
             step_input: Default::default(),
             nodes: Mutex::default(),
+            node_keys: Arc::new(node_keys::NodeKeys::new("token", vec![])),
         });
         (shared, queue)
     }

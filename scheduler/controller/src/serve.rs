@@ -374,7 +374,7 @@ pub struct Gate(Arc<GateInner>);
 
 #[derive(Debug)]
 struct GateInner {
-    token: Vec<u8>,
+    keys: Arc<crate::node_keys::NodeKeys>,
     tcp: TcpLimits,
     limits: ConnectionLimits,
     agents: Counts,
@@ -399,10 +399,15 @@ pub struct Ticket {
 }
 
 impl Gate {
-    /// A gate for agents presenting `token`; agents' connections are capped by `limits`.
-    pub fn new(token: &str, tcp: TcpLimits, limits: ConnectionLimits) -> Gate {
+    /// A gate for agents presenting the join token or a node's key (`keys`); agents'
+    /// connections are capped by `limits`.
+    pub fn new(
+        keys: Arc<crate::node_keys::NodeKeys>,
+        tcp: TcpLimits,
+        limits: ConnectionLimits,
+    ) -> Gate {
         Gate(Arc::new(GateInner {
-            token: token.as_bytes().to_vec(),
+            keys,
             tcp,
             limits,
             agents: Counts::new(),
@@ -446,22 +451,9 @@ impl Gate {
         self.0.agents.open(PeerKey::Unknown).0
     }
 
-    /// True when `headers` carry the join token (compared in constant time).
+    /// True when `headers` carry the join token or a node's key.
     fn has_token(&self, headers: &axum::http::HeaderMap) -> bool {
-        let given = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("")
-            .as_bytes();
-        let want = &self.0.token;
-        !want.is_empty()
-            && given.len() == want.len()
-            && given
-                .iter()
-                .zip(want)
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
+        self.0.keys.check(headers).is_some()
     }
 }
 
@@ -660,6 +652,10 @@ mod tests {
         assert_eq!(c.open(PeerKey::Uid(7)), (0, 0));
     }
 
+    fn keys(join_token: &str) -> Arc<crate::node_keys::NodeKeys> {
+        Arc::new(crate::node_keys::NodeKeys::new(join_token, vec![]))
+    }
+
     fn bearer(token: &str) -> axum::http::HeaderMap {
         let mut h = axum::http::HeaderMap::new();
         h.insert("authorization", format!("Bearer {token}").parse().unwrap());
@@ -672,7 +668,7 @@ mod tests {
             max_unauthenticated: 2,
             ..Default::default()
         };
-        let gate = Gate::new("secret", tcp, ConnectionLimits::default());
+        let gate = Gate::new(keys("secret"), tcp, ConnectionLimits::default());
         let key = PeerKey::Addr("127.0.0.1".parse().unwrap());
         let agent = gate.enter();
         agent.present(&bearer("secret"), key);
@@ -704,7 +700,7 @@ mod tests {
 
     #[test]
     fn no_token_configured_promotes_nobody() {
-        let gate = Gate::new("", TcpLimits::default(), ConnectionLimits::default());
+        let gate = Gate::new(keys(""), TcpLimits::default(), ConnectionLimits::default());
         let t = gate.enter();
         t.present(&bearer(""), PeerKey::Unknown);
         assert!(!t.authenticated());

@@ -56,6 +56,11 @@ CREATE TABLE IF NOT EXISTS node_drains (
     reason TEXT NOT NULL,
     since  INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS node_keys (
+    name   TEXT PRIMARY KEY,
+    hash   BLOB NOT NULL,
+    issued INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS ledger_outbox (
     job_id INTEGER NOT NULL,
     run    INTEGER NOT NULL,
@@ -468,6 +473,49 @@ impl Store {
                 .execute("DELETE FROM node_drains WHERE name = ?1", [name])?,
         };
         Ok(())
+    }
+
+    /// Records `hash` as the key of node `name`, which must hold none (see
+    /// `crate::node_keys`); false if it holds one.
+    pub fn add_node_key(
+        &mut self,
+        name: &str,
+        hash: &crate::node_keys::KeyHash,
+        now: u64,
+    ) -> Result<bool, StoreError> {
+        let n = self.conn.execute(
+            "INSERT INTO node_keys (name, hash, issued) VALUES (?1, ?2, ?3)
+             ON CONFLICT(name) DO NOTHING",
+            params![name, &hash[..], now as i64],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// Forgets node `name`'s key; whether it had one.
+    pub fn remove_node_key(&mut self, name: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .conn
+            .execute("DELETE FROM node_keys WHERE name = ?1", [name])?
+            == 1)
+    }
+
+    /// Every node's key hash.
+    pub fn node_keys(&self) -> Result<Vec<(String, crate::node_keys::KeyHash)>, StoreError> {
+        let mut st = self.conn.prepare("SELECT name, hash FROM node_keys")?;
+        let rows = st.query_map([], |r| {
+            let name: String = r.get(0)?;
+            let hash: Vec<u8> = r.get(1)?;
+            Ok((name, hash))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (name, hash) = row?;
+            // A row that is not a SHA-256 (written by hand) matches no key.
+            if let Ok(h) = <[u8; 32]>::try_from(hash.as_slice()) {
+                out.push((name, h));
+            }
+        }
+        Ok(out)
     }
 
     /// Every drained node: name, reason and since when.

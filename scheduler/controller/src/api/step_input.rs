@@ -14,7 +14,7 @@ use wharf_api::step::{StepKey, StepRecord};
 use wharf_api::step_input::{InputAck, InputBatch, InputPull, InputPush};
 use wharf_api::wire::ErrorKind;
 
-use super::{agent_body, check_token, fail, with_cluster, ApiResult};
+use super::{agent_request, fail, with_cluster, ApiResult};
 use crate::Shared;
 
 fn relay(s: &Shared) -> std::sync::MutexGuard<'_, crate::step_input::InputRelay> {
@@ -37,8 +37,7 @@ pub(super) async fn push(
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<InputAck> {
-    check_token(&s, &headers)?;
-    let push: InputPush = agent_body(&s, bytes)?;
+    let push: InputPush = agent_request(&s, &headers, bytes)?;
     let (key, node) = (push.key, push.node.clone());
     let (step, _, holds) = with_cluster(&s, move |cl, _| cl.step_seen_from(key, &node)).await?;
     if !holds {
@@ -65,8 +64,7 @@ pub(super) async fn pull(
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<InputBatch> {
-    check_token(&s, &headers)?;
-    let pull: InputPull = agent_body(&s, bytes)?;
+    let pull: InputPull = agent_request(&s, &headers, bytes)?;
     let (key, node) = (pull.key, pull.node.clone());
     let (step, idx, _) = with_cluster(&s, move |cl, _| cl.step_seen_from(key, &node)).await?;
     let Some(idx) = idx else {

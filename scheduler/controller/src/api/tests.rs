@@ -19,10 +19,22 @@ fn controller(dir: &tempfile::TempDir) -> (Arc<Shared>, StepKey) {
     (shared, StepKey { job: id, step: 0 })
 }
 
-fn agent_headers() -> HeaderMap {
+/// The key node `node`'s agent would hold, known to the controller.
+fn key_of(s: &Shared, node: &str) -> String {
+    let key = format!("{}{node}-for-tests", crate::node_keys::KEY_PREFIX);
+    s.node_keys.insert(node, crate::node_keys::hash(&key));
+    key
+}
+
+fn bearer(token: &str) -> HeaderMap {
     let mut h = HeaderMap::new();
-    h.insert("authorization", "Bearer token".parse().unwrap());
+    h.insert("authorization", format!("Bearer {token}").parse().unwrap());
     h
+}
+
+/// The headers of node `node`'s agent.
+fn agent_headers(s: &Shared, node: &str) -> HeaderMap {
+    bearer(&key_of(s, node))
 }
 
 async fn push(s: &Arc<Shared>, node: &str, key: StepKey, data: &[u8]) -> ApiResult<OutputAck> {
@@ -38,7 +50,7 @@ async fn push(s: &Arc<Shared>, node: &str, key: StepKey, data: &[u8]) -> ApiResu
         }],
     };
     let body = Bytes::from(serde_json::to_vec(&push).unwrap());
-    step_output_push(State(s.clone()), agent_headers(), Ok(body)).await
+    step_output_push(State(s.clone()), agent_headers(s, node), Ok(body)).await
 }
 
 #[tokio::test]
@@ -68,7 +80,7 @@ async fn only_the_nodes_holding_a_steps_tasks_may_pass_on_its_output() {
         after: 0,
     };
     let body = Bytes::from(serde_json::to_vec(&read).unwrap());
-    let batch = step_output_read(State(s.clone()), agent_headers(), Ok(body))
+    let batch = step_output_read(State(s.clone()), agent_headers(&s, "g2"), Ok(body))
         .await
         .unwrap()
         .0;
@@ -83,12 +95,180 @@ async fn an_agents_body_over_its_limit_is_refused_as_too_large() {
     let dir = tempfile::tempdir().unwrap();
     let (s, _) = controller(&dir);
     let body = vec![b' '; s.config.max_agent_request_bytes + 1];
+    let key = key_of(&s, "g1");
     let req = axum::http::Request::post("/v1/agent/steps/output")
-        .header("authorization", "Bearer token")
+        .header("authorization", format!("Bearer {key}"))
         .header("content-type", "application/json")
         .body(axum::body::Body::from(body))
         .unwrap();
     let answer = router(s).call(req).await.unwrap();
     // 413, which an agent tells from a wrong request: it pushes less and goes on.
     assert_eq!(answer.status(), StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+/// Sends `body` to `path` through the router with `auth` as the bearer token; the status
+/// and the answer's JSON.
+async fn call(
+    s: &Arc<Shared>,
+    path: &str,
+    auth: &str,
+    body: serde_json::Value,
+) -> (StatusCode, serde_json::Value) {
+    use tower_service::Service;
+    let req = axum::http::Request::post(path)
+        .header("authorization", format!("Bearer {auth}"))
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(body.to_string()))
+        .unwrap();
+    let answer = router(s.clone()).call(req).await.unwrap();
+    let status = answer.status();
+    let bytes = axum::body::to_bytes(answer.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (status, serde_json::from_slice(&bytes).unwrap_or_default())
+}
+
+fn poll_of(node: &str) -> serde_json::Value {
+    serde_json::json!({"node": node, "jobs": [], "wait_ms": 0, "images": []})
+}
+
+/// The join token gets a node a key once, and only joins; a key speaks for its own node only.
+/// On the old code the join token reached every agent route, and any agent could poll (and
+/// take the launch orders, registry credentials included) in any node's name.
+#[tokio::test]
+async fn the_join_token_only_joins_and_a_nodes_key_speaks_only_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, key) = controller(&dir);
+    let join = |node: &str| serde_json::json!({ "node": node });
+    // The join token reaches no other agent route.
+    let (status, why) = call(&s, "/v1/agent/poll", "token", poll_of("g1")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{why}");
+    assert!(
+        why["error"].as_str().unwrap().contains("only joins"),
+        "{why}"
+    );
+    // A node joins once; its key is new and is taken from then on.
+    let (status, got) = call(&s, "/v1/agent/join", "token", join("g1")).await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+    let g1 = got["key"].as_str().unwrap().to_string();
+    assert!(
+        g1.starts_with(crate::node_keys::KEY_PREFIX) && g1.len() == 68,
+        "{g1}"
+    );
+    let (status, why) = call(&s, "/v1/agent/join", "token", join("g1")).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{why}");
+    assert!(
+        why["error"].as_str().unwrap().contains("--forget-key g1"),
+        "{why}"
+    );
+    // The store holds the key's hash, never the key.
+    let db = std::fs::read(dir.path().join("wharf.db")).unwrap();
+    assert!(!db.windows(g1.len()).any(|w| w == g1.as_bytes()));
+    // A key joins nothing, and a wrong key or none reaches nothing.
+    let (status, _) = call(&s, "/v1/agent/join", &g1, join("g9")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    for wrong in ["", "wnk_00", "tokenx"] {
+        let (status, _) = call(&s, "/v1/agent/poll", wrong, poll_of("g1")).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{wrong:?}");
+    }
+    // g1's key polls as g1, and as no other node.
+    let (status, got) = call(&s, "/v1/agent/poll", &g1, poll_of("g1")).await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+    for other in ["g2", "g3", "g1 "] {
+        let (status, why) = call(&s, "/v1/agent/poll", &g1, poll_of(other)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{other:?}: {why}");
+        assert!(
+            why["error"].as_str().unwrap().contains("speaks for node"),
+            "{why}"
+        );
+    }
+    // Nor may it read or cancel a step of a job it holds no part of: g3 runs nothing of job 1.
+    let g3 = key_of(&s, "g3");
+    let step = serde_json::to_value(key).unwrap();
+    for path in ["/v1/agent/steps/status", "/v1/agent/steps/cancel"] {
+        let (status, why) = call(&s, path, &g3, step.clone()).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path}: {why}");
+    }
+    let (status, got) = call(&s, "/v1/agent/steps/status", &g1, step.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+    assert!(got["exit"].is_null(), "g3's cancel stopped the step: {got}");
+    // Names a node may not have.
+    for bad in ["", "a/b", "a\nb", "\u{1b}[2J"] {
+        let (status, _) = call(&s, "/v1/agent/join", "token", join(bad)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad:?}");
+    }
+}
+
+/// An admin forgets a node's key: the old key reaches nothing, and the node may join again.
+/// Keys outlive a restart of the controller.
+#[tokio::test]
+async fn a_forgotten_key_is_refused_and_keys_outlive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, _) = controller(&dir);
+    let (_, got) = call(
+        &s,
+        "/v1/agent/join",
+        "token",
+        serde_json::json!({"node": "g2"}),
+    )
+    .await;
+    let g2 = got["key"].as_str().unwrap().to_string();
+    // Read back as a restarted controller would.
+    let store = crate::store::Store::open(&dir.path().join("wharf.db")).unwrap();
+    let again = crate::node_keys::NodeKeys::new("token", store.node_keys().unwrap());
+    assert_eq!(
+        again.check(&bearer(&g2)),
+        Some(crate::node_keys::Credential::Node("g2".into()))
+    );
+    let forget = wharf_api::wire::NodeStateRequest {
+        state: wharf_api::wire::NodeStateChange::ForgetKey,
+        reason: None,
+    };
+    let mut admin = Caller {
+        owner: Owner {
+            uid: 0,
+            gid: 0,
+            user: "root".into(),
+        },
+        admin: false,
+    };
+    let refused = s
+        .cluster
+        .lock()
+        .unwrap()
+        .set_node_state(&admin, "g2", &forget, 1)
+        .unwrap_err();
+    assert_eq!(refused.kind, ErrorKind::PermissionDenied);
+    admin.admin = true;
+    let body = Bytes::from(serde_json::to_vec(&forget).unwrap());
+    let peer = ConnectInfo(Peer::Local { uid: 0, gid: 0 });
+    let forgotten = node_state(
+        State(s.clone()),
+        peer.clone(),
+        Path("g2".into()),
+        Ok(body.clone()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(forgotten.0.info.name, "g2");
+    let (status, _) = call(&s, "/v1/agent/poll", &g2, poll_of("g2")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // Forgotten once, it is not there to forget again.
+    let Err(ApiFailure(status, why)) =
+        node_state(State(s.clone()), peer, Path("g2".into()), Ok(body)).await
+    else {
+        panic!("forgot a key twice");
+    };
+    assert_eq!(status, StatusCode::NOT_FOUND, "{why:?}");
+    let store = crate::store::Store::open(&dir.path().join("wharf.db")).unwrap();
+    assert!(store.node_keys().unwrap().iter().all(|(n, _)| n != "g2"));
+    let (status, got) = call(
+        &s,
+        "/v1/agent/join",
+        "token",
+        serde_json::json!({"node": "g2"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+    assert_ne!(got["key"].as_str().unwrap(), g2);
 }

@@ -1,0 +1,156 @@
+//! Who an agent is: each node holds a key of its own.
+//!
+//! The cluster's join token only lets an agent join: `POST /v1/agent/join` with the token and
+//! a node name that holds no key yet is answered with a new key for that name, which the
+//! agent keeps and sends from then on. Every other agent route takes node keys only, and the
+//! node a request speaks for is the key's: a node can neither act as another nor, with the
+//! join token alone, claim a name that has joined. The controller keeps only each key's
+//! SHA-256 (in the store's `node_keys`); a key is 32 random bytes, so its hash is as good as
+//! the key for lookup and useless to whoever reads the database.
+
+use std::collections::BTreeMap;
+use std::sync::RwLock;
+
+use axum::http::HeaderMap;
+use sha2::{Digest, Sha256};
+
+/// What a node key starts with, so that it is never taken for a join token.
+pub const KEY_PREFIX: &str = "wnk_";
+
+/// The SHA-256 of a key.
+pub type KeyHash = [u8; 32];
+
+/// What an agent's request showed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// The cluster's join token: good for joining only.
+    Join,
+    /// The key of this node.
+    Node(String),
+}
+
+/// The node a request's key belongs to (set on the agents' routes by the token check).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentNode(pub String);
+
+/// The join token and the nodes' keys.
+#[derive(Debug)]
+pub struct NodeKeys {
+    join: Vec<u8>,
+    keys: RwLock<BTreeMap<KeyHash, String>>,
+}
+
+impl NodeKeys {
+    /// The join token and the keys of the nodes that joined (name, hash).
+    pub fn new(join_token: &str, known: Vec<(String, KeyHash)>) -> NodeKeys {
+        NodeKeys {
+            join: join_token.as_bytes().to_vec(),
+            keys: RwLock::new(known.into_iter().map(|(n, h)| (h, n)).collect()),
+        }
+    }
+
+    /// What the request's `authorization: Bearer ...` header shows, if anything valid.
+    pub fn check(&self, headers: &HeaderMap) -> Option<Credential> {
+        let given = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))?;
+        if given.starts_with(KEY_PREFIX) {
+            let hash = hash(given);
+            return self.read().get(&hash).cloned().map(Credential::Node);
+        }
+        // Compared in constant time, so that the token cannot be guessed byte by byte.
+        let same = given.len() == self.join.len()
+            && given
+                .bytes()
+                .zip(&self.join)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+        (same && !self.join.is_empty()).then_some(Credential::Join)
+    }
+
+    /// Whether `node` holds a key.
+    pub fn has(&self, node: &str) -> bool {
+        self.read().values().any(|n| n == node)
+    }
+
+    /// Takes `hash` as `node`'s key, in place of any it had.
+    pub fn insert(&self, node: &str, hash: KeyHash) {
+        let mut keys = self.write();
+        keys.retain(|_, n| n != node);
+        keys.insert(hash, node.to_string());
+    }
+
+    /// Forgets `node`'s key; whether it had one.
+    pub fn remove(&self, node: &str) -> bool {
+        let mut keys = self.write();
+        let before = keys.len();
+        keys.retain(|_, n| n != node);
+        keys.len() != before
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<KeyHash, String>> {
+        self.keys.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<KeyHash, String>> {
+        self.keys.write().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The SHA-256 of `key`.
+pub fn hash(key: &str) -> KeyHash {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// A new key: [`KEY_PREFIX`] and 32 bytes from the kernel, as hex.
+pub fn new_key() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut buf = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    let hex: String = buf.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("{KEY_PREFIX}{hex}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bearer(t: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("authorization", format!("Bearer {t}").parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn the_join_token_joins_and_a_key_names_its_node() {
+        let k1 = new_key().unwrap();
+        let k2 = new_key().unwrap();
+        assert_ne!(k1, k2);
+        assert!(k1.starts_with(KEY_PREFIX) && k1.len() == KEY_PREFIX.len() + 64);
+        let keys = NodeKeys::new("secret", vec![("n1".into(), hash(&k1))]);
+        assert_eq!(keys.check(&bearer("secret")), Some(Credential::Join));
+        assert_eq!(
+            keys.check(&bearer(&k1)),
+            Some(Credential::Node("n1".into()))
+        );
+        // A key nobody was given, a wrong token, a prefix of the token, none at all.
+        for wrong in [k2.as_str(), "secreT", "secre", "", KEY_PREFIX] {
+            assert_eq!(keys.check(&bearer(wrong)), None, "{wrong:?}");
+        }
+        assert_eq!(keys.check(&HeaderMap::new()), None);
+        // A new key for n1 replaces the old one.
+        keys.insert("n1", hash(&k2));
+        assert_eq!(keys.check(&bearer(&k1)), None);
+        assert_eq!(
+            keys.check(&bearer(&k2)),
+            Some(Credential::Node("n1".into()))
+        );
+        assert!(keys.has("n1") && !keys.has("n2"));
+        assert!(keys.remove("n1"));
+        assert!(!keys.remove("n1"));
+        assert_eq!(keys.check(&bearer(&k2)), None);
+        // With no token configured nothing joins.
+        assert_eq!(NodeKeys::new("", vec![]).check(&bearer("")), None);
+    }
+}
