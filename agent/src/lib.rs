@@ -213,7 +213,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                     wait_ms = r.poll_wait_ms;
                     registered = true;
                 }
-                Err(ClientError::Api { status: 403, .. }) => rejoin(&cfg, &client).await,
+                Err(ClientError::Api { status: 401, .. }) => {
+                    rejoin(&cfg, &client).await;
+                    continue;
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "registration failed; retrying");
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -262,7 +265,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                     .await;
             }
             Err(ClientError::Api { status: 404, .. }) => registered = false,
-            Err(ClientError::Api { status: 403, .. }) => {
+            Err(ClientError::Api { status: 401, .. }) => {
                 rejoin(&cfg, &client).await;
                 registered = false;
             }
@@ -289,8 +292,9 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     }
 }
 
-/// The controller refused the node's key (an admin forgot it, or its database is new): the
-/// agent joins again, and every clone of `client` sends the new key.
+/// The controller does not know the node's key (401: an admin forgot it, or its database is
+/// new): the agent joins again with a new one, which every clone of `client` sends from then
+/// on (the node's other requests wait and retry meanwhile).
 async fn rejoin(cfg: &AgentConfig, client: &Client) {
     tracing::warn!(node = %cfg.node_name, "the controller refused this node's key; joining again");
     client.set_token(node_key::obtain(cfg, true).await);

@@ -1,9 +1,10 @@
-//! The node's own key. The cluster's join token only lets an agent join: the controller
-//! answers a join with a key for this node's name, which every other request carries. The key
-//! is kept in the agent's state directory (`node-key`, root's, 0600), so that a restarted
-//! agent is the same node; the join token is not needed again after the first join.
+//! The node's own key. The cluster's join token only lets an agent join: the agent makes a
+//! key for its node (32 random bytes), keeps it in its state directory (`node-key`, root's,
+//! 0600), and then joins with it; every other request carries it. Made and kept before the
+//! join, the key survives a join whose answer is lost (the controller takes the same key
+//! again) and a restart (the agent is the same node without the join token).
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,47 +17,60 @@ use crate::AgentConfig;
 /// What a key starts with (the controller's prefix).
 const KEY_PREFIX: &str = "wnk_";
 
+/// Longest wait between tries to join.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
 /// The file the key is kept in: the node's name, then the key, a line each.
 pub fn file(cfg: &AgentConfig) -> PathBuf {
     cfg.state_dir.join("node-key")
 }
 
-/// The node's key: the one kept, unless `fresh` or it is for another name; else a new one
-/// from a join, kept for next time. Waits, retrying, until the controller gives one.
+/// The node's key: the one kept for this name, unless `fresh` (the controller refused it);
+/// else a new one, kept, then joined with. Waits, retrying with a growing pause, until the
+/// controller takes it.
 pub async fn obtain(cfg: &AgentConfig, fresh: bool) -> String {
     if !fresh {
-        if let Some(key) = load(cfg) {
+        if let Some(key) = kept(cfg) {
             return key;
         }
+    }
+    let key = loop {
+        match new_key() {
+            Ok(k) => break k,
+            Err(e) => {
+                tracing::error!(error = %e, "no random bytes for the node's key; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    if let Err(e) = save(cfg, &key) {
+        tracing::error!(error = %e, file = %file(cfg).display(), "cannot keep the node's key; the agent must join again after a restart");
     }
     let joiner = Client::new(cfg.controller.clone(), Some(cfg.token.clone()));
     let req = JoinRequest {
         node: cfg.node_name.clone(),
+        key: key.clone(),
     };
+    let mut pause = Duration::from_secs(1);
     loop {
         match joiner.post::<_, JoinResponse>("/v1/agent/join", &req).await {
-            Ok(JoinResponse { key }) => {
-                if let Err(e) = save(cfg, &key) {
-                    tracing::error!(error = %e, file = %file(cfg).display(), "cannot keep the node's key; the agent must join again after a restart");
-                }
+            Ok(_) => {
                 tracing::info!(node = %cfg.node_name, "joined the cluster with a key of this node's own");
                 return key;
             }
             // Joined already, with a key this agent does not hold: an admin must forget it.
             Err(e @ ClientError::Api { status: 409, .. }) => {
                 tracing::error!(error = %e, "cannot join");
-                tokio::time::sleep(Duration::from_secs(10)).await;
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "joining failed; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
+            Err(e) => tracing::warn!(error = %e, "joining failed; retrying"),
         }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(MAX_BACKOFF);
     }
 }
 
 /// The key kept for this node's name, if any.
-fn load(cfg: &AgentConfig) -> Option<String> {
+pub fn kept(cfg: &AgentConfig) -> Option<String> {
     let text = std::fs::read_to_string(file(cfg)).ok()?;
     let mut lines = text.lines();
     let (name, key) = (lines.next()?, lines.next()?.trim());
@@ -64,7 +78,16 @@ fn load(cfg: &AgentConfig) -> Option<String> {
         .then(|| key.to_string())
 }
 
-/// Keeps `key`: written beside the file, 0600, then renamed over it.
+/// A new key: [`KEY_PREFIX`] and 32 bytes from the kernel, as hex.
+fn new_key() -> std::io::Result<String> {
+    let mut buf = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    let hex: String = buf.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("{KEY_PREFIX}{hex}"))
+}
+
+/// Keeps `key`: written beside the file, 0600, synced, renamed over it, and the rename
+/// synced.
 fn save(cfg: &AgentConfig, key: &str) -> std::io::Result<()> {
     let path = file(cfg);
     let tmp = cfg.state_dir.join(".node-key.new");
@@ -76,5 +99,6 @@ fn save(cfg: &AgentConfig, key: &str) -> std::io::Result<()> {
         .open(&tmp)?;
     writeln!(f, "{}\n{key}", cfg.node_name)?;
     f.sync_all()?;
-    std::fs::rename(&tmp, &path)
+    std::fs::rename(&tmp, &path)?;
+    std::fs::File::open(&cfg.state_dir)?.sync_all()
 }

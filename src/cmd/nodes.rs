@@ -3,7 +3,7 @@
 use anyhow::Result;
 use wharf_api::resources::format_duration;
 use wharf_api::resources::format_memory;
-use wharf_api::wire::{NodeList, NodeStateChange, NodeStateRequest, PartitionList};
+use wharf_api::wire::{KeyForgotten, NodeList, NodeStateChange, NodeStateRequest, PartitionList};
 use wharf_api::NodeRecord;
 use wharf_client::{Client, ClientError, Endpoint};
 
@@ -44,11 +44,31 @@ pub struct Args {
 /// Runs the command.
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
     let client = Client::new(Endpoint::parse(socket), None);
-    let change = match (&args.drain, &args.resume, &args.forget_key) {
-        (Some(node), _, _) => Some((node, NodeStateChange::Drain)),
-        (None, Some(node), _) => Some((node, NodeStateChange::Resume)),
-        (None, None, Some(node)) => Some((node, NodeStateChange::ForgetKey)),
-        (None, None, None) => None,
+    if let Some(node) = &args.forget_key {
+        let path = format!("/v1/nodes/{node}/forget-key");
+        return match client.post::<_, KeyForgotten>(&path, &()).await {
+            Ok(f) if args.json => {
+                println!("{}", serde_json::to_string_pretty(&f)?);
+                Ok(0)
+            }
+            Ok(f) => {
+                println!(
+                    "node {}: key forgotten; its agent joins again with the join token",
+                    output::clean(&f.node)
+                );
+                Ok(0)
+            }
+            Err(ClientError::Api { error, .. }) => {
+                eprintln!("error: node {node}: {}", output::clean(&error.error));
+                Ok(1)
+            }
+            Err(e) => Err(e.into()),
+        };
+    }
+    let change = match (&args.drain, &args.resume) {
+        (Some(node), _) => Some((node, NodeStateChange::Drain)),
+        (None, Some(node)) => Some((node, NodeStateChange::Resume)),
+        (None, None) => None,
     };
     if let Some((node, state)) = change {
         let req = NodeStateRequest {
@@ -59,13 +79,6 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         return match client.post::<_, NodeRecord>(&path, &req).await {
             Ok(n) if args.json => {
                 println!("{}", serde_json::to_string_pretty(&n)?);
-                Ok(0)
-            }
-            Ok(n) if state == NodeStateChange::ForgetKey => {
-                println!(
-                    "node {}: key forgotten; its agent joins again with the join token",
-                    output::clean(&n.info.name)
-                );
                 Ok(0)
             }
             Ok(n) => {

@@ -220,9 +220,15 @@ pub enum NodeStateChange {
     Drain,
     /// Take new jobs again.
     Resume,
-    /// Forget the node's key: its agent must join again with the join token (a reinstalled
-    /// node that lost its key; or, with a new join token, one no longer trusted).
-    ForgetKey,
+}
+
+/// Answer to `POST /v1/nodes/{name}/forget-key` (admins): the node's key is forgotten, and
+/// its agent must join again with the join token (a reinstalled node that lost its key; or,
+/// with a new join token, one no longer trusted).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyForgotten {
+    /// The node.
+    pub node: String,
 }
 
 /// `GET /v1/whoami`: how the controller sees the caller.
@@ -234,28 +240,32 @@ pub struct WhoAmI {
     pub admin: bool,
 }
 
-/// `POST /v1/agent/join`, with the cluster's join token: asks for a key of the node's own,
-/// which every other agent route takes instead of the token.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// `POST /v1/agent/join`, with the cluster's join token: the key the node's agent made for
+/// itself, which every other agent route takes instead of the token.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JoinRequest {
-    /// The node's name (one that holds no key yet).
+    /// The node's name (one that holds no key yet, or holds this one).
     pub node: String,
-}
-
-/// Answer to a join: the node's key.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JoinResponse {
-    /// The key, sent as `authorization: Bearer KEY` from now on.
+    /// `wnk_` and 32 random bytes as 64 lower-case hex digits; sent as
+    /// `authorization: Bearer KEY` from now on.
     pub key: String,
 }
 
-impl std::fmt::Debug for JoinResponse {
+impl std::fmt::Debug for JoinRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JoinResponse")
+        f.debug_struct("JoinRequest")
+            .field("node", &self.node)
             .field("key", &"(hidden)")
             .finish()
     }
+}
+
+/// Answer to a join.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinResponse {
+    /// The node that joined.
+    pub node: String,
 }
 
 /// `POST /v1/agent/register`.

@@ -68,11 +68,14 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// True when retrying later may help (controller down or restarting).
+    /// True when retrying later may help (controller down or restarting; or, for an agent,
+    /// its node's key not known, 401, while the agent joins again).
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            ClientError::Unreachable { .. } | ClientError::Protocol(_)
+            ClientError::Unreachable { .. }
+                | ClientError::Protocol(_)
+                | ClientError::Api { status: 401, .. }
         )
     }
 }

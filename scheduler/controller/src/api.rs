@@ -126,6 +126,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/nodes", get(nodes))
         .route("/v1/partitions", get(partitions))
         .route("/v1/nodes/{name}/state", post(node_state))
+        .route("/v1/nodes/{name}/forget-key", post(forget_key))
         .route("/v1/images/pull", post(prepull))
         .route("/v1/images/pull/{id}", get(prepull_status))
         .route("/v1/admin/change", post(admin_change))
@@ -580,12 +581,7 @@ async fn node_state(
 ) -> ApiResult<wharf_api::NodeRecord> {
     let c = caller(&s, &peer)?;
     let req: wharf_api::wire::NodeStateRequest = body(&s, bytes)?;
-    let forget = req.state == wharf_api::wire::NodeStateChange::ForgetKey;
     let node = with_cluster(&s, move |cl, now| cl.set_node_state(&c, &name, &req, now)).await?;
-    if forget {
-        // Its agent's next request is refused, and it joins again with the join token.
-        s.node_keys.remove(&node.info.name);
-    }
     // A resumed node may take pending jobs now.
     s.wake_scheduler();
     Ok(Json(node))
@@ -688,10 +684,16 @@ fn agent_node(s: &Shared, headers: &HeaderMap) -> Result<String, ApiFailure> {
             "the join token only joins a node (POST /v1/agent/join); an agent then sends its \
              node's own key",
         )),
-        None => Err(fail(
-            ErrorKind::PermissionDenied,
-            "agent requests need their node's key (a joining agent, the cluster's join token); \
-             this one has neither, or a key the controller forgot",
+        // 401, which an agent takes as its cue to join again (any other refusal is not).
+        None => Err(ApiFailure(
+            StatusCode::UNAUTHORIZED,
+            ApiError {
+                error: "agent requests need their node's key (a joining agent, the cluster's \
+                        join token); this one has neither, or a key the controller does not \
+                        know (forgotten by an admin, or a new database)"
+                    .into(),
+                kind: ErrorKind::PermissionDenied,
+            },
         )),
     }
 }
@@ -754,7 +756,8 @@ fn agent_request<T: serde::de::DeserializeOwned + FromNode>(
     Ok(req)
 }
 
-/// `POST /v1/agent/join`: a node that holds no key yet gets one (see [`crate::node_keys`]).
+/// `POST /v1/agent/join`: a node that holds no key yet takes the one its agent made (see
+/// [`crate::node_keys`]); the same key again is a join whose answer was lost.
 async fn join(
     State(s): State<Arc<Shared>>,
     headers: HeaderMap,
@@ -762,25 +765,64 @@ async fn join(
 ) -> ApiResult<JoinResponse> {
     joining(&s, &headers)?;
     let req: JoinRequest = agent_body(&s, bytes)?;
-    let key = crate::node_keys::new_key()
-        .map_err(|e| fail(ErrorKind::Internal, format!("making a node key: {e}")))?;
-    let hash = crate::node_keys::hash(&key);
-    let node = req.node.clone();
-    let added = with_cluster(&s, move |cl, now| cl.add_node_key(&node, &hash, now)).await?;
-    if !added {
+    if !crate::node_keys::is_key(&req.key) {
         return Err(fail(
-            ErrorKind::Conflict,
+            ErrorKind::InvalidInput,
             format!(
-                "node {:?} has joined already and holds a key of its own; if its agent lost \
-                 it (a reinstalled node), an admin lets it join again with `wharf nodes \
-                 --forget-key {}`",
-                req.node, req.node
+                "node {:?}: a key is wnk_ and 64 lower-case hex digits (32 random bytes)",
+                req.node
             ),
         ));
     }
-    s.node_keys.insert(&req.node, hash);
-    tracing::info!(node = %req.node, "node joined with a key of its own");
-    Ok(Json(JoinResponse { key }))
+    let hash = crate::node_keys::hash(&req.key);
+    let (node, keys) = (req.node.clone(), s.node_keys.clone());
+    // The key is taken in memory under the same lock as in the store, so that no forget
+    // can come between, and whether or not this request is still waited for.
+    let added = with_cluster(&s, move |cl, now| {
+        let added = cl.add_node_key(&node, &hash, now)?;
+        if added != crate::store::KeyAdded::Other {
+            keys.insert(&node, hash);
+        }
+        Ok(added)
+    })
+    .await?;
+    match added {
+        crate::store::KeyAdded::Other => Err(fail(
+            ErrorKind::Conflict,
+            format!(
+                "node {:?} has joined already and holds another key; if its agent lost it (a \
+                 reinstalled node), an admin lets it join again with `wharf nodes \
+                 --forget-key {}`",
+                req.node, req.node
+            ),
+        )),
+        crate::store::KeyAdded::New => {
+            tracing::info!(node = %req.node, "node joined with a key of its own");
+            Ok(Json(JoinResponse { node: req.node }))
+        }
+        crate::store::KeyAdded::Same => Ok(Json(JoinResponse { node: req.node })),
+    }
+}
+
+/// `POST /v1/nodes/{name}/forget-key` (admins): the node's key is worth nothing from now on.
+async fn forget_key(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(name): Path<String>,
+) -> ApiResult<wharf_api::wire::KeyForgotten> {
+    let c = caller(&s, &peer)?;
+    let keys = s.node_keys.clone();
+    let node = name.clone();
+    with_cluster(&s, move |cl, _| {
+        // Forgotten in memory whatever the store says, under the store's lock.
+        let forgotten = cl.forget_node_key(&c, &node);
+        if c.admin {
+            keys.remove(&node);
+        }
+        forgotten
+    })
+    .await?;
+    Ok(Json(wharf_api::wire::KeyForgotten { node: name }))
 }
 
 async fn register(

@@ -523,16 +523,34 @@ impl Cluster {
         self.jobs.on_node(node)
     }
 
-    /// Records `hash` as the key of `node`, which must hold none (see `crate::node_keys`);
-    /// false if it holds one.
+    /// Records `hash` as the key of `node` unless it holds one (see `crate::node_keys`).
     pub fn add_node_key(
         &mut self,
         node: &str,
         hash: &crate::node_keys::KeyHash,
         now: u64,
-    ) -> Result<bool, Failure> {
+    ) -> Result<crate::store::KeyAdded, Failure> {
         valid_node_name(node)?;
         Ok(self.store.add_node_key(node, hash, now)?)
+    }
+
+    /// An admin forgets `node`'s key: its agent must join again. The node need not have
+    /// registered (an agent may have joined and never got further).
+    pub fn forget_node_key(&mut self, caller: &Caller, node: &str) -> Result<(), Failure> {
+        if !caller.admin {
+            return Err(Failure::new(
+                ErrorKind::PermissionDenied,
+                "only an admin may forget a node's key",
+            ));
+        }
+        if !self.store.remove_node_key(node)? {
+            return Err(Failure::new(
+                ErrorKind::NotFound,
+                format!("node {node:?} holds no key: its agent may join as it is"),
+            ));
+        }
+        tracing::warn!(node, by = %caller.owner.user, "node key forgotten: its agent must join again");
+        Ok(())
     }
 
     /// Records an agent's registration.

@@ -1,8 +1,10 @@
 //! Who an agent is: each node holds a key of its own.
 //!
-//! The cluster's join token only lets an agent join: `POST /v1/agent/join` with the token and
-//! a node name that holds no key yet is answered with a new key for that name, which the
-//! agent keeps and sends from then on. Every other agent route takes node keys only, and the
+//! The cluster's join token only lets an agent join: `POST /v1/agent/join` with the token
+//! names the node and the key the agent made for it (32 random bytes), which the controller
+//! takes for a name that holds no key yet (or holds that very key: a join whose answer was lost
+//! is simply made again). The agent keeps the key, made and kept before it asks, and sends it
+//! from then on. Every other agent route takes node keys only, and the
 //! node a request speaks for is the key's: a node can neither act as another nor, with the
 //! join token alone, claim a name that has joined. The controller keeps only each key's
 //! SHA-256 (in the store's `node_keys`); a key is 32 random bytes, so its hash is as good as
@@ -55,10 +57,6 @@ impl NodeKeys {
             .get("authorization")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))?;
-        if given.starts_with(KEY_PREFIX) {
-            let hash = hash(given);
-            return self.read().get(&hash).cloned().map(Credential::Node);
-        }
         // Compared in constant time, so that the token cannot be guessed byte by byte.
         let same = given.len() == self.join.len()
             && given
@@ -66,7 +64,13 @@ impl NodeKeys {
                 .zip(&self.join)
                 .fold(0u8, |acc, (a, b)| acc | (a ^ b))
                 == 0;
-        (same && !self.join.is_empty()).then_some(Credential::Join)
+        if same && !self.join.is_empty() {
+            return Some(Credential::Join);
+        }
+        if !is_key(given) {
+            return None;
+        }
+        self.read().get(&hash(given)).cloned().map(Credential::Node)
     }
 
     /// Whether `node` holds a key.
@@ -103,17 +107,19 @@ pub fn hash(key: &str) -> KeyHash {
     Sha256::digest(key.as_bytes()).into()
 }
 
-/// A new key: [`KEY_PREFIX`] and 32 bytes from the kernel, as hex.
-pub fn new_key() -> std::io::Result<String> {
-    use std::io::Read;
-    let mut buf = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
-    let hex: String = buf.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!("{KEY_PREFIX}{hex}"))
+/// Whether `key` has a key's form: [`KEY_PREFIX`] and 64 lower-case hex digits (32 bytes,
+/// made by the agent from the kernel's random source).
+pub fn is_key(key: &str) -> bool {
+    key.strip_prefix(KEY_PREFIX).is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn bearer(t: &str) -> HeaderMap {
@@ -122,14 +128,29 @@ mod tests {
         h
     }
 
+    pub(crate) fn key(n: u8) -> String {
+        format!("{KEY_PREFIX}{}", format!("{n:02x}").repeat(32))
+    }
+
     #[test]
     fn the_join_token_joins_and_a_key_names_its_node() {
-        let k1 = new_key().unwrap();
-        let k2 = new_key().unwrap();
-        assert_ne!(k1, k2);
-        assert!(k1.starts_with(KEY_PREFIX) && k1.len() == KEY_PREFIX.len() + 64);
+        let (k1, k2) = (key(1), key(2));
+        assert!(is_key(&k1) && is_key(&k2));
+        for bad in [
+            "",
+            "wnk_",
+            "wnk_00",
+            &k1.to_uppercase(),
+            &format!("{k1}0"),
+            &k1[1..],
+        ] {
+            assert!(!is_key(bad), "{bad:?}");
+        }
         let keys = NodeKeys::new("secret", vec![("n1".into(), hash(&k1))]);
         assert_eq!(keys.check(&bearer("secret")), Some(Credential::Join));
+        // A join token that looks like a key still joins.
+        let odd = NodeKeys::new(&key(9), vec![]);
+        assert_eq!(odd.check(&bearer(&key(9))), Some(Credential::Join));
         assert_eq!(
             keys.check(&bearer(&k1)),
             Some(Credential::Node("n1".into()))

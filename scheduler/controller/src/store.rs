@@ -69,6 +69,17 @@ CREATE TABLE IF NOT EXISTS ledger_outbox (
 );
 ";
 
+/// What [`Store::add_node_key`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyAdded {
+    /// The node held no key; now it holds this one.
+    New,
+    /// The node held this very key already.
+    Same,
+    /// The node holds another key.
+    Other,
+}
+
 /// The controller's database.
 #[derive(Debug)]
 pub struct Store {
@@ -475,20 +486,31 @@ impl Store {
         Ok(())
     }
 
-    /// Records `hash` as the key of node `name`, which must hold none (see
-    /// `crate::node_keys`); false if it holds one.
+    /// Records `hash` as the key of node `name` unless it holds one (see `crate::node_keys`).
     pub fn add_node_key(
         &mut self,
         name: &str,
         hash: &crate::node_keys::KeyHash,
         now: u64,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<KeyAdded, StoreError> {
         let n = self.conn.execute(
             "INSERT INTO node_keys (name, hash, issued) VALUES (?1, ?2, ?3)
              ON CONFLICT(name) DO NOTHING",
             params![name, &hash[..], now as i64],
         )?;
-        Ok(n == 1)
+        if n == 1 {
+            return Ok(KeyAdded::New);
+        }
+        let held: Vec<u8> =
+            self.conn
+                .query_row("SELECT hash FROM node_keys WHERE name = ?1", [name], |r| {
+                    r.get(0)
+                })?;
+        Ok(if held == hash[..] {
+            KeyAdded::Same
+        } else {
+            KeyAdded::Other
+        })
     }
 
     /// Forgets node `name`'s key; whether it had one.

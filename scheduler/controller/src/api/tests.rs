@@ -21,7 +21,11 @@ fn controller(dir: &tempfile::TempDir) -> (Arc<Shared>, StepKey) {
 
 /// The key node `node`'s agent would hold, known to the controller.
 fn key_of(s: &Shared, node: &str) -> String {
-    let key = format!("{}{node}-for-tests", crate::node_keys::KEY_PREFIX);
+    let hex: String = crate::node_keys::hash(node)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let key = format!("{}{hex}", crate::node_keys::KEY_PREFIX);
     s.node_keys.insert(node, crate::node_keys::hash(&key));
     key
 }
@@ -132,14 +136,23 @@ fn poll_of(node: &str) -> serde_json::Value {
     serde_json::json!({"node": node, "jobs": [], "wait_ms": 0, "images": []})
 }
 
-/// The join token gets a node a key once, and only joins; a key speaks for its own node only.
-/// On the old code the join token reached every agent route, and any agent could poll (and
-/// take the launch orders, registry credentials included) in any node's name.
+/// A key in its form, `n` giving its bytes.
+fn made_key(n: u8) -> String {
+    crate::node_keys::tests::key(n)
+}
+
+fn join_of(node: &str, key: &str) -> serde_json::Value {
+    serde_json::json!({ "node": node, "key": key })
+}
+
+/// The join token takes a node's key once (again only the same key), and only joins; a key
+/// speaks for its own node only. On the old code the join token reached every agent route,
+/// and any agent could poll (and take the launch orders, registry credentials included) in
+/// any node's name.
 #[tokio::test]
 async fn the_join_token_only_joins_and_a_nodes_key_speaks_only_for_it() {
     let dir = tempfile::tempdir().unwrap();
     let (s, key) = controller(&dir);
-    let join = |node: &str| serde_json::json!({ "node": node });
     // The join token reaches no other agent route.
     let (status, why) = call(&s, "/v1/agent/poll", "token", poll_of("g1")).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{why}");
@@ -147,29 +160,35 @@ async fn the_join_token_only_joins_and_a_nodes_key_speaks_only_for_it() {
         why["error"].as_str().unwrap().contains("only joins"),
         "{why}"
     );
-    // A node joins once; its key is new and is taken from then on.
-    let (status, got) = call(&s, "/v1/agent/join", "token", join("g1")).await;
-    assert_eq!(status, StatusCode::OK, "{got}");
-    let g1 = got["key"].as_str().unwrap().to_string();
-    assert!(
-        g1.starts_with(crate::node_keys::KEY_PREFIX) && g1.len() == 68,
-        "{g1}"
-    );
-    let (status, why) = call(&s, "/v1/agent/join", "token", join("g1")).await;
+    // A node joins with the key its agent made; the same join again (its answer lost) is
+    // taken, another key for the name is not.
+    let g1 = made_key(1);
+    for _ in 0..2 {
+        let (status, got) = call(&s, "/v1/agent/join", "token", join_of("g1", &g1)).await;
+        assert_eq!(status, StatusCode::OK, "{got}");
+        assert_eq!(got["node"], "g1");
+    }
+    let (status, why) = call(&s, "/v1/agent/join", "token", join_of("g1", &made_key(2))).await;
     assert_eq!(status, StatusCode::CONFLICT, "{why}");
     assert!(
         why["error"].as_str().unwrap().contains("--forget-key g1"),
         "{why}"
     );
+    // A key not in a key's form is refused.
+    for weak in ["wnk_00", "", &g1.to_uppercase(), "token"] {
+        let (status, _) = call(&s, "/v1/agent/join", "token", join_of("g5", weak)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{weak:?}");
+    }
     // The store holds the key's hash, never the key.
     let db = std::fs::read(dir.path().join("wharf.db")).unwrap();
     assert!(!db.windows(g1.len()).any(|w| w == g1.as_bytes()));
-    // A key joins nothing, and a wrong key or none reaches nothing.
-    let (status, _) = call(&s, "/v1/agent/join", &g1, join("g9")).await;
+    // A key joins nothing. A key nobody holds, or none, is 401 (the agent's cue to join
+    // again); a wrong join token too.
+    let (status, _) = call(&s, "/v1/agent/join", &g1, join_of("g9", &made_key(9))).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
-    for wrong in ["", "wnk_00", "tokenx"] {
+    for wrong in ["", "wnk_00", "tokenx", &made_key(3)] {
         let (status, _) = call(&s, "/v1/agent/poll", wrong, poll_of("g1")).await;
-        assert_eq!(status, StatusCode::FORBIDDEN, "{wrong:?}");
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{wrong:?}");
     }
     // g1's key polls as g1, and as no other node.
     let (status, got) = call(&s, "/v1/agent/poll", &g1, poll_of("g1")).await;
@@ -194,25 +213,23 @@ async fn the_join_token_only_joins_and_a_nodes_key_speaks_only_for_it() {
     assert!(got["exit"].is_null(), "g3's cancel stopped the step: {got}");
     // Names a node may not have.
     for bad in ["", "a/b", "a\nb", "\u{1b}[2J"] {
-        let (status, _) = call(&s, "/v1/agent/join", "token", join(bad)).await;
+        let (status, _) = call(&s, "/v1/agent/join", "token", join_of(bad, &made_key(4))).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{bad:?}");
     }
 }
 
-/// An admin forgets a node's key: the old key reaches nothing, and the node may join again.
-/// Keys outlive a restart of the controller.
+/// An admin forgets a node's key, registered or not: the old key reaches nothing, and the
+/// node may join again. Keys outlive a restart of the controller.
 #[tokio::test]
 async fn a_forgotten_key_is_refused_and_keys_outlive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let (s, _) = controller(&dir);
-    let (_, got) = call(
-        &s,
-        "/v1/agent/join",
-        "token",
-        serde_json::json!({"node": "g2"}),
-    )
-    .await;
-    let g2 = got["key"].as_str().unwrap().to_string();
+    // g7 joins and never registers (its agent stopped between the two).
+    for (node, n) in [("g2", 2), ("g7", 7)] {
+        let (status, got) = call(&s, "/v1/agent/join", "token", join_of(node, &made_key(n))).await;
+        assert_eq!(status, StatusCode::OK, "{got}");
+    }
+    let g2 = made_key(2);
     // Read back as a restarted controller would.
     let store = crate::store::Store::open(&dir.path().join("wharf.db")).unwrap();
     let again = crate::node_keys::NodeKeys::new("token", store.node_keys().unwrap());
@@ -220,55 +237,40 @@ async fn a_forgotten_key_is_refused_and_keys_outlive_a_restart() {
         again.check(&bearer(&g2)),
         Some(crate::node_keys::Credential::Node("g2".into()))
     );
-    let forget = wharf_api::wire::NodeStateRequest {
-        state: wharf_api::wire::NodeStateChange::ForgetKey,
-        reason: None,
+    let forget = |uid: u32, node: &str| {
+        let s = s.clone();
+        let node = node.to_string();
+        async move {
+            forget_key(
+                State(s),
+                ConnectInfo(Peer::Local { uid, gid: uid }),
+                Path(node),
+            )
+            .await
+        }
     };
-    let mut admin = Caller {
-        owner: Owner {
-            uid: 0,
-            gid: 0,
-            user: "root".into(),
-        },
-        admin: false,
+    // Only an admin may.
+    let Err(ApiFailure(status, _)) = forget(1000, "g2").await else {
+        panic!("a user forgot a node's key");
     };
-    let refused = s
-        .cluster
-        .lock()
-        .unwrap()
-        .set_node_state(&admin, "g2", &forget, 1)
-        .unwrap_err();
-    assert_eq!(refused.kind, ErrorKind::PermissionDenied);
-    admin.admin = true;
-    let body = Bytes::from(serde_json::to_vec(&forget).unwrap());
-    let peer = ConnectInfo(Peer::Local { uid: 0, gid: 0 });
-    let forgotten = node_state(
-        State(s.clone()),
-        peer.clone(),
-        Path("g2".into()),
-        Ok(body.clone()),
-    )
-    .await
-    .unwrap();
-    assert_eq!(forgotten.0.info.name, "g2");
-    let (status, _) = call(&s, "/v1/agent/poll", &g2, poll_of("g2")).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = call(&s, "/v1/agent/poll", &g2, poll_of("g2")).await;
+    assert_eq!(status, StatusCode::OK);
+    for node in ["g2", "g7"] {
+        assert_eq!(forget(0, node).await.unwrap().0.node, node);
+    }
+    let (status, _) = call(&s, "/v1/agent/poll", &g2, poll_of("g2")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
     // Forgotten once, it is not there to forget again.
-    let Err(ApiFailure(status, why)) =
-        node_state(State(s.clone()), peer, Path("g2".into()), Ok(body)).await
-    else {
+    let Err(ApiFailure(status, why)) = forget(0, "g2").await else {
         panic!("forgot a key twice");
     };
     assert_eq!(status, StatusCode::NOT_FOUND, "{why:?}");
     let store = crate::store::Store::open(&dir.path().join("wharf.db")).unwrap();
-    assert!(store.node_keys().unwrap().iter().all(|(n, _)| n != "g2"));
-    let (status, got) = call(
-        &s,
-        "/v1/agent/join",
-        "token",
-        serde_json::json!({"node": "g2"}),
-    )
-    .await;
+    assert!(store.node_keys().unwrap().is_empty());
+    // The node joins again, with a new key.
+    let (status, got) = call(&s, "/v1/agent/join", "token", join_of("g2", &made_key(5))).await;
     assert_eq!(status, StatusCode::OK, "{got}");
-    assert_ne!(got["key"].as_str().unwrap(), g2);
+    let (status, _) = call(&s, "/v1/agent/poll", &made_key(5), poll_of("g2")).await;
+    assert_eq!(status, StatusCode::OK);
 }

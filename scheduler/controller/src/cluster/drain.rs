@@ -56,7 +56,7 @@ impl Cluster {
         if !caller.admin {
             return Err(Failure::new(
                 ErrorKind::PermissionDenied,
-                "only an admin may drain or resume a node, or forget its key",
+                "only an admin may drain or resume a node",
             ));
         }
         if !self.nodes.contains_key(node) {
@@ -87,21 +87,6 @@ impl Cluster {
                         tracing::info!(node, was = %d.reason, by = %caller.owner.user, "node resumed");
                     }
                 }
-            }
-            NodeStateChange::ForgetKey => {
-                if req.reason.is_some() {
-                    return Err(Failure::new(
-                        ErrorKind::InvalidInput,
-                        "forgetting a key takes no reason",
-                    ));
-                }
-                if !self.store.remove_node_key(node)? {
-                    return Err(Failure::new(
-                        ErrorKind::NotFound,
-                        format!("node {node:?} holds no key: its agent may join as it is"),
-                    ));
-                }
-                tracing::warn!(node, by = %caller.owner.user, "node key forgotten: its agent must join again");
             }
         }
         self.nodes()
