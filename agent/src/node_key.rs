@@ -43,15 +43,23 @@ pub async fn obtain(cfg: &AgentConfig, fresh: bool) -> String {
             }
         }
     };
-    if let Err(e) = save(cfg, &key) {
-        tracing::error!(error = %e, file = %file(cfg).display(), "cannot keep the node's key; the agent must join again after a restart");
+    // Kept before it is sent: a key the controller takes and the agent loses would shut the
+    // node out until an admin forgets it.
+    let mut pause = Duration::from_secs(1);
+    while let Err(e) = save(cfg, &key) {
+        tracing::error!(error = %e, file = %file(cfg).display(), "cannot keep the node's key; it is not sent before it is kept");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(MAX_BACKOFF);
+    }
+    if cfg.token.is_empty() {
+        tracing::error!(node = %cfg.node_name, "this node must join again, and the agent has no join token: copy the controller's join-token file to the node and restart the agent");
     }
     let joiner = Client::new(cfg.controller.clone(), Some(cfg.token.clone()));
     let req = JoinRequest {
         node: cfg.node_name.clone(),
         key: key.clone(),
     };
-    let mut pause = Duration::from_secs(1);
+    pause = Duration::from_secs(1);
     loop {
         match joiner.post::<_, JoinResponse>("/v1/agent/join", &req).await {
             Ok(_) => {

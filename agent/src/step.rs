@@ -250,6 +250,10 @@ pub fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentStep> {
                 with_stop_reason(crate::task_report(launcher, *local, dir, false).0, dir)
             })
             .collect();
+        let input_closed: Vec<u32> = (dirs.iter())
+            .filter(|(_, d)| d.stdin_closed().exists())
+            .map(|(local, _)| *local)
+            .collect();
         // Its end waits for its output: the caller gets all of it before the step's end.
         let held_back = dirs
             .iter()
@@ -276,6 +280,7 @@ pub fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentStep> {
             }),
             // Ended, its output still on its way: there is nothing left to stop.
             stopping: node.stopping || (ended && held_back),
+            input_closed,
         });
     }
     out
@@ -570,7 +575,7 @@ async fn serve(
         {
             Ok(s) if s.exit.is_some() => return reply(&mut wr, &StepReply::Ended(s)).await,
             Ok(_) => {}
-            Err(e) if e.is_transient() => {}
+            Err(e) if e.agent_retries() => {}
             Err(e) => return reply(&mut wr, &StepReply::Error(api_words(&e))).await,
         }
     }

@@ -162,7 +162,7 @@ async fn push_once(node: &str, key: StepKey, client: &Client, outbox: &mut Outbo
         .await
     {
         Ok(ack) => outbox.acked(&sent.input, ack),
-        Err(e) if e.is_transient() => false,
+        Err(e) if e.agent_retries() => false,
         Err(e) => {
             tracing::debug!(job = key.job, step = key.step, error = %e, "step input refused; dropped");
             outbox.drop_all();
@@ -526,7 +526,7 @@ async fn pull(node: &str, client: &Client, tasks: &mut [&mut Task]) -> bool {
             .await
         {
             Ok(b) => b,
-            Err(e) if e.is_transient() => continue,
+            Err(e) if e.agent_retries() => continue,
             Err(e) => {
                 // The step is not known, or not this node's: its input is over.
                 tracing::debug!(job = key.job, step = key.step, error = %e, "no input for a step");
@@ -546,7 +546,13 @@ async fn pull(node: &str, client: &Client, tasks: &mut [&mut Task]) -> bool {
         };
         for t in tasks.iter_mut().filter(|t| t.key == key) {
             if let Pipe::Closed { told, .. } = &mut t.pipe {
-                *told |= req.tasks.iter().any(|a| a.task == t.local && a.closed);
+                if !*told && req.tasks.iter().any(|a| a.task == t.local && a.closed) {
+                    *told = true;
+                    // Said at every poll from now on (see `step::report`).
+                    if let Err(e) = JobDir::write_private(&t.dir.stdin_closed(), b"") {
+                        tracing::warn!(error = %e, job = key.job, step = key.step, "cannot mark a task's input closed");
+                    }
+                }
                 continue;
             }
             let Pipe::Open {

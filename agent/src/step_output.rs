@@ -467,7 +467,7 @@ pub(crate) async fn pass_on_to_caller(
             .await
         {
             Ok(b) => b,
-            Err(e) if e.is_transient() => {
+            Err(e) if e.agent_retries() => {
                 wait = crate::step::STATUS_EVERY;
                 continue;
             }

@@ -80,6 +80,11 @@ impl JobDir {
     pub fn stdin_pipe(&self) -> PathBuf {
         self.input_dir().join("stdin")
     }
+    /// Written by the agent once the controller knows the task takes no more input (it
+    /// closed it, got its end or ended): the agent says so at every poll from then on.
+    pub fn stdin_closed(&self) -> PathBuf {
+        self.input_dir().join("closed")
+    }
     /// Written by the agent once it holds [`JobDir::stdin_pipe`] open for writing: only then
     /// does the shim start the task, which would otherwise read the end of its input at once.
     pub fn stdin_ready(&self) -> PathBuf {

@@ -3,7 +3,10 @@
 use anyhow::Result;
 use wharf_api::resources::format_duration;
 use wharf_api::resources::format_memory;
-use wharf_api::wire::{KeyForgotten, NodeList, NodeStateChange, NodeStateRequest, PartitionList};
+use wharf_api::wire::{
+    KeyForgotten, NodeKeyList as KeyList, NodeList, NodeStateChange, NodeStateRequest,
+    PartitionList,
+};
 use wharf_api::NodeRecord;
 use wharf_client::{Client, ClientError, Endpoint};
 
@@ -30,10 +33,14 @@ pub struct Args {
     #[arg(long, value_name = "NODE", conflicts_with = "forget_key")]
     resume: Option<String>,
     /// Forget a node's key (admins): its agent must join again with the cluster's join
-    /// token. For a reinstalled node that lost its key (its agent says it cannot join); with
-    /// a new join token, for a node no longer trusted.
+    /// token. For a reinstalled node that lost its key (its agent says it cannot join); for a
+    /// node no longer trusted, make a new join token first (docs/security.md).
     #[arg(long, value_name = "NODE", conflicts_with = "drain")]
     forget_key: Option<String>,
+    /// List the nodes that hold a key (admins): when each joined, and whether its agent
+    /// registered it (a name that joined and never registered is one to look at).
+    #[arg(long, conflicts_with_all = ["drain", "resume", "forget_key", "partitions"])]
+    keys: bool,
     /// One line per partition instead (Slurm's `sinfo -s`): its state, time limit, nodes
     /// allocated/mixed/idle/other, CPUs and GPUs in use, and jobs running and pending; `*`
     /// marks the default partition.
@@ -44,6 +51,24 @@ pub struct Args {
 /// Runs the command.
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
     let client = Client::new(Endpoint::parse(socket), None);
+    if args.keys {
+        let list: KeyList = client.get("/v1/nodes/keys").await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&list)?);
+        } else {
+            let mut t = output::table(&["NODE", "JOINED", "REGISTERED"]);
+            for k in &list.keys {
+                let registered = if k.registered { "yes" } else { "no" };
+                t.add_row([
+                    &*output::clean(&k.node),
+                    &output::time(Some(k.joined)),
+                    registered,
+                ]);
+            }
+            output::print_table(&t);
+        }
+        return Ok(0);
+    }
     if let Some(node) = &args.forget_key {
         let path = format!("/v1/nodes/{node}/forget-key");
         return match client.post::<_, KeyForgotten>(&path, &()).await {

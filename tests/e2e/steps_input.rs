@@ -167,3 +167,48 @@ fn input_the_controller_held_for_a_task_not_reading_survives_the_controllers_res
         bed.logs()
     );
 }
+
+/// Lines of input for [`a_task_that_closed_its_input_before_the_restart_holds_nothing_back`]:
+/// about 4.8 MB, several times the pipe and the controller's buffer together.
+const CLOSED_SEQ: u64 = 700_000;
+
+/// Rank 0 closes its input at once; rank 1 reads none for a while, so the pipe and the
+/// controller's buffer fill; the controller restarts meanwhile. Rank 0's node tells the new
+/// controller at its first poll that rank 0 takes no input, so nothing is kept for it, and
+/// rank 1 gets every byte. On the old code the restarted controller waited for rank 0 for
+/// good: its buffer stayed full once rank 1 had read 1 MiB of it, and the step never ended.
+#[test]
+fn a_task_that_closed_its_input_before_the_restart_holds_nothing_back() {
+    let test = "a_task_that_closed_its_input_before_the_restart_holds_nothing_back";
+    let Some(mut bed) = MultiHost::start(test, 2, "") else {
+        return;
+    };
+    let w = wharf_bin();
+    let script = format!(
+        "if [ \"$RANK\" = 0 ]; then \
+           echo STEP_STARTS; \
+           echo \"WANT $(seq 1 {CLOSED_SEQ} | md5sum | cut -c1-32)\"; \
+           seq 1 {CLOSED_SEQ} \
+             | {w} step -q -N 2 -i all -- sh -c 'if [ \"$SLURM_PROCID\" = 0 ]; then \
+                 head -c 1 >/dev/null; exec </dev/null; echo CLOSED; sleep 25; \
+               else sleep 20; echo \"IN 1 $(md5sum | cut -c1-32)\"; fi'; \
+           echo \"STEP_STATUS $?\"; \
+         fi"
+    );
+    let id = bed.submit(&["--nodes", "2", "--cpus", "1", "-t", "5m", "--wrap", &script]);
+    bed.wait_output(id, "STEP_STARTS");
+    // Long enough for rank 0 to close and the buffer to fill behind rank 1.
+    std::thread::sleep(Duration::from_secs(8));
+    bed.restart_controller();
+    let job = bed.wait_done(id, Duration::from_secs(180));
+    let out = bed.output(id);
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{out}\n{}", bed.logs());
+    assert!(out.contains("CLOSED\n"), "{out}");
+    assert!(out.contains("STEP_STATUS 0\n"), "{out}\n{}", bed.logs());
+    let want = after(&out, "WANT ");
+    assert!(
+        out.contains(&format!("IN 1 {want}\n")),
+        "{out}\n{}",
+        bed.logs()
+    );
+}

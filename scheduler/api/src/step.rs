@@ -252,6 +252,11 @@ pub struct AgentStep {
     /// A stop was passed on to them.
     #[serde(default)]
     pub stopping: bool,
+    /// Its tasks here (their index on the node) that took input and take no more: they
+    /// closed it, got its end or ended. Said at every poll, so that a restarted controller,
+    /// whose step input buffer is new, holds nothing back for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub input_closed: Vec<u32>,
 }
 
 /// The output file task `rank` of step `step` writes where the job's own output file is

@@ -222,6 +222,25 @@ pub enum NodeStateChange {
     Resume,
 }
 
+/// `GET /v1/nodes/keys` (admins): every node that holds a key, by name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeKeyList {
+    /// The nodes.
+    pub keys: Vec<NodeKeyEntry>,
+}
+
+/// A node that holds a key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeKeyEntry {
+    /// Its name.
+    pub node: String,
+    /// When it joined, ms since the epoch.
+    pub joined: u64,
+    /// Whether its agent registered the node (a name that joined and never did is one to
+    /// look at: its key may be in anyone's hands who held the join token).
+    pub registered: bool,
+}
+
 /// Answer to `POST /v1/nodes/{name}/forget-key` (admins): the node's key is forgotten, and
 /// its agent must join again with the join token (a reinstalled node that lost its key; or,
 /// with a new join token, one no longer trusted).

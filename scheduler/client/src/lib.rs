@@ -68,15 +68,24 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// True when retrying later may help (controller down or restarting; or, for an agent,
-    /// its node's key not known, 401, while the agent joins again).
+    /// True when retrying later may help (controller down or restarting).
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            ClientError::Unreachable { .. }
-                | ClientError::Protocol(_)
-                | ClientError::Api { status: 401, .. }
+            ClientError::Unreachable { .. } | ClientError::Protocol(_)
         )
+    }
+
+    /// True when the controller did not know the credential (401): for an agent, its node's
+    /// key, which it then replaces by joining again.
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(self, ClientError::Api { status: 401, .. })
+    }
+
+    /// True when an agent retries later: the controller is away, or the node is joining
+    /// again (see [`ClientError::is_unauthorized`]), as for a node cut off from it.
+    pub fn agent_retries(&self) -> bool {
+        self.is_transient() || self.is_unauthorized()
     }
 }
 

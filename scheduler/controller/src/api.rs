@@ -127,6 +127,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/partitions", get(partitions))
         .route("/v1/nodes/{name}/state", post(node_state))
         .route("/v1/nodes/{name}/forget-key", post(forget_key))
+        .route("/v1/nodes/keys", get(node_keys))
         .route("/v1/images/pull", post(prepull))
         .route("/v1/images/pull/{id}", get(prepull_status))
         .route("/v1/admin/change", post(admin_change))
@@ -804,6 +805,17 @@ async fn join(
     }
 }
 
+/// `GET /v1/nodes/keys` (admins): the nodes that hold a key.
+async fn node_keys(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+) -> ApiResult<wharf_api::wire::NodeKeyList> {
+    let c = caller(&s, &peer)?;
+    Ok(Json(
+        with_cluster(&s, move |cl, _| cl.node_key_list(&c)).await?,
+    ))
+}
+
 /// `POST /v1/nodes/{name}/forget-key` (admins): the node's key is worth nothing from now on.
 async fn forget_key(
     State(s): State<Arc<Shared>>,
@@ -872,15 +884,17 @@ async fn poll(
         |st| st.exit.is_none() && st.stopping,
         |st| st.key,
     );
-    let (ingested, (forget_steps, step_wake)) = with_cluster(&s, move |cl, now| {
+    let (ingested, (forget_steps, step_wake), input_closed) = with_cluster(&s, move |cl, now| {
         let ingested = cl.ingest(&req, now)?;
         if ingested.stale {
-            return Ok((ingested, Default::default()));
+            return Ok((ingested, Default::default(), vec![]));
         }
         let steps = cl.ingest_steps(&req.node, &req.steps, now)?;
-        Ok((ingested, steps))
+        let closed = cl.input_closed_ranks(&req.node, &req.steps);
+        Ok((ingested, steps, closed))
     })
     .await?;
+    step_input::closed(&s, input_closed);
     if ingested.stale {
         // Its agent no longer waits for this answer.
         return Ok(Json(PollResponse::default()));

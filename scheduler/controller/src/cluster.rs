@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use wharf_api::wire::{AgentJob, ErrorKind, PollRequest};
+use wharf_api::wire::{AgentJob, ErrorKind, NodeKeyEntry, NodeKeyList, PollRequest};
 use wharf_api::PullProgress;
 use wharf_api::{
     ExitInfo, JobDefaults, JobId, JobRecord, JobState, NodeInfo, NodeRecord, NodeState, Owner,
@@ -534,6 +534,27 @@ impl Cluster {
         Ok(self.store.add_node_key(node, hash, now)?)
     }
 
+    /// Every node that holds a key (admins): the ones that joined, registered or not.
+    pub fn node_key_list(&self, caller: &Caller) -> Result<NodeKeyList, Failure> {
+        if !caller.admin {
+            return Err(Failure::new(
+                ErrorKind::PermissionDenied,
+                "only an admin may list the nodes' keys",
+            ));
+        }
+        let keys = self
+            .store
+            .node_key_list()?
+            .into_iter()
+            .map(|(node, joined)| NodeKeyEntry {
+                registered: self.nodes.contains_key(&node),
+                node,
+                joined,
+            })
+            .collect();
+        Ok(NodeKeyList { keys })
+    }
+
     /// An admin forgets `node`'s key: its agent must join again. The node need not have
     /// registered (an agent may have joined and never got further).
     pub fn forget_node_key(&mut self, caller: &Caller, node: &str) -> Result<(), Failure> {
@@ -843,8 +864,6 @@ pub struct Ingested {
     pub stale: bool,
 }
 
-/// The nodes, other than `except`, of `changed` jobs that still hold them and are being
-/// stopped: their agents are to hear of it now rather than at their next poll.
 /// A node name is 1 to 255 bytes, with no `/`, NUL or other control character.
 fn valid_node_name(name: &str) -> Result<(), Failure> {
     if name.is_empty()
@@ -860,6 +879,8 @@ fn valid_node_name(name: &str) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The nodes, other than `except`, of `changed` jobs that still hold them and are being
+/// stopped: their agents are to hear of it now rather than at their next poll.
 fn stopping_nodes(changed: &[JobRecord], except: &str) -> BTreeSet<String> {
     changed
         .iter()

@@ -31,10 +31,6 @@ pub enum Credential {
     Node(String),
 }
 
-/// The node a request's key belongs to (set on the agents' routes by the token check).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AgentNode(pub String);
-
 /// The join token and the nodes' keys.
 #[derive(Debug)]
 pub struct NodeKeys {

@@ -19,7 +19,7 @@
 //! the buffer's end goes on from its own offset, the bytes between lost; a pull before the
 //! buffer's start gets what there is.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use wharf_api::step::StepKey;
 use wharf_api::step_input::{InputAck, InputBatch, InputLine, TaskChunk, TaskInput};
@@ -99,17 +99,42 @@ impl Buffer {
 pub struct InputRelay {
     steps: BTreeMap<StepKey, Buffer>,
     total: usize,
+    /// Per step, the ranks whose nodes report their input closed (in every poll, so that a
+    /// restarted controller learns it too, before or after the step's buffer is made again),
+    /// and when they last did.
+    closed: BTreeMap<StepKey, (BTreeSet<u32>, u64)>,
 }
 
 impl InputRelay {
     fn buffer(&mut self, key: StepKey, ranks: &[u32], start: u64, now: u64) -> &mut Buffer {
+        let closed = self.closed.get(&key).map(|(c, _)| c);
         self.steps.entry(key).or_insert_with(|| Buffer {
             start,
             data: VecDeque::new(),
             eof: false,
-            readers: ranks.iter().map(|&r| (r, start)).collect(),
+            readers: ranks
+                .iter()
+                .filter(|r| !closed.is_some_and(|c| c.contains(r)))
+                .map(|&r| (r, start))
+                .collect(),
             touched: now,
         })
+    }
+
+    /// Ranks `ranks` of `key` take no more input: their tasks closed it or ended, as their
+    /// node reports at each poll. What only they held back is dropped.
+    pub fn closed(&mut self, key: StepKey, ranks: &[u32], now: u64) {
+        self.sweep(now);
+        let (set, seen) = self.closed.entry(key).or_default();
+        set.extend(ranks);
+        *seen = now;
+        if let Some(b) = self.steps.get_mut(&key) {
+            for r in ranks {
+                b.readers.remove(r);
+            }
+            let dropped = b.trim();
+            self.total -= dropped;
+        }
     }
 
     /// Takes what the caller of `key` sent (`line`), as far as there is room. `ranks`: the
@@ -293,6 +318,7 @@ impl InputRelay {
         if let Some(b) = self.steps.remove(&key) {
             self.total -= b.data.len();
         }
+        self.closed.remove(&key);
     }
 
     /// Bytes held, all steps together (what the tests check the bounds by).
@@ -304,6 +330,9 @@ impl InputRelay {
     fn sweep(&mut self, now: u64) {
         for k in crate::step_output::idle_steps(&self.steps, now, |b| b.touched) {
             self.forget(k);
+        }
+        for k in crate::step_output::idle_steps(&self.closed, now, |c| c.1) {
+            self.closed.remove(&k);
         }
     }
 }

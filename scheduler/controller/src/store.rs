@@ -521,6 +521,17 @@ impl Store {
             == 1)
     }
 
+    /// Every node that holds a key, and when it joined (ms), by name.
+    pub fn node_key_list(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare("SELECT name, issued FROM node_keys ORDER BY name")?;
+        let rows = st.query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// Every node's key hash.
     pub fn node_keys(&self) -> Result<Vec<(String, crate::node_keys::KeyHash)>, StoreError> {
         let mut st = self.conn.prepare("SELECT name, hash FROM node_keys")?;

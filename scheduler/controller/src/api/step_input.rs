@@ -26,6 +26,18 @@ pub(super) fn forget(s: &Shared, key: StepKey) {
     relay(s).forget(key);
 }
 
+/// The ranks of each step that take no more input, as their nodes report.
+pub(super) fn closed(s: &Shared, closed: Vec<(StepKey, Vec<u32>)>) {
+    if closed.is_empty() {
+        return;
+    }
+    let now = crate::now_ms();
+    let mut relay = relay(s);
+    for (key, ranks) in closed {
+        relay.closed(key, &ranks, now);
+    }
+}
+
 /// Whether the step still takes input: it runs and is not being stopped.
 fn live(step: &StepRecord) -> bool {
     step.exit.is_none() && step.stop.is_none()

@@ -249,7 +249,23 @@ async fn a_forgotten_key_is_refused_and_keys_outlive_a_restart() {
             .await
         }
     };
-    // Only an admin may.
+    // An admin sees who joined, and that g7 never registered; a user sees nothing.
+    let list = |uid: u32| {
+        let s = s.clone();
+        async move { node_keys(State(s), ConnectInfo(Peer::Local { uid, gid: uid })).await }
+    };
+    let Err(ApiFailure(status, _)) = list(1000).await else {
+        panic!("a user listed the nodes' keys");
+    };
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let keys = list(0).await.unwrap().0.keys;
+    let seen: Vec<(&str, bool)> = keys
+        .iter()
+        .map(|k| (k.node.as_str(), k.registered))
+        .collect();
+    assert_eq!(seen, [("g2", true), ("g7", false)]);
+    assert!(keys.iter().all(|k| k.joined > 0));
+    // Only an admin may forget one.
     let Err(ApiFailure(status, _)) = forget(1000, "g2").await else {
         panic!("a user forgot a node's key");
     };
@@ -268,6 +284,7 @@ async fn a_forgotten_key_is_refused_and_keys_outlive_a_restart() {
     assert_eq!(status, StatusCode::NOT_FOUND, "{why:?}");
     let store = crate::store::Store::open(&dir.path().join("wharf.db")).unwrap();
     assert!(store.node_keys().unwrap().is_empty());
+    assert!(list(0).await.unwrap().0.keys.is_empty());
     // The node joins again, with a new key.
     let (status, got) = call(&s, "/v1/agent/join", "token", join_of("g2", &made_key(5))).await;
     assert_eq!(status, StatusCode::OK, "{got}");

@@ -352,6 +352,29 @@ impl Cluster {
         Ok((step, idx, holds))
     }
 
+    /// The ranks of each step whose tasks on `node` report their input closed (`reports`):
+    /// a task index is its node's first rank plus the index; any past the node's tasks, or
+    /// of a step the node holds no task of, is left out.
+    pub fn input_closed_ranks(
+        &self,
+        node: &str,
+        reports: &[AgentStep],
+    ) -> Vec<(StepKey, Vec<u32>)> {
+        reports
+            .iter()
+            .filter(|r| !r.input_closed.is_empty())
+            .filter_map(|r| {
+                let (step, idx, _) = self.step_seen_from(r.key, node).ok()?;
+                let base = (idx? as u32).saturating_mul(step.tasks_per_node);
+                let ranks = (r.input_closed.iter())
+                    .filter(|&&t| t < step.tasks_per_node)
+                    .map(|t| base + t)
+                    .collect();
+                Some((r.key, ranks))
+            })
+            .collect()
+    }
+
     /// Where `node`'s push of output for step `key` goes: the step and the node's index
     /// among its nodes (its first rank there is `index * tasks_per_node`), or `None` once the
     /// job or step is no longer known (nobody will read it). Only a node that holds the

@@ -311,3 +311,59 @@ fn the_end_counts_as_had_only_once_every_task_got_it() {
     );
     assert_eq!(r.held(), 0);
 }
+
+/// A restarted controller's buffer is new and counts every rank that takes input as a
+/// reader; a rank that had closed its input before the restart pulls no more, so its node's
+/// poll says so (`AgentStep::input_closed`), before or after the buffer is made again. On the
+/// old code such a rank held the buffer full for good, and its step's other readers starved.
+#[test]
+fn ranks_reported_closed_hold_nothing_back_after_a_restart() {
+    let ranks = [0, 1];
+    let block = vec![b'x'; STEP_BYTES];
+    // Reported after the buffer is made: rank 1 reads, rank 0 (closed) never pulls.
+    let mut r = InputRelay::default();
+    let ack = r.push(KEY, &ranks, line(0, &block, false), Some(0), true, 1);
+    assert_eq!(ack.next, STEP_BYTES as u64);
+    let b = r.pull(KEY, &ranks, 0, 2, vec![at(1, 0)], true, 2);
+    assert_eq!(b.chunks[0].data.len(), PULL_BYTES);
+    let b = r.pull(KEY, &ranks, 0, 2, vec![at(1, PULL_BYTES as u64)], true, 3);
+    assert_eq!(b.chunks[0].offset, PULL_BYTES as u64);
+    assert_eq!(r.held(), STEP_BYTES, "rank 0 holds it all");
+    let full = r.push(
+        KEY,
+        &ranks,
+        line(STEP_BYTES as u64, b"more", false),
+        None,
+        true,
+        4,
+    );
+    assert_eq!(full.next, STEP_BYTES as u64, "full: nothing taken");
+    r.closed(KEY, &[0], 5);
+    // Down to what rank 1 has not had written into it yet (it was sent one more pull).
+    assert_eq!(r.held(), STEP_BYTES - PULL_BYTES);
+    let ack = r.push(
+        KEY,
+        &ranks,
+        line(STEP_BYTES as u64, b"more", true),
+        None,
+        true,
+        6,
+    );
+    assert_eq!(ack.next, STEP_BYTES as u64 + 4);
+    // Reported before the buffer is made: it is made without rank 0.
+    let mut r = InputRelay::default();
+    r.closed(KEY, &[0], 1);
+    r.push(KEY, &ranks, line(0, b"abc", true), Some(0), true, 2);
+    let b = r.pull(KEY, &ranks, 0, 2, vec![at(1, 0)], true, 3);
+    assert_eq!(got(&b), [(1, 0, &b"abc"[..], true)]);
+    let b = r.pull(KEY, &ranks, 0, 2, vec![at(1, 3)], true, 4);
+    assert_eq!(got(&b), [(1, 3, &b""[..], true)]);
+    assert_eq!(r.held(), 0);
+    // Every reader closed: the end counts as had, so the caller's agent stops asking.
+    r.closed(KEY, &[1], 5);
+    let ack = r.push(KEY, &ranks, line(3, b"", true), None, true, 6);
+    assert_eq!(ack.held_from, Some(4));
+    // Forgotten with the step.
+    r.forget(KEY);
+    assert!(r.closed.is_empty());
+}

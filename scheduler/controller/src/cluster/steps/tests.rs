@@ -104,6 +104,7 @@ fn step_report(job: JobId, step: u32, exit: Option<ExitInfo>) -> AgentStep {
         end_time: exit.as_ref().map(|_| 2_000),
         exit,
         stopping: false,
+        input_closed: vec![],
     }
 }
 
