@@ -250,9 +250,11 @@ pub fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentStep> {
                 with_stop_reason(crate::task_report(launcher, *local, dir, false).0, dir)
             })
             .collect();
-        let input_closed: Vec<u32> = (dirs.iter())
-            .filter(|(_, d)| d.stdin_closed().exists())
-            .map(|(local, _)| *local)
+        // Ended, a task takes no more input either (its marker may never have been written:
+        // one that ended before its input was set up).
+        let input_closed: Vec<u32> = (dirs.iter().zip(&tasks))
+            .filter(|((_, d), t)| t.exit.is_some() || d.stdin_closed().exists())
+            .map(|((local, _), _)| *local)
             .collect();
         // Its end waits for its output: the caller gets all of it before the step's end.
         let held_back = dirs
@@ -552,9 +554,17 @@ async fn serve(
                 uid,
                 request,
             };
-            let step: StepRecord = match client.post("/v1/agent/steps", &start).await {
-                Ok(s) => s,
-                Err(e) => return reply(&mut wr, &StepReply::Error(api_words(&e))).await,
+            // A 401 made nothing: the node is joining again (see `node_key`), so it is asked
+            // again for a while.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            let step: StepRecord = loop {
+                match client.post("/v1/agent/steps", &start).await {
+                    Ok(s) => break s,
+                    Err(e) if e.is_unauthorized() && tokio::time::Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    Err(e) => return reply(&mut wr, &StepReply::Error(api_words(&e))).await,
+                }
             };
             let key = StepKey { job, step: step.id };
             reply(&mut wr, &StepReply::Started(step)).await;

@@ -37,8 +37,8 @@ pub struct Args {
     /// node no longer trusted, make a new join token first (docs/security.md).
     #[arg(long, value_name = "NODE", conflicts_with = "drain")]
     forget_key: Option<String>,
-    /// List the nodes that hold a key (admins): when each joined, and whether its agent
-    /// registered it (a name that joined and never registered is one to look at).
+    /// List the nodes that hold a key (admins): when each joined, and when its agent first
+    /// registered with that key (a name that joined and never registered is one to look at).
     #[arg(long, conflicts_with_all = ["drain", "resume", "forget_key", "partitions"])]
     keys: bool,
     /// One line per partition instead (Slurm's `sinfo -s`): its state, time limit, nodes
@@ -58,11 +58,14 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         } else {
             let mut t = output::table(&["NODE", "JOINED", "REGISTERED"]);
             for k in &list.keys {
-                let registered = if k.registered { "yes" } else { "no" };
+                let registered = match k.registered {
+                    Some(at) => output::time(Some(at)),
+                    None => "never".to_string(),
+                };
                 t.add_row([
                     &*output::clean(&k.node),
                     &output::time(Some(k.joined)),
-                    registered,
+                    &registered,
                 ]);
             }
             output::print_table(&t);

@@ -3,7 +3,7 @@
 //! included; a task that does not read holds its caller back by a bounded amount. And
 //! `-c` gives each task of a step its own CPUs.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::harness::*;
 use crate::netns::MultiHost;
@@ -197,8 +197,32 @@ fn a_task_that_closed_its_input_before_the_restart_holds_nothing_back() {
     );
     let id = bed.submit(&["--nodes", "2", "--cpus", "1", "-t", "5m", "--wrap", &script]);
     bed.wait_output(id, "STEP_STARTS");
-    // Long enough for rank 0 to close and the buffer to fill behind rank 1.
-    std::thread::sleep(Duration::from_secs(8));
+    // Rank 0's close reaches the controller before it restarts: its agent marks the task.
+    let marked = || {
+        ["node1", "node2"].iter().any(|n| {
+            let jobs = bed.dir.path().join(format!("agent-{n}/jobs"));
+            let tasks = std::fs::read_dir(jobs).into_iter().flatten().flatten();
+            tasks
+                .filter(|t| {
+                    t.file_name()
+                        .to_string_lossy()
+                        .starts_with(&format!("{id}.s0."))
+                })
+                .any(|t| t.path().join("input/closed").exists())
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !marked() {
+        assert!(
+            Instant::now() < deadline,
+            "rank 0's input never closed
+{}",
+            bed.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // And the buffer fills behind rank 1, which reads nothing for 20 s.
+    std::thread::sleep(Duration::from_secs(4));
     bed.restart_controller();
     let job = bed.wait_done(id, Duration::from_secs(180));
     let out = bed.output(id);

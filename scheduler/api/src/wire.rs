@@ -236,9 +236,10 @@ pub struct NodeKeyEntry {
     pub node: String,
     /// When it joined, ms since the epoch.
     pub joined: u64,
-    /// Whether its agent registered the node (a name that joined and never did is one to
-    /// look at: its key may be in anyone's hands who held the join token).
-    pub registered: bool,
+    /// When its agent first registered the node with this key, ms since the epoch; `None`:
+    /// never (a name that joined and never registered is one to look at: its key may be in
+    /// the hands of anyone who held the join token).
+    pub registered: Option<u64>,
 }
 
 /// Answer to `POST /v1/nodes/{name}/forget-key` (admins): the node's key is forgotten, and

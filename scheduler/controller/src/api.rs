@@ -969,7 +969,13 @@ async fn step_start(
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<StepRecord> {
     let req: StepStart = agent_request(&s, &headers, bytes)?;
+    let job = req.job;
     let step = with_cluster(&s, move |cl, now| cl.start_step(req, now)).await?;
+    // A requeued job numbers its steps from 0 again: nothing the relays hold under this key
+    // (an earlier run's buffers, its closed ranks) is the new step's.
+    let key = StepKey { job, step: step.id };
+    relay(&s).forget(key);
+    step_input::forget(&s, key);
     for n in &step.nodes {
         s.wake_node(&n.node);
     }

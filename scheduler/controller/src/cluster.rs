@@ -546,10 +546,10 @@ impl Cluster {
             .store
             .node_key_list()?
             .into_iter()
-            .map(|(node, joined)| NodeKeyEntry {
-                registered: self.nodes.contains_key(&node),
+            .map(|(node, joined, registered)| NodeKeyEntry {
                 node,
                 joined,
+                registered,
             })
             .collect();
         Ok(NodeKeyList { keys })
@@ -584,6 +584,7 @@ impl Cluster {
             )
         })?;
         self.store.upsert_node(&info, now)?;
+        self.store.key_registered(&info.name, now)?;
         // A registration keeps what the controller knew: its images until its next report,
         // and a drain until an admin resumes it (an agent restart does not mend a node).
         let (images, drain) = self

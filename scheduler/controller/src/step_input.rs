@@ -321,6 +321,12 @@ impl InputRelay {
         self.closed.remove(&key);
     }
 
+    /// Whether ranks of `key` are known to have closed their input.
+    #[cfg(test)]
+    pub fn knows_closed(&self, key: StepKey) -> bool {
+        self.closed.contains_key(&key)
+    }
+
     /// Bytes held, all steps together (what the tests check the bounds by).
     #[cfg(test)]
     pub fn held(&self) -> usize {

@@ -239,6 +239,14 @@ impl Relay {
         self.total -= held;
     }
 
+    /// Drops `key`'s buffer: a step of that key starts anew (a requeued job's steps are
+    /// numbered from 0 again), and nothing of an earlier one's is its.
+    pub fn forget(&mut self, key: StepKey) {
+        if let Some(b) = self.steps.remove(&key) {
+            self.total -= b.bytes;
+        }
+    }
+
     /// Bytes held, all steps together.
     pub fn held(&self) -> usize {
         self.total

@@ -57,9 +57,10 @@ CREATE TABLE IF NOT EXISTS node_drains (
     since  INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS node_keys (
-    name   TEXT PRIMARY KEY,
-    hash   BLOB NOT NULL,
-    issued INTEGER NOT NULL
+    name       TEXT PRIMARY KEY,
+    hash       BLOB NOT NULL,
+    issued     INTEGER NOT NULL,
+    registered INTEGER
 );
 CREATE TABLE IF NOT EXISTS ledger_outbox (
     job_id INTEGER NOT NULL,
@@ -521,13 +522,28 @@ impl Store {
             == 1)
     }
 
-    /// Every node that holds a key, and when it joined (ms), by name.
-    pub fn node_key_list(&self) -> Result<Vec<(String, u64)>, StoreError> {
+    /// Node `name`'s agent registered with the key it holds now (the first time counts).
+    pub fn key_registered(&mut self, name: &str, now: u64) -> Result<(), StoreError> {
+        self.conn.execute(
+            "UPDATE node_keys SET registered = ?2 WHERE name = ?1 AND registered IS NULL",
+            params![name, now as i64],
+        )?;
+        Ok(())
+    }
+
+    /// Every node that holds a key, by name: when it joined, and when its agent first
+    /// registered with that key (ms).
+    pub fn node_key_list(&self) -> Result<Vec<(String, u64, Option<u64>)>, StoreError> {
         let mut st = self
             .conn
-            .prepare("SELECT name, issued FROM node_keys ORDER BY name")?;
+            .prepare("SELECT name, issued, registered FROM node_keys ORDER BY name")?;
         let rows = st.query_map([], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+            let registered: Option<i64> = r.get(2)?;
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)? as u64,
+                registered.map(|t| t as u64),
+            ))
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }

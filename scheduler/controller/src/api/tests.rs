@@ -1,5 +1,6 @@
 use wharf_api::step::StepRequest;
 use wharf_api::step_output::{PushChunk, Stream};
+use wharf_api::NodeInfo;
 
 use super::*;
 
@@ -230,6 +231,10 @@ async fn a_forgotten_key_is_refused_and_keys_outlive_a_restart() {
         assert_eq!(status, StatusCode::OK, "{got}");
     }
     let g2 = made_key(2);
+    // g2's agent registers with its key (before it joined, g2 registered without one).
+    let info = serde_json::json!({ "node": NodeInfo::new("g2", "127.0.0.1", 8, 16 << 30, vec![]) });
+    let (status, got) = call(&s, "/v1/agent/register", &g2, info).await;
+    assert_eq!(status, StatusCode::OK, "{got}");
     // Read back as a restarted controller would.
     let store = crate::store::Store::open(&dir.path().join("wharf.db")).unwrap();
     let again = crate::node_keys::NodeKeys::new("token", store.node_keys().unwrap());
@@ -261,7 +266,7 @@ async fn a_forgotten_key_is_refused_and_keys_outlive_a_restart() {
     let keys = list(0).await.unwrap().0.keys;
     let seen: Vec<(&str, bool)> = keys
         .iter()
-        .map(|k| (k.node.as_str(), k.registered))
+        .map(|k| (k.node.as_str(), k.registered.is_some()))
         .collect();
     assert_eq!(seen, [("g2", true), ("g7", false)]);
     assert!(keys.iter().all(|k| k.joined > 0));
@@ -290,4 +295,30 @@ async fn a_forgotten_key_is_refused_and_keys_outlive_a_restart() {
     assert_eq!(status, StatusCode::OK, "{got}");
     let (status, _) = call(&s, "/v1/agent/poll", &made_key(5), poll_of("g2")).await;
     assert_eq!(status, StatusCode::OK);
+}
+
+/// A step that starts owns nothing the relays held under its key: a requeued job numbers its
+/// steps from 0 again, and an earlier run's closed ranks (or buffers) would otherwise starve
+/// the new step's readers.
+#[tokio::test]
+async fn a_new_step_starts_with_nothing_of_an_earlier_one_under_its_key() {
+    use crate::cluster::steps::tests::ask;
+    let dir = tempfile::tempdir().unwrap();
+    let (s, old) = controller(&dir);
+    let next = StepKey {
+        job: old.job,
+        step: old.step + 1,
+    };
+    s.step_input.lock().unwrap().closed(next, &[0, 1], 1);
+    let start = ask(old.job, "g1", 1000, StepRequest::default());
+    let body = Bytes::from(serde_json::to_vec(&start).unwrap());
+    let step = step_start(State(s.clone()), agent_headers(&s, "g1"), Ok(body))
+        .await
+        .unwrap()
+        .0;
+    assert_eq!(step.id, next.step);
+    assert!(
+        !s.step_input.lock().unwrap().knows_closed(next),
+        "the new step inherited closed ranks"
+    );
 }

@@ -353,8 +353,8 @@ impl Cluster {
     }
 
     /// The ranks of each step whose tasks on `node` report their input closed (`reports`):
-    /// a task index is its node's first rank plus the index; any past the node's tasks, or
-    /// of a step the node holds no task of, is left out.
+    /// a task index is its node's first rank plus the index; any past the node's tasks, of a
+    /// step the node holds no task of, or of one no longer running, is left out.
     pub fn input_closed_ranks(
         &self,
         node: &str,
@@ -362,9 +362,12 @@ impl Cluster {
     ) -> Vec<(StepKey, Vec<u32>)> {
         reports
             .iter()
-            .filter(|r| !r.input_closed.is_empty())
+            .filter(|r| !r.input_closed.is_empty() && self.jobs.get(&r.key.job).is_some())
             .filter_map(|r| {
                 let (step, idx, _) = self.step_seen_from(r.key, node).ok()?;
+                if step.exit.is_some() || step.stop.is_some() {
+                    return None;
+                }
                 let base = (idx? as u32).saturating_mul(step.tasks_per_node);
                 let ranks = (r.input_closed.iter())
                     .filter(|&&t| t < step.tasks_per_node)
