@@ -127,45 +127,60 @@ fn a_steps_input_reaches_its_tasks_on_another_host_with_its_end() {
 /// restarts.
 const RESTART_SEQ: u64 = 250_000;
 
-#[test]
-fn input_the_controller_held_for_a_task_not_reading_survives_the_controllers_restart() {
-    let test = "input_the_controller_held_for_a_task_not_reading_survives_the_controllers_restart";
-    let Some(mut bed) = MultiHost::start(test, 2, "") else {
-        return;
-    };
+/// Runs a 2-node job whose rank 0 pipes `seq 1 SEQ` into `wharf step -q -N 2 -i INPUT --
+/// sh -c TASKS`, restarts the controller once `before_restart` returns (given the bed and the
+/// job), and checks that the job and its step ended well; the job's output and the digest
+/// of what was sent.
+fn input_through_a_restart(
+    test: &str,
+    seq: u64,
+    input: &str,
+    tasks: &str,
+    before_restart: impl FnOnce(&MultiHost, u64),
+) -> Option<(String, String)> {
+    let mut bed = MultiHost::start(test, 2, "")?;
     let w = wharf_bin();
-    // Rank 1 of the step (on node2) takes the input and reads none of it for a while: its
-    // pipe fills, the rest waits in the controller's buffer, and the controller restarts,
-    // losing that buffer. Every byte must still reach the task, once and in order.
     let script = format!(
         "if [ \"$RANK\" = 0 ]; then \
            echo STEP_STARTS; \
-           echo \"WANT $(seq 1 {RESTART_SEQ} | md5sum | cut -c1-32)\"; \
-           seq 1 {RESTART_SEQ} \
-             | {w} step -q -N 2 -i 1 -- sh -c 'sleep 20; echo \"IN $SLURM_PROCID $(md5sum | cut -c1-32)\"'; \
+           echo \"WANT $(seq 1 {seq} | md5sum | cut -c1-32)\"; \
+           seq 1 {seq} | {w} step -q -N 2 -i {input} -- sh -c '{tasks}'; \
            echo \"STEP_STATUS $?\"; \
          fi"
     );
     let id = bed.submit(&["--nodes", "2", "--cpus", "1", "-t", "5m", "--wrap", &script]);
     bed.wait_output(id, "STEP_STARTS");
-    // Long enough for the pipe to fill and the controller's buffer to take the rest.
-    std::thread::sleep(Duration::from_secs(8));
+    before_restart(&bed, id);
     bed.restart_controller();
     let job = bed.wait_done(id, Duration::from_secs(240));
     let out = bed.output(id);
     assert_eq!(job["state"], "COMPLETED", "{job}\n{out}\n{}", bed.logs());
     assert!(out.contains("STEP_STATUS 0\n"), "{out}\n{}", bed.logs());
-    let want = after(&out, "WANT ");
+    let want = after(&out, "WANT ").to_string();
+    Some((out, want))
+}
+
+#[test]
+fn input_the_controller_held_for_a_task_not_reading_survives_the_controllers_restart() {
+    // Rank 1 of the step (on node2) takes the input and reads none of it for a while: its
+    // pipe fills, the rest waits in the controller's buffer, and the controller restarts,
+    // losing that buffer. Every byte must still reach the task, once and in order.
+    let Some((out, want)) = input_through_a_restart(
+        "input_the_controller_held_for_a_task_not_reading_survives_the_controllers_restart",
+        RESTART_SEQ,
+        "1",
+        r#"sleep 20; echo "IN $SLURM_PROCID $(md5sum | cut -c1-32)""#,
+        // Long enough for the pipe to fill and the controller's buffer to take the rest.
+        |_, _| std::thread::sleep(Duration::from_secs(8)),
+    ) else {
+        return;
+    };
     // /dev/null's digest for rank 0, which takes no input.
     assert!(
         out.contains("IN 0 d41d8cd98f00b204e9800998ecf8427e\n"),
         "{out}"
     );
-    assert!(
-        out.contains(&format!("IN 1 {want}\n")),
-        "{out}\n{}",
-        bed.logs()
-    );
+    assert!(out.contains(&format!("IN 1 {want}\n")), "{out}");
 }
 
 /// Lines of input for [`a_task_that_closed_its_input_before_the_restart_holds_nothing_back`]:
@@ -179,60 +194,44 @@ const CLOSED_SEQ: u64 = 700_000;
 /// good: its buffer stayed full once rank 1 had read 1 MiB of it, and the step never ended.
 #[test]
 fn a_task_that_closed_its_input_before_the_restart_holds_nothing_back() {
-    let test = "a_task_that_closed_its_input_before_the_restart_holds_nothing_back";
-    let Some(mut bed) = MultiHost::start(test, 2, "") else {
+    let Some((out, want)) = input_through_a_restart(
+        "a_task_that_closed_its_input_before_the_restart_holds_nothing_back",
+        CLOSED_SEQ,
+        "all",
+        r#"if [ "$SLURM_PROCID" = 0 ]; then
+             head -c 1 >/dev/null; exec </dev/null; echo CLOSED; sleep 25;
+           else sleep 20; echo "IN 1 $(md5sum | cut -c1-32)"; fi"#,
+        |bed, id| {
+            // Rank 0's close reaches the controller before it restarts: its agent marks
+            // the task.
+            let marked = || {
+                ["node1", "node2"].iter().any(|n| {
+                    let jobs = bed.dir.path().join(format!("agent-{n}/jobs"));
+                    let tasks = std::fs::read_dir(jobs).into_iter().flatten().flatten();
+                    tasks
+                        .filter(|t| {
+                            t.file_name()
+                                .to_string_lossy()
+                                .starts_with(&format!("{id}.s0."))
+                        })
+                        .any(|t| t.path().join("input/closed").exists())
+                })
+            };
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !marked() {
+                assert!(
+                    Instant::now() < deadline,
+                    "rank 0's input never closed\n{}",
+                    bed.logs()
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            // And the buffer fills behind rank 1, which reads nothing for 20 s.
+            std::thread::sleep(Duration::from_secs(4));
+        },
+    ) else {
         return;
     };
-    let w = wharf_bin();
-    let script = format!(
-        "if [ \"$RANK\" = 0 ]; then \
-           echo STEP_STARTS; \
-           echo \"WANT $(seq 1 {CLOSED_SEQ} | md5sum | cut -c1-32)\"; \
-           seq 1 {CLOSED_SEQ} \
-             | {w} step -q -N 2 -i all -- sh -c 'if [ \"$SLURM_PROCID\" = 0 ]; then \
-                 head -c 1 >/dev/null; exec </dev/null; echo CLOSED; sleep 25; \
-               else sleep 20; echo \"IN 1 $(md5sum | cut -c1-32)\"; fi'; \
-           echo \"STEP_STATUS $?\"; \
-         fi"
-    );
-    let id = bed.submit(&["--nodes", "2", "--cpus", "1", "-t", "5m", "--wrap", &script]);
-    bed.wait_output(id, "STEP_STARTS");
-    // Rank 0's close reaches the controller before it restarts: its agent marks the task.
-    let marked = || {
-        ["node1", "node2"].iter().any(|n| {
-            let jobs = bed.dir.path().join(format!("agent-{n}/jobs"));
-            let tasks = std::fs::read_dir(jobs).into_iter().flatten().flatten();
-            tasks
-                .filter(|t| {
-                    t.file_name()
-                        .to_string_lossy()
-                        .starts_with(&format!("{id}.s0."))
-                })
-                .any(|t| t.path().join("input/closed").exists())
-        })
-    };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !marked() {
-        assert!(
-            Instant::now() < deadline,
-            "rank 0's input never closed
-{}",
-            bed.logs()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    // And the buffer fills behind rank 1, which reads nothing for 20 s.
-    std::thread::sleep(Duration::from_secs(4));
-    bed.restart_controller();
-    let job = bed.wait_done(id, Duration::from_secs(180));
-    let out = bed.output(id);
-    assert_eq!(job["state"], "COMPLETED", "{job}\n{out}\n{}", bed.logs());
     assert!(out.contains("CLOSED\n"), "{out}");
-    assert!(out.contains("STEP_STATUS 0\n"), "{out}\n{}", bed.logs());
-    let want = after(&out, "WANT ");
-    assert!(
-        out.contains(&format!("IN 1 {want}\n")),
-        "{out}\n{}",
-        bed.logs()
-    );
+    assert!(out.contains(&format!("IN 1 {want}\n")), "{out}");
 }
