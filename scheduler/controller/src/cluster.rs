@@ -454,16 +454,7 @@ impl Cluster {
     pub fn partitions(&self) -> wharf_api::wire::PartitionList {
         use wharf_api::wire::{NodeCounts, PartitionSummary};
         let nodes = self.nodes();
-        let configured = &self.sched.partitions;
-        let all = [wharf_core::Partition::new(
-            wharf_core::DEFAULT_PARTITION,
-            &[],
-        )];
-        let parts = if configured.is_empty() {
-            &all[..]
-        } else {
-            &configured[..]
-        };
+        let parts = self.sched.partitions_or_default();
         let default = self.sched.default_partition_name();
         let mut jobs: BTreeMap<String, (u32, u32)> = BTreeMap::new();
         for j in self.jobs.values() {

@@ -295,6 +295,16 @@ impl Config {
             .unwrap_or_default()
     }
 
+    /// The configured partitions, or, when none is, the one [`crate::DEFAULT_PARTITION`] over
+    /// every node (a partition naming no node holds every node).
+    pub fn partitions_or_default(&self) -> std::borrow::Cow<'_, [Partition]> {
+        if self.partitions.is_empty() {
+            std::borrow::Cow::Owned(vec![Partition::new(crate::DEFAULT_PARTITION, &[])])
+        } else {
+            std::borrow::Cow::Borrowed(&self.partitions)
+        }
+    }
+
     /// The partition of jobs that name none: [`Config::default_partition`] when it names a
     /// configured one, else the first configured, else [`crate::DEFAULT_PARTITION`] (every
     /// node's, when none is configured).

@@ -87,8 +87,9 @@ pub fn schedule(now: Time, state: &State, config: &Config) -> Plan {
 }
 
 /// The fair-share tree at `now` as `wharf share` shows it: usage is `state.usage` plus what
-/// `state.running` have used so far, and the users are those with pending or running jobs or
-/// usage, so each user's factor is the one a pass at `now` would give its jobs.
+/// `state.running` have used so far, and the users are those with pending jobs or usage (a
+/// running job's use so far counts), so each user's factor is the one a pass at `now` would
+/// give its jobs.
 pub fn fair_share(now: Time, state: &State, config: &Config) -> Vec<wharf_api::share::ShareRow> {
     let parts = Partitions::resolve(config, &state.nodes);
     let usage = accrual::Accruals::of(&state.running, &parts).usage_now(now, &state.usage);

@@ -45,15 +45,7 @@ impl Partitions {
             .map(|(i, n)| (n.name.as_str(), i))
             .collect();
         let mut parts = Vec::new();
-        if config.partitions.is_empty() {
-            parts.push(view(
-                DEFAULT_PARTITION,
-                (0..nodes.len()).collect(),
-                nodes,
-                &crate::config::Partition::new(DEFAULT_PARTITION, &[]),
-            ));
-        }
-        for p in &config.partitions {
+        for p in config.partitions_or_default().iter() {
             let members: Vec<usize> = if p.nodes.is_empty() {
                 (0..nodes.len()).collect()
             } else {
