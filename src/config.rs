@@ -559,7 +559,7 @@ pub fn join_token(file: &Path, create: bool) -> Result<String> {
         Err(e) if create && e.kind() == std::io::ErrorKind::NotFound => {
             use std::io::Write;
             use std::os::unix::fs::OpenOptionsExt;
-            let token = random_hex(32)?;
+            let token = wharf_client::random_hex(32)?;
             if let Some(dir) = file.parent() {
                 std::fs::create_dir_all(dir)
                     .with_context(|| format!("creating {}", dir.display()))?;
@@ -575,14 +575,6 @@ pub fn join_token(file: &Path, create: bool) -> Result<String> {
         }
         Err(e) => Err(e).with_context(|| format!("reading join token {}", file.display())),
     }
-}
-
-/// `n` random bytes from the kernel, as hex.
-pub fn random_hex(n: usize) -> Result<String> {
-    use std::io::Read;
-    let mut buf = vec![0u8; n];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// The host name, for the node name.

@@ -4,18 +4,15 @@
 //! join, the key survives a join whose answer is lost (the controller takes the same key
 //! again) and a restart (the agent is the same node without the join token).
 
-use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use wharf_api::wire::{JoinRequest, JoinResponse};
+use wharf_api::wire::{is_node_key, JoinRequest, JoinResponse, NODE_KEY_PREFIX};
 use wharf_client::{Client, ClientError};
+use wharf_runtime::JobDir;
 
 use crate::AgentConfig;
-
-/// What a key starts with (the controller's prefix).
-const KEY_PREFIX: &str = "wnk_";
 
 /// Longest wait between tries to join.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -82,29 +79,23 @@ pub fn kept(cfg: &AgentConfig) -> Option<String> {
     let text = std::fs::read_to_string(file(cfg)).ok()?;
     let mut lines = text.lines();
     let (name, key) = (lines.next()?, lines.next()?.trim());
-    (name == cfg.node_name && key.starts_with(KEY_PREFIX) && !key.contains(char::is_whitespace))
-        .then(|| key.to_string())
+    (name == cfg.node_name && is_node_key(key)).then(|| key.to_string())
 }
 
-/// A new key: [`KEY_PREFIX`] and 32 bytes from the kernel, as hex.
+/// A new key: [`NODE_KEY_PREFIX`] and 32 bytes from the kernel, as hex.
 fn new_key() -> std::io::Result<String> {
-    let mut buf = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
-    let hex: String = buf.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!("{KEY_PREFIX}{hex}"))
+    Ok(format!(
+        "{NODE_KEY_PREFIX}{}",
+        wharf_client::random_hex(32)?
+    ))
 }
 
-/// Keeps `key`: written beside the file, 0600, synced, renamed over it, and the rename
-/// synced.
+/// Keeps `key`: written beside the file (root's, 0600, never through a link), synced,
+/// renamed over it, and the rename synced.
 fn save(cfg: &AgentConfig, key: &str) -> std::io::Result<()> {
     let path = file(cfg);
     let tmp = cfg.state_dir.join(".node-key.new");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
+    let mut f = JobDir::open_private(&tmp, false)?;
     writeln!(f, "{}\n{key}", cfg.node_name)?;
     f.sync_all()?;
     std::fs::rename(&tmp, &path)?;

@@ -121,19 +121,17 @@ pub async fn run(args: Args) -> Result<i32> {
         .join_token_file
         .clone()
         .unwrap_or_else(|| file.controller.state_dir.join("join-token"));
+    let mut cfg = settings(&file, String::new())?;
     // Once the node has joined, its agent needs no join token: it holds a key of its own.
-    let token = match config::join_token(&token_file, false) {
-        Ok(t) => t,
-        Err(e) => {
-            let without = settings(&file, String::new())?;
-            if token_file.exists() || wharf_agent::node_key::kept(&without).is_none() {
-                return Err(e);
-            }
-            tracing::info!(file = %token_file.display(), "no join token: this node uses the key it kept, and cannot join again without a token");
-            String::new()
+    match config::join_token(&token_file, false) {
+        Ok(t) => cfg.token = t,
+        Err(e) if token_file.exists() || wharf_agent::node_key::kept(&cfg).is_none() => {
+            return Err(e)
         }
-    };
-    let cfg = settings(&file, token)?;
+        Err(_) => {
+            tracing::info!(file = %token_file.display(), "no join token: this node uses the key it kept, and cannot join again without a token");
+        }
+    }
     wharf_agent::run(cfg).await?;
     Ok(0)
 }

@@ -32,7 +32,7 @@ pub async fn run(args: Args) -> Result<i32> {
     file.agent.state_dir = args.data_dir.join("agent");
     // The agent talks to the controller over its own socket; the token lives only in memory.
     file.agent.controller = file.controller.socket.display().to_string();
-    let token = config::random_hex(32)?;
+    let token = wharf_client::random_hex(32)?;
     let controller =
         super::controller::settings(&file, file.controller.socket.clone(), token.clone())?;
     let agent = super::agent::settings(&file, token)?;

@@ -237,7 +237,7 @@ pub async fn submit(socket: &str, mut job: JobRequest) -> Result<u64> {
     let req = SubmitRequest {
         job,
         cwd: cwd.display().to_string(),
-        client_token: Some(crate::config::random_hex(16)?),
+        client_token: Some(wharf_client::random_hex(16)?),
         registry_auth,
     };
     let client = Client::new(Endpoint::parse(socket), None);

@@ -260,6 +260,20 @@ pub struct WhoAmI {
     pub admin: bool,
 }
 
+/// What a node key starts with, so that it is never taken for a join token.
+pub const NODE_KEY_PREFIX: &str = "wnk_";
+
+/// Whether `key` has a node key's form: [`NODE_KEY_PREFIX`] and 64 lower-case hex digits (32
+/// bytes, which the agent takes from the kernel's random source).
+pub fn is_node_key(key: &str) -> bool {
+    key.strip_prefix(NODE_KEY_PREFIX).is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
 /// `POST /v1/agent/join`, with the cluster's join token: the key the node's agent made for
 /// itself, which every other agent route takes instead of the token.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]

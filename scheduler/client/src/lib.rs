@@ -89,6 +89,15 @@ impl ClientError {
     }
 }
 
+/// `n` random bytes from the kernel, as lower-case hex: join tokens, node keys, the tokens
+/// that make a submit idempotent.
+pub fn random_hex(n: usize) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut buf = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// A client for one controller.
 #[derive(Debug, Clone)]
 pub struct Client {

@@ -766,7 +766,7 @@ async fn join(
 ) -> ApiResult<JoinResponse> {
     joining(&s, &headers)?;
     let req: JoinRequest = agent_body(&s, bytes)?;
-    if !crate::node_keys::is_key(&req.key) {
+    if !wharf_api::wire::is_node_key(&req.key) {
         return Err(fail(
             ErrorKind::InvalidInput,
             format!(
@@ -990,24 +990,9 @@ async fn step_status(
 ) -> ApiResult<StepRecord> {
     let me = agent_node(&s, &headers)?;
     let key: StepKey = agent_body(&s, bytes)?;
-    Ok(Json(step_of_own_job(&s, me, key).await?))
-}
-
-/// Step `key`, asked for by node `me`, which must hold part of its job.
-async fn step_of_own_job(
-    s: &Arc<Shared>,
-    me: String,
-    key: StepKey,
-) -> Result<StepRecord, ApiFailure> {
-    let node = me.clone();
-    let (step, _, holds) = with_cluster(s, move |cl, _| cl.step_seen_from(key, &node)).await?;
-    if !holds {
-        return Err(fail(
-            ErrorKind::PermissionDenied,
-            format!("node {me} holds no part of job {}", key.job),
-        ));
-    }
-    Ok(step)
+    Ok(Json(
+        with_cluster(&s, move |cl, _| cl.step_held_by(key, &me)).await?,
+    ))
 }
 
 /// `POST /v1/agent/steps/cancel`: the caller of a step went away; its tasks are stopped.
@@ -1018,9 +1003,10 @@ async fn step_cancel(
 ) -> ApiResult<StepRecord> {
     let me = agent_node(&s, &headers)?;
     let key: StepKey = agent_body(&s, bytes)?;
-    step_of_own_job(&s, me, key).await?;
-    let nodes = with_cluster(&s, move |cl, _| {
-        cl.cancel_step(key, "its caller (wharf step) went away")
+    let (nodes, step) = with_cluster(&s, move |cl, _| {
+        cl.step_held_by(key, &me)?;
+        let nodes = cl.cancel_step(key, "its caller (wharf step) went away")?;
+        Ok((nodes, cl.step(key)?))
     })
     .await?;
     for n in &nodes {
@@ -1028,7 +1014,7 @@ async fn step_cancel(
     }
     relay(&s).abandon(key, crate::now_ms());
     step_input::forget(&s, key);
-    Ok(Json(with_cluster(&s, move |cl, _| cl.step(key)).await?))
+    Ok(Json(step))
 }
 
 fn relay(s: &Shared) -> std::sync::MutexGuard<'_, crate::step_output::Relay> {
@@ -1086,13 +1072,7 @@ async fn step_output_read(
 ) -> ApiResult<OutputBatch> {
     let read: OutputRead = agent_request(&s, &headers, bytes)?;
     let (key, node) = (read.key, read.node.clone());
-    let (step, _, holds) = with_cluster(&s, move |cl, _| cl.step_seen_from(key, &node)).await?;
-    if !holds {
-        return Err(fail(
-            ErrorKind::PermissionDenied,
-            format!("node {} holds no part of job {}", read.node, key.job),
-        ));
-    }
+    let step = with_cluster(&s, move |cl, _| cl.step_held_by(key, &node)).await?;
     Ok(Json(relay(&s).read(
         key,
         read.buffer,

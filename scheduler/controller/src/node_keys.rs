@@ -15,9 +15,7 @@ use std::sync::RwLock;
 
 use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
-
-/// What a node key starts with, so that it is never taken for a join token.
-pub const KEY_PREFIX: &str = "wnk_";
+use wharf_api::wire::is_node_key;
 
 /// The SHA-256 of a key.
 pub type KeyHash = [u8; 32];
@@ -63,15 +61,10 @@ impl NodeKeys {
         if same && !self.join.is_empty() {
             return Some(Credential::Join);
         }
-        if !is_key(given) {
+        if !is_node_key(given) {
             return None;
         }
         self.read().get(&hash(given)).cloned().map(Credential::Node)
-    }
-
-    /// Whether `node` holds a key.
-    pub fn has(&self, node: &str) -> bool {
-        self.read().values().any(|n| n == node)
     }
 
     /// Takes `hash` as `node`'s key, in place of any it had.
@@ -103,20 +96,10 @@ pub fn hash(key: &str) -> KeyHash {
     Sha256::digest(key.as_bytes()).into()
 }
 
-/// Whether `key` has a key's form: [`KEY_PREFIX`] and 64 lower-case hex digits (32 bytes,
-/// made by the agent from the kernel's random source).
-pub fn is_key(key: &str) -> bool {
-    key.strip_prefix(KEY_PREFIX).is_some_and(|hex| {
-        hex.len() == 64
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use wharf_api::wire::NODE_KEY_PREFIX;
 
     fn bearer(t: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -125,13 +108,13 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn key(n: u8) -> String {
-        format!("{KEY_PREFIX}{}", format!("{n:02x}").repeat(32))
+        format!("{NODE_KEY_PREFIX}{}", format!("{n:02x}").repeat(32))
     }
 
     #[test]
     fn the_join_token_joins_and_a_key_names_its_node() {
         let (k1, k2) = (key(1), key(2));
-        assert!(is_key(&k1) && is_key(&k2));
+        assert!(is_node_key(&k1) && is_node_key(&k2));
         for bad in [
             "",
             "wnk_",
@@ -140,7 +123,7 @@ pub(crate) mod tests {
             &format!("{k1}0"),
             &k1[1..],
         ] {
-            assert!(!is_key(bad), "{bad:?}");
+            assert!(!is_node_key(bad), "{bad:?}");
         }
         let keys = NodeKeys::new("secret", vec![("n1".into(), hash(&k1))]);
         assert_eq!(keys.check(&bearer("secret")), Some(Credential::Join));
@@ -152,7 +135,7 @@ pub(crate) mod tests {
             Some(Credential::Node("n1".into()))
         );
         // A key nobody was given, a wrong token, a prefix of the token, none at all.
-        for wrong in [k2.as_str(), "secreT", "secre", "", KEY_PREFIX] {
+        for wrong in [k2.as_str(), "secreT", "secre", "", NODE_KEY_PREFIX] {
             assert_eq!(keys.check(&bearer(wrong)), None, "{wrong:?}");
         }
         assert_eq!(keys.check(&HeaderMap::new()), None);
@@ -163,7 +146,6 @@ pub(crate) mod tests {
             keys.check(&bearer(&k2)),
             Some(Credential::Node("n1".into()))
         );
-        assert!(keys.has("n1") && !keys.has("n2"));
         assert!(keys.remove("n1"));
         assert!(!keys.remove("n1"));
         assert_eq!(keys.check(&bearer(&k2)), None);

@@ -124,10 +124,18 @@ impl InputRelay {
     /// Ranks `ranks` of `key` take no more input: their tasks closed it or ended, as their
     /// node reports at each poll. What only they held back is dropped.
     pub fn closed(&mut self, key: StepKey, ranks: &[u32], now: u64) {
-        self.sweep(now);
         let (set, seen) = self.closed.entry(key).or_default();
-        set.extend(ranks);
         *seen = now;
+        // Said at every poll: ranks known already are no reader of the step's buffer (it
+        // was made without them, or they were dropped from it then).
+        let mut new = false;
+        for &r in ranks {
+            new |= set.insert(r);
+        }
+        if !new {
+            return;
+        }
+        self.sweep(now);
         if let Some(b) = self.steps.get_mut(&key) {
             for r in ranks {
                 b.readers.remove(r);

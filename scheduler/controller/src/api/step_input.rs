@@ -51,13 +51,7 @@ pub(super) async fn push(
 ) -> ApiResult<InputAck> {
     let push: InputPush = agent_request(&s, &headers, bytes)?;
     let (key, node) = (push.key, push.node.clone());
-    let (step, _, holds) = with_cluster(&s, move |cl, _| cl.step_seen_from(key, &node)).await?;
-    if !holds {
-        return Err(fail(
-            ErrorKind::PermissionDenied,
-            format!("node {} holds no part of job {}", push.node, key.job),
-        ));
-    }
+    let step = with_cluster(&s, move |cl, _| cl.step_held_by(key, &node)).await?;
     let ranks = step.input.ranks(step.ntasks());
     let now = crate::now_ms();
     Ok(Json(relay(&s).push(

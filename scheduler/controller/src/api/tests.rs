@@ -26,7 +26,7 @@ fn key_of(s: &Shared, node: &str) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    let key = format!("{}{hex}", crate::node_keys::KEY_PREFIX);
+    let key = format!("{}{hex}", wharf_api::wire::NODE_KEY_PREFIX);
     s.node_keys.insert(node, crate::node_keys::hash(&key));
     key
 }

@@ -352,6 +352,20 @@ impl Cluster {
         Ok((step, idx, holds))
     }
 
+    /// Step `key`, asked about by `node`, which must hold part of its job.
+    ///
+    /// Errors: `PermissionDenied` when it holds none; as [`Cluster::step`].
+    pub fn step_held_by(&self, key: StepKey, node: &str) -> Result<StepRecord, Failure> {
+        let (step, _, holds) = self.step_seen_from(key, node)?;
+        if !holds {
+            return Err(refused(
+                ErrorKind::PermissionDenied,
+                format!("node {node} holds no part of job {}", key.job),
+            ));
+        }
+        Ok(step)
+    }
+
     /// The ranks of each step whose tasks on `node` report their input closed (`reports`):
     /// a task index is its node's first rank plus the index; any past the node's tasks, of a
     /// step the node holds no task of, or of one no longer running, is left out.
@@ -362,13 +376,15 @@ impl Cluster {
     ) -> Vec<(StepKey, Vec<u32>)> {
         reports
             .iter()
-            .filter(|r| !r.input_closed.is_empty() && self.jobs.get(&r.key.job).is_some())
+            .filter(|r| !r.input_closed.is_empty())
             .filter_map(|r| {
-                let (step, idx, _) = self.step_seen_from(r.key, node).ok()?;
+                let job = self.jobs.get(&r.key.job)?;
+                let step = job.steps.iter().find(|s| s.id == r.key.step)?;
                 if step.exit.is_some() || step.stop.is_some() {
                     return None;
                 }
-                let base = (idx? as u32).saturating_mul(step.tasks_per_node);
+                let idx = step.nodes.iter().position(|n| n.node == node)?;
+                let base = (idx as u32).saturating_mul(step.tasks_per_node);
                 let ranks = (r.input_closed.iter())
                     .filter(|&&t| t < step.tasks_per_node)
                     .map(|t| base + t)
