@@ -623,3 +623,83 @@ fn node_binds_may_pass_through_symlinks_but_never_land_on_what_the_sandbox_makes
         "the sandbox made {made:?} in the bound directory"
     );
 }
+
+/// A task's input from the agent ends only where the agent writes its end: an agent that goes
+/// away meanwhile (a restart) ends nothing, since the shim holds a writer of its own; the next
+/// agent opens the pipe again and goes on, and once the end is written the woken shim lets go
+/// and the task reads its end. On a shim without its own writer the task read its end when
+/// the first agent went, and counted 3 bytes.
+#[test]
+fn a_tasks_input_ends_only_where_the_agent_writes_its_end() {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::time::{Duration, Instant};
+    let Some(dir) = scratch(
+        "a_tasks_input_ends_only_where_the_agent_writes_its_end",
+        "wharf-input-",
+    ) else {
+        return;
+    };
+    let rootfs = dir.path().join("rootfs");
+    mkrootfs(&rootfs, &["sh", "wc"]);
+    let mut spec = template("input", &rootfs, 4249, 4249);
+    spec.id = format!("input-{}", std::process::id());
+    spec.argv = ["/bin/sh", "-c", "wc -c"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    spec.stdout = dir.path().join("out");
+    spec.stderr = spec.stdout.clone();
+    spec.capture_stdin = true;
+    let backend = Launcher::new(PathBuf::from(env!("CARGO_BIN_EXE_wharf")));
+    let jd = wharf_runtime::JobDir::new(dir.path().join("job"));
+    backend.launch(&jd, &spec).unwrap();
+    // The agent's side: the pipe, opened once the shim reads it.
+    let open = || {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let opened = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(jd.stdin_pipe());
+            match opened {
+                Ok(w) => return w,
+                Err(e) => assert!(Instant::now() < deadline, "no input pipe: {e}"),
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let mut w = open();
+    std::fs::write(jd.stdin_hold(), b"").unwrap();
+    std::fs::write(jd.stdin_ready(), b"").unwrap();
+    w.write_all(b"abc").unwrap();
+    drop(w);
+    // Away for a while: the task goes on waiting for more.
+    let started = Instant::now() + Duration::from_secs(30);
+    while !jd.started().exists() {
+        assert!(Instant::now() < started, "the task never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        matches!(
+            backend.status(&jd),
+            wharf_runtime::JobStatus::Running { .. }
+        ),
+        "{:?}",
+        backend.status(&jd)
+    );
+    let mut w = open();
+    w.write_all(b"de").unwrap();
+    drop(w);
+    std::fs::write(jd.stdin_end(), b"").unwrap();
+    backend.input_ended(&jd);
+    let outcome = wait(&backend, &jd, Duration::from_secs(30));
+    assert_eq!(
+        (outcome.exit_code, outcome.error.as_deref()),
+        (Some(0), None),
+        "{outcome:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&spec.stdout).unwrap().trim(), "5");
+    backend.remove(&jd).unwrap();
+}

@@ -8,8 +8,9 @@
 //!  task's node:    the pump, every PUMP_EVERY, backing off to PUMP_IDLE_MAX while no input
 //!                  comes (at once again while input flows):
 //!    shim made DIR/input/stdin ─▶ opened for writing, non-blocking ─▶ DIR/input/ready
-//!    pending empty ─▶ pull from the offset written so far ─▶ written as the pipe takes it
-//!    the input's end written ─▶ the pipe closed: the task reads its end
+//!    pending empty ─▶ pull from the offset written so far ─▶ written as the pipe takes it,
+//!      each write counted in DIR/input/written
+//!    the input's end ─▶ DIR/input/end, the shim woken ─▶ it lets go too: the task's end
 //!    the task ended or closed its input (EPIPE) ─▶ the controller told: hold nothing for it
 //! ```
 //!
@@ -19,9 +20,11 @@
 //! the tasks have not read yet waits in the controller's bounded buffer, and behind it in
 //! the caller's socket and pipe. After the input's end the caller's agent asks, less often
 //! the longer nothing moves, until every task has it, watching its caller's connection
-//! meanwhile. **An agent that restarts** loses its tasks' pipes: their tasks read the end
-//! of their input (the new agent leaves them alone), and a caller's agent loses what it
-//! held (the controller goes on past the gap).
+//! meanwhile. **An agent that restarts** opens its tasks' pipes again (the shim holds a
+//! writer of its own, so the task never saw an end) and goes on from `written`: a task
+//! reads its input once and in order, unless the agent was killed between a write and its
+//! count (that write's bytes then come twice). A caller's agent loses what it held (the
+//! controller goes on past the gap).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -38,6 +41,8 @@ use wharf_api::step::{StepKey, StepRecord};
 use wharf_api::step_input::{InputAck, InputBatch, InputLine, InputPull, InputPush, TaskInput};
 use wharf_client::Client;
 use wharf_runtime::{Backend, JobDir, JobStatus};
+
+use std::os::unix::fs::FileExt;
 
 use crate::AgentConfig;
 
@@ -307,12 +312,14 @@ impl Outbox {
 /// Where one task's input pipe stands.
 #[derive(Debug)]
 enum Pipe {
-    /// The shim has not made or opened it yet.
-    Opening,
-    /// Held open: bytes before `offset` are written into it, `pending` follows them; the
-    /// input ends after `pending` when `eof`.
+    /// The shim has not made or opened it yet; or, with `resume`, an agent before this one
+    /// had it open and wrote that many bytes into it.
+    Opening { resume: Option<u64> },
+    /// Held open: bytes before `offset` are written into it (and counted in `written`),
+    /// `pending` follows them; the input ends after `pending` when `eof`.
     Open {
         pipe: std::fs::File,
+        written: std::fs::File,
         offset: u64,
         pending: Vec<u8>,
         eof: bool,
@@ -351,16 +358,16 @@ pub fn spawn(cfg: &AgentConfig, client: Client, launcher: Arc<dyn Backend>) {
                 .map(|t| has_ended(t, launcher.as_ref()))
                 .collect();
             for (t, &ended) in live.iter_mut().zip(&ended) {
-                step(t, ended);
+                step(t, ended, launcher.as_ref());
             }
             let flowed = pull(&node, &client, &mut live).await;
             for (t, &ended) in live.iter_mut().zip(&ended) {
-                step(t, ended);
+                step(t, ended, launcher.as_ref());
             }
             // A task waiting for its pipe to be opened holds its start back, and one whose
             // pipe is full has input to go on with: no backing off for either.
             let busy = live.iter().any(|t| match &t.pipe {
-                Pipe::Opening => true,
+                Pipe::Opening { .. } => true,
                 Pipe::Open { pending, .. } => !pending.is_empty(),
                 Pipe::Closed { .. } => false,
             });
@@ -381,13 +388,25 @@ pub fn spawn(cfg: &AgentConfig, client: Client, launcher: Arc<dyn Backend>) {
 fn find_tasks(jobs: &std::path::Path, tasks: &mut BTreeMap<PathBuf, Option<Task>>) {
     for f in crate::step::new_tasks(jobs, tasks) {
         let task = f.spec.capture_stdin.then(|| {
-            // Opened by an agent before this one: its task has read its input's end.
-            let pipe = match f.dir.stdin_ready().exists() {
-                true => Pipe::Closed {
-                    offset: 0,
-                    told: false,
-                },
-                false => Pipe::Opening,
+            let dir = &f.dir;
+            // Opened by an agent before this one: on from what it wrote, unless it had
+            // written the end or the task took no more.
+            let pipe = if !dir.stdin_ready().exists() {
+                Pipe::Opening { resume: None }
+            } else if dir.stdin_end().exists()
+                || dir.stdin_closed().exists()
+                // A shim from before holds no writer: its task read its end as the agent
+                // went.
+                || !dir.stdin_held().exists()
+            {
+                Pipe::Closed {
+                    offset: written_before(dir),
+                    told: dir.stdin_closed().exists(),
+                }
+            } else {
+                Pipe::Opening {
+                    resume: Some(written_before(dir)),
+                }
             };
             Task {
                 dir: f.dir,
@@ -400,6 +419,15 @@ fn find_tasks(jobs: &std::path::Path, tasks: &mut BTreeMap<PathBuf, Option<Task>
     }
 }
 
+/// How many bytes of task `dir`'s input an agent before this one wrote into its pipe (0 when
+/// it counted none).
+fn written_before(dir: &JobDir) -> u64 {
+    std::fs::read_to_string(dir.stdin_written())
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Whether task `t` has ended (a closed pipe needs no look at its task).
 fn has_ended(t: &Task, launcher: &dyn Backend) -> bool {
     !matches!(t.pipe, Pipe::Closed { .. })
@@ -407,9 +435,9 @@ fn has_ended(t: &Task, launcher: &dyn Backend) -> bool {
 }
 
 /// Moves task `t`'s pipe on as far as it goes without waiting: opened once the shim's
-/// reader is there, pending bytes written as the pipe takes them, closed at the end or once
-/// the task is gone (`ended`).
-fn step(t: &mut Task, ended: bool) {
+/// reader is there, pending bytes written as the pipe takes them, closed at the end (the
+/// shim told through `launcher`) or once the task is gone (`ended`).
+fn step(t: &mut Task, ended: bool, launcher: &dyn Backend) {
     if matches!(t.pipe, Pipe::Closed { .. }) {
         return;
     }
@@ -418,25 +446,37 @@ fn step(t: &mut Task, ended: bool) {
         told: false,
     };
     match &mut t.pipe {
-        Pipe::Opening if ended => t.pipe = close(0),
-        Pipe::Opening => match open_pipe(&t.dir) {
-            Ok(Some(pipe)) => {
-                t.pipe = Pipe::Open {
-                    pipe,
-                    offset: 0,
-                    pending: vec![],
-                    eof: false,
+        Pipe::Opening { resume } if ended => t.pipe = close(resume.unwrap_or(0)),
+        Pipe::Opening { resume } => {
+            let resume = *resume;
+            match open_pipe(&t.dir, resume.is_none()) {
+                Ok(Some((pipe, written))) => {
+                    t.pipe = Pipe::Open {
+                        pipe,
+                        written,
+                        offset: resume.unwrap_or(0),
+                        pending: vec![],
+                        eof: false,
+                    }
+                }
+                // Reopened: nobody reads it any more (the task closed its input) or it is
+                // gone.
+                Ok(None) if resume.is_some() => t.pipe = close(resume.unwrap_or(0)),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(dir = %t.dir.path().display(), error = %e, "cannot open a step task's input");
+                    // The task reads its end rather than waiting for what cannot come.
+                    if let Err(e) = end_input(&t.dir, launcher) {
+                        tracing::warn!(dir = %t.dir.path().display(), error = %e, "cannot end a step task's input");
+                    }
+                    t.pipe = close(resume.unwrap_or(0));
                 }
             }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(dir = %t.dir.path().display(), error = %e, "cannot open a step task's input");
-                t.pipe = close(0);
-            }
-        },
+        }
         Pipe::Open { offset, .. } if ended => t.pipe = close(*offset),
         Pipe::Open {
             pipe,
+            written,
             offset,
             pending,
             eof,
@@ -446,6 +486,12 @@ fn step(t: &mut Task, ended: bool) {
                     Ok(n) => {
                         pending.drain(..n);
                         *offset += n as u64;
+                        // Counted at once: an agent that restarts goes on from here.
+                        if let Err(e) =
+                            written.write_all_at(format!("{:020}", *offset).as_bytes(), 0)
+                        {
+                            tracing::warn!(dir = %t.dir.path().display(), error = %e, "cannot count a step task's input");
+                        }
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -457,7 +503,13 @@ fn step(t: &mut Task, ended: bool) {
                 }
             }
             if *eof {
-                // Dropping the only writer: the task reads the end of its input.
+                // The shim lets go of its writer once told; with ours dropped, the task reads
+                // the end of its input. Until the shim can be told, ours stays (tried again
+                // next round).
+                if let Err(e) = end_input(&t.dir, launcher) {
+                    tracing::warn!(dir = %t.dir.path().display(), error = %e, "cannot end a step task's input");
+                    return;
+                }
                 t.pipe = close(*offset);
             }
         }
@@ -465,9 +517,17 @@ fn step(t: &mut Task, ended: bool) {
     }
 }
 
-/// Opens task `dir`'s input pipe for writing and tells the shim: `None` while the shim has
-/// not made it or is not reading it yet.
-fn open_pipe(dir: &JobDir) -> std::io::Result<Option<std::fs::File>> {
+/// Tells task `dir`'s shim that its input has ended: it closes its own writer, and the task
+/// reads its end once the agent's writer is closed too.
+fn end_input(dir: &JobDir, launcher: &dyn Backend) -> std::io::Result<()> {
+    JobDir::write_private(&dir.stdin_end(), b"")?;
+    launcher.input_ended(dir);
+    Ok(())
+}
+
+/// Opens task `dir`'s input pipe for writing, with the count of what is written into it, and
+/// (`first`) tells the shim: `None` while the shim has not made it or nobody reads it.
+fn open_pipe(dir: &JobDir, first: bool) -> std::io::Result<Option<(std::fs::File, std::fs::File)>> {
     let opened = std::fs::OpenOptions::new()
         .write(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -484,8 +544,20 @@ fn open_pipe(dir: &JobDir) -> std::io::Result<Option<std::fs::File>> {
     // A pipe as large as the kernel allows a user (1 MiB by default): fewer wake-ups.
     // SAFETY: a plain system call on a descriptor we hold.
     unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20) };
-    JobDir::write_private(&dir.stdin_ready(), b"")?;
-    Ok(Some(pipe))
+    // Not emptied on opening: an agent that restarts before its first write reads the count
+    // an earlier one left. Root's directory, so no one else's link.
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir.stdin_written())?;
+    if first {
+        // This agent writes `end` at the input's end: the shim may hold a writer.
+        JobDir::write_private(&dir.stdin_hold(), b"")?;
+        JobDir::write_private(&dir.stdin_ready(), b"")?;
+    }
+    Ok(Some((pipe, written)))
 }
 
 /// One pull per step for its tasks here that have written all they had (or closed since

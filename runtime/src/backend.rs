@@ -47,6 +47,11 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn warm_up(&self) -> Result<(), RuntimeError> {
         Ok(())
     }
+
+    /// Tells the job's supervisor that its input's end was written
+    /// ([`JobDir::stdin_end`]), so that the task reads it now rather than at the supervisor's
+    /// next look. Nothing by default.
+    fn input_ended(&self, _dir: &JobDir) {}
 }
 
 impl Backend for crate::Launcher {
@@ -67,6 +72,9 @@ impl Backend for crate::Launcher {
     }
     fn warm_up(&self) -> Result<(), RuntimeError> {
         crate::Launcher::warm_up(self)
+    }
+    fn input_ended(&self, dir: &JobDir) {
+        crate::Launcher::input_ended(self, dir)
     }
 }
 

@@ -85,6 +85,29 @@ impl JobDir {
     pub fn stdin_closed(&self) -> PathBuf {
         self.input_dir().join("closed")
     }
+    /// How many bytes of the task's input the agent has written into [`JobDir::stdin_pipe`]
+    /// (20 decimal digits, rewritten in place after each write): an agent that restarts goes
+    /// on from there.
+    pub fn stdin_written(&self) -> PathBuf {
+        self.input_dir().join("written")
+    }
+    /// Written by the agent before [`JobDir::stdin_ready`] when it will write
+    /// [`JobDir::stdin_end`] at the input's end (an agent from before that closes its writer
+    /// as the end): the shim may then hold a writer of its own.
+    pub fn stdin_hold(&self) -> PathBuf {
+        self.input_dir().join("hold")
+    }
+    /// Written by the shim once it holds a writer of its own on [`JobDir::stdin_pipe`]: only
+    /// then is it woken for the end, and does a restarted agent go on writing.
+    pub fn stdin_held(&self) -> PathBuf {
+        self.input_dir().join("held")
+    }
+    /// Written by the agent once it has written the input's end: the shim then closes its own
+    /// writer on [`JobDir::stdin_pipe`] (held so that the pipe outlives a restarting agent),
+    /// and the task reads its end.
+    pub fn stdin_end(&self) -> PathBuf {
+        self.input_dir().join("end")
+    }
     /// Written by the agent once it holds [`JobDir::stdin_pipe`] open for writing: only then
     /// does the shim start the task, which would otherwise read the end of its input at once.
     pub fn stdin_ready(&self) -> PathBuf {

@@ -242,6 +242,20 @@ impl Launcher {
         }
     }
 
+    /// Wakes the shim of a started job to look at its task's input end
+    /// ([`crate::shim::INPUT_ENDED`]); before the start it looks by itself as it starts
+    /// waiting, and a launch is not interrupted.
+    /// A shim that holds no writer (one from before that) is left alone: it has no handler
+    /// for the signal.
+    pub fn input_ended(&self, dir: &JobDir) {
+        if !dir.started().exists() || !dir.stdin_held().exists() {
+            return;
+        }
+        if let Some(pid) = self.live_pid(dir) {
+            let _ = kill(Pid::from_raw(pid as i32), crate::shim::INPUT_ENDED);
+        }
+    }
+
     /// The shim's pid if that process is alive and is this job's shim (not a reused pid: the
     /// start time recorded at launch must match; the command line is not used, since it is
     /// empty for a moment while the shim is being exec'd).

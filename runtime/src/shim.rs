@@ -26,6 +26,7 @@ use nix::unistd::Pid;
 use crate::as_user::{self, AsUser};
 use crate::cgroup_usage as cgroup;
 use crate::error::RuntimeError;
+use crate::input::Holder;
 use crate::jobdir::JobDir;
 use crate::output::open_outputs;
 use crate::sandbox::userns::id_maps;
@@ -50,6 +51,12 @@ extern "C" fn on_cancel(_: libc::c_int) {
         set_alarm(STOP_TICK, STOP_TICK);
     }
 }
+
+/// What the agent sends the shim once it wrote a task's input's end
+/// ([`crate::JobDir::stdin_end`]).
+pub const INPUT_ENDED: Signal = Signal::SIGUSR1;
+
+extern "C" fn on_wake(_: libc::c_int) {}
 
 extern "C" fn on_alarm(_: libc::c_int) {
     if LAUNCHING.load(Ordering::SeqCst) && !CANCEL.load(Ordering::SeqCst) {
@@ -112,8 +119,16 @@ fn install_signal_handlers() -> Result<(), RuntimeError> {
         SigSet::empty(),
     );
     let ignore = SigAction::new(SigHandler::SigIgn, SaFlags::empty(), SigSet::empty());
-    // SAFETY: the handler only stores to an atomic.
+    // The agent's word that a task's input has ended: it only ends the wait for the job early
+    // (the wait then looks); calls that may be restarted are.
+    let wake = SigAction::new(
+        SigHandler::Handler(on_wake),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    // SAFETY: the handlers only store to an atomic, or do nothing.
     unsafe {
+        sigaction(INPUT_ENDED, &wake).map_err(|e| RuntimeError::sys("sigaction", e))?;
         for sig in [Signal::SIGTERM, Signal::SIGINT] {
             sigaction(sig, &cancel).map_err(|e| RuntimeError::sys("sigaction", e))?;
         }
@@ -303,7 +318,7 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
                 let (stdout, stderr) = open_outputs(spec, jd, &|| launch.stop())
                     .map_err(|a| a.code(FaultCode::Output))?;
                 launch.check()?;
-                let stdin = crate::input::open_input(spec, jd, &|| launch.stop())
+                let (stdin, mut holder) = crate::input::open_input(spec, jd, &|| launch.stop())
                     .map_err(|a| a.code(FaultCode::Supervisor))?;
                 // The init inherits the shim's limits (a hard limit cannot be raised inside).
                 let spec = &apply_limits(spec).map_err(|e| e.with_code(FaultCode::Sandbox))?;
@@ -377,7 +392,7 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
                 }
                 timeline.mark("started");
                 launch.end();
-                run(jd, &init, spec, &mut out);
+                run(jd, &init, spec, holder.as_mut(), &mut out);
                 Ok(())
             };
             launched().map_err(|a| launch.explain(a))
@@ -421,13 +436,19 @@ fn pin_image(spec: &ContainerSpec) -> Result<Option<wharf_images::Pin>, RuntimeE
 }
 
 /// Supervises the started job to its end.
-fn run(jd: &JobDir, init: &Init, spec: &ContainerSpec, out: &mut Outcome) {
+fn run(
+    jd: &JobDir,
+    init: &Init,
+    spec: &ContainerSpec,
+    holder: Option<&mut Holder>,
+    out: &mut Outcome,
+) {
     let started = Instant::now();
     out.started_ms = Some(crate::now_ms());
     if let Some(ms) = out.started_ms {
         let _ = JobDir::write_private(&jd.started(), ms.to_string().as_bytes());
     }
-    let status = wait_init(init, spec, started, out);
+    let status = wait_init(init, spec, started, holder, out);
     match status {
         WaitStatus::Exited(_, code) => out.exit_code = Some(code),
         WaitStatus::Signaled(_, sig, _) => out.signal = Some(sig as i32),
@@ -435,12 +456,24 @@ fn run(jd: &JobDir, init: &Init, spec: &ContainerSpec, out: &mut Outcome) {
     }
 }
 
-/// Waits for the container's init, enforcing the time limit and cancellation.
-fn wait_init(init: &Init, spec: &ContainerSpec, started: Instant, out: &mut Outcome) -> WaitStatus {
+/// Waits for the container's init, enforcing the time limit and cancellation; the task's
+/// input pipe is let go once the agent wrote its end (the agent's SIGUSR1 wakes the wait).
+fn wait_init(
+    init: &Init,
+    spec: &ContainerSpec,
+    started: Instant,
+    mut holder: Option<&mut Holder>,
+    out: &mut Outcome,
+) -> WaitStatus {
     let deadline = spec.time_limit.map(|t| started + Duration::from_secs(t));
     let grace = Duration::from_secs(spec.grace_secs);
     let mut kill_at: Option<Instant> = None;
     loop {
+        if let Some(h) = holder.as_deref_mut() {
+            if !h.release_when_ended() {
+                holder = None;
+            }
+        }
         if let Ok(status @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) =
             waitpid(init.pid(), Some(WaitPidFlag::WNOHANG))
         {

@@ -421,6 +421,16 @@ impl MultiHost {
         self.agents[i] = Some(agent);
     }
 
+    /// Host `i`'s agent is killed (SIGKILL: what it held only in memory is lost) and started
+    /// again from its state directory; its shims and jobs run on.
+    pub fn restart_agent(&mut self, i: usize) {
+        if let Some(mut a) = self.agents[i].take() {
+            let _ = a.kill();
+            let _ = a.wait();
+        }
+        self.start_agent(i);
+    }
+
     /// Host `i` crashes: its agent, shims and every job process on it die at once (all of
     /// its namespace's processes, and anything left in its agent's cgroups).
     pub fn crash(&mut self, i: usize) {

@@ -128,15 +128,16 @@ fn a_steps_input_reaches_its_tasks_on_another_host_with_its_end() {
 const RESTART_SEQ: u64 = 250_000;
 
 /// Runs a 2-node job whose rank 0 pipes `seq 1 SEQ` into `wharf step -q -N 2 -i INPUT --
-/// sh -c TASKS`, restarts the controller once `before_restart` returns (given the bed and the
-/// job), and checks that the job and its step ended well; the job's output and the digest
-/// of what was sent.
+/// sh -c TASKS`, calls `restart` once `before_restart` returns (given the bed and the job),
+/// and checks that the job and its step ended well; the job's output and the digest of what
+/// was sent.
 fn input_through_a_restart(
     test: &str,
     seq: u64,
     input: &str,
     tasks: &str,
     before_restart: impl FnOnce(&MultiHost, u64),
+    restart: impl FnOnce(&mut MultiHost),
 ) -> Option<(String, String)> {
     let mut bed = MultiHost::start(test, 2, "")?;
     let w = wharf_bin();
@@ -151,7 +152,7 @@ fn input_through_a_restart(
     let id = bed.submit(&["--nodes", "2", "--cpus", "1", "-t", "5m", "--wrap", &script]);
     bed.wait_output(id, "STEP_STARTS");
     before_restart(&bed, id);
-    bed.restart_controller();
+    restart(&mut bed);
     let job = bed.wait_done(id, Duration::from_secs(240));
     let out = bed.output(id);
     assert_eq!(job["state"], "COMPLETED", "{job}\n{out}\n{}", bed.logs());
@@ -172,6 +173,7 @@ fn input_the_controller_held_for_a_task_not_reading_survives_the_controllers_res
         r#"sleep 20; echo "IN $SLURM_PROCID $(md5sum | cut -c1-32)""#,
         // Long enough for the pipe to fill and the controller's buffer to take the rest.
         |_, _| std::thread::sleep(Duration::from_secs(8)),
+        MultiHost::restart_controller,
     ) else {
         return;
     };
@@ -180,6 +182,27 @@ fn input_the_controller_held_for_a_task_not_reading_survives_the_controllers_res
         out.contains("IN 0 d41d8cd98f00b204e9800998ecf8427e\n"),
         "{out}"
     );
+    assert!(out.contains(&format!("IN 1 {want}\n")), "{out}");
+}
+
+/// The agent of rank 1's node restarts while rank 1 reads none of its input: its pipe is
+/// full, more waits in the agent and the controller. The shim's own writer keeps the pipe
+/// open meanwhile, and the new agent goes on from the count the old one left, so rank 1
+/// reads every byte once and in order. On the old code the task read its input's end as the
+/// agent died, and its digest was of the first megabyte or so.
+#[test]
+fn a_restart_of_the_tasks_agent_loses_none_of_its_input() {
+    let Some((out, want)) = input_through_a_restart(
+        "a_restart_of_the_tasks_agent_loses_none_of_its_input",
+        RESTART_SEQ,
+        "1",
+        r#"sleep 15; echo "IN $SLURM_PROCID $(md5sum | cut -c1-32)""#,
+        // Long enough for the pipe to fill.
+        |_, _| std::thread::sleep(Duration::from_secs(6)),
+        |bed| bed.restart_agent(1),
+    ) else {
+        return;
+    };
     assert!(out.contains(&format!("IN 1 {want}\n")), "{out}");
 }
 
@@ -229,6 +252,7 @@ fn a_task_that_closed_its_input_before_the_restart_holds_nothing_back() {
             // And the buffer fills behind rank 1, which reads nothing for 20 s.
             std::thread::sleep(Duration::from_secs(4));
         },
+        MultiHost::restart_controller,
     ) else {
         return;
     };

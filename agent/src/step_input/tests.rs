@@ -1,4 +1,5 @@
 use super::*;
+use std::borrow::Borrow;
 use std::io::Read;
 
 use wharf_runtime::fake::FakeBackend;
@@ -7,7 +8,16 @@ use wharf_runtime::fake::FakeBackend;
 /// One round of the pump for `t`, as `spawn` runs it: its end read, then its pipe moved on.
 fn advance(t: &mut Task, launcher: &dyn Backend) {
     let ended = has_ended(t, launcher);
-    step(t, ended);
+    step(t, ended, launcher);
+}
+
+/// `t`'s pipe is closed after `at` bytes, the controller not told yet.
+fn assert_closed_untold(t: &Task, at: u64) {
+    assert!(
+        matches!(t.pipe, Pipe::Closed { offset, told: false } if offset == at),
+        "{:?}",
+        t.pipe
+    );
 }
 
 fn task_with_pipe(root: &std::path::Path) -> (Task, std::fs::File) {
@@ -22,11 +32,11 @@ fn task_with_pipe(root: &std::path::Path) -> (Task, std::fs::File) {
         dir: dir.clone(),
         key: StepKey { job: 7, step: 0 },
         local: 0,
-        pipe: Pipe::Opening,
+        pipe: Pipe::Opening { resume: None },
     };
     // Nobody reads it yet (the shim has not opened it): the agent waits.
     advance(&mut task, &FakeBackend::new());
-    assert!(matches!(task.pipe, Pipe::Opening));
+    assert!(matches!(task.pipe, Pipe::Opening { resume: None }));
     assert!(!dir.stdin_ready().exists());
     let reader = std::fs::OpenOptions::new()
         .read(true)
@@ -44,25 +54,18 @@ fn the_pump_opens_the_pipe_writes_what_came_and_closes_it_at_the_end() {
     advance(&mut t, &fake);
     assert!(matches!(t.pipe, Pipe::Open { .. }), "{:?}", t.pipe);
     assert!(t.dir.stdin_ready().exists(), "the shim is told");
+    assert!(t.dir.stdin_hold().exists(), "and that it may hold a writer");
     if let Pipe::Open { pending, eof, .. } = &mut t.pipe {
         pending.extend_from_slice(b"a\nb\n");
         *eof = true;
     }
     advance(&mut t, &fake);
-    assert!(
-        matches!(
-            t.pipe,
-            Pipe::Closed {
-                offset: 4,
-                told: false
-            }
-        ),
-        "{:?}",
-        t.pipe
-    );
+    assert_closed_untold(t.borrow(), 4);
     let mut text = String::new();
     reader.read_to_string(&mut text).unwrap();
     assert_eq!(text, "a\nb\n", "then the end: read_to_string returned");
+    assert_eq!(written_before(&t.dir), 4, "what was written is counted");
+    assert!(t.dir.stdin_end().exists(), "the shim is told to let go");
 }
 
 #[test]
@@ -96,7 +99,7 @@ fn a_task_that_does_not_read_holds_the_rest_back_and_one_that_closed_is_let_go()
 }
 
 #[test]
-fn only_step_tasks_that_take_input_are_pumped_and_a_restart_leaves_theirs_closed() {
+fn only_step_tasks_that_take_input_are_pumped_and_a_restart_goes_on_from_what_was_written() {
     let root = tempfile::tempdir().unwrap();
     let jobs = root.path();
     let mut spec = wharf_runtime::conformance::template("wharf-7.s0.0", jobs, 1, 1);
@@ -106,29 +109,87 @@ fn only_step_tasks_that_take_input_are_pumped_and_a_restart_leaves_theirs_closed
     make("7.s0.1", &spec);
     make("7", &spec);
     spec.capture_stdin = true;
-    make("7.s0.0", &spec);
-    make("7.s1.0", &spec);
-    // Step 1's task had its pipe opened by an agent before this one.
-    let restarted = JobDir::new(jobs.join("7.s1.0"));
-    std::fs::create_dir(restarted.input_dir()).unwrap();
-    std::fs::write(restarted.stdin_ready(), b"").unwrap();
+    for name in ["7.s0.0", "7.s1.0", "7.s2.0", "7.s3.0", "7.s4.0"] {
+        make(name, &spec);
+    }
+    // Steps 1 to 3 had their pipes opened by an agent before this one, which wrote 2 bytes
+    // into each; it wrote step 2's end, and step 3's task took no more.
+    let earlier = |name: &str| {
+        let dir = JobDir::new(jobs.join(name));
+        std::fs::create_dir(dir.input_dir()).unwrap();
+        std::fs::write(dir.stdin_ready(), b"").unwrap();
+        std::fs::write(dir.stdin_held(), b"").unwrap();
+        std::fs::write(dir.stdin_written(), format!("{:020}", 2)).unwrap();
+        dir
+    };
+    let resumed = earlier("7.s1.0");
+    std::fs::write(earlier("7.s2.0").stdin_end(), b"").unwrap();
+    std::fs::write(earlier("7.s3.0").stdin_closed(), b"").unwrap();
+    // Step 4's shim held no writer (it was from before that): its task read its end.
+    std::fs::remove_file(earlier("7.s4.0").stdin_held()).unwrap();
     let mut tasks = BTreeMap::new();
     find_tasks(jobs, &mut tasks);
-    let seen: Vec<(String, Option<bool>)> = tasks
+    let seen: Vec<(String, Option<String>)> = tasks
         .iter()
         .map(|(p, t)| {
             let name = p.file_name().unwrap().to_str().unwrap().to_string();
-            (name, t.as_ref().map(|t| matches!(t.pipe, Pipe::Opening)))
+            (name, t.as_ref().map(|t| format!("{:?}", t.pipe)))
         })
         .collect();
+    let s = |n: &str, p: Option<&str>| (n.to_string(), p.map(str::to_string));
     assert_eq!(
         seen,
         [
-            ("7.s0.0".to_string(), Some(true)),
-            ("7.s0.1".to_string(), None),
-            ("7.s1.0".to_string(), Some(false)),
+            s("7.s0.0", Some("Opening { resume: None }")),
+            s("7.s0.1", None),
+            s("7.s1.0", Some("Opening { resume: Some(2) }")),
+            s("7.s2.0", Some("Closed { offset: 2, told: false }")),
+            s("7.s3.0", Some("Closed { offset: 2, told: true }")),
+            s("7.s4.0", Some("Closed { offset: 2, told: false }")),
         ]
     );
+    // The resumed pipe: its task still reads (the shim's reader), so it is opened again at
+    // the count, without telling the shim twice; then the task closes its input.
+    nix::unistd::mkfifo(
+        &resumed.stdin_pipe(),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let mut reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(resumed.stdin_pipe())
+        .unwrap();
+    std::fs::remove_file(resumed.stdin_ready()).unwrap();
+    let fake = FakeBackend::new();
+    let t = tasks
+        .values_mut()
+        .flatten()
+        .find(|t| t.dir.path() == resumed.path())
+        .unwrap();
+    advance(t, &fake);
+    let Pipe::Open {
+        offset, pending, ..
+    } = &mut t.pipe
+    else {
+        panic!("{:?}", t.pipe)
+    };
+    assert_eq!(*offset, 2);
+    assert!(
+        !resumed.stdin_ready().exists(),
+        "the shim started the task already"
+    );
+    pending.extend_from_slice(b"cd");
+    advance(t, &fake);
+    let mut got = [0u8; 2];
+    reader.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"cd");
+    assert_eq!(written_before(&resumed), 4);
+    // Reopened after the task closed its input: closed at the count, not at 0.
+    drop(reader);
+    t.pipe = Pipe::Opening { resume: Some(4) };
+    advance(t, &fake);
+    assert_closed_untold(t.borrow(), 4);
 }
 
 fn input(offset: u64, data: &[u8], eof: bool) -> InputLine {
