@@ -284,13 +284,14 @@ impl Config {
         }
     }
 
-    /// Billing weights of partition `name` (the default partition for `None`): multiply
-    /// [`Billing::rate`] by seconds held to get the usage to record in a
-    /// [`crate::UsageLedger`].
+    /// Billing weights of partition `name` (the default partition for `None`; the default
+    /// weights for a partition not configured, as fair share's accrual charges it): multiply [`Billing::rate`] by seconds held to get the usage to record in
+    /// a [`crate::UsageLedger`].
     pub fn billing_for(&self, name: Option<&str>) -> Billing {
-        let name = name.or(self.default_partition.as_deref());
-        name.and_then(|n| self.partitions.iter().find(|p| p.name == n))
-            .or(self.partitions.first())
+        let name = name.unwrap_or_else(|| self.default_partition_name());
+        self.partitions
+            .iter()
+            .find(|p| p.name == name)
             .map(|p| p.billing)
             .unwrap_or_default()
     }

@@ -213,18 +213,15 @@ pub fn partition<'c>(
     name: Option<&str>,
 ) -> Result<Option<&'c Partition>, Refusal> {
     let parts = &config.partitions;
-    let wanted = name.unwrap_or(config.default_partition_name());
+    let wanted = name.unwrap_or_else(|| config.default_partition_name());
     if let Some(p) = parts.iter().find(|p| p.name == wanted) {
         return Ok(Some(p));
     }
     if parts.is_empty() && wanted == DEFAULT_PARTITION {
         return Ok(None);
     }
-    let names: Vec<&str> = if parts.is_empty() {
-        vec![DEFAULT_PARTITION]
-    } else {
-        parts.iter().map(|p| p.name.as_str()).collect()
-    };
+    let all = config.partitions_or_default();
+    let names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
     Err(Refusal::new(
         ErrorKind::InvalidInput,
         format!(

@@ -181,4 +181,21 @@ fn the_default_partition_is_the_one_named_if_it_exists_else_the_first() {
     assert_eq!(c.default_partition_name(), "gpu");
     c.default_partition = Some("gone".into());
     assert_eq!(c.default_partition_name(), "batch");
+    // Billing follows the same default; a partition no longer configured is charged the
+    // default weights, as fair share charges it.
+    c.partitions[1].billing.gpu = 7.0;
+    c.default_partition = Some("gpu".into());
+    assert_eq!(c.billing_for(None).gpu, 7.0);
+    assert_eq!(c.billing_for(Some("batch")).gpu, Billing::default().gpu);
+    c.partitions[0].billing.gpu = 3.0;
+    assert_eq!(c.billing_for(Some("gone")).gpu, Billing::default().gpu);
+    // A cluster with no partitions configured has the one default partition, and says so.
+    let bare = Config::default();
+    assert!(matches!(cycle::partition(&bare, Some(DEFAULT_PARTITION)), Ok(None)));
+    let refused = cycle::partition(&bare, Some("gpu")).unwrap_err();
+    assert!(
+        refused.message.ends_with("this cluster has: default"),
+        "{}",
+        refused.message
+    );
 }
