@@ -279,16 +279,22 @@ impl InputRelay {
                 .collect();
             return InputBatch { chunks };
         }
+        // A task that closed is recorded as its node's polls record it, so that a buffer
+        // made again does not count it as a reader either.
+        let closing: Vec<u32> = mine
+            .iter()
+            .filter(|t| t.closed)
+            .map(|t| base + t.task)
+            .collect();
+        if !closing.is_empty() {
+            self.closed(key, &closing, now);
+        }
         let b = self.buffer(key, ranks, 0, now);
         b.touched = now;
         let mut chunks = Vec::new();
         let mut budget = PULL_TOTAL;
-        for t in &mine {
+        for t in mine.iter().filter(|t| !t.closed) {
             let rank = base + t.task;
-            if t.closed {
-                b.readers.remove(&rank);
-                continue;
-            }
             let Some(at) = b.readers.get_mut(&rank) else {
                 // Closed before (an agent that restarted lost its pipe): nothing more.
                 continue;

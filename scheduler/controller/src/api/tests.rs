@@ -180,8 +180,16 @@ async fn the_join_token_only_joins_and_a_nodes_key_speaks_only_for_it() {
         let (status, _) = call(&s, "/v1/agent/join", "token", join_of("g5", weak)).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{weak:?}");
     }
-    // The store holds the key's hash, never the key.
-    let db = std::fs::read(dir.path().join("wharf.db")).unwrap();
+    // The store holds the key's hash, never the key: in the database and its write-ahead
+    // log, where the row sits until a checkpoint (the hash found there shows it is read).
+    let mut db = Vec::new();
+    for f in std::fs::read_dir(dir.path()).unwrap().flatten() {
+        if f.file_name().to_string_lossy().starts_with("wharf.db") {
+            db.extend(std::fs::read(f.path()).unwrap());
+        }
+    }
+    let hashed = crate::node_keys::hash(&g1);
+    assert!(db.windows(hashed.len()).any(|w| w == hashed));
     assert!(!db.windows(g1.len()).any(|w| w == g1.as_bytes()));
     // A key joins nothing. A key nobody holds, or none, is 401 (the agent's cue to join
     // again); a wrong join token too.

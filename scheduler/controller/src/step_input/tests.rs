@@ -89,6 +89,8 @@ fn a_task_that_does_not_read_holds_its_caller_back_within_the_bound() {
     };
     r.pull(KEY, &ranks, 0, 2, vec![closed], true, 103);
     assert_eq!(r.held(), 0);
+    // Recorded as its node's polls record it: a buffer made again counts it out too.
+    assert!(r.knows_closed(KEY));
 }
 
 #[test]
