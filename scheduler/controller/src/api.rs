@@ -11,7 +11,7 @@ use axum::body::Bytes;
 use axum::extract::connect_info::ConnectInfo;
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody, QueryRejection};
 use axum::extract::DefaultBodyLimit;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
@@ -143,17 +143,24 @@ pub fn router(shared: Arc<Shared>) -> Router {
 /// The route the join token is good for.
 const JOIN: &str = "/v1/agent/join";
 
-/// Lets only requests with a node's key reach the agents' routes, and the join token the
-/// join route, before their bodies are read.
+/// The node whose key an agent's request carries, as [`agents_only`] found it.
+#[derive(Debug, Clone)]
+struct AgentNode(String);
+
+/// Lets only requests with a node's key reach the agents' routes (the key's node passed on
+/// to the handler as an [`AgentNode`]), and the join token the join route, before their
+/// bodies are read: each request's credential is checked once.
 async fn agents_only(
     State(s): State<Arc<Shared>>,
-    req: axum::extract::Request,
+    mut req: axum::extract::Request,
     next: middleware::Next,
 ) -> Response {
     let checked = if req.uri().path() == JOIN {
         joining(&s, req.headers())
     } else {
-        agent_node(&s, req.headers()).map(drop)
+        agent_node(&s, req.headers()).map(|node| {
+            req.extensions_mut().insert(AgentNode(node));
+        })
     };
     match checked {
         Ok(()) => next.run(req).await,
@@ -736,13 +743,12 @@ from_node! {
     InputPull => |r| &r.node,
 }
 
-/// An agent's request: its key's node, and its body, which must speak for that node.
+/// An agent's request body, which must speak for `me`, the node of its key.
 fn agent_request<T: serde::de::DeserializeOwned + FromNode>(
     s: &Shared,
-    headers: &HeaderMap,
+    me: &str,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiFailure> {
-    let me = agent_node(s, headers)?;
     let req: T = agent_body(s, bytes)?;
     if req.node() != me {
         tracing::warn!(key = %me, claimed = ?req.node(), "an agent spoke for another node; refused");
@@ -761,10 +767,8 @@ fn agent_request<T: serde::de::DeserializeOwned + FromNode>(
 /// [`crate::node_keys`]); the same key again is a join whose answer was lost.
 async fn join(
     State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<JoinResponse> {
-    joining(&s, &headers)?;
     let req: JoinRequest = agent_body(&s, bytes)?;
     if !wharf_api::wire::is_node_key(&req.key) {
         return Err(fail(
@@ -839,10 +843,10 @@ async fn forget_key(
 
 async fn register(
     State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
+    Extension(AgentNode(me)): Extension<AgentNode>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<RegisterResponse> {
-    let req: RegisterRequest = agent_request(&s, &headers, bytes)?;
+    let req: RegisterRequest = agent_request(&s, &me, bytes)?;
     with_cluster(&s, move |cl, now| cl.register(req.node, now)).await?;
     s.wake_scheduler();
     Ok(Json(RegisterResponse {
@@ -857,10 +861,10 @@ fn keys<T, K: Ord>(items: &[T], keep: impl Fn(&T) -> bool, key: impl Fn(&T) -> K
 
 async fn poll(
     State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
+    Extension(AgentNode(me)): Extension<AgentNode>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<PollResponse> {
-    let req: PollRequest = agent_request(&s, &headers, bytes)?;
+    let req: PollRequest = agent_request(&s, &me, bytes)?;
     let node = req.node.clone();
     let held = keys(&req.jobs, |j| j.exit.is_none(), |j| j.id);
     let stopping = keys(&req.jobs, |j| j.exit.is_none() && j.stopping, |j| j.id);
@@ -965,10 +969,10 @@ async fn poll(
 /// at once.
 async fn step_start(
     State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
+    Extension(AgentNode(me)): Extension<AgentNode>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<StepRecord> {
-    let req: StepStart = agent_request(&s, &headers, bytes)?;
+    let req: StepStart = agent_request(&s, &me, bytes)?;
     let job = req.job;
     let step = with_cluster(&s, move |cl, now| cl.start_step(req, now)).await?;
     // A requeued job numbers its steps from 0 again: nothing the relays hold under this key
@@ -985,10 +989,9 @@ async fn step_start(
 /// `POST /v1/agent/steps/status`: a step as it stands.
 async fn step_status(
     State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
+    Extension(AgentNode(me)): Extension<AgentNode>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<StepRecord> {
-    let me = agent_node(&s, &headers)?;
     let key: StepKey = agent_body(&s, bytes)?;
     Ok(Json(
         with_cluster(&s, move |cl, _| cl.step_held_by(key, &me)).await?,
@@ -998,10 +1001,9 @@ async fn step_status(
 /// `POST /v1/agent/steps/cancel`: the caller of a step went away; its tasks are stopped.
 async fn step_cancel(
     State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
+    Extension(AgentNode(me)): Extension<AgentNode>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<StepRecord> {
-    let me = agent_node(&s, &headers)?;
     let key: StepKey = agent_body(&s, bytes)?;
     let (nodes, step) = with_cluster(&s, move |cl, _| {
         cl.step_held_by(key, &me)?;
@@ -1025,10 +1027,10 @@ fn relay(s: &Shared) -> std::sync::MutexGuard<'_, crate::step_output::Relay> {
 /// the answer says, per stream, where to go on (or to push no more).
 async fn step_output_push(
     State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
+    Extension(AgentNode(me)): Extension<AgentNode>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<OutputAck> {
-    let push: OutputPush = agent_request(&s, &headers, bytes)?;
+    let push: OutputPush = agent_request(&s, &me, bytes)?;
     let (key, node) = (push.key, push.node.clone());
     // A node that holds none of the step's tasks is refused before the buffer is looked at:
     // it may not turn on the step's discarding (which stops the step's tasks) nor add to it.
@@ -1067,10 +1069,10 @@ async fn step_output_push(
 /// output is all read.
 async fn step_output_read(
     State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
+    Extension(AgentNode(me)): Extension<AgentNode>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<OutputBatch> {
-    let read: OutputRead = agent_request(&s, &headers, bytes)?;
+    let read: OutputRead = agent_request(&s, &me, bytes)?;
     let (key, node) = (read.key, read.node.clone());
     let step = with_cluster(&s, move |cl, _| cl.step_held_by(key, &node)).await?;
     Ok(Json(relay(&s).read(

@@ -191,7 +191,10 @@ fn the_default_partition_is_the_one_named_if_it_exists_else_the_first() {
     assert_eq!(c.billing_for(Some("gone")).gpu, Billing::default().gpu);
     // A cluster with no partitions configured has the one default partition, and says so.
     let bare = Config::default();
-    assert!(matches!(cycle::partition(&bare, Some(DEFAULT_PARTITION)), Ok(None)));
+    assert!(matches!(
+        cycle::partition(&bare, Some(DEFAULT_PARTITION)),
+        Ok(None)
+    ));
     let refused = cycle::partition(&bare, Some("gpu")).unwrap_err();
     assert!(
         refused.message.ends_with("this cluster has: default"),

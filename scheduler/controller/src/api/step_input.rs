@@ -7,14 +7,13 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::extract::{Extension, State};
 use axum::Json;
 use wharf_api::step::{StepKey, StepRecord};
 use wharf_api::step_input::{InputAck, InputBatch, InputPull, InputPush};
 use wharf_api::wire::ErrorKind;
 
-use super::{agent_request, fail, with_cluster, ApiResult};
+use super::{agent_request, fail, with_cluster, AgentNode, ApiResult};
 use crate::Shared;
 
 fn relay(s: &Shared) -> std::sync::MutexGuard<'_, crate::step_input::InputRelay> {
@@ -46,10 +45,10 @@ fn live(step: &StepRecord) -> bool {
 /// The caller's agent passes on what its caller sent; the answer says where to go on.
 pub(super) async fn push(
     State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
+    Extension(AgentNode(me)): Extension<AgentNode>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<InputAck> {
-    let push: InputPush = agent_request(&s, &headers, bytes)?;
+    let push: InputPush = agent_request(&s, &me, bytes)?;
     let (key, node) = (push.key, push.node.clone());
     let step = with_cluster(&s, move |cl, _| cl.step_held_by(key, &node)).await?;
     let ranks = step.input.ranks(step.ntasks());
@@ -67,10 +66,10 @@ pub(super) async fn push(
 /// A node's agent asks for the input of its tasks of the step.
 pub(super) async fn pull(
     State(s): State<Arc<Shared>>,
-    headers: HeaderMap,
+    Extension(AgentNode(me)): Extension<AgentNode>,
     bytes: Result<Bytes, BytesRejection>,
 ) -> ApiResult<InputBatch> {
-    let pull: InputPull = agent_request(&s, &headers, bytes)?;
+    let pull: InputPull = agent_request(&s, &me, bytes)?;
     let (key, node) = (pull.key, pull.node.clone());
     let (step, idx, _) = with_cluster(&s, move |cl, _| cl.step_seen_from(key, &node)).await?;
     let Some(idx) = idx else {
