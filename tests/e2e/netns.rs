@@ -30,7 +30,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::harness::{kill9, kill_until_gone, scratch, show_json, wait_ended, wharf_bin};
+use crate::harness::{
+    cgroup_procs, kill9, kill_until_gone, remove_cgroup_parent, scratch, show_json, wait_ended,
+    wharf_bin,
+};
 
 /// The interface every host talks over (its `fabric_interface`).
 pub const FABRIC_IF: &str = "fab0";
@@ -424,40 +427,29 @@ impl MultiHost {
     /// Host `i`'s agent is killed (SIGKILL: what it held only in memory is lost) and started
     /// again from its state directory; its shims and jobs run on.
     pub fn restart_agent(&mut self, i: usize) {
+        self.kill_agent(i);
+        self.start_agent(i);
+    }
+
+    /// Host `i`'s agent is killed (SIGKILL), and nothing else of the host.
+    fn kill_agent(&mut self, i: usize) {
         if let Some(mut a) = self.agents[i].take() {
             let _ = a.kill();
             let _ = a.wait();
         }
-        self.start_agent(i);
     }
 
     /// Host `i` crashes: its agent, shims and every job process on it die at once (all of
     /// its namespace's processes, and anything left in its agent's cgroups).
     pub fn crash(&mut self, i: usize) {
-        if let Some(mut a) = self.agents[i].take() {
-            let _ = a.kill();
-            let _ = a.wait();
-        }
+        self.kill_agent(i);
         self.fabric.hosts[i].kill_all();
         self.job_pids(i).into_iter().for_each(kill9);
     }
 
     /// Every process in host `i`'s jobs' cgroups (its agent's cgroup parent, all levels).
     pub fn job_pids(&self, i: usize) -> Vec<i32> {
-        let mut pids = Vec::new();
-        let mut todo = wharf_runtime::cgroup_dirs(&format!("/{}", self.cgroup_parent(i)));
-        while let Some(dir) = todo.pop() {
-            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-            pids.extend(procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
-            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    todo.push(e.path());
-                }
-            }
-        }
-        pids.sort_unstable();
-        pids.dedup();
-        pids
+        cgroup_procs(&format!("/{}", self.cgroup_parent(i)))
     }
 
     /// The peak resident memory (`VmHWM`, KiB) of the controller and of each agent, by name.
@@ -633,21 +625,8 @@ impl Drop for MultiHost {
         }
         for i in 0..self.agents.len() {
             kill_until_gone(Duration::from_secs(5), || self.job_pids(i));
-            // The agent's cgroup parent is the test's own: remove it, deepest first.
-            let mut dirs = Vec::new();
-            let mut todo = wharf_runtime::cgroup_dirs(&format!("/{}", self.cgroup_parent(i)));
-            while let Some(dir) = todo.pop() {
-                for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                    if e.file_type().is_ok_and(|t| t.is_dir()) {
-                        todo.push(e.path());
-                    }
-                }
-                dirs.push(dir);
-            }
-            dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-            for d in dirs {
-                let _ = std::fs::remove_dir(d);
-            }
+            // The agent's cgroup parent is the test's own.
+            remove_cgroup_parent(&self.cgroup_parent(i));
         }
         if std::thread::panicking() {
             eprintln!("{}", self.logs());

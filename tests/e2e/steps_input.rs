@@ -161,6 +161,39 @@ fn input_through_a_restart(
     Some((out, want))
 }
 
+/// The step-0 task directories job `id` has on host `node` (`node1`, ...).
+fn step_tasks(bed: &MultiHost, node: &str, id: u64) -> Vec<wharf_runtime::JobDir> {
+    let jobs = bed.dir.path().join(format!("agent-{node}/jobs"));
+    let prefix = format!("{id}.s0.");
+    let tasks = std::fs::read_dir(jobs).into_iter().flatten().flatten();
+    tasks
+        .filter(|t| t.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|t| wharf_runtime::JobDir::new(t.path()))
+        .collect()
+}
+
+/// Waits (60 s at most) until `done`, failing with `what` and the bed's logs.
+fn wait_until(bed: &MultiHost, what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}\n{}", bed.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until rank 1's agent (node2) has written a whole pipe (1 MiB) into its task's
+/// input, which reads none yet: the pipe is full, and what comes next waits before it.
+fn wait_pipe_full(bed: &MultiHost, id: u64) {
+    wait_until(bed, "rank 1's pipe never filled", || {
+        step_tasks(bed, "node2", id).iter().any(|t| {
+            std::fs::read_to_string(t.stdin_written())
+                .ok()
+                .and_then(|w| w.trim().parse::<u64>().ok())
+                .is_some_and(|w| w >= 1 << 20)
+        })
+    });
+}
+
 #[test]
 fn input_the_controller_held_for_a_task_not_reading_survives_the_controllers_restart() {
     // Rank 1 of the step (on node2) takes the input and reads none of it for a while: its
@@ -171,8 +204,12 @@ fn input_the_controller_held_for_a_task_not_reading_survives_the_controllers_res
         RESTART_SEQ,
         "1",
         r#"sleep 20; echo "IN $SLURM_PROCID $(md5sum | cut -c1-32)""#,
-        // Long enough for the pipe to fill and the controller's buffer to take the rest.
-        |_, _| std::thread::sleep(Duration::from_secs(8)),
+        // The pipe full, and a moment for the controller's buffer to take the rest (the
+        // caller pushes as fast as it may).
+        |bed, id| {
+            wait_pipe_full(bed, id);
+            std::thread::sleep(Duration::from_secs(1));
+        },
         MultiHost::restart_controller,
     ) else {
         return;
@@ -197,8 +234,7 @@ fn a_restart_of_the_tasks_agent_loses_none_of_its_input() {
         RESTART_SEQ,
         "1",
         r#"sleep 15; echo "IN $SLURM_PROCID $(md5sum | cut -c1-32)""#,
-        // Long enough for the pipe to fill.
-        |_, _| std::thread::sleep(Duration::from_secs(6)),
+        wait_pipe_full,
         |bed| bed.restart_agent(1),
     ) else {
         return;
@@ -227,30 +263,14 @@ fn a_task_that_closed_its_input_before_the_restart_holds_nothing_back() {
         |bed, id| {
             // Rank 0's close reaches the controller before it restarts: its agent marks
             // the task.
-            let marked = || {
+            wait_until(bed, "rank 0's input never closed", || {
                 ["node1", "node2"].iter().any(|n| {
-                    let jobs = bed.dir.path().join(format!("agent-{n}/jobs"));
-                    let tasks = std::fs::read_dir(jobs).into_iter().flatten().flatten();
-                    tasks
-                        .filter(|t| {
-                            t.file_name()
-                                .to_string_lossy()
-                                .starts_with(&format!("{id}.s0."))
-                        })
-                        .any(|t| t.path().join("input/closed").exists())
+                    let tasks = step_tasks(bed, n, id);
+                    tasks.iter().any(|t| t.stdin_closed().exists())
                 })
-            };
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while !marked() {
-                assert!(
-                    Instant::now() < deadline,
-                    "rank 0's input never closed\n{}",
-                    bed.logs()
-                );
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            });
             // And the buffer fills behind rank 1, which reads nothing for 20 s.
-            std::thread::sleep(Duration::from_secs(4));
+            wait_pipe_full(bed, id);
         },
         MultiHost::restart_controller,
     ) else {
