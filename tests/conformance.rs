@@ -693,6 +693,8 @@ fn a_tasks_input_ends_only_where_the_agent_writes_its_end() {
     w.write_all(b"de").unwrap();
     drop(w);
     std::fs::write(jd.stdin_end(), b"").unwrap();
+    // The wake makes the end prompt (the shim also looks once a second: how soon is not
+    // asserted here); a shim without its handler would die of it, and the job be lost.
     backend.input_ended(&jd);
     let outcome = wait(&backend, &jd, Duration::from_secs(30));
     assert_eq!(

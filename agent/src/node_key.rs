@@ -18,7 +18,7 @@ use crate::AgentConfig;
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// The file the key is kept in: the node's name, then the key, a line each.
-pub fn file(cfg: &AgentConfig) -> PathBuf {
+fn file(cfg: &AgentConfig) -> PathBuf {
     cfg.state_dir.join("node-key")
 }
 

@@ -391,17 +391,18 @@ fn find_tasks(jobs: &std::path::Path, tasks: &mut BTreeMap<PathBuf, Option<Task>
             let dir = &f.dir;
             // Opened by an agent before this one: on from what it wrote, unless it had
             // written the end or the task took no more.
+            let told = dir.stdin_closed().exists();
             let pipe = if !dir.stdin_ready().exists() {
                 Pipe::Opening { resume: None }
-            } else if dir.stdin_end().exists()
-                || dir.stdin_closed().exists()
+            } else if told
+                || dir.stdin_end().exists()
                 // A shim from before holds no writer: its task read its end as the agent
                 // went.
                 || !dir.stdin_held().exists()
             {
                 Pipe::Closed {
                     offset: written_before(dir),
-                    told: dir.stdin_closed().exists(),
+                    told,
                 }
             } else {
                 Pipe::Opening {

@@ -74,24 +74,13 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     }
     if let Some(node) = &args.forget_key {
         let path = format!("/v1/nodes/{node}/forget-key");
-        return match client.post::<_, KeyForgotten>(&path, &()).await {
-            Ok(f) if args.json => {
-                println!("{}", serde_json::to_string_pretty(&f)?);
-                Ok(0)
-            }
-            Ok(f) => {
-                println!(
-                    "node {}: key forgotten; its agent joins again with the join token",
-                    output::clean(&f.node)
-                );
-                Ok(0)
-            }
-            Err(ClientError::Api { error, .. }) => {
-                eprintln!("error: node {node}: {}", output::clean(&error.error));
-                Ok(1)
-            }
-            Err(e) => Err(e.into()),
-        };
+        return post_change(&client, &path, &(), node, args.json, |f: &KeyForgotten| {
+            format!(
+                "node {}: key forgotten; its agent joins again with the join token",
+                output::clean(&f.node)
+            )
+        })
+        .await;
     }
     let change = match (&args.drain, &args.resume) {
         (Some(node), _) => Some((node, NodeStateChange::Drain)),
@@ -104,21 +93,10 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             reason: args.reason.clone(),
         };
         let path = format!("/v1/nodes/{node}/state");
-        return match client.post::<_, NodeRecord>(&path, &req).await {
-            Ok(n) if args.json => {
-                println!("{}", serde_json::to_string_pretty(&n)?);
-                Ok(0)
-            }
-            Ok(n) => {
-                println!("node {}: {}", n.info.name, n.state.as_str());
-                Ok(0)
-            }
-            Err(ClientError::Api { error, .. }) => {
-                eprintln!("error: node {node}: {}", output::clean(&error.error));
-                Ok(1)
-            }
-            Err(e) => Err(e.into()),
-        };
+        return post_change(&client, &path, &req, node, args.json, |n: &NodeRecord| {
+            format!("node {}: {}", n.info.name, n.state.as_str())
+        })
+        .await;
     }
     if args.partitions {
         let list: PartitionList = client.get("/v1/partitions").await?;
@@ -175,6 +153,33 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
 }
 
 /// The `--partitions` table.
+/// Posts an admin's change of `node` to `path` and prints the answer (`json`, else `said`);
+/// a refusal is printed on standard error with exit status 1.
+async fn post_change<B: serde::Serialize, T: serde::Serialize + serde::de::DeserializeOwned>(
+    client: &Client,
+    path: &str,
+    body: &B,
+    node: &str,
+    json: bool,
+    said: impl Fn(&T) -> String,
+) -> Result<i32> {
+    match client.post::<_, T>(path, body).await {
+        Ok(answer) if json => {
+            println!("{}", serde_json::to_string_pretty(&answer)?);
+            Ok(0)
+        }
+        Ok(answer) => {
+            println!("{}", said(&answer));
+            Ok(0)
+        }
+        Err(ClientError::Api { error, .. }) => {
+            eprintln!("error: node {node}: {}", output::clean(&error.error));
+            Ok(1)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn partition_table(list: &PartitionList) -> output::Table {
     let mut t = output::table(&[
         "PARTITION",

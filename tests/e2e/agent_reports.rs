@@ -137,16 +137,21 @@ fn answer(port: u16, head: &str, body: &[u8], limit: Duration, whole: bool) -> S
 
 /// A POST of `body` to `path` with `auth` as the bearer token (none if empty): the answer.
 fn post(port: u16, path: &str, auth: &str, body: &str) -> String {
+    let head = post_head(path, auth, body.len());
+    answer(port, &head, body.as_bytes(), Duration::from_secs(20), true)
+}
+
+/// The head of a `POST` to `path` of `len` bytes of JSON, with `auth` as its bearer
+/// credential (none when empty).
+fn post_head(path: &str, auth: &str, len: usize) -> String {
     let auth = if auth.is_empty() {
         String::new()
     } else {
         format!("authorization: Bearer {auth}\r\n")
     };
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nhost: wharf\r\ncontent-type: application/json\r\n{auth}content-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
-    answer(port, &head, body.as_bytes(), Duration::from_secs(20), true)
+    format!(
+        "POST {path} HTTP/1.1\r\nhost: wharf\r\ncontent-type: application/json\r\n{auth}content-length: {len}\r\nconnection: close\r\n\r\n"
+    )
 }
 
 /// The agents' routes have their own body limit (a poll reports every job of its node) and
@@ -165,15 +170,10 @@ fn agents_routes_check_the_token_first_and_take_large_reports() {
     // A valid report padded with 2 MB of JSON whitespace.
     let mut body = br#"{"node":"n1","jobs":[],"wait_ms":0,"images":[]}"#.to_vec();
     body.resize(body.len() + 2_000_000, b' ');
-    let head = |auth: &str, len: usize| {
-        format!(
-            "POST /v1/agent/poll HTTP/1.1\r\nhost: wharf\r\ncontent-type: application/json\r\n{auth}content-length: {len}\r\nconnection: close\r\n\r\n"
-        )
-    };
-    let with_token = format!("authorization: Bearer {token}\r\n");
+    let head = |auth: &str, len: usize| post_head("/v1/agent/poll", auth, len);
     let status = exchange(
         c.port,
-        &head(&with_token, body.len()),
+        &head(token, body.len()),
         &body,
         Duration::from_secs(20),
     );

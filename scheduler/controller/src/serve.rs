@@ -699,6 +699,29 @@ mod tests {
     }
 
     #[test]
+    fn a_nodes_key_promotes_its_connection_and_a_forgotten_or_unknown_one_does_not() {
+        let keys = keys("secret");
+        let node_key = crate::node_keys::tests::key(1);
+        keys.insert("n1", crate::node_keys::hash(&node_key));
+        let gate = Gate::new(
+            keys.clone(),
+            TcpLimits::default(),
+            ConnectionLimits::default(),
+        );
+        let key = PeerKey::Addr("127.0.0.1".parse().unwrap());
+        let stranger = gate.enter();
+        stranger.present(&bearer(&crate::node_keys::tests::key(2)), key);
+        assert!(!stranger.authenticated());
+        let agent = gate.enter();
+        agent.present(&bearer(&node_key), key);
+        assert!(agent.authenticated());
+        keys.remove("n1");
+        let later = gate.enter();
+        later.present(&bearer(&node_key), key);
+        assert!(!later.authenticated());
+    }
+
+    #[test]
     fn no_token_configured_promotes_nobody() {
         let gate = Gate::new(keys(""), TcpLimits::default(), ConnectionLimits::default());
         let t = gate.enter();

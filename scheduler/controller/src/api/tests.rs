@@ -320,6 +320,14 @@ async fn a_new_step_starts_with_nothing_of_an_earlier_one_under_its_key() {
         step: old.step + 1,
     };
     s.step_input.lock().unwrap().closed(next, &[0, 1], 1);
+    let chunk = PushChunk {
+        task: 0,
+        stream: Stream::Stdout,
+        offset: 0,
+        data: b"old run\n".to_vec(),
+    };
+    relay(&s).push(next, 0, 0, vec![chunk], true, 1);
+    assert!(relay(&s).held() > 0);
     let start = ask(old.job, "g1", 1000, StepRequest::default());
     let body = Bytes::from(serde_json::to_vec(&start).unwrap());
     let step = step_start(State(s.clone()), as_agent("g1"), Ok(body))
@@ -331,4 +339,5 @@ async fn a_new_step_starts_with_nothing_of_an_earlier_one_under_its_key() {
         !s.step_input.lock().unwrap().knows_closed(next),
         "the new step inherited closed ranks"
     );
+    assert_eq!(relay(&s).held(), 0, "the new step inherited output");
 }
