@@ -781,16 +781,8 @@ async fn join(
     }
     let hash = crate::node_keys::hash(&req.key);
     let (node, keys) = (req.node.clone(), s.node_keys.clone());
-    // The key is taken in memory under the same lock as in the store, so that no forget
-    // can come between, and whether or not this request is still waited for.
-    let added = with_cluster(&s, move |cl, now| {
-        let added = cl.add_node_key(&node, &hash, now)?;
-        if added != crate::store::KeyAdded::Other {
-            keys.insert(&node, hash);
-        }
-        Ok(added)
-    })
-    .await?;
+    // Taken whether or not this request is still waited for.
+    let added = with_cluster(&s, move |cl, now| cl.add_node_key(&keys, &node, &hash, now)).await?;
     match added {
         crate::store::KeyAdded::Other => Err(fail(
             ErrorKind::Conflict,
@@ -829,15 +821,7 @@ async fn forget_key(
     let c = caller(&s, &peer)?;
     let keys = s.node_keys.clone();
     let node = name.clone();
-    with_cluster(&s, move |cl, _| {
-        // Forgotten in memory whatever the store says, under the store's lock.
-        let forgotten = cl.forget_node_key(&c, &node);
-        if c.admin {
-            keys.remove(&node);
-        }
-        forgotten
-    })
-    .await?;
+    with_cluster(&s, move |cl, _| cl.forget_node_key(&keys, &c, &node)).await?;
     Ok(Json(wharf_api::wire::KeyForgotten { node: name }))
 }
 

@@ -514,15 +514,22 @@ impl Cluster {
         self.jobs.on_node(node)
     }
 
-    /// Records `hash` as the key of `node` unless it holds one (see `crate::node_keys`).
+    /// Records `hash` as the key of `node` unless it holds one (see `crate::node_keys`), in
+    /// the store and in `keys` (the requests' view), together under the cluster's lock so
+    /// that no forget comes between.
     pub fn add_node_key(
         &mut self,
+        keys: &crate::node_keys::NodeKeys,
         node: &str,
         hash: &crate::node_keys::KeyHash,
         now: u64,
     ) -> Result<crate::store::KeyAdded, Failure> {
         valid_node_name(node)?;
-        Ok(self.store.add_node_key(node, hash, now)?)
+        let added = self.store.add_node_key(node, hash, now)?;
+        if added != crate::store::KeyAdded::Other {
+            keys.insert(node, *hash);
+        }
+        Ok(added)
     }
 
     /// Every node that holds a key (admins): the ones that joined, registered or not.
@@ -548,13 +555,20 @@ impl Cluster {
 
     /// An admin forgets `node`'s key: its agent must join again. The node need not have
     /// registered (an agent may have joined and never got further).
-    pub fn forget_node_key(&mut self, caller: &Caller, node: &str) -> Result<(), Failure> {
+    pub fn forget_node_key(
+        &mut self,
+        keys: &crate::node_keys::NodeKeys,
+        caller: &Caller,
+        node: &str,
+    ) -> Result<(), Failure> {
         if !caller.admin {
             return Err(Failure::new(
                 ErrorKind::PermissionDenied,
                 "only an admin may forget a node's key",
             ));
         }
+        // Worth nothing to requests at once, whatever the store answers next.
+        keys.remove(node);
         if !self.store.remove_node_key(node)? {
             return Err(Failure::new(
                 ErrorKind::NotFound,
