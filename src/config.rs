@@ -404,6 +404,7 @@ impl Default for DefaultsSection {
 pub struct AgentSection {
     pub controller: String,
     pub join_token_file: Option<PathBuf>,
+    pub controller_ca: Option<PathBuf>,
     pub node_name: Option<String>,
     pub state_dir: PathBuf,
     pub image_store: PathBuf,
@@ -437,6 +438,7 @@ impl Default for AgentSection {
         AgentSection {
             controller: DEFAULT_SOCKET.into(),
             join_token_file: None,
+            controller_ca: None,
             node_name: None,
             state_dir: "/var/lib/wharf/agent".into(),
             image_store: "/var/lib/wharf/images".into(),

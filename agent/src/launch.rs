@@ -1052,6 +1052,7 @@ mod tests {
     fn cfg(dev_root: &Path) -> AgentConfig {
         AgentConfig {
             controller: wharf_client::Endpoint::parse("/nonexistent/wharf.sock"),
+            controller_tls: None,
             token: String::new(),
             node_name: "n1".into(),
             state_dir: dev_root.join("state"),

@@ -38,6 +38,8 @@ use wharf_runtime::{Backend, JobDir, JobStatus, Launcher, Outcome};
 pub struct AgentConfig {
     /// The controller.
     pub controller: Endpoint,
+    /// How a TCP controller's certificate is checked (its authority); `None` on a socket.
+    pub controller_tls: Option<wharf_client::Tls>,
     /// Join token.
     pub token: String,
     /// This node's name.
@@ -146,6 +148,17 @@ pub fn node_info(cfg: &AgentConfig, machine: &discover::Machine) -> NodeInfo {
     }
 }
 
+impl AgentConfig {
+    /// A client for the controller that sends `credential` (the join token or the node's key).
+    pub fn client(&self, credential: String) -> Client {
+        let client = Client::new(self.controller.clone(), Some(credential));
+        match &self.controller_tls {
+            Some(tls) => client.with_tls(tls.clone()),
+            None => client,
+        }
+    }
+}
+
 /// Runs the agent until the task is dropped. Controller outages are waited out.
 pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     // Held while the agent runs: no second agent on this machine makes jobs' cgroups here.
@@ -165,7 +178,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .with_shared_cache(cfg.shared_cache.clone());
     // Every request carries the node's own key; the join token only gets it.
     let key = node_key::obtain(&cfg, false).await;
-    let client = Client::new(cfg.controller.clone(), Some(key));
+    let client = cfg.client(key);
     // `wharf step` inside this node's jobs reaches the agent here.
     if let Err(e) = step::listen(&cfg, client.clone()) {
         tracing::error!(error = %e, socket = %step::socket_env(&cfg), "cannot open the step socket; `wharf step` will not work in this node's jobs");

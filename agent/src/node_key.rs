@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use wharf_api::wire::{is_node_key, JoinRequest, JoinResponse, NODE_KEY_PREFIX};
-use wharf_client::{Client, ClientError};
+use wharf_client::ClientError;
 use wharf_runtime::JobDir;
 
 use crate::AgentConfig;
@@ -51,7 +51,7 @@ pub async fn obtain(cfg: &AgentConfig, fresh: bool) -> String {
     if cfg.token.is_empty() {
         tracing::error!(node = %cfg.node_name, "this node must join again, and the agent has no join token: copy the controller's join-token file to the node and restart the agent");
     }
-    let joiner = Client::new(cfg.controller.clone(), Some(cfg.token.clone()));
+    let joiner = cfg.client(cfg.token.clone());
     let req = JoinRequest {
         node: cfg.node_name.clone(),
         key: key.clone(),

@@ -19,6 +19,10 @@ pub struct Args {
     /// File holding the join token (printed by the controller at start).
     #[arg(long)]
     join_token_file: Option<PathBuf>,
+    /// A copy of the controller's `ca.pem`, which checks a `host:port` controller (default:
+    /// `ca.pem` beside the join token file).
+    #[arg(long)]
+    controller_ca: Option<PathBuf>,
     /// This node's name (default: the host name).
     #[arg(long)]
     node_name: Option<String>,
@@ -37,8 +41,13 @@ pub struct Args {
 /// Builds the agent settings from the file.
 pub fn settings(file: &FileConfig, token: String) -> Result<wharf_agent::AgentConfig> {
     let a = &file.agent;
+    let controller = Endpoint::parse(&a.controller);
     Ok(wharf_agent::AgentConfig {
-        controller: Endpoint::parse(&a.controller),
+        controller_tls: match controller {
+            Endpoint::Tcp(_) => Some(controller_tls(file)?),
+            Endpoint::Unix(_) => None,
+        },
+        controller,
         token,
         node_name: a.node_name.clone().unwrap_or_else(config::hostname),
         state_dir: a.state_dir.clone(),
@@ -93,6 +102,36 @@ pub fn settings(file: &FileConfig, token: String) -> Result<wharf_agent::AgentCo
     })
 }
 
+/// The join token's file: `agent.join_token_file`, or `join-token` in the controller's state
+/// directory (a node that runs the controller, or a copy made in the same place).
+fn join_token_file(file: &FileConfig) -> PathBuf {
+    file.agent
+        .join_token_file
+        .clone()
+        .unwrap_or_else(|| file.controller.state_dir.join("join-token"))
+}
+
+/// How the agent checks a TCP controller: by the authority in `agent.controller_ca`, or in
+/// `ca.pem` beside the join token file.
+fn controller_tls(file: &FileConfig) -> Result<wharf_client::Tls> {
+    let ca = file
+        .agent
+        .controller_ca
+        .clone()
+        .unwrap_or_else(|| join_token_file(file).with_file_name("ca.pem"));
+    if !ca.exists() {
+        anyhow::bail!(
+            "the controller {} speaks TLS, checked with its certificate authority, and {} is \
+             missing: copy the controller's ca.pem (in its state directory) there, or set \
+             agent.controller_ca",
+            file.agent.controller,
+            ca.display()
+        );
+    }
+    wharf_client::Tls::from_ca_file(&ca)
+        .map_err(|e| anyhow::anyhow!("the controller's certificate authority {e}"))
+}
+
 /// Runs until killed.
 pub async fn run(args: Args) -> Result<i32> {
     if args.probe {
@@ -111,16 +150,16 @@ pub async fn run(args: Args) -> Result<i32> {
     if let Some(f) = args.join_token_file {
         a.join_token_file = Some(f);
     }
+    if let Some(f) = args.controller_ca {
+        a.controller_ca = Some(f);
+    }
     if let Some(n) = args.node_name {
         a.node_name = Some(n);
     }
     if let Some(d) = args.state_dir {
         a.state_dir = d;
     }
-    let token_file = a
-        .join_token_file
-        .clone()
-        .unwrap_or_else(|| file.controller.state_dir.join("join-token"));
+    let token_file = join_token_file(&file);
     let mut cfg = settings(&file, String::new())?;
     // Once the node has joined, its agent needs no join token: it holds a key of its own.
     match config::join_token(&token_file, false) {

@@ -103,22 +103,23 @@ fn tail(log: &str) -> String {
         .join("\n")
 }
 
-/// Sends `head` (and `body`) to the controller at `port`; the status line of the answer, or
-/// why there was none within `limit`.
-fn exchange(port: u16, head: &str, body: &[u8], limit: Duration) -> String {
-    answer(port, head, body, limit, false)
+/// Sends `head` (and `body`) to `c`'s TCP port; the status line of the answer, or why there
+/// was none within `limit`.
+fn exchange(c: &TcpCluster, head: &str, body: &[u8], limit: Duration) -> String {
+    answer(c, head, body, limit, false)
         .lines()
         .next()
         .unwrap_or("")
         .to_string()
 }
 
-/// Sends `head` (and `body`) to the controller at `port`; the answer, its head alone unless
-/// `whole` (then all until the connection closes), or why there was none within `limit`.
-fn answer(port: u16, head: &str, body: &[u8], limit: Duration, whole: bool) -> String {
+/// Sends `head` (and `body`) to `c`'s TCP port, over TLS as agents do; the answer, its head
+/// alone unless `whole` (then all until the connection closes), or why there was none
+/// within `limit`.
+fn answer(c: &TcpCluster, head: &str, body: &[u8], limit: Duration, whole: bool) -> String {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(limit)).unwrap();
+    let mut s = tls_stream(c.port, &c.ca());
+    s.sock.set_read_timeout(Some(limit)).unwrap();
     s.write_all(head.as_bytes()).unwrap();
     if let Err(e) = s.write_all(body) {
         return format!("sending the body: {e}");
@@ -127,7 +128,9 @@ fn answer(port: u16, head: &str, body: &[u8], limit: Duration, whole: bool) -> S
     let mut buf = [0u8; 4096];
     while whole || !answer.windows(4).any(|w| w == b"\r\n\r\n") {
         match s.read(&mut buf) {
+            // A close without TLS's close_notify ends the answer too.
             Ok(0) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
             Ok(n) => answer.extend_from_slice(&buf[..n]),
             Err(e) => return format!("no answer: {e}"),
         }
@@ -136,9 +139,9 @@ fn answer(port: u16, head: &str, body: &[u8], limit: Duration, whole: bool) -> S
 }
 
 /// A POST of `body` to `path` with `auth` as the bearer token (none if empty): the answer.
-fn post(port: u16, path: &str, auth: &str, body: &str) -> String {
+fn post(c: &TcpCluster, path: &str, auth: &str, body: &str) -> String {
     let head = post_head(path, auth, body.len());
-    answer(port, &head, body.as_bytes(), Duration::from_secs(20), true)
+    answer(c, &head, body.as_bytes(), Duration::from_secs(20), true)
 }
 
 /// The head of a `POST` to `path` of `len` bytes of JSON, with `auth` as its bearer
@@ -171,19 +174,14 @@ fn agents_routes_check_the_token_first_and_take_large_reports() {
     let mut body = br#"{"node":"n1","jobs":[],"wait_ms":0,"images":[]}"#.to_vec();
     body.resize(body.len() + 2_000_000, b' ');
     let head = |auth: &str, len: usize| post_head("/v1/agent/poll", auth, len);
-    let status = exchange(
-        c.port,
-        &head(token, body.len()),
-        &body,
-        Duration::from_secs(20),
-    );
+    let status = exchange(&c, &head(token, body.len()), &body, Duration::from_secs(20));
     assert!(
         status.contains(" 200 "),
         "a 2 MB report with the token: {status}"
     );
     // Without a key: refused on the head alone, the announced body never sent.
     let t = Instant::now();
-    let status = exchange(c.port, &head("", body.len()), &[], Duration::from_secs(2));
+    let status = exchange(&c, &head("", body.len()), &[], Duration::from_secs(2));
     assert!(
         status.contains(" 401 "),
         "no key, 2 MB announced and not sent: {status} after {:?}",
@@ -217,17 +215,17 @@ fn a_nodes_key_is_its_own_and_a_forgotten_one_makes_its_agent_join_again() {
     let poll = |node: &str| format!(r#"{{"node":"{node}","jobs":[],"wait_ms":0,"images":[]}}"#);
     let status = |answer: &str| answer.lines().next().unwrap_or("").to_string();
     // The join token polls as nobody, and cannot take n1's name with another key.
-    let answer = post(c.port, "/v1/agent/poll", join_token, &poll("n1"));
+    let answer = post(&c, "/v1/agent/poll", join_token, &poll("n1"));
     assert!(status(&answer).contains(" 403 "), "{answer}");
     let other = format!("wnk_{}", "07".repeat(32));
     let join = |node: &str| format!(r#"{{"node":"{node}","key":"{other}"}}"#);
-    let answer = post(c.port, "/v1/agent/join", join_token, &join("n1"));
+    let answer = post(&c, "/v1/agent/join", join_token, &join("n1"));
     assert!(status(&answer).contains(" 409 "), "{answer}");
     assert!(answer.contains("--forget-key n1"), "{answer}");
     // A new node's key is its own: it does not speak for n1.
-    let answer = post(c.port, "/v1/agent/join", join_token, &join("n7"));
+    let answer = post(&c, "/v1/agent/join", join_token, &join("n7"));
     assert!(status(&answer).contains(" 200 "), "{answer}");
-    let answer = post(c.port, "/v1/agent/poll", &other, &poll("n1"));
+    let answer = post(&c, "/v1/agent/poll", &other, &poll("n1"));
     assert!(status(&answer).contains(" 403 "), "{answer}");
     assert!(answer.contains("speaks for node"), "{answer}");
     // An admin sees both names, and that n7 never registered with its key.
@@ -245,12 +243,12 @@ fn a_nodes_key_is_its_own_and_a_forgotten_one_makes_its_agent_join_again() {
     assert!(listed[0][0] == "n1" && listed[0][1] != "never", "{text}");
     assert_eq!(listed[1], ["n7", "never"], "{text}");
     // n1's own key is taken.
-    let answer = post(c.port, "/v1/agent/poll", &n1, &poll("n1"));
+    let answer = post(&c, "/v1/agent/poll", &n1, &poll("n1"));
     assert!(status(&answer).contains(" 200 "), "{answer}");
     // An admin forgets n1's key: the old key is refused, and the agent joins again by itself.
     let out = c.wharf(&["nodes", "--forget-key", "n1"]);
     assert!(stdout(&out).contains("key forgotten"), "{}", stderr(&out));
-    let answer = post(c.port, "/v1/agent/poll", &n1, &poll("n1"));
+    let answer = post(&c, "/v1/agent/poll", &n1, &poll("n1"));
     assert!(status(&answer).contains(" 401 "), "{answer}");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

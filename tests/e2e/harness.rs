@@ -615,6 +615,30 @@ pub fn submitted_id(out: &Output) -> u64 {
 }
 
 /// stdout as text.
+/// A TLS connection to a controller's TCP port on loopback, checked as agents check it: by
+/// the authority in `ca`, for the controller's name.
+pub fn tls_stream(
+    port: u16,
+    ca: &Path,
+) -> rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = wharf_api::wire::CONTROLLER_TLS_NAME.try_into().unwrap();
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    rustls::StreamOwned::new(conn, tcp)
+}
+
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -744,11 +768,16 @@ impl TcpCluster {
         self.dir.path().join("ctl/join-token")
     }
 
+    /// The controller's certificate authority, which checks its TCP port.
+    pub fn ca(&self) -> PathBuf {
+        self.dir.path().join("ctl/ca.pem")
+    }
+
     /// Starts an agent, node `name`, joining over TCP with the token read from `token`; its
     /// log is `NAME.log`.
     pub fn agent(&mut self, name: &str, token: &Path) {
         let config = self.config.clone();
-        self.spawn_agent(name, token, &config);
+        self.spawn_agent(name, token, &config, self.port, Some(self.ca()));
     }
 
     /// Starts agent `name` as [`TcpCluster::agent`] does, with a state directory of its own
@@ -756,6 +785,16 @@ impl TcpCluster {
     /// The image store is the cluster's `images` and the cgroup parent its own unless `extra`
     /// names them; `extra` may open further tables after its `[agent]` lines.
     pub fn agent_with(&mut self, name: &str, token: &Path, extra: &str) {
+        self.agent_at(name, token, extra, self.port);
+    }
+
+    /// Starts agent `name` as [`TcpCluster::agent_with`] does, with the join token, reaching
+    /// the controller through `port` of 127.0.0.1 (a relay in front of it).
+    pub fn agent_via(&mut self, name: &str, port: u16) {
+        self.agent_at(name, &self.token(), "", port);
+    }
+
+    fn agent_at(&mut self, name: &str, token: &Path, extra: &str, port: u16) {
         let d = self.dir.path();
         let config = d.join(format!("agent-{name}.toml"));
         let store = if extra.contains("image_store") {
@@ -777,23 +816,34 @@ impl TcpCluster {
             ),
         )
         .unwrap();
-        self.spawn_agent(name, token, &config);
+        let ca = (!extra.contains("controller_ca")).then(|| self.ca());
+        self.spawn_agent(name, token, &config, port, ca);
     }
 
-    fn spawn_agent(&mut self, name: &str, token: &Path, config: &Path) {
+    /// Starts agent `name` with `config`, the join token in `token`, the controller at
+    /// `port`, and the controller's authority `ca` (the config's, or beside the token, if
+    /// none).
+    fn spawn_agent(
+        &mut self,
+        name: &str,
+        token: &Path,
+        config: &Path,
+        port: u16,
+        ca: Option<PathBuf>,
+    ) {
         let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
-        self.procs.push(
-            Command::new(wharf_bin())
-                .args(["agent", "--config"])
-                .arg(config)
-                .args(["--controller", &format!("127.0.0.1:{}", self.port)])
-                .args(["--node-name", name, "--join-token-file"])
-                .arg(token)
-                .stderr(log)
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
+        let mut agent = Command::new(wharf_bin());
+        agent
+            .args(["agent", "--config"])
+            .arg(config)
+            .args(["--controller", &format!("127.0.0.1:{port}")])
+            .args(["--node-name", name, "--join-token-file"])
+            .arg(token);
+        if let Some(ca) = ca {
+            agent.arg("--controller-ca").arg(ca);
+        }
+        self.procs
+            .push(agent.stderr(log).stdout(Stdio::null()).spawn().unwrap());
     }
 
     /// Runs the CLI against the controller's Unix socket, from `dir` (a job's output file

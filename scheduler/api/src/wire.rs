@@ -260,6 +260,11 @@ pub struct WhoAmI {
     pub admin: bool,
 }
 
+/// The name in the certificate of the controller's TCP port, which agents check it against
+/// whatever address they dial: the certificate authority that signs it is the controller's
+/// own and signs nothing else, so the name is a role, not a host.
+pub const CONTROLLER_TLS_NAME: &str = "wharf-controller";
+
 /// What a node key starts with, so that it is never taken for a join token.
 pub const NODE_KEY_PREFIX: &str = "wnk_";
 

@@ -10,7 +10,7 @@ use hyper::Request;
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use wharf_api::wire::ApiError;
+use wharf_api::wire::{ApiError, CONTROLLER_TLS_NAME};
 
 /// Where the controller listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +54,15 @@ pub enum ClientError {
         /// Why it failed.
         err: std::io::Error,
     },
+    /// The TCP port's TLS failed: most often a certificate not signed by the authority the
+    /// client trusts.
+    #[error("no TLS with the controller at {endpoint}: {err} (is the agent's controller_ca a copy of the controller's ca.pem?)")]
+    Tls {
+        /// Where we tried.
+        endpoint: Endpoint,
+        /// Why it failed.
+        err: std::io::Error,
+    },
     /// The controller answered with an error.
     #[error("{}", .error.error)]
     Api {
@@ -68,11 +77,12 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// True when retrying later may help (controller down or restarting).
+    /// True when retrying later may help (controller down or restarting; a TLS failure too,
+    /// which an agent keeps saying until its controller's authority is mended).
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            ClientError::Unreachable { .. } | ClientError::Protocol(_)
+            ClientError::Unreachable { .. } | ClientError::Tls { .. } | ClientError::Protocol(_)
         )
     }
 
@@ -98,12 +108,45 @@ pub fn random_hex(n: usize) -> std::io::Result<String> {
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// How a client checks the controller's TCP port: by the controller's own certificate
+/// authority (its `ca.pem`), for the name [`CONTROLLER_TLS_NAME`] whatever the address.
+#[derive(Debug, Clone)]
+pub struct Tls(std::sync::Arc<rustls::ClientConfig>);
+
+impl Tls {
+    /// Trusts the certificate authority in `ca_file` (PEM) and nothing else.
+    pub fn from_ca_file(ca_file: &std::path::Path) -> Result<Tls, String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::CertificateDer;
+        let what = |e: &dyn std::fmt::Display| format!("{}: {e}", ca_file.display());
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(ca_file).map_err(|e| what(&e))? {
+            roots
+                .add(cert.map_err(|e| what(&e))?)
+                .map_err(|e| what(&e))?;
+        }
+        if roots.is_empty() {
+            return Err(what(&"holds no certificate"));
+        }
+        let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| what(&e))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        Ok(Tls(std::sync::Arc::new(config)))
+    }
+}
+
 /// A client for one controller.
 #[derive(Debug, Clone)]
 pub struct Client {
     endpoint: Endpoint,
     /// Shared by the client's clones, so that a new one reaches them all.
     token: Option<std::sync::Arc<std::sync::RwLock<String>>>,
+    /// How the TCP port is checked; a TCP endpoint without it is not called.
+    tls: Option<Tls>,
 }
 
 impl Client {
@@ -112,7 +155,14 @@ impl Client {
         Client {
             endpoint,
             token: token.map(|t| std::sync::Arc::new(std::sync::RwLock::new(t))),
+            tls: None,
         }
+    }
+
+    /// Checks a TCP endpoint's controller with `tls`.
+    pub fn with_tls(mut self, tls: Tls) -> Client {
+        self.tls = Some(tls);
+        self
     }
 
     /// Sends `token` from now on, from this client and every clone of it (one made with a
@@ -192,9 +242,27 @@ impl Client {
                 send(stream, req).await.map_err(proto)?
             }
             Endpoint::Tcp(a) => {
+                let Some(Tls(tls)) = &self.tls else {
+                    return Err(ClientError::Protocol(format!(
+                        "{}: the controller's TCP port is for node agents, which check it \
+                         with its certificate authority; users reach the controller over its \
+                         Unix socket",
+                        self.endpoint
+                    )));
+                };
                 let stream = tokio::net::TcpStream::connect(a)
                     .await
                     .map_err(unreachable)?;
+                let _ = stream.set_nodelay(true);
+                let name = rustls::pki_types::ServerName::try_from(CONTROLLER_TLS_NAME)
+                    .map_err(|e| ClientError::Protocol(e.to_string()))?;
+                let stream = tokio_rustls::TlsConnector::from(tls.clone())
+                    .connect(name, stream)
+                    .await
+                    .map_err(|err| ClientError::Tls {
+                        endpoint: self.endpoint.clone(),
+                        err,
+                    })?;
                 send(stream, req).await.map_err(proto)?
             }
         };
@@ -222,4 +290,33 @@ where
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(conn);
     sender.send_request(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_authority_file_without_a_certificate_is_named_and_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("ca.pem");
+        let e = Tls::from_ca_file(&missing).unwrap_err();
+        assert!(e.contains(&*missing.to_string_lossy()), "{e}");
+        std::fs::write(&missing, "not a certificate\n").unwrap();
+        let e = Tls::from_ca_file(&missing).unwrap_err();
+        assert!(e.contains("holds no certificate"), "{e}");
+        std::fs::write(
+            &missing,
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        assert!(Tls::from_ca_file(&missing).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_tcp_endpoint_is_not_called_without_tls() {
+        let c = Client::new(Endpoint::Tcp("127.0.0.1:1".into()), None);
+        let e = c.get::<serde_json::Value>("/v1/jobs").await.unwrap_err();
+        assert!(e.to_string().contains("Unix socket"), "{e}");
+    }
 }

@@ -23,6 +23,7 @@ pub mod step_input;
 pub mod step_output;
 pub mod store;
 pub mod submits;
+pub mod tls;
 pub mod visibility;
 pub mod watch;
 
@@ -304,7 +305,11 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
                 .saturating_sub(config.tcp.max_unauthenticated)
                 .max(16);
             let gate = serve::Gate::new(node_keys.clone(), config.tcp.clone(), agents);
-            Some(serve::serve_tcp(l, app, limits.clone(), gate))
+            let tls = tls::server_config(&config.state_dir).map_err(io(format!(
+                "setting up TLS for the TCP port in {}",
+                config.state_dir.display()
+            )))?;
+            Some(serve::serve_tcp(l, app, limits.clone(), gate, tls))
         }
         None => None,
     };

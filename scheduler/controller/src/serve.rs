@@ -496,15 +496,17 @@ impl Drop for Ticket {
     }
 }
 
-/// Serves `app` on TCP connections from `listener`, admitted through `gate` (see
-/// [`TcpLimits`]). Returns only on a listener error that is not about one connection or a
-/// passing shortage.
+/// Serves `app` on TLS connections over TCP from `listener`, admitted through `gate` (see
+/// [`TcpLimits`]). The handshake is part of a connection's unauthenticated time. Returns
+/// only on a listener error that is not about one connection or a passing shortage.
 pub async fn serve_tcp(
     listener: tokio::net::TcpListener,
     app: Router,
     limits: ConnectionLimits,
     gate: Gate,
+    tls: Arc<rustls::ServerConfig>,
 ) -> io::Result<()> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let mut warned: Option<Instant> = None;
     loop {
         let (io, peer) = next_connection(&listener).await?;
@@ -520,7 +522,23 @@ pub async fn serve_tcp(
         let app = app.clone();
         let limits = limits.clone();
         let timeout = gate.0.tcp.unauthenticated_timeout;
+        let acceptor = acceptor.clone();
         tokio::spawn(async move {
+            let deadline = tokio::time::sleep(timeout);
+            tokio::pin!(deadline);
+            // Nothing is read in the clear: a connection that does not finish its handshake
+            // within the unauthenticated time, or is evicted first, is closed.
+            let io = tokio::select! {
+                r = acceptor.accept(io) => match r {
+                    Ok(io) => io,
+                    Err(e) => {
+                        tracing::debug!(peer = ?key, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                },
+                () = ticket.evicted.notified() => return,
+                () = &mut deadline => return,
+            };
             let t = ticket.clone();
             let service = hyper::service::service_fn(move |mut req: axum::http::Request<_>| {
                 t.present(req.headers(), key);
@@ -529,8 +547,6 @@ pub async fn serve_tcp(
             });
             let conn = http1(io, service, &limits);
             tokio::pin!(conn);
-            let deadline = tokio::time::sleep(timeout);
-            tokio::pin!(deadline);
             let mut timer_done = false;
             loop {
                 tokio::select! {

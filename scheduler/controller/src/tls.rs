@@ -1,0 +1,223 @@
+//! TLS on the controller's TCP port, which is the agents' only way in from other hosts: their
+//! node keys, their jobs' commands, environments and registry credentials, and the steps'
+//! input and output all cross it.
+//!
+//! At its first start with a TCP port the controller makes a certificate authority of its
+//! own and, signed by it, a certificate for [`CONTROLLER_TLS_NAME`]. It keeps the
+//! authority's certificate (`ca.pem`, for the agents), its own certificate (`tls.pem`) and
+//! its own key (`tls.key`, 0600) in its state directory. The authority's key signs that one
+//! certificate and is never written anywhere: nobody, not even whoever reads the state
+//! directory later, can make the authority sign another. Agents trust `ca.pem` alone and
+//! check the name, whatever address they dial.
+//!
+//! `ca.pem` is written last, each file whole (written beside, synced, renamed): a start cut
+//! short before it leaves no authority that an agent could have been given, so the next
+//! start makes all three again. An authority given out (`ca.pem` there) is never replaced
+//! behind the agents' backs: if its certificate or key is missing, the start fails and says
+//! how to make a new one.
+
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use wharf_api::wire::CONTROLLER_TLS_NAME;
+
+/// The authority's certificate, for the agents.
+pub const CA_FILE: &str = "ca.pem";
+/// The controller's certificate.
+pub const CERT_FILE: &str = "tls.pem";
+/// The controller's private key (root's, 0600).
+pub const KEY_FILE: &str = "tls.key";
+
+/// The TLS settings of the TCP port, from `state_dir`'s files, made first if there are none.
+pub fn server_config(state_dir: &Path) -> io::Result<Arc<rustls::ServerConfig>> {
+    let ca = state_dir.join(CA_FILE);
+    if !ca.exists() {
+        make(state_dir)?;
+        tracing::info!(ca = %ca.display(), "made the certificate authority of the TCP port; copy this file to every node, beside its join token");
+    }
+    let (cert, key) = (state_dir.join(CERT_FILE), state_dir.join(KEY_FILE));
+    for f in [&cert, &key] {
+        if !f.exists() {
+            return Err(io::Error::other(format!(
+                "{} is missing while {} is there; to make a new certificate authority, \
+                 remove {} and restart, then copy the new one to every node",
+                f.display(),
+                ca.display(),
+                ca.display()
+            )));
+        }
+    }
+    let bad = |f: &Path, e: &dyn std::fmt::Display| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("reading {}: {e}", f.display()),
+        )
+    };
+    let chain = CertificateDer::pem_file_iter(&cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| bad(&cert, &e))?;
+    let private = PrivateKeyDer::from_pem_file(&key).map_err(|e| bad(&key, &e))?;
+    let config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(io::Error::other)?
+        .with_no_client_auth()
+        .with_single_cert(chain, private)
+        .map_err(|e| bad(&cert, &e))?;
+    Ok(Arc::new(config))
+}
+
+/// The cryptography both ends use.
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Makes the authority and the controller's certificate and key, `ca.pem` last.
+fn make(state_dir: &Path) -> io::Result<()> {
+    let fail = |e: rcgen::Error| io::Error::other(format!("making the TLS certificates: {e}"));
+    let ca_key = rcgen::KeyPair::generate().map_err(fail)?;
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(fail)?;
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+    ca_params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+    ];
+    ca_params.distinguished_name = name("Wharf controller authority");
+    let ca_cert = ca_params.self_signed(&ca_key).map_err(fail)?;
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+
+    let key = rcgen::KeyPair::generate().map_err(fail)?;
+    let mut params =
+        rcgen::CertificateParams::new(vec![CONTROLLER_TLS_NAME.to_string()]).map_err(fail)?;
+    params.distinguished_name = name(CONTROLLER_TLS_NAME);
+    params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = params.signed_by(&key, &issuer).map_err(fail)?;
+
+    save(
+        &state_dir.join(KEY_FILE),
+        key.serialize_pem().as_bytes(),
+        0o600,
+    )?;
+    save(&state_dir.join(CERT_FILE), cert.pem().as_bytes(), 0o644)?;
+    save(&state_dir.join(CA_FILE), ca_cert.pem().as_bytes(), 0o644)
+}
+
+fn name(common: &str) -> rcgen::DistinguishedName {
+    let mut n = rcgen::DistinguishedName::new();
+    n.push(rcgen::DnType::CommonName, common);
+    n
+}
+
+/// Writes `bytes` to `path` whole: beside it (never through a link), synced, renamed over
+/// it, and the rename synced.
+fn save(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".new");
+    let tmp = Path::new(&tmp);
+    let _ = std::fs::remove_file(tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(tmp, path)?;
+    match path.parent() {
+        Some(dir) => std::fs::File::open(dir)?.sync_all(),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn the_authority_is_made_once_and_its_key_is_never_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        server_config(dir.path()).unwrap();
+        let ca = std::fs::read(dir.path().join(CA_FILE)).unwrap();
+        assert_eq!(mode(&dir.path().join(KEY_FILE)), 0o600);
+        assert_eq!(mode(&dir.path().join(CA_FILE)), 0o644);
+        // The state directory holds the controller's one key and no other.
+        let keys: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| {
+                std::fs::read_to_string(dir.path().join(n))
+                    .unwrap()
+                    .contains("PRIVATE KEY")
+            })
+            .collect();
+        assert_eq!(keys, [KEY_FILE]);
+        // A second start keeps the authority the agents were given.
+        server_config(dir.path()).unwrap();
+        assert_eq!(std::fs::read(dir.path().join(CA_FILE)).unwrap(), ca);
+    }
+
+    /// A client that trusts the authority in `ca` alone, as agents do.
+    fn client(ca: &Path) -> tokio_rustls::TlsConnector {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let config = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tokio_rustls::TlsConnector::from(Arc::new(config))
+    }
+
+    #[tokio::test]
+    async fn its_certificate_is_trusted_by_its_own_authority_for_its_name_alone() {
+        let (ours, theirs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let server = server_config(ours.path()).unwrap();
+        server_config(theirs.path()).unwrap();
+        for (ca, name, trusted) in [
+            (ours.path(), CONTROLLER_TLS_NAME, true),
+            (theirs.path(), CONTROLLER_TLS_NAME, false),
+            (ours.path(), "other-host", false),
+        ] {
+            let (near, far) = tokio::io::duplex(1 << 16);
+            let acceptor = tokio_rustls::TlsAcceptor::from(server.clone());
+            let name = rustls::pki_types::ServerName::try_from(name.to_string()).unwrap();
+            let connect = client(&ca.join(CA_FILE)).connect(name, near);
+            let (c, _) = tokio::join!(connect, acceptor.accept(far));
+            assert_eq!(c.is_ok(), trusted, "{ca:?} {c:?}");
+        }
+    }
+
+    #[test]
+    fn an_authority_given_out_is_never_replaced_behind_the_agents_backs() {
+        let dir = tempfile::tempdir().unwrap();
+        server_config(dir.path()).unwrap();
+        let ca = std::fs::read(dir.path().join(CA_FILE)).unwrap();
+        std::fs::remove_file(dir.path().join(KEY_FILE)).unwrap();
+        let e = server_config(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("tls.key is missing") && e.contains("remove"),
+            "{e}"
+        );
+        assert_eq!(std::fs::read(dir.path().join(CA_FILE)).unwrap(), ca);
+        // A start cut short before ca.pem: nobody can hold that authority, so all are made again.
+        std::fs::remove_file(dir.path().join(CA_FILE)).unwrap();
+        server_config(dir.path()).unwrap();
+        assert_ne!(std::fs::read(dir.path().join(CA_FILE)).unwrap(), ca);
+        // A damaged key says which file.
+        std::fs::write(dir.path().join(KEY_FILE), "not a key").unwrap();
+        let e = server_config(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("tls.key"), "{e}");
+    }
+}
