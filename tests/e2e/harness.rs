@@ -621,20 +621,9 @@ pub fn tls_stream(
     port: u16,
     ca: &Path,
 ) -> rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream> {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let config = wharf_client::Tls::from_ca_file(ca).unwrap().config();
     let name = wharf_api::wire::CONTROLLER_TLS_NAME.try_into().unwrap();
-    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let conn = rustls::ClientConnection::new(config, name).unwrap();
     let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     rustls::StreamOwned::new(conn, tcp)
 }

@@ -137,6 +137,11 @@ impl Tls {
         .with_no_client_auth();
         Ok(Tls(std::sync::Arc::new(config)))
     }
+
+    /// The settings, for a client of another kind (a test's own TLS stream).
+    pub fn config(&self) -> std::sync::Arc<rustls::ClientConfig> {
+        self.0.clone()
+    }
 }
 
 /// A client for one controller.

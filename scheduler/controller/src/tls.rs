@@ -168,16 +168,7 @@ mod tests {
 
     /// A client that trusts the authority in `ca` alone, as agents do.
     fn client(ca: &Path) -> tokio_rustls::TlsConnector {
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_file_iter(ca).unwrap() {
-            roots.add(cert.unwrap()).unwrap();
-        }
-        let config = rustls::ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        tokio_rustls::TlsConnector::from(Arc::new(config))
+        tokio_rustls::TlsConnector::from(wharf_client::Tls::from_ca_file(ca).unwrap().config())
     }
 
     #[tokio::test]
