@@ -22,7 +22,8 @@ use clap::{Parser, Subcommand};
     max_term_width = 100
 )]
 struct Cli {
-    /// The controller's socket (`tcp://host:port` for TCP). Default: /run/wharf/wharf.sock.
+    /// The controller's Unix socket. Default: /run/wharf/wharf.sock. (Its TCP port is for
+    /// node agents alone.)
     #[arg(long, global = true, env = "WHARF_SOCKET")]
     socket: Option<String>,
     #[command(subcommand)]

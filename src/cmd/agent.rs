@@ -41,13 +41,10 @@ pub struct Args {
 /// Builds the agent settings from the file.
 pub fn settings(file: &FileConfig, token: String) -> Result<wharf_agent::AgentConfig> {
     let a = &file.agent;
-    let controller = Endpoint::parse(&a.controller);
     Ok(wharf_agent::AgentConfig {
-        controller_tls: match controller {
-            Endpoint::Tcp(_) => Some(controller_tls(file)?),
-            Endpoint::Unix(_) => None,
-        },
-        controller,
+        controller: Endpoint::parse(&a.controller),
+        // Set by `run` for a TCP controller: a probe talks to no controller.
+        controller_tls: None,
         token,
         node_name: a.node_name.clone().unwrap_or_else(config::hostname),
         state_dir: a.state_dir.clone(),
@@ -161,6 +158,9 @@ pub async fn run(args: Args) -> Result<i32> {
     }
     let token_file = join_token_file(&file);
     let mut cfg = settings(&file, String::new())?;
+    if let Endpoint::Tcp(_) = cfg.controller {
+        cfg.controller_tls = Some(controller_tls(&file)?);
+    }
     // Once the node has joined, its agent needs no join token: it holds a key of its own.
     match config::join_token(&token_file, false) {
         Ok(t) => cfg.token = t,

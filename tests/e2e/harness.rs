@@ -614,7 +614,6 @@ pub fn submitted_id(out: &Output) -> u64 {
     text.trim().rsplit(' ').next().unwrap().parse().unwrap()
 }
 
-/// stdout as text.
 /// A TLS connection to a controller's TCP port on loopback, checked as agents check it: by
 /// the authority in `ca`, for the controller's name.
 pub fn tls_stream(
@@ -628,6 +627,7 @@ pub fn tls_stream(
     rustls::StreamOwned::new(conn, tcp)
 }
 
+/// stdout as text.
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -43,13 +43,20 @@ fn agent_joins_over_tcp_only_with_the_token() {
 
     // Users may not use the TCP port: it carries no identity. The CLI says so without
     // trying, and the controller refuses a user's request that comes over it anyway.
-    let tcp = Command::new(wharf_bin())
-        .arg("queue")
-        .env("WHARF_SOCKET", format!("tcp://127.0.0.1:{}", c.port))
-        .output()
-        .unwrap();
-    assert_eq!(tcp.status.code(), Some(1));
-    assert!(stderr(&tcp).contains("Unix socket"), "{}", stderr(&tcp));
+    for args in [&["queue"][..], &["run", "--", "/bin/true"]] {
+        let tcp = Command::new(wharf_bin())
+            .args(args)
+            .env("WHARF_SOCKET", format!("tcp://127.0.0.1:{}", c.port))
+            .output()
+            .unwrap();
+        assert_eq!(tcp.status.code(), Some(1), "{args:?}");
+        // Said at once: not a controller out of reach, to wait for.
+        let said = stderr(&tcp);
+        assert!(
+            said.contains("Unix socket") && !said.contains("retrying"),
+            "{said}"
+        );
+    }
     let mut s = tls_stream(c.port, &c.ca());
     std::io::Write::write_all(
         &mut s,
@@ -98,6 +105,20 @@ fn agents_and_controller_speak_only_tls_checked_by_the_controllers_authority() {
         "{}",
         String::from_utf8_lossy(&got)
     );
+
+    // A probe talks to no controller, and needs no authority.
+    let probe = Command::new(wharf_bin())
+        .args([
+            "agent",
+            "--probe",
+            "--controller",
+            &format!("127.0.0.1:{}", c.port),
+        ])
+        .arg("--controller-ca")
+        .arg(d.join("nowhere/ca.pem"))
+        .output()
+        .unwrap();
+    assert!(probe.status.success(), "{}", stderr(&probe));
 
     // An agent without the authority does not start, and says what to copy where.
     let missing = d.join("nowhere/ca.pem");

@@ -54,14 +54,20 @@ pub enum ClientError {
         /// Why it failed.
         err: std::io::Error,
     },
-    /// The TCP port's TLS failed: most often a certificate not signed by the authority the
-    /// client trusts.
-    #[error("no TLS with the controller at {endpoint}: {err} (is the agent's controller_ca a copy of the controller's ca.pem?)")]
+    /// The TCP port's TLS failed, or took longer than [`CONNECT_TIMEOUT`].
+    #[error("no TLS with the controller at {endpoint}: {err}{}", tls_hint(.err))]
     Tls {
         /// Where we tried.
         endpoint: Endpoint,
         /// Why it failed.
         err: std::io::Error,
+    },
+    /// A TCP endpoint without the controller's authority: a user's tool, which has no
+    /// business there (users reach the controller over its Unix socket).
+    #[error("{endpoint}: the controller's TCP port is for node agents, which check it with its certificate authority; users reach the controller over its Unix socket")]
+    NotForUsers {
+        /// The endpoint given.
+        endpoint: Endpoint,
     },
     /// The controller answered with an error.
     #[error("{}", .error.error)]
@@ -76,9 +82,31 @@ pub enum ClientError {
     Protocol(String),
 }
 
+/// What to look at for a failed handshake: the authority for a certificate that does not
+/// verify, the controller's version for an answer that is not TLS at all.
+fn tls_hint(err: &std::io::Error) -> &'static str {
+    match err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::InvalidCertificate(_)) => {
+            " (is the agent's controller_ca a copy of this controller's ca.pem?)"
+        }
+        Some(rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. }) => {
+            " (is the controller older, speaking plain HTTP on its TCP port? upgrade it)"
+        }
+        _ => "",
+    }
+}
+
+/// Longest a connection and its TLS handshake may take: a controller that stops answering
+/// mid-handshake is given up on and tried again, never waited on for ever.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl ClientError {
     /// True when retrying later may help (controller down or restarting; a TLS failure too,
-    /// which an agent keeps saying until its controller's authority is mended).
+    /// which an agent keeps logging: a restart with the right authority, or the controller's
+    /// upgrade, mends it).
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
@@ -131,7 +159,7 @@ impl Tls {
         let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| what(&e))?
         .with_root_certificates(roots)
         .with_no_client_auth();
@@ -248,22 +276,23 @@ impl Client {
             }
             Endpoint::Tcp(a) => {
                 let Some(Tls(tls)) = &self.tls else {
-                    return Err(ClientError::Protocol(format!(
-                        "{}: the controller's TCP port is for node agents, which check it \
-                         with its certificate authority; users reach the controller over its \
-                         Unix socket",
-                        self.endpoint
-                    )));
+                    return Err(ClientError::NotForUsers {
+                        endpoint: self.endpoint.clone(),
+                    });
                 };
-                let stream = tokio::net::TcpStream::connect(a)
-                    .await
-                    .map_err(unreachable)?;
+                let late = || std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out");
+                let stream =
+                    tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(a))
+                        .await
+                        .unwrap_or_else(|_| Err(late()))
+                        .map_err(unreachable)?;
                 let _ = stream.set_nodelay(true);
                 let name = rustls::pki_types::ServerName::try_from(CONTROLLER_TLS_NAME)
                     .map_err(|e| ClientError::Protocol(e.to_string()))?;
-                let stream = tokio_rustls::TlsConnector::from(tls.clone())
-                    .connect(name, stream)
+                let handshake = tokio_rustls::TlsConnector::from(tls.clone()).connect(name, stream);
+                let stream = tokio::time::timeout(CONNECT_TIMEOUT, handshake)
                     .await
+                    .unwrap_or_else(|_| Err(late()))
                     .map_err(|err| ClientError::Tls {
                         endpoint: self.endpoint.clone(),
                         err,

@@ -271,6 +271,15 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
     });
     submits::start(&shared, queue).map_err(io("starting the submit writer"))?;
 
+    // The TCP port's certificates are there before anything listens: whoever sees the
+    // socket (an agent started beside it, a test) finds ca.pem too.
+    let tls = match config.listen {
+        Some(_) => Some(tls::server_config(&config.state_dir).map_err(io(format!(
+            "setting up TLS for the TCP port in {}",
+            config.state_dir.display()
+        )))?),
+        None => None,
+    };
     if let Some(parent) = config.socket.parent() {
         // Users must reach the socket whatever the umask: a directory made here is 0755.
         private::public_dir(parent).map_err(io(format!("creating {}", parent.display())))?;
@@ -294,8 +303,8 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
     };
     let limits = config.connections.clone().within_descriptors(share);
     let unix_server = serve::serve(unix, app.clone(), limits.clone(), serve::Counts::new());
-    let tcp_server = match config.listen {
-        Some(addr) => {
+    let tcp_server = match (config.listen, tls) {
+        (Some(addr), Some(tls)) => {
             let l = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(io(format!("binding {addr}")))?;
@@ -305,13 +314,9 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
                 .saturating_sub(config.tcp.max_unauthenticated)
                 .max(16);
             let gate = serve::Gate::new(node_keys.clone(), config.tcp.clone(), agents);
-            let tls = tls::server_config(&config.state_dir).map_err(io(format!(
-                "setting up TLS for the TCP port in {}",
-                config.state_dir.display()
-            )))?;
             Some(serve::serve_tcp(l, app, limits.clone(), gate, tls))
         }
-        None => None,
+        _ => None,
     };
     tracing::info!(
         socket = %config.socket.display(),

@@ -261,8 +261,13 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         }
     }
 
+    /// Bounded too: a TLS stream's shutdown writes its close_notify, which a peer that reads
+    /// nothing could hold up for ever.
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        match Pin::new(&mut self.inner).poll_shutdown(cx) {
+            Poll::Pending if self.expired(cx) => Poll::Ready(Err(timed_out())),
+            other => other,
+        }
     }
 }
 
@@ -758,5 +763,34 @@ mod tests {
         // Four seconds after the last byte: still alive; then silence past five.
         let read = w.read(&mut buf).await;
         assert_eq!(read.unwrap_err().kind(), io::ErrorKind::TimedOut);
+    }
+
+    /// A TLS stream's shutdown writes its close_notify; a peer that reads nothing must not
+    /// hold the connection (and its slot) for ever. Without the bound this never returns.
+    #[tokio::test(start_paused = true)]
+    async fn a_shutdown_the_peer_never_lets_finish_times_out() {
+        use tokio::io::AsyncWriteExt;
+        struct Stuck;
+        impl AsyncWrite for Stuck {
+            fn poll_write(
+                self: Pin<&mut Self>,
+                _: &mut Context<'_>,
+                _: &[u8],
+            ) -> Poll<io::Result<usize>> {
+                Poll::Pending
+            }
+            fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Poll::Pending
+            }
+            fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+                Poll::Pending
+            }
+        }
+        let mut w = Watched::new(Stuck, Duration::from_secs(5));
+        let shut = tokio::time::timeout(Duration::from_secs(60), w.shutdown()).await;
+        assert_eq!(
+            shut.expect("the shutdown was bounded").unwrap_err().kind(),
+            io::ErrorKind::TimedOut
+        );
     }
 }

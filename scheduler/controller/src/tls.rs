@@ -21,6 +21,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
+use rustls::client::danger::ServerCertVerifier;
+
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use wharf_api::wire::CONTROLLER_TLS_NAME;
@@ -35,22 +37,25 @@ pub const KEY_FILE: &str = "tls.key";
 /// The TLS settings of the TCP port, from `state_dir`'s files, made first if there are none.
 pub fn server_config(state_dir: &Path) -> io::Result<Arc<rustls::ServerConfig>> {
     let ca = state_dir.join(CA_FILE);
-    if !ca.exists() {
+    if !is_file(&ca)? {
         make(state_dir)?;
         tracing::info!(ca = %ca.display(), "made the certificate authority of the TCP port; copy this file to every node, beside its join token");
     }
     let (cert, key) = (state_dir.join(CERT_FILE), state_dir.join(KEY_FILE));
     for f in [&cert, &key] {
-        if !f.exists() {
+        if !is_file(f)? {
             return Err(io::Error::other(format!(
                 "{} is missing while {} is there; to make a new certificate authority, \
-                 remove {} and restart, then copy the new one to every node",
+                 remove {} and restart, then copy the new one to every node and restart \
+                 their agents",
                 f.display(),
                 ca.display(),
                 ca.display()
             )));
         }
     }
+    // A key restored or copied with another mode is made private again.
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
     let bad = |f: &Path, e: &dyn std::fmt::Display| {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -61,13 +66,51 @@ pub fn server_config(state_dir: &Path) -> io::Result<Arc<rustls::ServerConfig>> 
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
         .map_err(|e| bad(&cert, &e))?;
     let private = PrivateKeyDer::from_pem_file(&key).map_err(|e| bad(&key, &e))?;
+    signed_by_authority(&chain, &ca).map_err(|e| bad(&cert, &e))?;
     let config = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(io::Error::other)?
         .with_no_client_auth()
         .with_single_cert(chain, private)
         .map_err(|e| bad(&cert, &e))?;
     Ok(Arc::new(config))
+}
+
+/// Whether `path` is a file: `false` when nothing is there; an error for anything else in its
+/// place (a link, a directory), which the controller never made.
+fn is_file(path: &Path) -> io::Result<bool> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_file() => Ok(true),
+        Ok(_) => Err(io::Error::other(format!(
+            "{} is not a plain file; remove it",
+            path.display()
+        ))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Checks that `chain` is what agents trusting `ca_file` accept: a certificate for
+/// [`CONTROLLER_TLS_NAME`] that the authority signed, so that a restore that mixed the
+/// files of two authorities stops the controller here, not every agent later.
+fn signed_by_authority(chain: &[CertificateDer<'static>], ca_file: &Path) -> Result<(), String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca_file).map_err(|e| e.to_string())? {
+        roots
+            .add(cert.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let verifier =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .map_err(|e| e.to_string())?;
+    let (leaf, rest) = chain.split_first().ok_or("holds no certificate")?;
+    let name =
+        rustls::pki_types::ServerName::try_from(CONTROLLER_TLS_NAME).map_err(|e| e.to_string())?;
+    verifier
+        .verify_server_cert(leaf, rest, &name, &[], rustls::pki_types::UnixTime::now())
+        .map(|_| ())
+        .map_err(|e| format!("not what agents trusting {} accept: {e}", ca_file.display()))
 }
 
 /// The cryptography both ends use.
@@ -190,6 +233,51 @@ mod tests {
         }
     }
 
+    /// What an agent is told when the handshake fails: which file to look at for another
+    /// authority, and the controller's version for a port that answers in plain HTTP.
+    #[tokio::test]
+    async fn a_failed_handshake_says_what_to_look_at() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (ours, theirs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let server = server_config(ours.path()).unwrap();
+        server_config(theirs.path()).unwrap();
+        let tls = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let plain = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (tls_addr, plain_addr) = (tls.local_addr().unwrap(), plain.local_addr().unwrap());
+        tokio::spawn(async move {
+            let acceptor = tokio_rustls::TlsAcceptor::from(server);
+            while let Ok((s, _)) = tls.accept().await {
+                let _ = acceptor.accept(s).await;
+            }
+        });
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = plain.accept().await {
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                let _ = s
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                    .await;
+            }
+        });
+        let trusting = |ca: &Path, addr: std::net::SocketAddr| {
+            let tls = wharf_client::Tls::from_ca_file(&ca.join(CA_FILE)).unwrap();
+            wharf_client::Client::new(wharf_client::Endpoint::Tcp(addr.to_string()), None)
+                .with_tls(tls)
+        };
+        let e = trusting(theirs.path(), tls_addr)
+            .get::<serde_json::Value>("/v1/agent/poll")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no TLS") && e.contains("controller_ca"), "{e}");
+        let e = trusting(ours.path(), plain_addr)
+            .get::<serde_json::Value>("/v1/agent/poll")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("plain HTTP"), "{e}");
+    }
+
     #[test]
     fn an_authority_given_out_is_never_replaced_behind_the_agents_backs() {
         let dir = tempfile::tempdir().unwrap();
@@ -206,6 +294,30 @@ mod tests {
         std::fs::remove_file(dir.path().join(CA_FILE)).unwrap();
         server_config(dir.path()).unwrap();
         assert_ne!(std::fs::read(dir.path().join(CA_FILE)).unwrap(), ca);
+        // Files of two authorities mixed (a bad restore) stop the controller, naming them.
+        let other = tempfile::tempdir().unwrap();
+        server_config(other.path()).unwrap();
+        std::fs::copy(other.path().join(CA_FILE), dir.path().join(CA_FILE)).unwrap();
+        let e = server_config(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("tls.pem") && e.contains("not what agents"),
+            "{e}"
+        );
+        // A link in the authority's place is refused, not followed or replaced.
+        std::fs::remove_file(dir.path().join(CA_FILE)).unwrap();
+        std::os::unix::fs::symlink("/nonexistent", dir.path().join(CA_FILE)).unwrap();
+        let e = server_config(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("not a plain file"), "{e}");
+        std::fs::remove_file(dir.path().join(CA_FILE)).unwrap();
+        server_config(dir.path()).unwrap();
+        // A key with another mode is made private again.
+        std::fs::set_permissions(
+            dir.path().join(KEY_FILE),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        server_config(dir.path()).unwrap();
+        assert_eq!(mode(&dir.path().join(KEY_FILE)), 0o600);
         // A damaged key says which file.
         std::fs::write(dir.path().join(KEY_FILE), "not a key").unwrap();
         let e = server_config(dir.path()).unwrap_err().to_string();
