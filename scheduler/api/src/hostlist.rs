@@ -22,6 +22,14 @@ pub const MAX_HOSTS: usize = 65_536;
 /// Longest digit run a range bound may have (larger numbers do not fit the counters).
 const MAX_DIGITS: usize = 18;
 
+/// Longest host name a list may make, bytes: a node's name is at most this long.
+pub const MAX_NAME_BYTES: usize = 255;
+
+/// Most bytes the names of one list may take once written out: far above any cluster's
+/// list of its nodes (10,000 names of 20 bytes are 200 KB), far below what a short list
+/// with long names and wide ranges would make.
+pub const MAX_LIST_BYTES: usize = 1 << 20;
+
 /// Why a host list was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HostlistError {
@@ -32,6 +40,16 @@ pub enum HostlistError {
         text: String,
         /// What is wrong.
         why: String,
+    },
+    /// Its names, written out, take more bytes than [`MAX_LIST_BYTES`].
+    #[error("host list {text:?} makes names of {bytes} bytes in all; the limit is {max}")]
+    TooLarge {
+        /// The list (cut to a readable length).
+        text: String,
+        /// How many bytes its names take (at least; counting stops past the limit).
+        bytes: u128,
+        /// The limit.
+        max: usize,
     },
     /// It names more hosts than allowed.
     #[error("host list {text:?} names {count} hosts; the limit is {max}")]
@@ -57,22 +75,37 @@ enum Piece<'a> {
     Ranges(Vec<(u64, u64, usize)>),
 }
 
-/// The hosts `text` names, in the order written (duplicates kept). Refuses a list naming more
-/// than `max` hosts without building it.
+/// The hosts `text` names, in the order written (duplicates kept). Refuses, without building
+/// it, a list naming more than `max` hosts, a name longer than [`MAX_NAME_BYTES`], or names
+/// taking more than [`MAX_LIST_BYTES`] in all.
 pub fn expand(text: &str, max: usize) -> Result<Vec<String>, HostlistError> {
     let shown = || crate::text::bounded(text, 80).into_owned();
     let bad = |why: String| HostlistError::Malformed { text: shown(), why };
     let items = split_items(text).map_err(bad)?;
     let mut patterns = Vec::with_capacity(items.len());
-    let mut count: u128 = 0;
+    let (mut count, mut bytes): (u128, u128) = (0, 0);
     for item in items {
         let pieces = pieces(item).map_err(|why| bad(format!("{item:?}: {why}")))?;
-        let mut n: u128 = 1;
+        let (mut n, mut longest): (u128, usize) = (1, 0);
         for p in &pieces {
-            if let Piece::Ranges(r) = p {
-                let size: u128 = r.iter().map(|&(lo, hi, _)| u128::from(hi - lo) + 1).sum();
-                n = n.saturating_mul(size);
+            match p {
+                Piece::Text(t) => longest += t.len(),
+                Piece::Ranges(r) => {
+                    let size: u128 = r.iter().map(|&(lo, hi, _)| u128::from(hi - lo) + 1).sum();
+                    n = n.saturating_mul(size);
+                    longest += (r.iter())
+                        .map(|&(_, hi, w)| w.max(hi.to_string().len()))
+                        .max()
+                        .unwrap_or(0);
+                }
             }
+        }
+        if longest > MAX_NAME_BYTES {
+            return Err(bad(format!(
+                "{}: makes names of up to {longest} bytes; a host name is at most \
+                 {MAX_NAME_BYTES}",
+                crate::text::bounded(item, 40)
+            )));
         }
         count = count.saturating_add(n);
         if count > max as u128 {
@@ -80,6 +113,14 @@ pub fn expand(text: &str, max: usize) -> Result<Vec<String>, HostlistError> {
                 text: shown(),
                 count,
                 max,
+            });
+        }
+        bytes = bytes.saturating_add(n.saturating_mul(longest as u128));
+        if bytes > MAX_LIST_BYTES as u128 {
+            return Err(HostlistError::TooLarge {
+                text: shown(),
+                bytes,
+                max: MAX_LIST_BYTES,
             });
         }
         patterns.push(pieces);
@@ -253,10 +294,11 @@ pub fn compress<S: AsRef<str>>(names: &[S]) -> String {
 }
 
 /// A set of host names, kept in [`compress`]'s order without duplicates; written (and
-/// serialized) as the compressed list.
+/// serialized) as the compressed list. Looking a name up is a binary search: the scheduler
+/// asks of every node for every job that has a list.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct HostList(Vec<String>);
+pub struct HostList(Vec<String>, Vec<u32>);
 
 impl HostList {
     /// Parses a host list naming at most [`MAX_HOSTS`] hosts.
@@ -271,7 +313,10 @@ impl HostList {
         names.dedup();
         // The compressed list's order: by prefix, then number.
         let text = compress(&names);
-        HostList(expand(&text, names.len()).unwrap_or(names))
+        let names = expand(&text, names.len()).unwrap_or(names);
+        let mut by_name: Vec<u32> = (0..names.len() as u32).collect();
+        by_name.sort_by(|&a, &b| names[a as usize].cmp(&names[b as usize]));
+        HostList(names, by_name)
     }
 
     /// The names, each once.
@@ -281,7 +326,9 @@ impl HostList {
 
     /// True when `name` is in the list.
     pub fn contains(&self, name: &str) -> bool {
-        self.0.iter().any(|n| n == name)
+        (self.1)
+            .binary_search_by(|&i| self.0[i as usize].as_str().cmp(name))
+            .is_ok()
     }
 
     /// Number of hosts.

@@ -6,7 +6,9 @@ mod common;
 
 use common::config;
 use proptest::prelude::*;
-use wharf_api::hostlist::{compress, expand, HostList, HostlistError};
+use wharf_api::hostlist::{
+    compress, expand, HostList, HostlistError, MAX_HOSTS, MAX_LIST_BYTES, MAX_NAME_BYTES,
+};
 
 /// Host names as clusters name them: a short prefix, often a number (padded or not), at times
 /// a suffix after it.
@@ -46,7 +48,12 @@ proptest! {
         prop_assert_eq!(compress(&reversed), text.clone());
         let list = HostList::parse(&text).unwrap();
         prop_assert_eq!(list.names(), &back[..]);
-        prop_assert_eq!(list.to_string(), text);
+        prop_assert_eq!(list.to_string(), text.clone());
+        // Each of its names is found, and a name it lacks is not.
+        for n in &names {
+            prop_assert!(list.contains(n), "{} in {}", n, text);
+        }
+        prop_assert!(!list.contains("not-a-host"));
     }
 
     #[test]
@@ -57,10 +64,38 @@ proptest! {
         match expand(&text, max) {
             Ok(names) => {
                 prop_assert!(!names.is_empty() && names.len() <= max);
-                prop_assert!(names.iter().all(|n| !n.is_empty()));
+                prop_assert!(names.iter().all(|n| !n.is_empty() && n.len() <= MAX_NAME_BYTES));
+                prop_assert!(names.iter().map(String::len).sum::<usize>() <= MAX_LIST_BYTES);
             }
             Err(HostlistError::TooMany { count, .. }) => prop_assert!(count > max as u128),
             Err(e) => prop_assert!(e.to_string().starts_with("host list "), "{e}"),
         }
     }
+}
+
+/// A short list must not write out into a huge one: a name longer than a node's may be, or
+/// names that take more than `MAX_LIST_BYTES` in all, are refused before anything is built.
+/// (Before, a 900 KB name with `[1-65536]` after it asked for 59 GB.)
+#[test]
+fn long_names_and_lists_too_large_to_write_out_are_refused_before_building() {
+    let long = format!("{}[1-65536]", "a".repeat(900_000));
+    let e = expand(&long, MAX_HOSTS).unwrap_err().to_string();
+    assert!(e.contains("a host name is at most 255"), "{e}");
+    let e = expand(&format!("{}1", "b".repeat(255)), 10)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("names of up to 256 bytes"), "{e}");
+    assert_eq!(expand(&"c".repeat(255), 1).unwrap()[0].len(), 255);
+    let wide = format!("{}[00001-65536]", "d".repeat(200));
+    match expand(&wide, MAX_HOSTS) {
+        Err(HostlistError::TooLarge { bytes, max, .. }) => {
+            assert!(bytes > max as u128 && max == MAX_LIST_BYTES)
+        }
+        other => panic!("{other:?}"),
+    }
+    // A real cluster's list is far inside.
+    assert_eq!(
+        expand("gpu-node-[00001-10000]", MAX_HOSTS).unwrap().len(),
+        10_000
+    );
 }
