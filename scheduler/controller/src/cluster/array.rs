@@ -9,10 +9,34 @@ use wharf_core::{PendingReason, State as SchedState};
 
 use super::{forms, requeue, Cluster, Failure};
 
+/// Most bytes one array's task records may take together: each task stores a copy of the
+/// job, so a job of the largest size a request may carry times thousands of tasks would
+/// otherwise be gigabytes from one submit.
+pub const MAX_ARRAY_BYTES: usize = 256 << 20;
+
 impl Cluster {
-    /// The number of tasks, or a refusal when a task id is at or over `max_array_size`.
-    pub(super) fn check_array(&self, array: &ArraySpec) -> Result<usize, Failure> {
+    /// The number of tasks, or a refusal when a task id is at or over `max_array_size`, or
+    /// when the tasks' copies of a job of `spec_bytes` would take over [`MAX_ARRAY_BYTES`].
+    pub(super) fn check_array(
+        &self,
+        array: &ArraySpec,
+        spec_bytes: usize,
+    ) -> Result<usize, Failure> {
         let max = self.forms.max_array_size;
+        let tasks = array.tasks.len();
+        if tasks.saturating_mul(spec_bytes) > MAX_ARRAY_BYTES {
+            return Err(Failure::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "--array of {tasks} tasks would store {} MiB, a copy of this {} KiB job for \
+                     each; the limit is {} MiB: make the job smaller (its environment, command \
+                     or mounts) or split the array",
+                    tasks.saturating_mul(spec_bytes) >> 20,
+                    spec_bytes >> 10,
+                    MAX_ARRAY_BYTES >> 20
+                ),
+            ));
+        }
         match array.tasks.last() {
             None => Err(Failure::new(ErrorKind::InvalidInput, "--array names no task")),
             Some(&last) if last >= max => Err(Failure::new(

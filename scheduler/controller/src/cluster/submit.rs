@@ -174,9 +174,12 @@ impl Cluster {
         self.check_gpu_type(&spec)?;
         nodes.shape?;
         self.check_account(&spec, &caller.owner.user)?;
-        self.check_qos_and_nice(&spec, caller)?;
+        self.check_qos_and_nice(&spec, caller, &caller.owner.user)?;
         let tasks = match &req.job.array {
-            Some(a) => self.check_array(a)?,
+            Some(a) => {
+                let bytes = serde_json::to_vec(&spec).map_or(0, |v| v.len());
+                self.check_array(a, bytes)?
+            }
             None => 1,
         };
         self.check_limits(

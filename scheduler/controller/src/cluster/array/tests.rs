@@ -92,6 +92,39 @@ fn the_throttle_bounds_running_tasks_and_the_rest_say_why() {
     assert_eq!(c.jobs.len(), 2);
 }
 
+/// Each task stores a copy of the job: a job as large as a request may carry, times
+/// thousands of tasks, is refused at submit with the sizes, and nothing is stored. Before,
+/// one 700 KB job times 10,000 tasks asked for 7 GB of records.
+#[test]
+fn an_array_whose_copies_of_a_large_job_would_take_gigabytes_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let req = SubmitRequest {
+        job: JobRequest {
+            command: Some(vec!["/bin/true".into(), "x".repeat(100 << 10)]),
+            memory: Some(64 << 20),
+            array: Some(parse_array("0-9999").unwrap()),
+            ..Default::default()
+        },
+        cwd: "/tmp".into(),
+        client_token: None,
+        registry_auth: None,
+    };
+    let e = c.submit(&alice(), &req, 1).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidInput);
+    assert!(
+        e.message.contains("--array of 10000 tasks would store") && e.message.contains("256 MiB"),
+        "{}",
+        e.message
+    );
+    assert!(c.jobs.is_empty());
+    // The same job in fewer tasks is taken.
+    let mut few = req.clone();
+    few.job.array = Some(parse_array("0-99").unwrap());
+    c.submit(&alice(), &few, 1).unwrap();
+    assert_eq!(c.jobs.len(), 100);
+}
+
 #[test]
 fn an_array_over_max_array_size_is_refused_and_ten_thousand_tasks_are_quick() {
     let dir = tempfile::tempdir().unwrap();
