@@ -21,6 +21,9 @@ use wharf_api::step_output::{OutputAck, OutputBatch, OutputChunk, PushChunk, Str
 
 /// Bytes one step's buffer holds at most.
 pub const STEP_BYTES: usize = 8 << 20;
+/// Bytes one job's steps' buffers hold at most together: one job's many steps whose
+/// callers read slowly cannot take the whole relay from every other job.
+pub const JOB_BYTES: usize = 32 << 20;
 /// Bytes all steps' buffers hold at most.
 pub const TOTAL_BYTES: usize = 256 << 20;
 /// Bytes one read answer carries at most (at least one chunk).
@@ -102,6 +105,15 @@ impl Relay {
             };
         }
         let mut total = self.total;
+        let job = StepKey {
+            job: key.job,
+            step: 0,
+        }..=StepKey {
+            job: key.job,
+            step: u32::MAX,
+        };
+        let mut job_room =
+            JOB_BYTES.saturating_sub(self.steps.range(job).map(|(_, b)| b.bytes).sum());
         let b = self.buffer(key, now);
         b.touched = now;
         if b.discarding {
@@ -131,7 +143,9 @@ impl Relay {
             let end = c.offset + c.data.len() as u64;
             if end > *want {
                 let skip = (*want - c.offset) as usize;
-                let room = (STEP_BYTES - b.bytes).min(TOTAL_BYTES.saturating_sub(total));
+                let room = (STEP_BYTES - b.bytes)
+                    .min(TOTAL_BYTES.saturating_sub(total))
+                    .min(job_room);
                 let take = (c.data.len() - skip).min(room);
                 full |= take < c.data.len() - skip;
                 if take > 0 {
@@ -145,6 +159,7 @@ impl Relay {
                     b.next_seq += 1;
                     b.bytes += take;
                     total += take;
+                    job_room -= take;
                     *want += take as u64;
                 }
             }

@@ -206,3 +206,28 @@ fn a_gone_buffer_asks_for_a_rewind_and_the_agent_may_forget_what_the_reader_took
         (2, &b"cd"[..])
     );
 }
+
+/// One job's steps, however many and however slowly read, hold at most `JOB_BYTES`
+/// together, so another job's step output still gets in. Without the share, 32 steps of one
+/// job took the whole relay.
+#[test]
+fn one_jobs_steps_take_their_share_and_another_jobs_output_still_gets_in() {
+    let mut r = Relay::default();
+    let full = vec![b'x'; STEP_BYTES];
+    let steps = (TOTAL_BYTES / STEP_BYTES) as u32;
+    for step in 0..steps {
+        let key = StepKey { job: 7, step };
+        r.push(key, 0, 0, vec![chunk(0, Stream::Stdout, 0, &full)], true, 1);
+    }
+    assert_eq!(r.held(), JOB_BYTES, "job 7 holds its share and no more");
+    let other = StepKey { job: 8, step: 0 };
+    let ack = r.push(
+        other,
+        0,
+        0,
+        vec![chunk(0, Stream::Stdout, 0, b"hello")],
+        true,
+        2,
+    );
+    assert_eq!(ack.acks[0].next, 5);
+}
