@@ -58,6 +58,10 @@ pub struct Limits {
     /// gpu=6000,billing=100000 (cpu, gpu, billing; TRES=none clears one).
     #[arg(long, value_name = "TRES=MINUTES")]
     grp_tres_mins: Option<String>,
+    /// The QoS its users may name besides the default, e.g. normal,high (none: the parent
+    /// account's; no list anywhere: the default QoS only). Admins only.
+    #[arg(long, value_name = "QOS,...")]
+    qos: Option<String>,
 }
 
 /// Any setting by its key (`--set billing_gpu=10`); docs/configuration.md lists them.
@@ -308,6 +312,7 @@ impl Settings {
             .opt("max_submit_jobs", &l.max_submit_jobs)
             .opt("max_tres_per_job", &l.max_tres_per_job)
             .opt("grp_tres_mins", &l.grp_tres_mins)
+            .opt("qos", &l.qos)
     }
 
     fn extra(&mut self, e: &Extra) -> Result<&mut Self> {

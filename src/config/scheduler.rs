@@ -130,28 +130,42 @@ pub struct TresMinsSection {
     pub billing: Option<u64>,
 }
 
-/// The association limits written in a `[[scheduler.account]]` or `[[scheduler.user]]`
-/// (named `key` in errors), or `None` when none is set.
-fn assoc_limits(
-    key: &str,
-    grp_tres: &TresSection,
+/// The limits a `[[scheduler.account]]` and a `[[scheduler.user]]` both have, borrowed.
+struct LimitFields<'a> {
+    grp_tres: &'a TresSection,
     grp_jobs: Option<u64>,
     max_jobs: Option<u64>,
     max_submit_jobs: Option<u64>,
-    max_tres_per_job: &TresSection,
-    grp_tres_mins: &TresMinsSection,
+    max_tres_per_job: &'a TresSection,
+    grp_tres_mins: &'a TresMinsSection,
+    qos: &'a Option<Vec<String>>,
+}
+
+/// The association limits written in a `[[scheduler.account]]` or `[[scheduler.user]]`
+/// (named `key` in errors), or `None` when none is set; its `qos` must name QoS of
+/// `defined_qos`.
+fn assoc_limits(
+    key: &str,
+    f: LimitFields<'_>,
+    defined_qos: &[wharf_controller::SchedulerQos],
 ) -> Result<Option<wharf_controller::sched_limits::AssocLimits>> {
+    if let Some(q) = (f.qos.iter().flatten()).find(|q| !defined_qos.iter().any(|d| &d.name == *q)) {
+        anyhow::bail!("{key}: qos names {q:?}, which is not a defined [[scheduler.qos]]");
+    }
     let l = wharf_controller::sched_limits::AssocLimits {
-        grp_tres: grp_tres.resolve(&format!("{key} grp_tres"))?,
-        grp_jobs,
-        max_jobs,
-        max_submit_jobs,
-        max_tres_per_job: max_tres_per_job.resolve(&format!("{key} max_tres_per_job"))?,
+        grp_tres: f.grp_tres.resolve(&format!("{key} grp_tres"))?,
+        grp_jobs: f.grp_jobs,
+        max_jobs: f.max_jobs,
+        max_submit_jobs: f.max_submit_jobs,
+        max_tres_per_job: f
+            .max_tres_per_job
+            .resolve(&format!("{key} max_tres_per_job"))?,
         grp_tres_mins: wharf_controller::sched_limits::TresMins {
-            cpu: grp_tres_mins.cpu,
-            gpu: grp_tres_mins.gpu,
-            billing: grp_tres_mins.billing,
+            cpu: f.grp_tres_mins.cpu,
+            gpu: f.grp_tres_mins.gpu,
+            billing: f.grp_tres_mins.billing,
         },
+        qos: f.qos.clone(),
     };
     Ok((l != Default::default()).then_some(l))
 }
@@ -183,6 +197,9 @@ pub struct AccountSection {
     /// GrpTRESMins: a budget per period, TRES-minutes of all its jobs together.
     #[serde(default)]
     pub grp_tres_mins: TresMinsSection,
+    /// The QoS its users may name (besides the default); unset: the parent account's.
+    #[serde(default)]
+    pub qos: Option<Vec<String>>,
 }
 
 /// One `[[scheduler.user]]`.
@@ -213,6 +230,9 @@ pub struct UserSection {
     /// GrpTRESMins: a budget per period, TRES-minutes of all its jobs together.
     #[serde(default)]
     pub grp_tres_mins: TresMinsSection,
+    /// The QoS its users may name (besides the default); unset: the parent account's.
+    #[serde(default)]
+    pub qos: Option<Vec<String>>,
 }
 
 fn one() -> u32 {
@@ -490,7 +510,6 @@ impl SchedulerSection {
             );
         }
         c.default_partition = defaults.first().map(|d| d.to_string());
-        self.resolve_accounts(&mut c)?;
         let mut seen = std::collections::BTreeSet::new();
         for q in &self.qos {
             if !is_name(&q.name) {
@@ -515,6 +534,8 @@ impl SchedulerSection {
             }
             c.limits.default_qos = Some(d.clone());
         }
+        // After the QoS: an association's `qos` list names them.
+        self.resolve_accounts(&mut c)?;
         for q in &self.qos {
             let key = format!("scheduler.qos {:?}", q.name);
             if let Some(p) = q.preempt.iter().find(|p| !seen.contains(p.as_str())) {
@@ -578,15 +599,18 @@ impl SchedulerSection {
                 parent: a.parent.clone(),
                 shares: a.shares,
             });
-            if let Some(l) = assoc_limits(
-                &format!("scheduler.account {:?}", a.name),
-                &a.grp_tres,
-                a.grp_jobs,
-                a.max_jobs,
-                a.max_submit_jobs,
-                &a.max_tres_per_job,
-                &a.grp_tres_mins,
-            )? {
+            let fields = LimitFields {
+                grp_tres: &a.grp_tres,
+                grp_jobs: a.grp_jobs,
+                max_jobs: a.max_jobs,
+                max_submit_jobs: a.max_submit_jobs,
+                max_tres_per_job: &a.max_tres_per_job,
+                grp_tres_mins: &a.grp_tres_mins,
+                qos: &a.qos,
+            };
+            if let Some(l) =
+                assoc_limits(&format!("scheduler.account {:?}", a.name), fields, &c.qos)?
+            {
                 c.limits.accounts.insert(a.name.clone(), l);
             }
         }
@@ -602,15 +626,16 @@ impl SchedulerSection {
             if u.shares == 0 {
                 anyhow::bail!("{key}: shares must be at least 1");
             }
-            if let Some(l) = assoc_limits(
-                &key,
-                &u.grp_tres,
-                u.grp_jobs,
-                u.max_jobs,
-                u.max_submit_jobs,
-                &u.max_tres_per_job,
-                &u.grp_tres_mins,
-            )? {
+            let fields = LimitFields {
+                grp_tres: &u.grp_tres,
+                grp_jobs: u.grp_jobs,
+                max_jobs: u.max_jobs,
+                max_submit_jobs: u.max_submit_jobs,
+                max_tres_per_job: &u.max_tres_per_job,
+                grp_tres_mins: &u.grp_tres_mins,
+                qos: &u.qos,
+            };
+            if let Some(l) = assoc_limits(&key, fields, &c.qos)? {
                 c.limits.users.insert(
                     wharf_controller::SchedulerAssoc::new(&u.account, &u.name),
                     l,
@@ -869,8 +894,9 @@ mod tests {
              [[scheduler.qos]]\nname = \"scavenger\"\n\
              [[scheduler.account]]\nname = \"physics\"\ngrp_tres = { cpu = 128 }\n\
              grp_jobs = 50\nmax_jobs = 5\nmax_submit_jobs = 100\n\
-             max_tres_per_job = { gpu = 8 }\n\
-             [[scheduler.user]]\nname = \"ann\"\naccount = \"physics\"\nmax_jobs = 1\n",
+             max_tres_per_job = { gpu = 8 }\nqos = [\"normal\"]\n\
+             [[scheduler.user]]\nname = \"ann\"\naccount = \"physics\"\nmax_jobs = 1\n\
+             qos = [\"normal\", \"scavenger\"]\n",
         )
         .unwrap();
         let c = file.scheduler.resolve().unwrap();
@@ -895,8 +921,10 @@ mod tests {
             (Some(50), Some(5), Some(100))
         );
         assert_eq!(a.max_tres_per_job.gpu, Some(8));
+        assert_eq!(a.qos, Some(vec!["normal".to_string()]));
         let ann = wharf_controller::SchedulerAssoc::new("physics", "ann");
         assert_eq!(c.limits.users[&ann].max_jobs, Some(1));
+        assert_eq!(c.limits.users[&ann].qos.as_ref().map(Vec::len), Some(2));
 
         for (text, want) in [
             (
@@ -918,6 +946,10 @@ mod tests {
             (
                 "[scheduler]\ndefault_qos = \"gold\"",
                 "scheduler.default_qos \"gold\" is not a defined",
+            ),
+            (
+                "[[scheduler.account]]\nname = \"a\"\nqos = [\"gold\"]",
+                "scheduler.account \"a\": qos names \"gold\", which is not a defined",
             ),
         ] {
             let err = refused(text);

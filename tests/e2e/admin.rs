@@ -95,6 +95,23 @@ fn associations_made_over_the_cli_limit_jobs_survive_a_restart_and_are_audited()
         &c.wharf_as(&coord, &["admin", "qos", "add", "gold"]),
         "only an admin (root or a user in [controller] admins) may add QoS",
     );
+    // Nor move a user's default account to theirs: that decides where the user's jobs are
+    // charged in accounts the coordinator does not manage.
+    refused(
+        &c.wharf_as(
+            &coord,
+            &[
+                "admin",
+                "user",
+                "modify",
+                "whadm-ann",
+                "--account",
+                "sub",
+                "--default",
+            ],
+        ),
+        "only an admin (root or a user in [controller] admins) may set user whadm-ann's default account",
+    );
     refused(
         &c.wharf_as(
             &eve,
@@ -108,6 +125,34 @@ fn associations_made_over_the_cli_limit_jobs_survive_a_restart_and_are_audited()
         &c.wharf_as(&eve, &["submit", "--wrap", "true"]),
         "user whadm-eve is in no account",
     );
+
+    // A QoS that preempts others is named only where an admin allows it: not by ann (her
+    // associations allow none), not granted by her coordinator, then allowed for lab and so
+    // for its sub-account.
+    ok(&c.wharf(&["admin", "qos", "add", "scavenger"]));
+    ok(&c.wharf(&["admin", "qos", "add", "urgent", "--preempt", "scavenger"]));
+    let urgent = ["submit", "--hold", "-q", "urgent", "--wrap", "true"];
+    refused(
+        &c.wharf_as(&ann, &urgent),
+        "QoS urgent is not allowed for user whadm-ann in account sub: it may name no QoS",
+    );
+    refused(
+        &c.wharf_as(
+            &coord,
+            &["admin", "user", "modify", "whadm-ann", "--account", "sub", "--qos", "urgent"],
+        ),
+        "only an admin (root or a user in [controller] admins) may set which QoS user whadm-ann may use",
+    );
+    refused(
+        &c.wharf(&["admin", "account", "modify", "lab", "--qos", "gold"]),
+        "qos names \"gold\", which is not a QoS",
+    );
+    ok(&c.wharf(&["admin", "account", "modify", "lab", "--qos", "urgent"]));
+    let held = submitted_id(&c.wharf_as(&ann, &urgent));
+    assert_eq!(c.job(held)["spec"]["qos"], "urgent");
+    ok(&c.wharf(&["cancel", &held.to_string()]));
+    let shown = ok(&c.wharf(&["admin", "account", "show", "lab"]));
+    assert!(shown.contains("qos=urgent"), "{shown}");
 
     // Ann's jobs run under lab's limit: the second waits with Slurm's reason.
     let submit = |cpus: &str, script: &str| {
@@ -196,7 +241,7 @@ fn associations_made_over_the_cli_limit_jobs_survive_a_restart_and_are_audited()
     let by_coord = find("user add whadm-ann account=sub");
     assert_eq!(by_coord["user"], "whadm-coord");
     assert_eq!(by_coord["uid"], coord.uid);
-    let lifted = find("account modify lab");
+    let lifted = find("account modify lab grp_tres");
     assert_eq!(lifted["old"]["limits"]["grp_tres"]["cpu"], 1);
     assert_eq!(
         lifted["new"]["limits"]["grp_tres"]["cpu"],
@@ -210,9 +255,14 @@ fn associations_made_over_the_cli_limit_jobs_survive_a_restart_and_are_audited()
         ),
         (Some("UP"), Some("DRAIN"))
     );
+    let allowed = find("account modify lab qos");
+    assert_eq!(
+        allowed["new"]["limits"]["qos"],
+        serde_json::json!(["urgent"])
+    );
     assert_eq!(
         entries.len(),
-        8,
+        11,
         "refused changes are not audited: {entries:?}"
     );
     let table = ok(&c.wharf(&["admin", "audit"]));

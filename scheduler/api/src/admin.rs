@@ -134,6 +134,10 @@ pub struct AssocCaps {
     /// GrpTRESMins: TRES-minutes all its jobs together may use in a budget period.
     #[serde(default, skip_serializing_if = "TresMinsCaps::is_empty")]
     pub grp_tres_mins: TresMinsCaps,
+    /// The QoS its users may name (Slurm's association `QOS`); `None`: the parent
+    /// account's, and where none sets any, only the default QoS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<Vec<String>>,
 }
 
 /// An account.

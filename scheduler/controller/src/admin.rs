@@ -167,6 +167,12 @@ impl Registry {
         for e in &mut a.qos {
             e.def.preempt.retain(|p| qos.contains(p));
         }
+        for list in (a.accounts.iter_mut().map(|e| &mut e.def.limits.qos))
+            .chain(a.users.iter_mut().map(|e| &mut e.def.limits.qos))
+            .flatten()
+        {
+            list.retain(|q| qos.contains(q));
+        }
         self.normalize();
         if let Err(problem) = self.validate() {
             tracing::warn!(%problem, "the associations of the config file and the database disagree; fix it with `wharf admin`");
@@ -277,6 +283,19 @@ impl Registry {
                     "user {} in {}: shares must be at least 1",
                     d.user, d.account
                 ));
+            }
+        }
+        let lists = (a.accounts.iter())
+            .map(|e| (format!("account {}", e.def.name), &e.def.limits.qos))
+            .chain(a.users.iter().map(|e| {
+                let d = &e.def;
+                (format!("user {} in {}", d.user, d.account), &d.limits.qos)
+            }));
+        for (who, list) in lists {
+            if let Some(q) =
+                (list.iter().flatten()).find(|q| !a.qos.iter().any(|e| &e.def.name == *q))
+            {
+                return Err(format!("{who}: qos names {q:?}, which is not a QoS"));
             }
         }
         for e in &a.qos {

@@ -77,6 +77,32 @@ pub fn assoc(config: &Config, account: Option<&str>, user: &str) -> Assoc {
     Assoc::new(account, user)
 }
 
+/// The QoS the users of `assoc` may name, besides the default QoS (which anyone may): the
+/// user association's list, else the nearest account's up the tree that sets one (Slurm's
+/// association `QOS`, inherited from the parent). `None` when none sets any.
+pub fn allowed_qos<'a>(config: &'a Config, assoc: &Assoc) -> Option<&'a [String]> {
+    let l = &config.limits;
+    if let Some(list) = l.users.get(assoc).and_then(|u| u.qos.as_deref()) {
+        return Some(list);
+    }
+    let mut at = Some(assoc.account.as_str());
+    let mut seen = 0;
+    while let Some(name) = at {
+        if let Some(list) = l.accounts.get(name).and_then(|a| a.qos.as_deref()) {
+            return Some(list);
+        }
+        // The tree is checked for cycles where it is made; a bound all the same.
+        seen += 1;
+        if seen > config.accounts.len() {
+            break;
+        }
+        at = (config.accounts.iter())
+            .find(|a| a.name == name)
+            .and_then(|a| a.parent.as_deref());
+    }
+    None
+}
+
 /// The QoS a job runs in: the one it names, else the configured default.
 pub fn qos(config: &Config, named: Option<&str>) -> Option<String> {
     named
@@ -379,6 +405,7 @@ pub fn admit_qos(
     qos: Option<&str>,
     nice: i32,
     admin: bool,
+    assoc: &Assoc,
 ) -> Result<(), Refusal> {
     if let Some(q) = qos {
         if !config.qos.iter().any(|d| d.name == q) {
@@ -391,6 +418,24 @@ pub fn admit_qos(
             return Err(Refusal::new(
                 ErrorKind::InvalidInput,
                 format!("unknown QoS {q:?}; {has}"),
+            ));
+        }
+        let default = config.limits.default_qos.as_deref();
+        let allowed = allowed_qos(config, assoc);
+        if !admin && default != Some(q) && !allowed.is_some_and(|l| l.iter().any(|a| a == q)) {
+            let may = match (allowed.filter(|l| !l.is_empty()), default) {
+                (Some(l), _) => format!("it may use {}", l.join(", ")),
+                (None, Some(d)) => format!("it may use the default QoS {d} only"),
+                (None, None) => "it may name no QoS".into(),
+            };
+            let (user, account) = (&assoc.user, &assoc.account);
+            return Err(Refusal::new(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "QoS {q} is not allowed for user {user} in account {account}: {may}; an \
+                     admin allows it with `wharf admin account modify {account} --qos LIST` \
+                     (or `wharf admin user modify {user} --account {account} --qos LIST`)"
+                ),
             ));
         }
     }
@@ -688,15 +733,88 @@ mod tests {
             admit(&c, &facts(4), 5).unwrap_err().kind,
             ErrorKind::Unavailable
         );
+        let ann = Assoc::new("lab", "ann");
         assert_eq!(
-            admit_qos(&c, Some("high"), 0, false).unwrap_err().kind,
+            admit_qos(&c, Some("high"), 0, false, &ann)
+                .unwrap_err()
+                .kind,
             ErrorKind::InvalidInput
         );
         assert_eq!(
-            admit_qos(&c, None, -5, false).unwrap_err().kind,
+            admit_qos(&c, None, -5, false, &ann).unwrap_err().kind,
             ErrorKind::PermissionDenied
         );
-        assert_eq!(admit_qos(&c, None, -5, true), Ok(()));
+        assert_eq!(admit_qos(&c, None, -5, true, &ann), Ok(()));
+    }
+
+    /// A QoS may preempt others' jobs or raise priority: a user names one only when their
+    /// association allows it (its own list, else the nearest account's up the tree), as in
+    /// Slurm; the default QoS anyone may; an admin any. Before, any user could name any QoS.
+    #[test]
+    fn a_user_names_only_the_qos_their_association_allows() {
+        use crate::limits::AssocLimits;
+        let mut c = Config::default();
+        for q in ["normal", "high", "scavenger"] {
+            c.qos.push(crate::Qos {
+                name: q.into(),
+                priority: 0,
+            });
+        }
+        c.limits.default_qos = Some("normal".into());
+        c.accounts = vec![
+            crate::Account {
+                name: "cs".into(),
+                parent: None,
+                shares: 1,
+            },
+            crate::Account {
+                name: "lab".into(),
+                parent: Some("cs".into()),
+                shares: 1,
+            },
+        ];
+        let (ann, bob) = (Assoc::new("lab", "ann"), Assoc::new("lab", "bob"));
+        let kind = |c: &Config, q: &str, who: &Assoc| {
+            admit_qos(c, Some(q), 0, false, who).err().map(|e| e.kind)
+        };
+        // No list anywhere: the default QoS only.
+        assert_eq!(kind(&c, "normal", &ann), None);
+        let e = admit_qos(&c, Some("high"), 0, false, &ann).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::PermissionDenied);
+        assert!(
+            e.message
+                .contains("QoS high is not allowed for user ann in account lab")
+                && e.message.contains("the default QoS normal only")
+                && e.message.contains("wharf admin account modify lab --qos"),
+            "{}",
+            e.message
+        );
+        assert_eq!(admit_qos(&c, Some("high"), 0, true, &ann), Ok(()));
+        // The parent account's list holds for its sub-accounts.
+        c.limits.accounts.insert(
+            "cs".into(),
+            AssocLimits {
+                qos: Some(vec!["scavenger".into()]),
+                ..Default::default()
+            },
+        );
+        assert_eq!(kind(&c, "scavenger", &ann), None);
+        assert_eq!(kind(&c, "high", &ann), Some(ErrorKind::PermissionDenied));
+        // A user's own list wins over the accounts'.
+        c.limits.users.insert(
+            ann.clone(),
+            AssocLimits {
+                qos: Some(vec!["high".into()]),
+                ..Default::default()
+            },
+        );
+        assert_eq!(kind(&c, "high", &ann), None);
+        assert_eq!(
+            kind(&c, "scavenger", &ann),
+            Some(ErrorKind::PermissionDenied)
+        );
+        assert_eq!(kind(&c, "high", &bob), Some(ErrorKind::PermissionDenied));
+        assert_eq!(kind(&c, "normal", &bob), None);
     }
 
     #[test]

@@ -108,6 +108,9 @@ pub struct AssocLimits {
     /// Budget per period, TRES-minutes of all its jobs together (GrpTRESMins): ended runs,
     /// running jobs' whole time limits and the job to start must fit (see [`BudgetUsage`]).
     pub grp_tres_mins: TresMins,
+    /// The QoS its users may name; `None`: its parent account's (see
+    /// [`crate::cycle::allowed_qos`]).
+    pub qos: Option<Vec<String>>,
 }
 
 /// Every configured limit. Empty: nothing is limited (the pass skips all counting).

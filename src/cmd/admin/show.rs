@@ -73,6 +73,19 @@ fn assoc_limits(c: &AssocCaps) -> String {
         ("max_submit_jobs", count(c.max_submit_jobs)),
         ("max_tres_per_job", tres(&c.max_tres_per_job)),
         ("grp_tres_mins", tres_mins(&c.grp_tres_mins)),
+        // An empty list (the default QoS only, whatever the parent allows) shows as `qos=-`.
+        (
+            "qos",
+            (c.qos.as_ref())
+                .map(|l| {
+                    if l.is_empty() {
+                        vec!["-".into()]
+                    } else {
+                        l.clone()
+                    }
+                })
+                .unwrap_or_default(),
+        ),
     ])
 }
 

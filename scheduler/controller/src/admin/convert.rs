@@ -40,6 +40,7 @@ fn assoc_caps(l: Option<&AssocLimits>) -> AssocCaps {
             gpu: l.grp_tres_mins.gpu,
             billing: l.grp_tres_mins.billing,
         },
+        qos: l.qos.clone(),
     })
     .unwrap_or_default()
 }
@@ -56,6 +57,7 @@ fn assoc_limits(c: &AssocCaps) -> AssocLimits {
             gpu: c.grp_tres_mins.gpu,
             billing: c.grp_tres_mins.billing,
         },
+        qos: c.qos.clone(),
     }
 }
 

@@ -7,10 +7,12 @@ use wharf_api::admin::{
 use wharf_api::job::is_name;
 use wharf_api::resources::{parse_duration, parse_memory};
 
-/// The settings of a user association; an account's coordinator may change all of them.
+/// The settings of a user association; an account's coordinator may change all of them but
+/// `default` and `qos` (see `Cluster::authorize`).
 pub const USER_KEYS: &[&str] = &[
     "shares",
     "default",
+    "qos",
     "grp_tres",
     "grp_jobs",
     "max_jobs",
@@ -29,6 +31,7 @@ const ACCOUNT_KEYS: &[&str] = &[
     "max_submit_jobs",
     "max_tres_per_job",
     "grp_tres_mins",
+    "qos",
 ];
 
 const QOS_KEYS: &[&str] = &[
@@ -235,6 +238,9 @@ fn assoc_caps(caps: &mut AssocCaps, key: &str, value: &str) -> Result<bool, Stri
         "max_jobs" => caps.max_jobs = count(key, value)?,
         "max_submit_jobs" => caps.max_submit_jobs = count(key, value)?,
         "grp_tres_mins" => tres_mins(&mut caps.grp_tres_mins, key, value)?,
+        // `none`: the parent account's list again.
+        "qos" if is_none(value.trim()) => caps.qos = None,
+        "qos" => caps.qos = Some(names(key, value)?),
         _ => return Ok(false),
     }
     Ok(true)

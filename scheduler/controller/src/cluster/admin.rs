@@ -82,12 +82,35 @@ impl Cluster {
     }
 
     /// Admins may change anything; an account's coordinator (of it or of an account above it)
-    /// may add, modify and remove that account's users, nothing else.
+    /// may add, modify and remove that account's users, nothing else. Not a user's default
+    /// account: that moves where the user's jobs are charged away from accounts the
+    /// coordinator may not manage.
     fn authorize(&self, caller: &Caller, change: &AdminChange) -> Result<(), Failure> {
         if caller.admin {
             return Ok(());
         }
         let who = caller.owner.user.as_str();
+        if change.kind == AdminKind::User && change.settings.contains_key("default") {
+            return Err(Failure::new(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "only an admin (root or a user in [controller] admins) may set user {}'s \
+                     default account: it decides where their jobs are charged in every account; \
+                     a user added to their first account gets it as default by themselves",
+                    change.name.trim()
+                ),
+            ));
+        }
+        if change.kind == AdminKind::User && change.settings.contains_key("qos") {
+            return Err(Failure::new(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "only an admin (root or a user in [controller] admins) may set which QoS \
+                     user {} may use: a QoS may preempt other accounts' jobs",
+                    change.name.trim()
+                ),
+            ));
+        }
         if let (AdminKind::User, Some(account)) = (change.kind, change.account.as_deref()) {
             let coordinates = self
                 .assocs

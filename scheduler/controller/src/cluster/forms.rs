@@ -421,7 +421,7 @@ impl Cluster {
         }
         // What an admin set before is not the caller's to answer for.
         if req.nice.is_some() || req.qos.is_some() {
-            self.check_qos_and_nice(&spec, caller)?;
+            self.check_qos_and_nice(&spec, caller, &job.owner.user)?;
         }
         self.check_account(&spec, &job.owner.user)?;
         // The job is among its owner's active jobs already: it is not counted twice.

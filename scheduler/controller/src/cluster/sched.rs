@@ -389,14 +389,24 @@ impl Cluster {
         ))
     }
 
-    /// Refuses an unknown QoS, and a negative nice from anyone but an admin (it would raise
-    /// the job above others): the core's shared admission ([`cycle::admit_qos`]).
+    /// Refuses an unknown QoS, one the job's association (of `owner`) may not use, and a
+    /// negative nice, from anyone but an admin (it would raise the job above others): the
+    /// core's shared admission ([`cycle::admit_qos`]).
     pub(super) fn check_qos_and_nice(
         &self,
         spec: &JobSpec,
         caller: &Caller,
+        owner: &str,
     ) -> Result<(), Failure> {
-        cycle::admit_qos(&self.sched, spec.qos.as_deref(), spec.nice, caller.admin).map_err(refused)
+        let assoc = self.assoc_for(Some(spec), owner);
+        cycle::admit_qos(
+            &self.sched,
+            spec.qos.as_deref(),
+            spec.nice,
+            caller.admin,
+            &assoc,
+        )
+        .map_err(refused)
     }
 
     /// Refuses a job that could never start under a QoS or association limit (over MaxWall,

@@ -370,6 +370,22 @@ fn an_owner_may_only_lower_a_pending_jobs_time_and_an_admin_may_change_anything(
         None,
         "refused: unchanged"
     );
+    // A QoS that exists but that her association does not allow: refused to her, not to
+    // an admin, who may move a job to any.
+    c.sched.qos.push(wharf_core::Qos {
+        name: "urgent".into(),
+        priority: 100,
+    });
+    let urgent = UpdateRequest {
+        qos: Some("urgent".into()),
+        ..Default::default()
+    };
+    let e = c.update(&alice, id, &urgent, 1).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::PermissionDenied);
+    assert!(e.message.contains("QoS urgent is not allowed"), "{}", e.message);
+    assert_eq!(c.jobs[&id].spec.as_ref().unwrap().qos, None);
+    let moved = c.update(&root, id, &urgent, 1).unwrap();
+    assert_eq!(moved.spec.unwrap().qos.as_deref(), Some("urgent"));
     let now = UpdateRequest {
         begin: Some(wharf_api::Begin::AfterSubmit(0)),
         ..Default::default()

@@ -387,6 +387,22 @@ fn qos_and_nice_shape_the_priority_and_are_checked_at_submit() {
     );
     let err = submit_job(&mut c, &ann, with(None, Some(-5)), 1).unwrap_err();
     assert_eq!(err.kind, ErrorKind::PermissionDenied);
+    // A QoS her association does not allow is refused, and changes nothing.
+    let err = submit_job(&mut c, &ann, with(Some("high"), None), 1).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PermissionDenied);
+    assert!(
+        err.message.contains("QoS high is not allowed for user ann"),
+        "{}",
+        err.message
+    );
+    assert!(c.jobs.is_empty());
+    c.sched.limits.accounts.insert(
+        "ann".into(),
+        wharf_core::limits::AssocLimits {
+            qos: Some(vec!["high".into()]),
+            ..Default::default()
+        },
+    );
     let mut root = caller(0, "root");
     root.admin = true;
     submit_job(&mut c, &root, with(None, Some(-5)), 1).unwrap();
@@ -1207,6 +1223,13 @@ fn moving_a_whole_array_to_a_capped_qos_counts_every_task() {
         },
     );
     let mut c = cluster_with(&dir, config);
+    c.sched.limits.accounts.insert(
+        "ann".into(),
+        wharf_core::limits::AssocLimits {
+            qos: Some(vec!["normal".into(), "small".into()]),
+            ..Default::default()
+        },
+    );
     let ann = caller(1000, "ann");
     let array = |tasks: &str| JobRequest {
         qos: Some("normal".into()),
