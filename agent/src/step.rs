@@ -57,6 +57,78 @@ pub const STEP_BINARY_PATH: &str = "/usr/local/bin/wharf";
 /// The longest step request read from a caller, bytes.
 pub const MAX_REQUEST: u64 = 1 << 20;
 
+/// Most step calls one job may have open on this node at once. Each holds a descriptor of
+/// the agent's, which every job on the node needs: one job's processes must not take them all.
+pub const MAX_CALLS_PER_JOB: usize = 64;
+
+/// Longest a caller may take to send its request line: a connection that sends nothing
+/// holds a descriptor and a buffer of the agent's.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The step calls open on this node, per job and in all: at most [`MAX_CALLS_PER_JOB`] for
+/// one job and half of the agent's descriptors for all of them.
+#[derive(Debug)]
+pub struct Calls {
+    open: std::sync::Mutex<std::collections::BTreeMap<JobId, usize>>,
+    max_total: usize,
+}
+
+/// One open call, given back when dropped.
+#[derive(Debug)]
+pub struct Call<'a> {
+    calls: &'a Calls,
+    job: JobId,
+}
+
+impl Calls {
+    /// Room for `max_total` calls in all.
+    pub fn new(max_total: usize) -> Calls {
+        Calls {
+            open: Default::default(),
+            max_total,
+        }
+    }
+
+    /// Room for the agent's descriptor limit: half of its soft limit.
+    pub fn for_this_process() -> Calls {
+        let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .map_or(1024, |(soft, _)| soft);
+        Calls::new(usize::try_from(soft / 2).unwrap_or(usize::MAX).max(16))
+    }
+
+    /// A call of `job`'s, or why there is no room for it.
+    pub fn open(&self, job: JobId) -> Result<Call<'_>, String> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let total: usize = open.values().sum();
+        let mine = open.get(&job).copied().unwrap_or(0);
+        if mine >= MAX_CALLS_PER_JOB {
+            return Err(format!(
+                "job {job} has {mine} step calls open on this node; the limit is \
+                 {MAX_CALLS_PER_JOB}: wait for some to end"
+            ));
+        }
+        if total >= self.max_total {
+            return Err(format!(
+                "this node's agent has {total} step calls open, its limit; try again shortly"
+            ));
+        }
+        *open.entry(job).or_insert(0) += 1;
+        Ok(Call { calls: self, job })
+    }
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        let mut open = self.calls.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = open.get_mut(&self.job) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.job);
+            }
+        }
+    }
+}
+
 /// How often a waiting caller's step is looked up.
 pub(crate) const STATUS_EVERY: Duration = Duration::from_millis(200);
 
@@ -399,15 +471,20 @@ pub fn listen(cfg: &AgentConfig, client: Client) -> io::Result<()> {
     let std_listener = std::os::unix::net::UnixListener::bind_addr(&addr)?;
     std_listener.set_nonblocking(true)?;
     let listener = tokio::net::UnixListener::from_std(std_listener)?;
-    let state = Arc::new((cfg.cgroup_parent.clone(), cfg.node_name.clone(), client));
+    let state = Arc::new((
+        cfg.cgroup_parent.clone(),
+        cfg.node_name.clone(),
+        client,
+        Calls::for_this_process(),
+    ));
     tokio::spawn(async move {
         loop {
             match listener.accept().await {
                 Ok((stream, _)) => {
                     let state = state.clone();
                     tokio::spawn(async move {
-                        let (parent, node, client) = &*state;
-                        serve(stream, parent, node, client).await;
+                        let (parent, node, client, calls) = &*state;
+                        serve(stream, parent, node, client, calls).await;
                     });
                 }
                 Err(e) => {
@@ -512,19 +589,31 @@ async fn serve(
     cgroup_parent: &str,
     node: &str,
     client: &Client,
+    calls: &Calls,
 ) {
     let (job, uid) = match identify(&stream, cgroup_parent) {
         Ok(who) => who,
+        Err(why) => return reply(&mut stream, &StepReply::Error(why)).await,
+    };
+    let _call = match calls.open(job) {
+        Ok(call) => call,
         Err(why) => return reply(&mut stream, &StepReply::Error(why)).await,
     };
     let (rd, mut wr) = stream.into_split();
     // Kept past the request: the caller's input lines follow it.
     let mut rd = BufReader::new(rd);
     let mut line = Vec::new();
-    let read = (&mut rd)
-        .take(MAX_REQUEST + 1)
-        .read_until(b'\n', &mut line)
-        .await;
+    let read = tokio::time::timeout(
+        REQUEST_TIMEOUT,
+        (&mut rd).take(MAX_REQUEST + 1).read_until(b'\n', &mut line),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no request within {}s", REQUEST_TIMEOUT.as_secs()),
+        ))
+    });
     if let Err(e) = read {
         return reply(
             &mut wr,
@@ -594,6 +683,24 @@ async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn step_calls_are_bounded_per_job_and_in_all_and_given_back_when_they_end() {
+        let calls = Calls::new(100);
+        let mine: Vec<_> = (0..MAX_CALLS_PER_JOB)
+            .map(|_| calls.open(1).unwrap())
+            .collect();
+        let e = calls.open(1).unwrap_err();
+        assert!(e.contains("job 1 has 64 step calls open"), "{e}");
+        // Another job still gets in, up to the total.
+        let theirs: Vec<_> = (0..36).map(|_| calls.open(2).unwrap()).collect();
+        let e = calls.open(3).unwrap_err();
+        assert!(e.contains("100 step calls open, its limit"), "{e}");
+        drop(theirs);
+        drop(mine);
+        assert!(calls.open.lock().unwrap().is_empty());
+        calls.open(1).unwrap();
+    }
 
     #[test]
     fn a_task_the_agent_stopped_ends_with_the_reason_unless_it_has_its_own() {

@@ -88,10 +88,15 @@ fn backlog_words(node: &str) -> String {
     )
 }
 
-/// Whether a captured stream of `len` bytes, punched out up to `punched`, is over
-/// [`BACKLOG_BYTES`].
-fn over_backlog(len: u64, punched: u64) -> bool {
-    len.saturating_sub(punched) > BACKLOG_BYTES
+/// Whether a captured stream, punched out up to `punched`, holds more than `limit` bytes
+/// ([`BACKLOG_BYTES`]): by its length past the punched part, or by the disk blocks it has.
+/// The task holds the file as its own stdout or stderr, so it may also allocate blocks
+/// that its length does not show (`fallocate` with `FALLOC_FL_KEEP_SIZE`, writes back into
+/// the punched part); those are root's, past every user quota.
+fn over_backlog(meta: &std::fs::Metadata, punched: u64, limit: u64) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let allocated = meta.blocks().saturating_mul(512);
+    meta.len().saturating_sub(punched).max(allocated) > limit
 }
 
 /// Stops step task `t` with `reason`, unless it has ended or is being stopped.
@@ -283,7 +288,7 @@ async fn pass(
             let t = &tasks[p];
             let backlog = t.streams.iter().any(|&(stream, _, punched)| {
                 std::fs::symlink_metadata(t.dir.captured(stream == Stream::Stderr))
-                    .is_ok_and(|m| over_backlog(m.len(), punched))
+                    .is_ok_and(|m| over_backlog(&m, punched, BACKLOG_BYTES))
             });
             if backlog {
                 stop_task(launcher, t, &backlog_words(node));
@@ -517,14 +522,31 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("stdout");
         let f = std::fs::File::create(&path).unwrap();
+        let meta = || std::fs::symlink_metadata(&path).unwrap();
+        assert!(!over_backlog(&meta(), 0, BACKLOG_BYTES));
         // A task that wrote (or seeked) past the backlog with nothing read yet.
         f.set_len(BACKLOG_BYTES + 1).unwrap();
-        let len = std::fs::symlink_metadata(&path).unwrap().len();
-        assert!(over_backlog(len, 0));
+        let len = meta().len();
+        assert!(over_backlog(&meta(), 0, BACKLOG_BYTES));
         // The same once its caller read all but the backlog.
-        assert!(!over_backlog(len, 1));
-        assert!(!over_backlog(len, len));
-        assert!(!over_backlog(0, 0));
+        assert!(!over_backlog(&meta(), 1, BACKLOG_BYTES));
+        assert!(!over_backlog(&meta(), len, BACKLOG_BYTES));
+        // Blocks allocated past its length count too (here 2 MiB against a 1 MiB limit):
+        // its length alone says nothing is held.
+        let kept = dir.path().join("stderr");
+        let g = std::fs::File::create(&kept).unwrap();
+        let r = unsafe {
+            libc::fallocate(
+                std::os::fd::AsRawFd::as_raw_fd(&g),
+                libc::FALLOC_FL_KEEP_SIZE,
+                0,
+                2 << 20,
+            )
+        };
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+        let m = std::fs::symlink_metadata(&kept).unwrap();
+        assert_eq!(m.len(), 0);
+        assert!(over_backlog(&m, 0, 1 << 20));
         assert!(
             backlog_words("n1").contains("256 MiB"),
             "{}",

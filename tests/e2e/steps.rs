@@ -565,3 +565,81 @@ fn srun_outside_a_job_runs_the_command_as_a_job_or_says_which_flag_has_no_meanin
         "{why}"
     );
 }
+
+/// The step socket is the agent's, shared by every job on the node: one job's processes
+/// may hold at most `MAX_CALLS_PER_JOB` (64) calls open, and a call that sends no request is
+/// closed after 10 s. Before, a job could open connections until the root agent ran out of
+/// descriptors (and buffer a megabyte on each), stalling every job's launches on the node.
+#[test]
+fn one_job_cannot_hold_the_step_socket_open_without_bounds() {
+    use std::os::unix::fs::PermissionsExt;
+    let test = "one_job_cannot_hold_the_step_socket_open_without_bounds";
+    if !can_run(test) {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    let dir = scratch("wharf-step-calls-");
+    let program = script_file(
+        dir.path(),
+        "calls.py",
+        r#"
+import os, socket, time
+name = "\0" + os.environ["WHARF_STEP_SOCKET"].lstrip("@")
+def call():
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(name)
+    s.settimeout(30)
+    return s
+held = [call() for _ in range(64)]
+time.sleep(1)
+extra = call()
+print("EXTRA", extra.recv(4096).decode().strip(), flush=True)
+for s in held:
+    s.close()
+time.sleep(1)
+again = call()
+again.sendall(b"not json\n")
+print("AGAIN", again.recv(4096).decode().strip(), flush=True)
+silent = call()
+start = time.time()
+got = silent.recv(4096).decode().strip()
+print("SILENT", round(time.time() - start), got, flush=True)
+"#,
+    );
+    // Alice's output goes beside the program.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let out = dir.path().join("calls.out");
+    let id = submitted_id(&c.wharf_as(
+        &alice,
+        &[
+            "submit",
+            "-t",
+            "2m",
+            "-o",
+            &out.display().to_string(),
+            "--wrap",
+            &format!("python3 {program}"),
+        ],
+    ));
+    c.wait_done(id, Duration::from_secs(90));
+    let said = std::fs::read_to_string(&out).unwrap_or_default();
+    let line = |tag: &str| {
+        said.lines()
+            .find(|l| l.starts_with(tag))
+            .unwrap_or_else(|| panic!("no {tag} line in:\n{said}\n{}", c.log()))
+            .to_string()
+    };
+    assert!(
+        line("EXTRA").contains(&format!(
+            "job {id} has 64 step calls open on this node; the limit is 64"
+        )),
+        "{said}"
+    );
+    // Calls closed give their room back.
+    assert!(line("AGAIN").contains("bad step request"), "{said}");
+    let silent = line("SILENT");
+    assert!(silent.contains("no request within 10s"), "{said}");
+    let secs: u64 = silent.split(' ').nth(1).unwrap().parse().unwrap();
+    assert!((9..=20).contains(&secs), "{said}");
+}
