@@ -109,25 +109,53 @@ fn partition_at(path: &Path, no_follow: bool) -> Result<SifPartition, ImageError
     })
 }
 
-/// Opens `path` for reading without ever waiting on it: non-blocking (a FIFO named as an
-/// image would otherwise hold the caller until someone writes to it), never becoming a
-/// controlling terminal, close-on-exec, and through no symlink as the last component when
-/// `no_follow`. What it is, is then decided by fstat of this descriptor
-/// ([`primary_partition_of`] refuses all but a regular file, whose reads O_NONBLOCK does not
-/// change).
+/// Opens `path` for reading without ever opening anything but a regular file: the path is
+/// resolved to an `O_PATH` descriptor (which opens nothing: no device's open routine runs,
+/// no FIFO is waited on), that descriptor is checked with fstat, and only a regular file is
+/// opened again, through it (`/proc/self/fd`), never by its path. With `no_follow` (root
+/// reading a user's path, whose symlinks the caller resolved and checked), no symbolic link
+/// and no `/proc` magic link is followed in any component: a directory swapped for a link
+/// since the check is refused, not followed into another mount namespace's device.
 fn open(path: &Path, no_follow: bool) -> Result<File, ImageError> {
-    use nix::fcntl::OFlag;
-    let mut flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
-    if no_follow {
-        flags |= OFlag::O_NOFOLLOW;
+    use nix::fcntl::{OFlag, ResolveFlag};
+    let flags = OFlag::O_PATH | OFlag::O_CLOEXEC;
+    let at = if no_follow {
+        let how = nix::fcntl::OpenHow::new()
+            .flags(flags)
+            .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+        nix::fcntl::openat2(libc::AT_FDCWD, path, how)
+    } else {
+        nix::fcntl::open(path, flags, nix::sys::stat::Mode::empty())
+    };
+    let at = match at {
+        // SAFETY: a fresh descriptor that nothing else owns.
+        Ok(fd) => unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) },
+        Err(nix::errno::Errno::ELOOP) if no_follow => {
+            return Err(ImageError::invalid(format!(
+                "{}: a part of it is now a symbolic link (it changed after it was checked); \
+                 name the file itself",
+                path.display()
+            )))
+        }
+        Err(e) => return Err(ImageError::sys(path.display(), e)),
+    };
+    let st = nix::sys::stat::fstat(std::os::fd::AsRawFd::as_raw_fd(&at))
+        .map_err(|e| ImageError::sys(path.display(), e))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        let e = bad("not a regular file");
+        return Err(ImageError {
+            kind: e.kind,
+            message: format!("{}: {}", path.display(), e.message),
+        });
     }
-    match nix::fcntl::open(path, flags, nix::sys::stat::Mode::empty()) {
+    let again = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&at));
+    match nix::fcntl::open(
+        Path::new(&again),
+        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    ) {
         // SAFETY: a fresh descriptor that nothing else owns.
         Ok(fd) => Ok(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) }),
-        Err(nix::errno::Errno::ELOOP) if no_follow => Err(ImageError::invalid(format!(
-            "{}: is now a symbolic link (it changed after it was checked); name the file itself",
-            path.display()
-        ))),
         Err(e) => Err(ImageError::sys(path.display(), e)),
     }
 }

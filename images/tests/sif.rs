@@ -434,3 +434,53 @@ fn a_fifo_or_device_named_as_a_sif_is_refused_at_once() {
         .expect_err("a device was accepted");
     assert!(e.message.contains("not a regular file"), "{e}");
 }
+
+/// Root reads a user's SIF by the path it checked: a directory on that path swapped for a
+/// symlink since (here, to the real directory; in an attack, to `/proc/PID/root/...` of the
+/// user's own mount namespace, where a device is bound) is refused, not followed, and
+/// nothing but a regular file is ever opened. Before, only the last component was kept from
+/// being a link, and the device's open ran as root.
+#[test]
+fn a_checked_path_with_a_link_swapped_into_it_is_refused_and_only_regular_files_are_opened() {
+    let arch = host_arch();
+    let b = sif(
+        &[
+            (0x4001, true, 4096, 10, 0, 0, ""),
+            (0x4004, true, 8192, 4096, 1, 2, arch),
+        ],
+        2,
+        128,
+        8192 + 4096,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::fs::write(real.join("ok.sif"), b).unwrap();
+    let swapped = dir.path().join("swapped");
+    std::os::unix::fs::symlink(&real, &swapped).unwrap();
+    let through = swapped.join("ok.sif");
+    // Followed when the caller asks for it (the user's own tools), refused as root's.
+    assert_eq!(primary_partition(&through).unwrap().offset, 8192);
+    let e = wharf_images::sif::primary_partition_no_follow(&through)
+        .expect_err("a link inside the path was followed");
+    assert_eq!(e.kind, ErrorKind::InvalidInput, "{e}");
+    assert!(e.message.contains("symbolic link"), "{e}");
+    assert_eq!(
+        wharf_images::sif::primary_partition_no_follow(&real.join("ok.sif"))
+            .unwrap()
+            .offset,
+        8192
+    );
+    // A magic link of /proc is no way around it either.
+    let magic = format!("/proc/self/root{}", real.join("ok.sif").display());
+    assert!(wharf_images::sif::primary_partition_no_follow(Path::new(&magic)).is_err());
+    // A device is refused without being opened (O_PATH runs no open routine).
+    for no_follow in [false, true] {
+        let e = if no_follow {
+            wharf_images::sif::primary_partition_no_follow(Path::new("/dev/null"))
+        } else {
+            primary_partition(Path::new("/dev/null"))
+        };
+        assert!(e.unwrap_err().message.contains("not a regular file"));
+    }
+}

@@ -320,12 +320,41 @@ pub(crate) fn touch_in_root(root: &OwnedFd, path: &str) -> Result<(), RuntimeErr
 /// path). A FIFO in a user's image would hold the open, as root, past the job's time limit;
 /// a device's open could act on the device. Anything but a regular file (missing, a FIFO, a
 /// device, a directory, unreadable) reads as absent: the job's layer gets a fresh file
-/// instead (see [`replace_in_root`]).
-fn read_regular_in_root(root: &OwnedFd, path: &str) -> Option<String> {
-    let at = open_in_root(root, path, OFlag::O_PATH).ok()?;
-    let file = sys::reopen_regular(&at, OFlag::O_RDONLY).ok()??;
-    std::io::read_to_string(file).ok()
+/// instead (see [`replace_in_root`]). A file over [`MAX_IDENTITY_FILE`] refuses the image:
+/// this is root reading, outside the job's memory limit, and a sparse file of terabytes
+/// costs its maker nothing.
+fn read_regular_in_root(root: &OwnedFd, path: &str) -> Result<Option<String>, RuntimeError> {
+    let Ok(at) = open_in_root(root, path, OFlag::O_PATH) else {
+        return Ok(None);
+    };
+    let Ok(Some(file)) = sys::reopen_regular(&at, OFlag::O_RDONLY) else {
+        return Ok(None);
+    };
+    let too_large = || {
+        RuntimeError::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "image refused: its {path} is over {} MiB; no user list is that long",
+                MAX_IDENTITY_FILE >> 20
+            ),
+        )
+    };
+    if file.metadata().is_ok_and(|m| m.len() > MAX_IDENTITY_FILE) {
+        return Err(too_large());
+    }
+    let mut text = String::new();
+    match std::io::Read::read_to_string(
+        &mut std::io::Read::take(file, MAX_IDENTITY_FILE + 1),
+        &mut text,
+    ) {
+        Ok(n) if n as u64 > MAX_IDENTITY_FILE => Err(too_large()),
+        Ok(_) => Ok(Some(text)),
+        Err(_) => Ok(None),
+    }
 }
+
+/// Largest `/etc/passwd` or `/etc/group` of an image that is read, bytes.
+pub const MAX_IDENTITY_FILE: u64 = 16 << 20;
 
 /// Writes `text` as a fresh regular file at `path` inside `root` (in the job's layer of an
 /// image root), replacing whatever the image had there: it is unlinked first (the overlay
@@ -371,7 +400,7 @@ fn replace_in_root(root: &OwnedFd, path: &str, text: &str) -> Result<(), Runtime
 /// a regular file (a FIFO, a device) is taken as having none.
 fn write_identity(root: &OwnedFd, uid: u32, gid: u32, id: &Identity) -> Result<(), RuntimeError> {
     mkdir_in_root(root, "/etc")?;
-    let read = |name: &str| read_regular_in_root(root, name).unwrap_or_default();
+    let read = |name: &str| read_regular_in_root(root, name).map(Option::unwrap_or_default);
     let keep = |text: &str, names: &[&str], ids: &[u32]| -> String {
         text.lines()
             .filter(|l| {
@@ -385,14 +414,14 @@ fn write_identity(root: &OwnedFd, uid: u32, gid: u32, id: &Identity) -> Result<(
             .map(|l| format!("{l}\n"))
             .collect()
     };
-    let mut passwd = keep(&read("/etc/passwd"), &[&id.user], &[uid]);
+    let mut passwd = keep(&read("/etc/passwd")?, &[&id.user], &[uid]);
     if !passwd.lines().any(|l| l.starts_with("root:")) && uid != 0 {
         passwd.push_str("root:x:0:0:root:/root:/bin/sh\n");
     }
     passwd.push_str(&format!("{}:x:{uid}:{gid}::{}:/bin/sh\n", id.user, id.home));
     let names: Vec<&str> = id.groups.iter().map(|(_, n)| n.as_str()).collect();
     let gids: Vec<u32> = id.groups.iter().map(|(g, _)| *g).collect();
-    let mut group = keep(&read("/etc/group"), &names, &gids);
+    let mut group = keep(&read("/etc/group")?, &names, &gids);
     for (g, name) in &id.groups {
         let members = if *g == gid {
             String::new()
@@ -464,6 +493,32 @@ mod tests {
             kind("hosts").is_fifo(),
             "a mount point already there is left"
         );
+    }
+
+    /// An image's sparse `/etc/group` of a terabyte costs its maker nothing; read whole, as
+    /// root outside the job's memory limit, it took the node's memory. It refuses the image,
+    /// unread, and the image's files are left as they were.
+    #[test]
+    fn a_huge_identity_file_refuses_the_image_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let etc = dir.path().join("etc");
+        std::fs::create_dir(&etc).unwrap();
+        std::fs::write(etc.join("passwd"), "root:x:0:0::/root:/bin/sh\n").unwrap();
+        std::fs::File::create(etc.join("group"))
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        let root = open_dir(dir.path()).unwrap();
+        let id = Identity {
+            user: "alice".into(),
+            home: "/".into(),
+            groups: vec![(4300, "alice".into())],
+        };
+        let err = within_seconds(move || write_identity(&root, 4300, 4300, &id))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/etc/group is over 16 MiB"), "{err}");
+        assert_eq!(std::fs::metadata(etc.join("group")).unwrap().len(), 1 << 40);
     }
 
     #[test]
