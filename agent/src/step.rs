@@ -57,19 +57,22 @@ pub const STEP_BINARY_PATH: &str = "/usr/local/bin/wharf";
 /// The longest step request read from a caller, bytes.
 pub const MAX_REQUEST: u64 = 1 << 20;
 
-/// Most step calls one job may have open on this node at once. Each holds a descriptor of
-/// the agent's, which every job on the node needs: one job's processes must not take them all.
+/// Most step calls of one job that have not sent their request yet, open on this node at
+/// once. Each holds a descriptor and a buffer of the agent's, which every job on the node
+/// needs: one job's processes must not take them all.
 pub const MAX_CALLS_PER_JOB: usize = 64;
 
 /// Longest a caller may take to send its request line: a connection that sends nothing
 /// holds a descriptor and a buffer of the agent's.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The step calls open on this node, per job and in all: at most [`MAX_CALLS_PER_JOB`] for
-/// one job and half of the agent's descriptors for all of them.
+/// Step calls open on this node, per job and in all: those still to send their request
+/// ([`Calls::waiting`]), and those whose step runs ([`Calls::live`], a task farm's many
+/// steps at once), each within its own share of the agent's descriptors.
 #[derive(Debug)]
 pub struct Calls {
     open: std::sync::Mutex<std::collections::BTreeMap<JobId, usize>>,
+    per_job: usize,
     max_total: usize,
 }
 
@@ -81,19 +84,34 @@ pub struct Call<'a> {
 }
 
 impl Calls {
-    /// Room for `max_total` calls in all.
-    pub fn new(max_total: usize) -> Calls {
+    /// Room for `per_job` calls of one job and `max_total` in all.
+    pub fn new(per_job: usize, max_total: usize) -> Calls {
         Calls {
             open: Default::default(),
+            per_job,
             max_total,
         }
     }
 
-    /// Room for the agent's descriptor limit: half of its soft limit.
-    pub fn for_this_process() -> Calls {
-        let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-            .map_or(1024, |(soft, _)| soft);
-        Calls::new(usize::try_from(soft / 2).unwrap_or(usize::MAX).max(16))
+    /// The agent's soft descriptor limit (which its jobs inherit, so it is not raised).
+    fn nofile() -> usize {
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .map_or(1024, |(soft, _)| {
+                usize::try_from(soft).unwrap_or(usize::MAX)
+            })
+    }
+
+    /// Calls yet to send their request: [`MAX_CALLS_PER_JOB`] per job, an eighth of the
+    /// agent's descriptors in all.
+    pub fn waiting() -> Calls {
+        Calls::new(MAX_CALLS_PER_JOB, (Self::nofile() / 8).max(16))
+    }
+
+    /// Calls whose step runs: three eighths of the agent's descriptors in all, half of
+    /// that for one job.
+    pub fn live() -> Calls {
+        let total = (Self::nofile() / 8 * 3).max(32);
+        Calls::new(total / 2, total)
     }
 
     /// A call of `job`'s, or why there is no room for it.
@@ -101,10 +119,11 @@ impl Calls {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         let total: usize = open.values().sum();
         let mine = open.get(&job).copied().unwrap_or(0);
-        if mine >= MAX_CALLS_PER_JOB {
+        if mine >= self.per_job {
             return Err(format!(
-                "job {job} has {mine} step calls open on this node; the limit is \
-                 {MAX_CALLS_PER_JOB}: wait for some to end"
+                "job {job} has {mine} step calls open on this node; the limit is {}: wait \
+                 for some to end",
+                self.per_job
             ));
         }
         if total >= self.max_total {
@@ -475,7 +494,7 @@ pub fn listen(cfg: &AgentConfig, client: Client) -> io::Result<()> {
         cfg.cgroup_parent.clone(),
         cfg.node_name.clone(),
         client,
-        Calls::for_this_process(),
+        (Calls::waiting(), Calls::live()),
     ));
     tokio::spawn(async move {
         loop {
@@ -589,13 +608,13 @@ async fn serve(
     cgroup_parent: &str,
     node: &str,
     client: &Client,
-    calls: &Calls,
+    (waiting, live): &(Calls, Calls),
 ) {
     let (job, uid) = match identify(&stream, cgroup_parent) {
         Ok(who) => who,
         Err(why) => return reply(&mut stream, &StepReply::Error(why)).await,
     };
-    let _call = match calls.open(job) {
+    let call = match waiting.open(job) {
         Ok(call) => call,
         Err(why) => return reply(&mut stream, &StepReply::Error(why)).await,
     };
@@ -631,6 +650,12 @@ async fn serve(
             let why = format!("bad step request: {e}");
             return reply(&mut wr, &StepReply::Error(why)).await;
         }
+    };
+    // Sent: it counts among the live calls from now on.
+    drop(call);
+    let _call = match live.open(job) {
+        Ok(call) => call,
+        Err(why) => return reply(&mut wr, &StepReply::Error(why)).await,
     };
     let streamed = request.output.stream;
     let key = match request.resume {
@@ -686,7 +711,7 @@ mod tests {
 
     #[test]
     fn step_calls_are_bounded_per_job_and_in_all_and_given_back_when_they_end() {
-        let calls = Calls::new(100);
+        let calls = Calls::new(MAX_CALLS_PER_JOB, 100);
         let mine: Vec<_> = (0..MAX_CALLS_PER_JOB)
             .map(|_| calls.open(1).unwrap())
             .collect();

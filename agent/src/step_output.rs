@@ -88,15 +88,22 @@ fn backlog_words(node: &str) -> String {
     )
 }
 
-/// Whether a captured stream, punched out up to `punched`, holds more than `limit` bytes
-/// ([`BACKLOG_BYTES`]): by its length past the punched part, or by the disk blocks it has.
-/// The task holds the file as its own stdout or stderr, so it may also allocate blocks
-/// that its length does not show (`fallocate` with `FALLOC_FL_KEEP_SIZE`, writes back into
-/// the punched part); those are root's, past every user quota.
-fn over_backlog(meta: &std::fs::Metadata, punched: u64, limit: u64) -> bool {
+/// Disk a captured stream may hold past its unread bytes before its task is stopped: above
+/// what a filesystem allocates ahead by itself (XFS's speculative preallocation grows to a
+/// few GiB), far below what a task could take with `fallocate`.
+pub const EXCESS_BLOCKS: u64 = 16 << 30;
+
+/// Whether a captured stream, punched out up to `punched`, holds more than `limit` unread
+/// bytes ([`BACKLOG_BYTES`]) by its length, or disk blocks more than `excess`
+/// ([`EXCESS_BLOCKS`]) past those. The task holds the file as its own stdout or stderr, so
+/// it may allocate blocks that its length does not show (`fallocate` with
+/// `FALLOC_FL_KEEP_SIZE`); those are root's, past every user quota. (Where holes cannot be
+/// punched, the punched offset stays 0 and the length counts all of it.)
+fn over_backlog(meta: &std::fs::Metadata, punched: u64, limit: u64, excess: u64) -> bool {
     use std::os::unix::fs::MetadataExt;
+    let unread = meta.len().saturating_sub(punched);
     let allocated = meta.blocks().saturating_mul(512);
-    meta.len().saturating_sub(punched).max(allocated) > limit
+    unread > limit || allocated > unread.saturating_add(excess)
 }
 
 /// Stops step task `t` with `reason`, unless it has ended or is being stopped.
@@ -288,7 +295,7 @@ async fn pass(
             let t = &tasks[p];
             let backlog = t.streams.iter().any(|&(stream, _, punched)| {
                 std::fs::symlink_metadata(t.dir.captured(stream == Stream::Stderr))
-                    .is_ok_and(|m| over_backlog(&m, punched, BACKLOG_BYTES))
+                    .is_ok_and(|m| over_backlog(&m, punched, BACKLOG_BYTES, EXCESS_BLOCKS))
             });
             if backlog {
                 stop_task(launcher, t, &backlog_words(node));
@@ -523,16 +530,16 @@ mod tests {
         let path = dir.path().join("stdout");
         let f = std::fs::File::create(&path).unwrap();
         let meta = || std::fs::symlink_metadata(&path).unwrap();
-        assert!(!over_backlog(&meta(), 0, BACKLOG_BYTES));
+        assert!(!over_backlog(&meta(), 0, BACKLOG_BYTES, EXCESS_BLOCKS));
         // A task that wrote (or seeked) past the backlog with nothing read yet.
         f.set_len(BACKLOG_BYTES + 1).unwrap();
         let len = meta().len();
-        assert!(over_backlog(&meta(), 0, BACKLOG_BYTES));
+        assert!(over_backlog(&meta(), 0, BACKLOG_BYTES, EXCESS_BLOCKS));
         // The same once its caller read all but the backlog.
-        assert!(!over_backlog(&meta(), 1, BACKLOG_BYTES));
-        assert!(!over_backlog(&meta(), len, BACKLOG_BYTES));
-        // Blocks allocated past its length count too (here 2 MiB against a 1 MiB limit):
-        // its length alone says nothing is held.
+        assert!(!over_backlog(&meta(), 1, BACKLOG_BYTES, EXCESS_BLOCKS));
+        assert!(!over_backlog(&meta(), len, BACKLOG_BYTES, EXCESS_BLOCKS));
+        // Blocks allocated past its length count too (here 2 MiB against 1 MiB allowed
+        // over what is unread): its length alone says nothing is held.
         let kept = dir.path().join("stderr");
         let g = std::fs::File::create(&kept).unwrap();
         let r = unsafe {
@@ -546,7 +553,8 @@ mod tests {
         assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
         let m = std::fs::symlink_metadata(&kept).unwrap();
         assert_eq!(m.len(), 0);
-        assert!(over_backlog(&m, 0, 1 << 20));
+        assert!(over_backlog(&m, 0, BACKLOG_BYTES, 1 << 20));
+        assert!(!over_backlog(&m, 0, BACKLOG_BYTES, 4 << 20));
         assert!(
             backlog_words("n1").contains("256 MiB"),
             "{}",

@@ -77,8 +77,38 @@ enum Piece<'a> {
 
 /// The hosts `text` names, in the order written (duplicates kept). Refuses, without building
 /// it, a list naming more than `max` hosts, a name longer than [`MAX_NAME_BYTES`], or names
-/// taking more than [`MAX_LIST_BYTES`] in all.
+/// taking more than [`MAX_LIST_BYTES`] in all (counted exactly: the same names compressed
+/// otherwise count the same).
 pub fn expand(text: &str, max: usize) -> Result<Vec<String>, HostlistError> {
+    expand_within(text, max, true)
+}
+
+/// Bytes of every number of `lo..=hi` written with at least `w` digits, together.
+fn range_bytes(lo: u64, hi: u64, w: usize) -> u128 {
+    let mut total: u128 = 0;
+    // Numbers of d digits: 10^(d-1) ..= 10^d - 1 (0 has one).
+    let mut band_lo: u64 = 0;
+    for d in 1..=20usize {
+        let band_hi = if d >= 20 {
+            u64::MAX
+        } else {
+            10u64.pow(d as u32) - 1
+        };
+        let (a, b) = (lo.max(band_lo), hi.min(band_hi));
+        if a <= b {
+            total += u128::from(b - a + 1) * d.max(w) as u128;
+        }
+        if band_hi >= hi {
+            break;
+        }
+        band_lo = band_hi + 1;
+    }
+    total
+}
+
+/// [`expand`], with the name and byte bounds only when `bounded`: a list stored before
+/// them loads as it was written.
+fn expand_within(text: &str, max: usize, bounded: bool) -> Result<Vec<String>, HostlistError> {
     let shown = || crate::text::bounded(text, 80).into_owned();
     let bad = |why: String| HostlistError::Malformed { text: shown(), why };
     let items = split_items(text).map_err(bad)?;
@@ -86,21 +116,30 @@ pub fn expand(text: &str, max: usize) -> Result<Vec<String>, HostlistError> {
     let (mut count, mut bytes): (u128, u128) = (0, 0);
     for item in items {
         let pieces = pieces(item).map_err(|why| bad(format!("{item:?}: {why}")))?;
-        let (mut n, mut longest): (u128, usize) = (1, 0);
-        for p in &pieces {
-            match p {
-                Piece::Text(t) => longest += t.len(),
-                Piece::Ranges(r) => {
-                    let size: u128 = r.iter().map(|&(lo, hi, _)| u128::from(hi - lo) + 1).sum();
-                    n = n.saturating_mul(size);
-                    longest += (r.iter())
-                        .map(|&(_, hi, w)| w.max(hi.to_string().len()))
-                        .max()
-                        .unwrap_or(0);
-                }
-            }
-        }
-        if longest > MAX_NAME_BYTES {
+        // Per piece: how many values it has and their bytes together; a name's bytes over
+        // all names are each piece's bytes times the other pieces' counts.
+        let sizes: Vec<(u128, u128)> = (pieces.iter())
+            .map(|p| match p {
+                Piece::Text(t) => (1, t.len() as u128),
+                Piece::Ranges(r) => r.iter().fold((0u128, 0u128), |(n, b), &(lo, hi, w)| {
+                    (
+                        n + u128::from(hi - lo) + 1,
+                        b.saturating_add(range_bytes(lo, hi, w)),
+                    )
+                }),
+            })
+            .collect();
+        let n = sizes.iter().fold(1u128, |n, &(k, _)| n.saturating_mul(k));
+        let longest: usize = (pieces.iter())
+            .map(|p| match p {
+                Piece::Text(t) => t.len(),
+                Piece::Ranges(r) => (r.iter())
+                    .map(|&(_, hi, w)| w.max(hi.to_string().len()))
+                    .max()
+                    .unwrap_or(0),
+            })
+            .sum();
+        if bounded && longest > MAX_NAME_BYTES {
             return Err(bad(format!(
                 "{}: makes names of up to {longest} bytes; a host name is at most \
                  {MAX_NAME_BYTES}",
@@ -115,8 +154,14 @@ pub fn expand(text: &str, max: usize) -> Result<Vec<String>, HostlistError> {
                 max,
             });
         }
-        bytes = bytes.saturating_add(n.saturating_mul(longest as u128));
-        if bytes > MAX_LIST_BYTES as u128 {
+        let item_bytes = (0..sizes.len()).fold(0u128, |total, i| {
+            let others = (sizes.iter().enumerate())
+                .filter(|&(j, _)| j != i)
+                .fold(1u128, |n, (_, &(k, _))| n.saturating_mul(k));
+            total.saturating_add(sizes[i].1.saturating_mul(others))
+        });
+        bytes = bytes.saturating_add(item_bytes);
+        if bounded && bytes > MAX_LIST_BYTES as u128 {
             return Err(HostlistError::TooLarge {
                 text: shown(),
                 bytes,
@@ -313,7 +358,7 @@ impl HostList {
         names.dedup();
         // The compressed list's order: by prefix, then number.
         let text = compress(&names);
-        let names = expand(&text, names.len()).unwrap_or(names);
+        let names = expand_within(&text, names.len(), false).unwrap_or(names);
         let mut by_name: Vec<u32> = (0..names.len() as u32).collect();
         by_name.sort_by(|&a, &b| names[a as usize].cmp(&names[b as usize]));
         HostList(names, by_name)
@@ -348,13 +393,16 @@ impl fmt::Display for HostList {
     }
 }
 
+/// A stored list: a record kept before the name and byte bounds loads as it was written.
 impl TryFrom<String> for HostList {
     type Error = HostlistError;
     fn try_from(text: String) -> Result<HostList, HostlistError> {
         if text.is_empty() {
             return Ok(HostList::default());
         }
-        HostList::parse(&text)
+        Ok(HostList::from_names(&expand_within(
+            &text, MAX_HOSTS, false,
+        )?))
     }
 }
 

@@ -42,6 +42,11 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE INDEX IF NOT EXISTS jobs_uid ON jobs(uid);
+-- An array's tasks by array and task id: a dependency or a `JOB_TASK` id is found without
+-- reading the records around it (each a whole job, parsed).
+CREATE INDEX IF NOT EXISTS jobs_array
+    ON jobs(json_extract(record, '$.array.job_id'), json_extract(record, '$.array.task_id'))
+    WHERE json_extract(record, '$.array.job_id') IS NOT NULL;
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -69,6 +74,15 @@ CREATE TABLE IF NOT EXISTS ledger_outbox (
     PRIMARY KEY (job_id, run)
 );
 ";
+
+/// [`Store::array_task`]'s query: its terms are the `jobs_array` index's expressions.
+const ARRAY_TASK: &str = "SELECT record FROM jobs \
+     WHERE json_extract(record, '$.array.job_id') = ?1 \
+     AND json_extract(record, '$.array.task_id') = ?2 ORDER BY id LIMIT 1";
+
+/// [`Store::array_states`]'s query.
+const ARRAY_STATES: &str = "SELECT id, state FROM jobs \
+     WHERE json_extract(record, '$.array.job_id') = ?1 ORDER BY id";
 
 /// What [`Store::add_node_key`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,35 +230,18 @@ impl Store {
         Ok(out)
     }
 
-    /// The active or ended task `task` of array `array_id`, if any.
-    /// `span` bounds the rows looked at: an array's tasks are its first `span` ids at most.
-    pub fn array_task(
-        &self,
-        array_id: JobId,
-        task: u32,
-        span: u64,
-    ) -> Result<Option<JobRecord>, StoreError> {
-        let found = self.query(
-            "SELECT record FROM jobs WHERE id >= ?1 AND id < ?1 + ?3 \
-             AND json_extract(record, '$.array.job_id') = ?1 \
-             AND json_extract(record, '$.array.task_id') = ?2 ORDER BY id LIMIT 1",
-            params![array_id as i64, task as i64, span as i64],
-        )?;
+    /// The active or ended task `task` of array `array_id`, if any: one lookup in the
+    /// `jobs_array` index.
+    pub fn array_task(&self, array_id: JobId, task: u32) -> Result<Option<JobRecord>, StoreError> {
+        let found = self.query(ARRAY_TASK, params![array_id as i64, task as i64])?;
         Ok(found.into_iter().next())
     }
 
     /// The id and state of every stored task of array `array_id` (none: no such array), in
-    /// id order. `span` as for [`Store::array_task`].
-    pub fn array_states(
-        &self,
-        array_id: JobId,
-        span: u64,
-    ) -> Result<Vec<(JobId, JobState)>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT id, state FROM jobs WHERE id >= ?1 AND id < ?1 + ?2 \
-             AND json_extract(record, '$.array.job_id') = ?1 ORDER BY id",
-        )?;
-        let rows = stmt.query_map(params![array_id as i64, span as i64], |r| {
+    /// id order, from the `jobs_array` index.
+    pub fn array_states(&self, array_id: JobId) -> Result<Vec<(JobId, JobState)>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(ARRAY_STATES)?;
+        let rows = stmt.query_map(params![array_id as i64], |r| {
             Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
         })?;
         let mut out = Vec::new();
@@ -698,6 +695,60 @@ pub(crate) mod tests {
             gpus: 0,
         };
         JobRecord::pending(owner, "j".into(), resources, 60, 5)
+    }
+
+    /// A dependency on an array's task, or a `JOB_TASK` id, is looked up in the index: it
+    /// reads no record but the one it names. Before, each lookup parsed every record in up to
+    /// `max_array_size` ids, and held jobs with such dependencies repeated them every pass.
+    #[test]
+    fn an_arrays_tasks_are_found_through_the_index_and_only_they_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("wharf.db")).unwrap();
+        for (query, args) in [(ARRAY_TASK, 2), (ARRAY_STATES, 1)] {
+            let plan: Vec<String> = {
+                let mut stmt = s
+                    .conn
+                    .prepare(&format!("EXPLAIN QUERY PLAN {query}"))
+                    .unwrap();
+                let binds: Vec<i64> = vec![7; args];
+                stmt.query_map(rusqlite::params_from_iter(binds), |r| r.get::<_, String>(3))
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect()
+            };
+            assert!(
+                plan.iter().any(|p| p.contains("USING INDEX jobs_array")),
+                "{query}: {plan:?}"
+            );
+        }
+        // And it finds them: tasks 0 and 5 of array A among other jobs.
+        let mut plain = record();
+        s.insert_job(&mut plain, None).unwrap();
+        let mut tasks = Vec::new();
+        for task_id in [0, 5] {
+            let mut t = record();
+            t.array = Some(wharf_api::array::ArrayTask {
+                job_id: 0,
+                task_id,
+                throttle: None,
+                shape: Default::default(),
+            });
+            tasks.push(t);
+        }
+        // One submit: the store numbers the tasks and names the first one's id the array's.
+        s.insert_array(&mut tasks, None).unwrap();
+        let first = tasks[0].id;
+        assert_eq!(tasks[1].array.unwrap().job_id, first);
+        assert_eq!(s.array_task(first, 5).unwrap().unwrap().id, first + 1);
+        assert!(s.array_task(first, 3).unwrap().is_none());
+        assert!(s.array_task(plain.id, 0).unwrap().is_none());
+        let ids: Vec<JobId> = s
+            .array_states(first)
+            .unwrap()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(ids, [first, first + 1]);
     }
 
     #[test]

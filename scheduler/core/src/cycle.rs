@@ -420,9 +420,17 @@ pub fn admit_qos(
                 format!("unknown QoS {q:?}; {has}"),
             ));
         }
+        // Granted per association once there are associations (as accounts are enforced
+        // then, see the controller's `check_account`); a cluster without accounts has
+        // nobody to grant a QoS to, and any may be named.
         let default = config.limits.default_qos.as_deref();
         let allowed = allowed_qos(config, assoc);
-        if !admin && default != Some(q) && !allowed.is_some_and(|l| l.iter().any(|a| a == q)) {
+        let enforced = !config.accounts.is_empty();
+        if enforced
+            && !admin
+            && default != Some(q)
+            && !allowed.is_some_and(|l| l.iter().any(|a| a == q))
+        {
             let may = match (allowed.filter(|l| !l.is_empty()), default) {
                 (Some(l), _) => format!("it may use {}", l.join(", ")),
                 (None, Some(d)) => format!("it may use the default QoS {d} only"),
@@ -750,6 +758,7 @@ mod tests {
     /// A QoS may preempt others' jobs or raise priority: a user names one only when their
     /// association allows it (its own list, else the nearest account's up the tree), as in
     /// Slurm; the default QoS anyone may; an admin any. Before, any user could name any QoS.
+    /// A cluster without accounts has no associations to grant one: any may be named.
     #[test]
     fn a_user_names_only_the_qos_their_association_allows() {
         use crate::limits::AssocLimits;
@@ -761,6 +770,8 @@ mod tests {
             });
         }
         c.limits.default_qos = Some("normal".into());
+        let nobody = Assoc::new("ann", "ann");
+        assert_eq!(admit_qos(&c, Some("high"), 0, false, &nobody), Ok(()));
         c.accounts = vec![
             crate::Account {
                 name: "cs".into(),

@@ -112,7 +112,7 @@ impl Cluster {
         if let Some(j) = active {
             return Ok((j.id, j.state));
         }
-        match self.store.array_task(id, task, span)? {
+        match self.store.array_task(id, task)? {
             Some(j) => Ok((j.id, j.state)),
             None => Err(Failure::new(
                 ErrorKind::NotFound,

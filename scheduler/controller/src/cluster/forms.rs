@@ -184,7 +184,7 @@ impl Cluster {
             },
         }
         let mut tasks: BTreeMap<JobId, JobState> =
-            self.store.array_states(id, span)?.into_iter().collect();
+            self.store.array_states(id)?.into_iter().collect();
         let in_memory = self
             .jobs
             .range(id..id.saturating_add(span))
@@ -419,9 +419,14 @@ impl Cluster {
             nodes.selection?;
             nodes.shape?;
         }
-        // What an admin set before is not the caller's to answer for.
-        if req.nice.is_some() || req.qos.is_some() {
-            self.check_qos_and_nice(&spec, caller, &job.owner.user)?;
+        // What an admin set before is not the caller's to answer for; a QoS is, under the
+        // account the job moves to.
+        let check = super::sched::Checked {
+            qos: req.qos.is_some() || req.account.is_some(),
+            nice: req.nice.is_some(),
+        };
+        if check.qos || check.nice {
+            self.check_qos_and_nice(&spec, caller, &job.owner.user, check)?;
         }
         self.check_account(&spec, &job.owner.user)?;
         // The job is among its owner's active jobs already: it is not counted twice.

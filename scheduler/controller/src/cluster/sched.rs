@@ -392,21 +392,19 @@ impl Cluster {
     /// Refuses an unknown QoS, one the job's association (of `owner`) may not use, and a
     /// negative nice, from anyone but an admin (it would raise the job above others): the
     /// core's shared admission ([`cycle::admit_qos`]).
+    /// Only what `check` names is checked ([`Checked`]): an update answers for what it
+    /// changes, not for a QoS or a nice an admin set.
     pub(super) fn check_qos_and_nice(
         &self,
         spec: &JobSpec,
         caller: &Caller,
         owner: &str,
+        check: Checked,
     ) -> Result<(), Failure> {
         let assoc = self.assoc_for(Some(spec), owner);
-        cycle::admit_qos(
-            &self.sched,
-            spec.qos.as_deref(),
-            spec.nice,
-            caller.admin,
-            &assoc,
-        )
-        .map_err(refused)
+        let named = spec.qos.as_deref().filter(|_| check.qos);
+        let nice = if check.nice { spec.nice } else { 0 };
+        cycle::admit_qos(&self.sched, named, nice, caller.admin, &assoc).map_err(refused)
     }
 
     /// Refuses a job that could never start under a QoS or association limit (over MaxWall,
@@ -631,6 +629,16 @@ fn sched_gpus(gpus: &[GpuInfo]) -> Vec<Gpu> {
                 .map(move |u| Gpu::new(u.id, &u.kind).at(g.numa_node, switch))
         })
         .collect()
+}
+
+/// What [`Cluster::check_qos_and_nice`] checks: a submit both, an update what it changes
+/// (the QoS also when it moves the job to another account).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Checked {
+    /// The job's QoS, under its association.
+    pub qos: bool,
+    /// Its nice.
+    pub nice: bool,
 }
 
 #[cfg(test)]

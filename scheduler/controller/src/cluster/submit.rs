@@ -174,7 +174,11 @@ impl Cluster {
         self.check_gpu_type(&spec)?;
         nodes.shape?;
         self.check_account(&spec, &caller.owner.user)?;
-        self.check_qos_and_nice(&spec, caller, &caller.owner.user)?;
+        let both = super::sched::Checked {
+            qos: true,
+            nice: true,
+        };
+        self.check_qos_and_nice(&spec, caller, &caller.owner.user, both)?;
         let tasks = match &req.job.array {
             Some(a) => {
                 let bytes = serde_json::to_vec(&spec).map_or(0, |v| v.len());

@@ -376,15 +376,77 @@ fn an_owner_may_only_lower_a_pending_jobs_time_and_an_admin_may_change_anything(
         name: "urgent".into(),
         priority: 100,
     });
+    let owner = c.jobs[&id].owner.user.clone();
+    c.sched.accounts.push(wharf_core::Account {
+        name: owner.clone(),
+        parent: None,
+        shares: 1,
+    });
+    c.sched.users.push(wharf_core::UserShares {
+        user: owner.clone(),
+        account: owner,
+        shares: 1,
+    });
     let urgent = UpdateRequest {
         qos: Some("urgent".into()),
         ..Default::default()
     };
     let e = c.update(&alice, id, &urgent, 1).unwrap_err();
     assert_eq!(e.kind, ErrorKind::PermissionDenied);
-    assert!(e.message.contains("QoS urgent is not allowed"), "{}", e.message);
+    assert!(
+        e.message.contains("QoS urgent is not allowed"),
+        "{}",
+        e.message
+    );
     assert_eq!(c.jobs[&id].spec.as_ref().unwrap().qos, None);
-    let moved = c.update(&root, id, &urgent, 1).unwrap();
+    // In an account that grants it, she may; moving the job back to an account that does
+    // not is refused, so the QoS cannot be carried across.
+    let owner = c.jobs[&id].owner.user.clone();
+    c.sched.accounts.push(wharf_core::Account {
+        name: "grant".into(),
+        parent: None,
+        shares: 1,
+    });
+    c.sched.users.push(wharf_core::UserShares {
+        user: owner.clone(),
+        account: "grant".into(),
+        shares: 1,
+    });
+    c.sched.limits.accounts.insert(
+        "grant".into(),
+        wharf_core::limits::AssocLimits {
+            qos: Some(vec!["urgent".into()]),
+            ..Default::default()
+        },
+    );
+    let there = UpdateRequest {
+        qos: Some("urgent".into()),
+        account: Some("grant".into()),
+        ..Default::default()
+    };
+    c.update(&alice, id, &there, 1).unwrap();
+    let back = UpdateRequest {
+        account: Some(owner.clone()),
+        ..Default::default()
+    };
+    let e = c.update(&alice, id, &back, 1).unwrap_err();
+    assert!(
+        e.message.contains("QoS urgent is not allowed for user"),
+        "{}",
+        e.message
+    );
+    assert_eq!(
+        c.jobs[&id].spec.as_ref().unwrap().account.as_deref(),
+        Some("grant")
+    );
+    // Her nice alone is hers to change whatever QoS the job is in.
+    let nicer = UpdateRequest {
+        nice: Some(10),
+        ..Default::default()
+    };
+    c.update(&alice, id, &nicer, 1).unwrap();
+    c.update(&root, id, &nice, 1).unwrap();
+    let moved = c.update(&root, id, &back, 1).unwrap();
     assert_eq!(moved.spec.unwrap().qos.as_deref(), Some("urgent"));
     let now = UpdateRequest {
         begin: Some(wharf_api::Begin::AfterSubmit(0)),

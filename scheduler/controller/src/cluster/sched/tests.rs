@@ -387,7 +387,19 @@ fn qos_and_nice_shape_the_priority_and_are_checked_at_submit() {
     );
     let err = submit_job(&mut c, &ann, with(None, Some(-5)), 1).unwrap_err();
     assert_eq!(err.kind, ErrorKind::PermissionDenied);
-    // A QoS her association does not allow is refused, and changes nothing.
+    // Once there are associations, a QoS hers does not allow is refused, and changes nothing.
+    c.sched.accounts.push(wharf_core::Account {
+        name: "ann".into(),
+        parent: None,
+        shares: 1,
+    });
+    for user in ["ann", "root"] {
+        c.sched.users.push(wharf_core::UserShares {
+            user: user.into(),
+            account: "ann".into(),
+            shares: 1,
+        });
+    }
     let err = submit_job(&mut c, &ann, with(Some("high"), None), 1).unwrap_err();
     assert_eq!(err.kind, ErrorKind::PermissionDenied);
     assert!(
@@ -1223,13 +1235,6 @@ fn moving_a_whole_array_to_a_capped_qos_counts_every_task() {
         },
     );
     let mut c = cluster_with(&dir, config);
-    c.sched.limits.accounts.insert(
-        "ann".into(),
-        wharf_core::limits::AssocLimits {
-            qos: Some(vec!["normal".into(), "small".into()]),
-            ..Default::default()
-        },
-    );
     let ann = caller(1000, "ann");
     let array = |tasks: &str| JobRequest {
         qos: Some("normal".into()),
