@@ -105,10 +105,23 @@ impl Cluster {
     /// from the store.
     pub(super) fn find_task(&self, id: JobId, task: u32) -> Result<(JobId, JobState), Failure> {
         let span = JobId::from(self.forms.max_array_size);
+        let is_it = |j: &JobRecord| j.array.is_some_and(|a| a.job_id == id && a.task_id == task);
+        // The store numbers an array's tasks in order from its id, so in an evenly spaced
+        // array (the usual `0-99`, `0-15:4`) task `t` is job `id + (t - min) / step`: looked
+        // up, not searched for among up to `max_array_size` jobs.
+        let shape = (self.jobs.range(id..id.saturating_add(span)).next())
+            .and_then(|j| j.array.filter(|a| a.job_id == id))
+            .map(|a| a.shape);
+        if let Some(s) = shape.filter(|s| s.step > 0 && task >= s.min) {
+            let at = id.saturating_add(JobId::from((task - s.min) / s.step));
+            if let Some(j) = self.jobs.get(&at).filter(|j| is_it(j)) {
+                return Ok((j.id, j.state));
+            }
+        }
         let active = self
             .jobs
             .range(id..id.saturating_add(span))
-            .find(|j| j.array.is_some_and(|a| a.job_id == id && a.task_id == task));
+            .find(|j| is_it(j));
         if let Some(j) = active {
             return Ok((j.id, j.state));
         }

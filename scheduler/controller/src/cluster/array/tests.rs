@@ -251,3 +251,25 @@ fn an_array_with_no_pending_task_cannot_be_held() {
     );
     assert!(c.jobs.values().all(|j| j.hold.is_none()));
 }
+
+/// A task is found by its place in an evenly spaced array, and by a search in any other:
+/// `find_task` answers for every task of both (dependencies ask it once per named task per
+/// pass).
+#[test]
+fn a_task_is_found_by_its_place_in_an_even_array_and_searched_for_in_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let even = submit_array(&mut c, "0-12:4").unwrap();
+    for (i, task) in [0, 4, 8, 12].into_iter().enumerate() {
+        assert_eq!(c.find_task(even, task).unwrap().0, even + i as JobId);
+    }
+    assert_eq!(c.find_task(even, 5).unwrap_err().kind, ErrorKind::NotFound);
+    let uneven = submit_array(&mut c, "1,2,7").unwrap();
+    for (i, task) in [1, 2, 7].into_iter().enumerate() {
+        assert_eq!(c.find_task(uneven, task).unwrap().0, uneven + i as JobId);
+    }
+    assert_eq!(
+        c.find_task(uneven, 3).unwrap_err().kind,
+        ErrorKind::NotFound
+    );
+}
