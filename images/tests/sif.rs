@@ -149,18 +149,22 @@ fn check(bytes: &[u8], expect: &str) {
     assert!(e.message.starts_with(&p.display().to_string()), "{e}");
 }
 
-#[test]
-fn reads_a_well_formed_file() {
-    let arch = host_arch();
-    let b = sif(
+/// A usable SIF: a definition object, then the primary partition at 8192, 4096 bytes.
+fn well_formed() -> Vec<u8> {
+    sif(
         &[
             (0x4001, true, 4096, 10, 0, 0, ""),
-            (0x4004, true, 8192, 4096, 1, 2, arch),
+            (0x4004, true, 8192, 4096, 1, 2, host_arch()),
         ],
         2,
         128,
         8192 + 4096,
-    );
+    )
+}
+
+#[test]
+fn reads_a_well_formed_file() {
+    let b = well_formed();
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("ok.sif");
     std::fs::write(&p, b).unwrap();
@@ -442,16 +446,7 @@ fn a_fifo_or_device_named_as_a_sif_is_refused_at_once() {
 /// being a link, and the device's open ran as root.
 #[test]
 fn a_checked_path_with_a_link_swapped_into_it_is_refused_and_only_regular_files_are_opened() {
-    let arch = host_arch();
-    let b = sif(
-        &[
-            (0x4001, true, 4096, 10, 0, 0, ""),
-            (0x4004, true, 8192, 4096, 1, 2, arch),
-        ],
-        2,
-        128,
-        8192 + 4096,
-    );
+    let b = well_formed();
     let dir = tempfile::tempdir().unwrap();
     let real = dir.path().join("real");
     std::fs::create_dir(&real).unwrap();

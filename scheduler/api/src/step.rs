@@ -93,6 +93,16 @@ pub struct StepKey {
     pub step: u32,
 }
 
+impl StepKey {
+    /// Every step key of `job`, in order: a range of a map keyed by steps.
+    pub fn of_job(job: JobId) -> std::ops::RangeInclusive<StepKey> {
+        StepKey { job, step: 0 }..=StepKey {
+            job,
+            step: u32::MAX,
+        }
+    }
+}
+
 /// What one node of a step is doing.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepNode {

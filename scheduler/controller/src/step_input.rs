@@ -176,14 +176,9 @@ impl InputRelay {
             return done(past);
         }
         let retained = retained.filter(|&r| r <= line.offset);
-        let job = StepKey {
-            job: key.job,
-            step: 0,
-        }..=StepKey {
-            job: key.job,
-            step: u32::MAX,
-        };
-        let job_held: usize = self.steps.range(job).map(|(_, b)| b.data.len()).sum();
+        let job_held: usize = (self.steps.range(StepKey::of_job(key.job)))
+            .map(|(_, b)| b.data.len())
+            .sum();
         let room = TOTAL_BYTES
             .saturating_sub(self.total)
             .min(JOB_BYTES.saturating_sub(job_held));

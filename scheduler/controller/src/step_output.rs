@@ -105,15 +105,10 @@ impl Relay {
             };
         }
         let mut total = self.total;
-        let job = StepKey {
-            job: key.job,
-            step: 0,
-        }..=StepKey {
-            job: key.job,
-            step: u32::MAX,
-        };
-        let mut job_room =
-            JOB_BYTES.saturating_sub(self.steps.range(job).map(|(_, b)| b.bytes).sum());
+        let held: usize = (self.steps.range(StepKey::of_job(key.job)))
+            .map(|(_, b)| b.bytes)
+            .sum();
+        let mut job_room = JOB_BYTES.saturating_sub(held);
         let b = self.buffer(key, now);
         b.touched = now;
         if b.discarding {
