@@ -93,7 +93,7 @@ impl Calls {
         }
     }
 
-    /// The agent's soft descriptor limit (which its jobs inherit, so it is not raised).
+    /// The agent's soft descriptor limit (raised to its hard limit at start).
     fn nofile() -> usize {
         nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
             .map_or(1024, |(soft, _)| {
@@ -101,17 +101,19 @@ impl Calls {
             })
     }
 
-    /// Calls yet to send their request: [`MAX_CALLS_PER_JOB`] per job, an eighth of the
-    /// agent's descriptors in all.
+    /// Calls yet to send their request: an eighth of the agent's descriptors in all, and
+    /// an eighth of that, at most [`MAX_CALLS_PER_JOB`], for one job: it takes eight jobs
+    /// holding silent calls to fill it.
     pub fn waiting() -> Calls {
-        Calls::new(MAX_CALLS_PER_JOB, (Self::nofile() / 8).max(16))
+        let total = (Self::nofile() / 8).max(64);
+        Calls::new(MAX_CALLS_PER_JOB.min(total / 8), total)
     }
 
-    /// Calls whose step runs: three eighths of the agent's descriptors in all, half of
+    /// Calls whose step runs: three eighths of the agent's descriptors in all, an eighth of
     /// that for one job.
     pub fn live() -> Calls {
-        let total = (Self::nofile() / 8 * 3).max(32);
-        Calls::new(total / 2, total)
+        let total = (Self::nofile() / 8 * 3).max(64);
+        Calls::new(total / 8, total)
     }
 
     /// A call of `job`'s, or why there is no room for it.

@@ -157,6 +157,10 @@ pub async fn run(args: Args) -> Result<i32> {
         a.state_dir = d;
     }
     let token_file = join_token_file(&file);
+    // The step socket's shares are fractions of it (as the controller's connection caps
+    // are); jobs inherit it, as containers get a high limit from Docker.
+    let nofile = wharf_controller::serve::raise_nofile_limit();
+    tracing::debug!(nofile, "descriptor limit");
     let mut cfg = settings(&file, String::new())?;
     if let Endpoint::Tcp(_) = cfg.controller {
         cfg.controller_tls = Some(controller_tls(&file)?);

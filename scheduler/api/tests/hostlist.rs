@@ -99,3 +99,39 @@ fn long_names_and_lists_too_large_to_write_out_are_refused_before_building() {
         10_000
     );
 }
+
+/// The bytes are counted exactly, so a list taken is taken again however it is compressed
+/// (stored lists are compressed: on an estimate, this one was accepted and its stored form
+/// refused, and a controller that cannot read a stored job does not start). A record kept
+/// before the bounds loads as it was written.
+#[test]
+fn a_list_taken_is_taken_again_compressed_and_stored_lists_load_as_written() {
+    // Exact counts, numbers wider than their padding included: the 1 MiB bound is met at
+    // exactly its byte and not one before.
+    let bytes = |text: &str| -> usize {
+        expand(text, MAX_HOSTS)
+            .unwrap()
+            .iter()
+            .map(String::len)
+            .sum()
+    };
+    assert_eq!(bytes("n[001-5000]"), 5000 + 3 * 999 + 4 * 4001);
+    assert_eq!(bytes("[0-9]"), 10);
+    assert_eq!(bytes("n[9-10]"), 2 + 3);
+    let at_bound = format!("{}[00000-65535]", "p".repeat(11));
+    assert_eq!(bytes(&at_bound), 65_536 * 16);
+    assert_eq!(65_536 * 16, MAX_LIST_BYTES);
+    let over = format!("{}[00000-65535]", "p".repeat(12));
+    assert!(matches!(
+        expand(&over, MAX_HOSTS),
+        Err(HostlistError::TooLarge { .. })
+    ));
+    let text = "x[1-60000],x[100000000000000000-100000000000000999]";
+    let list = HostList::parse(text).unwrap();
+    let again = HostList::parse(&list.to_string()).unwrap();
+    assert_eq!(again, list);
+    let long = format!("{}1", "n".repeat(300));
+    let stored: HostList = serde_json::from_str(&format!("\"{long}\"")).unwrap();
+    assert_eq!(stored.names(), std::slice::from_ref(&long));
+    assert!(HostList::parse(&long).is_err(), "a new one is bounded");
+}

@@ -116,6 +116,16 @@ impl Store {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        // A database from before the array index builds it once, reading every record: say so.
+        let indexed: bool = conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'jobs_array') \
+             OR NOT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jobs')",
+            [],
+            |r| r.get(0),
+        )?;
+        if !indexed {
+            tracing::info!(db = %path.display(), "indexing stored jobs by array task (once; it reads every record)");
+        }
         conn.execute_batch(SCHEMA)?;
         conn.execute_batch(admin::SCHEMA)?;
         crate::ledger::sqlite::migrate(&conn)?;
