@@ -135,7 +135,10 @@ async fn forward(mut rd: BufReader<OwnedReadHalf>, node: &str, key: StepKey, cli
             return;
         };
         outbox.add(input);
-        push(node, key, client, &mut outbox).await;
+        if !push(node, key, client, &mut outbox, &rd).await {
+            // Hung up while its tasks did not read (the controller's buffer full).
+            return;
+        }
         if outbox.eof {
             // Nothing comes after the end: until every task has it (a restarted controller
             // may ask for it again), the caller's connection is watched for its hang-up.
@@ -178,13 +181,35 @@ async fn push_once(node: &str, key: StepKey, client: &Client, outbox: &mut Outbo
 
 /// Pushes what `outbox` holds until the controller has taken all of it; a full buffer (its
 /// tasks have not read) or a controller away is tried again every INPUT_RETRY, the caller's
-/// next line waiting meanwhile.
-async fn push(node: &str, key: StepKey, client: &Client, outbox: &mut Outbox) {
+/// next line waiting meanwhile. False when the caller (`rd`) hung up meanwhile: a task that
+/// never reads would otherwise keep its caller's agent pushing, and the step running, after
+/// the caller is gone.
+async fn push(
+    node: &str,
+    key: StepKey,
+    client: &Client,
+    outbox: &mut Outbox,
+    rd: &BufReader<OwnedReadHalf>,
+) -> bool {
     while !outbox.taken() {
         if !push_once(node, key, client, outbox).await {
             tokio::time::sleep(INPUT_RETRY).await;
+            if hung_up(rd).await {
+                return false;
+            }
         }
     }
+    true
+}
+
+/// Whether the caller closed its side of the connection, seen without reading (its next
+/// line may be waiting there, which is left for later).
+async fn hung_up(rd: &BufReader<OwnedReadHalf>) -> bool {
+    let now = rd.get_ref().ready(tokio::io::Interest::READABLE);
+    matches!(
+        tokio::time::timeout(Duration::ZERO, now).await,
+        Ok(Ok(r)) if r.is_read_closed()
+    )
 }
 
 /// After the input's end: asks, less often the longer nothing moves (up to DELIVER_WAIT_MAX),

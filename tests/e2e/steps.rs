@@ -471,6 +471,49 @@ fn a_step_stops_when_its_caller_is_killed_and_when_its_job_is_cancelled() {
     });
 }
 
+/// A caller killed while its step's tasks read none of its input, and more of it waits than
+/// the controller holds for the step: its agent, pushing that input again and again, sees the
+/// hang-up all the same, and the step is stopped. Before, the push went on until the job
+/// ended, and so did the step.
+#[test]
+fn a_step_stops_when_its_caller_is_killed_with_input_its_tasks_never_read() {
+    let test = "a_step_stops_when_its_caller_is_killed_with_input_its_tasks_never_read";
+    if !can_run(test) {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    let w = wharf_bin();
+    let script = format!(
+        "head -c 16000000 /dev/zero | {w} step -- sleep 300 & sleep 3; kill -9 $!; sleep 300"
+    );
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", "-t", "2m", "--wrap", &script]));
+    let step = format!("wharf-{id}/wharf-{id}.s0.0");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cgroup_busy(&c.cgroup_parent, &step) {
+        assert!(Instant::now() < deadline, "the step never ran: {}", c.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.job(id)["steps"][0]["exit"].is_null() {
+        assert!(
+            Instant::now() < deadline,
+            "the step outlived its caller: {}\n{}",
+            c.job(id),
+            c.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        c.job(id)["steps"][0]["exit"]["cancelled"],
+        true,
+        "{}",
+        c.job(id)
+    );
+    assert!(!cgroup_busy(&c.cgroup_parent, &step));
+    c.wharf(&["cancel", &id.to_string()]);
+}
+
 #[test]
 fn a_step_is_waited_for_through_a_restart_of_its_agent() {
     let test = "a_step_is_waited_for_through_a_restart_of_its_agent";
