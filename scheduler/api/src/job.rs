@@ -338,6 +338,10 @@ pub struct JobSpec {
     /// QoS asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qos: Option<String>,
+    /// An admin named `qos` (at submit or by an update): it holds whether or not the owner's
+    /// association grants it. Otherwise a QoS no longer granted holds the job (InvalidQOS).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub qos_by_admin: bool,
     /// GPU type asked for, lower case; `None` takes any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_type: Option<String>,
@@ -668,6 +672,7 @@ impl JobRequest {
                 Some(q) => Some(validate_name("qos", q)?),
                 None => None,
             },
+            qos_by_admin: false,
             gpu_type: match &self.gpu_type {
                 Some(_) if gpus == 0 => {
                     return Err("`gpu_type` needs `gpus` of at least 1, e.g. --gpus h100:2".into())

@@ -474,6 +474,12 @@ pub enum PendingReason {
     /// Its array already runs as many tasks as its throttle (`--array ...%N`) allows.
     /// Decided by the caller, which knows the arrays.
     JobArrayTaskLimit,
+    /// Its QoS is no longer one its association may name (an admin took it out of the
+    /// association's `qos` list), and no admin set it. Decided by the caller.
+    InvalidQos {
+        /// The QoS.
+        qos: String,
+    },
     /// No node of its partition matches its constraint, node list and excluded nodes.
     NoNodeMatches {
         /// What is missing, in words.
@@ -507,6 +513,7 @@ impl PendingReason {
             PendingReason::Limit(l) => l.code(),
             PendingReason::DependencyNeverSatisfied { .. } => "DependencyNeverSatisfied",
             PendingReason::JobArrayTaskLimit => "JobArrayTaskLimit",
+            PendingReason::InvalidQos { .. } => "InvalidQOS",
             PendingReason::NoNodeMatches { .. } => "BadConstraints",
             // Slurm shows a preemptor waiting for its victims as waiting for resources.
             PendingReason::Preempting { .. } => "Resources",
@@ -618,6 +625,12 @@ impl fmt::Display for PendingReason {
             PendingReason::JobArrayTaskLimit => write!(
                 f,
                 "{code}: its array already runs as many tasks as its --array %N throttle allows"
+            ),
+            PendingReason::InvalidQos { qos } => write!(
+                f,
+                "{code}: QoS {qos} is no longer one its account lets it use; an admin grants \
+                 it again (`wharf admin account modify ACCOUNT --qos ...`), or move the job to \
+                 another QoS (`wharf update JOB --qos QOS`)"
             ),
             PendingReason::NoNodeMatches { what } => write!(
                 f,

@@ -8,8 +8,8 @@ use wharf_api::wire::ErrorKind;
 use wharf_api::{JobId, JobRecord, JobSpec, JobState, NodeAlloc, Resources, Stop};
 use wharf_core::cycle::{self, JobFacts};
 use wharf_core::{
-    limits, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PendingJob, Request, Selection,
-    State as SchedState, UsageLedger,
+    limits, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PendingJob, PendingReason,
+    Request, Selection, State as SchedState, UsageLedger,
 };
 
 use super::{Caller, Cluster, Failure};
@@ -36,6 +36,8 @@ impl Cluster {
         let throttled = self.apply_array_throttles(&mut state);
         // A job that depends on a task held back by its throttle still waits for it.
         state.outside.extend(throttled);
+        let revoked = self.hold_revoked_qos(&mut state);
+        state.outside.extend(revoked);
         state.reserved = std::mem::take(&mut self.reserved);
         let plan = self.scheduler.schedule(now, &state, &self.sched);
         self.reserved = wharf_core::kept_reservations(&plan);
@@ -392,6 +394,44 @@ impl Cluster {
     /// Refuses an unknown QoS, one the job's association (of `owner`) may not use, and a
     /// negative nice, from anyone but an admin (it would raise the job above others): the
     /// core's shared admission ([`cycle::admit_qos`]).
+    /// Holds back (`InvalidQOS`, as Slurm) the pending jobs in `state` whose QoS their
+    /// association no longer grants, or that no longer exists, unless an admin set it.
+    /// Returns them; the next pass looks again, so a grant given back releases them.
+    pub(super) fn hold_revoked_qos(&mut self, state: &mut SchedState) -> Vec<JobId> {
+        if self.sched.accounts.is_empty() {
+            return Vec::new();
+        }
+        let mut held: Vec<(JobId, String)> = Vec::new();
+        state.pending.retain(|p| {
+            let Some(job) = self.jobs.get(&p.id) else {
+                return true;
+            };
+            let Some(spec) = job.spec.as_ref().filter(|s| !s.qos_by_admin) else {
+                return true;
+            };
+            let Some(qos) = spec.qos.as_deref() else {
+                return true;
+            };
+            let assoc = self.assoc_for(Some(spec), &job.owner.user);
+            let granted = cycle::admit_qos(&self.sched, Some(qos), 0, false, &assoc).is_ok();
+            if !granted {
+                held.push((p.id, qos.to_string()));
+            }
+            granted
+        });
+        for (id, qos) in &held {
+            let reason = PendingReason::InvalidQos { qos: qos.clone() };
+            let words = reason.to_string();
+            self.jobs.edit(*id, |rec| {
+                rec.reason = Some(words);
+                rec.pending_reason = Some(reason);
+                rec.priority = None;
+                rec.expected_start = None;
+            });
+        }
+        held.into_iter().map(|(id, _)| id).collect()
+    }
+
     /// Only what `check` names is checked ([`Checked`]): an update answers for what it
     /// changes, not for a QoS or a nice an admin set.
     pub(super) fn check_qos_and_nice(

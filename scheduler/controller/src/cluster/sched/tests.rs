@@ -1338,3 +1338,85 @@ fn a_report_older_than_one_already_taken_is_not_taken() {
     assert!(!c.ingest(&restarted, 1_400).unwrap().stale);
     assert!(!c.jobs.contains_key(&id), "taken for lost, it ended");
 }
+
+/// A QoS taken out of an association's list holds the jobs queued under it (InvalidQOS, as
+/// Slurm), until it is granted again; one an admin set holds whatever the list says.
+#[test]
+fn a_revoked_qos_holds_its_queued_jobs_until_granted_again_unless_an_admin_set_it() {
+    use wharf_core::limits::AssocLimits;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    config.qos.push(wharf_core::Qos {
+        name: "urgent".into(),
+        priority: 10,
+    });
+    config.accounts.push(wharf_core::Account {
+        name: "lab".into(),
+        parent: None,
+        shares: 1,
+    });
+    for user in ["ann", "bob"] {
+        config.users.push(wharf_core::UserShares {
+            user: user.into(),
+            account: "lab".into(),
+            shares: 1,
+        });
+    }
+    let mut c = cluster_with(&dir, config);
+    let grant = |c: &mut Cluster, list: &[&str]| {
+        c.sched.limits.accounts.insert(
+            "lab".into(),
+            AssocLimits {
+                qos: Some(list.iter().map(|q| q.to_string()).collect()),
+                ..Default::default()
+            },
+        );
+    };
+    grant(&mut c, &["urgent"]);
+    let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
+    let mut root = caller(0, "root");
+    root.admin = true;
+    let urgent = |gpus| JobRequest {
+        qos: Some("urgent".into()),
+        gpus: Some(gpus),
+        ..Default::default()
+    };
+    // The node's 3 GPUs are taken, so both wait.
+    let busy = submit_job(&mut c, &ann, urgent(3), 1).unwrap();
+    c.schedule(2).unwrap();
+    assert_eq!(record(&c, busy).state, JobState::Starting);
+    let mine = submit_job(&mut c, &ann, urgent(1), 3).unwrap();
+    let set = submit_job(&mut c, &bob, JobRequest::default(), 3).unwrap();
+    grant(&mut c, &[]);
+    let moved = wharf_api::wire::UpdateRequest {
+        qos: Some("urgent".into()),
+        ..Default::default()
+    };
+    c.update(&root, set, &moved, 4).unwrap();
+    c.schedule(5).unwrap();
+    let held = record(&c, mine);
+    assert_eq!(
+        held.pending_reason,
+        Some(PendingReason::InvalidQos {
+            qos: "urgent".into()
+        }),
+        "{:?}",
+        held.reason
+    );
+    assert!(held
+        .reason
+        .unwrap()
+        .starts_with("InvalidQOS: QoS urgent is no longer"));
+    // The job an admin moved into it waits only for resources.
+    assert_ne!(
+        record(&c, set).pending_reason.map(|r| r.code()),
+        Some("InvalidQOS")
+    );
+    // Granted again: it waits for resources like any other.
+    grant(&mut c, &["urgent"]);
+    c.schedule(6).unwrap();
+    assert_ne!(
+        record(&c, mine).pending_reason.map(|r| r.code()),
+        Some("InvalidQOS")
+    );
+}
