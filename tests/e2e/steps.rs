@@ -415,6 +415,38 @@ fn cgroup_busy(parent: &str, name: &str) -> bool {
         })
 }
 
+/// Submits, as alice, a job whose step 0 (`sleep 300`, which reads nothing) is sent `bytes`
+/// of input by a caller killed 3 s in; the job's script then runs `then`.
+fn step_with_killed_caller(c: &Cluster, bytes: u64, then: &str) -> u64 {
+    let alice = user("wharf-alice");
+    let w = wharf_bin();
+    let script =
+        format!("head -c {bytes} /dev/zero | {w} step -- sleep 300 & sleep 3; kill -9 $!; {then}");
+    submitted_id(&c.wharf_as(&alice, &["submit", "-t", "2m", "--wrap", &script]))
+}
+
+/// Whether step `step` of job `id` (one task on the node) has processes.
+fn step_busy(c: &Cluster, id: u64, step: u32) -> bool {
+    cgroup_busy(
+        &c.cgroup_parent,
+        &format!("wharf-{id}/wharf-{id}.s{step}.0"),
+    )
+}
+
+/// Waits (20 s at most) until `done`, failing with `what`, job `id` and the log.
+fn wait_for(c: &Cluster, id: u64, what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {}\n{}",
+            c.job(id),
+            c.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn a_step_stops_when_its_caller_is_killed_and_when_its_job_is_cancelled() {
     let test = "a_step_stops_when_its_caller_is_killed_and_when_its_job_is_cancelled";
@@ -422,38 +454,17 @@ fn a_step_stops_when_its_caller_is_killed_and_when_its_job_is_cancelled() {
         return;
     }
     let c = Cluster::start();
-    let alice = user("wharf-alice");
-    let w = wharf_bin();
     // Step 0's caller is killed after a while; step 1 runs until the job is cancelled. Step
-    // 0's task reads none of the 2 MB its caller sent, all of it and its end taken by then:
-    // the caller's agent, still asking whether the task has it all, sees the hang-up too.
-    let script = format!(
-        "head -c 2000000 /dev/zero | {w} step -- sleep 300 & sleep 3; kill -9 $!; \
-         {w} step -- sleep 300; echo never"
-    );
-    let id = submitted_id(&c.wharf_as(&alice, &["submit", "-t", "2m", "--wrap", &script]));
-    let step_cgroup = |s: u32| format!("wharf-{id}/wharf-{id}.s{s}.0");
-    let wait_for = |what: &str, f: &dyn Fn() -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !f() {
-            assert!(
-                Instant::now() < deadline,
-                "{what}: {}\n{}",
-                c.job(id),
-                c.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
-    wait_for("step 1 runs", &|| {
-        cgroup_busy(&c.cgroup_parent, &step_cgroup(1))
-    });
+    // 0's task reads none of the 2 MB its caller sent, all of it and its end taken by then
+    // (on an idle machine): the caller's agent, still asking whether the task has it all,
+    // sees the hang-up too.
+    let w = wharf_bin();
+    let id = step_with_killed_caller(&c, 2_000_000, &format!("{w} step -- sleep 300; echo never"));
+    wait_for(&c, id, "step 1 runs", || step_busy(&c, id, 1));
     // Its caller gone, step 0 was stopped.
-    wait_for("step 0 stopped", &|| {
-        !cgroup_busy(&c.cgroup_parent, &step_cgroup(0))
-    });
+    wait_for(&c, id, "step 0 stopped", || !step_busy(&c, id, 0));
     // Its processes gone, its end still has to reach the controller.
-    wait_for("step 0's end recorded", &|| {
+    wait_for(&c, id, "step 0's end recorded", || {
         !c.job(id)["steps"][0]["exit"].is_null()
     });
     let steps = c.job(id)["steps"].clone();
@@ -461,10 +472,8 @@ fn a_step_stops_when_its_caller_is_killed_and_when_its_job_is_cancelled() {
     c.wharf(&["cancel", &id.to_string()]);
     let job = c.wait_done(id, Duration::from_secs(30));
     assert_eq!(job["state"], "CANCELLED", "{job}");
-    wait_for("step 1 stopped", &|| {
-        !cgroup_busy(&c.cgroup_parent, &step_cgroup(1))
-    });
-    wait_for("both steps recorded as cancelled", &|| {
+    wait_for(&c, id, "step 1 stopped", || !step_busy(&c, id, 1));
+    wait_for(&c, id, "both steps recorded as cancelled", || {
         let job = c.job(id);
         let steps = job["steps"].as_array().cloned().unwrap_or_default();
         steps.len() == 2 && steps.iter().all(|s| s["exit"]["cancelled"] == true)
@@ -482,35 +491,14 @@ fn a_step_stops_when_its_caller_is_killed_with_input_its_tasks_never_read() {
         return;
     }
     let c = Cluster::start();
-    let alice = user("wharf-alice");
-    let w = wharf_bin();
-    let script = format!(
-        "head -c 16000000 /dev/zero | {w} step -- sleep 300 & sleep 3; kill -9 $!; sleep 300"
-    );
-    let id = submitted_id(&c.wharf_as(&alice, &["submit", "-t", "2m", "--wrap", &script]));
-    let step = format!("wharf-{id}/wharf-{id}.s0.0");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cgroup_busy(&c.cgroup_parent, &step) {
-        assert!(Instant::now() < deadline, "the step never ran: {}", c.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while c.job(id)["steps"][0]["exit"].is_null() {
-        assert!(
-            Instant::now() < deadline,
-            "the step outlived its caller: {}\n{}",
-            c.job(id),
-            c.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    assert_eq!(
-        c.job(id)["steps"][0]["exit"]["cancelled"],
-        true,
-        "{}",
-        c.job(id)
-    );
-    assert!(!cgroup_busy(&c.cgroup_parent, &step));
+    let id = step_with_killed_caller(&c, 16_000_000, "sleep 300");
+    wait_for(&c, id, "the step never ran", || step_busy(&c, id, 0));
+    wait_for(&c, id, "the step outlived its caller", || {
+        !c.job(id)["steps"][0]["exit"].is_null()
+    });
+    let steps = c.job(id)["steps"].clone();
+    assert_eq!(steps[0]["exit"]["cancelled"], true, "{steps}");
+    assert!(!step_busy(&c, id, 0));
     c.wharf(&["cancel", &id.to_string()]);
 }
 
