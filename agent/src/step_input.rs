@@ -417,14 +417,17 @@ fn find_tasks(jobs: &std::path::Path, tasks: &mut BTreeMap<PathBuf, Option<Task>
             // Opened by an agent before this one: on from what it wrote, unless it had
             // written the end or the task took no more.
             let told = dir.stdin_closed().exists();
+            let held = dir.stdin_held().exists();
+            if !held && !told && dir.stdin_ready().exists() {
+                // A shim from before holds no writer: its task read its end as the agent
+                // went. A shim of now may still be taking one (it writes `held` after
+                // `ready`, and the agent went between): told the end, it lets go at its first
+                // look, rather than hold the pipe open with nobody to end it.
+                let _ = JobDir::write_private(&dir.stdin_end(), b"");
+            }
             let pipe = if !dir.stdin_ready().exists() {
                 Pipe::Opening { resume: None }
-            } else if told
-                || dir.stdin_end().exists()
-                // A shim from before holds no writer: its task read its end as the agent
-                // went.
-                || !dir.stdin_held().exists()
-            {
+            } else if told || !held || dir.stdin_end().exists() {
                 Pipe::Closed {
                     offset: written_before(dir),
                     told,

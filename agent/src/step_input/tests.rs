@@ -148,6 +148,11 @@ fn only_step_tasks_that_take_input_are_pumped_and_a_restart_goes_on_from_what_wa
             s("7.s4.0", Some("Closed { offset: 2, told: false }")),
         ]
     );
+    // Step 4's end is written: a shim of now that took its writer after the agent went
+    // lets it go, and its task reads its end rather than wait for ever.
+    let dir = |name: &str| JobDir::new(jobs.join(name));
+    assert!(dir("7.s4.0").stdin_end().exists());
+    assert!(!dir("7.s3.0").stdin_end().exists(), "told: nothing to end");
     // The resumed pipe: its task still reads (the shim's reader), so it is opened again at
     // the count, without telling the shim twice; then the task closes its input.
     nix::unistd::mkfifo(
