@@ -63,6 +63,18 @@ impl ArrayShape {
     pub fn is_unknown(&self) -> bool {
         self.count == 0
     }
+
+    /// Where `task` is among the array's tasks (0 for the first), when the array is evenly
+    /// spaced and `task` one of its ids: its tasks are stored in that order from the array's
+    /// id, so task `task` is job `id + place`. `None` otherwise (not one of its ids, or an
+    /// array whose ids are not evenly spaced, whose place can only be searched for).
+    pub fn place(&self, task: u32) -> Option<u32> {
+        let spaced = self.step > 0
+            && u64::from(self.max.saturating_sub(self.min))
+                == u64::from(self.step) * u64::from(self.count.saturating_sub(1));
+        (spaced && (self.min..=self.max).contains(&task) && (task - self.min) % self.step == 0)
+            .then(|| (task - self.min) / self.step)
+    }
 }
 
 impl ArraySpec {
@@ -194,6 +206,26 @@ impl std::fmt::Display for ArraySpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_task_has_a_place_in_an_evenly_spaced_array_only() {
+        let place = |spec: &str, task| parse_array(spec).unwrap().shape().place(task);
+        assert_eq!(place("0-12:4", 0), Some(0));
+        assert_eq!(place("0-12:4", 8), Some(2));
+        assert_eq!(place("0-12:4", 12), Some(3));
+        assert_eq!(place("0-12:4", 5), None, "not one of its ids");
+        assert_eq!(place("0-12:4", 16), None, "past its last");
+        assert_eq!(place("3-9", 3), Some(0));
+        assert_eq!(place("3-9", 2), None);
+        // Not evenly spaced: searched for, never guessed.
+        assert_eq!(place("1,2,7", 2), None);
+        assert_eq!(place("1,2,7", 7), None);
+        assert_eq!(
+            ArrayShape::default().place(0),
+            None,
+            "a record from before shapes"
+        );
+    }
 
     #[test]
     fn an_arrays_shape_is_its_count_range_and_even_step_else_one() {
