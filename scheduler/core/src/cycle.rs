@@ -80,27 +80,25 @@ pub fn assoc(config: &Config, account: Option<&str>, user: &str) -> Assoc {
 /// The QoS the users of `assoc` may name, besides the default QoS (which anyone may): the
 /// user association's list, else the nearest account's up the tree that sets one (Slurm's
 /// association `QOS`, inherited from the parent). `None` when none sets any.
-pub fn allowed_qos<'a>(config: &'a Config, assoc: &Assoc) -> Option<&'a [String]> {
+pub fn allowed_qos<'a>(config: &'a Config, assoc: &'a Assoc) -> Option<&'a [String]> {
     let l = &config.limits;
-    if let Some(list) = l.users.get(assoc).and_then(|u| u.qos.as_deref()) {
-        return Some(list);
-    }
-    let mut at = Some(assoc.account.as_str());
-    let mut seen = 0;
-    while let Some(name) = at {
-        if let Some(list) = l.accounts.get(name).and_then(|a| a.qos.as_deref()) {
-            return Some(list);
-        }
-        // The tree is checked for cycles where it is made; a bound all the same.
-        seen += 1;
-        if seen > config.accounts.len() {
-            break;
-        }
-        at = (config.accounts.iter())
-            .find(|a| a.name == name)
-            .and_then(|a| a.parent.as_deref());
-    }
-    None
+    l.users
+        .get(assoc)
+        .and_then(|u| u.qos.as_deref())
+        .or_else(|| {
+            (crate::limits::lineage(config, &assoc.account).into_iter())
+                .find_map(|a| l.accounts.get(a)?.qos.as_deref())
+        })
+}
+
+/// Whether the users of `assoc` may name QoS `qos` (defined, and granted: see
+/// [`allowed_qos`]; anyone may name the default, and any where there are no accounts).
+/// What [`admit_qos`] refuses at submit, and what holds a queued job whose grant went.
+pub fn qos_granted(config: &Config, assoc: &Assoc, qos: &str) -> bool {
+    config.qos.iter().any(|d| d.name == qos)
+        && (config.accounts.is_empty()
+            || config.limits.default_qos.as_deref() == Some(qos)
+            || allowed_qos(config, assoc).is_some_and(|l| l.iter().any(|a| a == qos)))
 }
 
 /// The QoS a job runs in: the one it names, else the configured default.
@@ -423,14 +421,9 @@ pub fn admit_qos(
         // Granted per association once there are associations (as accounts are enforced
         // then, see the controller's `check_account`); a cluster without accounts has
         // nobody to grant a QoS to, and any may be named.
-        let default = config.limits.default_qos.as_deref();
-        let allowed = allowed_qos(config, assoc);
-        let enforced = !config.accounts.is_empty();
-        if enforced
-            && !admin
-            && default != Some(q)
-            && !allowed.is_some_and(|l| l.iter().any(|a| a == q))
-        {
+        if !admin && !qos_granted(config, assoc, q) {
+            let default = config.limits.default_qos.as_deref();
+            let allowed = allowed_qos(config, assoc);
             let may = match (allowed.filter(|l| !l.is_empty()), default) {
                 (Some(l), _) => format!("it may use {}", l.join(", ")),
                 (None, Some(d)) => format!("it may use the default QoS {d} only"),

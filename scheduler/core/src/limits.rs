@@ -202,7 +202,7 @@ impl Held {
 }
 
 /// The account and its ancestors, nearest first (an unknown account is its own root).
-fn lineage<'a>(config: &'a Config, account: &'a str) -> Vec<&'a str> {
+pub(crate) fn lineage<'a>(config: &'a Config, account: &'a str) -> Vec<&'a str> {
     let mut out = vec![account];
     let mut at = account;
     // Bounded by the number of accounts, so a cycle in a hand-built config cannot loop.

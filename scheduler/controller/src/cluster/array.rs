@@ -62,14 +62,8 @@ impl Cluster {
         let limited = cycle::throttle_arrays(&mut state.pending, tasks, |id| {
             self.jobs.get(&id).and_then(|j| j.array)
         });
-        let words = PendingReason::JobArrayTaskLimit.to_string();
         for id in &limited {
-            self.jobs.edit(*id, |rec| {
-                rec.reason = Some(words.clone());
-                rec.pending_reason = Some(PendingReason::JobArrayTaskLimit);
-                rec.priority = None;
-                rec.expected_start = None;
-            });
+            self.hold_back(*id, PendingReason::JobArrayTaskLimit);
         }
         limited
     }
@@ -112,8 +106,8 @@ impl Cluster {
         let shape = (self.jobs.range(id..id.saturating_add(span)).next())
             .and_then(|j| j.array.filter(|a| a.job_id == id))
             .map(|a| a.shape);
-        if let Some(s) = shape.filter(|s| s.step > 0 && task >= s.min) {
-            let at = id.saturating_add(JobId::from((task - s.min) / s.step));
+        if let Some(place) = shape.and_then(|s| s.place(task)) {
+            let at = id.saturating_add(JobId::from(place));
             if let Some(j) = self.jobs.get(&at).filter(|j| is_it(j)) {
                 return Ok((j.id, j.state));
             }

@@ -391,9 +391,6 @@ impl Cluster {
         ))
     }
 
-    /// Refuses an unknown QoS, one the job's association (of `owner`) may not use, and a
-    /// negative nice, from anyone but an admin (it would raise the job above others): the
-    /// core's shared admission ([`cycle::admit_qos`]).
     /// Holds back (`InvalidQOS`, as Slurm) the pending jobs in `state` whose QoS their
     /// association no longer grants, or that no longer exists, unless an admin set it.
     /// Returns them; the next pass looks again, so a grant given back releases them.
@@ -413,25 +410,34 @@ impl Cluster {
                 return true;
             };
             let assoc = self.assoc_for(Some(spec), &job.owner.user);
-            let granted = cycle::admit_qos(&self.sched, Some(qos), 0, false, &assoc).is_ok();
+            let granted = cycle::qos_granted(&self.sched, &assoc, qos);
             if !granted {
                 held.push((p.id, qos.to_string()));
             }
             granted
         });
         for (id, qos) in &held {
-            let reason = PendingReason::InvalidQos { qos: qos.clone() };
-            let words = reason.to_string();
-            self.jobs.edit(*id, |rec| {
-                rec.reason = Some(words);
-                rec.pending_reason = Some(reason);
-                rec.priority = None;
-                rec.expected_start = None;
-            });
+            self.hold_back(*id, PendingReason::InvalidQos { qos: qos.clone() });
         }
         held.into_iter().map(|(id, _)| id).collect()
     }
 
+    /// Marks pending job `id` as held back from this pass by the caller for `reason`: it
+    /// has no priority and no expected start until a pass considers it again.
+    pub(super) fn hold_back(&mut self, id: JobId, reason: PendingReason) {
+        let words = reason.to_string();
+        self.jobs.edit(id, |rec| {
+            rec.reason = Some(words);
+            rec.pending_reason = Some(reason);
+            rec.priority = None;
+            rec.expected_start = None;
+        });
+    }
+
+    /// Refuses an unknown QoS, one the job's association (of `owner`) may not use, and a
+    /// negative nice, from anyone but an admin (it would raise the job above others): the
+    /// core's shared admission ([`cycle::admit_qos`]).
+    ///
     /// Only what `check` names is checked ([`Checked`]): an update answers for what it
     /// changes, not for a QoS or a nice an admin set.
     pub(super) fn check_qos_and_nice(
