@@ -93,17 +93,17 @@ fn backlog_words(node: &str) -> String {
 /// few GiB), far below what a task could take with `fallocate`.
 pub const EXCESS_BLOCKS: u64 = 16 << 30;
 
-/// Whether a captured stream, punched out up to `punched`, holds more than `limit` unread
-/// bytes ([`BACKLOG_BYTES`]) by its length, or disk blocks more than `excess`
+/// Whether a captured stream, punched out up to `punched`, holds more than [`BACKLOG_BYTES`]
+/// unread bytes by its length, or disk blocks more than `excess`
 /// ([`EXCESS_BLOCKS`]) past those. The task holds the file as its own stdout or stderr, so
 /// it may allocate blocks that its length does not show (`fallocate` with
 /// `FALLOC_FL_KEEP_SIZE`); those are root's, past every user quota. (Where holes cannot be
 /// punched, the punched offset stays 0 and the length counts all of it.)
-fn over_backlog(meta: &std::fs::Metadata, punched: u64, limit: u64, excess: u64) -> bool {
+fn over_backlog(meta: &std::fs::Metadata, punched: u64, excess: u64) -> bool {
     use std::os::unix::fs::MetadataExt;
     let unread = meta.len().saturating_sub(punched);
     let allocated = meta.blocks().saturating_mul(512);
-    unread > limit || allocated > unread.saturating_add(excess)
+    unread > BACKLOG_BYTES || allocated > unread.saturating_add(excess)
 }
 
 /// Stops step task `t` with `reason`, unless it has ended or is being stopped.
@@ -295,7 +295,7 @@ async fn pass(
             let t = &tasks[p];
             let backlog = t.streams.iter().any(|&(stream, _, punched)| {
                 std::fs::symlink_metadata(t.dir.captured(stream == Stream::Stderr))
-                    .is_ok_and(|m| over_backlog(&m, punched, BACKLOG_BYTES, EXCESS_BLOCKS))
+                    .is_ok_and(|m| over_backlog(&m, punched, EXCESS_BLOCKS))
             });
             if backlog {
                 stop_task(launcher, t, &backlog_words(node));
@@ -530,14 +530,14 @@ mod tests {
         let path = dir.path().join("stdout");
         let f = std::fs::File::create(&path).unwrap();
         let meta = || std::fs::symlink_metadata(&path).unwrap();
-        assert!(!over_backlog(&meta(), 0, BACKLOG_BYTES, EXCESS_BLOCKS));
+        assert!(!over_backlog(&meta(), 0, EXCESS_BLOCKS));
         // A task that wrote (or seeked) past the backlog with nothing read yet.
         f.set_len(BACKLOG_BYTES + 1).unwrap();
         let len = meta().len();
-        assert!(over_backlog(&meta(), 0, BACKLOG_BYTES, EXCESS_BLOCKS));
+        assert!(over_backlog(&meta(), 0, EXCESS_BLOCKS));
         // The same once its caller read all but the backlog.
-        assert!(!over_backlog(&meta(), 1, BACKLOG_BYTES, EXCESS_BLOCKS));
-        assert!(!over_backlog(&meta(), len, BACKLOG_BYTES, EXCESS_BLOCKS));
+        assert!(!over_backlog(&meta(), 1, EXCESS_BLOCKS));
+        assert!(!over_backlog(&meta(), len, EXCESS_BLOCKS));
         // Blocks allocated past its length count too (here 2 MiB against 1 MiB allowed
         // over what is unread): its length alone says nothing is held.
         let kept = dir.path().join("stderr");
@@ -553,8 +553,8 @@ mod tests {
         assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
         let m = std::fs::symlink_metadata(&kept).unwrap();
         assert_eq!(m.len(), 0);
-        assert!(over_backlog(&m, 0, BACKLOG_BYTES, 1 << 20));
-        assert!(!over_backlog(&m, 0, BACKLOG_BYTES, 4 << 20));
+        assert!(over_backlog(&m, 0, 1 << 20));
+        assert!(!over_backlog(&m, 0, 4 << 20));
         assert!(
             backlog_words("n1").contains("256 MiB"),
             "{}",

@@ -116,17 +116,16 @@ fn controller_tls(file: &FileConfig) -> Result<wharf_client::Tls> {
         .controller_ca
         .clone()
         .unwrap_or_else(|| join_token_file(file).with_file_name("ca.pem"));
-    if !ca.exists() {
-        anyhow::bail!(
+    wharf_client::Tls::from_ca_file(&ca).map_err(|e| match ca.try_exists() {
+        Ok(false) => anyhow::anyhow!(
             "the controller {} speaks TLS, checked with its certificate authority, and {} is \
              missing: copy the controller's ca.pem (in its state directory) there, or set \
              agent.controller_ca",
             file.agent.controller,
             ca.display()
-        );
-    }
-    wharf_client::Tls::from_ca_file(&ca)
-        .map_err(|e| anyhow::anyhow!("the controller's certificate authority {e}"))
+        ),
+        _ => anyhow::anyhow!("the controller's certificate authority {e}"),
+    })
 }
 
 /// Runs until killed.

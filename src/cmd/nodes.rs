@@ -152,7 +152,6 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     Ok(0)
 }
 
-/// The `--partitions` table.
 /// Posts an admin's change of `node` to `path` and prints the answer (`json`, else `said`);
 /// a refusal is printed on standard error with exit status 1.
 async fn post_change<B: serde::Serialize, T: serde::Serialize + serde::de::DeserializeOwned>(
@@ -180,6 +179,7 @@ async fn post_change<B: serde::Serialize, T: serde::Serialize + serde::de::Deser
     }
 }
 
+/// The `--partitions` table.
 fn partition_table(list: &PartitionList) -> output::Table {
     let mut t = output::table(&[
         "PARTITION",
