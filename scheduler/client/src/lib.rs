@@ -141,28 +141,38 @@ pub fn random_hex(n: usize) -> std::io::Result<String> {
 #[derive(Debug, Clone)]
 pub struct Tls(std::sync::Arc<rustls::ClientConfig>);
 
+/// The cryptography both ends of the TCP port use.
+pub fn tls_provider() -> std::sync::Arc<rustls::crypto::CryptoProvider> {
+    std::sync::Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The certificates of the authority in `ca_file` (PEM), as roots of trust; an error names
+/// the file.
+pub fn tls_roots(ca_file: &std::path::Path) -> Result<rustls::RootCertStore, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let what = |e: &dyn std::fmt::Display| format!("{}: {e}", ca_file.display());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca_file).map_err(|e| what(&e))? {
+        roots
+            .add(cert.map_err(|e| what(&e))?)
+            .map_err(|e| what(&e))?;
+    }
+    if roots.is_empty() {
+        return Err(what(&"holds no certificate"));
+    }
+    Ok(roots)
+}
+
 impl Tls {
     /// Trusts the certificate authority in `ca_file` (PEM) and nothing else.
     pub fn from_ca_file(ca_file: &std::path::Path) -> Result<Tls, String> {
-        use rustls::pki_types::pem::PemObject;
-        use rustls::pki_types::CertificateDer;
-        let what = |e: &dyn std::fmt::Display| format!("{}: {e}", ca_file.display());
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_file_iter(ca_file).map_err(|e| what(&e))? {
-            roots
-                .add(cert.map_err(|e| what(&e))?)
-                .map_err(|e| what(&e))?;
-        }
-        if roots.is_empty() {
-            return Err(what(&"holds no certificate"));
-        }
-        let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| what(&e))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        let roots = tls_roots(ca_file)?;
+        let config = rustls::ClientConfig::builder_with_provider(tls_provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| format!("{}: {e}", ca_file.display()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
         Ok(Tls(std::sync::Arc::new(config)))
     }
 

@@ -26,6 +26,7 @@ use rustls::client::danger::ServerCertVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use wharf_api::wire::CONTROLLER_TLS_NAME;
+use wharf_client::tls_provider as provider;
 
 /// The authority's certificate, for the agents.
 pub const CA_FILE: &str = "ca.pem";
@@ -94,12 +95,7 @@ fn is_file(path: &Path) -> io::Result<bool> {
 /// [`CONTROLLER_TLS_NAME`] that the authority signed, so that a restore that mixed the
 /// files of two authorities stops the controller here, not every agent later.
 fn signed_by_authority(chain: &[CertificateDer<'static>], ca_file: &Path) -> Result<(), String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(ca_file).map_err(|e| e.to_string())? {
-        roots
-            .add(cert.map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
-    }
+    let roots = wharf_client::tls_roots(ca_file)?;
     let verifier =
         rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
             .build()
@@ -111,11 +107,6 @@ fn signed_by_authority(chain: &[CertificateDer<'static>], ca_file: &Path) -> Res
         .verify_server_cert(leaf, rest, &name, &[], rustls::pki_types::UnixTime::now())
         .map(|_| ())
         .map_err(|e| format!("not what agents trusting {} accept: {e}", ca_file.display()))
-}
-
-/// The cryptography both ends use.
-pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// Makes the authority and the controller's certificate and key, `ca.pem` last.
