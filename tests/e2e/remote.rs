@@ -73,9 +73,9 @@ fn agent_joins_over_tcp_only_with_the_token() {
 }
 
 /// The TCP port speaks TLS alone, with a certificate that only the controller's own
-/// authority signs: the node keys, the jobs' commands and environments, and the steps'
-/// input and output never cross the network in the clear, and an agent given another
-/// authority never joins. Every byte between an agent and the controller is relayed here
+/// authority signs: the node keys, the join token and the jobs' commands and environments
+/// (like everything else on the port) never cross the network in the clear, and an agent
+/// given another authority never joins. Every byte between an agent and the controller is relayed here
 /// and read: on the code that served plain HTTP, the node's key, the join token, the job's
 /// environment and its command were all in it, and every route's name.
 #[test]
@@ -107,37 +107,38 @@ fn agents_and_controller_speak_only_tls_checked_by_the_controllers_authority() {
     );
 
     // A probe talks to no controller, and needs no authority.
-    let probe = Command::new(wharf_bin())
-        .args([
-            "agent",
-            "--probe",
-            "--controller",
-            &format!("127.0.0.1:{}", c.port),
-        ])
-        .arg("--controller-ca")
-        .arg(d.join("nowhere/ca.pem"))
-        .output()
-        .unwrap();
-    assert!(probe.status.success(), "{}", stderr(&probe));
+    let (status, said) = exits_within(
+        Command::new(wharf_bin())
+            .args([
+                "agent",
+                "--probe",
+                "--controller",
+                &format!("127.0.0.1:{}", c.port),
+            ])
+            .arg("--controller-ca")
+            .arg(d.join("nowhere/ca.pem")),
+        "a probe",
+    );
+    assert!(status.success(), "{said}");
 
     // An agent without the authority does not start, and says what to copy where.
     let missing = d.join("nowhere/ca.pem");
-    let out = Command::new(wharf_bin())
-        .args(["agent", "--controller", &format!("127.0.0.1:{}", c.port)])
-        .arg("--join-token-file")
-        .arg(c.token())
-        .arg("--controller-ca")
-        .arg(&missing)
-        .arg("--state-dir")
-        .arg(d.join("agent-without"))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
+    let (status, said) = exits_within(
+        Command::new(wharf_bin())
+            .args(["agent", "--controller", &format!("127.0.0.1:{}", c.port)])
+            .arg("--join-token-file")
+            .arg(c.token())
+            .arg("--controller-ca")
+            .arg(&missing)
+            .arg("--state-dir")
+            .arg(d.join("agent-without")),
+        "an agent without the authority",
+    );
+    assert!(!status.success());
     assert!(
-        stderr(&out).contains(&format!("{} is missing", missing.display()))
-            && stderr(&out).contains("copy the controller's ca.pem"),
-        "{}",
-        stderr(&out)
+        said.contains(&format!("{} is missing", missing.display()))
+            && said.contains("copy the controller's ca.pem"),
+        "{said}"
     );
 
     // An agent that trusts another authority (here: a copy of another controller's) never
@@ -299,29 +300,15 @@ fn a_second_agent_under_the_same_cgroup_parent_is_refused_at_start() {
         ),
     )
     .unwrap();
-    let mut second = Command::new(wharf_bin())
-        .args(["agent", "--config"])
-        .arg(&config)
-        .args(["--controller", &format!("127.0.0.1:{}", c.port)])
-        .args(["--node-name", "second", "--join-token-file"])
-        .arg(&token)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = second.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = second.kill();
-            let _ = second.wait();
-            panic!("a second agent under cgroup parent {parent} kept running");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let said = std::io::read_to_string(second.stderr.take().unwrap()).unwrap();
+    let (status, said) = exits_within(
+        Command::new(wharf_bin())
+            .args(["agent", "--config"])
+            .arg(&config)
+            .args(["--controller", &format!("127.0.0.1:{}", c.port)])
+            .args(["--node-name", "second", "--join-token-file"])
+            .arg(&token),
+        &format!("a second agent under cgroup parent {parent}"),
+    );
     assert!(!status.success());
     assert!(
         said.contains(&format!("under cgroup parent \"{parent}\""))
@@ -332,4 +319,29 @@ fn a_second_agent_under_the_same_cgroup_parent_is_refused_at_start() {
     // The first one still runs jobs.
     let run = c.wharf(&["run", "--", "/bin/echo", "still here"]);
     assert_eq!(stdout(&run), "still here\n", "{}", stderr(&run));
+}
+
+/// Runs `cmd` (an agent that must stop by itself) to its end, killing it and failing with
+/// `what` if it is still running after 20 s: its exit status and standard error.
+fn exits_within(cmd: &mut Command, what: &str) -> (std::process::ExitStatus, String) {
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::read_to_string(err).unwrap_or_default());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} kept running");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (status, reader.join().unwrap())
 }
