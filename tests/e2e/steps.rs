@@ -402,19 +402,6 @@ fn step_tasks_see_only_the_jobs_gpus_one_each_when_asked() {
     }
 }
 
-/// Whether any process is left in a cgroup named `name` under `parent` (a step task's leaf:
-/// `wharf-J/wharf-J.sS.L`).
-fn cgroup_busy(parent: &str, name: &str) -> bool {
-    wharf_runtime::cgroup_dirs(&format!("/{parent}/{name}"))
-        .iter()
-        .any(|d| {
-            !std::fs::read_to_string(d.join("cgroup.procs"))
-                .unwrap_or_default()
-                .trim()
-                .is_empty()
-        })
-}
-
 /// Submits, as alice, a job whose step 0 (`sleep 300`, which reads nothing) is sent `bytes`
 /// of input by a caller killed 3 s in; the job's script then runs `then`.
 fn step_with_killed_caller(c: &Cluster, bytes: u64, then: &str) -> u64 {
@@ -425,12 +412,10 @@ fn step_with_killed_caller(c: &Cluster, bytes: u64, then: &str) -> u64 {
     submitted_id(&c.wharf_as(&alice, &["submit", "-t", "2m", "--wrap", &script]))
 }
 
-/// Whether step `step` of job `id` (one task on the node) has processes.
+/// Whether step `step` of job `id` (one task on the node) has processes left.
 fn step_busy(c: &Cluster, id: u64, step: u32) -> bool {
-    cgroup_busy(
-        &c.cgroup_parent,
-        &format!("wharf-{id}/wharf-{id}.s{step}.0"),
-    )
+    let parent = &c.cgroup_parent;
+    !cgroup_procs(&format!("/{parent}/wharf-{id}/wharf-{id}.s{step}.0")).is_empty()
 }
 
 /// Waits (20 s at most) until `done`, failing with `what`, job `id` and the log.
@@ -517,22 +502,13 @@ fn a_step_is_waited_for_through_a_restart_of_its_agent() {
         "{w} step -- sh -c 'echo BEFORE; sleep 8; echo AFTER; exit 7'; echo RESULT STATUS=$?"
     );
     let id = submitted_id(&c.wharf_as(&alice, &["submit", "-t", "2m", "--wrap", &script]));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cgroup_busy(&c.cgroup_parent, &format!("wharf-{id}/wharf-{id}.s0.0")) {
-        assert!(Instant::now() < deadline, "the step never ran: {}", c.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for(&c, id, "the step never ran", || step_busy(&c, id, 0));
     // Its first line has reached the caller: the restarted agent sends it again (it is
     // still in the task's file), and the caller writes it only once.
     let out = home.join(format!("wharf-{id}.out"));
-    while !std::fs::read_to_string(&out).is_ok_and(|t| t.contains("BEFORE\n")) {
-        assert!(
-            Instant::now() < deadline,
-            "no output came back: {}",
-            c.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for(&c, id, "no output came back", || {
+        std::fs::read_to_string(&out).is_ok_and(|t| t.contains("BEFORE\n"))
+    });
     // Controller and agent die together and come back; the job and its step run on.
     c.kill9();
     c.spawn();
