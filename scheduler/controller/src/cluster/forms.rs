@@ -151,9 +151,10 @@ impl Cluster {
                 }),
             }
         }
-        state
-            .pending
-            .retain(|p| !never.iter().any(|n| n.job == p.id));
+        // Under `kill_invalid_dependency = false` such jobs stay and are found again each
+        // pass: a set keeps this linear in the queue, not queue × their number.
+        let gone: BTreeSet<JobId> = never.iter().map(|n| n.job).collect();
+        state.pending.retain(|p| !gone.contains(&p.id));
         Ok(never)
     }
 

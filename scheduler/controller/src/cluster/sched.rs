@@ -33,6 +33,9 @@ impl Cluster {
         }
         state.budget = self.budget_usage(now);
         let never = self.apply_dependencies(&mut state)?;
+        // Cancelled by this pass, or left queued: either way not gone yet, so a job that
+        // depends on one waits for it.
+        state.outside.extend(never.iter().map(|n| n.job));
         let throttled = self.apply_array_throttles(&mut state);
         // A job that depends on a task held back by its throttle still waits for it.
         state.outside.extend(throttled);

@@ -212,6 +212,46 @@ fn without_kill_invalid_dependency_the_child_stays_pending_with_the_reason() {
 }
 
 #[test]
+fn a_job_behind_one_whose_dependency_is_never_met_waits_for_it() {
+    for kill in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cluster(&dir).with_forms(crate::FormsConfig {
+            kill_invalid_dependency: kill,
+            ..Default::default()
+        });
+        let alice = caller(1001, "alice", false);
+        let bad = submit(&mut c, &alice, JobRequest::default(), 1);
+        c.schedule(5).unwrap();
+        end(&mut c, bad, 1, 10);
+        let mid = submit(&mut c, &alice, after(&format!("afterok:{bad}")), 11);
+        let on_ok = submit(&mut c, &alice, after(&format!("afterok:{mid}")), 12);
+        let on_any = submit(&mut c, &alice, after(&format!("afterany:{mid}")), 12);
+        c.schedule(20).unwrap();
+        // The pass that finds `mid` never met starts nothing that waits for it.
+        for id in [on_ok, on_any] {
+            let (s, r) = state(&c, id);
+            assert_eq!(s, JobState::Pending, "kill {kill}: job {id}: {r}");
+            assert!(r.starts_with("Dependency"), "kill {kill}: {r}");
+        }
+        c.schedule(30).unwrap();
+        if kill {
+            // Once `mid` is cancelled, what needed it to succeed never can, and what needed
+            // it only to end may start.
+            never_met(&c, &alice, on_ok, &format!("job {mid} ended CANCELLED"));
+            assert_eq!(state(&c, on_any).0, JobState::Starting);
+        } else {
+            // `mid` stays queued, so both still wait for it.
+            assert_eq!(state(&c, mid).0, JobState::Pending);
+            for id in [on_ok, on_any] {
+                let (s, r) = state(&c, id);
+                assert_eq!(s, JobState::Pending, "job {id}: {r}");
+                assert!(r.contains(&format!("job {mid}")), "{r}");
+            }
+        }
+    }
+}
+
+#[test]
 fn singleton_runs_one_job_of_a_name_at_a_time_per_user() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = cluster(&dir);
