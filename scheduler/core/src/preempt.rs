@@ -18,6 +18,7 @@
 //! for the waiting job, so that nothing behind it starts on them.
 
 use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
 
 use wharf_api::JobId;
 
@@ -45,7 +46,9 @@ type Cost = (u32, u32, Reverse<Time>, Reverse<JobId>);
 
 /// The running jobs of a pass as possible victims.
 pub(crate) struct Victims<'a> {
-    config: &'a Config,
+    /// Each QoS's `preempt` list less the QoS that can preempt it back, directly or through
+    /// others (itself included): jobs of such QoS would stop each other without end.
+    preempts: BTreeMap<&'a str, Vec<&'a str>>,
     jobs: Vec<Standing>,
     /// The lowest tier of a partition whose jobs may be preempted; `None`: none may.
     lowest_tier: Option<u32>,
@@ -60,10 +63,10 @@ impl<'a> Victims<'a> {
             .filter(|p| p.preempt_mode != PreemptMode::Off)
             .map(|p| p.tier)
             .min();
-        let any_qos = config.limits.qos.values().any(|l| !l.preempt.is_empty());
-        if lowest_tier.is_none() && !any_qos {
+        let preempts = acyclic_preempts(config);
+        if lowest_tier.is_none() && preempts.is_empty() {
             return Victims {
-                config,
+                preempts,
                 jobs: Vec::new(),
                 lowest_tier,
             };
@@ -91,7 +94,7 @@ impl<'a> Victims<'a> {
             .collect();
         jobs.sort_unstable_by_key(|s| s.id);
         Victims {
-            config,
+            preempts,
             jobs,
             lowest_tier,
         }
@@ -102,9 +105,9 @@ impl<'a> Victims<'a> {
         self.lowest_tier.is_some_and(|t| tier > t) || !self.preempts(qos).is_empty()
     }
 
-    fn preempts(&self, qos: Option<&str>) -> &[String] {
-        qos.and_then(|q| self.config.limits.qos.get(q))
-            .map_or(&[], |l| l.preempt.as_slice())
+    fn preempts(&self, qos: Option<&str>) -> &[&'a str] {
+        qos.and_then(|q| self.preempts.get(q))
+            .map_or(&[], |l| l.as_slice())
     }
 
     fn standing(&self, id: JobId) -> Option<&Standing> {
@@ -122,7 +125,7 @@ impl<'a> Victims<'a> {
         let listed = v
             .qos
             .as_ref()
-            .is_some_and(|vq| self.preempts(qos).contains(vq));
+            .is_some_and(|vq| self.preempts(qos).contains(&vq.as_str()));
         (listed && v.qos_mode != PreemptMode::Off).then_some(v.qos_mode)
     }
 
@@ -130,6 +133,41 @@ impl<'a> Victims<'a> {
         let v = self.standing(id)?;
         Some((v.tier, v.qos_priority, Reverse(v.start), Reverse(v.id)))
     }
+}
+
+/// Every QoS's `preempt` list without the QoS it could be preempted by in turn: `a` may
+/// preempt `b` only if `b` cannot reach `a` through the lists. The controller refuses such
+/// lists when they are set; this keeps a cycle that came in another way (a config file and
+/// a database that disagree) from making jobs requeue each other for ever. QoS with nothing
+/// left are left out.
+fn acyclic_preempts(config: &Config) -> BTreeMap<&str, Vec<&str>> {
+    let lists = &config.limits.qos;
+    // Whether `to` is reached from `from` by one or more steps.
+    let reaches = |from: &str, to: &str| {
+        let mut seen: BTreeSet<&str> = BTreeSet::new();
+        let mut stack = vec![from];
+        while let Some(q) = stack.pop() {
+            for next in lists.get(q).map_or(&[][..], |l| l.preempt.as_slice()) {
+                if next == to {
+                    return true;
+                }
+                if seen.insert(next) {
+                    stack.push(next);
+                }
+            }
+        }
+        false
+    };
+    lists
+        .iter()
+        .filter_map(|(q, l)| {
+            let keep: Vec<&str> = (l.preempt.iter())
+                .map(String::as_str)
+                .filter(|v| *v != q && !reaches(v, q))
+                .collect();
+            (!keep.is_empty()).then_some((q.as_str(), keep))
+        })
+        .collect()
 }
 
 /// Who is asking: the waiting job's partition, tier, QoS, shape and time limit.
@@ -203,7 +241,10 @@ pub(crate) fn choose(
             let held = &mut n.jobs[h];
             choice.waits_for.push(held.id);
             if !held.stopping {
-                if let Some(mode) = victims.mode(a.tier, a.qos, held.id) {
+                // A gang's job holds a share of several nodes: one victim, however many.
+                let mode = victims.mode(a.tier, a.qos, held.id);
+                if let Some(mode) = mode.filter(|_| !choice.victims.iter().any(|v| v.0 == held.id))
+                {
                     choice.victims.push((held.id, mode));
                 }
                 n.profile.move_release(&held.tres, held.end, start);
@@ -246,8 +287,16 @@ fn node_plan(
         })
         .collect();
     if cands.is_empty() {
-        // Nothing here ends early: plain reservations are backfill's business.
-        return None;
+        // Nothing here ends early, but the node may hold the job as it is: a gang then
+        // takes it at no cost beside the nodes it must empty.
+        return (table.shapes(i, a.fit.req, a.fit.exclusive).into_iter())
+            .find(|need| n.profile.fits(need, start, end))
+            .map(|need| NodePlan {
+                node: i,
+                need,
+                gone: Vec::new(),
+                key: (None, 0, None, i),
+            });
     }
     cands.sort();
     // Stopping jobs are not counted on until chosen.

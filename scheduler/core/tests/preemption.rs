@@ -508,3 +508,96 @@ fn a_job_of_a_removed_partition_is_not_preempted_as_the_default_partitions() {
     let plan = schedule(NOW, &state, &tiers(PreemptMode::Requeue));
     assert!(victims(&plan).is_empty(), "{:?}", victims(&plan));
 }
+
+/// A gang takes an idle node as it is and empties only the nodes it lacks: with n1 idle it
+/// stops the one job on n2 (before, idle nodes were no candidates, so it stopped nothing
+/// and waited); and a victim spread over two of its nodes is stopped once.
+#[test]
+fn a_gang_preempts_only_for_the_nodes_it_lacks_and_names_each_victim_once() {
+    let mut gang = in_part(job(1, "u", 4, 0, 30, NOW), "high");
+    gang.request.nodes = 2;
+    let idle = State {
+        nodes: vec![
+            node("n1", 4, 64, 0),
+            node("n2", 4, 64, 0),
+            node("n3", 4, 64, 0),
+        ],
+        running: vec![
+            run_in(running(10, "n2", (0..4).collect(), vec![], 0, 120), "scav"),
+            run_in(
+                running(11, "n3", (0..4).collect(), vec![], 30 * MIN, 120),
+                "scav",
+            ),
+        ],
+        pending: vec![gang.clone()],
+        ..State::default()
+    };
+    let plan = schedule(NOW, &idle, &tiers(PreemptMode::Requeue));
+    // The most recently started of the two goes.
+    assert_eq!(victims(&plan), vec![(11, 1, PreemptMode::Requeue)]);
+    let mut nodes = plan.reservations[0].nodes.clone();
+    nodes.sort();
+    assert_eq!(nodes, vec!["n1".to_string(), "n3".to_string()]);
+
+    let mut wide = run_in(running(10, "n1", (0..4).collect(), vec![], 0, 120), "scav");
+    wide.allocs.push(Alloc {
+        node: "n2".into(),
+        cpu_ids: (0..4).collect(),
+        gpu_ids: vec![],
+        memory: GIB,
+    });
+    let spread = State {
+        nodes: vec![node("n1", 4, 64, 0), node("n2", 4, 64, 0)],
+        running: vec![wide],
+        pending: vec![gang],
+        ..State::default()
+    };
+    let plan = schedule(NOW, &spread, &tiers(PreemptMode::Requeue));
+    assert_eq!(victims(&plan), vec![(10, 1, PreemptMode::Requeue)]);
+}
+
+/// A QoS never preempts its own jobs, nor those of a QoS that could preempt it back
+/// directly or through others: such jobs would requeue each other without end. The part of
+/// a list outside the cycle still holds.
+#[test]
+fn a_qos_in_a_preemption_cycle_preempts_nothing_in_it() {
+    let mut config = Config::default();
+    for (name, preempt) in [
+        ("a", vec!["a", "b"]),
+        ("b", vec!["c"]),
+        ("c", vec!["a", "scav"]),
+    ] {
+        config.qos.push(Qos {
+            name: name.into(),
+            priority: 1,
+        });
+        config.limits.qos.insert(
+            name.into(),
+            QosLimits {
+                preempt: preempt.into_iter().map(String::from).collect(),
+                ..QosLimits::default()
+            },
+        );
+    }
+    config.qos.push(Qos {
+        name: "scav".into(),
+        priority: 0,
+    });
+    let case = |asker: &str, victim: &str| {
+        let mut j = job(1, "u", 4, 0, 30, NOW);
+        j.qos = Some(asker.into());
+        let mut r = running(10, "n1", (0..4).collect(), vec![], 0, 120);
+        r.qos = Some(victim.into());
+        let state = State {
+            nodes: vec![node("n1", 4, 64, 0)],
+            running: vec![r],
+            pending: vec![j],
+            ..State::default()
+        };
+        victims(&schedule(NOW, &state, &config))
+    };
+    for (asker, victim) in [("a", "a"), ("a", "b"), ("b", "c"), ("c", "a")] {
+        assert_eq!(case(asker, victim), vec![], "{asker} over {victim}");
+    }
+    assert_eq!(case("c", "scav"), vec![(10, 1, PreemptMode::Requeue)]);
+}
