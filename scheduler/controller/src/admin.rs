@@ -12,6 +12,8 @@
 //! the scheduler's config, so a refused change changes nothing and the next pass sees an
 //! accepted one.
 
+use std::collections::BTreeMap;
+
 mod convert;
 pub(crate) use convert::state_name;
 pub mod settings;
@@ -313,6 +315,14 @@ impl Registry {
                     d.name
                 ));
             }
+            if let Some(path) = preempt_cycle(a, &d.name) {
+                return Err(format!(
+                    "qos {}: preempt would make a cycle ({}): their jobs would preempt each \
+                     other without end; a QoS preempts only QoS that cannot preempt it back",
+                    d.name,
+                    path.join(" preempts ")
+                ));
+            }
         }
         for e in &a.partitions {
             if !is_name(&e.def.name) {
@@ -560,6 +570,39 @@ fn edit<T: Keyed + Clone + serde::Serialize>(
             Ok((old, None))
         }
     }
+}
+
+/// A path of `preempt` lists from `qos` back to itself (`[qos, .., qos]`), if one exists:
+/// the shortest, found breadth first.
+fn preempt_cycle(a: &Associations, qos: &str) -> Option<Vec<String>> {
+    let lists = |q: &str| {
+        (a.qos.iter())
+            .find(|e| e.def.name == q)
+            .map_or(&[][..], |e| e.def.preempt.as_slice())
+    };
+    let mut from: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([qos]);
+    while let Some(q) = queue.pop_front() {
+        for next in lists(q) {
+            if next == qos {
+                // `q` back to `qos` through the steps that found it, then round to `qos`.
+                let mut path = vec![q.to_string()];
+                let mut at = q;
+                while at != qos {
+                    at = from[at];
+                    path.push(at.to_string());
+                }
+                path.reverse();
+                path.push(qos.to_string());
+                return Some(path);
+            }
+            if !from.contains_key(next.as_str()) {
+                from.insert(next, q);
+                queue.push_back(next);
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]

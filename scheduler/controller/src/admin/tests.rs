@@ -276,6 +276,63 @@ fn nonsense_is_refused_with_the_problem_and_changes_nothing() {
         .apply(&change(AdminKind::Qos, AdminAction::Remove, "low", &[]))
         .unwrap_err();
     assert!(err.contains("in qos high's preempt list"), "{err}");
+
+    // Jobs of QoS that preempt each other would requeue each other without end.
+    let before = r.clone();
+    for (c, want) in [
+        (
+            change(
+                AdminKind::Qos,
+                AdminAction::Modify,
+                "low",
+                &[("preempt", "low")],
+            ),
+            "cycle (low preempts low)",
+        ),
+        (
+            change(
+                AdminKind::Qos,
+                AdminAction::Modify,
+                "low",
+                &[("preempt", "high")],
+            ),
+            "cycle (low preempts high preempts low)",
+        ),
+        (
+            change(
+                AdminKind::Qos,
+                AdminAction::Add,
+                "mid",
+                &[("preempt", "high")],
+            ),
+            "",
+        ),
+    ] {
+        let mut next = r.clone();
+        match next.apply(&c) {
+            Err(err) => assert!(!want.is_empty() && err.contains(want), "{c:?}: {err}"),
+            Ok(_) => assert!(want.is_empty(), "{c:?} was taken"),
+        }
+        if !want.is_empty() {
+            assert_eq!(r, before);
+        } else {
+            r = next;
+        }
+    }
+    // A longer cycle: low preempts mid, which preempts high, which preempts low.
+    let err = r
+        .clone()
+        .apply(&change(
+            AdminKind::Qos,
+            AdminAction::Modify,
+            "low",
+            &[("preempt", "mid")],
+        ))
+        .unwrap_err();
+    assert!(
+        err.contains("cycle (low preempts mid preempts high preempts low)"),
+        "{err}"
+    );
 }
 
 #[test]
