@@ -245,6 +245,21 @@ impl Cluster {
     /// Gives a job what it left to its partition: its time limit ([`cycle::default_time`])
     /// when it gave none, its memory ([`cycle::default_memory`]) when it asked for none. A
     /// partition that does not exist is [`Cluster::check_partition`]'s to refuse.
+    /// Names the default partition and the user's default account in a job that names
+    /// none, as they are at submit (as Slurm does): a later change of either defaults moves
+    /// no queued job to where it was never checked. Without configured partitions (one
+    /// implicit partition of every node) or accounts (each user its own), there is nothing
+    /// to fix.
+    pub(super) fn fix_defaults(&self, spec: &mut JobSpec, user: &str) {
+        if spec.partition.is_none() && !self.sched.partitions.is_empty() {
+            spec.partition = Some(self.sched.default_partition_name().to_string());
+        }
+        if spec.account.is_none() {
+            let default = self.sched.users.iter().find(|u| u.user == user);
+            spec.account = default.map(|u| u.account.clone());
+        }
+    }
+
     pub(super) fn partition_defaults(&self, spec: &mut JobSpec) -> Result<(), Failure> {
         let Ok(part) = cycle::partition(&self.sched, spec.partition.as_deref()) else {
             return Ok(());

@@ -160,6 +160,7 @@ impl Cluster {
             .resolve(&req.cwd, &self.defaults)
             .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
         spec.qos_by_admin = caller.admin && spec.qos.is_some();
+        self.fix_defaults(&mut spec, &caller.owner.user);
         self.partition_defaults(&mut spec)?;
         wharf_api::limits::fits_some_node(
             &spec.resources,

@@ -311,9 +311,14 @@ fn jobs_run_in_their_partition_and_impossible_ones_are_refused_at_submit() {
     );
     let in_short = submit_job(&mut c, &ann, named("short", Some(600)), 3).unwrap();
     let in_default = submit_job(&mut c, &ann, JobRequest::default(), 4).unwrap();
+    // The default is fixed at submit: a job queued before the default moved stays where it
+    // was checked.
+    c.sched.default_partition = Some("short".into());
     c.schedule(1_000).unwrap();
     assert_eq!(record(&c, in_short).first_node(), Some("n1"));
-    assert_eq!(record(&c, in_default).first_node(), Some("n2"));
+    let rec = record(&c, in_default);
+    assert_eq!(rec.first_node(), Some("n2"));
+    assert_eq!(rec.spec.unwrap().partition.as_deref(), Some("big"));
 }
 
 #[test]
@@ -344,6 +349,13 @@ fn jobs_are_charged_to_the_account_they_name_or_their_default_one() {
     let named = submit_job(&mut c, &ann, account("physics"), 2).unwrap();
     assert_eq!(c.assoc(&record(&c, plain)), Assoc::new("bio", "ann"));
     assert_eq!(c.assoc(&record(&c, named)), Assoc::new("physics", "ann"));
+    // The default account is named in the job at submit: ann's new default does not move
+    // a job queued before it to an account it was never checked against.
+    c.sched.users.reverse();
+    assert_eq!(c.assoc(&record(&c, plain)), Assoc::new("bio", "ann"));
+    let spec = record(&c, plain).spec.unwrap();
+    assert_eq!(spec.account.as_deref(), Some("bio"));
+    c.sched.users.reverse();
     // With accounts configured, a user in none may not submit, naming an account or not.
     for job in [JobRequest::default(), account("physics")] {
         let err = submit_job(&mut c, &bob, job, 3).unwrap_err();
