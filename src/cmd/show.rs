@@ -88,6 +88,9 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     if let Some(at) = j.expected_start {
         rows.push(("Expected start", output::time(Some(at))));
     }
+    if let Some(d) = &j.dependency {
+        rows.push(("Dependency", d.to_string()));
+    }
     if let Some(p) = &j.priority {
         let factors = format!(
             "age {} + fair share {} + job size {} + partition {} + QoS {} - nice {}",
@@ -176,6 +179,12 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
                 },
             ));
             rows.extend(pull_lines(&j));
+            // Where it was given none: the defaults, named at submit on clusters that have
+            // partitions or accounts, and the cluster's default QoS.
+            let or_default = |v: &Option<String>| v.clone().unwrap_or_else(|| "(default)".into());
+            rows.push(("Partition", or_default(&s.partition)));
+            rows.push(("Account", or_default(&s.account)));
+            rows.push(("QoS", or_default(&s.qos)));
             rows.push(("Command", shell_words(&s.argv)));
             rows.push(("Workdir", s.workdir.clone()));
             rows.push(("Output", s.output_path(j.id)));

@@ -168,7 +168,8 @@ fn associations_made_over_the_cli_limit_jobs_survive_a_restart_and_are_audited()
     let second = submit("1", "true");
     let reason = "AssocGrpCpuLimit: account lab allows 1 CPUs";
     wait_reason(&c, second, reason);
-    assert_eq!(c.job(first)["spec"]["account"], serde_json::Value::Null);
+    // Submitted without -A: charged to her default account, named in the job at submit.
+    assert_eq!(c.job(first)["spec"]["account"], "sub");
 
     // A restart keeps the associations (the config file has none) and the limit.
     c.kill9();
@@ -338,6 +339,8 @@ fn a_spent_account_budget_holds_jobs_with_its_reason_and_bad_budgets_change_noth
     assert!(queue.contains("AssocGrpCPUMinutes"), "{queue}");
     let show = ok(&c.wharf(&["show", &second.to_string()]));
     assert!(show.contains("until it resets at"), "{show}");
+    // Submitted without -A: the user's default account, named at submit.
+    assert!(show.contains("Account: budgeted"), "{show}");
 
     // A larger budget lets it start at the next pass.
     ok(&c.wharf(&[
