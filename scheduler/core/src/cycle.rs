@@ -177,10 +177,14 @@ impl JobFacts {
 /// task ids first (`pending` is in id order), and returns the others, which wait with
 /// [`crate::PendingReason::JobArrayTaskLimit`]. `tasks` are every array task kept, each with
 /// whether it holds resources now; `task_of` the array task a pending job is, if any.
+/// A task that could not start now whatever its throttle (held, before its begin time,
+/// waiting for a dependency) takes no place and keeps its own reason: with `%2`, two held
+/// tasks must not keep the rest from running.
 pub fn throttle_arrays(
     pending: &mut Vec<PendingJob>,
     tasks: impl IntoIterator<Item = (ArrayTask, bool)>,
     task_of: impl Fn(JobId) -> Option<ArrayTask>,
+    now: Time,
 ) -> Vec<JobId> {
     let mut budget: std::collections::BTreeMap<JobId, u32> = Default::default();
     for (task, holds) in tasks {
@@ -197,7 +201,9 @@ pub fn throttle_arrays(
     }
     let mut limited = Vec::new();
     pending.retain(|p| {
-        let Some(task) = task_of(p.id) else {
+        let waits_anyway =
+            p.hold.is_some() || p.begin.is_some_and(|b| b > now) || !p.after.is_empty();
+        let Some(task) = task_of(p.id).filter(|_| !waits_anyway) else {
             return true;
         };
         match budget.get_mut(&task.job_id) {
@@ -840,12 +846,28 @@ mod tests {
             (task(12), false),
             (task(13), false),
         ];
-        let limited = throttle_arrays(&mut pending, tasks, |id| {
-            (10..20).contains(&id).then(|| task(id))
-        });
+        let task_of = |id| (10..20).contains(&id).then(|| task(id));
+        let limited = throttle_arrays(&mut pending.clone(), tasks, task_of, 0);
         assert_eq!(limited, vec![12, 13]);
-        let left: Vec<JobId> = pending.iter().map(|p| p.id).collect();
+        let mut kept = pending.clone();
+        throttle_arrays(&mut kept, tasks, task_of, 0);
+        let left: Vec<JobId> = kept.iter().map(|p| p.id).collect();
         assert_eq!(left, vec![11, 20]);
+        // Tasks that could not start anyway (held, not yet begun, waiting for a dependency)
+        // take no place: 13, the next that could, takes the one left, and they stay in the
+        // pass, for their own reasons.
+        pending[0].hold = Some(crate::Hold::User);
+        pending[1].begin = Some(100);
+        let limited = throttle_arrays(&mut pending.clone(), tasks, task_of, 50);
+        assert_eq!(limited, Vec::<JobId>::new());
+        pending[2].after = vec![20];
+        pending.push(facts(14).pending(&Config::default()));
+        let mut tasks = tasks.to_vec();
+        tasks.push((task(14), false));
+        let limited = throttle_arrays(&mut pending, tasks, task_of, 50);
+        assert_eq!(limited, Vec::<JobId>::new());
+        let left: Vec<JobId> = pending.iter().map(|p| p.id).collect();
+        assert_eq!(left, vec![11, 12, 13, 20, 14]);
     }
 
     #[test]

@@ -54,14 +54,17 @@ impl Cluster {
     /// Keeps each throttled array's pending tasks in `state` to what its throttle still
     /// allows (lowest task ids first, [`cycle::throttle_arrays`]); the others wait with
     /// `JobArrayTaskLimit`. Returns them.
-    pub(super) fn apply_array_throttles(&mut self, state: &mut SchedState) -> Vec<JobId> {
+    pub(super) fn apply_array_throttles(&mut self, state: &mut SchedState, now: u64) -> Vec<JobId> {
         let tasks = self
             .jobs
             .values()
             .filter_map(|j| j.array.map(|a| (a, j.state.holds_resources())));
-        let limited = cycle::throttle_arrays(&mut state.pending, tasks, |id| {
-            self.jobs.get(&id).and_then(|j| j.array)
-        });
+        let limited = cycle::throttle_arrays(
+            &mut state.pending,
+            tasks,
+            |id| self.jobs.get(&id).and_then(|j| j.array),
+            now,
+        );
         for id in &limited {
             self.hold_back(*id, PendingReason::JobArrayTaskLimit);
         }

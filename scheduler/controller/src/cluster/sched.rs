@@ -36,11 +36,12 @@ impl Cluster {
         // Cancelled by this pass, or left queued: either way not gone yet, so a job that
         // depends on one waits for it.
         state.outside.extend(never.iter().map(|n| n.job));
-        let throttled = self.apply_array_throttles(&mut state);
-        // A job that depends on a task held back by its throttle still waits for it.
-        state.outside.extend(throttled);
+        // Before the throttles, so that a task held for its QoS takes no place under one.
         let revoked = self.hold_revoked_qos(&mut state);
         state.outside.extend(revoked);
+        let throttled = self.apply_array_throttles(&mut state, now);
+        // A job that depends on a task held back by its throttle still waits for it.
+        state.outside.extend(throttled);
         state.reserved = std::mem::take(&mut self.reserved);
         let plan = self.scheduler.schedule(now, &state, &self.sched);
         self.reserved = wharf_core::kept_reservations(&plan);

@@ -92,6 +92,31 @@ fn the_throttle_bounds_running_tasks_and_the_rest_say_why() {
     assert_eq!(c.jobs.len(), 2);
 }
 
+/// Tasks that could not start anyway take no place under the throttle: with tasks 0 and 1
+/// held, 2 and 3 run, and the held ones say they are held (before, the held pair took both
+/// places, so nothing ran, and the tasks behind them blamed the throttle).
+#[test]
+fn held_tasks_take_no_place_under_the_throttle() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let id = submit_array(&mut c, "0-5%2").unwrap();
+    for t in [id, id + 1] {
+        c.hold(&alice(), t).unwrap();
+    }
+    c.schedule(10).unwrap();
+    let state = |t: JobId| c.jobs[&t].state;
+    let reason = |t: JobId| c.jobs[&t].reason.clone().unwrap_or_default();
+    for t in [id, id + 1] {
+        assert_eq!(state(t), JobState::Pending);
+        assert!(reason(t).starts_with("JobHeldUser"), "{}", reason(t));
+    }
+    assert_eq!(state(id + 2), JobState::Starting);
+    assert_eq!(state(id + 3), JobState::Starting);
+    for t in [id + 4, id + 5] {
+        assert!(reason(t).starts_with("JobArrayTaskLimit"), "{}", reason(t));
+    }
+}
+
 /// Each task stores a copy of the job: a job as large as a request may carry, times
 /// thousands of tasks, is refused at submit with the sizes, and nothing is stored. Before,
 /// one 700 KB job times 10,000 tasks asked for 7 GB of records.
