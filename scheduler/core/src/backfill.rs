@@ -223,6 +223,17 @@ pub(crate) fn pass(
             .any(|f| f.dominated_by(r.job, r.limit));
         if !known_fail {
             if let Some(picks) = table.fit_now(r.part, &fit, now, r.limit) {
+                // Whole nodes are what an exclusive job is charged: within its limits on
+                // its request, it may still be over them on its nodes.
+                let whole = fit.exclusive.then(|| {
+                    held.fits_taken(config, r.job, picks.iter().map(|(_, need)| need), r.limit)
+                });
+                if let Some(Err(reason)) = whole {
+                    let reason = PendingReason::Limit(reason);
+                    last_wait = Some(reason.clone());
+                    out.waiting.push(wait(reason, None));
+                    continue;
+                }
                 let end = now.saturating_add(r.limit);
                 let mut allocs: Vec<_> = picks
                     .iter()

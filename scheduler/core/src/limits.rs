@@ -254,7 +254,7 @@ pub fn never_fits(config: &Config, job: &PendingJob, limit: Time) -> Option<Limi
         return None;
     }
     let empty = Counters::default();
-    match empty.check(config, job, limit) {
+    match empty.check(config, job, Amount::of_pending(job), limit) {
         Err(r) if r.is_stuck() => Some(r),
         _ => None,
     }
@@ -375,7 +375,28 @@ impl Counters {
         if !self.active {
             return Ok(());
         }
-        self.check(config, job, limit)
+        self.check(config, job, Amount::of_pending(job), limit)
+    }
+
+    /// [`Counters::fits`] for what a job would take once placed, `taken` on each of its
+    /// nodes: an exclusive job is charged its whole nodes, so it is checked on them, not on
+    /// its request (as Slurm checks after it selects the nodes).
+    pub(crate) fn fits_taken<'t>(
+        &self,
+        config: &Config,
+        job: &PendingJob,
+        taken: impl IntoIterator<Item = &'t crate::tres::Tres>,
+        limit: Time,
+    ) -> Result<(), LimitReason> {
+        if !self.active {
+            return Ok(());
+        }
+        let asks = taken.into_iter().fold(Amount::default(), |a, t| Amount {
+            cpu: a.cpu + u64::from(t.cpus),
+            mem: a.mem.saturating_add(t.memory),
+            gpu: a.gpu + u64::from(t.gpu_total()),
+        });
+        self.check(config, job, asks, limit)
     }
 
     /// Adds a job that starts now with `allocs` (whole nodes for an exclusive job) for its
@@ -405,8 +426,13 @@ impl Counters {
         }
     }
 
-    fn check(&self, config: &Config, job: &PendingJob, limit: Time) -> Result<(), LimitReason> {
-        let asks = Amount::of_pending(job);
+    fn check(
+        &self,
+        config: &Config,
+        job: &PendingJob,
+        asks: Amount,
+        limit: Time,
+    ) -> Result<(), LimitReason> {
         let assoc = &job.assoc;
         let zero = Held::default();
         if let Some((q, ql)) = job

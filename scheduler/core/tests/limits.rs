@@ -91,6 +91,32 @@ fn qos_max_gpus_per_user_holds_the_second_job_and_not_the_next_user() {
     }
 }
 
+/// An exclusive job is charged its whole node, so it is held to the limits on that: one
+/// GPU asked for on an 8-GPU node is 8 GPUs against a cap of 4 (before, it started on its
+/// request and its user then held twice the cap). A job that shares its node starts.
+#[test]
+fn an_exclusive_job_is_held_to_the_limits_on_its_whole_nodes() {
+    for policy in POLICIES {
+        let config = with_qos(
+            policy,
+            "normal",
+            QosLimits {
+                max_tres_per_user: gpus(4),
+                ..QosLimits::default()
+            },
+        );
+        let mut whole = in_qos(job(1, "ann", 1, 1, 60, 0), "normal");
+        whole.select.exclusive = true;
+        let state = State {
+            nodes: vec![node("n1", 32, 256, 8), node("n2", 32, 256, 8)],
+            pending: vec![whole, in_qos(job(2, "ann", 1, 1, 60, 1), "normal")],
+            ..State::default()
+        };
+        let text = check(&state, &config, 1, "QOSMaxGRESPerUser", &[2]);
+        assert!(text.contains("it asks for 8 GPUs"), "{text}");
+    }
+}
+
 #[test]
 fn running_jobs_count_toward_the_qos_per_user_cpu_limit() {
     let config = with_qos(

@@ -187,8 +187,8 @@ pub(super) fn rank_never_started(mut job: JobRecord, rank: usize, now: u64) -> J
 }
 
 impl Cluster {
-    /// The spec a node launches `job` with: its own, naming the partition, account and QoS
-    /// the job runs under where it gave none (the job's `SLURM_JOB_PARTITION`,
+    /// The spec a node launches `job` with: its own, with the whole nodes an exclusive run
+    /// holds, naming the partition, account and QoS the job runs under where it gave none (the job's `SLURM_JOB_PARTITION`,
     /// `SLURM_JOB_ACCOUNT` and `SLURM_JOB_QOS`).
     pub(super) fn launch_spec(
         &self,
@@ -196,6 +196,10 @@ impl Cluster {
         spec: &wharf_api::JobSpec,
     ) -> wharf_api::JobSpec {
         let mut spec = spec.clone();
+        if spec.exclusive {
+            // Its run's whole nodes.
+            spec.resources = job.resources;
+        }
         if spec.partition.is_none() {
             spec.partition = Some(self.partition_name(job));
         }

@@ -153,6 +153,11 @@ pub(super) fn stopped(mut job: JobRecord, stop: &Stop, nodes: Vec<String>) -> Jo
         format!("{words}: {}", waiting_for(&nodes))
     });
     job.requeued_from = nodes;
+    // What it asked for again: an exclusive run held its first nodes whole, and the next may
+    // land on other ones.
+    if let Some(s) = &job.spec {
+        job.resources = s.resources;
+    }
     job.stop = None;
     job.allocs.clear();
     job.port = None;

@@ -54,8 +54,10 @@ impl Cluster {
                 continue;
             };
             let mut rec = rec.clone();
-            if let Some(spec) = rec.spec.as_mut().filter(|s| s.exclusive) {
-                spec.resources = launch.resources;
+            // An exclusive run holds its whole nodes (and launches with them, see
+            // `launch_spec`); the spec keeps what the job asked for, which a requeue goes
+            // back to.
+            if rec.spec.as_ref().is_some_and(|s| s.exclusive) {
                 rec.resources = launch.resources;
             }
             rec.state = JobState::Starting;

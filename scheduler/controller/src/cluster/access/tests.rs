@@ -109,7 +109,17 @@ fn an_exclusive_job_holds_and_is_charged_for_the_whole_node() {
         (rec.resources.cpus, rec.resources.memory, rec.resources.gpus),
         (8, 16 << 30, 3)
     );
-    assert_eq!(rec.spec.unwrap().resources, rec.resources);
+    // The node is told the whole node; the job keeps what it asked for, which a requeue
+    // goes back to (before, it asked for its first node whole ever after).
+    let spec = rec.spec.clone().unwrap();
+    assert_eq!(c.launch_spec(&rec, &spec).resources, rec.resources);
+    assert_eq!((spec.resources.cpus, spec.resources.gpus), (1, 0));
+    let stop = wharf_api::Stop::Requeue {
+        by_user: "ann".into(),
+    };
+    let again = crate::cluster::requeue::stopped(rec.clone(), &stop, vec![]);
+    assert_eq!(again.state, JobState::Pending);
+    assert_eq!(again.resources, spec.resources);
     let n1 = c.nodes().into_iter().find(|n| n.info.name == "n1").unwrap();
     assert_eq!(n1.allocated, n1.info.capacity());
     let waiting = record(&c, beside);
