@@ -106,8 +106,15 @@ impl ArrayTask {
 
 /// Parses `--array` (see the module documentation).
 pub fn parse_array(text: &str) -> Result<ArraySpec, String> {
+    // The whole value is named unless the reason already quotes it.
     let bad = |why: String| {
-        format!("--array: {why} in {text:?}; write e.g. 0-99, 1,3,5, 0-15:4 or 0-99%8")
+        let whole = format!("{:?}", text.trim());
+        let at = if why.contains(&whole) {
+            String::new()
+        } else {
+            format!(" in {whole}")
+        };
+        format!("--array: {why}{at}; write e.g. 0-99, 1,3,5, 0-15:4 or 0-99%8")
     };
     let t = text.trim();
     let (list, throttle) = match t.split_once('%') {
@@ -122,12 +129,24 @@ pub fn parse_array(text: &str) -> Result<ArraySpec, String> {
         }
         None => (t, None),
     };
+    // Digits only: `+5` is no task id. The cluster's own bound (`[limits] max_array_size`)
+    // is checked by the controller, which knows it.
     let id = |s: &str| -> Result<u32, String> {
-        s.trim()
-            .parse::<u32>()
+        let s = s.trim();
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad(format!(
+                "{s:?} is not a task id (a whole number from 0)"
+            )));
+        }
+        s.parse::<u32>()
             .ok()
             .filter(|&v| v <= MAX_TASK_ID)
-            .ok_or_else(|| bad(format!("{s:?} is not a task id (0 to {MAX_TASK_ID})")))
+            .ok_or_else(|| {
+                bad(format!(
+                    "task id {s} is over {MAX_TASK_ID}, the most Wharf allows (the \
+                     cluster's max_array_size may be lower)"
+                ))
+            })
     };
     let mut tasks = Vec::new();
     for part in list.split(',') {
@@ -143,7 +162,12 @@ pub fn parse_array(text: &str) -> Result<ArraySpec, String> {
         };
         let (lo, hi) = match range.split_once('-') {
             Some((a, b)) => (id(a)?, id(b)?),
-            None if step != 1 => return Err(bad(format!("a step needs a range, in {part:?}"))),
+            None if step != 1 => {
+                return Err(bad(format!(
+                    "{:?} has a step but no range before it",
+                    part.trim()
+                )))
+            }
             None => (id(range)?, id(range)?),
         };
         if lo > hi {
@@ -274,5 +298,28 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn errors_name_no_wrong_limit_refuse_signs_and_say_things_once() {
+        for (bad, says) in [
+            ("+5", "\"+5\" is not a task id"),
+            ("0-+5", "\"+5\" is not a task id"),
+            ("1:+2", "\"+2\" is not a task id"),
+            ("1:2", "\"1:2\" has a step but no range"),
+            (
+                "0-3,1:2",
+                "\"1:2\" has a step but no range before it in \"0-3,1:2\"",
+            ),
+            ("0-99999999", "task id 99999999 is over 4000000"),
+        ] {
+            let e = parse_array(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+            assert!(!e.contains("(0 to"), "{bad}: {e}");
+            assert_eq!(e.matches(&format!("{bad:?}")).count(), 1, "{bad}: {e}");
+        }
+        assert!(parse_array("99999999")
+            .unwrap_err()
+            .contains("max_array_size may be lower"));
     }
 }
