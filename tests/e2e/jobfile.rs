@@ -40,7 +40,7 @@ fn bad_job_files_are_rejected_naming_line_and_field() {
         (
             "bad.sh",
             "#!/bin/sh\n#WHARF --cpus=2\n#WHARF --gpus=many\necho hi\n",
-            "bad.sh line 3: --gpus expects a whole number",
+            "bad.sh line 3: invalid count \"many\" in --gpus: a count is a whole number",
         ),
     ];
     for (name, text, expect) in cases {

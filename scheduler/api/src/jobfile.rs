@@ -179,6 +179,43 @@ pub fn apply_words(req: &mut JobRequest, words: &[String]) -> Result<(), String>
     Ok(())
 }
 
+/// Whether one word after `gpu:` is meant as a count: it starts with a digit or a sign, and
+/// is not a MIG profile (`1g.10gb`), the only types that start with a digit and are not a
+/// number.
+fn looks_like_count(word: &str) -> bool {
+    let w = word.trim();
+    w.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+') && !w.contains('.')
+}
+
+/// A GPU count: digits only (no sign), as in `--gpus 2` or `h100:2`; 0 asks for none (and a
+/// type with it is refused when the job is checked).
+fn gpu_count(key: &str, count: &str, value: &str) -> Result<u32, String> {
+    let c = count.trim();
+    c.bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| c.parse::<u32>().ok())
+        .flatten()
+        .ok_or_else(|| {
+            let whole = if c == value.trim() {
+                String::new()
+            } else {
+                format!(" {value:?}")
+            };
+            format!(
+                "invalid count {c:?} in --{key}{whole}: a count is a whole number \
+                 (COUNT or TYPE:COUNT, e.g. h100:2)"
+            )
+        })
+}
+
+/// A GPU type's name: letters, digits, `_`, `-` and `.`, starting with a letter or digit.
+fn is_gpu_type(kind: &str) -> bool {
+    kind.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && kind
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+}
+
 /// Checks the host list given as `--{key}`; returns it as written.
 fn host_list(key: &str, value: &str) -> Result<String, String> {
     crate::hostlist::HostList::parse(value).map_err(|e| format!("--{key}: {e}"))?;
@@ -240,7 +277,10 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
                 };
                 match rest.rsplit_once(':') {
                     Some((k, c)) => (Some(k), c),
-                    None if rest.trim().parse::<u32>().is_ok() => (None, rest),
+                    // One word is a count or a type (whose count is 1): one that starts
+                    // like a number and is no MIG profile (`1g.10gb`) is a count, and must be
+                    // a good one (`gpu:-1`, `gpu:2x`).
+                    None if looks_like_count(rest) => (None, rest),
                     // `gpu:` names neither: the type check below refuses it.
                     None => (Some(rest), "1"),
                 }
@@ -250,14 +290,11 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
                     None => (None, v),
                 }
             };
-            let count = count.trim().parse::<u32>().map_err(|_| {
-                format!(
-                    "--{key} expects a whole number or TYPE:COUNT (e.g. h100:2), found {value:?}"
-                )
-            })?;
-            if let Some(k) = kind.filter(|k| k.trim().is_empty() || k.contains(':')) {
+            let count = gpu_count(key, count, value)?;
+            if let Some(k) = kind.filter(|k| !is_gpu_type(k.trim())) {
                 return Err(format!(
-                    "--{key}: {k:?} is not a GPU type (write TYPE:COUNT, e.g. h100:2)"
+                    "--{key}: {k:?} is not a GPU type (letters, digits, '_', '-' and '.'; \
+                     write TYPE:COUNT, e.g. h100:2)"
                 ));
             }
             // The same option given again replaces itself, type and all (the last line wins,
@@ -372,6 +409,41 @@ mod tests {
         );
         let e = parse_job_file("s.sh", "#SBATCH --mem-per-cpu=lots\n").unwrap_err();
         assert!(e.to_string().contains("line 1: --mem-per-cpu"), "{e}");
+    }
+
+    #[test]
+    fn gpu_counts_are_whole_numbers_and_types_look_like_types() {
+        for (key, value, says) in [
+            ("gres", "gpu:-1", "invalid count \"-1\" in --gres"),
+            ("gres", "gpu:+2", "invalid count \"+2\" in --gres"),
+            ("gres", "gpu:2x", "invalid count \"2x\" in --gres"),
+            ("gres", "gpu:h100:-1", "invalid count \"-1\" in --gres"),
+            ("gres", "gpu:h100:x", "invalid count \"x\" in --gres"),
+            ("gpus", "h100:-1", "invalid count \"-1\" in --gpus"),
+            ("gpus", "0x", "invalid count \"0x\" in --gpus"),
+            ("gpus", "+1", "invalid count \"+1\" in --gpus"),
+            (
+                "gpus-per-node",
+                "h100:",
+                "invalid count \"\" in --gpus-per-node",
+            ),
+            ("gpus", "h1 00:2", "\"h1 00\" is not a GPU type"),
+            ("gpus", "-h100:2", "\"-h100\" is not a GPU type"),
+            ("gres", "gpu:h/100", "\"h/100\" is not a GPU type"),
+        ] {
+            let e = set_option(&mut JobRequest::default(), key, value).unwrap_err();
+            assert!(e.contains(says), "{key} {value}: {e}");
+        }
+        for (key, value, gpus, kind) in [
+            ("gres", "gpu:1g.10gb", Some(1), Some("1g.10gb")),
+            ("gres", "gpu:rtx_a6000:2", Some(2), Some("rtx_a6000")),
+            ("gres", "gpu:4", Some(4), None),
+            ("gpus-per-node", "mi300x:8", Some(8), Some("mi300x")),
+        ] {
+            let mut req = JobRequest::default();
+            set_option(&mut req, key, value).unwrap();
+            assert_eq!((req.gpus, req.gpu_type.as_deref()), (gpus, kind), "{value}");
+        }
     }
 
     #[test]
