@@ -477,9 +477,21 @@ pub fn container_spec(
     }
     // Rank 0 writes the job's files; every other rank its own, beside them.
     let rank = u32::try_from(task.rank(order.rendezvous.node_rank)).unwrap_or(u32::MAX);
-    let stdout = PathBuf::from(spec.rank_output_path(order.id, rank));
+    // The names' `%N` is the job's first node (a step's names have theirs already), `%n`
+    // this node's index.
+    let rdv = &order.rendezvous;
+    let place = wharf_api::job::FilePlace {
+        user: Some(&order.owner.user),
+        first_node: match &rdv.step {
+            Some(step) => step.job_nodes.first().map(String::as_str),
+            None => rdv.nodes.first().map(|p| p.name.as_str()),
+        }
+        .or(Some(&cfg.node_name)),
+        node_index: Some(rdv.node_rank),
+    };
+    let stdout = PathBuf::from(spec.rank_output_path(order.id, rank, &place));
     let stderr = spec
-        .rank_error_path(order.id, rank)
+        .rank_error_path(order.id, rank, &place)
         .map(PathBuf::from)
         .unwrap_or_else(|| stdout.clone());
     Ok(ContainerSpec {

@@ -232,7 +232,12 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         .ok_or_else(|| anyhow::anyhow!("job {id} has no spec"))?;
     // A job that ended before the first answer (or a --quiet run) has no output to follow.
     let follow = !args.quiet && !job.state.is_terminal();
-    let mut output = Output::new(spec.output_path(id), spec.error_path(id), follow);
+    let place = job.file_place();
+    let mut output = Output::new(
+        spec.output_path(id, &place),
+        spec.error_path(id, &place),
+        follow,
+    );
     let mut said_pending = false;
     loop {
         if job.state == JobState::Pending && !said_pending {

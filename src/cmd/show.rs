@@ -187,8 +187,8 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             rows.push(("QoS", or_default(&s.qos)));
             rows.push(("Command", shell_words(&s.argv)));
             rows.push(("Workdir", s.workdir.clone()));
-            rows.push(("Output", s.output_path(j.id)));
-            if let Some(e) = s.error_path(j.id) {
+            rows.push(("Output", s.output_path(j.id, &j.file_place())));
+            if let Some(e) = s.error_path(j.id, &j.file_place()) {
                 rows.push(("Error", e));
             }
             if let Some(c) = &s.constraint {

@@ -52,17 +52,16 @@ impl NodeAlloc {
     }
 }
 
-/// The file rank `rank` of a job writes where the job's output (or error) file is `path`:
-/// rank 0 writes the job's own file, rank `r` the same path with `.rank<r>` after it, so
-/// that ranks on nodes sharing a filesystem never write over each other. A path with `%t`
-/// (Slurm's task id) has the rank there instead.
+/// The file rank `rank` of a job writes where the job's output (or error) file is `path`
+/// (its job's letters expanded, see [`crate::pattern`]): rank 0 writes the job's own file,
+/// rank `r` the same path with `.rank<r>` after it, so that ranks on nodes sharing a
+/// filesystem never write over each other. A path with `%t` (Slurm's task id) has the rank
+/// there instead. `%%` is a `%` here.
 pub fn rank_path(path: &str, rank: u32) -> String {
-    if path.contains("%t") {
-        path.replace("%t", &rank.to_string())
-    } else if rank == 0 {
-        path.to_string()
-    } else {
-        format!("{path}.rank{rank}")
+    match crate::pattern::finish(path, rank) {
+        (name, true) => name,
+        (name, false) if rank == 0 => name,
+        (name, false) => format!("{name}.rank{rank}"),
     }
 }
 

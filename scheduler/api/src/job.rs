@@ -966,15 +966,43 @@ pub fn validate_image_name(image: &str) -> Result<(), String> {
     }
 }
 
+/// Whom and where a job's file names are made for: what `%u`, `%N` and `%n` stand for (see
+/// [`crate::pattern`]). A letter whose value is not known here stays as written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FilePlace<'a> {
+    /// The job's user's name (`%u`).
+    pub user: Option<&'a str>,
+    /// The job's first node (`%N`, its short name).
+    pub first_node: Option<&'a str>,
+    /// The index of the node the file is written on, among the job's (`%n`).
+    pub node_index: Option<u32>,
+}
+
+/// `%a` outside an array: sbatch's NO_VAL.
+pub const NO_ARRAY_TASK: u32 = 4_294_967_294;
+
 impl JobSpec {
-    /// The output file for job `id`, with `%j`/`%x` expanded, absolute.
-    pub fn output_path(&self, id: JobId) -> String {
-        self.expand(&self.output, id)
+    /// The output file of job `id`'s rank 0 (the job's own file), every letter known at
+    /// `place` expanded, absolute.
+    pub fn output_path(&self, id: JobId, place: &FilePlace) -> String {
+        self.rank_output_path(id, 0, place)
     }
 
-    /// The error file for job `id`; `None` when errors go to the output file.
-    pub fn error_path(&self, id: JobId) -> Option<String> {
-        self.error.as_ref().map(|p| self.expand(p, id))
+    /// The error file of job `id`'s rank 0; `None` when errors go to the output file.
+    pub fn error_path(&self, id: JobId, place: &FilePlace) -> Option<String> {
+        self.rank_error_path(id, 0, place)
+    }
+
+    /// The output file name of job `id` with the job's letters known at `place` expanded and
+    /// `%t` and `%%` left for each task ([`crate::pattern`]'s first stage), absolute.
+    pub fn output_pattern(&self, id: JobId, place: &FilePlace) -> String {
+        self.expand(&self.output, id, place)
+    }
+
+    /// The error file name as [`JobSpec::output_pattern`] makes it; `None` when errors go to
+    /// the output file.
+    pub fn error_pattern(&self, id: JobId, place: &FilePlace) -> Option<String> {
+        self.error.as_ref().map(|p| self.expand(p, id, place))
     }
 
     /// Tasks in all: nodes times tasks per node.
@@ -988,29 +1016,44 @@ impl JobSpec {
     }
 
     /// The output file rank `rank` of job `id` writes (see [`crate::alloc::rank_path`]).
-    pub fn rank_output_path(&self, id: JobId, rank: u32) -> String {
-        crate::alloc::rank_path(&self.output_path(id), rank)
+    pub fn rank_output_path(&self, id: JobId, rank: u32, place: &FilePlace) -> String {
+        crate::alloc::rank_path(&self.output_pattern(id, place), rank)
     }
 
     /// The error file rank `rank` of job `id` writes; `None` when its errors go to its output
     /// file.
-    pub fn rank_error_path(&self, id: JobId, rank: u32) -> Option<String> {
-        self.error_path(id)
+    pub fn rank_error_path(&self, id: JobId, rank: u32, place: &FilePlace) -> Option<String> {
+        self.error_pattern(id, place)
             .map(|p| crate::alloc::rank_path(&p, rank))
     }
 
-    fn expand(&self, pattern: &str, id: JobId) -> String {
-        // Outside an array, %A is the job id and %a is 0.
-        let (array_id, task) = self.array.map_or((id, 0), |a| (a.job_id, a.task_id));
-        let p = pattern
-            .replace("%j", &id.to_string())
-            .replace("%x", &self.name)
-            .replace("%A", &array_id.to_string())
-            .replace("%a", &task.to_string());
+    /// The job's letters in `pattern`, as sbatch gives them for a batch job's files (see
+    /// [`crate::pattern`]); relative to the working directory.
+    fn expand(&self, pattern: &str, id: JobId, place: &FilePlace) -> String {
+        use crate::pattern::Value::{Num, Text};
+        // Outside an array, %A is the job id and %a sbatch's NO_VAL.
+        let (array_id, task) = self
+            .array
+            .map_or((id, NO_ARRAY_TASK), |a| (a.job_id, a.task_id));
+        let p = crate::pattern::expand(pattern, |c| match c {
+            'j' => Some(Num(id)),
+            'J' => Some(Text(format!("{id}.batch"))),
+            's' => Some(Text("batch".into())),
+            'x' => Some(Text(self.name.clone())),
+            'A' => Some(Num(array_id)),
+            'a' => Some(Num(task.into())),
+            'u' => place.user.map(|u| Text(u.into())),
+            'N' => place
+                .first_node
+                .map(|n| Text(crate::pattern::short_name(n).into())),
+            'n' => place.node_index.map(|n| Num(n.into())),
+            _ => None,
+        });
         if p.starts_with('/') {
             p
         } else {
-            format!("{}/{}", self.workdir.trim_end_matches('/'), p)
+            let dir = crate::pattern::escape(self.workdir.trim_end_matches('/'));
+            format!("{dir}/{p}")
         }
     }
 }
@@ -1109,6 +1152,18 @@ impl JobState {
 impl std::fmt::Display for JobState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+impl JobRecord {
+    /// What the job's file names' `%u`, `%N` and `%n` are for its rank 0: its user, its
+    /// first node once it has one, node 0.
+    pub fn file_place(&self) -> FilePlace<'_> {
+        FilePlace {
+            user: Some(&self.owner.user),
+            first_node: self.allocs.first().map(|a| a.node.as_str()),
+            node_index: Some(0),
+        }
     }
 }
 
@@ -1806,8 +1861,52 @@ mod tests {
         assert_eq!(spec.name, "true");
         assert_eq!(spec.image, "host");
         assert_eq!(spec.resources.cpus, 1);
-        assert_eq!(spec.output_path(7), "/home/a/wharf-7.out");
-        assert_eq!(spec.error_path(7), None);
+        let place = FilePlace::default();
+        assert_eq!(spec.output_path(7, &place), "/home/a/wharf-7.out");
+        assert_eq!(spec.error_path(7, &place), None);
+    }
+
+    #[test]
+    fn file_names_take_sbatchs_letters() {
+        let mut r = req();
+        r.output = Some("p_%A_%a_%u_%N_%%_%n_%t_%s_%J_%x_%5j_%q.out".into());
+        r.error = Some("/e/%j-%t".into());
+        r.name = Some("50%t".into());
+        let mut spec = r.resolve("/home/a", &JobDefaults::default()).unwrap();
+        let place = FilePlace {
+            user: Some("ann"),
+            first_node: Some("gpu01.lab.example"),
+            node_index: Some(1),
+        };
+        assert_eq!(
+            spec.output_path(195, &place),
+            "/home/a/p_195_4294967294_ann_gpu01_%_1_0_batch_195.batch_50%t_00195_%q.out"
+        );
+        assert_eq!(
+            spec.rank_output_path(195, 3, &place),
+            "/home/a/p_195_4294967294_ann_gpu01_%_1_3_batch_195.batch_50%t_00195_%q.out"
+        );
+        assert_eq!(spec.rank_error_path(195, 2, &place).unwrap(), "/e/195-2");
+        spec.array = Some(crate::array::ArrayTask {
+            job_id: 190,
+            task_id: 7,
+            throttle: None,
+            shape: Default::default(),
+        });
+        spec.output = "%A_%a_%3a.out".into();
+        assert_eq!(spec.output_path(195, &place), "/home/a/190_7_007.out");
+        // What is not known (a pending job's node) stays as written.
+        spec.output = "%N_%u".into();
+        assert_eq!(
+            spec.output_path(195, &FilePlace::default()),
+            "/home/a/%N_%u"
+        );
+        // A working directory with a % in it is taken as it is.
+        spec.workdir = "/w/100%t".into();
+        assert_eq!(
+            spec.rank_output_path(1, 2, &place),
+            "/w/100%t/gpu01_ann.rank2"
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod jobfile;
 pub mod limits;
 pub mod listing;
 pub mod node;
+pub mod pattern;
 pub mod pending;
 pub mod prepull;
 pub mod pull;

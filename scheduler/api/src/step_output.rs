@@ -185,14 +185,19 @@ impl StepOutput {
     }
 }
 
-/// Expands a step's file pattern for its tasks on `node`: `%s` the step, `%j` the job, `%N`
-/// the node. `%t` is left for the task's rank ([`crate::alloc::rank_path`]: without it, ranks
-/// past 0 get `.rankR` after the name, as a job's ranks do).
+/// Expands a step's file pattern for its tasks on `node`: `%s` the step, `%j` the job, `%J`
+/// both, `%N` the node's short name. `%t` and `%%` are left for the task's rank
+/// ([`crate::alloc::rank_path`]: without `%t`, ranks past 0 get `.rankR` after the name, as a
+/// job's ranks do), the job's other letters for its node ([`crate::pattern`]).
 pub fn expand_for_node(pattern: &str, job: u64, step: u32, node: &str) -> String {
-    pattern
-        .replace("%s", &step.to_string())
-        .replace("%j", &job.to_string())
-        .replace("%N", node)
+    use crate::pattern::Value;
+    crate::pattern::expand(pattern, |c| match c {
+        's' => Some(Value::Num(step.into())),
+        'j' => Some(Value::Num(job)),
+        'J' => Some(Value::Text(format!("{job}.{step}"))),
+        'N' => Some(Value::Text(crate::pattern::short_name(node).into())),
+        _ => None,
+    })
 }
 
 #[cfg(test)]

@@ -138,25 +138,34 @@ pub fn close(job: &mut JobRecord, now: u64) {
 /// runs in. A stream the caller takes never reaches its file.
 fn output_files(
     spec: &wharf_api::JobSpec,
-    job: JobId,
+    job: &JobRecord,
     step: &StepRecord,
     node: &str,
 ) -> (String, Option<String>) {
     let mine = |pattern: &str| {
-        let p = wharf_api::step_output::expand_for_node(pattern, job, step.id, node);
+        let p = wharf_api::step_output::expand_for_node(pattern, job.id, step.id, node);
         match &step.workdir {
-            Some(dir) if !p.starts_with('/') => format!("{}/{p}", dir.trim_end_matches('/')),
+            Some(dir) if !p.starts_with('/') => {
+                let dir = wharf_api::pattern::escape(dir.trim_end_matches('/'));
+                format!("{dir}/{p}")
+            }
             _ => p,
         }
+    };
+    // The job's names as its own first node's agent makes them, `%n` left for each node's.
+    let place = wharf_api::job::FilePlace {
+        node_index: None,
+        ..job.file_place()
     };
     let o = &step.output;
     match (&o.output, &o.error) {
         (Some(out), err) => (mine(out), err.as_deref().map(mine)),
         (None, err) => (
-            step_output(&spec.output_path(job), step.id),
-            err.as_deref()
-                .map(mine)
-                .or_else(|| spec.error_path(job).map(|e| step_output(&e, step.id))),
+            step_output(&spec.output_pattern(job.id, &place), step.id),
+            err.as_deref().map(mine).or_else(|| {
+                spec.error_pattern(job.id, &place)
+                    .map(|e| step_output(&e, step.id))
+            }),
         ),
     }
 }
@@ -605,7 +614,7 @@ impl Cluster {
                     continue;
                 }
                 let mut spec = self.launch_spec(job, spec);
-                let files = output_files(&spec, job.id, step, node);
+                let files = output_files(&spec, job, step, node);
                 (spec.output, spec.error) = files;
                 spec.argv = step.argv.clone();
                 spec.env = step_env(step);

@@ -57,7 +57,7 @@ fn an_array_is_one_record_per_task_with_its_ids_and_paths() {
         assert_eq!((a.job_id, a.task_id), (id, 4 * k as u32));
         let spec = t.spec.as_ref().unwrap();
         assert_eq!(
-            spec.output_path(t.id),
+            spec.output_path(t.id, &t.file_place()),
             format!("/tmp/out-{id}_{}.txt", 4 * k)
         );
         assert_eq!(c.resolve_task(id, Some(4 * k as u32)).unwrap(), t.id);

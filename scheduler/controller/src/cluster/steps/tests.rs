@@ -414,7 +414,7 @@ fn a_steps_output_goes_to_its_caller_or_to_the_files_it_names_per_node() {
     assert_eq!(spec.output, format!("/home/ann/run/out-{id}.1.g2.%t"));
     assert_eq!(spec.error.as_deref(), Some("/scratch/err-1"));
     assert_eq!(
-        spec.rank_output_path(id, 3),
+        spec.rank_output_path(id, 3, &Default::default()),
         format!("/home/ann/run/out-{id}.1.g2.3")
     );
 }
