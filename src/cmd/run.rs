@@ -82,6 +82,34 @@ async fn wait(client: &Client, id: u64, states: &[JobState], wait_ms: u64) -> Re
     }
 }
 
+/// Waits for job `id` to end (`wharf submit --wait`); its exit status as [`exit_status`]
+/// gives it, and what ended it on stderr when it did not complete.
+pub(crate) async fn wait_for_end(client: &Client, id: u64) -> Result<i32> {
+    let live: Vec<JobState> = JobState::ALL
+        .into_iter()
+        .filter(|s| !s.is_terminal())
+        .collect();
+    let job = loop {
+        let job = wait(client, id, &live, WAIT_MS).await?;
+        if job.state.is_terminal() {
+            break job;
+        }
+    };
+    if job.state != JobState::Completed {
+        let why = crate::output::clean(job.reason.as_deref().unwrap_or_default()).into_owned();
+        eprintln!(
+            "wharf: job {id} {}{}",
+            job.state,
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(": {why}")
+            }
+        );
+    }
+    Ok(exit_status(&job))
+}
+
 /// The job's output files, followed as they grow while the job runs.
 struct Output {
     out: Tail,

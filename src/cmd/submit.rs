@@ -210,8 +210,15 @@ pub struct Args {
     #[arg(long, conflicts_with = "file")]
     wrap: Option<String>,
     /// Print the answer as JSON.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "parsable")]
     json: bool,
+    /// Print only the job's id (as sbatch --parsable).
+    #[arg(long)]
+    parsable: bool,
+    /// Return once the job has ended (every task of an array), with its exit status (the
+    /// highest of an array's), as sbatch --wait.
+    #[arg(short = 'W', long)]
+    wait: bool,
 }
 
 /// Reads a job file into a request.
@@ -262,8 +269,8 @@ pub async fn submit(socket: &str, mut job: JobRequest) -> Result<u64> {
     }
 }
 
-/// Runs the command.
-pub async fn run(socket: &str, args: Args) -> Result<i32> {
+/// The job `args` describe: its file or `--wrap`, under the flags.
+fn job_of(args: &Args) -> Result<JobRequest> {
     let mut job = match (&args.file, &args.wrap) {
         (Some(f), _) => read_job_file(f)?,
         (None, Some(w)) => JobRequest {
@@ -274,14 +281,86 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         (None, None) => anyhow::bail!("give a job file (job.toml or a script) or --wrap 'COMMAND'"),
     };
     job = job.overlay(args.flags.to_request()?);
+    job.parsable |= args.parsable;
+    job.wait |= args.wait;
+    Ok(job)
+}
+
+/// The warning of the options `job` gave that Wharf accepts but does not honour.
+fn ignored_warning(job: &JobRequest) -> Option<String> {
+    (!job.ignored.is_empty()).then(|| {
+        format!(
+            "wharf: warning: these options are accepted but not honoured: {}",
+            job.ignored.join("; ")
+        )
+    })
+}
+
+/// Runs the command.
+pub async fn run(socket: &str, args: Args) -> Result<i32> {
+    let job = job_of(&args)?;
+    if let Some(w) = ignored_warning(&job) {
+        eprintln!("{}", crate::output::clean(&w));
+    }
+    let (parsable, wait) = (job.parsable, job.wait);
     let tasks = job.array.as_ref().map(|a| a.tasks.len());
     let id = submit(socket, job).await?;
     if args.json {
         println!("{}", serde_json::json!({ "id": id }));
+    } else if parsable {
+        println!("{id}");
     } else if let Some(n) = tasks {
         println!("Submitted an array of {n} tasks as job {id}");
     } else {
         println!("Submitted job {id}");
     }
-    Ok(0)
+    if !wait {
+        return Ok(0);
+    }
+    // An array's tasks are jobs `id`, `id + 1`, ... in task order.
+    let client = Client::new(Endpoint::parse(socket), None);
+    let mut status = 0;
+    for job in id..id + tasks.unwrap_or(1) as u64 {
+        status = status.max(crate::cmd::run::wait_for_end(&client, job).await?);
+    }
+    Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn job(words: &[&str], script: &str) -> Result<JobRequest> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("job.sh");
+        std::fs::write(&path, script).unwrap();
+        let path = path.display().to_string();
+        let argv = std::iter::once("submit").chain(words.iter().map(|w| match *w {
+            "FILE" => path.as_str(),
+            w => w,
+        }));
+        job_of(&Cli::try_parse_from(argv).unwrap().args)
+    }
+
+    #[test]
+    fn sbatch_parsable_and_wait_lines_reach_the_command_and_ignored_ones_warn_once() {
+        let j = job(
+            &["FILE"],
+            "#!/bin/sh\n#SBATCH --parsable --wait\n#SBATCH --mail-type=END --mail-user=a@b\n\
+             #SBATCH --mail-type=FAIL\ntrue\n",
+        )
+        .unwrap();
+        assert!(j.parsable && j.wait);
+        let w = ignored_warning(&j).unwrap();
+        assert_eq!(w.matches("--mail-type").count(), 1, "{w}");
+        assert!(w.contains("--mail-user (Wharf sends no mail)"), "{w}");
+        assert!(ignored_warning(&job(&["FILE"], "true\n").unwrap()).is_none());
+    }
 }

@@ -174,6 +174,17 @@ pub struct JobRequest {
     /// NODE_FAIL).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requeue: Option<bool>,
+    /// sbatch options read but not honoured, each with why (`--mail-type (Wharf sends no
+    /// mail)`): `wharf submit` warns of them once. Never sent.
+    #[serde(skip)]
+    pub ignored: Vec<String>,
+    /// `--parsable`: `wharf submit` prints only the job's id. Never sent.
+    #[serde(skip)]
+    pub parsable: bool,
+    /// `--wait`: `wharf submit` returns once the job has ended, with its exit status. Never
+    /// sent.
+    #[serde(skip)]
+    pub wait: bool,
 }
 
 fn de_memlock<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -439,6 +450,13 @@ impl JobRequest {
         );
         self.env.extend(other.env);
         self.mounts.extend(other.mounts);
+        for note in other.ignored {
+            if !self.ignored.contains(&note) {
+                self.ignored.push(note);
+            }
+        }
+        self.parsable |= other.parsable;
+        self.wait |= other.wait;
         self
     }
 

@@ -165,12 +165,21 @@ pub fn apply_words(req: &mut JobRequest, words: &[String]) -> Result<(), String>
             {
                 "yes".into()
             }
+            // sbatch's switches take a value only after `=` (`--get-user-env=10L`).
+            None if SBATCH_SWITCHES.contains(&key.as_str()) => String::new(),
             None => {
                 i += 1;
-                words
-                    .get(i)
-                    .cloned()
-                    .ok_or_else(|| format!("option --{key} needs a value"))?
+                match words.get(i) {
+                    Some(v) => v.clone(),
+                    // An option this does not know is said to be unknown, not short of a
+                    // value: tried on a scratch request, it says which.
+                    None => {
+                        return Err(match set_option(&mut JobRequest::default(), &key, "") {
+                            Err(e) if e.starts_with("unknown option") => e,
+                            _ => format!("option --{key} needs a value"),
+                        })
+                    }
+                }
             }
         };
         set_option(req, &key, &value)?;
@@ -242,7 +251,96 @@ const BOOLEAN_OPTIONS: [&str; 8] = [
     "no-requeue",
 ];
 
-/// Sets one option by its long or short name. The names match `wharf submit --help`.
+/// sbatch's options that are switches: given alone, they take no value (any comes after `=`).
+const SBATCH_SWITCHES: [&str; 11] = [
+    "parsable",
+    "wait",
+    "W",
+    "verbose",
+    "v",
+    "quiet",
+    "Q",
+    "get-user-env",
+    "propagate",
+    "oversubscribe",
+    "s",
+];
+
+/// sbatch's options that Wharf accepts but cannot honour, with why; `wharf submit` warns of
+/// those a job gave, once (see README.md, "Slurm batch scripts").
+fn ignored_option(key: &str) -> Option<(&'static str, &'static str)> {
+    Some(match key {
+        "mail-type" => ("mail-type", "Wharf sends no mail"),
+        "mail-user" => ("mail-user", "Wharf sends no mail"),
+        "signal" => (
+            "signal",
+            "at its time limit a job gets SIGTERM, then SIGKILL after the grace period",
+        ),
+        "comment" => ("comment", "jobs keep no comment"),
+        "hint" => ("hint", "CPUs are placed by Wharf's own rules"),
+        "reservation" => ("reservation", "Wharf has no reservations"),
+        "time-min" => ("time-min", "the job keeps its --time"),
+        "tmp" => (
+            "tmp",
+            "a job's /tmp is a private tmpfs of the node's [agent] tmp_size",
+        ),
+        "get-user-env" => (
+            "get-user-env",
+            "the job gets no login environment; set variables with --env",
+        ),
+        "propagate" => ("propagate", "the node's resource limits apply"),
+        "verbose" | "v" => ("verbose", "it changes nothing"),
+        "quiet" | "Q" => ("quiet", "it changes nothing"),
+        "kill-on-invalid-dep" => (
+            "kill-on-invalid-dep",
+            "the cluster's [scheduler] kill_invalid_dependency decides",
+        ),
+        "oversubscribe" | "s" => ("oversubscribe", "a job's CPUs, memory and GPUs are its own"),
+        "profile" => ("profile", "usage is sampled by the nodes"),
+        "acctg-freq" => ("acctg-freq", "usage is sampled by the nodes"),
+        _ => return None,
+    })
+}
+
+/// Notes an option that is accepted but not honoured, once per option.
+fn ignore(req: &mut JobRequest, name: &str, why: &str) {
+    let note = format!("--{name} ({why})");
+    if !req.ignored.contains(&note) {
+        req.ignored.push(note);
+    }
+}
+
+/// `--export`: Wharf gives a job no variable of the submitting shell, only those of its node
+/// and its own `--env` (as sbatch's `--export=NONE`), so `NONE` and `NIL` ask for what it does
+/// and `NAME=VALUE` entries are set as `--env` would; `ALL` and bare names cannot be honoured.
+fn export(req: &mut JobRequest, value: &str) -> Result<(), String> {
+    let mut not_passed = Vec::new();
+    for entry in value.split(',').map(str::trim) {
+        match entry {
+            "" => return Err(format!("--export: an empty entry in {value:?}")),
+            "NONE" | "NIL" => {}
+            _ => match entry.split_once('=') {
+                Some((k, v)) if !k.is_empty() => {
+                    req.env.insert(k.to_string(), v.to_string());
+                }
+                Some(_) => return Err(format!("--export: {entry:?} names no variable")),
+                None => not_passed.push(entry),
+            },
+        }
+    }
+    if !not_passed.is_empty() {
+        ignore(
+            req,
+            &format!("export={}", not_passed.join(",")),
+            "a job gets no variable of the submitting shell; set them with --env NAME=VALUE",
+        );
+    }
+    Ok(())
+}
+
+/// Sets one option by its long or short name. The names match `wharf submit --help`; sbatch's
+/// options that Wharf has no use for are noted in `req.ignored`, or refused when leaving them
+/// out would change what the job computes.
 pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), String> {
     let num = |what: &str| -> Result<u32, String> {
         value
@@ -371,11 +469,33 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
         "memlock" => {
             req.memlock = Some(crate::job::parse_memlock(value).map_err(|e| format!("--{e}"))?)
         }
-        other => {
-            return Err(format!(
-                "unknown option --{other}; see `wharf submit --help`"
-            ))
-        }
+        "export" => export(req, value)?,
+        "parsable" => req.parsable = true,
+        "W" | "wait" => req.wait = true,
+        "open-mode" => match value.trim() {
+            "truncate" => {}
+            "append" => {
+                return Err(
+                    "--open-mode=append: Wharf starts a job's output file empty (a requeued \
+                     job appends to it); give each job a file of its own (-o out-%j.txt) or \
+                     leave the line out"
+                        .into(),
+                )
+            }
+            _ => {
+                return Err(format!(
+                    "--open-mode expects append or truncate, found {value:?}"
+                ))
+            }
+        },
+        other => match ignored_option(other) {
+            Some((name, why)) => ignore(req, name, why),
+            None => {
+                return Err(format!(
+                    "unknown option --{other}; see `wharf submit --help`"
+                ))
+            }
+        },
     }
     Ok(())
 }
@@ -409,6 +529,75 @@ mod tests {
         );
         let e = parse_job_file("s.sh", "#SBATCH --mem-per-cpu=lots\n").unwrap_err();
         assert!(e.to_string().contains("line 1: --mem-per-cpu"), "{e}");
+    }
+
+    #[test]
+    fn sbatch_options_wharf_cannot_honour_are_accepted_and_noted_once() {
+        let text = "#!/bin/bash\n\
+            #SBATCH --mail-type=END,FAIL --mail-user me@lab.org --signal=B:USR1@60\n\
+            #SBATCH --open-mode=truncate --comment 'a run' --hint=nomultithread\n\
+            #SBATCH --reservation=course --time-min=10 --tmp=10G --get-user-env\n\
+            #SBATCH --propagate=STACK --verbose -v --quiet --requeue --no-requeue\n\
+            #SBATCH --kill-on-invalid-dep=yes --oversubscribe --profile=task --acctg-freq=30\n\
+            #SBATCH --export=NONE --mail-type=BEGIN --parsable\n\
+            #SBATCH --cpus-per-task=2\ntrue\n";
+        let req = parse_job_file("s.sh", text).unwrap();
+        assert_eq!((req.cpus, req.requeue), (Some(2), Some(false)));
+        assert!(req.parsable && !req.wait);
+        let names: Vec<&str> = req
+            .ignored
+            .iter()
+            .map(|n| n.split(' ').next().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "--mail-type",
+                "--mail-user",
+                "--signal",
+                "--comment",
+                "--hint",
+                "--reservation",
+                "--time-min",
+                "--tmp",
+                "--get-user-env",
+                "--propagate",
+                "--verbose",
+                "--quiet",
+                "--kill-on-invalid-dep",
+                "--oversubscribe",
+                "--profile",
+                "--acctg-freq",
+            ]
+        );
+        assert!(
+            req.ignored[0].contains("sends no mail"),
+            "{:?}",
+            req.ignored
+        );
+        // Honoured in part: variables given a value are set; the submitting shell's are not
+        // passed, which is said.
+        let req = parse_job_file("s.sh", "#SBATCH --export=ALL,A=1,B=x=y -W\ntrue\n").unwrap();
+        assert_eq!(req.env["A"], "1");
+        assert_eq!(req.env["B"], "x=y");
+        assert!(req.wait);
+        assert_eq!(req.ignored.len(), 1);
+        assert!(
+            req.ignored[0].starts_with("--export=ALL ("),
+            "{:?}",
+            req.ignored
+        );
+        assert!(parse_job_file("s.sh", "#SBATCH --export=NONE\ntrue\n")
+            .unwrap()
+            .ignored
+            .is_empty());
+        // Refused where leaving it out would change what the job does, saying what to do.
+        let e = parse_job_file("s.sh", "#SBATCH --open-mode=append\ntrue\n").unwrap_err();
+        assert!(e.message.contains("-o out-%j.txt"), "{e}");
+        let e = parse_job_file("s.sh", "#SBATCH --open-mode=sometimes\ntrue\n").unwrap_err();
+        assert!(e.message.contains("append or truncate"), "{e}");
+        let e = parse_job_file("s.sh", "#SBATCH --export=,A=1\ntrue\n").unwrap_err();
+        assert!(e.message.contains("empty entry"), "{e}");
     }
 
     #[test]
@@ -648,6 +837,11 @@ mod tests {
         assert!(e.to_string().contains("line 1: --mem"), "{e}");
         let e = parse_job_file("a.sh", "#WHARF --cpus\n").unwrap_err();
         assert!(e.message.contains("needs a value"), "{e}");
+        // An unknown option is unknown, value or not.
+        for line in ["#SBATCH --bogus\n", "#SBATCH --cpus=1 -y\n"] {
+            let e = parse_job_file("a.sh", line).unwrap_err();
+            assert!(e.message.starts_with("unknown option --"), "{line}: {e}");
+        }
         let e = parse_job_file("a.sh", "#WHARF -\u{e9}2\n").unwrap_err();
         assert!(e.message.contains("unknown option --\u{e9}"), "{e}");
     }
