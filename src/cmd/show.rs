@@ -276,12 +276,16 @@ fn usage_line(u: &wharf_api::usage::JobUsage) -> String {
 }
 
 fn shell_words(argv: &[String]) -> String {
-    if argv.len() == 3 && argv[0] == "/bin/sh" && argv[1] == "-c" {
-        let first = argv[2]
+    if let Some((script, interpreter)) = wharf_api::job::script_of(argv) {
+        let first = script
             .lines()
             .find(|l| !l.starts_with('#') && !l.trim().is_empty())
             .unwrap_or("");
-        return format!("(script, {} lines) {first}", argv[2].lines().count());
+        let by = match interpreter {
+            "/bin/sh" => String::new(),
+            i => format!(", {i}"),
+        };
+        return format!("(script, {} lines{by}) {first}", script.lines().count());
     }
     argv.iter()
         .map(|a| {

@@ -202,8 +202,11 @@ impl JobFlags {
 /// Arguments.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Job file: TOML (`*.toml`) or a script with #WHARF lines.
-    file: Option<PathBuf>,
+    /// Job file: TOML (`*.toml`) or a script with #WHARF (or #SBATCH) lines, then the
+    /// script's arguments ($1, $2, ...): as with sbatch, every word after the file is the
+    /// script's, options included, so Wharf's options come before it.
+    #[arg(trailing_var_arg = true, value_name = "FILE [ARG]...")]
+    file: Vec<String>,
     #[command(flatten)]
     flags: JobFlags,
     /// Run this shell command instead of a file (like sbatch --wrap).
@@ -269,10 +272,23 @@ pub async fn submit(socket: &str, mut job: JobRequest) -> Result<u64> {
     }
 }
 
-/// The job `args` describe: its file or `--wrap`, under the flags.
+/// The job `args` describe: its file (and the script's arguments) or `--wrap`, under the
+/// flags.
 fn job_of(args: &Args) -> Result<JobRequest> {
-    let mut job = match (&args.file, &args.wrap) {
-        (Some(f), _) => read_job_file(f)?,
+    let mut job = match (args.file.split_first(), &args.wrap) {
+        (Some((f, script_args)), _) => {
+            let mut job = read_job_file(&PathBuf::from(f))?;
+            if !script_args.is_empty() {
+                if job.script.is_none() {
+                    anyhow::bail!(
+                        "{f} is a TOML job file: it takes no arguments (they follow a script); \
+                         put them in its `command`"
+                    );
+                }
+                job.args = script_args.to_vec();
+            }
+            job
+        }
         (None, Some(w)) => JobRequest {
             script: Some(w.clone()),
             name: Some("wrap".into()),
@@ -347,6 +363,22 @@ mod tests {
             w => w,
         }));
         job_of(&Cli::try_parse_from(argv).unwrap().args)
+    }
+
+    #[test]
+    fn words_after_a_script_are_its_arguments() {
+        let j = job(
+            &["--cpus", "2", "FILE", "a1", "--cpus", "-x"],
+            "#!/bin/sh\ntrue\n",
+        )
+        .unwrap();
+        assert_eq!(j.cpus, Some(2));
+        assert_eq!(j.args, ["a1", "--cpus", "-x"]);
+        let spec = j
+            .resolve("/tmp", &wharf_api::JobDefaults::default())
+            .unwrap();
+        assert_eq!(spec.argv[3..], ["/bin/sh", "a1", "--cpus", "-x"]);
+        assert!(job(&["FILE"], "#!/bin/sh\ntrue\n").unwrap().args.is_empty());
     }
 
     #[test]

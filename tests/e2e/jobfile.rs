@@ -75,3 +75,50 @@ fn bad_job_files_are_rejected_naming_line_and_field() {
         "COMPLETED"
     );
 }
+
+#[test]
+fn an_sbatch_script_runs_under_its_interpreter_with_its_arguments_and_file_letters() {
+    if !can_run("an_sbatch_script_runs_under_its_interpreter_with_its_arguments_and_file_letters") {
+        return;
+    }
+    let c = Cluster::start();
+    let u = user("wharf-sbatch");
+    let home = c.home(&u);
+    // bash's own syntax, sbatch options Wharf does not honour, and sbatch's file letters.
+    let script = home.join("b.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/bash\n#SBATCH --mem 32M --mail-type=END -o 'o_%u_%N_%%_%n_%t_%s_%a_%5j.out'\n\
+         a=(\"$@\"); [[ ${#a[@]} == 2 ]] && echo \"bash ${a[1]} ${a[0]}\"\n",
+    )
+    .unwrap();
+    let out = c.wharf_as(&u, &["submit", script.to_str().unwrap(), "one two", "-x"]);
+    assert!(
+        stderr(&out).contains("--mail-type (Wharf sends no mail)"),
+        "{}",
+        stderr(&out)
+    );
+    let id = submitted_id(&out);
+    let done = c.wait_done(id, std::time::Duration::from_secs(30));
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    let node = nodes_of(&done)[0].split('.').next().unwrap().to_string();
+    let name = format!("o_{}_{node}_%_0_0_batch_4294967294_{id:05}.out", u.name);
+    let text = std::fs::read_to_string(home.join(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(text, "bash -x one two\n");
+
+    // A Python script, where the node has Python.
+    if std::path::Path::new("/usr/bin/python3").exists() {
+        let py = home.join("p.py");
+        std::fs::write(
+            &py,
+            "#!/usr/bin/python3 -u\n#SBATCH --mem 64M -o py-%j.out\nimport sys\nprint('py', sys.argv[1:])\n",
+        )
+        .unwrap();
+        let id =
+            submitted_id(&c.wharf_as(&u, &["submit", "--parsable", py.to_str().unwrap(), "a"]));
+        let done = c.wait_done(id, std::time::Duration::from_secs(30));
+        assert_eq!(done["state"], "COMPLETED", "{done}");
+        let text = std::fs::read_to_string(home.join(format!("py-{id}.out"))).unwrap();
+        assert_eq!(text, "py ['a']\n");
+    }
+}

@@ -48,7 +48,8 @@ pub struct JobRequest {
     pub image: Option<String>,
     /// Command and arguments, run directly.
     pub command: Option<Vec<String>>,
-    /// A shell script, run with `/bin/sh -c`.
+    /// A script, run under the interpreter its `#!` line names, else `/bin/sh` (see
+    /// [`script_argv`]).
     pub script: Option<String>,
     /// CPUs per task (`cpus_per_task` is the same); a node gives the job this many times its
     /// tasks per node.
@@ -174,6 +175,10 @@ pub struct JobRequest {
     /// NODE_FAIL).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requeue: Option<bool>,
+    /// The script's arguments, its `$1`, `$2`, ... (`wharf submit script.sh ARG...`, as
+    /// sbatch passes them); only with `script`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
     /// sbatch options read but not honoured, each with why (`--mail-type (Wharf sends no
     /// mail)`): `wharf submit` warns of them once. Never sent.
     #[serde(skip)]
@@ -448,6 +453,9 @@ impl JobRequest {
             exclusive,
             requeue
         );
+        if !other.args.is_empty() {
+            self.args = other.args;
+        }
         self.env.extend(other.env);
         self.mounts.extend(other.mounts);
         for note in other.ignored {
@@ -466,6 +474,9 @@ impl JobRequest {
         crate::limits::check_sizes(self, cwd, defaults)?;
         let argv = match (&self.command, &self.script) {
             (Some(_), Some(_)) => return Err("set either `command` or `script`, not both".into()),
+            (Some(_), None) if !self.args.is_empty() => {
+                return Err("`args` are a script's; give a command's arguments in `command`".into())
+            }
             (None, None) => return Err("nothing to run: set `command` or `script`".into()),
             (Some(cmd), None) => {
                 if cmd.is_empty() || cmd[0].is_empty() {
@@ -492,7 +503,16 @@ impl JobRequest {
                 if script.contains('\0') {
                     return Err("`script` contains a NUL byte".into());
                 }
-                vec!["/bin/sh".into(), "-c".into(), script.clone()]
+                if self.args.len() > MAX_ARGS {
+                    return Err(format!(
+                        "`args` has {} words; the limit is {MAX_ARGS}",
+                        self.args.len()
+                    ));
+                }
+                if self.args.iter().any(|a| a.contains('\0')) {
+                    return Err("`args` contains a NUL byte".into());
+                }
+                script_argv(script, &self.args)?
             }
         };
         let name = match &self.name {
@@ -848,6 +868,68 @@ fn validate_name(what: &str, name: &str) -> Result<String, String> {
             "`{what}` {name:?} is not a{} {what} name: use 1 to 64 letters, digits, '-', '_' or '.'",
             if what.starts_with('a') { "n" } else { "" }
         ))
+    }
+}
+
+/// Runs a script with an interpreter of its own: copies the script (`$1`) to a file of the
+/// job's private `/tmp` that only its user may read, then runs the interpreter (`$2`) with
+/// its one argument (`$3`, when not empty), that file and the script's arguments, as the
+/// kernel runs a `#!` file.
+const INTERPRETED: &str = "umask 077; f=/tmp/.wharf-script.$$; rm -f \"$f\"; set -C; \
+     printf '%s' \"$1\" >\"$f\" || exit 126; set +C; i=$2; a=$3; shift 3; \
+     if [ -n \"$a\" ]; then exec \"$i\" \"$a\" \"$f\" \"$@\"; fi; exec \"$i\" \"$f\" \"$@\"";
+
+/// The command that runs `script` with `args` as its `$1`, `$2`, ...: a script whose first
+/// line is `#!INTERPRETER [ARG]` runs under that interpreter, given its one optional argument
+/// (the rest of the line, as the kernel reads it), the script's file and `args`, as sbatch
+/// runs it; `#!/bin/sh` or no `#!` line at all (which sbatch refuses) is `/bin/sh -c SCRIPT`.
+/// The interpreter is looked for in the image, as any command is.
+pub fn script_argv(script: &str, args: &[String]) -> Result<Vec<String>, String> {
+    let sh = |mut argv: Vec<String>| {
+        if !args.is_empty() {
+            // `$0`, then `$1`...
+            argv.push("/bin/sh".into());
+            argv.extend(args.iter().cloned());
+        }
+        Ok(argv)
+    };
+    let plain = vec!["/bin/sh".into(), "-c".into(), script.to_string()];
+    let Some(line) = script.lines().next().and_then(|l| l.strip_prefix("#!")) else {
+        return sh(plain);
+    };
+    let line = line.trim_matches([' ', '\t']);
+    let (interpreter, arg) = match line.split_once([' ', '\t']) {
+        Some((i, a)) => (i, a.trim_matches([' ', '\t'])),
+        None => (line, ""),
+    };
+    if interpreter.is_empty() {
+        return Err(
+            "`script` starts with a #! line that names no interpreter; write e.g. #!/bin/bash"
+                .into(),
+        );
+    }
+    if interpreter == "/bin/sh" && arg.is_empty() {
+        return sh(plain);
+    }
+    let mut argv: Vec<String> = ["/bin/sh", "-c", INTERPRETED, "wharf-script"]
+        .map(String::from)
+        .into();
+    argv.extend([script.to_string(), interpreter.to_string(), arg.to_string()]);
+    argv.extend(args.iter().cloned());
+    Ok(argv)
+}
+
+/// The script a job's command runs (see [`script_argv`]), with its interpreter (`/bin/sh`
+/// when it runs under `/bin/sh -c`); `None` for a command given outright.
+pub fn script_of(argv: &[String]) -> Option<(&str, &str)> {
+    match argv {
+        [sh, c, wrapper, _, script, interpreter, ..]
+            if *sh == "/bin/sh" && *c == "-c" && *wrapper == INTERPRETED =>
+        {
+            Some((script.as_str(), interpreter.as_str()))
+        }
+        [sh, c, script, ..] if *sh == "/bin/sh" && *c == "-c" => Some((script.as_str(), "/bin/sh")),
+        _ => None,
     }
 }
 
@@ -1882,6 +1964,87 @@ mod tests {
         let place = FilePlace::default();
         assert_eq!(spec.output_path(7, &place), "/home/a/wharf-7.out");
         assert_eq!(spec.error_path(7, &place), None);
+    }
+
+    #[test]
+    fn a_script_runs_under_its_own_interpreter_with_its_arguments() {
+        let d = JobDefaults::default();
+        let argv = |script: &str, args: &[&str]| {
+            let r = JobRequest {
+                script: Some(script.into()),
+                args: args.iter().map(|a| a.to_string()).collect(),
+                ..Default::default()
+            };
+            r.resolve("/tmp", &d).map(|s| s.argv)
+        };
+        // No #! line, or /bin/sh: as before.
+        assert_eq!(
+            argv("echo hi\n", &[]).unwrap(),
+            ["/bin/sh", "-c", "echo hi\n"]
+        );
+        let sh = "#!/bin/sh\necho \"$1\"\n";
+        assert_eq!(argv(sh, &[]).unwrap(), ["/bin/sh", "-c", sh]);
+        assert_eq!(
+            argv(sh, &["a 1", "-x"]).unwrap(),
+            ["/bin/sh", "-c", sh, "/bin/sh", "a 1", "-x"]
+        );
+        // Any other: its interpreter and its one argument, then the script and its arguments.
+        for (script, interpreter, arg) in [
+            ("#!/bin/bash\n[[ -n x ]]\n", "/bin/bash", ""),
+            (
+                "#! /usr/bin/python3 -u  \nprint(1)\n",
+                "/usr/bin/python3",
+                "-u",
+            ),
+            (
+                "#!/usr/bin/env python3\nprint(1)\n",
+                "/usr/bin/env",
+                "python3",
+            ),
+            ("#!/bin/sh -e\nfalse\n", "/bin/sh", "-e"),
+            ("#!/usr/bin/perl -w -s\n", "/usr/bin/perl", "-w -s"),
+        ] {
+            let a = argv(script, &["a1", "a2"]).unwrap();
+            assert_eq!(a[..2], ["/bin/sh", "-c"], "{script}");
+            assert_eq!(a[4..], [script, interpreter, arg, "a1", "a2"], "{script}");
+            assert_eq!(script_of(&a), Some((script, interpreter)));
+        }
+        assert_eq!(
+            script_of(&["/bin/sh".into(), "-c".into(), "x".into()]),
+            Some(("x", "/bin/sh"))
+        );
+        assert_eq!(script_of(&["/bin/bash".into()]), None);
+        assert!(argv("#!\ntrue\n", &[])
+            .unwrap_err()
+            .contains("names no interpreter"));
+        let mut r = req();
+        r.args = vec!["x".into()];
+        assert!(r
+            .resolve("/tmp", &d)
+            .unwrap_err()
+            .contains("`args` are a script's"));
+    }
+
+    /// The wrapper runs as `/bin/sh` would: the script under its interpreter, from a private
+    /// copy, with its arguments (`/tmp` is the sandbox's own there; any /tmp serves here).
+    #[test]
+    fn the_interpreter_gets_the_script_and_its_arguments() {
+        if !std::path::Path::new("/bin/bash").exists() {
+            return;
+        }
+        let script = "#!/bin/bash -e\nset -o pipefail\na=(\"$@\"); [[ ${#a[@]} == 2 ]]\n\
+                      printf '%s|' \"$0\" \"${a[@]}\"; stat -c %a \"$0\"\n";
+        let argv = script_argv(script, &["x y".into(), "-z".into()]).unwrap();
+        let out = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let (file, rest) = text.split_once('|').unwrap();
+        assert!(file.starts_with("/tmp/.wharf-script."), "{text}");
+        assert_eq!(rest, "x y|-z|600\n");
+        let _ = std::fs::remove_file(file);
     }
 
     #[test]

@@ -145,6 +145,15 @@ pub fn check_sizes(req: &JobRequest, cwd: &str, d: &crate::JobDefaults) -> Resul
             );
         }
     }
+    let args: usize = req.args.iter().map(|a| a.len() + 1).sum();
+    if args > d.max_command_bytes {
+        return too_big(
+            "args",
+            args,
+            d.max_command_bytes,
+            " ([defaults] max_command_size); put long argument lists in a file",
+        );
+    }
     let env: usize = req.env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
     if env > d.max_env_bytes {
         return too_big(
