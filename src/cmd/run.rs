@@ -260,14 +260,20 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         .ok_or_else(|| anyhow::anyhow!("job {id} has no spec"))?;
     // A job that ended before the first answer (or a --quiet run) has no output to follow.
     let follow = !args.quiet && !job.state.is_terminal();
-    let place = job.file_place();
-    let mut output = Output::new(
-        spec.output_path(id, &place),
-        spec.error_path(id, &place),
-        follow,
-    );
+    let paths = |job: &JobRecord| {
+        let place = job.file_place();
+        (spec.output_path(id, &place), spec.error_path(id, &place))
+    };
+    let mut named = paths(&job);
+    let mut output = Output::new(named.0.clone(), named.1.clone(), follow);
     let mut said_pending = false;
+    let mut pumped = false;
     loop {
+        // A name with the job's node in it (`%N`) is known once the job has its nodes.
+        if !pumped && paths(&job) != named {
+            named = paths(&job);
+            output = Output::new(named.0.clone(), named.1.clone(), follow);
+        }
         if job.state == JobState::Pending && !said_pending {
             if let Some(r) = &job.reason {
                 eprintln!("wharf: job {id} queued ({})", crate::output::clean(r));
@@ -278,6 +284,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         let streaming = !args.quiet && job.start_time.is_some();
         if streaming {
             output.pump();
+            pumped = true;
         }
         if job.state.is_terminal() {
             break;

@@ -272,6 +272,22 @@ pub async fn submit(socket: &str, mut job: JobRequest) -> Result<u64> {
     }
 }
 
+/// The first of a script's arguments, if it is one of `wharf submit`'s own options
+/// (`--cpus`, `--time=1h`, `-c`): most likely meant for Wharf, which takes options only
+/// before the script.
+fn wharf_flag(script_args: &[String]) -> Option<&str> {
+    let first = script_args.first()?.as_str();
+    let cmd = <Args as clap::Args>::augment_args(clap::Command::new("submit"));
+    let known = |a: &clap::Arg| match first.strip_prefix("--") {
+        Some(long) => a.get_long() == Some(long.split('=').next().unwrap_or(long)),
+        None => {
+            let mut chars = first.strip_prefix('-').unwrap_or("").chars();
+            chars.next().is_some_and(|c| a.get_short() == Some(c))
+        }
+    };
+    (first.starts_with('-') && cmd.get_arguments().any(known)).then_some(first)
+}
+
 /// The job `args` describe: its file (and the script's arguments) or `--wrap`, under the
 /// flags.
 fn job_of(args: &Args) -> Result<JobRequest> {
@@ -281,8 +297,17 @@ fn job_of(args: &Args) -> Result<JobRequest> {
             if !script_args.is_empty() {
                 if job.script.is_none() {
                     anyhow::bail!(
-                        "{f} is a TOML job file: it takes no arguments (they follow a script); \
-                         put them in its `command`"
+                        "{f} is a TOML job file: nothing may follow it; put Wharf's options \
+                         before it (`wharf submit --cpus 4 {f}`) and a command's arguments in \
+                         its `command`"
+                    );
+                }
+                if let Some(flag) = wharf_flag(script_args) {
+                    eprintln!(
+                        "wharf: warning: {} follows the script, so it is the script's argument \
+                         ($1...), as with sbatch, not an option of Wharf's; put Wharf's options \
+                         before the script",
+                        crate::output::clean(flag)
                     );
                 }
                 job.args = script_args.to_vec();
@@ -379,6 +404,14 @@ mod tests {
             .unwrap();
         assert_eq!(spec.argv[3..], ["/bin/sh", "a1", "--cpus", "-x"]);
         assert!(job(&["FILE"], "#!/bin/sh\ntrue\n").unwrap().args.is_empty());
+        // One of Wharf's own options first after the script is most likely misplaced.
+        let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for flag in ["--cpus", "--time=4h", "-c", "-t4h"] {
+            assert_eq!(wharf_flag(&words(&[flag, "8"])), Some(flag));
+        }
+        for other in ["--lr", "-9", "a1", "--", "-"] {
+            assert_eq!(wharf_flag(&words(&[other, "--cpus"])), None, "{other}");
+        }
     }
 
     #[test]

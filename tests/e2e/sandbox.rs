@@ -90,6 +90,15 @@ fn run_exits_with_the_jobs_status() {
     // A bare name is looked up in the job's PATH, not the agent's.
     let out = c.wharf_as(&alice, &["run", "--", "true"]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // A file named after the job's node (`%N`) is followed once the node is known, even
+    // when the job waited past the first answer without one.
+    let out = c.run_sh(
+        &alice,
+        &["--begin", "now+3s", "-o", "run-%N.out"],
+        "echo late",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "late\n", "{}", stderr(&out));
 }
 
 #[test]

@@ -28,8 +28,9 @@ use crate::resources::{format_duration, format_memory, parse_duration, parse_mem
 /// A job's number, unique for the life of the controller's store.
 pub type JobId = u64;
 
-/// Largest script accepted: the kernel's limit for one argument (MAX_ARG_STRLEN).
-pub const MAX_SCRIPT_BYTES: usize = 128 * 1024;
+/// Largest script accepted: the kernel's limit for one argument (MAX_ARG_STRLEN, 128 KiB
+/// counting the NUL that ends it).
+pub const MAX_SCRIPT_BYTES: usize = 128 * 1024 - 1;
 /// Largest number of command words.
 pub const MAX_ARGS: usize = 4096;
 /// Largest number of environment variables a job may set.
@@ -871,12 +872,19 @@ fn validate_name(what: &str, name: &str) -> Result<String, String> {
     }
 }
 
-/// Runs a script with an interpreter of its own: copies the script (`$1`) to a file of the
-/// job's private `/tmp` that only its user may read, then runs the interpreter (`$2`) with
-/// its one argument (`$3`, when not empty), that file and the script's arguments, as the
-/// kernel runs a `#!` file.
-const INTERPRETED: &str = "umask 077; f=/tmp/.wharf-script.$$; rm -f \"$f\"; set -C; \
-     printf '%s' \"$1\" >\"$f\" || exit 126; set +C; i=$2; a=$3; shift 3; \
+/// Runs a script with an interpreter of its own: copies the script (`$1`) into a directory
+/// of its own that it makes under `/tmp` (`mkdir` is atomic and follows no link, so tasks
+/// sharing a `/tmp`, or another user's planted file or FIFO where a user mounted a shared
+/// directory there, get a fresh name, never someone else's), then runs the interpreter (`$2`)
+/// with its one argument (`$3`, when not empty), that file and the script's arguments, as the
+/// kernel runs a `#!` file. The job's umask is left as it was: the directory is private
+/// by its own mode. An interpreter missing from the image says so.
+const INTERPRETED: &str = "n=0; until d=/tmp/.wharf-script.$n; mkdir -m 700 \"$d\" 2>/dev/null; \
+     do n=$((n+1)); if [ $n -ge 1000 ]; then \
+     echo \"wharf: no directory for the script could be made under /tmp\" >&2; exit 126; fi; done; \
+     f=$d/script; printf '%s' \"$1\" >\"$f\" || exit 126; i=$2; a=$3; shift 3; \
+     command -v \"$i\" >/dev/null 2>&1 || { \
+     echo \"wharf: the script's interpreter $i (its #! line) is not in the image\" >&2; exit 127; }; \
      if [ -n \"$a\" ]; then exec \"$i\" \"$a\" \"$f\" \"$@\"; fi; exec \"$i\" \"$f\" \"$@\"";
 
 /// The command that runs `script` with `args` as its `$1`, `$2`, ...: a script whose first
@@ -2033,18 +2041,51 @@ mod tests {
             return;
         }
         let script = "#!/bin/bash -e\nset -o pipefail\na=(\"$@\"); [[ ${#a[@]} == 2 ]]\n\
-                      printf '%s|' \"$0\" \"${a[@]}\"; stat -c %a \"$0\"\n";
+                      printf '%s|' \"$0\" \"${a[@]}\" \"$(umask)\"; stat -c %a \"$(dirname \"$0\")\"\n";
         let argv = script_argv(script, &["x y".into(), "-z".into()]).unwrap();
+        let run = || {
+            let out = std::process::Command::new("/bin/sh")
+                .arg("-c")
+                .arg("umask 022; exec \"$@\"")
+                .arg("sh")
+                .args(&argv)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        // Twice, each run keeping its copy: the second gets a directory of its own.
+        let (first, second) = (run(), run());
+        let mut files = Vec::new();
+        for text in [&first, &second] {
+            let (file, rest) = text.split_once('|').unwrap();
+            assert!(file.starts_with("/tmp/.wharf-script."), "{text}");
+            assert!(file.ends_with("/script"), "{text}");
+            // The job's umask is its own; the copy's directory is private by its mode.
+            assert_eq!(rest, "x y|-z|0022|700\n");
+            files.push(file.to_string());
+        }
+        assert_ne!(files[0], files[1]);
+        for f in &files {
+            let dir = std::path::Path::new(f).parent().unwrap();
+            let _ = std::fs::remove_dir_all(dir);
+        }
+
+        // An interpreter the image lacks is named.
+        let argv = script_argv("#!/no/such/shell\ntrue\n", &[]).unwrap();
         let out = std::process::Command::new(&argv[0])
             .args(&argv[1..])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        let text = String::from_utf8(out.stdout).unwrap();
-        let (file, rest) = text.split_once('|').unwrap();
-        assert!(file.starts_with("/tmp/.wharf-script."), "{text}");
-        assert_eq!(rest, "x y|-z|600\n");
-        let _ = std::fs::remove_file(file);
+        assert_eq!(out.status.code(), Some(127));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("interpreter /no/such/shell"), "{err}");
+        // Its copy is left in its private directory, as a job's is in its private /tmp.
+        if let Some(n) = (0..1000)
+            .find(|n| std::path::Path::new(&format!("/tmp/.wharf-script.{n}/script")).exists())
+        {
+            let _ = std::fs::remove_dir_all(format!("/tmp/.wharf-script.{n}"));
+        }
     }
 
     #[test]

@@ -318,7 +318,7 @@ fn export(req: &mut JobRequest, value: &str) -> Result<(), String> {
     for entry in value.split(',').map(str::trim) {
         match entry {
             "" => return Err(format!("--export: an empty entry in {value:?}")),
-            "NONE" | "NIL" => {}
+            e if e.eq_ignore_ascii_case("NONE") || e.eq_ignore_ascii_case("NIL") => {}
             _ => match entry.split_once('=') {
                 Some((k, v)) if !k.is_empty() => {
                     req.env.insert(k.to_string(), v.to_string());

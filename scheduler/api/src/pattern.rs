@@ -34,7 +34,10 @@ fn letter(pattern: &str, at: usize) -> Option<(usize, char, usize)> {
     let rest = &pattern[at + 1..];
     let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
     let c = rest[digits..].chars().next()?;
-    let width = rest[..digits].parse::<usize>().unwrap_or(0).min(MAX_WIDTH);
+    // Too many digits to be a number is wider than any.
+    let width = (rest[..digits].parse::<usize>())
+        .unwrap_or(if digits > 0 { MAX_WIDTH } else { 0 })
+        .min(MAX_WIDTH);
     Some((width, c, at + 1 + digits + c.len_utf8()))
 }
 
@@ -97,8 +100,12 @@ pub fn finish(pattern: &str, rank: u32) -> (String, bool) {
     (name, ranked)
 }
 
-/// A node's short name: up to its first `.`.
+/// A node's short name: up to its first `.`, unless the name is an address.
 pub fn short_name(node: &str) -> &str {
+    // A node named by its address keeps it whole.
+    if node.parse::<std::net::IpAddr>().is_ok() {
+        return node;
+    }
     node.split('.').next().unwrap_or(node)
 }
 
@@ -125,7 +132,9 @@ mod tests {
         );
         assert_eq!(finish("a%%t", 3), ("a%t".into(), false));
         assert_eq!(expand("%99j", job), "0000000195");
+        assert_eq!(expand("%99999999999999999999999j", job), "0000000195");
         assert_eq!(expand("%5x", job), "50%%t");
         assert_eq!(short_name("gpu01.cluster.lab"), "gpu01");
+        assert_eq!(short_name("10.0.0.5"), "10.0.0.5");
     }
 }
