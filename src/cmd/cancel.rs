@@ -8,7 +8,7 @@ use wharf_client::{Client, ClientError, Endpoint};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Job ids.
-    #[arg(required = true)]
+    #[arg(value_parser = super::job_arg, required = true)]
     jobs: Vec<String>,
     /// Print JSON.
     #[arg(long)]

@@ -7,7 +7,7 @@ use wharf_api::Hold;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Job ids (pending jobs).
-    #[arg(required = true)]
+    #[arg(value_parser = super::job_arg, required = true)]
     jobs: Vec<String>,
     /// Print JSON.
     #[arg(long)]

@@ -7,7 +7,7 @@ use clap::Args as ClapArgs;
 #[derive(Debug, ClapArgs)]
 pub struct Args {
     /// Job ids (running jobs).
-    #[arg(required = true)]
+    #[arg(value_parser = super::job_arg, required = true)]
     jobs: Vec<String>,
     /// Print JSON.
     #[arg(long)]

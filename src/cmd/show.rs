@@ -11,6 +11,7 @@ use crate::output;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Job id, or ARRAYID_TASKID for one task of an array.
+    #[arg(value_parser = super::job_arg)]
     job: String,
     /// Print JSON.
     #[arg(long)]

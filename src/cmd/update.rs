@@ -10,6 +10,7 @@ use wharf_client::{Client, ClientError, Endpoint};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Job id, or ARRAYID_TASKID.
+    #[arg(value_parser = super::job_arg)]
     job: String,
     /// New time limit, e.g. 30m (you may only lower it; admins may raise it).
     #[arg(short = 't', long)]

@@ -835,6 +835,17 @@ fn host_list(what: &str, text: &Option<String>) -> Result<HostList, String> {
 /// The largest nice, either way (Slurm's limit).
 pub const MAX_NICE: i32 = 2_147_483_645;
 
+/// A job as commands and the API name it: `ID`, or `ARRAYID_TASKID` for one task of an
+/// array; decimal digits only (no sign, space or escape), `None` for anything else.
+pub fn parse_job_ref(text: &str) -> Option<(JobId, Option<u32>)> {
+    let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    match text.split_once('_') {
+        Some((a, t)) if digits(a) && digits(t) => Some((a.parse().ok()?, Some(t.parse().ok()?))),
+        None if digits(text) => Some((text.parse().ok()?, None)),
+        _ => None,
+    }
+}
+
 /// True for a name of the cluster's vocabulary (a partition, account, QoS, GPU type or node
 /// feature): 1 to 64 letters, digits, `-`, `_` or `.`.
 pub fn is_name(name: &str) -> bool {

@@ -361,13 +361,7 @@ fn job_id(text: &str) -> Result<(JobId, Option<u32>), ApiFailure> {
             format!("{text:?} is not a job id (ID, or ARRAYID_TASKID for an array task)"),
         )
     };
-    match text.split_once('_') {
-        Some((a, t)) => Ok((
-            a.parse().map_err(|_| bad())?,
-            Some(t.parse().map_err(|_| bad())?),
-        )),
-        None => Ok((text.parse().map_err(|_| bad())?, None)),
-    }
+    wharf_api::job::parse_job_ref(text).ok_or_else(bad)
 }
 
 async fn show(
