@@ -231,12 +231,32 @@ pub fn read_job_file(path: &PathBuf) -> Result<JobRequest> {
     parse_job_file(&path.display().to_string(), &text).map_err(anyhow::Error::msg)
 }
 
+/// The job's working directory (`--chdir`, else the submit directory) when it lies under a
+/// path every sandbox mounts afresh (its own `/tmp`, `/dev`, `/proc`, `/sys`): the job
+/// cannot see it, and the node starts it in `/`.
+fn hidden_workdir(chdir: Option<&str>, cwd: &std::path::Path) -> Option<PathBuf> {
+    let dir = chdir.map_or_else(|| cwd.to_path_buf(), |d| cwd.join(d));
+    let top = dir.components().nth(1)?.as_os_str().to_str()?.to_string();
+    wharf_runtime::SANDBOX_MOUNT_POINTS
+        .contains(&top.as_str())
+        .then_some(dir)
+}
+
 /// Submits `job`, retrying while the controller is unreachable (the client token makes a
 /// retry of a submit that was in fact stored return the same job).
 pub async fn submit(socket: &str, mut job: JobRequest) -> Result<u64> {
     // A wall-clock --begin means the user's time zone, which only this side knows.
     job.begin = job.begin.map(crate::localtime::localize).transpose()?;
     let cwd = std::env::current_dir().context("reading the current directory")?;
+    if let Some(w) = hidden_workdir(job.workdir.as_deref(), &cwd) {
+        eprintln!(
+            "wharf: warning: the job cannot see {}: it gets its own private {} there, so it \
+             starts in / (its output files are still written where they are named); submit \
+             from a shared directory or give --chdir DIR",
+            crate::output::clean(&w.display().to_string()),
+            crate::output::clean(&w.iter().take(2).collect::<PathBuf>().display().to_string()),
+        );
+    }
     // The user's own credential for the registry the job's image names, if they have one.
     let registry_auth = job.image.as_deref().and_then(|image| {
         let files = crate::registry_auth::auth_files(|v| std::env::var(v).ok());
@@ -388,6 +408,21 @@ mod tests {
             w => w,
         }));
         job_of(&Cli::try_parse_from(argv).unwrap().args)
+    }
+
+    #[test]
+    fn a_workdir_the_sandbox_hides_is_named() {
+        let home = std::path::Path::new("/home/ann/work");
+        let tmp = std::path::Path::new("/tmp/ann/work");
+        assert_eq!(hidden_workdir(None, tmp), Some(tmp.to_path_buf()));
+        assert_eq!(hidden_workdir(None, home), None);
+        assert_eq!(
+            hidden_workdir(Some("/tmp/x"), home),
+            Some(PathBuf::from("/tmp/x"))
+        );
+        assert_eq!(hidden_workdir(Some("/data/x"), tmp), None);
+        assert_eq!(hidden_workdir(Some("sub"), home), None);
+        assert_eq!(hidden_workdir(Some("/"), home), None);
     }
 
     #[test]
