@@ -204,13 +204,48 @@ fn de_quantity<'de, D: serde::Deserializer<'de>>(
     zero_msg: Option<&str>,
     parse: fn(&str) -> Result<u64, String>,
 ) -> Result<Option<u64>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
     enum Raw {
         Int(u64),
         Text(String),
     }
-    match Option::<Raw>::deserialize(d)? {
+    /// A whole number of at least 0 or text; anything else is refused naming what it was
+    /// (before, "did not match any variant of untagged enum").
+    struct Quantity;
+    impl<'de> serde::de::Visitor<'de> for Quantity {
+        type Value = Option<Raw>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a whole number, or text such as \"30m\" or \"4G\"")
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(Some(Raw::Int(v)))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            u64::try_from(v).map(|v| Some(Raw::Int(v))).map_err(|_| {
+                E::custom(format!(
+                    "{v} is negative; {}",
+                    "give a whole number of at least 0, or text such as \"30m\" or \"4G\""
+                ))
+            })
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            Err(E::custom(format!(
+                "{v} is not a whole number; give one, or text such as \"1.5G\" or \"90m\""
+            )))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(Raw::Text(v.to_string())))
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D2: serde::Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_any(Quantity)
+        }
+    }
+    match d.deserialize_option(Quantity)? {
         None => Ok(None),
         Some(Raw::Int(0)) if zero_msg.is_some() => {
             Err(serde::de::Error::custom(zero_msg.unwrap_or_default()))
