@@ -21,9 +21,15 @@ pub struct Args {
     /// Only my jobs.
     #[arg(long)]
     me: bool,
-    /// Only jobs in these states (e.g. running,pending).
-    #[arg(long, value_delimiter = ',')]
+    /// Only jobs in these states (e.g. running,pending, or Slurm's codes: R,PD).
+    #[arg(short = 't', long, value_delimiter = ',')]
     state: Vec<String>,
+    /// Only these users' jobs (squeue -u).
+    #[arg(short, long, value_delimiter = ',', value_name = "USER")]
+    user: Vec<String>,
+    /// Only these jobs (squeue -j): ids, an array's id for all its tasks, or ID_TASK.
+    #[arg(short, long, value_delimiter = ',', value_name = "ID", value_parser = super::job_arg)]
+    jobs: Vec<String>,
     /// Pending jobs' priorities factor by factor (Slurm's sprio): each factor times its
     /// weight, as the last scheduling pass computed them, highest first (the multifactor
     /// policy still takes a higher partition tier first, and FCFS and EASY go by submit
@@ -67,19 +73,36 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     for s in &args.state {
         states.push(JobState::parse(s).ok_or_else(|| {
             anyhow::anyhow!(
-                "unknown state {s:?}; use one of {}",
-                JobState::ALL.map(|s| s.as_str()).join(", ")
+                "unknown state {:?}; use one of {}",
+                output::clean(s),
+                JobState::ALL
+                    .map(|s| format!("{} ({})", s.as_str(), s.code()))
+                    .join(", ")
             )
         })?);
     }
+    let picked = Picked {
+        states,
+        users: args.user.clone(),
+        jobs: (args.jobs.iter())
+            .filter_map(|j| wharf_api::job::parse_job_ref(j))
+            .collect(),
+    };
     if args.priority {
-        return priorities(&client, args.me, args.json).await;
+        return priorities(&client, args.me, args.json, &picked).await;
     }
     let finished = if args.all { args.limit } else { 0 };
     if args.json {
         // --json gives the whole records.
         let mut jobs = fetch(&client, finished, args.me, false).await?;
-        jobs.retain(|j| states.is_empty() || states.contains(&j.state));
+        jobs.retain(|j| {
+            picked.keeps(
+                j.id,
+                j.array.map(|a| (a.job_id, a.task_id)),
+                &j.owner.user,
+                j.state,
+            )
+        });
         println!("{}", serde_json::to_string_pretty(&JobList { jobs })?);
         return Ok(0);
     }
@@ -97,10 +120,32 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         Some(rows) => rows,
         None => records.iter().map(|j| JobRow::of(j, &j.pulling)).collect(),
     };
-    rows.retain(|j| states.is_empty() || states.contains(&j.state));
+    rows.retain(|j| picked.keeps(j.id, j.array, &j.user, j.state));
     let t = table(&rows, wharf_controller::now_ms());
     output::print_table(&t);
     Ok(0)
+}
+
+/// The jobs the filters keep; an empty filter keeps all.
+struct Picked {
+    states: Vec<JobState>,
+    users: Vec<String>,
+    /// Job ids, array ids (all their tasks) or one task.
+    jobs: Vec<(u64, Option<u32>)>,
+}
+
+impl Picked {
+    fn keeps(&self, id: u64, array: Option<(u64, u32)>, user: &str, state: JobState) -> bool {
+        let named = |&(n, task): &(u64, Option<u32>)| match (task, array) {
+            (None, Some((a, _))) => n == a || n == id,
+            (None, None) => n == id,
+            (Some(t), Some((a, at))) => n == a && t == at,
+            (Some(_), None) => false,
+        };
+        (self.states.is_empty() || self.states.contains(&state))
+            && (self.users.is_empty() || self.users.iter().any(|u| u == user))
+            && (self.jobs.is_empty() || self.jobs.iter().any(named))
+    }
 }
 
 /// One pending job's priority, for `--priority --json`.
@@ -115,8 +160,12 @@ struct JobPriority<'a> {
 
 /// `wharf queue --priority`: pending jobs that have been through a scheduling pass, highest
 /// priority first (ties by id), each factor times its weight.
-async fn priorities(client: &Client, me: bool, json: bool) -> Result<i32> {
-    let jobs = fetch(client, 0, me, true).await?;
+async fn priorities(client: &Client, me: bool, json: bool, picked: &Picked) -> Result<i32> {
+    let mut jobs = fetch(client, 0, me, true).await?;
+    jobs.retain(|j| {
+        let array = j.array.map(|a| (a.job_id, a.task_id));
+        picked.keeps(j.id, array, &j.owner.user, j.state)
+    });
     let ranked = ranked(&jobs);
     if json {
         let list: Vec<JobPriority> = ranked
@@ -260,6 +309,8 @@ mod tests {
     use wharf_api::listing::{JobRow, PullCounts};
     use wharf_api::{JobState, Resources};
 
+    use super::Picked;
+
     #[test]
     fn only_pending_jobs_with_a_priority_are_ranked_highest_first() {
         use wharf_api::{JobRecord, Owner, PriorityView};
@@ -287,6 +338,34 @@ mod tests {
         ];
         let order: Vec<u64> = super::ranked(&jobs).iter().map(|(j, _)| j.id).collect();
         assert_eq!(order, vec![4, 1, 5]);
+    }
+
+    #[test]
+    fn filters_by_state_code_user_and_job_as_squeue_does() {
+        use wharf_api::JobState::{Pending, Running};
+        assert_eq!(JobState::parse("pd"), Some(Pending));
+        assert_eq!(JobState::parse("R"), Some(Running));
+        assert_eq!(JobState::parse("running"), Some(Running));
+        assert_eq!(JobState::parse("X"), None);
+        let picked = Picked {
+            states: vec![Pending],
+            users: vec!["ann".into()],
+            jobs: vec![(10, None), (20, Some(3))],
+        };
+        // Job 10, a task of array 10, and task 3 of array 20, pending and ann's.
+        assert!(picked.keeps(10, None, "ann", Pending));
+        assert!(picked.keeps(12, Some((10, 2)), "ann", Pending));
+        assert!(picked.keeps(23, Some((20, 3)), "ann", Pending));
+        assert!(!picked.keeps(22, Some((20, 2)), "ann", Pending));
+        assert!(!picked.keeps(11, None, "ann", Pending));
+        assert!(!picked.keeps(10, None, "bob", Pending));
+        assert!(!picked.keeps(10, None, "ann", Running));
+        let all = Picked {
+            states: vec![],
+            users: vec![],
+            jobs: vec![],
+        };
+        assert!(all.keeps(99, None, "zed", Running));
     }
 
     #[test]

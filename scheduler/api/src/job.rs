@@ -1297,9 +1297,26 @@ impl JobState {
 
     /// Parses [`JobState::as_str`] output (case-insensitive).
     pub fn parse(text: &str) -> Option<JobState> {
+        let text = text.trim();
         Self::ALL
             .into_iter()
-            .find(|s| s.as_str().eq_ignore_ascii_case(text.trim()))
+            .find(|s| s.as_str().eq_ignore_ascii_case(text) || s.code().eq_ignore_ascii_case(text))
+    }
+
+    /// Slurm's compact code of the state (`squeue -t PD`, `R`, `CD`, ...).
+    pub fn code(self) -> &'static str {
+        match self {
+            JobState::Pending => "PD",
+            JobState::Starting => "CF",
+            JobState::Running => "R",
+            JobState::Completed => "CD",
+            JobState::Failed => "F",
+            JobState::Cancelled => "CA",
+            JobState::Timeout => "TO",
+            JobState::OutOfMemory => "OOM",
+            JobState::NodeFail => "NF",
+            JobState::Preempted => "PR",
+        }
     }
 }
 

@@ -659,14 +659,20 @@ mod tests {
         for (value, want) in [
             ("-5", "-5 is negative"),
             ("1e3", "1000 is not a whole number"),
-            ("true", "invalid type: boolean `true`, expected a whole number, or text"),
+            (
+                "true",
+                "invalid type: boolean `true`, expected a whole number, or text",
+            ),
         ] {
             let text = format!("command = [\"x\"]\ntime = {value}\n");
             let e = parse_job_file("job.toml", &text).unwrap_err();
             assert_eq!(e.line, Some(2), "{e}");
             assert!(e.message.contains(want), "{value}: {e}");
         }
-        let ok = parse_job_file("job.toml", "command = [\"x\"]\ntime = 90\nmemory = \"1G\"\n");
+        let ok = parse_job_file(
+            "job.toml",
+            "command = [\"x\"]\ntime = 90\nmemory = \"1G\"\n",
+        );
         let ok = ok.unwrap();
         assert_eq!((ok.time, ok.memory), (Some(90), Some(1 << 30)));
     }
