@@ -166,7 +166,7 @@ fn associations_made_over_the_cli_limit_jobs_survive_a_restart_and_are_audited()
     let first = submit("1", "sleep 600");
     c.wait_running(first);
     let second = submit("1", "true");
-    let reason = "AssocGrpCpuLimit: account lab allows 1 CPUs";
+    let reason = "AssocGrpCpuLimit: account lab allows 1 CPU";
     wait_reason(&c, second, reason);
     // Submitted without -A: charged to her default account, named in the job at submit.
     assert_eq!(c.job(first)["spec"]["account"], "sub");

@@ -246,7 +246,7 @@ fn an_accounts_cpu_limit_holds_the_second_job_while_another_users_job_runs() {
     assert!(!out.status.success());
     assert!(
         stderr(&out)
-            .contains("this job could never start: AssocGrpCpuLimit: account lab allows 1 CPUs"),
+            .contains("this job could never start: AssocGrpCpuLimit: account lab allows 1 CPU"),
         "{}",
         stderr(&out)
     );
@@ -259,8 +259,8 @@ fn an_accounts_cpu_limit_holds_the_second_job_while_another_users_job_runs() {
     assert_eq!(done["state"], "COMPLETED", "{done}");
     // Passes after bob's job ended (a CPU is free again) still hold ann's job by the limit.
     std::thread::sleep(Duration::from_secs(2));
-    let want = "AssocGrpCpuLimit: account lab allows 1 CPUs for all its jobs together \
-                (grp_tres cpu); 1 CPUs are in use and it asks for 1 CPUs";
+    let want = "AssocGrpCpuLimit: account lab allows 1 CPU for all its jobs together \
+                (grp_tres cpu); 1 CPU is in use and it asks for 1 CPU";
     let job = c.job(second);
     assert_eq!(job["state"], "PENDING", "{job}");
     let reason = job["reason"].as_str().unwrap_or_default();

@@ -70,9 +70,9 @@ pub enum TresKind {
 impl TresKind {
     fn amount(self, n: u64) -> String {
         match self {
-            TresKind::Cpu => format!("{n} CPUs"),
+            TresKind::Cpu => counted(n, "CPU", "CPUs"),
             TresKind::Mem => format!("{} memory", format_memory(n)),
-            TresKind::Gpu => format!("{n} GPUs"),
+            TresKind::Gpu => counted(n, "GPU", "GPUs"),
         }
     }
 
@@ -276,8 +276,14 @@ impl fmt::Display for LimitReason {
                     tres.amount(*asks)
                 )
             } else {
+                // Memory is one amount ("is"); one CPU or GPU is one too.
+                let verb = if *in_use == 1 || *tres == TresKind::Mem {
+                    "is"
+                } else {
+                    "are"
+                };
                 format!(
-                    "{} are in use and it asks for {}; it starts when enough of them end",
+                    "{} {verb} in use and it asks for {}; it starts when enough of them end",
                     tres.amount(*in_use),
                     tres.amount(*asks)
                 )
@@ -293,7 +299,9 @@ impl fmt::Display for LimitReason {
             ),
             QosMaxJobsPerUser { qos, limit } => write!(
                 f,
-                "{code}: QoS {qos} allows each user {limit} running jobs (max_jobs_per_user); it starts when one of them ends"
+                "{code}: QoS {qos} allows each user {} (max_jobs_per_user); {}",
+                counted(*limit, "running job", "running jobs"),
+                when_one_ends(limit)
             ),
             QosMaxSubmitJobsPerUser { qos, limit } => write!(
                 f,
@@ -314,7 +322,9 @@ impl fmt::Display for LimitReason {
             ),
             QosGrpJobs { qos, limit } => write!(
                 f,
-                "{code}: QoS {qos} allows {limit} running jobs in all (grp_jobs); it starts when one of them ends"
+                "{code}: QoS {qos} allows {} in all (grp_jobs); {}",
+                counted(*limit, "running job", "running jobs"),
+                when_one_ends(limit)
             ),
             AssocGrpTres { assoc, tres, limit, in_use, asks } => write!(
                 f,
@@ -325,11 +335,15 @@ impl fmt::Display for LimitReason {
             ),
             AssocGrpJobs { assoc, limit } => write!(
                 f,
-                "{code}: {assoc} allows {limit} running jobs in all (grp_jobs); it starts when one of them ends"
+                "{code}: {assoc} allows {} in all (grp_jobs); {}",
+                counted(*limit, "running job", "running jobs"),
+                when_one_ends(limit)
             ),
             AssocMaxJobs { assoc, limit } => write!(
                 f,
-                "{code}: {assoc} allows each user {limit} running jobs (max_jobs); it starts when one of them ends"
+                "{code}: {assoc} allows each user {} (max_jobs); {}",
+                counted(*limit, "running job", "running jobs"),
+                when_one_ends(limit)
             ),
             AssocMaxSubmitJobs { assoc, limit } => write!(
                 f,
@@ -540,6 +554,20 @@ impl PendingReason {
     }
 }
 
+/// `n` and the noun, singular for one.
+fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// What lets a job held by a running-jobs limit of `limit` start.
+fn when_one_ends(limit: &u64) -> &'static str {
+    if *limit == 0 {
+        "no job may run under it until an admin raises it"
+    } else {
+        "it starts when one of them ends"
+    }
+}
+
 fn secs(ms: Time) -> String {
     format_duration(ms / 1000)
 }
@@ -550,7 +578,7 @@ impl fmt::Display for PendingReason {
         match self {
             PendingReason::Resources => write!(
                 f,
-                "{code}: waiting for CPUs, memory or GPUs to free up; it is next in line"
+                "{code}: waiting for the CPUs, memory or GPUs it needs to free up"
             ),
             PendingReason::Priority => write!(
                 f,
@@ -655,6 +683,42 @@ mod tests {
     use super::{LimitReason, PendingReason, TresKind};
     use crate::job::{JobRecord, Owner};
     use crate::resources::Resources;
+
+    /// One is singular, and a limit of 0 does not promise a start when jobs end.
+    #[test]
+    fn counts_read_as_words() {
+        let jobs = |limit| {
+            LimitReason::AssocMaxJobs {
+                assoc: "account lab".into(),
+                limit,
+            }
+            .to_string()
+        };
+        assert!(
+            jobs(1).contains(
+                "allows each user 1 running job (max_jobs); it starts when one of them ends"
+            ),
+            "{}",
+            jobs(1)
+        );
+        assert!(jobs(2).contains("2 running jobs"), "{}", jobs(2));
+        assert!(
+            jobs(0).contains(
+                "0 running jobs (max_jobs); no job may run under it until an admin raises it"
+            ),
+            "{}",
+            jobs(0)
+        );
+        let cpus = LimitReason::AssocGrpTres {
+            assoc: "account lab".into(),
+            tres: TresKind::Cpu,
+            limit: 2,
+            in_use: 1,
+            asks: 1,
+        }
+        .to_string();
+        assert!(cpus.contains("allows 2 CPUs for all its jobs together (grp_tres cpu); 1 CPU is in use and it asks for 1 CPU"), "{cpus}");
+    }
 
     #[test]
     fn a_reason_travels_as_a_tagged_value_with_its_numbers() {

@@ -333,7 +333,7 @@ fn max_jobs_is_per_user_and_inherited_from_the_account() {
     };
     let t = check(&state, &config, 2, "AssocMaxJobsLimit", &[1, 3, 4]);
     assert!(
-        t.contains("account physics allows each user 1 running jobs"),
+        t.contains("account physics allows each user 1 running job"),
         "{t}"
     );
     let t = check(&state, &config, 5, "AssocMaxJobsLimit", &[1, 3, 4]);
@@ -370,7 +370,7 @@ fn max_tres_per_job_and_a_user_group_limit() {
     };
     let t = check(&state, &config, 1, "AssocMaxGRESPerJob", &[2, 3, 5]);
     assert!(
-        t.contains("allows one job 1 GPUs") && t.contains("asks for 2 GPUs"),
+        t.contains("allows one job 1 GPU") && t.contains("asks for 2 GPUs"),
         "{t}"
     );
     let t = check(&state, &config, 4, "AssocGrpCpuLimit", &[2, 3, 5]);

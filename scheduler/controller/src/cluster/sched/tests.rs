@@ -571,7 +571,7 @@ fn qos_limits_hold_a_users_second_job_and_refuse_what_could_never_run() {
         held.reason.as_deref(),
         Some(
             "QOSMaxGRESPerUser: QoS normal allows each user 2 GPUs at once (max_tres_per_user \
-             gpu); 2 GPUs are in use and it asks for 1 GPUs; it starts when enough of them end"
+             gpu); 2 GPUs are in use and it asks for 1 GPU; it starts when enough of them end"
         )
     );
     assert_eq!(
