@@ -416,6 +416,21 @@ impl Registry {
                             q.def.name
                         ));
                     }
+                    let granted = (before.accounts.iter())
+                        .filter(|e| e.def.limits.qos.iter().flatten().any(|q| q == name))
+                        .map(|e| format!("account {}", e.def.name))
+                        .chain(
+                            (before.users.iter())
+                                .filter(|e| e.def.limits.qos.iter().flatten().any(|q| q == name))
+                                .map(|e| format!("user {} in {}", e.def.user, e.def.account)),
+                        )
+                        .next();
+                    if let Some(who) = granted {
+                        return Err(format!(
+                            "qos {name} is in {who}'s qos list; take it out first (--qos with \
+                             the others, or none)"
+                        ));
+                    }
                 }
                 out
             }

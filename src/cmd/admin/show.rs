@@ -145,6 +145,21 @@ pub async fn show(client: &Client, kind: AdminKind, args: ShowArgs) -> Result<i3
     let a: Associations = client.get("/v1/admin/associations").await?;
     let name = args.name.as_deref();
     let wanted = |n: &str| name.is_none_or(|w| w == n);
+    if let Some(n) = name {
+        let found = match kind {
+            AdminKind::Account => a.accounts.iter().any(|e| e.def.name == n),
+            AdminKind::User => a.users.iter().any(|e| e.def.user == n),
+            AdminKind::Qos => a.qos.iter().any(|e| e.def.name == n),
+            AdminKind::Partition => a.partitions.iter().any(|e| e.def.name == n),
+        };
+        if !found {
+            let what = kind.as_str();
+            anyhow::bail!(
+                "no {what} {}; `wharf admin {what} show` lists them",
+                output::clean(n)
+            );
+        }
+    }
     if args.json {
         let value = match kind {
             AdminKind::Account => {

@@ -155,6 +155,11 @@ fn tres(caps: &mut TresCaps, key: &str, value: &str) -> Result<(), String> {
         *caps = TresCaps::default();
         return Ok(());
     }
+    if value.split(',').all(|p| p.trim().is_empty()) {
+        return Err(format!(
+            "{key} {value:?}: write TRES=COUNT pairs, e.g. gpu=16,cpu=64,mem=256G (or none)"
+        ));
+    }
     for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let bad = || {
             format!("{key} {part:?}: write TRES=COUNT pairs, e.g. gpu=16,cpu=64,mem=256G (TRES=none clears one)")
@@ -375,6 +380,9 @@ mod tests {
             ("gpu", "write TRES=COUNT"),
             ("gpu=-1", "write TRES=COUNT"),
             ("mem=lots", "grp_tres mem"),
+            // Nothing at all changed nothing, and was audited as a change.
+            ("", "write TRES=COUNT"),
+            (" , ", "write TRES=COUNT"),
         ] {
             let err = tres(&mut caps, "grp_tres", text).unwrap_err();
             assert!(err.contains(want), "{err}");

@@ -276,6 +276,26 @@ fn nonsense_is_refused_with_the_problem_and_changes_nothing() {
         .apply(&change(AdminKind::Qos, AdminAction::Remove, "low", &[]))
         .unwrap_err();
     assert!(err.contains("in qos high's preempt list"), "{err}");
+    let mut granted = r.clone();
+    granted
+        .apply(&change(AdminKind::Qos, AdminAction::Add, "gold", &[]))
+        .unwrap();
+    granted
+        .apply(&change(
+            AdminKind::Account,
+            AdminAction::Modify,
+            "physics",
+            &[("qos", "gold")],
+        ))
+        .unwrap();
+    let err = granted
+        .clone()
+        .apply(&change(AdminKind::Qos, AdminAction::Remove, "gold", &[]))
+        .unwrap_err();
+    assert!(
+        err.contains("qos gold is in account physics's qos list"),
+        "{err}"
+    );
 
     // Jobs of QoS that preempt each other would requeue each other without end.
     let before = r.clone();
