@@ -134,7 +134,10 @@ pub(crate) fn pass(
     // Jobs often share a selection (the tasks of an array, one user's jobs): the nodes it
     // allows, and why none could ever do, are worked out once per partition and selection.
     let mut selections: BTreeMap<(usize, &Selection), Allowed> = BTreeMap::new();
-    let mut blocked = false;
+    // Partitions with a blocked job so far: behind it, FCFS starts nothing in that partition
+    // (as Slurm's builtin scheduler skips a partition once a job in it could not start),
+    // and a job that waits there waits for priority; other partitions are not held up.
+    let mut blocked = vec![false; parts.parts.len()];
     // Why the job just before waited, when it got neither a reservation nor a preemption:
     // nothing changed since, so an alike job waits for the same reason (behind it, a job
     // that waited for resources now waits for priority).
@@ -212,7 +215,7 @@ pub(crate) fn pass(
             out.waiting.push(wait(reason, None));
             continue;
         }
-        if blocked && config.policy == Policy::Fcfs {
+        if blocked[r.part] && config.policy == Policy::Fcfs {
             last_wait = Some(PendingReason::Priority);
             out.waiting.push(wait(PendingReason::Priority, None));
             may_estimate(&out, n);
@@ -287,7 +290,7 @@ pub(crate) fn pass(
                         .map(|(i, _)| nodes[*i].name.clone())
                         .collect(),
                 });
-                blocked = true;
+                blocked[r.part] = true;
                 continue;
             }
         }
@@ -309,11 +312,11 @@ pub(crate) fn pass(
                 out.waiting
                     .push(wait(PendingReason::Resources, Some(res.start)));
                 out.reservations.push(res);
-                blocked = true;
+                blocked[r.part] = true;
                 continue;
             }
         }
-        let reason = if blocked {
+        let reason = if blocked[r.part] {
             PendingReason::Priority
         } else {
             PendingReason::Resources
@@ -321,7 +324,7 @@ pub(crate) fn pass(
         last_wait = Some(reason.clone());
         out.waiting.push(wait(reason, None));
         may_estimate(&out, n);
-        blocked = true;
+        blocked[r.part] = true;
     }
     // Every decision is made. The next waiting jobs get an estimated start too, each placed
     // at the earliest time its shape fits after every reservation and every estimate before

@@ -202,3 +202,52 @@ fn the_default_partition_is_the_one_named_if_it_exists_else_the_first() {
         refused.message
     );
 }
+
+/// A blocked job holds up only its own partition: under FCFS a job of another partition
+/// still starts, and under any policy a job that waits behind nothing in its own partition
+/// waits for resources, not priority (before, one blocked job anywhere stopped FCFS
+/// everywhere and made every later job "Priority").
+#[test]
+fn a_blocked_job_holds_up_only_its_own_partition() {
+    let mut config = Config::default();
+    config.partitions = vec![Partition::new("a", &["n1"]), Partition::new("b", &["n2"])];
+    let in_part = |mut j: PendingJob, p: &str| {
+        j.partition = Some(p.into());
+        j
+    };
+    let mut busy = running(9, "n1", (0..8).collect(), vec![], 0, 60);
+    busy.partition = Some("a".into());
+    let mut busy_b = running(8, "n2", (0..4).collect(), vec![], 0, 60);
+    busy_b.partition = Some("b".into());
+    for policy in [Policy::Fcfs, Policy::Easy, Policy::Multifactor] {
+        config.policy = policy;
+        let state = State {
+            nodes: vec![node("n1", 8, 64, 0), node("n2", 8, 64, 0)],
+            running: vec![busy.clone(), busy_b.clone()],
+            pending: vec![
+                in_part(job(1, "u", 8, 0, 30, 0), "a"),
+                in_part(job(2, "u", 8, 0, 30, 1), "b"),
+                in_part(job(3, "u", 4, 0, 30, 2), "b"),
+            ],
+            ..State::default()
+        };
+        let plan = schedule(MIN, &state, &config);
+        assert_eq!(
+            waiting(&plan, 1).reason,
+            PendingReason::Resources,
+            "{policy:?}"
+        );
+        assert_eq!(
+            waiting(&plan, 2).reason,
+            PendingReason::Resources,
+            "{policy:?}"
+        );
+        // Behind job 2 in b: FCFS starts nothing there; a backfill policy fills the rest
+        // of n2 with job 3, which ends before job 2 could start.
+        if policy == Policy::Fcfs {
+            assert_eq!(waiting(&plan, 3).reason, PendingReason::Priority);
+        } else {
+            assert_eq!(started(&plan), vec![3], "{policy:?}");
+        }
+    }
+}
