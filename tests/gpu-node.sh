@@ -253,7 +253,7 @@ if [ -e /sys/fs/cgroup/cgroup.controllers ]; then v2=1 cgroot=/sys/fs/cgroup; el
 sleeper=$(WHARF_SOCKET="$data/wharf.sock" runuser -u "$user" -- sh -c \
     'cd && exec "$0" submit --image host --gpus 1 --cpus 2 --mem 3G --time 5m \
         --wrap "$0 step -- sleep 50 & sleep 60"' "$WHARF" |
-    sed -n 's/^Submitted job //p')
+    sed -n 's/^Submitted batch job //p')
 # The agent's default cgroup parent is "wharf"; task 0 of job J is the leaf wharf-J/wharf-J,
 # task L of step S the leaf wharf-J/wharf-J.sS.L.
 jobcg=$cgroot/wharf/wharf-$sleeper

@@ -370,10 +370,13 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         println!("{}", serde_json::json!({ "id": id }));
     } else if parsable {
         println!("{id}");
-    } else if let Some(n) = tasks {
-        println!("Submitted an array of {n} tasks as job {id}");
     } else {
-        println!("Submitted job {id}");
+        // sbatch's words, which scripts parse (`awk '{print $4}'`); an array's size after
+        // them on stderr.
+        println!("Submitted batch job {id}");
+        if let Some(n) = tasks {
+            eprintln!("wharf: an array of {n} tasks, {id}_TASK each (or {id} for all of them)");
+        }
     }
     if !wait {
         return Ok(0);

@@ -602,7 +602,7 @@ pub fn wait_ended(
     }
 }
 
-/// Parses `Submitted job N`.
+/// Parses `Submitted batch job N`.
 pub fn submitted_id(out: &Output) -> u64 {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
