@@ -269,9 +269,14 @@ fn each_array_task_sees_its_ids_and_writes_its_own_file() {
     .unwrap();
     let out = c.wharf_as(&u, &["submit", script.to_str().unwrap()]);
     assert!(
-        stdout(&out).contains("array of 3 tasks"),
+        stdout(&out).starts_with("Submitted batch job "),
         "{}",
         stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains("an array of 3 tasks"),
+        "{}",
+        stderr(&out)
     );
     let id = submitted_id(&out);
     let queue = stdout(&c.wharf_as(&u, &["queue", "--all"]));
