@@ -226,7 +226,17 @@ impl Cluster {
         let mut cancelled = Vec::new();
         for n in never {
             let why = PendingReason::DependencyNeverSatisfied { on: n.on };
-            let words = format!("{why} (job {} ended {})", n.on, n.parent_state);
+            // The job it waited for as the user names it (`68_3` for an array task).
+            let label = match self.jobs.get(&n.on) {
+                Some(j) => j.label(),
+                None => (self.store.job(n.on).ok().flatten())
+                    .map_or_else(|| n.on.to_string(), |j| j.label()),
+            };
+            let words = format!("{why} (job {label} ended {})", n.parent_state).replacen(
+                &format!("job {} ended in a way", n.on),
+                &format!("job {label} ended in a way"),
+                1,
+            );
             let kill = self.forms.kill_invalid_dependency;
             let Some(mut rec) = self.jobs.edit(n.job, |rec| {
                 rec.priority = None;

@@ -99,7 +99,10 @@ impl Cluster {
         }
         let weights = self.sched.weights;
         for wait in &plan.waiting {
-            let note = cycle::waiting_note(&plan, wait, now, &weights, facts.get(&wait.job));
+            let mut note = cycle::waiting_note(&plan, wait, now, &weights, facts.get(&wait.job));
+            if let PendingReason::Dependency { on } = wait.reason {
+                note.reason = self.dependency_words(wait.job, on, &wait.reason, note.reason);
+            }
             self.jobs.edit(wait.job, |rec| {
                 rec.priority = note.priority;
                 rec.expected_start = note.expected_start;
@@ -109,6 +112,30 @@ impl Cluster {
         }
         self.commit(started)?;
         Ok(woken)
+    }
+
+    /// `reason` of `job`, waiting for job `on`, in the user's words: the job `on` as they
+    /// name it (`68_3` for an array task) and the `--dependency` they gave, in place of the
+    /// core's general sentence.
+    fn dependency_words(
+        &self,
+        job: JobId,
+        on: JobId,
+        why: &PendingReason,
+        reason: String,
+    ) -> String {
+        let Some(dep) = self.jobs.get(&job).and_then(|j| j.dependency.as_ref()) else {
+            return reason;
+        };
+        let label = self
+            .jobs
+            .get(&on)
+            .map_or_else(|| on.to_string(), JobRecord::label);
+        let words = format!(
+            "{}: waiting for job {label}, as its --dependency {dep} asks",
+            why.code()
+        );
+        reason.replacen(&why.to_string(), &words, 1)
     }
 
     /// The fair-share tree at `now` (`wharf share`), each user's factor the one the next

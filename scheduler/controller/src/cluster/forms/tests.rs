@@ -553,13 +553,17 @@ fn a_dependency_on_an_array_waits_for_every_task_and_one_on_a_task_for_that_task
     // No task is pending any more: `after` is met.
     assert_eq!(state(&c, on_start).0, JobState::Starting);
     assert_eq!(state(&c, on_task).0, JobState::Starting);
-    for child in [on_all, on_any, on_fail] {
+    // Each names the task as the user does and the dependency as they gave it.
+    for (child, dep) in [
+        (on_all, "afterok"),
+        (on_any, "afterany"),
+        (on_fail, "afternotok"),
+    ] {
         let (s, r) = state(&c, child);
         assert_eq!(s, JobState::Pending);
-        assert!(
-            r.starts_with(&format!("Dependency: waiting for job {}", arr + 2)),
-            "{r}"
-        );
+        let want =
+            format!("Dependency: waiting for job {arr}_2, as its --dependency {dep}:{arr} asks");
+        assert!(r.starts_with(&want), "{r}");
     }
     end(&mut c, arr + 2, 0, 40);
     c.schedule(50).unwrap();
@@ -595,7 +599,8 @@ fn afterok_on_an_array_is_never_met_once_all_ended_and_one_failed() {
     assert_eq!(state(&c, on_fail).0, JobState::Starting);
     assert_eq!(state(&c, on_task0).0, JobState::Starting);
     assert_eq!(state(&c, either).0, JobState::Starting);
-    never_met(&c, &alice, on_ok, &format!("job {} ended FAILED", arr + 1));
+    // The failed task as the user names it.
+    never_met(&c, &alice, on_ok, &format!("job {arr}_1 ended FAILED"));
     // Decided from the store alone after a restart, the same way.
     drop(c);
     let mut c = cluster(&dir);
