@@ -82,6 +82,24 @@ async fn wait(client: &Client, id: u64, states: &[JobState], wait_ms: u64) -> Re
     }
 }
 
+/// The exit status of job `id`, ended, as [`exit_status`] gives it; what ended it goes to
+/// stderr when it did not complete.
+fn ended(id: u64, job: &JobRecord) -> i32 {
+    if job.state != JobState::Completed {
+        let why = crate::output::clean(job.reason.as_deref().unwrap_or_default()).into_owned();
+        eprintln!(
+            "wharf: job {id} {}{}",
+            job.state,
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(": {why}")
+            }
+        );
+    }
+    exit_status(job)
+}
+
 /// Waits for job `id` to end (`wharf submit --wait`); its exit status as [`exit_status`]
 /// gives it, and what ended it on stderr when it did not complete.
 pub(crate) async fn wait_for_end(client: &Client, id: u64) -> Result<i32> {
@@ -95,19 +113,7 @@ pub(crate) async fn wait_for_end(client: &Client, id: u64) -> Result<i32> {
             break job;
         }
     };
-    if job.state != JobState::Completed {
-        let why = crate::output::clean(job.reason.as_deref().unwrap_or_default()).into_owned();
-        eprintln!(
-            "wharf: job {id} {}{}",
-            job.state,
-            if why.is_empty() {
-                String::new()
-            } else {
-                format!(": {why}")
-            }
-        );
-    }
-    Ok(exit_status(&job))
+    Ok(ended(id, &job))
 }
 
 /// The job's output files, followed as they grow while the job runs.
@@ -304,19 +310,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             }
         };
     }
-    if job.state != JobState::Completed {
-        let why = crate::output::clean(job.reason.as_deref().unwrap_or_default()).into_owned();
-        eprintln!(
-            "wharf: job {id} {}{}",
-            job.state,
-            if why.is_empty() {
-                String::new()
-            } else {
-                format!(": {why}")
-            }
-        );
-    }
-    Ok(exit_status(&job))
+    Ok(ended(id, &job))
 }
 
 #[cfg(test)]
