@@ -134,10 +134,23 @@ pub(crate) fn pass(
     // Jobs often share a selection (the tasks of an array, one user's jobs): the nodes it
     // allows, and why none could ever do, are worked out once per partition and selection.
     let mut selections: BTreeMap<(usize, &Selection), Allowed> = BTreeMap::new();
-    // Partitions with a blocked job so far: behind it, FCFS starts nothing in that partition
-    // (as Slurm's builtin scheduler skips a partition once a job in it could not start),
-    // and a job that waits there waits for priority; other partitions are not held up.
+    // Partitions with a blocked job so far, and those sharing a node with one: behind it,
+    // FCFS starts nothing there (as Slurm's builtin scheduler skips a partition once a job
+    // in it could not start; a partition over the same nodes could otherwise take them for
+    // ever, FCFS keeping no reservation), and a job that waits there waits for priority.
+    // Partitions of other nodes are not held up.
     let mut blocked = vec![false; parts.parts.len()];
+    let block = |blocked: &mut Vec<bool>, p: usize| {
+        if blocked[p] {
+            return;
+        }
+        let mine: BTreeSet<usize> = parts.parts[p].nodes.iter().copied().collect();
+        for (q, part) in parts.parts.iter().enumerate() {
+            if q == p || part.nodes.iter().any(|i| mine.contains(i)) {
+                blocked[q] = true;
+            }
+        }
+    };
     // Why the job just before waited, when it got neither a reservation nor a preemption:
     // nothing changed since, so an alike job waits for the same reason (behind it, a job
     // that waited for resources now waits for priority).
@@ -221,6 +234,23 @@ pub(crate) fn pass(
             may_estimate(&out, n);
             continue;
         }
+        // An exclusive job is charged whole nodes. Over the limits on even the smallest
+        // nodes it may use, it waits on the limit, and stops or holds nothing for itself:
+        // else it would preempt jobs for nodes it may then not take, pass after pass.
+        if fit.exclusive && held.active() {
+            let mut whole: Vec<Tres> = (parts.parts[r.part].nodes.iter())
+                .filter(|&&i| table.nodes[i].up && fit.may_use(i))
+                .filter_map(|&i| table.shapes(i, req, true).into_iter().next())
+                .collect();
+            whole.sort_by_key(|t| (t.gpu_total(), t.cpus, t.memory));
+            whole.truncate(req.node_count() as usize);
+            if let Err(reason) = held.fits_taken(config, r.job, whole.iter(), r.limit) {
+                let reason = PendingReason::Limit(reason);
+                last_wait = Some(reason.clone());
+                out.waiting.push(wait(reason, None));
+                continue;
+            }
+        }
         let known_fail = failed[r.part]
             .iter()
             .any(|f| f.dominated_by(r.job, r.limit));
@@ -290,7 +320,7 @@ pub(crate) fn pass(
                         .map(|(i, _)| nodes[*i].name.clone())
                         .collect(),
                 });
-                blocked[r.part] = true;
+                block(&mut blocked, r.part);
                 continue;
             }
         }
@@ -312,7 +342,7 @@ pub(crate) fn pass(
                 out.waiting
                     .push(wait(PendingReason::Resources, Some(res.start)));
                 out.reservations.push(res);
-                blocked[r.part] = true;
+                block(&mut blocked, r.part);
                 continue;
             }
         }
@@ -324,7 +354,7 @@ pub(crate) fn pass(
         last_wait = Some(reason.clone());
         out.waiting.push(wait(reason, None));
         may_estimate(&out, n);
-        blocked[r.part] = true;
+        block(&mut blocked, r.part);
     }
     // Every decision is made. The next waiting jobs get an estimated start too, each placed
     // at the earliest time its shape fits after every reservation and every estimate before

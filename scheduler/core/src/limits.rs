@@ -378,6 +378,11 @@ impl Counters {
         self.check(config, job, Amount::of_pending(job), limit)
     }
 
+    /// Whether any limit is configured (none: every check passes).
+    pub(crate) fn active(&self) -> bool {
+        self.active
+    }
+
     /// [`Counters::fits`] for what a job would take once placed, `taken` on each of its
     /// nodes: an exclusive job is charged its whole nodes, so it is checked on them, not on
     /// its request (as Slurm checks after it selects the nodes).

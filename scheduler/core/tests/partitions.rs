@@ -250,4 +250,26 @@ fn a_blocked_job_holds_up_only_its_own_partition() {
             assert_eq!(started(&plan), vec![3], "{policy:?}");
         }
     }
+
+    // A partition over the same nodes is held up too: FCFS keeps no reservation, so a
+    // stream of small jobs there could take n1 from job 1 for ever.
+    config.policy = Policy::Fcfs;
+    config.partitions = vec![
+        Partition::new("a", &["n1"]),
+        Partition::new("all", &["n1", "n2"]),
+    ];
+    let mut half = running(9, "n1", (0..4).collect(), vec![], 0, 60);
+    half.partition = Some("a".into());
+    let state = State {
+        nodes: vec![node("n1", 8, 64, 0), node("n2", 8, 64, 0)],
+        running: vec![half, busy_b],
+        pending: vec![
+            in_part(job(1, "u", 8, 0, 30, 0), "a"),
+            in_part(job(2, "u", 4, 0, 30, 1), "all"),
+        ],
+        ..State::default()
+    };
+    let plan = schedule(MIN, &state, &config);
+    assert!(plan.starts.is_empty(), "{:?}", plan.starts);
+    assert_eq!(waiting(&plan, 2).reason, PendingReason::Priority);
 }

@@ -601,3 +601,37 @@ fn a_qos_in_a_preemption_cycle_preempts_nothing_in_it() {
     }
     assert_eq!(case("c", "scav"), vec![(10, 1, PreemptMode::Requeue)]);
 }
+
+/// An exclusive job over a limit on its whole node preempts nothing: before, it stopped the
+/// job on the node on its request's count (1 GPU under a cap of 4), could not take the
+/// node's 8 on the next pass, and the victim started and was stopped again, pass after pass.
+#[test]
+fn an_exclusive_job_over_a_limit_on_its_whole_node_preempts_nothing() {
+    let mut config = tiers(PreemptMode::Requeue);
+    config.qos.push(Qos {
+        name: "normal".into(),
+        priority: 0,
+    });
+    config.limits.qos.insert(
+        "normal".into(),
+        QosLimits {
+            max_tres_per_user: TresLimit {
+                gpu: Some(4),
+                ..TresLimit::default()
+            },
+            ..QosLimits::default()
+        },
+    );
+    let mut e = in_part(job(1, "u", 1, 1, 30, NOW), "high");
+    e.select.exclusive = true;
+    e.qos = Some("normal".into());
+    let state = State {
+        nodes: vec![node("n1", 8, 64, 8)],
+        running: vec![run_in(running(10, "n1", vec![0], vec![0], 0, 120), "scav")],
+        pending: vec![e],
+        ..State::default()
+    };
+    let plan = schedule(NOW, &state, &config);
+    assert!(plan.preemptions.is_empty(), "{:?}", plan.preemptions);
+    assert_eq!(waiting(&plan, 1).reason.code(), "QOSMaxGRESPerUser");
+}
