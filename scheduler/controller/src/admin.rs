@@ -179,6 +179,12 @@ impl Registry {
         if let Err(problem) = self.validate() {
             tracing::warn!(%problem, "the associations of the config file and the database disagree; fix it with `wharf admin`");
         }
+        for e in &self.assocs.qos {
+            if let Some(path) = preempt_cycle(&self.assocs, &e.def.name) {
+                let cycle = path.join(" preempts ");
+                tracing::warn!(qos = %e.def.name, %cycle, "QoS preempt lists make a cycle; the scheduler ignores preemption between its QoS; fix it with `wharf admin qos modify`");
+            }
+        }
     }
 
     /// Gives every user with associations exactly one default (the first, when none is
@@ -313,14 +319,6 @@ impl Registry {
                 return Err(format!(
                     "qos {}: preempt names {p:?}, which is not a QoS",
                     d.name
-                ));
-            }
-            if let Some(path) = preempt_cycle(a, &d.name) {
-                return Err(format!(
-                    "qos {}: preempt would make a cycle ({}): their jobs would preempt each \
-                     other without end; a QoS preempts only QoS that cannot preempt it back",
-                    d.name,
-                    path.join(" preempts ")
                 ));
             }
         }
@@ -478,6 +476,22 @@ impl Registry {
         }
         self.normalize();
         self.validate()?;
+        // A cycle of preempt lists this change makes is refused. One already there (kept
+        // from before such lists were checked) is left to the scheduler, which ignores it,
+        // rather than refusing every other change until an admin finds it.
+        for e in &self.assocs.qos {
+            let q = e.def.name.as_str();
+            if let Some(path) = preempt_cycle(&self.assocs, q) {
+                if preempt_cycle(&before, q).is_none() {
+                    return Err(format!(
+                        "qos {q}: preempt would make a cycle ({}): their jobs would preempt \
+                         each other without end; a QoS preempts only QoS that cannot preempt \
+                         it back",
+                        path.join(" preempts ")
+                    ));
+                }
+            }
+        }
         let mut rows = changed_rows(
             AdminKind::Account,
             &before.accounts,

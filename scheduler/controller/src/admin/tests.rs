@@ -339,6 +339,18 @@ fn nonsense_is_refused_with_the_problem_and_changes_nothing() {
             r = next;
         }
     }
+    // One already there (from before such lists were checked) refuses only changes that
+    // make another, not every change.
+    let mut old = r.clone();
+    old.assocs
+        .qos
+        .iter_mut()
+        .find(|e| e.def.name == "low")
+        .unwrap()
+        .def
+        .preempt = vec!["low".into()];
+    old.apply(&change(AdminKind::Account, AdminAction::Add, "chem", &[]))
+        .unwrap();
     // A longer cycle: low preempts mid, which preempts high, which preempts low.
     let err = r
         .clone()

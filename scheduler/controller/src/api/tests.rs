@@ -341,3 +341,15 @@ async fn a_new_step_starts_with_nothing_of_an_earlier_one_under_its_key() {
     );
     assert_eq!(relay(&s).held(), 0, "the new step inherited output");
 }
+
+/// The API takes a job as `ID` or `ARRAYID_TASKID` in digits only: before, `+5` was job 5,
+/// and a percent-escaped id (`%35`, decoded by the router) was taken as written.
+#[test]
+fn a_job_in_a_path_is_digits_or_an_array_task() {
+    assert_eq!(job_id("12").ok(), Some((12, None)));
+    assert_eq!(job_id("12_3").ok(), Some((12, Some(3))));
+    for bad in ["+5", "5 ", " 5", "1_+2", "-1", "1?x=1", "", "_", "1_"] {
+        let e = job_id(bad).err().unwrap_or_else(|| panic!("{bad:?} taken"));
+        assert_eq!(e.1.kind, ErrorKind::InvalidInput, "{bad:?}");
+    }
+}

@@ -224,8 +224,17 @@ impl Cluster {
     /// (`kill_invalid_dependency`) or leaves them pending with the reason.
     pub(super) fn never_met(&mut self, never: Vec<NeverMet>, now: u64) -> Vec<JobRecord> {
         let mut cancelled = Vec::new();
+        let kill = self.forms.kill_invalid_dependency;
         for n in never {
             let why = PendingReason::DependencyNeverSatisfied { on: n.on };
+            // Left queued by an earlier pass, it says so already: nothing to look up again.
+            let said = self
+                .jobs
+                .get(&n.job)
+                .and_then(|j| j.pending_reason.as_ref());
+            if !kill && said == Some(&why) {
+                continue;
+            }
             // The job it waited for as the user names it (`68_3` for an array task).
             let label = match self.jobs.get(&n.on) {
                 Some(j) => j.label(),
@@ -237,7 +246,6 @@ impl Cluster {
                 &format!("job {label} ended in a way"),
                 1,
             );
-            let kill = self.forms.kill_invalid_dependency;
             let Some(mut rec) = self.jobs.edit(n.job, |rec| {
                 rec.priority = None;
                 rec.expected_start = None;

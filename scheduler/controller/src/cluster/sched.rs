@@ -272,9 +272,6 @@ impl Cluster {
             .collect()
     }
 
-    /// Gives a job what it left to its partition: its time limit ([`cycle::default_time`])
-    /// when it gave none, its memory ([`cycle::default_memory`]) when it asked for none. A
-    /// partition that does not exist is [`Cluster::check_partition`]'s to refuse.
     /// Names the default partition and the user's default account in a job that names
     /// none, as they are at submit (as Slurm does): a later change of either defaults moves
     /// no queued job to where it was never checked. Without configured partitions (one
@@ -290,6 +287,9 @@ impl Cluster {
         }
     }
 
+    /// Gives a job what it left to its partition: its time limit ([`cycle::default_time`])
+    /// when it gave none, its memory ([`cycle::default_memory`]) when it asked for none. A
+    /// partition that does not exist is [`Cluster::check_partition`]'s to refuse.
     pub(super) fn partition_defaults(&self, spec: &mut JobSpec) -> Result<(), Failure> {
         let Ok(part) = cycle::partition(&self.sched, spec.partition.as_deref()) else {
             return Ok(());
