@@ -34,7 +34,7 @@ pub struct Args {
     /// weight, as the last scheduling pass computed them, highest first (the multifactor
     /// policy still takes a higher partition tier first, and FCFS and EASY go by submit
     /// time).
-    #[arg(short, long, conflicts_with_all = ["all", "state", "limit"])]
+    #[arg(short, long, conflicts_with_all = ["all", "limit"])]
     priority: bool,
     /// Print JSON.
     #[arg(long)]

@@ -235,7 +235,18 @@ pub fn read_job_file(path: &PathBuf) -> Result<JobRequest> {
 /// path every sandbox mounts afresh (its own `/tmp`, `/dev`, `/proc`, `/sys`): the job
 /// cannot see it, and the node starts it in `/`.
 fn hidden_workdir(chdir: Option<&str>, cwd: &std::path::Path) -> Option<PathBuf> {
-    let dir = chdir.map_or_else(|| cwd.to_path_buf(), |d| cwd.join(d));
+    let joined = chdir.map_or_else(|| cwd.to_path_buf(), |d| cwd.join(d));
+    // `..` taken as written, as the node takes the path.
+    let mut dir = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                dir.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => dir.push(other),
+        }
+    }
     let top = dir.components().nth(1)?.as_os_str().to_str()?.to_string();
     wharf_runtime::SANDBOX_MOUNT_POINTS
         .contains(&top.as_str())
@@ -426,6 +437,13 @@ mod tests {
         assert_eq!(hidden_workdir(Some("/data/x"), tmp), None);
         assert_eq!(hidden_workdir(Some("sub"), home), None);
         assert_eq!(hidden_workdir(Some("/"), home), None);
+        assert_eq!(hidden_workdir(Some("../../../home/ann"), tmp), None);
+        // /home/ann/work/../../tmp/y is /home/tmp/y.
+        assert_eq!(hidden_workdir(Some("../../tmp/y"), home), None);
+        assert_eq!(
+            hidden_workdir(Some("../../../tmp/y"), home),
+            Some(PathBuf::from("/tmp/y"))
+        );
     }
 
     #[test]
