@@ -438,7 +438,7 @@ mod tests {
         assert_eq!(hidden_workdir(Some("sub"), home), None);
         assert_eq!(hidden_workdir(Some("/"), home), None);
         assert_eq!(hidden_workdir(Some("../../../home/ann"), tmp), None);
-        // /home/ann/work/../../tmp/y is /home/tmp/y.
+        // Two levels up from the home directory, then tmp/y: still under the home tree.
         assert_eq!(hidden_workdir(Some("../../tmp/y"), home), None);
         assert_eq!(
             hidden_workdir(Some("../../../tmp/y"), home),
