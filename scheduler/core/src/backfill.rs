@@ -234,23 +234,6 @@ pub(crate) fn pass(
             may_estimate(&out, n);
             continue;
         }
-        // An exclusive job is charged whole nodes. Over the limits on even the smallest
-        // nodes it may use, it waits on the limit, and stops or holds nothing for itself:
-        // else it would preempt jobs for nodes it may then not take, pass after pass.
-        if fit.exclusive && held.active() {
-            let mut whole: Vec<Tres> = (parts.parts[r.part].nodes.iter())
-                .filter(|&&i| table.nodes[i].up && fit.may_use(i))
-                .filter_map(|&i| table.shapes(i, req, true).into_iter().next())
-                .collect();
-            whole.sort_by_key(|t| (t.gpu_total(), t.cpus, t.memory));
-            whole.truncate(req.node_count() as usize);
-            if let Err(reason) = held.fits_taken(config, r.job, whole.iter(), r.limit) {
-                let reason = PendingReason::Limit(reason);
-                last_wait = Some(reason.clone());
-                out.waiting.push(wait(reason, None));
-                continue;
-            }
-        }
         let known_fail = failed[r.part]
             .iter()
             .any(|f| f.dominated_by(r.job, r.limit));
@@ -287,6 +270,24 @@ pub(crate) fn pass(
                 list.remove(0);
             }
             list.push(Failed::of(r.job, r.limit));
+        }
+        // It cannot start now. An exclusive job is charged whole nodes: over the limits on
+        // even the smallest nodes it may use, it waits on the limit, and stops or holds
+        // nothing for itself, else it would preempt jobs for nodes it may then not take,
+        // pass after pass. (One that starts now is checked on the nodes it gets, above.)
+        if fit.exclusive && held.active() {
+            let mut whole: Vec<Tres> = (parts.parts[r.part].nodes.iter())
+                .filter(|&&i| table.nodes[i].up && fit.may_use(i))
+                .filter_map(|&i| table.shapes(i, req, true).into_iter().next())
+                .collect();
+            whole.sort_by_key(|t| (t.gpu_total(), t.cpus, t.memory));
+            whole.truncate(req.node_count() as usize);
+            if let Err(reason) = held.fits_taken(config, r.job, whole.iter(), r.limit) {
+                let reason = PendingReason::Limit(reason);
+                last_wait = Some(reason.clone());
+                out.waiting.push(wait(reason, None));
+                continue;
+            }
         }
         let tier = parts.parts[r.part].tier;
         let qos = r.job.qos.as_deref();
