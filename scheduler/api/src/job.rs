@@ -222,8 +222,8 @@ fn de_quantity<'de, D: serde::Deserializer<'de>>(
         fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
             u64::try_from(v).map(|v| Some(Raw::Int(v))).map_err(|_| {
                 E::custom(format!(
-                    "{v} is negative; {}",
-                    "give a whole number of at least 0, or text such as \"30m\" or \"4G\""
+                    "{v} is negative; give a whole number of at least 0, or text such as \"30m\" \
+                     or \"4G\""
                 ))
             })
         }

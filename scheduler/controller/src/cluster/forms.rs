@@ -204,6 +204,17 @@ impl Cluster {
         Ok(Found::Array(sum))
     }
 
+    /// Job `id` as the user names it (`68_3` for an array task): from memory, else the
+    /// store, else its id.
+    pub(super) fn job_label(&self, id: JobId) -> String {
+        match self.jobs.get(&id) {
+            Some(j) => j.label(),
+            None => {
+                (self.store.job(id).ok().flatten()).map_or_else(|| id.to_string(), |j| j.label())
+            }
+        }
+    }
+
     /// For each user and job name: the first pending job, and a job holding resources.
     fn singleton_index(&self) -> SingletonIndex<'_> {
         let mut index = SingletonIndex::new();
@@ -235,12 +246,7 @@ impl Cluster {
             if !kill && said == Some(&why) {
                 continue;
             }
-            // The job it waited for as the user names it (`68_3` for an array task).
-            let label = match self.jobs.get(&n.on) {
-                Some(j) => j.label(),
-                None => (self.store.job(n.on).ok().flatten())
-                    .map_or_else(|| n.on.to_string(), |j| j.label()),
-            };
+            let label = self.job_label(n.on);
             let words = format!("{why} (job {label} ended {})", n.parent_state).replacen(
                 &format!("job {} ended in a way", n.on),
                 &format!("job {label} ended in a way"),

@@ -127,10 +127,7 @@ impl Cluster {
         let Some(dep) = self.jobs.get(&job).and_then(|j| j.dependency.as_ref()) else {
             return reason;
         };
-        let label = self
-            .jobs
-            .get(&on)
-            .map_or_else(|| on.to_string(), JobRecord::label);
+        let label = self.job_label(on);
         let words = format!(
             "{}: waiting for job {label}, as its --dependency {dep} asks",
             why.code()
@@ -281,9 +278,9 @@ impl Cluster {
         if spec.partition.is_none() && !self.sched.partitions.is_empty() {
             spec.partition = Some(self.sched.default_partition_name().to_string());
         }
-        if spec.account.is_none() {
-            let default = self.sched.users.iter().find(|u| u.user == user);
-            spec.account = default.map(|u| u.account.clone());
+        // A user in no account is refused by `check_account` once accounts exist.
+        if spec.account.is_none() && !self.sched.accounts.is_empty() {
+            spec.account = Some(self.assoc_for(Some(spec), user).account);
         }
     }
 
