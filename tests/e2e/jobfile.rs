@@ -106,8 +106,17 @@ fn an_sbatch_script_runs_under_its_interpreter_with_its_arguments_and_file_lette
     let text = std::fs::read_to_string(home.join(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_eq!(text, "bash -x one two\n");
 
-    // A Python script, where the node has Python.
-    if std::path::Path::new("/usr/bin/python3").exists() {
+    // A Python script, where the node has Python (CI's always does).
+    let python = std::path::Path::new("/usr/bin/python3").exists();
+    if !python {
+        let why = "the Python script part needs /usr/bin/python3";
+        assert!(
+            std::env::var("WHARF_TEST_STRICT").as_deref() != Ok("1"),
+            "{why}"
+        );
+        eprintln!("SKIPPED {why}");
+    }
+    if python {
         let py = home.join("p.py");
         std::fs::write(
             &py,
