@@ -394,6 +394,11 @@ pub struct JobSpec {
     /// association grants it. Otherwise a QoS no longer granted holds the job (InvalidQOS).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub qos_by_admin: bool,
+    /// The job named no QoS: `qos` is the default QoS at submit, fixed then (as the
+    /// partition and account are), and it holds while that QoS exists, whether or not it is
+    /// still the default or granted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub qos_defaulted: bool,
     /// GPU type asked for, lower case; `None` takes any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_type: Option<String>,
@@ -747,6 +752,7 @@ impl JobRequest {
                 None => None,
             },
             qos_by_admin: false,
+            qos_defaulted: false,
             gpu_type: match &self.gpu_type {
                 Some(_) if gpus == 0 => {
                     return Err("`gpu_type` needs `gpus` of at least 1, e.g. --gpus h100:2".into())

@@ -260,6 +260,36 @@ pub fn never_fits(config: &Config, job: &PendingJob, limit: Time) -> Option<Limi
     }
 }
 
+/// [`never_fits`] for an exclusive job, charged the whole nodes it may be given: `whole`,
+/// the capacity of each node it may use, of which it takes `nodes`. Each resource counts the
+/// least any `nodes` of them hold, so a job is refused only where no choice of nodes fits.
+pub(crate) fn never_fits_whole(
+    config: &Config,
+    job: &PendingJob,
+    whole: &[crate::tres::Tres],
+    nodes: u32,
+    limit: Time,
+) -> Option<LimitReason> {
+    let n = nodes as usize;
+    if config.limits.is_empty() || whole.len() < n {
+        return None;
+    }
+    let least = |of: &dyn Fn(&crate::tres::Tres) -> u64| {
+        let mut v: Vec<u64> = whole.iter().map(of).collect();
+        v.sort_unstable();
+        v[..n].iter().fold(0u64, |a, b| a.saturating_add(*b))
+    };
+    let asks = Amount {
+        cpu: least(&|t| u64::from(t.cpus)),
+        mem: least(&|t| t.memory),
+        gpu: least(&|t| u64::from(t.gpu_total())),
+    };
+    match Counters::default().check(config, job, asks, limit) {
+        Err(r) if r.is_stuck() => Some(r),
+        _ => None,
+    }
+}
+
 /// Whether one more job of `assoc` in `qos` may be submitted, given the jobs already pending
 /// or running (their association and QoS): MaxSubmitJobsPerUser and MaxSubmitJobs.
 pub fn submit_fits<'a>(

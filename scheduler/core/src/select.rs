@@ -176,6 +176,35 @@ pub fn submit_checks(config: &Config, nodes: &[Node], job: &PendingJob) -> Submi
     }
 }
 
+/// For an exclusive `job` (time limit `limit`, ms) in a cluster with limits: the limit it
+/// is over on any whole nodes of its partition it may use, which it would be charged for
+/// (see [`crate::limits::never_fits_whole`]). `None` for a job that is not exclusive, or
+/// while its partition has fewer such nodes than it asks for (the shape checks answer that).
+pub fn exclusive_never_fits(
+    config: &Config,
+    nodes: &[Node],
+    job: &PendingJob,
+    limit: crate::Time,
+) -> Option<crate::LimitReason> {
+    if !job.select.exclusive || config.limits.is_empty() {
+        return None;
+    }
+    let parts = Partitions::resolve(config, nodes);
+    let p = parts.of(job)?;
+    let table = Table::empty(nodes, &parts);
+    let allowed = job.select.mask(nodes);
+    let fit = Fit {
+        req: &job.request,
+        allowed: allowed.as_deref(),
+        exclusive: true,
+    };
+    let whole: Vec<_> = (parts.parts[p].nodes.iter())
+        .filter(|&&i| fit.may_use(i))
+        .filter_map(|&i| table.shapes(i, &job.request, true).into_iter().next())
+        .collect();
+    crate::limits::never_fits_whole(config, job, &whole, job.request.node_count(), limit)
+}
+
 fn never_holds(
     config: &Config,
     nodes: &[Node],

@@ -742,3 +742,43 @@ mod property {
         }
     }
 }
+
+#[test]
+fn an_exclusive_job_is_refused_at_submit_only_when_no_whole_nodes_fit_its_limits() {
+    let config = with_qos(
+        Policy::Multifactor,
+        "normal",
+        QosLimits {
+            max_tres_per_user: cpus(16),
+            ..QosLimits::default()
+        },
+    );
+    // Sorted by GPUs first, the GPU-less node is the "smallest", yet over the CPU cap; the
+    // GPU node is within it.
+    let nodes = vec![node("wide", 64, 256, 0), node("gpu", 8, 256, 8)];
+    let mut one = in_qos(job(1, "ann", 1, 0, 60, 0), "normal");
+    one.select.exclusive = true;
+    assert_eq!(
+        select::exclusive_never_fits(&config, &nodes, &one, 60_000),
+        None
+    );
+    // Two nodes: 72 CPUs whichever two, over 16.
+    let mut two = one.clone();
+    two.request.nodes = 2;
+    let reason = select::exclusive_never_fits(&config, &nodes, &two, 60_000).unwrap();
+    assert!(reason.to_string().contains("asks for 72 CPUs"), "{reason}");
+    // Kept off the GPU node, it is over the cap on the only node it may use.
+    let mut wide = one.clone();
+    wide.select = Selection {
+        exclude: ["gpu".to_string()].into(),
+        ..one.select.clone()
+    };
+    assert!(select::exclusive_never_fits(&config, &nodes, &wide, 60_000).is_some());
+    // Not exclusive, it is charged what it asks for.
+    let mut shared = two.clone();
+    shared.select.exclusive = false;
+    assert_eq!(
+        select::exclusive_never_fits(&config, &nodes, &shared, 60_000),
+        None
+    );
+}

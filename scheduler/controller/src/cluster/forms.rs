@@ -420,6 +420,7 @@ impl Cluster {
         if let Some(q) = &req.qos {
             spec.qos = Some(q.trim().to_string());
             spec.qos_by_admin = caller.admin;
+            spec.qos_defaulted = false;
         }
         if let Some(a) = &req.account {
             spec.account = Some(a.trim().to_string());

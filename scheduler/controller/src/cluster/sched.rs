@@ -8,7 +8,7 @@ use wharf_api::wire::ErrorKind;
 use wharf_api::{JobId, JobRecord, JobSpec, JobState, NodeAlloc, Resources, Stop};
 use wharf_core::cycle::{self, JobFacts};
 use wharf_core::{
-    limits, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PendingJob, PendingReason,
+    limits, select, Assoc, Gpu, Hold, Node, NodeState as SchedNodeState, PendingJob, PendingReason,
     Request, Selection, State as SchedState, UsageLedger,
 };
 
@@ -269,11 +269,11 @@ impl Cluster {
             .collect()
     }
 
-    /// Names the default partition and the user's default account in a job that names
-    /// none, as they are at submit (as Slurm does): a later change of either defaults moves
-    /// no queued job to where it was never checked. Without configured partitions (one
-    /// implicit partition of every node) or accounts (each user its own), there is nothing
-    /// to fix.
+    /// Names the default partition, the user's default account and the default QoS in a job
+    /// that names none, as they are at submit (as Slurm does): a later change of any default
+    /// moves no queued job to where it was never checked. Without configured partitions (one
+    /// implicit partition of every node), accounts (each user its own) or a default QoS,
+    /// there is nothing to fix.
     pub(super) fn fix_defaults(&self, spec: &mut JobSpec, user: &str) {
         if spec.partition.is_none() && !self.sched.partitions.is_empty() {
             spec.partition = Some(self.sched.default_partition_name().to_string());
@@ -281,6 +281,10 @@ impl Cluster {
         // A user in no account is refused by `check_account` once accounts exist.
         if spec.account.is_none() && !self.sched.accounts.is_empty() {
             spec.account = Some(self.assoc_for(Some(spec), user).account);
+        }
+        if spec.qos.is_none() {
+            spec.qos = self.sched.limits.default_qos.clone();
+            spec.qos_defaulted = spec.qos.is_some();
         }
     }
 
@@ -455,7 +459,11 @@ impl Cluster {
                 return true;
             };
             let assoc = self.assoc_for(Some(spec), &job.owner.user);
-            let granted = cycle::qos_granted(&self.sched, &assoc, qos);
+            let granted = if spec.qos_defaulted {
+                self.sched.qos.iter().any(|d| d.name == qos)
+            } else {
+                cycle::qos_granted(&self.sched, &assoc, qos)
+            };
             if !granted {
                 held.push((p.id, qos.to_string()));
             }
@@ -493,7 +501,11 @@ impl Cluster {
         check: Checked,
     ) -> Result<(), Failure> {
         let assoc = self.assoc_for(Some(spec), owner);
-        let named = spec.qos.as_deref().filter(|_| check.qos);
+        // A QoS fixed from the default at submit was the default then, which anyone may use.
+        let named = spec
+            .qos
+            .as_deref()
+            .filter(|_| check.qos && !spec.qos_defaulted);
         let nice = if check.nice { spec.nice } else { 0 };
         cycle::admit_qos(&self.sched, named, nice, caller.admin, &assoc).map_err(refused)
     }
@@ -531,13 +543,28 @@ impl Cluster {
         }
         let mut job = PendingJob::new(0, assoc, request(spec.resources, Some(spec)), 0);
         job.qos = qos;
-        if let Some(reason) =
-            limits::never_fits(&self.sched, &job, spec.time_limit.saturating_mul(1000))
-        {
+        let limit = spec.time_limit.saturating_mul(1000);
+        if let Some(reason) = limits::never_fits(&self.sched, &job, limit) {
             return Err(Failure::new(
                 ErrorKind::InvalidInput,
                 format!("this job could never start: {reason}"),
             ));
+        }
+        if spec.exclusive {
+            job.request.gpu_kind = spec.gpu_type.clone();
+            job.partition = spec.partition.clone();
+            job.select = selection(spec);
+            let nodes = self.sched_nodes();
+            if let Some(reason) = select::exclusive_never_fits(&self.sched, &nodes, &job, limit) {
+                return Err(Failure::new(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "this job could never start: it is exclusive, so it is charged the \
+                         whole nodes it may use, and {reason}; drop --exclusive or ask for \
+                         nodes within the limit"
+                    ),
+                ));
+            }
         }
         Ok((job.assoc, job.qos))
     }

@@ -1432,3 +1432,122 @@ fn a_revoked_qos_holds_its_queued_jobs_until_granted_again_unless_an_admin_set_i
         Some("InvalidQOS")
     );
 }
+
+#[test]
+fn a_job_that_names_no_qos_keeps_the_default_qos_of_its_submit() {
+    use wharf_core::limits::AssocLimits;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    for (name, priority) in [("normal", 100), ("low", 0)] {
+        config.qos.push(wharf_core::Qos {
+            name: name.into(),
+            priority,
+        });
+    }
+    config.limits.default_qos = Some("normal".into());
+    config.accounts.push(wharf_core::Account {
+        name: "lab".into(),
+        parent: None,
+        shares: 1,
+    });
+    config.users.push(wharf_core::UserShares {
+        user: "ann".into(),
+        account: "lab".into(),
+        shares: 1,
+    });
+    let mut c = cluster_with(&dir, config);
+    // The account grants only `low`: `normal` was open to anyone as the default.
+    c.sched.limits.accounts.insert(
+        "lab".into(),
+        AssocLimits {
+            qos: Some(vec!["low".into()]),
+            ..Default::default()
+        },
+    );
+    let ann = caller(1000, "ann");
+    let busy = submit(&mut c, &ann, 3, 1);
+    c.schedule(2).unwrap();
+    assert_eq!(record(&c, busy).state, JobState::Starting);
+    let queued = submit(&mut c, &ann, 1, 3);
+    let spec = record(&c, queued).spec.unwrap();
+    assert_eq!(spec.qos.as_deref(), Some("normal"));
+    // The admin makes `low` the default: the queued job keeps `normal`, is not held for a QoS
+    // its account does not grant, and later jobs get `low`.
+    c.sched.limits.default_qos = Some("low".into());
+    let later = submit(&mut c, &ann, 1, 4);
+    assert_eq!(record(&c, later).spec.unwrap().qos.as_deref(), Some("low"));
+    c.schedule(5).unwrap();
+    let held = record(&c, queued);
+    assert_ne!(
+        held.pending_reason.map(|r| r.code()),
+        Some("InvalidQOS"),
+        "{:?}",
+        held.reason
+    );
+    let qos_factor = |id| record(&c, id).priority.map(|p| p.qos);
+    assert!(
+        qos_factor(queued) > qos_factor(later),
+        "normal's priority still counts: {:?} against {:?}",
+        qos_factor(queued),
+        qos_factor(later)
+    );
+    // Moving the job to another account checks no QoS the job never named.
+    let moved = wharf_api::wire::UpdateRequest {
+        account: Some("lab".into()),
+        ..Default::default()
+    };
+    c.update(&ann, queued, &moved, 6).unwrap();
+    // A QoS that no longer exists holds it, defaulted or not.
+    c.sched.qos.retain(|q| q.name != "normal");
+    c.schedule(7).unwrap();
+    assert_eq!(
+        record(&c, queued).pending_reason,
+        Some(PendingReason::InvalidQos {
+            qos: "normal".into()
+        })
+    );
+}
+
+#[test]
+fn an_exclusive_job_over_a_limit_on_every_whole_node_is_refused_at_submit() {
+    use wharf_core::{QosLimits, TresLimit};
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    config.qos.push(wharf_core::Qos {
+        name: "normal".into(),
+        priority: 0,
+    });
+    config.limits.qos.insert(
+        "normal".into(),
+        QosLimits {
+            max_tres_per_user: TresLimit {
+                gpu: Some(2),
+                ..TresLimit::default()
+            },
+            ..QosLimits::default()
+        },
+    );
+    config.limits.default_qos = Some("normal".into());
+    // The one node holds 3 GPUs: an exclusive job is charged all 3, over the cap of 2.
+    let mut c = cluster_with(&dir, config);
+    let ann = caller(1000, "ann");
+    let job = |exclusive| JobRequest {
+        gpus: Some(1),
+        exclusive: Some(exclusive),
+        ..Default::default()
+    };
+    let err = submit_job(&mut c, &ann, job(true), 1).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::InvalidInput);
+    assert!(
+        err.message
+            .starts_with("this job could never start: it is exclusive")
+            && err.message.contains("it asks for 3 GPUs on its own"),
+        "{}",
+        err.message
+    );
+    assert!(c.jobs.is_empty(), "nothing is stored");
+    // The same job, not exclusive, is taken and starts.
+    let shared = submit_job(&mut c, &ann, job(false), 2).unwrap();
+    c.schedule(3).unwrap();
+    assert_eq!(record(&c, shared).state, JobState::Starting);
+}
