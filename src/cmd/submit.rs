@@ -42,7 +42,7 @@ pub struct JobFlags {
     /// is 1 when left out: gpu, gpu:TYPE).
     #[arg(long, conflicts_with_all = ["gpus", "gpus_per_node"])]
     pub gres: Option<String>,
-    /// Time limit, e.g. 30m, 2h, 1:00:00.
+    /// Time limit, e.g. 30m, 2h, 1:00:00, or UNLIMITED for the partition's maximum.
     #[arg(short = 't', long)]
     pub time: Option<String>,
     /// Nodes, allocated at once and launched together (a gang job).

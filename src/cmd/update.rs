@@ -1,7 +1,7 @@
 //! `wharf update`: change a pending job (Slurm's `scontrol update job`).
 
 use anyhow::Result;
-use wharf_api::resources::{format_duration, parse_duration};
+use wharf_api::resources::format_duration;
 use wharf_api::wire::UpdateRequest;
 use wharf_api::JobRecord;
 use wharf_client::{Client, ClientError, Endpoint};
@@ -12,7 +12,8 @@ pub struct Args {
     /// Job id, or ARRAYID_TASKID.
     #[arg(value_parser = super::job_arg)]
     job: String,
-    /// New time limit, e.g. 30m (you may only lower it; admins may raise it).
+    /// New time limit, e.g. 30m, or UNLIMITED for the partition's maximum (you may only
+    /// lower it; admins may raise it).
     #[arg(short = 't', long)]
     time: Option<String>,
     /// New nice (negative: admins only).
@@ -46,7 +47,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         time: args
             .time
             .as_deref()
-            .map(parse_duration)
+            .map(wharf_api::parse_time_limit)
             .transpose()
             .map_err(|e| anyhow::anyhow!("--time: {e}"))?,
         nice: args.nice,

@@ -23,7 +23,9 @@ use serde::{Deserialize, Serialize};
 use crate::pending::PendingReason;
 
 use crate::hostlist::HostList;
-use crate::resources::{format_duration, format_memory, parse_duration, parse_memory, Resources};
+use crate::resources::{
+    format_duration, format_memory, parse_memory, parse_time_limit, Resources, UNLIMITED_TIME,
+};
 
 /// A job's number, unique for the life of the controller's store.
 pub type JobId = u64;
@@ -87,7 +89,8 @@ pub struct JobRequest {
     /// all the job's GPUs there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus_per_task: Option<u32>,
-    /// Time limit in seconds (job files may write `"30m"` or `"1:00:00"`).
+    /// Time limit in seconds (job files may write `"30m"` or `"1:00:00"`); `UNLIMITED`
+    /// ([`UNLIMITED_TIME`]) asks for the partition's maximum.
     #[serde(default, deserialize_with = "de_time")]
     pub time: Option<u64>,
     /// Number of nodes, all allocated at once and launched together.
@@ -276,7 +279,7 @@ fn de_memory<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::E
 }
 
 fn de_time<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    de_quantity(d, Some("time must be greater than zero"), parse_duration)
+    de_quantity(d, Some("time must be greater than zero"), parse_time_limit)
 }
 
 /// Site defaults and ceilings applied when a request is resolved.
@@ -358,6 +361,10 @@ pub struct JobSpec {
     /// it moves to another partition.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub time_defaulted: bool,
+    /// The job asked for `UNLIMITED`: `time_limit` is its partition's maximum (the site's
+    /// where the partition sets none), set again when it moves to another partition.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub time_unlimited: bool,
     /// The job gave no memory: `resources.memory` is its partition's default, set again when
     /// it moves to another partition.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -648,6 +655,7 @@ impl JobRequest {
         // A job that gives no time limit gets its partition's default when it is admitted;
         // the site's default stands in until then.
         let time_limit = match self.time {
+            Some(UNLIMITED_TIME) => defaults.max_time,
             Some(t) if t > defaults.max_time => {
                 return Err(format!(
                     "`time` {} is over the site's maximum of {}",
@@ -729,6 +737,7 @@ impl JobRequest {
             gpus_per_task: self.gpus_per_task,
             time_limit,
             time_defaulted: self.time.is_none(),
+            time_unlimited: self.time == Some(UNLIMITED_TIME),
             memory_defaulted,
             output: self.output.clone().unwrap_or_else(|| "wharf-%j.out".into()),
             error: self.error.clone(),

@@ -11,7 +11,7 @@
 //! Errors name the file's line and the field, and nothing is submitted when any is found.
 
 use crate::job::JobRequest;
-use crate::resources::{parse_duration, parse_memory};
+use crate::resources::{parse_memory, parse_time_limit};
 
 /// A job file could not be read; `line` is 1-based when known.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -424,7 +424,9 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
                 }
             }
         }
-        "t" | "time" => req.time = Some(parse_duration(value).map_err(|e| format!("--time: {e}"))?),
+        "t" | "time" => {
+            req.time = Some(parse_time_limit(value).map_err(|e| format!("--time: {e}"))?)
+        }
         "N" | "nodes" => req.nodes = Some(num("nodes")?),
         "n" | "ntasks" => req.ntasks = Some(num("ntasks")?),
         "ntasks-per-node" => req.ntasks_per_node = Some(num("ntasks-per-node")?),

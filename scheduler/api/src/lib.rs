@@ -41,4 +41,7 @@ pub use job::{
 };
 pub use node::{NodeInfo, NodeRecord, NodeState};
 pub use pull::PullProgress;
-pub use resources::{parse_duration, parse_duration_or_zero, parse_memory, Resources};
+pub use resources::{
+    parse_duration, parse_duration_or_zero, parse_memory, parse_time_limit, Resources,
+    UNLIMITED_TIME,
+};

@@ -86,6 +86,23 @@ pub fn parse_duration_or_zero(text: &str) -> Result<u64, String> {
     parse_duration(text)
 }
 
+/// A job's time limit of `UNLIMITED` (or `infinite`), as Slurm writes it: the most its
+/// partition allows.
+pub const UNLIMITED_TIME: u64 = u64::MAX;
+
+/// Parses a job's time limit: [`parse_duration`]'s forms, or `UNLIMITED` / `infinite`
+/// ([`UNLIMITED_TIME`]), which a job's partition turns into its maximum.
+pub fn parse_time_limit(text: &str) -> Result<u64, String> {
+    let word = text.trim();
+    if ["unlimited", "infinite", "infinity"]
+        .iter()
+        .any(|w| word.eq_ignore_ascii_case(w))
+    {
+        return Ok(UNLIMITED_TIME);
+    }
+    parse_duration(text).map_err(|e| format!("{e}, or \"UNLIMITED\" for the partition's maximum"))
+}
+
 /// Parses a time limit. Accepts Slurm's forms (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`,
 /// `D-HH:MM:SS`) and suffixed forms (`90s`, `30m`, `2h`, `1d`). Returns seconds.
 pub fn parse_duration(text: &str) -> Result<u64, String> {
@@ -192,5 +209,16 @@ mod tests {
         assert!(parse_duration("213503982334602-00").is_err());
         assert_eq!(format_duration(93600), "1-02:00:00");
         assert_eq!(format_duration(59), "00:00:59");
+    }
+
+    #[test]
+    fn a_time_limit_may_be_unlimited_and_a_duration_may_not() {
+        for word in ["UNLIMITED", "unlimited", " infinite", "Infinity"] {
+            assert_eq!(parse_time_limit(word), Ok(UNLIMITED_TIME), "{word}");
+            assert!(parse_duration(word).is_err(), "{word}");
+        }
+        assert_eq!(parse_time_limit("2h"), Ok(7200));
+        let err = parse_time_limit("forever").unwrap_err();
+        assert!(err.contains("UNLIMITED"), "{err}");
     }
 }

@@ -378,7 +378,12 @@ impl Cluster {
             spec.account.clone(),
             job.begin_time,
         );
-        if let Some(t) = req.time {
+        if let Some(mut t) = req.time {
+            let unlimited = t == wharf_api::UNLIMITED_TIME;
+            if unlimited {
+                let part = wharf_core::cycle::partition(&self.sched, spec.partition.as_deref());
+                t = self.unlimited_time(part.ok().flatten());
+            }
             if t == 0 {
                 return Err(Failure::new(
                     ErrorKind::InvalidInput,
@@ -402,6 +407,7 @@ impl Cluster {
             }
             spec.time_limit = t;
             spec.time_defaulted = false;
+            spec.time_unlimited = unlimited;
         }
         if let Some(n) = req.nice {
             if n.unsigned_abs() > wharf_api::job::MAX_NICE.unsigned_abs() {

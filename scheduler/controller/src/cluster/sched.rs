@@ -299,6 +299,9 @@ impl Cluster {
             let site = self.defaults.site_time();
             spec.time_limit = (cycle::default_time(part, site.saturating_mul(1000)) / 1000).max(1);
         }
+        if spec.time_unlimited {
+            spec.time_limit = self.unlimited_time(part);
+        }
         if spec.memory_defaulted {
             let r = spec.resources;
             spec.resources.memory =
@@ -318,6 +321,14 @@ impl Cluster {
                 })?;
         }
         Ok(())
+    }
+
+    /// What `UNLIMITED` is in partition `part`, seconds: its MaxTime, never over the site's
+    /// maximum.
+    pub(super) fn unlimited_time(&self, part: Option<&wharf_core::Partition>) -> u64 {
+        let site = self.defaults.max_time;
+        part.and_then(|p| p.max_time)
+            .map_or(site, |ms| (ms / 1000).clamp(1, site))
     }
 
     /// Refuses a job whose partition does not exist, takes no new jobs, allows less time or

@@ -1551,3 +1551,61 @@ fn an_exclusive_job_over_a_limit_on_every_whole_node_is_refused_at_submit() {
     c.schedule(3).unwrap();
     assert_eq!(record(&c, shared).state, JobState::Starting);
 }
+
+#[test]
+fn an_unlimited_time_is_the_partitions_maximum_wherever_the_job_goes() {
+    use wharf_api::wire::UpdateRequest;
+    use wharf_api::UNLIMITED_TIME;
+    let dir = tempfile::tempdir().unwrap();
+    let mut short = wharf_core::Partition::new("short", &[]);
+    short.max_time = Some(1_800_000);
+    let config = wharf_core::Config {
+        partitions: vec![wharf_core::Partition::new("all", &[]), short],
+        ..Default::default()
+    };
+    let mut c = cluster_with(&dir, config);
+    let ann = caller(1000, "ann");
+    let mut root = caller(0, "root");
+    root.admin = true;
+    let limit = |c: &Cluster, id: JobId| {
+        let r = record(c, id);
+        assert_eq!(r.spec.as_ref().unwrap().time_limit, r.time_limit);
+        r.time_limit
+    };
+    let unlimited = |p: &str| JobRequest {
+        partition: Some(p.into()),
+        time: Some(UNLIMITED_TIME),
+        ..Default::default()
+    };
+    let site_max = JobDefaults::default().max_time;
+    let in_short = submit_job(&mut c, &ann, unlimited("short"), 1).unwrap();
+    assert_eq!(limit(&c, in_short), 1800);
+    let in_all = submit_job(&mut c, &ann, unlimited("all"), 2).unwrap();
+    assert_eq!(limit(&c, in_all), site_max);
+    // Moved, it takes the new partition's maximum.
+    let to = |p: &str| UpdateRequest {
+        partition: Some(p.into()),
+        ..Default::default()
+    };
+    c.update(&ann, in_all, &to("short"), 3).unwrap();
+    assert_eq!(limit(&c, in_all), 1800);
+    c.update(&ann, in_all, &to("all"), 4).unwrap();
+    assert_eq!(limit(&c, in_all), site_max);
+    // By update: the owner may not raise a limit to it; an admin may.
+    let shorter = UpdateRequest {
+        time: Some(300),
+        ..Default::default()
+    };
+    c.update(&ann, in_short, &shorter, 5).unwrap();
+    let raise = UpdateRequest {
+        time: Some(UNLIMITED_TIME),
+        ..Default::default()
+    };
+    let err = c.update(&ann, in_short, &raise, 6).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PermissionDenied);
+    assert_eq!(limit(&c, in_short), 300);
+    c.update(&root, in_short, &raise, 7).unwrap();
+    assert_eq!(limit(&c, in_short), 1800);
+    c.update(&ann, in_short, &to("all"), 8).unwrap();
+    assert_eq!(limit(&c, in_short), site_max);
+}
