@@ -106,14 +106,19 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             },
         ));
     }
+    // A job that asked for all of each node's memory has it only once it has its nodes.
+    let whole = j.spec.as_ref().is_some_and(|s| s.memory_whole);
+    let memory = if whole && j.allocs.is_empty() {
+        "all of each node's".to_string()
+    } else {
+        format_memory(j.resources.memory)
+    };
     rows.extend([
         (
             "Resources",
             format!(
-                "{} CPUs, {} memory, {} GPUs",
-                j.resources.cpus,
-                format_memory(j.resources.memory),
-                j.resources.gpus
+                "{} CPUs, {memory} memory, {} GPUs",
+                j.resources.cpus, j.resources.gpus
             ),
         ),
         ("Time limit", format_duration(j.time_limit)),

@@ -24,7 +24,8 @@ use crate::pending::PendingReason;
 
 use crate::hostlist::HostList;
 use crate::resources::{
-    format_duration, format_memory, parse_memory, parse_time_limit, Resources, UNLIMITED_TIME,
+    format_duration, format_memory, parse_memory, parse_memory_or_whole, parse_time_limit,
+    Resources, UNLIMITED_TIME,
 };
 
 /// A job's number, unique for the life of the controller's store.
@@ -58,7 +59,8 @@ pub struct JobRequest {
     /// tasks per node.
     #[serde(alias = "cpus_per_task")]
     pub cpus: Option<u32>,
-    /// Memory per node in bytes (job files may write `"4G"`).
+    /// Memory per node in bytes (job files may write `"4G"`); 0 takes all of each node's
+    /// memory, as Slurm's `--mem=0`.
     #[serde(default, deserialize_with = "de_memory")]
     pub memory: Option<u64>,
     /// Memory per CPU in bytes (Slurm's `--mem-per-cpu`): the node's memory is this times the
@@ -275,7 +277,7 @@ pub fn parse_limit(text: &str) -> Result<u64, String> {
 }
 
 fn de_memory<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    de_quantity(d, Some("memory must be greater than zero"), parse_memory)
+    de_quantity(d, None, parse_memory_or_whole)
 }
 
 fn de_time<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -369,6 +371,10 @@ pub struct JobSpec {
     /// it moves to another partition.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub memory_defaulted: bool,
+    /// The job asked for all of each node's memory (`--mem=0`): `resources.memory` is the
+    /// least a job may ask for until it starts, when its run holds each node's whole memory.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub memory_whole: bool,
     /// Output file pattern (absolute or relative to `workdir`).
     pub output: String,
     /// Error file pattern; `None` means the output file.
@@ -676,6 +682,8 @@ impl JobRequest {
                         .into(),
                 )
             }
+            // All of each node's: the least any job asks for, until it has its nodes.
+            (Some(0), None, None) => MIN_MEMORY,
             (Some(m), None, None) => m,
             (None, Some(m), None) => m
                 .checked_mul(u64::from(cpus))
@@ -690,9 +698,9 @@ impl JobRequest {
         };
         let memory_defaulted =
             self.memory.is_none() && self.mem_per_cpu.is_none() && self.mem_per_gpu.is_none();
-        if memory < (4 << 20) {
+        if memory < MIN_MEMORY {
             return Err(format!(
-                "`memory` {} is too small; ask for at least 4M",
+                "`memory` {} is too small; ask for at least 4M, or 0 for all of each node's",
                 format_memory(memory)
             ));
         }
@@ -739,6 +747,7 @@ impl JobRequest {
             time_defaulted: self.time.is_none(),
             time_unlimited: self.time == Some(UNLIMITED_TIME),
             memory_defaulted,
+            memory_whole: self.memory == Some(0),
             output: self.output.clone().unwrap_or_else(|| "wharf-%j.out".into()),
             error: self.error.clone(),
             // Required only when asked for: a gang is given the node's RDMA devices wherever
@@ -881,6 +890,9 @@ fn host_list(what: &str, text: &Option<String>) -> Result<HostList, String> {
         None => Ok(HostList::default()),
     }
 }
+
+/// The least memory a job may ask for on a node, bytes.
+pub const MIN_MEMORY: u64 = 4 << 20;
 
 /// The largest nice, either way (Slurm's limit).
 pub const MAX_NICE: i32 = 2_147_483_645;

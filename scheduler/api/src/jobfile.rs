@@ -11,7 +11,7 @@
 //! Errors name the file's line and the field, and nothing is submitted when any is found.
 
 use crate::job::JobRequest;
-use crate::resources::{parse_memory, parse_time_limit};
+use crate::resources::{parse_memory, parse_memory_or_whole, parse_time_limit};
 
 /// A job file could not be read; `line` is 1-based when known.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -353,7 +353,7 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
         "image" | "container-image" => req.image = Some(value.to_string()),
         "c" | "cpus" | "cpus-per-task" => req.cpus = Some(num("cpus")?),
         "mem" | "memory" => {
-            req.memory = Some(parse_memory(value).map_err(|e| format!("--mem: {e}"))?)
+            req.memory = Some(parse_memory_or_whole(value).map_err(|e| format!("--mem: {e}"))?)
         }
         "mem-per-cpu" => {
             req.mem_per_cpu = Some(parse_memory(value).map_err(|e| format!("--mem-per-cpu: {e}"))?)
@@ -516,6 +516,28 @@ mod tests {
         set_option(&mut req, "requeue", "yes").unwrap();
         assert_eq!(req.requeue, Some(true));
         assert!(set_option(&mut req, "no-requeue", "maybe").is_err());
+    }
+
+    #[test]
+    fn mem_zero_asks_for_all_of_each_nodes_memory() {
+        for line in ["--mem=0", "--mem=0G", "--mem 0M"] {
+            let text = format!("#!/bin/sh\n#SBATCH {line}\ntrue\n");
+            let req = parse_job_file("s.sh", &text).unwrap();
+            assert_eq!(req.memory, Some(0), "{line}");
+            let spec = req.resolve("/tmp", &crate::JobDefaults::default()).unwrap();
+            assert!(spec.memory_whole && !spec.memory_defaulted, "{line}");
+            assert_eq!(spec.resources.memory, crate::job::MIN_MEMORY);
+        }
+        let toml = parse_job_file("j.toml", "command = [\"x\"]\nmemory = 0\n").unwrap();
+        assert_eq!(toml.memory, Some(0));
+        // Per CPU, zero is still refused, and a size is a size.
+        assert!(parse_job_file("s.sh", "#SBATCH --mem-per-cpu=0\n").is_err());
+        let sized = parse_job_file("s.sh", "#SBATCH --mem=2G\n").unwrap();
+        let spec = sized
+            .resolve("/tmp", &crate::JobDefaults::default())
+            .unwrap();
+        assert!(!spec.memory_whole);
+        assert!(parse_job_file("s.sh", "#SBATCH --mem=.\n").is_err());
     }
 
     #[test]

@@ -53,6 +53,18 @@ pub fn parse_memory(text: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
+/// [`parse_memory`], but zero (`0`, `0G`, ...) is taken too, as 0: a job's `--mem=0`, all of
+/// each node's memory, as in Slurm.
+pub fn parse_memory_or_whole(text: &str) -> Result<u64, String> {
+    let number = text
+        .trim()
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    if !number.is_empty() && number.bytes().all(|b| b == b'0' || b == b'.') && number != "." {
+        return Ok(0);
+    }
+    parse_memory(text)
+}
+
 /// Formats bytes the way `parse_memory` reads them back (e.g. `4G`, `512M`).
 pub fn format_memory(bytes: u64) -> String {
     const UNITS: [(u64, &str); 4] = [

@@ -79,6 +79,7 @@ fn main() {
                 memory: (1 + rng.next(64)) * GIB,
                 gpus,
                 gpu_kind: None,
+                whole_memory: false,
             };
             let mut j = PendingJob::new(
                 id + 1,

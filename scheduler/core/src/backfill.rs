@@ -69,7 +69,7 @@ impl Failed {
             kind: r.gpu_kind.clone(),
             nodes: r.node_count(),
             cpus: r.cpus,
-            memory: r.memory,
+            memory: effective_memory(r),
             gpus: r.gpus,
             limit,
         }
@@ -81,9 +81,19 @@ impl Failed {
             && self.kind == r.gpu_kind
             && r.node_count() >= self.nodes
             && r.cpus >= self.cpus
-            && r.memory >= self.memory
+            && effective_memory(r) >= self.memory
             && r.gpus >= self.gpus
             && limit >= self.limit
+    }
+}
+
+/// The memory a request needs on a node, for comparing requests: all of any node's for one
+/// that takes each node's whole memory.
+fn effective_memory(r: &crate::Request) -> u64 {
+    if r.whole_memory {
+        u64::MAX
+    } else {
+        r.memory
     }
 }
 
@@ -239,9 +249,10 @@ pub(crate) fn pass(
             .any(|f| f.dominated_by(r.job, r.limit));
         if !known_fail {
             if let Some(picks) = table.fit_now(r.part, &fit, now, r.limit) {
-                // Whole nodes are what an exclusive job is charged: within its limits on
-                // its request, it may still be over them on its nodes.
-                let whole = fit.exclusive.then(|| {
+                // Whole nodes (or their whole memory) are what an exclusive job (or one
+                // that asked for `--mem=0`) is charged: within its limits on its request,
+                // it may still be over them on its nodes.
+                let whole = (fit.exclusive || req.whole_memory).then(|| {
                     held.fits_taken(config, r.job, picks.iter().map(|(_, need)| need), r.limit)
                 });
                 if let Some(Err(reason)) = whole {

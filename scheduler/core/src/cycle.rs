@@ -56,6 +56,8 @@ pub struct JobFacts {
     pub gpu_kind: Option<String>,
     /// Which nodes it may use, and whether it takes them whole.
     pub select: Selection,
+    /// It takes all the memory of each of its nodes (`--mem=0`).
+    pub whole_memory: bool,
     /// A preemption that asks for a requeue may requeue it (else it is cancelled).
     pub requeue: bool,
     /// Why it went back to the queue last, in words, until it starts again.
@@ -131,6 +133,7 @@ impl JobFacts {
     pub fn pending(&self, config: &Config) -> PendingJob {
         let mut req = request(self.resources, self.nodes);
         req.gpu_kind = self.gpu_kind.clone();
+        req.whole_memory = self.whole_memory;
         let mut p = PendingJob::new(self.id, self.assoc(config), req, self.submit);
         p.time_limit = Some(self.time_limit);
         p.partition = self.partition.clone();
@@ -501,7 +504,7 @@ pub fn apply<'a>(plan: &Plan, facts: impl Fn(JobId) -> Option<&'a JobFacts>) -> 
         let (Some(job), Some(first)) = (facts(start.job), start.allocs.first()) else {
             continue;
         };
-        let resources = if job.select.exclusive {
+        let resources = if job.select.exclusive || job.whole_memory {
             Resources {
                 cpus: first.cpu_ids.len() as u32,
                 memory: first.memory,

@@ -316,10 +316,15 @@ impl Table {
     }
 
     /// What `req` needs on node `i` if its GPUs come from `slot`.
-    fn need(&self, req: &Request, slot: Option<usize>) -> Tres {
+    fn need(&self, i: usize, req: &Request, slot: Option<usize>) -> Tres {
+        let memory = if req.whole_memory {
+            self.nodes[i].capacity.memory.max(req.memory)
+        } else {
+            req.memory
+        };
         let mut t = Tres {
             cpus: req.cpus,
-            memory: req.memory,
+            memory,
             gpus: [0; GPU_SLOTS],
         };
         if let Some(s) = slot {
@@ -345,7 +350,7 @@ impl Table {
             return out;
         }
         if req.gpus == 0 {
-            out.push(self.need(req, None));
+            out.push(self.need(i, req, None));
             return out;
         }
         let mut slots = [0usize; GPU_SLOTS];
@@ -359,7 +364,7 @@ impl Table {
         let slots = &mut slots[..count];
         slots.sort_by_key(|&s| (std::cmp::Reverse(n.profile.free.gpus[s]), s));
         for &s in slots.iter() {
-            out.push(self.need(req, Some(s)));
+            out.push(self.need(i, req, Some(s)));
         }
         out
     }

@@ -55,6 +55,9 @@ pub struct Request {
     pub gpus: u32,
     /// GPU type (`h100` in `--gpus h100:2`), lower case; `None` takes any type.
     pub gpu_kind: Option<String>,
+    /// It takes all the memory of each of its nodes (Slurm's `--mem=0`), whatever each
+    /// holds; `memory` is then only the least it needs.
+    pub whole_memory: bool,
 }
 
 impl Request {
@@ -66,6 +69,7 @@ impl Request {
             memory,
             gpus,
             gpu_kind: None,
+            whole_memory: false,
         }
     }
 

@@ -307,3 +307,26 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_job_that_asks_for_all_memory_gets_each_nodes_whole_memory_and_only_its_cpus() {
+    let mut x = job(1, "u", 2, 0, 10, 0);
+    x.request.whole_memory = true;
+    x.select.nodelist = names(&["n3"]);
+    let mut small = job(2, "u", 1, 0, 10, 1);
+    small.select.nodelist = names(&["n3"]);
+    let plan = plan_for(vec![x.clone(), small.clone()], vec![]);
+    let a = &plan.starts[0].allocs[0];
+    assert_eq!((plan.starts[0].job, a.node.as_str()), (1, "n3"));
+    assert_eq!(a.memory, 64 * GIB, "the node's whole memory");
+    assert_eq!(a.cpu_ids, [0, 1], "only the CPUs it asked for");
+    assert!(a.gpu_ids.is_empty());
+    // No memory is left on it for another job, however small.
+    assert_eq!(plan.starts.len(), 1, "{plan:?}");
+    assert_eq!(waiting(&plan, 2).reason, PendingReason::Resources);
+    // A node where any memory is in use cannot take it.
+    let one = running(100, "n3", vec![7], vec![], 0, 30);
+    let plan = plan_for(vec![x], vec![one]);
+    assert!(plan.starts.is_empty(), "{plan:?}");
+    assert_eq!(waiting(&plan, 1).reason, PendingReason::Resources);
+}

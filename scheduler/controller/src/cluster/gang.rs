@@ -196,8 +196,8 @@ impl Cluster {
         spec: &wharf_api::JobSpec,
     ) -> wharf_api::JobSpec {
         let mut spec = spec.clone();
-        if spec.exclusive {
-            // Its run's whole nodes.
+        if spec.exclusive || spec.memory_whole {
+            // Its run's whole nodes, or their whole memory.
             spec.resources = job.resources;
         }
         if spec.partition.is_none() {

@@ -54,10 +54,14 @@ impl Cluster {
                 continue;
             };
             let mut rec = rec.clone();
-            // An exclusive run holds its whole nodes (and launches with them, see
-            // `launch_spec`); the spec keeps what the job asked for, which a requeue goes
-            // back to.
-            if rec.spec.as_ref().is_some_and(|s| s.exclusive) {
+            // An exclusive run holds its whole nodes, one that asked for `--mem=0` their whole
+            // memory (and launches with them, see `launch_spec`); the spec keeps what the job
+            // asked for, which a requeue goes back to.
+            if rec
+                .spec
+                .as_ref()
+                .is_some_and(|s| s.exclusive || s.memory_whole)
+            {
                 rec.resources = launch.resources;
             }
             rec.state = JobState::Starting;
@@ -694,7 +698,9 @@ fn refused(r: cycle::Refusal) -> Failure {
 
 /// What a job asks the core for: `resources` on each of its nodes.
 fn request(resources: Resources, spec: Option<&JobSpec>) -> Request {
-    cycle::request(resources, spec.map_or(1, |s| s.nodes))
+    let mut req = cycle::request(resources, spec.map_or(1, |s| s.nodes));
+    req.whole_memory = spec.is_some_and(|s| s.memory_whole);
+    req
 }
 
 /// A job record in the terms the core's shared pass code ([`cycle`]) takes.
@@ -719,6 +725,7 @@ fn job_facts(job: &JobRecord) -> JobFacts {
         priority: spec.and_then(|s| s.priority),
         gpu_kind: spec.and_then(|s| s.gpu_type.clone()),
         select: spec.map(selection).unwrap_or_default(),
+        whole_memory: spec.is_some_and(|s| s.memory_whole),
         requeue: spec.is_none_or(|s| s.requeue),
         requeued_words: job.requeued_after.as_ref().map(Stop::requeue_words),
     }

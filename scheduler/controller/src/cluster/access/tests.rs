@@ -130,6 +130,45 @@ fn an_exclusive_job_holds_and_is_charged_for_the_whole_node() {
     );
 }
 
+#[test]
+fn a_job_asking_for_no_memory_holds_and_launches_with_its_nodes_whole_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = two_nodes(&dir, wharf_core::Config::default());
+    let ann = caller(1000, "ann");
+    let all = asking(|r| {
+        r.memory = Some(0);
+        r.cpus = Some(2);
+        r.nodelist = Some("n1".into());
+    });
+    let x = submit_job(&mut c, &ann, all, 1).unwrap();
+    let spec = record(&c, x).spec.unwrap();
+    assert!(spec.memory_whole);
+    assert_eq!(spec.resources.memory, wharf_api::job::MIN_MEMORY);
+    let beside = submit_job(&mut c, &ann, asking(|r| r.nodelist = Some("n1".into())), 2).unwrap();
+    c.schedule(1_000).unwrap();
+    let rec = record(&c, x);
+    assert_eq!(rec.state, JobState::Starting);
+    assert_eq!(rec.allocs[0].cpu_ids, [0, 1], "its CPUs, not the node's");
+    assert_eq!(
+        (rec.resources.cpus, rec.resources.memory, rec.resources.gpus),
+        (2, 16 << 30, 0)
+    );
+    // The node is told to let it use all its memory; a requeue goes back to the request.
+    assert_eq!(c.launch_spec(&rec, &spec).resources, rec.resources);
+    let stop = wharf_api::Stop::Requeue {
+        by_user: "ann".into(),
+    };
+    let again = crate::cluster::requeue::stopped(rec.clone(), &stop, vec![]);
+    assert_eq!(again.resources, spec.resources);
+    // Nothing is left on the node for another job's memory.
+    let waiting = record(&c, beside);
+    assert_eq!(waiting.state, JobState::Pending);
+    assert!(
+        waiting.reason.unwrap().starts_with("Resources: "),
+        "it waits for the node's memory"
+    );
+}
+
 fn groups_of(owner: &Owner) -> Result<Vec<String>, String> {
     match owner.user.as_str() {
         "ann" => Ok(vec!["ann".into(), "gpuusers".into()]),
