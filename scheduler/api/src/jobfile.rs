@@ -189,11 +189,12 @@ pub fn apply_words(req: &mut JobRequest, words: &[String]) -> Result<(), String>
 }
 
 /// Whether one word after `gpu:` is meant as a count: it starts with a digit or a sign, and
-/// is not a MIG profile (`1g.10gb`), the only types that start with a digit and are not a
-/// number.
+/// is not a MIG profile (`1g.10gb`: a dot and letters), the only types that start with a
+/// digit. `1.5` and `2x` are counts, and refused as such.
 fn looks_like_count(word: &str) -> bool {
     let w = word.trim();
-    w.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+') && !w.contains('.')
+    let profile = w.contains('.') && w.contains(|c: char| c.is_ascii_alphabetic());
+    w.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+') && !profile
 }
 
 /// A GPU count: digits only (no sign), as in `--gpus 2` or `h100:2`; 0 asks for none (and a
@@ -630,6 +631,8 @@ mod tests {
             ("gres", "gpu:-1", "invalid count \"-1\" in --gres"),
             ("gres", "gpu:+2", "invalid count \"+2\" in --gres"),
             ("gres", "gpu:2x", "invalid count \"2x\" in --gres"),
+            ("gres", "gpu:1.5", "invalid count \"1.5\" in --gres"),
+            ("gres", "gpu:h100:1.5", "invalid count \"1.5\" in --gres"),
             ("gres", "gpu:h100:-1", "invalid count \"-1\" in --gres"),
             ("gres", "gpu:h100:x", "invalid count \"x\" in --gres"),
             ("gpus", "h100:-1", "invalid count \"-1\" in --gpus"),
