@@ -282,17 +282,26 @@ fn usage_line(u: &wharf_api::usage::JobUsage) -> String {
 }
 
 fn shell_words(argv: &[String]) -> String {
-    if let Some((script, interpreter)) = wharf_api::job::script_of(argv) {
-        let first = script
-            .lines()
+    if let Some(script) = wharf_api::job::script_of(argv) {
+        let first = (script.text.lines())
             .find(|l| !l.starts_with('#') && !l.trim().is_empty())
             .unwrap_or("");
-        let by = match interpreter {
+        let by = match script.interpreter {
             "/bin/sh" => String::new(),
             i => format!(", {i}"),
         };
-        return format!("(script, {} lines{by}) {first}", script.lines().count());
+        let args = match script.args {
+            [] => String::new(),
+            some => format!(", arguments: {}", quoted(some)),
+        };
+        let lines = script.text.lines().count();
+        return format!("(script, {lines} lines{by}{args}) {first}");
     }
+    quoted(argv)
+}
+
+/// `argv` as a shell would read it back: words with anything but plain characters quoted.
+fn quoted(argv: &[String]) -> String {
     argv.iter()
         .map(|a| {
             if a.chars()

@@ -105,6 +105,12 @@ fn an_sbatch_script_runs_under_its_interpreter_with_its_arguments_and_file_lette
     let name = format!("o_{}_{node}_%_0_0_batch_4294967294_{id:05}.out", u.name);
     let text = std::fs::read_to_string(home.join(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_eq!(text, "bash -x one two\n");
+    // `wharf show` names the script's interpreter and its arguments.
+    let show = stdout(&c.wharf_as(&u, &["show", &id.to_string()]));
+    assert!(
+        show.contains("(script, 3 lines, /bin/bash, arguments: 'one two' -x)"),
+        "{show}"
+    );
 
     // A Python script, where the node has Python (CI's always does).
     let python = std::path::Path::new("/usr/bin/python3").exists();

@@ -1000,16 +1000,36 @@ pub fn script_argv(script: &str, args: &[String]) -> Result<Vec<String>, String>
     Ok(argv)
 }
 
-/// The script a job's command runs (see [`script_argv`]), with its interpreter (`/bin/sh`
-/// when it runs under `/bin/sh -c`); `None` for a command given outright.
-pub fn script_of(argv: &[String]) -> Option<(&str, &str)> {
+/// A script a job's command runs (see [`script_argv`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Script<'a> {
+    /// The script's text.
+    pub text: &'a str,
+    /// What runs it: its `#!` interpreter, or `/bin/sh` when it runs under `/bin/sh -c`.
+    pub interpreter: &'a str,
+    /// The arguments it is given, as its `$1`, `$2`, ...
+    pub args: &'a [String],
+}
+
+/// The script a job's command runs (see [`script_argv`]); `None` for a command given
+/// outright.
+pub fn script_of(argv: &[String]) -> Option<Script<'_>> {
     match argv {
-        [sh, c, wrapper, _, script, interpreter, ..]
+        [sh, c, wrapper, _, text, interpreter, _, args @ ..]
             if *sh == "/bin/sh" && *c == "-c" && *wrapper == INTERPRETED =>
         {
-            Some((script.as_str(), interpreter.as_str()))
+            Some(Script {
+                text,
+                interpreter,
+                args,
+            })
         }
-        [sh, c, script, ..] if *sh == "/bin/sh" && *c == "-c" => Some((script.as_str(), "/bin/sh")),
+        [sh, c, text, rest @ ..] if *sh == "/bin/sh" && *c == "-c" => Some(Script {
+            text,
+            interpreter: "/bin/sh",
+            // After `$0`.
+            args: rest.get(1..).unwrap_or_default(),
+        }),
         _ => None,
     }
 }
@@ -2105,11 +2125,22 @@ mod tests {
             let a = argv(script, &["a1", "a2"]).unwrap();
             assert_eq!(a[..2], ["/bin/sh", "-c"], "{script}");
             assert_eq!(a[4..], [script, interpreter, arg, "a1", "a2"], "{script}");
-            assert_eq!(script_of(&a), Some((script, interpreter)));
+            let of = script_of(&a).unwrap();
+            assert_eq!(
+                (of.text, of.interpreter, of.args),
+                (script, interpreter, &a[7..])
+            );
+            assert_eq!(of.args, ["a1", "a2"]);
         }
+        let plain = argv("echo $1\n", &["a1"]).unwrap();
+        let of = script_of(&plain).unwrap();
+        assert_eq!((of.text, of.interpreter), ("echo $1\n", "/bin/sh"));
+        assert_eq!(of.args, ["a1"]);
+        let bare: Vec<String> = vec!["/bin/sh".into(), "-c".into(), "x".into()];
+        let of = script_of(&bare).unwrap();
         assert_eq!(
-            script_of(&["/bin/sh".into(), "-c".into(), "x".into()]),
-            Some(("x", "/bin/sh"))
+            (of.text, of.interpreter, of.args),
+            ("x", "/bin/sh", &[][..])
         );
         assert_eq!(script_of(&["/bin/bash".into()]), None);
         assert!(argv("#!\ntrue\n", &[])
