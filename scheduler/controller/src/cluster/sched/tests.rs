@@ -1609,3 +1609,64 @@ fn an_unlimited_time_is_the_partitions_maximum_wherever_the_job_goes() {
     c.update(&ann, in_short, &to("all"), 8).unwrap();
     assert_eq!(limit(&c, in_short), site_max);
 }
+
+#[test]
+fn a_task_held_for_a_revoked_qos_takes_no_place_under_its_arrays_throttle() {
+    use wharf_core::limits::AssocLimits;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    for name in ["urgent", "normal"] {
+        config.qos.push(wharf_core::Qos {
+            name: name.into(),
+            priority: 0,
+        });
+    }
+    config.accounts.push(wharf_core::Account {
+        name: "lab".into(),
+        parent: None,
+        shares: 1,
+    });
+    config.users.push(wharf_core::UserShares {
+        user: "ann".into(),
+        account: "lab".into(),
+        shares: 1,
+    });
+    let mut c = cluster_with(&dir, config);
+    let grant = |c: &mut Cluster, list: &[&str]| {
+        c.sched.limits.accounts.insert(
+            "lab".into(),
+            AssocLimits {
+                qos: Some(list.iter().map(|q| q.to_string()).collect()),
+                ..Default::default()
+            },
+        );
+    };
+    grant(&mut c, &["urgent"]);
+    let ann = caller(1000, "ann");
+    let mut root = caller(0, "root");
+    root.admin = true;
+    // Two tasks, one at a time. An admin puts the second in `normal`, which then holds
+    // whatever the grants; `urgent` is then taken from the account.
+    let array = JobRequest {
+        qos: Some("urgent".into()),
+        cpus: Some(1),
+        array: Some(wharf_api::array::parse_array("0-1%1").unwrap()),
+        ..Default::default()
+    };
+    let first = submit_job(&mut c, &ann, array, 1).unwrap();
+    let second = first + 1;
+    let to_normal = wharf_api::wire::UpdateRequest {
+        qos: Some("normal".into()),
+        ..Default::default()
+    };
+    c.update(&root, second, &to_normal, 2).unwrap();
+    grant(&mut c, &[]);
+    c.schedule(3).unwrap();
+    // The first task is held for its QoS, so the second has the throttle's one place.
+    assert_eq!(
+        record(&c, first).pending_reason.map(|r| r.code()),
+        Some("InvalidQOS")
+    );
+    let ran = record(&c, second);
+    assert_eq!(ran.state, JobState::Starting, "{:?}", ran.reason);
+}
