@@ -246,6 +246,7 @@ fn wharf_dev(dir: &Path) -> (Daemons, PathBuf) {
         .arg(&config)
         .arg("--data-dir")
         .arg(dir.join("data"))
+        .env_remove("WHARF_SOCKET")
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()

@@ -22,7 +22,8 @@ image_store = "$data/images"
 grace = "2s"
 TOML
 export WHARF_SOCKET="$data/wharf.sock" WHARF_IMAGE_STORE="$data/images"
-"$wharf" dev --config "$data/wharf.toml" --data-dir "$data" 2> "$data/dev.log" &
+# The configuration names the socket; a WHARF_SOCKET in the environment would move it.
+env -u WHARF_SOCKET "$wharf" dev --config "$data/wharf.toml" --data-dir "$data" 2> "$data/dev.log" &
 dev=$!
 cleanup() { kill "$dev" 2>/dev/null || true; wait "$dev" 2>/dev/null || true; rm -rf "$data"; }
 trap cleanup EXIT INT TERM

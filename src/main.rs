@@ -164,7 +164,7 @@ fn main() {
             Command::Image(c) => cmd::image::run(&socket, c).await,
             Command::Controller(a) => cmd::controller::run(a, cli.socket.as_deref()).await,
             Command::Agent(a) => cmd::agent::run(a).await,
-            Command::Dev(a) => cmd::dev::run(a).await,
+            Command::Dev(a) => cmd::dev::run(a, cli.socket.as_deref()).await,
             Command::Shim(_) => unreachable!("handled before the runtime starts"),
         }
     });

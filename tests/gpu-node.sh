@@ -85,7 +85,7 @@ grace = "2s"
 mounts = ["$home"]
 sample_interval = "1s"
 TOML
-"$WHARF" dev --config "$data/wharf.toml" --data-dir "$data" 2> "$data/dev.log" &
+env -u WHARF_SOCKET "$WHARF" dev --config "$data/wharf.toml" --data-dir "$data" 2> "$data/dev.log" &
 dev=$!
 cleanup() {
     kill "$dev" 2>/dev/null; wait "$dev" 2>/dev/null

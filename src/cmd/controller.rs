@@ -72,10 +72,9 @@ pub fn settings(
     })
 }
 
-/// Runs until killed. `socket` is the global `--socket` flag (or `WHARF_SOCKET`): where the
-/// clients look is where the controller listens, whatever the file says.
-pub async fn run(args: Args, socket: Option<&str>) -> Result<i32> {
-    let mut file = config::load(args.config.as_deref())?;
+/// Puts the controller's socket where `--socket` (or `WHARF_SOCKET`) says, if anywhere: it
+/// wins over the configuration file.
+pub fn set_socket(file: &mut config::FileConfig, socket: Option<&str>) -> Result<()> {
     if let Some(s) = socket {
         if s.starts_with("tcp://") {
             anyhow::bail!(
@@ -84,6 +83,14 @@ pub async fn run(args: Args, socket: Option<&str>) -> Result<i32> {
         }
         file.controller.socket = PathBuf::from(s);
     }
+    Ok(())
+}
+
+/// Runs until killed. `socket` is the global `--socket` flag (or `WHARF_SOCKET`): where the
+/// clients look is where the controller listens, whatever the file says.
+pub async fn run(args: Args, socket: Option<&str>) -> Result<i32> {
+    let mut file = config::load(args.config.as_deref())?;
+    set_socket(&mut file, socket)?;
     if let Some(d) = args.state_dir {
         file.controller.state_dir = d;
     }

@@ -17,12 +17,14 @@ pub struct Args {
     data_dir: PathBuf,
 }
 
-/// Runs both until killed.
-pub async fn run(args: Args) -> Result<i32> {
+/// Runs both until killed. `socket` is the global `--socket` flag (or `WHARF_SOCKET`): where
+/// the controller listens, over the configuration file's.
+pub async fn run(args: Args, socket: Option<&str>) -> Result<i32> {
     if !nix::unistd::geteuid().is_root() {
         anyhow::bail!("`wharf dev` runs the node agent and must run as root (e.g. with sudo)");
     }
     let mut file = config::load(args.config.as_deref())?;
+    super::controller::set_socket(&mut file, socket)?;
     // The data dir may hold the socket, which users must reach; its contents are private
     // (the controller's directory 0700, the agent's 0711 with 0600 files), so it is 0711:
     // passable, not listable.

@@ -217,10 +217,12 @@ impl Cluster {
             .open(self.dir.join("dev.log"))
             .unwrap();
         let mut cmd = Command::new(wharf_bin());
+        // The configuration names the socket; a WHARF_SOCKET of the caller's would move it.
         cmd.args(["dev", "--config"])
             .arg(self.config())
             .arg("--data-dir")
             .arg(&self.dir)
+            .env_remove("WHARF_SOCKET")
             .stdout(Stdio::null())
             .stderr(log);
         if let Some(file) = &self.leaked {
