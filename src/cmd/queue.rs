@@ -15,8 +15,9 @@ pub struct Args {
     /// Include recently ended jobs (up to --limit).
     #[arg(short, long)]
     all: bool,
-    /// How many ended jobs --all shows.
-    #[arg(long, default_value_t = 50)]
+    /// How many ended jobs --all shows, the most recent that the other filters keep (at most
+    /// 10,000; `wharf acct` reads further back).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     limit: u32,
     /// Only my jobs.
     #[arg(long)]
@@ -48,7 +49,22 @@ pub async fn fetch(
     me: bool,
     brief: bool,
 ) -> Result<Vec<JobRecord>> {
+    fetch_picked(client, finished, me, brief, None).await
+}
+
+/// [`fetch`], with the ended jobs those `picked` keeps (the controller filters them before it
+/// takes the `finished` most recent, so an old one named is found behind newer ones).
+async fn fetch_picked(
+    client: &Client,
+    finished: u32,
+    me: bool,
+    brief: bool,
+    picked: Option<&Picked>,
+) -> Result<Vec<JobRecord>> {
     let mut path = format!("/v1/jobs?finished={finished}&brief={brief}");
+    if let Some(p) = picked.filter(|_| finished > 0) {
+        path.push_str(&p.query()?);
+    }
     if me {
         let who: WhoAmI = client.get("/v1/whoami").await?;
         path.push_str(&format!("&user={}", who.owner.uid));
@@ -94,7 +110,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     let finished = if args.all { args.limit } else { 0 };
     if args.json {
         // --json gives the whole records.
-        let mut jobs = fetch(&client, finished, args.me, false).await?;
+        let mut jobs = fetch_picked(&client, finished, args.me, false, Some(&picked)).await?;
         jobs.retain(|j| {
             picked.keeps(
                 j.id,
@@ -108,6 +124,9 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     }
     // The table shows no part of a spec: rows of what it shows are enough.
     let mut path = format!("/v1/jobs?finished={finished}&brief=true&rows=true");
+    if finished > 0 {
+        path.push_str(&picked.query()?);
+    }
     if args.me {
         let who: WhoAmI = client.get("/v1/whoami").await?;
         path.push_str(&format!("&user={}", who.owner.uid));
@@ -135,6 +154,35 @@ struct Picked {
 }
 
 impl Picked {
+    /// The listing's query parameters that ask the controller for the ended jobs these
+    /// filters keep (`&states=...&users=...&jobs=...`); empty when none filters.
+    fn query(&self) -> Result<String> {
+        let join = |words: Vec<String>| (!words.is_empty()).then(|| words.join(","));
+        let q = [
+            (
+                "states",
+                join(self.states.iter().map(|s| s.as_str().to_string()).collect()),
+            ),
+            ("users", join(self.users.clone())),
+            (
+                "jobs",
+                join(
+                    (self.jobs.iter())
+                        .map(|(id, task)| match task {
+                            Some(t) => format!("{id}_{t}"),
+                            None => id.to_string(),
+                        })
+                        .collect(),
+                ),
+            ),
+        ];
+        let q: Vec<(&str, String)> = q.into_iter().filter_map(|(k, v)| Some((k, v?))).collect();
+        if q.is_empty() {
+            return Ok(String::new());
+        }
+        Ok(format!("&{}", serde_urlencoded::to_string(q)?))
+    }
+
     fn keeps(&self, id: u64, array: Option<(u64, u32)>, user: &str, state: JobState) -> bool {
         let named = |&(n, task): &(u64, Option<u32>)| match (task, array) {
             (None, Some((a, _))) => n == a || n == id,

@@ -302,6 +302,42 @@ struct ListQuery {
     /// Answer `{"rows": [JobRow]}`, only what a queue listing shows (`wharf_api::listing`).
     #[serde(default)]
     rows: bool,
+    /// Only ended jobs in these states (comma-separated, as `wharf queue -t` takes them).
+    states: Option<String>,
+    /// Only ended jobs of these users (comma-separated names).
+    users: Option<String>,
+    /// Only these ended jobs (comma-separated: `ID`, an array's `ID`, or `ID_TASK`).
+    jobs: Option<String>,
+}
+
+impl ListQuery {
+    /// The ended jobs it asks for ([`crate::store::EndedFilter`]), or what it got wrong.
+    fn ended(&self) -> Result<crate::store::EndedFilter, ApiFailure> {
+        let bad = |m: String| fail(ErrorKind::InvalidInput, m);
+        let words = |text: &Option<String>| -> Vec<String> {
+            (text.iter())
+                .flat_map(|t| t.split(','))
+                .map(str::trim)
+                .filter(|w| !w.is_empty())
+                .map(str::to_string)
+                .collect()
+        };
+        let mut filter = crate::store::EndedFilter {
+            users: words(&self.users),
+            ..Default::default()
+        };
+        for s in words(&self.states) {
+            let state = wharf_api::JobState::parse(&s)
+                .ok_or_else(|| bad(format!("unknown job state {s:?}")))?;
+            filter.states.push(state);
+        }
+        for j in words(&self.jobs) {
+            let job = wharf_api::job::parse_job_ref(&j)
+                .ok_or_else(|| bad(format!("{j:?} is not a job id")))?;
+            filter.jobs.push(job);
+        }
+        Ok(filter)
+    }
 }
 
 async fn list(
@@ -311,15 +347,20 @@ async fn list(
 ) -> Result<Response, ApiFailure> {
     let c = caller(&s, &peer)?;
     let finished = q.finished.min(10_000);
+    let ended = q.ended()?;
     if q.rows {
-        let body = with_cluster(&s, move |cl, _| cl.list_rows(&c, finished, q.user)).await?;
+        let body =
+            with_cluster(&s, move |cl, _| cl.list_rows(&c, finished, q.user, &ended)).await?;
         let json = [(
             axum::http::header::CONTENT_TYPE,
             axum::http::HeaderValue::from_static("application/json"),
         )];
         return Ok((json, body).into_response());
     }
-    let jobs = with_cluster(&s, move |cl, _| cl.list(&c, finished, q.user, q.brief)).await?;
+    let jobs = with_cluster(&s, move |cl, _| {
+        cl.list_where(&c, finished, q.user, q.brief, &ended)
+    })
+    .await?;
     Ok(Json(JobList { jobs }).into_response())
 }
 

@@ -12,7 +12,7 @@ use wharf_api::{
 };
 use wharf_core::{Config as SchedConfig, Scheduler, UsageLedger};
 
-use crate::store::{Store, StoreError};
+use crate::store::{EndedFilter, Store, StoreError};
 use crate::visibility::{ended_reason, view};
 use crate::watch::JobWatch;
 
@@ -401,6 +401,19 @@ impl Cluster {
         only_uid: Option<u32>,
         brief: bool,
     ) -> Result<Vec<JobRecord>, Failure> {
+        self.list_where(caller, finished, only_uid, brief, &EndedFilter::default())
+    }
+
+    /// [`Cluster::list`] with the ended jobs those `ended` keeps (filtered before the
+    /// `finished` most recent are taken).
+    pub fn list_where(
+        &self,
+        caller: &Caller,
+        finished: u32,
+        only_uid: Option<u32>,
+        brief: bool,
+        ended: &EndedFilter,
+    ) -> Result<Vec<JobRecord>, Failure> {
         let mut out: Vec<JobRecord> = self
             .jobs
             .values()
@@ -409,7 +422,7 @@ impl Cluster {
             .map(|j| self.with_pulls(j))
             .collect();
         if finished > 0 {
-            let mut ended = self.store.finished_jobs(only_uid, finished)?;
+            let mut ended = self.store.finished_jobs_where(only_uid, finished, ended)?;
             if brief {
                 ended.iter_mut().for_each(|j| j.spec = None);
             }

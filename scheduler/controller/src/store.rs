@@ -104,6 +104,18 @@ pub struct Store {
 
 const ACTIVE: &str = "('PENDING','STARTING','RUNNING')";
 
+/// Which ended jobs a listing wants (`wharf queue --all` with `-t`, `-u` or `-j`): each list
+/// left empty keeps every job.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndedFilter {
+    /// In one of these states.
+    pub states: Vec<JobState>,
+    /// Of one of these users (by name).
+    pub users: Vec<String>,
+    /// These jobs: an id, an array's id for each of its tasks, or one task.
+    pub jobs: Vec<(u64, Option<u32>)>,
+}
+
 impl Store {
     /// Opens (creating) the database at `path`: WAL, synchronous=FULL, schema applied. The
     /// database and its `-wal`, `-shm` and `-journal` files are made (or corrected to) 0600:
@@ -390,10 +402,69 @@ impl Store {
         uid: Option<u32>,
         limit: u32,
     ) -> Result<Vec<JobRecord>, StoreError> {
-        let sql = format!(
-            "SELECT record FROM jobs WHERE state NOT IN {ACTIVE} AND (?1 IS NULL OR uid = ?1) ORDER BY id DESC LIMIT ?2"
+        self.finished_jobs_where(uid, limit, &EndedFilter::default())
+    }
+
+    /// [`Store::finished_jobs`] that `filter` keeps: filtered before the `limit` most recent
+    /// are taken, so an old job named by id is found behind newer ones.
+    pub fn finished_jobs_where(
+        &self,
+        uid: Option<u32>,
+        limit: u32,
+        filter: &EndedFilter,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        use rusqlite::types::Value;
+        let mut args: Vec<Value> = Vec::new();
+        // `?N` for one more argument.
+        let mut arg = |v: Value| {
+            args.push(v);
+            format!("?{}", args.len())
+        };
+        let mut sql = format!("SELECT record FROM jobs WHERE state NOT IN {ACTIVE}");
+        if let Some(u) = uid {
+            sql.push_str(&format!(" AND uid = {}", arg(Value::Integer(i64::from(u)))));
+        }
+        let states: Vec<String> = (filter.states.iter())
+            .map(|s| arg(Value::Text(s.as_str().into())))
+            .collect();
+        if !states.is_empty() {
+            sql.push_str(&format!(" AND state IN ({})", states.join(",")));
+        }
+        let users: Vec<String> = (filter.users.iter())
+            .map(|u| arg(Value::Text(u.clone())))
+            .collect();
+        if !users.is_empty() {
+            let user = "json_extract(record, '$.owner.user')";
+            sql.push_str(&format!(" AND {user} IN ({})", users.join(",")));
+        }
+        // A job id, an array's id (each of its tasks) or one task of an array.
+        let (array, task) = (
+            "json_extract(record, '$.array.job_id')",
+            "json_extract(record, '$.array.task_id')",
         );
-        self.query(&sql, params![uid, limit])
+        let jobs: Vec<String> = (filter.jobs.iter())
+            .map(|&(id, t)| {
+                let id = i64::try_from(id).unwrap_or(i64::MAX);
+                match t {
+                    None => {
+                        let (a, b) = (arg(Value::Integer(id)), arg(Value::Integer(id)));
+                        format!("id = {a} OR {array} = {b}")
+                    }
+                    Some(t) => {
+                        let (a, b) = (arg(Value::Integer(id)), arg(Value::Integer(t.into())));
+                        format!("({array} = {a} AND {task} = {b})")
+                    }
+                }
+            })
+            .collect();
+        if !jobs.is_empty() {
+            sql.push_str(&format!(" AND ({})", jobs.join(" OR ")));
+        }
+        sql.push_str(&format!(
+            " ORDER BY id DESC LIMIT {}",
+            arg(Value::Integer(limit.into()))
+        ));
+        self.query(&sql, rusqlite::params_from_iter(args))
     }
 
     /// Jobs of `uid` (or every user's) submitted by `until` and not ended before `since`
@@ -705,6 +776,75 @@ pub(crate) mod tests {
             gpus: 0,
         };
         JobRecord::pending(owner, "j".into(), resources, 60, 5)
+    }
+
+    /// `wharf queue --all -j/-t/-u`: ended jobs are filtered before the most recent are
+    /// taken, so an old one is found behind many newer ones (before, the newest were taken
+    /// and then filtered, and an old job named by id was not listed).
+    #[test]
+    fn ended_jobs_are_filtered_before_the_most_recent_are_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("wharf.db")).unwrap();
+        let end = |s: &mut Store, user: &str, state: JobState, array: Option<(u64, u32)>| {
+            let mut r = record();
+            r.owner.user = user.into();
+            s.insert_job(&mut r, None).unwrap();
+            r.state = state;
+            r.end_time = Some(9);
+            r.array = array.map(|(job_id, task_id)| wharf_api::array::ArrayTask {
+                job_id: if job_id == 0 { r.id } else { job_id },
+                task_id,
+                throttle: None,
+                shape: Default::default(),
+            });
+            s.update_jobs([&r]).unwrap();
+            r.id
+        };
+        let old = end(&mut s, "ann", JobState::Timeout, None);
+        let array = end(&mut s, "ann", JobState::Failed, Some((0, 0)));
+        end(&mut s, "ann", JobState::Completed, Some((array, 1)));
+        for _ in 0..20 {
+            end(&mut s, "bob", JobState::Completed, None);
+        }
+        let ids = |f: EndedFilter| -> Vec<JobId> {
+            let jobs = s.finished_jobs_where(None, 5, &f).unwrap();
+            jobs.iter().map(|j| j.id).collect()
+        };
+        assert!(
+            !ids(EndedFilter::default()).contains(&old),
+            "behind newer ones"
+        );
+        let by_id = EndedFilter {
+            jobs: vec![(old, None)],
+            ..Default::default()
+        };
+        assert_eq!(ids(by_id), [old]);
+        let by_state = EndedFilter {
+            states: vec![JobState::Timeout, JobState::Failed],
+            ..Default::default()
+        };
+        assert_eq!(ids(by_state), [array, old]);
+        let by_user = EndedFilter {
+            users: vec!["ann".into()],
+            ..Default::default()
+        };
+        assert_eq!(ids(by_user), [array + 1, array, old]);
+        let whole_array = EndedFilter {
+            jobs: vec![(array, None)],
+            ..Default::default()
+        };
+        assert_eq!(ids(whole_array), [array + 1, array]);
+        let one_task = EndedFilter {
+            jobs: vec![(array, Some(1))],
+            users: vec!["ann".into(), "bob".into()],
+            ..Default::default()
+        };
+        assert_eq!(ids(one_task), [array + 1]);
+        let nobody = EndedFilter {
+            users: vec!["ann\u{0}'".into()],
+            ..Default::default()
+        };
+        assert!(ids(nobody).is_empty());
     }
 
     /// A dependency on an array's task, or a `JOB_TASK` id, is looked up in the index: it

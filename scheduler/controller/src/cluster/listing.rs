@@ -4,20 +4,24 @@ use wharf_api::wire::ErrorKind;
 use wharf_api::JobRecord;
 
 use super::{Caller, Cluster, Failure};
+use crate::store::EndedFilter;
 
 impl Cluster {
     /// The jobs [`Cluster::list`] gives, as the rows of a queue listing, written as the
     /// answer's JSON (`{"rows": [JobRow]}`) straight from the records: none is copied, so a
     /// queue of 100,000 costs one pass over it with the lock held.
+    /// Ended jobs are those `ended` keeps, filtered before the `finished` most recent are
+    /// taken.
     pub fn list_rows(
         &self,
         caller: &Caller,
         finished: u32,
         only_uid: Option<u32>,
+        ended: &EndedFilter,
     ) -> Result<Vec<u8>, Failure> {
         let ended = match finished {
             0 => Vec::new(),
-            n => self.store.finished_jobs(only_uid, n)?,
+            n => self.store.finished_jobs_where(only_uid, n, ended)?,
         };
         let mut jobs: Vec<&JobRecord> = self
             .jobs
@@ -60,7 +64,9 @@ mod tests {
         finished: u32,
         uid: Option<u32>,
     ) -> (Rows<'static>, Vec<JobRow<'static>>) {
-        let bytes = c.list_rows(caller, finished, uid).unwrap();
+        let bytes = c
+            .list_rows(caller, finished, uid, &Default::default())
+            .unwrap();
         let rows: Rows = serde_json::from_slice(&bytes).unwrap();
         let rows = Rows {
             rows: rows.rows.into_iter().map(owned).collect(),
