@@ -3,9 +3,11 @@
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use wharf_api::wire::ErrorKind;
 use wharf_api::{JobRecord, JobRequest, JobState};
-use wharf_client::{Client, Endpoint};
+use wharf_client::{Client, ClientError, Endpoint};
 
 use super::submit::{submit, JobFlags};
 
@@ -245,6 +247,86 @@ fn interactive(mut job: JobRequest) -> JobRequest {
     job
 }
 
+/// How long `wharf run` waits for its job to end after the first signal has asked for the
+/// job's cancel, so that it can say how the job ended; a second signal ends the wait at once.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
+
+/// The signals that end `wharf run` as they end `srun`: the first cancels the job (as
+/// `wharf cancel` does), so that no job runs, or starts later, with nobody attached.
+struct Interrupts {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+    /// The first signal taken, and when the wait for the job's end after it stops.
+    first: Option<(i32, tokio::time::Instant)>,
+}
+
+impl Interrupts {
+    /// Takes SIGINT, SIGTERM and SIGHUP from now on, instead of their ending the process.
+    fn new() -> Result<Interrupts> {
+        let on = |kind: SignalKind| signal(kind).context("watching for signals");
+        Ok(Interrupts {
+            int: on(SignalKind::interrupt())?,
+            term: on(SignalKind::terminate())?,
+            hup: on(SignalKind::hangup())?,
+            first: None,
+        })
+    }
+
+    /// The number of the next signal taken.
+    async fn recv(&mut self) -> i32 {
+        tokio::select! {
+            Some(()) = self.int.recv() => libc::SIGINT,
+            Some(()) = self.term.recv() => libc::SIGTERM,
+            Some(()) = self.hup.recv() => libc::SIGHUP,
+            else => std::future::pending().await,
+        }
+    }
+
+    /// The exit status for the first signal taken, once one was.
+    fn status(&self) -> Option<i32> {
+        self.first.map(|(sig, _)| 128 + sig)
+    }
+
+    /// Resolves when the wait for the job's end after the first signal is over (`until`,
+    /// as [`Interrupts::until`] gives it); never before a signal.
+    async fn given_up(until: Option<tokio::time::Instant>) {
+        match until {
+            Some(until) => tokio::time::sleep_until(until).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// When the wait for the job's end after the first signal stops; none before a signal.
+    fn until(&self) -> Option<tokio::time::Instant> {
+        self.first.map(|(_, until)| until)
+    }
+
+    /// Takes signal `sig`: the first asks the controller to cancel job `id` (said on stderr);
+    /// a second gives the status to exit with at once.
+    async fn take(&mut self, sig: i32, client: &Client, id: u64) -> Option<i32> {
+        if self.first.is_some() {
+            return Some(128 + sig);
+        }
+        self.first = Some((sig, tokio::time::Instant::now() + CANCEL_WAIT));
+        eprintln!("wharf: cancelling job {id}");
+        let path = format!("/v1/jobs/{id}/cancel");
+        match client
+            .post::<_, JobRecord>(&path, &serde_json::json!({}))
+            .await
+        {
+            Ok(_) => {}
+            // A job that has ended meanwhile is not cancelled: its end is reported as it is.
+            Err(ClientError::Api { error, .. }) if error.kind == ErrorKind::Conflict => {}
+            Err(e) => eprintln!(
+                "wharf: cancelling job {id}: {}",
+                crate::output::clean(&e.to_string())
+            ),
+        }
+        None
+    }
+}
+
 /// Runs the command.
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
     let job = interactive(
@@ -254,8 +336,28 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         }
         .overlay(args.flags.to_request()?),
     );
-    let id = submit(socket, job).await?;
+    // Taken from before the submit: a signal while it is under way cancels the job once its
+    // id is known (a second one ends this command at once, submitted or not).
+    let mut interrupts = Interrupts::new()?;
+    let mut early = None;
+    let id = {
+        let mut submitting = std::pin::pin!(submit(socket, job));
+        loop {
+            tokio::select! {
+                id = &mut submitting => break id?,
+                sig = interrupts.recv() => match early {
+                    Some(_) => return Ok(128 + sig),
+                    None => early = Some(sig),
+                },
+            }
+        }
+    };
     let client = Client::new(Endpoint::parse(socket), None);
+    if let Some(sig) = early {
+        if let Some(status) = interrupts.take(sig, &client, id).await {
+            return Ok(status);
+        }
+    }
     // Each wait is answered the moment the job leaves the states it waits out: no polling.
     // Output is followed from the start; with --quiet only the end counts.
     let before_start = [JobState::Pending, JobState::Starting];
@@ -280,7 +382,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             named = paths(&job);
             output = Output::new(named.0.clone(), named.1.clone(), follow);
         }
-        if job.state == JobState::Pending && !said_pending {
+        if job.state == JobState::Pending && !said_pending && interrupts.first.is_none() {
             if let Some(r) = &job.reason {
                 eprintln!("wharf: job {id} queued ({})", crate::output::clean(r));
                 said_pending = true;
@@ -307,10 +409,21 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             tokio::select! {
                 answer = &mut next => break answer?,
                 () = output.grown(), if streaming => output.pump(),
+                // Before the signals: the deadline is read before they are borrowed.
+                () = Interrupts::given_up(interrupts.until()) => {
+                    eprintln!("wharf: job {id} is still stopping");
+                    return Ok(interrupts.status().unwrap_or(1));
+                }
+                sig = interrupts.recv() => {
+                    if let Some(status) = interrupts.take(sig, &client, id).await {
+                        return Ok(status);
+                    }
+                }
             }
         };
     }
-    Ok(ended(id, &job))
+    let status = ended(id, &job);
+    Ok(interrupts.status().unwrap_or(status))
 }
 
 #[cfg(test)]

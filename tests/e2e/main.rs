@@ -33,6 +33,7 @@ mod preflight;
 mod recovery;
 mod remote;
 mod rendezvous;
+mod run_signals;
 mod sandbox;
 mod scheduling;
 mod sif;
