@@ -103,7 +103,18 @@ fn args() -> Vec<std::ffi::OsString> {
 }
 
 fn main() {
-    let cli = Cli::parse_from(args());
+    let cli = match Cli::try_parse_from(args()) {
+        Ok(cli) => cli,
+        Err(e) => match cmd::srun::refused_option(&e) {
+            // srun's words: clap's would suggest `-- --bogus`, which runs `--bogus` as the
+            // command.
+            Some(why) => {
+                eprintln!("error: {why}");
+                std::process::exit(2);
+            }
+            None => e.exit(),
+        },
+    };
     if let Command::Shim(args) = &cli.command {
         // The shim must stay single-threaded: no async runtime here.
         std::process::exit(cmd::shim::run(args));

@@ -80,9 +80,35 @@ pub struct Args {
     /// Print nothing of Wharf's own on standard error.
     #[arg(short = 'Q', long)]
     quiet: bool,
-    /// The command and its arguments.
-    #[arg(required = true, allow_hyphen_values = true)]
+    /// The command and its arguments. An option before it that srun does not know is
+    /// refused (see [`refused_option`]), not taken for the command; after `--` every word is
+    /// the command's.
+    #[arg(required = true)]
     command: Vec<String>,
+}
+
+/// srun's own words for clap's refusal of an option it does not know, when `err` is that
+/// refusal on a `wharf srun` (or `srun`) command line; `None` for any other error.
+pub fn refused_option(err: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if err.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let usage = err.get(ContextKind::Usage)?.to_string();
+    if !usage.contains("wharf srun ") {
+        return None;
+    }
+    let ContextValue::String(option) = err.get(ContextKind::InvalidArg)? else {
+        return None;
+    };
+    let hint = match err.get(ContextKind::SuggestedArg) {
+        Some(ContextValue::String(s)) => format!(" (did you mean {s}?)"),
+        _ => String::new(),
+    };
+    Some(format!(
+        "srun: unknown option {option}{hint}; srun options go before the command, and `--` \
+         ends them (srun [OPTIONS] [--] COMMAND [ARGS]...)"
+    ))
 }
 
 /// What `srun` does here.
@@ -290,6 +316,41 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--time is a job's"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_option_before_the_command_is_refused_naming_it() {
+        let refused = |words: &[&str]| {
+            let mut argv = vec!["wharf", "srun"];
+            argv.extend(words);
+            let err = crate::Cli::try_parse_from(argv).expect_err("an unknown option parsed");
+            refused_option(&err).unwrap_or_else(|| panic!("not srun's words: {err}"))
+        };
+        let e = refused(&["--bogus", "hostname"]);
+        assert!(
+            e.starts_with("srun: unknown option --bogus; srun options go before the command"),
+            "{e}"
+        );
+        let e = refused(&["-N", "1", "-Z", "hostname"]);
+        assert!(e.contains("unknown option -Z;"), "{e}");
+        let e = refused(&["--nodess", "2", "hostname"]);
+        assert!(
+            e.contains("unknown option --nodess (did you mean --nodes?)"),
+            "{e}"
+        );
+        // Other commands' errors are not srun's.
+        let err = crate::Cli::try_parse_from(["wharf", "queue", "--bogus"]).unwrap_err();
+        assert_eq!(refused_option(&err), None);
+        // Known options still parse; the command's own options, and anything after `--`,
+        // are the command's.
+        assert_eq!(
+            run_argv(&["-N", "1", "hostname", "--bogus", "-s"]),
+            ["run", "--nodes=1", "--", "hostname", "--bogus", "-s"]
+        );
+        assert_eq!(
+            run_argv(&["-N", "1", "--", "--bogus", "x"]),
+            ["run", "--nodes=1", "--", "--bogus", "x"]
+        );
     }
 
     #[test]
