@@ -102,6 +102,35 @@ fn args() -> Vec<std::ffi::OsString> {
     argv
 }
 
+/// Whether `command` ends at once, killed by SIGPIPE, when what it writes to has been closed
+/// (`wharf queue --json | head -c 10`), as `ls` and `cat` do, instead of panicking in
+/// `println!` (Rust ignores SIGPIPE, so the write fails and `println!` panics on it): a shell
+/// then reports status 141 (128 + SIGPIPE), and nothing is printed.
+///
+/// Only for the commands that write their answer and end. The daemons (`controller`, `agent`,
+/// `dev`) and the shim write to sockets and pipes whose far end may close at any time, which
+/// must be an error they handle, not their death; `image` imports and pulls stream archives
+/// through a pipe between threads whose reader may stop early; `run` (and `srun` outside a
+/// job) must outlive its output's reader to cancel its job or report its end, and `step` (and
+/// `srun` inside a job) writes its tasks' input to the agent's socket. Those ignore write
+/// errors on their output or report them.
+fn dies_of_sigpipe(command: &Command) -> bool {
+    match command {
+        Command::Controller(_)
+        | Command::Agent(_)
+        | Command::Dev(_)
+        | Command::Shim(_)
+        | Command::Run(_)
+        | Command::Srun(_)
+        | Command::Step(_) => false,
+        Command::Image(c) => matches!(
+            c,
+            cmd::image::Command::List { .. } | cmd::image::Command::Inspect { .. }
+        ),
+        _ => true,
+    }
+}
+
 fn main() {
     let cli = match Cli::try_parse_from(args()) {
         Ok(cli) => cli,
@@ -118,6 +147,10 @@ fn main() {
     if let Command::Shim(args) = &cli.command {
         // The shim must stay single-threaded: no async runtime here.
         std::process::exit(cmd::shim::run(args));
+    }
+    if dies_of_sigpipe(&cli.command) {
+        // SAFETY: sets a signal's disposition to its default, before any other thread exists.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
     let daemon = matches!(
         cli.command,
@@ -199,4 +232,42 @@ fn init_tracing(daemon: bool) {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The command of the command line `words`.
+    fn command(words: &str) -> Command {
+        Cli::try_parse_from(words.split(' '))
+            .unwrap_or_else(|e| panic!("{words}: {e}"))
+            .command
+    }
+
+    #[test]
+    fn only_commands_that_answer_and_end_die_of_a_closed_pipe() {
+        for words in [
+            "wharf queue --all --json",
+            "wharf acct -a --json",
+            "wharf report",
+            "wharf show 1",
+            "wharf nodes",
+            "wharf image ls",
+        ] {
+            assert!(dies_of_sigpipe(&command(words)), "{words}");
+        }
+        for words in [
+            "wharf controller",
+            "wharf agent",
+            "wharf dev",
+            "wharf run -- true",
+            "wharf srun true",
+            "wharf step true",
+            "wharf image import rootfs --name x",
+            "wharf image pull ubuntu:24.04",
+        ] {
+            assert!(!dies_of_sigpipe(&command(words)), "{words}");
+        }
+    }
 }

@@ -7,6 +7,7 @@
 mod acct;
 mod admin;
 mod agent_reports;
+mod closed_pipe;
 mod connections;
 mod durability;
 mod faults;
