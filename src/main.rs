@@ -102,33 +102,30 @@ fn args() -> Vec<std::ffi::OsString> {
     argv
 }
 
-/// Whether `command` ends at once, killed by SIGPIPE, when what it writes to has been closed
-/// (`wharf queue --json | head -c 10`), as `ls` and `cat` do, instead of panicking in
-/// `println!` (Rust ignores SIGPIPE, so the write fails and `println!` panics on it): a shell
-/// then reports status 141 (128 + SIGPIPE), and nothing is printed.
-///
-/// Only for the commands that write their answer and end. The daemons (`controller`, `agent`,
-/// `dev`) and the shim write to sockets and pipes whose far end may close at any time, which
-/// must be an error they handle, not their death; `image` imports and pulls stream archives
-/// through a pipe between threads whose reader may stop early; `run` (and `srun` outside a
-/// job) must outlive its output's reader to cancel its job or report its end, and `step` (and
-/// `srun` inside a job) writes its tasks' input to the agent's socket. Those ignore write
-/// errors on their output or report them.
-fn dies_of_sigpipe(command: &Command) -> bool {
-    match command {
-        Command::Controller(_)
-        | Command::Agent(_)
-        | Command::Dev(_)
-        | Command::Shim(_)
-        | Command::Run(_)
-        | Command::Srun(_)
-        | Command::Step(_) => false,
-        Command::Image(c) => matches!(
-            c,
-            cmd::image::Command::List { .. } | cmd::image::Command::Inspect { .. }
-        ),
-        _ => true,
-    }
+/// What a command that writes its answer and ends exits with when that answer's reader has
+/// gone (`wharf queue --json | head -c 10`): 141, what a shell shows for a command killed by
+/// SIGPIPE, as `cat` would be.
+const CLOSED_STDOUT_STATUS: i32 = 128 + libc::SIGPIPE;
+
+/// Makes a write to a closed standard output end the command quietly with
+/// [`CLOSED_STDOUT_STATUS`] instead of panicking in `println!` (Rust ignores SIGPIPE, so the
+/// write fails with EPIPE and `println!` panics on it). SIGPIPE itself stays ignored: a client
+/// that writes its request to a controller that has closed the connection (one over its
+/// per-user cap, say) must say so, not die without a word. Any other panic is reported as
+/// before.
+fn quiet_on_closed_stdout() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let text = (payload.downcast_ref::<String>().map(String::as_str))
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        let epipe = format!("(os error {})", libc::EPIPE);
+        if text.starts_with("failed printing to stdout") && text.contains(&epipe) {
+            std::process::exit(CLOSED_STDOUT_STATUS);
+        }
+        report(info);
+    }));
 }
 
 fn main() {
@@ -148,14 +145,13 @@ fn main() {
         // The shim must stay single-threaded: no async runtime here.
         std::process::exit(cmd::shim::run(args));
     }
-    if dies_of_sigpipe(&cli.command) {
-        // SAFETY: sets a signal's disposition to its default, before any other thread exists.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    }
     let daemon = matches!(
         cli.command,
         Command::Controller(_) | Command::Agent(_) | Command::Dev(_)
     );
+    if !daemon {
+        quiet_on_closed_stdout();
+    }
     init_tracing(daemon);
     // A client command makes a few requests in a row: on one thread, none of them waits for
     // another thread to be scheduled (which on a busy node costs more than the request).
@@ -232,42 +228,4 @@ fn init_tracing(daemon: bool) {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The command of the command line `words`.
-    fn command(words: &str) -> Command {
-        Cli::try_parse_from(words.split(' '))
-            .unwrap_or_else(|e| panic!("{words}: {e}"))
-            .command
-    }
-
-    #[test]
-    fn only_commands_that_answer_and_end_die_of_a_closed_pipe() {
-        for words in [
-            "wharf queue --all --json",
-            "wharf acct -a --json",
-            "wharf report",
-            "wharf show 1",
-            "wharf nodes",
-            "wharf image ls",
-        ] {
-            assert!(dies_of_sigpipe(&command(words)), "{words}");
-        }
-        for words in [
-            "wharf controller",
-            "wharf agent",
-            "wharf dev",
-            "wharf run -- true",
-            "wharf srun true",
-            "wharf step true",
-            "wharf image import rootfs --name x",
-            "wharf image pull ubuntu:24.04",
-        ] {
-            assert!(!dies_of_sigpipe(&command(words)), "{words}");
-        }
-    }
 }
