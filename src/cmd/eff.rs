@@ -62,7 +62,12 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             .unwrap_or_else(|| "-".into())
     );
     let Some(u) = e.usage else {
-        println!("No usage was recorded: the job has not ended, or never started.");
+        if j.spec.is_none() {
+            // The controller leaves out what another user's job used, with its spec.
+            println!("Its usage is shown only to its owner and to admins.");
+        } else {
+            println!("No usage was recorded: the job has not ended, or never started.");
+        }
         return Ok(0);
     };
     for line in lines(u, &e) {

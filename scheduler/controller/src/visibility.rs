@@ -1,7 +1,8 @@
 //! What each caller may see of a job. Its owner and admins see all of it; other users see
-//! its public fields (name, owner, resources, state, times, node, priority, expected start)
-//! and a reason rebuilt from them, never the spec (command, environment, paths) or words that
-//! came from it.
+//! its public fields (name, owner, resources, state, times, node, priority, expected start,
+//! exit status) and a reason rebuilt from them, never the spec (command, environment, paths),
+//! words that came from it, or what it used (its CPU time, memory and GPU use, which `wharf
+//! eff` reads).
 
 use wharf_api::listing::JobRow;
 use wharf_api::{JobRecord, JobState, PullProgress, Stop};
@@ -20,6 +21,7 @@ pub fn view(caller: &Caller, mut job: JobRecord) -> JobRecord {
         let ranks = job.allocs.iter_mut().filter_map(|a| a.exit.as_mut());
         for exit in job.exit.as_mut().into_iter().chain(ranks) {
             exit.message = None;
+            exit.usage = None;
         }
         // A step's command and words are its owner's, as the job's are.
         for step in &mut job.steps {
@@ -31,6 +33,7 @@ pub fn view(caller: &Caller, mut job: JobRecord) -> JobRecord {
             let nodes = step.nodes.iter_mut().filter_map(|n| n.exit.as_mut());
             for exit in step.exit.as_mut().into_iter().chain(nodes) {
                 exit.message = None;
+                exit.usage = None;
             }
         }
         job.reason = public_reason(&job);
@@ -108,6 +111,14 @@ mod tests {
     use super::*;
     use wharf_api::{ExitInfo, Owner, Resources};
 
+    fn used() -> wharf_api::usage::JobUsage {
+        wharf_api::usage::JobUsage {
+            cpu_time_ms: Some(1234),
+            memory_peak: Some(1 << 29),
+            ..Default::default()
+        }
+    }
+
     fn failed(message: &str, code: Option<i32>) -> JobRecord {
         let owner = Owner {
             uid: 1000,
@@ -128,6 +139,7 @@ mod tests {
                 exit: Some(ExitInfo {
                     code,
                     message: Some(message.into()),
+                    usage: Some(used()),
                     ..Default::default()
                 }),
                 ..wharf_api::NodeAlloc::new("n1", vec![0], vec![])
@@ -135,6 +147,7 @@ mod tests {
             exit: Some(ExitInfo {
                 code,
                 message: Some(message.into()),
+                usage: Some(used()),
                 ..Default::default()
             }),
             ..JobRecord::pending(owner, "train".into(), resources, 60, 1)
@@ -153,18 +166,21 @@ mod tests {
     }
 
     #[test]
-    fn others_see_no_words_from_the_job_or_its_node() {
+    fn others_see_no_words_from_the_job_or_its_node_nor_what_it_used() {
         let secret = "cannot create output file /home/alice/secret/out as uid 1000";
         for code in [None, Some(3)] {
             let seen = view(&caller(1001, false), failed(secret, code));
             let reason = seen.reason.unwrap_or_default();
             assert!(!reason.contains("secret") && !reason.is_empty(), "{reason}");
-            assert_eq!(seen.exit.unwrap().message, None);
-            assert_eq!(seen.allocs[0].exit.as_ref().unwrap().message, None);
+            let exit = seen.exit.unwrap();
+            assert_eq!((exit.message, exit.usage, exit.code), (None, None, code));
+            let rank = seen.allocs[0].exit.as_ref().unwrap();
+            assert_eq!((&rank.message, &rank.usage), (&None, &None));
         }
         for who in [caller(1000, false), caller(1001, true)] {
             let seen = view(&who, failed(secret, None));
             assert_eq!(seen.reason.as_deref(), Some(secret));
+            assert_eq!(seen.exit.unwrap().usage, Some(used()));
         }
     }
 }
