@@ -454,6 +454,8 @@ impl Cluster {
         }
         // What an admin set before is not the caller's to answer for; a QoS is, under the
         // account the job moves to.
+        // The account first, as at submit: a QoS is judged under an account the user is in.
+        self.check_account(&spec, &job.owner.user)?;
         let check = super::sched::Checked {
             qos: req.qos.is_some() || req.account.is_some(),
             nice: req.nice.is_some(),
@@ -461,7 +463,6 @@ impl Cluster {
         if check.qos || check.nice {
             self.check_qos_and_nice(&spec, caller, &job.owner.user, check)?;
         }
-        self.check_account(&spec, &job.owner.user)?;
         // The job is among its owner's active jobs already: it is not counted twice.
         if batch.ids.is_empty() {
             self.check_limits(&spec, &job.owner, &[], 1, &BTreeSet::from([id]))?;

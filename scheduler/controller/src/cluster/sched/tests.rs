@@ -1670,3 +1670,49 @@ fn a_task_held_for_a_revoked_qos_takes_no_place_under_its_arrays_throttle() {
     let ran = record(&c, second);
     assert_eq!(ran.state, JobState::Starting, "{:?}", ran.reason);
 }
+
+#[test]
+fn moving_a_job_to_an_account_its_owner_is_not_in_names_the_account_not_the_qos() {
+    use wharf_core::limits::AssocLimits;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    config.qos.push(wharf_core::Qos {
+        name: "urgent".into(),
+        priority: 10,
+    });
+    config.accounts.push(wharf_core::Account {
+        name: "lab".into(),
+        parent: None,
+        shares: 1,
+    });
+    config.users.push(wharf_core::UserShares {
+        user: "ann".into(),
+        account: "lab".into(),
+        shares: 1,
+    });
+    let mut c = cluster_with(&dir, config);
+    c.sched.limits.accounts.insert(
+        "lab".into(),
+        AssocLimits {
+            qos: Some(vec!["urgent".into()]),
+            ..Default::default()
+        },
+    );
+    let ann = caller(1000, "ann");
+    let job = JobRequest {
+        qos: Some("urgent".into()),
+        hold: Some(true),
+        ..Default::default()
+    };
+    let id = submit_job(&mut c, &ann, job, 1).unwrap();
+    let elsewhere = wharf_api::wire::UpdateRequest {
+        account: Some("nosuch".into()),
+        ..Default::default()
+    };
+    let err = c.update(&ann, id, &elsewhere, 2).unwrap_err();
+    assert!(
+        err.message.contains("you are not in account \"nosuch\""),
+        "{}",
+        err.message
+    );
+}
