@@ -83,6 +83,10 @@ struct NodeEntry {
     drain: Option<drain::Drain>,
     /// The newest report taken from its agent.
     last_poll: Option<wharf_api::wire::PollSeq>,
+    /// Runs its agent last reported still going that hold nothing here as far as the
+    /// controller knows (a node taken for lost that came back with them; it is told to kill
+    /// them): until they are gone, what they use is in use, so the node takes no new job.
+    leftover: BTreeSet<JobId>,
 }
 
 /// Jobs and nodes.
@@ -199,6 +203,7 @@ impl Cluster {
                     last_seen: now.max(seen),
                     up: true,
                     last_poll: None,
+                    leftover: BTreeSet::new(),
                 };
                 (entry.info.name.clone(), entry)
             })
@@ -619,6 +624,7 @@ impl Cluster {
                 up: true,
                 drain,
                 last_poll: None,
+                leftover: BTreeSet::new(),
             },
         );
         Ok(())
@@ -660,6 +666,7 @@ impl Cluster {
         let mut charge = Vec::new();
         let mut drain = None;
         let mut release = BTreeSet::new();
+        let mut leftover = BTreeSet::new();
         for (id, aj) in &reported {
             let ours = self
                 .jobs
@@ -686,6 +693,7 @@ impl Cluster {
                 // A run of a requeued job, still going on a node that was taken for lost: the
                 // job waits until this node has let go of it too (it is told to kill it).
                 (None, None) => {
+                    leftover.insert(*id);
                     if let Some(job) = self
                         .jobs
                         .get(id)
@@ -715,6 +723,12 @@ impl Cluster {
                 }
                 _ => {}
             }
+        }
+        if let Some(entry) = self.nodes.get_mut(node) {
+            if entry.leftover != leftover {
+                tracing::info!(node, runs = ?leftover, "runs the controller has moved on from");
+            }
+            entry.leftover = leftover;
         }
         // A requeued job's last run is gone from this node: one fewer to wait for.
         changed.extend(

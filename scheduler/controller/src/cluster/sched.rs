@@ -265,7 +265,8 @@ impl Cluster {
                 node.features = n.info.features.clone();
                 if !n.up {
                     node.state = SchedNodeState::Down;
-                } else if n.drain.is_some() {
+                } else if n.drain.is_some() || !n.leftover.is_empty() {
+                    // Runs the controller has moved on from still use it until they are gone.
                     node.state = SchedNodeState::Drain;
                 }
                 node

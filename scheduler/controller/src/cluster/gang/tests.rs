@@ -327,6 +327,42 @@ fn a_lost_node_ends_a_job_that_may_not_be_requeued_as_node_fail() {
     assert_eq!(other.reason.as_deref(), Some("node g1 stopped responding"));
 }
 
+/// A node taken for lost that comes back still running a job the controller has moved on
+/// from takes no new job until that run is gone: its CPUs are still in use. Before, the node
+/// looked free the moment it answered, and the next job started beside the dying run.
+#[test]
+fn a_node_back_with_a_run_the_controller_moved_on_from_takes_no_job_until_it_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 1, wharf_core::Config::default());
+    let no_requeue = JobRequest {
+        requeue: Some(false),
+        ..gang(1)
+    };
+    let old = running(&mut c, 1, no_requeue);
+    c.check_nodes(TIMEOUT + 2_000).unwrap();
+    assert_eq!(c.store.job(old).unwrap().unwrap().state, JobState::NodeFail);
+    let next = submit_job(&mut c, &caller(1000, "ann"), gang(1), TIMEOUT + 2_500).unwrap();
+    // g1 answers again, its old run still going: it is told to kill it, and holds it.
+    poll(&mut c, "g1", &[(old, Rank::Running)], TIMEOUT + 3_000);
+    c.schedule(TIMEOUT + 3_100).unwrap();
+    assert_eq!(
+        record(&c, next).state,
+        JobState::Pending,
+        "beside the old run"
+    );
+    let (launch, kill) = c.orders("g1", &held(old), &BTreeSet::new(), &BTreeSet::new());
+    assert!(launch.is_empty());
+    assert_eq!(kill.len(), 1);
+    // Still going in the next report (its grace period): still held.
+    poll(&mut c, "g1", &[(old, Rank::Running)], TIMEOUT + 4_000);
+    c.schedule(TIMEOUT + 4_100).unwrap();
+    assert_eq!(record(&c, next).state, JobState::Pending);
+    // Gone: the node is free.
+    poll(&mut c, "g1", &[], TIMEOUT + 5_000);
+    c.schedule(TIMEOUT + 5_100).unwrap();
+    assert_eq!(record(&c, next).state, JobState::Starting);
+}
+
 #[test]
 fn both_nodes_lost_at_once_requeue_the_job_at_once() {
     let dir = tempfile::tempdir().unwrap();
