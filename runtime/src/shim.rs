@@ -450,7 +450,11 @@ fn run(
     }
     let status = wait_init(init, spec, started, holder, out);
     match status {
-        WaitStatus::Exited(_, code) => out.exit_code = Some(code),
+        // The init exits as its program did: 128 + the signal that killed it, said apart.
+        WaitStatus::Exited(_, code) => match init.program_signal() {
+            Some(sig) => out.signal = Some(sig),
+            None => out.exit_code = Some(code),
+        },
         WaitStatus::Signaled(_, sig, _) => out.signal = Some(sig as i32),
         _ => {}
     }

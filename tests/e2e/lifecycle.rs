@@ -111,6 +111,75 @@ fn job_over_its_time_limit_is_killed_and_reported_timed_out() {
     assert!((2000..2000 + 2000 + 10_000).contains(&ran), "ran {ran} ms");
 }
 
+/// The job's program is not pid 1 of its pid namespace (a small init is): signals it sends
+/// itself, and a cancel's SIGTERM, end it as they would anywhere. Before, the kernel dropped
+/// them: `kill -9 $$` ended COMPLETED 0:0, and a cancelled shell went on to its next command
+/// and ended with 0.
+#[test]
+fn signals_reach_the_jobs_program_and_its_death_by_one_is_recorded() {
+    if !can_run("signals_reach_the_jobs_program_and_its_death_by_one_is_recorded") {
+        return;
+    }
+    let c = Cluster::start();
+    let dave = user("wharf-dave");
+    let home = c.home(&dave);
+    let ended = |script: &str| {
+        let id = submitted_id(&c.wharf_as(
+            &dave,
+            &[
+                "submit",
+                "--chdir",
+                home.to_str().unwrap(),
+                "--wrap",
+                script,
+            ],
+        ));
+        (id, c.wait_done(id, Duration::from_secs(30)))
+    };
+    let (_, job) = ended("kill -9 $$; echo still");
+    assert_eq!(job["state"], "FAILED", "{job}");
+    assert_eq!(job["exit"]["signal"], 9, "{job}");
+    let (id, job) = ended("kill -TERM $$; echo still");
+    assert_eq!(job["exit"]["signal"], 15, "{job}");
+    let out = std::fs::read_to_string(home.join(format!("wharf-{id}.out"))).unwrap();
+    assert!(!out.contains("still"), "{out}");
+    // A program that exits is recorded with its code, as before.
+    let (_, job) = ended("exit 7");
+    assert_eq!(
+        (job["state"].as_str(), job["exit"]["code"].as_i64()),
+        (Some("FAILED"), Some(7)),
+        "{job}"
+    );
+    // Orphans are reaped: none is left a zombie while the job runs.
+    let (id, job) =
+        ended("for i in 1 2 3; do (sleep 0 &); done; sleep 1; ps -eo stat= | grep -c Z; true");
+    assert_eq!(job["state"], "COMPLETED", "{job}");
+    let out = std::fs::read_to_string(home.join(format!("wharf-{id}.out"))).unwrap();
+    assert_eq!(out.trim(), "0", "zombies: {out}");
+    // Cancelled, a shell is ended by the SIGTERM, and goes no further.
+    let id = submitted_id(&c.wharf_as(
+        &dave,
+        &[
+            "submit",
+            "--chdir",
+            home.to_str().unwrap(),
+            "--wrap",
+            "sleep 100; echo end",
+        ],
+    ));
+    c.wait_running(id);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(c
+        .wharf_as(&dave, &["cancel", &id.to_string()])
+        .status
+        .success());
+    let job = c.wait_done(id, Duration::from_secs(30));
+    assert_eq!(job["state"], "CANCELLED", "{job}");
+    assert_eq!(job["exit"]["signal"], 15, "{job}");
+    let out = std::fs::read_to_string(home.join(format!("wharf-{id}.out"))).unwrap();
+    assert!(!out.contains("end"), "{out}");
+}
+
 #[test]
 fn cancel_removes_the_whole_process_tree_within_the_grace_period() {
     if !can_run("cancel_removes_the_whole_process_tree_within_the_grace_period") {

@@ -28,9 +28,10 @@ fn job_runs_as_the_submitting_user_with_no_privilege() {
     assert_eq!(lines[3], "mount-refused");
     assert_eq!(lines[4], "chown-refused");
     assert_eq!(lines[5], "root-read-only");
-    // Only the job's own processes (sh, ls, grep and the subshell) are visible.
+    // Only the job's own processes (sh, ls, grep and the subshell) and Wharf's init are
+    // visible.
     let procs: u32 = lines[6].trim_start_matches("procs ").parse().unwrap();
-    assert!(procs <= 4, "job sees {procs} processes: {text}");
+    assert!(procs <= 5, "job sees {procs} processes: {text}");
 
     // Its output file belongs to the user and is private.
     let home = c.home(&alice);
@@ -51,19 +52,20 @@ fn host_image_runs_in_the_same_sandbox() {
     }
     let c = Cluster::start();
     let alice = user("wharf-alice");
-    let script = "id -u; cat /proc/1/cmdline | tr '\\0' ' '; echo; touch /usr/x 2>/dev/null && echo rw || echo ro; \
-        ls /proc | grep -c '^[0-9]'";
+    let script = "id -u; cat /proc/1/comm; cat /proc/2/cmdline | tr '\\0' ' '; echo; \
+        touch /usr/x 2>/dev/null && echo rw || echo ro; ls /proc | grep -c '^[0-9]'";
     let out = c.run_sh(&alice, &["--image", "host"], script);
     let text = stdout(&out);
     assert!(out.status.success(), "{text}{}", stderr(&out));
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], alice.uid.to_string());
+    assert_eq!(lines[1], "wharf-init", "pid 1 is Wharf's init: {text}");
     assert!(
-        lines[1].starts_with("/bin/sh -c"),
-        "pid 1 is the job: {text}"
+        lines[2].starts_with("/bin/sh -c"),
+        "pid 2 is the job: {text}"
     );
-    assert_eq!(lines[2], "ro");
-    assert!(lines[3].parse::<u32>().unwrap() <= 5, "{text}");
+    assert_eq!(lines[3], "ro");
+    assert!(lines[4].parse::<u32>().unwrap() <= 6, "{text}");
 }
 
 #[test]
@@ -176,8 +178,8 @@ fn kernel_interfaces_are_masked_or_read_only_and_dev_is_minimal() {
         "{text}"
     );
     assert_eq!(line("null "), "ok", "{text}");
-    // The job leads a session of its own (pid 1 of its pid namespace).
-    assert_eq!(line("session "), "1 1", "{text}");
+    // The job leads a session of its own, as pid 2 of its pid namespace (Wharf's init is 1).
+    assert_eq!(line("session "), "2 2", "{text}");
     // Nothing the supervisor ignores or blocks reaches the job.
     assert_eq!(line("SigIgn:"), "0000000000000000", "{text}");
     assert_eq!(line("SigBlk:"), "0000000000000000", "{text}");

@@ -82,14 +82,27 @@ pub(super) fn split_code(why: &str) -> (Option<FaultCode>, &str) {
     }
 }
 
-/// The init's whole life. Never returns: it execs the job's program or exits 127 with the
-/// reason written to `report`.
-pub(super) fn run(plan: &Plan, io: &InitIo, go: OwnedFd, report: OwnedFd) -> ! {
+/// The init's whole life. Never returns: it forks the job's program, which execs it or exits
+/// 127 with the reason written to `report`, and reaps until the program ends (see [`reap`]),
+/// saying on `status` which signal killed it, if one did.
+pub(super) fn run(plan: &Plan, io: &InitIo, go: OwnedFd, report: OwnedFd, status: OwnedFd) -> ! {
     // A panic must not unwind through the shim's frames copied into this process: it becomes
     // a reason like any other.
     let why =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match setup(plan, io, go) {
-            Ok(()) => coded(FaultCode::Command, exec(plan)),
+            // SAFETY: this process is single-threaded (a fork of the single-threaded shim).
+            Ok(()) => match unsafe { nix::unistd::fork() } {
+                Ok(nix::unistd::ForkResult::Child) => match nix::unistd::setsid() {
+                    // The program leads a session (and process group) of its own, as a batch
+                    // job's script does: `kill -- -$$` reaches all of it and not the init.
+                    Ok(_) => coded(FaultCode::Command, exec(plan)),
+                    Err(e) => node(fail("setsid", e)),
+                },
+                // The program holds the report pipe, which closes at its exec; `reap` closes
+                // this copy.
+                Ok(nix::unistd::ForkResult::Parent { child }) => reap(child, status),
+                Err(e) => node(fail("starting the job's program (fork)", e)),
+            },
             Err(why) => why,
         }))
         .unwrap_or_else(|_| "internal error while building the sandbox (a panic)".into());
@@ -157,6 +170,45 @@ fn setup(plan: &Plan, io: &InitIo, go: OwnedFd) -> Result<(), Failed> {
     // Nothing of the shim's reaches the job: every descriptor but stdio closes at exec.
     sys::close_from(3, true).map_err(|e| node(fail("closing descriptors", e)))?;
     Ok(())
+}
+
+/// The init once the job's program (`program`, its only child) runs: pid 1 of the job's pid
+/// namespace, as `docker run --init` puts a small init there. Were the program pid 1 itself,
+/// the kernel would drop every signal it has no handler for, from inside the job or from the
+/// shim: `kill $$` or `kill -9 $$` would do nothing, and a shell would go on past a cancel's
+/// SIGTERM to its next command and end with 0. The init keeps the default dispositions, so it
+/// ignores those signals itself (the shim sends each process of the job its own; SIGKILL ends
+/// the init, and the kernel the rest with it). It reaps every process orphaned to it, and when
+/// the program ends it exits with the program's code, or 128 + the signal that killed it,
+/// having written that signal as one byte to `status` for the shim. Never returns.
+fn reap(program: nix::unistd::Pid, status: OwnedFd) -> ! {
+    use nix::sys::wait::{waitpid, WaitStatus};
+    // What `ps` shows for it in the job (its command line stays the shim's it was forked from).
+    let _ = nix::sys::prctl::set_name(c"wharf-init");
+    // Nothing of the shim's stays open here but `status`, and none of the job's files: the
+    // program's output ends when its writers do.
+    let status = status.as_raw_fd();
+    for fd in 0..status {
+        // SAFETY: the init uses no descriptor but `status` from here on.
+        unsafe { libc::close(fd) };
+    }
+    let _ = sys::close_from(status as u32 + 1, false);
+    let code = loop {
+        match waitpid(None, None) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == program => break code,
+            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == program => {
+                let sig = sig as i32;
+                // SAFETY: a plain write of one byte to a descriptor this process holds.
+                unsafe { libc::write(status, (&(sig as u8) as *const u8).cast(), 1) };
+                break 128 + sig;
+            }
+            Ok(_) | Err(nix::Error::EINTR) => {}
+            // No child left (cannot happen while the program runs): nothing to wait for.
+            Err(_) => break 127,
+        }
+    };
+    // SAFETY: leaving without the shim's destructors, as in `run`.
+    unsafe { libc::_exit(code) }
 }
 
 /// Waits for the shim to say `what`. A shim that gave up on this launch (or died) closes the

@@ -107,6 +107,9 @@ pub(crate) struct Init {
     built: bool,
     /// EOF when the init has exec'd the job; its reason when it could not.
     report: OwnedFd,
+    /// The signal that killed the job's program, one byte, written by the init as it exits
+    /// (see [`Init::program_signal`]).
+    status: OwnedFd,
 }
 
 /// Clones the init for `plan` into its namespaces (and, given a cgroup v2 `cgroup`, into it).
@@ -118,6 +121,8 @@ pub(crate) fn spawn(
 ) -> Result<Init, RuntimeError> {
     let (go_r, go_w) = pipe2(OFlag::O_CLOEXEC).map_err(|e| RuntimeError::sys("pipe", e))?;
     let (report_r, report_w) = pipe2(OFlag::O_CLOEXEC).map_err(|e| RuntimeError::sys("pipe", e))?;
+    let (status_r, status_w) =
+        pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(|e| RuntimeError::sys("pipe", e))?;
     let cloned = sys::clone(
         NAMESPACES,
         cgroup.and_then(JobCgroup::clone_target).map(|fd| fd.as_fd()),
@@ -132,7 +137,8 @@ pub(crate) fn spawn(
         Cloned::Child => {
             drop(go_w);
             drop(report_r);
-            init::run(plan, &io, go_r, report_w)
+            drop(status_r);
+            init::run(plan, &io, go_r, report_w, status_w)
         }
         Cloned::Parent { pid, pidfd } => Ok(Init {
             pid: Pid::from_raw(pid),
@@ -140,6 +146,7 @@ pub(crate) fn spawn(
             go: Some(go_w),
             built: false,
             report: report_r,
+            status: status_r,
         }),
     }
 }
@@ -154,6 +161,18 @@ impl Init {
     /// to the shim ends the wait early.
     pub(crate) fn exits_within(&self, ms: u16) -> bool {
         sys::readable(&self.pidfd, ms)
+    }
+
+    /// The signal that killed the job's program, once the init (which runs it as its child,
+    /// see `init::reap`) has exited: the init, pid 1 of the job's pid namespace, cannot die of
+    /// a signal sent from inside it, so it exits 128 + the signal and says which here. `None`
+    /// when the program exited, or the init itself was killed (its own wait status says so).
+    pub(crate) fn program_signal(&self) -> Option<i32> {
+        let mut byte = [0u8; 1];
+        match nix::unistd::read(self.status.as_raw_fd(), &mut byte) {
+            Ok(1) if byte[0] > 0 => Some(i32::from(byte[0])),
+            _ => None,
+        }
     }
 
     /// The init's user namespace, for idmapped mounts.
