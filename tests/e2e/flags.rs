@@ -16,9 +16,15 @@ fn controller_listens_on_the_socket_its_flag_names() {
     let dir = scratch("wharf-flags-");
     let config = dir.path().join("wharf.toml");
     let from_file = dir.path().join("from-file.sock");
+    // The dev's agent gets a cgroup parent of its own: one per agent on a machine.
+    let parent = format!("wharf-flags-{}", std::process::id());
     std::fs::write(
         &config,
-        format!("[controller]\nsocket = \"{}\"\n", from_file.display()),
+        format!(
+            "[controller]\nsocket = \"{}\"\n[agent]\ncgroup_parent = \"{parent}\"\nimage_store = \"{}\"\n",
+            from_file.display(),
+            dir.path().join("images").display()
+        ),
     )
     .unwrap();
     for (command, dir_flag) in [("controller", "--state-dir"), ("dev", "--data-dir")] {
@@ -46,6 +52,7 @@ fn controller_listens_on_the_socket_its_flag_names() {
         };
         let _ = child.kill();
         let _ = child.wait();
+        remove_cgroup_parent(&parent);
         assert!(
             answered,
             "{command}: no controller answered at the --socket path"
