@@ -1,23 +1,58 @@
 //! `wharf cancel`.
 
 use anyhow::Result;
+use wharf_api::wire::WhoAmI;
 use wharf_api::JobRecord;
 use wharf_client::{Client, ClientError, Endpoint};
 
 /// Arguments.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Filters (scancel's) pick active jobs: `wharf cancel -t PD` cancels     your pending jobs; `-u USER` picks USER's instead of your own (an admin's to cancel);     given with job ids, they narrow those (`wharf cancel 12 -t PD`: 12's pending tasks)."
+)]
 pub struct Args {
-    /// Job ids.
-    #[arg(value_parser = super::job_arg, required = true)]
+    /// Job ids: ID, an array's ID (all its tasks) or ID_TASK.
+    #[arg(value_parser = super::job_arg)]
     jobs: Vec<String>,
+    /// Only jobs in these states (e.g. pending, or Slurm's codes: PD,R).
+    #[arg(short = 't', long, value_delimiter = ',')]
+    state: Vec<String>,
+    /// Only these users' jobs (default: your own, when filtering).
+    #[arg(short, long, value_delimiter = ',', value_name = "USER")]
+    user: Vec<String>,
+    /// Only jobs with this name.
+    #[arg(short, long)]
+    name: Option<String>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
 }
 
+impl Args {
+    /// Whether any filter is given.
+    fn filters(&self) -> bool {
+        !self.state.is_empty() || !self.user.is_empty() || self.name.is_some()
+    }
+}
+
 /// Runs the command. Exit status 1 if any cancel was refused.
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
-    post_each(socket, &args.jobs, args.json, "cancel", |job| {
+    if args.jobs.is_empty() && !args.filters() {
+        anyhow::bail!(
+            "name the jobs to cancel (IDs), or pick them with -t STATE, -u USER or -n NAME"
+        );
+    }
+    let jobs = if args.filters() {
+        let picked = picked(socket, &args).await?;
+        if picked.is_empty() {
+            eprintln!("wharf: no active job matches; nothing cancelled");
+            return Ok(0);
+        }
+        picked
+    } else {
+        args.jobs.clone()
+    };
+    post_each(socket, &jobs, args.json, "cancel", |job| {
         if job.state.is_terminal() {
             job.state.to_string()
         } else {
@@ -25,6 +60,26 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         }
     })
     .await
+}
+
+/// The active jobs `args`'s filters pick (among its job ids, when it names some), by id;
+/// without `-u`, the caller's own.
+async fn picked(socket: &str, args: &Args) -> Result<Vec<String>> {
+    let client = Client::new(Endpoint::parse(socket), None);
+    let users = if args.user.is_empty() {
+        let who: WhoAmI = client.get("/v1/whoami").await?;
+        vec![who.owner.user]
+    } else {
+        args.user.clone()
+    };
+    let filter = super::queue::Picked::new(&args.state, &users, &args.jobs)?;
+    let jobs = super::queue::fetch(&client, 0, false, true).await?;
+    Ok(jobs
+        .iter()
+        .filter(|j| !j.state.is_terminal() && filter.keeps_job(j))
+        .filter(|j| args.name.as_ref().is_none_or(|n| *n == j.name))
+        .map(|j| j.id.to_string())
+        .collect())
 }
 
 /// Posts `/v1/jobs/ID/ACTION` for each job, printing `job ID: WHAT` (or, with `json`, the

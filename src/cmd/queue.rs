@@ -85,25 +85,7 @@ struct Listing<'a> {
 /// Runs the command.
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
     let client = Client::new(Endpoint::parse(socket), None);
-    let mut states = Vec::new();
-    for s in &args.state {
-        states.push(JobState::parse(s).ok_or_else(|| {
-            anyhow::anyhow!(
-                "unknown state {:?}; use one of {}",
-                output::clean(s),
-                JobState::ALL
-                    .map(|s| format!("{} ({})", s.as_str(), s.code()))
-                    .join(", ")
-            )
-        })?);
-    }
-    let picked = Picked {
-        states,
-        users: args.user.clone(),
-        jobs: (args.jobs.iter())
-            .filter_map(|j| wharf_api::job::parse_job_ref(j))
-            .collect(),
-    };
+    let picked = Picked::new(&args.state, &args.user, &args.jobs)?;
     if args.priority {
         return priorities(&client, args.me, args.json, &picked).await;
     }
@@ -146,7 +128,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
 }
 
 /// The jobs the filters keep; an empty filter keeps all.
-struct Picked {
+pub(crate) struct Picked {
     states: Vec<JobState>,
     users: Vec<String>,
     /// Job ids, array ids (all their tasks) or one task.
@@ -154,6 +136,36 @@ struct Picked {
 }
 
 impl Picked {
+    /// The filters of `-t` (states by name or Slurm's code), `-u` (user names) and `-j` (job
+    /// ids, array ids, `ID_TASK`, each already checked by the `job_arg` value parser).
+    pub(crate) fn new(states: &[String], users: &[String], jobs: &[String]) -> Result<Picked> {
+        let mut parsed = Vec::new();
+        for s in states {
+            parsed.push(JobState::parse(s).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "unknown state {:?}; use one of {}",
+                    output::clean(s),
+                    JobState::ALL
+                        .map(|s| format!("{} ({})", s.as_str(), s.code()))
+                        .join(", ")
+                )
+            })?);
+        }
+        Ok(Picked {
+            states: parsed,
+            users: users.to_vec(),
+            jobs: (jobs.iter())
+                .filter_map(|j| wharf_api::job::parse_job_ref(j))
+                .collect(),
+        })
+    }
+
+    /// Whether it keeps `job`.
+    pub(crate) fn keeps_job(&self, job: &JobRecord) -> bool {
+        let array = job.array.map(|a| (a.job_id, a.task_id));
+        self.keeps(job.id, array, &job.owner.user, job.state)
+    }
+
     /// The listing's query parameters that ask the controller for the ended jobs these
     /// filters keep (`&states=...&users=...&jobs=...`); empty when none filters.
     fn query(&self) -> Result<String> {

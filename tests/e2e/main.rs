@@ -7,6 +7,7 @@
 mod acct;
 mod admin;
 mod agent_reports;
+mod cancel_filters;
 mod closed_pipe;
 mod connections;
 mod durability;

@@ -1,0 +1,48 @@
+//! `wharf cancel` with scancel's filters: by state, user and name, the caller's own jobs
+//! unless a user is named.
+
+use crate::harness::*;
+
+#[test]
+fn cancel_picks_active_jobs_by_state_user_and_name() {
+    if !can_run("cancel_picks_active_jobs_by_state_user_and_name") {
+        return;
+    }
+    let c = Cluster::start();
+    let (erin, fred) = (user("wharf-erin"), user("wharf-fred"));
+    let held = |who: &User, name: &str| {
+        submitted_id(&c.wharf_as(who, &["submit", "--hold", "-J", name, "--wrap", "true"]))
+    };
+    let (a1, a2, b) = (held(&erin, "a"), held(&erin, "a"), held(&erin, "b"));
+    let theirs = held(&fred, "a");
+    let state = |id: u64| c.job(id)["state"].as_str().unwrap().to_string();
+    // Nothing named, nothing picked: refused, naming what to give.
+    let out = c.wharf_as(&erin, &["cancel"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("-t STATE"), "{}", stderr(&out));
+    // Pending jobs named `a`: hers only, not fred's.
+    let out = c.wharf_as(&erin, &["cancel", "-t", "PD", "-n", "a"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        [state(a1), state(a2), state(b), state(theirs)],
+        ["CANCELLED", "CANCELLED", "PENDING", "PENDING"]
+    );
+    // Another user's jobs are not hers to cancel: refused, and left as they are.
+    let out = c.wharf_as(&erin, &["cancel", "-u", &fred.name]);
+    assert!(!out.status.success());
+    assert_eq!(state(theirs), "PENDING");
+    // Filters narrow the ids given.
+    let out = c.wharf_as(&erin, &["cancel", &b.to_string(), "-t", "R"]);
+    assert!(out.status.success());
+    assert!(
+        stderr(&out).contains("nothing cancelled"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(state(b), "PENDING");
+    // An admin cancels a named user's jobs.
+    let out = c.wharf(&["cancel", "-u", &fred.name]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(state(theirs), "CANCELLED");
+    assert_eq!(state(b), "PENDING");
+}
