@@ -352,6 +352,9 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
                     id_maps(spec.uid, spec.gid, &spec.groups, spec.root_host_id)
                         .map_err(|e| e.with_code(FaultCode::Namespaces))?
                 };
+                // The shim says on the job's standard error why it stops the job, as slurmstepd
+                // does, so that the output file tells a killed job from one that ended.
+                let notice = stderr.try_clone().ok();
                 let io = InitIo {
                     stdin,
                     stdout,
@@ -392,7 +395,7 @@ fn supervise(jd: &JobDir, spec: &ContainerSpec, timeline: &Timeline) -> Outcome 
                 }
                 timeline.mark("started");
                 launch.end();
-                run(jd, &init, spec, holder.as_mut(), &mut out);
+                run(jd, &init, spec, holder.as_mut(), notice, &mut out);
                 Ok(())
             };
             launched().map_err(|a| launch.explain(a))
@@ -441,6 +444,7 @@ fn run(
     init: &Init,
     spec: &ContainerSpec,
     holder: Option<&mut Holder>,
+    notice: Option<std::os::fd::OwnedFd>,
     out: &mut Outcome,
 ) {
     let started = Instant::now();
@@ -448,7 +452,7 @@ fn run(
     if let Some(ms) = out.started_ms {
         let _ = JobDir::write_private(&jd.started(), ms.to_string().as_bytes());
     }
-    let status = wait_init(init, spec, started, holder, out);
+    let status = wait_init(init, spec, started, holder, notice, out);
     match status {
         // The init exits as its program did: 128 + the signal that killed it, said apart.
         WaitStatus::Exited(_, code) => match init.program_signal() {
@@ -467,6 +471,7 @@ fn wait_init(
     spec: &ContainerSpec,
     started: Instant,
     mut holder: Option<&mut Holder>,
+    notice: Option<std::os::fd::OwnedFd>,
     out: &mut Outcome,
 ) -> WaitStatus {
     let deadline = spec.time_limit.map(|t| started + Duration::from_secs(t));
@@ -491,6 +496,10 @@ fn wait_init(
             out.timed_out = true;
         }
         if !stopping && (out.cancelled || out.timed_out) {
+            if let Some(fd) = &notice {
+                let line = stop_notice(spec, out.timed_out, crate::now_ms() / 1000);
+                let _ = nix::unistd::write(fd, line.as_bytes());
+            }
             signal_all(spec, init.pid(), Signal::SIGTERM);
             kill_at = Some(now + grace);
         }
@@ -509,6 +518,27 @@ fn wait_init(
         // A cancel (a signal) ends the wait early; the loop then sees it.
         init.exits_within(next.as_millis().max(1) as u16);
     }
+}
+
+/// The line written to a job's standard error as the shim stops it, at `now` (seconds since
+/// the epoch), in slurmstepd's words: `*** JOB 12 ON gpu01 CANCELLED AT 2026-11-28T01:40:00Z
+/// DUE TO TIME LIMIT ***` (`STEP 12.3` for a step).
+fn stop_notice(spec: &ContainerSpec, timed_out: bool, now: u64) -> String {
+    let var = |name: &str| {
+        let prefix = format!("{name}=");
+        (spec.env.iter()).find_map(|e| e.strip_prefix(prefix.as_str()).map(str::to_string))
+    };
+    let what = match (var("SLURM_JOB_ID"), var("SLURM_STEP_ID")) {
+        (Some(job), Some(step)) => format!("STEP {job}.{step}"),
+        (Some(job), None) => format!("JOB {job}"),
+        _ => format!("JOB {}", spec.id),
+    };
+    let why = if timed_out { " DUE TO TIME LIMIT" } else { "" };
+    format!(
+        "wharf: *** {what} ON {} CANCELLED AT {}Z{why} ***\n",
+        spec.hostname,
+        wharf_api::forms::format_utc(now)
+    )
 }
 
 /// Sends `sig` once to the init and to every other process in the job's cgroup (the init is
@@ -613,6 +643,24 @@ mod tests {
     use nix::fcntl::OFlag;
     use nix::sys::stat::Mode;
     use nix::unistd::{fork, ForkResult};
+
+    #[test]
+    fn the_stop_notice_names_the_job_or_step_its_node_and_why() {
+        let mut spec = crate::conformance::template("wharf-12", Path::new("/"), 1, 1);
+        spec.hostname = "gpu01".into();
+        spec.env = vec!["SLURM_JOB_ID=12".into()];
+        // 2026-11-28T01:40:00Z.
+        let at = 1_795_830_000;
+        assert_eq!(
+            stop_notice(&spec, true, at),
+            "wharf: *** JOB 12 ON gpu01 CANCELLED AT 2026-11-28T01:40:00Z DUE TO TIME LIMIT ***\n"
+        );
+        spec.env.push("SLURM_STEP_ID=3".into());
+        assert_eq!(
+            stop_notice(&spec, false, at),
+            "wharf: *** STEP 12.3 ON gpu01 CANCELLED AT 2026-11-28T01:40:00Z ***\n"
+        );
+    }
 
     /// In a child process (the alarm and the handlers are process-wide): starts a launch
     /// watch, then opens a FIFO nobody writes to, twice, each a blocking open that is not

@@ -102,9 +102,27 @@ fn job_over_its_time_limit_is_killed_and_reported_timed_out() {
     }
     let c = Cluster::start();
     let alice = user("wharf-alice");
-    let id = submitted_id(&c.wharf_as(&alice, &["submit", "--time", "2s", "--wrap", "sleep 60"]));
+    let home = c.home(&alice);
+    let id = submitted_id(&c.wharf_as(
+        &alice,
+        &[
+            "submit",
+            "--time",
+            "2s",
+            "--chdir",
+            home.to_str().unwrap(),
+            "--wrap",
+            "sleep 60",
+        ],
+    ));
     let job = c.wait_done(id, Duration::from_secs(30));
     assert_eq!(job["state"], "TIMEOUT", "{job}");
+    // Its output says why it stopped, as slurmstepd's line does.
+    let out = std::fs::read_to_string(home.join(format!("wharf-{id}.out"))).unwrap();
+    assert!(
+        out.contains(&format!("*** JOB {id} ON ")) && out.contains("DUE TO TIME LIMIT ***"),
+        "{out}"
+    );
     // Never before its limit; after it, within the grace period (2 s) and a margin for busy
     // cores that only a job left running (60 s) would exceed. Both times are the shim's.
     let ran = job["end_time"].as_u64().unwrap() - job["start_time"].as_u64().unwrap();
@@ -177,7 +195,9 @@ fn signals_reach_the_jobs_program_and_its_death_by_one_is_recorded() {
     assert_eq!(job["state"], "CANCELLED", "{job}");
     assert_eq!(job["exit"]["signal"], 15, "{job}");
     let out = std::fs::read_to_string(home.join(format!("wharf-{id}.out"))).unwrap();
-    assert!(!out.contains("end"), "{out}");
+    assert!(!out.contains("\nend"), "{out}");
+    assert!(out.contains(&format!("*** JOB {id} ON ")), "{out}");
+    assert!(!out.contains("TIME LIMIT"), "{out}");
 }
 
 #[test]
