@@ -368,11 +368,44 @@ fn ignored_warning(job: &JobRequest) -> Option<String> {
     })
 }
 
+/// The warning for a script of a job of several tasks that launches steps itself (`srun`,
+/// `wharf step`, `mpirun`) and never looks at its rank: Wharf runs a job's command in every
+/// task, as srun runs one, where sbatch runs a script once; each launch would then run once
+/// per task.
+fn fan_out_warning(job: &JobRequest) -> Option<String> {
+    let script = job.script.as_deref()?;
+    let tasks = job
+        .ntasks
+        .unwrap_or_else(|| job.nodes.unwrap_or(1) * job.ntasks_per_node.unwrap_or(1));
+    let launches = script.lines().any(|line| {
+        let mut words = line.split_whitespace();
+        match words.next() {
+            Some("srun" | "mpirun" | "mpiexec") => true,
+            Some("wharf") => matches!(words.next(), Some("step" | "srun")),
+            _ => false,
+        }
+    });
+    let ranked = ["RANK", "SLURM_PROCID", "SLURM_NODEID", "SLURM_LOCALID"]
+        .iter()
+        .any(|v| script.contains(v));
+    (tasks > 1 && launches && !ranked).then(|| {
+        format!(
+            "wharf: warning: the script runs in each of the job's {tasks} tasks (Wharf runs a \
+             job's command in every task, as srun does, where sbatch runs a script once), so \
+             each srun, wharf step or mpirun in it runs {tasks} times over; begin it with \
+             `[ \"$RANK\" = 0 ] || exit 0` to run it once, beside the others"
+        )
+    })
+}
+
 /// Runs the command.
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
     let job = job_of(&args)?;
     if let Some(w) = ignored_warning(&job) {
         eprintln!("{}", crate::output::clean(&w));
+    }
+    if let Some(w) = fan_out_warning(&job) {
+        eprintln!("{w}");
     }
     let (parsable, wait) = (job.parsable, job.wait);
     let tasks = job.array.as_ref().map(|a| a.tasks.len());
@@ -403,6 +436,32 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_script_launching_steps_from_every_task_is_warned_of_unless_it_checks_its_rank() {
+        let job = |script: &str, nodes: Option<u32>, ntasks: Option<u32>| wharf_api::JobRequest {
+            script: Some(script.into()),
+            nodes,
+            ntasks,
+            ..Default::default()
+        };
+        let steps = "#!/bin/bash\n#SBATCH -n 2\nsrun hostname\n";
+        let w = super::fan_out_warning(&job(steps, None, Some(2))).unwrap();
+        assert!(w.contains("runs 2 times over"), "{w}");
+        assert!(super::fan_out_warning(&job("wharf step -N 1 x\n", Some(4), None)).is_some());
+        // One task, no launcher, a launcher only in a comment, or a rank check: no warning.
+        assert_eq!(super::fan_out_warning(&job(steps, None, Some(1))), None);
+        assert_eq!(
+            super::fan_out_warning(&job("hostname\n", None, Some(2))),
+            None
+        );
+        assert_eq!(
+            super::fan_out_warning(&job("# srun x\n", None, Some(2))),
+            None
+        );
+        let guarded = "[ \"$RANK\" = 0 ] || exit 0\nsrun hostname\n";
+        assert_eq!(super::fan_out_warning(&job(guarded, None, Some(2))), None);
+    }
+
     use super::*;
     use clap::Parser;
 
