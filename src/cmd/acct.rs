@@ -11,7 +11,8 @@ use crate::output;
 /// Arguments.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Only these jobs (comma-separated ids).
+    /// Only these jobs, comma-separated: ID (a job, or every task of an array) or
+    /// ARRAYID_TASKID (one task of an array).
     #[arg(short = 'j', long)]
     jobs: Option<String>,
     /// Only these users' jobs (admins; others see only their own).

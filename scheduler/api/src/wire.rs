@@ -493,7 +493,9 @@ pub struct PollResponse {
 /// Slurm's `sacct`). Lists are comma-separated.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AcctQuery {
-    /// Only these job ids (then no time window applies unless one is given).
+    /// Only these jobs: `ID` (that job, or every task of the array whose job id it is) or
+    /// `ARRAYID_TASKID` (one task of an array); then no time window applies unless one is
+    /// given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jobs: Option<String>,
     /// Only these users (names); a user who is not an admin sees only their own jobs.

@@ -137,8 +137,9 @@ pub struct JobRun {
 /// window when they were submitted by `until` and had not ended before `since`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunFilter {
-    /// Only these jobs (empty: any).
-    pub ids: Vec<JobId>,
+    /// Only these jobs (empty: any): `(ID, None)` is job `ID`, or every task of the array
+    /// whose job id is `ID`; `(ID, Some(TASK))` is task `TASK` of that array.
+    pub jobs: Vec<(JobId, Option<u32>)>,
     /// Only this owner.
     pub uid: Option<u32>,
     /// Only these user names (empty: any).
@@ -163,7 +164,7 @@ pub struct RunFilter {
 impl Default for RunFilter {
     fn default() -> Self {
         RunFilter {
-            ids: Vec::new(),
+            jobs: Vec::new(),
             uid: None,
             users: Vec::new(),
             accounts: Vec::new(),

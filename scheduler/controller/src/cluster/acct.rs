@@ -32,14 +32,20 @@ impl Cluster {
                 .map(str::to_string)
                 .collect()
         };
-        let ids = list(&q.jobs)
+        let jobs = list(&q.jobs)
             .iter()
             .map(|s| {
-                s.parse::<JobId>().map_err(|_| {
-                    Failure::new(ErrorKind::InvalidInput, format!("{s:?} is not a job id"))
+                wharf_api::job::parse_job_ref(s).ok_or_else(|| {
+                    Failure::new(
+                        ErrorKind::InvalidInput,
+                        format!(
+                            "{s:?} is not a job id: write ID (a job, or every task of an array) \
+                             or ARRAYID_TASKID (one task)"
+                        ),
+                    )
                 })
             })
-            .collect::<Result<Vec<JobId>, Failure>>()?;
+            .collect::<Result<Vec<(JobId, Option<u32>)>, Failure>>()?;
         let states = list(&q.states)
             .iter()
             .map(|s| {
@@ -69,7 +75,7 @@ impl Cluster {
         };
         let until = q.until.unwrap_or(u64::MAX / 2).min(i64::MAX as u64);
         // Without ids or a start, the window starts at the beginning of today (UTC).
-        let since = q.since.unwrap_or(if ids.is_empty() {
+        let since = q.since.unwrap_or(if jobs.is_empty() {
             now - now % 86_400_000
         } else {
             0
@@ -81,7 +87,7 @@ impl Cluster {
             ));
         }
         let filter = RunFilter {
-            ids,
+            jobs,
             uid,
             users,
             accounts,
@@ -109,7 +115,7 @@ impl Cluster {
             let partition = self.partition_name(j);
             let wanted = j.submit_time <= until
                 && j.end_time.is_none_or(|e| e >= since)
-                && (filter.ids.is_empty() || filter.ids.contains(&j.id))
+                && (filter.jobs.is_empty() || filter.jobs.iter().any(|&n| names(n, j)))
                 && filter.uid.is_none_or(|u| u == j.owner.uid)
                 && (filter.users.is_empty() || filter.users.contains(&j.owner.user))
                 && (states.is_empty() || states.contains(&j.state))
@@ -179,6 +185,16 @@ impl Cluster {
             cpus,
             gpus,
         ))
+    }
+}
+
+/// Whether `(ID, TASK)`, as acct's `-j` names jobs, names `j`: `ID` alone is job `ID` or any
+/// task of the array whose job id it is, `ID_TASK` one task of that array.
+fn names((id, task): (JobId, Option<u32>), j: &JobRecord) -> bool {
+    let array = j.array.as_ref();
+    match task {
+        None => j.id == id || array.is_some_and(|a| a.job_id == id),
+        Some(t) => array.is_some_and(|a| a.job_id == id && a.task_id == t),
     }
 }
 

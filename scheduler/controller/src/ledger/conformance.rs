@@ -156,6 +156,26 @@ fn query_filters_like_acct(l: &mut dyn Ledger) {
         run(5, 0, "a", "ml", "gpu", Some(H), 2 * H, 1, 1, "TIMEOUT"),
     ])
     .unwrap();
+    // Array 10's three tasks, of a user and a window the other filters leave out.
+    let tasks: Vec<JobRun> = (0..3)
+        .map(|t| JobRun {
+            array_job_id: Some(10),
+            array_task_id: Some(t),
+            ..run(
+                10 + u64::from(t),
+                0,
+                "g",
+                "ml",
+                "cpu",
+                Some(0),
+                H,
+                1,
+                0,
+                "COMPLETED",
+            )
+        })
+        .collect();
+    l.record(&tasks).unwrap();
     let q = |f: RunFilter| keys(&l.query(&f).unwrap());
     let ids = |v: Vec<(u64, u32)>| v.into_iter().map(|k| k.0).collect::<Vec<_>>();
     assert_eq!(
@@ -189,11 +209,22 @@ fn query_filters_like_acct(l: &mut dyn Ledger) {
     );
     assert_eq!(
         ids(q(RunFilter {
-            ids: vec![5, 2, 99],
+            jobs: vec![(5, None), (2, None), (99, None)],
             ..RunFilter::default()
         })),
         [2, 5]
     );
+    // An array's id names each of its tasks; `ID_TASK` one of them.
+    let jobs = |jobs: &[(u64, Option<u32>)]| {
+        ids(q(RunFilter {
+            jobs: jobs.to_vec(),
+            ..RunFilter::default()
+        }))
+    };
+    assert_eq!(jobs(&[(10, None)]), [10, 11, 12]);
+    assert_eq!(jobs(&[(10, Some(1))]), [11]);
+    assert_eq!(jobs(&[(12, None), (10, Some(0)), (1, None)]), [1, 10, 12]);
+    assert!(jobs(&[(11, Some(0)), (10, Some(7))]).is_empty());
     // The window: runs that had not ended by its start (an end at the start counts).
     assert_eq!(
         ids(q(RunFilter {

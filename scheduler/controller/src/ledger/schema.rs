@@ -4,8 +4,8 @@
 //! same way.
 //!
 //! Every column that a query filters or adds up is a column of its own, indexed where acct
-//! and report look (by id, owner, user, account, partition and state, each with the end
-//! time); `data` holds the whole run as JSON, which is what a query returns.
+//! and report look (by id and by array, and by owner, user, account, partition and state,
+//! each with the end time); `data` holds the whole run as JSON, which is what a query returns.
 
 use super::{JobRun, RunFilter};
 
@@ -57,10 +57,11 @@ pub const VERSION_TABLE: &str =
     "CREATE TABLE IF NOT EXISTS ledger_version (version BIGINT PRIMARY KEY)";
 
 /// Every schema step, oldest first.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    sqlite: concat!(
-        "CREATE TABLE ledger_runs (
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        sqlite: concat!(
+            "CREATE TABLE ledger_runs (
     job_id        INTEGER NOT NULL,
     run           INTEGER NOT NULL,
     array_job_id  INTEGER,
@@ -89,7 +90,7 @@ pub const MIGRATIONS: &[Migration] = &[Migration {
     data          TEXT    NOT NULL,
     PRIMARY KEY (job_id, run)
 );",
-        "
+            "
 CREATE INDEX IF NOT EXISTS ledger_runs_uid ON ledger_runs(uid, end_time);
 CREATE INDEX IF NOT EXISTS ledger_runs_user ON ledger_runs(user_name, end_time);
 CREATE INDEX IF NOT EXISTS ledger_runs_account ON ledger_runs(account, end_time);
@@ -97,9 +98,9 @@ CREATE INDEX IF NOT EXISTS ledger_runs_partition ON ledger_runs(partition, end_t
 CREATE INDEX IF NOT EXISTS ledger_runs_state ON ledger_runs(state, end_time);
 CREATE INDEX IF NOT EXISTS ledger_runs_end ON ledger_runs(end_time);
 "
-    ),
-    postgres: concat!(
-        "CREATE TABLE ledger_runs (
+        ),
+        postgres: concat!(
+            "CREATE TABLE ledger_runs (
     job_id        BIGINT NOT NULL,
     run           BIGINT NOT NULL,
     array_job_id  BIGINT,
@@ -128,7 +129,7 @@ CREATE INDEX IF NOT EXISTS ledger_runs_end ON ledger_runs(end_time);
     data          TEXT   NOT NULL,
     PRIMARY KEY (job_id, run)
 );",
-        "
+            "
 CREATE INDEX IF NOT EXISTS ledger_runs_uid ON ledger_runs(uid, end_time);
 CREATE INDEX IF NOT EXISTS ledger_runs_user ON ledger_runs(user_name, end_time);
 CREATE INDEX IF NOT EXISTS ledger_runs_account ON ledger_runs(account, end_time);
@@ -136,8 +137,17 @@ CREATE INDEX IF NOT EXISTS ledger_runs_partition ON ledger_runs(partition, end_t
 CREATE INDEX IF NOT EXISTS ledger_runs_state ON ledger_runs(state, end_time);
 CREATE INDEX IF NOT EXISTS ledger_runs_end ON ledger_runs(end_time);
 "
-    ),
-}];
+        ),
+    },
+    Migration {
+        version: 2,
+        // An array's runs by its job id and task id (`wharf acct -j ARRAYID`, `-j ARRAYID_TASK`).
+        sqlite: "CREATE INDEX IF NOT EXISTS ledger_runs_array \
+             ON ledger_runs(array_job_id, array_task_id);",
+        postgres: "CREATE INDEX IF NOT EXISTS ledger_runs_array \
+               ON ledger_runs(array_job_id, array_task_id);",
+    },
+];
 
 /// A value bound to a placeholder.
 #[derive(Debug, Clone, PartialEq)]
@@ -217,6 +227,24 @@ pub fn query_sql(d: Dialect, f: &RunFilter) -> (String, Vec<Value>) {
         format!("submit_time <= {}", bind(int(f.until))),
         format!("end_time >= {}", bind(int(f.since))),
     ];
+    // A job id names that job or every task of the array it is the id of; `ID_TASK` one task.
+    let jobs: Vec<String> = (f.jobs.iter())
+        .map(|&(id, task)| match task {
+            None => format!(
+                "job_id = {} OR array_job_id = {}",
+                bind(int(id)),
+                bind(int(id))
+            ),
+            Some(t) => format!(
+                "(array_job_id = {} AND array_task_id = {})",
+                bind(int(id)),
+                bind(int(t.into()))
+            ),
+        })
+        .collect();
+    if !jobs.is_empty() {
+        clauses.push(format!("({})", jobs.join(" OR ")));
+    }
     let mut any_of = |column: &str, items: Vec<Value>, clauses: &mut Vec<String>| {
         if !items.is_empty() {
             let phs: Vec<String> = items.into_iter().map(&mut bind).collect();
@@ -224,11 +252,6 @@ pub fn query_sql(d: Dialect, f: &RunFilter) -> (String, Vec<Value>) {
         }
     };
     let text = |v: &[String]| v.iter().map(|s| Value::Text(Some(s.clone()))).collect();
-    any_of(
-        "job_id",
-        f.ids.iter().map(|&i| int(i)).collect(),
-        &mut clauses,
-    );
     any_of(
         "uid",
         f.uid.map(|u| int(u.into())).into_iter().collect(),

@@ -298,3 +298,42 @@ fn a_task_is_found_by_its_place_in_an_even_array_and_searched_for_in_another() {
         ErrorKind::NotFound
     );
 }
+
+/// acct's `-j` takes an array's id for every task and `ID_TASK` for one, both while the
+/// tasks wait (from memory) and once they ended (from the ledger). Before, an array's id was
+/// its first task's job id alone, and `ID_TASK` was refused as not a job id.
+#[test]
+fn acct_names_an_arrays_tasks_by_its_id_or_one_by_id_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let id = submit_array(&mut c, "0-2").unwrap();
+    let acct = |c: &Cluster, jobs: &str| {
+        let q = wharf_api::wire::AcctQuery {
+            jobs: Some(jobs.into()),
+            ..Default::default()
+        };
+        c.acct(&alice(), &q, 30)
+            .map(|rows| rows.iter().map(|j| j.label()).collect::<Vec<_>>())
+    };
+    let all: Vec<String> = (0..3).map(|t| format!("{id}_{t}")).collect();
+    let check = |c: &Cluster| {
+        assert_eq!(acct(c, &id.to_string()).unwrap(), all);
+        assert_eq!(acct(c, &format!("{id}_1")).unwrap(), [all[1].clone()]);
+        assert_eq!(
+            acct(c, &format!("{}, {id}_0", id + 2)).unwrap(),
+            [all[0].clone(), all[2].clone()]
+        );
+        assert!(acct(c, &format!("{id}_7")).unwrap().is_empty());
+        let bad = acct(c, &format!("{id},{id}_x")).unwrap_err();
+        assert_eq!(bad.kind, ErrorKind::InvalidInput);
+        assert!(
+            bad.message.contains(&format!("\"{id}_x\"")),
+            "{}",
+            bad.message
+        );
+    };
+    check(&c);
+    c.cancel_array(&alice(), id, 20).unwrap().unwrap();
+    assert!(c.jobs.is_empty());
+    check(&c);
+}
