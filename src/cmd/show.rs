@@ -86,26 +86,12 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             .into(),
         ));
     }
-    if let Some(at) = j.expected_start {
-        rows.push(("Expected start", output::time(Some(at))));
-    }
+    let (expected, priority) = plan_lines(&j);
+    rows.extend(expected);
     if let Some(d) = &j.dependency {
         rows.push(("Dependency", d.to_string()));
     }
-    if let Some(p) = &j.priority {
-        let factors = format!(
-            "age {} + fair share {} + job size {} + partition {} + QoS {} - nice {}",
-            p.age, p.fairshare, p.job_size, p.partition, p.qos, p.nice
-        );
-        rows.push((
-            "Priority",
-            if p.fixed {
-                format!("{} (fixed by an admin; computed: {factors})", p.total)
-            } else {
-                format!("{} = {factors}", p.total)
-            },
-        ));
-    }
+    rows.extend(priority);
     // A job that asked for all of each node's memory has it only once it has its nodes.
     let whole = j.spec.as_ref().is_some_and(|s| s.memory_whole);
     let memory = if whole && j.allocs.is_empty() {
@@ -237,6 +223,34 @@ fn step_line(id: u64, st: &wharf_api::step::StepRecord) -> String {
         }
     }
     line
+}
+
+/// A line of `wharf show`: its label and its text.
+type Row = (&'static str, String);
+
+/// While the job is PENDING, the last scheduling pass's plan for it: when it expects the job
+/// to start, and its priority factor by factor. A job that left the queue shows neither, even
+/// if its record (stored by an older controller) still carries them.
+fn plan_lines(j: &JobRecord) -> (Option<Row>, Option<Row>) {
+    if j.state != wharf_api::JobState::Pending {
+        return (None, None);
+    }
+    let expected = j
+        .expected_start
+        .map(|at| ("Expected start", output::time(Some(at))));
+    let priority = j.priority.as_ref().map(|p| {
+        let factors = format!(
+            "age {} + fair share {} + job size {} + partition {} + QoS {} - nice {}",
+            p.age, p.fairshare, p.job_size, p.partition, p.qos, p.nice
+        );
+        let total = if p.fixed {
+            format!("{} (fixed by an admin; computed: {factors})", p.total)
+        } else {
+            format!("{} = {factors}", p.total)
+        };
+        ("Priority", total)
+    });
+    (expected, priority)
 }
 
 /// While the job is STARTING, each node's pull of its image, as
@@ -393,5 +407,38 @@ mod tests {
         // Only while STARTING.
         j.state = JobState::Running;
         assert!(pull_lines(&j).is_empty());
+    }
+
+    /// A pending job shows the last pass's plan; an ended one none, though its record may
+    /// carry it (before, a job cancelled while pending still showed both).
+    #[test]
+    fn only_a_pending_job_shows_its_expected_start_and_priority() {
+        let owner = Owner {
+            uid: 1000,
+            gid: 1000,
+            user: "ann".into(),
+        };
+        let mut j = JobRecord::pending(owner, "train".into(), Resources::default(), 60, 0);
+        j.expected_start = Some(3_600_000);
+        j.priority = Some(wharf_api::PriorityView {
+            total: 12_000,
+            age: 0,
+            fairshare: 10_000,
+            job_size: 2_000,
+            partition: 0,
+            qos: 0,
+            nice: 0,
+            fixed: false,
+        });
+        let (expected, priority) = plan_lines(&j);
+        assert_eq!(expected.unwrap().0, "Expected start");
+        assert_eq!(
+            priority.unwrap().1,
+            "12000 = age 0 + fair share 10000 + job size 2000 + partition 0 + QoS 0 - nice 0"
+        );
+        for state in [JobState::Cancelled, JobState::Running, JobState::Completed] {
+            j.state = state;
+            assert_eq!(plan_lines(&j), (None, None), "{state}");
+        }
     }
 }

@@ -859,9 +859,12 @@ impl Cluster {
                 );
             }
         }
-        // Only a pending job waits for something (a start or a cancel clears its reason).
+        // Only a pending job waits for something, and only its plan is of use: a start, a
+        // cancel or an end clears its reason, its priority and when it was expected to start.
         for job in changed.iter_mut().filter(|j| j.state != JobState::Pending) {
             job.pending_reason = None;
+            job.priority = None;
+            job.expected_start = None;
         }
         // A job that ends or goes back to the queue ends its steps with it.
         for job in changed.iter_mut().filter(|j| !j.state.holds_resources()) {

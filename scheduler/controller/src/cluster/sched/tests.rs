@@ -106,6 +106,12 @@ fn gpus_are_the_ids_the_agent_reported_and_waiting_jobs_carry_the_sentence() {
         None,
         "nor a pending reason"
     );
+    // Cancelled while pending, it keeps no plan: no priority, no expected start (before,
+    // `wharf show` of the ended job printed the last pass's).
+    c.cancel(&ann, third, 2_000).unwrap();
+    let ended = c.store.job(third).unwrap().unwrap();
+    assert_eq!(ended.state, JobState::Cancelled);
+    assert_eq!((ended.priority, ended.expected_start), (None, None));
 }
 
 /// `who` starts a job on the node's three GPUs, and is charged as if an earlier job of
