@@ -174,12 +174,13 @@ pub struct PartitionSummary {
     /// Longest time limit a job may have here, seconds (none: no limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_time_s: Option<u64>,
-    /// Its nodes: all CPUs allocated, some, none, and those that take no work (down,
-    /// drained, or named here and never registered).
+    /// Its nodes: all CPUs allocated, some, none, and the rest (down, drained and running
+    /// nothing, or named here and never registered). A drained node still running jobs counts
+    /// by its CPUs allocated, as sinfo counts a draining node.
     pub nodes: NodeCounts,
-    /// CPUs allocated and in all, on its nodes that are up.
+    /// CPUs allocated and in all, on its nodes that are up or drained.
     pub cpus: (u32, u32),
-    /// GPUs allocated and in all, on its nodes that are up.
+    /// GPUs allocated and in all, on its nodes that are up or drained.
     pub gpus: (u32, u32),
     /// Its jobs running or starting.
     pub running: u32,
@@ -196,7 +197,7 @@ pub struct NodeCounts {
     pub mixed: u32,
     /// Nothing allocated.
     pub idle: u32,
-    /// Down, drained, or never registered.
+    /// Down, drained and running nothing, or never registered.
     pub other: u32,
 }
 

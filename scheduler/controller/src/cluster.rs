@@ -495,14 +495,19 @@ impl Cluster {
                     .filter(|n| members.is_empty() || members.contains(n.info.name.as_str()))
                 {
                     registered += 1;
-                    if n.state != NodeState::Up {
-                        counts.other += 1;
-                        continue;
-                    }
                     let (have, used) = (n.info.capacity(), n.allocated);
-                    match used.cpus {
-                        0 => counts.idle += 1,
-                        c if c >= have.cpus => counts.allocated += 1,
+                    // As sinfo counts them: a drained node still running jobs (draining) is
+                    // in use, and its CPUs count; one running nothing is other, its CPUs
+                    // still in the total. A down node is other, its CPUs left out: what it
+                    // runs and has is not known now.
+                    match (n.state, used.cpus) {
+                        (NodeState::Down, _) => {
+                            counts.other += 1;
+                            continue;
+                        }
+                        (NodeState::Drain, 0) => counts.other += 1,
+                        (_, 0) => counts.idle += 1,
+                        (_, c) if c >= have.cpus => counts.allocated += 1,
                         _ => counts.mixed += 1,
                     }
                     cpus = (cpus.0 + used.cpus, cpus.1 + have.cpus);

@@ -240,6 +240,26 @@ fn partitions_count_their_nodes_and_jobs() {
             ),
         ]
     );
+    // Drained while its job runs, n1 still counts as in use, its CPUs and GPUs with it (as
+    // sinfo counts a draining node); a drained node running nothing is other, its CPUs still
+    // in the total. Before, a drained node counted as other with no CPUs at all.
+    c.drain("n1", "maintenance", 4_000).unwrap();
+    c.register(NodeInfo::new("n2", "127.0.0.2", 4, 8 << 30, vec![]), 4_000)
+        .unwrap();
+    c.drain("n2", "bad disk", 4_000).unwrap();
+    let counts: Vec<_> = (c.partitions().partitions.iter())
+        .map(|p| {
+            let n = p.nodes;
+            ((n.allocated, n.mixed, n.idle, n.other), p.cpus, p.gpus)
+        })
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            ((0, 1, 0, 1), (1, 12), (3, 3)),
+            ((0, 1, 0, 1), (1, 8), (3, 3))
+        ]
+    );
 }
 
 #[test]
