@@ -68,6 +68,17 @@ impl Begin {
         }
     }
 
+    /// The begin time in ms since the epoch for a job submitted (or updated) at `now_ms`, as
+    /// [`Begin::at`], or why it is refused: it lies more than about 100 years ahead, the bound
+    /// [`parse_begin`] sets on a relative begin (a date that far is a typo too).
+    pub fn checked_at(self, now_ms: u64) -> Result<u64, String> {
+        let at = self.at(now_ms);
+        if at.saturating_sub(now_ms) > MAX_AHEAD.saturating_mul(1000) {
+            return Err(begin_error(&self.to_string(), "more than 100 years ahead"));
+        }
+        Ok(at)
+    }
+
     /// This begin with a wall-clock time (a date, a date and time, or a time of day, at or
     /// after `now`, seconds since the epoch) resolved to an instant in `zone`; relative and
     /// zoned begins unchanged.
@@ -118,8 +129,16 @@ impl std::fmt::Display for Begin {
     }
 }
 
-/// Most seconds a relative begin may lie ahead (about 100 years): past it the number is a typo.
+/// Most seconds a begin may lie ahead (about 100 years): past it the number is a typo.
 const MAX_AHEAD: u64 = 100 * 365 * 86400;
+
+/// What is wrong (`why`) with `--begin`'s `text`, and what it takes.
+fn begin_error(text: &str, why: &str) -> String {
+    format!(
+        "--begin: {why} in {text:?}; write now+1h, now+30m, 16:00, 2026-12-01T08:00 (your \
+         time zone), 2026-12-01T08:00Z (UTC) or 2026-12-01"
+    )
+}
 
 /// Parses `--begin`: `now`, `now+COUNT[UNIT]` (unit s, m, h, d or w, or their long names;
 /// seconds when none, as Slurm), `YYYY-MM-DD` or `YYYY-MM-DDTHH:MM[:SS]` with an optional zone
@@ -127,12 +146,7 @@ const MAX_AHEAD: u64 = 100 * 365 * 86400;
 /// `HH:MM[:SS]`, `midnight`, `noon`, `teatime` or `tomorrow`.
 pub fn parse_begin(text: &str) -> Result<Begin, String> {
     let t = text.trim();
-    let bad = |why: &str| {
-        format!(
-            "--begin: {why} in {text:?}; write now+1h, now+30m, 16:00, 2026-12-01T08:00 (your \
-             time zone), 2026-12-01T08:00Z (UTC) or 2026-12-01"
-        )
-    };
+    let bad = |why: &str| begin_error(text, why);
     if t.eq_ignore_ascii_case("now") {
         return Ok(Begin::AfterSubmit(0));
     }
@@ -340,6 +354,34 @@ pub enum Hold {
 mod tests {
     use super::*;
 
+    /// A date more than 100 years ahead is refused as a relative begin that far is, with the
+    /// same words; before, `9999-12-31T00:00Z` was taken.
+    #[test]
+    fn a_begin_more_than_100_years_ahead_is_refused_absolute_or_relative() {
+        let now = 1_800_000_000_000;
+        let far = parse_begin("9999-12-31T00:00Z").unwrap();
+        let e = far.checked_at(now).unwrap_err();
+        assert!(
+            e.starts_with("--begin: more than 100 years ahead in \"9999-12-31T00:00:00Z\""),
+            "{e}"
+        );
+        let relative = parse_begin("now+36501d").unwrap_err();
+        assert!(
+            relative.starts_with("--begin: more than 100 years ahead in "),
+            "{relative}"
+        );
+        let edge = Begin::At(now / 1000 + MAX_AHEAD);
+        assert_eq!(edge.checked_at(now), Ok(now + MAX_AHEAD * 1000));
+        assert!(Begin::At(now / 1000 + MAX_AHEAD + 1)
+            .checked_at(now)
+            .is_err());
+        let max = Begin::AfterSubmit(MAX_AHEAD);
+        assert_eq!(max.checked_at(now), Ok(now + MAX_AHEAD * 1000));
+        // The past, today's time of day and `now` are as they were.
+        assert_eq!(Begin::At(0).checked_at(now), Ok(0));
+        assert_eq!(Begin::AfterSubmit(0).checked_at(now), Ok(now));
+    }
+
     #[test]
     fn relative_begins_count_from_the_submit() {
         assert_eq!(parse_begin("now"), Ok(Begin::AfterSubmit(0)));
@@ -350,7 +392,14 @@ mod tests {
             parse_begin("now+1w").unwrap().at(5_000),
             5_000 + 604_800_000
         );
-        for bad in ["now+", "now+h", "now+1y", "now-1h", "now+99999999999999w"] {
+        for bad in [
+            "now+",
+            "now+h",
+            "now+1y",
+            "now-1h",
+            "now+99999999999999w",
+            "now+36501d",
+        ] {
             let e = parse_begin(bad).unwrap_err();
             assert!(
                 e.starts_with("--begin:") && e.contains("now+1h"),

@@ -473,7 +473,10 @@ impl Cluster {
         job.time_limit = spec.time_limit;
         job.resources = spec.resources;
         if let Some(b) = req.begin {
-            job.begin_time = Some(b.at(now)).filter(|&t| t > now);
+            let at = b
+                .checked_at(now)
+                .map_err(|e| Failure::new(ErrorKind::InvalidInput, e))?;
+            job.begin_time = Some(at).filter(|&t| t > now);
         }
         tracing::info!(
             job = id,

@@ -239,7 +239,10 @@ impl Cluster {
             now,
         );
         record.reason = Some("Queued: waiting for the scheduler".into());
-        record.begin_time = req.job.begin.map(|b| b.at(now));
+        record.begin_time = (req.job.begin)
+            .map(|b| b.checked_at(now))
+            .transpose()
+            .map_err(|e| Failure::new(ErrorKind::InvalidInput, e))?;
         record.hold = (req.job.hold == Some(true)).then_some(wharf_api::Hold::User);
         record.dependency = req.job.dependency.clone();
         record.spec = Some(spec);

@@ -134,6 +134,46 @@ fn a_job_with_a_begin_time_waits_for_it_even_across_a_restart() {
     assert_eq!(state(&c, id).0, JobState::Starting);
 }
 
+/// A date more than 100 years ahead is refused at submit and at update, as `now+` that far
+/// is when parsed; before, `--begin 9999-12-31T00:00Z` was taken.
+#[test]
+fn a_begin_date_more_than_100_years_ahead_is_refused_at_submit_and_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let far = parse_begin("9999-12-31T00:00Z").unwrap();
+    let req = SubmitRequest {
+        job: JobRequest {
+            command: Some(vec!["/bin/true".into()]),
+            begin: Some(far),
+            ..Default::default()
+        },
+        cwd: "/tmp".into(),
+        client_token: None,
+        registry_auth: None,
+    };
+    let e = c.submit(&alice, &req, 5_000).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidInput);
+    assert!(
+        e.message.contains("more than 100 years ahead"),
+        "{}",
+        e.message
+    );
+    assert!(c.jobs.is_empty());
+    let id = submit(&mut c, &alice, JobRequest::default(), 5_000);
+    let later = wharf_api::wire::UpdateRequest {
+        begin: Some(far),
+        ..Default::default()
+    };
+    let e = c.update(&alice, id, &later, 6_000).unwrap_err();
+    assert!(
+        e.message.contains("more than 100 years ahead"),
+        "{}",
+        e.message
+    );
+    assert_eq!(c.jobs[&id].begin_time, None);
+}
+
 /// The agent of n1 reports job `id` ended with `code`.
 pub(in crate::cluster) fn end(c: &mut Cluster, id: JobId, code: i32, now: u64) {
     let report = PollRequest {
