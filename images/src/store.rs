@@ -113,7 +113,7 @@ impl ImageStore {
     /// to another user (a node's store is root's: run as root); `Unavailable` otherwise.
     pub fn open(root: PathBuf) -> Result<ImageStore> {
         if let Some(parent) = root.parent() {
-            make_public_parents(parent)?;
+            make_public_parents(parent).map_err(|e| not_allowed(&root, e))?;
         }
         // Only the store's own directories are private; an existing one is corrected below.
         let mkdir = |path: &Path| match DirBuilder::new().mode(PRIVATE).create(path) {
@@ -122,7 +122,7 @@ impl ImageStore {
             }
             _ => Ok(()),
         };
-        mkdir(&root)?;
+        mkdir(&root).map_err(|e| not_allowed(&root, e))?;
         let fd = open_own(&root)?;
         for sub in [IMAGES, TMP, LAYERS, ROOTS, LOCKS, META] {
             mkdir(&root.join(sub))?;
@@ -405,6 +405,25 @@ fn lock_down(root: &Path, fd: &OwnedFd) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `e`, a failure to create the store at `root` or a directory above it, told as what it
+/// means when this user may not create it: the store is someone else's to make (a node's is
+/// its agent's, root's). Other failures are left as they are.
+fn not_allowed(root: &Path, e: ImageError) -> ImageError {
+    if e.kind != ErrorKind::PermissionDenied {
+        return e;
+    }
+    ImageError::new(
+        ErrorKind::PermissionDenied,
+        format!(
+            "there is no image store at {} and this user may not make one there ({}); a node's \
+             store is its agent's and root's: run `wharf image` as root (with sudo) on the \
+             node, or give --store a directory of your own",
+            root.display(),
+            e.message
+        ),
+    )
 }
 
 fn not_owner(root: &Path, owner: Option<u32>) -> ImageError {

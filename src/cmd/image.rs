@@ -143,17 +143,31 @@ pub struct StoreArg {
 }
 
 impl StoreArg {
-    /// Opens the store named here, or the one the node's agent uses.
-    fn open(self) -> Result<ImageStore> {
-        let path = match self.store {
-            Some(p) => p,
+    /// The store named here, or the one the node's agent uses.
+    fn path(&self) -> Result<PathBuf> {
+        Ok(match &self.store {
+            Some(p) => p.clone(),
             None => {
                 crate::config::load(self.config.as_deref())?
                     .agent
                     .image_store
             }
-        };
-        Ok(ImageStore::open(path)?)
+        })
+    }
+
+    /// Opens the store named here, or the one the node's agent uses, creating it if missing.
+    fn open(self) -> Result<ImageStore> {
+        Ok(ImageStore::open(self.path()?)?)
+    }
+
+    /// Opens the store to read it: `Err` with its path when there is none there yet, which
+    /// holds no image, rather than creating it (and the directories above it) just to look.
+    fn open_existing(self) -> Result<std::result::Result<ImageStore, PathBuf>> {
+        let path = self.path()?;
+        match std::fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Err(path)),
+            _ => Ok(Ok(ImageStore::open(path)?)),
+        }
     }
 
     /// The configuration's cache quota (`[images] cache_quota`).
@@ -341,7 +355,17 @@ pub async fn run(socket: &str, cmd: Command) -> Result<i32> {
             );
         }
         Command::List { store, json } => {
-            let images = store.open()?.status()?;
+            let images = match store.open_existing()? {
+                Ok(s) => s.status()?,
+                Err(path) => {
+                    eprintln!(
+                        "wharf image: there is no image store at {} yet: nothing was imported \
+                         or pulled into it",
+                        output::clean(&path.display().to_string())
+                    );
+                    vec![]
+                }
+            };
             if json {
                 println!("{}", serde_json::to_string_pretty(&images)?);
             } else {
@@ -363,7 +387,13 @@ pub async fn run(socket: &str, cmd: Command) -> Result<i32> {
             }
         }
         Command::Inspect { name, store, json } => {
-            let s = store.open()?;
+            let s = match store.open_existing()? {
+                Ok(s) => s,
+                Err(path) => anyhow::bail!(
+                    "image {name:?} is not in the store: there is no image store at {} yet",
+                    output::clean(&path.display().to_string())
+                ),
+            };
             let status = match s.status()?.into_iter().find(|i| i.info.name == name) {
                 Some(i) => i,
                 // The store's own error: a bad name, or how to get the image.

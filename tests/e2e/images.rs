@@ -117,3 +117,51 @@ fn import_limits_are_set_on_the_command_line() {
     let out = import(&[]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// A user who may not make the store is told whose it is and what to do, and a listing of a
+/// store that does not exist makes nothing: before, `wharf image ls` as a user failed with
+/// "creating /var/lib/wharf: Permission denied", having tried to create it.
+#[test]
+fn a_store_a_user_may_not_make_is_explained_and_not_made_to_list_it() {
+    if !can_run("a_store_a_user_may_not_make_is_explained_and_not_made_to_list_it") {
+        return;
+    }
+    let dir = scratch("whimg-nostore-");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let eve = user("whimg-eve");
+    let socket = dir.path().join("none.sock");
+    let wharf = |args: &[&str]| as_user(&eve, dir.path(), wharf_bin(), args, &socket);
+    // Below a missing directory (as /var/lib/wharf on a node whose agent never ran), and
+    // directly in root's directory.
+    for store in [
+        dir.path().join("lib/wharf/images"),
+        dir.path().join("images"),
+    ] {
+        let store_arg = store.to_str().unwrap();
+        for args in [vec!["image", "ls"], vec!["image", "ls", "--json"]] {
+            let out = wharf(&[&args[..], &["--store", store_arg]].concat());
+            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+            assert!(
+                stderr(&out).contains(&format!("no image store at {store_arg} yet")),
+                "{}",
+                stderr(&out)
+            );
+        }
+        let out = wharf(&["image", "inspect", "x", "--store", store_arg]);
+        assert!(
+            !out.status.success() && stderr(&out).contains("not in the store"),
+            "{}",
+            stderr(&out)
+        );
+        let out = wharf(&["image", "import", "/", "--name", "x", "--store", store_arg]);
+        let err = stderr(&out);
+        assert!(
+            !out.status.success()
+                && err.contains(&format!("no image store at {store_arg}"))
+                && err.contains("as root (with sudo) on the node"),
+            "{err}"
+        );
+        assert!(!store.exists());
+    }
+    assert!(!dir.path().join("lib").exists(), "made to list a store");
+}
