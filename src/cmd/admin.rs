@@ -449,6 +449,9 @@ pub async fn run(socket: &str, cmd: Command) -> Result<i32> {
             for line in show::diff(entry.old.as_ref(), entry.new.as_ref()) {
                 println!("  {}", crate::output::clean(&line));
             }
+            if req.kind == Partition && req.settings.contains_key("nodes") {
+                warn_unregistered(&client, &entry).await;
+            }
             Ok(0)
         }
         Err(ClientError::Api { error, .. }) => {
@@ -457,4 +460,38 @@ pub async fn run(socket: &str, cmd: Command) -> Result<i32> {
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Warns on standard error when the partition `entry` made names nodes that have not
+/// registered (yet): accepted, as nodes may join later (as in Slurm's configuration), but they
+/// take no jobs until they do, and a misspelt name never will.
+async fn warn_unregistered(client: &Client, entry: &AuditEntry) {
+    let nodes: wharf_api::wire::NodeList = match client.get("/v1/nodes").await {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!(
+                "warning: could not check the partition's nodes against the registered ones: {e}"
+            );
+            return;
+        }
+    };
+    let missing = unregistered(entry, &nodes);
+    if !missing.is_empty() {
+        eprintln!(
+            "warning: partition {} names nodes that have not registered: {}; they take no \
+             jobs until they join (check the names)",
+            crate::output::clean(&entry.name),
+            crate::output::clean(&missing.join(","))
+        );
+    }
+}
+
+/// The nodes the partition definition `entry` leaves names that are not among `nodes`.
+fn unregistered(entry: &AuditEntry, nodes: &wharf_api::wire::NodeList) -> Vec<String> {
+    let named = entry.new.as_ref().and_then(|d| d["nodes"].as_array());
+    (named.into_iter().flatten())
+        .filter_map(|n| n.as_str())
+        .filter(|n| !nodes.nodes.iter().any(|r| r.info.name == *n))
+        .map(str::to_string)
+        .collect()
 }

@@ -223,6 +223,40 @@ fn associations_made_over_the_cli_limit_jobs_survive_a_restart_and_are_audited()
         "partition batch takes no new jobs",
     );
 
+    // A partition may name nodes that have not joined (yet): taken, with a warning naming
+    // them; before, a misspelt node was taken without a word.
+    let nodes: serde_json::Value =
+        serde_json::from_str(&ok(&c.wharf(&["nodes", "--json"]))).unwrap();
+    let node = nodes["nodes"][0]["info"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let both = format!("{node},nosuchnode");
+    let out = c.wharf(&["admin", "partition", "add", "long", "--nodes", &both]);
+    ok(&out);
+    assert!(
+        stderr(&out).contains("partition long names nodes that have not registered: nosuchnode;"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.wharf(&[
+        "admin",
+        "partition",
+        "modify",
+        "long",
+        "--nodes",
+        "nosuch1,nosuch2",
+    ]);
+    ok(&out);
+    assert!(
+        stderr(&out).contains("have not registered: nosuch1,nosuch2;"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.wharf(&["admin", "partition", "modify", "long", "--nodes", &node]);
+    ok(&out);
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+
     // Every change is audited, with who and the values before and after.
     let entries = audit(&c);
     let find = |command: &str| {
@@ -263,7 +297,7 @@ fn associations_made_over_the_cli_limit_jobs_survive_a_restart_and_are_audited()
     );
     assert_eq!(
         entries.len(),
-        11,
+        14,
         "refused changes are not audited: {entries:?}"
     );
     let table = ok(&c.wharf(&["admin", "audit"]));
