@@ -257,6 +257,10 @@ fn associations_made_over_the_cli_limit_jobs_survive_a_restart_and_are_audited()
     ok(&out);
     assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
 
+    // Draining and resuming a node are audited too.
+    ok(&c.wharf(&["nodes", "--drain", &node, "--reason", "bad fan"]));
+    ok(&c.wharf(&["nodes", "--resume", &node]));
+
     // Every change is audited, with who and the values before and after.
     let entries = audit(&c);
     let find = |command: &str| {
@@ -290,6 +294,31 @@ fn associations_made_over_the_cli_limit_jobs_survive_a_restart_and_are_audited()
         ),
         (Some("UP"), Some("DRAIN"))
     );
+    let drain = find(&format!("node drain {node} reason=bad fan"));
+    assert_eq!(
+        (drain["user"].as_str(), drain["kind"].as_str()),
+        (Some("root"), Some("node"))
+    );
+    assert_eq!(
+        (
+            drain["old"]["state"].as_str(),
+            drain["new"]["state"].as_str()
+        ),
+        (Some("UP"), Some("DRAIN"))
+    );
+    assert_eq!(drain["new"]["reason"], "bad fan [by root]");
+    let resume = find(&format!("node resume {node}"));
+    assert_eq!(
+        (
+            resume["old"]["state"].as_str(),
+            resume["new"]["state"].as_str()
+        ),
+        (Some("DRAIN"), Some("UP"))
+    );
+    assert!(
+        resume["time"].as_u64() >= drain["time"].as_u64(),
+        "{resume}"
+    );
     let allowed = find("account modify lab qos");
     assert_eq!(
         allowed["new"]["limits"]["qos"],
@@ -297,13 +326,17 @@ fn associations_made_over_the_cli_limit_jobs_survive_a_restart_and_are_audited()
     );
     assert_eq!(
         entries.len(),
-        14,
+        16,
         "refused changes are not audited: {entries:?}"
     );
     let table = ok(&c.wharf(&["admin", "audit"]));
     assert!(
         table.contains("limits.grp_tres.cpu: 1 -> -"),
         "the table shows old -> new:\n{table}"
+    );
+    assert!(
+        table.contains(&format!("node resume {node}")) && table.contains("state: DRAIN -> UP"),
+        "{table}"
     );
 }
 

@@ -18,6 +18,9 @@ pub enum AdminKind {
     Qos,
     /// A partition.
     Partition,
+    /// A node drained or resumed (`wharf nodes --drain/--resume`): audited only, never an
+    /// association to change through `wharf admin`.
+    Node,
 }
 
 impl AdminKind {
@@ -28,6 +31,7 @@ impl AdminKind {
             AdminKind::User => "user",
             AdminKind::Qos => "qos",
             AdminKind::Partition => "partition",
+            AdminKind::Node => "node",
         }
     }
 }

@@ -137,6 +137,8 @@ impl Registry {
                 AdminKind::User => put(&mut r.assocs.users, key, rec)?,
                 AdminKind::Qos => put(&mut r.assocs.qos, key, rec)?,
                 AdminKind::Partition => put(&mut r.assocs.partitions, key, rec)?,
+                // Never stored as an association (drains are audited only).
+                AdminKind::Node => {}
             }
         }
         r.repair();
@@ -347,6 +349,12 @@ impl Registry {
         let before = self.assocs.clone();
         let name = change.name.trim();
         let (old, new) = match change.kind {
+            AdminKind::Node => {
+                return Err(format!(
+                    "node {name}: nodes are drained and resumed with `wharf nodes --drain NODE \
+                     --reason TEXT` and `--resume NODE`"
+                ))
+            }
             AdminKind::Account => {
                 let blank = AccountDef::new(name);
                 edit(

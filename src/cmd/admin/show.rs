@@ -151,6 +151,7 @@ pub async fn show(client: &Client, kind: AdminKind, args: ShowArgs) -> Result<i3
             AdminKind::User => a.users.iter().any(|e| e.def.user == n),
             AdminKind::Qos => a.qos.iter().any(|e| e.def.name == n),
             AdminKind::Partition => a.partitions.iter().any(|e| e.def.name == n),
+            AdminKind::Node => false,
         };
         if !found {
             let what = kind.as_str();
@@ -192,6 +193,7 @@ pub async fn show(client: &Client, kind: AdminKind, args: ShowArgs) -> Result<i3
                     .filter(|e| wanted(&e.def.name))
                     .collect::<Vec<_>>(),
             )?,
+            AdminKind::Node => serde_json::Value::Null,
         };
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(0);
@@ -314,6 +316,7 @@ pub async fn show(client: &Client, kind: AdminKind, args: ShowArgs) -> Result<i3
             }
             t
         }
+        AdminKind::Node => output::table(&["NODE"]),
     };
     output::print_table(&t);
     Ok(0)

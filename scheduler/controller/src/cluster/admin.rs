@@ -135,6 +135,7 @@ impl Cluster {
             (AdminKind::User, None) => "users".into(),
             (AdminKind::Qos, _) => "QoS".into(),
             (AdminKind::Partition, _) => "partitions".into(),
+            (AdminKind::Node, _) => "nodes".into(),
         };
         let also = if mine.is_empty() {
             String::new()
@@ -179,6 +180,7 @@ impl Cluster {
                         .unwrap_or(default_partition)
                         == name
                 }
+                AdminKind::Node => false,
             })
             .map(|j| j.id)
             .collect();

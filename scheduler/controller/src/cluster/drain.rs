@@ -3,6 +3,7 @@
 //! drains or resumes a node with `wharf nodes --drain NODE --reason TEXT` / `--resume NODE`.
 //! Drains are stored, so a restarted controller keeps them.
 
+use wharf_api::admin::{AdminKind, AuditEntry};
 use wharf_api::fault::FaultKind;
 use wharf_api::wire::{ErrorKind, NodeStateChange, NodeStateRequest};
 use wharf_api::{ExitInfo, JobId, NodeRecord};
@@ -44,8 +45,8 @@ impl Cluster {
         Ok(())
     }
 
-    /// Drains or resumes a node as an admin asks (`wharf nodes --drain/--resume`). Returns the
-    /// node as it is then.
+    /// Drains or resumes a node as an admin asks (`wharf nodes --drain/--resume`), recorded in
+    /// the admin audit. Returns the node as it is then.
     pub fn set_node_state(
         &mut self,
         caller: &Caller,
@@ -59,9 +60,20 @@ impl Cluster {
                 "only an admin may drain or resume a node",
             ));
         }
-        if !self.nodes.contains_key(node) {
-            return Err(no_node(node));
-        }
+        let record = |c: &Self| {
+            c.nodes()
+                .into_iter()
+                .find(|n| n.info.name == node)
+                .ok_or_else(|| no_node(node))
+        };
+        let before = record(self)?;
+        let command = match req.state {
+            NodeStateChange::Drain => format!(
+                "node drain {node} reason={}",
+                req.reason.as_deref().unwrap_or("").trim()
+            ),
+            NodeStateChange::Resume => format!("node resume {node}"),
+        };
         match req.state {
             NodeStateChange::Drain => {
                 let reason = req.reason.as_deref().map(str::trim).unwrap_or("");
@@ -89,10 +101,23 @@ impl Cluster {
                 }
             }
         }
-        self.nodes()
-            .into_iter()
-            .find(|n| n.info.name == node)
-            .ok_or_else(|| no_node(node))
+        let after = record(self)?;
+        // Audited as `wharf admin` changes are: who, what and when, the state before and after.
+        let view =
+            |n: &NodeRecord| serde_json::json!({ "state": n.state.as_str(), "reason": n.reason });
+        let entry = AuditEntry {
+            id: 0,
+            time: now,
+            uid: caller.owner.uid,
+            user: caller.owner.user.clone(),
+            command,
+            kind: AdminKind::Node,
+            name: node.to_string(),
+            old: Some(view(&before)),
+            new: Some(view(&after)),
+        };
+        self.store.change_associations(&[], &entry)?;
+        Ok(after)
     }
 }
 

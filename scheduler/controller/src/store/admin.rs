@@ -75,7 +75,8 @@ impl Store {
     }
 
     /// Stores the new definitions of `rows` (an add or modify; `None`: a removal) and `audit`,
-    /// in one transaction. Returns the audit entry's id.
+    /// in one transaction; `rows` is empty for an audited change that is no association (a
+    /// node drained or resumed). Returns the audit entry's id.
     pub fn change_associations(
         &mut self,
         rows: &[AssocRow],
