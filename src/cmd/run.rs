@@ -423,7 +423,40 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         };
     }
     let status = ended(id, &job);
+    if let Some(n) = unread_input() {
+        eprintln!(
+            "wharf: warning: {n} bytes given on standard input were not read: a job gets no \
+             standard input (inside a job, `wharf step` passes its input on); give the job \
+             the data as a file"
+        );
+    }
     Ok(interrupts.status().unwrap_or(status))
+}
+
+/// How many bytes wait unread on this command's standard input when it is a pipe or a
+/// file, which `printf 'a\n' | wharf run -- wc -l` means for the job, as it would for srun;
+/// `None` for a terminal, `/dev/null`, or nothing waiting.
+fn unread_input() -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    let stdin = std::io::stdin();
+    let fd = stdin.as_raw_fd();
+    let stat = nix::sys::stat::fstat(fd).ok()?;
+    let kind =
+        nix::sys::stat::SFlag::from_bits_truncate(stat.st_mode) & nix::sys::stat::SFlag::S_IFMT;
+    let waiting = if kind == nix::sys::stat::SFlag::S_IFREG {
+        let at = nix::unistd::lseek(fd, 0, nix::unistd::Whence::SeekCur).ok()?;
+        u64::try_from(stat.st_size - at).ok()?
+    } else if kind == nix::sys::stat::SFlag::S_IFIFO || kind == nix::sys::stat::SFlag::S_IFSOCK {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int through the pointer given.
+        if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) } != 0 {
+            return None;
+        }
+        u64::try_from(n).ok()?
+    } else {
+        return None;
+    };
+    (waiting > 0).then_some(waiting)
 }
 
 #[cfg(test)]

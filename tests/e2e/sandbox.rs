@@ -92,6 +92,27 @@ fn run_exits_with_the_jobs_status() {
     // A bare name is looked up in the job's PATH, not the agent's.
     let out = c.wharf_as(&alice, &["run", "--", "true"]);
     assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("standard input"), "{}", stderr(&out));
+    // Input piped in is not the job's: said, not dropped in silence.
+    let mut piped = setpriv(&alice)
+        .arg(wharf_bin())
+        .args(["run", "--", "true"])
+        .current_dir(c.home(&alice))
+        .env("WHARF_SOCKET", &c.socket)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    piped.stdin.take().unwrap().write_all(b"a\nb\n").unwrap();
+    let out = piped.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("4 bytes given on standard input were not read"),
+        "{}",
+        stderr(&out)
+    );
     // A file named after the job's node (`%N`) is followed once the node is known, even
     // when the job waited past the first answer without one.
     let out = c.run_sh(
