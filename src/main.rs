@@ -63,7 +63,7 @@ enum Command {
     /// Stop running jobs and put them back in the queue (same id and submit time).
     Requeue(cmd::requeue::Args),
     /// Change a pending job's time limit (only lower, unless admin), nice, partition, QoS,
-    /// account or begin time.
+    /// account or begin time; or a running job's time limit (counted from its start).
     Update(cmd::update::Args),
     /// List nodes and what is allocated on them.
     Nodes(cmd::nodes::Args),

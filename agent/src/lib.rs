@@ -543,6 +543,7 @@ fn report(
             end_time: None,
             stopping: false,
             ready: true,
+            time_limit: None,
         });
     }
     // A job's image stays pinned while it runs or waits (its shims pin it too).
@@ -563,6 +564,8 @@ struct TaskReport {
     end_time: Option<u64>,
     /// A stop was passed on to it.
     stopping: bool,
+    /// While it runs: the time limit its shim holds it to (a changed one, else the launch's).
+    time_limit: Option<u64>,
 }
 
 /// A task that ended badly on its own (not stopped by a cancel), if any, the first to end,
@@ -616,6 +619,8 @@ fn node_report(id: u64, tasks: &[TaskReport]) -> AgentJob {
             end_time: None,
             stopping,
             ready: false,
+            // The agent writes a changed limit to every task's directory at once.
+            time_limit: tasks.iter().find_map(|t| t.time_limit),
         };
     }
     let bad = |t: &&TaskReport| {
@@ -643,6 +648,7 @@ fn node_report(id: u64, tasks: &[TaskReport]) -> AgentJob {
         end_time: tasks.iter().filter_map(|t| t.end_time).max(),
         stopping: false,
         ready: false,
+        time_limit: None,
     }
 }
 
@@ -691,8 +697,13 @@ pub(crate) fn task_report(
     dir: &JobDir,
     usage: bool,
 ) -> (TaskReport, Option<u32>) {
+    let mut time_limit = None;
     let (exit, end_time, start_time, shim) = match launcher.status(dir) {
-        JobStatus::Running { pid, started_ms } => (None, None, started_ms, Some(pid)),
+        JobStatus::Running { pid, started_ms } => {
+            time_limit =
+                (dir.read_time_limit()).or_else(|| dir.read_spec().ok().and_then(|s| s.time_limit));
+            (None, None, started_ms, Some(pid))
+        }
         JobStatus::Exited(o) => {
             let mut exit = exit_info(&o);
             if usage {
@@ -717,6 +728,7 @@ pub(crate) fn task_report(
         exit,
         end_time,
         stopping: dir.stop().exists(),
+        time_limit,
     };
     (task, shim)
 }
@@ -758,6 +770,22 @@ fn carry_out(
     }
     for key in &orders.forget_steps {
         step::forget(cfg, launcher, *key);
+    }
+    for limit in &orders.limits {
+        tracing::info!(
+            job = limit.id,
+            time_limit = limit.time_limit,
+            "time limit changed"
+        );
+        for dir in task_dirs(&cfg.state_dir, limit.id) {
+            if !dir.path().exists() {
+                continue;
+            }
+            if let Err(e) = dir.write_time_limit(limit.time_limit) {
+                // The next report shows the old limit: the controller repeats the order.
+                tracing::warn!(job = limit.id, error = %e, "cannot record the time limit");
+            }
+        }
     }
     for kill in &orders.kill {
         tracing::info!(job = kill.id, reason = %kill.reason, "stopping job");
@@ -1060,6 +1088,7 @@ mod tests {
             end_time: Some(1),
             stopping: false,
             ready: false,
+            time_limit: None,
         }
     }
 
@@ -1164,6 +1193,7 @@ mod tests {
             }),
             end_time: exit.map(|_| end),
             stopping: false,
+            time_limit: None,
         }
     }
 

@@ -743,6 +743,7 @@ mod tests {
             }),
             end_time: Some(2),
             stopping: true,
+            time_limit: None,
         };
         let message = |t: TaskReport| t.exit.and_then(|e| e.message);
         // Not stopped by the agent: as the shim said.

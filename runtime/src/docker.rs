@@ -345,12 +345,20 @@ async fn run_created(
     if let Some(ms) = out.started_ms {
         let _ = crate::JobDir::write_private(&jd.started(), ms.to_string().as_bytes());
     }
-    let deadline = spec.time_limit.map(|t| started + Duration::from_secs(t));
+    let mut deadline = spec.time_limit.map(|t| started + Duration::from_secs(t));
     let mut wait = docker.wait_container(name, None::<WaitContainerOptions>);
+    let mut looked = Instant::now();
     loop {
         tokio::select! {
             _ = wait.next() => break,
             () = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        // A limit changed since the launch (the agent writes it), looked for each second.
+        if looked.elapsed() >= Duration::from_secs(1) && !out.timed_out {
+            looked = Instant::now();
+            if let Some(t) = jd.read_time_limit() {
+                deadline = Some(started + Duration::from_secs(t));
+            }
         }
         let stopping = out.cancelled || out.timed_out;
         if !stopping && cancelled() {

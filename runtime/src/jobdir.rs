@@ -61,6 +61,27 @@ impl JobDir {
     pub fn stop(&self) -> PathBuf {
         self.root.join("stop")
     }
+    /// The job's time limit in seconds from its start, when it was changed after the launch
+    /// (an admin's `wharf update --time` of a running job): written whole by the agent, read
+    /// by the shim as it waits ([`JobDir::read_time_limit`]).
+    pub fn time_limit(&self) -> PathBuf {
+        self.root.join("time_limit")
+    }
+    /// The time limit [`JobDir::time_limit`] holds, if it was changed after the launch.
+    pub fn read_time_limit(&self) -> Option<u64> {
+        std::fs::read_to_string(self.time_limit())
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+    /// Records a time limit changed after the launch, whole (temp file and rename), for the
+    /// shim to take up within a second.
+    pub fn write_time_limit(&self, secs: u64) -> std::io::Result<()> {
+        let tmp = self.root.join(format!("time_limit.{}", std::process::id()));
+        JobDir::write_private(&tmp, secs.to_string().as_bytes())?;
+        std::fs::rename(&tmp, self.time_limit())
+    }
     /// The agent's tally of the job's measured use while it runs.
     pub fn usage(&self) -> PathBuf {
         self.root.join("usage")

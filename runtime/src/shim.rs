@@ -452,7 +452,7 @@ fn run(
     if let Some(ms) = out.started_ms {
         let _ = JobDir::write_private(&jd.started(), ms.to_string().as_bytes());
     }
-    let status = wait_init(init, spec, started, holder, notice, out);
+    let status = wait_init(jd, init, spec, started, holder, notice, out);
     match status {
         // The init exits as its program did: 128 + the signal that killed it, said apart.
         WaitStatus::Exited(_, code) => match init.program_signal() {
@@ -467,6 +467,7 @@ fn run(
 /// Waits for the container's init, enforcing the time limit and cancellation; the task's
 /// input pipe is let go once the agent wrote its end (the agent's SIGUSR1 wakes the wait).
 fn wait_init(
+    jd: &JobDir,
     init: &Init,
     spec: &ContainerSpec,
     started: Instant,
@@ -474,10 +475,14 @@ fn wait_init(
     notice: Option<std::os::fd::OwnedFd>,
     out: &mut Outcome,
 ) -> WaitStatus {
-    let deadline = spec.time_limit.map(|t| started + Duration::from_secs(t));
+    let mut deadline = spec.time_limit.map(|t| started + Duration::from_secs(t));
     let grace = Duration::from_secs(spec.grace_secs);
     let mut kill_at: Option<Instant> = None;
     loop {
+        // A limit changed since the launch (the agent writes it) counts from the start too.
+        if let Some(t) = jd.read_time_limit().filter(|_| !out.timed_out) {
+            deadline = Some(started + Duration::from_secs(t));
+        }
         if let Some(h) = holder.as_deref_mut() {
             if !h.release_when_ended() {
                 holder = None;

@@ -1,4 +1,4 @@
-//! `wharf update`: change a pending job (Slurm's `scontrol update job`).
+//! `wharf update`: change a pending job, or a running job's time limit (Slurm's `scontrol update job`).
 
 use anyhow::Result;
 use wharf_api::resources::format_duration;

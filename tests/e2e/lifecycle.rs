@@ -200,6 +200,34 @@ fn signals_reach_the_jobs_program_and_its_death_by_one_is_recorded() {
     assert!(!out.contains("TIME LIMIT"), "{out}");
 }
 
+/// An admin raises a running job's time limit and it runs past the old one; its owner then
+/// lowers it below what it has run, and it ends TIMEOUT at once, as under Slurm.
+#[test]
+fn a_running_jobs_time_limit_changed_by_update_holds_on_its_node() {
+    if !can_run("a_running_jobs_time_limit_changed_by_update_holds_on_its_node") {
+        return;
+    }
+    let c = Cluster::start();
+    let gail = user("wharf-gail");
+    let id = submitted_id(&c.wharf_as(&gail, &["submit", "--time", "3s", "--wrap", "sleep 60"]));
+    c.wait_running(id);
+    let out = c.wharf_as(&gail, &["update", &id.to_string(), "--time", "1h"]);
+    assert!(!out.status.success(), "the owner raised it");
+    let out = c.wharf(&["update", &id.to_string(), "--time", "1h"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::thread::sleep(Duration::from_secs(6));
+    let job = c.job(id);
+    assert_eq!(job["state"], "RUNNING", "past its old limit: {job}");
+    let asked = now_ms();
+    let out = c.wharf_as(&gail, &["update", &id.to_string(), "--time", "2s"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = c.wait_done(id, Duration::from_secs(30));
+    assert_eq!(job["state"], "TIMEOUT", "{job}");
+    // Within the shim's second, the grace period (2 s) and a margin for busy cores.
+    let took = job["end_time"].as_u64().unwrap().saturating_sub(asked);
+    assert!(took < 10_000, "took {took} ms: {job}");
+}
+
 #[test]
 fn cancel_removes_the_whole_process_tree_within_the_grace_period() {
     if !can_run("cancel_removes_the_whole_process_tree_within_the_grace_period") {

@@ -342,6 +342,11 @@ pub struct AgentJob {
     /// controller to release them: a gang's first phase (see [`LaunchOrder::hold`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ready: bool,
+    /// The time limit, seconds from its start, that its tasks here hold it to now (while it
+    /// runs): the launch's, or one changed since ([`PollResponse::limits`]). Absent from an
+    /// agent from before limits could change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit: Option<u64>,
 }
 
 /// `POST /v1/agent/poll`: heartbeat, job report, and a request for orders.
@@ -488,6 +493,19 @@ pub struct PollResponse {
     /// Ended steps whose end here is committed: the agent may delete their directories.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub forget_steps: Vec<crate::step::StepKey>,
+    /// Running jobs here whose time limit changed (an admin's `wharf update --time`): their
+    /// tasks take it up, counted from the job's start. Repeated until the agent reports it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<LimitOrder>,
+}
+
+/// A running job's new time limit ([`PollResponse::limits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitOrder {
+    /// Job id.
+    pub id: JobId,
+    /// Its time limit, seconds from its start.
+    pub time_limit: u64,
 }
 
 /// `GET /v1/acct`: jobs, ended or not, that were in the system during a time window (as

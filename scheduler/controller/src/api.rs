@@ -574,6 +574,10 @@ async fn update(
     })
     .await?;
     s.wake_scheduler();
+    // A running job's nodes hear of a new time limit at once.
+    for n in job.nodes() {
+        s.wake_node(n);
+    }
     Ok(Json(job))
 }
 
@@ -889,6 +893,11 @@ async fn poll(
     let stopping = keys(&req.jobs, |j| j.exit.is_none() && j.stopping, |j| j.id);
     // Gang ranks the node has prepared: released once every node of their gang is ready.
     let prepared = keys(&req.jobs, |j| j.exit.is_none() && j.ready, |j| j.id);
+    // The time limits the node holds its running jobs to, to set those changed since.
+    let limits: Vec<(JobId, u64)> = (req.jobs.iter())
+        .filter(|j| j.exit.is_none())
+        .filter_map(|j| Some((j.id, j.time_limit?)))
+        .collect();
     // Jobs whose image the node is pulling: their launch order is under way there, so it is
     // not repeated (an answer at once to each poll would make the agent poll without pause
     // for as long as the pull lasts); the agent's progress reports wake it instead.
@@ -942,14 +951,17 @@ async fn poll(
             prepared.clone(),
         );
         let (sh, ss) = (steps_held.clone(), steps_stopping.clone());
-        let ((mut launch, kill), pull, (steps, kill_steps)) = with_cluster(&s, move |cl, _| {
-            Ok((
-                cl.orders(&n, &h, &st, &pr),
-                cl.pull_orders(&n),
-                cl.step_orders(&n, &sh, &ss),
-            ))
-        })
-        .await?;
+        let lim = limits.clone();
+        let ((mut launch, kill), pull, (steps, kill_steps), limits_now) =
+            with_cluster(&s, move |cl, _| {
+                Ok((
+                    cl.orders(&n, &h, &st, &pr),
+                    cl.pull_orders(&n),
+                    cl.step_orders(&n, &sh, &ss),
+                    cl.limit_orders(&n, &lim),
+                ))
+            })
+            .await?;
         launch.retain(|order| !pulling.contains(&order.id));
         let new_pull = pull.iter().any(|o| !prepulls.contains(&o.id));
         if !launch.is_empty()
@@ -959,6 +971,7 @@ async fn poll(
             || !steps.is_empty()
             || !kill_steps.is_empty()
             || !forget_steps.is_empty()
+            || !limits_now.is_empty()
             || tokio::time::Instant::now() >= deadline
         {
             return Ok(Json(PollResponse {
@@ -969,6 +982,7 @@ async fn poll(
                 steps,
                 kill_steps,
                 forget_steps: forget_steps.clone(),
+                limits: limits_now,
             }));
         }
         // Woken or timed out: look again (past the deadline the answer goes out as it is).

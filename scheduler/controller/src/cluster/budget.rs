@@ -175,6 +175,7 @@ mod tests {
                 }),
                 stopping: false,
                 ready: false,
+                time_limit: None,
             }],
             wait_ms: 0,
             images: vec![],

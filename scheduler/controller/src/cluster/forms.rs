@@ -342,6 +342,13 @@ impl Cluster {
         req: &wharf_api::wire::UpdateRequest,
         now: u64,
     ) -> Result<JobRecord, Failure> {
+        let running =
+            (self.jobs.get(&id)).filter(|j| j.state.holds_resources() && caller.may_manage(j));
+        if let Some(job) = running {
+            let job = self.limit_changed(caller, job, req)?;
+            self.commit(vec![job.clone()])?;
+            return Ok(view(caller, job));
+        }
         let job = self.pending_for(caller, id, "updated")?;
         let (job, moved) = self.updated(caller, job, req, now, &Batch::default())?;
         self.commit(vec![job.clone()])?;
@@ -349,6 +356,107 @@ impl Cluster {
             self.reserved.remove(&id);
         }
         Ok(view(caller, job))
+    }
+
+    /// Running (or starting) `job`, the caller's to manage, with the time limit `req` gives
+    /// it, as Slurm's `scontrol update TimeLimit=` of a running job: its owner may lower it,
+    /// an admin set it to anything; counted from the job's start, so a limit it has run past
+    /// ends it at once (TIMEOUT). Its nodes take the new limit up from their next answer
+    /// (see [`Cluster::limit_orders`]). Nothing else of a running job changes.
+    fn limit_changed(
+        &self,
+        caller: &Caller,
+        job: &JobRecord,
+        req: &wharf_api::wire::UpdateRequest,
+    ) -> Result<JobRecord, Failure> {
+        let id = job.id;
+        let other = req.nice.is_some()
+            || req.partition.is_some()
+            || req.qos.is_some()
+            || req.account.is_some()
+            || req.begin.is_some()
+            || req.priority.is_some();
+        let Some(mut t) = req.time.filter(|_| !other) else {
+            return Err(Failure::new(
+                ErrorKind::Conflict,
+                format!(
+                    "job {id} is {}: only its time limit (--time) can be changed while it runs",
+                    job.state
+                ),
+            ));
+        };
+        if job.cancel_requested || job.stop.is_some() {
+            return Err(Failure::new(
+                ErrorKind::Conflict,
+                format!("job {id} is being stopped; its time limit no longer matters"),
+            ));
+        }
+        let mut job = job.clone();
+        let Some(spec) = job.spec.as_mut() else {
+            return Err(Failure::new(
+                ErrorKind::Internal,
+                format!("job {id} has no spec"),
+            ));
+        };
+        let unlimited = t == wharf_api::UNLIMITED_TIME;
+        if unlimited {
+            let part = wharf_core::cycle::partition(&self.sched, spec.partition.as_deref());
+            t = self.unlimited_time(part.ok().flatten());
+        }
+        if t == 0 {
+            return Err(Failure::new(
+                ErrorKind::InvalidInput,
+                "`time` must be greater than zero",
+            ));
+        }
+        if t > job.time_limit && !caller.admin {
+            return Err(Failure::new(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "only an admin may raise a time limit; you may lower job {id}'s below {}",
+                    wharf_api::resources::format_duration(job.time_limit)
+                ),
+            ));
+        }
+        tracing::info!(
+            job = id,
+            by = %caller.owner.user,
+            admin = caller.admin,
+            old_time = job.time_limit,
+            time = t,
+            "running job's time limit changed"
+        );
+        spec.time_limit = t;
+        spec.time_defaulted = false;
+        spec.time_unlimited = unlimited;
+        job.time_limit = t;
+        Ok(job)
+    }
+
+    /// Orders for `node`'s agent to hold jobs to time limits changed since their launch:
+    /// one for each job running there whose tasks, as `reported` (job, the limit they hold
+    /// it to), hold it to another. A job the agent reports no limit for (an older agent, or
+    /// one still launching) gets none.
+    pub fn limit_orders(
+        &self,
+        node: &str,
+        reported: &[(JobId, u64)],
+    ) -> Vec<wharf_api::wire::LimitOrder> {
+        reported
+            .iter()
+            .filter_map(|&(id, held)| {
+                let job = self.jobs.get(&id)?;
+                let rank = job.rank_on(node)? as usize;
+                let live = job.state.holds_resources()
+                    && !job.allocs[rank].ended()
+                    && !job.cancel_requested
+                    && job.stop.is_none();
+                (live && held != job.time_limit).then_some(wharf_api::wire::LimitOrder {
+                    id,
+                    time_limit: job.time_limit,
+                })
+            })
+            .collect()
     }
 
     /// `job` (pending, the caller's to manage) with the changes of `req`, or why they are

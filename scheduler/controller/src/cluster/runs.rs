@@ -190,6 +190,7 @@ mod tests {
             exit: end.map(|e| e.1),
             stopping: false,
             ready: false,
+            time_limit: None,
         }];
         let poll = PollRequest {
             seq: None,

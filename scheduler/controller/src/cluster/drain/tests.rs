@@ -82,6 +82,7 @@ fn poll(c: &mut Cluster, node: &str, jobs: Vec<(JobId, Says)>, now: u64) -> Vec<
                 exit,
                 stopping: false,
                 ready: false,
+                time_limit: None,
             }
         })
         .collect();
@@ -380,6 +381,7 @@ fn a_fault_reported_by_an_older_agent_or_after_a_start_drains_nothing() {
             }),
             stopping: false,
             ready: false,
+            time_limit: None,
         }],
         wait_ms: 0,
         images: vec![],
@@ -418,6 +420,7 @@ pub(crate) fn poll_pulling(
                 end_time: None,
                 stopping: false,
                 ready: false,
+                time_limit: None,
             })
             .collect(),
         pulling: pulling

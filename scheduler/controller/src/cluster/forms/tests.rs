@@ -189,6 +189,7 @@ pub(in crate::cluster) fn end(c: &mut Cluster, id: JobId, code: i32, now: u64) {
             end_time: Some(now),
             stopping: false,
             ready: false,
+            time_limit: None,
         }],
         wait_ms: 0,
         images: vec![],

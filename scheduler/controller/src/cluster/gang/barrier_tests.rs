@@ -43,6 +43,7 @@ fn report(c: &mut Cluster, node: &str, id: JobId, says: Says, now: u64) -> Inges
             end_time: None,
             stopping: false,
             ready: true,
+            time_limit: None,
         }),
         Says::Failed(code, words) => Some(AgentJob {
             id,
@@ -55,6 +56,7 @@ fn report(c: &mut Cluster, node: &str, id: JobId, says: Says, now: u64) -> Inges
             end_time: Some(now),
             stopping: false,
             ready: false,
+            time_limit: None,
         }),
         Says::Nothing => None,
     };
@@ -271,6 +273,7 @@ fn a_node_whose_agent_predates_the_barrier_and_starts_at_once_counts_as_ready() 
             end_time: None,
             stopping: false,
             ready: false,
+            time_limit: None,
         }],
         ..Default::default()
     };

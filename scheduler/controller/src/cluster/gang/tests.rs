@@ -82,6 +82,7 @@ fn ingest(c: &mut Cluster, node: &str, jobs: &[(JobId, Rank)], now: u64) -> Inge
                 exit,
                 stopping: false,
                 ready: false,
+                time_limit: None,
             }
         })
         .collect();
@@ -539,6 +540,7 @@ fn gang_after_a_rank_ended(node: &str, exit: ExitInfo) -> wharf_api::JobRecord {
         end_time: Some(3_000),
         stopping: false,
         ready: false,
+        time_limit: None,
     };
     let report = PollRequest {
         seq: None,
@@ -611,6 +613,7 @@ fn a_gangs_usage_is_every_nodes() {
             end_time: Some(9_000),
             stopping: false,
             ready: false,
+            time_limit: None,
         };
         let report = PollRequest {
             seq: None,
@@ -757,4 +760,76 @@ fn a_launch_fault_of_a_task_decides_by_the_node_it_ran_on() {
         requeue: false,
     });
     assert_eq!(super::deciding_rank(&rec), 1);
+}
+
+/// As `scontrol update TimeLimit=` of a running job: an admin sets it, its owner may only
+/// lower it, nothing else of it changes, and its nodes are told until they hold it to it.
+#[test]
+fn a_running_jobs_time_limit_is_changed_and_its_nodes_are_told() {
+    use wharf_api::wire::{LimitOrder, UpdateRequest};
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 2, wharf_core::Config::default());
+    let id = running(&mut c, 2, gang(2));
+    let ann = caller(1000, "ann");
+    let mut root = caller(0, "root");
+    root.admin = true;
+    let time = |t: u64| UpdateRequest {
+        time: Some(t),
+        ..Default::default()
+    };
+    let old = record(&c, id).time_limit;
+    assert!(
+        c.limit_orders("g1", &[(id, old)]).is_empty(),
+        "nothing changed"
+    );
+    // Its owner may not raise it; an admin may.
+    let err = c.update(&ann, id, &time(old + 60), 2_000).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::PermissionDenied, "{}", err.message);
+    assert_eq!(
+        c.update(&root, id, &time(old * 2), 2_000)
+            .unwrap()
+            .time_limit,
+        old * 2
+    );
+    let job = record(&c, id);
+    assert_eq!(
+        (job.state, job.spec.unwrap().time_limit),
+        (JobState::Running, old * 2)
+    );
+    // Each node is told while it reports the old limit, and no more once it holds the new.
+    for node in ["g1", "g2"] {
+        assert_eq!(
+            c.limit_orders(node, &[(id, old)]),
+            [LimitOrder {
+                id,
+                time_limit: old * 2
+            }]
+        );
+        assert!(c.limit_orders(node, &[(id, old * 2)]).is_empty());
+    }
+    assert!(
+        c.limit_orders("g3", &[(id, old)]).is_empty(),
+        "not its node"
+    );
+    // Its owner may lower it.
+    assert_eq!(c.update(&ann, id, &time(60), 2_000).unwrap().time_limit, 60);
+    // Nothing else of a running job changes.
+    let nice = UpdateRequest {
+        nice: Some(5),
+        ..Default::default()
+    };
+    let err = c.update(&ann, id, &nice, 2_000).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Conflict);
+    assert!(
+        err.message.contains("only its time limit"),
+        "{}",
+        err.message
+    );
+    // Once it is being stopped, neither its limit nor its orders.
+    c.cancel(&ann, id, 2_500).unwrap();
+    assert_eq!(
+        c.update(&root, id, &time(old), 2_600).unwrap_err().kind,
+        ErrorKind::Conflict
+    );
+    assert!(c.limit_orders("g1", &[(id, old)]).is_empty());
 }

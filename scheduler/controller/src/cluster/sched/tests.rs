@@ -764,6 +764,7 @@ fn report(c: &mut Cluster, jobs: &[(JobId, bool)], now: u64) -> Vec<JobId> {
             end_time: stopped.then_some(now),
             stopping: false,
             ready: false,
+            time_limit: None,
         })
         .collect();
     let poll = PollRequest {
@@ -1352,6 +1353,7 @@ fn a_report_older_than_one_already_taken_is_not_taken() {
         end_time: None,
         stopping: false,
         ready: false,
+        time_limit: None,
     };
     let poll = |n: u64, jobs: Vec<AgentJob>| PollRequest {
         seq: Some(PollSeq { boot: 7, n }),

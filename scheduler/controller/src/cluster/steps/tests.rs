@@ -45,6 +45,7 @@ fn report(c: &mut Cluster, node: &str, jobs: &[(JobId, Option<i32>)], steps: Vec
             end_time: code.map(|_| 3_000),
             stopping: false,
             ready: false,
+            time_limit: None,
         })
         .collect();
     let poll = PollRequest {
