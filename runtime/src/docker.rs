@@ -345,7 +345,9 @@ async fn run_created(
     if let Some(ms) = out.started_ms {
         let _ = crate::JobDir::write_private(&jd.started(), ms.to_string().as_bytes());
     }
-    let mut deadline = spec.time_limit.map(|t| started + Duration::from_secs(t));
+    // A limit past what a clock can hold is no limit (not a panic).
+    let at = |t: u64| started.checked_add(Duration::from_secs(t));
+    let mut deadline = spec.time_limit.and_then(at);
     let mut wait = docker.wait_container(name, None::<WaitContainerOptions>);
     let mut looked = Instant::now();
     loop {
@@ -357,7 +359,7 @@ async fn run_created(
         if looked.elapsed() >= Duration::from_secs(1) && !out.timed_out {
             looked = Instant::now();
             if let Some(t) = jd.read_time_limit() {
-                deadline = Some(started + Duration::from_secs(t));
+                deadline = at(t);
             }
         }
         let stopping = out.cancelled || out.timed_out;

@@ -475,13 +475,15 @@ fn wait_init(
     notice: Option<std::os::fd::OwnedFd>,
     out: &mut Outcome,
 ) -> WaitStatus {
-    let mut deadline = spec.time_limit.map(|t| started + Duration::from_secs(t));
+    // A limit past what a clock can hold is no limit (not a panic).
+    let at = |t: u64| started.checked_add(Duration::from_secs(t));
+    let mut deadline = spec.time_limit.and_then(at);
     let grace = Duration::from_secs(spec.grace_secs);
     let mut kill_at: Option<Instant> = None;
     loop {
         // A limit changed since the launch (the agent writes it) counts from the start too.
         if let Some(t) = jd.read_time_limit().filter(|_| !out.timed_out) {
-            deadline = Some(started + Duration::from_secs(t));
+            deadline = at(t);
         }
         if let Some(h) = holder.as_deref_mut() {
             if !h.release_when_ended() {
@@ -501,12 +503,14 @@ fn wait_init(
             out.timed_out = true;
         }
         if !stopping && (out.cancelled || out.timed_out) {
-            if let Some(fd) = &notice {
-                let line = stop_notice(spec, out.timed_out, crate::now_ms() / 1000);
-                let _ = nix::unistd::write(fd, line.as_bytes());
-            }
             signal_all(spec, init.pid(), Signal::SIGTERM);
             kill_at = Some(now + grace);
+            // Why, as the agent recorded the stop order it passed on.
+            let why = std::fs::read_to_string(jd.stop()).ok();
+            let line = stop_notice(spec, out.timed_out, why.as_deref(), crate::now_ms() / 1000);
+            if let (Some(fd), Some(line)) = (&notice, line) {
+                tell(fd, &line);
+            }
         }
         if kill_at.is_some_and(|k| now >= k) {
             // The init is pid 1 of the job's pid namespace: the kernel kills the rest with it.
@@ -525,10 +529,33 @@ fn wait_init(
     }
 }
 
+/// Writes `line` to `fd` (the job's standard error) from a child of its own, reaped with the
+/// rest: a write to a file on a filesystem that stops answering must not hold up the stop
+/// of the job. The shim is single-threaded, so the fork is safe.
+fn tell(fd: &std::os::fd::OwnedFd, line: &str) {
+    // SAFETY: the child makes one write and leaves without running any destructor.
+    if let Ok(nix::unistd::ForkResult::Child) = unsafe { nix::unistd::fork() } {
+        let _ = nix::unistd::write(fd, line.as_bytes());
+        unsafe { libc::_exit(0) }
+    }
+}
+
 /// The line written to a job's standard error as the shim stops it, at `now` (seconds since
 /// the epoch), in slurmstepd's words: `*** JOB 12 ON gpu01 CANCELLED AT 2026-11-28T01:40:00Z
-/// DUE TO TIME LIMIT ***` (`STEP 12.3` for a step).
-fn stop_notice(spec: &ContainerSpec, timed_out: bool, now: u64) -> String {
+/// DUE TO TIME LIMIT ***` (`STEP 12.3` for a step; `DUE TO PREEMPTION`, `JOB REQUEUE` or
+/// `NODE FAILURE` as `why`, the agent's stop order, says; none for a cancel). None for a run
+/// the controller has moved on from ([`wharf_api::wire::NOT_ACTIVE_HERE`]): another run of
+/// the job may be writing its output by then.
+fn stop_notice(
+    spec: &ContainerSpec,
+    timed_out: bool,
+    why: Option<&str>,
+    now: u64,
+) -> Option<String> {
+    let why = why.unwrap_or("").trim();
+    if !timed_out && why == wharf_api::wire::NOT_ACTIVE_HERE {
+        return None;
+    }
     let var = |name: &str| {
         let prefix = format!("{name}=");
         (spec.env.iter()).find_map(|e| e.strip_prefix(prefix.as_str()).map(str::to_string))
@@ -538,12 +565,23 @@ fn stop_notice(spec: &ContainerSpec, timed_out: bool, now: u64) -> String {
         (Some(job), None) => format!("JOB {job}"),
         _ => format!("JOB {}", spec.id),
     };
-    let why = if timed_out { " DUE TO TIME LIMIT" } else { "" };
-    format!(
-        "wharf: *** {what} ON {} CANCELLED AT {}Z{why} ***\n",
+    // The words of the controller's stops (`wharf_api::Stop`'s).
+    let due = if timed_out {
+        " DUE TO TIME LIMIT"
+    } else if why.starts_with("preempted by") {
+        " DUE TO PREEMPTION"
+    } else if why.starts_with("requeued by") {
+        " DUE TO JOB REQUEUE"
+    } else if why.ends_with("stopped responding") {
+        " DUE TO NODE FAILURE"
+    } else {
+        ""
+    };
+    Some(format!(
+        "wharf: *** {what} ON {} CANCELLED AT {}Z{due} ***\n",
         spec.hostname,
         wharf_api::forms::format_utc(now)
-    )
+    ))
 }
 
 /// Sends `sig` once to the init and to every other process in the job's cgroup (the init is
@@ -657,12 +695,43 @@ mod tests {
         // 2026-11-28T01:40:00Z.
         let at = 1_795_830_000;
         assert_eq!(
-            stop_notice(&spec, true, at),
+            stop_notice(&spec, true, None, at).unwrap(),
             "wharf: *** JOB 12 ON gpu01 CANCELLED AT 2026-11-28T01:40:00Z DUE TO TIME LIMIT ***\n"
         );
+        // The stops' words are the controller's own.
+        let stop = |s: wharf_api::Stop| s.to_string();
+        for (why, due) in [
+            (
+                stop(wharf_api::Stop::Preempt {
+                    by: 3,
+                    requeue: true,
+                }),
+                " DUE TO PREEMPTION",
+            ),
+            (
+                stop(wharf_api::Stop::Requeue {
+                    by_user: "ann".into(),
+                }),
+                " DUE TO JOB REQUEUE",
+            ),
+            (
+                stop(wharf_api::Stop::NodeLost {
+                    node: "g2".into(),
+                    requeue: true,
+                }),
+                " DUE TO NODE FAILURE",
+            ),
+            ("cancelled".to_string(), ""),
+        ] {
+            let text = stop_notice(&spec, false, Some(why.as_str()), at).unwrap();
+            assert!(text.ends_with(&format!("Z{due} ***\n")), "{why}: {text}");
+        }
+        // A run the controller moved on from says nothing: another may own the output now.
+        let moved_on = Some(wharf_api::wire::NOT_ACTIVE_HERE);
+        assert_eq!(stop_notice(&spec, false, moved_on, at), None);
         spec.env.push("SLURM_STEP_ID=3".into());
         assert_eq!(
-            stop_notice(&spec, false, at),
+            stop_notice(&spec, false, None, at).unwrap(),
             "wharf: *** STEP 12.3 ON gpu01 CANCELLED AT 2026-11-28T01:40:00Z ***\n"
         );
     }

@@ -117,11 +117,13 @@ fn a_low_tier_job_is_requeued_for_a_high_tier_one_and_runs_again_after_it() {
     let requeued = wait_for(&c, low, 20, "never requeued", |j| j["restarts"] == 1);
     assert_eq!(requeued["submit_time"], submitted, "{requeued}");
     let text = std::fs::read_to_string(&out).unwrap();
-    // Exactly one TERM (the shell may add its own "Terminated" for the child it waited on).
+    // Exactly one TERM (the shell may add its own "Terminated" for the child it waited on),
+    // and the node's word on why, as slurmstepd's.
     assert!(
-        text.starts_with("run 0 0\ngot TERM\n"),
+        text.starts_with("run 0 0\n") && text.matches("got TERM\n").count() == 1,
         "the low job never saw TERM: {text:?}"
     );
+    assert!(text.contains("DUE TO PREEMPTION ***\n"), "{text:?}");
     assert_eq!(
         text.matches("got TERM").count(),
         1,
@@ -149,7 +151,10 @@ fn a_low_tier_job_is_requeued_for_a_high_tier_one_and_runs_again_after_it() {
     assert!(done["start_time"].as_u64() >= c.job(high)["end_time"].as_u64());
     // The second run's output follows the first's.
     let text = std::fs::read_to_string(&out).unwrap();
-    let lines: Vec<&str> = text.lines().filter(|l| *l != "Terminated").collect();
+    // (The node's notice of the preemption comes in between, where its fork wrote it.)
+    let lines: Vec<&str> = (text.lines())
+        .filter(|l| *l != "Terminated" && !l.contains("DUE TO PREEMPTION"))
+        .collect();
     assert_eq!(
         lines,
         ["run 0 0", "got TERM", "run 1 1", "second run done"],

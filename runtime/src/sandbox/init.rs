@@ -101,7 +101,11 @@ pub(super) fn run(plan: &Plan, io: &InitIo, go: OwnedFd, report: OwnedFd, status
                 // The program holds the report pipe, which closes at its exec; `reap` closes
                 // this copy.
                 Ok(nix::unistd::ForkResult::Parent { child }) => reap(child, status),
-                Err(e) => node(fail("starting the job's program (fork)", e)),
+                // Out of processes (the user's RLIMIT_NPROC, taken with its ids): the job's.
+                Err(e) => coded(
+                    FaultCode::Command,
+                    fail("starting the job's program (fork)", e),
+                ),
             },
             Err(why) => why,
         }))
@@ -185,6 +189,14 @@ fn reap(program: nix::unistd::Pid, status: OwnedFd) -> ! {
     use nix::sys::wait::{waitpid, WaitStatus};
     // What `ps` shows for it in the job (its command line stays the shim's it was forked from).
     let _ = nix::sys::prctl::set_name(c"wharf-init");
+    // The shim's handlers came with the fork (no exec resets them): every signal back to its
+    // default, so that the kernel drops those sent from inside the job, as for any init.
+    for sig in 1..=64 {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            // SAFETY: sets a disposition to its default; no handler of this process runs.
+            unsafe { libc::signal(sig, libc::SIG_DFL) };
+        }
+    }
     // Nothing of the shim's stays open here but `status`, and none of the job's files: the
     // program's output ends when its writers do.
     let status = status.as_raw_fd();

@@ -266,6 +266,10 @@ pub struct WhoAmI {
 /// own and signs nothing else, so the name is a role, not a host.
 pub const CONTROLLER_TLS_NAME: &str = "wharf-controller";
 
+/// The reason of a [`KillOrder`] for a run the controller has moved on from (its node was
+/// taken for lost and came back): another run of the job may own its output by then.
+pub const NOT_ACTIVE_HERE: &str = "job is not active on this node";
+
 /// What a node key starts with, so that it is never taken for a join token.
 pub const NODE_KEY_PREFIX: &str = "wnk_";
 

@@ -277,7 +277,7 @@ impl Cluster {
                 // Taken for ended (its node was lost, then came back): it must not run on.
                 kill.push(KillOrder {
                     id: job.id,
-                    reason: "job is not active on this node".into(),
+                    reason: wharf_api::wire::NOT_ACTIVE_HERE.into(),
                 });
             } else if stop_asked {
                 let reason = match &job.stop {
@@ -301,7 +301,7 @@ impl Cluster {
             if !mine {
                 kill.push(KillOrder {
                     id: *id,
-                    reason: "job is not active on this node".into(),
+                    reason: wharf_api::wire::NOT_ACTIVE_HERE.into(),
                 });
             }
         }
