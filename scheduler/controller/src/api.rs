@@ -943,6 +943,10 @@ async fn poll(
         s.wake_node(n);
     }
     let deadline = tokio::time::Instant::now() + wait;
+    // A changed time limit answers at once only once something woke this poll (its update
+    // does): a node that still reports the old one when it asks again gets it with the next
+    // answer that goes out anyway, so an agent that cannot apply it asks no faster.
+    let mut woken = false;
     loop {
         let (n, h, st, pr) = (
             node.clone(),
@@ -971,7 +975,7 @@ async fn poll(
             || !steps.is_empty()
             || !kill_steps.is_empty()
             || !forget_steps.is_empty()
-            || !limits_now.is_empty()
+            || (woken && !limits_now.is_empty())
             || tokio::time::Instant::now() >= deadline
         {
             return Ok(Json(PollResponse {
@@ -992,6 +996,7 @@ async fn poll(
         {
             continue;
         }
+        woken = true;
         notified = Box::pin(notify.clone().notified_owned());
         notified.as_mut().enable();
     }
