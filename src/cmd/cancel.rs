@@ -5,11 +5,14 @@ use wharf_api::wire::WhoAmI;
 use wharf_api::JobRecord;
 use wharf_client::{Client, ClientError, Endpoint};
 
+/// How the filters pick jobs, for `--help`.
+const FILTERS: &str = "Filters (scancel's) pick active jobs: `wharf cancel -t PD` cancels your \
+pending jobs; `-u USER` picks USER's instead of your own (an admin's to cancel); given with \
+job ids, they narrow those, whoever's they are (`wharf cancel 12 -t PD`: 12's pending tasks).";
+
 /// Arguments.
 #[derive(Debug, clap::Args)]
-#[command(
-    after_help = "Filters (scancel's) pick active jobs: `wharf cancel -t PD` cancels     your pending jobs; `-u USER` picks USER's instead of your own (an admin's to cancel);     given with job ids, they narrow those (`wharf cancel 12 -t PD`: 12's pending tasks)."
-)]
+#[command(after_help = FILTERS)]
 pub struct Args {
     /// Job ids: ID, an array's ID (all its tasks) or ID_TASK.
     #[arg(value_parser = super::job_arg)]
@@ -62,11 +65,12 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     .await
 }
 
-/// The active jobs `args`'s filters pick (among its job ids, when it names some), by id;
-/// without `-u`, the caller's own.
+/// The active jobs `args`'s filters pick (among its job ids, when it names some), each by
+/// its own id (`ARRAYID_TASK` for an array's task: an array's id alone would cancel every
+/// task of it); without `-u` or ids, the caller's own.
 async fn picked(socket: &str, args: &Args) -> Result<Vec<String>> {
     let client = Client::new(Endpoint::parse(socket), None);
-    let users = if args.user.is_empty() {
+    let users = if args.user.is_empty() && args.jobs.is_empty() {
         let who: WhoAmI = client.get("/v1/whoami").await?;
         vec![who.owner.user]
     } else {
@@ -78,7 +82,7 @@ async fn picked(socket: &str, args: &Args) -> Result<Vec<String>> {
         .iter()
         .filter(|j| !j.state.is_terminal() && filter.keeps_job(j))
         .filter(|j| args.name.as_ref().is_none_or(|n| *n == j.name))
-        .map(|j| j.id.to_string())
+        .map(JobRecord::label)
         .collect())
 }
 

@@ -40,9 +40,31 @@ fn cancel_picks_active_jobs_by_state_user_and_name() {
         stderr(&out)
     );
     assert_eq!(state(b), "PENDING");
-    // An admin cancels a named user's jobs.
+    // An admin cancels a named user's jobs, and narrows ids given to what the filters keep,
+    // whoever's they are.
+    let out = c.wharf(&["cancel", &b.to_string(), "-t", "R"]);
+    assert!(
+        stderr(&out).contains("nothing cancelled"),
+        "{}",
+        stderr(&out)
+    );
     let out = c.wharf(&["cancel", "-u", &fred.name]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(state(theirs), "CANCELLED");
     assert_eq!(state(b), "PENDING");
+    // An array's running task is cancelled by itself: its pending tasks stay (before, the
+    // array's id went to the controller and cancelled every task).
+    let array =
+        submitted_id(&c.wharf_as(&fred, &["submit", "--array", "0-2%1", "--wrap", "sleep 60"]));
+    c.wait_running(array);
+    let out = c.wharf_as(&fred, &["cancel", "-t", "R"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(state(array), "CANCELLED");
+    for task in [array + 1, array + 2] {
+        assert_ne!(state(task), "CANCELLED", "task {task} was not running");
+    }
+    assert!(c
+        .wharf_as(&fred, &["cancel", &array.to_string()])
+        .status
+        .success());
 }
