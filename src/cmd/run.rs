@@ -247,6 +247,16 @@ fn interactive(mut job: JobRequest) -> JobRequest {
     job
 }
 
+/// Whether signal `number` is ignored by this process now (as its parent left it).
+fn ignored(number: i32) -> bool {
+    // SAFETY: reads the disposition only (a null new action changes nothing).
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(number, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
 /// How long `wharf run` waits for its job to end after the first signal has asked for the
 /// job's cancel, so that it can say how the job ended; a second signal ends the wait at once.
 const CANCEL_WAIT: Duration = Duration::from_secs(5);
@@ -254,31 +264,45 @@ const CANCEL_WAIT: Duration = Duration::from_secs(5);
 /// The signals that end `wharf run` as they end `srun`: the first cancels the job (as
 /// `wharf cancel` does), so that no job runs, or starts later, with nobody attached.
 struct Interrupts {
-    int: Signal,
-    term: Signal,
-    hup: Signal,
+    /// Each signal taken; none for one this process was started ignoring.
+    int: Option<Signal>,
+    term: Option<Signal>,
+    hup: Option<Signal>,
     /// The first signal taken, and when the wait for the job's end after it stops.
     first: Option<(i32, tokio::time::Instant)>,
 }
 
 impl Interrupts {
-    /// Takes SIGINT, SIGTERM and SIGHUP from now on, instead of their ending the process.
+    /// Takes SIGINT, SIGTERM and SIGHUP from now on, instead of their ending the process;
+    /// not one it was started ignoring (`nohup wharf run ... &` outlives its terminal, and a
+    /// background job of a script is not for the terminal's Ctrl-C), as the default would.
     fn new() -> Result<Interrupts> {
-        let on = |kind: SignalKind| signal(kind).context("watching for signals");
+        let on = |kind: SignalKind, number: i32| -> Result<Option<Signal>> {
+            if ignored(number) {
+                return Ok(None);
+            }
+            signal(kind).map(Some).context("watching for signals")
+        };
         Ok(Interrupts {
-            int: on(SignalKind::interrupt())?,
-            term: on(SignalKind::terminate())?,
-            hup: on(SignalKind::hangup())?,
+            int: on(SignalKind::interrupt(), libc::SIGINT)?,
+            term: on(SignalKind::terminate(), libc::SIGTERM)?,
+            hup: on(SignalKind::hangup(), libc::SIGHUP)?,
             first: None,
         })
     }
 
     /// The number of the next signal taken.
     async fn recv(&mut self) -> i32 {
+        async fn next(s: &mut Option<Signal>) -> Option<()> {
+            match s {
+                Some(s) => s.recv().await,
+                None => std::future::pending().await,
+            }
+        }
         tokio::select! {
-            Some(()) = self.int.recv() => libc::SIGINT,
-            Some(()) = self.term.recv() => libc::SIGTERM,
-            Some(()) = self.hup.recv() => libc::SIGHUP,
+            Some(()) = next(&mut self.int) => libc::SIGINT,
+            Some(()) = next(&mut self.term) => libc::SIGTERM,
+            Some(()) = next(&mut self.hup) => libc::SIGHUP,
             else => std::future::pending().await,
         }
     }

@@ -128,3 +128,33 @@ fn a_terminated_srun_cancels_its_pending_job_which_never_starts() {
     assert_eq!(job["state"], "CANCELLED", "{job}");
     assert!(job["start_time"].is_null(), "{job}");
 }
+
+/// `nohup wharf run ...`: a hangup the client was started ignoring leaves the job alone, as
+/// it leaves `srun` (before, the client took SIGHUP anyway and cancelled the job on logout).
+#[test]
+fn a_run_started_ignoring_hangups_keeps_its_job_through_one() {
+    if !can_run("a_run_started_ignoring_hangups_keeps_its_job_through_one") {
+        return;
+    }
+    let c = Cluster::start();
+    let child = Command::new("nohup")
+        .arg(wharf_bin())
+        .args(["run", "--", "sleep", "100"])
+        .env("WHARF_SOCKET", &c.socket)
+        .current_dir(&c.dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = only_job_in(&c, "RUNNING");
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGHUP).unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(c.job(id)["state"], "RUNNING");
+    // Other signals still cancel it.
+    let (code, err) = stop(child, Signal::SIGTERM, Duration::from_secs(10));
+    assert_eq!(code, Some(143), "{err}");
+    assert_eq!(
+        c.wait_done(id, Duration::from_secs(5))["state"],
+        "CANCELLED"
+    );
+}
