@@ -400,8 +400,10 @@ impl Cluster {
         };
         let unlimited = t == wharf_api::UNLIMITED_TIME;
         if unlimited {
+            // Never less than it has: a MaxTime lowered since (or an admin's raise past it)
+            // must not make `UNLIMITED` end the job.
             let part = wharf_core::cycle::partition(&self.sched, spec.partition.as_deref());
-            t = self.unlimited_time(part.ok().flatten());
+            t = self.unlimited_time(part.ok().flatten()).max(job.time_limit);
         }
         if t == 0 {
             return Err(Failure::new(

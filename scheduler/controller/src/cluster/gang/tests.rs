@@ -811,6 +811,11 @@ fn a_running_jobs_time_limit_is_changed_and_its_nodes_are_told() {
         c.limit_orders("g3", &[(id, old)]).is_empty(),
         "not its node"
     );
+    // UNLIMITED never lowers it: past the site's maximum by an admin, it keeps that.
+    let past = JobDefaults::default().max_time * 2;
+    c.update(&root, id, &time(past), 2_000).unwrap();
+    let unlimited = time(wharf_api::UNLIMITED_TIME);
+    assert_eq!(c.update(&ann, id, &unlimited, 2_000).unwrap().time_limit, past);
     // Its owner may lower it.
     assert_eq!(c.update(&ann, id, &time(60), 2_000).unwrap().time_limit, 60);
     // Nothing else of a running job changes.
