@@ -777,6 +777,16 @@ fn carry_out(
             time_limit = limit.time_limit,
             "time limit changed"
         );
+        // What its tasks held it to, by which its steps' limits move too.
+        let held = (task_dirs(&cfg.state_dir, limit.id).first()).and_then(|d| {
+            d.read_time_limit()
+                .or_else(|| d.read_spec().ok()?.time_limit)
+        });
+        if let Some(held) = held {
+            let delta = i128::from(limit.time_limit) - i128::from(held);
+            let delta = delta.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+            step::shift_limits(cfg, limit.id, delta);
+        }
         for dir in task_dirs(&cfg.state_dir, limit.id) {
             if !dir.path().exists() {
                 continue;

@@ -471,6 +471,25 @@ pub fn kill_job(cfg: &AgentConfig, launcher: &dyn Backend, job: JobId, reason: &
     }
 }
 
+/// Moves the time limits of job `job`'s steps on this node by `delta` seconds (at least 1 s
+/// left of each), as the job's own moved: a step's limit is what its job had left when it
+/// started, so it ends when the job does, before and after.
+pub fn shift_limits(cfg: &AgentConfig, job: JobId, delta: i64) {
+    for (key, dirs) in step_dirs(&cfg.state_dir) {
+        if key.job != job {
+            continue;
+        }
+        for (_, dir) in dirs {
+            let held = (dir.read_time_limit()).or_else(|| dir.read_spec().ok()?.time_limit);
+            let Some(held) = held else { continue };
+            let moved = (i128::from(held) + i128::from(delta)).clamp(1, i128::from(u64::MAX));
+            if let Err(e) = dir.write_time_limit(moved as u64) {
+                tracing::warn!(job, step = key.step, error = %e, "cannot record a step's time limit");
+            }
+        }
+    }
+}
+
 /// Removes the directories of this node's tasks of `key` (its end here is committed).
 pub fn forget(cfg: &AgentConfig, launcher: &dyn Backend, key: StepKey) {
     let dirs = step_dirs(&cfg.state_dir).remove(&key).unwrap_or_default();

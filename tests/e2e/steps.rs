@@ -656,3 +656,36 @@ print("SILENT", round(time.time() - start), got, flush=True)
     let secs: u64 = silent.split(' ').nth(1).unwrap().parse().unwrap();
     assert!((9..=20).contains(&secs), "{said}");
 }
+
+/// A step's time limit is what its job had left when it started: when an admin raises the
+/// job's, the step's moves with it, so the step outlives the job's old end too.
+#[test]
+fn a_step_follows_its_jobs_time_limit_when_it_is_raised() {
+    let test = "a_step_follows_its_jobs_time_limit_when_it_is_raised";
+    if !can_run(test) {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    let home = c.home(&alice);
+    let w = wharf_bin();
+    let script = format!("{w} step -- sleep 9; echo STEP=$?");
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", "-t", "5s", "--wrap", &script]));
+    c.wait_running(id);
+    // The step is under way before the limit changes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while c.job(id)["steps"].as_array().is_none_or(|s| s.is_empty()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no step: {}",
+            c.job(id)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = c.wharf(&["update", &id.to_string(), "--time", "1h"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let job = c.wait_done(id, Duration::from_secs(40));
+    let text = std::fs::read_to_string(home.join(format!("wharf-{id}.out"))).unwrap();
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{text}");
+    assert!(text.contains("STEP=0"), "{text}");
+}

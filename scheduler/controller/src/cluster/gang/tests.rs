@@ -815,7 +815,10 @@ fn a_running_jobs_time_limit_is_changed_and_its_nodes_are_told() {
     let past = JobDefaults::default().max_time * 2;
     c.update(&root, id, &time(past), 2_000).unwrap();
     let unlimited = time(wharf_api::UNLIMITED_TIME);
-    assert_eq!(c.update(&ann, id, &unlimited, 2_000).unwrap().time_limit, past);
+    assert_eq!(
+        c.update(&ann, id, &unlimited, 2_000).unwrap().time_limit,
+        past
+    );
     // Its owner may lower it.
     assert_eq!(c.update(&ann, id, &time(60), 2_000).unwrap().time_limit, 60);
     // Nothing else of a running job changes.
