@@ -310,6 +310,9 @@ struct ListQuery {
     jobs: Option<String>,
 }
 
+/// Most jobs one listing may name (`wharf queue -j`).
+const MAX_NAMED_JOBS: usize = 1000;
+
 impl ListQuery {
     /// The ended jobs it asks for ([`crate::store::EndedFilter`]), or what it got wrong.
     fn ended(&self) -> Result<crate::store::EndedFilter, ApiFailure> {
@@ -322,16 +325,27 @@ impl ListQuery {
                 .map(str::to_string)
                 .collect()
         };
-        let mut filter = crate::store::EndedFilter {
-            users: words(&self.users),
-            ..Default::default()
-        };
+        let mut filter = crate::store::EndedFilter::default();
+        // By uid where this host names one (the store's index), else by name.
+        for name in words(&self.users) {
+            match nix::unistd::User::from_name(&name) {
+                Ok(Some(u)) => filter.uids.push(u.uid.as_raw()),
+                _ => filter.users.push(name),
+            }
+        }
         for s in words(&self.states) {
             let state = wharf_api::JobState::parse(&s)
                 .ok_or_else(|| bad(format!("unknown job state {s:?}")))?;
             filter.states.push(state);
         }
-        for j in words(&self.jobs) {
+        let jobs = words(&self.jobs);
+        if jobs.len() > MAX_NAMED_JOBS {
+            return Err(bad(format!(
+                "{} jobs named; at most {MAX_NAMED_JOBS} may be",
+                jobs.len()
+            )));
+        }
+        for j in jobs {
             let job = wharf_api::job::parse_job_ref(&j)
                 .ok_or_else(|| bad(format!("{j:?} is not a job id")))?;
             filter.jobs.push(job);

@@ -110,7 +110,10 @@ const ACTIVE: &str = "('PENDING','STARTING','RUNNING')";
 pub struct EndedFilter {
     /// In one of these states.
     pub states: Vec<JobState>,
-    /// Of one of these users (by name).
+    /// Of one of these users, by uid (indexed).
+    pub uids: Vec<u32>,
+    /// Of one of these users, by name: those the controller's host could not name a uid of
+    /// (each record is read to find them).
     pub users: Vec<String>,
     /// These jobs: an id, an array's id for each of its tasks, or one task.
     pub jobs: Vec<(u64, Option<u32>)>,
@@ -430,33 +433,50 @@ impl Store {
         if !states.is_empty() {
             sql.push_str(&format!(" AND state IN ({})", states.join(",")));
         }
-        let users: Vec<String> = (filter.users.iter())
+        let mut users: Vec<String> = Vec::new();
+        let uids: Vec<String> = (filter.uids.iter())
+            .map(|&u| arg(Value::Integer(u.into())))
+            .collect();
+        if !uids.is_empty() {
+            users.push(format!("uid IN ({})", uids.join(",")));
+        }
+        let names: Vec<String> = (filter.users.iter())
             .map(|u| arg(Value::Text(u.clone())))
             .collect();
-        if !users.is_empty() {
+        if !names.is_empty() {
             let user = "json_extract(record, '$.owner.user')";
-            sql.push_str(&format!(" AND {user} IN ({})", users.join(",")));
+            users.push(format!("{user} IN ({})", names.join(",")));
         }
-        // A job id, an array's id (each of its tasks) or one task of an array.
+        if !users.is_empty() {
+            sql.push_str(&format!(" AND ({})", users.join(" OR ")));
+        }
+        // A job id, an array's id (each of its tasks) or one task of an array. Plain ids go
+        // in two IN lists: an OR per id would nest past SQLite's expression depth.
         let (array, task) = (
             "json_extract(record, '$.array.job_id')",
             "json_extract(record, '$.array.task_id')",
         );
-        let jobs: Vec<String> = (filter.jobs.iter())
-            .map(|&(id, t)| {
-                let id = i64::try_from(id).unwrap_or(i64::MAX);
-                match t {
-                    None => {
-                        let (a, b) = (arg(Value::Integer(id)), arg(Value::Integer(id)));
-                        format!("id = {a} OR {array} = {b}")
-                    }
-                    Some(t) => {
-                        let (a, b) = (arg(Value::Integer(id)), arg(Value::Integer(t.into())));
-                        format!("({array} = {a} AND {task} = {b})")
-                    }
-                }
-            })
+        let id_of = |id: u64| Value::Integer(i64::try_from(id).unwrap_or(i64::MAX));
+        let plain: Vec<u64> = (filter.jobs.iter())
+            .filter(|(_, t)| t.is_none())
+            .map(|&(id, _)| id)
             .collect();
+        let mut jobs: Vec<String> = Vec::new();
+        if !plain.is_empty() {
+            let ids: Vec<String> = plain.iter().map(|&id| arg(id_of(id))).collect();
+            let arrays: Vec<String> = plain.iter().map(|&id| arg(id_of(id))).collect();
+            jobs.push(format!(
+                "id IN ({}) OR {array} IN ({})",
+                ids.join(","),
+                arrays.join(",")
+            ));
+        }
+        for &(id, t) in &filter.jobs {
+            if let Some(t) = t {
+                let (a, b) = (arg(id_of(id)), arg(Value::Integer(t.into())));
+                jobs.push(format!("({array} = {a} AND {task} = {b})"));
+            }
+        }
         if !jobs.is_empty() {
             sql.push_str(&format!(" AND ({})", jobs.join(" OR ")));
         }
@@ -845,6 +865,19 @@ pub(crate) mod tests {
             ..Default::default()
         };
         assert!(ids(nobody).is_empty());
+        // By uid, the store's index (every record here is uid 1000's).
+        let by_uid = |uid| EndedFilter {
+            uids: vec![uid],
+            ..Default::default()
+        };
+        assert_eq!(ids(by_uid(1000)).len(), 5);
+        assert!(ids(by_uid(1)).is_empty());
+        // Many ids at once: lists, not an OR per id (which nests past SQLite's limits).
+        let many = EndedFilter {
+            jobs: (1..=1200).map(|id| (id, None)).collect(),
+            ..Default::default()
+        };
+        assert_eq!(ids(many).len(), 5);
     }
 
     /// A dependency on an array's task, or a `JOB_TASK` id, is looked up in the index: it

@@ -228,20 +228,33 @@ pub fn query_sql(d: Dialect, f: &RunFilter) -> (String, Vec<Value>) {
         format!("end_time >= {}", bind(int(f.since))),
     ];
     // A job id names that job or every task of the array it is the id of; `ID_TASK` one task.
-    let jobs: Vec<String> = (f.jobs.iter())
-        .map(|&(id, task)| match task {
-            None => format!(
-                "job_id = {} OR array_job_id = {}",
-                bind(int(id)),
-                bind(int(id))
-            ),
-            Some(t) => format!(
+    // Plain ids go in two IN lists (an OR per id would nest past SQLite's expression depth
+    // with a few hundred of them); tasks are few.
+    let plain: Vec<wharf_api::JobId> = (f.jobs.iter())
+        .filter(|(_, t)| t.is_none())
+        .map(|&(id, _)| id)
+        .collect();
+    let mut jobs: Vec<String> = Vec::new();
+    if !plain.is_empty() {
+        let list = |bind: &mut dyn FnMut(Value) -> String| {
+            (plain.iter())
+                .map(|&id| bind(int(id)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let ids = list(&mut bind);
+        let arrays = list(&mut bind);
+        jobs.push(format!("job_id IN ({ids}) OR array_job_id IN ({arrays})"));
+    }
+    for &(id, task) in &f.jobs {
+        if let Some(t) = task {
+            jobs.push(format!(
                 "(array_job_id = {} AND array_task_id = {})",
                 bind(int(id)),
                 bind(int(t.into()))
-            ),
-        })
-        .collect();
+            ));
+        }
+    }
     if !jobs.is_empty() {
         clauses.push(format!("({})", jobs.join(" OR ")));
     }
