@@ -212,6 +212,30 @@ impl Cluster {
         spec
     }
 
+    /// [`Cluster::launch_spec`] for the node `node` of `job`, holding `alloc` there: a job
+    /// that takes whole nodes, or each node's whole memory (`--mem=0`), gets this node's, not
+    /// its first node's (the nodes of a gang need not be alike).
+    fn node_spec(
+        &self,
+        job: &JobRecord,
+        spec: &wharf_api::JobSpec,
+        node: &str,
+        alloc: &wharf_api::NodeAlloc,
+    ) -> wharf_api::JobSpec {
+        let mut spec = self.launch_spec(job, spec);
+        let Some(here) = self.nodes.get(node).map(|n| n.info.capacity()) else {
+            return spec;
+        };
+        if spec.exclusive || spec.memory_whole {
+            spec.resources.memory = here.memory;
+        }
+        if spec.exclusive {
+            spec.resources.cpus = alloc.cpu_ids.len() as u32;
+            spec.resources.gpus = alloc.gpu_ids.len() as u32;
+        }
+        spec
+    }
+
     /// Node `name` as a job's peers reach it: its fabric address when its agent has one.
     pub(super) fn peer(&self, name: &str) -> Peer {
         let info = self.nodes.get(name).map(|n| &n.info);
@@ -253,7 +277,7 @@ impl Cluster {
                 job.spec.as_ref().map(|spec| LaunchOrder {
                     id: job.id,
                     owner: job.owner.clone(),
-                    spec: self.launch_spec(job, spec),
+                    spec: self.node_spec(job, spec, node, alloc),
                     cpu_ids: alloc.cpu_ids.clone(),
                     gpu_ids: alloc.gpu_ids.clone(),
                     restarts: job.restarts,

@@ -841,3 +841,25 @@ fn a_running_jobs_time_limit_is_changed_and_its_nodes_are_told() {
     );
     assert!(c.limit_orders("g1", &[(id, old)]).is_empty());
 }
+
+/// A gang that takes each node's whole memory (`--mem=0`) is launched on each node with
+/// that node's memory, not its first node's: the nodes of a gang need not be alike.
+#[test]
+fn each_node_of_a_whole_memory_gang_is_launched_with_its_own_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 2, wharf_core::Config::default());
+    c.register(NodeInfo::new("g2", "10.0.0.2", 4, 8 << 30, vec![]), 0)
+        .unwrap();
+    let whole = JobRequest {
+        memory: Some(0),
+        ..gang(2)
+    };
+    let id = submit_job(&mut c, &caller(1000, "ann"), whole, 10).unwrap();
+    c.schedule(1_000).unwrap();
+    assert_eq!(record(&c, id).state, JobState::Starting);
+    for (node, memory) in [("g1", 16u64 << 30), ("g2", 8 << 30)] {
+        let (launch, _) = c.orders(node, &BTreeSet::new(), &BTreeSet::new(), &BTreeSet::new());
+        assert_eq!(launch.len(), 1, "{node}");
+        assert_eq!(launch[0].spec.resources.memory, memory, "{node}");
+    }
+}
