@@ -460,7 +460,17 @@ impl Cluster {
                     allocated,
                     jobs: jobs.len() as u32,
                     images: n.images.iter().cloned().collect(),
-                    reason: n.drain.as_ref().map(|d| d.reason.clone()),
+                    // Why an up node takes no job: runs it still holds of jobs the controller
+                    // moved on from (see `leftover`), as Slurm's COMPLETING.
+                    reason: n.drain.as_ref().map(|d| d.reason.clone()).or_else(|| {
+                        (!n.leftover.is_empty()).then(|| {
+                            let ids: Vec<String> = n.leftover.iter().map(u64::to_string).collect();
+                            format!(
+                                "takes no job until it has killed what it still runs of job {}",
+                                ids.join(", ")
+                            )
+                        })
+                    }),
                     drained_since: n.drain.as_ref().map(|d| d.since),
                 }
             })

@@ -351,6 +351,13 @@ fn a_node_back_with_a_run_the_controller_moved_on_from_takes_no_job_until_it_is_
         JobState::Pending,
         "beside the old run"
     );
+    // Its reason says why it takes no job.
+    let g1 = c.nodes().into_iter().find(|n| n.info.name == "g1").unwrap();
+    assert!(
+        (g1.reason.as_deref()).is_some_and(|r| r.contains(&format!("of job {old}"))),
+        "{:?}",
+        g1.reason
+    );
     let (launch, kill) = c.orders("g1", &held(old), &BTreeSet::new(), &BTreeSet::new());
     assert!(launch.is_empty());
     assert_eq!(kill.len(), 1);
