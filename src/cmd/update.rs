@@ -12,9 +12,10 @@ pub struct Args {
     /// Job id, or ARRAYID_TASKID.
     #[arg(value_parser = super::job_arg)]
     job: String,
-    /// New time limit, e.g. 30m, or UNLIMITED for the partition's maximum (you may only
-    /// lower it; admins may raise it).
-    #[arg(short = 't', long)]
+    /// New time limit, e.g. 30m, or UNLIMITED for the partition's maximum; +30 or -10 (minutes,
+    /// or any time form after the sign) moves the one the job has (you may only lower it;
+    /// admins may raise it).
+    #[arg(short = 't', long, allow_hyphen_values = true)]
     time: Option<String>,
     /// New nice (negative: admins only).
     #[arg(long, allow_hyphen_values = true)]
@@ -43,13 +44,25 @@ pub struct Args {
 
 /// Runs the command.
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
+    // `+30` and `-10` move the limit the job has, as scontrol's TimeLimit=+30.
+    let (time, time_delta) = match args.time.as_deref().map(str::trim) {
+        Some(t) if t.starts_with(['+', '-']) => {
+            let secs =
+                wharf_api::parse_duration(&t[1..]).map_err(|e| anyhow::anyhow!("--time: {e}"))?;
+            let secs =
+                i64::try_from(secs).map_err(|_| anyhow::anyhow!("--time: {t:?} is too large"))?;
+            (None, Some(if t.starts_with('-') { -secs } else { secs }))
+        }
+        t => (
+            t.map(wharf_api::parse_time_limit)
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("--time: {e}"))?,
+            None,
+        ),
+    };
     let req = UpdateRequest {
-        time: args
-            .time
-            .as_deref()
-            .map(wharf_api::parse_time_limit)
-            .transpose()
-            .map_err(|e| anyhow::anyhow!("--time: {e}"))?,
+        time,
+        time_delta,
         nice: args.nice,
         partition: args.partition,
         qos: args.qos,

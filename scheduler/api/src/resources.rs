@@ -125,6 +125,12 @@ pub fn parse_duration(text: &str) -> Result<u64, String> {
     if t.is_empty() {
         return Err(bad());
     }
+    if t.starts_with(['+', '-']) {
+        return Err(format!(
+            "time limit {text:?} has a sign: a time limit is a length (wharf update takes +30 \
+             or -10 to move one a job has)"
+        ));
+    }
     if let Some(last) = t.chars().last().filter(|c| c.is_ascii_alphabetic()) {
         let n: u64 = t[..t.len() - 1].trim().parse().map_err(|_| bad())?;
         let mult = match last.to_ascii_lowercase() {
@@ -230,6 +236,11 @@ mod tests {
             assert!(parse_duration(word).is_err(), "{word}");
         }
         assert_eq!(parse_time_limit("2h"), Ok(7200));
+        // A sign is a move of a limit (wharf update's), not a limit: `+5` was 5 minutes.
+        for signed in ["+5", "-5", " +1:00:00"] {
+            let err = parse_time_limit(signed).unwrap_err();
+            assert!(err.contains("has a sign"), "{signed}: {err}");
+        }
         let err = parse_time_limit("forever").unwrap_err();
         assert!(err.contains("UNLIMITED"), "{err}");
     }

@@ -137,6 +137,34 @@ pub struct UpdateRequest {
     /// when unset, so that a controller that predates it still takes every other update.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u64>,
+    /// Seconds added to (or, negative, taken from) the time limit the job has, as `scontrol
+    /// update TimeLimit=+30` (`wharf update --time +30`); not with `time`. Left out when
+    /// unset, as `priority`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_delta: Option<i64>,
+}
+
+impl UpdateRequest {
+    /// The time limit it gives a job whose limit is `current` seconds: `time`, or `current`
+    /// moved by `time_delta`; `None` when it changes none; an error for both at once, or a
+    /// limit a delta would take to zero or below.
+    pub fn new_time(&self, current: u64) -> Result<Option<u64>, String> {
+        match (self.time, self.time_delta) {
+            (Some(_), Some(_)) => Err("give a time limit or a change of it (+/-), not both".into()),
+            (t, None) => Ok(t),
+            (None, Some(d)) => {
+                let t = i128::from(current) + i128::from(d);
+                if t <= 0 {
+                    return Err(format!(
+                        "the time limit of {} less {} leaves none",
+                        crate::resources::format_duration(current),
+                        crate::resources::format_duration(d.unsigned_abs())
+                    ));
+                }
+                Ok(Some(u64::try_from(t).unwrap_or(u64::MAX)))
+            }
+        }
+    }
 }
 
 /// `GET /v1/jobs`.

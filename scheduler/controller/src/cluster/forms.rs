@@ -376,7 +376,9 @@ impl Cluster {
             || req.account.is_some()
             || req.begin.is_some()
             || req.priority.is_some();
-        let Some(mut t) = req.time.filter(|_| !other) else {
+        let time =
+            (req.new_time(job.time_limit)).map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
+        let Some(mut t) = time.filter(|_| !other) else {
             return Err(Failure::new(
                 ErrorKind::Conflict,
                 format!(
@@ -488,7 +490,9 @@ impl Cluster {
             spec.account.clone(),
             job.begin_time,
         );
-        if let Some(mut t) = req.time {
+        let time = (req.new_time(spec.time_limit))
+            .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
+        if let Some(mut t) = time {
             let unlimited = t == wharf_api::UNLIMITED_TIME;
             if unlimited {
                 let part = wharf_core::cycle::partition(&self.sched, spec.partition.as_deref());

@@ -826,6 +826,25 @@ fn a_running_jobs_time_limit_is_changed_and_its_nodes_are_told() {
         c.update(&ann, id, &unlimited, 2_000).unwrap().time_limit,
         past
     );
+    // Moved by +/- as scontrol's TimeLimit=+N: from the limit it has.
+    let by = |d: i64| UpdateRequest {
+        time_delta: Some(d),
+        ..Default::default()
+    };
+    assert_eq!(
+        c.update(&root, id, &by(600), 2_000).unwrap().time_limit,
+        past + 600
+    );
+    assert_eq!(
+        c.update(&ann, id, &by(-600), 2_000).unwrap().time_limit,
+        past
+    );
+    assert_eq!(
+        c.update(&ann, id, &by(600), 2_000).unwrap_err().kind,
+        ErrorKind::PermissionDenied
+    );
+    let gone = c.update(&root, id, &by(-(past as i64)), 2_000).unwrap_err();
+    assert!(gone.message.contains("leaves none"), "{}", gone.message);
     // Its owner may lower it.
     assert_eq!(c.update(&ann, id, &time(60), 2_000).unwrap().time_limit, 60);
     // Nothing else of a running job changes.
