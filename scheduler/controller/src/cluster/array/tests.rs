@@ -336,4 +336,12 @@ fn acct_names_an_arrays_tasks_by_its_id_or_one_by_id_task() {
     c.cancel_array(&alice(), id, 20).unwrap().unwrap();
     assert!(c.jobs.is_empty());
     check(&c);
+    // An admin who names another user's jobs sees them without --allusers, as root's sacct.
+    let mut root = crate::cluster::sched::tests::caller(0, "root");
+    root.admin = true;
+    let q = wharf_api::wire::AcctQuery {
+        jobs: Some(id.to_string()),
+        ..Default::default()
+    };
+    assert_eq!(c.acct(&root, &q, 30).unwrap().len(), 3);
 }
