@@ -422,6 +422,17 @@ pub fn container_spec(
         ("SLURM_JOB_ID".into(), order.id.to_string()),
         ("SLURM_JOB_NAME".into(), spec.name.clone()),
         ("SLURM_CPUS_ON_NODE".into(), spec.resources.cpus.to_string()),
+        (
+            "SLURM_JOB_CPUS_PER_NODE".into(),
+            spec.resources.cpus.to_string(),
+        ),
+        // MiB, as Slurm gives it.
+        (
+            "SLURM_MEM_PER_NODE".into(),
+            (spec.resources.memory >> 20).to_string(),
+        ),
+        ("SLURM_SUBMIT_DIR".into(), spec.workdir.clone()),
+        ("SLURMD_NODENAME".into(), cfg.node_name.clone()),
         ("WHARF_GPUS".into(), host_gpus.join(",")),
         // Where `wharf step` reaches this node's agent.
         ("WHARF_STEP_SOCKET".into(), crate::step::socket_env(cfg)),

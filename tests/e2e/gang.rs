@@ -89,7 +89,8 @@ fn a_two_node_job_runs_a_rank_on_each_node_with_one_rendezvous() {
     ]));
     c.wait_running(blocker);
     let script = "for v in RANK WORLD_SIZE MASTER_ADDR MASTER_PORT SLURM_JOB_NODELIST \
-                  SLURM_NNODES SLURM_PROCID WHARF_HOSTFILE; do eval echo $v=\\$$v; done; \
+                  SLURM_NNODES SLURM_PROCID WHARF_HOSTFILE SLURM_SUBMIT_DIR SLURMD_NODENAME \
+                  SLURM_MEM_PER_NODE SLURM_JOB_CPUS_PER_NODE; do eval echo $v=\\$$v; done; \
                   echo HOST=$(hostname); n=0; while read -r l; do echo \"LINE$n=$l\"; \
                   n=$((n+1)); done < \"$WHARF_HOSTFILE\"; echo LINES=$n; \
                   if [ -w \"$WHARF_HOSTFILE\" ]; then echo WRITABLE=yes; else echo WRITABLE=no; fi";
@@ -114,6 +115,11 @@ fn a_two_node_job_runs_a_rank_on_each_node_with_one_rendezvous() {
         assert_eq!(v["WORLD_SIZE"], "2", "{v:?}");
         assert_eq!(v["SLURM_NNODES"], "2", "{v:?}");
         assert_eq!(v["SLURM_JOB_NODELIST"], "gang[1-2]", "{v:?}");
+        // sbatch's: where it was submitted from, the node, MiB and CPUs per node.
+        assert_eq!(v["SLURM_SUBMIT_DIR"], dir.to_str().unwrap(), "{v:?}");
+        assert_eq!(v["SLURMD_NODENAME"], nodes[rank], "{v:?}");
+        assert_eq!(v["SLURM_MEM_PER_NODE"], "16", "{v:?}");
+        assert_eq!(v["SLURM_JOB_CPUS_PER_NODE"], "1", "{v:?}");
         assert_eq!(
             v["HOST"], nodes[rank],
             "rank {rank} ran on its own node: {v:?}"
