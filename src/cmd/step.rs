@@ -97,6 +97,24 @@ fn describe(s: &StepRecord) -> String {
 pub async fn run(args: Args) -> Result<i32> {
     let env: BTreeMap<String, String> = std::env::vars().collect();
     let job = std::env::var("WHARF_JOB_ID").unwrap_or_default();
+    // Each task of a step is a sandbox of its own, with its own /tmp: a directory under the
+    // caller's is not there (the caller's /tmp is its own sandbox's).
+    if let Some(w) =
+        (std::env::current_dir().ok()).and_then(|cwd| super::submit::hidden_workdir(None, &cwd))
+    {
+        eprintln!(
+            "wharf: warning: the step's tasks cannot see {}: each task gets its own private {} \
+             there, so they start in /; work from a shared directory, as the job's own",
+            crate::output::clean(&w.display().to_string()),
+            crate::output::clean(
+                &w.iter()
+                    .take(2)
+                    .collect::<std::path::PathBuf>()
+                    .display()
+                    .to_string()
+            ),
+        );
+    }
     let request = StepRequest {
         nodes: args.nodes,
         nodelist: args.nodelist,

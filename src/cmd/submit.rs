@@ -234,7 +234,7 @@ pub fn read_job_file(path: &PathBuf) -> Result<JobRequest> {
 /// The job's working directory (`--chdir`, else the submit directory) when it lies under a
 /// path every sandbox mounts afresh (its own `/tmp`, `/dev`, `/proc`, `/sys`): the job
 /// cannot see it, and the node starts it in `/`.
-fn hidden_workdir(chdir: Option<&str>, cwd: &std::path::Path) -> Option<PathBuf> {
+pub(crate) fn hidden_workdir(chdir: Option<&str>, cwd: &std::path::Path) -> Option<PathBuf> {
     let joined = chdir.map_or_else(|| cwd.to_path_buf(), |d| cwd.join(d));
     // `..` taken as written, as the node takes the path.
     let mut dir = PathBuf::new();

@@ -689,3 +689,26 @@ fn a_step_follows_its_jobs_time_limit_when_it_is_raised() {
     assert_eq!(job["state"], "COMPLETED", "{job}\n{text}");
     assert!(text.contains("STEP=0"), "{text}");
 }
+
+/// A step called from under the job's private /tmp is warned that its tasks, each a sandbox
+/// with a /tmp of its own, cannot see that directory (they start in /), instead of silently.
+#[test]
+fn a_step_called_from_the_jobs_private_tmp_is_warned_its_tasks_cannot_see_it() {
+    let test = "a_step_called_from_the_jobs_private_tmp_is_warned_its_tasks_cannot_see_it";
+    if !can_run(test) {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    let home = c.home(&alice);
+    let w = wharf_bin();
+    let script = format!("mkdir -p /tmp/d && cd /tmp/d && {w} step -- pwd");
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", "--wrap", &script]));
+    let job = c.wait_done(id, Duration::from_secs(30));
+    let text = std::fs::read_to_string(home.join(format!("wharf-{id}.out"))).unwrap();
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{text}");
+    assert!(
+        text.contains("the step's tasks cannot see /tmp/d") && text.contains("\n/\n"),
+        "{text}"
+    );
+}
