@@ -54,7 +54,7 @@ pub struct Args {
     /// The tasks' standard error goes to this file (the same patterns).
     #[arg(short = 'e', long)]
     pub error: Option<String>,
-    /// Print nothing of the step's start and end on standard error.
+    /// Print nothing of the step's start and end on standard error (why one failed still is).
     #[arg(short, long)]
     pub quiet: bool,
     /// The command and its arguments.
@@ -314,13 +314,12 @@ async fn exchange(
             }
             StepReply::Ended(s) => {
                 emit_all(out.flush_all());
-                if !quiet {
-                    let why = s
-                        .exit
-                        .as_ref()
-                        .and_then(|e| e.message.clone())
-                        .map(|m| format!(": {}", crate::output::clean(&m)))
-                        .unwrap_or_default();
+                let why = (s.exit.as_ref())
+                    .and_then(|e| e.message.clone())
+                    .map(|m| format!(": {}", crate::output::clean(&m)));
+                // Quiet leaves out the start and end, not why a step failed (as srun -Q).
+                if !quiet || why.is_some() {
+                    let why = why.unwrap_or_default();
                     eprintln!("wharf: step {job}.{} ended {}{why}", s.id, s.state());
                 }
                 return Ok(Answer::Ended(s.exit_status()));

@@ -702,7 +702,11 @@ fn a_step_called_from_the_jobs_private_tmp_is_warned_its_tasks_cannot_see_it() {
     let alice = user("wharf-alice");
     let home = c.home(&alice);
     let w = wharf_bin();
-    let script = format!("mkdir -p /tmp/d && cd /tmp/d && {w} step -- pwd");
+    // And a quiet step still says why it failed (as srun -Q): an output it cannot open.
+    let script = format!(
+        "mkdir -p /tmp/d && cd /tmp/d && {w} step -- pwd; cd /; \
+         {w} step -q -o /proc/no-such-file -- true; echo QUIET=$?"
+    );
     let id = submitted_id(&c.wharf_as(&alice, &["submit", "--wrap", &script]));
     let job = c.wait_done(id, Duration::from_secs(30));
     let text = std::fs::read_to_string(home.join(format!("wharf-{id}.out"))).unwrap();
@@ -711,4 +715,9 @@ fn a_step_called_from_the_jobs_private_tmp_is_warned_its_tasks_cannot_see_it() {
         text.contains("the step's tasks cannot see /tmp/d") && text.contains("\n/\n"),
         "{text}"
     );
+    assert!(
+        text.contains("ended FAILED: ") && text.contains("no-such-file"),
+        "{text}"
+    );
+    assert!(!text.contains("QUIET=0"), "{text}");
 }
