@@ -675,8 +675,10 @@ fn resolve_image(
         let Some(real) = real else {
             return Err(LaunchError::new(
                 FaultCode::ImageInvalid,
+                // One answer for both: which paths exist where the user may not look is not
+                // theirs to learn.
                 format!(
-                    "{image}: not readable by {} on node {}",
+                    "{image}: no such file, or not readable by {} on node {}",
                     order.owner.user, cfg.node_name
                 ),
             ));
