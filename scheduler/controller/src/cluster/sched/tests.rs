@@ -71,6 +71,33 @@ pub(crate) fn record(c: &Cluster, id: JobId) -> JobRecord {
     c.jobs[&id].clone()
 }
 
+/// Account `lab` (1 share) with `users` in it (1 share each).
+fn in_lab(config: &mut wharf_core::Config, users: &[&str]) {
+    config.accounts.push(wharf_core::Account {
+        name: "lab".into(),
+        parent: None,
+        shares: 1,
+    });
+    for user in users {
+        config.users.push(wharf_core::UserShares {
+            user: user.to_string(),
+            account: "lab".into(),
+            shares: 1,
+        });
+    }
+}
+
+/// Account `lab` grants exactly the QoS `list`.
+fn grant(c: &mut Cluster, list: &[&str]) {
+    c.sched.limits.accounts.insert(
+        "lab".into(),
+        wharf_core::limits::AssocLimits {
+            qos: Some(list.iter().map(|q| q.to_string()).collect()),
+            ..Default::default()
+        },
+    );
+}
+
 #[test]
 fn gpus_are_the_ids_the_agent_reported_and_waiting_jobs_carry_the_sentence() {
     let dir = tempfile::tempdir().unwrap();
@@ -1383,35 +1410,14 @@ fn a_report_older_than_one_already_taken_is_not_taken() {
 /// Slurm), until it is granted again; one an admin set holds whatever the list says.
 #[test]
 fn a_revoked_qos_holds_its_queued_jobs_until_granted_again_unless_an_admin_set_it() {
-    use wharf_core::limits::AssocLimits;
     let dir = tempfile::tempdir().unwrap();
     let mut config = wharf_core::Config::default();
     config.qos.push(wharf_core::Qos {
         name: "urgent".into(),
         priority: 10,
     });
-    config.accounts.push(wharf_core::Account {
-        name: "lab".into(),
-        parent: None,
-        shares: 1,
-    });
-    for user in ["ann", "bob"] {
-        config.users.push(wharf_core::UserShares {
-            user: user.into(),
-            account: "lab".into(),
-            shares: 1,
-        });
-    }
+    in_lab(&mut config, &["ann", "bob"]);
     let mut c = cluster_with(&dir, config);
-    let grant = |c: &mut Cluster, list: &[&str]| {
-        c.sched.limits.accounts.insert(
-            "lab".into(),
-            AssocLimits {
-                qos: Some(list.iter().map(|q| q.to_string()).collect()),
-                ..Default::default()
-            },
-        );
-    };
     grant(&mut c, &["urgent"]);
     let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
     let mut root = caller(0, "root");
@@ -1463,7 +1469,6 @@ fn a_revoked_qos_holds_its_queued_jobs_until_granted_again_unless_an_admin_set_i
 
 #[test]
 fn a_job_that_names_no_qos_keeps_the_default_qos_of_its_submit() {
-    use wharf_core::limits::AssocLimits;
     let dir = tempfile::tempdir().unwrap();
     let mut config = wharf_core::Config::default();
     for (name, priority) in [("normal", 100), ("low", 0)] {
@@ -1473,25 +1478,10 @@ fn a_job_that_names_no_qos_keeps_the_default_qos_of_its_submit() {
         });
     }
     config.limits.default_qos = Some("normal".into());
-    config.accounts.push(wharf_core::Account {
-        name: "lab".into(),
-        parent: None,
-        shares: 1,
-    });
-    config.users.push(wharf_core::UserShares {
-        user: "ann".into(),
-        account: "lab".into(),
-        shares: 1,
-    });
+    in_lab(&mut config, &["ann"]);
     let mut c = cluster_with(&dir, config);
     // The account grants only `low`: `normal` was open to anyone as the default.
-    c.sched.limits.accounts.insert(
-        "lab".into(),
-        AssocLimits {
-            qos: Some(vec!["low".into()]),
-            ..Default::default()
-        },
-    );
+    grant(&mut c, &["low"]);
     let ann = caller(1000, "ann");
     let busy = submit(&mut c, &ann, 3, 1);
     c.schedule(2).unwrap();
@@ -1640,7 +1630,6 @@ fn an_unlimited_time_is_the_partitions_maximum_wherever_the_job_goes() {
 
 #[test]
 fn a_task_held_for_a_revoked_qos_takes_no_place_under_its_arrays_throttle() {
-    use wharf_core::limits::AssocLimits;
     let dir = tempfile::tempdir().unwrap();
     let mut config = wharf_core::Config::default();
     for name in ["urgent", "normal"] {
@@ -1649,26 +1638,8 @@ fn a_task_held_for_a_revoked_qos_takes_no_place_under_its_arrays_throttle() {
             priority: 0,
         });
     }
-    config.accounts.push(wharf_core::Account {
-        name: "lab".into(),
-        parent: None,
-        shares: 1,
-    });
-    config.users.push(wharf_core::UserShares {
-        user: "ann".into(),
-        account: "lab".into(),
-        shares: 1,
-    });
+    in_lab(&mut config, &["ann"]);
     let mut c = cluster_with(&dir, config);
-    let grant = |c: &mut Cluster, list: &[&str]| {
-        c.sched.limits.accounts.insert(
-            "lab".into(),
-            AssocLimits {
-                qos: Some(list.iter().map(|q| q.to_string()).collect()),
-                ..Default::default()
-            },
-        );
-    };
     grant(&mut c, &["urgent"]);
     let ann = caller(1000, "ann");
     let mut root = caller(0, "root");
@@ -1701,31 +1672,15 @@ fn a_task_held_for_a_revoked_qos_takes_no_place_under_its_arrays_throttle() {
 
 #[test]
 fn moving_a_job_to_an_account_its_owner_is_not_in_names_the_account_not_the_qos() {
-    use wharf_core::limits::AssocLimits;
     let dir = tempfile::tempdir().unwrap();
     let mut config = wharf_core::Config::default();
     config.qos.push(wharf_core::Qos {
         name: "urgent".into(),
         priority: 10,
     });
-    config.accounts.push(wharf_core::Account {
-        name: "lab".into(),
-        parent: None,
-        shares: 1,
-    });
-    config.users.push(wharf_core::UserShares {
-        user: "ann".into(),
-        account: "lab".into(),
-        shares: 1,
-    });
+    in_lab(&mut config, &["ann"]);
     let mut c = cluster_with(&dir, config);
-    c.sched.limits.accounts.insert(
-        "lab".into(),
-        AssocLimits {
-            qos: Some(vec!["urgent".into()]),
-            ..Default::default()
-        },
-    );
+    grant(&mut c, &["urgent"]);
     let ann = caller(1000, "ann");
     let job = JobRequest {
         qos: Some("urgent".into()),
