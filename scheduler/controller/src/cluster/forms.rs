@@ -378,7 +378,7 @@ impl Cluster {
             || req.priority.is_some();
         let time =
             (req.new_time(job.time_limit)).map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
-        let Some(mut t) = time.filter(|_| !other) else {
+        let Some(t) = time.filter(|_| !other) else {
             return Err(Failure::new(
                 ErrorKind::Conflict,
                 format!(
@@ -400,28 +400,9 @@ impl Cluster {
                 format!("job {id} has no spec"),
             ));
         };
-        let unlimited = t == wharf_api::UNLIMITED_TIME;
-        if unlimited {
-            // Never less than it has: a MaxTime lowered since (or an admin's raise past it)
-            // must not make `UNLIMITED` end the job.
-            let part = wharf_core::cycle::partition(&self.sched, spec.partition.as_deref());
-            t = self.unlimited_time(part.ok().flatten()).max(job.time_limit);
-        }
-        if t == 0 {
-            return Err(Failure::new(
-                ErrorKind::InvalidInput,
-                "`time` must be greater than zero",
-            ));
-        }
-        if t > job.time_limit && !caller.admin {
-            return Err(Failure::new(
-                ErrorKind::PermissionDenied,
-                format!(
-                    "only an admin may raise a time limit; you may lower job {id}'s below {}",
-                    wharf_api::resources::format_duration(job.time_limit)
-                ),
-            ));
-        }
+        // Never less than it has for UNLIMITED: a MaxTime lowered since (or an admin's raise
+        // past it) must not make it end the job.
+        let (t, unlimited) = self.time_asked(caller, id, spec, t, job.time_limit, true)?;
         tracing::info!(
             job = id,
             by = %caller.owner.user,
@@ -435,6 +416,48 @@ impl Cluster {
         spec.time_unlimited = unlimited;
         job.time_limit = t;
         Ok(job)
+    }
+
+    /// The time limit `t` asked of job `id` (whose `spec` it is, holding `current`), with
+    /// whether it is `UNLIMITED` (its partition's MaxTime, never under `current` when
+    /// `keep`), or why not: zero, or a raise by someone other than an admin.
+    fn time_asked(
+        &self,
+        caller: &Caller,
+        id: JobId,
+        spec: &wharf_api::JobSpec,
+        t: u64,
+        current: u64,
+        keep: bool,
+    ) -> Result<(u64, bool), Failure> {
+        let unlimited = t == wharf_api::UNLIMITED_TIME;
+        let t = if unlimited {
+            let part = wharf_core::cycle::partition(&self.sched, spec.partition.as_deref());
+            let max = self.unlimited_time(part.ok().flatten());
+            if keep {
+                max.max(current)
+            } else {
+                max
+            }
+        } else {
+            t
+        };
+        if t == 0 {
+            return Err(Failure::new(
+                ErrorKind::InvalidInput,
+                "`time` must be greater than zero",
+            ));
+        }
+        if t > current && !caller.admin {
+            return Err(Failure::new(
+                ErrorKind::PermissionDenied,
+                format!(
+                    "only an admin may raise a time limit; you may lower job {id}'s below {}",
+                    wharf_api::resources::format_duration(current)
+                ),
+            ));
+        }
+        Ok((t, unlimited))
     }
 
     /// Orders for `node`'s agent to hold jobs to time limits changed since their launch:
@@ -492,27 +515,8 @@ impl Cluster {
         );
         let time = (req.new_time(spec.time_limit))
             .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
-        if let Some(mut t) = time {
-            let unlimited = t == wharf_api::UNLIMITED_TIME;
-            if unlimited {
-                let part = wharf_core::cycle::partition(&self.sched, spec.partition.as_deref());
-                t = self.unlimited_time(part.ok().flatten());
-            }
-            if t == 0 {
-                return Err(Failure::new(
-                    ErrorKind::InvalidInput,
-                    "`time` must be greater than zero",
-                ));
-            }
-            if t > spec.time_limit && !caller.admin {
-                return Err(Failure::new(
-                    ErrorKind::PermissionDenied,
-                    format!(
-                        "only an admin may raise a time limit; you may lower job {id}'s below {}",
-                        wharf_api::resources::format_duration(spec.time_limit)
-                    ),
-                ));
-            }
+        if let Some(t) = time {
+            let (t, unlimited) = self.time_asked(caller, id, &spec, t, spec.time_limit, false)?;
             if t > self.defaults.max_time && !caller.admin {
                 return Err(Failure::new(
                     ErrorKind::InvalidInput,
