@@ -2,7 +2,8 @@
 //! controller's descriptors or time.
 //!
 //! Every accepted connection is charged to its peer (a uid on the Unix socket, an address on
-//! TCP). A peer over [`ConnectionLimits::max_per_peer`], or any connection past
+//! TCP). A peer over [`ConnectionLimits::max_per_peer`] (root on the Unix socket excepted),
+//! or any connection past
 //! [`ConnectionLimits::max_connections`] (kept below the descriptor limit), is closed at
 //! once. A connection that sends no request head within the header timeout (a fresh one, or
 //! an idle keep-alive one) is closed by hyper; one that moves no byte either way for the idle
@@ -142,7 +143,9 @@ impl Counts {
     pub fn admit(&self, key: PeerKey, limits: &ConnectionLimits) -> Result<Slot, Refused> {
         let mut inner = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let mine = inner.per_peer.get(&key).copied().unwrap_or(0);
-        if mine >= limits.max_per_peer {
+        // Root on the controller's host is its admin (or `wharf dev`'s own agent, which holds
+        // a connection for each step its node's jobs run): only the global cap holds it.
+        if mine >= limits.max_per_peer && key != PeerKey::Uid(0) {
             return Err(Refused::PerPeer);
         }
         if inner.total >= limits.max_connections {
@@ -669,6 +672,12 @@ mod tests {
         let tcp = PeerKey::Addr("10.0.0.1".parse().unwrap());
         assert!(c.admit(tcp, &limits).is_ok());
         assert_eq!(c.open(PeerKey::Uid(7)), (2, 2));
+        // Root is held by the global cap alone.
+        let root: Vec<Slot> = (0..5)
+            .map(|_| c.admit(PeerKey::Uid(0), &limits).unwrap())
+            .collect();
+        assert_eq!(c.open(PeerKey::Uid(0)), (7, 5));
+        drop(root);
         drop(slots);
         assert_eq!(c.open(PeerKey::Uid(7)), (0, 0));
     }
