@@ -56,7 +56,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             .unwrap_or("-".into())
     };
     println!(
-        "Cluster: {:.1} CPU-hours ({} of {} CPUs' time), {:.1} GPU-hours ({} of {} GPUs'), {} jobs",
+        "Cluster: {:.1} CPU-hours ({} of {} CPUs' time), {:.1} GPU-hours ({} of {} GPUs'), {} runs",
         r.total.cpu_hours,
         pct(r.cpu_utilization()),
         r.capacity_cpus,
@@ -77,14 +77,16 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
 }
 
 fn table(title: &str, rows: &[UsageRow], limit: usize) {
-    let mut t = output::table(&[title, "JOBS", "CPU-HOURS", "GPU-HOURS", "BILLING"]);
+    // Runs, not jobs: each run of a requeued job counts. Billing in billing-hours (its
+    // partition's weights × hours), beside the CPU-hours it weighs (`--json`: × seconds).
+    let mut t = output::table(&[title, "RUNS", "CPU-HOURS", "GPU-HOURS", "BILLING-HOURS"]);
     for r in rows.iter().take(limit) {
         t.add_row([
             r.name.clone(),
             r.jobs.to_string(),
             format!("{:.1}", r.cpu_hours),
             format!("{:.1}", r.gpu_hours),
-            format!("{:.0}", r.billing),
+            format!("{:.1}", r.billing / 3600.0),
         ]);
     }
     output::print_table(&t);

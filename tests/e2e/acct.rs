@@ -119,6 +119,11 @@ fn records_are_listed_filtered_and_kept_private() {
         text.contains("ACCOUNT/USER") && text.contains("CPU-HOURS"),
         "{text}"
     );
+    // Its columns say what they count: runs, and billing in hours.
+    assert!(
+        text.contains(" RUNS ") && text.contains("BILLING-HOURS") && text.contains(" runs\n"),
+        "{text}"
+    );
 
     // Bad input names the problem.
     for (args, says) in [
