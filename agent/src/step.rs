@@ -340,7 +340,7 @@ pub fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentStep> {
         let tasks: Vec<TaskReport> = dirs
             .iter()
             .map(|(local, dir)| {
-                with_stop_reason(crate::task_report(launcher, *local, dir, false).0, dir)
+                with_stop_reason(crate::task_report(launcher, *local, dir, true).0, dir)
             })
             .collect();
         // Ended, a task takes no more input either (its marker may never have been written:
@@ -369,8 +369,15 @@ pub fn report(cfg: &AgentConfig, launcher: &dyn Backend) -> Vec<AgentStep> {
             key,
             start_time: node.start_time,
             end_time: node.end_time.filter(|_| exit.is_some()),
+            // What its tasks here used, slim (CPU time and memory peak): its job's record
+            // carries every step's, and `wharf eff` counts them with the job's.
             exit: exit.map(|mut e| {
-                e.usage = None;
+                e.usage = e.usage.map(|u| wharf_api::usage::JobUsage {
+                    cpu_time_ms: u.cpu_time_ms,
+                    memory_peak: u.memory_peak,
+                    ..Default::default()
+                });
+                e.image_digest = None;
                 e
             }),
             // Ended, its output still on its way: there is nothing left to stop.

@@ -159,6 +159,8 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
                     "State" if requeued => "REQUEUED".to_string(),
                     "JobID" if batch => format!("{}.batch", cell(j, c, now)),
                     "JobName" if batch => "batch".to_string(),
+                    // The job's own line counts its steps' use too; its batch line does not.
+                    "TotalCPU" | "MaxRSS" if !batch => usage_cell(j, c),
                     _ => cell(j, c, now),
                 })
                 .collect()
@@ -217,6 +219,21 @@ pub fn window_time(flag: &str, text: &str, now: u64) -> Result<u64> {
              2026-11-01T08:00Z (UTC), now or now-7d"
         ),
     }
+}
+
+/// The job's TotalCPU or MaxRSS with its steps' (see [`JobRecord::usage_with_steps`]).
+fn usage_cell(j: &JobRecord, column: &str) -> String {
+    let usage = j.usage_with_steps();
+    let v = match column {
+        "TotalCPU" => (usage.as_ref())
+            .and_then(|u| u.cpu_time_ms)
+            .map(|ms| format_duration(ms / 1000)),
+        _ => usage
+            .as_ref()
+            .and_then(|u| u.memory_peak)
+            .map(format_memory),
+    };
+    v.unwrap_or_default()
 }
 
 /// One column of one job.
@@ -287,6 +304,16 @@ fn step_cell(j: &JobRecord, s: &wharf_api::step::StepRecord, column: &str, now: 
         "AllocGPUS" => (j.resources.gpus * names.len() as u32).to_string(),
         "NodeList" => wharf_api::hostlist::compress(&names),
         "CPUTime" => opt(elapsed.map(|ms| format_duration(ms * u64::from(cpus) / 1000))),
+        // What its tasks used (CPU time summed, the highest memory peak), as sacct's.
+        "TotalCPU" => opt(step_usage(s)
+            .and_then(|u| u.cpu_time_ms)
+            .map(|ms| format_duration(ms / 1000))),
+        "MaxRSS" => opt(step_usage(s).and_then(|u| u.memory_peak).map(format_memory)),
         _ => String::new(),
     }
+}
+
+/// What step `s`'s tasks used, as its record keeps it.
+fn step_usage(s: &wharf_api::step::StepRecord) -> Option<&wharf_api::usage::JobUsage> {
+    s.exit.as_ref()?.usage.as_ref()
 }

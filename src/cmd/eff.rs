@@ -35,7 +35,7 @@ struct Efficiency<'a> {
     cpu_efficiency: Option<f64>,
     memory_efficiency: Option<f64>,
     gpu_utilization: Option<f64>,
-    usage: Option<&'a JobUsage>,
+    usage: Option<JobUsage>,
     hints: Vec<String>,
 }
 
@@ -61,7 +61,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             .map(|ms| format_duration(ms / 1000))
             .unwrap_or_else(|| "-".into())
     );
-    let Some(u) = e.usage else {
+    let Some(u) = e.usage.as_ref() else {
         if j.spec.is_none() {
             // The controller leaves out what another user's job used, with its spec.
             println!("Its usage is shown only to its owner and to admins.");
@@ -84,7 +84,8 @@ fn efficiency(j: &JobRecord) -> Efficiency<'_> {
         .start_time
         .zip(j.end_time)
         .map(|(s, e)| e.saturating_sub(s));
-    let usage = j.exit.as_ref().and_then(|e| e.usage.as_ref());
+    // Its steps' too: most jobs that use srun do their work there.
+    let usage = j.usage_with_steps();
     let r = &j.resources;
     let mut e = Efficiency {
         id: match &j.array {
@@ -97,9 +98,10 @@ fn efficiency(j: &JobRecord) -> Efficiency<'_> {
         cpus: r.cpus * j.node_count(),
         memory: r.memory,
         gpus: r.gpus * j.node_count(),
-        cpu_efficiency: usage.and_then(|u| u.cpu_efficiency(elapsed_ms?, r.cpus * j.node_count())),
-        memory_efficiency: usage.and_then(|u| u.memory_efficiency(r.memory)),
-        gpu_utilization: usage.and_then(JobUsage::gpu_util),
+        cpu_efficiency: (usage.as_ref())
+            .and_then(|u| u.cpu_efficiency(elapsed_ms?, r.cpus * j.node_count())),
+        memory_efficiency: usage.as_ref().and_then(|u| u.memory_efficiency(r.memory)),
+        gpu_utilization: usage.as_ref().and_then(JobUsage::gpu_util),
         usage,
         hints: vec![],
     };
@@ -169,7 +171,10 @@ fn hints(e: &Efficiency) -> Vec<String> {
             ));
         }
     }
-    if let (Some(eff), Some(peak)) = (e.memory_efficiency, e.usage.and_then(|u| u.memory_peak)) {
+    if let (Some(eff), Some(peak)) = (
+        e.memory_efficiency,
+        e.usage.as_ref().and_then(|u| u.memory_peak),
+    ) {
         if eff < LOW && e.memory > 1 << 30 {
             let ask = (peak + peak / 2).max(64 << 20);
             out.push(format!(
@@ -207,7 +212,7 @@ mod tests {
             cpu_efficiency: usage.cpu_efficiency(elapsed_ms, cpus),
             memory_efficiency: usage.memory_efficiency(memory),
             gpu_utilization: usage.gpu_util(),
-            usage: Some(usage),
+            usage: Some(usage.clone()),
             hints: vec![],
         };
         e.hints = hints(&e);

@@ -721,3 +721,47 @@ fn a_step_called_from_the_jobs_private_tmp_is_warned_its_tasks_cannot_see_it() {
     );
     assert!(!text.contains("QUIET=0"), "{text}");
 }
+
+/// A job whose work runs in a step is measured with it: `wharf eff` and the job's `acct`
+/// line count the step's CPU time, and the step's own line shows it (before, both said
+/// nothing was used, and eff advised fewer CPUs).
+#[test]
+fn what_a_step_used_counts_in_its_jobs_efficiency_and_accounting() {
+    let test = "what_a_step_used_counts_in_its_jobs_efficiency_and_accounting";
+    if !can_run(test) {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    let w = wharf_bin();
+    // About a second of CPU in the step, none in the batch command.
+    let script = format!("{w} step -q -- sh -c 'end=$(($(date +%s) + 2)); while [ $(date +%s) -lt $end ]; do :; done'");
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", "--wrap", &script]));
+    let job = c.wait_done(id, Duration::from_secs(30));
+    assert_eq!(job["state"], "COMPLETED", "{job}");
+    let eff: serde_json::Value = serde_json::from_slice(
+        &c.wharf_as(&alice, &["eff", &id.to_string(), "--json"])
+            .stdout,
+    )
+    .unwrap();
+    let cpu_ms = eff["usage"]["cpu_time_ms"].as_u64().unwrap_or(0);
+    assert!(cpu_ms >= 500, "the step's CPU time is the job's: {eff}");
+    let out = c.wharf_as(
+        &alice,
+        &[
+            "acct",
+            "-j",
+            &id.to_string(),
+            "--steps",
+            "-o",
+            "JobID,TotalCPU",
+            "--parsable",
+        ],
+    );
+    let text = stdout(&out);
+    let step_line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{id}.0|")))
+        .unwrap_or_else(|| panic!("no step line: {text}{}", stderr(&out)));
+    assert_ne!(step_line, format!("{id}.0||"), "{text}");
+}

@@ -1765,6 +1765,23 @@ pub struct PriorityView {
 }
 
 impl JobRecord {
+    /// What it used with its steps: its own tasks' usage, with the CPU time of its steps
+    /// added and the highest memory peak of any (as seff counts a job whose work runs in
+    /// `srun` steps); `None` when nothing was measured.
+    pub fn usage_with_steps(&self) -> Option<crate::usage::JobUsage> {
+        let own = self.exit.as_ref().and_then(|e| e.usage.clone());
+        let steps = (self.steps.iter()).filter_map(|s| s.exit.as_ref()?.usage.as_ref());
+        steps.fold(own, |acc, s| {
+            let mut u = acc.unwrap_or_default();
+            u.cpu_time_ms = match (u.cpu_time_ms, s.cpu_time_ms) {
+                (Some(x), Some(y)) => Some(x + y),
+                (x, y) => x.or(y),
+            };
+            u.memory_peak = u.memory_peak.max(s.memory_peak);
+            Some(u)
+        })
+    }
+
     /// Its id as `squeue` shows it: `ARRAYID_TASKID` for an array's task.
     pub fn label(&self) -> String {
         self.array

@@ -68,6 +68,21 @@ pub fn node_ended(
     step
 }
 
+/// The usage of a step from its nodes': CPU time summed, the highest memory peak; `None`
+/// when no node measured any.
+fn step_usage(
+    nodes: impl Iterator<Item = wharf_api::usage::JobUsage>,
+) -> Option<wharf_api::usage::JobUsage> {
+    nodes.reduce(|a, b| wharf_api::usage::JobUsage {
+        cpu_time_ms: match (a.cpu_time_ms, b.cpu_time_ms) {
+            (Some(x), Some(y)) => Some(x + y),
+            (x, y) => x.or(y),
+        },
+        memory_peak: a.memory_peak.max(b.memory_peak),
+        ..Default::default()
+    })
+}
+
 /// Sets an ended step's exit: the first node that failed on its own (by end time), else the
 /// first that did not complete, else node 0; its message names the node and the task.
 fn settle(step: &mut StepRecord) {
@@ -101,7 +116,13 @@ fn settle(step: &mut StepRecord) {
             node.node
         )));
     }
-    exit.usage = None;
+    // What every node's tasks used: CPU time summed, the highest memory peak (as sacct's
+    // TotalCPU and MaxRSS), kept once for the step rather than for each node.
+    exit.usage = step_usage(
+        step.nodes
+            .iter_mut()
+            .filter_map(|n| n.exit.as_mut()?.usage.take()),
+    );
     step.start_time = step
         .nodes
         .iter()
