@@ -1,6 +1,8 @@
 //! `wharf cancel` with scancel's filters: by state, user and name, the caller's own jobs
 //! unless a user is named.
 
+use std::time::Duration;
+
 use crate::harness::*;
 
 #[test]
@@ -59,7 +61,9 @@ fn cancel_picks_active_jobs_by_state_user_and_name() {
     c.wait_running(array);
     let out = c.wharf_as(&fred, &["cancel", "-t", "R"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(state(array), "CANCELLED");
+    // Stopped on its node first: CANCELLED once the node says it has ended.
+    let done = c.wait_done(array, Duration::from_secs(20));
+    assert_eq!(done["state"], "CANCELLED", "{done}");
     for task in [array + 1, array + 2] {
         assert_ne!(state(task), "CANCELLED", "task {task} was not running");
     }
