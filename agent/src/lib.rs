@@ -700,8 +700,7 @@ pub(crate) fn task_report(
     let mut time_limit = None;
     let (exit, end_time, start_time, shim) = match launcher.status(dir) {
         JobStatus::Running { pid, started_ms } => {
-            time_limit =
-                (dir.read_time_limit()).or_else(|| dir.read_spec().ok().and_then(|s| s.time_limit));
+            time_limit = dir.held_time_limit();
             (None, None, started_ms, Some(pid))
         }
         JobStatus::Exited(o) => {
@@ -778,10 +777,7 @@ fn carry_out(
             "time limit changed"
         );
         // What its tasks held it to, by which its steps' limits move too.
-        let held = (task_dirs(&cfg.state_dir, limit.id).first()).and_then(|d| {
-            d.read_time_limit()
-                .or_else(|| d.read_spec().ok()?.time_limit)
-        });
+        let held = (task_dirs(&cfg.state_dir, limit.id).first()).and_then(JobDir::held_time_limit);
         if let Some(held) = held {
             let delta = i128::from(limit.time_limit) - i128::from(held);
             let delta = delta.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;

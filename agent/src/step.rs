@@ -487,8 +487,9 @@ pub fn shift_limits(cfg: &AgentConfig, job: JobId, delta: i64) {
             continue;
         }
         for (_, dir) in dirs {
-            let held = (dir.read_time_limit()).or_else(|| dir.read_spec().ok()?.time_limit);
-            let Some(held) = held else { continue };
+            let Some(held) = dir.held_time_limit() else {
+                continue;
+            };
             let moved = (i128::from(held) + i128::from(delta)).clamp(1, i128::from(u64::MAX));
             if let Err(e) = dir.write_time_limit(moved as u64) {
                 tracing::warn!(job, step = key.step, error = %e, "cannot record a step's time limit");

@@ -61,19 +61,24 @@ impl JobDir {
     pub fn stop(&self) -> PathBuf {
         self.root.join("stop")
     }
-    /// The job's time limit in seconds from its start, when it was changed after the launch
-    /// (an admin's `wharf update --time` of a running job): written whole by the agent, read
-    /// by the shim as it waits ([`JobDir::read_time_limit`]).
+    /// The job's time limit in seconds from its start: written at creation, and again whole
+    /// by the agent when it changes after the launch (an admin's `wharf update --time` of a
+    /// running job); read by the shim as it waits ([`JobDir::read_time_limit`]).
     pub fn time_limit(&self) -> PathBuf {
         self.root.join("time_limit")
     }
-    /// The time limit [`JobDir::time_limit`] holds, if it was changed after the launch.
+    /// The time limit [`JobDir::time_limit`] holds, if it has one.
     pub fn read_time_limit(&self) -> Option<u64> {
         std::fs::read_to_string(self.time_limit())
             .ok()?
             .trim()
             .parse()
             .ok()
+    }
+    /// The time limit the job's supervisor holds it to: [`JobDir::time_limit`]'s, else (a
+    /// directory made before it was written at creation) the spec's.
+    pub fn held_time_limit(&self) -> Option<u64> {
+        (self.read_time_limit()).or_else(|| self.read_spec().ok()?.time_limit)
     }
     /// Records a time limit changed after the launch, whole (temp file and rename), for the
     /// shim to take up within a second.
@@ -152,7 +157,13 @@ impl JobDir {
             .map_err(|e| {
                 RuntimeError::io(format!("creating job directory {}", self.root.display()), e)
             })?;
-        write_json(&self.spec(), spec, false)
+        write_json(&self.spec(), spec, false)?;
+        // Its time limit where the agent's reports read it (a small file, not the spec).
+        if let Some(t) = spec.time_limit {
+            JobDir::write_private(&self.time_limit(), t.to_string().as_bytes())
+                .map_err(|e| RuntimeError::io(self.time_limit().display(), e))?;
+        }
+        Ok(())
     }
 
     /// Reads the spec.
