@@ -223,15 +223,17 @@ pub fn window_time(flag: &str, text: &str, now: u64) -> Result<u64> {
 
 /// The job's TotalCPU or MaxRSS with its steps' (see [`JobRecord::usage_with_steps`]).
 fn usage_cell(j: &JobRecord, column: &str) -> String {
-    let usage = j.usage_with_steps();
+    measured(j.usage_with_steps().as_ref(), column)
+}
+
+/// Column `column` (TotalCPU or MaxRSS) of what `usage` says was used; empty when nothing
+/// was measured.
+fn measured(usage: Option<&wharf_api::usage::JobUsage>, column: &str) -> String {
     let v = match column {
-        "TotalCPU" => (usage.as_ref())
+        "TotalCPU" => usage
             .and_then(|u| u.cpu_time_ms)
             .map(|ms| format_duration(ms / 1000)),
-        _ => usage
-            .as_ref()
-            .and_then(|u| u.memory_peak)
-            .map(format_memory),
+        _ => usage.and_then(|u| u.memory_peak).map(format_memory),
     };
     v.unwrap_or_default()
 }
@@ -266,10 +268,7 @@ fn cell(j: &JobRecord, column: &str, now: u64) -> String {
         "NodeList" => j.nodelist(),
         "CPUTime" => opt(elapsed
             .map(|ms| format_duration(ms * u64::from(j.resources.cpus * j.node_count()) / 1000))),
-        "TotalCPU" => opt(usage
-            .and_then(|u| u.cpu_time_ms)
-            .map(|ms| format_duration(ms / 1000))),
-        "MaxRSS" => opt(usage.and_then(|u| u.memory_peak).map(format_memory)),
+        "TotalCPU" | "MaxRSS" => measured(usage, column),
         "GPUUtil" => opt(usage.and_then(|u| u.gpu_util()).map(|p| format!("{p:.0}%"))),
         "Restarts" => j.restarts.to_string(),
         "Image" => opt(spec.map(|s| s.image.clone())),
@@ -305,15 +304,7 @@ fn step_cell(j: &JobRecord, s: &wharf_api::step::StepRecord, column: &str, now: 
         "NodeList" => wharf_api::hostlist::compress(&names),
         "CPUTime" => opt(elapsed.map(|ms| format_duration(ms * u64::from(cpus) / 1000))),
         // What its tasks used (CPU time summed, the highest memory peak), as sacct's.
-        "TotalCPU" => opt(step_usage(s)
-            .and_then(|u| u.cpu_time_ms)
-            .map(|ms| format_duration(ms / 1000))),
-        "MaxRSS" => opt(step_usage(s).and_then(|u| u.memory_peak).map(format_memory)),
+        "TotalCPU" | "MaxRSS" => measured(s.exit.as_ref().and_then(|e| e.usage.as_ref()), column),
         _ => String::new(),
     }
-}
-
-/// What step `s`'s tasks used, as its record keeps it.
-fn step_usage(s: &wharf_api::step::StepRecord) -> Option<&wharf_api::usage::JobUsage> {
-    s.exit.as_ref()?.usage.as_ref()
 }

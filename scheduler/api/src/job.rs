@@ -1773,11 +1773,7 @@ impl JobRecord {
         let steps = (self.steps.iter()).filter_map(|s| s.exit.as_ref()?.usage.as_ref());
         steps.fold(own, |acc, s| {
             let mut u = acc.unwrap_or_default();
-            u.cpu_time_ms = match (u.cpu_time_ms, s.cpu_time_ms) {
-                (Some(x), Some(y)) => Some(x + y),
-                (x, y) => x.or(y),
-            };
-            u.memory_peak = u.memory_peak.max(s.memory_peak);
+            u.add_step(s);
             Some(u)
         })
     }

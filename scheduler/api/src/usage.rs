@@ -69,6 +69,16 @@ pub struct UsagePoint {
 }
 
 impl JobUsage {
+    /// Adds what a step used, or a step's node (`other`): CPU time summed, the higher
+    /// memory peak kept (as sacct's TotalCPU and MaxRSS add up steps).
+    pub fn add_step(&mut self, other: &JobUsage) {
+        self.cpu_time_ms = match (self.cpu_time_ms, other.cpu_time_ms) {
+            (Some(x), Some(y)) => Some(x + y),
+            (x, y) => x.or(y),
+        };
+        self.memory_peak = self.memory_peak.max(other.memory_peak);
+    }
+
     /// Adds a point to the series, merging the oldest pairs when it is full.
     pub fn push_point(&mut self, p: UsagePoint) {
         if self.series.len() >= SERIES_POINTS {

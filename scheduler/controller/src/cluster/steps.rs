@@ -73,13 +73,10 @@ pub fn node_ended(
 fn step_usage(
     nodes: impl Iterator<Item = wharf_api::usage::JobUsage>,
 ) -> Option<wharf_api::usage::JobUsage> {
-    nodes.reduce(|a, b| wharf_api::usage::JobUsage {
-        cpu_time_ms: match (a.cpu_time_ms, b.cpu_time_ms) {
-            (Some(x), Some(y)) => Some(x + y),
-            (x, y) => x.or(y),
-        },
-        memory_peak: a.memory_peak.max(b.memory_peak),
-        ..Default::default()
+    nodes.fold(None, |acc: Option<wharf_api::usage::JobUsage>, n| {
+        let mut u = acc.unwrap_or_default();
+        u.add_step(&n);
+        Some(u)
     })
 }
 
