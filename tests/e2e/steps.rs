@@ -690,6 +690,16 @@ fn a_step_follows_its_jobs_time_limit_when_it_is_raised() {
     assert!(text.contains("STEP=0"), "{text}");
 }
 
+/// Submits `script` as `user`'s job and waits for it to complete; returns its id and output.
+fn completed(c: &Cluster, user: &User, script: &str) -> (u64, String) {
+    let id = submitted_id(&c.wharf_as(user, &["submit", "--wrap", script]));
+    let job = c.wait_done(id, Duration::from_secs(30));
+    let out = c.home(user).join(format!("wharf-{id}.out"));
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{text}");
+    (id, text)
+}
+
 /// A step called from under the job's private /tmp is warned that its tasks, each a sandbox
 /// with a /tmp of its own, cannot see that directory (they start in /), instead of silently.
 #[test]
@@ -700,17 +710,13 @@ fn a_step_called_from_the_jobs_private_tmp_is_warned_its_tasks_cannot_see_it() {
     }
     let c = Cluster::start();
     let alice = user("wharf-alice");
-    let home = c.home(&alice);
     let w = wharf_bin();
     // And a quiet step still says why it failed (as srun -Q): an output it cannot open.
     let script = format!(
         "mkdir -p /tmp/d && cd /tmp/d && {w} step -- pwd; cd /; \
          {w} step -q -o /proc/no-such-file -- true; echo QUIET=$?"
     );
-    let id = submitted_id(&c.wharf_as(&alice, &["submit", "--wrap", &script]));
-    let job = c.wait_done(id, Duration::from_secs(30));
-    let text = std::fs::read_to_string(home.join(format!("wharf-{id}.out"))).unwrap();
-    assert_eq!(job["state"], "COMPLETED", "{job}\n{text}");
+    let (_, text) = completed(&c, &alice, &script);
     assert!(
         text.contains("the step's tasks cannot see /tmp/d") && text.contains("\n/\n"),
         "{text}"
@@ -736,9 +742,7 @@ fn what_a_step_used_counts_in_its_jobs_efficiency_and_accounting() {
     let w = wharf_bin();
     // About a second of CPU in the step, none in the batch command.
     let script = format!("{w} step -q -- sh -c 'end=$(($(date +%s) + 2)); while [ $(date +%s) -lt $end ]; do :; done'");
-    let id = submitted_id(&c.wharf_as(&alice, &["submit", "--wrap", &script]));
-    let job = c.wait_done(id, Duration::from_secs(30));
-    assert_eq!(job["state"], "COMPLETED", "{job}");
+    let (id, _) = completed(&c, &alice, &script);
     let eff: serde_json::Value = serde_json::from_slice(
         &c.wharf_as(&alice, &["eff", &id.to_string(), "--json"])
             .stdout,
