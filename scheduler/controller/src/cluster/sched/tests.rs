@@ -71,6 +71,18 @@ pub(crate) fn record(c: &Cluster, id: JobId) -> JobRecord {
     c.jobs[&id].clone()
 }
 
+/// A configuration whose one QoS, `normal`, is the default, with `limits`.
+fn normal_qos(limits: wharf_core::QosLimits) -> wharf_core::Config {
+    let mut config = wharf_core::Config::default();
+    config.qos.push(wharf_core::Qos {
+        name: "normal".into(),
+        priority: 0,
+    });
+    config.limits.qos.insert("normal".into(), limits);
+    config.limits.default_qos = Some("normal".into());
+    config
+}
+
 /// Account `lab` (1 share) with `users` in it (1 share each).
 fn in_lab(config: &mut wharf_core::Config, users: &[&str]) {
     config.accounts.push(wharf_core::Account {
@@ -585,24 +597,15 @@ fn gpus_and_cpus_are_taken_close_together_where_the_agent_says_where_they_sit() 
 fn qos_limits_hold_a_users_second_job_and_refuse_what_could_never_run() {
     use wharf_core::{QosLimits, TresLimit};
     let dir = tempfile::tempdir().unwrap();
-    let mut config = wharf_core::Config::default();
-    config.qos.push(wharf_core::Qos {
-        name: "normal".into(),
-        priority: 0,
-    });
-    config.limits.qos.insert(
-        "normal".into(),
-        QosLimits {
-            max_tres_per_user: TresLimit {
-                gpu: Some(2),
-                ..TresLimit::default()
-            },
-            max_submit_jobs_per_user: Some(3),
-            max_wall: Some(3600 * 1000),
-            ..QosLimits::default()
+    let config = normal_qos(QosLimits {
+        max_tres_per_user: TresLimit {
+            gpu: Some(2),
+            ..TresLimit::default()
         },
-    );
-    config.limits.default_qos = Some("normal".into());
+        max_submit_jobs_per_user: Some(3),
+        max_wall: Some(3600 * 1000),
+        ..QosLimits::default()
+    });
     let mut c = cluster_with(&dir, config);
     let (ann, bob) = (caller(1000, "ann"), caller(1001, "bob"));
     let job = |gpus: u32, time: Option<u64>| JobRequest {
@@ -1530,22 +1533,13 @@ fn a_job_that_names_no_qos_keeps_the_default_qos_of_its_submit() {
 fn an_exclusive_job_over_a_limit_on_every_whole_node_is_refused_at_submit() {
     use wharf_core::{QosLimits, TresLimit};
     let dir = tempfile::tempdir().unwrap();
-    let mut config = wharf_core::Config::default();
-    config.qos.push(wharf_core::Qos {
-        name: "normal".into(),
-        priority: 0,
-    });
-    config.limits.qos.insert(
-        "normal".into(),
-        QosLimits {
-            max_tres_per_user: TresLimit {
-                gpu: Some(2),
-                ..TresLimit::default()
-            },
-            ..QosLimits::default()
+    let config = normal_qos(QosLimits {
+        max_tres_per_user: TresLimit {
+            gpu: Some(2),
+            ..TresLimit::default()
         },
-    );
-    config.limits.default_qos = Some("normal".into());
+        ..QosLimits::default()
+    });
     // The one node holds 3 GPUs: an exclusive job is charged all 3, over the cap of 2.
     let mut c = cluster_with(&dir, config);
     let ann = caller(1000, "ann");
