@@ -26,6 +26,9 @@ pub struct Args {
     /// Only jobs with this name.
     #[arg(short, long)]
     name: Option<String>,
+    /// Only jobs in these partitions.
+    #[arg(short, long, value_delimiter = ',', value_name = "PARTITION")]
+    partition: Vec<String>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -34,7 +37,10 @@ pub struct Args {
 impl Args {
     /// Whether any filter is given.
     fn filters(&self) -> bool {
-        !self.state.is_empty() || !self.user.is_empty() || self.name.is_some()
+        !self.state.is_empty()
+            || !self.user.is_empty()
+            || self.name.is_some()
+            || !self.partition.is_empty()
     }
 }
 
@@ -42,7 +48,8 @@ impl Args {
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
     if args.jobs.is_empty() && !args.filters() {
         anyhow::bail!(
-            "name the jobs to cancel (IDs), or pick them with -t STATE, -u USER or -n NAME"
+            "name the jobs to cancel (IDs), or pick them with -t STATE, -u USER, -n NAME or \
+             -p PARTITION"
         );
     }
     let jobs = if args.filters() {
@@ -76,8 +83,9 @@ async fn picked(socket: &str, args: &Args) -> Result<Vec<String>> {
     } else {
         args.user.clone()
     };
-    let filter = super::queue::Picked::new(&args.state, &users, &args.jobs)?;
-    let jobs = super::queue::fetch(&client, 0, false, true).await?;
+    let mut filter = super::queue::Picked::new(&args.state, &users, &args.jobs)?;
+    filter.partitions = args.partition.clone();
+    let jobs = super::queue::fetch(&client, 0, false, true, Some(&filter)).await?;
     Ok(jobs
         .iter()
         .filter(|j| !j.state.is_terminal() && filter.keeps_job(j))

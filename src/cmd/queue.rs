@@ -31,30 +31,24 @@ pub struct Args {
     /// Only these jobs (squeue -j): ids, an array's id for all its tasks, or ID_TASK.
     #[arg(short, long, value_delimiter = ',', value_name = "ID", value_parser = super::job_arg)]
     jobs: Vec<String>,
+    /// Only jobs in these partitions (squeue -p); a job that names none is in the default one.
+    #[arg(short = 'p', long, value_delimiter = ',', value_name = "PARTITION")]
+    partition: Vec<String>,
     /// Pending jobs' priorities factor by factor (Slurm's sprio): each factor times its
     /// weight, as the last scheduling pass computed them, highest first (the multifactor
     /// policy still takes a higher partition tier first, and FCFS and EASY go by submit
     /// time).
-    #[arg(short, long, conflicts_with_all = ["all", "limit"])]
+    #[arg(long, conflicts_with_all = ["all", "limit"])]
     priority: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
 }
 
-/// Fetches jobs as the CLI shows them; `brief` leaves their specs out.
-pub async fn fetch(
-    client: &Client,
-    finished: u32,
-    me: bool,
-    brief: bool,
-) -> Result<Vec<JobRecord>> {
-    fetch_picked(client, finished, me, brief, None).await
-}
-
-/// [`fetch`], with the ended jobs those `picked` keeps (the controller filters them before it
+/// Fetches jobs as the CLI shows them; `brief` leaves their specs out. Those `picked` keeps
+/// by partition, and of the ended jobs those it keeps (the controller filters them before it
 /// takes the `finished` most recent, so an old one named is found behind newer ones).
-async fn fetch_picked(
+pub(crate) async fn fetch(
     client: &Client,
     finished: u32,
     me: bool,
@@ -62,8 +56,8 @@ async fn fetch_picked(
     picked: Option<&Picked>,
 ) -> Result<Vec<JobRecord>> {
     let mut path = format!("/v1/jobs?finished={finished}&brief={brief}");
-    if let Some(p) = picked.filter(|_| finished > 0) {
-        path.push_str(&p.query()?);
+    if let Some(p) = picked {
+        path.push_str(&p.query(finished > 0)?);
     }
     if me {
         let who: WhoAmI = client.get("/v1/whoami").await?;
@@ -85,14 +79,15 @@ struct Listing<'a> {
 /// Runs the command.
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
     let client = Client::new(Endpoint::parse(socket), None);
-    let picked = Picked::new(&args.state, &args.user, &args.jobs)?;
+    let mut picked = Picked::new(&args.state, &args.user, &args.jobs)?;
+    picked.partitions = args.partition;
     if args.priority {
         return priorities(&client, args.me, args.json, &picked).await;
     }
     let finished = if args.all { args.limit } else { 0 };
     if args.json {
         // --json gives the whole records.
-        let mut jobs = fetch_picked(&client, finished, args.me, false, Some(&picked)).await?;
+        let mut jobs = fetch(&client, finished, args.me, false, Some(&picked)).await?;
         jobs.retain(|j| {
             picked.keeps(
                 j.id,
@@ -106,9 +101,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     }
     // The table shows no part of a spec: rows of what it shows are enough.
     let mut path = format!("/v1/jobs?finished={finished}&brief=true&rows=true");
-    if finished > 0 {
-        path.push_str(&picked.query()?);
-    }
+    path.push_str(&picked.query(finished > 0)?);
     if args.me {
         let who: WhoAmI = client.get("/v1/whoami").await?;
         path.push_str(&format!("&user={}", who.owner.uid));
@@ -133,6 +126,9 @@ pub(crate) struct Picked {
     users: Vec<String>,
     /// Job ids, array ids (all their tasks) or one task.
     jobs: Vec<(u64, Option<u32>)>,
+    /// Partitions (the controller filters by them: another user's job's partition is in its
+    /// spec, which the client is not shown).
+    pub(crate) partitions: Vec<String>,
 }
 
 impl Picked {
@@ -157,6 +153,7 @@ impl Picked {
             jobs: (jobs.iter())
                 .filter_map(|j| wharf_api::job::parse_job_ref(j))
                 .collect(),
+            partitions: Vec::new(),
         })
     }
 
@@ -166,28 +163,26 @@ impl Picked {
         self.keeps(job.id, array, &job.owner.user, job.state)
     }
 
-    /// The listing's query parameters that ask the controller for the ended jobs these
-    /// filters keep (`&states=...&users=...&jobs=...`); empty when none filters.
-    fn query(&self) -> Result<String> {
+    /// The listing's query parameters that ask the controller for the jobs in these
+    /// partitions (`&partitions=...`) and, with `ended`, the ended jobs these filters keep
+    /// (`&states=...&users=...&jobs=...`); empty when none filters.
+    fn query(&self, ended: bool) -> Result<String> {
         let join = |words: Vec<String>| (!words.is_empty()).then(|| words.join(","));
-        let q = [
-            (
-                "states",
-                join(self.states.iter().map(|s| s.as_str().to_string()).collect()),
-            ),
-            ("users", join(self.users.clone())),
-            (
-                "jobs",
-                join(
-                    (self.jobs.iter())
-                        .map(|(id, task)| match task {
-                            Some(t) => format!("{id}_{t}"),
-                            None => id.to_string(),
-                        })
-                        .collect(),
+        let mut q = vec![("partitions", join(self.partitions.clone()))];
+        if ended {
+            let jobs = (self.jobs.iter()).map(|(id, task)| match task {
+                Some(t) => format!("{id}_{t}"),
+                None => id.to_string(),
+            });
+            q.extend([
+                (
+                    "states",
+                    join(self.states.iter().map(|s| s.as_str().to_string()).collect()),
                 ),
-            ),
-        ];
+                ("users", join(self.users.clone())),
+                ("jobs", join(jobs.collect())),
+            ]);
+        }
         let q: Vec<(&str, String)> = q.into_iter().filter_map(|(k, v)| Some((k, v?))).collect();
         if q.is_empty() {
             return Ok(String::new());
@@ -221,7 +216,7 @@ struct JobPriority<'a> {
 /// `wharf queue --priority`: pending jobs that have been through a scheduling pass, highest
 /// priority first (ties by id), each factor times its weight.
 async fn priorities(client: &Client, me: bool, json: bool, picked: &Picked) -> Result<i32> {
-    let mut jobs = fetch(client, 0, me, true).await?;
+    let mut jobs = fetch(client, 0, me, true, Some(picked)).await?;
     jobs.retain(|j| {
         let array = j.array.map(|a| (a.job_id, a.task_id));
         picked.keeps(j.id, array, &j.owner.user, j.state)
@@ -303,6 +298,7 @@ impl Memo {
 fn table(rows: &[JobRow], now: u64) -> output::Table {
     let mut t = output::table(&[
         "JOBID",
+        "PARTITION",
         "NAME",
         "USER",
         "STATE",
@@ -314,7 +310,7 @@ fn table(rows: &[JobRow], now: u64) -> output::Table {
         "NODES",
         "NODELIST(REASON)",
     ]);
-    t.reserve(rows.len(), 11, 8);
+    t.reserve(rows.len(), 12, 8);
     // Most jobs of a long queue share their limit, memory and (pending: none) time.
     let (mut time, mut limit, mut mem) = (Memo::default(), Memo::default(), Memo::default());
     for j in rows {
@@ -322,6 +318,11 @@ fn table(rows: &[JobRow], now: u64) -> output::Table {
             Some((job, task)) => t.cell_fmt(format_args!("{job}_{task}")),
             None => t.cell_fmt(format_args!("{}", j.id)),
         }
+        t.cell(if j.partition.is_empty() {
+            "-"
+        } else {
+            &j.partition
+        });
         t.cell(
             j.name
                 .char_indices()
@@ -411,6 +412,7 @@ mod tests {
             states: vec![Pending],
             users: vec!["ann".into()],
             jobs: vec![(10, None), (20, Some(3))],
+            partitions: vec!["gpu".into()],
         };
         // Job 10, a task of array 10, and task 3 of array 20, pending and ann's.
         assert!(picked.keeps(10, None, "ann", Pending));
@@ -420,12 +422,20 @@ mod tests {
         assert!(!picked.keeps(11, None, "ann", Pending));
         assert!(!picked.keeps(10, None, "bob", Pending));
         assert!(!picked.keeps(10, None, "ann", Running));
+        // The partitions go to the controller, for active jobs too; the rest for ended ones.
+        assert_eq!(picked.query(false).unwrap(), "&partitions=gpu");
+        assert_eq!(
+            picked.query(true).unwrap(),
+            "&partitions=gpu&states=PENDING&users=ann&jobs=10%2C20_3"
+        );
         let all = Picked {
             states: vec![],
             users: vec![],
             jobs: vec![],
+            partitions: vec![],
         };
         assert!(all.keeps(99, None, "zed", Running));
+        assert_eq!(all.query(true).unwrap(), "");
     }
 
     #[test]
@@ -493,6 +503,7 @@ mod tests {
             nodelist: Cow::Borrowed(""),
             expected_start: None,
             pull: None,
+            partition: Cow::Borrowed("gpu"),
         }
     }
 
@@ -532,6 +543,7 @@ mod tests {
             start_time: Some(now - 61_000),
             end_time: Some(now - 1_000),
             time_limit: 2 * 86400,
+            partition: "".into(),
             ..row(46, JobState::Failed)
         };
         let t = super::table(&[held, soon, pulling, running, ended], now);
@@ -539,12 +551,12 @@ mod tests {
         t.write(&mut shown).unwrap();
         assert_eq!(
             String::from_utf8(shown).unwrap(),
-            "JOBID  NAME                  USER   STATE     TIME        LIMIT       CPUS  MEM   GPUS  NODES  NODELIST(REASON)\n\
-             40_2   a name longer than t  alice  PENDING   00:00:00    01:00:00    4     1.5G  1     1      JobHeldUser\n\
-             43     日本語                alice  PENDING   00:00:00    01:00:00    4     1.5G  1     1      Resources, starts in 00:01:30\n\
-             44     train                 alice  STARTING  00:00:05    01:00:00    4     1.5G  1     2      gpu[01-02] (pulling: 1.8 of 8.4 GB, 3 of 14 layers)\n\
-             45     train                 alice  RUNNING   1-01:01:01  01:00:00    4     1.5G  1     1      gpu03\n\
-             46     train                 alice  FAILED    00:01:00    2-00:00:00  4     1.5G  1     1      -\n"
+            "JOBID  PARTITION  NAME                  USER   STATE     TIME        LIMIT       CPUS  MEM   GPUS  NODES  NODELIST(REASON)\n\
+             40_2   gpu        a name longer than t  alice  PENDING   00:00:00    01:00:00    4     1.5G  1     1      JobHeldUser\n\
+             43     gpu        日本語                alice  PENDING   00:00:00    01:00:00    4     1.5G  1     1      Resources, starts in 00:01:30\n\
+             44     gpu        train                 alice  STARTING  00:00:05    01:00:00    4     1.5G  1     2      gpu[01-02] (pulling: 1.8 of 8.4 GB, 3 of 14 layers)\n\
+             45     gpu        train                 alice  RUNNING   1-01:01:01  01:00:00    4     1.5G  1     1      gpu03\n\
+             46     -          train                 alice  FAILED    00:01:00    2-00:00:00  4     1.5G  1     1      -\n"
         );
     }
 }

@@ -9,10 +9,11 @@
 //! use wharf_api::listing::{JobRow, Rows};
 //! use wharf_api::{JobRecord, JobState};
 //! let text = r#"{"rows":[[7,null,"train","alice","PENDING","JobHeldUser",null,null,3600,
-//!     1,1073741824,0,1,"",null,null]]}"#;
+//!     1,1073741824,0,1,"",null,null,"gpu"]]}"#;
 //! let rows: Rows = serde_json::from_str(text).unwrap();
 //! let row: &JobRow = &rows.rows[0];
 //! assert_eq!((row.id, &*row.name, row.state), (7, "train", JobState::Pending));
+//! assert_eq!(row.partition, "gpu");
 //! assert_eq!(serde_json::to_string(&rows).unwrap(), text.replace("\n    ", ""));
 //! ```
 
@@ -39,7 +40,7 @@ pub struct Rows<'a> {
 /// they are declared, `resources` as three elements (`cpus`, `memory`, `gpus`), `array` as
 /// `[job_id, task_id]`, `pull` as `[layers_done, layers, bytes_done, bytes]`:
 /// `[id, array, name, user, state, reason, start_time, end_time, time_limit, cpus, memory,
-/// gpus, nodes, nodelist, expected_start, pull]`.
+/// gpus, nodes, nodelist, expected_start, pull, partition]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobRow<'a> {
     /// Job id.
@@ -74,6 +75,10 @@ pub struct JobRow<'a> {
     /// While it is STARTING, the pull of its image on its node furthest behind (private to
     /// its owner and admins, as [`JobRecord::pulling`] is).
     pub pull: Option<PullCounts>,
+    /// Its partition, which everyone sees (as squeue shows it); empty where the controller
+    /// did not say (one older than this field, or a row made from a record without its spec
+    /// that names none).
+    pub partition: Cow<'a, str>,
 }
 
 /// How far one node's pull of an image has come (the counts of a [`PullProgress`]).
@@ -159,6 +164,11 @@ impl<'a> JobRow<'a> {
             } else {
                 None
             },
+            partition: Cow::Borrowed(
+                (job.spec.as_ref())
+                    .and_then(|s| s.partition.as_deref())
+                    .unwrap_or(""),
+            ),
         }
     }
 
@@ -169,7 +179,7 @@ impl<'a> JobRow<'a> {
 }
 
 /// Fields of a [`JobRow`] on the wire.
-const FIELDS: usize = 16;
+const FIELDS: usize = 17;
 
 impl Serialize for JobRow<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -194,6 +204,7 @@ impl Serialize for JobRow<'_> {
                 .pull
                 .map(|p| [p.layers_done, p.layers, p.bytes_done, p.bytes]),
         )?;
+        t.serialize_element(&*self.partition)?;
         t.end()
     }
 }
@@ -259,6 +270,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for JobRow<'a> {
                 let nodelist: Text = field!();
                 let expected_start = field!();
                 let pull: Option<[u64; 4]> = field!();
+                // Absent from a controller older than the field.
+                let partition: Option<Text> = seq.next_element()?;
                 // Fields a later controller adds at the end are skipped.
                 while seq.next_element::<de::IgnoredAny>()?.is_some() {}
                 Ok(JobRow {
@@ -281,6 +294,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for JobRow<'a> {
                         bytes_done,
                         bytes,
                     }),
+                    partition: partition.map_or(Cow::Borrowed(""), |p| p.0),
                 })
             }
         }
@@ -296,10 +310,11 @@ mod tests {
 
     #[test]
     fn rows_borrow_plain_text_and_unescape_the_rest() {
-        let text = format!("{ROW}]");
+        let text = format!(r#"{ROW},"gpu"]"#);
         let row: JobRow = serde_json::from_str(&text).unwrap();
         assert!(matches!(row.name, Cow::Owned(_)) && row.name == "a \"b\"\\ 日本");
         assert!(matches!(row.user, Cow::Borrowed("bob")));
+        assert!(matches!(row.partition, Cow::Borrowed("gpu")));
         assert_eq!(
             (row.array, row.elapsed_ms(4000), row.nodes),
             (Some((7, 2)), 3000, 2)
@@ -313,9 +328,13 @@ mod tests {
 
     #[test]
     fn fields_added_at_the_end_are_skipped_and_missing_ones_refused() {
-        let text = format!(r#"{ROW},"new",{{"x":1}}]"#);
+        let text = format!(r#"{ROW},"gpu","new",{{"x":1}}]"#);
         let later: JobRow = serde_json::from_str(&text).unwrap();
-        assert_eq!(later.id, 9);
+        assert_eq!((later.id, &*later.partition), (9, "gpu"));
+        // A controller older than the partition says none.
+        let text = format!("{ROW}]");
+        let older: JobRow = serde_json::from_str(&text).unwrap();
+        assert_eq!((older.id, &*older.partition), (9, ""));
         let short = serde_json::from_str::<JobRow>(r#"[9,null,"a","bob","PENDING"]"#);
         assert!(short.unwrap_err().to_string().contains("invalid length 5"));
     }

@@ -308,14 +308,16 @@ struct ListQuery {
     users: Option<String>,
     /// Only these ended jobs (comma-separated: `ID`, an array's `ID`, or `ID_TASK`).
     jobs: Option<String>,
+    /// Only jobs, active or ended, in these partitions (comma-separated names).
+    partitions: Option<String>,
 }
 
 /// Most jobs one listing may name (`wharf queue -j`).
 const MAX_NAMED_JOBS: usize = 1000;
 
 impl ListQuery {
-    /// The ended jobs it asks for ([`crate::store::EndedFilter`]), or what it got wrong.
-    fn ended(&self) -> Result<crate::store::EndedFilter, ApiFailure> {
+    /// The jobs it asks for ([`crate::store::ListFilter`]), or what it got wrong.
+    fn filter(&self) -> Result<crate::store::ListFilter, ApiFailure> {
         let bad = |m: String| fail(ErrorKind::InvalidInput, m);
         let words = |text: &Option<String>| -> Vec<String> {
             (text.iter())
@@ -325,7 +327,7 @@ impl ListQuery {
                 .map(str::to_string)
                 .collect()
         };
-        let mut filter = crate::store::EndedFilter::default();
+        let mut filter = crate::store::ListFilter::default();
         // By uid where this host names one (the store's index), else by name.
         for name in words(&self.users) {
             match nix::unistd::User::from_name(&name) {
@@ -333,6 +335,7 @@ impl ListQuery {
                 _ => filter.users.push(name),
             }
         }
+        filter.partitions = words(&self.partitions);
         for s in words(&self.states) {
             let state = wharf_api::JobState::parse(&s)
                 .ok_or_else(|| bad(format!("unknown job state {s:?}")))?;
@@ -361,10 +364,10 @@ async fn list(
 ) -> Result<Response, ApiFailure> {
     let c = caller(&s, &peer)?;
     let finished = q.finished.min(10_000);
-    let ended = q.ended()?;
+    let filter = q.filter()?;
     if q.rows {
         let body =
-            with_cluster(&s, move |cl, _| cl.list_rows(&c, finished, q.user, &ended)).await?;
+            with_cluster(&s, move |cl, _| cl.list_rows(&c, finished, q.user, &filter)).await?;
         let json = [(
             axum::http::header::CONTENT_TYPE,
             axum::http::HeaderValue::from_static("application/json"),
@@ -372,7 +375,7 @@ async fn list(
         return Ok((json, body).into_response());
     }
     let jobs = with_cluster(&s, move |cl, _| {
-        cl.list_where(&c, finished, q.user, q.brief, &ended)
+        cl.list_where(&c, finished, q.user, q.brief, &filter)
     })
     .await?;
     Ok(Json(JobList { jobs }).into_response())

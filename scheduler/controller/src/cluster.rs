@@ -12,7 +12,7 @@ use wharf_api::{
 };
 use wharf_core::{Config as SchedConfig, Scheduler, UsageLedger};
 
-use crate::store::{EndedFilter, Store, StoreError};
+use crate::store::{ListFilter, Store, StoreError};
 use crate::visibility::{ended_reason, view};
 use crate::watch::JobWatch;
 
@@ -406,23 +406,25 @@ impl Cluster {
         only_uid: Option<u32>,
         brief: bool,
     ) -> Result<Vec<JobRecord>, Failure> {
-        self.list_where(caller, finished, only_uid, brief, &EndedFilter::default())
+        self.list_where(caller, finished, only_uid, brief, &ListFilter::default())
     }
 
-    /// [`Cluster::list`] with the ended jobs those `ended` keeps (filtered before the
-    /// `finished` most recent are taken).
+    /// [`Cluster::list`] with the ended jobs those `filter` keeps (filtered before the
+    /// `finished` most recent are taken), and only the active jobs in its partitions.
     pub fn list_where(
         &self,
         caller: &Caller,
         finished: u32,
         only_uid: Option<u32>,
         brief: bool,
-        ended: &EndedFilter,
+        filter: &ListFilter,
     ) -> Result<Vec<JobRecord>, Failure> {
+        let ended = &self.with_default_partition(filter)?;
         let mut out: Vec<JobRecord> = self
             .jobs
             .values()
             .filter(|j| only_uid.is_none_or(|u| j.owner.uid == u))
+            .filter(|j| ended.keeps_partition(sched::partition_of(j)))
             .map(|j| if brief { j.without_spec() } else { j.clone() })
             .map(|j| self.with_pulls(j))
             .collect();
@@ -436,6 +438,19 @@ impl Cluster {
             out.sort_by_key(|j| j.id);
         }
         Ok(out.into_iter().map(|j| view(caller, j)).collect())
+    }
+
+    /// `filter` with the partition of a job that names none (the scheduler's default), or
+    /// why it names a partition this cluster does not have.
+    fn with_default_partition(&self, filter: &ListFilter) -> Result<ListFilter, Failure> {
+        for p in &filter.partitions {
+            wharf_core::cycle::partition(&self.sched, Some(p)).map_err(sched::refused)?;
+        }
+        let default = self.sched.default_partition_name();
+        Ok(ListFilter {
+            default_partition: default.to_string(),
+            ..filter.clone()
+        })
     }
 
     /// Nodes with what their jobs hold.

@@ -104,10 +104,12 @@ pub struct Store {
 
 const ACTIVE: &str = "('PENDING','STARTING','RUNNING')";
 
-/// Which ended jobs a listing wants (`wharf queue --all` with `-t`, `-u` or `-j`): each list
-/// left empty keeps every job.
+/// Which jobs a listing wants (`wharf queue` with `-p`, and with `--all` `-t`, `-u` or `-j`):
+/// each list left empty keeps every job. The store filters ended jobs by all of it; the
+/// controller filters active ones by partition (their specs, which name it, are hidden from
+/// other users), and the client active ones by the rest.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EndedFilter {
+pub struct ListFilter {
     /// In one of these states.
     pub states: Vec<JobState>,
     /// Of one of these users, by uid (indexed).
@@ -117,6 +119,18 @@ pub struct EndedFilter {
     pub users: Vec<String>,
     /// These jobs: an id, an array's id for each of its tasks, or one task.
     pub jobs: Vec<(u64, Option<u32>)>,
+    /// In one of these partitions; a job whose spec names none is in `default_partition`.
+    pub partitions: Vec<String>,
+    /// The partition of a job that names none (the scheduler's default).
+    pub default_partition: String,
+}
+
+impl ListFilter {
+    /// Whether a job in `partition` (`None`: it names none) is in one of its partitions.
+    pub fn keeps_partition(&self, partition: Option<&str>) -> bool {
+        let p = partition.unwrap_or(&self.default_partition);
+        self.partitions.is_empty() || self.partitions.iter().any(|q| q == p)
+    }
 }
 
 impl Store {
@@ -405,7 +419,7 @@ impl Store {
         uid: Option<u32>,
         limit: u32,
     ) -> Result<Vec<JobRecord>, StoreError> {
-        self.finished_jobs_where(uid, limit, &EndedFilter::default())
+        self.finished_jobs_where(uid, limit, &ListFilter::default())
     }
 
     /// [`Store::finished_jobs`] that `filter` keeps: filtered before the `limit` most recent
@@ -414,7 +428,7 @@ impl Store {
         &self,
         uid: Option<u32>,
         limit: u32,
-        filter: &EndedFilter,
+        filter: &ListFilter,
     ) -> Result<Vec<JobRecord>, StoreError> {
         use rusqlite::types::Value;
         let mut args: Vec<Value> = Vec::new();
@@ -479,6 +493,16 @@ impl Store {
         }
         if !jobs.is_empty() {
             sql.push_str(&format!(" AND ({})", jobs.join(" OR ")));
+        }
+        let parts: Vec<String> = (filter.partitions.iter())
+            .map(|p| arg(Value::Text(p.clone())))
+            .collect();
+        if !parts.is_empty() {
+            let default = arg(Value::Text(filter.default_partition.clone()));
+            sql.push_str(&format!(
+                " AND IFNULL(json_extract(record, '$.spec.partition'), {default}) IN ({})",
+                parts.join(",")
+            ));
         }
         sql.push_str(&format!(
             " ORDER BY id DESC LIMIT {}",
@@ -826,54 +850,54 @@ pub(crate) mod tests {
         for _ in 0..20 {
             end(&mut s, "bob", JobState::Completed, None);
         }
-        let ids = |f: EndedFilter| -> Vec<JobId> {
+        let ids = |f: ListFilter| -> Vec<JobId> {
             let jobs = s.finished_jobs_where(None, 5, &f).unwrap();
             jobs.iter().map(|j| j.id).collect()
         };
         assert!(
-            !ids(EndedFilter::default()).contains(&old),
+            !ids(ListFilter::default()).contains(&old),
             "behind newer ones"
         );
-        let by_id = EndedFilter {
+        let by_id = ListFilter {
             jobs: vec![(old, None)],
             ..Default::default()
         };
         assert_eq!(ids(by_id), [old]);
-        let by_state = EndedFilter {
+        let by_state = ListFilter {
             states: vec![JobState::Timeout, JobState::Failed],
             ..Default::default()
         };
         assert_eq!(ids(by_state), [array, old]);
-        let by_user = EndedFilter {
+        let by_user = ListFilter {
             users: vec!["ann".into()],
             ..Default::default()
         };
         assert_eq!(ids(by_user), [array + 1, array, old]);
-        let whole_array = EndedFilter {
+        let whole_array = ListFilter {
             jobs: vec![(array, None)],
             ..Default::default()
         };
         assert_eq!(ids(whole_array), [array + 1, array]);
-        let one_task = EndedFilter {
+        let one_task = ListFilter {
             jobs: vec![(array, Some(1))],
             users: vec!["ann".into(), "bob".into()],
             ..Default::default()
         };
         assert_eq!(ids(one_task), [array + 1]);
-        let nobody = EndedFilter {
+        let nobody = ListFilter {
             users: vec!["ann\u{0}'".into()],
             ..Default::default()
         };
         assert!(ids(nobody).is_empty());
         // By uid, the store's index (every record here is uid 1000's).
-        let by_uid = |uid| EndedFilter {
+        let by_uid = |uid| ListFilter {
             uids: vec![uid],
             ..Default::default()
         };
         assert_eq!(ids(by_uid(1000)).len(), 5);
         assert!(ids(by_uid(1)).is_empty());
         // Many ids at once: lists, not an OR per id (which nests past SQLite's limits).
-        let many = EndedFilter {
+        let many = ListFilter {
             jobs: (1..=1200).map(|id| (id, None)).collect(),
             ..Default::default()
         };

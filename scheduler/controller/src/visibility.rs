@@ -47,9 +47,19 @@ pub fn view(caller: &Caller, mut job: JobRecord) -> JobRecord {
 /// The listing row of `job` as `caller` may see it: what [`view`] leaves of it, borrowed from
 /// it. `pulls` are its nodes' pulls of its image, which only its owner and admins see. (A
 /// row's reason is a pending job's, which [`public_reason`] keeps as it is.)
-pub fn row<'a>(caller: &Caller, job: &'a JobRecord, pulls: &[PullProgress]) -> JobRow<'a> {
+/// `partition` is the job's (its spec's, else the default), which everyone sees, as squeue
+/// shows it.
+pub fn row<'a>(
+    caller: &Caller,
+    job: &'a JobRecord,
+    pulls: &[PullProgress],
+    partition: &'a str,
+) -> JobRow<'a> {
     let pulls = if caller.may_manage(job) { pulls } else { &[] };
-    JobRow::of(job, pulls)
+    JobRow {
+        partition: std::borrow::Cow::Borrowed(partition),
+        ..JobRow::of(job, pulls)
+    }
 }
 
 /// The reason of `job` as users other than its owner see it: made of its state, resources,

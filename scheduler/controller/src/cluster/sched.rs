@@ -693,7 +693,7 @@ impl Cluster {
 }
 
 /// A submit refused by the core's shared admission.
-fn refused(r: cycle::Refusal) -> Failure {
+pub(super) fn refused(r: cycle::Refusal) -> Failure {
     Failure::new(r.kind, r.message)
 }
 
@@ -743,7 +743,12 @@ pub(super) fn selection(spec: &JobSpec) -> Selection {
 }
 
 pub(super) fn partition(job: &JobRecord) -> Option<String> {
-    job.spec.as_ref().and_then(|s| s.partition.clone())
+    partition_of(job).map(str::to_string)
+}
+
+/// [`partition`], borrowed.
+pub(super) fn partition_of(job: &JobRecord) -> Option<&str> {
+    job.spec.as_ref().and_then(|s| s.partition.as_deref())
 }
 
 /// A node's GPUs as the scheduler sees them: the agent's ids and type names, and where each
