@@ -103,12 +103,15 @@ pub fn parse_duration_or_zero(text: &str) -> Result<u64, String> {
 pub const UNLIMITED_TIME: u64 = u64::MAX;
 
 /// Parses a job's time limit: [`parse_duration`]'s forms, or `UNLIMITED` / `infinite`
-/// ([`UNLIMITED_TIME`]), which a job's partition turns into its maximum.
+/// ([`UNLIMITED_TIME`]), which a job's partition turns into its maximum. A zero in Slurm's
+/// forms (`0`, `00:00:00`, `0-0`) is the same: Slurm's `-t 0` imposes no time limit.
 pub fn parse_time_limit(text: &str) -> Result<u64, String> {
     let word = text.trim();
-    if ["unlimited", "infinite", "infinity"]
-        .iter()
-        .any(|w| word.eq_ignore_ascii_case(w))
+    let zero = word.starts_with('0') && word.bytes().all(|b| matches!(b, b'0' | b':' | b'-'));
+    if zero
+        || ["unlimited", "infinite", "infinity"]
+            .iter()
+            .any(|w| word.eq_ignore_ascii_case(w))
     {
         return Ok(UNLIMITED_TIME);
     }
@@ -236,6 +239,11 @@ mod tests {
             assert!(parse_duration(word).is_err(), "{word}");
         }
         assert_eq!(parse_time_limit("2h"), Ok(7200));
+        // Slurm's `-t 0`: no limit (the partition's maximum); a zero length elsewhere is not.
+        for zero in ["0", "00:00:00", "0-0", " 0:00 "] {
+            assert_eq!(parse_time_limit(zero), Ok(UNLIMITED_TIME), "{zero}");
+        }
+        assert!(parse_time_limit("0s").is_err() && parse_time_limit("0h").is_err());
         // A sign is a move of a limit (wharf update's), not a limit: `+5` was 5 minutes.
         for signed in ["+5", "-5", " +1:00:00"] {
             let err = parse_time_limit(signed).unwrap_err();
