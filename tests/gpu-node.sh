@@ -309,6 +309,49 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 
+echo "== a job's GPU processes, a detached one too, end with it"
+# A user's job that leaves a process on the GPU after it ends would hold the next job's GPU
+# memory: the job runs one holder in the foreground and one started with setsid, is
+# cancelled, and the GPU must be as it was before.
+cat > "$home/gpu_hold.py" <<'PY'
+import os, time
+import torch
+x = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+print("holding 2 GiB, pid", os.getpid(), flush=True)
+time.sleep(600)
+PY
+chown "$user" "$home/gpu_hold.py"
+gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
+gpu_apps() { nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -c '[0-9]'; }
+before=$(gpu_used)
+holder=$(WHARF_SOCKET="$data/wharf.sock" runuser -u "$user" -- sh -c \
+    'cd && exec "$0" submit --image host --gpus 1 --cpus 2 --mem 16G --time 5m \
+        --env LD_LIBRARY_PATH="$2" \
+        --wrap "setsid $1 gpu_hold.py > detached.log 2>&1 < /dev/null & exec $1 gpu_hold.py"' \
+    "$WHARF" "$py" "$ldp" | sed -n 's/^Submitted batch job //p')
+for _ in $(seq 120); do
+    [ "$(gpu_used)" -ge $((before + 4000)) ] 2>/dev/null && break
+    sleep 0.5
+done
+during=$(gpu_used) apps=$(gpu_apps)
+echo "job ${holder:-none}: GPU memory used ${before} MiB before, ${during} MiB while it runs; $apps process(es) on the GPU"
+check "both of the job's holders are on the GPU (4 GiB more used)" \
+    [ "${during:-0}" -ge $((before + 4000)) ]
+WHARF_SOCKET="$data/wharf.sock" "$WHARF" cancel "$holder"
+for _ in $(seq 60); do
+    [ "$(gpu_used)" -le $((before + 100)) ] 2>/dev/null && [ "$(gpu_apps)" = 0 ] && break
+    sleep 0.5
+done
+after=$(gpu_used) apps=$(gpu_apps)
+echo "after the cancel: ${after} MiB used, $apps process(es) on the GPU"
+check "after the job, no process of it is left on the GPU, the detached one too" [ "$apps" = 0 ]
+check "and the GPU memory it held is free again (${after} MiB used, ${before} before)" \
+    [ "${after:-99999}" -le $((before + 100)) ]
+state=$(WHARF_SOCKET="$data/wharf.sock" "$WHARF" show "$holder" --json |
+    sed -n 's/^  "state": "\([A-Z_]*\)".*/\1/p')
+check "the job ended CANCELLED (${state:-none})" [ "$state" = CANCELLED ]
+
 echo "== after the jobs"
 left=$(find /sys/fs/cgroup -type d -path '*/wharf/wharf-*' 2>/dev/null | head -5)
 check "no job cgroup is left" [ -z "$left" ]
