@@ -80,6 +80,37 @@ pub struct Args {
     /// Print nothing of Wharf's own on standard error.
     #[arg(short = 'Q', long)]
     quiet: bool,
+    /// Inside a job, write the tasks' output as it comes, a part of a line too (outside
+    /// one, the job's output is shown as it is written anyway).
+    #[arg(short = 'u', long)]
+    unbuffered: bool,
+    /// Working directory: the tasks' inside a job, the new job's outside one.
+    #[arg(short = 'D', long, value_name = "DIR")]
+    chdir: Option<String>,
+    /// Which variables the tasks get, comma-separated: ALL, NONE, NAME, NAME=VALUE (see
+    /// `wharf step --help`). Outside a job, only those named or set reach the new job.
+    #[arg(long, value_name = "ALL|NONE|NAME[=VALUE],...")]
+    export: Option<String>,
+    /// Stop the other tasks when one fails: what Wharf always does (0 is refused).
+    #[arg(
+        short = 'K',
+        long,
+        value_name = "0|1",
+        num_args = 0..=1,
+        default_missing_value = "1",
+        require_equals = true
+    )]
+    kill_on_bad_exit: Option<u8>,
+    /// Share the job's CPUs with its other steps: what a step always does.
+    #[arg(long)]
+    overlap: bool,
+    /// MPI plugin: only `none` (Wharf runs no PMI server).
+    #[arg(long, value_name = "none")]
+    mpi: Option<String>,
+    /// How ranks are laid on nodes: only `block` (ranks 0 to k-1 on the first node, and so
+    /// on), what Wharf does.
+    #[arg(short = 'm', long, value_name = "block")]
+    distribution: Option<String>,
     /// The command and its arguments. An option before it that srun does not know is
     /// refused (see [`refused_option`]), not taken for the command; after `--` every word is
     /// the command's.
@@ -105,10 +136,59 @@ pub fn refused_option(err: &clap::Error) -> Option<String> {
         Some(ContextValue::String(s)) => format!(" (did you mean {s}?)"),
         _ => String::new(),
     };
+    let name = option.split('=').next().unwrap_or(option);
+    if let Some(why) = not_here(name) {
+        return Some(format!("srun: {name} is not available here: {why}"));
+    }
     Some(format!(
         "srun: unknown option {option}{hint}; srun options go before the command, and `--` \
          ends them (srun [OPTIONS] [--] COMMAND [ARGS]...)"
     ))
+}
+
+/// srun's options Wharf does not take, with why and what to do instead.
+fn not_here(option: &str) -> Option<&'static str> {
+    Some(match option {
+        "--pty" => {
+            "Wharf runs no interactive terminal (a job's tasks read no terminal); put the \
+             commands in a job's script, or run them one by one with srun"
+        }
+        "--cpu-bind" | "--mem-bind" | "--hint" => {
+            "Wharf places a step's tasks on the job's CPUs of each node itself; -c gives \
+             each task CPUs of its own"
+        }
+        "--exclusive" | "--exact" => {
+            "a step shares the job's CPUs with the job's other steps; -c gives each task CPUs \
+             of its own"
+        }
+        "--gpu-bind" => "--gpus-per-task gives each task GPUs of its own",
+        "--x11" => "Wharf forwards no X11 display",
+        "--het-group" => "Wharf has no heterogeneous jobs",
+        _ => return None,
+    })
+}
+
+/// The `--env NAME=VALUE` flags of a new job (srun outside a job) for `--export`: a job gets
+/// no variable of the caller's shell but those named (with their values here) or set;
+/// `ALL` cannot be honoured, and says so.
+fn outside_export(spec: Option<&str>, env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<String>> {
+    let Some(spec) = spec else {
+        return Ok(Vec::new());
+    };
+    let entries = step::export_entries(spec).map_err(|e| anyhow::anyhow!("srun: {e}"))?;
+    let mut out = Vec::new();
+    for e in entries {
+        match e {
+            step::Export::None => {}
+            step::Export::All => eprintln!(
+                "wharf: srun --export=ALL: a new job gets no variable of this shell; name the \
+                 ones it needs (--export=NAME,NAME=VALUE)"
+            ),
+            step::Export::Set(name, value) => out.push(format!("{name}={value}")),
+            step::Export::Name(name) => out.extend(env(name).map(|v| format!("{name}={v}"))),
+        }
+    }
+    Ok(out)
 }
 
 /// What `srun` does here.
@@ -136,6 +216,33 @@ fn inside_job(env: &dyn Fn(&str) -> Option<String>) -> Result<bool> {
 
 /// Decides what `srun` does with `args`, `env` reading the environment.
 pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
+    if args.kill_on_bad_exit == Some(0) {
+        bail!(
+            "srun: --kill-on-bad-exit=0: Wharf always stops the other tasks when one fails \
+             (what --kill-on-bad-exit asks); leave it out"
+        );
+    }
+    if let Some(mpi) = args
+        .mpi
+        .as_deref()
+        .filter(|m| !m.eq_ignore_ascii_case("none"))
+    {
+        bail!(
+            "srun: --mpi={mpi}: Wharf runs no PMI server for MPI programs to start from. Its \
+             tasks get RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT \
+             (torch.distributed, NCCL) and SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID; \
+             leave --mpi out, or give --mpi=none"
+        );
+    }
+    if let Some(d) = &args.distribution {
+        let first = d.split([':', ',']).next().unwrap_or("");
+        if !first.eq_ignore_ascii_case("block") && first != "*" {
+            bail!(
+                "srun: --distribution={d}: Wharf lays ranks on nodes in blocks (ranks 0 to \
+                 k-1 on the first node, and so on); leave it out, or give block"
+            );
+        }
+    }
     if inside_job(env)? {
         if let Some(c) = args.cpus_per_task {
             let on_node = env("SLURM_CPUS_ON_NODE").and_then(|v| v.parse::<u32>().ok());
@@ -178,6 +285,9 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
             output: args.output,
             error: args.error,
             quiet: args.quiet,
+            unbuffered: args.unbuffered,
+            chdir: args.chdir,
+            export: args.export,
             command: args.command,
         }));
     }
@@ -231,6 +341,10 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
     flag("gpus", args.gpus);
     flag("gpus-per-node", args.gpus_per_node);
     flag("image", args.image);
+    flag("chdir", args.chdir);
+    for entry in outside_export(args.export.as_deref(), env)? {
+        flag("env", Some(entry));
+    }
     if args.quiet {
         argv.push("--quiet".into());
     }
@@ -400,5 +514,77 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("WHARF_STEP_SOCKET"), "{e}");
+    }
+
+    #[test]
+    fn srun_options_of_slurm_scripts_are_honoured_or_refused_with_why() {
+        // Inside a job: unbuffered output, a working directory and the environment reach
+        // the step; what Wharf always does (-K, --overlap, --mpi=none, block) is taken.
+        let a = parse(&[
+            "-u",
+            "-D",
+            "run1",
+            "--export=NONE,OMP_NUM_THREADS=4",
+            "-K",
+            "--overlap",
+            "--mpi=none",
+            "-m",
+            "block:cyclic",
+            "python",
+            "train.py",
+        ]);
+        let Plan::Step(s) = plan(a, &env_of(IN_JOB)).unwrap() else {
+            panic!("not a step")
+        };
+        assert!(s.unbuffered);
+        assert_eq!(s.chdir.as_deref(), Some("run1"));
+        assert_eq!(s.export.as_deref(), Some("NONE,OMP_NUM_THREADS=4"));
+        assert_eq!(s.command, ["python", "train.py"]);
+        assert!(plan(parse(&["--kill-on-bad-exit=1", "true"]), &env_of(IN_JOB)).is_ok());
+        // What Wharf cannot do is refused, saying why, inside a job and outside.
+        for env in [IN_JOB, &[]] {
+            let e = |words: &[&str]| plan(parse(words), &env_of(env)).unwrap_err().to_string();
+            assert!(e(&["-K=0", "true"]).contains("always stops the other tasks"));
+            assert!(e(&["--mpi=pmix", "a.out"]).contains("no PMI server"));
+            assert!(e(&["-m", "cyclic", "true"]).contains("in blocks"));
+        }
+        // Outside a job: the new job's directory, and only the variables named or set (with
+        // their values here), as `wharf run` takes them.
+        let env = env_of(&[("HOME", "/home/ann"), ("SECRET", "x")]);
+        let Plan::Run(argv) = plan(
+            parse(&["-u", "-D", "/scratch", "--export=HOME,A=1,GONE", "true"]),
+            &env,
+        )
+        .unwrap() else {
+            panic!("not a run")
+        };
+        assert_eq!(
+            argv,
+            [
+                "run",
+                "--chdir=/scratch",
+                "--env=HOME=/home/ann",
+                "--env=A=1",
+                "--",
+                "true"
+            ]
+        );
+        let e = plan(parse(&["--export=A;B", "true"]), &env)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not ALL, NONE"), "{e}");
+        // Options Wharf has not: refused with why, not as unknown.
+        let refused = |words: &[&str]| {
+            let mut argv = vec!["wharf", "srun"];
+            argv.extend(words);
+            refused_option(&crate::Cli::try_parse_from(argv).unwrap_err()).unwrap()
+        };
+        let e = refused(&["--pty", "bash"]);
+        assert!(e.starts_with("srun: --pty is not available here: Wharf runs no interactive"));
+        let e = refused(&["--cpu-bind=cores", "true"]);
+        assert!(
+            e.starts_with("srun: --cpu-bind is not available here"),
+            "{e}"
+        );
     }
 }

@@ -57,6 +57,18 @@ pub struct Args {
     /// Print nothing of the step's start and end on standard error (why one failed still is).
     #[arg(short, long)]
     pub quiet: bool,
+    /// Write the tasks' output as it comes, a part of a line too (a progress bar's), rather
+    /// than line by line; with --label, still whole lines.
+    #[arg(short = 'u', long)]
+    pub unbuffered: bool,
+    /// The tasks' working directory (default: this command's); relative to this one.
+    #[arg(short = 'D', long, value_name = "DIR")]
+    pub chdir: Option<String>,
+    /// Which of this command's environment variables the tasks get, comma-separated: ALL
+    /// (the default), NONE (only the job's SLURM_* and WHARF_* ones), a NAME to pass on, a
+    /// NAME=VALUE to set.
+    #[arg(long, value_name = "ALL|NONE|NAME[=VALUE],...")]
+    pub export: Option<String>,
     /// The command and its arguments.
     #[arg(required = true)]
     pub command: Vec<String>,
@@ -95,13 +107,19 @@ fn describe(s: &StepRecord) -> String {
 
 /// Runs the command: the step's exit status (its first failing task's).
 pub async fn run(args: Args) -> Result<i32> {
-    let env: BTreeMap<String, String> = std::env::vars().collect();
+    let env = exported(std::env::vars().collect(), args.export.as_deref())?;
     let job = std::env::var("WHARF_JOB_ID").unwrap_or_default();
+    let workdir = match (std::env::current_dir(), &args.chdir) {
+        (Ok(cwd), Some(dir)) => Some(cwd.join(dir)),
+        (Err(e), Some(dir)) if !dir.starts_with('/') => {
+            bail!("--chdir {dir}: this command's directory is unknown ({e}); name it whole")
+        }
+        (_, Some(dir)) => Some(dir.into()),
+        (cwd, None) => cwd.ok(),
+    };
     // Each task of a step is a sandbox of its own, with its own /tmp: a directory under the
     // caller's is not there (the caller's /tmp is its own sandbox's).
-    if let Some(w) =
-        (std::env::current_dir().ok()).and_then(|cwd| super::submit::hidden_workdir(None, &cwd))
-    {
+    if let Some(w) = (workdir.as_ref()).and_then(|dir| super::submit::hidden_workdir(None, dir)) {
         eprintln!(
             "wharf: warning: the step's tasks cannot see {}: each task gets its own private {} \
              there, so they start in /; work from a shared directory, as the job's own",
@@ -125,9 +143,7 @@ pub async fn run(args: Args) -> Result<i32> {
         job: args.jobid,
         argv: args.command,
         env,
-        workdir: std::env::current_dir()
-            .ok()
-            .map(|d| d.display().to_string()),
+        workdir: workdir.map(|d| d.display().to_string()),
         resume: None,
         output: StepOutput {
             stream: true,
@@ -140,7 +156,7 @@ pub async fn run(args: Args) -> Result<i32> {
     let mut input = (args.input != StepInput::None).then(read_stdin);
     // Whether the agent and controller take input: set by the step's start.
     let mut takes_input = false;
-    let mut lines = Lines::new(args.label);
+    let mut lines = Lines::new(args.label, args.unbuffered);
     let mut request = request;
     // Once started, the step is waited for again through a restart of the node's agent.
     let mut reconnect_by: Option<std::time::Instant> = None;
@@ -177,6 +193,80 @@ pub async fn run(args: Args) -> Result<i32> {
             }
         }
     }
+}
+
+/// One entry of `--export` (srun's and `wharf step`'s).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Export<'a> {
+    /// `ALL`: every variable of the caller's.
+    All,
+    /// `NONE` (or `NIL`).
+    None,
+    /// A variable to pass on with the caller's value.
+    Name(&'a str),
+    /// `NAME=VALUE`.
+    Set(&'a str, &'a str),
+}
+
+/// The entries of a `--export` list, or which one is not ALL, NONE, a name or NAME=VALUE.
+pub(crate) fn export_entries(spec: &str) -> Result<Vec<Export<'_>>> {
+    (spec.split(',').map(str::trim))
+        .map(|e| {
+            export_entry(e).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--export: {:?} is not ALL, NONE, a variable's name or NAME=VALUE",
+                    crate::output::clean(e)
+                )
+            })
+        })
+        .collect()
+}
+
+fn export_entry(e: &str) -> Option<Export<'_>> {
+    if e.eq_ignore_ascii_case("ALL") {
+        return Some(Export::All);
+    }
+    if e.eq_ignore_ascii_case("NONE") || e.eq_ignore_ascii_case("NIL") {
+        return Some(Export::None);
+    }
+    let (name, value) = e.split_once('=').map_or((e, None), |(n, v)| (n, Some(v)));
+    let known = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    if name.is_empty() || !name.bytes().all(known) {
+        return None;
+    }
+    Some(value.map_or(Export::Name(name), |v| Export::Set(name, v)))
+}
+
+/// The environment the step's tasks get of `env` (this command's) by `--export`: all of it
+/// without one or with `ALL`; else its `SLURM_*` and `WHARF_*` variables (the job's place,
+/// as Slurm keeps them under `NONE`) and the names given; `NAME=VALUE` entries set a value.
+fn exported(env: BTreeMap<String, String>, spec: Option<&str>) -> Result<BTreeMap<String, String>> {
+    let Some(spec) = spec else {
+        return Ok(env);
+    };
+    let entries = export_entries(spec)?;
+    let mut out: BTreeMap<String, String> = if entries.contains(&Export::All) {
+        env.clone()
+    } else {
+        (env.iter())
+            .filter(|(k, _)| k.starts_with("SLURM_") || k.starts_with("WHARF_"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    for e in entries {
+        match e {
+            Export::All | Export::None => {}
+            Export::Set(name, value) => {
+                out.insert(name.to_string(), value.to_string());
+            }
+            Export::Name(name) => {
+                if let Some(v) = env.get(name) {
+                    out.insert(name.to_string(), v.clone());
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// How long a caller whose agent went away tries to reach it again, and how often.
@@ -337,6 +427,8 @@ const MAX_PARTIAL: usize = 64 << 10;
 /// labelled. The bytes are the tasks' own, control characters included.
 struct Lines {
     label: bool,
+    /// Unlabelled output goes out as it comes, not by whole lines.
+    unbuffered: bool,
     width: usize,
     partial: BTreeMap<(u32, Stream), Vec<u8>>,
     /// Per (rank, stream): the offset of the next byte not yet taken. A restart of an agent
@@ -345,9 +437,10 @@ struct Lines {
 }
 
 impl Lines {
-    fn new(label: bool) -> Lines {
+    fn new(label: bool, unbuffered: bool) -> Lines {
         Lines {
             label,
+            unbuffered: unbuffered && !label,
             width: 1,
             partial: BTreeMap::new(),
             next: BTreeMap::new(),
@@ -379,6 +472,7 @@ impl Lines {
         let held = self.partial.entry((c.rank, c.stream)).or_default();
         held.extend_from_slice(&c.data[skip..]);
         let whole = match held.iter().rposition(|&b| b == b'\n') {
+            _ if self.unbuffered && !held.is_empty() => held.len(),
             Some(i) => i + 1,
             None if held.len() > MAX_PARTIAL => held.len(),
             None => return None,
@@ -451,7 +545,7 @@ mod tests {
     #[test]
     fn lines_come_out_whole_per_rank_and_stream_labelled_when_asked() {
         let mut chunk = chunker();
-        let mut l = Lines::new(true);
+        let mut l = Lines::new(true, false);
         l.ranks(12);
         assert_eq!(l.take(&chunk(3, Stream::Stdout, b"hal")), None);
         // Another rank's line in between does not cut rank 3's.
@@ -473,13 +567,64 @@ mod tests {
         );
         // Unlabelled, the bytes pass as they are; a line without end is not held forever.
         let mut chunk = chunker();
-        let mut l = Lines::new(false);
+        let mut l = Lines::new(false, false);
         assert_eq!(
             l.take(&chunk(0, Stream::Stdout, b"a\r\n")).unwrap().1,
             b"a\r\n"
         );
         let long = vec![b'y'; MAX_PARTIAL + 1];
         assert_eq!(l.take(&chunk(0, Stream::Stdout, &long)).unwrap().1, long);
+        // Unbuffered (srun -u), a part of a line goes out as it comes (a progress bar's);
+        // labelled, lines stay whole.
+        let mut chunk = chunker();
+        let mut l = Lines::new(false, true);
+        let bar = l.take(&chunk(0, Stream::Stderr, b"\r 40%")).unwrap();
+        assert_eq!(bar, (Stream::Stderr, b"\r 40%".to_vec()));
+        assert_eq!(
+            l.take(&chunk(0, Stream::Stderr, b"\r100%\n")).unwrap().1,
+            b"\r100%\n"
+        );
+        assert_eq!(l.flush_all(), []);
+        let mut chunk = chunker();
+        let mut l = Lines::new(true, true);
+        assert_eq!(l.take(&chunk(0, Stream::Stdout, b"part")), None);
+    }
+
+    #[test]
+    fn export_passes_all_none_or_the_variables_named() {
+        let env: BTreeMap<String, String> = [
+            ("HOME", "/home/ann"),
+            ("PATH", "/bin"),
+            ("SLURM_JOB_ID", "7"),
+            ("WHARF_STEP_SOCKET", "@s"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let keys = |spec: Option<&str>| -> Vec<String> {
+            let out = exported(env.clone(), spec).unwrap();
+            out.iter().map(|(k, v)| format!("{k}={v}")).collect()
+        };
+        assert_eq!(keys(None).len(), 4);
+        assert_eq!(keys(Some("ALL")).len(), 4);
+        assert_eq!(
+            keys(Some("NONE")),
+            ["SLURM_JOB_ID=7", "WHARF_STEP_SOCKET=@s"]
+        );
+        assert_eq!(
+            keys(Some("PATH,OMP_NUM_THREADS=4,GONE")),
+            [
+                "OMP_NUM_THREADS=4",
+                "PATH=/bin",
+                "SLURM_JOB_ID=7",
+                "WHARF_STEP_SOCKET=@s"
+            ]
+        );
+        assert_eq!(keys(Some("ALL,HOME=/scratch"))[0], "HOME=/scratch");
+        for bad in ["", "A,,B", "=1", "A B=1", "PATH;rm"] {
+            let err = exported(env.clone(), Some(bad)).unwrap_err().to_string();
+            assert!(err.starts_with("--export: "), "{bad}: {err}");
+        }
     }
 
     #[test]
@@ -491,7 +636,7 @@ mod tests {
             offset,
             data: data.to_vec(),
         };
-        let mut l = Lines::new(false);
+        let mut l = Lines::new(false, false);
         assert_eq!(l.take(&c(0, b"one\ntw")).unwrap().1, b"one\n");
         // Sent again from an earlier offset: only what is new goes on.
         assert_eq!(l.take(&c(0, b"one\n")), None);
@@ -508,7 +653,7 @@ mod tests {
             offset,
             data: data.to_vec(),
         };
-        let mut l = Lines::new(false);
+        let mut l = Lines::new(false, false);
         assert_eq!(l.gap(&c(0, 0, b"a\n")), 0);
         assert_eq!(l.take(&c(0, 0, b"a\n")).unwrap().1, b"a\n");
         // Rank 0's bytes 2..10 never came; rank 1's stream starts where it should.

@@ -769,3 +769,46 @@ fn what_a_step_used_counts_in_its_jobs_efficiency_and_accounting() {
         .unwrap_or_else(|| panic!("no step line: {text}{}", stderr(&out)));
     assert_ne!(step_line, format!("{id}.0||"), "{text}");
 }
+
+/// srun's options of Slurm scripts, inside a job: `-D` runs the tasks in another directory,
+/// `--export=NONE,NAME=VALUE` gives them only the job's variables and those set (`ALL`
+/// everything of the caller's), and `-u` writes a part of a line as it comes (a progress
+/// bar's), where output otherwise goes out by whole lines.
+#[test]
+fn srun_in_a_job_takes_its_directory_environment_and_unbuffered_output() {
+    let test = "srun_in_a_job_takes_its_directory_environment_and_unbuffered_output";
+    if !can_run(test) {
+        return;
+    }
+    let shared = scratch("wharf-srun-");
+    let open = std::os::unix::fs::PermissionsExt::from_mode(0o777);
+    std::fs::set_permissions(shared.path(), open).unwrap();
+    let dir = shared.path().display().to_string();
+    let c = Cluster::start_with(&format!("mounts = [\"{dir}\"]"));
+    let alice = user("wharf-alice");
+    let w = wharf_bin();
+    // The job's script waits until the task's part of a line is in the job's output, then
+    // says MID and lets the task finish its line: unbuffered, MID follows the part (line by
+    // line, the script would give up waiting after 30 s and MID would come first).
+    let script = format!(
+        "cd {dir} && mkdir sub; export MINE=1; \
+         {w} srun -Q -D sub -- pwd; \
+         {w} srun -Q --export=NONE,SET=2 -- sh -c 'echo \"MINE=${{MINE:-unset}} SET=$SET JOB=$SLURM_JOB_ID\"'; \
+         {w} srun -Q --export=ALL -- sh -c 'echo ALL_MINE=$MINE'; \
+         {w} srun -Q -u -- sh -c 'printf part; while [ ! -e go ]; do sleep 0.1; done; echo rest' & \
+         for i in $(seq 300); do grep -q part out.txt && break; sleep 0.1; done; \
+         echo MID; touch go; wait"
+    );
+    let out = format!("{dir}/out.txt");
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", "-o", &out, "--wrap", &script]));
+    let job = c.wait_done(id, Duration::from_secs(60));
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{text}");
+    assert!(text.contains(&format!("{dir}/sub\n")), "{text}");
+    assert!(
+        text.contains(&format!("MINE=unset SET=2 JOB={id}\n")),
+        "{text}"
+    );
+    assert!(text.contains("ALL_MINE=1\n"), "{text}");
+    assert!(text.contains("partMID\nrest\n"), "{text}");
+}
