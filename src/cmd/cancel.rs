@@ -1,6 +1,7 @@
 //! `wharf cancel`.
 
 use anyhow::Result;
+use wharf_api::step::StepRecord;
 use wharf_api::wire::WhoAmI;
 use wharf_api::JobRecord;
 use wharf_client::{Client, ClientError, Endpoint};
@@ -14,8 +15,9 @@ job ids, they narrow those, whoever's they are (`wharf cancel 12 -t PD`: 12's pe
 #[derive(Debug, clap::Args)]
 #[command(after_help = FILTERS)]
 pub struct Args {
-    /// Job ids: ID, an array's ID (all its tasks) or ID_TASK.
-    #[arg(value_parser = super::job_arg)]
+    /// Job ids: ID, an array's ID (all its tasks) or ID_TASK; or JOB.STEP for one step of a
+    /// running job (the job goes on).
+    #[arg(value_parser = super::job_or_step_arg)]
     jobs: Vec<String>,
     /// Only jobs in these states (e.g. pending, or Slurm's codes: PD,R).
     #[arg(short = 't', long, value_delimiter = ',')]
@@ -52,6 +54,24 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
              -p PARTITION"
         );
     }
+    let (steps, jobs): (Vec<String>, Vec<String>) =
+        args.jobs.iter().cloned().partition(|j| j.contains('.'));
+    if !steps.is_empty() {
+        if args.json && !jobs.is_empty() {
+            anyhow::bail!("with --json, cancel steps and jobs in separate commands");
+        }
+        if args.filters() {
+            anyhow::bail!(
+                "-t, -u, -n and -p pick jobs, not steps: name the steps alone ({})",
+                steps.join(" ")
+            );
+        }
+        let mut status = cancel_steps(socket, &steps, args.json).await?;
+        if !jobs.is_empty() {
+            status = status.max(post_each(socket, &jobs, args.json, "cancel", cancelled).await?);
+        }
+        return Ok(status);
+    }
     let jobs = if args.filters() {
         let picked = picked(socket, &args).await?;
         if picked.is_empty() {
@@ -62,12 +82,27 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     } else {
         args.jobs.clone()
     };
-    post_each(socket, &jobs, args.json, "cancel", |job| {
-        if job.state.is_terminal() {
-            job.state.to_string()
-        } else {
-            "cancelling".into()
-        }
+    post_each(socket, &jobs, args.json, "cancel", cancelled).await
+}
+
+/// What `wharf cancel` says of a job it cancelled.
+fn cancelled(job: &JobRecord) -> String {
+    if job.state.is_terminal() {
+        job.state.to_string()
+    } else {
+        "cancelling".into()
+    }
+}
+
+/// Cancels each step `JOB.STEP` of `steps`, printing `step JOB.STEP: cancelling` (or, with
+/// `json`, the steps at the end). Exit status 1 if the controller refused any.
+async fn cancel_steps(socket: &str, steps: &[String], json: bool) -> Result<i32> {
+    let path = |label: &str| {
+        let (job, step) = label.rsplit_once('.').unwrap_or((label, ""));
+        format!("/v1/jobs/{job}/steps/{step}/cancel")
+    };
+    post_all(socket, steps, json, "step", path, |_: &StepRecord| {
+        "cancelling".to_string()
     })
     .await
 }
@@ -103,22 +138,33 @@ pub async fn post_each(
     action: &str,
     what: impl Fn(&JobRecord) -> String,
 ) -> Result<i32> {
+    let path = |id: &str| format!("/v1/jobs/{id}/{action}");
+    post_all(socket, jobs, json, "job", path, what).await
+}
+
+/// Posts `path(ID)` for each of `ids`, printing `NOUN ID: WHAT` of each answer (or, with
+/// `json`, the answers at the end). Exit status 1 if the controller refused any of them.
+async fn post_all<T: serde::de::DeserializeOwned + serde::Serialize>(
+    socket: &str,
+    ids: &[String],
+    json: bool,
+    noun: &str,
+    path: impl Fn(&str) -> String,
+    what: impl Fn(&T) -> String,
+) -> Result<i32> {
     let client = Client::new(Endpoint::parse(socket), None);
     let mut status = 0;
     let mut done = Vec::new();
-    for id in jobs {
-        match client
-            .post::<_, JobRecord>(&format!("/v1/jobs/{id}/{action}"), &serde_json::json!({}))
-            .await
-        {
-            Ok(job) => {
+    for id in ids {
+        match client.post::<_, T>(&path(id), &serde_json::json!({})).await {
+            Ok(answer) => {
                 if !json {
-                    println!("job {id}: {}", what(&job));
+                    println!("{noun} {id}: {}", what(&answer));
                 }
-                done.push(job);
+                done.push(answer);
             }
             Err(ClientError::Api { error, .. }) => {
-                eprintln!("error: job {id}: {}", crate::output::clean(&error.error));
+                eprintln!("error: {noun} {id}: {}", crate::output::clean(&error.error));
                 status = 1;
             }
             Err(e) => return Err(e.into()),

@@ -35,6 +35,24 @@ pub fn job_arg(text: &str) -> Result<String, String> {
     }
 }
 
+/// A job or step argument of `wharf cancel`: [`job_arg`]'s forms, or `JOB.STEP` for one step
+/// of a job (`12.0`, `12_3.1`), as scancel takes them.
+pub fn job_or_step_arg(text: &str) -> Result<String, String> {
+    match text.rsplit_once('.') {
+        Some((job, step)) if wharf_api::job::parse_job_ref(job).is_some() => {
+            match step.parse::<u32>() {
+                Ok(_) if step.bytes().all(|b| b.is_ascii_digit()) => Ok(text.to_string()),
+                _ => Err(format!(
+                    "{:?} is not a step: write JOB.STEP with the step's number (12.0); the \
+                     batch step is the job itself (cancel JOB)",
+                    crate::output::clean(text)
+                )),
+            }
+        }
+        _ => job_arg(text),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// What reaches a request's path is a job id and nothing else: before, `'1 '` failed with
@@ -60,6 +78,22 @@ mod tests {
             let err = super::job_arg(bad).unwrap_err();
             assert!(err.contains("is not a job id"), "{bad:?}: {err}");
             assert!(!err.contains('\u{7}'), "{err}");
+        }
+    }
+
+    /// `wharf cancel` also takes `JOB.STEP`, whose both halves reach the path checked.
+    #[test]
+    fn a_step_argument_is_a_job_and_a_steps_number() {
+        for ok in ["1", "12_3", "12.0", "12_3.15"] {
+            assert_eq!(super::job_or_step_arg(ok).as_deref(), Ok(ok));
+        }
+        for bad in ["12.batch", "12.", "12.+1", "12.0/x", "12.99999999999"] {
+            let err = super::job_or_step_arg(bad).unwrap_err();
+            assert!(err.contains("is not a step"), "{bad:?}: {err}");
+        }
+        for bad in [".0", "a.0", "12 .0", "12.1.2"] {
+            let err = super::job_or_step_arg(bad).unwrap_err();
+            assert!(err.contains("is not a job id"), "{bad:?}: {err}");
         }
     }
 }

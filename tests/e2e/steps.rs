@@ -812,3 +812,56 @@ fn srun_in_a_job_takes_its_directory_environment_and_unbuffered_output() {
     assert!(text.contains("ALL_MINE=1\n"), "{text}");
     assert!(text.contains("partMID\nrest\n"), "{text}");
 }
+
+/// `wharf cancel JOB.STEP` (scancel's): the owner stops one step of a running job, whose
+/// caller hears it was cancelled and by whom, and the job goes on; another user may not; a
+/// step that is not there, or has ended, is refused saying so.
+#[test]
+fn one_step_of_a_running_job_is_cancelled_by_its_owner_and_the_job_goes_on() {
+    let test = "one_step_of_a_running_job_is_cancelled_by_its_owner_and_the_job_goes_on";
+    if !can_run(test) {
+        return;
+    }
+    let c = Cluster::start();
+    let (alice, bob) = (user("wharf-alice"), user("wharf-bob"));
+    let w = wharf_bin();
+    let script = format!("{w} srun -- sleep 60; echo STEP0=$?; {w} srun -- true; echo DONE");
+    let id = submitted_id(&c.wharf_as(&alice, &["submit", "--wrap", &script]));
+    wait_for(&c, id, "step 0 to run", || step_busy(&c, id, 0));
+    let step = format!("{id}.0");
+    let out = c.wharf_as(&bob, &["cancel", &step]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("belongs to another user"),
+        "{}",
+        stderr(&out)
+    );
+    let out = c.wharf_as(&alice, &["cancel", &format!("{id}.7")]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("has no step 7"), "{}", stderr(&out));
+    let out = c.wharf_as(&alice, &["cancel", &format!("{id}.batch")]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("is not a step"), "{}", stderr(&out));
+    let out = c.wharf_as(&alice, &["cancel", &step]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), format!("step {step}: cancelling\n"));
+    let job = c.wait_done(id, Duration::from_secs(30));
+    let text = std::fs::read_to_string(c.home(&alice).join(format!("wharf-{id}.out"))).unwrap();
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{text}");
+    assert!(
+        text.contains(&format!("step {step} ended CANCELLED: "))
+            && text.contains("cancelled by wharf-alice"),
+        "{text}"
+    );
+    assert!(
+        text.contains("STEP0=143\n") && text.contains("DONE"),
+        "{text}"
+    );
+    assert_eq!(job["steps"][0]["stop"], "cancelled by wharf-alice", "{job}");
+    let out = c.wharf_as(&alice, &["cancel", &step]);
+    assert!(
+        stderr(&out).contains("has ended (COMPLETED)"),
+        "{}",
+        stderr(&out)
+    );
+}

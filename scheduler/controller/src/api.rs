@@ -116,6 +116,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/jobs/{id}", get(show))
         .route("/v1/jobs/{id}/wait", get(wait))
         .route("/v1/jobs/{id}/cancel", post(cancel))
+        .route("/v1/jobs/{id}/steps/{step}/cancel", post(cancel_step))
         .route("/v1/jobs/{id}/hold", post(hold))
         .route("/v1/jobs/{id}/release", post(release))
         .route("/v1/jobs/{id}/requeue", post(requeue))
@@ -524,6 +525,32 @@ async fn cancel(
     }
     s.wake_scheduler();
     Ok(Json(job))
+}
+
+/// `POST /v1/jobs/{id}/steps/{step}/cancel`: stops one step of a running job (`wharf cancel
+/// ID.STEP`); the job goes on.
+async fn cancel_step(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path((id, step)): Path<(String, String)>,
+) -> ApiResult<StepRecord> {
+    let c = caller(&s, &peer)?;
+    let (id, task) = job_id(&id)?;
+    let step: u32 = step.parse().map_err(|_| {
+        fail(
+            ErrorKind::InvalidInput,
+            format!("{step:?} is not a step id (a step's number: 0, 1, ...)"),
+        )
+    })?;
+    let (record, nodes) = with_cluster(&s, move |cl, _| {
+        let job = cl.resolve_task(id, task)?;
+        cl.cancel_user_step(&c, job, step)
+    })
+    .await?;
+    for node in nodes {
+        s.wake_node(&node);
+    }
+    Ok(Json(record))
 }
 
 async fn requeue(

@@ -469,6 +469,54 @@ impl Cluster {
         Ok(nodes)
     }
 
+    /// Cancels step `step` of job `id` for `caller` (its owner or an admin: `wharf cancel
+    /// ID.STEP`, as scancel's): its tasks are stopped as a caller's going away stops them, and
+    /// its caller, if still there, hears it ended. Returns the step and the nodes to wake.
+    ///
+    /// Errors: `NotFound` for no such job or step, `PermissionDenied` for another user's
+    /// job, `Conflict` for a job that is not running or a step that has already ended.
+    pub fn cancel_user_step(
+        &mut self,
+        caller: &super::Caller,
+        id: JobId,
+        step: u32,
+    ) -> Result<(StepRecord, Vec<String>), Failure> {
+        let Some(job) = self.jobs.get(&id) else {
+            return match self.store.job(id)? {
+                Some(j) if !caller.may_manage(&j) => Err(super::not_yours(id)),
+                Some(j) => Err(refused(
+                    ErrorKind::Conflict,
+                    format!("job {id} has ended ({}): its steps with it", j.state),
+                )),
+                None => Err(refused(ErrorKind::NotFound, format!("no job {id}"))),
+            };
+        };
+        if !caller.may_manage(job) {
+            return Err(super::not_yours(id));
+        }
+        let Some(found) = job.steps.iter().find(|s| s.id == step) else {
+            let label = job.label();
+            let steps = job.steps.len();
+            return Err(refused(
+                ErrorKind::NotFound,
+                format!("job {label} has no step {step} (it has had {steps})"),
+            ));
+        };
+        if found.exit.is_some() || found.stop.is_some() {
+            let how = match &found.exit {
+                Some(_) => format!("ended {}", found.state()),
+                None => "is already stopping".to_string(),
+            };
+            return Err(refused(
+                ErrorKind::Conflict,
+                format!("step {}.{step} {how}", job.label()),
+            ));
+        }
+        let key = StepKey { job: id, step };
+        let nodes = self.cancel_step(key, &format!("cancelled by {}", caller.owner.user))?;
+        Ok((self.step(key)?, nodes))
+    }
+
     /// Takes in `node`'s report of its steps: starts and ends recorded. Returns the steps
     /// the agent may forget and the other nodes with step tasks to stop now.
     pub fn ingest_steps(
