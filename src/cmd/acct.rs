@@ -46,6 +46,12 @@ pub struct Args {
     /// Fields separated by `|`, one line per job, a `|` after each (as sacct -p).
     #[arg(short = 'p', long)]
     parsable: bool,
+    /// As --parsable, without the `|` after the last field (as sacct -P).
+    #[arg(short = 'P', long, conflicts_with = "parsable")]
+    parsable2: bool,
+    /// The separator of --parsable and --parsable2 fields (default `|`).
+    #[arg(long, value_name = "TEXT")]
+    delimiter: Option<String>,
     /// No header line.
     #[arg(short = 'n', long)]
     noheader: bool,
@@ -59,12 +65,15 @@ pub struct Args {
     /// the batch command, `ID.0`, `ID.1`, ... for the steps it started with `wharf step`.
     #[arg(long)]
     steps: bool,
+    /// Only the jobs' own lines, no steps (sacct -X; the default without --steps).
+    #[arg(short = 'X', long, conflicts_with = "steps")]
+    allocations: bool,
 }
 
 const DEFAULT_FORMAT: &str = "JobID,JobName,Partition,Account,AllocCPUS,AllocGPUS,State,ExitCode";
 
 /// Columns `--format` takes, with what each shows.
-const COLUMNS: [(&str, &str); 26] = [
+const COLUMNS: [(&str, &str); 29] = [
     ("JobID", "job id (ARRAYID_TASK for array tasks)"),
     ("JobName", "name"),
     ("User", "owner"),
@@ -77,7 +86,9 @@ const COLUMNS: [(&str, &str); 26] = [
     ("Start", "start time"),
     ("End", "end time"),
     ("Elapsed", "run time"),
+    ("ElapsedRaw", "run time, seconds"),
     ("Timelimit", "time limit"),
+    ("TimelimitRaw", "time limit, minutes"),
     ("NNodes", "nodes"),
     ("NTasks", "tasks (of the job, or of a step)"),
     ("AllocCPUS", "CPUs held (all nodes)"),
@@ -85,6 +96,7 @@ const COLUMNS: [(&str, &str); 26] = [
     ("AllocGPUS", "GPUs held (all nodes)"),
     ("NodeList", "nodes, as a host list (gpu[01-04])"),
     ("CPUTime", "CPUs held × run time"),
+    ("CPUTimeRAW", "CPUs held × run time, seconds"),
     ("TotalCPU", "CPU time used (measured)"),
     ("MaxRSS", "memory peak (measured)"),
     ("GPUUtil", "mean GPU utilization (measured)"),
@@ -100,27 +112,13 @@ const COLUMNS: [(&str, &str); 26] = [
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
     if args.help_format {
         for (name, what) in COLUMNS {
-            println!("{name:<10} {what}");
+            println!("{name:<12} {what}");
         }
+        println!("(NAME%N shows at most N characters of a column, as sacct's --format does)");
         return Ok(0);
     }
-    let columns: Vec<&str> = args
-        .format
-        .split(',')
-        .map(str::trim)
-        .filter(|c| !c.is_empty())
-        .map(|c| {
-            COLUMNS
-                .iter()
-                .find(|(name, _)| name.eq_ignore_ascii_case(c))
-                .map(|(name, _)| *name)
-                .ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "--format: unknown column {c:?}; `wharf acct --help-format` lists them"
-                    )
-                })
-        })
-        .collect::<Result<_>>()?;
+    let (columns, widths): (Vec<&str>, Vec<Option<usize>>) =
+        parse_format(&args.format)?.into_iter().unzip();
     let now = wharf_controller::now_ms();
     let q = AcctQuery {
         jobs: args.jobs,
@@ -173,13 +171,17 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             }
         }
     }
-    if args.parsable {
+    if args.parsable || args.parsable2 {
+        let sep = args.delimiter.as_deref().unwrap_or("|");
         let mut out = String::new();
         let header: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
         for row in (!args.noheader).then_some(&header).into_iter().chain(&rows) {
-            for v in row {
-                out.push_str(&output::clean(v).replace('|', "\\|"));
-                out.push('|');
+            let fields: Vec<String> = (row.iter())
+                .map(|v| output::clean(v).replace(sep, &format!("\\{sep}")))
+                .collect();
+            out.push_str(&fields.join(sep));
+            if args.parsable {
+                out.push_str(sep);
             }
             out.push('\n');
         }
@@ -189,12 +191,53 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             true => output::Table::default(),
             false => output::table(&columns),
         };
-        for row in rows {
+        for mut row in rows {
+            for (v, w) in row.iter_mut().zip(&widths) {
+                if let Some(w) = *w {
+                    *v = cut(v, w);
+                }
+            }
             t.add_row(row);
         }
         output::print_table(&t);
     }
     Ok(0)
+}
+
+/// The columns of a `--format` list, each with the width `NAME%N` gives it.
+fn parse_format(format: &str) -> Result<Vec<(&'static str, Option<usize>)>> {
+    (format.split(',').map(str::trim))
+        .filter(|c| !c.is_empty())
+        .map(|c| {
+            let (name, width) = match c.split_once('%') {
+                Some((name, w)) => {
+                    let w = w.parse::<usize>().ok().filter(|&w| (1..=1000).contains(&w));
+                    let w = w.ok_or_else(|| {
+                        anyhow::anyhow!("--format: {c:?}: the width after % is 1 to 1000")
+                    })?;
+                    (name, Some(w))
+                }
+                None => (c, None),
+            };
+            let found = COLUMNS.iter().find(|(n, _)| n.eq_ignore_ascii_case(name));
+            let (name, _) = found.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--format: unknown column {name:?}; `wharf acct --help-format` lists them"
+                )
+            })?;
+            Ok((*name, width))
+        })
+        .collect()
+}
+
+/// `text` in at most `width` characters: cut, with `+` as the last, when longer (sacct's).
+fn cut(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(width - 1).collect();
+    out.push('+');
+    out
 }
 
 /// A window bound: an absolute time (as `--begin` takes) or `now-DURATION`, ms.
@@ -238,6 +281,16 @@ fn measured(usage: Option<&wharf_api::usage::JobUsage>, column: &str) -> String 
     v.unwrap_or_default()
 }
 
+/// CPUTime (or, as seconds, CPUTimeRAW): `cpus` held for `elapsed` ms.
+fn cpu_time(elapsed: Option<u64>, cpus: u64, column: &str) -> String {
+    let secs = elapsed.map(|ms| ms.saturating_mul(cpus) / 1000);
+    match (secs, column) {
+        (Some(s), "CPUTimeRAW") => s.to_string(),
+        (Some(s), _) => format_duration(s),
+        (None, _) => String::new(),
+    }
+}
+
 /// One column of one job.
 fn cell(j: &JobRecord, column: &str, now: u64) -> String {
     let spec = j.spec.as_ref();
@@ -259,15 +312,19 @@ fn cell(j: &JobRecord, column: &str, now: u64) -> String {
         "Start" => output::time(j.start_time),
         "End" => output::time(j.end_time),
         "Elapsed" => opt(elapsed.map(|ms| format_duration(ms / 1000))),
+        "ElapsedRaw" => opt(elapsed.map(|ms| (ms / 1000).to_string())),
         "Timelimit" => format_duration(j.time_limit),
+        "TimelimitRaw" => (j.time_limit / 60).to_string(),
         "NNodes" => j.node_count().to_string(),
         "NTasks" => opt(spec.map(|s| s.tasks().to_string())),
         "AllocCPUS" => (j.resources.cpus * j.node_count()).to_string(),
         "ReqMem" => format_memory(j.resources.memory),
         "AllocGPUS" => (j.resources.gpus * j.node_count()).to_string(),
         "NodeList" => j.nodelist(),
-        "CPUTime" => opt(elapsed
-            .map(|ms| format_duration(ms * u64::from(j.resources.cpus * j.node_count()) / 1000))),
+        "CPUTime" | "CPUTimeRAW" => {
+            let cpus = u64::from(j.resources.cpus * j.node_count());
+            cpu_time(elapsed, cpus, column)
+        }
         "TotalCPU" | "MaxRSS" => measured(usage, column),
         "GPUUtil" => opt(usage.and_then(|u| u.gpu_util()).map(|p| format!("{p:.0}%"))),
         "Restarts" => j.restarts.to_string(),
@@ -296,13 +353,15 @@ fn step_cell(j: &JobRecord, s: &wharf_api::step::StepRecord, column: &str, now: 
         "Start" => output::time(s.start_time),
         "End" => output::time(s.end_time),
         "Elapsed" => opt(elapsed.map(|ms| format_duration(ms / 1000))),
+        "ElapsedRaw" => opt(elapsed.map(|ms| (ms / 1000).to_string())),
         "Timelimit" => format_duration(s.time_limit),
+        "TimelimitRaw" => (s.time_limit / 60).to_string(),
         "NNodes" => names.len().to_string(),
         "NTasks" => s.ntasks().to_string(),
         "AllocCPUS" => cpus.to_string(),
         "AllocGPUS" => (j.resources.gpus * names.len() as u32).to_string(),
         "NodeList" => wharf_api::hostlist::compress(&names),
-        "CPUTime" => opt(elapsed.map(|ms| format_duration(ms * u64::from(cpus) / 1000))),
+        "CPUTime" | "CPUTimeRAW" => cpu_time(elapsed, u64::from(cpus), column),
         // What its tasks used (CPU time summed, the highest memory peak), as sacct's.
         "TotalCPU" | "MaxRSS" => measured(s.exit.as_ref().and_then(|e| e.usage.as_ref()), column),
         _ => String::new(),

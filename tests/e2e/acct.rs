@@ -44,6 +44,51 @@ fn records_are_listed_filtered_and_kept_private() {
         &["-n", "-p", "-o", "JobID", "-s", "failed"],
     ));
     assert_eq!(failed, [format!("{bad}|")]);
+    // sacct -P (no `|` at the end), --delimiter, -X, raw times and NAME%N widths.
+    let raw = lines(acct(
+        Some(&alice),
+        &[
+            "-n",
+            "-P",
+            "-X",
+            "-o",
+            "JobID,TimelimitRaw,ElapsedRaw",
+            "-j",
+            &bad.to_string(),
+        ],
+    ));
+    let fields: Vec<&str> = raw[0].split('|').collect();
+    assert_eq!(fields[..2], [bad.to_string().as_str(), "60"], "{raw:?}");
+    assert!(
+        fields[2].parse::<u64>().is_ok() && fields.len() == 3,
+        "{raw:?}"
+    );
+    let comma = lines(acct(
+        Some(&alice),
+        &[
+            "-n",
+            "-P",
+            "--delimiter",
+            ",",
+            "-o",
+            "JobID,State",
+            "-j",
+            &bad.to_string(),
+        ],
+    ));
+    assert_eq!(comma, [format!("{bad},FAILED")]);
+    let narrow = lines(acct(
+        Some(&alice),
+        &["-n", "-o", "JobID,State%4", "-j", &bad.to_string()],
+    ));
+    assert_eq!(narrow, [format!("{bad}  FAI+")]);
+    let out = acct(Some(&alice), &["-o", "JobID%0"]);
+    assert!(
+        stderr(&out).contains("the width after % is 1 to 1000"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!acct(Some(&alice), &["-X", "--steps"]).status.success());
 
     // Not another user's, unless an admin asks.
     let out = acct(Some(&alice), &["-u", "wharf-bob"]);
