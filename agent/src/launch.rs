@@ -500,11 +500,17 @@ pub fn container_spec(
         .or(Some(&cfg.node_name)),
         node_index: Some(rdv.node_rank),
     };
-    let stdout = PathBuf::from(spec.rank_output_path(order.id, rank, &place));
-    let stderr = spec
-        .rank_error_path(order.id, rank, &place)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| stdout.clone());
+    // A job whose command runs once (as sbatch runs a script) runs it as rank 0 alone: its
+    // other ranks hold their share for the job's steps, run nothing and write no file.
+    let idle = spec.once && rdv.step.is_none() && rank != 0;
+    let (stdout, stderr) = if idle {
+        (PathBuf::from("/dev/null"), PathBuf::from("/dev/null"))
+    } else {
+        let out = PathBuf::from(spec.rank_output_path(order.id, rank, &place));
+        let err = (spec.rank_error_path(order.id, rank, &place))
+            .map_or_else(|| out.clone(), PathBuf::from);
+        (out, err)
+    };
     Ok(ContainerSpec {
         id: container_id(order.id, local),
         rootfs,
@@ -544,6 +550,7 @@ pub fn container_spec(
         stack: cfg.stack,
         remap_root: spec.remap_root,
         writable: spec.writable,
+        idle,
         docker: match &cfg.backend {
             crate::BackendKind::Docker(socket) => Some(wharf_runtime::DockerTarget {
                 socket: socket.clone(),

@@ -204,6 +204,7 @@ pub fn template(id: &str, rootfs: &Path, uid: u32, gid: u32) -> ContainerSpec {
         stack: None,
         remap_root: false,
         writable: false,
+        idle: false,
         docker: None,
         identity: None,
         devices: vec![],

@@ -264,6 +264,13 @@ fn record_abort(out: &mut Outcome, abort: Abort) {
 /// Runs a Docker-backend job: the engine supervises the processes, the shim the job.
 fn supervise_docker(jd: &JobDir, spec: &ContainerSpec, target: &crate::DockerTarget) -> Outcome {
     let mut out = Outcome::default();
+    // An idle task needs no container: the engine keeps no cgroup of the job's to hold.
+    if spec.idle {
+        out.exit_code = Some(0);
+        out.started_ms = Some(crate::now_ms());
+        out.ended_ms = crate::now_ms();
+        return out;
+    }
     let result = install_signal_handlers()
         .map_err(Abort::from)
         .and_then(|_| {

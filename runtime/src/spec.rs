@@ -88,6 +88,11 @@ pub struct ContainerSpec {
     /// The root is writable: an image under a per-job layer as large as the memory limit.
     #[serde(default)]
     pub writable: bool,
+    /// The task runs no program: its sandbox is made as for any task (its cgroup, its share
+    /// of the node held for the job's steps), then it ends at once with status 0. A rank past
+    /// 0 of a job whose command runs once, as sbatch runs a batch script.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub idle: bool,
     /// Host paths bound into the container (site shared storage: home, data, scratch).
     #[serde(default)]
     pub binds: Vec<Bind>,

@@ -105,6 +105,15 @@ pub struct JobFlags {
     /// `wharf submit`; `wharf run` jobs only with this flag; overrides a `--no-requeue` line).
     #[arg(long)]
     pub requeue: bool,
+    /// Run the command once, as rank 0 on the first node, as sbatch runs a batch script (the
+    /// default for a script with #SBATCH lines); the job's other tasks run nothing and hold
+    /// their share of their nodes for its steps (srun, wharf step).
+    #[arg(long, conflicts_with = "every_task")]
+    pub once: bool,
+    /// Run the command in every task of the job, as srun runs one (the default, but for a
+    /// script with #SBATCH lines).
+    #[arg(long)]
+    pub every_task: bool,
     /// Working directory (default: the current directory).
     #[arg(short = 'D', long)]
     pub chdir: Option<String>,
@@ -184,6 +193,8 @@ impl JobFlags {
             (self.exclusive, "exclusive"),
             (self.no_requeue, "no-requeue"),
             (self.requeue, "requeue"),
+            (self.once, "once"),
+            (self.every_task, "every-task"),
         ] {
             if set {
                 set_option(&mut req, key, "yes").map_err(anyhow::Error::msg)?;
@@ -369,10 +380,12 @@ fn ignored_warning(job: &JobRequest) -> Option<String> {
 }
 
 /// The warning for a script of a job of several tasks that launches steps itself (`srun`,
-/// `wharf step`, `mpirun`) and never looks at its rank: Wharf runs a job's command in every
-/// task, as srun runs one, where sbatch runs a script once; each launch would then run once
-/// per task.
+/// `wharf step`, `mpirun`), runs in every task (not `--once`, which a script with `#SBATCH`
+/// lines is) and never looks at its rank: each launch would then run once per task.
 fn fan_out_warning(job: &JobRequest) -> Option<String> {
+    if job.once == Some(true) {
+        return None;
+    }
     let script = job.script.as_deref()?;
     let tasks = job
         .ntasks
@@ -392,8 +405,8 @@ fn fan_out_warning(job: &JobRequest) -> Option<String> {
         format!(
             "wharf: warning: the script runs in each of the job's {tasks} tasks (Wharf runs a \
              job's command in every task, as srun does, where sbatch runs a script once), so \
-             each srun, wharf step or mpirun in it runs {tasks} times over; begin it with \
-             `[ \"$RANK\" = 0 ] || exit 0` to run it once, beside the others"
+             each srun, wharf step or mpirun in it runs {tasks} times over; submit it with \
+             --once to run it once, as sbatch does, the other tasks holding their nodes"
         )
     })
 }
@@ -460,6 +473,13 @@ mod tests {
         );
         let guarded = "[ \"$RANK\" = 0 ] || exit 0\nsrun hostname\n";
         assert_eq!(super::fan_out_warning(&job(guarded, None, Some(2))), None);
+        // Run once (a #SBATCH script's default): its launches run once.
+        let once = wharf_api::JobRequest {
+            once: Some(true),
+            ..job(steps, None, Some(2))
+        };
+        assert_eq!(super::fan_out_warning(&once), None);
+        assert!(w.contains("submit it with --once"), "{w}");
     }
 
     use super::*;

@@ -622,19 +622,20 @@ fn steps_from_rank_0_run_on_every_host_or_some_with_their_own_ranks() {
     };
     let program = example_for_jobs(&bed, "allreduce.py");
     let w = wharf_bin();
-    // The batch command does its work on rank 0 only, as an sbatch script would; the other
-    // nodes stay the job's until it ends.
+    // The batch command runs once (`--once`, as an sbatch script runs), on rank 0; the other
+    // nodes run nothing and stay the job's until it ends.
     let script = format!(
-        "if [ \"$RANK\" = 0 ]; then \
-           {w} step --ntasks-per-node 2 -- python3 {program} --timeout 120; echo \"STEP0 $?\"; \
-           {w} step --nodelist node[2-3] -- sh -c 'echo \"two rank $RANK of $WORLD_SIZE \
-             node_rank $NODE_RANK master $MASTER_ADDR nodes $SLURM_STEP_NODELIST \
-             procid $SLURM_PROCID step $SLURM_STEP_ID job $SLURM_JOB_NODELIST \
-             of $SLURM_JOB_NUM_NODES\"'; echo \"STEP1 $?\"; \
-           {w} step -N 1 -- sh -c 'exit 5'; echo \"STEP2 $?\"; \
-         fi"
+        "echo \"BATCH rank $RANK of $WORLD_SIZE\"; \
+         {w} step --ntasks-per-node 2 -- python3 {program} --timeout 120; echo \"STEP0 $?\"; \
+         {w} step --nodelist node[2-3] -- sh -c 'echo \"two rank $RANK of $WORLD_SIZE \
+           node_rank $NODE_RANK master $MASTER_ADDR nodes $SLURM_STEP_NODELIST \
+           procid $SLURM_PROCID step $SLURM_STEP_ID job $SLURM_JOB_NODELIST \
+           of $SLURM_JOB_NUM_NODES\"'; echo \"STEP1 $?\"; \
+         {w} step -N 1 -- sh -c 'exit 5'; echo \"STEP2 $?\""
     );
-    let id = bed.submit(&["--nodes", "3", "--cpus", "2", "-t", "3m", "--wrap", &script]);
+    let id = bed.submit(&[
+        "--nodes", "3", "--cpus", "2", "-t", "3m", "--once", "--wrap", &script,
+    ]);
     let job = bed.wait_done(id, Duration::from_secs(240));
     let out = bed.output(id);
     assert_eq!(job["state"], "COMPLETED", "{job}\n{out}\n{}", bed.logs());
@@ -644,6 +645,9 @@ fn steps_from_rank_0_run_on_every_host_or_some_with_their_own_ranks() {
         "{out}"
     );
     assert!(out.contains("STEP2 5\n"), "{out}");
+    // The batch command ran once, as rank 0 of the job's three.
+    assert_eq!(out.matches("BATCH rank").count(), 1, "{out}");
+    assert!(out.contains("BATCH rank 0 of 3\n"), "{out}");
     // Step 0: six ranks, two on each host, node by node.
     let addrs = assert_all_ranks_ok(&out, 6, 100_000);
     for (r, a) in addrs.iter().enumerate() {

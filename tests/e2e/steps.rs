@@ -865,3 +865,60 @@ fn one_step_of_a_running_job_is_cancelled_by_its_owner_and_the_job_goes_on() {
         stderr(&out)
     );
 }
+
+/// A script with `#SBATCH` lines runs once, as sbatch runs it: as rank 0, its `srun` then
+/// runs one task per rank (before, every task ran the script, and each srun in it, over
+/// again); its other task writes no file of its own. `--every-task` asks for Wharf's way.
+#[test]
+fn an_sbatch_script_of_several_tasks_runs_once_and_its_srun_once_per_rank() {
+    let test = "an_sbatch_script_of_several_tasks_runs_once_and_its_srun_once_per_rank";
+    if !can_run(test) {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    let w = wharf_bin();
+    let home = c.home(&alice);
+    let text = format!(
+        "#!/bin/sh\n#SBATCH --ntasks-per-node=2 --cpus-per-task=1\n\
+         echo \"BATCH $SLURM_PROCID of $SLURM_NTASKS\"\n\
+         {w} srun -Q sh -c 'echo \"TASK $SLURM_PROCID\"'\n"
+    );
+    let script = home.join("two.sh");
+    std::fs::write(&script, text).unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["submit"];
+        args.extend_from_slice(extra);
+        args.push("two.sh");
+        let out = c.wharf_as(&alice, &args);
+        let id = submitted_id(&out);
+        let job = c.wait_done(id, Duration::from_secs(30));
+        // Rank 1 of a job that runs its command in every task writes a file of its own.
+        let text = ["", ".rank1"]
+            .map(|rank| std::fs::read_to_string(home.join(format!("wharf-{id}.out{rank}"))))
+            .map(Result::unwrap_or_default)
+            .concat();
+        assert_eq!(job["state"], "COMPLETED", "{job}\n{text}");
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        lines.sort();
+        (id, lines, stderr(&out))
+    };
+    let (id, lines, warned) = run(&[]);
+    assert_eq!(lines, ["BATCH 0 of 2", "TASK 0", "TASK 1"]);
+    assert!(!warned.contains("times over"), "{warned}");
+    assert!(!home.join(format!("wharf-{id}.out.rank1")).exists());
+    // Every task runs it: each srun in it runs both tasks again.
+    let (_, lines, warned) = run(&["--every-task"]);
+    assert_eq!(
+        lines,
+        [
+            "BATCH 0 of 2",
+            "BATCH 1 of 2",
+            "TASK 0",
+            "TASK 0",
+            "TASK 1",
+            "TASK 1"
+        ]
+    );
+    assert!(!warned.contains("error"), "{warned}");
+}

@@ -95,6 +95,9 @@ pub(super) fn run(plan: &Plan, io: &InitIo, go: OwnedFd, report: OwnedFd, status
                 Ok(nix::unistd::ForkResult::Child) => match nix::unistd::setsid() {
                     // The program leads a session (and process group) of its own, as a batch
                     // job's script does: `kill -- -$$` reaches all of it and not the init.
+                    // An idle task ends here, its sandbox made, as `exit 0` would end it.
+                    // SAFETY: _exit in the forked child, which holds no state to unwind.
+                    Ok(_) if plan.idle => unsafe { libc::_exit(0) },
                     Ok(_) => coded(FaultCode::Command, exec(plan)),
                     Err(e) => node(fail("setsid", e)),
                 },

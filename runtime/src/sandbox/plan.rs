@@ -171,6 +171,9 @@ pub(crate) struct Plan {
     pub env: Vec<String>,
     /// Working directory inside.
     pub cwd: String,
+    /// Run no program: the init's child ends with 0 where it would exec it
+    /// ([`crate::ContainerSpec::idle`]).
+    pub idle: bool,
 }
 
 /// What the sandbox makes itself: no bind may land at or under one of these (or at `/`). A
@@ -299,6 +302,7 @@ impl Plan {
             argv: spec.argv.clone(),
             env: spec.env.clone(),
             cwd: spec.cwd.clone(),
+            idle: spec.idle,
         })
     }
 }

@@ -181,6 +181,12 @@ pub struct JobRequest {
     /// NODE_FAIL).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requeue: Option<bool>,
+    /// Its command runs once, as rank 0 on its first node, as sbatch runs a batch script; its
+    /// other tasks run nothing and hold their share of their nodes for its steps (`srun`).
+    /// Default no (the command runs in every task, as srun runs one); a script with `#SBATCH`
+    /// lines says yes unless told otherwise (`--every-task`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub once: Option<bool>,
     /// The script's arguments, its `$1`, `$2`, ... (`wharf submit script.sh ARG...`, as
     /// sbatch passes them); only with `script`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -441,6 +447,9 @@ pub struct JobSpec {
     /// before this field existed is).
     #[serde(default = "yes")]
     pub requeue: bool,
+    /// Its command runs once, as rank 0 ([`JobRequest::once`]); its other tasks run nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub once: bool,
 }
 
 fn yes() -> bool {
@@ -505,7 +514,8 @@ impl JobRequest {
             nodelist,
             exclude,
             exclusive,
-            requeue
+            requeue,
+            once
         );
         if !other.args.is_empty() {
             self.args = other.args;
@@ -797,6 +807,7 @@ impl JobRequest {
             exclude,
             exclusive: self.exclusive.unwrap_or(false),
             requeue: self.requeue.unwrap_or(true),
+            once: self.once.unwrap_or(false),
         })
     }
 }

@@ -64,9 +64,12 @@ pub fn parse_job_file(file: &str, text: &str) -> Result<JobRequest, JobFileError
 }
 
 /// Parses `#WHARF` (or `#SBATCH`) directives at the top of a script (before the first command
-/// line), like sbatch does. The script itself becomes the job's `script`.
+/// line), like sbatch does. The script itself becomes the job's `script`. A script with
+/// `#SBATCH` lines is a Slurm batch script: it runs once, as sbatch runs it
+/// ([`JobRequest::once`]), unless it says `--every-task`.
 pub fn parse_script(file: &str, text: &str) -> Result<JobRequest, JobFileError> {
     let mut req = JobRequest::default();
+    let mut sbatch = false;
     for (i, line) in text.lines().enumerate() {
         let trimmed = line.trim();
         let directive = trimmed
@@ -78,6 +81,7 @@ pub fn parse_script(file: &str, text: &str) -> Result<JobRequest, JobFileError> 
         let Some(rest) = directive else {
             break; // first command: directives end here
         };
+        sbatch |= trimmed.starts_with("#SBATCH");
         let words = split_words(rest).map_err(|m| JobFileError {
             file: file.into(),
             line: Some(i + 1),
@@ -97,6 +101,9 @@ pub fn parse_script(file: &str, text: &str) -> Result<JobRequest, JobFileError> 
         });
     }
     req.script = Some(text.to_string());
+    if sbatch && req.once.is_none() {
+        req.once = Some(true);
+    }
     if req.name.is_none() {
         req.name = Some(file.rsplit('/').next().unwrap_or(file).to_string());
     }
@@ -241,7 +248,7 @@ fn yes_no(key: &str, value: &str) -> Result<bool, String> {
 }
 
 /// Options that are switches: given alone they mean yes.
-const BOOLEAN_OPTIONS: [&str; 8] = [
+const BOOLEAN_OPTIONS: [&str; 10] = [
     "rdma",
     "remap-root",
     "writable",
@@ -250,6 +257,8 @@ const BOOLEAN_OPTIONS: [&str; 8] = [
     "exclusive",
     "requeue",
     "no-requeue",
+    "once",
+    "every-task",
 ];
 
 /// sbatch's options that are switches: given alone, they take no value (any comes after `=`).
@@ -456,6 +465,8 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
         "exclusive" => req.exclusive = Some(yes_no(key, value)?),
         "requeue" => req.requeue = Some(yes_no(key, value)?),
         "no-requeue" => req.requeue = Some(!yes_no(key, value)?),
+        "once" => req.once = Some(yes_no(key, value)?),
+        "every-task" => req.once = Some(!yes_no(key, value)?),
         "D" | "chdir" | "workdir" => req.workdir = Some(value.to_string()),
         "o" | "output" => req.output = Some(value.to_string()),
         "e" | "error" => req.error = Some(value.to_string()),
@@ -506,6 +517,38 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Slurm batch script runs once, as sbatch runs it; a Wharf one in every task, as srun
+    /// runs a command; either says otherwise with `--every-task` or `--once`.
+    #[test]
+    fn a_script_with_sbatch_lines_runs_once_unless_it_says_every_task() {
+        let once = |text: &str| parse_job_file("s.sh", text).unwrap().once;
+        assert_eq!(once("#!/bin/sh\n#SBATCH -N 2\nsrun hostname\n"), Some(true));
+        assert_eq!(once("#!/bin/sh\n#WHARF -N 2\nhostname\n"), None);
+        assert_eq!(once("#!/bin/sh\nhostname\n"), None);
+        assert_eq!(
+            once("#!/bin/sh\n#SBATCH -N 2\n#WHARF --every-task\nhostname\n"),
+            Some(false)
+        );
+        assert_eq!(once("#!/bin/sh\n#WHARF --once\nsrun x\n"), Some(true));
+        // A flag on the command line wins over the script's lines.
+        let mut flags = JobRequest::default();
+        set_option(&mut flags, "every-task", "yes").unwrap();
+        let script = parse_job_file("s.sh", "#SBATCH -n 4\nsrun x\n").unwrap();
+        assert_eq!(script.overlay(flags).once, Some(false));
+        // Resolved: the spec runs once only when asked.
+        let spec = |once| {
+            let req = JobRequest {
+                command: Some(vec!["true".into()]),
+                once,
+                ..Default::default()
+            };
+            req.resolve("/", &crate::JobDefaults::default())
+                .unwrap()
+                .once
+        };
+        assert!(spec(Some(true)) && !spec(None) && !spec(Some(false)));
+    }
 
     #[test]
     fn no_requeue_from_directives_job_files_and_flags() {

@@ -683,6 +683,8 @@ impl Cluster {
                 let files = output_files(&spec, job, step, node);
                 (spec.output, spec.error) = files;
                 spec.argv = step.argv.clone();
+                // A step runs its command in each of its tasks, whatever the job's does.
+                spec.once = false;
                 spec.env = step_env(step);
                 if let Some(dir) = &step.workdir {
                     spec.workdir = dir.clone();
