@@ -145,6 +145,18 @@ pub struct UpdateRequest {
 }
 
 impl UpdateRequest {
+    /// Whether it changes the time limit and nothing else: all that may change of a running
+    /// job.
+    pub fn only_time(&self) -> bool {
+        let other = self.nice.is_some()
+            || self.partition.is_some()
+            || self.qos.is_some()
+            || self.account.is_some()
+            || self.begin.is_some()
+            || self.priority.is_some();
+        !other && (self.time.is_some() || self.time_delta.is_some())
+    }
+
     /// The time limit it gives a job whose limit is `current` seconds: `time`, or `current`
     /// moved by `time_delta`; `None` when it changes none; an error for both at once, or a
     /// limit a delta would take to zero or below.

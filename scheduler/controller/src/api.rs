@@ -612,14 +612,21 @@ async fn update(
     let c = caller(&s, &peer)?;
     let (id, task) = job_id(&id)?;
     let req: wharf_api::wire::UpdateRequest = body(&s, bytes)?;
-    let job = with_cluster(&s, move |cl, now| {
+    let (job, tasks_nodes) = with_cluster(&s, move |cl, now| {
         let whole = |cl: &mut Cluster| cl.update_array(&c, id, &req, now);
-        cl.on_target(id, task, whole, |cl, job| cl.update(&c, job, &req, now))
+        let job = cl.on_target(id, task, whole, |cl, job| cl.update(&c, job, &req, now))?;
+        // An array's running tasks were changed too (a time limit).
+        let nodes = if task.is_none() {
+            cl.array_nodes(id)
+        } else {
+            Vec::new()
+        };
+        Ok((job, nodes))
     })
     .await?;
     s.wake_scheduler();
     // A running job's nodes hear of a new time limit at once.
-    for n in job.nodes() {
+    for n in job.nodes().chain(tasks_nodes.iter().map(String::as_str)) {
         s.wake_node(n);
     }
     Ok(Json(job))

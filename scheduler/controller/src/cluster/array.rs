@@ -203,6 +203,19 @@ impl Cluster {
         Ok(Some(tasks))
     }
 
+    /// The nodes the active tasks of array `array_id` hold (none when it is no array): to be
+    /// told at once of what changed for them.
+    pub fn array_nodes(&self, array_id: JobId) -> Vec<String> {
+        let span = JobId::from(self.forms.max_array_size);
+        let mut nodes: Vec<String> = (self.jobs.range(array_id..array_id.saturating_add(span)))
+            .filter(|j| j.array.is_some_and(|a| a.job_id == array_id))
+            .flat_map(|j| j.nodes().map(str::to_string))
+            .collect();
+        nodes.sort();
+        nodes.dedup();
+        nodes
+    }
+
     /// The pending tasks of array `array_id` (see [`Cluster::active_tasks`]), or a refusal
     /// when none is pending.
     fn pending_tasks(
@@ -285,10 +298,30 @@ impl Cluster {
         req: &wharf_api::wire::UpdateRequest,
         now: u64,
     ) -> Result<Option<JobRecord>, Failure> {
-        let Some(tasks) = self.pending_tasks(caller, array_id, "updated")? else {
+        let Some(active) = self.active_tasks(caller, array_id)? else {
             return Ok(None);
         };
-        let mut changed = Vec::with_capacity(tasks.len());
+        // A change of the time limit alone reaches the running tasks too, as Slurm's
+        // `scontrol update JobId=ARRAY TimeLimit=` does (a stopping one keeps its own).
+        let (tasks, running): (Vec<JobRecord>, Vec<JobRecord>) = active
+            .into_iter()
+            .partition(|j| j.state == JobState::Pending);
+        let running: Vec<JobRecord> = (running.into_iter())
+            .filter(|j| req.only_time() && !j.cancel_requested && j.stop.is_none())
+            .collect();
+        if tasks.is_empty() && running.is_empty() {
+            let what = if req.only_time() {
+                "no pending or running task to update"
+            } else {
+                "no pending task; only pending jobs can be updated (a running one's time limit \
+                 alone)"
+            };
+            return Err(Failure::new(
+                ErrorKind::Conflict,
+                format!("array job {array_id} has {what}"),
+            ));
+        }
+        let mut changed = Vec::with_capacity(tasks.len() + running.len());
         let mut moved = Vec::new();
         // The caps count every task as changed, once for the whole array: as if it had been
         // submitted again as it will be.
@@ -303,6 +336,10 @@ impl Cluster {
             changed.push(job);
         }
         self.check_batch_caps(&batch, &changed)?;
+        for job in &running {
+            changed.push(self.limit_changed(caller, job, req)?);
+        }
+        changed.sort_by_key(|j| j.id);
         let first = self.commit_tasks(caller, changed)?;
         for id in moved {
             self.reserved.remove(&id);

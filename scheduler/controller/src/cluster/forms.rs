@@ -363,22 +363,16 @@ impl Cluster {
     /// an admin set it to anything; counted from the job's start, so a limit it has run past
     /// ends it at once (TIMEOUT). Its nodes take the new limit up from their next answer
     /// (see [`Cluster::limit_orders`]). Nothing else of a running job changes.
-    fn limit_changed(
+    pub(super) fn limit_changed(
         &self,
         caller: &Caller,
         job: &JobRecord,
         req: &wharf_api::wire::UpdateRequest,
     ) -> Result<JobRecord, Failure> {
         let id = job.id;
-        let other = req.nice.is_some()
-            || req.partition.is_some()
-            || req.qos.is_some()
-            || req.account.is_some()
-            || req.begin.is_some()
-            || req.priority.is_some();
         let time =
             (req.new_time(job.time_limit)).map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
-        let Some(t) = time.filter(|_| !other) else {
+        let Some(t) = time.filter(|_| req.only_time()) else {
             return Err(Failure::new(
                 ErrorKind::Conflict,
                 format!(

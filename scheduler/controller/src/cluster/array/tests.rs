@@ -225,7 +225,8 @@ fn hold_release_update_and_requeue_of_an_array_id_act_on_every_task_they_apply_t
     c.release_array(&root, id).unwrap().unwrap();
     assert_eq!(states(&c), [(s, None), (s, None), (p, None), (p, None)]);
 
-    // Update changes every pending task, all or none.
+    // Update changes every pending task, all or none, and a time limit alone the running
+    // ones' too (as Slurm's; before, they kept theirs), whose node is woken to hear of it.
     let limit = c.jobs[&id].time_limit;
     let time = |t| UpdateRequest {
         time: Some(t),
@@ -241,7 +242,17 @@ fn hold_release_update_and_requeue_of_an_array_id_act_on_every_task_they_apply_t
         .unwrap()
         .unwrap();
     let limits: Vec<u64> = (id..id + 4).map(|t| c.jobs[&t].time_limit).collect();
-    assert_eq!(limits, [limit, limit, 60, 60]);
+    assert_eq!(limits, [60, 60, 60, 60]);
+    assert_eq!(c.array_nodes(id), ["n1"]);
+    let nicer = UpdateRequest {
+        nice: Some(5),
+        ..Default::default()
+    };
+    c.update_array(&alice(), id, &nicer, 20).unwrap().unwrap();
+    let nice: Vec<i32> = (id..id + 4)
+        .map(|t| c.jobs[&t].spec.as_ref().unwrap().nice)
+        .collect();
+    assert_eq!(nice, [0, 0, 5, 5]);
 
     // Requeue stops every running task; the pending ones stay as they are.
     let (_, wake) = c.requeue_array(&alice(), id).unwrap().unwrap();
