@@ -211,6 +211,37 @@ one_gpu_each() {
 }
 [ "$backend" = gloo ] || check "each task sees one GPU of its own, numbered 0" one_gpu_each
 
+echo "== an unchanged sbatch script: runs once, its srun runs the two ranks"
+# As sbatch runs it: the script once, as rank 0; its srun launches torch.distributed in both
+# of the job's tasks, each once.
+cat > "$home/sbatch_allreduce.sh" <<SH
+#!/bin/sh
+#SBATCH --ntasks-per-node=2 $(if [ "$ngpus" -ge 2 ]; then echo --gpus-per-task=1; else echo --gpus=1; fi) --cpus-per-task=2 --mem=16G --time=10
+echo "batch ran as rank \$SLURM_PROCID of \$SLURM_NTASKS"
+srun -l $py $home/allreduce_torch.py --backend $backend --length 1000000
+SH
+chown "$user" "$home/sbatch_allreduce.sh"
+mkdir -p "$data/bin" && ln -sf "$WHARF" "$data/bin/srun"
+sb=$(WHARF_SOCKET="$data/wharf.sock" runuser -u "$user" -- sh -c \
+    'cd && exec "$0" submit --image host --env LD_LIBRARY_PATH="$1" --env PATH="$2:/usr/bin:/bin" \
+        --env NCCL_DEBUG=WARN sbatch_allreduce.sh' "$WHARF" "$ldp" "$data/bin" |
+    sed -n 's/^Submitted batch job //p')
+for _ in $(seq 600); do
+    st=$(WHARF_SOCKET="$data/wharf.sock" "$WHARF" show "${sb:-0}" --json 2>/dev/null |
+        sed -n 's/^  "state": "\([A-Z_]*\)".*/\1/p')
+    case "$st" in COMPLETED|FAILED|CANCELLED|TIMEOUT|OUT_OF_MEMORY|NODE_FAIL) break ;; esac
+    sleep 0.5
+done
+out=$(cat "$home/wharf-${sb:-none}.out" 2>&1)
+echo "$out" | tail -8
+check "the sbatch script ended COMPLETED (${st:-none})" [ "$st" = COMPLETED ]
+check "it ran once, as rank 0 of 2" \
+    [ "$(printf '%s\n' "$out" | grep -c '^batch ran as rank')" = 1 ]
+check "and it was rank 0 of 2" has "$out" '^batch ran as rank 0 of 2$'
+check "its srun ran rank 0 and rank 1 once each, both all-reducing right" \
+    [ "$(printf '%s\n' "$out" | grep -c "allreduce ok rank=[01] world=2 .*backend=$backend")" = 2 ]
+check "no output file of a rank past 0" [ ! -e "$home/wharf-${sb:-none}.out.rank1" ]
+
 echo "== measured GPU use: a busy job and an idle one"
 cat > "$home/gpu_busy.py" <<'PY'
 import time
@@ -322,7 +353,8 @@ print("holding 2 GiB, pid", os.getpid(), flush=True)
 time.sleep(600)
 PY
 chown "$user" "$home/gpu_hold.py"
-gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
+# Over every GPU of the node (the job's may be any), which runs nothing else meanwhile.
+gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | awk '{ s += $1 } END { print s + 0 }'; }
 gpu_apps() { nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -c '[0-9]'; }
 before=$(gpu_used)
 holder=$(WHARF_SOCKET="$data/wharf.sock" runuser -u "$user" -- sh -c \

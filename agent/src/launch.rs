@@ -136,6 +136,16 @@ pub struct TaskShare {
 /// scheduler does per job).
 pub fn task_share(order: &LaunchOrder, local: u32, machine: &Machine) -> TaskShare {
     let spec = &order.spec;
+    // A command that runs once (as sbatch's batch step) has all the job holds on its node,
+    // as Slurm's batch step has: its other ranks run nothing.
+    if spec.once && order.rendezvous.step.is_none() {
+        return TaskShare {
+            cpu_ids: order.cpu_ids.clone(),
+            gpu_ids: order.gpu_ids.clone(),
+            cpus: (order.cpu_ids.len() as u32).max(1),
+            memory: spec.resources.memory,
+        };
+    }
     let per_node = spec.tasks_per_node.max(1);
     let each_cpu = (order.cpu_ids.len() as u32 / per_node).max(1);
     let gpus_of = |task| crate::env::share(&order.gpu_ids, per_node, task, spec.gpus_per_task);
@@ -440,7 +450,15 @@ pub fn container_spec(
     env.extend(gpu_env(&units));
     // The rendezvous is this agent's to say: a value the order also carries (a step's, for
     // agents that predate its place in the rendezvous) is replaced, never listed twice.
-    let rendezvous = crate::env::rendezvous(&order.rendezvous, task, order.restarts);
+    let mut rendezvous = crate::env::rendezvous(&order.rendezvous, task, order.restarts);
+    // A command that runs once is no member of a world of the job's tasks (the others run
+    // nothing): torch's world sizes would have a `torch.distributed` program wait for peers
+    // that never come, where without them it stops at once saying so. Its rank (0) stays, so
+    // `[ "$RANK" = 0 ] || exit 0` still runs it, and Slurm's variables (`SLURM_NTASKS`, ...)
+    // as the batch step has them; its steps get their own.
+    if spec.once && order.rendezvous.step.is_none() {
+        rendezvous.retain(|(k, _)| k != "WORLD_SIZE" && k != "LOCAL_WORLD_SIZE");
+    }
     env.retain(|(k, _)| !rendezvous.iter().any(|(r, _)| r == k));
     env.extend(rendezvous);
     // The hostfile, read-only in the job's private /tmp. Only Wharf's own name: Open MPI's
@@ -1464,6 +1482,14 @@ mod tests {
         // Without --gpus-per-task both tasks see the node's GPUs of the job.
         let shared = order(None, Some(2));
         assert_eq!(task_share(&shared, 1, &flat).gpu_ids, [1, 3]);
+        // A command that runs once has all the job holds on the node, as Slurm's batch step.
+        let mut once = order(Some(1), None);
+        once.spec.once = true;
+        let batch = task_share(&once, 0, &flat);
+        assert_eq!(
+            (batch.cpu_ids, batch.gpu_ids, batch.cpus, batch.memory),
+            (vec![4, 5, 6, 7], vec![1, 3], 4, 8 << 30)
+        );
         // A step with --cpus-per-task 1 in the same allocation (its order names the job's
         // four CPUs, and 1 × 2 tasks as its CPUs): one CPU each, told so.
         let mut step = order(None, None);

@@ -173,6 +173,9 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     }
     if args.parsable || args.parsable2 {
         let sep = args.delimiter.as_deref().unwrap_or("|");
+        if sep.is_empty() {
+            anyhow::bail!("--delimiter: give the text between fields (one character or more)");
+        }
         let mut out = String::new();
         let header: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
         for row in (!args.noheader).then_some(&header).into_iter().chain(&rows) {

@@ -118,11 +118,13 @@ async fn picked(socket: &str, args: &Args) -> Result<Vec<String>> {
     } else {
         args.user.clone()
     };
-    let mut filter = super::queue::Picked::new(&args.state, &users, &args.jobs)?;
-    filter.partitions = args.partition.clone();
+    let filter = super::queue::Picked::new(&args.state, &users, &args.jobs, &args.partition)?;
     let jobs = super::queue::fetch(&client, 0, false, true, Some(&filter)).await?;
+    // Never every job for an old controller's ignoring of -p: checked on the rows.
+    let within = super::queue::in_partitions(&client, 0, false, &filter).await?;
     Ok(jobs
         .iter()
+        .filter(|j| within.as_ref().is_none_or(|ids| ids.contains(&j.id)))
         .filter(|j| !j.state.is_terminal() && filter.keeps_job(j))
         .filter(|j| args.name.as_ref().is_none_or(|n| *n == j.name))
         .map(JobRecord::label)

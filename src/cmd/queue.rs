@@ -79,8 +79,7 @@ struct Listing<'a> {
 /// Runs the command.
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
     let client = Client::new(Endpoint::parse(socket), None);
-    let mut picked = Picked::new(&args.state, &args.user, &args.jobs)?;
-    picked.partitions = args.partition;
+    let picked = Picked::new(&args.state, &args.user, &args.jobs, &args.partition)?;
     if args.priority {
         return priorities(&client, args.me, args.json, &picked).await;
     }
@@ -88,25 +87,22 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     if args.json {
         // --json gives the whole records.
         let mut jobs = fetch(&client, finished, args.me, false, Some(&picked)).await?;
+        let within = in_partitions(&client, finished, args.me, &picked).await?;
         jobs.retain(|j| {
             picked.keeps(
                 j.id,
                 j.array.map(|a| (a.job_id, a.task_id)),
                 &j.owner.user,
                 j.state,
-            )
+            ) && within.as_ref().is_none_or(|ids| ids.contains(&j.id))
         });
         println!("{}", serde_json::to_string_pretty(&JobList { jobs })?);
         return Ok(0);
     }
     // The table shows no part of a spec: rows of what it shows are enough.
-    let mut path = format!("/v1/jobs?finished={finished}&brief=true&rows=true");
-    path.push_str(&picked.query(finished > 0)?);
-    if args.me {
-        let who: WhoAmI = client.get("/v1/whoami").await?;
-        path.push_str(&format!("&user={}", who.owner.uid));
-    }
-    let body = client.get_bytes(&path).await?;
+    let body = client
+        .get_bytes(&rows_path(&client, finished, args.me, &picked).await?)
+        .await?;
     let listing: Listing = serde_json::from_slice(&body)
         .map_err(|e| anyhow::anyhow!("talking to the controller: bad answer: {e}"))?;
     let records = listing.jobs.unwrap_or_default();
@@ -114,10 +110,49 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         Some(rows) => rows,
         None => records.iter().map(|j| JobRow::of(j, &j.pulling)).collect(),
     };
+    picked.check_partitions(&rows)?;
     rows.retain(|j| picked.keeps(j.id, j.array, &j.user, j.state));
     let t = table(&rows, wharf_controller::now_ms());
     output::print_table(&t);
     Ok(0)
+}
+
+/// The path of the listing's rows: `finished` ended jobs, the caller's only with `me`, those
+/// `picked` asks the controller for.
+async fn rows_path(client: &Client, finished: u32, me: bool, picked: &Picked) -> Result<String> {
+    let mut path = format!("/v1/jobs?finished={finished}&brief=true&rows=true");
+    path.push_str(&picked.query(finished > 0)?);
+    if me {
+        let who: WhoAmI = client.get("/v1/whoami").await?;
+        path.push_str(&format!("&user={}", who.owner.uid));
+    }
+    Ok(path)
+}
+
+/// The ids of the jobs in `picked`'s partitions, from the listing's rows, which name every
+/// job's partition (a record of another user's job does not); `None` when it names none.
+pub(crate) async fn in_partitions(
+    client: &Client,
+    finished: u32,
+    me: bool,
+    picked: &Picked,
+) -> Result<Option<std::collections::BTreeSet<u64>>> {
+    if picked.partitions.is_empty() {
+        return Ok(None);
+    }
+    let body = client
+        .get_bytes(&rows_path(client, finished, me, picked).await?)
+        .await?;
+    let listing: Listing = serde_json::from_slice(&body)
+        .map_err(|e| anyhow::anyhow!("talking to the controller: bad answer: {e}"))?;
+    let Some(rows) = listing.rows else {
+        anyhow::bail!(
+            "-p: the controller answers no listing rows: it is older than partition filters; \
+             upgrade it, or leave -p out"
+        );
+    };
+    picked.check_partitions(&rows)?;
+    Ok(Some(rows.iter().map(|r| r.id).collect()))
 }
 
 /// The jobs the filters keep; an empty filter keeps all.
@@ -134,7 +169,12 @@ pub(crate) struct Picked {
 impl Picked {
     /// The filters of `-t` (states by name or Slurm's code), `-u` (user names) and `-j` (job
     /// ids, array ids, `ID_TASK`, each already checked by the `job_arg` value parser).
-    pub(crate) fn new(states: &[String], users: &[String], jobs: &[String]) -> Result<Picked> {
+    pub(crate) fn new(
+        states: &[String],
+        users: &[String],
+        jobs: &[String],
+        partitions: &[String],
+    ) -> Result<Picked> {
         let mut parsed = Vec::new();
         for s in states {
             parsed.push(JobState::parse(s).ok_or_else(|| {
@@ -153,8 +193,28 @@ impl Picked {
             jobs: (jobs.iter())
                 .filter_map(|j| wharf_api::job::parse_job_ref(j))
                 .collect(),
-            partitions: Vec::new(),
+            partitions: partitions.to_vec(),
         })
+    }
+
+    /// That `rows` (of a listing asked for with these filters) are all in the partitions
+    /// named: a controller older than partition filters ignores them, answers rows without
+    /// partitions (or whole records), and every job would be taken for one of them, to list
+    /// or to cancel. Refused then, saying so.
+    fn check_partitions(&self, rows: &[JobRow]) -> Result<()> {
+        if self.partitions.is_empty() {
+            return Ok(());
+        }
+        let kept = |r: &&JobRow| self.partitions.iter().any(|p| *p == r.partition);
+        if let Some(r) = rows.iter().find(|r| !kept(r)) {
+            anyhow::bail!(
+                "-p: the controller did not pick by partition (job {} is in {:?}): it is older \
+                 than partition filters; upgrade it, or leave -p out",
+                r.id,
+                crate::output::clean(&r.partition)
+            );
+        }
+        Ok(())
     }
 
     /// Whether it keeps `job`.
@@ -217,9 +277,11 @@ struct JobPriority<'a> {
 /// priority first (ties by id), each factor times its weight.
 async fn priorities(client: &Client, me: bool, json: bool, picked: &Picked) -> Result<i32> {
     let mut jobs = fetch(client, 0, me, true, Some(picked)).await?;
+    let within = in_partitions(client, 0, me, picked).await?;
     jobs.retain(|j| {
         let array = j.array.map(|a| (a.job_id, a.task_id));
         picked.keeps(j.id, array, &j.owner.user, j.state)
+            && within.as_ref().is_none_or(|ids| ids.contains(&j.id))
     });
     let ranked = ranked(&jobs);
     if json {
@@ -436,6 +498,20 @@ mod tests {
         };
         assert!(all.keeps(99, None, "zed", Running));
         assert_eq!(all.query(true).unwrap(), "");
+        // Rows of another partition, or without one (a controller that ignored -p), are
+        // refused rather than taken for the partition's.
+        let gpu = row(1, Pending);
+        assert!(picked.check_partitions(std::slice::from_ref(&gpu)).is_ok());
+        let old = JobRow {
+            partition: "".into(),
+            ..row(2, Pending)
+        };
+        let e = picked
+            .check_partitions(&[gpu, old])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("older than partition filters"), "{e}");
+        assert!(all.check_partitions(&[row(3, Running)]).is_ok());
     }
 
     #[test]

@@ -104,6 +104,10 @@ pub struct Args {
     /// Share the job's CPUs with its other steps: what a step always does.
     #[arg(long)]
     overlap: bool,
+    /// CPUs of the step's own, not shared with the job's other steps: not done here (a step
+    /// shares them; -c gives each of its tasks CPUs of its own among its tasks), said once.
+    #[arg(long, alias = "exact")]
+    exclusive: bool,
     /// MPI plugin: only `none` (Wharf runs no PMI server).
     #[arg(long, value_name = "none")]
     mpi: Option<String>,
@@ -156,10 +160,6 @@ fn not_here(option: &str) -> Option<&'static str> {
         "--cpu-bind" | "--mem-bind" | "--hint" => {
             "Wharf places a step's tasks on the job's CPUs of each node itself; -c gives \
              each task CPUs of its own"
-        }
-        "--exclusive" | "--exact" => {
-            "a step shares the job's CPUs with the job's other steps; -c gives each task CPUs \
-             of its own"
         }
         "--gpu-bind" => "--gpus-per-task gives each task GPUs of its own",
         "--x11" => "Wharf forwards no X11 display",
@@ -244,6 +244,12 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
         }
     }
     if inside_job(env)? {
+        if args.exclusive && !args.quiet {
+            eprintln!(
+                "wharf: srun --exclusive: this step shares the job's CPUs with its other steps \
+                 (-c gives each of its tasks CPUs of its own among its tasks)"
+            );
+        }
         if let Some(c) = args.cpus_per_task {
             let on_node = env("SLURM_CPUS_ON_NODE").and_then(|v| v.parse::<u32>().ok());
             let per_node = args.ntasks_per_node.unwrap_or(1);
@@ -344,6 +350,10 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
     flag("chdir", args.chdir);
     for entry in outside_export(args.export.as_deref(), env)? {
         flag("env", Some(entry));
+    }
+    // Outside an allocation srun's --exclusive asks for whole nodes, as sbatch's does.
+    if args.exclusive {
+        argv.push("--exclusive".into());
     }
     if args.quiet {
         argv.push("--quiet".into());
@@ -541,6 +551,12 @@ mod tests {
         assert_eq!(s.export.as_deref(), Some("NONE,OMP_NUM_THREADS=4"));
         assert_eq!(s.command, ["python", "train.py"]);
         assert!(plan(parse(&["--kill-on-bad-exit=1", "true"]), &env_of(IN_JOB)).is_ok());
+        // --exclusive: a step's is taken (with a warning); outside a job, whole nodes.
+        assert!(plan(parse(&["--exclusive", "-n1", "true"]), &env_of(IN_JOB)).is_ok());
+        assert_eq!(
+            run_argv(&["--exact", "true"]),
+            ["run", "--exclusive", "--", "true"]
+        );
         // What Wharf cannot do is refused, saying why, inside a job and outside.
         for env in [IN_JOB, &[]] {
             let e = |words: &[&str]| plan(parse(words), &env_of(env)).unwrap_err().to_string();

@@ -625,7 +625,7 @@ fn steps_from_rank_0_run_on_every_host_or_some_with_their_own_ranks() {
     // The batch command runs once (`--once`, as an sbatch script runs), on rank 0; the other
     // nodes run nothing and stay the job's until it ends.
     let script = format!(
-        "echo \"BATCH rank $RANK of $WORLD_SIZE\"; \
+        "echo \"BATCH rank $RANK of $SLURM_NTASKS world ${{WORLD_SIZE:-none}}\"; \
          {w} step --ntasks-per-node 2 -- python3 {program} --timeout 120; echo \"STEP0 $?\"; \
          {w} step --nodelist node[2-3] -- sh -c 'echo \"two rank $RANK of $WORLD_SIZE \
            node_rank $NODE_RANK master $MASTER_ADDR nodes $SLURM_STEP_NODELIST \
@@ -647,7 +647,7 @@ fn steps_from_rank_0_run_on_every_host_or_some_with_their_own_ranks() {
     assert!(out.contains("STEP2 5\n"), "{out}");
     // The batch command ran once, as rank 0 of the job's three.
     assert_eq!(out.matches("BATCH rank").count(), 1, "{out}");
-    assert!(out.contains("BATCH rank 0 of 3\n"), "{out}");
+    assert!(out.contains("BATCH rank 0 of 3 world none\n"), "{out}");
     // Step 0: six ranks, two on each host, node by node.
     let addrs = assert_all_ranks_ok(&out, 6, 100_000);
     for (r, a) in addrs.iter().enumerate() {

@@ -881,7 +881,7 @@ fn an_sbatch_script_of_several_tasks_runs_once_and_its_srun_once_per_rank() {
     let home = c.home(&alice);
     let text = format!(
         "#!/bin/sh\n#SBATCH --ntasks-per-node=2 --cpus-per-task=1\n\
-         echo \"BATCH $SLURM_PROCID of $SLURM_NTASKS\"\n\
+         echo \"BATCH $SLURM_PROCID of $SLURM_NTASKS\"; echo \"NPROC $(nproc)\"\n\
          {w} srun -Q sh -c 'echo \"TASK $SLURM_PROCID\"'\n"
     );
     let script = home.join("two.sh");
@@ -904,7 +904,8 @@ fn an_sbatch_script_of_several_tasks_runs_once_and_its_srun_once_per_rank() {
         (id, lines, stderr(&out))
     };
     let (id, lines, warned) = run(&[]);
-    assert_eq!(lines, ["BATCH 0 of 2", "TASK 0", "TASK 1"]);
+    // The batch command has both of the job's CPUs, as Slurm's batch step has its node's.
+    assert_eq!(lines, ["BATCH 0 of 2", "NPROC 2", "TASK 0", "TASK 1"]);
     assert!(!warned.contains("times over"), "{warned}");
     assert!(!home.join(format!("wharf-{id}.out.rank1")).exists());
     // Every task runs it: each srun in it runs both tasks again.
@@ -914,6 +915,8 @@ fn an_sbatch_script_of_several_tasks_runs_once_and_its_srun_once_per_rank() {
         [
             "BATCH 0 of 2",
             "BATCH 1 of 2",
+            "NPROC 1",
+            "NPROC 1",
             "TASK 0",
             "TASK 0",
             "TASK 1",

@@ -107,7 +107,7 @@ pub const UNLIMITED_TIME: u64 = u64::MAX;
 /// forms (`0`, `00:00:00`, `0-0`) is the same: Slurm's `-t 0` imposes no time limit.
 pub fn parse_time_limit(text: &str) -> Result<u64, String> {
     let word = text.trim();
-    let zero = word.starts_with('0') && word.bytes().all(|b| matches!(b, b'0' | b':' | b'-'));
+    let zero = is_slurm_zero(word);
     if zero
         || ["unlimited", "infinite", "infinity"]
             .iter()
@@ -116,6 +116,19 @@ pub fn parse_time_limit(text: &str) -> Result<u64, String> {
         return Ok(UNLIMITED_TIME);
     }
     parse_duration(text).map_err(|e| format!("{e}, or \"UNLIMITED\" for the partition's maximum"))
+}
+
+/// Whether `word` is a zero in one of Slurm's time forms (`0`, `0:0`, `00:00:00`, `0-0`,
+/// `0-0:0`, `0-00:00:00`): each field zeros, a day only before `-`, at most three fields
+/// after it.
+fn is_slurm_zero(word: &str) -> bool {
+    let zeros = |f: &str| !f.is_empty() && f.bytes().all(|b| b == b'0');
+    let (day, rest) = match word.split_once('-') {
+        Some((d, r)) => (Some(d), r),
+        None => (None, word),
+    };
+    let fields: Vec<&str> = rest.split(':').collect();
+    day.is_none_or(zeros) && fields.len() <= 3 && fields.iter().all(|f| zeros(f))
 }
 
 /// Parses a time limit. Accepts Slurm's forms (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`,
@@ -244,6 +257,9 @@ mod tests {
             assert_eq!(parse_time_limit(zero), Ok(UNLIMITED_TIME), "{zero}");
         }
         assert!(parse_time_limit("0s").is_err() && parse_time_limit("0h").is_err());
+        for junk in ["0:", "0--", "0-:-", "-0", "0:0:0:0", "0-0-0", ":0"] {
+            assert_ne!(parse_time_limit(junk), Ok(UNLIMITED_TIME), "{junk}");
+        }
         // A sign is a move of a limit (wharf update's), not a limit: `+5` was 5 minutes.
         for signed in ["+5", "-5", " +1:00:00"] {
             let err = parse_time_limit(signed).unwrap_err();

@@ -148,13 +148,25 @@ impl UpdateRequest {
     /// Whether it changes the time limit and nothing else: all that may change of a running
     /// job.
     pub fn only_time(&self) -> bool {
-        let other = self.nice.is_some()
-            || self.partition.is_some()
-            || self.qos.is_some()
-            || self.account.is_some()
-            || self.begin.is_some()
-            || self.priority.is_some();
-        !other && (self.time.is_some() || self.time_delta.is_some())
+        // Every field named: one added later must be placed here, or it would pass as
+        // "time only" and reach running jobs.
+        let UpdateRequest {
+            time,
+            time_delta,
+            nice,
+            partition,
+            qos,
+            account,
+            begin,
+            priority,
+        } = self;
+        let other = nice.is_some()
+            || partition.is_some()
+            || qos.is_some()
+            || account.is_some()
+            || begin.is_some()
+            || priority.is_some();
+        !other && (time.is_some() || time_delta.is_some())
     }
 
     /// The time limit it gives a job whose limit is `current` seconds: `time`, or `current`

@@ -315,6 +315,8 @@ struct ListQuery {
 
 /// Most jobs one listing may name (`wharf queue -j`).
 const MAX_NAMED_JOBS: usize = 1000;
+/// Most partitions one listing may name (`wharf queue -p`).
+const MAX_NAMED_PARTITIONS: usize = 100;
 
 impl ListQuery {
     /// The jobs it asks for ([`crate::store::ListFilter`]), or what it got wrong.
@@ -337,6 +339,14 @@ impl ListQuery {
             }
         }
         filter.partitions = words(&self.partitions);
+        filter.partitions.sort();
+        filter.partitions.dedup();
+        if filter.partitions.len() > MAX_NAMED_PARTITIONS {
+            return Err(bad(format!(
+                "{} partitions named; at most {MAX_NAMED_PARTITIONS} may be",
+                filter.partitions.len()
+            )));
+        }
         for s in words(&self.states) {
             let state = wharf_api::JobState::parse(&s)
                 .ok_or_else(|| bad(format!("unknown job state {s:?}")))?;

@@ -1,6 +1,6 @@
 //! What each caller may see of a job. Its owner and admins see all of it; other users see
 //! its public fields (name, owner, resources, state, times, node, priority, expected start,
-//! exit status) and a reason rebuilt from them, never the spec (command, environment, paths),
+//! exit status, and in the queue listing's rows its partition) and a reason rebuilt from them, never the spec (command, environment, paths),
 //! words that came from it, or what it used (its CPU time, memory and GPU use, which `wharf
 //! eff` reads).
 

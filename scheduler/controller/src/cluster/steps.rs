@@ -494,8 +494,14 @@ impl Cluster {
         if !caller.may_manage(job) {
             return Err(super::not_yours(id));
         }
+        let label = job.label();
+        if !job.state.holds_resources() {
+            return Err(refused(
+                ErrorKind::Conflict,
+                format!("job {label} is {}: only a running job has steps", job.state),
+            ));
+        }
         let Some(found) = job.steps.iter().find(|s| s.id == step) else {
-            let label = job.label();
             let steps = job.steps.len();
             return Err(refused(
                 ErrorKind::NotFound,
@@ -509,7 +515,7 @@ impl Cluster {
             };
             return Err(refused(
                 ErrorKind::Conflict,
-                format!("step {}.{step} {how}", job.label()),
+                format!("step {label}.{step} {how}"),
             ));
         }
         let key = StepKey { job: id, step };
