@@ -258,7 +258,13 @@ pub fn container_spec(
     let task = crate::env::Task {
         per_node: spec.tasks_per_node.max(1),
         local,
-        cpus: share.cpus,
+        // SLURM_CPUS_PER_TASK is the job's -c, also for a command that runs once on all of
+        // the node's share (`srun -c $SLURM_CPUS_PER_TASK` must still fit).
+        cpus: if spec.once {
+            spec.cpus_per_task()
+        } else {
+            share.cpus
+        },
     };
     let user = match nix::unistd::User::from_uid(order.owner.uid.into()) {
         Ok(Some(u)) => Some(u),

@@ -175,6 +175,9 @@ impl Picked {
         jobs: &[String],
         partitions: &[String],
     ) -> Result<Picked> {
+        if partitions.iter().any(|p| p.trim().is_empty()) {
+            anyhow::bail!("-p: an empty partition name; give names, comma-separated (-p gpu,cpu)");
+        }
         let mut parsed = Vec::new();
         for s in states {
             parsed.push(JobState::parse(s).ok_or_else(|| {
@@ -512,6 +515,15 @@ mod tests {
             .to_string();
         assert!(e.contains("older than partition filters"), "{e}");
         assert!(all.check_partitions(&[row(3, Running)]).is_ok());
+        // An empty name is said to be one, not taken for no filter (and then for an old
+        // controller's ignoring of it).
+        for names in [vec!["".to_string()], vec!["gpu".into(), " ".into()]] {
+            let e = Picked::new(&[], &[], &[], &names)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains("an empty partition name"), "{e}");
+        }
     }
 
     #[test]

@@ -112,11 +112,24 @@ pub async fn run(args: Args) -> Result<i32> {
     let workdir = match (std::env::current_dir(), &args.chdir) {
         (Ok(cwd), Some(dir)) => Some(cwd.join(dir)),
         (Err(e), Some(dir)) if !dir.starts_with('/') => {
-            bail!("--chdir {dir}: this command's directory is unknown ({e}); name it whole")
+            bail!(
+                "--chdir {}: this command's directory is unknown ({e}); name it whole",
+                crate::output::clean(dir)
+            )
         }
         (_, Some(dir)) => Some(dir.into()),
         (cwd, None) => cwd.ok(),
     };
+    // A directory named that is not there: said here, rather than the tasks starting in /.
+    if let (Some(dir), Some(_)) = (&workdir, &args.chdir) {
+        if !dir.is_dir() {
+            bail!(
+                "--chdir {}: no such directory here (the step's tasks see what this command \
+                 sees, but for /tmp)",
+                crate::output::clean(&dir.display().to_string())
+            );
+        }
+    }
     // Each task of a step is a sandbox of its own, with its own /tmp: a directory under the
     // caller's is not there (the caller's /tmp is its own sandbox's).
     if let Some(w) = (workdir.as_ref()).and_then(|dir| super::submit::hidden_workdir(None, dir)) {

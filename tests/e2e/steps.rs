@@ -795,6 +795,7 @@ fn srun_in_a_job_takes_its_directory_environment_and_unbuffered_output() {
          {w} srun -Q -D sub -- pwd; \
          {w} srun -Q --export=NONE,SET=2 -- sh -c 'echo \"MINE=${{MINE:-unset}} SET=$SET JOB=$SLURM_JOB_ID\"'; \
          {w} srun -Q --export=ALL -- sh -c 'echo ALL_MINE=$MINE'; \
+         {w} srun -Q -D nowhere -- pwd; echo NOWHERE=$?; \
          {w} srun -Q -u -- sh -c 'printf part; while [ ! -e go ]; do sleep 0.1; done; echo rest' & \
          for i in $(seq 300); do grep -q part out.txt && break; sleep 0.1; done; \
          echo MID; touch go; wait"
@@ -810,6 +811,12 @@ fn srun_in_a_job_takes_its_directory_environment_and_unbuffered_output() {
         "{text}"
     );
     assert!(text.contains("ALL_MINE=1\n"), "{text}");
+    // A directory that is not there is said to be so (the tasks started in / before).
+    assert!(
+        text.contains("--chdir") && text.contains("/nowhere: no such directory"),
+        "{text}"
+    );
+    assert!(text.contains("NOWHERE=1\n"), "{text}");
     assert!(text.contains("partMID\nrest\n"), "{text}");
 }
 
@@ -881,7 +888,8 @@ fn an_sbatch_script_of_several_tasks_runs_once_and_its_srun_once_per_rank() {
     let home = c.home(&alice);
     let text = format!(
         "#!/bin/sh\n#SBATCH --ntasks-per-node=2 --cpus-per-task=1\n\
-         echo \"BATCH $SLURM_PROCID of $SLURM_NTASKS\"; echo \"NPROC $(nproc)\"\n\
+         echo \"BATCH $SLURM_PROCID of $SLURM_NTASKS\"; echo \"NPROC $(nproc)\"; \
+         echo \"CPT $SLURM_CPUS_PER_TASK\"\n\
          {w} srun -Q sh -c 'echo \"TASK $SLURM_PROCID\"'\n"
     );
     let script = home.join("two.sh");
@@ -905,7 +913,11 @@ fn an_sbatch_script_of_several_tasks_runs_once_and_its_srun_once_per_rank() {
     };
     let (id, lines, warned) = run(&[]);
     // The batch command has both of the job's CPUs, as Slurm's batch step has its node's.
-    assert_eq!(lines, ["BATCH 0 of 2", "NPROC 2", "TASK 0", "TASK 1"]);
+    // ... and the job's -c as SLURM_CPUS_PER_TASK, so `srun -c $SLURM_CPUS_PER_TASK` fits.
+    assert_eq!(
+        lines,
+        ["BATCH 0 of 2", "CPT 1", "NPROC 2", "TASK 0", "TASK 1"]
+    );
     assert!(!warned.contains("times over"), "{warned}");
     assert!(!home.join(format!("wharf-{id}.out.rank1")).exists());
     // Every task runs it: each srun in it runs both tasks again.
@@ -915,6 +927,8 @@ fn an_sbatch_script_of_several_tasks_runs_once_and_its_srun_once_per_rank() {
         [
             "BATCH 0 of 2",
             "BATCH 1 of 2",
+            "CPT 1",
+            "CPT 1",
             "NPROC 1",
             "NPROC 1",
             "TASK 0",

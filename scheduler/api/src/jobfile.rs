@@ -465,8 +465,16 @@ pub fn set_option(req: &mut JobRequest, key: &str, value: &str) -> Result<(), St
         "exclusive" => req.exclusive = Some(yes_no(key, value)?),
         "requeue" => req.requeue = Some(yes_no(key, value)?),
         "no-requeue" => req.requeue = Some(!yes_no(key, value)?),
-        "once" => req.once = Some(yes_no(key, value)?),
-        "every-task" => req.once = Some(!yes_no(key, value)?),
+        "once" | "every-task" => {
+            let once = yes_no(key, value)? == (key == "once");
+            if req.once.is_some_and(|o| o != once) {
+                return Err(format!(
+                    "--{key}: the job already says the other (--once and --every-task are one \
+                     choice)"
+                ));
+            }
+            req.once = Some(once);
+        }
         "D" | "chdir" | "workdir" => req.workdir = Some(value.to_string()),
         "o" | "output" => req.output = Some(value.to_string()),
         "e" | "error" => req.error = Some(value.to_string()),
@@ -531,6 +539,9 @@ mod tests {
             Some(false)
         );
         assert_eq!(once("#!/bin/sh\n#WHARF --once\nsrun x\n"), Some(true));
+        // Both in one job's lines: refused, as the CLI refuses both flags.
+        let both = parse_job_file("s.sh", "#SBATCH --once\n#SBATCH --every-task\nx\n");
+        assert!(both.unwrap_err().message.contains("one choice"));
         // A flag on the command line wins over the script's lines.
         let mut flags = JobRequest::default();
         set_option(&mut flags, "every-task", "yes").unwrap();

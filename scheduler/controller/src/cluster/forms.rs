@@ -446,7 +446,10 @@ impl Cluster {
             return Err(Failure::new(
                 ErrorKind::PermissionDenied,
                 format!(
-                    "only an admin may raise a time limit; you may lower job {id}'s below {}",
+                    "only an admin may raise a time limit; job {}'s is {}, which you may lower",
+                    self.jobs
+                        .get(&id)
+                        .map_or_else(|| id.to_string(), JobRecord::label),
                     wharf_api::resources::format_duration(current)
                 ),
             ));
