@@ -260,7 +260,7 @@ pub fn container_spec(
         local,
         // SLURM_CPUS_PER_TASK is the job's -c, also for a command that runs once on all of
         // the node's share (`srun -c $SLURM_CPUS_PER_TASK` must still fit).
-        cpus: if spec.once {
+        cpus: if spec.once && order.rendezvous.step.is_none() {
             spec.cpus_per_task()
         } else {
             share.cpus
@@ -462,10 +462,13 @@ pub fn container_spec(
     // that never come, where without them it stops at once saying so. Its rank (0) stays, so
     // `[ "$RANK" = 0 ] || exit 0` still runs it, and Slurm's variables (`SLURM_NTASKS`, ...)
     // as the batch step has them; its steps get their own.
-    if spec.once && order.rendezvous.step.is_none() {
-        rendezvous.retain(|(k, _)| k != "WORLD_SIZE" && k != "LOCAL_WORLD_SIZE");
+    let once = spec.once && order.rendezvous.step.is_none();
+    let world = |k: &str| k == "WORLD_SIZE" || k == "LOCAL_WORLD_SIZE";
+    // The agent's rendezvous wins; a once-run command keeps no world size of anyone's.
+    env.retain(|(k, _)| !(rendezvous.iter().any(|(r, _)| r == k) || once && world(k)));
+    if once {
+        rendezvous.retain(|(k, _)| !world(k));
     }
-    env.retain(|(k, _)| !rendezvous.iter().any(|(r, _)| r == k));
     env.extend(rendezvous);
     // The hostfile, read-only in the job's private /tmp. Only Wharf's own name: Open MPI's
     // default-hostfile variable would cap every mpirun in the job at one slot per node.

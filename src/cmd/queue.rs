@@ -196,7 +196,8 @@ impl Picked {
             jobs: (jobs.iter())
                 .filter_map(|j| wharf_api::job::parse_job_ref(j))
                 .collect(),
-            partitions: partitions.to_vec(),
+            // As the controller takes them: a name's spaces are not its.
+            partitions: partitions.iter().map(|p| p.trim().to_string()).collect(),
         })
     }
 
@@ -515,6 +516,14 @@ mod tests {
             .to_string();
         assert!(e.contains("older than partition filters"), "{e}");
         assert!(all.check_partitions(&[row(3, Running)]).is_ok());
+        // Names are trimmed, as the controller trims them (`-p "gpu, debug"`): a row of
+        // debug is debug's.
+        let spaced = Picked::new(&[], &[], &[], &["gpu".into(), " debug".into()]).unwrap();
+        let debug = JobRow {
+            partition: "debug".into(),
+            ..row(4, Pending)
+        };
+        assert!(spaced.check_partitions(&[debug]).is_ok());
         // An empty name is said to be one, not taken for no filter (and then for an old
         // controller's ignoring of it).
         for names in [vec!["".to_string()], vec!["gpu".into(), " ".into()]] {

@@ -104,10 +104,14 @@ pub struct Args {
     /// Share the job's CPUs with its other steps: what a step always does.
     #[arg(long)]
     overlap: bool,
-    /// CPUs of the step's own, not shared with the job's other steps: not done here (a step
-    /// shares them; -c gives each of its tasks CPUs of its own among its tasks), said once.
-    #[arg(long, alias = "exact")]
+    /// Inside a job, CPUs of the step's own, not shared with the job's other steps: not done
+    /// here (a step shares them; -c gives each of its tasks CPUs of its own among its tasks),
+    /// said once. Outside one, whole nodes for the new job.
+    #[arg(long)]
     exclusive: bool,
+    /// Only the resources the step asks for: what a step has here (taken, changing nothing).
+    #[arg(long)]
+    exact: bool,
     /// MPI plugin: only `none` (Wharf runs no PMI server).
     #[arg(long, value_name = "none")]
     mpi: Option<String>,
@@ -554,9 +558,11 @@ mod tests {
         // --exclusive: a step's is taken (with a warning); outside a job, whole nodes.
         assert!(plan(parse(&["--exclusive", "-n1", "true"]), &env_of(IN_JOB)).is_ok());
         assert_eq!(
-            run_argv(&["--exact", "true"]),
+            run_argv(&["--exclusive", "true"]),
             ["run", "--exclusive", "--", "true"]
         );
+        // --exact asks for no node of the job's own.
+        assert_eq!(run_argv(&["--exact", "true"]), ["run", "--", "true"]);
         // What Wharf cannot do is refused, saying why, inside a job and outside.
         for env in [IN_JOB, &[]] {
             let e = |words: &[&str]| plan(parse(words), &env_of(env)).unwrap_err().to_string();

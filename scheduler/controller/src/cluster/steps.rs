@@ -495,13 +495,13 @@ impl Cluster {
             return Err(super::not_yours(id));
         }
         let label = job.label();
-        if !job.state.holds_resources() {
-            return Err(refused(
-                ErrorKind::Conflict,
-                format!("job {label} is {}: only a running job has steps", job.state),
-            ));
-        }
         let Some(found) = job.steps.iter().find(|s| s.id == step) else {
+            if !job.state.holds_resources() {
+                return Err(refused(
+                    ErrorKind::Conflict,
+                    format!("job {label} is {}: only a running job has steps", job.state),
+                ));
+            }
             let steps = job.steps.len();
             return Err(refused(
                 ErrorKind::NotFound,
