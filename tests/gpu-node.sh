@@ -218,6 +218,7 @@ cat > "$home/sbatch_allreduce.sh" <<SH
 #!/bin/sh
 #SBATCH --ntasks-per-node=2 $(if [ "$ngpus" -ge 2 ]; then echo --gpus-per-task=1; else echo --gpus=1; fi) --cpus-per-task=2 --mem=16G --time=10
 echo "batch ran as rank \$SLURM_PROCID of \$SLURM_NTASKS"
+echo "batch has cpt=\$SLURM_CPUS_PER_TASK world=\${WORLD_SIZE:-none} nproc=\$(nproc) gpus=\$CUDA_VISIBLE_DEVICES"
 srun -l $py $home/allreduce_torch.py --backend $backend --length 1000000
 SH
 chown "$user" "$home/sbatch_allreduce.sh"
@@ -238,6 +239,8 @@ check "the sbatch script ended COMPLETED (${st:-none})" [ "$st" = COMPLETED ]
 check "it ran once, as rank 0 of 2" \
     [ "$(printf '%s\n' "$out" | grep -c '^batch ran as rank')" = 1 ]
 check "and it was rank 0 of 2" has "$out" '^batch ran as rank 0 of 2$'
+check "with the job's 4 CPUs, -c as SLURM_CPUS_PER_TASK and no WORLD_SIZE" \
+    has "$out" '^batch has cpt=2 world=none nproc=4 gpus='
 check "its srun ran rank 0 and rank 1 once each, both all-reducing right" \
     [ "$(printf '%s\n' "$out" | grep -c "allreduce ok rank=[01] world=2 .*backend=$backend")" = 2 ]
 check "no output file of a rank past 0" [ ! -e "$home/wharf-${sb:-none}.out.rank1" ]
