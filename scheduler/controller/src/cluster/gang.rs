@@ -214,8 +214,9 @@ impl Cluster {
 
     /// [`Cluster::launch_spec`] for the node `node` of `job`, holding `alloc` there: a job
     /// that takes whole nodes, or each node's whole memory (`--mem=0`), gets this node's, not
-    /// its first node's (the nodes of a gang need not be alike).
-    fn node_spec(
+    /// its first node's (the nodes of a gang need not be alike). Its steps' orders start from
+    /// it too.
+    pub(super) fn node_spec(
         &self,
         job: &JobRecord,
         spec: &wharf_api::JobSpec,

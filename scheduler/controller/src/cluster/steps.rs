@@ -685,7 +685,8 @@ impl Cluster {
                 if alloc.start_time.is_none() && !alloc.ended() {
                     continue;
                 }
-                let mut spec = self.launch_spec(job, spec);
+                // This node's share of an exclusive or `--mem=0` job, as its batch rank has.
+                let mut spec = self.node_spec(job, spec, node, alloc);
                 let files = output_files(&spec, job, step, node);
                 (spec.output, spec.error) = files;
                 spec.argv = step.argv.clone();

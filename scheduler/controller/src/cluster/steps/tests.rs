@@ -419,3 +419,32 @@ fn a_steps_output_goes_to_its_caller_or_to_the_files_it_names_per_node() {
         format!("/home/ann/run/out-{id}.1.g2.3")
     );
 }
+
+/// A step of a gang that holds each node's whole memory (`--mem=0`) is launched on each
+/// node with that node's, as the gang's own ranks are (before, every node got the first
+/// node's, more than a smaller node has).
+#[test]
+fn a_steps_tasks_get_their_own_nodes_whole_memory_in_an_uneven_gang() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = nodes(&dir, 1);
+    c.register(NodeInfo::new("g2", "10.0.0.2", 4, 8 << 30, vec![]), 0)
+        .unwrap();
+    let whole = JobRequest {
+        nodes: Some(2),
+        cpus: Some(4),
+        memory: Some(0),
+        ..Default::default()
+    };
+    let id = submit_job(&mut c, &caller(1000, "ann"), whole, 10).unwrap();
+    c.schedule(1_000).unwrap();
+    for node in ["g1", "g2"] {
+        report(&mut c, node, &[(id, None)], vec![]);
+    }
+    c.start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000)
+        .unwrap();
+    for (node, memory) in [("g1", 16u64 << 30), ("g2", 8 << 30)] {
+        let (orders, _) = c.step_orders(node, &BTreeSet::new(), &BTreeSet::new());
+        assert_eq!(orders.len(), 1, "{node}");
+        assert_eq!(orders[0].order.spec.resources.memory, memory, "{node}");
+    }
+}
