@@ -131,6 +131,12 @@ pub struct TaskShare {
     pub memory: u64,
 }
 
+/// Whether `order` runs the job's command once, as rank 0 alone (`JobSpec::once`, as sbatch
+/// runs a batch script); never a step's order, whose command runs in each of its tasks.
+fn runs_once(order: &LaunchOrder) -> bool {
+    order.spec.once && order.rendezvous.step.is_none()
+}
+
 /// Task `local`'s share of what `order` holds on `machine`. Tasks with GPUs of their own
 /// take their CPUs from their GPU's NUMA node first (`--gpu-bind closest`, per task as the
 /// scheduler does per job).
@@ -138,7 +144,7 @@ pub fn task_share(order: &LaunchOrder, local: u32, machine: &Machine) -> TaskSha
     let spec = &order.spec;
     // A command that runs once (as sbatch's batch step) has all the job holds on its node,
     // as Slurm's batch step has: its other ranks run nothing.
-    if spec.once && order.rendezvous.step.is_none() {
+    if runs_once(order) {
         return TaskShare {
             cpu_ids: order.cpu_ids.clone(),
             gpu_ids: order.gpu_ids.clone(),
@@ -260,7 +266,7 @@ pub fn container_spec(
         local,
         // SLURM_CPUS_PER_TASK is the job's -c, also for a command that runs once on all of
         // the node's share (`srun -c $SLURM_CPUS_PER_TASK` must still fit).
-        cpus: if spec.once && order.rendezvous.step.is_none() {
+        cpus: if runs_once(order) {
             spec.cpus_per_task()
         } else {
             share.cpus
@@ -462,7 +468,7 @@ pub fn container_spec(
     // that never come, where without them it stops at once saying so. Its rank (0) stays, so
     // `[ "$RANK" = 0 ] || exit 0` still runs it, and Slurm's variables (`SLURM_NTASKS`, ...)
     // as the batch step has them; its steps get their own.
-    let once = spec.once && order.rendezvous.step.is_none();
+    let once = runs_once(order);
     let world = |k: &str| k == "WORLD_SIZE" || k == "LOCAL_WORLD_SIZE";
     // The agent's rendezvous wins; a once-run command keeps no world size of anyone's.
     env.retain(|(k, _)| !(rendezvous.iter().any(|(r, _)| r == k) || once && world(k)));
@@ -529,7 +535,7 @@ pub fn container_spec(
     };
     // A job whose command runs once (as sbatch runs a script) runs it as rank 0 alone: its
     // other ranks hold their share for the job's steps, run nothing and write no file.
-    let idle = spec.once && rdv.step.is_none() && rank != 0;
+    let idle = runs_once(order) && rank != 0;
     let (stdout, stderr) = if idle {
         (PathBuf::from("/dev/null"), PathBuf::from("/dev/null"))
     } else {

@@ -119,16 +119,18 @@ async fn picked(socket: &str, args: &Args) -> Result<Vec<String>> {
         args.user.clone()
     };
     let filter = super::queue::Picked::new(&args.state, &users, &args.jobs, &args.partition)?;
-    let jobs = super::queue::fetch(&client, 0, false, true, Some(&filter)).await?;
-    // Never every job for an old controller's ignoring of -p: checked on the rows.
-    let within = super::queue::in_partitions(&client, 0, false, &filter).await?;
-    Ok(jobs
-        .iter()
-        .filter(|j| within.as_ref().is_none_or(|ids| ids.contains(&j.id)))
-        .filter(|j| !j.state.is_terminal() && filter.keeps_job(j))
-        .filter(|j| args.name.as_ref().is_none_or(|n| *n == j.name))
-        .map(JobRecord::label)
-        .collect())
+    // The listing's rows hold all the filters need: one look, checked for -p.
+    super::queue::with_rows(&client, 0, false, &filter, |rows| {
+        (rows.iter())
+            .filter(|r| !r.state.is_terminal())
+            .filter(|r| args.name.as_ref().is_none_or(|n| *n == r.name))
+            .map(|r| match r.array {
+                Some((array, task)) => format!("{array}_{task}"),
+                None => r.id.to_string(),
+            })
+            .collect()
+    })
+    .await
 }
 
 /// Posts `/v1/jobs/ID/ACTION` for each job, printing `job ID: WHAT` (or, with `json`, the

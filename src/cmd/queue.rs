@@ -100,11 +100,35 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         return Ok(0);
     }
     // The table shows no part of a spec: rows of what it shows are enough.
+    with_rows(&client, finished, args.me, &picked, |rows| {
+        output::print_table(&table(&rows, wharf_controller::now_ms()));
+    })
+    .await?;
+    Ok(0)
+}
+
+/// Calls `f` with the listing's rows of the jobs `picked` keeps (`finished` ended ones, the
+/// caller's only with `me`), made from whole records where the controller sends those (one
+/// older than rows). With partitions named, checked that the controller picked by them: one
+/// older than partition filters ignores them, and every job would be taken for theirs.
+pub(crate) async fn with_rows<T>(
+    client: &Client,
+    finished: u32,
+    me: bool,
+    picked: &Picked,
+    f: impl for<'a> FnOnce(Vec<JobRow<'a>>) -> T,
+) -> Result<T> {
     let body = client
-        .get_bytes(&rows_path(&client, finished, args.me, &picked).await?)
+        .get_bytes(&rows_path(client, finished, me, picked).await?)
         .await?;
     let listing: Listing = serde_json::from_slice(&body)
         .map_err(|e| anyhow::anyhow!("talking to the controller: bad answer: {e}"))?;
+    if listing.rows.is_none() && !picked.partitions.is_empty() {
+        anyhow::bail!(
+            "-p: the controller answers no listing rows: it is older than partition filters; \
+             upgrade it, or leave -p out"
+        );
+    }
     let records = listing.jobs.unwrap_or_default();
     let mut rows = match listing.rows {
         Some(rows) => rows,
@@ -112,9 +136,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     };
     picked.check_partitions(&rows)?;
     rows.retain(|j| picked.keeps(j.id, j.array, &j.user, j.state));
-    let t = table(&rows, wharf_controller::now_ms());
-    output::print_table(&t);
-    Ok(0)
+    Ok(f(rows))
 }
 
 /// The path of the listing's rows: `finished` ended jobs, the caller's only with `me`, those
@@ -131,7 +153,7 @@ async fn rows_path(client: &Client, finished: u32, me: bool, picked: &Picked) ->
 
 /// The ids of the jobs in `picked`'s partitions, from the listing's rows, which name every
 /// job's partition (a record of another user's job does not); `None` when it names none.
-pub(crate) async fn in_partitions(
+async fn in_partitions(
     client: &Client,
     finished: u32,
     me: bool,
@@ -140,19 +162,10 @@ pub(crate) async fn in_partitions(
     if picked.partitions.is_empty() {
         return Ok(None);
     }
-    let body = client
-        .get_bytes(&rows_path(client, finished, me, picked).await?)
-        .await?;
-    let listing: Listing = serde_json::from_slice(&body)
-        .map_err(|e| anyhow::anyhow!("talking to the controller: bad answer: {e}"))?;
-    let Some(rows) = listing.rows else {
-        anyhow::bail!(
-            "-p: the controller answers no listing rows: it is older than partition filters; \
-             upgrade it, or leave -p out"
-        );
-    };
-    picked.check_partitions(&rows)?;
-    Ok(Some(rows.iter().map(|r| r.id).collect()))
+    let ids = with_rows(client, finished, me, picked, |rows| {
+        rows.iter().map(|r| r.id).collect()
+    });
+    Ok(Some(ids.await?))
 }
 
 /// The jobs the filters keep; an empty filter keeps all.
@@ -219,12 +232,6 @@ impl Picked {
             );
         }
         Ok(())
-    }
-
-    /// Whether it keeps `job`.
-    pub(crate) fn keeps_job(&self, job: &JobRecord) -> bool {
-        let array = job.array.map(|a| (a.job_id, a.task_id));
-        self.keeps(job.id, array, &job.owner.user, job.state)
     }
 
     /// The listing's query parameters that ask the controller for the jobs in these

@@ -207,8 +207,10 @@ impl Cluster {
     /// told at once of what changed for them.
     pub fn array_nodes(&self, array_id: JobId) -> Vec<String> {
         let span = JobId::from(self.forms.max_array_size);
+        // An array's tasks hold consecutive ids from its own (ended ones gone from memory):
+        // the first job past them ends the look, so a job that is no array costs one.
         let mut nodes: Vec<String> = (self.jobs.range(array_id..array_id.saturating_add(span)))
-            .filter(|j| j.array.is_some_and(|a| a.job_id == array_id))
+            .take_while(|j| j.array.is_some_and(|a| a.job_id == array_id))
             .flat_map(|j| j.nodes().map(str::to_string))
             .collect();
         nodes.sort();
