@@ -777,13 +777,14 @@ fn carry_out(
             "time limit changed"
         );
         // What its tasks held it to, by which its steps' limits move too.
-        let held = (task_dirs(&cfg.state_dir, limit.id).first()).and_then(JobDir::held_time_limit);
+        let dirs = task_dirs(&cfg.state_dir, limit.id);
+        let held = dirs.first().and_then(JobDir::held_time_limit);
         if let Some(held) = held {
             let delta = i128::from(limit.time_limit) - i128::from(held);
             let delta = delta.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
             step::shift_limits(cfg, limit.id, delta);
         }
-        for dir in task_dirs(&cfg.state_dir, limit.id) {
+        for dir in dirs {
             if !dir.path().exists() {
                 continue;
             }

@@ -1782,11 +1782,7 @@ impl JobRecord {
     pub fn usage_with_steps(&self) -> Option<crate::usage::JobUsage> {
         let own = self.exit.as_ref().and_then(|e| e.usage.clone());
         let steps = (self.steps.iter()).filter_map(|s| s.exit.as_ref()?.usage.as_ref());
-        steps.fold(own, |acc, s| {
-            let mut u = acc.unwrap_or_default();
-            u.add_step(s);
-            Some(u)
-        })
+        crate::usage::JobUsage::sum(own, steps)
     }
 
     /// Its id as `squeue` shows it: `ARRAYID_TASKID` for an array's task.

@@ -79,6 +79,19 @@ impl JobUsage {
         self.memory_peak = self.memory_peak.max(other.memory_peak);
     }
 
+    /// `first` with every one of `more` added ([`JobUsage::add_step`]); `None` when there is
+    /// nothing measured at all.
+    pub fn sum<'a>(
+        first: Option<JobUsage>,
+        more: impl IntoIterator<Item = &'a JobUsage>,
+    ) -> Option<JobUsage> {
+        more.into_iter().fold(first, |acc, s| {
+            let mut u = acc.unwrap_or_default();
+            u.add_step(s);
+            Some(u)
+        })
+    }
+
     /// Adds a point to the series, merging the oldest pairs when it is full.
     pub fn push_point(&mut self, p: UsagePoint) {
         if self.series.len() >= SERIES_POINTS {

@@ -68,18 +68,6 @@ pub fn node_ended(
     step
 }
 
-/// The usage of a step from its nodes': CPU time summed, the highest memory peak; `None`
-/// when no node measured any.
-fn step_usage(
-    nodes: impl Iterator<Item = wharf_api::usage::JobUsage>,
-) -> Option<wharf_api::usage::JobUsage> {
-    nodes.fold(None, |acc: Option<wharf_api::usage::JobUsage>, n| {
-        let mut u = acc.unwrap_or_default();
-        u.add_step(&n);
-        Some(u)
-    })
-}
-
 /// Sets an ended step's exit: the first node that failed on its own (by end time), else the
 /// first that did not complete, else node 0; its message names the node and the task.
 fn settle(step: &mut StepRecord) {
@@ -115,11 +103,10 @@ fn settle(step: &mut StepRecord) {
     }
     // What every node's tasks used: CPU time summed, the highest memory peak (as sacct's
     // TotalCPU and MaxRSS), kept once for the step rather than for each node.
-    exit.usage = step_usage(
-        step.nodes
-            .iter_mut()
-            .filter_map(|n| n.exit.as_mut()?.usage.take()),
-    );
+    let taken: Vec<wharf_api::usage::JobUsage> = (step.nodes.iter_mut())
+        .filter_map(|n| n.exit.as_mut()?.usage.take())
+        .collect();
+    exit.usage = wharf_api::usage::JobUsage::sum(None, &taken);
     step.start_time = step
         .nodes
         .iter()
