@@ -345,23 +345,19 @@ async fn run_created(
     if let Some(ms) = out.started_ms {
         let _ = crate::JobDir::write_private(&jd.started(), ms.to_string().as_bytes());
     }
-    // A limit past what a clock can hold is no limit (not a panic).
-    let at = |t: u64| started.checked_add(Duration::from_secs(t));
-    let mut deadline = spec.time_limit.and_then(at);
+    // Looked for each second: the wait wakes every 50 ms.
+    let mut limit = crate::jobdir::Deadline::new(started, spec.time_limit, Duration::from_secs(1));
     let mut wait = docker.wait_container(name, None::<WaitContainerOptions>);
-    let mut looked = Instant::now();
     loop {
         tokio::select! {
             _ = wait.next() => break,
             () = tokio::time::sleep(Duration::from_millis(50)) => {}
         }
-        // A limit changed since the launch (the agent writes it), looked for each second.
-        if looked.elapsed() >= Duration::from_secs(1) && !out.timed_out {
-            looked = Instant::now();
-            if let Some(t) = jd.read_time_limit() {
-                deadline = at(t);
-            }
+        // A limit changed since the launch (the agent writes it) counts from the start too.
+        if !out.timed_out {
+            limit.refresh(jd);
         }
+        let deadline = limit.at();
         let stopping = out.cancelled || out.timed_out;
         if !stopping && cancelled() {
             out.cancelled = true;

@@ -262,6 +262,54 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, RuntimeEr
     })
 }
 
+/// When a running task's time limit is up, counted from its start: the spec's limit, or the
+/// one the agent wrote since ([`JobDir::time_limit`]: a running job's limit changed), looked
+/// for at most once each `every`. The one clock both backends' supervisors hold a task to.
+pub(crate) struct Deadline {
+    started: std::time::Instant,
+    at: Option<std::time::Instant>,
+    every: std::time::Duration,
+    looked: Option<std::time::Instant>,
+}
+
+impl Deadline {
+    /// From `started`, `limit` seconds (none: no limit); a changed limit looked for at most
+    /// once each `every`.
+    pub(crate) fn new(
+        started: std::time::Instant,
+        limit: Option<u64>,
+        every: std::time::Duration,
+    ) -> Deadline {
+        Deadline {
+            started,
+            at: limit.and_then(|t| Self::after(started, t)),
+            every,
+            looked: None,
+        }
+    }
+
+    /// `t` seconds after `started`; a limit past what a clock can hold is no limit.
+    fn after(started: std::time::Instant, t: u64) -> Option<std::time::Instant> {
+        started.checked_add(std::time::Duration::from_secs(t))
+    }
+
+    /// Takes up a limit the agent wrote in `jd` since, looking at most once each `every`.
+    pub(crate) fn refresh(&mut self, jd: &JobDir) {
+        let due = self.looked.is_none_or(|l| l.elapsed() >= self.every);
+        if due {
+            self.looked = Some(std::time::Instant::now());
+            if let Some(t) = jd.read_time_limit() {
+                self.at = Self::after(self.started, t);
+            }
+        }
+    }
+
+    /// When the limit is up; `None` without one.
+    pub(crate) fn at(&self) -> Option<std::time::Instant> {
+        self.at
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -482,16 +482,16 @@ fn wait_init(
     notice: Option<std::os::fd::OwnedFd>,
     out: &mut Outcome,
 ) -> WaitStatus {
-    // A limit past what a clock can hold is no limit (not a panic).
-    let at = |t: u64| started.checked_add(Duration::from_secs(t));
-    let mut deadline = spec.time_limit.and_then(at);
+    // Looked for at each wake of the wait, which is at most a second apart.
+    let mut limit = crate::jobdir::Deadline::new(started, spec.time_limit, Duration::ZERO);
     let grace = Duration::from_secs(spec.grace_secs);
     let mut kill_at: Option<Instant> = None;
     loop {
         // A limit changed since the launch (the agent writes it) counts from the start too.
-        if let Some(t) = jd.read_time_limit().filter(|_| !out.timed_out) {
-            deadline = at(t);
+        if !out.timed_out {
+            limit.refresh(jd);
         }
+        let deadline = limit.at();
         if let Some(h) = holder.as_deref_mut() {
             if !h.release_when_ended() {
                 holder = None;

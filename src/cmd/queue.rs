@@ -262,12 +262,7 @@ impl Picked {
     }
 
     fn keeps(&self, id: u64, array: Option<(u64, u32)>, user: &str, state: JobState) -> bool {
-        let named = |&(n, task): &(u64, Option<u32>)| match (task, array) {
-            (None, Some((a, _))) => n == a || n == id,
-            (None, None) => n == id,
-            (Some(t), Some((a, at))) => n == a && t == at,
-            (Some(_), None) => false,
-        };
+        let named = |&n: &(u64, Option<u32>)| wharf_api::job::job_ref_names(n, id, array);
         (self.states.is_empty() || self.states.contains(&state))
             && (self.users.is_empty() || self.users.iter().any(|u| u == user))
             && (self.jobs.is_empty() || self.jobs.iter().any(named))

@@ -919,6 +919,22 @@ pub fn parse_job_ref(text: &str) -> Option<(JobId, Option<u32>)> {
     }
 }
 
+/// Whether `(ID, TASK)` (a [`parse_job_ref`]) names job `id`, task `array` (`(array's id,
+/// task id)`) when it is an array's: `ID` alone is job `ID` or any task of the array whose
+/// id it is, `ID_TASK` that one task, as squeue's and sacct's `-j` take them.
+pub fn job_ref_names(
+    (n, task): (JobId, Option<u32>),
+    id: JobId,
+    array: Option<(JobId, u32)>,
+) -> bool {
+    match (task, array) {
+        (None, Some((a, _))) => n == a || n == id,
+        (None, None) => n == id,
+        (Some(t), Some((a, at))) => n == a && t == at,
+        (Some(_), None) => false,
+    }
+}
+
 /// True for a name of the cluster's vocabulary (a partition, account, QoS, GPU type or node
 /// feature): 1 to 64 letters, digits, `-`, `_` or `.`.
 pub fn is_name(name: &str) -> bool {

@@ -119,7 +119,11 @@ impl Cluster {
             let partition = self.partition_name(j);
             let wanted = j.submit_time <= until
                 && j.end_time.is_none_or(|e| e >= since)
-                && (filter.jobs.is_empty() || filter.jobs.iter().any(|&n| names(n, j)))
+                && (filter.jobs.is_empty()
+                    || filter.jobs.iter().any(|&n| {
+                        let array = j.array.map(|a| (a.job_id, a.task_id));
+                        wharf_api::job::job_ref_names(n, j.id, array)
+                    }))
                 && filter.uid.is_none_or(|u| u == j.owner.uid)
                 && (filter.users.is_empty() || filter.users.contains(&j.owner.user))
                 && (states.is_empty() || states.contains(&j.state))
@@ -189,16 +193,6 @@ impl Cluster {
             cpus,
             gpus,
         ))
-    }
-}
-
-/// Whether `(ID, TASK)`, as acct's `-j` names jobs, names `j`: `ID` alone is job `ID` or any
-/// task of the array whose job id it is, `ID_TASK` one task of that array.
-fn names((id, task): (JobId, Option<u32>), j: &JobRecord) -> bool {
-    let array = j.array.as_ref();
-    match task {
-        None => j.id == id || array.is_some_and(|a| a.job_id == id),
-        Some(t) => array.is_some_and(|a| a.job_id == id && a.task_id == t),
     }
 }
 
