@@ -80,6 +80,10 @@ impl Cluster {
     /// end.
     pub(super) fn run_of(&self, job: &JobRecord, state: &str) -> Option<JobRun> {
         let end = job.end_time?;
+        // The run's steps end with it: a requeued job goes on with them open in its own
+        // record until it commits, and the row keeps the run as it ended.
+        let mut record = job.clone();
+        super::steps::close(&mut record, end);
         let spec = job.spec.as_ref();
         let partition = self.partition_name(job);
         let billing = self.run_billing(&partition);
@@ -119,7 +123,7 @@ impl Cluster {
             image: spec.map(|s| s.image.clone()),
             requeues: job.restarts,
             usage: job.exit.as_ref().and_then(|e| e.usage.clone()),
-            record: job.clone(),
+            record,
         })
     }
 
@@ -289,6 +293,38 @@ mod tests {
         let r = c.report(&ann, 0, 10_000, 10_000).unwrap();
         assert_eq!(r.total.jobs, 2);
         assert!((r.total.cpu_hours - 2.0 * 6_000.0 / 3_600_000.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_requeued_runs_row_ends_the_steps_still_open_when_it_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cluster(&dir);
+        let ann = caller(1000, "ann");
+        let two_cpus = JobRequest {
+            cpus: Some(2),
+            ..Default::default()
+        };
+        let id = submit_job(&mut c, &ann, two_cpus, 10).unwrap();
+        c.schedule(1_000).unwrap();
+        agent(&mut c, id, 1_000, None, 1_500);
+        let ask = crate::cluster::steps::tests::ask(id, "n1", 1000, Default::default());
+        c.start_step(ask, 2_000).unwrap();
+        c.requeue(&ann, id).unwrap();
+        let stopped = ExitInfo {
+            signal: Some(15),
+            cancelled: true,
+            ..Default::default()
+        };
+        // The job's end is reported before its step's: the run ends with the step open.
+        agent(&mut c, id, 1_000, Some((5_000, stopped)), 5_000);
+        let runs = c.ledger.lookup(id).unwrap();
+        assert_eq!(runs[0].state, REQUEUED);
+        let steps = &runs[0].record.steps;
+        assert_eq!(steps.len(), 1);
+        assert_eq!(steps[0].end_time, Some(5_000), "{steps:?}");
+        assert_eq!(steps[0].state(), JobState::Cancelled);
+        // The job waits again with no step: the next run's steps start afresh.
+        assert!(record(&c, id).steps.is_empty());
     }
 
     #[test]

@@ -125,6 +125,9 @@ pub fn close(job: &mut JobRecord, now: u64) {
         for n in step.nodes.iter_mut().filter(|n| n.exit.is_none()) {
             n.end_time = Some(now);
             n.exit = Some(ExitInfo {
+                // As the agent reports a step its job's end stopped: by SIGTERM, where it
+                // had started.
+                signal: n.start_time.map(|_| 15),
                 cancelled: true,
                 message: Some(format!("job {} ended ({})", job.id, job.state)),
                 ..Default::default()

@@ -369,6 +369,8 @@ fn the_jobs_end_ends_its_steps_and_steps_stopped_before_they_start_end_there() {
     // A second step, still running when the job ends, ends with it.
     c.start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000)
         .unwrap();
+    // It started on g1 only.
+    report(&mut c, "g1", &[(id, None)], vec![step_report(id, 1, None)]);
     report(&mut c, "g1", &[(id, Some(0))], vec![]);
     report(&mut c, "g2", &[(id, Some(0))], vec![]);
     let job = c.job(&caller(1000, "ann"), id).unwrap();
@@ -379,6 +381,12 @@ fn the_jobs_end_ends_its_steps_and_steps_stopped_before_they_start_end_there() {
         job.steps
     );
     assert_eq!(job.steps[1].state(), JobState::Cancelled);
+    // Stopped by SIGTERM where it ran, as an agent reports it; never started on g2.
+    let signals: Vec<Option<i32>> = (job.steps[1].nodes.iter())
+        .map(|n| n.exit.as_ref().and_then(|e| e.signal))
+        .collect();
+    assert_eq!(signals, [Some(15), None]);
+    assert_eq!(job.steps[1].exit.as_ref().unwrap().code_signal(), "0:15");
 }
 
 #[test]
