@@ -1,7 +1,8 @@
 //! What running jobs have used so far, added to past usage for fair share.
 //!
 //! A pass adds to each association's decayed past usage what its running jobs have used since
-//! they started (billing rate × seconds, not decayed: it is recent). The rate of a running job
+//! they started (billing rate × seconds, each second decayed from when it was used, see
+//! [`crate::fairshare::accrued`]), what a job's end then charges. The rate of a running job
 //! never changes while it runs, so it is worked out once per job: [`Accruals`] holds, in the
 //! order of the running list, each job's association (an index), rate and start. A whole
 //! state's are read from its running jobs each pass ([`Accruals::of`]); a [`crate::Live`]
@@ -59,15 +60,20 @@ impl Accruals {
         self.assocs.len() - 1
     }
 
-    /// Decayed past usage plus what running jobs have used by `now`.
-    pub fn usage_now(&self, now: Time, past: &BTreeMap<Assoc, f64>) -> BTreeMap<Assoc, f64> {
+    /// Decayed past usage plus what running jobs have used by `now`, decayed with
+    /// `half_life` (ms).
+    pub fn usage_now(
+        &self,
+        now: Time,
+        half_life: Time,
+        past: &BTreeMap<Assoc, f64>,
+    ) -> BTreeMap<Assoc, f64> {
         let mut usage = past.clone();
         // Consecutive jobs of one association are summed before their entry is written, the
         // same additions in the same order as adding each job to its entry.
         let mut last: Option<(usize, f64)> = None;
         for &(a, rate, start) in &self.jobs {
-            let secs = now.saturating_sub(start) as f64 / 1000.0;
-            let used = rate * secs;
+            let used = crate::fairshare::accrued(rate, start, now, half_life);
             match &mut last {
                 Some((at, sum)) if *at == a => *sum += used,
                 _ => {

@@ -49,6 +49,13 @@ impl UsageLedger {
         value * 0.5f64.powf((to - from) as f64 / self.half_life as f64)
     }
 
+    /// Charges `assoc` for a run billed `rate` per second from `start` to `end`, each
+    /// second's part decayed from when it was used (see [`accrued`]).
+    pub fn record_run(&mut self, assoc: &Assoc, rate: f64, start: Time, end: Time) {
+        let amount = accrued(rate, start, end, self.half_life);
+        self.record(assoc, amount, end);
+    }
+
     /// Adds `amount` billing-seconds charged to `assoc` at time `at`.
     pub fn record(&mut self, assoc: &Assoc, amount: f64, at: Time) {
         let (old, since) = self.entries.get(assoc).copied().unwrap_or((0.0, at));
@@ -64,6 +71,21 @@ impl UsageLedger {
             .map(|(a, &(v, since))| (a.clone(), self.decay(v, since, now)))
             .collect()
     }
+}
+
+/// What a run billed `rate` per second from `start` to `end` adds up to at `end`, each
+/// second's part decayed (half-life `half_life` ms, 0: none) from when it was used, as if
+/// charged second by second: `rate · h/ln 2 · (1 − 2^(−t/h))` for `t` seconds, `rate · t`
+/// without decay. A job of a week under a week's half-life is charged 0.72 of its
+/// undecayed usage at its end, the same as had it been charged as it went.
+pub fn accrued(rate: f64, start: Time, end: Time, half_life: Time) -> f64 {
+    let secs = end.saturating_sub(start) as f64 / 1000.0;
+    if half_life == 0 {
+        return rate * secs;
+    }
+    let h = half_life as f64 / 1000.0;
+    // 1 − 2^(−t/h) without the cancellation of subtracting two numbers near 1.
+    rate * h / std::f64::consts::LN_2 * -(-secs / h * std::f64::consts::LN_2).exp_m1()
 }
 
 /// One node of the tree: an account or a user.

@@ -92,7 +92,11 @@ pub fn schedule(now: Time, state: &State, config: &Config) -> Plan {
 /// give its jobs.
 pub fn fair_share(now: Time, state: &State, config: &Config) -> Vec<wharf_api::share::ShareRow> {
     let parts = Partitions::resolve(config, &state.nodes);
-    let usage = accrual::Accruals::of(&state.running, &parts).usage_now(now, &state.usage);
+    let usage = accrual::Accruals::of(&state.running, &parts).usage_now(
+        now,
+        config.half_life,
+        &state.usage,
+    );
     // Queues are long and their users few: each association is cloned once.
     let assocs: BTreeSet<&Assoc> = state.pending.iter().map(|j| &j.assoc).collect();
     fairshare::share_rows(config, assocs.into_iter().cloned(), &usage)
@@ -110,7 +114,7 @@ pub(crate) fn pass(
     runs: &queue::Runs,
     accruals: &accrual::Accruals,
 ) -> Plan {
-    let usage = accruals.usage_now(now, &state.usage);
+    let usage = accruals.usage_now(now, config.half_life, &state.usage);
     let queue::Runs {
         runs,
         ids,

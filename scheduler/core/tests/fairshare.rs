@@ -124,6 +124,52 @@ fn usage_decays_by_half_life_and_running_jobs_count() {
 }
 
 #[test]
+fn a_running_jobs_use_decays_as_it_goes_and_its_end_charges_the_same() {
+    let day = 24 * 60 * MIN;
+    let week = 7 * day;
+    // A job of a week under a week's half-life: each day's use has decayed since.
+    let used = fairshare::accrued(1.0, 0, week, week);
+    let by_day: f64 = (0..7)
+        .map(|d| 86_400.0 * 0.5f64.powf((7 - d) as f64 / 7.0 - 0.5 / 7.0))
+        .sum();
+    assert!((used / by_day - 1.0).abs() < 1e-3, "{used} {by_day}");
+    assert!((used / (7.0 * 86_400.0) - 0.5 / std::f64::consts::LN_2).abs() < 1e-9);
+    // No half-life: rate times seconds; no time: nothing.
+    assert_eq!(fairshare::accrued(2.0, 1_000, 4_000, 0), 6.0);
+    assert_eq!(fairshare::accrued(2.0, 4_000, 4_000, week), 0.0);
+    // What the share tree counts for the running job is what its end then charges.
+    let mut config = tree();
+    config.half_life = week;
+    let hog = Assoc::new("physics", "hog");
+    let state = State {
+        nodes: vec![node("a", 8, 64, 0)],
+        running: vec![RunningJob {
+            assoc: hog.clone(),
+            ..running(1, "a", (0..4).collect(), vec![], 0, 20 * 24 * 60)
+        }],
+        ..State::default()
+    };
+    let row = |rows: &[wharf_api::share::ShareRow]| {
+        rows.iter()
+            .find(|r| r.user.as_deref() == Some("hog"))
+            .unwrap()
+            .usage
+    };
+    let running = row(&fair_share(2 * week, &state, &config));
+    let mut ledger = UsageLedger::new(week);
+    ledger.record_run(&hog, 4.0, 0, 2 * week);
+    let ended = State {
+        running: vec![],
+        usage: ledger.snapshot(2 * week),
+        ..state
+    };
+    let charged = row(&fair_share(2 * week, &ended, &config));
+    assert!((running - charged).abs() < 1e-6, "{running} {charged}");
+    // Two weeks on 4 CPUs, each second halved every week since: 3/4 of a week's worth × 4/ln 2.
+    assert!((charged - 4.0 * 0.75 * 7.0 * 86_400.0 / std::f64::consts::LN_2).abs() < 1e-3);
+}
+
+#[test]
 fn the_share_tree_shows_each_level_and_the_factors_priority_uses() {
     let usage: BTreeMap<Assoc, f64> = [
         (Assoc::new("physics", "hog"), 300.0),
@@ -237,12 +283,16 @@ fn the_share_tree_counts_running_jobs_use_so_far() {
         pending: vec![job(2, "ann", 1, 0, 10, 0)],
         ..State::default()
     };
-    let rows = fair_share(60 * MIN, &state, &tree());
+    let config = tree();
+    let rows = fair_share(60 * MIN, &state, &config);
     let hog = rows
         .iter()
         .find(|r| r.user.as_deref() == Some("hog"))
         .unwrap();
-    assert!((hog.usage - 4.0 * 3600.0).abs() < 1e-6, "{hog:?}");
+    // Each second decayed since it was used: a little under 4 CPU-hours a week's half-life on.
+    let expected = fairshare::accrued(4.0, 0, 60 * MIN, config.half_life);
+    assert!((hog.usage - expected).abs() < 1e-6, "{hog:?}");
+    assert!(expected < 4.0 * 3600.0 && expected > 0.997 * 4.0 * 3600.0);
     let ann = rows
         .iter()
         .find(|r| r.user.as_deref() == Some("ann"))

@@ -236,9 +236,8 @@ impl Driver {
             job.per_node.memory * n,
             job.per_node.gpus as u64 * n,
         );
-        let secs = end.saturating_sub(start) as f64 / 1000.0;
         self.ledger
-            .record(&facts.assoc(&self.config), rate * secs, end);
+            .record_run(&facts.assoc(&self.config), rate, start, end);
     }
 
     /// How many times a job that held a reservation lost it while still pending (neither started

@@ -667,9 +667,8 @@ impl Cluster {
         let Some(start) = run.start_time else {
             return;
         };
-        let secs = run.end_time.saturating_sub(start) as f64 / 1000.0;
         let assoc = Assoc::new(&run.account, &run.user);
-        self.usage.record(&assoc, run.billing * secs, run.end_time);
+        (self.usage).record_run(&assoc, run.billing, start, run.end_time);
     }
 
     /// Charges an ended job's billing-weighted TRES-seconds to its user for fair share.
@@ -686,9 +685,8 @@ impl Cluster {
                 r.memory,
                 r.gpus.into(),
             );
-        let secs = end.saturating_sub(start) as f64 / 1000.0;
         let assoc = self.assoc(job);
-        self.usage.record(&assoc, rate * secs, end);
+        self.usage.record_run(&assoc, rate, start, end);
     }
 }
 
