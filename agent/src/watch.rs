@@ -167,11 +167,13 @@ impl Changes {
                 // Events were lost: look at everything again.
                 true
             } else if ev.wd == self.jobs.1 {
-                // A job's ready mark is a file: only task directories are watched.
+                // A job's ready mark is a file: only task directories are watched, a job's
+                // and a step's (whose end is reported as soon as a job's is).
                 let task = |n: &std::ffi::OsString| {
-                    n.to_str()
-                        .and_then(crate::launch::parse_task_dir_name)
-                        .is_some()
+                    n.to_str().is_some_and(|n| {
+                        crate::launch::parse_task_dir_name(n).is_some()
+                            || crate::step::parse_dir_name(n).is_some()
+                    })
                 };
                 if let Some(name) = ev
                     .name
@@ -244,6 +246,21 @@ mod tests {
         assert!(woken(&changes, &[]).await, "the outcome");
         JobDir::write_private(&job.log(), b"more").unwrap();
         assert!(!woken_within(&changes, &[], 300).await, "the log alone");
+    }
+
+    #[tokio::test]
+    async fn a_step_tasks_start_and_outcome_wake_the_agent() {
+        let tmp = tempfile::tempdir().unwrap();
+        let jobs = tmp.path().join("jobs");
+        std::fs::create_dir(&jobs).unwrap();
+        let changes = Changes::new(&jobs, None).unwrap();
+        let task = JobDir::new(jobs.join(crate::step::dir_name(7, 2, 1)));
+        std::fs::create_dir(task.path()).unwrap();
+        assert!(woken(&changes, &[]).await, "a new step task directory");
+        JobDir::write_private(&task.started(), b"1").unwrap();
+        assert!(woken(&changes, &[]).await, "the start");
+        JobDir::write_atomic(&task.outcome(), &wharf_runtime::Outcome::default()).unwrap();
+        assert!(woken(&changes, &[]).await, "the outcome");
     }
 
     #[tokio::test]
