@@ -27,7 +27,8 @@ pub struct Args {
     /// Only jobs of these partitions.
     #[arg(short = 'r', long)]
     partition: Option<String>,
-    /// Only jobs in these states: COMPLETED,FAILED,CANCELLED,TIMEOUT,OUT_OF_MEMORY,...
+    /// Only jobs in these states: COMPLETED,FAILED,CANCELLED,TIMEOUT,OUT_OF_MEMORY,...;
+    /// REQUEUED (RQ): the runs that ended in a requeue.
     #[arg(short = 's', long)]
     state: Option<String>,
     /// Window start: 2026-11-01, 2026-11-01T08:00 (your time zone), 2026-11-01T08:00Z (UTC)
@@ -145,14 +146,29 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     let client = Client::new(Endpoint::parse(socket), None);
     let query = serde_urlencoded::to_string(&q)?;
     let list: JobList = client.get(&format!("/v1/acct?{query}")).await?;
+    // A run that ended in a requeue (an earlier run, with --duplicates or REQUEUED) stopped
+    // for one, or another run of its job follows it.
+    let requeued = |i: usize| {
+        let j = &list.jobs[i];
+        j.stop.as_ref().is_some_and(wharf_api::Stop::requeues)
+            || list.jobs.get(i + 1).is_some_and(|n| n.id == j.id)
+    };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&list.jobs)?);
+        // The same state as the table's.
+        let mut rows = serde_json::to_value(&list.jobs)?;
+        if let Some(rows) = rows.as_array_mut() {
+            for (i, row) in rows.iter_mut().enumerate() {
+                if requeued(i) {
+                    row["state"] = "REQUEUED".into();
+                }
+            }
+        }
+        println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(0);
     }
     let mut rows: Vec<Vec<String>> = Vec::new();
     for (i, j) in list.jobs.iter().enumerate() {
-        // A run followed by another of its job (--duplicates) ended in a requeue.
-        let requeued = list.jobs.get(i + 1).is_some_and(|n| n.id == j.id);
+        let requeued = requeued(i);
         let row = |batch: bool| -> Vec<String> {
             columns
                 .iter()

@@ -6,7 +6,7 @@
 use wharf_api::wire::{AcctQuery, ErrorKind};
 use wharf_api::{JobId, JobRecord, JobState};
 
-use crate::ledger::{LedgerError, RunFilter};
+use crate::ledger::{LedgerError, RunFilter, REQUEUED};
 
 use super::{Caller, Cluster, Failure};
 use crate::visibility::view;
@@ -46,14 +46,25 @@ impl Cluster {
                 })
             })
             .collect::<Result<Vec<(JobId, Option<u32>)>, Failure>>()?;
+        // A run that ended in a requeue is REQUEUED (sacct's RQ): only an earlier run of a job
+        // is, so asking for it shows every run, as --duplicates does.
+        let mut requeued = false;
         let states = list(&q.states)
             .iter()
+            .filter(|s| {
+                let rq = s.eq_ignore_ascii_case(REQUEUED) || s.eq_ignore_ascii_case("RQ");
+                requeued |= rq;
+                !rq
+            })
             .map(|s| {
                 JobState::parse(s).ok_or_else(|| {
                     let names: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
                     Failure::new(
                         ErrorKind::InvalidInput,
-                        format!("unknown state {s:?}; states are {}", names.join(", ")),
+                        format!(
+                            "unknown state {s:?}; states are {}, {REQUEUED}",
+                            names.join(", ")
+                        ),
                     )
                 })
             })
@@ -96,10 +107,12 @@ impl Cluster {
             users,
             accounts,
             partitions,
-            states: states.iter().map(|s| s.as_str().to_string()).collect(),
+            states: (states.iter().map(|s| s.as_str().to_string()))
+                .chain(requeued.then(|| REQUEUED.to_string()))
+                .collect(),
             since,
             until,
-            last_runs_only: !q.duplicates,
+            last_runs_only: !q.duplicates && !requeued,
             limit: MAX_ROWS,
         };
         // Ended jobs from the ledger; the jobs still in the system from memory.
@@ -108,8 +121,11 @@ impl Cluster {
             .into_iter()
             .map(|run| {
                 let mut j = run.record;
+                // The account, partition and QoS it ran under, named or not.
                 if let Some(s) = j.spec.as_mut() {
                     s.account = Some(run.account);
+                    s.partition = Some(run.partition).filter(|p| !p.is_empty());
+                    s.qos = run.qos.or(s.qos.take());
                 }
                 j
             })
@@ -126,13 +142,15 @@ impl Cluster {
                     }))
                 && filter.uid.is_none_or(|u| u == j.owner.uid)
                 && (filter.users.is_empty() || filter.users.contains(&j.owner.user))
-                && (states.is_empty() || states.contains(&j.state))
+                && ((states.is_empty() && !requeued) || states.contains(&j.state))
                 && (filter.accounts.is_empty() || filter.accounts.contains(&account))
                 && (filter.partitions.is_empty() || filter.partitions.contains(&partition));
             wanted.then(|| {
                 let mut j = j.clone();
                 if let Some(s) = j.spec.as_mut() {
+                    s.qos = self.qos_of(Some(s));
                     s.account = Some(account);
+                    s.partition = Some(partition);
                 }
                 j
             })

@@ -290,6 +290,31 @@ mod tests {
             .map(|r| (r.id, r.restarts, r.end_time))
             .collect();
         assert_eq!(runs, [(id, 0, Some(5_000)), (id, 1, Some(9_000))]);
+        // The earlier run says it ended in a requeue; the last does not.
+        let requeued: Vec<bool> = (rows.iter())
+            .map(|r| r.stop.as_ref().is_some_and(|s| s.requeues()))
+            .collect();
+        assert_eq!(requeued, [true, false]);
+        // Each row names the partition and QoS it ran in, named or not.
+        assert!(rows
+            .iter()
+            .all(|r| r.spec.as_ref().unwrap().partition.is_some()));
+        // REQUEUED (or RQ) picks the requeued runs alone, whatever --duplicates says.
+        for name in ["REQUEUED", "rq"] {
+            let q = AcctQuery {
+                states: Some(name.into()),
+                duplicates: false,
+                ..q.clone()
+            };
+            let rows = c.acct(&ann, &q, 10_000).unwrap();
+            let got: Vec<(JobId, u32)> = rows.iter().map(|r| (r.id, r.restarts)).collect();
+            assert_eq!(got, [(id, 0)], "{name}");
+        }
+        let q = AcctQuery {
+            states: Some("REQUEUED,COMPLETED".into()),
+            ..q.clone()
+        };
+        assert_eq!(c.acct(&ann, &q, 10_000).unwrap().len(), 2);
         let r = c.report(&ann, 0, 10_000, 10_000).unwrap();
         assert_eq!(r.total.jobs, 2);
         assert!((r.total.cpu_hours - 2.0 * 6_000.0 / 3_600_000.0).abs() < 1e-12);
