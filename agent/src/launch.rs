@@ -435,12 +435,17 @@ pub fn container_spec(
     }
     preflight_memlock(cfg, spec.memlock)?;
     let host_gpus: Vec<String> = share.gpu_ids.iter().map(u32::to_string).collect();
+    // Where it was submitted from, whatever `--chdir` says (a job stored before that was
+    // kept has its working directory).
+    let submit_dir = Some(&spec.submit_dir)
+        .filter(|d| !d.is_empty())
+        .unwrap_or(&spec.workdir);
     env.extend([
         ("WHARF_JOB_ID".into(), order.id.to_string()),
         ("WHARF_JOB_NAME".into(), spec.name.clone()),
         ("WHARF_NODE".into(), cfg.node_name.clone()),
         ("WHARF_CPUS_ON_NODE".into(), spec.resources.cpus.to_string()),
-        ("WHARF_SUBMIT_DIR".into(), spec.workdir.clone()),
+        ("WHARF_SUBMIT_DIR".into(), submit_dir.clone()),
         ("SLURM_JOB_ID".into(), order.id.to_string()),
         ("SLURM_JOB_NAME".into(), spec.name.clone()),
         ("SLURM_CPUS_ON_NODE".into(), spec.resources.cpus.to_string()),
@@ -453,7 +458,7 @@ pub fn container_spec(
             "SLURM_MEM_PER_NODE".into(),
             (spec.resources.memory >> 20).to_string(),
         ),
-        ("SLURM_SUBMIT_DIR".into(), spec.workdir.clone()),
+        ("SLURM_SUBMIT_DIR".into(), submit_dir.clone()),
         ("SLURMD_NODENAME".into(), cfg.node_name.clone()),
         ("WHARF_GPUS".into(), host_gpus.join(",")),
         // Where `wharf step` reaches this node's agent.
@@ -534,8 +539,11 @@ pub fn container_spec(
         node_index: Some(rdv.node_rank),
     };
     // A job whose command runs once (as sbatch runs a script) runs it as rank 0 alone: its
-    // other ranks hold their share for the job's steps, run nothing and write no file.
+    // other ranks hold their share for the job's steps, run nothing and write no file. The
+    // first of them on each other node waits to be stopped, so that the node's part of the
+    // job runs as long as the job (the controller stops it when rank 0 ends); the rest end.
     let idle = runs_once(order) && rank != 0;
+    let hold = idle && local == 0;
     let (stdout, stderr) = if idle {
         (PathBuf::from("/dev/null"), PathBuf::from("/dev/null"))
     } else {
@@ -584,6 +592,7 @@ pub fn container_spec(
         remap_root: spec.remap_root,
         writable: spec.writable,
         idle,
+        hold,
         docker: match &cfg.backend {
             crate::BackendKind::Docker(socket) => Some(wharf_runtime::DockerTarget {
                 socket: socket.clone(),
@@ -1264,6 +1273,38 @@ mod tests {
                 Some("/wharf-test/wharf-9")
             );
         }
+        // Run once: on the first node task 0 runs the command and task 1 ends at once; on
+        // another node task 0 holds the node for the job and task 1 ends at once.
+        let mut once = order.clone();
+        once.spec.once = true;
+        let kinds = |o: &LaunchOrder| -> Vec<(bool, bool)> {
+            (0..2)
+                .map(|l| container_spec(&cfg, &images, o, l, &machine).unwrap())
+                .map(|t| (t.idle, t.hold))
+                .collect()
+        };
+        assert_eq!(kinds(&once), [(false, false), (true, false)]);
+        once.rendezvous.node_rank = 1;
+        assert_eq!(kinds(&once), [(true, true), (true, false)]);
+        assert_eq!(kinds(&order), [(false, false), (false, false)]);
+        // Submitted from one directory to run in another: SLURM_SUBMIT_DIR is the first.
+        let mut moved = order.clone();
+        moved.spec.submit_dir = "/home/ann".into();
+        let env = container_spec(&cfg, &images, &moved, 0, &machine)
+            .unwrap()
+            .env;
+        assert!(
+            env.iter().any(|e| e == "SLURM_SUBMIT_DIR=/home/ann"),
+            "{env:?}"
+        );
+        assert!(
+            env.iter().any(|e| e == "WHARF_SUBMIT_DIR=/home/ann"),
+            "{env:?}"
+        );
+        let env = container_spec(&cfg, &images, &order, 0, &machine)
+            .unwrap()
+            .env;
+        assert!(env.iter().any(|e| e == "SLURM_SUBMIT_DIR=/"), "{env:?}");
         cfg.backend = crate::BackendKind::Docker("/run/docker.sock".into());
         assert_eq!(job_cgroup(&cfg, &order, &machine), None);
     }

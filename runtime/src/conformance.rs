@@ -205,6 +205,7 @@ pub fn template(id: &str, rootfs: &Path, uid: u32, gid: u32) -> ContainerSpec {
         remap_root: false,
         writable: false,
         idle: false,
+        hold: false,
         docker: None,
         identity: None,
         devices: vec![],

@@ -261,13 +261,42 @@ fn record_abort(out: &mut Outcome, abort: Abort) {
     }
 }
 
+/// An idle task that holds its node under the Docker backend: the shim itself waits, for a
+/// cancel or the time limit (which the agent may change), and ends as a stopped task does.
+fn hold_docker(jd: &JobDir, spec: &ContainerSpec, out: &mut Outcome) {
+    if let Err(e) = install_signal_handlers() {
+        record_abort(out, Abort::from(e));
+        return;
+    }
+    let mut limit = crate::jobdir::Deadline::new(Instant::now(), spec.time_limit, Duration::ZERO);
+    loop {
+        limit.refresh(jd);
+        if cancelled() {
+            out.cancelled = true;
+        } else if limit.at().is_some_and(|d| Instant::now() >= d) {
+            out.timed_out = true;
+        }
+        if out.cancelled || out.timed_out {
+            out.signal = Some(libc::SIGTERM);
+            return;
+        }
+        // A cancel's signal ends the wait early (no SA_RESTART).
+        // SAFETY: a plain sleep; the handlers only store to atomics.
+        unsafe { libc::usleep(250_000) };
+    }
+}
+
 /// Runs a Docker-backend job: the engine supervises the processes, the shim the job.
 fn supervise_docker(jd: &JobDir, spec: &ContainerSpec, target: &crate::DockerTarget) -> Outcome {
     let mut out = Outcome::default();
     // An idle task needs no container: the engine keeps no cgroup of the job's to hold.
     if spec.idle {
-        out.exit_code = Some(0);
         out.started_ms = Some(crate::now_ms());
+        if spec.hold {
+            hold_docker(jd, spec, &mut out);
+        } else {
+            out.exit_code = Some(0);
+        }
         out.ended_ms = crate::now_ms();
         return out;
     }

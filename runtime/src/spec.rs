@@ -89,10 +89,18 @@ pub struct ContainerSpec {
     #[serde(default)]
     pub writable: bool,
     /// The task runs no program: its sandbox is made as for any task (its cgroup, its share
-    /// of the node held for the job's steps), then it ends at once with status 0. A rank past
-    /// 0 of a job whose command runs once, as sbatch runs a batch script.
+    /// of the node held for the job's steps), then it ends at once with status 0, or with
+    /// [`ContainerSpec::hold`] waits to be stopped. A rank past 0 of a job whose command runs
+    /// once, as sbatch runs a batch script.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub idle: bool,
+    /// An idle task runs nothing until the job is stopped (a cancel, the end of the job's
+    /// command on its first node, or its time limit), holding its node for the job: the first
+    /// task on each node but the first, so that the node's part of the job runs while the
+    /// job does (its time limit can change there, its node's loss is the job's). Only with
+    /// `idle`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hold: bool,
     /// Host paths bound into the container (site shared storage: home, data, scratch).
     #[serde(default)]
     pub binds: Vec<Bind>,

@@ -631,12 +631,34 @@ fn steps_from_rank_0_run_on_every_host_or_some_with_their_own_ranks() {
            node_rank $NODE_RANK master $MASTER_ADDR nodes $SLURM_STEP_NODELIST \
            procid $SLURM_PROCID step $SLURM_STEP_ID job $SLURM_JOB_NODELIST \
            of $SLURM_JOB_NUM_NODES\"'; echo \"STEP1 $?\"; \
-         {w} step -N 1 -- sh -c 'exit 5'; echo \"STEP2 $?\""
+         {w} step -N 1 -- sh -c 'exit 5'; echo \"STEP2 $?\"; sleep 8"
     );
     let id = bed.submit(&[
         "--nodes", "3", "--cpus", "2", "-t", "3m", "--once", "--wrap", &script,
     ]);
+    // Between steps the other hosts still hold the job (what a raised time limit or the
+    // host's loss reaches), and let go once the script has ended.
+    let deadline = Instant::now() + Duration::from_secs(200);
+    while !bed.output(id).contains("STEP2 ") {
+        assert!(
+            Instant::now() < deadline,
+            "{}\n{}",
+            bed.output(id),
+            bed.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for i in 1..3 {
+        assert!(
+            !bed.job_pids(i).is_empty(),
+            "{} holds nothing",
+            MultiHost::node(i)
+        );
+    }
     let job = bed.wait_done(id, Duration::from_secs(240));
+    for i in 0..3 {
+        wait_idle(&bed, i, "after the script ended");
+    }
     let out = bed.output(id);
     assert_eq!(job["state"], "COMPLETED", "{job}\n{out}\n{}", bed.logs());
     eprintln!("job {id}'s output:\n{out}");

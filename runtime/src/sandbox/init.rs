@@ -82,6 +82,30 @@ pub(super) fn split_code(why: &str) -> (Option<FaultCode>, &str) {
     }
 }
 
+/// An idle task that holds its node: the program's place, running nothing until a signal
+/// ends it (the shim's SIGTERM at the job's stop, or its SIGKILL). What an exec would do
+/// here is done by hand: every descriptor closed (the report pipe's close is what tells the
+/// shim the program started) and, since the shim's handlers came with the fork, every signal
+/// back to its default and none blocked.
+fn hold() -> ! {
+    let _ = sys::close_from(0, false);
+    for sig in 1..=64 {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            // SAFETY: sets a disposition to its default; no handler of this process runs.
+            unsafe { libc::signal(sig, libc::SIG_DFL) };
+        }
+    }
+    let _ = nix::sys::signal::sigprocmask(
+        nix::sys::signal::SigmaskHow::SIG_SETMASK,
+        Some(&nix::sys::signal::SigSet::empty()),
+        None,
+    );
+    loop {
+        // SAFETY: pause has no arguments and only returns after a caught signal (none is).
+        unsafe { libc::pause() };
+    }
+}
+
 /// The init's whole life. Never returns: it forks the job's program, which execs it or exits
 /// 127 with the reason written to `report`, and reaps until the program ends (see [`reap`]),
 /// saying on `status` which signal killed it, if one did.
@@ -95,6 +119,7 @@ pub(super) fn run(plan: &Plan, io: &InitIo, go: OwnedFd, report: OwnedFd, status
                 Ok(nix::unistd::ForkResult::Child) => match nix::unistd::setsid() {
                     // The program leads a session (and process group) of its own, as a batch
                     // job's script does: `kill -- -$$` reaches all of it and not the init.
+                    Ok(_) if plan.idle && plan.hold => hold(),
                     // An idle task ends here, its sandbox made, as `exit 0` would end it.
                     // SAFETY: _exit in the forked child, which holds no state to unwind.
                     Ok(_) if plan.idle => unsafe { libc::_exit(0) },

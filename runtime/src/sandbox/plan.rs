@@ -172,8 +172,11 @@ pub(crate) struct Plan {
     /// Working directory inside.
     pub cwd: String,
     /// Run no program: the init's child ends with 0 where it would exec it
-    /// ([`crate::ContainerSpec::idle`]).
+    /// ([`crate::ContainerSpec::idle`]), or waits there to be stopped
+    /// ([`crate::ContainerSpec::hold`]).
     pub idle: bool,
+    /// With `idle`: wait to be stopped.
+    pub hold: bool,
 }
 
 /// What the sandbox makes itself: no bind may land at or under one of these (or at `/`). A
@@ -303,6 +306,7 @@ impl Plan {
             env: spec.env.clone(),
             cwd: spec.cwd.clone(),
             idle: spec.idle,
+            hold: spec.idle && spec.hold,
         })
     }
 }

@@ -349,6 +349,10 @@ pub struct JobSpec {
     pub argv: Vec<String>,
     /// Absolute working directory.
     pub workdir: String,
+    /// The directory the job was submitted from (`SLURM_SUBMIT_DIR`), which `--chdir` does
+    /// not change; empty in jobs stored before it was kept: their working directory.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub submit_dir: String,
     /// Environment set by the job (Wharf adds its own `WHARF_*` variables at launch).
     pub env: BTreeMap<String, String>,
     /// Resources per node (all its tasks together).
@@ -724,6 +728,9 @@ impl JobRequest {
             Some(w) => format!("{}/{}", cwd.trim_end_matches('/'), w),
             None => cwd.to_string(),
         };
+        if cwd.contains('\0') {
+            return Err(format!("submit directory {cwd:?} contains NUL"));
+        }
         if workdir.contains('\0') || workdir.split('/').any(|c| c == "..") {
             return Err(format!("`workdir` {workdir:?} may not contain `..` or NUL"));
         }
@@ -748,6 +755,7 @@ impl JobRequest {
             image,
             argv,
             workdir,
+            submit_dir: cwd.to_string(),
             env: self.env.clone(),
             resources,
             nodes,
@@ -1643,6 +1651,13 @@ pub enum Stop {
         /// Back to the queue.
         requeue: bool,
     },
+    /// The command of a job that runs it once (a batch script) ended on the job's first node:
+    /// what holds its other nodes is stopped, and the job ends as the command did (as Slurm
+    /// ends a batch job's allocation when its script ends).
+    BatchEnded {
+        /// The first node.
+        node: String,
+    },
 }
 
 impl Stop {
@@ -1658,7 +1673,7 @@ impl Stop {
             }
             Stop::Preempt { by, .. } => format!("requeued: preempted by job {by}"),
             Stop::Requeue { by_user } => format!("requeued by {by_user}"),
-            Stop::RankFailed { .. } => format!("requeued after {self}"),
+            Stop::RankFailed { .. } | Stop::BatchEnded { .. } => format!("requeued after {self}"),
         }
     }
 
@@ -1670,6 +1685,7 @@ impl Stop {
             Stop::RankFailed { .. } => false,
             Stop::NodeLost { requeue, .. } => *requeue,
             Stop::LaunchFault { requeue, .. } => *requeue,
+            Stop::BatchEnded { .. } => false,
         }
     }
 }
@@ -1680,6 +1696,7 @@ impl std::fmt::Display for Stop {
             Stop::Preempt { by, .. } => write!(f, "preempted by job {by}"),
             Stop::Requeue { by_user } => write!(f, "requeued by {by_user}"),
             Stop::RankFailed { node, rank } => write!(f, "rank {rank} on node {node} failed"),
+            Stop::BatchEnded { node } => write!(f, "the batch script ended on node {node}"),
             Stop::NodeLost { node, .. } => write!(f, "node {node} stopped responding"),
             Stop::LaunchFault {
                 node, rank, fault, ..
@@ -1870,6 +1887,20 @@ mod tests {
             command: Some(vec!["/bin/true".into()]),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn the_submit_directory_is_kept_beside_the_working_directory() {
+        let d = JobDefaults::default();
+        let mut r = req();
+        r.workdir = Some("run/1".into());
+        let spec = r.resolve("/home/ann/exp", &d).unwrap();
+        assert_eq!(
+            (spec.workdir.as_str(), spec.submit_dir.as_str()),
+            ("/home/ann/exp/run/1", "/home/ann/exp")
+        );
+        let err = req().resolve("/home/a\0b", &d).unwrap_err();
+        assert!(err.contains("NUL"), "{err}");
     }
 
     #[test]

@@ -141,6 +141,12 @@ pub(super) fn rank_ended(
         tracing::info!(job = job.id, %stop, "stopping the job's other ranks");
         job.reason = Some(format!("{stop}; stopping the other ranks"));
         job.stop = Some(stop);
+    } else if rank == 0 && job.allocs.len() > 1 && free && runs_once(&job) {
+        // Its other nodes run nothing of their own: they held on for the script's steps.
+        let stop = Stop::BatchEnded { node };
+        tracing::info!(job = job.id, %stop, "stopping the job's other nodes");
+        job.reason = Some(format!("{stop}; stopping its other nodes"));
+        job.stop = Some(stop);
     }
     job
 }
@@ -441,6 +447,11 @@ fn total_tasks(job: &JobRecord) -> u32 {
     (job.allocs.len() as u32).saturating_mul(job.tasks_per_node())
 }
 
+/// Whether the job's command runs once, on its first node (as sbatch runs a script).
+fn runs_once(job: &JobRecord) -> bool {
+    job.spec.as_ref().is_some_and(|s| s.once)
+}
+
 /// The rank whose end is the job's: the one its stop names, else the first that failed on
 /// its own, else the first that did not complete (one stopped by a cancel or a time limit),
 /// else rank 0.
@@ -451,6 +462,7 @@ fn deciding_rank(job: &JobRecord) -> usize {
             Some((*rank / job.tasks_per_node()) as usize)
         }
         Some(Stop::NodeLost { node, .. }) => job.rank_on(node).map(|r| r as usize),
+        Some(Stop::BatchEnded { .. }) => Some(0),
         _ => None,
     };
     let exits: Vec<ExitInfo> = job

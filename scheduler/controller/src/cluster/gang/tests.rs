@@ -889,3 +889,49 @@ fn each_node_of_a_whole_memory_gang_is_launched_with_its_own_memory() {
         assert_eq!(launch[0].spec.resources.memory, memory, "{node}");
     }
 }
+
+#[test]
+fn a_once_jobs_other_nodes_hold_on_until_its_script_ends_and_the_job_ends_as_it_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 3, wharf_core::Config::default());
+    let once = |nodes| JobRequest {
+        once: Some(true),
+        ..gang(nodes)
+    };
+    let id = running(&mut c, 2, once(2));
+    // The script ends with 0 on g1; g2, which ran nothing of its own, is told to stop.
+    let seen = ingest(&mut c, "g1", &[(id, Rank::Exited(0))], 3_000);
+    assert_eq!(seen.wake, BTreeSet::from(["g2".into()]));
+    let job = record(&c, id);
+    assert_eq!(job.state, JobState::Running);
+    assert_eq!(job.stop, Some(Stop::BatchEnded { node: "g1".into() }));
+    let (_, kill) = c.orders("g2", &held(id), &BTreeSet::new(), &BTreeSet::new());
+    assert_eq!(kill[0].reason, "the batch script ended on node g1");
+    poll(&mut c, "g2", &[(id, Rank::Killed)], 4_000);
+    let done = c.store.job(id).unwrap().unwrap();
+    assert_eq!(done.state, JobState::Completed, "{:?}", done.reason);
+    assert_eq!(done.exit.as_ref().unwrap().code_signal(), "0:0");
+    // A script that fails ends the job as it did.
+    let id = running(&mut c, 2, once(2));
+    ingest(&mut c, "g1", &[(id, Rank::Exited(3))], 5_000);
+    poll(&mut c, "g2", &[(id, Rank::Killed)], 5_500);
+    let done = c.store.job(id).unwrap().unwrap();
+    assert_eq!(done.state, JobState::Failed);
+    assert_eq!(done.exit.as_ref().unwrap().code, Some(3));
+    // While the script runs, a silent holding node is the job's loss.
+    let id = running(&mut c, 2, once(2));
+    poll(&mut c, "g1", &[(id, Rank::Running)], TIMEOUT);
+    c.check_nodes(TIMEOUT + 2_000).unwrap();
+    let job = record(&c, id);
+    assert!(
+        matches!(&job.stop, Some(Stop::NodeLost { node, .. }) if node == "g2"),
+        "{:?}",
+        job.stop
+    );
+    // Without once, a rank that ends with 0 stops none of the others.
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = gang_cluster(&dir, 2, wharf_core::Config::default());
+    let id = running(&mut c, 2, gang(2));
+    ingest(&mut c, "g1", &[(id, Rank::Exited(0))], 3_000);
+    assert_eq!(record(&c, id).stop, None);
+}
