@@ -108,7 +108,7 @@ pub fn factors(
 }
 
 /// The tree as `wharf share` shows it: every account and every association in `assocs` (and
-/// in `usage`), depth first, each account's users (by name) before its sub-accounts (by
+/// in `usage`, of accounts still configured), depth first, each account's users (by name) before its sub-accounts (by
 /// name), with the figures the ranking uses.
 pub fn share_rows(
     config: &Config,
@@ -175,8 +175,8 @@ fn rank(tree: &[TreeNode]) -> BTreeMap<Assoc, f64> {
     out
 }
 
-/// The account tree with every association in `assocs` (and in `usage`) as a user under
-/// its account, and each node's usage summed over its subtree.
+/// The account tree with every association in `assocs` (and in `usage`, of accounts still
+/// configured) as a user under its account, and each node's usage summed over its subtree.
 fn tree(
     config: &Config,
     assocs: impl IntoIterator<Item = Assoc>,
@@ -216,7 +216,14 @@ fn tree(
         .iter()
         .map(|u| ((u.account.as_str(), u.user.as_str()), u.shares))
         .collect();
-    let mut all: Vec<Assoc> = assocs.into_iter().chain(usage.keys().cloned()).collect();
+    // Usage of an account no longer configured (a user's own account from before accounts
+    // were set up, or one removed) ranks no one: it would stand at the root as a sibling of
+    // the real accounts, taking a share and a place. Where no accounts are configured, every
+    // user is its own.
+    let configured =
+        |a: &&Assoc| config.accounts.is_empty() || accounts.contains_key(a.account.as_str());
+    let live = usage.keys().filter(configured).cloned();
+    let mut all: Vec<Assoc> = assocs.into_iter().chain(live).collect();
     all.sort();
     all.dedup();
     for assoc in &all {

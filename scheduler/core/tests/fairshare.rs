@@ -348,3 +348,23 @@ fn the_share_tree_gives_each_user_the_factor_a_pass_gives_its_jobs() {
         );
     }
 }
+
+#[test]
+fn usage_of_an_account_no_longer_configured_ranks_no_one() {
+    let config = tree();
+    let usage: BTreeMap<Assoc, f64> = [
+        (Assoc::new("physics", "hog"), 300.0),
+        (Assoc::new("bio", "bob"), 100.0),
+    ]
+    .into();
+    let mut stale = usage.clone();
+    // ann's own account from before accounts were set up.
+    stale.insert(Assoc::new("ann", "ann"), 50.0);
+    let rows = |u: &BTreeMap<Assoc, f64>| fairshare::share_rows(&config, [], u);
+    assert_eq!(rows(&stale), rows(&usage));
+    assert!(rows(&stale).iter().all(|r| r.account != "ann"));
+    assert_eq!(factors(&config, [], &stale), factors(&config, [], &usage));
+    // Without configured accounts every user is its own account.
+    let own = fairshare::share_rows(&Config::default(), [], &stale);
+    assert!(own.iter().any(|r| r.account == "ann"));
+}
