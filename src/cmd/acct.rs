@@ -126,7 +126,12 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     let now = wharf_controller::now_ms();
     let q = AcctQuery {
         jobs: args.jobs,
-        users: args.user,
+        users: (args.user.as_deref()).map(|u| {
+            u.split(',')
+                .map(super::user_name)
+                .collect::<Vec<_>>()
+                .join(",")
+        }),
         all_users: args.allusers,
         accounts: args.account,
         partitions: args.partition,

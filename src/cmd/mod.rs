@@ -53,11 +53,35 @@ pub fn job_or_step_arg(text: &str) -> Result<String, String> {
     }
 }
 
+/// A user a filter names (`-u`): a name as it is, or a uid as Slurm's tools take one, as the
+/// name this host knows for it (a name of digits that is a user's stays a name).
+pub fn user_name(word: &str) -> String {
+    use nix::unistd::{Uid, User};
+    let word = word.trim();
+    let digits = !word.is_empty() && word.bytes().all(|b| b.is_ascii_digit());
+    if digits && !matches!(User::from_name(word), Ok(Some(_))) {
+        let uid = word.parse().ok().map(Uid::from_raw);
+        if let Some(Ok(Some(u))) = uid.map(User::from_uid) {
+            return u.name;
+        }
+    }
+    word.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     /// What reaches a request's path is a job id and nothing else: before, `'1 '` failed with
     /// "invalid uri character", `'1?x=1'` and `%31` showed job 1, and `'186/cancel'` got a
     /// bare HTTP 405.
+    #[test]
+    fn a_user_is_named_by_name_or_by_uid() {
+        assert_eq!(super::user_name("0"), "root");
+        assert_eq!(super::user_name(" root "), "root");
+        assert_eq!(super::user_name("ann"), "ann");
+        // A uid no one has stays as written: it matches no job.
+        assert_eq!(super::user_name("4294967000"), "4294967000");
+    }
+
     #[test]
     fn a_job_argument_is_digits_or_an_array_task() {
         for ok in ["1", "12_3", "18446744073709551615"] {

@@ -180,7 +180,7 @@ pub(crate) struct Picked {
 }
 
 impl Picked {
-    /// The filters of `-t` (states by name or Slurm's code), `-u` (user names) and `-j` (job
+    /// The filters of `-t` (states by name or Slurm's code), `-u` (user names or uids) and `-j` (job
     /// ids, array ids, `ID_TASK`, each already checked by the `job_arg` value parser).
     pub(crate) fn new(
         states: &[String],
@@ -205,7 +205,7 @@ impl Picked {
         }
         Ok(Picked {
             states: parsed,
-            users: users.to_vec(),
+            users: users.iter().map(|u| super::user_name(u)).collect(),
             jobs: (jobs.iter())
                 .filter_map(|j| wharf_api::job::parse_job_ref(j))
                 .collect(),

@@ -317,6 +317,8 @@ struct ListQuery {
 const MAX_NAMED_JOBS: usize = 1000;
 /// Most partitions one listing may name (`wharf queue -p`).
 const MAX_NAMED_PARTITIONS: usize = 100;
+/// Most users one listing may name (`wharf queue -u`): each is looked up on this host.
+const MAX_NAMED_USERS: usize = 100;
 
 impl ListQuery {
     /// The jobs it asks for ([`crate::store::ListFilter`]), or what it got wrong.
@@ -331,8 +333,17 @@ impl ListQuery {
                 .collect()
         };
         let mut filter = crate::store::ListFilter::default();
+        let mut users = words(&self.users);
+        users.sort();
+        users.dedup();
+        if users.len() > MAX_NAMED_USERS {
+            return Err(bad(format!(
+                "{} users named; at most {MAX_NAMED_USERS} may be",
+                users.len()
+            )));
+        }
         // By uid where this host names one (the store's index), else by name.
-        for name in words(&self.users) {
+        for name in users {
             match nix::unistd::User::from_name(&name) {
                 Ok(Some(u)) => filter.uids.push(u.uid.as_raw()),
                 _ => filter.users.push(name),

@@ -353,3 +353,17 @@ fn a_job_in_a_path_is_digits_or_an_array_task() {
         assert_eq!(e.1.kind, ErrorKind::InvalidInput, "{bad:?}");
     }
 }
+
+#[test]
+fn a_listing_names_at_most_a_hundred_users_each_once() {
+    let query = |users: String| -> ListQuery {
+        serde_json::from_value(serde_json::json!({ "users": users })).unwrap()
+    };
+    let many: Vec<String> = (0..101).map(|i| format!("nobody{i}")).collect();
+    let err = query(many.join(",")).filter().unwrap_err();
+    assert!(format!("{err:?}").contains("101 users named"), "{err:?}");
+    // Named twice is named once; a hundred is the most.
+    let twice = format!("{},{}", many[..100].join(","), many[0]);
+    let f = query(twice).filter().unwrap();
+    assert_eq!(f.users.len() + f.uids.len(), 100);
+}
