@@ -181,6 +181,8 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
                     "State" if requeued => "REQUEUED".to_string(),
                     "JobID" if batch => format!("{}.batch", cell(j, c, now)),
                     "JobName" if batch => "batch".to_string(),
+                    // A script run once is one task, as sbatch's batch step.
+                    "NTasks" if batch && j.spec.as_ref().is_some_and(|s| s.once) => "1".to_string(),
                     // The job's own line counts its steps' use too; its batch line does not.
                     "TotalCPU" | "MaxRSS" if !batch => usage_cell(j, c),
                     _ => cell(j, c, now),
@@ -334,7 +336,11 @@ fn cell(j: &JobRecord, column: &str, now: u64) -> String {
         "Partition" => opt(spec.and_then(|s| s.partition.clone())),
         "QOS" => opt(spec.and_then(|s| s.qos.clone())),
         "State" => j.state.as_str().to_string(),
-        "ExitCode" => opt(j.exit.as_ref().map(|e| e.code_signal())),
+        // As sacct: 0:0 until there is an exit, and for a job that never ran.
+        "ExitCode" => j
+            .exit
+            .as_ref()
+            .map_or_else(|| "0:0".into(), |e| e.code_signal()),
         "Submit" => output::time(Some(j.submit_time)),
         "Start" => output::time(j.start_time),
         "End" => output::time(j.end_time),
@@ -368,14 +374,23 @@ fn step_cell(j: &JobRecord, s: &wharf_api::step::StepRecord, column: &str, now: 
         .start_time
         .map(|t| s.end_time.unwrap_or(now).saturating_sub(t));
     let names: Vec<&str> = s.nodes.iter().map(|n| n.node.as_str()).collect();
-    let cpus = j.resources.cpus * names.len() as u32;
+    // Its tasks' own CPUs and GPUs where it asked for them per task, else the job's on its
+    // nodes, which its tasks share.
+    let per_task = |each: Option<u32>, per_node: u32| {
+        each.map_or(per_node * names.len() as u32, |n| n * s.ntasks())
+    };
+    let cpus = per_task(s.cpus_per_task, j.resources.cpus);
+    let gpus = per_task(s.gpus_per_task, j.resources.gpus);
     let opt = |v: Option<String>| v.unwrap_or_default();
     match column {
         "JobID" => format!("{}.{}", cell(j, "JobID", now), s.id),
         "JobName" => s.name.clone(),
         "User" | "Account" | "Partition" | "QOS" | "Image" => cell(j, column, now),
         "State" => s.state().as_str().to_string(),
-        "ExitCode" => opt(s.exit.as_ref().map(|e| e.code_signal())),
+        "ExitCode" => s
+            .exit
+            .as_ref()
+            .map_or_else(|| "0:0".into(), |e| e.code_signal()),
         "Submit" => output::time(Some(s.submit_time)),
         "Start" => output::time(s.start_time),
         "End" => output::time(s.end_time),
@@ -386,11 +401,57 @@ fn step_cell(j: &JobRecord, s: &wharf_api::step::StepRecord, column: &str, now: 
         "NNodes" => names.len().to_string(),
         "NTasks" => s.ntasks().to_string(),
         "AllocCPUS" => cpus.to_string(),
-        "AllocGPUS" => (j.resources.gpus * names.len() as u32).to_string(),
+        "AllocGPUS" => gpus.to_string(),
         "NodeList" => wharf_api::hostlist::compress(&names),
         "CPUTime" | "CPUTimeRAW" => cpu_time(elapsed, u64::from(cpus), column),
         // What its tasks used (CPU time summed, the highest memory peak), as sacct's.
         "TotalCPU" | "MaxRSS" => measured(s.exit.as_ref().and_then(|e| e.usage.as_ref()), column),
         _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use wharf_api::step::{StepNode, StepRecord};
+    use wharf_api::{JobRecord, JobState, Owner, Resources};
+
+    #[test]
+    fn a_steps_cpus_are_its_tasks_own_and_an_exit_not_yet_known_reads_0_0() {
+        let owner = Owner {
+            uid: 1000,
+            gid: 1000,
+            user: "ann".into(),
+        };
+        let four = Resources {
+            cpus: 4,
+            memory: 1 << 30,
+            gpus: 2,
+        };
+        let mut job = JobRecord::pending(owner, "j".into(), four, 60, 0);
+        job.state = JobState::Cancelled;
+        // Cancelled while it waited: no exit, 0:0 as sacct prints it.
+        assert_eq!(super::cell(&job, "ExitCode", 0), "0:0");
+        let node = |n: &str| StepNode {
+            node: n.into(),
+            ..Default::default()
+        };
+        let mut step = StepRecord {
+            nodes: vec![node("a"), node("b")],
+            tasks_per_node: 2,
+            ..Default::default()
+        };
+        let cell = |s: &StepRecord, c| super::step_cell(&job, s, c, 0);
+        // Without -c or --gpus-per-task, the job's on each of its nodes.
+        assert_eq!(
+            (cell(&step, "AllocCPUS"), cell(&step, "AllocGPUS")),
+            ("8".into(), "4".into())
+        );
+        step.cpus_per_task = Some(1);
+        step.gpus_per_task = Some(0);
+        assert_eq!(
+            (cell(&step, "AllocCPUS"), cell(&step, "AllocGPUS")),
+            ("4".into(), "0".into())
+        );
+        assert_eq!(cell(&step, "ExitCode"), "0:0");
     }
 }

@@ -163,11 +163,20 @@ fn hints(e: &Efficiency) -> Vec<String> {
     let mut out = Vec::new();
     if let (Some(eff), true) = (e.cpu_efficiency, e.cpus > 1) {
         if eff < LOW {
-            let used = (eff * f64::from(e.cpus)).ceil().max(1.0) as u32;
+            let busy = eff * f64::from(e.cpus);
+            let ask = busy.ceil().max(1.0) as u32;
+            // Less than a CPU's worth is said as it is, not rounded up to one busy CPU.
+            let kept = if busy < 0.95 {
+                format!(
+                    "less than one of its {} CPUs busy ({:.0}% of one)",
+                    e.cpus,
+                    busy * 100.0
+                )
+            } else {
+                format!("about {ask} of its {} CPUs busy", e.cpus)
+            };
             out.push(format!(
-                "it kept about {used} of its {} CPUs busy: ask for --cpus {used}, or check \
-                 that it runs in parallel",
-                e.cpus
+                "it kept {kept}: ask for --cpus {ask}, or check that it runs in parallel"
             ));
         }
     }
@@ -234,8 +243,22 @@ mod tests {
         let h = eff(8, 32 << 30, &idle, 60_000);
         assert_eq!(h.len(), 3, "{h:?}");
         assert!(h[0].contains("--cpus 1"), "{h:?}");
+        // A second of CPU in a minute is not a CPU kept busy.
+        assert!(
+            h[0].contains("less than one of its 8 CPUs busy (2% of one)"),
+            "{h:?}"
+        );
         assert!(h[1].contains("--mem 256M"), "{h:?}");
         assert!(h[2].contains("busy 3%"), "{h:?}");
+        let two = JobUsage {
+            cpu_time_ms: Some(110_000),
+            ..JobUsage::default()
+        };
+        let h = eff(8, 1 << 30, &two, 60_000);
+        assert!(
+            h[0].contains("about 2 of its 8 CPUs busy: ask for --cpus 2"),
+            "{h:?}"
+        );
         let busy = JobUsage {
             cpu_time_ms: Some(470_000),
             memory_peak: Some(30 << 30),
