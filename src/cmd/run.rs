@@ -118,10 +118,35 @@ pub(crate) async fn wait_for_end(client: &Client, id: u64) -> Result<i32> {
     Ok(ended(id, &job))
 }
 
-/// The job's output files, followed as they grow while the job runs.
+/// Most ranks whose files `wharf run` follows; past them, their files are left as they are.
+const MAX_FOLLOWED: u32 = 256;
+
+/// Every rank's output files (and error files, where errors go elsewhere), in rank order.
+type Files = Vec<(String, Option<String>)>;
+
+/// The files each rank of job `id` writes (its node's index in the names: rank R runs on
+/// node R / tasks per node), up to [`MAX_FOLLOWED`].
+fn rank_files(job: &JobRecord, spec: &wharf_api::JobSpec) -> Files {
+    let per_node = spec.tasks_per_node.max(1);
+    (0..spec.tasks().min(MAX_FOLLOWED))
+        .map(|rank| {
+            let place = wharf_api::job::FilePlace {
+                node_index: Some(rank / per_node),
+                ..job.file_place()
+            };
+            (
+                spec.rank_output_path(job.id, rank, &place),
+                spec.rank_error_path(job.id, rank, &place),
+            )
+        })
+        .collect()
+}
+
+/// The job's output files, every rank's, followed as they grow while the job runs: as srun
+/// does, each task's output reaches this command's.
 struct Output {
-    out: Tail,
-    err: Option<Tail>,
+    out: Vec<Tail>,
+    err: Vec<Tail>,
     /// Wakes the client when a file in the output's directories is written: the job's output
     /// appears as it is written on this machine. Where that cannot be watched (or is written
     /// by another machine, which inotify does not see), output appears at each answer of the
@@ -133,8 +158,8 @@ struct Output {
 }
 
 impl Output {
-    /// The job's output files; followed as they grow when `follow`.
-    fn new(out: String, err: Option<String>, follow: bool) -> Output {
+    /// The ranks' files; followed as they grow when `follow`.
+    fn new(files: &Files, follow: bool) -> Output {
         use nix::sys::inotify::AddWatchFlags;
         let watch = follow
             .then(wharf_agent::watch::Inotify::new)
@@ -142,30 +167,46 @@ impl Output {
         if let Some(w) = &watch {
             hold_open_in_child(std::os::fd::AsRawFd::as_raw_fd(w));
         }
+        let mut dirs: Vec<&std::path::Path> = (files.iter())
+            .flat_map(|(out, err)| [Some(out), err.as_ref()])
+            .flatten()
+            .map(|path| std::path::Path::new(path).parent().unwrap_or("/".as_ref()))
+            .collect();
+        dirs.sort();
+        dirs.dedup();
         let watch = watch.filter(|w| {
-            [Some(&out), err.as_ref()]
-                .into_iter()
-                .flatten()
-                .all(|path| {
-                    let dir = std::path::Path::new(path).parent().unwrap_or("/".as_ref());
-                    w.add(dir, AddWatchFlags::IN_MODIFY).is_ok()
-                })
+            dirs.iter()
+                .all(|d| w.add(d, AddWatchFlags::IN_MODIFY).is_ok())
         });
+        let tail = |path: &String| Tail {
+            path: path.clone(),
+            offset: 0,
+        };
         Output {
-            out: Tail {
-                path: out,
-                offset: 0,
-            },
-            err: err.map(|path| Tail { path, offset: 0 }),
+            out: files.iter().map(|(out, _)| tail(out)).collect(),
+            err: files
+                .iter()
+                .filter_map(|(_, err)| err.as_ref().map(tail))
+                .collect(),
             watch,
         }
     }
 
     /// Copies what the files gained to stdout and stderr.
     fn pump(&mut self) {
-        self.out.pump(&mut std::io::stdout());
-        if let Some(e) = self.err.as_mut() {
-            e.pump(&mut std::io::stderr());
+        for t in &mut self.out {
+            t.pump(&mut std::io::stdout());
+        }
+        for t in &mut self.err {
+            t.pump(&mut std::io::stderr());
+        }
+    }
+
+    /// Removes the files, all passed on: the job's output was this command's, as srun
+    /// leaves none behind. A file some task never made is no error.
+    fn remove(&self) {
+        for t in self.out.iter().chain(&self.err) {
+            let _ = std::fs::remove_file(&t.path);
         }
     }
 
@@ -353,12 +394,14 @@ impl Interrupts {
 
 /// Runs the command.
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
+    let flags = args.flags.to_request()?;
+    let keep_files = flags.output.is_some() || flags.error.is_some();
     let job = interactive(
         JobRequest {
             command: Some(args.command.clone()),
             ..Default::default()
         }
-        .overlay(args.flags.to_request()?),
+        .overlay(flags),
     );
     // Taken from before the submit: a signal while it is under way cancels the job once its
     // id is known (a second one ends this command at once, submitted or not).
@@ -392,19 +435,15 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         .ok_or_else(|| anyhow::anyhow!("job {id} has no spec"))?;
     // A job that ended before the first answer (or a --quiet run) has no output to follow.
     let follow = !args.quiet && !job.state.is_terminal();
-    let paths = |job: &JobRecord| {
-        let place = job.file_place();
-        (spec.output_path(id, &place), spec.error_path(id, &place))
-    };
-    let mut named = paths(&job);
-    let mut output = Output::new(named.0.clone(), named.1.clone(), follow);
+    let mut named = rank_files(&job, &spec);
+    let mut output = Output::new(&named, follow);
     let mut said_pending = false;
     let mut pumped = false;
     loop {
         // A name with the job's node in it (`%N`) is known once the job has its nodes.
-        if !pumped && paths(&job) != named {
-            named = paths(&job);
-            output = Output::new(named.0.clone(), named.1.clone(), follow);
+        if !pumped && rank_files(&job, &spec) != named {
+            named = rank_files(&job, &spec);
+            output = Output::new(&named, follow);
         }
         if job.state == JobState::Pending && !said_pending && interrupts.first.is_none() {
             if let Some(r) = &job.reason {
@@ -447,6 +486,12 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         };
     }
     let status = ended(id, &job);
+    // Files it named are the user's to keep; the default ones were only the way here. (A
+    // job that ran no task, or a --quiet run, printed nothing of them.)
+    if !keep_files && pumped && job.start_time.is_some() {
+        output.pump();
+        output.remove();
+    }
     if let Some(n) = unread_input() {
         eprintln!(
             "wharf: warning: {n} bytes given on standard input were not read: a job gets no \

@@ -173,3 +173,45 @@ fn writable_jobs_change_their_own_copy_of_the_image_only() {
         stderr(&out)
     );
 }
+
+/// `wharf run` (and srun outside a job) passes every task's output on, as srun does, and
+/// leaves no output file behind unless one was named. Before, only rank 0's output came back
+/// and each run left `wharf-ID.out` (and `.rankR` files) in the directory it ran from.
+#[test]
+fn run_passes_on_every_tasks_output_and_leaves_no_file_it_was_not_asked_for() {
+    if !can_run("run_passes_on_every_tasks_output_and_leaves_no_file_it_was_not_asked_for") {
+        return;
+    }
+    let c = Cluster::start();
+    let u = user("wharf-runout");
+    let out = c.run_sh(
+        &u,
+        &["--image", "host", "-n", "2", "-c", "1"],
+        "echo task $SLURM_PROCID; echo oops $SLURM_PROCID >&2",
+    );
+    assert!(out.status.success(), "{}\n{}", stderr(&out), c.log());
+    let text = stdout(&out);
+    for line in ["task 0\n", "task 1\n", "oops 0\n", "oops 1\n"] {
+        assert!(text.contains(line), "{line:?} not in {text:?}");
+    }
+    let left = |prefix: &str| -> Vec<String> {
+        std::fs::read_dir(c.home(&u))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(prefix))
+            .collect()
+    };
+    assert!(left("wharf-").is_empty(), "{:?}", left("wharf-"));
+    // Files it names are the user's: kept, and still passed on.
+    let out = c.run_sh(
+        &u,
+        &["--image", "host", "-n", "2", "-c", "1", "-o", "mine-%t.out"],
+        "echo kept $SLURM_PROCID",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("kept 1\n"), "{}", stdout(&out));
+    let mut kept = left("mine-");
+    kept.sort();
+    assert_eq!(kept, ["mine-0.out", "mine-1.out"]);
+}
