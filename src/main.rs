@@ -33,9 +33,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Submit a batch job from a TOML job file or a script with #WHARF lines.
-    Submit(cmd::submit::Args),
+    Submit(Box<cmd::submit::Args>),
     /// Submit a command, wait for it, stream its output and exit with its status.
-    Run(cmd::run::Args),
+    Run(Box<cmd::run::Args>),
     /// List jobs: pending and running, or --all for recent ended ones too.
     Queue(cmd::queue::Args),
     /// Show one job in detail, including why it is pending.
@@ -172,8 +172,8 @@ fn main() {
     let socket = config::socket(cli.socket.as_deref());
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Submit(a) => cmd::submit::run(&socket, a).await,
-            Command::Run(a) => cmd::run::run(&socket, a).await,
+            Command::Submit(a) => cmd::submit::run(&socket, *a).await,
+            Command::Run(a) => cmd::run::run(&socket, *a).await,
             Command::Queue(a) => cmd::queue::run(&socket, a).await,
             Command::Show(a) => cmd::show::run(&socket, a).await,
             Command::Eff(a) => cmd::eff::run(&socket, a).await,
@@ -187,7 +187,7 @@ fn main() {
                     cmd::srun::Plan::Run(words) => {
                         let argv = std::iter::once("wharf".to_string()).chain(words);
                         match Cli::try_parse_from(argv)?.command {
-                            Command::Run(a) => cmd::run::run(&socket, a).await,
+                            Command::Run(a) => cmd::run::run(&socket, *a).await,
                             _ => unreachable!("srun's plan is a run"),
                         }
                     }

@@ -233,6 +233,111 @@ pub struct Args {
     /// highest of an array's), as sbatch --wait.
     #[arg(short = 'W', long)]
     wait: bool,
+    #[command(flatten)]
+    sbatch: SbatchFlags,
+}
+
+/// sbatch's options that Wharf takes as a script's `#SBATCH` lines give them: `--export`
+/// and `--open-mode` as far as Wharf can honour them (else refused, saying why), the others
+/// accepted with a warning of why they change nothing. So `wharf submit --mail-type=END
+/// job.sh` does what the same line in the script does.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[command(next_help_heading = "sbatch options (as in #SBATCH lines: taken, or warned of)")]
+pub struct SbatchFlags {
+    /// NONE (what Wharf does: no variable of this shell), NAME=VALUE (as --env); ALL and
+    /// bare names are warned of (the job gets no variable of this shell).
+    #[arg(long, value_name = "NONE|NAME=VALUE,...")]
+    export: Option<String>,
+    /// truncate (what Wharf does); append is refused.
+    #[arg(long, value_name = "truncate")]
+    open_mode: Option<String>,
+    /// No mail is sent.
+    #[arg(long, value_name = "TYPE")]
+    mail_type: Option<String>,
+    /// No mail is sent.
+    #[arg(long, value_name = "ADDRESS")]
+    mail_user: Option<String>,
+    /// At its time limit a job gets SIGTERM, then SIGKILL after the grace period.
+    #[arg(long, value_name = "SIG@TIME")]
+    signal: Option<String>,
+    /// Jobs keep no comment.
+    #[arg(long)]
+    comment: Option<String>,
+    /// CPUs are placed by Wharf's own rules.
+    #[arg(long)]
+    hint: Option<String>,
+    /// Wharf has no reservations.
+    #[arg(long)]
+    reservation: Option<String>,
+    /// The job keeps its --time.
+    #[arg(long)]
+    time_min: Option<String>,
+    /// A job's /tmp is a private tmpfs of the node's size.
+    #[arg(long)]
+    tmp: Option<String>,
+    /// The cluster's [scheduler] kill_invalid_dependency decides.
+    #[arg(long, value_name = "yes|no")]
+    kill_on_invalid_dep: Option<String>,
+    /// Usage is sampled by the nodes.
+    #[arg(long)]
+    profile: Option<String>,
+    /// Usage is sampled by the nodes.
+    #[arg(long)]
+    acctg_freq: Option<String>,
+    /// The job gets no login environment; set variables with --env.
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "[TIMEOUT]")]
+    get_user_env: Option<String>,
+    /// The node's resource limits apply.
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "[LIMITS]")]
+    propagate: Option<String>,
+    /// A job's CPUs, memory and GPUs are its own.
+    #[arg(short = 's', long)]
+    oversubscribe: bool,
+    /// Changes nothing.
+    #[arg(short = 'v', long, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Changes nothing.
+    #[arg(short = 'Q', long)]
+    quiet: bool,
+}
+
+impl SbatchFlags {
+    /// The flags as a request, each as its `#SBATCH` line sets it.
+    fn to_request(&self) -> Result<JobRequest> {
+        let mut req = JobRequest::default();
+        let valued = [
+            ("export", &self.export),
+            ("open-mode", &self.open_mode),
+            ("mail-type", &self.mail_type),
+            ("mail-user", &self.mail_user),
+            ("signal", &self.signal),
+            ("comment", &self.comment),
+            ("hint", &self.hint),
+            ("reservation", &self.reservation),
+            ("time-min", &self.time_min),
+            ("tmp", &self.tmp),
+            ("kill-on-invalid-dep", &self.kill_on_invalid_dep),
+            ("profile", &self.profile),
+            ("acctg-freq", &self.acctg_freq),
+            ("get-user-env", &self.get_user_env),
+            ("propagate", &self.propagate),
+        ];
+        for (key, value) in valued {
+            if let Some(v) = value {
+                set_option(&mut req, key, v).map_err(anyhow::Error::msg)?;
+            }
+        }
+        for (set, key) in [
+            (self.oversubscribe, "oversubscribe"),
+            (self.verbose > 0, "verbose"),
+            (self.quiet, "quiet"),
+        ] {
+            if set {
+                set_option(&mut req, key, "").map_err(anyhow::Error::msg)?;
+            }
+        }
+        Ok(req)
+    }
 }
 
 /// Reads a job file into a request.
@@ -364,6 +469,7 @@ fn job_of(args: &Args) -> Result<JobRequest> {
         (None, None) => anyhow::bail!("give a job file (job.toml or a script) or --wrap 'COMMAND'"),
     };
     job = job.overlay(args.flags.to_request()?);
+    job = job.overlay(args.sbatch.to_request()?);
     job.parsable |= args.parsable;
     job.wait |= args.wait;
     Ok(job)
@@ -501,6 +607,39 @@ mod tests {
             w => w,
         }));
         job_of(&Cli::try_parse_from(argv).unwrap().args)
+    }
+
+    #[test]
+    fn sbatch_options_on_the_command_line_do_what_their_script_lines_do() {
+        let j = job(
+            &[
+                "--export=NONE,FOO=bar",
+                "--mail-type=END",
+                "--open-mode",
+                "truncate",
+                "-v",
+                "--get-user-env",
+                "-s",
+                "FILE",
+            ],
+            "#!/bin/sh\ntrue\n",
+        )
+        .unwrap();
+        assert_eq!(j.env.get("FOO").map(String::as_str), Some("bar"));
+        let w = ignored_warning(&j).unwrap();
+        for name in [
+            "--mail-type",
+            "--verbose",
+            "--get-user-env",
+            "--oversubscribe",
+        ] {
+            assert!(w.contains(name), "{name} not in {w}");
+        }
+        // ALL is warned of, append refused, as the script's lines are, each saying why.
+        let w = ignored_warning(&job(&["--export=ALL", "FILE"], "true\n").unwrap()).unwrap();
+        assert!(w.contains("--export=ALL (a job gets no variable"), "{w}");
+        let e = job(&["--open-mode=append", "FILE"], "true\n").unwrap_err();
+        assert!(e.to_string().contains("--open-mode=append"), "{e}");
     }
 
     #[test]
