@@ -37,6 +37,7 @@ enum Command {
     /// Submit a command, wait for it, stream its output and exit with its status.
     Run(Box<cmd::run::Args>),
     /// List jobs: pending and running, or --all for recent ended ones too.
+    #[command(disable_help_flag = true)]
     Queue(cmd::queue::Args),
     /// Show one job in detail, including why it is pending.
     Show(cmd::show::Args),

@@ -22,7 +22,8 @@ pub struct Args {
     /// Only my jobs.
     #[arg(long)]
     me: bool,
-    /// Only jobs in these states (e.g. running,pending, or Slurm's codes: R,PD).
+    /// Only jobs in these states (e.g. running,pending, or Slurm's codes: R,PD); naming an
+    /// ended one (CD, F, ...) or `all` shows ended jobs too, as --all does.
     #[arg(short = 't', long, value_delimiter = ',')]
     state: Vec<String>,
     /// Only these users' jobs (squeue -u).
@@ -43,6 +44,24 @@ pub struct Args {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// No header line (squeue -h; help is --help here).
+    #[arg(short = 'h', long)]
+    noheader: bool,
+    /// Print help.
+    #[arg(long, action = clap::ArgAction::Help)]
+    help: Option<bool>,
+}
+
+/// Whether `-t` asks for ended jobs: squeue's `all` (every state: the filter is dropped), or
+/// an ended state named (CD, F, ...), which only ended jobs can be in.
+fn takes_ended(states: &mut Vec<String>) -> bool {
+    let every = |s: &String| s.trim().eq_ignore_ascii_case("all");
+    let ended = |s: &String| JobState::parse(s).is_some_and(JobState::is_terminal);
+    let with_ended = states.iter().any(|s| every(s) || ended(s));
+    if states.iter().any(every) {
+        states.clear();
+    }
+    with_ended
 }
 
 /// Fetches jobs as the CLI shows them; `brief` leaves their specs out. Those `picked` keeps
@@ -77,13 +96,18 @@ struct Listing<'a> {
 }
 
 /// Runs the command.
-pub async fn run(socket: &str, args: Args) -> Result<i32> {
+pub async fn run(socket: &str, mut args: Args) -> Result<i32> {
     let client = Client::new(Endpoint::parse(socket), None);
+    let with_ended = takes_ended(&mut args.state);
     let picked = Picked::new(&args.state, &args.user, &args.jobs, &args.partition)?;
     if args.priority {
         return priorities(&client, args.me, args.json, &picked).await;
     }
-    let finished = if args.all { args.limit } else { 0 };
+    let finished = if args.all || with_ended {
+        args.limit
+    } else {
+        0
+    };
     if args.json {
         // --json gives the whole records.
         let mut jobs = fetch(&client, finished, args.me, false, Some(&picked)).await?;
@@ -101,7 +125,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     }
     // The table shows no part of a spec: rows of what it shows are enough.
     with_rows(&client, finished, args.me, &picked, |rows| {
-        output::print_table(&table(&rows, wharf_controller::now_ms()));
+        output::print_table(&table(&rows, wharf_controller::now_ms(), !args.noheader));
     })
     .await?;
     Ok(0)
@@ -363,8 +387,8 @@ impl Memo {
 }
 
 /// The table of `rows` at `now` (ms since the epoch).
-fn table(rows: &[JobRow], now: u64) -> output::Table {
-    let mut t = output::table(&[
+fn table(rows: &[JobRow], now: u64, header: bool) -> output::Table {
+    const COLUMNS: [&str; 12] = [
         "JOBID",
         "PARTITION",
         "NAME",
@@ -377,7 +401,11 @@ fn table(rows: &[JobRow], now: u64) -> output::Table {
         "GPUS",
         "NODES",
         "NODELIST(REASON)",
-    ]);
+    ];
+    let mut t = match header {
+        true => output::table(&COLUMNS),
+        false => output::Table::default(),
+    };
     t.reserve(rows.len(), 12, 8);
     // Most jobs of a long queue share their limit, memory and (pending: none) time.
     let (mut time, mut limit, mut mem) = (Memo::default(), Memo::default(), Memo::default());
@@ -439,6 +467,20 @@ mod tests {
     use wharf_api::{JobState, Resources};
 
     use super::Picked;
+
+    #[test]
+    fn naming_an_ended_state_or_all_asks_for_ended_jobs() {
+        let states = |given: &[&str]| {
+            let mut v: Vec<String> = given.iter().map(|s| s.to_string()).collect();
+            let ended = super::takes_ended(&mut v);
+            (ended, v)
+        };
+        assert_eq!(states(&["PD", "R"]), (false, vec!["PD".into(), "R".into()]));
+        assert_eq!(states(&["CD"]), (true, vec!["CD".into()]));
+        assert_eq!(states(&["failed"]), (true, vec!["failed".into()]));
+        assert_eq!(states(&["R", "all"]), (true, vec![]));
+        assert_eq!(states(&[]), (false, vec![]));
+    }
 
     #[test]
     fn only_pending_jobs_with_a_priority_are_ranked_highest_first() {
@@ -645,7 +687,13 @@ mod tests {
             partition: "".into(),
             ..row(46, JobState::Failed)
         };
-        let t = super::table(&[held, soon, pulling, running, ended], now);
+        let bare = super::table(std::slice::from_ref(&held), now, false);
+        let mut text = Vec::new();
+        bare.write(&mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert_eq!(text.lines().count(), 1, "no header line: {text}");
+        assert!(!text.contains("JOBID"), "{text}");
+        let t = super::table(&[held, soon, pulling, running, ended], now, true);
         let mut shown = Vec::new();
         t.write(&mut shown).unwrap();
         assert_eq!(
