@@ -52,6 +52,19 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// The start of today in the user's time zone, seconds since the epoch (an hour a clock
+/// change skips at midnight: the first that exists).
+pub fn start_of_today() -> u64 {
+    let today = chrono::Local::now().date_naive();
+    let start = (0..24)
+        .filter_map(|h| today.and_hms_opt(h, 0, 0))
+        .find_map(|wall| match chrono::Local.from_local_datetime(&wall) {
+            LocalResult::Single(t) | LocalResult::Ambiguous(t, _) => Some(t.timestamp()),
+            LocalResult::None => None,
+        });
+    start.map_or(now_secs() - now_secs() % 86_400, |s| s.max(0) as u64)
+}
+
 /// `begin` with a wall-clock time resolved to an instant in the user's time zone.
 pub fn localize(begin: Begin) -> Result<Begin> {
     begin

@@ -1,7 +1,7 @@
 //! `wharf acct`: job records (Slurm's `sacct`), with chosen columns, `--parsable` and `--json`.
 
 use anyhow::Result;
-use wharf_api::resources::{format_duration, format_memory, parse_duration};
+use wharf_api::resources::{format_duration, format_memory};
 use wharf_api::wire::{AcctQuery, JobList};
 use wharf_api::JobRecord;
 use wharf_client::{Client, Endpoint};
@@ -31,8 +31,9 @@ pub struct Args {
     /// REQUEUED (RQ): the runs that ended in a requeue.
     #[arg(short = 's', long)]
     state: Option<String>,
-    /// Window start: 2026-11-01, 2026-11-01T08:00 (your time zone), 2026-11-01T08:00Z (UTC)
-    /// or now-7d (default: today 00:00 UTC).
+    /// Window start: 2026-11-01, 2026-11-01T08:00 (your time zone), 2026-11-01T08:00Z (UTC),
+    /// today (its start, your time zone), or now-7days, now-3600 (seconds without a unit, as
+    /// sacct) (default: today 00:00 UTC).
     #[arg(short = 'S', long)]
     starttime: Option<String>,
     /// Window end, as --starttime (default: now).
@@ -272,12 +273,17 @@ fn cut(text: &str, width: usize) -> String {
 /// A window bound: an absolute time (as `--begin` takes) or `now-DURATION`, ms.
 pub fn window_time(flag: &str, text: &str, now: u64) -> Result<u64> {
     let t = text.trim();
+    // As sacct (and --begin now+N): seconds unless a unit follows.
     if let Some(ago) = t.strip_prefix("now-") {
-        let secs = parse_duration(ago).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+        let secs = wharf_api::forms::now_offset(ago)
+            .map_err(|e| anyhow::anyhow!("{flag}: {t:?}: {}", e.replace("now±", "now-")))?;
         return Ok(now.saturating_sub(secs.saturating_mul(1000)));
     }
     if t.eq_ignore_ascii_case("now") {
         return Ok(now);
+    }
+    if t.eq_ignore_ascii_case("today") || t.eq_ignore_ascii_case("midnight") {
+        return Ok(crate::localtime::start_of_today().saturating_mul(1000));
     }
     let at = wharf_api::forms::parse_begin(t)
         .ok()
@@ -288,7 +294,7 @@ pub fn window_time(flag: &str, text: &str, now: u64) -> Result<u64> {
         Some(Err(e)) => Err(e.context(format!("{flag}: {t:?}"))),
         _ => anyhow::bail!(
             "{flag}: {t:?}: write 2026-11-01, 2026-11-01T08:00 (your time zone), \
-             2026-11-01T08:00Z (UTC), now or now-7d"
+             2026-11-01T08:00Z (UTC), today, now or now-7days (seconds without a unit)"
         ),
     }
 }
@@ -453,5 +459,30 @@ mod tests {
             ("4".into(), "0".into())
         );
         assert_eq!(cell(&step, "ExitCode"), "0:0");
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::window_time;
+
+    #[test]
+    fn now_minus_counts_seconds_unless_a_unit_says_otherwise_as_sacct() {
+        let now = 1_000_000_000;
+        let at = |t: &str| window_time("-S", t, now);
+        assert_eq!(at("now-5").unwrap(), now - 5_000);
+        assert_eq!(at("now-5min").unwrap(), now - 300_000);
+        assert_eq!(at("now-1hours").unwrap(), now - 3_600_000);
+        assert_eq!(at("now-7d").unwrap(), now - 7 * 86_400_000);
+        assert_eq!(at("now").unwrap(), now);
+        let e = at("now-1fortnight").unwrap_err().to_string();
+        assert!(e.contains("unknown unit") && e.contains("-S"), "{e}");
+        // Today's start is a past midnight, within the last day and a bit (a clock change).
+        let today = at("today").unwrap();
+        let real_now = wharf_controller::now_ms();
+        assert!(
+            today <= real_now && real_now - today <= 25 * 3_600_000,
+            "{today}"
+        );
     }
 }

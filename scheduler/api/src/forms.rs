@@ -140,6 +140,30 @@ fn begin_error(text: &str, why: &str) -> String {
     )
 }
 
+/// The seconds of Slurm's `now+COUNT[UNIT]` or `now-COUNT[UNIT]` after the sign: a whole
+/// number, then s, m, h, d or w or their long names (seconds when none), up to 100 years.
+pub fn now_offset(rest: &str) -> Result<u64, String> {
+    let digits = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    let (count, unit) = rest.split_at(digits);
+    let count: u64 = count
+        .parse()
+        .map_err(|_| "expected a whole number after now±".to_string())?;
+    let scale = match unit.to_ascii_lowercase().as_str() {
+        "" | "s" | "sec" | "secs" | "second" | "seconds" => 1,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60,
+        "h" | "hour" | "hours" => 3600,
+        "d" | "day" | "days" => 86400,
+        "w" | "week" | "weeks" => 7 * 86400,
+        _ => return Err("unknown unit (use s, m, h, d or w)".into()),
+    };
+    count
+        .checked_mul(scale)
+        .filter(|s| *s <= MAX_AHEAD)
+        .ok_or_else(|| "more than 100 years".into())
+}
+
 /// Parses `--begin`: `now`, `now+COUNT[UNIT]` (unit s, m, h, d or w, or their long names;
 /// seconds when none, as Slurm), `YYYY-MM-DD` or `YYYY-MM-DDTHH:MM[:SS]` with an optional zone
 /// (`Z`, `+HH:MM`, `-HHMM`, `+HH`; without one, a wall-clock time in the user's zone),
@@ -164,25 +188,8 @@ pub fn parse_begin(text: &str) -> Result<Begin, String> {
         .filter(|p| p.eq_ignore_ascii_case("now+"))
         .map(|_| &t[4..])
     {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let (count, unit) = rest.split_at(digits);
-        let count: u64 = count
-            .parse()
-            .map_err(|_| bad("expected a whole number after now+"))?;
-        let scale = match unit.to_ascii_lowercase().as_str() {
-            "" | "s" | "sec" | "secs" | "second" | "seconds" => 1,
-            "m" | "min" | "mins" | "minute" | "minutes" => 60,
-            "h" | "hour" | "hours" => 3600,
-            "d" | "day" | "days" => 86400,
-            "w" | "week" | "weeks" => 7 * 86400,
-            _ => return Err(bad("unknown unit (use s, m, h, d or w)")),
-        };
-        let secs = count
-            .checked_mul(scale)
-            .filter(|s| *s <= MAX_AHEAD)
-            .ok_or_else(|| bad("more than 100 years ahead"))?;
+        let secs = now_offset(rest)
+            .map_err(|why| bad(&why.replace("now±", "now+").replace("years", "years ahead")))?;
         return Ok(Begin::AfterSubmit(secs));
     }
     if let Some(secs) = parse_clock(t) {
