@@ -84,13 +84,14 @@ async fn wait(client: &Client, id: u64, states: &[JobState], wait_ms: u64) -> Re
     }
 }
 
-/// The exit status of job `id`, ended, as [`exit_status`] gives it; what ended it goes to
-/// stderr when it did not complete.
-fn ended(id: u64, job: &JobRecord) -> i32 {
+/// The exit status of `job`, ended, as [`exit_status`] gives it; what ended it goes to stderr
+/// when it did not complete, the job named as users name it (an array's task `ID_TASK`).
+fn ended(job: &JobRecord) -> i32 {
     if job.state != JobState::Completed {
         let why = crate::output::clean(job.reason.as_deref().unwrap_or_default()).into_owned();
         eprintln!(
-            "wharf: job {id} {}{}",
+            "wharf: job {} {}{}",
+            job.label(),
             job.state,
             if why.is_empty() {
                 String::new()
@@ -115,7 +116,7 @@ pub(crate) async fn wait_for_end(client: &Client, id: u64) -> Result<i32> {
             break job;
         }
     };
-    Ok(ended(id, &job))
+    Ok(ended(&job))
 }
 
 /// Most ranks whose files `wharf run` follows; past them, their files are left as they are.
@@ -485,7 +486,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             }
         };
     }
-    let status = ended(id, &job);
+    let status = ended(&job);
     // Files it named are the user's to keep; the default ones were only the way here. (A
     // job that ran no task, or a --quiet run, printed nothing of them.)
     if !keep_files && pumped && job.start_time.is_some() {
