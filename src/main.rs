@@ -184,7 +184,7 @@ fn main() {
             Command::Srun(a) => {
                 let env = |k: &str| std::env::var(k).ok();
                 match cmd::srun::plan(a, &env)? {
-                    cmd::srun::Plan::Step(a) => cmd::step::run(a).await,
+                    cmd::srun::Plan::Step(a) => cmd::step::run(*a).await,
                     cmd::srun::Plan::Run(words) => {
                         let argv = std::iter::once("wharf".to_string()).chain(words);
                         match Cli::try_parse_from(argv)?.command {

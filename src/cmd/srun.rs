@@ -47,7 +47,7 @@ pub struct Args {
     /// Error file pattern.
     #[arg(short = 'e', long)]
     error: Option<String>,
-    /// Job name (outside a job).
+    /// The new job's name outside a job; inside one, the step's.
     #[arg(short = 'J', long)]
     job_name: Option<String>,
     /// Time limit (outside a job).
@@ -199,7 +199,7 @@ fn outside_export(spec: Option<&str>, env: &dyn Fn(&str) -> Option<String>) -> R
 #[derive(Debug)]
 pub enum Plan {
     /// Inside a job: a step.
-    Step(step::Args),
+    Step(Box<step::Args>),
     /// Outside a job: `wharf run` with these arguments (after `wharf`).
     Run(Vec<String>),
 }
@@ -265,7 +265,6 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
             }
         }
         let outside_only = [
-            ("--job-name", args.job_name.is_some()),
             ("--time", args.time.is_some()),
             ("--partition", args.partition.is_some()),
             ("--account", args.account.is_some()),
@@ -282,8 +281,10 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
                  allocation; leave it out, or give it to the job (wharf submit)"
             );
         }
-        return Ok(Plan::Step(step::Args {
+        return Ok(Plan::Step(Box::new(step::Args {
             nodes: args.nodes,
+            // Inside a job, -J names the step, as srun's does.
+            job_name: args.job_name,
             nodelist: args.nodelist,
             ntasks_per_node: args.ntasks_per_node,
             ntasks: args.ntasks,
@@ -299,7 +300,7 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
             chdir: args.chdir,
             export: args.export,
             command: args.command,
-        }));
+        })));
     }
     // Outside a job: a job of its own, as `wharf run` runs it.
     let unmapped = [
@@ -444,6 +445,11 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--time is a job's"), "{e}");
+        // -J names the step.
+        let Plan::Step(s) = plan(parse(&["-J", "prep", "true"]), &env_of(IN_JOB)).unwrap() else {
+            panic!("not a step")
+        };
+        assert_eq!(s.job_name.as_deref(), Some("prep"));
     }
 
     #[test]

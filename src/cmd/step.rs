@@ -20,6 +20,9 @@ pub struct Args {
     /// Run on the job's first N nodes (default: all of them).
     #[arg(short = 'N', long)]
     pub nodes: Option<u32>,
+    /// The step's name, as `wharf acct --steps` shows it (default: its command's).
+    #[arg(short = 'J', long)]
+    pub job_name: Option<String>,
     /// Run on these of the job's nodes (a host list, e.g. `gpu[01-02]`).
     #[arg(short = 'w', long)]
     pub nodelist: Option<String>,
@@ -155,6 +158,7 @@ pub async fn run(args: Args) -> Result<i32> {
         cpus_per_task: args.cpus_per_task,
         job: args.jobid,
         argv: args.command,
+        name: args.job_name,
         env,
         workdir: workdir.map(|d| d.display().to_string()),
         resume: None,

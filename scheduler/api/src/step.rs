@@ -45,6 +45,9 @@ pub struct StepRequest {
     pub job: Option<JobId>,
     /// What each task runs.
     pub argv: Vec<String>,
+    /// The step's name (`srun -J`); `None`: its command's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// The caller's environment (Wharf's own variables are set anew for each task).
     #[serde(default)]
     pub env: BTreeMap<String, String>,

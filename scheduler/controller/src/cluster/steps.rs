@@ -258,6 +258,20 @@ impl Cluster {
         if r.argv.is_empty() {
             return Err(refused(ErrorKind::InvalidInput, "a step needs a command"));
         }
+        let max = wharf_api::job::MAX_NAME;
+        if let Some(n) = r
+            .name
+            .as_ref()
+            .filter(|n| n.is_empty() || n.len() > max || n.chars().any(wharf_api::text::is_unsafe))
+        {
+            return Err(refused(
+                ErrorKind::InvalidInput,
+                format!(
+                    "step name {:?}: a step's name is 1 to {max} printable characters",
+                    wharf_api::text::bound_message(n.clone())
+                ),
+            ));
+        }
         let env_bytes: usize = r.env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
         if env_bytes > self.defaults.max_env_bytes {
             return Err(refused(
@@ -291,7 +305,8 @@ impl Cluster {
             .div_ceil(1000);
         let step = StepRecord {
             id: job.steps.len() as u32,
-            name: r.argv[0].rsplit('/').next().unwrap_or_default().to_string(),
+            name: (r.name.clone())
+                .unwrap_or_else(|| r.argv[0].rsplit('/').next().unwrap_or_default().to_string()),
             nodes: plan
                 .ranks
                 .iter()

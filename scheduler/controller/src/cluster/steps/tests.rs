@@ -353,6 +353,30 @@ fn a_failing_task_stops_the_step_elsewhere_and_decides_its_exit() {
 }
 
 #[test]
+fn a_step_takes_the_name_it_is_given_else_its_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = nodes(&dir, 1);
+    let id = running(&mut c, 1);
+    let named = StepRequest {
+        name: Some("prep".into()),
+        ..Default::default()
+    };
+    let step = c.start_step(ask(id, "g1", 1000, named), 2_000).unwrap();
+    assert_eq!(step.name, "prep");
+    let step = c.start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000);
+    assert_eq!(step.unwrap().name, "true");
+    for bad in ["", "a\nb", &"x".repeat(wharf_api::job::MAX_NAME + 1)] {
+        let req = StepRequest {
+            name: Some(bad.to_string()),
+            ..Default::default()
+        };
+        let e = c.start_step(ask(id, "g1", 1000, req), 2_000).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput, "{bad:?}");
+        assert!(e.message.contains("printable characters"), "{}", e.message);
+    }
+}
+
+#[test]
 fn the_jobs_end_ends_its_steps_and_steps_stopped_before_they_start_end_there() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = nodes(&dir, 2);
