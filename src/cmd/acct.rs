@@ -75,8 +75,9 @@ pub struct Args {
 const DEFAULT_FORMAT: &str = "JobID,JobName,Partition,Account,AllocCPUS,AllocGPUS,State,ExitCode";
 
 /// Columns `--format` takes, with what each shows.
-const COLUMNS: [(&str, &str); 29] = [
+const COLUMNS: [(&str, &str); 30] = [
     ("JobID", "job id (ARRAYID_TASK for array tasks)"),
+    ("JobIDRaw", "job id, an array task's own"),
     ("JobName", "name"),
     ("User", "owner"),
     ("Account", "account charged"),
@@ -180,7 +181,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
                 .iter()
                 .map(|c| match *c {
                     "State" if requeued => "REQUEUED".to_string(),
-                    "JobID" if batch => format!("{}.batch", cell(j, c, now)),
+                    "JobID" | "JobIDRaw" if batch => format!("{}.batch", cell(j, c, now)),
                     "JobName" if batch => "batch".to_string(),
                     // A script run once is one task, as sbatch's batch step.
                     "NTasks" if batch && j.spec.as_ref().is_some_and(|s| s.once) => "1".to_string(),
@@ -336,6 +337,7 @@ fn cell(j: &JobRecord, column: &str, now: u64) -> String {
     let opt = |v: Option<String>| v.unwrap_or_default();
     match column {
         "JobID" => j.label(),
+        "JobIDRaw" => j.id.to_string(),
         "JobName" => j.name.clone(),
         "User" => j.owner.user.clone(),
         "Account" => opt(spec.and_then(|s| s.account.clone())),
@@ -389,7 +391,7 @@ fn step_cell(j: &JobRecord, s: &wharf_api::step::StepRecord, column: &str, now: 
     let gpus = per_task(s.gpus_per_task, j.resources.gpus);
     let opt = |v: Option<String>| v.unwrap_or_default();
     match column {
-        "JobID" => format!("{}.{}", cell(j, "JobID", now), s.id),
+        "JobID" | "JobIDRaw" => format!("{}.{}", cell(j, column, now), s.id),
         "JobName" => s.name.clone(),
         "User" | "Account" | "Partition" | "QOS" | "Image" => cell(j, column, now),
         "State" => s.state().as_str().to_string(),
@@ -437,6 +439,16 @@ mod tests {
         job.state = JobState::Cancelled;
         // Cancelled while it waited: no exit, 0:0 as sacct prints it.
         assert_eq!(super::cell(&job, "ExitCode", 0), "0:0");
+        // An array's task: JobID as users name it, JobIDRaw its own id.
+        job.id = 76;
+        job.array = Some(wharf_api::array::ArrayTask {
+            job_id: 75,
+            task_id: 2,
+            throttle: None,
+            shape: Default::default(),
+        });
+        assert_eq!(super::cell(&job, "JobID", 0), "75_2");
+        assert_eq!(super::cell(&job, "JobIDRaw", 0), "76");
         let node = |n: &str| StepNode {
             node: n.into(),
             ..Default::default()
