@@ -15,8 +15,8 @@ job ids, they narrow those, whoever's they are (`wharf cancel 12 -t PD`: 12's pe
 #[derive(Debug, clap::Args)]
 #[command(after_help = FILTERS)]
 pub struct Args {
-    /// Job ids: ID, an array's ID (all its tasks) or ID_TASK; or JOB.STEP for one step of a
-    /// running job (the job goes on).
+    /// Job ids: ID, an array's ID (all its tasks), ID_TASK or ID_[LIST] (some of its tasks:
+    /// 20_[6-10], 20_[1,3]); or JOB.STEP for one step of a running job (the job goes on).
     #[arg(value_parser = super::job_or_step_arg)]
     jobs: Vec<String>,
     /// Only jobs in these states (e.g. pending, or Slurm's codes: PD,R).
@@ -47,7 +47,14 @@ impl Args {
 }
 
 /// Runs the command. Exit status 1 if any cancel was refused.
-pub async fn run(socket: &str, args: Args) -> Result<i32> {
+pub async fn run(socket: &str, mut args: Args) -> Result<i32> {
+    // An array's tasks listed in brackets are each named (checked when parsed).
+    args.jobs = (args.jobs.iter())
+        .flat_map(|j| match super::task_list(j) {
+            Some(Ok(tasks)) => tasks,
+            _ => vec![j.clone()],
+        })
+        .collect();
     if args.jobs.is_empty() && !args.filters() {
         anyhow::bail!(
             "name the jobs to cancel (IDs), or pick them with -t STATE, -u USER, -n NAME or \

@@ -35,9 +35,43 @@ pub fn job_arg(text: &str) -> Result<String, String> {
     }
 }
 
-/// A job or step argument of `wharf cancel`: [`job_arg`]'s forms, or `JOB.STEP` for one step
-/// of a job (`12.0`, `12_3.1`), as scancel takes them.
+/// Most tasks one `ID_[LIST]` argument may name.
+const MAX_LISTED_TASKS: usize = 10_000;
+
+/// An array's tasks named as scancel names them, `ID_[LIST]` (LIST as `--array` takes it:
+/// `6-10`, `1,3,5`, `0-15:4`), each as `ID_TASK`; `None` when `text` is not of that form.
+pub fn task_list(text: &str) -> Option<Result<Vec<String>, String>> {
+    let (id, rest) = text.split_once("_[")?;
+    let list = rest.strip_suffix(']')?;
+    if wharf_api::job::parse_job_ref(id).is_none() || id.contains('_') {
+        return Some(Err(format!(
+            "{:?}: write ARRAYID_[LIST], e.g. 20_[6-10] or 20_[1,3]",
+            crate::output::clean(text)
+        )));
+    }
+    let tasks = match wharf_api::array::parse_array(list) {
+        Ok(a) if a.throttle.is_some() => Err("a %N throttle names no task".to_string()),
+        Ok(a) if a.tasks.len() > MAX_LISTED_TASKS => Err(format!(
+            "{} tasks; at most {MAX_LISTED_TASKS} may be named at once",
+            a.tasks.len()
+        )),
+        Ok(a) => Ok(a.tasks),
+        Err(e) => Err(e),
+    };
+    Some(
+        tasks
+            .map(|t| t.iter().map(|t| format!("{id}_{t}")).collect())
+            .map_err(|e| format!("{}: {e}", crate::output::clean(text))),
+    )
+}
+
+/// A job or step argument of `wharf cancel`: [`job_arg`]'s forms, `ID_[LIST]` for some tasks
+/// of an array ([`task_list`]), or `JOB.STEP` for one step of a job (`12.0`, `12_3.1`), as
+/// scancel takes them.
 pub fn job_or_step_arg(text: &str) -> Result<String, String> {
+    if let Some(listed) = task_list(text) {
+        return listed.map(|_| text.to_string());
+    }
     match text.rsplit_once('.') {
         Some((job, step)) if wharf_api::job::parse_job_ref(job).is_some() => {
             match step.parse::<u32>() {
@@ -73,6 +107,30 @@ mod tests {
     /// What reaches a request's path is a job id and nothing else: before, `'1 '` failed with
     /// "invalid uri character", `'1?x=1'` and `%31` showed job 1, and `'186/cancel'` got a
     /// bare HTTP 405.
+    #[test]
+    fn an_arrays_tasks_are_listed_in_brackets_as_scancel_takes_them() {
+        let listed = |t: &str| super::task_list(t).map(|r| r.map_err(|e| e.to_string()));
+        assert_eq!(
+            listed("20_[6-8,10]"),
+            Some(Ok(vec![
+                "20_6".into(),
+                "20_7".into(),
+                "20_8".into(),
+                "20_10".into()
+            ]))
+        );
+        assert_eq!(listed("20_3"), None);
+        assert_eq!(listed("20"), None);
+        for bad in ["20_[]", "20_[1-3%2]", "x_[1]", "20_1_[2]", "20_[0-99999]"] {
+            assert!(matches!(listed(bad), Some(Err(_))), "{bad}");
+            assert!(super::job_or_step_arg(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            super::job_or_step_arg("20_[1,3]").as_deref(),
+            Ok("20_[1,3]")
+        );
+    }
+
     #[test]
     fn a_user_is_named_by_name_or_by_uid() {
         assert_eq!(super::user_name("0"), "root");
