@@ -180,12 +180,7 @@ impl JobFlags {
             ("error", &self.error),
             ("memlock", &self.memlock),
         ];
-        for (key, value) in pairs {
-            if let Some(v) = value {
-                set_option(&mut req, key, v).map_err(anyhow::Error::msg)?;
-            }
-        }
-        for (set, key) in [
+        let switches = [
             (self.rdma, "rdma"),
             (self.remap_root, "remap-root"),
             (self.writable, "writable"),
@@ -195,11 +190,8 @@ impl JobFlags {
             (self.requeue, "requeue"),
             (self.once, "once"),
             (self.every_task, "every-task"),
-        ] {
-            if set {
-                set_option(&mut req, key, "yes").map_err(anyhow::Error::msg)?;
-            }
-        }
+        ];
+        set_options(&mut req, &pairs, &switches, "yes")?;
         for m in &self.mounts {
             set_option(&mut req, "mount", m).map_err(anyhow::Error::msg)?;
         }
@@ -322,22 +314,30 @@ impl SbatchFlags {
             ("get-user-env", &self.get_user_env),
             ("propagate", &self.propagate),
         ];
-        for (key, value) in valued {
-            if let Some(v) = value {
-                set_option(&mut req, key, v).map_err(anyhow::Error::msg)?;
-            }
-        }
-        for (set, key) in [
+        let switches = [
             (self.oversubscribe, "oversubscribe"),
             (self.verbose > 0, "verbose"),
             (self.quiet, "quiet"),
-        ] {
-            if set {
-                set_option(&mut req, key, "").map_err(anyhow::Error::msg)?;
-            }
-        }
+        ];
+        set_options(&mut req, &valued, &switches, "")?;
         Ok(req)
     }
+}
+
+/// Sets on `req` each option of `valued` given a value and each switch set (to `on`), as
+/// the job file's lines would.
+fn set_options(
+    req: &mut JobRequest,
+    valued: &[(&str, &Option<String>)],
+    switches: &[(bool, &str)],
+    on: &str,
+) -> Result<()> {
+    let given = valued.iter().filter_map(|(k, v)| Some((*k, v.as_deref()?)));
+    let set = switches.iter().filter(|(s, _)| *s).map(|&(_, k)| (k, on));
+    for (key, value) in given.chain(set) {
+        set_option(req, key, value).map_err(anyhow::Error::msg)?;
+    }
+    Ok(())
 }
 
 /// Reads a job file into a request.
