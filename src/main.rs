@@ -89,16 +89,38 @@ enum Command {
     Shim(cmd::shim::Args),
 }
 
-/// The command line, with `srun` in front when this binary was called as `srun`.
+/// Slurm's commands this binary answers to when called by their names (a link named so, e.g.
+/// `ln -s "$(command -v wharf)" ~/bin/sbatch`), and the command each is: its flags are
+/// Slurm's where Wharf has them (see each command's `--help`).
+const SLURM_NAMES: [(&str, &[&str]); 8] = [
+    ("srun", &["srun"]),
+    ("sbatch", &["submit"]),
+    ("squeue", &["queue"]),
+    ("scancel", &["cancel"]),
+    ("sacct", &["acct"]),
+    ("sshare", &["share"]),
+    ("seff", &["eff"]),
+    ("sprio", &["queue", "--priority"]),
+];
+
+/// The command line, with the command in front when this binary was called by one of
+/// [`SLURM_NAMES`].
 fn args() -> Vec<std::ffi::OsString> {
-    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    as_called(std::env::args_os().collect())
+}
+
+/// `argv` as `wharf` takes it: a Slurm command's name in `argv[0]` becomes its command.
+fn as_called(mut argv: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     let called = argv
         .first()
         .and_then(|a| std::path::Path::new(a).file_name())
         .map(|n| n.to_os_string());
-    if called.is_some_and(|n| n == "srun") {
+    let found = SLURM_NAMES
+        .iter()
+        .find(|(name, _)| called.as_deref() == Some(std::ffi::OsStr::new(name)));
+    if let Some((_, command)) = found {
         argv[0] = "wharf".into();
-        argv.insert(1, "srun".into());
+        argv.splice(1..1, command.iter().map(std::ffi::OsString::from));
     }
     argv
 }
@@ -229,4 +251,41 @@ fn init_tracing(daemon: bool) {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn called(argv: &[&str]) -> Vec<String> {
+        let argv = argv.iter().map(std::ffi::OsString::from).collect();
+        (as_called(argv).into_iter())
+            .map(|a| a.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn slurms_command_names_are_their_commands() {
+        assert_eq!(
+            called(&["/usr/local/bin/sbatch", "-p", "gpu", "job.sh"]),
+            ["wharf", "submit", "-p", "gpu", "job.sh"]
+        );
+        assert_eq!(
+            called(&["sprio", "--me"]),
+            ["wharf", "queue", "--priority", "--me"]
+        );
+        assert_eq!(called(&["srun", "-N2", "x"]), ["wharf", "srun", "-N2", "x"]);
+        assert_eq!(called(&["wharf", "queue"]), ["wharf", "queue"]);
+        assert_eq!(called(&["squeue-old", "-h"]), ["squeue-old", "-h"]);
+        // Each parses as the command it names.
+        for (name, _) in SLURM_NAMES {
+            let argv: Vec<String> = called(&[name, "--help"]);
+            let e = Cli::try_parse_from(argv).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp, "{name}");
+        }
+        let cli = Cli::try_parse_from(called(&["squeue", "-h", "-u", "0"])).unwrap();
+        assert!(matches!(cli.command, Command::Queue(_)));
+        let cli = Cli::try_parse_from(called(&["sacct", "-X", "-P", "-j", "12"])).unwrap();
+        assert!(matches!(cli.command, Command::Acct(_)));
+    }
 }
