@@ -112,6 +112,26 @@ fn records_are_listed_filtered_and_kept_private() {
     ));
     assert_eq!(picked, [format!("{ok}|"), format!("{bobs}|")]);
 
+    // The binary called by Slurm's names is those commands, with their flags.
+    let slurm = |name: &str, args: &[&str]| -> Vec<String> {
+        let link = c.home(&alice).join(name);
+        if !link.exists() {
+            std::os::unix::fs::symlink(wharf_bin(), &link).unwrap();
+        }
+        lines(as_user(
+            &alice,
+            &c.home(&alice),
+            link.to_str().unwrap(),
+            args,
+            &c.socket,
+        ))
+    };
+    let failed = slurm("sacct", &["-X", "-P", "-n", "-o", "JobID,State", "-s", "F"]);
+    assert_eq!(failed, [format!("{bad}|FAILED")]);
+    let ended = slurm("squeue", &["-h", "-t", "CD,F", "-u", "wharf-alice"]);
+    assert_eq!(ended.len(), 2, "{ended:?}");
+    assert!(ended.iter().all(|l| !l.starts_with("JOBID")), "{ended:?}");
+
     // A window that ended before they were submitted holds none of them.
     let none = lines(acct(
         Some(&alice),
