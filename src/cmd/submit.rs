@@ -1,5 +1,6 @@
 //! `wharf submit`.
 
+use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -276,11 +277,14 @@ pub struct SbatchFlags {
     /// Usage is sampled by the nodes.
     #[arg(long)]
     acctg_freq: Option<String>,
-    /// The job gets no login environment; set variables with --env.
-    #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "[TIMEOUT]")]
+    /// The job gets no login environment; set variables with --env. (A value only after
+    /// `=`, as sbatch takes it: the word after it is the script.)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    #[arg(value_name = "TIMEOUT")]
     get_user_env: Option<String>,
-    /// The node's resource limits apply.
-    #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "[LIMITS]")]
+    /// The node's resource limits apply. (A value only after `=`.)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    #[arg(value_name = "LIMITS")]
     propagate: Option<String>,
     /// A job's CPUs, memory and GPUs are its own.
     #[arg(short = 's', long)]
@@ -438,7 +442,38 @@ fn wharf_flag(script_args: &[String]) -> Option<&str> {
 /// The job `args` describe: its file (and the script's arguments) or `--wrap`, under the
 /// flags.
 fn job_of(args: &Args) -> Result<JobRequest> {
+    job_from(
+        args,
+        &mut std::io::stdin().lock(),
+        std::io::stdin().is_terminal(),
+    )
+}
+
+/// [`job_of`], the script read from `stdin` where it comes from there: `-` in the file's
+/// place, or no file and no `--wrap` with `stdin` not a terminal (`sbatch <<EOF`, as sbatch
+/// reads it).
+fn job_from(args: &Args, stdin: &mut dyn Read, terminal: bool) -> Result<JobRequest> {
+    let piped = args.file.is_empty() && args.wrap.is_none() && !terminal;
+    let from_stdin = piped || args.file.first().is_some_and(|f| f == "-");
     let mut job = match (args.file.split_first(), &args.wrap) {
+        _ if from_stdin => {
+            let mut text = String::new();
+            let limit = wharf_api::jobfile::MAX_JOB_FILE as u64 + 1;
+            stdin
+                .take(limit)
+                .read_to_string(&mut text)
+                .context("reading the script from standard input")?;
+            // Named as sbatch names a job read from its standard input, errors with it.
+            let mut job = parse_job_file("sbatch", &text).map_err(anyhow::Error::msg)?;
+            if job.script.is_none() || text.trim().is_empty() {
+                anyhow::bail!(
+                    "standard input held no script: give a job file, --wrap 'COMMAND', or a \
+                     script on standard input (wharf submit <<EOF)"
+                );
+            }
+            job.args = args.file.iter().skip(1).cloned().collect();
+            job
+        }
         (Some((f, script_args)), _) => {
             let mut job = read_job_file(&PathBuf::from(f))?;
             if !script_args.is_empty() {
@@ -466,7 +501,10 @@ fn job_of(args: &Args) -> Result<JobRequest> {
             name: Some("wrap".into()),
             ..Default::default()
         },
-        (None, None) => anyhow::bail!("give a job file (job.toml or a script) or --wrap 'COMMAND'"),
+        (None, None) => anyhow::bail!(
+            "give a job file (job.toml or a script), --wrap 'COMMAND', or a script on standard \
+             input (wharf submit <<EOF)"
+        ),
     };
     job = job.overlay(args.flags.to_request()?);
     job = job.overlay(args.sbatch.to_request()?);
@@ -606,7 +644,41 @@ mod tests {
             "FILE" => path.as_str(),
             w => w,
         }));
-        job_of(&Cli::try_parse_from(argv).unwrap().args)
+        job_from(
+            &Cli::try_parse_from(argv).unwrap().args,
+            &mut std::io::empty(),
+            true,
+        )
+    }
+
+    #[test]
+    fn a_script_comes_from_standard_input_as_sbatch_reads_it() {
+        let args = |words: &[&str]| {
+            let argv = std::iter::once("submit").chain(words.iter().copied());
+            Cli::try_parse_from(argv).unwrap().args
+        };
+        let script = "#!/bin/sh\n#SBATCH -n 2\necho $1\n";
+        let piped = |words: &[&str], text: &str, terminal| {
+            job_from(&args(words), &mut text.as_bytes(), terminal)
+        };
+        // Piped with no file, or `-` with the script's arguments after it.
+        let j = piped(&["-p", "gpu"], script, false).unwrap();
+        assert_eq!(j.script.as_deref(), Some(script));
+        assert_eq!((j.name.as_deref(), j.ntasks), (Some("sbatch"), Some(2)));
+        assert_eq!(j.partition.as_deref(), Some("gpu"));
+        let j = piped(&["-", "a", "b"], script, true).unwrap();
+        assert_eq!(j.args, ["a", "b"]);
+        // A terminal is not read; empty input is no script; too much is refused.
+        let e = piped(&[], script, true).unwrap_err().to_string();
+        assert!(e.contains("give a job file"), "{e}");
+        let e = piped(&[], "", false).unwrap_err().to_string();
+        assert!(e.contains("standard input held no script"), "{e}");
+        let huge = format!(
+            "#!/bin/sh\n{}",
+            "x".repeat(wharf_api::jobfile::MAX_JOB_FILE)
+        );
+        let e = piped(&[], &huge, false).unwrap_err().to_string();
+        assert!(e.contains("the limit is"), "{e}");
     }
 
     #[test]
@@ -618,14 +690,22 @@ mod tests {
                 "--open-mode",
                 "truncate",
                 "-v",
-                "--get-user-env",
                 "-s",
+                "--get-user-env",
                 "FILE",
             ],
             "#!/bin/sh\ntrue\n",
         )
         .unwrap();
         assert_eq!(j.env.get("FOO").map(String::as_str), Some("bar"));
+        // The word after a switch whose value is optional is the script, as sbatch takes it.
+        assert_eq!(j.name.as_deref(), Some("job.sh"));
+        let p = job(
+            &["--propagate=STACK", "--get-user-env=10L", "FILE"],
+            "true\n",
+        )
+        .unwrap();
+        assert!(ignored_warning(&p).unwrap().contains("--propagate"));
         let w = ignored_warning(&j).unwrap();
         for name in [
             "--mail-type",

@@ -298,7 +298,7 @@ impl Cluster {
             return match self.store.job(id)? {
                 Some(j) if caller.may_manage(&j) => Err(Failure::new(
                     ErrorKind::Conflict,
-                    format!("job {id} has already ended ({})", j.state),
+                    format!("job {} has already ended ({})", j.label(), j.state),
                 )),
                 Some(_) => Err(not_yours(id)),
                 None => Err(Failure::new(ErrorKind::NotFound, format!("no job {id}"))),

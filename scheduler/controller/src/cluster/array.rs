@@ -145,10 +145,6 @@ impl Cluster {
         let Some(tasks) = self.active_tasks(caller, array_id)? else {
             return Ok(None);
         };
-        if tasks.len() == 1 && tasks[0].id != array_id {
-            // One task left, not the one named: the plain cancel says it as well.
-            return Ok(None);
-        }
         let mut wake = Vec::new();
         let changed: Vec<JobRecord> = tasks
             .into_iter()

@@ -25,7 +25,8 @@ impl Cluster {
                 Some(j) if caller.may_manage(&j) => Err(Failure::new(
                     ErrorKind::Conflict,
                     format!(
-                        "job {id} has already ended ({}); only a running job can be requeued",
+                        "job {} has already ended ({}); only a running job can be requeued",
+                        j.label(),
                         j.state
                     ),
                 )),

@@ -92,6 +92,23 @@ fn the_throttle_bounds_running_tasks_and_the_rest_say_why() {
     assert_eq!(c.jobs.len(), 2);
 }
 
+/// The array's id cancels what is left of it, however few: before, with its first task
+/// ended and one other left, the cancel fell to the first task alone and was refused as
+/// ended, and the last task ran on.
+#[test]
+fn the_arrays_id_cancels_its_last_task_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let id = submit_array(&mut c, "1-3").unwrap();
+    for task in [id, id + 1] {
+        c.cancel(&alice(), task, 15).unwrap();
+    }
+    assert_eq!(c.jobs.len(), 1, "one task left");
+    let (first, _) = c.cancel_array(&alice(), id, 20).unwrap().unwrap();
+    assert_eq!(first.id, id + 2);
+    assert!(c.jobs.is_empty() || c.jobs.values().all(|j| j.cancel_requested));
+}
+
 /// Tasks that could not start anyway take no place under the throttle: with tasks 0 and 1
 /// held, 2 and 3 run, and the held ones say they are held (before, the held pair took both
 /// places, so nothing ran, and the tasks behind them blamed the throttle).
