@@ -393,17 +393,46 @@ impl Interrupts {
     }
 }
 
+/// The output and error files of a run that names none, which it passes on and removes: the
+/// tasks' standard output and error apart, as srun keeps them, in the directory it runs in,
+/// or in `home` where that one may not be written to (the node writes them as the user).
+fn passing_files(
+    cwd: &std::path::Path,
+    home: Option<&std::path::Path>,
+    writable: impl Fn(&std::path::Path) -> bool,
+) -> (Option<String>, Option<String>) {
+    let dir = match home {
+        // A `%` of the path is the path's, not a pattern's letter.
+        Some(h) if !writable(cwd) && writable(h) => format!("{}/", h.display()).replace('%', "%%"),
+        _ => String::new(),
+    };
+    (
+        Some(format!("{dir}wharf-%j.out")),
+        Some(format!("{dir}wharf-%j.err")),
+    )
+}
+
+/// Whether this process may write in `dir`.
+fn writable(dir: &std::path::Path) -> bool {
+    nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_ok()
+}
+
 /// Runs the command.
 pub async fn run(socket: &str, args: Args) -> Result<i32> {
     let flags = args.flags.to_request()?;
     let keep_files = flags.output.is_some() || flags.error.is_some();
-    let job = interactive(
+    let mut job = interactive(
         JobRequest {
             command: Some(args.command.clone()),
             ..Default::default()
         }
         .overlay(flags),
     );
+    if !keep_files {
+        let cwd = std::env::current_dir().context("reading the current directory")?;
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        (job.output, job.error) = passing_files(&cwd, home.as_deref(), writable);
+    }
     // Taken from before the submit: a signal while it is under way cancels the job once its
     // id is known (a second one ends this command at once, submitted or not).
     let mut interrupts = Interrupts::new()?;
@@ -532,6 +561,28 @@ fn unread_input() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_keeps_output_and_errors_apart_where_it_may_write() {
+        use std::path::Path;
+        let files = |cwd_ok: bool, home: Option<&str>| {
+            let home = home.map(Path::new);
+            super::passing_files(Path::new("/work"), home, |d| {
+                d == Path::new("/work") && cwd_ok || d != Path::new("/work")
+            })
+        };
+        let here = (Some("wharf-%j.out".into()), Some("wharf-%j.err".into()));
+        assert_eq!(files(true, Some("/home/ann")), here);
+        assert_eq!(
+            files(false, Some("/home/a%n")),
+            (
+                Some("/home/a%%n/wharf-%j.out".into()),
+                Some("/home/a%%n/wharf-%j.err".into())
+            )
+        );
+        // Nowhere better: the job says why it cannot write there.
+        assert_eq!(files(false, None), here);
+    }
 
     #[test]
     fn a_run_is_not_requeued_unless_asked() {

@@ -190,9 +190,14 @@ fn run_passes_on_every_tasks_output_and_leaves_no_file_it_was_not_asked_for() {
         "echo task $SLURM_PROCID; echo oops $SLURM_PROCID >&2",
     );
     assert!(out.status.success(), "{}\n{}", stderr(&out), c.log());
-    let text = stdout(&out);
-    for line in ["task 0\n", "task 1\n", "oops 0\n", "oops 1\n"] {
+    // Each stream where srun puts it: the tasks' errors on stderr.
+    let (text, errors) = (stdout(&out), stderr(&out));
+    for line in ["task 0\n", "task 1\n"] {
         assert!(text.contains(line), "{line:?} not in {text:?}");
+    }
+    for line in ["oops 0\n", "oops 1\n"] {
+        assert!(errors.contains(line), "{line:?} not in {errors:?}");
+        assert!(!text.contains(line), "{line:?} in {text:?}");
     }
     let left = |prefix: &str| -> Vec<String> {
         std::fs::read_dir(c.home(&u))
@@ -202,6 +207,20 @@ fn run_passes_on_every_tasks_output_and_leaves_no_file_it_was_not_asked_for() {
             .filter(|n| n.starts_with(prefix))
             .collect()
     };
+    assert!(left("wharf-").is_empty(), "{:?}", left("wharf-"));
+    // From a directory the user may not write in, the files go to their home, and go.
+    let ro = c.dir.join("ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    let out = setpriv(&u)
+        .arg(wharf_bin())
+        .args(["run", "--image", "host", "--", "sh", "-c", "echo from ro"])
+        .env("WHARF_SOCKET", &c.socket)
+        .env("HOME", c.home(&u))
+        .current_dir(&ro)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "from ro\n");
     assert!(left("wharf-").is_empty(), "{:?}", left("wharf-"));
     // Files it names are the user's: kept, and still passed on.
     let out = c.run_sh(
