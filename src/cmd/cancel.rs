@@ -20,7 +20,7 @@ pub struct Args {
     #[arg(value_parser = super::job_or_step_arg)]
     jobs: Vec<String>,
     /// Only jobs in these states (e.g. pending, or Slurm's codes: PD,R).
-    #[arg(short = 't', long, value_delimiter = ',')]
+    #[arg(short = 't', long, visible_alias = "states", value_delimiter = ',')]
     state: Vec<String>,
     /// Only these users' jobs (default: your own, when filtering).
     #[arg(short, long, value_delimiter = ',', value_name = "USER")]

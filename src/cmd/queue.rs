@@ -24,7 +24,7 @@ pub struct Args {
     me: bool,
     /// Only jobs in these states (e.g. running,pending, or Slurm's codes: R,PD); naming an
     /// ended one (CD, F, ...) or `all` shows ended jobs too, as --all does.
-    #[arg(short = 't', long, value_delimiter = ',')]
+    #[arg(short = 't', long, visible_alias = "states", value_delimiter = ',')]
     state: Vec<String>,
     /// Only these users' jobs (squeue -u).
     #[arg(short, long, value_delimiter = ',', value_name = "USER")]
