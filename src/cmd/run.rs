@@ -32,9 +32,19 @@ struct Tail {
 
 impl Tail {
     fn pump(&mut self, out: &mut dyn Write) {
-        let Ok(mut f) = std::fs::File::open(&self.path) else {
+        // Only a regular file is followed: a FIFO or device another user put at the name (in
+        // a directory all may write in) must not hold this command in its open or read.
+        use std::os::unix::fs::OpenOptionsExt;
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(&self.path);
+        let Ok(mut f) = opened else {
             return;
         };
+        if !f.metadata().is_ok_and(|m| m.is_file()) {
+            return;
+        }
         if f.seek(SeekFrom::Start(self.offset)).is_err() {
             return;
         }
@@ -561,6 +571,34 @@ fn unread_input() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_regular_file_is_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("wharf-1.out");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        // Before, opening a FIFO put at the name waited for a writer for ever.
+        let (done, waited) = std::sync::mpsc::channel();
+        let path = fifo.display().to_string();
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            super::Tail { path, offset: 0 }.pump(&mut out);
+            let _ = done.send(out);
+        });
+        let out = waited
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("a FIFO held the pump");
+        assert!(out.is_empty());
+        let file = dir.path().join("wharf-2.out");
+        std::fs::write(&file, "hello\n").unwrap();
+        let mut tail = super::Tail {
+            path: file.display().to_string(),
+            offset: 0,
+        };
+        let mut out = Vec::new();
+        tail.pump(&mut out);
+        assert_eq!(out, b"hello\n");
+    }
 
     #[test]
     fn a_run_keeps_output_and_errors_apart_where_it_may_write() {
