@@ -80,9 +80,11 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
 }
 
 fn efficiency(j: &JobRecord) -> Efficiency<'_> {
+    // A job still running has run until now.
+    let now = (j.state.holds_resources()).then(wharf_controller::now_ms);
     let elapsed_ms = j
         .start_time
-        .zip(j.end_time)
+        .zip(j.end_time.or(now))
         .map(|(s, e)| e.saturating_sub(s));
     // Its steps' too: most jobs that use srun do their work there.
     let usage = j.usage_with_steps();
@@ -226,6 +228,26 @@ mod tests {
         };
         e.hints = hints(&e);
         e.hints
+    }
+
+    #[test]
+    fn a_running_job_has_run_until_now() {
+        let owner = wharf_api::Owner {
+            uid: 1000,
+            gid: 1000,
+            user: "ann".into(),
+        };
+        let res = wharf_api::Resources::default();
+        let mut j = JobRecord::pending(owner, "j".into(), res, 60, 0);
+        assert_eq!(efficiency(&j).elapsed_ms, None, "never started");
+        j.state = wharf_api::JobState::Running;
+        let start = wharf_controller::now_ms() - 5_000;
+        j.start_time = Some(start);
+        let ran = efficiency(&j).elapsed_ms.unwrap();
+        assert!((5_000..60_000).contains(&ran), "{ran}");
+        j.state = wharf_api::JobState::Completed;
+        j.end_time = Some(start + 2_000);
+        assert_eq!(efficiency(&j).elapsed_ms, Some(2_000));
     }
 
     #[test]
