@@ -9,6 +9,8 @@ use wharf_client::{Client, Endpoint};
 
 use crate::output;
 
+mod format;
+
 /// Arguments.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -47,9 +49,30 @@ pub struct Args {
     /// No header line (squeue -h; help is --help here).
     #[arg(short = 'h', long)]
     noheader: bool,
+    /// Lines of squeue's `%` fields, e.g. "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R": %i id
+    /// (ARRAYID_TASK), %A own id, %F array id, %K task id, %j name, %u user, %P partition, %t
+    /// state code, %T state, %M time used, %l limit, %D nodes, %C CPUs, %m memory per node,
+    /// %b GPUs per node, %N nodes, %r reason, %R reason or nodes, %S start; %[.]N sizes a
+    /// field (cut to N, `.` to the right), %% is %.
+    #[arg(short = 'o', long, value_name = "FORMAT", conflicts_with_all = ["json", "priority"])]
+    format: Option<String>,
     /// Print help.
     #[arg(long, action = clap::ArgAction::Help)]
     help: Option<bool>,
+}
+
+/// The lines `-o FORMAT` makes of `rows`, after its header line when `header`.
+fn print_lines(f: &format::Format, rows: &[JobRow], now: u64, header: bool) {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let lines = (header.then(|| f.header()).into_iter()).chain(rows.iter().map(|j| f.row(j, now)));
+    for line in lines {
+        // A closed pipe (`| head`) ends the listing.
+        if writeln!(out, "{}", line.trim_end()).is_err() {
+            return;
+        }
+    }
+    let _ = out.flush();
 }
 
 /// Whether `-t` asks for ended jobs: squeue's `all` (every state: the filter is dropped), or
@@ -123,9 +146,18 @@ pub async fn run(socket: &str, mut args: Args) -> Result<i32> {
         println!("{}", serde_json::to_string_pretty(&JobList { jobs })?);
         return Ok(0);
     }
+    let format = args
+        .format
+        .as_deref()
+        .map(format::Format::parse)
+        .transpose()?;
     // The table shows no part of a spec: rows of what it shows are enough.
     with_rows(&client, finished, args.me, &picked, |rows| {
-        output::print_table(&table(&rows, wharf_controller::now_ms(), !args.noheader));
+        let now = wharf_controller::now_ms();
+        match &format {
+            Some(f) => print_lines(f, &rows, now, !args.noheader),
+            None => output::print_table(&table(&rows, now, !args.noheader)),
+        }
     })
     .await?;
     Ok(0)
@@ -460,7 +492,7 @@ fn table(rows: &[JobRow], now: u64, header: bool) -> output::Table {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::borrow::Cow;
 
     use wharf_api::listing::{JobRow, PullCounts};
@@ -624,7 +656,7 @@ mod tests {
         );
     }
 
-    fn row(id: u64, state: JobState) -> JobRow<'static> {
+    pub(super) fn row(id: u64, state: JobState) -> JobRow<'static> {
         JobRow {
             id,
             array: None,

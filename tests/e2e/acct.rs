@@ -131,6 +131,14 @@ fn records_are_listed_filtered_and_kept_private() {
     let ended = slurm("squeue", &["-h", "-t", "CD,F", "-u", "wharf-alice"]);
     assert_eq!(ended.len(), 2, "{ended:?}");
     assert!(ended.iter().all(|l| !l.starts_with("JOBID")), "{ended:?}");
+    let mut ids = slurm(
+        "squeue",
+        &["-h", "-t", "all", "-u", "wharf-alice", "-o", "%i %t"],
+    );
+    ids.sort();
+    let mut want = [format!("{ok} CD"), format!("{bad} F")];
+    want.sort();
+    assert_eq!(ids, want);
 
     // A window that ended before they were submitted holds none of them.
     let none = lines(acct(

@@ -1,0 +1,285 @@
+//! `wharf queue -o FORMAT`: squeue's `%` fields, for scripts written for `squeue -o`.
+//!
+//! A field is `%[[.]SIZE]LETTER`: at least SIZE columns (cut to SIZE where longer, as squeue
+//! does), left-justified, or right-justified after a `.`; other text is copied as it is, and
+//! `%%` is one `%`.
+
+use anyhow::Result;
+use wharf_api::listing::JobRow;
+use wharf_api::resources::{format_duration, format_memory};
+use wharf_api::JobState;
+
+/// The letters a format takes: each with its header and what it shows.
+pub(super) const FIELDS: [(char, &str, &str); 19] = [
+    ('i', "JOBID", "job id (ARRAYID_TASK for an array's task)"),
+    ('A', "JOBID", "the job's own id (an array task's)"),
+    (
+        'F',
+        "ARRAY_JOB_ID",
+        "the array's id (the job's own outside one)",
+    ),
+    (
+        'K',
+        "ARRAY_TASK_ID",
+        "the array task's id (N/A outside one)",
+    ),
+    ('j', "NAME", "name"),
+    ('u', "USER", "owner"),
+    ('P', "PARTITION", "partition"),
+    ('t', "ST", "state, as a code (PD, R, CD, ...)"),
+    ('T', "STATE", "state"),
+    ('M', "TIME", "time used"),
+    ('l', "TIME_LIMIT", "time limit"),
+    ('D', "NODES", "nodes"),
+    ('C', "CPUS", "CPUs, on all its nodes"),
+    ('m', "MIN_MEMORY", "memory per node"),
+    (
+        'b',
+        "TRES_PER_NODE",
+        "GPUs per node (gres/gpu:N), N/A without",
+    ),
+    ('N', "NODELIST", "its nodes"),
+    ('r', "REASON", "why it waits (None when it does not)"),
+    ('R', "NODELIST(REASON)", "why it waits, else its nodes"),
+    (
+        'S',
+        "START_TIME",
+        "when it started, or is expected to (N/A)",
+    ),
+];
+
+/// One piece of a format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    Field {
+        letter: char,
+        size: Option<usize>,
+        right: bool,
+    },
+}
+
+/// A parsed format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Format(Vec<Piece>);
+
+/// Widest field a format may ask for.
+const MAX_SIZE: usize = 1000;
+
+impl Format {
+    /// Parses `text`; an unknown letter, a size with nothing after it, or a size past 1000
+    /// is refused, naming it.
+    pub(super) fn parse(text: &str) -> Result<Format> {
+        let mut pieces = Vec::new();
+        let mut literal = String::new();
+        let mut chars = text.chars().peekable();
+        while let Some(c) = chars.next() {
+            if c != '%' {
+                literal.push(c);
+                continue;
+            }
+            if chars.peek() == Some(&'%') {
+                chars.next();
+                literal.push('%');
+                continue;
+            }
+            let right = chars.next_if_eq(&'.').is_some();
+            // printf's `-` (left, which is the default) is taken as written.
+            let left = chars.next_if_eq(&'-').is_some();
+            let right = right && !left;
+            let mut digits = String::new();
+            while let Some(d) = chars.next_if(char::is_ascii_digit) {
+                digits.push(d);
+            }
+            let size = match digits.as_str() {
+                "" => None,
+                d => Some(
+                    d.parse::<usize>()
+                        .ok()
+                        .filter(|&n| n <= MAX_SIZE)
+                        .ok_or_else(|| {
+                            anyhow::anyhow!("-o: a field's size is at most {MAX_SIZE}, found {d}")
+                        })?,
+                ),
+            };
+            let Some(letter) = chars.next() else {
+                anyhow::bail!("-o: {text:?} ends in the middle of a field (a % with no letter)");
+            };
+            if !FIELDS.iter().any(|(l, _, _)| *l == letter) {
+                let known: String = FIELDS.iter().map(|(l, _, _)| *l).collect();
+                anyhow::bail!(
+                    "-o: %{} is not a field Wharf shows; the fields are %{} (see wharf queue \
+                     --help)",
+                    crate::output::clean(&letter.to_string()),
+                    known
+                        .chars()
+                        .map(String::from)
+                        .collect::<Vec<_>>()
+                        .join(" %")
+                );
+            }
+            if !literal.is_empty() {
+                pieces.push(Piece::Text(std::mem::take(&mut literal)));
+            }
+            pieces.push(Piece::Field {
+                letter,
+                size,
+                right,
+            });
+        }
+        if !literal.is_empty() {
+            pieces.push(Piece::Text(literal));
+        }
+        Ok(Format(pieces))
+    }
+
+    /// The header line: each field's name, sized as its values are.
+    pub(super) fn header(&self) -> String {
+        self.line(|letter| {
+            let (_, name, _) = FIELDS.iter().find(|(l, _, _)| *l == letter).copied()?;
+            Some(name.to_string())
+        })
+    }
+
+    /// The line of job `j` at `now`.
+    pub(super) fn row(&self, j: &JobRow, now: u64) -> String {
+        self.line(|letter| Some(value(j, letter, now)))
+    }
+
+    fn line(&self, mut of: impl FnMut(char) -> Option<String>) -> String {
+        let mut out = String::new();
+        for p in &self.0 {
+            match p {
+                Piece::Text(t) => out.push_str(t),
+                Piece::Field {
+                    letter,
+                    size,
+                    right,
+                } => {
+                    let v = crate::output::clean(&of(*letter).unwrap_or_default()).into_owned();
+                    match size {
+                        None => out.push_str(&v),
+                        Some(n) => {
+                            let cut: String = v.chars().take(*n).collect();
+                            let pad = " ".repeat(n.saturating_sub(cut.chars().count()));
+                            if *right {
+                                out.push_str(&pad);
+                                out.push_str(&cut);
+                            } else {
+                                out.push_str(&cut);
+                                out.push_str(&pad);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Field `letter` of job `j` at `now`, as squeue writes it.
+fn value(j: &JobRow, letter: char, now: u64) -> String {
+    let waiting = j.state == JobState::Pending;
+    let reason = || {
+        j.reason
+            .as_deref()
+            .filter(|r| !r.is_empty())
+            .unwrap_or("None")
+            .to_string()
+    };
+    let nodes = || {
+        if j.nodelist.is_empty() {
+            String::new()
+        } else {
+            j.nodelist.to_string()
+        }
+    };
+    match letter {
+        'i' => j
+            .array
+            .map_or_else(|| j.id.to_string(), |(a, t)| format!("{a}_{t}")),
+        'A' => j.id.to_string(),
+        'F' => j.array.map_or(j.id, |(a, _)| a).to_string(),
+        'K' => j.array.map_or_else(|| "N/A".into(), |(_, t)| t.to_string()),
+        'j' => j.name.to_string(),
+        'u' => j.user.to_string(),
+        'P' => j.partition.to_string(),
+        't' => j.state.code().to_string(),
+        'T' => j.state.as_str().to_string(),
+        'M' => format_duration(j.elapsed_ms(now) / 1000),
+        'l' => format_duration(j.time_limit),
+        'D' => j.nodes.to_string(),
+        'C' => (j.resources.cpus * j.nodes.max(1)).to_string(),
+        'm' => format_memory(j.resources.memory),
+        'b' => match j.resources.gpus {
+            0 => "N/A".into(),
+            n => format!("gres/gpu:{n}"),
+        },
+        'N' => nodes(),
+        'r' => {
+            if waiting {
+                reason()
+            } else {
+                "None".into()
+            }
+        }
+        'R' => {
+            if waiting {
+                format!("({})", reason())
+            } else {
+                nodes()
+            }
+        }
+        'S' => match j.start_time.or(j.expected_start) {
+            Some(t) => crate::output::time(Some(t)),
+            None => "N/A".into(),
+        },
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use wharf_api::JobState;
+
+    use super::Format;
+    use crate::cmd::queue::tests::row;
+
+    #[test]
+    fn squeues_fields_are_sized_cut_and_justified_as_squeue_does() {
+        let f = Format::parse("%.6i|%-5j|%2t|%5u|%R|%%|%C %b %m").unwrap();
+        let mut waiting = row(12, JobState::Pending);
+        waiting.reason = Some(Cow::Borrowed("Priority"));
+        assert_eq!(
+            f.header(),
+            " JOBID|NAME |ST|USER |NODELIST(REASON)|%|CPUS TRES_PER_NODE MIN_MEMORY"
+        );
+        assert_eq!(
+            f.row(&waiting, 0),
+            "    12|train|PD|alice|(Priority)|%|4 gres/gpu:1 1.5G"
+        );
+        let mut running = row(13, JobState::Running);
+        running.array = Some((10, 3));
+        running.nodelist = Cow::Borrowed("gpu[1-2]");
+        running.nodes = 2;
+        running.start_time = Some(1_000);
+        let f = Format::parse("%i %A %F %K %M %l %D %C %N %r %S %.3T").unwrap();
+        assert_eq!(
+            f.row(&running, 61_000),
+            "10_3 13 10 3 00:01:00 01:00:00 2 8 gpu[1-2] None 1970-01-01T00:00:01Z RUN"
+        );
+        // Only what squeue would print of a job's id: a line per job, easy to cut.
+        assert_eq!(Format::parse("%i").unwrap().row(&waiting, 0), "12");
+        for (bad, why) in [
+            ("%Z", "%Z is not a field"),
+            ("%.10", "ends in the middle of a field"),
+            ("%5000i", "at most 1000"),
+        ] {
+            let e = Format::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+}
