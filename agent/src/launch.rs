@@ -1103,7 +1103,7 @@ pub fn container_id(id: u64, local: u32) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use wharf_api::fault::FaultKind;
 
@@ -1123,7 +1123,7 @@ mod tests {
         }
     }
 
-    fn cfg(dev_root: &Path) -> AgentConfig {
+    pub(crate) fn cfg(dev_root: &Path) -> AgentConfig {
         AgentConfig {
             controller: wharf_client::Endpoint::parse("/nonexistent/wharf.sock"),
             controller_tls: None,

@@ -434,7 +434,14 @@ pub fn launch(
                     if job_cgroup_is_flat(&cfg.state_dir, order.id) {
                         spec.job_cgroup = None;
                     }
-                    launcher.launch(&dir, &spec).map_err(crate::launch::LaunchError::from)
+                    launcher.launch(&dir, &spec).map_err(crate::launch::LaunchError::from)?;
+                    if so.own_time_limit {
+                        if let Err(e) = JobDir::write_private(&dir.own_time_limit(), b"1") {
+                            // Its limit then follows the job's as a step's without one does.
+                            tracing::warn!(job = order.id, step = so.step, error = %e, "cannot mark a step's own time limit");
+                        }
+                    }
+                    Ok(())
                 })
                 .err()
                 .map(|e| {
@@ -487,6 +494,10 @@ pub fn shift_limits(cfg: &AgentConfig, job: JobId, delta: i64) {
             continue;
         }
         for (_, dir) in dirs {
+            // A step's own limit stays: the job's end ends it all the same.
+            if dir.own_time_limit().exists() {
+                continue;
+            }
             let Some(held) = dir.held_time_limit() else {
                 continue;
             };
@@ -737,6 +748,29 @@ async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_change_of_the_jobs_limit_moves_its_steps_but_those_with_their_own() {
+        let root = tempfile::tempdir().unwrap();
+        let cfg = crate::launch::tests::cfg(root.path());
+        let jobs = cfg.state_dir.join("jobs");
+        let task = |step: u32, limit: u64, own: bool| {
+            let dir = JobDir::new(jobs.join(dir_name(7, step, 0)));
+            std::fs::create_dir_all(dir.path()).unwrap();
+            dir.write_time_limit(limit).unwrap();
+            if own {
+                JobDir::write_private(&dir.own_time_limit(), b"1").unwrap();
+            }
+            dir
+        };
+        let (follows, own) = (task(0, 3_000, false), task(1, 60, true));
+        shift_limits(&cfg, 7, 600);
+        assert_eq!(follows.held_time_limit(), Some(3_600));
+        assert_eq!(own.held_time_limit(), Some(60), "its own limit stays");
+        shift_limits(&cfg, 7, -3_000);
+        assert_eq!(follows.held_time_limit(), Some(600));
+        assert_eq!(own.held_time_limit(), Some(60));
+    }
 
     #[test]
     fn step_calls_are_bounded_per_job_and_in_all_and_given_back_when_they_end() {

@@ -67,6 +67,11 @@ impl JobDir {
     pub fn time_limit(&self) -> PathBuf {
         self.root.join("time_limit")
     }
+    /// Marks a step task whose time limit is the step's own (`srun -t`): a change of its
+    /// job's limit does not move it.
+    pub fn own_time_limit(&self) -> PathBuf {
+        self.root.join("own_time_limit")
+    }
     /// The time limit [`JobDir::time_limit`] holds, if it has one.
     pub fn read_time_limit(&self) -> Option<u64> {
         std::fs::read_to_string(self.time_limit())

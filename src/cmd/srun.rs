@@ -265,7 +265,6 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
             }
         }
         let outside_only = [
-            ("--time", args.time.is_some()),
             ("--partition", args.partition.is_some()),
             ("--account", args.account.is_some()),
             ("--mem", args.mem.is_some()),
@@ -283,8 +282,12 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
         }
         return Ok(Plan::Step(Box::new(step::Args {
             nodes: args.nodes,
-            // Inside a job, -J names the step, as srun's does.
+            // Inside a job, -J names the step and -t limits it, as srun's do.
             job_name: args.job_name,
+            time: (args.time.as_deref())
+                .map(step::step_time)
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("srun: {e}"))?,
             nodelist: args.nodelist,
             ntasks_per_node: args.ntasks_per_node,
             ntasks: args.ntasks,
@@ -441,15 +444,18 @@ mod tests {
         let a = parse(&["--ntasks-per-node=2", "-c", "3", "true"]);
         let e = plan(a, &env_of(IN_JOB)).unwrap_err().to_string();
         assert!(e.contains("more than the job's 4 CPUs"), "{e}");
-        let e = plan(parse(&["-t", "5", "true"]), &env_of(IN_JOB))
+        let e = plan(parse(&["-p", "gpu", "true"]), &env_of(IN_JOB))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("--time is a job's"), "{e}");
-        // -J names the step.
-        let Plan::Step(s) = plan(parse(&["-J", "prep", "true"]), &env_of(IN_JOB)).unwrap() else {
+        assert!(e.contains("--partition is a job's"), "{e}");
+        // -J names the step, -t limits it (minutes, as a job's).
+        let a = parse(&["-J", "prep", "-t", "5", "true"]);
+        let Plan::Step(s) = plan(a, &env_of(IN_JOB)).unwrap() else {
             panic!("not a step")
         };
-        assert_eq!(s.job_name.as_deref(), Some("prep"));
+        assert_eq!((s.job_name.as_deref(), s.time), (Some("prep"), Some(300)));
+        let e = plan(parse(&["-t", "soon", "true"]), &env_of(IN_JOB)).unwrap_err();
+        assert!(e.to_string().contains("srun: --time"), "{e}");
     }
 
     #[test]

@@ -23,6 +23,10 @@ pub struct Args {
     /// The step's name, as `wharf acct --steps` shows it (default: its command's).
     #[arg(short = 'J', long)]
     pub job_name: Option<String>,
+    /// The step's time limit (10, 1:30:00, 2-0, as the job's), within what is left of the
+    /// job's (default: that).
+    #[arg(short = 't', long, value_name = "TIME", value_parser = step_time)]
+    pub time: Option<u64>,
     /// Run on these of the job's nodes (a host list, e.g. `gpu[01-02]`).
     #[arg(short = 'w', long)]
     pub nodelist: Option<String>,
@@ -159,6 +163,9 @@ pub async fn run(args: Args) -> Result<i32> {
         job: args.jobid,
         argv: args.command,
         name: args.job_name,
+        time_limit: args
+            .time
+            .filter(|&t| t != wharf_api::resources::UNLIMITED_TIME),
         env,
         workdir: workdir.map(|d| d.display().to_string()),
         resume: None,
@@ -536,6 +543,12 @@ fn emit_all(parts: Vec<(Stream, Vec<u8>)>) {
     for (stream, bytes) in parts {
         emit(stream, &bytes);
     }
+}
+
+/// A step's `--time` in seconds: Slurm's forms, as a job's; `UNLIMITED` (or 0) is
+/// [`wharf_api::resources::UNLIMITED_TIME`], the job's own limit.
+pub fn step_time(text: &str) -> Result<u64, String> {
+    wharf_api::resources::parse_time_limit(text).map_err(|e| format!("--time: {e}"))
 }
 
 #[cfg(test)]

@@ -796,6 +796,7 @@ fn srun_in_a_job_takes_its_directory_environment_and_unbuffered_output() {
          {w} srun -Q --export=NONE,SET=2 -- sh -c 'echo \"MINE=${{MINE:-unset}} SET=$SET JOB=$SLURM_JOB_ID\"'; \
          {w} srun -Q --export=ALL -- sh -c 'echo ALL_MINE=$MINE'; \
          {w} srun -Q -D nowhere -- pwd; echo NOWHERE=$?; \
+         {w} srun -Q -t 0:02 -J short -- sleep 30; echo SHORT=$?; \
          {w} srun -Q -u -- sh -c 'printf part; while [ ! -e go ]; do sleep 0.1; done; echo rest' & \
          for i in $(seq 300); do grep -q part out.txt && break; sleep 0.1; done; \
          echo MID; touch go; wait"
@@ -818,6 +819,17 @@ fn srun_in_a_job_takes_its_directory_environment_and_unbuffered_output() {
     );
     assert!(text.contains("NOWHERE=1\n"), "{text}");
     assert!(text.contains("partMID\nrest\n"), "{text}");
+    // Its own time limit (-t, as srun's) ends the step, not the job, which goes on.
+    assert!(text.contains("SHORT=143\n"), "{text}");
+    assert!(text.contains("CANCELLED AT") && text.contains("DUE TO TIME LIMIT"), "{text}");
+    let steps = job["steps"].as_array().unwrap();
+    let short = steps
+        .iter()
+        .find(|s| s["name"] == "short")
+        .expect("step named short");
+    assert_eq!(short["time_limit"], 2, "{short}");
+    let ran = short["end_time"].as_u64().unwrap() - short["start_time"].as_u64().unwrap();
+    assert!(ran < 20_000, "it ran {ran} ms, not cut at its 2 s: {short}");
 }
 
 /// `wharf cancel JOB.STEP` (scancel's): the owner stops one step of a running job, whose

@@ -48,6 +48,10 @@ pub struct StepRequest {
     /// The step's name (`srun -J`); `None`: its command's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Seconds the step may run (`srun -t`), within what is left of the job's; `None`: the
+    /// job's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit: Option<u64>,
     /// The caller's environment (Wharf's own variables are set anew for each task).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -164,9 +168,14 @@ pub struct StepRecord {
     /// CPUs each task has to itself; `None`: the job's CPUs on a node shared evenly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus_per_task: Option<u32>,
-    /// Seconds it may run: what was left of the job's time limit when it was asked for.
+    /// Seconds it may run: what was left of the job's time limit when it was asked for, or
+    /// its own limit where that was less.
     #[serde(default)]
     pub time_limit: u64,
+    /// `time_limit` is the step's own (`srun -t`): a change of the job's limit leaves it be
+    /// (the job's end still ends it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub own_time_limit: bool,
     /// Where its tasks' output goes.
     #[serde(default, skip_serializing_if = "is_default")]
     pub output: StepOutput,
@@ -240,6 +249,10 @@ pub struct StepOrder {
     /// `order.cpu_ids` keeps naming all of the job's, which its cgroup is written with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus_per_task: Option<u32>,
+    /// The step's time limit (`order.spec.time_limit`) is its own: a change of the job's
+    /// limit does not move it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub own_time_limit: bool,
 }
 
 /// A step's tasks for an agent to stop.

@@ -298,11 +298,20 @@ impl Cluster {
                 format!("job {id} has started {MAX_STEPS} steps, the most a job may"),
             ));
         }
+        if r.time_limit == Some(0) {
+            return Err(refused(
+                ErrorKind::InvalidInput,
+                "a step's time limit is at least a second; leave -t out for the job's",
+            ));
+        }
         let plan = plan(job, r)?;
         let started = job.start_time.unwrap_or(now);
         let left = (started + job.time_limit * 1000)
             .saturating_sub(now)
             .div_ceil(1000);
+        // Its own limit where it asks for less than the job has left (the job's end ends it
+        // all the same).
+        let own = r.time_limit.filter(|&t| t < left);
         let step = StepRecord {
             id: job.steps.len() as u32,
             name: (r.name.clone())
@@ -322,7 +331,8 @@ impl Cluster {
             workdir: r.workdir.clone(),
             gpus_per_task: r.gpus_per_task,
             cpus_per_task: r.cpus_per_task,
-            time_limit: left.max(1),
+            time_limit: own.unwrap_or(left).max(1),
+            own_time_limit: own.is_some(),
             output: r.output.clone(),
             input: r.input,
             ..Default::default()
@@ -737,6 +747,7 @@ impl Cluster {
                     output: step.output.clone(),
                     input: step.input,
                     cpus_per_task: step.cpus_per_task,
+                    own_time_limit: step.own_time_limit,
                 });
             }
         }

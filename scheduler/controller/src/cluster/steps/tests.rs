@@ -353,6 +353,37 @@ fn a_failing_task_stops_the_step_elsewhere_and_decides_its_exit() {
 }
 
 #[test]
+fn a_step_takes_its_own_time_limit_within_what_the_job_has_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = nodes(&dir, 1);
+    let id = running(&mut c, 1);
+    let left = record(&c, id).time_limit - 1;
+    let asked = |t| StepRequest {
+        time_limit: Some(t),
+        ..Default::default()
+    };
+    let step = c.start_step(ask(id, "g1", 1000, asked(60)), 2_000).unwrap();
+    assert_eq!((step.time_limit, step.own_time_limit), (60, true));
+    // The job's order for it says so, for the agent to leave it be when the job's changes.
+    let (launch, _) = c.step_orders("g1", &BTreeSet::new(), &BTreeSet::new());
+    assert_eq!(launch[0].order.spec.time_limit, 60);
+    assert!(launch[0].own_time_limit);
+    // More than the job has left is the job's, which its changes move.
+    let step = c
+        .start_step(ask(id, "g1", 1000, asked(10 * left)), 2_000)
+        .unwrap();
+    assert_eq!((step.time_limit, step.own_time_limit), (left, false));
+    let step = c
+        .start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000)
+        .unwrap();
+    assert_eq!((step.time_limit, step.own_time_limit), (left, false));
+    let e = c
+        .start_step(ask(id, "g1", 1000, asked(0)), 2_000)
+        .unwrap_err();
+    assert!(e.message.contains("at least a second"), "{}", e.message);
+}
+
+#[test]
 fn a_step_takes_the_name_it_is_given_else_its_commands() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = nodes(&dir, 1);
