@@ -472,6 +472,7 @@ mod tests {
                 password: "pw".into(),
             }),
             hold: false,
+            stops_holders: false,
         };
         let site = RegistryOptions::default();
         let mine: ImageRef = "127.0.0.1:5000/team/app:v1".parse().unwrap();

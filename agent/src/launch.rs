@@ -541,9 +541,10 @@ pub fn container_spec(
     // A job whose command runs once (as sbatch runs a script) runs it as rank 0 alone: its
     // other ranks hold their share for the job's steps, run nothing and write no file. The
     // first of them on each other node waits to be stopped, so that the node's part of the
-    // job runs as long as the job (the controller stops it when rank 0 ends); the rest end.
+    // job runs as long as the job (a controller that says it stops it when rank 0 ends);
+    // the rest end.
     let idle = runs_once(order) && rank != 0;
-    let hold = idle && local == 0;
+    let hold = idle && local == 0 && order.stops_holders;
     let (stdout, stderr) = if idle {
         (PathBuf::from("/dev/null"), PathBuf::from("/dev/null"))
     } else {
@@ -1254,6 +1255,7 @@ pub(crate) mod tests {
             rendezvous: Default::default(),
             registry_auth: None,
             hold: false,
+            stops_holders: false,
         };
         let job = wharf_runtime::JobCgroupSpec {
             name: "wharf-9".into(),
@@ -1283,9 +1285,13 @@ pub(crate) mod tests {
                 .map(|t| (t.idle, t.hold))
                 .collect()
         };
+        once.stops_holders = true;
         assert_eq!(kinds(&once), [(false, false), (true, false)]);
         once.rendezvous.node_rank = 1;
         assert_eq!(kinds(&once), [(true, true), (true, false)]);
+        // A controller that does not say it stops the holders: nothing waits to be stopped.
+        once.stops_holders = false;
+        assert_eq!(kinds(&once), [(true, false), (true, false)]);
         assert_eq!(kinds(&order), [(false, false), (false, false)]);
         // Submitted from one directory to run in another: SLURM_SUBMIT_DIR is the first.
         let mut moved = order.clone();
@@ -1424,6 +1430,7 @@ pub(crate) mod tests {
             rendezvous: Default::default(),
             registry_auth: None,
             hold: false,
+            stops_holders: false,
         };
         let spec = container_spec(&cfg, &images, &order, 0, &machine).unwrap();
         // The GPU's own node, the second instance's two capabilities, the control device:
@@ -1521,6 +1528,7 @@ pub(crate) mod tests {
                 rendezvous: Default::default(),
                 registry_auth: None,
                 hold: false,
+                stops_holders: false,
             }
         };
         let own = order(Some(1), None);

@@ -821,7 +821,10 @@ fn srun_in_a_job_takes_its_directory_environment_and_unbuffered_output() {
     assert!(text.contains("partMID\nrest\n"), "{text}");
     // Its own time limit (-t, as srun's) ends the step, not the job, which goes on.
     assert!(text.contains("SHORT=143\n"), "{text}");
-    assert!(text.contains("CANCELLED AT") && text.contains("DUE TO TIME LIMIT"), "{text}");
+    assert!(
+        text.contains("CANCELLED AT") && text.contains("DUE TO TIME LIMIT"),
+        "{text}"
+    );
     let steps = job["steps"].as_array().unwrap();
     let short = steps
         .iter()

@@ -478,6 +478,11 @@ pub struct LaunchOrder {
     /// ranks start only once every node is ready; a one-node job is never held.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hold: bool,
+    /// The controller stops the job's other nodes when its command, run once on the first
+    /// node, ends (`Stop::BatchEnded`): the node's first idle task may then wait there to be
+    /// stopped. A controller from before that sends none, and idle tasks end at once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stops_holders: bool,
 }
 
 /// Where a job's ranks find each other: its nodes in rank order, which one an order is for,

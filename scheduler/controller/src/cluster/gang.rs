@@ -296,6 +296,7 @@ impl Cluster {
                     },
                     registry_auth: self.credentials.get(job.id),
                     hold,
+                    stops_holders: runs_once(job),
                 })
             };
             if !held.contains(&job.id) {

@@ -743,6 +743,7 @@ impl Cluster {
                         registry_auth: self.credentials.get(job.id),
                         // A step starts in a job already running on every node.
                         hold: false,
+                        stops_holders: false,
                     },
                     output: step.output.clone(),
                     input: step.input,

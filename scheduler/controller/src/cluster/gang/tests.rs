@@ -898,6 +898,17 @@ fn a_once_jobs_other_nodes_hold_on_until_its_script_ends_and_the_job_ends_as_it_
         once: Some(true),
         ..gang(nodes)
     };
+    // Its orders say the controller stops what holds its other nodes; a plain gang's do not.
+    for (req, stops) in [(once(2), true), (gang(2), false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut fresh = gang_cluster(&dir, 2, wharf_core::Config::default());
+        submit_job(&mut fresh, &caller(1000, "ann"), req, 10).unwrap();
+        fresh.schedule(1_000).unwrap();
+        let none = BTreeSet::new();
+        let (launch, _) = fresh.orders("g2", &none, &none, &none);
+        assert_eq!(launch.len(), 1);
+        assert_eq!(launch[0].stops_holders, stops);
+    }
     let id = running(&mut c, 2, once(2));
     // The script ends with 0 on g1; g2, which ran nothing of its own, is told to stop.
     let seen = ingest(&mut c, "g1", &[(id, Rank::Exited(0))], 3_000);
