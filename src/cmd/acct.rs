@@ -153,11 +153,11 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     let client = Client::new(Endpoint::parse(socket), None);
     let query = serde_urlencoded::to_string(&q)?;
     let list: JobList = client.get(&format!("/v1/acct?{query}")).await?;
-    // A run that ended in a requeue (an earlier run, with --duplicates or REQUEUED) stopped
-    // for one, or another run of its job follows it.
+    // A run that ended in a requeue (an earlier run, with --duplicates or REQUEUED): an ended
+    // one that the controller says stopped for one, or one another run of its job follows.
     let requeued = |i: usize| {
         let j = &list.jobs[i];
-        j.stop.as_ref().is_some_and(wharf_api::Stop::requeues)
+        (j.state.is_terminal() && j.stop.as_ref().is_some_and(wharf_api::Stop::requeues))
             || list.jobs.get(i + 1).is_some_and(|n| n.id == j.id)
     };
     if args.json {

@@ -121,6 +121,11 @@ impl Cluster {
             .into_iter()
             .map(|run| {
                 let mut j = run.record;
+                // A requeue asked of a run that ended otherwise first (a cancel, its own end)
+                // did not happen: only a REQUEUED row carries one, as `wharf acct` reads it.
+                if run.state != REQUEUED && j.stop.as_ref().is_some_and(|s| s.requeues()) {
+                    j.stop = None;
+                }
                 // The account, partition and QoS it ran under, named or not.
                 if let Some(s) = j.spec.as_mut() {
                     s.account = Some(run.account);

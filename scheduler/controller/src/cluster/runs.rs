@@ -321,6 +321,33 @@ mod tests {
     }
 
     #[test]
+    fn a_requeue_a_cancel_overtook_is_not_shown_as_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cluster(&dir);
+        let ann = caller(1000, "ann");
+        let id = submit_job(&mut c, &ann, JobRequest::default(), 10).unwrap();
+        c.schedule(1_000).unwrap();
+        agent(&mut c, id, 1_000, None, 1_500);
+        c.requeue(&ann, id).unwrap();
+        c.cancel(&ann, id, 2_000).unwrap();
+        let stopped = ExitInfo {
+            signal: Some(15),
+            cancelled: true,
+            ..Default::default()
+        };
+        agent(&mut c, id, 1_000, Some((3_000, stopped)), 3_000);
+        let q = AcctQuery {
+            since: Some(0),
+            duplicates: true,
+            ..AcctQuery::default()
+        };
+        let rows = c.acct(&ann, &q, 10_000).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].state, JobState::Cancelled);
+        assert_eq!(rows[0].stop, None, "the requeue did not happen");
+    }
+
+    #[test]
     fn a_requeued_runs_row_ends_the_steps_still_open_when_it_stopped() {
         let dir = tempfile::tempdir().unwrap();
         let mut c = cluster(&dir);
