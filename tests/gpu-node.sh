@@ -200,7 +200,13 @@ check "rank 0 of 2 all-reduces right with $backend" \
     has "$out" "^allreduce ok rank=0 world=2 sum=[0-9]* backend=$backend"
 check "rank 1 of 2 all-reduces right with $backend (its output passed on too)" \
     has "$out" "^allreduce ok rank=1 world=2 sum=[0-9]* backend=$backend"
-check "no output file is left behind" [ ! -e "$home/wharf-${tasks_job:-none}.out.rank1" ]
+none_left() {
+    [ -n "$tasks_job" ] || return 1
+    for f in out err out.rank1 err.rank1; do
+        [ ! -e "$home/wharf-$tasks_job.$f" ] || return 1
+    done
+}
+check "no output file is left behind" none_left
 same_sum() {
     sums=$(printf '%s\n' "$out" | sed -n 's/^allreduce ok .* sum=\([0-9]*\) .*/\1/p')
     [ "$(printf '%s\n' "$sums" | wc -l)" = 2 ] && [ "$(printf '%s\n' "$sums" | sort -u | wc -l)" = 1 ]

@@ -28,21 +28,34 @@ pub struct Args {
 struct Tail {
     path: String,
     offset: u64,
+    /// What it read could not all be written on (a full disk, a closed pipe): the file is
+    /// then kept.
+    lost: bool,
 }
 
 impl Tail {
+    fn new(path: &str) -> Tail {
+        Tail {
+            path: path.to_string(),
+            offset: 0,
+            lost: false,
+        }
+    }
+
     fn pump(&mut self, out: &mut dyn Write) {
-        // Only a regular file is followed: a FIFO or device another user put at the name (in
-        // a directory all may write in) must not hold this command in its open or read.
-        use std::os::unix::fs::OpenOptionsExt;
+        // Only a regular file of this user's, not through a link, is followed: a FIFO,
+        // device or link another user put at the name (in a directory others may write in)
+        // must neither hold this command in its open nor show it another file.
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         let opened = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_NOFOLLOW)
             .open(&self.path);
         let Ok(mut f) = opened else {
             return;
         };
-        if !f.metadata().is_ok_and(|m| m.is_file()) {
+        let mine = |m: &std::fs::Metadata| m.is_file() && m.uid() == nix::unistd::getuid().as_raw();
+        if !f.metadata().is_ok_and(|m| mine(&m)) {
             return;
         }
         if f.seek(SeekFrom::Start(self.offset)).is_err() {
@@ -51,8 +64,9 @@ impl Tail {
         let mut buf = Vec::new();
         if let Ok(n) = f.read_to_end(&mut buf) {
             self.offset += n as u64;
-            let _ = out.write_all(&buf);
-            let _ = out.flush();
+            if out.write_all(&buf).and_then(|_| out.flush()).is_err() {
+                self.lost = true;
+            }
         }
     }
 }
@@ -189,10 +203,7 @@ impl Output {
             dirs.iter()
                 .all(|d| w.add(d, AddWatchFlags::IN_MODIFY).is_ok())
         });
-        let tail = |path: &String| Tail {
-            path: path.clone(),
-            offset: 0,
-        };
+        let tail = |path: &String| Tail::new(path);
         Output {
             out: files.iter().map(|(out, _)| tail(out)).collect(),
             err: files
@@ -216,6 +227,17 @@ impl Output {
     /// Removes the files, all passed on: the job's output was this command's, as srun
     /// leaves none behind. A file some task never made is no error.
     fn remove(&self) {
+        let lost: Vec<&str> = (self.out.iter().chain(&self.err))
+            .filter(|t| t.lost)
+            .map(|t| t.path.as_str())
+            .collect();
+        if !lost.is_empty() {
+            eprintln!(
+                "wharf: some of the job's output could not be written here; it is kept in {}",
+                crate::output::clean(&lost.join(", "))
+            );
+            return;
+        }
         for t in self.out.iter().chain(&self.err) {
             let _ = std::fs::remove_file(&t.path);
         }
@@ -439,9 +461,11 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         .overlay(flags),
     );
     if !keep_files {
+        // The files' names are the job's working directory's: --chdir's, where it gives one.
         let cwd = std::env::current_dir().context("reading the current directory")?;
+        let workdir = job.workdir.as_ref().map_or(cwd.clone(), |w| cwd.join(w));
         let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-        (job.output, job.error) = passing_files(&cwd, home.as_deref(), writable);
+        (job.output, job.error) = passing_files(&workdir, home.as_deref(), writable);
     }
     // Taken from before the submit: a signal while it is under way cancels the job once its
     // id is known (a second one ends this command at once, submitted or not).
@@ -582,7 +606,7 @@ mod tests {
         let path = fifo.display().to_string();
         std::thread::spawn(move || {
             let mut out = Vec::new();
-            super::Tail { path, offset: 0 }.pump(&mut out);
+            super::Tail::new(&path).pump(&mut out);
             let _ = done.send(out);
         });
         let out = waited
@@ -591,13 +615,30 @@ mod tests {
         assert!(out.is_empty());
         let file = dir.path().join("wharf-2.out");
         std::fs::write(&file, "hello\n").unwrap();
-        let mut tail = super::Tail {
-            path: file.display().to_string(),
-            offset: 0,
-        };
+        let mut tail = super::Tail::new(&file.display().to_string());
         let mut out = Vec::new();
         tail.pump(&mut out);
         assert_eq!(out, b"hello\n");
+        assert!(!tail.lost);
+        // Not through a link: another user's link at the name shows nothing of its target.
+        let link = dir.path().join("wharf-3.out");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let mut out = Vec::new();
+        super::Tail::new(&link.display().to_string()).pump(&mut out);
+        assert!(out.is_empty());
+        // What cannot be written on is lost here: the file is kept for it.
+        struct Full;
+        impl std::io::Write for Full {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut tail = super::Tail::new(&file.display().to_string());
+        tail.pump(&mut Full);
+        assert!(tail.lost);
     }
 
     #[test]
