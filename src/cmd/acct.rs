@@ -385,7 +385,9 @@ fn step_cell(j: &JobRecord, s: &wharf_api::step::StepRecord, column: &str, now: 
     // Its tasks' own CPUs and GPUs where it asked for them per task, else the job's on its
     // nodes, which its tasks share.
     let per_task = |each: Option<u32>, per_node: u32| {
-        each.map_or(per_node * names.len() as u32, |n| n * s.ntasks())
+        each.map_or(per_node.saturating_mul(names.len() as u32), |n| {
+            n.saturating_mul(s.ntasks())
+        })
     };
     let cpus = per_task(s.cpus_per_task, j.resources.cpus);
     let gpus = per_task(s.gpus_per_task, j.resources.gpus);

@@ -33,8 +33,8 @@ fn agent_joins_over_tcp_only_with_the_token() {
     let intruder_log = std::fs::read_to_string(d.join("intruder.log")).unwrap();
     assert!(intruder_log.contains("join token"), "{intruder_log}");
 
-    // A job runs on the remote agent.
-    let run = c.wharf(&["run", "--", "/bin/echo", "over tcp"]);
+    // A job runs on the remote agent, its output file (named, so kept) where it was run.
+    let run = c.wharf(&["run", "-o", "wharf-%j.out", "--", "/bin/echo", "over tcp"]);
     assert_eq!(stdout(&run), "over tcp\n", "{}", stderr(&run));
     assert!(
         d.join("wharf-1.out").exists(),

@@ -18,7 +18,8 @@ fn job_runs_as_the_submitting_user_with_no_privilege() {
         touch /tmp/f; chown 0 /tmp/f 2>/dev/null && echo chown-allowed || echo chown-refused; \
         touch /etc/x 2>/dev/null && echo root-writable || echo root-read-only; \
         echo procs $(ls /proc | grep -c '^[0-9]')";
-    let out = c.run_sh(&alice, &["--image", "tiny"], script);
+    // An output file named, so that it is kept once passed on.
+    let out = c.run_sh(&alice, &["--image", "tiny", "-o", "kept-%j.out"], script);
     let text = stdout(&out);
     assert!(out.status.success(), "run failed: {text}{}", stderr(&out));
     let lines: Vec<&str> = text.lines().collect();
@@ -79,7 +80,7 @@ fn run_exits_with_the_jobs_status() {
     assert_eq!(out.status.code(), Some(7));
     // Each stream where srun puts it.
     assert_eq!(stdout(&out), "out\n");
-    assert!(stderr(&out).starts_with("err\n"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("\nerr\n"), "{}", stderr(&out));
     assert!(stderr(&out).contains("FAILED"), "{}", stderr(&out));
     // A program that does not exist in the image fails the job, with the reason shown.
     let out = c.wharf_as(&alice, &["run", "--", "/no/such/program"]);

@@ -105,7 +105,7 @@ pub fn plan(job: &JobRecord, req: &StepRequest) -> Result<Plan, Failure> {
         }
         if let Some(g) = req.gpus_per_task {
             let held = a.gpu_ids.len() as u32;
-            if g * per_node > held {
+            if g.saturating_mul(per_node) > held {
                 return Err(invalid(format!(
                     "{per_node} tasks with {g} GPU(s) each is more than job {id} holds on \
                      node {}: {held} GPU(s)",
