@@ -293,6 +293,11 @@ fn supervise_docker(jd: &JobDir, spec: &ContainerSpec, target: &crate::DockerTar
     if spec.idle {
         out.started_ms = Some(crate::now_ms());
         if spec.hold {
+            // Started, as a task whose program runs: the agent reports the node's part of
+            // the job running, and its steps launch there.
+            if let Some(ms) = out.started_ms {
+                let _ = JobDir::write_private(&jd.started(), ms.to_string().as_bytes());
+            }
             hold_docker(jd, spec, &mut out);
         } else {
             out.exit_code = Some(0);
@@ -722,6 +727,29 @@ mod tests {
     use nix::fcntl::OFlag;
     use nix::sys::stat::Mode;
     use nix::unistd::{fork, ForkResult};
+
+    #[test]
+    fn a_docker_task_that_holds_its_node_starts_and_waits_to_its_time_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let jd = JobDir::new(dir.path().to_path_buf());
+        let mut spec = crate::conformance::template("wharf-12", Path::new("/"), 1, 1);
+        (spec.idle, spec.hold, spec.time_limit) = (true, true, Some(1));
+        let target = crate::DockerTarget {
+            socket: "/nonexistent/docker.sock".into(),
+            image: "none".into(),
+        };
+        let begun = Instant::now();
+        let out = supervise_docker(&jd, &spec, &target);
+        // It said it started (the engine is never asked), then held until its limit.
+        assert!(jd.started().exists());
+        assert!(out.timed_out && !out.cancelled, "{out:?}");
+        assert_eq!(out.signal, Some(libc::SIGTERM));
+        assert!(begun.elapsed() >= Duration::from_secs(1));
+        // One that does not hold ends at once with 0.
+        spec.hold = false;
+        let out = supervise_docker(&jd, &spec, &target);
+        assert_eq!((out.exit_code, out.timed_out), (Some(0), false));
+    }
 
     #[test]
     fn the_stop_notice_names_the_job_or_step_its_node_and_why() {
