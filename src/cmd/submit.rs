@@ -118,7 +118,8 @@ pub struct JobFlags {
     /// Working directory (default: the current directory).
     #[arg(short = 'D', long)]
     pub chdir: Option<String>,
-    /// Output file; %j is the job id, %x the name (default wharf-%j.out).
+    /// Output file; %j is the job id, %x the name (default wharf-%j.out; `wharf run` passes
+    /// its files on and removes them unless this or --error names them).
     #[arg(short = 'o', long)]
     pub output: Option<String>,
     /// Error file (default: the output file).
