@@ -184,7 +184,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
                     "JobID" | "JobIDRaw" if batch => format!("{}.batch", cell(j, c, now)),
                     "JobName" if batch => "batch".to_string(),
                     // A script run once is one task, as sbatch's batch step.
-                    "NTasks" if batch && j.spec.as_ref().is_some_and(|s| s.once) => "1".to_string(),
+                    "NTasks" if batch && j.runs_once() => "1".to_string(),
                     // The job's own line counts its steps' use too; its batch line does not.
                     "TotalCPU" | "MaxRSS" if !batch => usage_cell(j, c),
                     _ => cell(j, c, now),

@@ -1818,6 +1818,11 @@ impl JobRecord {
         crate::usage::JobUsage::sum(own, steps)
     }
 
+    /// Whether its command runs once, as rank 0 on its first node (as sbatch runs a script).
+    pub fn runs_once(&self) -> bool {
+        self.spec.as_ref().is_some_and(|s| s.once)
+    }
+
     /// Its id as `squeue` shows it: `ARRAYID_TASKID` for an array's task.
     pub fn label(&self) -> String {
         self.array

@@ -141,7 +141,7 @@ pub(super) fn rank_ended(
         tracing::info!(job = job.id, %stop, "stopping the job's other ranks");
         job.reason = Some(format!("{stop}; stopping the other ranks"));
         job.stop = Some(stop);
-    } else if rank == 0 && job.allocs.len() > 1 && free && runs_once(&job) {
+    } else if rank == 0 && job.allocs.len() > 1 && free && job.runs_once() {
         // Its other nodes run nothing of their own: they held on for the script's steps.
         let stop = Stop::BatchEnded { node };
         tracing::info!(job = job.id, %stop, "stopping the job's other nodes");
@@ -296,7 +296,7 @@ impl Cluster {
                     },
                     registry_auth: self.credentials.get(job.id),
                     hold,
-                    stops_holders: runs_once(job),
+                    stops_holders: job.runs_once(),
                 })
             };
             if !held.contains(&job.id) {
@@ -446,11 +446,6 @@ fn task_rank(node_rank: usize, per_node: u32, local: u32) -> u32 {
 /// Tasks in all: its nodes times the tasks on each.
 fn total_tasks(job: &JobRecord) -> u32 {
     (job.allocs.len() as u32).saturating_mul(job.tasks_per_node())
-}
-
-/// Whether the job's command runs once, on its first node (as sbatch runs a script).
-fn runs_once(job: &JobRecord) -> bool {
-    job.spec.as_ref().is_some_and(|s| s.once)
 }
 
 /// The rank whose end is the job's: the one its stop names, else the first that failed on
