@@ -123,6 +123,7 @@ impl Cluster {
                 let mut j = run.record;
                 // A requeue asked of a run that ended otherwise first (a cancel, its own end)
                 // did not happen: only a REQUEUED row carries one, as `wharf acct` reads it.
+                // (Settling clears it; rows recorded before it did still hold it.)
                 if run.state != REQUEUED && j.stop.as_ref().is_some_and(|s| s.requeues()) {
                     j.stop = None;
                 }

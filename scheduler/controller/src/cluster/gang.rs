@@ -427,6 +427,9 @@ impl Cluster {
                 }
                 ended.stop = Some(stop);
             }
+            // A requeue asked that did not happen (a cancel, or the job's own end, came
+            // first): the record keeps no word of one, as its ledger row says none.
+            Some(stop) if stop.requeues() => ended.stop = None,
             _ => {}
         }
         Settled {

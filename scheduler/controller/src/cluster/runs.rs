@@ -207,6 +207,14 @@ mod tests {
 
     /// Ann's 2-CPU job, started at 1 s and requeued (its run stopped at 5 s); it waits again.
     fn requeued_job(c: &mut Cluster, ann: &crate::cluster::Caller) -> JobId {
+        let id = running_job(c, ann);
+        c.requeue(ann, id).unwrap();
+        stopped_at(c, id, 5_000);
+        id
+    }
+
+    /// Ann's 2-CPU job, running on n1 since 1 s.
+    fn running_job(c: &mut Cluster, ann: &crate::cluster::Caller) -> JobId {
         let two_cpus = JobRequest {
             cpus: Some(2),
             ..Default::default()
@@ -214,14 +222,17 @@ mod tests {
         let id = submit_job(c, ann, two_cpus, 10).unwrap();
         c.schedule(1_000).unwrap();
         agent(c, id, 1_000, None, 1_500);
-        c.requeue(ann, id).unwrap();
+        id
+    }
+
+    /// n1's agent reports job `id`'s run stopped at `at`, as a stop order stops it.
+    fn stopped_at(c: &mut Cluster, id: JobId, at: u64) {
         let stopped = ExitInfo {
             signal: Some(15),
             cancelled: true,
             ..Default::default()
         };
-        agent(c, id, 1_000, Some((5_000, stopped)), 5_000);
-        id
+        agent(c, id, 1_000, Some((at, stopped)), at);
     }
 
     /// n1 lets go of job `id`'s first run; the second starts at 7 s and completes at 9 s.
@@ -325,17 +336,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut c = cluster(&dir);
         let ann = caller(1000, "ann");
-        let id = submit_job(&mut c, &ann, JobRequest::default(), 10).unwrap();
-        c.schedule(1_000).unwrap();
-        agent(&mut c, id, 1_000, None, 1_500);
+        let id = running_job(&mut c, &ann);
         c.requeue(&ann, id).unwrap();
         c.cancel(&ann, id, 2_000).unwrap();
-        let stopped = ExitInfo {
-            signal: Some(15),
-            cancelled: true,
-            ..Default::default()
-        };
-        agent(&mut c, id, 1_000, Some((3_000, stopped)), 3_000);
+        stopped_at(&mut c, id, 3_000);
         let q = AcctQuery {
             since: Some(0),
             duplicates: true,
@@ -345,6 +349,9 @@ mod tests {
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].state, JobState::Cancelled);
         assert_eq!(rows[0].stop, None, "the requeue did not happen");
+        // Nor does the record the ledger keeps, nor the job's.
+        assert_eq!(c.ledger.lookup(id).unwrap()[0].record.stop, None);
+        assert_eq!(c.store.job(id).unwrap().unwrap().stop, None);
     }
 
     #[test]
@@ -352,23 +359,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut c = cluster(&dir);
         let ann = caller(1000, "ann");
-        let two_cpus = JobRequest {
-            cpus: Some(2),
-            ..Default::default()
-        };
-        let id = submit_job(&mut c, &ann, two_cpus, 10).unwrap();
-        c.schedule(1_000).unwrap();
-        agent(&mut c, id, 1_000, None, 1_500);
+        let id = running_job(&mut c, &ann);
         let ask = crate::cluster::steps::tests::ask(id, "n1", 1000, Default::default());
         c.start_step(ask, 2_000).unwrap();
         c.requeue(&ann, id).unwrap();
-        let stopped = ExitInfo {
-            signal: Some(15),
-            cancelled: true,
-            ..Default::default()
-        };
         // The job's end is reported before its step's: the run ends with the step open.
-        agent(&mut c, id, 1_000, Some((5_000, stopped)), 5_000);
+        stopped_at(&mut c, id, 5_000);
         let runs = c.ledger.lookup(id).unwrap();
         assert_eq!(runs[0].state, REQUEUED);
         let steps = &runs[0].record.steps;
