@@ -553,7 +553,6 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     // Files it named are the user's to keep; the default ones were only the way here. (A
     // job that ran no task, or a --quiet run, printed nothing of them.)
     if !keep_files && pumped && job.start_time.is_some() {
-        output.pump();
         output.remove();
     }
     if let Some(n) = unread_input() {

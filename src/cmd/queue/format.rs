@@ -188,13 +188,6 @@ fn value(j: &JobRow, letter: char, now: u64) -> String {
             .unwrap_or("None")
             .to_string()
     };
-    let nodes = || {
-        if j.nodelist.is_empty() {
-            String::new()
-        } else {
-            j.nodelist.to_string()
-        }
-    };
     match letter {
         'i' => j
             .array
@@ -216,7 +209,7 @@ fn value(j: &JobRow, letter: char, now: u64) -> String {
             0 => "N/A".into(),
             n => format!("gres/gpu:{n}"),
         },
-        'N' => nodes(),
+        'N' => j.nodelist.to_string(),
         'r' => {
             if waiting {
                 reason()
@@ -228,7 +221,7 @@ fn value(j: &JobRow, letter: char, now: u64) -> String {
             if waiting {
                 format!("({})", reason())
             } else {
-                nodes()
+                j.nodelist.to_string()
             }
         }
         'S' => match j.start_time.or(j.expected_start) {
