@@ -37,6 +37,13 @@ pub struct Args {
     /// returns it to its computed priority.
     #[arg(long, value_name = "N|auto", value_parser = parse_priority)]
     priority: Option<u64>,
+    /// New job name.
+    #[arg(short = 'J', long, visible_alias = "job-name")]
+    name: Option<String>,
+    /// New dependency, as at submit (afterok:12, afterany:12:13, singleton, ...); "" clears
+    /// it. Refused if the job would wait on itself through other jobs' dependencies.
+    #[arg(short = 'd', long, value_name = "SPEC")]
+    dependency: Option<String>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -75,11 +82,23 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
             .map(crate::localtime::localize)
             .transpose()?,
         priority: args.priority,
+        name: args.name,
+        dependency: (args.dependency)
+            .map(|d| {
+                let d = d.trim().to_string();
+                // Checked here too, so a typo is named before anything is sent.
+                if !d.is_empty() {
+                    wharf_api::dependency::parse_dependency(&d)
+                        .map_err(|e| anyhow::anyhow!("--dependency: {e}"))?;
+                }
+                anyhow::Ok(d)
+            })
+            .transpose()?,
     };
     if req == UpdateRequest::default() {
         anyhow::bail!(
-            "nothing to change: give --time, --nice, --partition, --qos, --account, --begin or \
-             --priority"
+            "nothing to change: give --time, --nice, --partition, --qos, --account, --begin, \
+             --priority, --name or --dependency"
         );
     }
     let client = Client::new(Endpoint::parse(socket), None);
@@ -94,8 +113,9 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
                 crate::output::clean(v.map_or("default", String::as_str)).into_owned()
             };
             println!(
-                "job {}: time limit {}, nice {}, partition {}, qos {}, account {}{}",
+                "job {} ({}): time limit {}, nice {}, partition {}, qos {}, account {}{}",
                 args.job,
+                crate::output::clean(&job.name),
                 format_duration(job.time_limit),
                 spec.map_or(0, |s| s.nice),
                 named(spec.and_then(|s| s.partition.as_ref())),
@@ -107,6 +127,11 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
                     + &spec
                         .and_then(|s| s.priority)
                         .map(|p| format!(", priority fixed at {p}"))
+                        .unwrap_or_default()
+                    + &job
+                        .dependency
+                        .as_ref()
+                        .map(|d| format!(", dependency {}", crate::output::clean(&d.to_string())))
                         .unwrap_or_default()
             )
         }

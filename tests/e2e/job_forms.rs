@@ -447,6 +447,47 @@ fn an_owner_may_only_lower_a_pending_jobs_time_and_the_change_is_logged() {
     let out = c.wharf(&["update", &job, "--time", "3h"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(c.job(id)["time_limit"], 10800);
+    // Name and dependency, as scontrol's JobName= and Dependency=: a job that would wait on
+    // itself is refused, a typo is named before anything is sent, "" clears.
+    let out = c.wharf_as(
+        &u,
+        &[
+            "update",
+            &job,
+            "-J",
+            "renamed",
+            "-d",
+            &format!("afterany:{id}"),
+        ],
+    );
+    assert!(stderr(&out).contains("wait on itself"), "{}", stderr(&out));
+    let out = c.wharf_as(&u, &["update", &job, "--dependency", "afterok:x1"]);
+    assert!(stderr(&out).contains("--dependency"), "{}", stderr(&out));
+    assert_ne!(
+        c.job(id)["name"],
+        "renamed",
+        "a refused update changed the name"
+    );
+    let other = submitted_id(&c.wharf_as(&u, &["submit", "-H", "--wrap", "true"]));
+    let dep = format!("afterany:{other}");
+    let out = c.wharf_as(&u, &["update", &job, "-J", "renamed", "-d", &dep]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("(renamed)") && stdout(&out).contains(&dep),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(c.job(id)["name"], "renamed");
+    assert_eq!(c.job(id)["dependency"], dep.as_str());
+    let out = c.wharf_as(&u, &["update", &job, "--dependency", ""]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        c.job(id).get("dependency").is_none_or(|d| d.is_null()),
+        "{}",
+        c.job(id)
+    );
+    let out = c.wharf_as(&u, &["cancel", &other.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
     let log = c.log();
     assert!(
         log.contains("job updated") && log.contains("old_time=600"),

@@ -41,6 +41,17 @@ pub const MAX_ENV: usize = 1024;
 /// Longest job name.
 pub const MAX_NAME: usize = 128;
 
+/// Refuses a job name that is empty, longer than [`MAX_NAME`] bytes or holds a character a
+/// terminal would act on, as at submit and at `wharf update --name`.
+pub fn check_job_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_NAME || name.chars().any(crate::text::is_unsafe) {
+        return Err(format!(
+            "`name` must be 1 to {MAX_NAME} printable characters"
+        ));
+    }
+    Ok(())
+}
+
 /// The options a user gives for a job, from a TOML job file, `#WHARF` lines or CLI flags. All
 /// optional: the controller fills defaults and validates ([`JobRequest::resolve`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -587,11 +598,7 @@ impl JobRequest {
             Some(n) => n.clone(),
             None => default_name(&argv, self.script.is_some()),
         };
-        if name.is_empty() || name.len() > MAX_NAME || name.chars().any(crate::text::is_unsafe) {
-            return Err(format!(
-                "`name` must be 1 to {MAX_NAME} printable characters"
-            ));
-        }
+        check_job_name(&name)?;
         let image = self.image.clone().unwrap_or_else(|| defaults.image.clone());
         validate_image_name(&image)?;
         // A path names an Apptainer SIF file; a node runs nothing else from a path.

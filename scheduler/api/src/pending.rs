@@ -536,6 +536,14 @@ impl PendingReason {
         }
     }
 
+    /// True when it is about the job's dependency (waiting on a job, or never to be met).
+    pub fn is_dependency(&self) -> bool {
+        matches!(
+            self,
+            PendingReason::Dependency { .. } | PendingReason::DependencyNeverSatisfied { .. }
+        )
+    }
+
     /// True when the job cannot start whatever other jobs do (only a change of the job, the
     /// configuration or the nodes helps).
     pub fn is_stuck(&self) -> bool {

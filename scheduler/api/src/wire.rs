@@ -142,6 +142,13 @@ pub struct UpdateRequest {
     /// unset, as `priority`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_delta: Option<i64>,
+    /// New job name (as `scontrol update JobName=`). Left out when unset, as `priority`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// New dependency in `--dependency`'s form (as `scontrol update Dependency=`); empty
+    /// clears it. Left out when unset, as `priority`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency: Option<String>,
 }
 
 impl UpdateRequest {
@@ -159,13 +166,17 @@ impl UpdateRequest {
             account,
             begin,
             priority,
+            name,
+            dependency,
         } = self;
         let other = nice.is_some()
             || partition.is_some()
             || qos.is_some()
             || account.is_some()
             || begin.is_some()
-            || priority.is_some();
+            || priority.is_some()
+            || name.is_some()
+            || dependency.is_some();
         !other && (time.is_some() || time_delta.is_some())
     }
 

@@ -328,6 +328,7 @@ pub(super) fn released(caller: &Caller, mut job: JobRecord) -> Result<JobRecord,
     Ok(job)
 }
 
+mod circle;
 #[cfg(test)]
 pub(super) mod tests;
 
@@ -556,6 +557,24 @@ impl Cluster {
             }
             spec.priority = (p > 0).then_some(p);
         }
+        let old_name = job.name.clone();
+        if let Some(name) = &req.name {
+            wharf_api::job::check_job_name(name)
+                .map_err(|m| Failure::new(ErrorKind::InvalidInput, m))?;
+            spec.name = name.clone();
+            job.name = name.clone();
+        }
+        let old_dependency = job.dependency.clone();
+        if let Some(text) = &req.dependency {
+            job.dependency = self.new_dependency(caller, &job, text, batch)?;
+            // What the last pass said of the old one (waiting on a job, or never met) no
+            // longer holds; the next pass decides the new one.
+            let said = job.pending_reason.as_ref();
+            if said.is_some_and(PendingReason::is_dependency) {
+                job.pending_reason = None;
+                job.reason = Some("Queued: dependency changed; waiting for the scheduler".into());
+            }
+        }
         let owner = Caller {
             owner: job.owner.clone(),
             admin: caller.admin,
@@ -604,6 +623,8 @@ impl Cluster {
             old_account = ?old.4,
             old_begin = ?old.5,
             old_priority = ?old_priority,
+            old_name = %old_name,
+            old_dependency = ?old_dependency.map(|d| d.to_string()),
             time = spec.time_limit,
             nice = spec.nice,
             partition = ?spec.partition,
@@ -611,6 +632,8 @@ impl Cluster {
             account = ?spec.account,
             begin = ?job.begin_time,
             priority = ?spec.priority,
+            name = %job.name,
+            dependency = ?job.dependency.as_ref().map(|d| d.to_string()),
             "job updated"
         );
         // A job moved to another partition, QoS or account is ranked afresh there: a
@@ -619,6 +642,41 @@ impl Cluster {
         let moved = spec_now != (&old.2, &old.3, &old.4);
         job.spec = Some(spec);
         Ok((job, moved))
+    }
+}
+
+impl Cluster {
+    /// The dependency `text` gives `job` (empty: none), or why it is refused: it does not
+    /// parse, names a job that does not exist or is another user's (as at submit), or would
+    /// make the job (or, in `batch`, an array's tasks updated with it) wait on itself.
+    fn new_dependency(
+        &self,
+        caller: &Caller,
+        job: &JobRecord,
+        text: &str,
+        batch: &Batch,
+    ) -> Result<Option<Dependency>, Failure> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Ok(None);
+        }
+        let dep = wharf_api::dependency::parse_dependency(text)
+            .map_err(|m| Failure::new(ErrorKind::InvalidInput, format!("--dependency: {m}")))?;
+        self.check_dependency(Some(&dep), caller)?;
+        let mut ours = batch.ids.clone();
+        ours.insert(job.id);
+        if let Some(through) = self.circle(&ours, &dep) {
+            return Err(Failure::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "--dependency on job {through} would make job {} wait on itself (job \
+                     {through} waits, through its dependencies, on it): neither would ever \
+                     start; name another job, or change {through}'s dependency first",
+                    self.job_label(job.id)
+                ),
+            ));
+        }
+        Ok(Some(dep))
     }
 }
 

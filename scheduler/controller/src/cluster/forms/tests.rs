@@ -716,3 +716,170 @@ fn a_dependency_on_a_task_held_back_by_its_throttle_still_waits_for_it() {
     // both children counted it as gone and started.
     wait_for_a_dependency(&c, &[on_task, on_start]);
 }
+
+/// An update of `job`'s name or dependency only.
+fn renamed(name: Option<&str>, dependency: Option<&str>) -> wharf_api::wire::UpdateRequest {
+    wharf_api::wire::UpdateRequest {
+        name: name.map(str::to_string),
+        dependency: dependency.map(str::to_string),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_update_renames_a_pending_job_and_a_bad_name_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let bob = caller(1002, "bob", false);
+    let hold = JobRequest {
+        hold: Some(true),
+        ..Default::default()
+    };
+    let id = submit(&mut c, &alice, hold, 1);
+    let job = c
+        .update(&alice, id, &renamed(Some("train-7b"), None), 2)
+        .unwrap();
+    assert_eq!(job.name, "train-7b");
+    assert_eq!(job.spec.as_ref().unwrap().name, "train-7b");
+    // Committed: what the store holds has it too.
+    assert_eq!(c.store.job(id).unwrap().unwrap().name, "train-7b");
+    for bad in ["", "a\x1b[2Jb", &"x".repeat(129)] {
+        let e = c
+            .update(&alice, id, &renamed(Some(bad), None), 3)
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput, "{bad:?}");
+        assert!(e.message.contains("printable"), "{}", e.message);
+    }
+    assert!(c.update(&bob, id, &renamed(Some("mine"), None), 3).is_err());
+    assert_eq!(c.jobs[&id].name, "train-7b");
+}
+
+#[test]
+fn a_renamed_job_waits_as_a_singleton_of_its_new_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let named = |n: &str| JobRequest {
+        name: Some(n.into()),
+        dependency: Some(parse_dependency("singleton").unwrap()),
+        ..Default::default()
+    };
+    let first = submit(&mut c, &alice, named("train"), 1);
+    c.schedule(5).unwrap();
+    assert_eq!(state(&c, first).0, JobState::Starting);
+    let other = submit(&mut c, &alice, named("eval"), 6);
+    c.update(&alice, other, &renamed(Some("train"), None), 7)
+        .unwrap();
+    c.schedule(10).unwrap();
+    let (s, r) = state(&c, other);
+    assert_eq!(s, JobState::Pending, "{r}");
+    assert!(r.contains(&format!("job {first}")), "{r}");
+}
+
+#[test]
+fn an_update_sets_changes_and_clears_a_dependency() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let bob = caller(1002, "bob", false);
+    let hold = || JobRequest {
+        hold: Some(true),
+        ..Default::default()
+    };
+    let parent = submit(&mut c, &alice, hold(), 1);
+    let child = submit(&mut c, &alice, JobRequest::default(), 2);
+    let dep = format!("afterok:{parent}");
+    let job = c
+        .update(&alice, child, &renamed(None, Some(&dep)), 3)
+        .unwrap();
+    assert_eq!(job.dependency.unwrap().to_string(), dep);
+    c.schedule(10).unwrap();
+    wait_for_a_dependency(&c, &[child]);
+    // A dependency that does not parse, or names a missing or another user's job, is refused
+    // and the old one stays.
+    let theirs = submit(&mut c, &bob, hold(), 11);
+    for (text, says) in [
+        ("afterok:", "--dependency"),
+        ("afterok:999999", "does not exist"),
+        (&*format!("afterok:{theirs}"), "another user"),
+    ] {
+        let e = c
+            .update(&alice, child, &renamed(None, Some(text)), 12)
+            .unwrap_err();
+        assert!(e.message.contains(says), "{text}: {}", e.message);
+        assert_eq!(c.jobs[&child].dependency.as_ref().unwrap().to_string(), dep);
+    }
+    // Cleared: the next pass starts it.
+    c.update(&alice, child, &renamed(None, Some("")), 13)
+        .unwrap();
+    assert_eq!(c.jobs[&child].dependency, None);
+    c.schedule(20).unwrap();
+    assert_eq!(state(&c, child).0, JobState::Starting);
+}
+
+#[test]
+fn a_job_whose_dependency_was_never_met_is_freed_by_a_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir).with_forms(crate::FormsConfig {
+        kill_invalid_dependency: false,
+        ..Default::default()
+    });
+    let alice = caller(1001, "alice", false);
+    let parent = submit(&mut c, &alice, JobRequest::default(), 1);
+    c.schedule(5).unwrap();
+    end(&mut c, parent, 0, 10);
+    let child = submit(&mut c, &alice, after(&format!("afternotok:{parent}")), 11);
+    c.schedule(20).unwrap();
+    assert!(state(&c, child).1.starts_with("DependencyNeverSatisfied"));
+    let ok = format!("afterok:{parent}");
+    c.update(&alice, child, &renamed(None, Some(&ok)), 21)
+        .unwrap();
+    assert!(!state(&c, child).1.starts_with("DependencyNeverSatisfied"));
+    c.schedule(30).unwrap();
+    assert_eq!(state(&c, child).0, JobState::Starting);
+}
+
+#[test]
+fn a_dependency_that_would_wait_on_itself_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let hold = JobRequest {
+        hold: Some(true),
+        ..Default::default()
+    };
+    let a = submit(&mut c, &alice, hold, 1);
+    let b = submit(&mut c, &alice, after(&format!("afterok:{a}")), 2);
+    let d = submit(&mut c, &alice, after(&format!("afterany:{b}")), 3);
+    let arr = submit_array(&mut c, &alice, "0-2", 4);
+    let on_arr = submit(&mut c, &alice, after(&format!("after:{arr}")), 5);
+    let circles = [
+        (a, format!("afterok:{a}")),
+        // a <- b <- d: a on d closes the circle, through b.
+        (a, format!("afterany:{d}")),
+        (a, format!("after:{}?afterok:{d}", on_arr)),
+        // An array's task on another task of its array's dependent, and an array on a job
+        // that waits on the whole array.
+        (arr + 1, format!("afterok:{on_arr}")),
+        (arr, format!("afterok:{on_arr}")),
+    ];
+    for (job, text) in circles {
+        let e = c
+            .update(&alice, job, &renamed(None, Some(&text)), 10)
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput, "{job} on {text}");
+        assert!(e.message.contains("wait on itself"), "{}", e.message);
+    }
+    assert_eq!(c.jobs[&a].dependency, None);
+    assert_eq!(c.jobs[&arr].dependency, None);
+    // Waiting on a job beside the chain is no circle.
+    let free = submit(&mut c, &alice, JobRequest::default(), 11);
+    c.update(
+        &alice,
+        a,
+        &renamed(None, Some(&format!("afterok:{free}"))),
+        12,
+    )
+    .unwrap();
+}
