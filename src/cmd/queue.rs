@@ -261,7 +261,9 @@ impl Picked {
         }
         Ok(Picked {
             states: parsed,
-            users: users.iter().map(|u| super::user_name(u)).collect(),
+            users: (users.iter())
+                .map(|u| super::known_user(u))
+                .collect::<Result<_>>()?,
             jobs: (jobs.iter())
                 .filter_map(|j| wharf_api::job::parse_job_ref(j))
                 .collect(),
