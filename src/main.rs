@@ -68,6 +68,11 @@ enum Command {
     Update(cmd::update::Args),
     /// List nodes and what is allocated on them.
     Nodes(cmd::nodes::Args),
+    /// Slurm's sinfo: each partition's nodes grouped by state, one line per node (-N), per
+    /// partition (-s) or per reason a node takes no work (-R); also what this binary does
+    /// when it is called `sinfo`.
+    #[command(disable_help_flag = true)]
+    Sinfo(cmd::sinfo::Args),
     /// The fair-share tree (Slurm's sshare): each account's and user's shares and decayed
     /// usage against its siblings', and each user's fair-share factor.
     Share(cmd::share::Args),
@@ -92,7 +97,7 @@ enum Command {
 /// Slurm's commands this binary answers to when called by their names (a link named so, e.g.
 /// `ln -s "$(command -v wharf)" ~/bin/sbatch`), and the command each is: its flags are
 /// Slurm's where Wharf has them (see each command's `--help`).
-const SLURM_NAMES: [(&str, &[&str]); 8] = [
+const SLURM_NAMES: [(&str, &[&str]); 9] = [
     ("srun", &["srun"]),
     ("sbatch", &["submit"]),
     ("squeue", &["queue"]),
@@ -101,6 +106,7 @@ const SLURM_NAMES: [(&str, &[&str]); 8] = [
     ("sshare", &["share"]),
     ("seff", &["eff"]),
     ("sprio", &["queue", "--priority"]),
+    ("sinfo", &["sinfo"]),
 ];
 
 /// The command line, with the command in front when this binary was called by one of
@@ -222,6 +228,7 @@ fn main() {
             Command::Release(a) => cmd::hold::run(&socket, a, true).await,
             Command::Update(a) => cmd::update::run(&socket, a).await,
             Command::Nodes(a) => cmd::nodes::run(&socket, a).await,
+            Command::Sinfo(a) => cmd::sinfo::run(&socket, a).await,
             Command::Share(a) => cmd::share::run(&socket, a).await,
             Command::Admin(c) => cmd::admin::run(&socket, c).await,
             Command::Image(c) => cmd::image::run(&socket, c).await,
@@ -287,5 +294,7 @@ mod tests {
         assert!(matches!(cli.command, Command::Queue(_)));
         let cli = Cli::try_parse_from(called(&["sacct", "-X", "-P", "-j", "12"])).unwrap();
         assert!(matches!(cli.command, Command::Acct(_)));
+        let cli = Cli::try_parse_from(called(&["sinfo", "-h", "-N", "-p", "gpu"])).unwrap();
+        assert!(matches!(cli.command, Command::Sinfo(_)));
     }
 }

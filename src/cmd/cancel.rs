@@ -22,7 +22,8 @@ pub struct Args {
     /// Only jobs in these states (e.g. pending, or Slurm's codes: PD,R).
     #[arg(short = 't', long, visible_alias = "states", value_delimiter = ',')]
     state: Vec<String>,
-    /// Only these users' jobs (default: your own, when filtering).
+    /// Only these users' jobs (default: your own, when filtering): names or uids; a name this
+    /// host does not know is refused.
     #[arg(short, long, value_delimiter = ',', value_name = "USER")]
     user: Vec<String>,
     /// Only jobs with this name.

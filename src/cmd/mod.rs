@@ -18,6 +18,7 @@ pub mod run;
 pub mod share;
 pub mod shim;
 pub mod show;
+pub mod sinfo;
 pub mod srun;
 pub mod step;
 pub mod submit;
@@ -102,6 +103,30 @@ pub fn user_name(word: &str) -> String {
     word.to_string()
 }
 
+/// [`user_name`] for the jobs of now (`wharf queue -u`, `wharf cancel -u`): a name this host
+/// does not know is refused, as squeue refuses it ("Invalid user"), since it matches no job
+/// and an empty answer would read as "no jobs" rather than "no such user". A uid no one has
+/// stays as written: the controller lists such a user's jobs under the number. (`wharf acct`
+/// takes names as written: accounting outlives users.)
+pub fn known_user(word: &str) -> anyhow::Result<String> {
+    use nix::unistd::User;
+    let name = user_name(word);
+    let digits = !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit());
+    match User::from_name(&name) {
+        Ok(Some(_)) => Ok(name),
+        _ if digits => Ok(name),
+        Ok(None) => anyhow::bail!(
+            "invalid user: {:?}: this host knows no user of that name; give a user name or \
+             uid that `id` knows here",
+            crate::output::clean(&name)
+        ),
+        Err(e) => anyhow::bail!(
+            "invalid user: {:?}: looking it up failed ({e}); give a uid instead",
+            crate::output::clean(&name)
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// What reaches a request's path is a job id and nothing else: before, `'1 '` failed with
@@ -138,6 +163,16 @@ mod tests {
         assert_eq!(super::user_name("ann"), "ann");
         // A uid no one has stays as written: it matches no job.
         assert_eq!(super::user_name("4294967000"), "4294967000");
+        let known = |w: &str| super::known_user(w).map_err(|e| e.to_string());
+        assert_eq!(known(" 0").as_deref(), Ok("root"));
+        assert_eq!(known("root").as_deref(), Ok("root"));
+        assert_eq!(known("4294967000").as_deref(), Ok("4294967000"));
+        // A name no one has is refused, naming it, as squeue's "Invalid user".
+        let e = known("no-such-user-wharf").unwrap_err();
+        assert!(
+            e.contains("invalid user: \"no-such-user-wharf\": this host knows no user"),
+            "{e}"
+        );
     }
 
     #[test]

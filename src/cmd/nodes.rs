@@ -235,6 +235,7 @@ mod tests {
             gpus: (12, 16),
             running: 7,
             pending: 30,
+            node_names: None,
         };
         let list = PartitionList {
             partitions: vec![

@@ -28,7 +28,8 @@ pub struct Args {
     /// ended one (CD, F, ...) or `all` shows ended jobs too, as --all does.
     #[arg(short = 't', long, visible_alias = "states", value_delimiter = ',')]
     state: Vec<String>,
-    /// Only these users' jobs (squeue -u).
+    /// Only these users' jobs (squeue -u): names or uids; a name this host does not know is
+    /// refused.
     #[arg(short, long, value_delimiter = ',', value_name = "USER")]
     user: Vec<String>,
     /// Only these jobs (squeue -j): ids, an array's id for all its tasks, or ID_TASK.
@@ -261,7 +262,9 @@ impl Picked {
         }
         Ok(Picked {
             states: parsed,
-            users: users.iter().map(|u| super::user_name(u)).collect(),
+            users: (users.iter())
+                .map(|u| super::known_user(u))
+                .collect::<Result<_>>()?,
             jobs: (jobs.iter())
                 .filter_map(|j| wharf_api::job::parse_job_ref(j))
                 .collect(),

@@ -40,6 +40,7 @@ mod sandbox;
 mod scheduling;
 mod sif;
 mod sif_fifo;
+mod sinfo;
 mod state_files;
 mod steps;
 mod steps_image;

@@ -249,6 +249,11 @@ pub struct PartitionSummary {
     pub running: u32,
     /// Its pending jobs.
     pub pending: u32,
+    /// Its nodes by name, sorted: those it names, registered or not, or every registered node
+    /// when it names none (`sinfo` groups them by state). `None` from a controller older than
+    /// this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_names: Option<Vec<String>>,
 }
 
 /// How many nodes of a partition are in each state, as `sinfo` counts them.

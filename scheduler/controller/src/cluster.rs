@@ -541,6 +541,11 @@ impl Cluster {
                 // A node named here that never registered takes no work either.
                 counts.other += (members.len() as u32).saturating_sub(registered);
                 let (running, pending) = jobs.get(&p.name).copied().unwrap_or_default();
+                let node_names = if members.is_empty() {
+                    nodes.iter().map(|n| n.info.name.clone()).collect()
+                } else {
+                    members.iter().map(|n| n.to_string()).collect()
+                };
                 PartitionSummary {
                     name: p.name.clone(),
                     state: crate::admin::state_name(p.state).to_string(),
@@ -552,6 +557,7 @@ impl Cluster {
                     gpus,
                     running,
                     pending,
+                    node_names: Some(node_names),
                 }
             })
             .collect();
