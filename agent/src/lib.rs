@@ -13,6 +13,7 @@ pub mod images;
 pub mod launch;
 pub mod node_key;
 pub mod prepull;
+pub mod signal;
 pub mod step;
 pub mod step_input;
 pub mod step_output;
@@ -242,6 +243,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         let steps = step::report(&cfg, launcher.as_ref());
         detail.apply(&mut jobs);
         polls += 1;
+        let signalled = signal::report(&cfg, &jobs);
         let req = PollRequest {
             seq: Some(wharf_api::wire::PollSeq { boot, n: polls }),
             node: cfg.node_name.clone(),
@@ -251,6 +253,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
             pulling: pulls.progress(),
             prepulls: pulls.prepulls().reports(),
             steps,
+            signalled,
         };
         let poll = client.post::<_, PollResponse>("/v1/agent/poll", &req);
         // What changes here (a job starts or ends, an image is imported) is reported at once,
@@ -793,6 +796,10 @@ fn carry_out(
                 tracing::warn!(job = limit.id, error = %e, "cannot record the time limit");
             }
         }
+    }
+    // Before the kills: a signal sent before a cancel reaches the job before its SIGTERM.
+    for order in &orders.signals {
+        signal::pass_on(cfg, launcher, order);
     }
     for kill in &orders.kill {
         tracing::info!(job = kill.id, reason = %kill.reason, "stopping job");

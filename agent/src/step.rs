@@ -293,6 +293,15 @@ fn step_dirs(state_dir: &Path) -> std::collections::BTreeMap<StepKey, Vec<(u32, 
     out
 }
 
+/// The directories of this node's tasks of job `job`'s steps: of step `step` only, when
+/// given.
+pub(crate) fn dirs_of(cfg: &AgentConfig, job: JobId, step: Option<u32>) -> Vec<JobDir> {
+    (step_dirs(&cfg.state_dir).into_iter())
+        .filter(|(key, _)| key.job == job && step.is_none_or(|s| s == key.step))
+        .flat_map(|(_, dirs)| dirs.into_iter().map(|(_, dir)| dir))
+        .collect()
+}
+
 /// Stops the tasks in `dirs` that still run, recording `reason` (as a kill order does).
 fn stop_tasks(launcher: &dyn Backend, dirs: &[(u32, JobDir)], reason: &str) {
     for (_, dir) in dirs {

@@ -52,6 +52,11 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// ([`JobDir::stdin_end`]), so that the task reads it now rather than at the supervisor's
     /// next look. Nothing by default.
     fn input_ended(&self, _dir: &JobDir) {}
+
+    /// Tells the job's supervisor that signal requests were written
+    /// ([`crate::signals::request`]), so that it sends them now rather than at its next look
+    /// (within a second). Nothing by default.
+    fn signals_requested(&self, _dir: &JobDir) {}
 }
 
 impl Backend for crate::Launcher {
@@ -75,6 +80,9 @@ impl Backend for crate::Launcher {
     }
     fn input_ended(&self, dir: &JobDir) {
         crate::Launcher::input_ended(self, dir)
+    }
+    fn signals_requested(&self, dir: &JobDir) {
+        crate::Launcher::signals_requested(self, dir)
     }
 }
 

@@ -26,6 +26,14 @@ impl JobDir {
     pub fn spec(&self) -> PathBuf {
         self.root.join("spec.json")
     }
+    /// Where the agent writes signals for the task's processes (see [`crate::signals`]).
+    pub fn signal_requests(&self) -> PathBuf {
+        self.root.join("signals")
+    }
+    /// The newest signal request the agent passed on to the task (see [`crate::signals`]).
+    pub fn signalled(&self) -> PathBuf {
+        self.root.join("signalled")
+    }
     /// The shim's pid.
     pub fn pid(&self) -> PathBuf {
         self.root.join("shim.pid")

@@ -256,6 +256,18 @@ impl Launcher {
         }
     }
 
+    /// Wakes the shim of a job to take the signal requests written for it
+    /// ([`crate::signals`]). Only a shim that made the request directory is woken: it has
+    /// a handler for the wake by then (an older shim has none, and would die of it).
+    pub fn signals_requested(&self, dir: &JobDir) {
+        if !dir.signal_requests().is_dir() {
+            return;
+        }
+        if let Some(pid) = self.live_pid(dir) {
+            let _ = kill(Pid::from_raw(pid as i32), crate::shim::INPUT_ENDED);
+        }
+    }
+
     /// The shim's pid if that process is alive and is this job's shim (not a reused pid: the
     /// start time recorded at launch must match; the command line is not used, since it is
     /// empty for a moment while the shim is being exec'd).

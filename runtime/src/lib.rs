@@ -37,6 +37,7 @@ mod launcher;
 mod output;
 mod sandbox;
 pub mod shim;
+pub mod signals;
 pub mod spawner;
 mod spec;
 mod sys;

@@ -53,7 +53,8 @@ extern "C" fn on_cancel(_: libc::c_int) {
 }
 
 /// What the agent sends the shim once it wrote a task's input's end
-/// ([`crate::JobDir::stdin_end`]).
+/// ([`crate::JobDir::stdin_end`]) or signal requests ([`crate::signals`]): either only
+/// wakes its wait early.
 pub const INPUT_ENDED: Signal = Signal::SIGUSR1;
 
 extern "C" fn on_wake(_: libc::c_int) {}
@@ -520,6 +521,13 @@ fn wait_init(
     let mut limit = crate::jobdir::Deadline::new(started, spec.time_limit, Duration::ZERO);
     let grace = Duration::from_secs(spec.grace_secs);
     let mut kill_at: Option<Instant> = None;
+    // An idle task runs nothing of the user's to signal: its default dispositions would
+    // only end it, and its node's part of the job with it.
+    if !spec.idle {
+        if let Err(e) = crate::signals::open(jd) {
+            eprintln!("wharf shim: this task takes no signals: {e}");
+        }
+    }
     loop {
         // A limit changed since the launch (the agent writes it) counts from the start too.
         if !out.timed_out {
@@ -534,16 +542,24 @@ fn wait_init(
         if let Ok(status @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) =
             waitpid(init.pid(), Some(WaitPidFlag::WNOHANG))
         {
+            crate::signals::close(jd);
             return status;
         }
         let now = Instant::now();
         let stopping = out.cancelled || out.timed_out;
+        if !stopping {
+            for req in crate::signals::take(jd) {
+                deliver(spec, init.pid(), req);
+            }
+        }
         if !stopping && cancelled() {
             out.cancelled = true;
         } else if !stopping && deadline.is_some_and(|d| now >= d) {
             out.timed_out = true;
         }
         if !stopping && (out.cancelled || out.timed_out) {
+            // A stopping job's processes take only the stop's signals from here on.
+            crate::signals::close(jd);
             signal_all(spec, init.pid(), Signal::SIGTERM);
             kill_at = Some(now + grace);
             // Why, as the agent recorded the stop order it passed on.
@@ -633,6 +649,29 @@ fn signal_all(spec: &ContainerSpec, init: Pid, sig: Signal) {
         if pid != init.as_raw() {
             let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
         }
+    }
+}
+
+/// Sends a user's signal (`wharf cancel --signal`) to the job's processes: all of them, as
+/// [`signal_all`] does, or only the program the init runs (a batch script's shell).
+fn deliver(spec: &ContainerSpec, init: Pid, req: crate::signals::Request) {
+    let Ok(sig) = Signal::try_from(req.signal) else {
+        eprintln!("wharf shim: {} is not a signal; not sent", req.signal);
+        return;
+    };
+    if !req.script_only {
+        signal_all(spec, init, sig);
+        return;
+    }
+    // The program is the init's first child: processes orphaned in the job become children
+    // of the init too, but only after the program started them.
+    let program = (cgroup::pids(&spec.cgroup_path()).into_iter())
+        .filter(|&pid| crate::sys::parent_of(pid as u32) == Some(init.as_raw() as u32))
+        .filter_map(|pid| Some((crate::sys::start_time(pid as u32)?, pid)))
+        .min()
+        .map(|(_, pid)| pid);
+    if let Some(pid) = program {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
     }
 }
 

@@ -390,6 +390,17 @@ pub(crate) fn stat_of(pid: u32) -> Option<(String, u64)> {
     ))
 }
 
+/// The parent of process `pid`, from `/proc/PID/stat` (field 4).
+pub(crate) fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 pub(crate) fn start_time(pid: u32) -> Option<u64> {
     stat_of(pid).map(|(_, t)| t)
 }

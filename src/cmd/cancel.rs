@@ -6,10 +6,14 @@ use wharf_api::wire::WhoAmI;
 use wharf_api::JobRecord;
 use wharf_client::{Client, ClientError, Endpoint};
 
+mod signal;
+
 /// How the filters pick jobs, for `--help`.
 const FILTERS: &str = "Filters (scancel's) pick active jobs: `wharf cancel -t PD` cancels your \
 pending jobs; `-u USER` picks USER's instead of your own (an admin's to cancel); given with \
-job ids, they narrow those, whoever's they are (`wharf cancel 12 -t PD`: 12's pending tasks).";
+job ids, they narrow those, whoever's they are (`wharf cancel 12 -t PD`: 12's pending tasks).
+
+--signal SIG sends running jobs' processes a signal and ends nothing (unless the signal does): `wharf cancel --signal USR1 12` to make job 12 checkpoint, `-s TERM 12.1` for step 1 alone. As scancel's, it reaches every task of a job and of its steps, but not a batch job's script (#SBATCH, run once), which would end on a signal it does not trap: -b sends it to the script alone, -f to the script, its children and the steps. With filters, the running jobs they pick are signalled.";
 
 /// Arguments.
 #[derive(Debug, clap::Args)]
@@ -32,6 +36,16 @@ pub struct Args {
     /// Only jobs in these partitions.
     #[arg(short, long, value_delimiter = ',', value_name = "PARTITION")]
     partition: Vec<String>,
+    /// Send this signal to the jobs' (or steps') processes instead of ending them: a name,
+    /// with or without SIG (USR1, SIGTERM), or a number (10). Only running jobs take one.
+    #[arg(short = 's', long, value_name = "SIGNAL", value_parser = signal::parse)]
+    signal: Option<nix::sys::signal::Signal>,
+    /// With --signal: a batch job's script alone (not its children nor its steps).
+    #[arg(short = 'b', long, requires = "signal", conflicts_with = "full")]
+    batch: bool,
+    /// With --signal: a batch job's script and its children too, as well as its steps.
+    #[arg(short = 'f', long, requires = "signal")]
+    full: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -57,17 +71,54 @@ pub async fn run(socket: &str, mut args: Args) -> Result<i32> {
         })
         .collect();
     if args.jobs.is_empty() && !args.filters() {
+        let what = if args.signal.is_some() {
+            "signal"
+        } else {
+            "cancel"
+        };
         anyhow::bail!(
-            "name the jobs to cancel (IDs), or pick them with -t STATE, -u USER, -n NAME or \
+            "name the jobs to {what} (IDs), or pick them with -t STATE, -u USER, -n NAME or \
              -p PARTITION"
         );
     }
     let (steps, jobs): (Vec<String>, Vec<String>) =
         args.jobs.iter().cloned().partition(|j| j.contains('.'));
-    if !steps.is_empty() {
-        if args.json && !jobs.is_empty() {
-            anyhow::bail!("with --json, cancel steps and jobs in separate commands");
+    if args.json && !steps.is_empty() && !jobs.is_empty() {
+        let what = if args.signal.is_some() {
+            "signal"
+        } else {
+            "cancel"
+        };
+        anyhow::bail!("with --json, {what} steps and jobs in separate commands");
+    }
+    if let Some(sig) = args.signal {
+        if (args.batch || args.full) && !steps.is_empty() {
+            anyhow::bail!(
+                "-b and -f pick a batch job's script, which no step has: signal the steps ({}) \
+                 without them",
+                steps.join(" ")
+            );
         }
+        if !steps.is_empty() && args.filters() {
+            anyhow::bail!(
+                "-t, -u, -n and -p pick jobs, not steps: name the steps alone ({})",
+                steps.join(" ")
+            );
+        }
+        let jobs = if args.filters() {
+            let picked = picked(socket, &args).await?;
+            if picked.is_empty() {
+                eprintln!("wharf: no running job matches; nothing signalled");
+                return Ok(0);
+            }
+            picked
+        } else {
+            jobs
+        };
+        let how = (args.batch, args.full);
+        return signal::run(socket, &jobs, &steps, sig, how, args.json).await;
+    }
+    if !steps.is_empty() {
         if args.filters() {
             anyhow::bail!(
                 "-t, -u, -n and -p pick jobs, not steps: name the steps alone ({})",
@@ -109,15 +160,23 @@ async fn cancel_steps(socket: &str, steps: &[String], json: bool) -> Result<i32>
         let (job, step) = label.rsplit_once('.').unwrap_or((label, ""));
         format!("/v1/jobs/{job}/steps/{step}/cancel")
     };
-    post_all(socket, steps, json, "step", path, |_: &StepRecord| {
-        "cancelling".to_string()
-    })
+    let body = serde_json::json!({});
+    post_all(
+        socket,
+        steps,
+        json,
+        "step",
+        path,
+        &body,
+        |_: &StepRecord| "cancelling".to_string(),
+    )
     .await
 }
 
 /// The active jobs `args`'s filters pick (among its job ids, when it names some), each by
 /// its own id (`ARRAYID_TASK` for an array's task: an array's id alone would cancel every
-/// task of it); without `-u` or ids, the caller's own.
+/// task of it); without `-u` or ids, the caller's own. Only running ones with `--signal`:
+/// no other job has processes to take it.
 async fn picked(socket: &str, args: &Args) -> Result<Vec<String>> {
     let client = Client::new(Endpoint::parse(socket), None);
     let users = if args.user.is_empty() && args.jobs.is_empty() {
@@ -131,6 +190,7 @@ async fn picked(socket: &str, args: &Args) -> Result<Vec<String>> {
     super::queue::with_rows(&client, 0, false, &filter, |rows| {
         (rows.iter())
             .filter(|r| !r.state.is_terminal())
+            .filter(|r| args.signal.is_none() || r.state == wharf_api::JobState::Running)
             .filter(|r| args.name.as_ref().is_none_or(|n| *n == r.name))
             .map(|r| match r.array {
                 Some((array, task)) => format!("{array}_{task}"),
@@ -151,24 +211,34 @@ pub async fn post_each(
     what: impl Fn(&JobRecord) -> String,
 ) -> Result<i32> {
     let path = |id: &str| format!("/v1/jobs/{id}/{action}");
-    post_all(socket, jobs, json, "job", path, what).await
+    post_all(
+        socket,
+        jobs,
+        json,
+        "job",
+        path,
+        &serde_json::json!({}),
+        what,
+    )
+    .await
 }
 
-/// Posts `path(ID)` for each of `ids`, printing `NOUN ID: WHAT` of each answer (or, with
-/// `json`, the answers at the end). Exit status 1 if the controller refused any of them.
+/// Posts `body` to `path(ID)` for each of `ids`, printing `NOUN ID: WHAT` of each answer
+/// (or, with `json`, the answers at the end). Exit status 1 if the controller refused any.
 async fn post_all<T: serde::de::DeserializeOwned + serde::Serialize>(
     socket: &str,
     ids: &[String],
     json: bool,
     noun: &str,
     path: impl Fn(&str) -> String,
+    body: &serde_json::Value,
     what: impl Fn(&T) -> String,
 ) -> Result<i32> {
     let client = Client::new(Endpoint::parse(socket), None);
     let mut status = 0;
     let mut done = Vec::new();
     for id in ids {
-        match client.post::<_, T>(&path(id), &serde_json::json!({})).await {
+        match client.post::<_, T>(&path(id), body).await {
             Ok(answer) => {
                 if !json {
                     println!("{noun} {id}: {}", what(&answer));

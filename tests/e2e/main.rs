@@ -8,6 +8,7 @@ mod acct;
 mod admin;
 mod agent_reports;
 mod cancel_filters;
+mod cancel_signal;
 mod closed_pipe;
 mod connections;
 mod durability;

@@ -1594,6 +1594,10 @@ pub struct JobRecord {
     /// The steps it started from inside (`wharf step`), by id (public, as sacct shows them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<crate::step::StepRecord>,
+    /// The newest signals sent to it while it ran (`wharf cancel --signal`), oldest first,
+    /// at most [`crate::signal::JobSignal::KEPT`]; owner's and admins' only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signals: Vec<crate::signal::JobSignal>,
 }
 
 /// How many failed launches that were not the job's fault requeue it; the next one ends it
@@ -1752,6 +1756,7 @@ impl JobRecord {
             launch_faults: 0,
             pulling: vec![],
             steps: vec![],
+            signals: vec![],
         }
     }
 
@@ -1788,6 +1793,7 @@ impl JobRecord {
             launch_faults: self.launch_faults,
             pulling: self.pulling.clone(),
             steps: self.steps.clone(),
+            signals: self.signals.clone(),
         }
     }
 }

@@ -25,6 +25,7 @@ pub mod pull;
 pub mod report;
 pub mod resources;
 pub mod share;
+pub mod signal;
 pub mod step;
 pub mod step_input;
 pub mod step_output;

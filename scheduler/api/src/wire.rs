@@ -451,6 +451,11 @@ pub struct PollRequest {
     /// tasks here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<crate::step::AgentStep>,
+    /// For each job running here, the newest of its signals passed on (see
+    /// [`crate::signal`]). Left out when the node runs none; an older agent never sends it,
+    /// and gets no signal orders.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signalled: Vec<crate::signal::Signalled>,
 }
 
 /// An agent's report's place: the agent's run (a number drawn when it starts) and the
@@ -574,6 +579,10 @@ pub struct PollResponse {
     /// tasks take it up, counted from the job's start. Repeated until the agent reports it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limits: Vec<LimitOrder>,
+    /// Signals to pass on to running jobs' processes here, repeated until the agent reports
+    /// each passed on ([`PollRequest::signalled`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signals: Vec<crate::signal::SignalOrder>,
 }
 
 /// A running job's new time limit ([`PollResponse::limits`]).

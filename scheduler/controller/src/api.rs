@@ -32,6 +32,7 @@ use crate::cluster::{Caller, Cluster, Failure};
 use crate::node_keys::Credential;
 use crate::Shared;
 
+mod signal;
 mod step_input;
 
 /// Who is on the other end of a connection.
@@ -117,6 +118,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/jobs/{id}/wait", get(wait))
         .route("/v1/jobs/{id}/cancel", post(cancel))
         .route("/v1/jobs/{id}/steps/{step}/cancel", post(cancel_step))
+        .route("/v1/jobs/{id}/signal", post(signal::job))
+        .route("/v1/jobs/{id}/steps/{step}/signal", post(signal::step))
         .route("/v1/jobs/{id}/hold", post(hold))
         .route("/v1/jobs/{id}/release", post(release))
         .route("/v1/jobs/{id}/requeue", post(requeue))
@@ -970,6 +973,7 @@ async fn poll(
         .filter(|j| j.exit.is_none())
         .filter_map(|j| Some((j.id, j.time_limit?)))
         .collect();
+    let signalled = req.signalled.clone();
     // Jobs whose image the node is pulling: their launch order is under way there, so it is
     // not repeated (an answer at once to each poll would make the agent poll without pause
     // for as long as the pull lasts); the agent's progress reports wake it instead.
@@ -1017,7 +1021,9 @@ async fn poll(
     let deadline = tokio::time::Instant::now() + wait;
     // A changed time limit answers at once only once something woke this poll (its update
     // does): a node that still reports the old one when it asks again gets it with the next
-    // answer that goes out anyway, so an agent that cannot apply it asks no faster.
+    // answer that goes out anyway, so an agent that cannot apply it asks no faster. A signal
+    // answers at once, even a request that came between two polls: the agent records each
+    // as passed on whether or not it reached a process, so only a lost answer repeats it.
     let mut woken = false;
     loop {
         let (n, h, st, pr) = (
@@ -1027,14 +1033,14 @@ async fn poll(
             prepared.clone(),
         );
         let (sh, ss) = (steps_held.clone(), steps_stopping.clone());
-        let lim = limits.clone();
-        let ((mut launch, kill), pull, (steps, kill_steps), limits_now) =
+        let (lim, sig) = (limits.clone(), signalled.clone());
+        let ((mut launch, kill), pull, (steps, kill_steps), (limits_now, signals)) =
             with_cluster(&s, move |cl, _| {
                 Ok((
                     cl.orders(&n, &h, &st, &pr),
                     cl.pull_orders(&n),
                     cl.step_orders(&n, &sh, &ss),
-                    cl.limit_orders(&n, &lim),
+                    (cl.limit_orders(&n, &lim), cl.signal_orders(&n, &sig)),
                 ))
             })
             .await?;
@@ -1048,6 +1054,7 @@ async fn poll(
             || !kill_steps.is_empty()
             || !forget_steps.is_empty()
             || (woken && !limits_now.is_empty())
+            || !signals.is_empty()
             || tokio::time::Instant::now() >= deadline
         {
             return Ok(Json(PollResponse {
@@ -1059,6 +1066,7 @@ async fn poll(
                 kill_steps,
                 forget_steps: forget_steps.clone(),
                 limits: limits_now,
+                signals,
             }));
         }
         // Woken or timed out: look again (past the deadline the answer goes out as it is).

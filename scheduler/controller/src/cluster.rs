@@ -29,6 +29,7 @@ pub mod prepull;
 mod requeue;
 mod runs;
 mod sched;
+pub mod signal;
 pub mod steps;
 mod submit;
 mod table;

@@ -18,6 +18,8 @@ pub fn view(caller: &Caller, mut job: JobRecord) -> JobRecord {
         // The image it pulls is the spec's.
         job.pulling.clear();
         job.requeued_message = None;
+        // Which signals its owner sends their job, and when, are theirs too.
+        job.signals.clear();
         let ranks = job.allocs.iter_mut().filter_map(|a| a.exit.as_mut());
         for exit in job.exit.as_mut().into_iter().chain(ranks) {
             exit.message = None;

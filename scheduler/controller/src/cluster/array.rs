@@ -178,7 +178,7 @@ impl Cluster {
 /// refusal for any task it applies to changes none.
 impl Cluster {
     /// The active tasks of array `array_id`, lowest id first; `None` when there are none.
-    fn active_tasks(
+    pub(super) fn active_tasks(
         &self,
         caller: &super::Caller,
         array_id: JobId,
@@ -241,7 +241,7 @@ impl Cluster {
     }
 
     /// Commits `changed` and returns the first as `caller` sees it.
-    fn commit_tasks(
+    pub(super) fn commit_tasks(
         &mut self,
         caller: &super::Caller,
         changed: Vec<JobRecord>,

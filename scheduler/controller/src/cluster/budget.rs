@@ -182,6 +182,7 @@ mod tests {
             pulling: vec![],
             prepulls: vec![],
             steps: vec![],
+            signalled: vec![],
         };
         c.ingest(&poll, now).unwrap();
     }

@@ -388,6 +388,7 @@ fn a_fault_reported_by_an_older_agent_or_after_a_start_drains_nothing() {
         pulling: vec![],
         prepulls: vec![],
         steps: vec![],
+        signalled: vec![],
     };
     c.ingest(&report, 2_000).unwrap();
     assert_eq!(job(&c, id).state, JobState::Failed);

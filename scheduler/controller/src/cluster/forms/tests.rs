@@ -196,6 +196,7 @@ pub(in crate::cluster) fn end(c: &mut Cluster, id: JobId, code: i32, now: u64) {
         pulling: vec![],
         prepulls: vec![],
         steps: vec![],
+        signalled: vec![],
     };
     c.ingest(&report, now).unwrap();
 }

@@ -1,0 +1,155 @@
+//! Signals for a running task's processes that do not stop it (`wharf cancel --signal`):
+//! the agent writes a request into the task's directory and wakes its shim, which sends the
+//! signal from outside the sandbox, as it sends a cancel's SIGTERM.
+//!
+//! The shim makes the request directory ([`JobDir::signal_requests`]) once it supervises a
+//! started program, and takes requests from it at each wake of its wait: a task without it
+//! (still launching, ended, idle, or run by a shim that cannot take requests: an older one,
+//! or the Docker backend's) takes none, and [`request`] says so.
+//!
+//! ```no_run
+//! use wharf_runtime::{signals, JobDir};
+//! let dir = JobDir::new("/var/lib/wharf/agent/jobs/7".into());
+//! // The agent: SIGUSR1 to every process of the task, as its request number 3.
+//! let taken = signals::request(&dir, 3, signals::Request { signal: 10, script_only: false })?;
+//! # Ok::<(), std::io::Error>(())
+//! ```
+
+use std::path::PathBuf;
+
+use crate::jobdir::JobDir;
+
+/// One signal for a task's processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// The signal's number.
+    pub signal: i32,
+    /// Only the program the sandbox runs (a batch script's shell), not its children.
+    pub script_only: bool,
+}
+
+impl Request {
+    /// The request file's text: `SIGNAL` or `SIGNAL script`.
+    fn text(self) -> String {
+        match self.script_only {
+            true => format!("{} script", self.signal),
+            false => self.signal.to_string(),
+        }
+    }
+
+    fn parse(text: &str) -> Option<Request> {
+        let mut words = text.split_whitespace();
+        let signal = words.next()?.parse().ok()?;
+        let script_only = match words.next() {
+            None => false,
+            Some("script") => true,
+            Some(_) => return None,
+        };
+        words.next().is_none().then_some(Request {
+            signal,
+            script_only,
+        })
+    }
+}
+
+/// Writes request number `seq` for the task of `dir`. `Ok(false)` when the task takes no
+/// signals now (see the module doc); the caller then wakes the shim
+/// ([`crate::Backend::signals_requested`]). Idempotent for one `seq`.
+pub fn request(dir: &JobDir, seq: u64, req: Request) -> std::io::Result<bool> {
+    let requests = dir.signal_requests();
+    if !requests.is_dir() {
+        return Ok(false);
+    }
+    // Whole or not at all (temp file and rename): the shim may look at any moment.
+    let tmp = requests.join(format!(".{seq}.tmp"));
+    JobDir::write_private(&tmp, req.text().as_bytes())?;
+    std::fs::rename(&tmp, requests.join(seq.to_string()))?;
+    Ok(true)
+}
+
+/// Makes the request directory: from now on the shim takes requests.
+pub(crate) fn open(dir: &JobDir) -> std::io::Result<()> {
+    match std::fs::create_dir(dir.signal_requests()) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Removes the request directory (the program has ended or is being stopped): later
+/// requests are refused rather than left unread.
+pub(crate) fn close(dir: &JobDir) {
+    let _ = std::fs::remove_dir_all(dir.signal_requests());
+}
+
+/// Takes every request written since the last look, oldest first, removing each; a file
+/// that does not read as a request is dropped.
+pub(crate) fn take(dir: &JobDir) -> Vec<Request> {
+    let Ok(entries) = std::fs::read_dir(dir.signal_requests()) else {
+        return vec![];
+    };
+    let mut found: Vec<(u64, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path())))
+        .collect();
+    found.sort();
+    found
+        .into_iter()
+        .filter_map(|(_, path)| {
+            let text = std::fs::read_to_string(&path).ok();
+            let _ = std::fs::remove_file(&path);
+            Request::parse(&text?)
+        })
+        .collect()
+}
+
+/// The newest request number the agent passed on to the task of `dir` (0: none).
+pub fn passed_on(dir: &JobDir) -> u64 {
+    std::fs::read_to_string(dir.signalled())
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Records `seq` as the newest request number passed on to the task of `dir`.
+pub fn record_passed_on(dir: &JobDir, seq: u64) -> std::io::Result<()> {
+    let tmp = dir.path().join(".signalled.tmp");
+    JobDir::write_private(&tmp, seq.to_string().as_bytes())?;
+    std::fs::rename(&tmp, dir.signalled())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_taken_once_oldest_first_and_only_while_open() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = JobDir::new(tmp.path().to_path_buf());
+        let usr1 = Request {
+            signal: 10,
+            script_only: false,
+        };
+        let term = Request {
+            signal: 15,
+            script_only: true,
+        };
+        assert!(!request(&dir, 1, usr1).unwrap(), "not open yet");
+        open(&dir).unwrap();
+        assert!(request(&dir, 12, term).unwrap());
+        assert!(request(&dir, 9, usr1).unwrap());
+        std::fs::write(dir.signal_requests().join("10"), "nonsense here").unwrap();
+        assert_eq!(take(&dir), vec![usr1, term]);
+        assert_eq!(take(&dir), vec![]);
+        close(&dir);
+        assert!(!request(&dir, 13, usr1).unwrap());
+    }
+
+    #[test]
+    fn what_was_passed_on_reads_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = JobDir::new(tmp.path().to_path_buf());
+        assert_eq!(passed_on(&dir), 0);
+        record_passed_on(&dir, 7).unwrap();
+        assert_eq!(passed_on(&dir), 7);
+    }
+}

@@ -1,0 +1,306 @@
+//! Signals sent to running jobs and steps without ending them (`wharf cancel --signal`): the
+//! requests the job's record keeps, and the orders that carry them to its nodes (see
+//! [`wharf_api::signal`]).
+
+use nix::sys::signal::Signal;
+use wharf_api::signal::{JobSignal, Reach, SignalOrder, SignalRequest, Signalled};
+use wharf_api::step::StepRecord;
+use wharf_api::wire::ErrorKind;
+use wharf_api::{JobId, JobRecord, JobState};
+
+use super::{not_yours, Caller, Cluster, Failure};
+
+/// The name of signal number `n` (`SIGUSR1`), or why it is none a job may be sent.
+pub fn signal_name(n: i32) -> Result<&'static str, Failure> {
+    match Signal::try_from(n) {
+        Ok(sig) => Ok(sig.as_str()),
+        Err(_) => Err(Failure::new(
+            ErrorKind::InvalidInput,
+            format!("{n} is not a signal number (`kill -l` lists them: 10 is SIGUSR1)"),
+        )),
+    }
+}
+
+/// Why `job` cannot be signalled now (the caller may manage it), if it cannot: only a
+/// running job that is not being stopped has processes to take a signal and stay.
+fn not_signallable(job: &JobRecord) -> Option<Failure> {
+    let label = job.label();
+    let why = match job.state {
+        JobState::Running if job.cancel_requested || job.stop.is_some() => {
+            format!("job {label} is already stopping; its processes take no more signals")
+        }
+        JobState::Running => return None,
+        JobState::Pending => format!(
+            "job {label} is PENDING, not running: it has no processes to signal yet (cancel it \
+             without --signal, or signal it once it runs)"
+        ),
+        JobState::Starting => format!(
+            "job {label} is STARTING, not running yet: signal it once `wharf queue` shows it \
+             RUNNING"
+        ),
+        ended => format!("job {label} has already ended ({ended})"),
+    };
+    Some(Failure::new(ErrorKind::Conflict, why))
+}
+
+/// Records `signal` sent by `by` to `job`'s current run, keeping the newest
+/// [`JobSignal::KEPT`].
+fn record(job: &mut JobRecord, signal: i32, reach: Reach, by: &str) -> JobSignal {
+    let seq = job.signals.last().map_or(0, |s| s.seq) + 1;
+    let sent = JobSignal {
+        seq,
+        run: job.restarts,
+        signal,
+        reach,
+        by: by.to_string(),
+    };
+    job.signals.push(sent.clone());
+    let over = job.signals.len().saturating_sub(JobSignal::KEPT);
+    job.signals.drain(..over);
+    sent
+}
+
+impl Cluster {
+    /// Sends `req`'s signal to running job `id`'s processes for `caller` (its owner or an
+    /// admin), which go on running unless the signal ends them. Returns the job as the
+    /// caller sees it and the nodes to wake.
+    ///
+    /// Errors: `NotFound` for no such job, `PermissionDenied` for another user's job,
+    /// `InvalidInput` for a number that is no signal or `-b` for a job with no batch script,
+    /// `Conflict` for a job that is not running (pending, starting, stopping or ended).
+    pub fn signal(
+        &mut self,
+        caller: &Caller,
+        id: JobId,
+        req: SignalRequest,
+    ) -> Result<(JobRecord, Vec<String>), Failure> {
+        signal_name(req.signal)?;
+        let Some(job) = self.jobs.get(&id) else {
+            return match self.store.job(id)? {
+                Some(j) if !caller.may_manage(&j) => Err(not_yours(id)),
+                Some(j) => Err(not_signallable(&j).unwrap_or_else(|| {
+                    Failure::new(ErrorKind::Conflict, format!("job {id} has ended"))
+                })),
+                None => Err(Failure::new(ErrorKind::NotFound, format!("no job {id}"))),
+            };
+        };
+        if !caller.may_manage(job) {
+            return Err(not_yours(id));
+        }
+        if let Some(refused) = not_signallable(job) {
+            return Err(refused);
+        }
+        if req.batch && !job.runs_once() {
+            return Err(Failure::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "job {} runs no batch script (its command runs as every task): drop -b \
+                     to signal its tasks",
+                    job.label()
+                ),
+            ));
+        }
+        let mut job = job.clone();
+        let reach = req.reach(job.runs_once());
+        record(&mut job, req.signal, reach, &caller.owner.user);
+        let wake = job.nodes().map(str::to_string).collect();
+        self.commit(vec![job.clone()])?;
+        Ok((crate::visibility::view(caller, job), wake))
+    }
+
+    /// [`Cluster::signal`] for every running task of array `array_id` (`wharf cancel
+    /// --signal` with the array's job id, as scancel's), in one transaction. `None` when
+    /// `array_id` is no array; returns the first task signalled, as the caller sees it, and
+    /// the nodes to wake.
+    ///
+    /// Errors: as [`Cluster::signal`]'s, and `Conflict` when no task of the array runs.
+    pub fn signal_array(
+        &mut self,
+        caller: &Caller,
+        array_id: JobId,
+        req: SignalRequest,
+    ) -> Result<Option<(JobRecord, Vec<String>)>, Failure> {
+        signal_name(req.signal)?;
+        let Some(tasks) = self.active_tasks(caller, array_id)? else {
+            return Ok(None);
+        };
+        let mut running: Vec<JobRecord> = tasks
+            .into_iter()
+            .filter(|j| not_signallable(j).is_none())
+            .collect();
+        if running.is_empty() {
+            return Err(Failure::new(
+                ErrorKind::Conflict,
+                format!(
+                    "no task of array job {array_id} is running: only running tasks can be \
+                     signalled"
+                ),
+            ));
+        }
+        if req.batch && running.iter().any(|j| !j.runs_once()) {
+            return Err(Failure::new(
+                ErrorKind::InvalidInput,
+                format!("array job {array_id} runs no batch script: drop -b to signal its tasks"),
+            ));
+        }
+        let mut wake = Vec::new();
+        for job in &mut running {
+            let reach = req.reach(job.runs_once());
+            record(job, req.signal, reach, &caller.owner.user);
+            wake.extend(job.nodes().map(str::to_string));
+        }
+        let first = self.commit_tasks(caller, running)?;
+        wake.sort();
+        wake.dedup();
+        Ok(Some((first, wake)))
+    }
+
+    /// Sends `signal` to the processes of step `step` of running job `id` for `caller` (`wharf
+    /// cancel --signal SIG ID.STEP`). Returns the step and the nodes to wake.
+    ///
+    /// Errors: as [`Cluster::signal`]'s, `NotFound` for no such step and `Conflict` for a
+    /// step that has ended or is stopping.
+    pub fn signal_step(
+        &mut self,
+        caller: &Caller,
+        id: JobId,
+        step: u32,
+        signal: i32,
+    ) -> Result<(StepRecord, Vec<String>), Failure> {
+        signal_name(signal)?;
+        let Some(job) = self.jobs.get(&id) else {
+            return match self.store.job(id)? {
+                Some(j) if !caller.may_manage(&j) => Err(not_yours(id)),
+                Some(j) => Err(Failure::new(
+                    ErrorKind::Conflict,
+                    format!("job {id} has ended ({}): its steps with it", j.state),
+                )),
+                None => Err(Failure::new(ErrorKind::NotFound, format!("no job {id}"))),
+            };
+        };
+        if !caller.may_manage(job) {
+            return Err(not_yours(id));
+        }
+        if let Some(refused) = not_signallable(job) {
+            return Err(refused);
+        }
+        let label = job.label();
+        let Some(found) = job.steps.iter().find(|s| s.id == step) else {
+            return Err(Failure::new(
+                ErrorKind::NotFound,
+                format!(
+                    "job {label} has no step {step} (it has had {})",
+                    job.steps.len()
+                ),
+            ));
+        };
+        if found.exit.is_some() || found.stop.is_some() {
+            let how = match &found.exit {
+                Some(_) => format!("has ended ({})", found.state()),
+                None => "is already stopping".to_string(),
+            };
+            return Err(Failure::new(
+                ErrorKind::Conflict,
+                format!("step {label}.{step} {how}: only a running step can be signalled"),
+            ));
+        }
+        let found = found.clone();
+        let wake = found.nodes.iter().map(|n| n.node.clone()).collect();
+        let mut job = job.clone();
+        record(&mut job, signal, Reach::Step(step), &caller.owner.user);
+        self.commit(vec![job])?;
+        Ok((found, wake))
+    }
+
+    /// Orders for `node`'s agent to pass on the signals of the jobs it runs that it has not
+    /// yet, as `reported`: each of the job's current run newer than the report's. A job the
+    /// agent reports nothing for (an older agent) gets none, nor does one being stopped.
+    pub fn signal_orders(&self, node: &str, reported: &[Signalled]) -> Vec<SignalOrder> {
+        let mut out = Vec::new();
+        for seen in reported {
+            let Some(job) = self.jobs.get(&seen.job) else {
+                continue;
+            };
+            let live = job.state == JobState::Running
+                && !job.cancel_requested
+                && job.stop.is_none()
+                && job.rank_on(node).is_some();
+            if !live {
+                continue;
+            }
+            let newer = (job.signals.iter()).filter(|s| s.run == job.restarts && s.seq > seen.seq);
+            out.extend(newer.map(|s| SignalOrder {
+                job: job.id,
+                seq: s.seq,
+                signal: s.signal,
+                reach: s.reach,
+            }));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wharf_api::{Owner, Resources};
+
+    fn running() -> JobRecord {
+        let owner = Owner {
+            uid: 1000,
+            gid: 1000,
+            user: "alice".into(),
+        };
+        let res = Resources {
+            cpus: 1,
+            memory: 1 << 30,
+            gpus: 0,
+        };
+        JobRecord {
+            id: 4,
+            state: JobState::Running,
+            ..JobRecord::pending(owner, "train".into(), res, 60, 1)
+        }
+    }
+
+    #[test]
+    fn signals_are_numbered_in_sequence_and_only_the_newest_kept() {
+        let mut job = running();
+        for _ in 0..JobSignal::KEPT + 3 {
+            record(&mut job, 10, Reach::Job, "alice");
+        }
+        assert_eq!(job.signals.len(), JobSignal::KEPT);
+        assert_eq!(job.signals.first().unwrap().seq, 4);
+        assert_eq!(job.signals.last().unwrap().seq, JobSignal::KEPT as u64 + 3);
+        job.restarts = 1;
+        let next = record(&mut job, 12, Reach::Steps, "bob");
+        assert_eq!((next.seq, next.run, next.by.as_str()), (20, 1, "bob"));
+    }
+
+    #[test]
+    fn only_a_running_job_not_being_stopped_takes_a_signal() {
+        let mut job = running();
+        assert!(not_signallable(&job).is_none());
+        job.cancel_requested = true;
+        assert!(not_signallable(&job).unwrap().message.contains("stopping"));
+        for (state, says) in [
+            (JobState::Pending, "PENDING"),
+            (JobState::Starting, "STARTING"),
+            (JobState::Completed, "ended (COMPLETED)"),
+        ] {
+            let job = JobRecord { state, ..running() };
+            let refused = not_signallable(&job).unwrap();
+            assert_eq!(refused.kind, ErrorKind::Conflict);
+            assert!(refused.message.contains(says), "{}", refused.message);
+        }
+    }
+
+    #[test]
+    fn signal_numbers_are_checked() {
+        assert_eq!(signal_name(10).unwrap(), "SIGUSR1");
+        assert_eq!(signal_name(9).unwrap(), "SIGKILL");
+        for bad in [0, -1, 1000] {
+            assert_eq!(signal_name(bad).unwrap_err().kind, ErrorKind::InvalidInput);
+        }
+    }
+}
