@@ -213,6 +213,8 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     // took: a report is given up on (not its request) when something changes here.
     let boot = run_id();
     let mut polls = 0u64;
+    // Signal orders passed on, remembered here as well as on disk (see `signal::Passed`).
+    let passed = signal::Passed::default();
     loop {
         if !registered {
             let req = RegisterRequest {
@@ -243,7 +245,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         let steps = step::report(&cfg, launcher.as_ref());
         detail.apply(&mut jobs);
         polls += 1;
-        let signalled = signal::report(&cfg, &jobs);
+        let signalled = passed.report(&cfg, &jobs);
         let req = PollRequest {
             seq: Some(wharf_api::wire::PollSeq { boot, n: polls }),
             node: cfg.node_name.clone(),
@@ -270,15 +272,17 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                     .take(&orders.pull, move |reference, progress| {
                         prepull::pull_on_node(&c, &i, reference, progress)
                     });
-                let (c, l, i, m, p) = (
+                let (c, l, i, m, p, sp) = (
                     cfg.clone(),
                     launcher.clone(),
                     images.clone(),
                     machine.clone(),
                     pulls.clone(),
+                    passed.clone(),
                 );
-                let _ = tokio::task::spawn_blocking(move || carry_out(&c, &l, &i, &m, &p, orders))
-                    .await;
+                let _ =
+                    tokio::task::spawn_blocking(move || carry_out(&c, &l, &i, &m, &p, &sp, orders))
+                        .await;
             }
             Err(ClientError::Api { status: 404, .. }) => registered = false,
             Err(ClientError::Api { status: 401, .. }) => {
@@ -758,6 +762,7 @@ fn carry_out(
     images: &wharf_images::ImageStore,
     machine: &discover::Machine,
     pulls: &images::Pulls,
+    passed: &signal::Passed,
     orders: PollResponse,
 ) {
     for order in &orders.launch {
@@ -799,7 +804,7 @@ fn carry_out(
     }
     // Before the kills: a signal sent before a cancel reaches the job before its SIGTERM.
     for order in &orders.signals {
-        signal::pass_on(cfg, launcher, order);
+        passed.pass_on(cfg, launcher, order);
     }
     for kill in &orders.kill {
         tracing::info!(job = kill.id, reason = %kill.reason, "stopping job");

@@ -23,6 +23,8 @@ pub enum FakeCall {
     Cancel(std::path::PathBuf),
     /// `remove` of this directory.
     Remove(std::path::PathBuf),
+    /// `signals_requested` of this directory.
+    SignalsRequested(std::path::PathBuf),
 }
 
 #[derive(Debug, Default)]
@@ -83,6 +85,13 @@ fn plan(argv: &[String]) -> Result<(Duration, i32), String> {
 impl Backend for FakeBackend {
     fn name(&self) -> &'static str {
         "fake"
+    }
+
+    fn signals_requested(&self, dir: &JobDir) {
+        self.calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(FakeCall::SignalsRequested(dir.path().to_path_buf()));
     }
 
     fn launch(&self, dir: &JobDir, spec: &ContainerSpec) -> Result<(), RuntimeError> {
