@@ -10,6 +10,7 @@ pub mod eff;
 pub mod hold;
 pub mod image;
 pub mod nodes;
+mod percent;
 pub mod prepull;
 pub mod queue;
 pub mod report;

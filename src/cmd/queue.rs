@@ -62,14 +62,23 @@ pub struct Args {
     help: Option<bool>,
 }
 
-/// The lines `-o FORMAT` makes of `rows`, after its header line when `header`.
+/// The lines `-o FORMAT` makes of `rows`, after its header line when `header`: written as
+/// they are made, unless a `%#` field needs every row first.
 fn print_lines(f: &format::Format, rows: &[JobRow], now: u64, header: bool) {
     use std::io::Write;
     let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-    let lines = (header.then(|| f.header()).into_iter()).chain(rows.iter().map(|j| f.row(j, now)));
-    for line in lines {
+    let values = (header.then(|| f.header()).into_iter()).chain(rows.iter().map(|j| f.row(j, now)));
+    let (values, widest): (Box<dyn Iterator<Item = Vec<String>>>, Vec<usize>) =
+        if f.sizes_by_column() {
+            let all: Vec<Vec<String>> = values.collect();
+            let widest = f.widest(&all);
+            (Box::new(all.into_iter()), widest)
+        } else {
+            (Box::new(values), vec![])
+        };
+    for v in values {
         // A closed pipe (`| head`) ends the listing.
-        if writeln!(out, "{}", line.trim_end()).is_err() {
+        if writeln!(out, "{}", f.line(&v, &widest).trim_end()).is_err() {
             return;
         }
     }

@@ -1,11 +1,12 @@
 //! `wharf queue -o FORMAT`: squeue's `%` fields, for scripts written for `squeue -o`.
 //!
-//! A field is `%[[.]SIZE]LETTER`: at least SIZE columns (cut to SIZE where longer, as squeue
-//! does), left-justified, or right-justified after a `.`; other text is copied as it is, and
-//! `%%` is one `%`.
+//! A field is `%[.][SIZE]LETTER` (or `%#LETTER`) as `src/cmd/percent.rs` reads it: at least
+//! SIZE columns, cut to SIZE where longer, as squeue does.
 
 use anyhow::Result;
 use wharf_api::listing::JobRow;
+
+use crate::cmd::percent;
 use wharf_api::resources::{format_duration, format_memory};
 use wharf_api::JobState;
 
@@ -48,133 +49,39 @@ pub(super) const FIELDS: [(char, &str, &str); 19] = [
     ),
 ];
 
-/// One piece of a format.
+/// A parsed `-o` format.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Piece {
-    Text(String),
-    Field {
-        letter: char,
-        size: Option<usize>,
-        right: bool,
-    },
-}
-
-/// A parsed format.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Format(Vec<Piece>);
-
-/// Widest field a format may ask for.
-const MAX_SIZE: usize = 1000;
+pub(super) struct Format(percent::Format);
 
 impl Format {
-    /// Parses `text`; an unknown letter, a size with nothing after it, or a size past 1000
-    /// is refused, naming it.
+    /// Parses `text` (see [`percent::Format::parse`]).
     pub(super) fn parse(text: &str) -> Result<Format> {
-        let mut pieces = Vec::new();
-        let mut literal = String::new();
-        let mut chars = text.chars().peekable();
-        while let Some(c) = chars.next() {
-            if c != '%' {
-                literal.push(c);
-                continue;
-            }
-            if chars.peek() == Some(&'%') {
-                chars.next();
-                literal.push('%');
-                continue;
-            }
-            let right = chars.next_if_eq(&'.').is_some();
-            // printf's `-` (left, which is the default) is taken as written.
-            let left = chars.next_if_eq(&'-').is_some();
-            let right = right && !left;
-            let mut digits = String::new();
-            while let Some(d) = chars.next_if(char::is_ascii_digit) {
-                digits.push(d);
-            }
-            let size = match digits.as_str() {
-                "" => None,
-                d => Some(
-                    d.parse::<usize>()
-                        .ok()
-                        .filter(|&n| n <= MAX_SIZE)
-                        .ok_or_else(|| {
-                            anyhow::anyhow!("-o: a field's size is at most {MAX_SIZE}, found {d}")
-                        })?,
-                ),
-            };
-            let Some(letter) = chars.next() else {
-                anyhow::bail!("-o: {text:?} ends in the middle of a field (a % with no letter)");
-            };
-            if !FIELDS.iter().any(|(l, _, _)| *l == letter) {
-                let known: String = FIELDS.iter().map(|(l, _, _)| *l).collect();
-                anyhow::bail!(
-                    "-o: %{} is not a field Wharf shows; the fields are %{} (see wharf queue \
-                     --help)",
-                    crate::output::clean(&letter.to_string()),
-                    known
-                        .chars()
-                        .map(String::from)
-                        .collect::<Vec<_>>()
-                        .join(" %")
-                );
-            }
-            if !literal.is_empty() {
-                pieces.push(Piece::Text(std::mem::take(&mut literal)));
-            }
-            pieces.push(Piece::Field {
-                letter,
-                size,
-                right,
-            });
-        }
-        if !literal.is_empty() {
-            pieces.push(Piece::Text(literal));
-        }
-        Ok(Format(pieces))
+        percent::Format::parse(text, &FIELDS, "wharf queue").map(Format)
     }
 
-    /// The header line: each field's name, sized as its values are.
-    pub(super) fn header(&self) -> String {
-        self.line(|letter| {
-            let (_, name, _) = FIELDS.iter().find(|(l, _, _)| *l == letter).copied()?;
-            Some(name.to_string())
-        })
+    /// Whether its lines need every row first (a `%#` field).
+    pub(super) fn sizes_by_column(&self) -> bool {
+        self.0.sizes_by_column()
     }
 
-    /// The line of job `j` at `now`.
-    pub(super) fn row(&self, j: &JobRow, now: u64) -> String {
-        self.line(|letter| Some(value(j, letter, now)))
+    /// The header line's values.
+    pub(super) fn header(&self) -> Vec<String> {
+        self.0.header()
     }
 
-    fn line(&self, mut of: impl FnMut(char) -> Option<String>) -> String {
-        let mut out = String::new();
-        for p in &self.0 {
-            match p {
-                Piece::Text(t) => out.push_str(t),
-                Piece::Field {
-                    letter,
-                    size,
-                    right,
-                } => {
-                    let v = crate::output::clean(&of(*letter).unwrap_or_default()).into_owned();
-                    match size {
-                        None => out.push_str(&v),
-                        Some(n) => {
-                            let cut: String = v.chars().take(*n).collect();
-                            let pad = " ".repeat(n.saturating_sub(cut.chars().count()));
-                            if *right {
-                                out.push_str(&pad);
-                                out.push_str(&cut);
-                            } else {
-                                out.push_str(&cut);
-                                out.push_str(&pad);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        out
+    /// The values of job `j`'s line at `now`.
+    pub(super) fn row(&self, j: &JobRow, now: u64) -> Vec<String> {
+        self.0.values(|letter| value(j, letter, now))
+    }
+
+    /// The line of `values` (see [`percent::Format::line`]).
+    pub(super) fn line(&self, values: &[String], widest: &[usize]) -> String {
+        self.0.line(values, widest)
+    }
+
+    /// Each field's widest value in `rows`.
+    pub(super) fn widest(&self, rows: &[Vec<String>]) -> Vec<usize> {
+        self.0.widest(rows)
     }
 }
 
@@ -241,17 +148,22 @@ mod tests {
     use super::Format;
     use crate::cmd::queue::tests::row;
 
+    /// The line of `values`, as squeue prints it.
+    fn line(f: &Format, values: Vec<String>) -> String {
+        f.line(&values, &[])
+    }
+
     #[test]
     fn squeues_fields_are_sized_cut_and_justified_as_squeue_does() {
         let f = Format::parse("%.6i|%-5j|%2t|%5u|%R|%%|%C %b %m").unwrap();
         let mut waiting = row(12, JobState::Pending);
         waiting.reason = Some(Cow::Borrowed("Priority"));
         assert_eq!(
-            f.header(),
+            line(&f, f.header()),
             " JOBID|NAME |ST|USER |NODELIST(REASON)|%|CPUS TRES_PER_NODE MIN_MEMORY"
         );
         assert_eq!(
-            f.row(&waiting, 0),
+            line(&f, f.row(&waiting, 0)),
             "    12|train|PD|alice|(Priority)|%|4 gres/gpu:1 1.5G"
         );
         let mut running = row(13, JobState::Running);
@@ -261,11 +173,12 @@ mod tests {
         running.start_time = Some(1_000);
         let f = Format::parse("%i %A %F %K %M %l %D %C %N %r %S %.3T").unwrap();
         assert_eq!(
-            f.row(&running, 61_000),
+            line(&f, f.row(&running, 61_000)),
             "10_3 13 10 3 00:01:00 01:00:00 2 8 gpu[1-2] None 1970-01-01T00:00:01Z RUN"
         );
         // Only what squeue would print of a job's id: a line per job, easy to cut.
-        assert_eq!(Format::parse("%i").unwrap().row(&waiting, 0), "12");
+        let f = Format::parse("%i").unwrap();
+        assert_eq!(line(&f, f.row(&waiting, 0)), "12");
         for (bad, why) in [
             ("%Z", "%Z is not a field"),
             ("%.10", "ends in the middle of a field"),

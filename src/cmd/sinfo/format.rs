@@ -1,14 +1,14 @@
 //! `sinfo -o FORMAT`: sinfo's `%` fields, which also make its default listings.
 //!
-//! A field is `%[[.]SIZE]LETTER` as squeue's (see `wharf queue -o`): at least SIZE columns,
-//! cut to SIZE where longer, right-justified after a `.`; `%#LETTER` is as wide as the
-//! column's widest value, cut nowhere. Other text is copied, and `%%` is one `%`.
+//! A field is `%[.][SIZE]LETTER` or `%#LETTER` as `src/cmd/percent.rs` reads it (the same
+//! as `wharf queue -o`): `#` makes it as wide as the column's widest value.
 
 use anyhow::Result;
 use wharf_api::hostlist;
 
 use super::lines::Line;
 use super::state::State;
+use crate::cmd::percent;
 
 /// The letters a format takes: each with its header and what it shows.
 pub(super) const FIELDS: [(char, &str, &str); 17] = [
@@ -39,139 +39,24 @@ pub(super) const FIELDS: [(char, &str, &str); 17] = [
     ('C', "CPUS(A/I/O/T)", "CPUs allocated/idle/other/total"),
 ];
 
-/// How wide a field is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Size {
-    /// As its value is.
-    Free,
-    /// At least this, cut to it.
-    Cut(usize),
-    /// As the column's widest value (`#`).
-    Widest,
-}
-
-/// One piece of a format.
+/// A parsed `-o` format.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Piece {
-    Text(String),
-    Field {
-        letter: char,
-        size: Size,
-        right: bool,
-    },
-}
-
-/// A parsed format.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Format(Vec<Piece>);
-
-/// Widest field a format may ask for.
-const MAX_SIZE: usize = 1000;
+pub(super) struct Format(percent::Format);
 
 impl Format {
-    /// Parses `text`; an unknown letter, a size with nothing after it, or a size past 1000
-    /// is refused, naming it.
+    /// Parses `text` (see [`percent::Format::parse`]).
     pub(super) fn parse(text: &str) -> Result<Format> {
-        let mut pieces = Vec::new();
-        let mut literal = String::new();
-        let mut chars = text.chars().peekable();
-        while let Some(c) = chars.next() {
-            if c != '%' {
-                literal.push(c);
-                continue;
-            }
-            if chars.next_if_eq(&'%').is_some() {
-                literal.push('%');
-                continue;
-            }
-            let right = chars.next_if_eq(&'.').is_some();
-            let widest = chars.next_if_eq(&'#').is_some();
-            let mut digits = String::new();
-            while let Some(d) = chars.next_if(char::is_ascii_digit) {
-                digits.push(d);
-            }
-            let size = match digits.as_str() {
-                _ if widest => Size::Widest,
-                "" => Size::Free,
-                d => Size::Cut(d.parse().ok().filter(|&n| n <= MAX_SIZE).ok_or_else(|| {
-                    anyhow::anyhow!("-o: a field's size is at most {MAX_SIZE}, found {d}")
-                })?),
-            };
-            let Some(letter) = chars.next() else {
-                anyhow::bail!("-o: {text:?} ends in the middle of a field (a % with no letter)");
-            };
-            if !FIELDS.iter().any(|(l, _, _)| *l == letter) {
-                let known: Vec<String> = FIELDS.iter().map(|(l, _, _)| format!("%{l}")).collect();
-                anyhow::bail!(
-                    "-o: %{} is not a field Wharf shows; the fields are {} (see sinfo --help)",
-                    crate::output::clean(&letter.to_string()),
-                    known.join(" ")
-                );
-            }
-            if !literal.is_empty() {
-                pieces.push(Piece::Text(std::mem::take(&mut literal)));
-            }
-            pieces.push(Piece::Field {
-                letter,
-                size,
-                right,
-            });
-        }
-        if !literal.is_empty() {
-            pieces.push(Piece::Text(literal));
-        }
-        Ok(Format(pieces))
+        percent::Format::parse(text, &FIELDS, "sinfo").map(Format)
     }
 
     /// The text lines of `lines`, after a header line when `header`, trailing spaces cut.
     pub(super) fn render(&self, lines: &[Line], header: bool) -> Vec<String> {
-        let head = |letter| {
-            let (_, name, _) = FIELDS.iter().find(|(l, _, _)| *l == letter).copied()?;
-            Some(name.to_string())
-        };
         let mut rows: Vec<Vec<String>> = Vec::with_capacity(lines.len() + 1);
         if header {
-            rows.push(self.values(|l| head(l).unwrap_or_default()));
+            rows.push(self.0.header());
         }
-        rows.extend(lines.iter().map(|line| self.values(|l| value(line, l))));
-        let widest: Vec<usize> = (0..self.0.len())
-            .map(|k| rows.iter().map(|r| r[k].chars().count()).max().unwrap_or(0))
-            .collect();
-        let text = rows.iter().map(|row| {
-            let mut out = String::new();
-            for (k, (p, v)) in self.0.iter().zip(row).enumerate() {
-                match p {
-                    Piece::Text(t) => out.push_str(t),
-                    Piece::Field { size, right, .. } => {
-                        let (v, n) = match *size {
-                            Size::Free => (v.clone(), 0),
-                            Size::Cut(n) => (v.chars().take(n).collect(), n),
-                            Size::Widest => (v.clone(), widest[k]),
-                        };
-                        let pad = " ".repeat(n.saturating_sub(v.chars().count()));
-                        if *right {
-                            out.push_str(&pad);
-                            out.push_str(&v);
-                        } else {
-                            out.push_str(&v);
-                            out.push_str(&pad);
-                        }
-                    }
-                }
-            }
-            out.truncate(out.trim_end().len());
-            out
-        });
-        text.collect()
-    }
-
-    /// Each piece's text: its field's value, cleaned, or nothing for copied text.
-    fn values(&self, mut of: impl FnMut(char) -> String) -> Vec<String> {
-        let each = self.0.iter().map(|p| match p {
-            Piece::Text(_) => String::new(),
-            Piece::Field { letter, .. } => crate::output::clean(&of(*letter)).into_owned(),
-        });
-        each.collect()
+        rows.extend(lines.iter().map(|line| self.0.values(|l| value(line, l))));
+        self.0.render(&rows)
     }
 }
 
