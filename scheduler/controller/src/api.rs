@@ -436,6 +436,16 @@ async fn report(
     Ok(Json(r))
 }
 
+/// A step's id: its number within its job.
+fn step_id(text: &str) -> Result<u32, ApiFailure> {
+    text.parse().map_err(|_| {
+        fail(
+            ErrorKind::InvalidInput,
+            format!("{text:?} is not a step id (a step's number: 0, 1, ...)"),
+        )
+    })
+}
+
 /// A job id, or `ARRAYID_TASKID` for one task of an array.
 fn job_id(text: &str) -> Result<(JobId, Option<u32>), ApiFailure> {
     let bad = || {
@@ -560,12 +570,7 @@ async fn cancel_step(
 ) -> ApiResult<StepRecord> {
     let c = caller(&s, &peer)?;
     let (id, task) = job_id(&id)?;
-    let step: u32 = step.parse().map_err(|_| {
-        fail(
-            ErrorKind::InvalidInput,
-            format!("{step:?} is not a step id (a step's number: 0, 1, ...)"),
-        )
-    })?;
+    let step = step_id(&step)?;
     let (record, nodes) = with_cluster(&s, move |cl, _| {
         let job = cl.resolve_task(id, task)?;
         cl.cancel_user_step(&c, job, step)

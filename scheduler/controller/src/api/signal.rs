@@ -13,7 +13,7 @@ use wharf_api::signal::SignalRequest;
 use wharf_api::step::StepRecord;
 use wharf_api::wire::ErrorKind;
 
-use super::{body, caller, fail, job_id, with_cluster, ApiResult, Peer};
+use super::{body, caller, fail, job_id, step_id, with_cluster, ApiResult, Peer};
 use crate::cluster::Cluster;
 use crate::Shared;
 
@@ -48,12 +48,7 @@ pub(super) async fn step(
 ) -> ApiResult<StepRecord> {
     let c = caller(&s, &peer)?;
     let (id, task) = job_id(&id)?;
-    let step: u32 = step.parse().map_err(|_| {
-        fail(
-            ErrorKind::InvalidInput,
-            format!("{step:?} is not a step id (a step's number: 0, 1, ...)"),
-        )
-    })?;
+    let step = step_id(&step)?;
     let req: SignalRequest = body(&s, bytes)?;
     if req.batch || req.full {
         return Err(fail(
