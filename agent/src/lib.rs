@@ -802,7 +802,9 @@ fn carry_out(
             }
         }
     }
-    // Before the kills: a signal sent before a cancel reaches the job before its SIGTERM.
+    // Before the kills: a signal ordered with a kill in the same answer reaches the job
+    // before its SIGTERM. (A job the controller marked for cancel before the node heard of
+    // the signal gets no order for it: the cancel ends its processes anyway.)
     for order in &orders.signals {
         passed.pass_on(cfg, launcher, order);
     }

@@ -53,21 +53,21 @@ impl Passed {
         if self.newest(cfg, order.job) >= order.seq {
             return;
         }
-        if pass_on(cfg, launcher, order) {
-            let mut passed = self.lock();
-            let seq = passed.entry(order.job).or_default();
-            *seq = (*seq).max(order.seq);
-        }
+        // Remembered even when the job has no task here: a repeat would find it the same,
+        // and the controller would answer every poll at once with it.
+        pass_on(cfg, launcher, order);
+        let mut passed = self.lock();
+        let seq = passed.entry(order.job).or_default();
+        *seq = (*seq).max(order.seq);
     }
 }
 
-/// Passes `order` on to the tasks here it reaches; false when the job has no task here.
-/// Recorded as passed on even when no task here takes it (it reaches none of this node's,
+/// Passes `order` on to the tasks here it reaches, if the job has any here. Recorded as passed on even when no task here takes it (it reaches none of this node's,
 /// or they are ending): a repeat would find them no different.
-fn pass_on(cfg: &AgentConfig, launcher: &dyn Backend, order: &SignalOrder) -> bool {
+fn pass_on(cfg: &AgentConfig, launcher: &dyn Backend, order: &SignalOrder) {
     let first = crate::launch::task_dir(&cfg.state_dir, order.job, 0);
     if !first.path().is_dir() {
-        return false;
+        return;
     }
     let req = Request {
         signal: order.signal,
@@ -110,7 +110,6 @@ fn pass_on(cfg: &AgentConfig, launcher: &dyn Backend, order: &SignalOrder) -> bo
         // may take it again.
         tracing::warn!(job = order.job, error = %e, "cannot record a signal passed on");
     }
-    true
 }
 
 #[cfg(test)]

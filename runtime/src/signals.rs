@@ -68,11 +68,24 @@ pub fn request(dir: &JobDir, seq: u64, req: Request) -> std::io::Result<bool> {
 }
 
 /// Makes the request directory: from now on the shim takes requests.
+/// Only root may write in it (the agent), whatever the umask; a name already there that is
+/// not such a directory (a link) is refused.
 pub(crate) fn open(dir: &JobDir) -> std::io::Result<()> {
-    match std::fs::create_dir(dir.signal_requests()) {
-        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
-        _ => Ok(()),
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let path = dir.signal_requests();
+    match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
     }
+    let meta = std::fs::symlink_metadata(&path)?;
+    let mine = meta.uid() == nix::unistd::geteuid().as_raw();
+    if !meta.is_dir() || !mine {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory of this process's user",
+            path.display()
+        )));
+    }
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700))
 }
 
 /// Removes the request directory (the program has ended or is being stopped): later
@@ -151,5 +164,37 @@ mod tests {
         assert_eq!(passed_on(&dir), 0);
         record_passed_on(&dir, 7).unwrap();
         assert_eq!(passed_on(&dir), 7);
+    }
+}
+
+#[cfg(test)]
+mod open_tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn the_request_directory_is_root_s_alone_and_a_link_in_its_place_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = JobDir::new(tmp.path().join("a"));
+        std::fs::create_dir(dir.path()).unwrap();
+        // Only its owner may even read it, whatever the umask (not changed here: it is the
+        // whole test process's).
+        open(&dir).unwrap();
+        let mode = std::fs::metadata(dir.signal_requests())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        // A link where it goes is not followed (its target stays as it was).
+        let other = JobDir::new(tmp.path().join("b"));
+        std::fs::create_dir(other.path()).unwrap();
+        let target = tmp.path().join("elsewhere");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::os::unix::fs::symlink(&target, other.signal_requests()).unwrap();
+        assert!(open(&other).is_err());
+        let mode = std::fs::metadata(&target).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o777);
     }
 }

@@ -64,7 +64,8 @@ pub enum Reach {
     Batch,
 }
 
-/// A signal sent to a running job, as its record keeps it until the run ends.
+/// A signal sent to a running job, as its record keeps it (the newest 16, whatever the run;
+/// only those of the current run are ordered to its nodes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSignal {
     /// Its number in the job's sequence, from 1; never reused, whatever the run.

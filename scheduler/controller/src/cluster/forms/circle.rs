@@ -1,40 +1,45 @@
 //! Dependencies that would wait on themselves. At submit none can (no job names one not yet
 //! submitted), but `wharf update --dependency` can close a circle: 12 waits on 13 and 13 is
 //! changed to wait on 12. Neither would ever start, and neither would ever be found
-//! unsatisfiable, so the update is refused, as Slurm refuses a circular dependency.
+//! unsatisfiable, so the update is refused, as Slurm refuses a circular dependency. As in
+//! Slurm, a circle through one side of an any-of (`?`) dependency is refused too.
 
 use std::collections::BTreeSet;
 
 use wharf_api::dependency::{DepJob, Dependency};
-use wharf_api::JobId;
+use wharf_api::{JobId, JobState};
 
 use super::super::Cluster;
 
 impl Cluster {
     /// The job `dep` names through which `ours` (the jobs being updated) would wait on one of
-    /// themselves, following the dependencies of active jobs; `None` when there is no circle.
-    /// Ended jobs wait on nothing, so only active ones are followed.
+    /// themselves, following the dependencies of pending jobs; `None` when there is no circle.
+    /// A job that runs or has ended waits on nothing, so only pending ones are followed. Each
+    /// job, and each job or array a dependency names, is looked at once: the walk costs the
+    /// pending jobs and their dependencies, not their paths.
     pub(in crate::cluster) fn circle(
         &self,
         ours: &BTreeSet<JobId>,
         dep: &Dependency,
     ) -> Option<DepJob> {
         let mut seen: BTreeSet<JobId> = BTreeSet::new();
+        let mut expanded: BTreeSet<DepJob> = BTreeSet::new();
         for named in dep.jobs() {
-            let mut stack = self.named_active(named);
-            while let Some(id) = stack.pop() {
-                if ours.contains(&id) {
-                    return Some(named);
-                }
-                if !seen.insert(id) {
+            let mut stack = vec![named];
+            while let Some(next) = stack.pop() {
+                if !expanded.insert(next) {
                     continue;
                 }
-                let Some(job) = self.jobs.get(&id) else {
-                    continue;
-                };
-                if let Some(next) = &job.dependency {
-                    for n in next.jobs() {
-                        stack.extend(self.named_active(n));
+                for id in self.named_active(next) {
+                    if ours.contains(&id) {
+                        return Some(named);
+                    }
+                    if !seen.insert(id) {
+                        continue;
+                    }
+                    let pending = self.jobs.get(&id).filter(|j| j.state == JobState::Pending);
+                    if let Some(d) = pending.and_then(|j| j.dependency.as_ref()) {
+                        stack.extend(d.jobs());
                     }
                 }
             }

@@ -884,3 +884,32 @@ fn a_dependency_that_would_wait_on_itself_is_refused() {
     )
     .unwrap();
 }
+
+#[test]
+fn a_running_job_waits_on_nothing_so_depending_on_it_makes_no_circle() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let hold = JobRequest {
+        hold: Some(true),
+        ..Default::default()
+    };
+    let held = submit(&mut c, &alice, hold, 1);
+    let first = submit(&mut c, &alice, JobRequest::default(), 2);
+    // Either side will do: `first` starting lets it run while `held` still waits.
+    let either = after(&format!("afterok:{held}?after:{first}"));
+    let running = submit(&mut c, &alice, either, 3);
+    c.schedule(10).unwrap();
+    c.schedule(11).unwrap();
+    assert_eq!(
+        state(&c, running).0,
+        JobState::Starting,
+        "{:?}",
+        state(&c, running)
+    );
+    let on_running = format!("afterok:{running}");
+    let job = c
+        .update(&alice, held, &renamed(None, Some(&on_running)), 12)
+        .unwrap();
+    assert_eq!(job.dependency.unwrap().to_string(), on_running);
+}
