@@ -7,8 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 use crate::error::{ErrorKind, RuntimeError};
 use crate::jobdir::JobDir;
@@ -228,18 +227,8 @@ impl Launcher {
     /// Asks the shim to cancel the job (SIGTERM; the shim then TERMs the job, waits the grace
     /// period and KILLs what is left). Idempotent; a finished job is not an error.
     pub fn cancel(&self, dir: &JobDir) -> Result<(), RuntimeError> {
-        match self.live_pid(dir) {
-            Some(pid) => kill(Pid::from_raw(pid as i32), Signal::SIGTERM)
-                .or_else(|e| {
-                    if e == nix::errno::Errno::ESRCH {
-                        Ok(())
-                    } else {
-                        Err(e)
-                    }
-                })
-                .map_err(|e| RuntimeError::sys(format!("signalling shim {pid}"), e)),
-            None => Ok(()),
-        }
+        self.signal_shim(dir, Signal::SIGTERM)
+            .map_err(|e| RuntimeError::io("signalling the job's shim", e))
     }
 
     /// Wakes the shim of a started job to look at its task's input end
@@ -251,9 +240,7 @@ impl Launcher {
         if !dir.started().exists() || !dir.stdin_held().exists() {
             return;
         }
-        if let Some(pid) = self.live_pid(dir) {
-            let _ = kill(Pid::from_raw(pid as i32), crate::shim::INPUT_ENDED);
-        }
+        let _ = self.signal_shim(dir, crate::shim::INPUT_ENDED);
     }
 
     /// Wakes the shim of a job to take the signal requests written for it
@@ -263,8 +250,28 @@ impl Launcher {
         if !dir.signal_requests().is_dir() {
             return;
         }
-        if let Some(pid) = self.live_pid(dir) {
-            let _ = kill(Pid::from_raw(pid as i32), crate::shim::INPUT_ENDED);
+        let _ = self.signal_shim(dir, crate::shim::INPUT_ENDED);
+    }
+
+    /// Sends `sig` to the job's shim, if it is alive: through a pidfd opened and then checked
+    /// to be the shim's, so that a process that took a dead shim's pid over is never sent
+    /// it (most of these signals' default is to end a process). A shim that is gone is no
+    /// error.
+    fn signal_shim(&self, dir: &JobDir, sig: Signal) -> std::io::Result<()> {
+        let Some(pid) = self.live_pid(dir) else {
+            return Ok(());
+        };
+        let fd = match crate::sys::pidfd_open(pid) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if self.live_pid(dir) != Some(pid) {
+            return Ok(());
+        }
+        match crate::sys::pidfd_send_signal(&fd, sig) {
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+            r => r,
         }
     }
 

@@ -644,10 +644,28 @@ fn stop_notice(
 /// Sends `sig` once to the init and to every other process in the job's cgroup (the init is
 /// in the cgroup too: signalled twice, a job that traps TERM would run its handler twice).
 fn signal_all(spec: &ContainerSpec, init: Pid, sig: Signal) {
+    // The init is this process's child, not reaped yet: its pid is still its own.
     let _ = nix::sys::signal::kill(init, sig);
-    for pid in cgroup::pids(&spec.cgroup_path()) {
-        if pid != init.as_raw() {
-            let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
+    let others = cgroup::pids(&spec.cgroup_path()).into_iter();
+    send_in_cgroup(spec, others.filter(|&pid| pid != init.as_raw()), sig);
+}
+
+/// Sends `sig` to those of `pids` that are the job's processes. A pid read from the cgroup
+/// may have ended and been taken over by a process outside the job before it is signalled:
+/// each is opened as a pidfd first (which then stays that process, whatever becomes of the
+/// pid), and only those the cgroup still lists after the opening are sent it.
+fn send_in_cgroup(spec: &ContainerSpec, pids: impl Iterator<Item = i32>, sig: Signal) {
+    let opened: Vec<(i32, std::os::fd::OwnedFd)> = pids
+        .filter_map(|pid| Some((pid, crate::sys::pidfd_open(u32::try_from(pid).ok()?).ok()?)))
+        .collect();
+    if opened.is_empty() {
+        return;
+    }
+    let still: std::collections::BTreeSet<i32> =
+        cgroup::pids(&spec.cgroup_path()).into_iter().collect();
+    for (pid, fd) in opened {
+        if still.contains(&pid) {
+            let _ = crate::sys::pidfd_send_signal(&fd, sig);
         }
     }
 }
@@ -670,9 +688,7 @@ fn deliver(spec: &ContainerSpec, init: Pid, req: crate::signals::Request) {
         .filter_map(|pid| Some((crate::sys::start_time(pid as u32)?, pid)))
         .min()
         .map(|(_, pid)| pid);
-    if let Some(pid) = program {
-        let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
-    }
+    send_in_cgroup(spec, program.into_iter(), sig);
 }
 
 /// Kills every process in the job's cgroup until none is left (5 s at most).
@@ -683,9 +699,7 @@ fn kill_all(spec: &ContainerSpec) {
         if pids.is_empty() || Instant::now() > gone_by {
             break;
         }
-        for pid in pids {
-            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
-        }
+        send_in_cgroup(spec, pids.into_iter(), Signal::SIGKILL);
         reap_all();
         std::thread::sleep(Duration::from_millis(10));
     }

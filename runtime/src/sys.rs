@@ -153,6 +153,24 @@ pub fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
+/// Sends signal `sig` to the process of pidfd `fd`: `pidfd_send_signal`, Linux 5.1 and
+/// later. Unlike `kill`, it can never reach another process that took the pid over.
+pub fn pidfd_send_signal(fd: &OwnedFd, sig: nix::sys::signal::Signal) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: pidfd_send_signal takes a pidfd, a signal number, a null siginfo (as kill's)
+    // and flags 0.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            sig as libc::c_int,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    })
+    .map(|_| ())
+}
+
 fn cstring(p: &OsStr) -> std::io::Result<CString> {
     CString::new(p.as_bytes())
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains NUL"))
