@@ -575,6 +575,9 @@ impl Cluster {
                 job.reason = Some("Queued: dependency changed; waiting for the scheduler".into());
             }
         }
+        if req.name.is_some() || req.dependency.is_some() {
+            self.check_circle(&job, batch)?;
+        }
         let owner = Caller {
             owner: job.owner.clone(),
             admin: caller.admin,
@@ -647,8 +650,7 @@ impl Cluster {
 
 impl Cluster {
     /// The dependency `text` gives `job` (empty: none), or why it is refused: it does not
-    /// parse, names a job that does not exist or is another user's (as at submit), or would
-    /// make the job (or, in `batch`, an array's tasks updated with it) wait on itself.
+    /// parse, or names a job that does not exist or is another user's (as at submit).
     fn new_dependency(
         &self,
         caller: &Caller,
@@ -662,26 +664,44 @@ impl Cluster {
         }
         let dep = wharf_api::dependency::parse_dependency(text)
             .map_err(|m| Failure::new(ErrorKind::InvalidInput, format!("--dependency: {m}")))?;
-        // An array's tasks take the same dependency: the first checks it for all of them
-        // (the circle with every task counted), so an update costs one walk, not one a task.
-        if batch.ids.first().is_some_and(|&first| first != job.id) {
-            return Ok(Some(dep));
-        }
-        self.check_dependency(Some(&dep), caller)?;
-        let mut ours = batch.ids.clone();
-        ours.insert(job.id);
-        if let Some(through) = self.circle(&ours, &dep) {
-            return Err(Failure::new(
-                ErrorKind::InvalidInput,
-                format!(
-                    "--dependency on job {through} would make job {} wait on itself (job \
-                     {through} waits, through its dependencies, on it), and it would never \
-                     start; name another job, or change {through}'s dependency first",
-                    self.job_label(job.id)
-                ),
-            ));
+        // An array's tasks take the same dependency: the first checks it for all of them.
+        if batch.ids.first().is_none_or(|&first| first == job.id) {
+            self.check_dependency(Some(&dep), caller)?;
         }
         Ok(Some(dep))
+    }
+}
+
+impl Cluster {
+    /// Refuses `job`, as an update leaves its name and dependency, when it would wait on
+    /// itself (see [`circle`]); for an array's tasks (`batch`), the first checks for all,
+    /// with every task counted, so an update costs one walk, not one a task.
+    fn check_circle(&self, job: &JobRecord, batch: &Batch) -> Result<(), Failure> {
+        if batch.ids.first().is_some_and(|&first| first != job.id) {
+            return Ok(());
+        }
+        let one = BTreeSet::from([job.id]);
+        let ids = if batch.ids.is_empty() {
+            &one
+        } else {
+            &batch.ids
+        };
+        let Some(ours) = circle::ours(job, ids) else {
+            return Ok(());
+        };
+        let Some(through) = self.circle(&ours) else {
+            return Ok(());
+        };
+        let through = self.job_label(through);
+        Err(Failure::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "this would make job {} wait on itself, through job {through} (which waits, \
+                 through its dependencies, on it), and it would never start; name another \
+                 job, or change {through}'s dependency or name first",
+                self.job_label(job.id)
+            ),
+        ))
     }
 }
 

@@ -913,3 +913,50 @@ fn a_running_job_waits_on_nothing_so_depending_on_it_makes_no_circle() {
         .unwrap();
     assert_eq!(job.dependency.unwrap().to_string(), on_running);
 }
+
+#[test]
+fn a_circle_through_a_singleton_is_refused_whether_made_by_a_dependency_or_a_rename() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let named = |n: &str, singleton: bool| JobRequest {
+        name: Some(n.into()),
+        hold: Some(true),
+        dependency: singleton.then(|| parse_dependency("singleton").unwrap()),
+        ..Default::default()
+    };
+    // `later`, a singleton, waits on `first`, its name's first pending job.
+    let first = submit(&mut c, &alice, named("train", false), 1);
+    let later = submit(&mut c, &alice, named("train", true), 2);
+    let e = c.update(
+        &alice,
+        first,
+        &renamed(None, Some(&format!("afterok:{later}"))),
+        3,
+    );
+    assert!(e.unwrap_err().message.contains("wait on itself"));
+    assert_eq!(c.jobs[&first].dependency, None);
+    // A job of another name may wait on a singleton; renamed into its name, ahead of it, it
+    // would be waited on by it, and the rename is refused.
+    let eval = submit(&mut c, &alice, named("eval", false), 4);
+    let prep = submit(&mut c, &alice, named("prep", true), 5);
+    let on_prep = format!("afterok:{prep}");
+    c.update(&alice, eval, &renamed(None, Some(&on_prep)), 6)
+        .unwrap();
+    let e = c
+        .update(&alice, eval, &renamed(Some("prep"), None), 7)
+        .unwrap_err();
+    assert!(e.message.contains("wait on itself"), "{}", e.message);
+    assert!(
+        e.message.contains(&format!("through job {prep}")),
+        "{}",
+        e.message
+    );
+    assert_eq!(c.jobs[&eval].name, "eval");
+    c.update(&alice, eval, &renamed(Some("other"), None), 8)
+        .unwrap();
+    // Behind the singleton, not ahead of it, the name is free to take.
+    let behind = submit(&mut c, &alice, named("x", false), 9);
+    c.update(&alice, behind, &renamed(Some("prep"), Some(&on_prep)), 10)
+        .unwrap();
+}
