@@ -104,7 +104,6 @@ fn least(values: impl Iterator<Item = u64>) -> String {
 fn value(line: &Line, letter: char) -> String {
     let p = line.partition;
     let records = || line.nodes.iter().filter_map(|n| n.record);
-    let states = || line.nodes.iter().map(|n| n.state);
     // A line of nodes in several states (-s's) names each.
     let state = |word: fn(State) -> &'static str| {
         let words: Vec<&str> = super::lines::states(&line.nodes)
@@ -151,8 +150,17 @@ fn value(line: &Line, letter: char) -> String {
             None => "Unknown".into(),
         },
         'F' => {
-            let used = states().filter(|s| s.in_use()).count();
-            let idle = states().filter(|s| *s == State::Idle).count();
+            // A node still clearing an ended job's processes counts by what it holds, as the
+            // controller counts it (`-s --json`) and Slurm counts `mix+comp` as allocated.
+            let holds = |n: &&super::lines::Node| n.record.is_some_and(|r| r.allocated.cpus > 0);
+            let nodes = || line.nodes.iter();
+            let completing = |n: &&super::lines::Node| n.state == State::Completing;
+            let used = nodes()
+                .filter(|n| n.state.in_use() || (completing(n) && holds(n)))
+                .count();
+            let idle = nodes()
+                .filter(|n| n.state == State::Idle || (completing(n) && !holds(n)))
+                .count();
             let all = line.nodes.len();
             format!("{used}/{idle}/{}/{all}", all - used - idle)
         }
@@ -162,7 +170,7 @@ fn value(line: &Line, letter: char) -> String {
                 let Some(r) = n.record else { continue };
                 let (a, have) = (r.allocated.cpus, r.info.cpus);
                 match n.state {
-                    State::Idle | State::Mixed | State::Allocated => {
+                    State::Idle | State::Mixed | State::Allocated | State::Completing => {
                         used += a;
                         idle += have.saturating_sub(a);
                     }
@@ -259,6 +267,26 @@ mod tests {
                 "NODELIST  |NODE|CPUS|MEMORY|GRES|AVAIL_FEATURES|CPUS(A/I/O/T)|REASON|%",
                 "gpu[01,07]|   2|8|16384|(null)|(null)|0/16/0/16|none|%"
             ]
+        );
+    }
+
+    #[test]
+    fn a_node_clearing_an_ended_jobs_processes_counts_by_what_it_holds() {
+        let (parts, mut nodes) = cluster();
+        // gpu01 holds nothing, gpu02 3 CPUs; both still clear an ended job's processes.
+        for n in &mut nodes[..2] {
+            n.reason = Some("clearing job 9".into());
+        }
+        let c = Cluster::new(&parts, &nodes);
+        let all = Filter {
+            partitions: &["debug".to_string()],
+            states: &State::ALL,
+            nodes: None,
+        };
+        let f = Format::parse("%F %C").unwrap();
+        assert_eq!(
+            f.render(&c.by_partition(&all), false),
+            ["1/1/0/2 3/13/0/16"]
         );
     }
 
