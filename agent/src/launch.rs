@@ -465,6 +465,11 @@ pub fn container_spec(
         ("WHARF_STEP_SOCKET".into(), crate::step::socket_env(cfg)),
     ]);
     env.extend(gpu_env(&units));
+    // A step's task is told its GPUs as the step's too, as Slurm's are.
+    if order.rendezvous.step.is_some() && !units.is_empty() {
+        let ids: Vec<String> = units.iter().map(|u| u.id.to_string()).collect();
+        env.push(("SLURM_STEP_GPUS".into(), ids.join(",")));
+    }
     // The rendezvous is this agent's to say: a value the order also carries (a step's, for
     // agents that predate its place in the rendezvous) is replaced, never listed twice.
     let mut rendezvous = crate::env::rendezvous(&order.rendezvous, task, order.restarts);

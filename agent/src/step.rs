@@ -643,6 +643,25 @@ pub(crate) async fn reply<W: tokio::io::AsyncWrite + Unpin>(stream: &mut W, r: &
     let _ = stream.write_all(&line).await;
 }
 
+/// How long one ask for a step that waits for GPUs may be held by the controller: between
+/// two, the agent sees whether the caller went away.
+const GPU_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether the controller answered that the step waits for GPUs its job's other steps hold.
+fn waits_for_gpus(e: &ClientError) -> bool {
+    matches!(e, ClientError::Api { error, .. } if error.kind == wharf_api::wire::ErrorKind::Unavailable)
+}
+
+/// Whether the caller of a step not yet started hung up: it sends nothing more before its
+/// step starts, so anything read is its end (or input it sent early, left in the buffer).
+async fn hung_up<R: tokio::io::AsyncRead + Unpin>(rd: &mut BufReader<R>) -> bool {
+    match tokio::time::timeout(Duration::from_millis(1), rd.fill_buf()).await {
+        Ok(Ok(buf)) => buf.is_empty(),
+        Ok(Err(_)) => true,
+        Err(_) => false,
+    }
+}
+
 pub(crate) fn api_words(e: &ClientError) -> String {
     match e {
         ClientError::Api { error, .. } => error.error.clone(),
@@ -711,11 +730,13 @@ async fn serve(
         // A caller waiting again (this agent restarted meanwhile): a step of its own job.
         Some(step) => StepKey { job, step },
         None => {
-            let start = StepStart {
+            let mut start = StepStart {
                 node: node.to_string(),
                 job,
                 uid,
                 request,
+                // The first answer comes at once: a step that waits says so to its caller.
+                wait_ms: 0,
             };
             // A 401 made nothing: the node is joining again (see `node_key`), so it is asked
             // again for a while.
@@ -725,6 +746,18 @@ async fn serve(
                     Ok(s) => break s,
                     Err(e) if e.is_unauthorized() && tokio::time::Instant::now() < deadline => {
                         tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    // GPUs it asks for are held by the job's other steps: asked again, the
+                    // controller holding the answer until one ends, for as long as the
+                    // caller is there.
+                    Err(e) if waits_for_gpus(&e) => {
+                        if start.wait_ms == 0 {
+                            reply(&mut wr, &StepReply::Waiting(api_words(&e))).await;
+                            start.wait_ms = GPU_WAIT.as_millis() as u64;
+                        }
+                        if hung_up(&mut rd).await {
+                            return;
+                        }
                     }
                     Err(e) => return reply(&mut wr, &StepReply::Error(api_words(&e))).await,
                 }

@@ -390,7 +390,11 @@ fn step_cell(j: &JobRecord, s: &wharf_api::step::StepRecord, column: &str, now: 
         })
     };
     let cpus = per_task(s.cpus_per_task, j.resources.cpus);
-    let gpus = per_task(s.gpus_per_task, j.resources.gpus);
+    // GPUs it held of its own on each node, where it held some (`srun --gres` and the like).
+    let gpus = match s.gpus_per_node {
+        Some(_) => s.nodes.iter().map(|n| n.gpu_ids.len() as u32).sum(),
+        None => per_task(s.gpus_per_task, j.resources.gpus),
+    };
     let opt = |v: Option<String>| v.unwrap_or_default();
     match column {
         "JobID" | "JobIDRaw" => format!("{}.{}", cell(j, column, now), s.id),
@@ -473,6 +477,12 @@ mod tests {
             ("4".into(), "0".into())
         );
         assert_eq!(cell(&step, "ExitCode"), "0:0");
+        // GPUs held of its own: those it was given on each node.
+        step.gpus_per_task = None;
+        step.gpus_per_node = Some(1);
+        step.nodes[0].gpu_ids = vec![3];
+        step.nodes[1].gpu_ids = vec![0];
+        assert_eq!(cell(&step, "AllocGPUS"), "2");
     }
 }
 

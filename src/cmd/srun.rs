@@ -68,12 +68,17 @@ pub struct Args {
     /// Memory per GPU (outside a job).
     #[arg(long, conflicts_with = "mem")]
     mem_per_gpu: Option<String>,
-    /// GPUs for the whole job (outside a job), split evenly over its nodes.
+    /// GPUs in all, split evenly over the nodes: outside a job, the new job's; inside one,
+    /// the step's own of the job's.
     #[arg(short = 'G', long)]
     gpus: Option<String>,
-    /// GPUs per node (outside a job).
+    /// GPUs per node: outside a job, the new job's; inside one, the step's own.
     #[arg(long)]
     gpus_per_node: Option<String>,
+    /// GPUs per node as Slurm writes them (gpu:COUNT, gpu:TYPE:COUNT): outside a job, the new
+    /// job's; inside one, the step's own.
+    #[arg(long, conflicts_with_all = ["gpus", "gpus_per_node"])]
+    gres: Option<String>,
     /// Image (outside a job).
     #[arg(long)]
     image: Option<String>,
@@ -101,7 +106,8 @@ pub struct Args {
         require_equals = true
     )]
     kill_on_bad_exit: Option<u8>,
-    /// Share the job's CPUs with its other steps: what a step always does.
+    /// Share the job's resources with its other steps: its CPUs (what a step always does)
+    /// and its GPUs (a step that asks for GPUs otherwise holds its own).
     #[arg(long)]
     overlap: bool,
     /// Inside a job, CPUs of the step's own, not shared with the job's other steps: not done
@@ -270,8 +276,6 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
             ("--mem", args.mem.is_some()),
             ("--mem-per-cpu", args.mem_per_cpu.is_some()),
             ("--mem-per-gpu", args.mem_per_gpu.is_some()),
-            ("--gpus", args.gpus.is_some()),
-            ("--gpus-per-node", args.gpus_per_node.is_some()),
             ("--image", args.image.is_some()),
         ];
         if let Some((flag, _)) = outside_only.iter().find(|(_, given)| *given) {
@@ -292,6 +296,11 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
             ntasks_per_node: args.ntasks_per_node,
             ntasks: args.ntasks,
             gpus_per_task: args.gpus_per_task,
+            // Inside a job, the step's own GPUs of the job's (unless --overlap).
+            gpus_per_node: args.gpus_per_node,
+            gpus: args.gpus,
+            gres: args.gres,
+            overlap: args.overlap,
             cpus_per_task: args.cpus_per_task,
             jobid: args.jobid,
             input: args.input.unwrap_or(StepInput::Task(0)),
@@ -354,6 +363,7 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
     flag("mem-per-gpu", args.mem_per_gpu);
     flag("gpus", args.gpus);
     flag("gpus-per-node", args.gpus_per_node);
+    flag("gres", args.gres);
     flag("image", args.image);
     flag("chdir", args.chdir);
     for entry in outside_export(args.export.as_deref(), env)? {
@@ -540,6 +550,29 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("WHARF_STEP_SOCKET"), "{e}");
+    }
+
+    #[test]
+    fn inside_a_job_srun_gives_gpu_requests_to_the_step_and_memory_stays_the_jobs() {
+        let step = |words: &[&str]| match plan(parse(words), &env_of(IN_JOB)).unwrap() {
+            Plan::Step(s) => s,
+            Plan::Run(argv) => panic!("not a step: {argv:?}"),
+        };
+        let s = step(&["-n1", "--gres=gpu:1", "python", "train.py"]);
+        assert_eq!((s.gres.as_deref(), s.overlap), (Some("gpu:1"), false));
+        let s = step(&["--gpus-per-node", "2", "--overlap", "true"]);
+        assert_eq!((s.gpus_per_node.as_deref(), s.overlap), (Some("2"), true));
+        assert_eq!(
+            step(&["-G", "h100:4", "true"]).gpus.as_deref(),
+            Some("h100:4")
+        );
+        let e = plan(parse(&["--mem", "4G", "true"]), &env_of(IN_JOB)).unwrap_err();
+        assert!(e.to_string().contains("--mem is a job's"), "{e}");
+        // Outside a job --gres is the new job's.
+        assert_eq!(
+            run_argv(&["--gres", "gpu:2", "true"]),
+            ["run", "--gres=gpu:2", "--", "true"]
+        );
     }
 
     #[test]

@@ -36,9 +36,28 @@ pub struct Args {
     /// Tasks in all, spread evenly over the step's nodes.
     #[arg(short = 'n', long)]
     pub ntasks: Option<u32>,
-    /// GPUs each task has to itself (default: every task sees all the job's GPUs on its node).
+    /// GPUs each task has to itself, held by the step (default: every task sees all the
+    /// job's GPUs on its node).
     #[arg(long)]
     pub gpus_per_task: Option<u32>,
+    /// GPUs of the job's the step holds on each of its nodes, [TYPE:]COUNT: no other step
+    /// is given them while it runs; it waits while too few are free.
+    #[arg(long, value_name = "[TYPE:]COUNT", conflicts_with = "gres")]
+    pub gpus_per_node: Option<String>,
+    /// GPUs the step holds in all, [TYPE:]COUNT, the same number on each of its nodes.
+    #[arg(
+        short = 'G',
+        long,
+        value_name = "[TYPE:]COUNT",
+        conflicts_with = "gres"
+    )]
+    pub gpus: Option<String>,
+    /// GPUs the step holds on each node, as Slurm writes them: gpu:COUNT or gpu:TYPE:COUNT.
+    #[arg(long, value_name = "gpu[:TYPE][:COUNT]")]
+    pub gres: Option<String>,
+    /// Share the job's GPUs with its other steps: hold none, wait for none, see all.
+    #[arg(long)]
+    pub overlap: bool,
     /// CPUs each task has to itself (default: the job's CPUs on a node shared evenly among
     /// the step's tasks there).
     #[arg(short = 'c', long)]
@@ -153,12 +172,17 @@ pub async fn run(args: Args) -> Result<i32> {
             ),
         );
     }
+    let gpus = StepGpus::parse(&args)?;
     let request = StepRequest {
         nodes: args.nodes,
         nodelist: args.nodelist,
         ntasks_per_node: args.ntasks_per_node,
         ntasks: args.ntasks,
         gpus_per_task: args.gpus_per_task,
+        gpus_per_node: gpus.per_node,
+        gpus: gpus.total,
+        gpu_type: gpus.kind,
+        overlap: args.overlap,
         cpus_per_task: args.cpus_per_task,
         job: args.jobid,
         argv: args.command,
@@ -293,6 +317,40 @@ fn exported(env: BTreeMap<String, String>, spec: Option<&str>) -> Result<BTreeMa
     Ok(out)
 }
 
+/// The step's GPU request, as `--gpus-per-node`, `--gpus` and `--gres` write it (the job's
+/// options' forms, read the same way).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct StepGpus {
+    per_node: Option<u32>,
+    total: Option<u32>,
+    kind: Option<String>,
+}
+
+impl StepGpus {
+    fn parse(args: &Args) -> Result<StepGpus> {
+        Self::of(&[
+            ("gpus-per-node", &args.gpus_per_node),
+            ("gpus", &args.gpus),
+            ("gres", &args.gres),
+        ])
+    }
+
+    /// From the options given, as (name, value).
+    fn of(options: &[(&str, &Option<String>)]) -> Result<StepGpus> {
+        let mut req = wharf_api::JobRequest::default();
+        for &(key, value) in options {
+            if let Some(v) = value {
+                wharf_api::jobfile::set_option(&mut req, key, v).map_err(anyhow::Error::msg)?;
+            }
+        }
+        Ok(StepGpus {
+            per_node: req.gpus,
+            total: req.gpus_total,
+            kind: req.gpu_type,
+        })
+    }
+}
+
 /// How long a caller whose agent went away tries to reach it again, and how often.
 const RECONNECT_FOR: std::time::Duration = std::time::Duration::from_secs(120);
 const RECONNECT_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
@@ -414,6 +472,11 @@ async fn exchange(
             StepReply::Notice(why) => {
                 emit_all(out.flush_all());
                 eprintln!("wharf: {}", crate::output::clean(&why));
+            }
+            StepReply::Waiting(why) => {
+                if !quiet {
+                    eprintln!("wharf: {}", crate::output::clean(&why));
+                }
             }
             StepReply::Started(s) => {
                 started = Some(s.id);
@@ -554,6 +617,24 @@ pub fn step_time(text: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_steps_gpus_are_read_as_the_jobs_options_are() {
+        let of = |key: &str, v: &str| StepGpus::of(&[(key, &Some(v.to_string()))]);
+        let per_node = |n, kind: Option<&str>| StepGpus {
+            per_node: Some(n),
+            kind: kind.map(str::to_string),
+            ..Default::default()
+        };
+        assert_eq!(of("gres", "gpu:1").unwrap(), per_node(1, None));
+        assert_eq!(of("gres", "gpu").unwrap(), per_node(1, None));
+        assert_eq!(of("gres", "gpu:h100:2").unwrap(), per_node(2, Some("h100")));
+        assert_eq!(of("gpus-per-node", "2").unwrap(), per_node(2, None));
+        assert_eq!(of("gpus", "4").unwrap().total, Some(4));
+        assert!(of("gres", "gpu:x:y").is_err());
+        assert!(of("gres", "mps:1").is_err());
+        assert_eq!(StepGpus::of(&[]).unwrap(), StepGpus::default());
+    }
 
     /// Chunks of each (rank, stream) follow each other, as the controller sends them.
     fn chunker() -> impl FnMut(u32, Stream, &[u8]) -> OutputChunk {

@@ -32,9 +32,26 @@ pub struct StepRequest {
     /// Tasks in all, spread evenly over the step's nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ntasks: Option<u32>,
-    /// GPUs each task has to itself; `None`: every task sees all the job's GPUs on its node.
+    /// GPUs each task has to itself (the step holds them, unless `overlap`); `None`: as
+    /// `gpus_per_node` says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus_per_task: Option<u32>,
+    /// GPUs the step holds on each of its nodes (`srun --gpus-per-node`, `--gres=gpu:N`),
+    /// ids of the job's that no other running step holds; `None` with no other GPU request:
+    /// every task sees all the job's GPUs on its node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_per_node: Option<u32>,
+    /// GPUs the step holds in all (`srun --gpus`), the same number on each of its nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
+    /// The GPU type the step's GPU request named (lower case): refused unless it is the
+    /// job's, where the job named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
+    /// Share the job's GPUs with its other steps (`srun --overlap`): the step holds none and
+    /// waits for none; its tasks see all the job's (or their `gpus_per_task` share of them).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overlap: bool,
     /// CPUs each task has to itself (`srun -c`); `None`: the job's CPUs on a node shared
     /// evenly among the step's tasks there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -89,6 +106,11 @@ pub struct StepStart {
     pub uid: u32,
     /// What it asked for.
     pub request: StepRequest,
+    /// How long the controller may hold the answer, ms, while the GPUs the step needs are
+    /// held by the job's other steps (an end of one wakes it); 0: answer at once. Either way
+    /// a step that still cannot have them is answered `Unavailable`, with why, to ask again.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub wait_ms: u64,
 }
 
 /// `POST /v1/agent/steps/status` and `/cancel`: one step of one job.
@@ -124,6 +146,10 @@ pub struct StepNode {
     /// How its tasks ended (the first that failed, see [`ExitInfo::task`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitInfo>,
+    /// The job's GPU ids here that the step holds (see [`StepRecord::gpus_per_node`]): no
+    /// other step of the job is given them until its tasks here have ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_ids: Vec<u32>,
 }
 
 /// One step of a job, as the controller records it (in the job's record, so `wharf acct`
@@ -165,6 +191,10 @@ pub struct StepRecord {
     /// GPUs each task has to itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus_per_task: Option<u32>,
+    /// GPUs the step holds on each node, named by each node's `gpu_ids`; `None`: it holds
+    /// none, and its tasks share the job's GPUs (`--overlap`, or no GPU request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_per_node: Option<u32>,
     /// CPUs each task has to itself; `None`: the job's CPUs on a node shared evenly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus_per_task: Option<u32>,
@@ -222,6 +252,9 @@ pub enum StepReply {
     Output(OutputChunk),
     /// Something the caller should know of that is not the tasks' output (output dropped).
     Notice(String),
+    /// The step waits for GPUs the job's other steps hold (said once; `Started` follows
+    /// when it has them).
+    Waiting(String),
     /// The step ended.
     Ended(StepRecord),
     /// It was refused or failed; the words say why.

@@ -28,6 +28,7 @@ use wharf_api::wire::{
 };
 use wharf_api::{JobId, JobState, Owner};
 
+use crate::cluster::steps::StepOutcome;
 use crate::cluster::{Caller, Cluster, Failure};
 use crate::node_keys::Credential;
 use crate::Shared;
@@ -992,6 +993,9 @@ async fn poll(
     let mut notified = Box::pin(notify.clone().notified_owned());
     notified.as_mut().enable();
     let steps_held = keys(&req.steps, |st| st.exit.is_none(), |st| st.key);
+    // Ended tasks give back GPUs that steps of theirs held (a job's end too).
+    let steps_ended =
+        req.steps.iter().any(|st| st.exit.is_some()) || req.jobs.iter().any(|j| j.exit.is_some());
     let steps_stopping = keys(
         &req.steps,
         |st| st.exit.is_none() && st.stopping,
@@ -1008,6 +1012,9 @@ async fn poll(
     })
     .await?;
     step_input::closed(&s, input_closed);
+    if steps_ended {
+        s.steps_ended.notify_waiters();
+    }
     if ingested.stale {
         // Its agent no longer waits for this answer.
         return Ok(Json(PollResponse::default()));
@@ -1087,9 +1094,15 @@ async fn poll(
     }
 }
 
+/// Longest a step start is held waiting for GPUs the job's other steps hold, whatever its
+/// agent asks: the agent asks again, and sees meanwhile whether its caller went away.
+const MAX_STEP_WAIT_MS: u64 = 30_000;
+
 /// `POST /v1/agent/steps`: a step asked for from inside a job, forwarded by the agent of the
 /// caller's node with the job and uid it found from the kernel. The step's nodes hear of it
-/// at once.
+/// at once. One whose GPUs are held by the job's other steps is held up to its `wait_ms`,
+/// looked at again as steps end, and answered `Unavailable` (with which steps hold them)
+/// when it still waits.
 async fn step_start(
     State(s): State<Arc<Shared>>,
     Extension(AgentNode(me)): Extension<AgentNode>,
@@ -1097,7 +1110,27 @@ async fn step_start(
 ) -> ApiResult<StepRecord> {
     let req: StepStart = agent_request(&s, &me, bytes)?;
     let job = req.job;
-    let step = with_cluster(&s, move |cl, now| cl.start_step(req, now)).await?;
+    let until =
+        tokio::time::Instant::now() + Duration::from_millis(req.wait_ms.min(MAX_STEP_WAIT_MS));
+    let step = loop {
+        // Interest first, so that an end between the look and the wait is not lost.
+        let ended = s.steps_ended.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        let asked = req.clone();
+        match with_cluster(&s, move |cl, now| cl.start_step(asked, now)).await? {
+            StepOutcome::Started(step) => break *step,
+            StepOutcome::Waits(busy) => {
+                if tokio::time::timeout_at(until, ended).await.is_err() {
+                    return Err(Failure {
+                        kind: ErrorKind::Unavailable,
+                        message: busy.to_string(),
+                    }
+                    .into());
+                }
+            }
+        }
+    };
     // A requeued job numbers its steps from 0 again: nothing the relays hold under this key
     // (an earlier run's buffers, its closed ranks) is the new step's.
     let key = StepKey { job, step: step.id };

@@ -128,6 +128,9 @@ pub struct Shared {
     pub step_input: Mutex<step_input::InputRelay>,
     /// The join token and each node's key (see [`node_keys`]).
     pub node_keys: Arc<node_keys::NodeKeys>,
+    /// Woken when a node reports step tasks ended: step starts waiting for GPUs that the
+    /// job's other steps hold look again.
+    pub steps_ended: Notify,
 }
 
 impl Shared {
@@ -268,6 +271,7 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
         step_input: Default::default(),
         nodes: Mutex::default(),
         node_keys: node_keys.clone(),
+        steps_ended: Notify::new(),
     });
     submits::start(&shared, queue).map_err(io("starting the submit writer"))?;
 
@@ -477,6 +481,7 @@ pub(crate) mod tests {
             step_input: Default::default(),
             nodes: Mutex::default(),
             node_keys: Arc::new(node_keys::NodeKeys::new("token", vec![])),
+            steps_ended: Notify::new(),
         });
         (shared, queue)
     }

@@ -7,14 +7,17 @@ use super::*;
 /// A controller over nodes g1, g2 and g3, with job 1 running on g1 and g2 and its step 0
 /// on g1 alone.
 fn controller(dir: &tempfile::TempDir) -> (Arc<Shared>, StepKey) {
-    use crate::cluster::steps::tests::{ask, nodes, running};
+    use crate::cluster::steps::tests::{ask, nodes, running, started};
     let mut c = nodes(dir, 3);
     let id = running(&mut c, 2);
     let only_g1 = StepRequest {
         nodelist: Some("g1".into()),
         ..Default::default()
     };
-    let step = c.start_step(ask(id, "g1", 1000, only_g1), 2_000).unwrap();
+    let step = c
+        .start_step(ask(id, "g1", 1000, only_g1), 2_000)
+        .map(started)
+        .unwrap();
     assert_eq!(step.nodes.len(), 1);
     let (shared, _queue) = crate::tests::shared(dir.path(), c);
     (shared, StepKey { job: id, step: 0 })

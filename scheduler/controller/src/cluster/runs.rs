@@ -361,7 +361,9 @@ mod tests {
         let ann = caller(1000, "ann");
         let id = running_job(&mut c, &ann);
         let ask = crate::cluster::steps::tests::ask(id, "n1", 1000, Default::default());
-        c.start_step(ask, 2_000).unwrap();
+        c.start_step(ask, 2_000)
+            .map(crate::cluster::steps::tests::started)
+            .unwrap();
         c.requeue(&ann, id).unwrap();
         // The job's end is reported before its step's: the run ends with the step open.
         stopped_at(&mut c, id, 5_000);

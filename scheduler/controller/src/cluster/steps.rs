@@ -5,6 +5,9 @@
 //! ```text
 //!   asked (the caller's agent found it inside job J as uid U; J RUNNING, owned by U,
 //!          the step fits J's allocation) ──▶ recorded, id = J's step count; orders out
+//!   asked, but GPUs it needs are held by J's other steps
+//!                                        ──▶ waits (nothing recorded; asked again, see
+//!                                              [`gpus`])
 //!   every node's tasks have started        ──▶ started
 //!   a node's tasks end badly               ──▶ stop: the step's other nodes are told to
 //!                                              kill theirs
@@ -26,8 +29,30 @@ use wharf_api::{ExitInfo, JobId, JobRecord, JobState};
 
 use super::{Cluster, Failure};
 
+mod gpus;
 mod plan;
+pub use gpus::Busy;
 pub use plan::{plan, Plan};
+
+/// What a step request comes to, when it is not refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepOutcome {
+    /// Recorded; its launch orders go out.
+    Started(Box<StepRecord>),
+    /// The GPUs it asks for are held by the job's other steps: nothing recorded, to be asked
+    /// again once one of them ends.
+    Waits(Busy),
+}
+
+impl StepOutcome {
+    /// The step, once started.
+    pub fn started(self) -> Option<StepRecord> {
+        match self {
+            StepOutcome::Started(s) => Some(*s),
+            StepOutcome::Waits(_) => None,
+        }
+    }
+}
 
 /// Steps a job may have started, in all: their records travel in the job's record (each
 /// without its environment once started everywhere).
@@ -206,12 +231,14 @@ fn step_env(step: &StepRecord) -> BTreeMap<String, String> {
 impl Cluster {
     /// Records a new step of `req.job`, asked for by `req.uid` from inside that job on
     /// `req.node` (both as the node's agent found them), and returns it; its launch orders
-    /// go out with its nodes' next polls.
+    /// go out with its nodes' next polls. A step whose GPUs are held by the job's other
+    /// steps is not recorded: [`StepOutcome::Waits`] says by which. Not idempotent: each
+    /// start is a new step.
     ///
     /// Errors: `NotFound`/`Conflict` when the job is not running; `PermissionDenied` when the
     /// caller is not its owner, asked for another job, or the node is not the job's;
     /// `InvalidInput` for a step that does not fit the job's allocation.
-    pub fn start_step(&mut self, req: StepStart, now: u64) -> Result<StepRecord, Failure> {
+    pub fn start_step(&mut self, req: StepStart, now: u64) -> Result<StepOutcome, Failure> {
         let id = req.job;
         let Some(job) = self.jobs.get(&id) else {
             let why = match self.store.job(id)? {
@@ -305,6 +332,12 @@ impl Cluster {
             ));
         }
         let plan = plan(job, r)?;
+        let own_gpus = gpus::asked(job, r, &plan)?;
+        let gpu_ids = match own_gpus.map(|want| gpus::pick(job, &plan, want)) {
+            None => vec![Vec::new(); plan.ranks.len()],
+            Some(Ok(ids)) => ids,
+            Some(Err(busy)) => return Ok(StepOutcome::Waits(busy)),
+        };
         let started = job.start_time.unwrap_or(now);
         let left = (started + job.time_limit * 1000)
             .saturating_sub(now)
@@ -319,8 +352,10 @@ impl Cluster {
             nodes: plan
                 .ranks
                 .iter()
-                .map(|&i| StepNode {
+                .zip(gpu_ids)
+                .map(|(&i, gpu_ids)| StepNode {
                     node: job.allocs[i].node.clone(),
+                    gpu_ids,
                     ..Default::default()
                 })
                 .collect(),
@@ -330,6 +365,7 @@ impl Cluster {
             env: r.env.clone(),
             workdir: r.workdir.clone(),
             gpus_per_task: r.gpus_per_task,
+            gpus_per_node: own_gpus,
             cpus_per_task: r.cpus_per_task,
             time_limit: own.unwrap_or(left).max(1),
             own_time_limit: own.is_some(),
@@ -344,10 +380,11 @@ impl Cluster {
             step = step.id,
             nodes = step.nodes.len(),
             tasks = step.ntasks(),
+            gpus_per_node = step.gpus_per_node,
             "step started"
         );
         self.commit(vec![job])?;
-        Ok(step)
+        Ok(StepOutcome::Started(Box::new(step)))
     }
 
     /// A step as it stands (of a job running or ended).
@@ -714,6 +751,10 @@ impl Cluster {
                 spec.nodes = step.nodes.len() as u32;
                 spec.tasks_per_node = step.tasks_per_node;
                 spec.gpus_per_task = step.gpus_per_task;
+                // Only the GPUs the step holds here, where it holds some: its tasks get them
+                // as a job's tasks get the job's (devices, CUDA_VISIBLE_DEVICES, ...).
+                let gpu_ids = gpus::visible(step.gpus_per_node, entry, &alloc.gpu_ids);
+                spec.resources.gpus = gpu_ids.len() as u32;
                 // `--cpus-per-task`: each task that many of the job's CPUs here (within them,
                 // as the plan checked); else all of them, shared evenly.
                 spec.resources.cpus = match step.cpus_per_task {
@@ -728,7 +769,7 @@ impl Cluster {
                         owner: job.owner.clone(),
                         spec,
                         cpu_ids: alloc.cpu_ids.clone(),
-                        gpu_ids: alloc.gpu_ids.clone(),
+                        gpu_ids,
                         restarts: 0,
                         rendezvous: Rendezvous {
                             nodes: step.nodes.iter().map(|n| self.peer(&n.node)).collect(),
@@ -764,5 +805,7 @@ impl Cluster {
     }
 }
 
+#[cfg(test)]
+mod gpu_tests;
 #[cfg(test)]
 pub(crate) mod tests;

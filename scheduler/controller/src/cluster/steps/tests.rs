@@ -32,7 +32,12 @@ pub(crate) fn nodes(dir: &tempfile::TempDir, n: u32) -> Cluster {
     c
 }
 
-fn report(c: &mut Cluster, node: &str, jobs: &[(JobId, Option<i32>)], steps: Vec<AgentStep>) {
+pub(crate) fn report(
+    c: &mut Cluster,
+    node: &str,
+    jobs: &[(JobId, Option<i32>)],
+    steps: Vec<AgentStep>,
+) {
     let jobs = jobs
         .iter()
         .map(|&(id, code)| AgentJob {
@@ -86,6 +91,7 @@ pub(crate) fn ask(job: JobId, node: &str, uid: u32, request: StepRequest) -> Ste
         node: node.into(),
         job,
         uid,
+        wait_ms: 0,
         request: StepRequest {
             argv: vec!["/bin/true".into()],
             env: [
@@ -98,7 +104,12 @@ pub(crate) fn ask(job: JobId, node: &str, uid: u32, request: StepRequest) -> Ste
     }
 }
 
-fn step_report(job: JobId, step: u32, exit: Option<ExitInfo>) -> AgentStep {
+/// The step a start returned; panics for one that waits (for GPUs these tests never hold).
+pub(crate) fn started(o: crate::cluster::steps::StepOutcome) -> StepRecord {
+    o.started().expect("the step waits for GPUs")
+}
+
+pub(crate) fn step_report(job: JobId, step: u32, exit: Option<ExitInfo>) -> AgentStep {
     AgentStep {
         key: StepKey { job, step },
         start_time: Some(1_500),
@@ -109,7 +120,7 @@ fn step_report(job: JobId, step: u32, exit: Option<ExitInfo>) -> AgentStep {
     }
 }
 
-fn code(code: i32, task: u32) -> Option<ExitInfo> {
+pub(crate) fn code(code: i32, task: u32) -> Option<ExitInfo> {
     Some(ExitInfo {
         code: Some(code),
         task: Some(task),
@@ -124,6 +135,7 @@ fn steps_get_their_jobs_next_id_and_run_where_they_ask_within_the_allocation() {
     let id = running(&mut c, 3);
     let all = c
         .start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000)
+        .map(started)
         .unwrap();
     assert_eq!((all.id, all.nodes.len(), all.tasks_per_node), (0, 3, 1));
     let two = StepRequest {
@@ -131,14 +143,20 @@ fn steps_get_their_jobs_next_id_and_run_where_they_ask_within_the_allocation() {
         ntasks_per_node: Some(4),
         ..Default::default()
     };
-    let two = c.start_step(ask(id, "g2", 1000, two), 2_000).unwrap();
+    let two = c
+        .start_step(ask(id, "g2", 1000, two), 2_000)
+        .map(started)
+        .unwrap();
     assert_eq!((two.id, two.ntasks()), (1, 8));
     let listed = StepRequest {
         nodelist: Some("g3".into()),
         ntasks: Some(2),
         ..Default::default()
     };
-    let listed = c.start_step(ask(id, "g1", 1000, listed), 2_000).unwrap();
+    let listed = c
+        .start_step(ask(id, "g1", 1000, listed), 2_000)
+        .map(started)
+        .unwrap();
     assert_eq!(listed.nodes[0].node, "g3");
     assert_eq!(listed.tasks_per_node, 2);
     // Recorded with the job, durably.
@@ -189,7 +207,10 @@ fn steps_get_their_jobs_next_id_and_run_where_they_ask_within_the_allocation() {
         input: StepInput::All,
         ..Default::default()
     };
-    let narrow = c.start_step(ask(id, "g1", 1000, narrow), 2_000).unwrap();
+    let narrow = c
+        .start_step(ask(id, "g1", 1000, narrow), 2_000)
+        .map(started)
+        .unwrap();
     assert_eq!(
         (narrow.cpus_per_task, narrow.input),
         (Some(1), StepInput::All)
@@ -223,6 +244,7 @@ fn a_step_of_a_starting_job_goes_to_each_node_once_the_job_started_there() {
     report(&mut c, "g1", &[(id, None)], vec![]);
     assert_eq!(record(&c, id).state, JobState::Starting);
     c.start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000)
+        .map(started)
         .unwrap();
     let none = BTreeSet::new();
     assert_eq!(c.step_orders("g1", &none, &none).0.len(), 1);
@@ -236,7 +258,7 @@ fn a_step_outside_the_callers_job_or_allocation_is_refused_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = nodes(&dir, 3);
     let id = running(&mut c, 2);
-    let refused = |c: &mut Cluster, s: StepStart| c.start_step(s, 2_000).unwrap_err();
+    let refused = |c: &mut Cluster, s: StepStart| c.start_step(s, 2_000).map(started).unwrap_err();
     let other_user = refused(&mut c, ask(id, "g1", 1001, StepRequest::default()));
     assert_eq!(other_user.kind, ErrorKind::PermissionDenied);
     assert!(
@@ -319,7 +341,10 @@ fn a_failing_task_stops_the_step_elsewhere_and_decides_its_exit() {
         ntasks_per_node: Some(2),
         ..Default::default()
     };
-    let step = c.start_step(ask(id, "g1", 1000, req), 2_000).unwrap();
+    let step = c
+        .start_step(ask(id, "g1", 1000, req), 2_000)
+        .map(started)
+        .unwrap();
     let key = StepKey { job: id, step: 0 };
     report(&mut c, "g1", &[(id, None)], vec![step_report(id, 0, None)]);
     report(&mut c, "g2", &[(id, None)], vec![step_report(id, 0, None)]);
@@ -362,7 +387,10 @@ fn a_step_takes_its_own_time_limit_within_what_the_job_has_left() {
         time_limit: Some(t),
         ..Default::default()
     };
-    let step = c.start_step(ask(id, "g1", 1000, asked(60)), 2_000).unwrap();
+    let step = c
+        .start_step(ask(id, "g1", 1000, asked(60)), 2_000)
+        .map(started)
+        .unwrap();
     assert_eq!((step.time_limit, step.own_time_limit), (60, true));
     // The job's order for it says so, for the agent to leave it be when the job's changes.
     let (launch, _) = c.step_orders("g1", &BTreeSet::new(), &BTreeSet::new());
@@ -371,14 +399,17 @@ fn a_step_takes_its_own_time_limit_within_what_the_job_has_left() {
     // More than the job has left is the job's, which its changes move.
     let step = c
         .start_step(ask(id, "g1", 1000, asked(10 * left)), 2_000)
+        .map(started)
         .unwrap();
     assert_eq!((step.time_limit, step.own_time_limit), (left, false));
     let step = c
         .start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000)
+        .map(started)
         .unwrap();
     assert_eq!((step.time_limit, step.own_time_limit), (left, false));
     let e = c
         .start_step(ask(id, "g1", 1000, asked(0)), 2_000)
+        .map(started)
         .unwrap_err();
     assert!(e.message.contains("at least a second"), "{}", e.message);
 }
@@ -392,16 +423,24 @@ fn a_step_takes_the_name_it_is_given_else_its_commands() {
         name: Some("prep".into()),
         ..Default::default()
     };
-    let step = c.start_step(ask(id, "g1", 1000, named), 2_000).unwrap();
+    let step = c
+        .start_step(ask(id, "g1", 1000, named), 2_000)
+        .map(started)
+        .unwrap();
     assert_eq!(step.name, "prep");
-    let step = c.start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000);
+    let step = c
+        .start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000)
+        .map(started);
     assert_eq!(step.unwrap().name, "true");
     for bad in ["", "a\nb", &"x".repeat(wharf_api::job::MAX_NAME + 1)] {
         let req = StepRequest {
             name: Some(bad.to_string()),
             ..Default::default()
         };
-        let e = c.start_step(ask(id, "g1", 1000, req), 2_000).unwrap_err();
+        let e = c
+            .start_step(ask(id, "g1", 1000, req), 2_000)
+            .map(started)
+            .unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidInput, "{bad:?}");
         assert!(e.message.contains("printable characters"), "{}", e.message);
     }
@@ -413,6 +452,7 @@ fn the_jobs_end_ends_its_steps_and_steps_stopped_before_they_start_end_there() {
     let mut c = nodes(&dir, 2);
     let id = running(&mut c, 2);
     c.start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000)
+        .map(started)
         .unwrap();
     let key = StepKey { job: id, step: 0 };
     // Its caller went away before g2 launched it: g2 never starts it.
@@ -423,6 +463,7 @@ fn the_jobs_end_ends_its_steps_and_steps_stopped_before_they_start_end_there() {
     assert!(c.step(key).unwrap().nodes[1].exit.is_some());
     // A second step, still running when the job ends, ends with it.
     c.start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000)
+        .map(started)
         .unwrap();
     // It started on g1 only.
     report(&mut c, "g1", &[(id, None)], vec![step_report(id, 1, None)]);
@@ -460,6 +501,7 @@ fn a_steps_output_goes_to_its_caller_or_to_the_files_it_names_per_node() {
         ..Default::default()
     };
     c.start_step(ask(id, "g1", 1000, asked(streamed.clone())), 2_000)
+        .map(started)
         .unwrap();
     let files = StepOutput {
         stream: true,
@@ -467,6 +509,7 @@ fn a_steps_output_goes_to_its_caller_or_to_the_files_it_names_per_node() {
         error: Some("/scratch/err-%s".into()),
     };
     c.start_step(ask(id, "g1", 1000, asked(files.clone())), 2_000)
+        .map(started)
         .unwrap();
     let (orders, _) = c.step_orders("g2", &BTreeSet::new(), &BTreeSet::new());
     // Taken by the caller: the agent captures both streams.
@@ -504,6 +547,7 @@ fn a_steps_tasks_get_their_own_nodes_whole_memory_in_an_uneven_gang() {
         report(&mut c, node, &[(id, None)], vec![]);
     }
     c.start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000)
+        .map(started)
         .unwrap();
     for (node, memory) in [("g1", 16u64 << 30), ("g2", 8 << 30)] {
         let (orders, _) = c.step_orders(node, &BTreeSet::new(), &BTreeSet::new());
