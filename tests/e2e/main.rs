@@ -44,6 +44,7 @@ mod sif_fifo;
 mod sinfo;
 mod state_files;
 mod steps;
+mod steps_gpus;
 mod steps_image;
 mod steps_input;
 mod steps_memory;
