@@ -647,6 +647,9 @@ pub(crate) async fn reply<W: tokio::io::AsyncWrite + Unpin>(stream: &mut W, r: &
 /// two, the agent sees whether the caller went away.
 const GPU_WAIT: Duration = Duration::from_secs(10);
 
+/// Least time between two asks for a step that waits, whatever the controller answers.
+const MIN_ASK: Duration = Duration::from_secs(1);
+
 /// Whether the controller answered that the step waits for GPUs its job's other steps hold.
 fn waits_for_gpus(e: &ClientError) -> bool {
     matches!(e, ClientError::Api { error, .. } if error.kind == wharf_api::wire::ErrorKind::Unavailable)
@@ -742,6 +745,7 @@ async fn serve(
             // again for a while.
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
             let step: StepRecord = loop {
+                let asked = tokio::time::Instant::now();
                 match client.post("/v1/agent/steps", &start).await {
                     Ok(s) => break s,
                     Err(e) if e.is_unauthorized() && tokio::time::Instant::now() < deadline => {
@@ -754,6 +758,11 @@ async fn serve(
                         if start.wait_ms == 0 {
                             reply(&mut wr, &StepReply::Waiting(api_words(&e))).await;
                             start.wait_ms = GPU_WAIT.as_millis() as u64;
+                        } else if let Some(rest) = MIN_ASK.checked_sub(asked.elapsed()) {
+                            // Answered without the wait it asked for (a controller that
+                            // cannot take steps now answers the same): not asked again at
+                            // once, or the two would spin.
+                            tokio::time::sleep(rest).await;
                         }
                         if hung_up(&mut rd).await {
                             return;
