@@ -393,6 +393,54 @@ state=$(WHARF_SOCKET="$data/wharf.sock" "$WHARF" show "$holder" --json |
     sed -n 's/^  "state": "\([A-Z_]*\)".*/\1/p')
 check "the job ended CANCELLED (${state:-none})" [ "$state" = CANCELLED ]
 
+echo "== steps of one job: a GPU of their own, and one that waits while it is held"
+# The job holds 1 GPU; its first step takes it (--gres gpu:1) for 4 s, the second asks for
+# it meanwhile, waits, and runs once the first has ended.
+out=$(job --gpus 1 --cpus 2 --mem 4G -- sh -c '
+    "$0" step --gres gpu:1 -- sh -c "echo first: \$(\"$1\" -L | grep -c GPU); sleep 4" &
+    sleep 1
+    "$0" step --gres gpu:1 -- sh -c "echo second: \$(\"$1\" -L | grep -c GPU)"
+    wait' "$WHARF" "$smi" 2>&1)
+echo "$out"
+check "the first step sees the job's GPU" has "$out" '^first: 1$'
+check "the second waited while the first held it" has "$out" 'step waiting: GPUs held by step'
+check "and ran with the GPU once the first ended" has "$out" '^second: 1$'
+
+echo "== a signal for a running GPU job's program, which goes on"
+cat > "$home/gpu_usr1.py" <<'PY'
+import signal, time
+import torch
+x = torch.ones(1 << 20, device="cuda")
+got = []
+signal.signal(signal.SIGUSR1, lambda *_: got.append(1))
+print("ready", flush=True)
+while not got:
+    time.sleep(0.1)
+print("checkpoint on USR1, sum", int(x.sum().item()), flush=True)
+time.sleep(600)
+PY
+chown "$user" "$home/gpu_usr1.py"
+sig=$(WHARF_SOCKET="$data/wharf.sock" runuser -u "$user" -- sh -c \
+    'cd && exec "$0" submit --image host --gpus 1 --cpus 2 --mem 8G --time 5m -o usr1.out \
+        --env LD_LIBRARY_PATH="$2" --wrap "exec $1 gpu_usr1.py"' "$WHARF" "$py" "$ldp" |
+    sed -n 's/^Submitted batch job //p')
+for _ in $(seq 240); do grep -q ready "$home/usr1.out" 2>/dev/null && break; sleep 0.5; done
+WHARF_SOCKET="$data/wharf.sock" runuser -u "$user" -- "$WHARF" cancel --signal USR1 "${sig:-none}"
+for _ in $(seq 60); do grep -q checkpoint "$home/usr1.out" 2>/dev/null && break; sleep 0.5; done
+cat "$home/usr1.out" 2>/dev/null
+check "the job's program took USR1 and went on" has "$(cat "$home/usr1.out" 2>/dev/null)" \
+    '^checkpoint on USR1, sum 1048576$'
+state=$(WHARF_SOCKET="$data/wharf.sock" "$WHARF" show "${sig:-none}" --json |
+    sed -n 's/^  "state": "\([A-Z_]*\)".*/\1/p')
+check "the job is still RUNNING after the signal (${state:-none})" [ "$state" = RUNNING ]
+WHARF_SOCKET="$data/wharf.sock" "$WHARF" cancel "${sig:-none}"
+for _ in $(seq 60); do
+    st=$(WHARF_SOCKET="$data/wharf.sock" "$WHARF" show "${sig:-none}" --json |
+        sed -n 's/^  "state": "\([A-Z_]*\)".*/\1/p')
+    [ "$st" = CANCELLED ] && break
+    sleep 0.5
+done
+
 echo "== after the jobs"
 left=$(find /sys/fs/cgroup -type d -path '*/wharf/wharf-*' 2>/dev/null | head -5)
 check "no job cgroup is left" [ -z "$left" ]

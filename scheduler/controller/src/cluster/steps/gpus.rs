@@ -122,8 +122,9 @@ impl std::fmt::Display for Busy {
         let steps: Vec<String> = self.holders.iter().map(u32::to_string).collect();
         write!(
             f,
-            "step waiting: GPUs held by steps {} (job has {} on {}, {} free, the step needs \
+            "step waiting: GPUs held by step{} {} (job has {} on {}, {} free, the step needs \
              {}); it starts when they end",
+            if steps.len() == 1 { "" } else { "s" },
             steps.join(", "),
             self.has,
             self.node,
