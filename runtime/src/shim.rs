@@ -655,9 +655,20 @@ fn signal_all(spec: &ContainerSpec, init: Pid, sig: Signal) {
 /// each is opened as a pidfd first (which then stays that process, whatever becomes of the
 /// pid), and only those the cgroup still lists after the opening are sent it.
 fn send_in_cgroup(spec: &ContainerSpec, pids: impl Iterator<Item = i32>, sig: Signal) {
-    let opened: Vec<(i32, std::os::fd::OwnedFd)> = pids
-        .filter_map(|pid| Some((pid, crate::sys::pidfd_open(u32::try_from(pid).ok()?).ok()?)))
-        .collect();
+    let mut opened: Vec<(i32, std::os::fd::OwnedFd)> = Vec::new();
+    for pid in pids {
+        let Ok(p) = u32::try_from(pid) else { continue };
+        match crate::sys::pidfd_open(p) {
+            Ok(fd) => opened.push((pid, fd)),
+            // A kernel without pidfds (before 5.3): signalled by pid, as before them, so a
+            // stop never fails to reach the job for want of them.
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
+            }
+            // Gone already.
+            Err(_) => {}
+        }
+    }
     if opened.is_empty() {
         return;
     }
