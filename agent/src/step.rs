@@ -655,6 +655,38 @@ fn waits_for_gpus(e: &ClientError) -> bool {
     matches!(e, ClientError::Api { error, .. } if error.kind == wharf_api::wire::ErrorKind::Unavailable)
 }
 
+/// Each job's turn to hold an ask for a waiting step (see [`wait_turn`]).
+type Turns = std::sync::Mutex<std::collections::BTreeMap<JobId, Arc<tokio::sync::Mutex<()>>>>;
+
+fn turns() -> &'static Turns {
+    static TURNS: std::sync::OnceLock<Turns> = std::sync::OnceLock::new();
+    TURNS.get_or_init(Default::default)
+}
+
+/// Waits for job `job`'s turn to hold an ask for a step that waits for GPUs, looking each
+/// second whether the caller hung up meanwhile (`None`). A job's entry goes once no step of
+/// it waits.
+async fn wait_turn<R: tokio::io::AsyncRead + Unpin>(
+    job: JobId,
+    rd: &mut BufReader<R>,
+) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+    let lock = {
+        let mut all = turns().lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|_, l| Arc::strong_count(l) > 1);
+        all.entry(job).or_default().clone()
+    };
+    loop {
+        tokio::select! {
+            guard = lock.clone().lock_owned() => return Some(guard),
+            () = tokio::time::sleep(Duration::from_secs(1)) => {
+                if hung_up(rd).await {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
 /// Whether the caller of a step not yet started hung up: it sends nothing more before its
 /// step starts, so anything read is its end (or input it sent early, left in the buffer).
 async fn hung_up<R: tokio::io::AsyncRead + Unpin>(rd: &mut BufReader<R>) -> bool {
@@ -744,6 +776,7 @@ async fn serve(
             // A 401 made nothing: the node is joining again (see `node_key`), so it is asked
             // again for a while.
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            let mut turn: Option<tokio::sync::OwnedMutexGuard<()>> = None;
             let step: StepRecord = loop {
                 let asked = tokio::time::Instant::now();
                 match client.post("/v1/agent/steps", &start).await {
@@ -764,8 +797,16 @@ async fn serve(
                             // once, or the two would spin.
                             tokio::time::sleep(rest).await;
                         }
+                        drop(turn.take());
                         if hung_up(&mut rd).await {
                             return;
+                        }
+                        // One held ask per job at a time: a job's waiting steps take turns,
+                        // so however many it starts they hold one of the node's connections
+                        // to the controller, not one each.
+                        match wait_turn(job, &mut rd).await {
+                            Some(t) => turn = Some(t),
+                            None => return,
                         }
                     }
                     Err(e) => return reply(&mut wr, &StepReply::Error(api_words(&e))).await,

@@ -264,14 +264,13 @@ impl Launcher {
         let fd = match crate::sys::pidfd_open(pid) {
             Ok(fd) => fd,
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(()),
-            // A kernel without pidfds (before 5.3): by pid, as before them.
-            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            // No pidfd to be had (see the shim's `send_in_cgroup`): by pid, as before them.
+            Err(_) => {
                 return match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig) {
                     Err(nix::errno::Errno::ESRCH) => Ok(()),
                     r => r.map_err(std::io::Error::from),
                 };
             }
-            Err(e) => return Err(e),
         };
         if self.live_pid(dir) != Some(pid) {
             return Ok(());

@@ -660,13 +660,14 @@ fn send_in_cgroup(spec: &ContainerSpec, pids: impl Iterator<Item = i32>, sig: Si
         let Ok(p) = u32::try_from(pid) else { continue };
         match crate::sys::pidfd_open(p) {
             Ok(fd) => opened.push((pid, fd)),
-            // A kernel without pidfds (before 5.3): signalled by pid, as before them, so a
-            // stop never fails to reach the job for want of them.
-            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            // Gone already.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            // No pidfd to be had (a kernel before 5.3, a filter on the syscall, no
+            // descriptor left): signalled by pid, as before pidfds, so that a stop never
+            // fails to reach the job for want of one.
+            Err(_) => {
                 let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
             }
-            // Gone already.
-            Err(_) => {}
         }
     }
     if opened.is_empty() {

@@ -1121,13 +1121,18 @@ async fn step_start(
         match with_cluster(&s, move |cl, now| cl.start_step(asked, now)).await? {
             StepOutcome::Started(step) => break *step,
             StepOutcome::Waits(busy) => {
-                if tokio::time::timeout_at(until, ended).await.is_err() {
+                // Looked at again each second too: a step ended by the controller itself (a
+                // stop before it started, its job's end) wakes no one.
+                let now = tokio::time::Instant::now();
+                if now >= until {
                     return Err(Failure {
                         kind: ErrorKind::Unavailable,
                         message: busy.to_string(),
                     }
                     .into());
                 }
+                let next = until.min(now + Duration::from_secs(1));
+                let _ = tokio::time::timeout_at(next, ended).await;
             }
         }
     };

@@ -576,7 +576,7 @@ impl Cluster {
             }
         }
         if req.name.is_some() || req.dependency.is_some() {
-            self.check_circle(&job, batch)?;
+            self.check_circle(&job, batch, req.dependency.is_some())?;
         }
         let owner = Caller {
             owner: job.owner.clone(),
@@ -673,10 +673,11 @@ impl Cluster {
 }
 
 impl Cluster {
-    /// Refuses `job`, as an update leaves its name and dependency, when it would wait on
-    /// itself (see [`circle`]); for an array's tasks (`batch`), the first checks for all,
-    /// with every task counted, so an update costs one walk, not one a task.
-    fn check_circle(&self, job: &JobRecord, batch: &Batch) -> Result<(), Failure> {
+    /// Refuses `job`, as an update leaves its name and dependency (`new_dep`: the update
+    /// gives one), when it would wait on itself (see [`Cluster::circle`]); for an array's
+    /// tasks (`batch`), the first checks for all, each with its own dependency unless the
+    /// update gives one, so an update costs one walk, not one a task.
+    fn check_circle(&self, job: &JobRecord, batch: &Batch, new_dep: bool) -> Result<(), Failure> {
         if batch.ids.first().is_some_and(|&first| first != job.id) {
             return Ok(());
         }
@@ -686,10 +687,7 @@ impl Cluster {
         } else {
             &batch.ids
         };
-        let Some(ours) = circle::ours(job, ids) else {
-            return Ok(());
-        };
-        let Some(through) = self.circle(&ours) else {
+        let Some(through) = self.circle(&circle::ours(job, ids, new_dep)) else {
             return Ok(());
         };
         let through = self.job_label(through);

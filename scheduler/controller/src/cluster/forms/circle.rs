@@ -15,84 +15,134 @@ use super::super::Cluster;
 /// The jobs an update changes (one job, or an array's pending tasks), as they will be.
 pub(in crate::cluster) struct Ours<'a> {
     pub ids: &'a BTreeSet<JobId>,
-    /// Their owner.
-    pub uid: u32,
     /// Their name, after the update.
     pub name: &'a str,
-    /// Their dependency, after the update.
-    pub dep: &'a Dependency,
+    /// Their dependency after the update, when the update gives one (`Some(None)`: cleared);
+    /// `None`: each keeps its own.
+    pub dep: Option<Option<&'a Dependency>>,
 }
 
-/// For each (owner, name): its pending jobs' ids, lowest first; `ours` under their new name.
-type Named = BTreeMap<(u32, String), BTreeSet<JobId>>;
+/// For each (owner, name): its pending jobs' ids, lowest first, each with whether it is a
+/// singleton; `ours` under their new name.
+type Named = BTreeMap<(u32, String), BTreeMap<JobId, bool>>;
+
+/// Where a depth-first walk stands with a job.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mark {
+    /// On the path being walked.
+    OnPath,
+    /// Walked, and no circle through it.
+    Done,
+}
+
+/// What the walk works out once: the pending jobs by name, and the jobs each named job
+/// stands for.
+#[derive(Default)]
+struct Memo {
+    named: Option<Named>,
+    expanded: BTreeMap<DepJob, Vec<JobId>>,
+}
 
 impl Cluster {
-    /// The job through which `ours` would wait on one of themselves, following the
-    /// dependencies of pending jobs (the jobs they name, and for a `singleton` the pending
-    /// job of its owner and name ahead of it, which it waits on); `None` when there is no
-    /// circle. A job that runs or has ended waits on nothing, so only pending ones are
-    /// followed. Each job, and each job or array a dependency names, is looked at once: the
-    /// walk costs the pending jobs and their dependencies, not their paths.
+    /// A job on a circle of waits that passes through one of `ours` (as the update leaves
+    /// them), the one just after it: `None` when there is none. A job waits on the jobs its
+    /// dependency names and, for a `singleton`, on the pending jobs of its owner and name
+    /// ahead of it; a job that runs or has ended waits on nothing. One depth-first walk from
+    /// all of `ours`: it costs the pending jobs and their dependencies, each looked at once.
     pub(in crate::cluster) fn circle(&self, ours: &Ours<'_>) -> Option<JobId> {
-        let mut named: Option<Named> = None;
-        let mut seen: BTreeSet<JobId> = BTreeSet::new();
-        let mut expanded: BTreeSet<DepJob> = BTreeSet::new();
-        // (the job on `ours`' side the path started from, the job reached)
-        let mut stack: Vec<(JobId, JobId)> = Vec::new();
-        let first = ours.ids.first().copied().unwrap_or_default();
-        let mut waits_on = |dep: &Dependency,
-                            (uid, name, id): (u32, &str, JobId),
-                            expanded: &mut BTreeSet<DepJob>| {
-            let mut next: Vec<JobId> = (dep.jobs().into_iter())
-                .filter(|n| expanded.insert(*n))
-                .flat_map(|n| self.named_active(n))
-                .collect();
-            if dep.singleton {
-                let index = named.get_or_insert_with(|| self.pending_by_name(ours));
-                let ahead = index
-                    .get(&(uid, name.to_string()))
-                    .and_then(|ids| ids.first());
-                next.extend(ahead.filter(|&&a| a < id));
-            }
-            next
-        };
-        for id in waits_on(ours.dep, (ours.uid, ours.name, first), &mut expanded) {
-            stack.push((id, id));
-        }
-        while let Some((root, id)) = stack.pop() {
-            if ours.ids.contains(&id) {
-                return Some(root);
-            }
-            if !seen.insert(id) {
+        let mut memo = Memo::default();
+        let mut mark: BTreeMap<JobId, Mark> = BTreeMap::new();
+        for &start in ours.ids {
+            if mark.contains_key(&start) {
                 continue;
             }
-            let Some(job) = self.jobs.get(&id).filter(|j| j.state == JobState::Pending) else {
-                continue;
-            };
-            if let Some(dep) = &job.dependency {
-                let who = (job.owner.uid, job.name.as_str(), id);
-                stack.extend(
-                    waits_on(dep, who, &mut expanded)
-                        .into_iter()
-                        .map(|n| (root, n)),
-                );
+            mark.insert(start, Mark::OnPath);
+            let mut path: Vec<(JobId, Vec<JobId>, usize)> =
+                vec![(start, self.waits_on(start, ours, &mut memo), 0)];
+            while let Some((id, next, k)) = path.last_mut() {
+                let Some(&n) = next.get(*k) else {
+                    mark.insert(*id, Mark::Done);
+                    path.pop();
+                    continue;
+                };
+                *k += 1;
+                match mark.get(&n) {
+                    Some(Mark::Done) => {}
+                    Some(Mark::OnPath) => {
+                        let from = path.iter().position(|(j, ..)| *j == n).unwrap_or(0);
+                        let circle: Vec<JobId> = path[from..].iter().map(|(j, ..)| *j).collect();
+                        if let Some(i) = circle.iter().position(|j| ours.ids.contains(j)) {
+                            return Some(circle.get(i + 1).copied().unwrap_or(n));
+                        }
+                    }
+                    None => {
+                        mark.insert(n, Mark::OnPath);
+                        let after = self.waits_on(n, ours, &mut memo);
+                        path.push((n, after, 0));
+                    }
+                }
             }
         }
         None
     }
 
-    /// The pending jobs by owner and name, `ours` under their new name.
+    /// The active jobs job `id` waits on, as the update leaves `ours`.
+    fn waits_on(&self, id: JobId, ours: &Ours<'_>, memo: &mut Memo) -> Vec<JobId> {
+        let Some(job) = self.jobs.get(&id) else {
+            return vec![];
+        };
+        let (dep, name) = if ours.ids.contains(&id) {
+            (ours.dep.unwrap_or(job.dependency.as_ref()), ours.name)
+        } else if job.state == JobState::Pending {
+            (job.dependency.as_ref(), job.name.as_str())
+        } else {
+            return vec![];
+        };
+        let Some(dep) = dep else {
+            return vec![];
+        };
+        let mut next: Vec<JobId> = Vec::new();
+        for n in dep.jobs() {
+            let ids = memo
+                .expanded
+                .entry(n)
+                .or_insert_with(|| self.named_active(n));
+            next.extend(ids.iter());
+        }
+        if dep.singleton {
+            // It starts only once none of its owner's pending jobs of its name ahead of it is
+            // left: it waits on each, down to the nearest singleton among them, which waits
+            // on those ahead of it in turn (so the edges stay as many as the jobs).
+            let index = memo.named.get_or_insert_with(|| self.pending_by_name(ours));
+            let key = (job.owner.uid, name.to_string());
+            for (&ahead, &singleton) in index
+                .get(&key)
+                .into_iter()
+                .flat_map(|g| g.range(..id).rev())
+            {
+                next.push(ahead);
+                if singleton {
+                    break;
+                }
+            }
+        }
+        next
+    }
+
+    /// The pending jobs by owner and name, `ours` under their new name, each with whether it
+    /// is a singleton (`ours` as the update leaves them).
     fn pending_by_name(&self, ours: &Ours<'_>) -> Named {
         let mut named = Named::new();
         let pending = self.jobs.values().filter(|j| j.state == JobState::Pending);
         for j in pending {
-            let name = if ours.ids.contains(&j.id) {
-                ours.name
+            let (name, dep) = if ours.ids.contains(&j.id) {
+                (ours.name, ours.dep.unwrap_or(j.dependency.as_ref()))
             } else {
-                j.name.as_str()
+                (j.name.as_str(), j.dependency.as_ref())
             };
+            let singleton = dep.is_some_and(|d| d.singleton);
             let key = (j.owner.uid, name.to_string());
-            named.entry(key).or_default().insert(j.id);
+            named.entry(key).or_default().insert(j.id, singleton);
         }
         named
     }
@@ -121,16 +171,16 @@ impl Cluster {
     }
 }
 
-/// What [`Cluster::circle`] is asked about `job`, as an update leaves it (with the other
-/// jobs of `ids`, changed alike).
+/// What [`Cluster::circle`] is asked about the jobs of `ids` (`job`, as the update leaves
+/// it, and the array tasks changed with it): `new_dep` when the update gives a dependency.
 pub(in crate::cluster) fn ours<'a>(
     job: &'a JobRecord,
     ids: &'a BTreeSet<JobId>,
-) -> Option<Ours<'a>> {
-    Some(Ours {
+    new_dep: bool,
+) -> Ours<'a> {
+    Ours {
         ids,
-        uid: job.owner.uid,
         name: &job.name,
-        dep: job.dependency.as_ref()?,
-    })
+        dep: new_dep.then_some(job.dependency.as_ref()),
+    }
 }

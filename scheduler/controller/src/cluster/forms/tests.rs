@@ -960,3 +960,47 @@ fn a_circle_through_a_singleton_is_refused_whether_made_by_a_dependency_or_a_ren
     c.update(&alice, behind, &renamed(Some("prep"), Some(&on_prep)), 10)
         .unwrap();
 }
+
+#[test]
+fn an_arrays_rename_is_checked_with_each_tasks_own_dependency() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cluster(&dir);
+    let alice = caller(1001, "alice", false);
+    let arr = submit(
+        &mut c,
+        &alice,
+        JobRequest {
+            name: Some("a".into()),
+            hold: Some(true),
+            array: Some(wharf_api::array::parse_array("0-2").unwrap()),
+            ..Default::default()
+        },
+        1,
+    );
+    let single = submit(
+        &mut c,
+        &alice,
+        JobRequest {
+            name: Some("x".into()),
+            hold: Some(true),
+            dependency: Some(parse_dependency("singleton").unwrap()),
+            ..Default::default()
+        },
+        2,
+    );
+    // Only the last task waits on the singleton; under another name that is no circle.
+    let on_single = format!("afterok:{single}");
+    c.update(&alice, arr + 2, &renamed(None, Some(&on_single)), 3)
+        .unwrap();
+    // Renamed into its name, the tasks are ahead of it: it waits on them, and the last task
+    // on it. The first task has no dependency of its own; the rename is refused all the same.
+    let e = c
+        .update_array(&alice, arr, &renamed(Some("x"), None), 4)
+        .unwrap_err();
+    assert!(e.message.contains("wait on itself"), "{}", e.message);
+    for t in arr..arr + 3 {
+        assert_eq!(c.jobs[&t].name, "a");
+    }
+    c.update_array(&alice, arr, &renamed(Some("y"), None), 5)
+        .unwrap();
+}
