@@ -28,17 +28,20 @@ impl Passed {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The newest order passed on to `job` here: the record on disk or, if newer (it could
-    /// not be written), what this run remembers.
+    /// The newest order passed on to `job` here: what this run remembers, or, for a job it
+    /// has not looked at yet, the record on disk (from before a restart), read once.
     fn newest(&self, cfg: &AgentConfig, job: JobId) -> u64 {
-        let on_disk = signals::passed_on(&crate::launch::task_dir(&cfg.state_dir, job, 0));
-        on_disk.max(self.lock().get(&job).copied().unwrap_or(0))
+        let mut passed = self.lock();
+        *passed
+            .entry(job)
+            .or_insert_with(|| signals::passed_on(&crate::launch::task_dir(&cfg.state_dir, job, 0)))
     }
 
     /// For each running job in `jobs`, the newest signal order passed on here. Jobs no longer
     /// in `jobs` are forgotten.
     pub fn report(&self, cfg: &AgentConfig, jobs: &[AgentJob]) -> Vec<Signalled> {
-        self.lock().retain(|id, _| jobs.iter().any(|j| j.id == *id));
+        let here: std::collections::BTreeSet<JobId> = jobs.iter().map(|j| j.id).collect();
+        self.lock().retain(|id, _| here.contains(id));
         (jobs.iter())
             .filter(|j| j.exit.is_none() && j.start_time.is_some())
             .map(|j| Signalled {
@@ -62,8 +65,9 @@ impl Passed {
     }
 }
 
-/// Passes `order` on to the tasks here it reaches, if the job has any here. Recorded as passed on even when no task here takes it (it reaches none of this node's,
-/// or they are ending): a repeat would find them no different.
+/// Passes `order` on to the tasks here it reaches, if the job has any here. Recorded as
+/// passed on even when no task here takes it (it reaches none of this node's, or they are
+/// ending): a repeat would find them no different.
 fn pass_on(cfg: &AgentConfig, launcher: &dyn Backend, order: &SignalOrder) {
     let first = crate::launch::task_dir(&cfg.state_dir, order.job, 0);
     if !first.path().is_dir() {
