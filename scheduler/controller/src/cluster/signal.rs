@@ -21,15 +21,22 @@ pub fn signal_name(n: i32) -> Result<&'static str, Failure> {
     }
 }
 
-/// Why `job` cannot be signalled now (the caller may manage it), if it cannot: only a
-/// running job that is not being stopped has processes to take a signal and stay.
+/// Whether `job` has processes to take a signal and stay: it runs and is not being stopped.
+fn signallable(job: &JobRecord) -> bool {
+    job.state == JobState::Running && !job.cancel_requested && job.stop.is_none()
+}
+
+/// Why `job` cannot be signalled now (the caller may manage it), if it cannot (see
+/// [`signallable`]).
 fn not_signallable(job: &JobRecord) -> Option<Failure> {
+    if signallable(job) {
+        return None;
+    }
     let label = job.label();
     let why = match job.state {
-        JobState::Running if job.cancel_requested || job.stop.is_some() => {
+        JobState::Running => {
             format!("job {label} is already stopping; its processes take no more signals")
         }
-        JobState::Running => return None,
         JobState::Pending => format!(
             "job {label} is PENDING, not running: it has no processes to signal yet (cancel it \
              without --signal, or signal it once it runs)"
@@ -221,11 +228,7 @@ impl Cluster {
             let Some(job) = self.jobs.get(&seen.job) else {
                 continue;
             };
-            let live = job.state == JobState::Running
-                && !job.cancel_requested
-                && job.stop.is_none()
-                && job.rank_on(node).is_some();
-            if !live {
+            if !signallable(job) || job.rank_on(node).is_none() {
                 continue;
             }
             let newer = (job.signals.iter()).filter(|s| s.run == job.restarts && s.seq > seen.seq);
@@ -243,23 +246,12 @@ impl Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wharf_api::{Owner, Resources};
 
     fn running() -> JobRecord {
-        let owner = Owner {
-            uid: 1000,
-            gid: 1000,
-            user: "alice".into(),
-        };
-        let res = Resources {
-            cpus: 1,
-            memory: 1 << 30,
-            gpus: 0,
-        };
         JobRecord {
             id: 4,
             state: JobState::Running,
-            ..JobRecord::pending(owner, "train".into(), res, 60, 1)
+            ..crate::store::tests::record()
         }
     }
 
