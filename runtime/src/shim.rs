@@ -696,8 +696,9 @@ fn deliver(spec: &ContainerSpec, init: Pid, req: crate::signals::Request) {
     // The program is the init's first child: processes orphaned in the job become children
     // of the init too, but only after the program started them.
     let program = (cgroup::pids(&spec.cgroup_path()).into_iter())
-        .filter(|&pid| crate::sys::parent_of(pid as u32) == Some(init.as_raw() as u32))
-        .filter_map(|pid| Some((crate::sys::start_time(pid as u32)?, pid)))
+        .filter_map(|pid| Some((crate::sys::parent_and_start(pid as u32)?, pid)))
+        .filter(|&((parent, _), _)| parent == init.as_raw() as u32)
+        .map(|((_, started), pid)| (started, pid))
         .min()
         .map(|(_, pid)| pid);
     send_in_cgroup(spec, program.into_iter(), sig);

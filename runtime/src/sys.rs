@@ -408,15 +408,15 @@ pub(crate) fn stat_of(pid: u32) -> Option<(String, u64)> {
     ))
 }
 
-/// The parent of process `pid`, from `/proc/PID/stat` (field 4).
-pub(crate) fn parent_of(pid: u32) -> Option<u32> {
+/// The parent of process `pid` and its start time (clock ticks since boot), from one read
+/// of `/proc/PID/stat` (fields 4 and 22).
+pub(crate) fn parent_and_start(pid: u32) -> Option<(u32, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    let after_name: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some((
+        after_name.get(1)?.parse().ok()?,
+        after_name.get(19)?.parse().ok()?,
+    ))
 }
 
 pub(crate) fn start_time(pid: u32) -> Option<u64> {
