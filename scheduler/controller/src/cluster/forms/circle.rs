@@ -158,8 +158,10 @@ impl Cluster {
                 .collect();
         }
         let span = JobId::from(self.forms.max_array_size);
+        // An array's tasks hold consecutive ids from its own (as `array_nodes` reads them):
+        // the first job past them ends the look, so a plain job costs one.
         let tasks: Vec<JobId> = (self.jobs.range(named.id..named.id.saturating_add(span)))
-            .filter(|j| j.array.is_some_and(|a| a.job_id == named.id))
+            .take_while(|j| j.array.is_some_and(|a| a.job_id == named.id))
             .map(|j| j.id)
             .collect();
         if tasks.is_empty() {
