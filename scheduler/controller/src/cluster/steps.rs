@@ -44,16 +44,6 @@ pub enum StepOutcome {
     Waits(Busy),
 }
 
-impl StepOutcome {
-    /// The step, once started.
-    pub fn started(self) -> Option<StepRecord> {
-        match self {
-            StepOutcome::Started(s) => Some(*s),
-            StepOutcome::Waits(_) => None,
-        }
-    }
-}
-
 /// Steps a job may have started, in all: their records travel in the job's record (each
 /// without its environment once started everywhere).
 pub const MAX_STEPS: usize = 1000;

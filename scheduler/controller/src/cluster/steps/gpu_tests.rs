@@ -168,13 +168,26 @@ fn more_gpus_than_the_job_has_is_refused_and_overlap_or_none_sees_all() {
         assert_eq!((s.gpus_per_node, ids(s)), (None, vec![vec![]]));
         assert_eq!(launched(&c, "g1", s.id), [0, 1, 3]);
     }
-    // A type other than the job's (which named none here) is taken; the job's own is.
-    let typed = StepRequest {
-        gpu_type: Some("h100".into()),
+    // A type is taken when the job named none; when it named one, only that one.
+    let typed = |t: &str| StepRequest {
+        gpu_type: Some(t.into()),
         overlap: true,
         ..per_node(1)
     };
-    assert!(c.start_step(ask(id, "g1", 1000, typed), 2_000).is_ok());
+    assert!(c
+        .start_step(ask(id, "g1", 1000, typed("h100")), 2_000)
+        .is_ok());
+    c.jobs.edit(id, |j| {
+        j.spec.as_mut().unwrap().gpu_type = Some("a100".into())
+    });
+    let e = c
+        .start_step(ask(id, "g1", 1000, typed("h100")), 2_000)
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidInput);
+    assert!(e.message.contains("holds a100 GPUs"), "{}", e.message);
+    assert!(c
+        .start_step(ask(id, "g1", 1000, typed("a100")), 2_000)
+        .is_ok());
 }
 
 #[test]
