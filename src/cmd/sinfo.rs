@@ -93,19 +93,17 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
     };
     let mut parts: PartitionList = client.get("/v1/partitions").await?;
     check_partitions(&parts, &args.partition)?;
-    let nodes: NodeList = client.get("/v1/nodes").await?;
     let filter = Filter {
         partitions: &args.partition,
         states: &states,
         nodes: named.as_ref(),
     };
     if args.summarize && args.json {
-        parts
-            .partitions
-            .retain(|p| args.partition.is_empty() || args.partition.contains(&p.name));
+        parts.partitions.retain(|p| filter.keeps_partition(p));
         println!("{}", serde_json::to_string_pretty(&parts)?);
         return Ok(0);
     }
+    let nodes: NodeList = client.get("/v1/nodes").await?;
     let cluster = Cluster::new(&parts, &nodes.nodes);
     let (lines, format) = match (args.summarize, args.node, args.list_reasons) {
         (true, _, _) => (cluster.by_partition(&filter), SUMMARY),

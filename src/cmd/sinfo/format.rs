@@ -6,7 +6,7 @@
 use anyhow::Result;
 use wharf_api::hostlist;
 
-use super::lines::Line;
+use super::lines::{Count, Line};
 use super::state::State;
 use crate::cmd::percent;
 
@@ -150,17 +150,8 @@ fn value(line: &Line, letter: char) -> String {
             None => "Unknown".into(),
         },
         'F' => {
-            // A node still clearing an ended job's processes counts by what it holds, as the
-            // controller counts it (`-s --json`) and Slurm counts `mix+comp` as allocated.
-            let holds = |n: &&super::lines::Node| n.record.is_some_and(|r| r.allocated.cpus > 0);
-            let nodes = || line.nodes.iter();
-            let completing = |n: &&super::lines::Node| n.state == State::Completing;
-            let used = nodes()
-                .filter(|n| n.state.in_use() || (completing(n) && holds(n)))
-                .count();
-            let idle = nodes()
-                .filter(|n| n.state == State::Idle || (completing(n) && !holds(n)))
-                .count();
+            let count = |c| line.nodes.iter().filter(|n| n.counted_as() == c).count();
+            let (used, idle) = (count(Count::Allocated), count(Count::Idle));
             let all = line.nodes.len();
             format!("{used}/{idle}/{}/{all}", all - used - idle)
         }
@@ -169,17 +160,17 @@ fn value(line: &Line, letter: char) -> String {
             for n in &line.nodes {
                 let Some(r) = n.record else { continue };
                 let (a, have) = (r.allocated.cpus, r.info.cpus);
-                match n.state {
-                    State::Idle | State::Mixed | State::Allocated | State::Completing => {
-                        used += a;
-                        idle += have.saturating_sub(a);
-                    }
+                match n.counted_as() {
+                    Count::Other => other += have,
                     // A draining node's free CPUs take no job: they are other.
-                    State::Draining => {
+                    _ if n.state == State::Draining => {
                         used += a;
                         other += have.saturating_sub(a);
                     }
-                    _ => other += have,
+                    _ => {
+                        used += a;
+                        idle += have.saturating_sub(a);
+                    }
                 }
             }
             format!("{used}/{idle}/{other}/{}", used + idle + other)

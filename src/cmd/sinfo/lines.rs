@@ -24,7 +24,32 @@ pub struct Node<'a> {
     pub record: Option<&'a NodeRecord>,
 }
 
+/// Where a node counts in sinfo's A/I/O/T counts (`%F`, `%C`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    /// Runs jobs (mixed, allocated, draining with jobs).
+    Allocated,
+    /// Takes jobs and runs none.
+    Idle,
+    /// Down, drained, never registered.
+    Other,
+}
+
 impl<'a> Node<'a> {
+    /// Where it counts: a node still clearing an ended job's processes by what it holds, as
+    /// the controller counts it (`-s --json`) and Slurm counts `mix+comp` as allocated.
+    pub fn counted_as(&self) -> Count {
+        match self.state {
+            State::Mixed | State::Allocated | State::Draining => Count::Allocated,
+            State::Idle => Count::Idle,
+            State::Completing if self.record.is_some_and(|r| r.allocated.cpus > 0) => {
+                Count::Allocated
+            }
+            State::Completing => Count::Idle,
+            _ => Count::Other,
+        }
+    }
+
     /// Why the node takes no work, who said so and since when (ms since the Unix epoch),
     /// as `-R` lists it; `None` for a node that takes work.
     pub fn reason(&self) -> Option<Reason> {
@@ -95,7 +120,8 @@ pub struct Filter<'f> {
 }
 
 impl Filter<'_> {
-    fn keeps_partition(&self, p: &PartitionSummary) -> bool {
+    /// Whether partition `p` is one of those asked for (all when none are).
+    pub(super) fn keeps_partition(&self, p: &PartitionSummary) -> bool {
         self.partitions.is_empty() || self.partitions.contains(&p.name)
     }
 

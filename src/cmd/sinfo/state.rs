@@ -90,12 +90,6 @@ impl State {
         }
     }
 
-    /// Whether its CPUs count as allocated in sinfo's A/I/O/T counts: a draining node runs
-    /// jobs, as a mixed one does.
-    pub fn in_use(self) -> bool {
-        matches!(self, State::Mixed | State::Allocated | State::Draining)
-    }
-
     /// The states `-t` word `word` names (Slurm's names, any case), `None` for a word it
     /// does not know: `drain` is drained and draining nodes, `down` and `no_respond` every
     /// node that does not answer, `all` every state.
