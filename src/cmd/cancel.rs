@@ -153,13 +153,16 @@ fn cancelled(job: &JobRecord) -> String {
     }
 }
 
+/// The API path of `action` on step `label` (`JOB.STEP`).
+fn step_path(label: &str, action: &str) -> String {
+    let (job, step) = label.rsplit_once('.').unwrap_or((label, ""));
+    format!("/v1/jobs/{job}/steps/{step}/{action}")
+}
+
 /// Cancels each step `JOB.STEP` of `steps`, printing `step JOB.STEP: cancelling` (or, with
 /// `json`, the steps at the end). Exit status 1 if the controller refused any.
 async fn cancel_steps(socket: &str, steps: &[String], json: bool) -> Result<i32> {
-    let path = |label: &str| {
-        let (job, step) = label.rsplit_once('.').unwrap_or((label, ""));
-        format!("/v1/jobs/{job}/steps/{step}/cancel")
-    };
+    let path = |label: &str| step_path(label, "cancel");
     let body = serde_json::json!({});
     post_all(
         socket,

@@ -46,11 +46,12 @@ pub async fn run(
     let name = signal.as_str();
     let mut status = 0;
     if !steps.is_empty() {
-        let body = serde_json::json!({ "signal": signal as i32 });
-        let path = |label: &str| {
-            let (job, step) = label.rsplit_once('.').unwrap_or((label, ""));
-            format!("/v1/jobs/{job}/steps/{step}/signal")
-        };
+        let body = serde_json::to_value(SignalRequest {
+            signal: signal as i32,
+            batch: false,
+            full: false,
+        })?;
+        let path = |label: &str| super::step_path(label, "signal");
         let said = |_: &StepRecord| format!("sent {name}");
         status = super::post_all(socket, steps, json, "step", path, &body, said).await?;
     }
