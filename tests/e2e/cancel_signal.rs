@@ -3,7 +3,7 @@
 //! another user's job are refused, and nothing changes.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::harness::*;
 
@@ -15,18 +15,8 @@ fn count(path: &Path, line: &str) -> usize {
 
 /// Waits (20 s at most) until `path` has `n` lines `line`, failing with job `id` and the log.
 fn wait_lines(c: &Cluster, id: u64, path: &Path, line: &str, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while count(path, line) < n {
-        assert!(
-            Instant::now() < deadline,
-            "no {n} lines {line:?} in {}: {:?}\n{}\n{}",
-            path.display(),
-            std::fs::read_to_string(path),
-            c.job(id),
-            c.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let what = format!("no {n} lines {line:?} in {}", path.display());
+    crate::steps::wait_for(c, id, &what, || count(path, line) >= n);
 }
 
 #[test]
@@ -65,6 +55,12 @@ fn a_signal_reaches_a_running_jobs_processes_and_the_job_goes_on() {
     let out = c.wharf_as(&alice, &["cancel", "--signal", "USR1", "-b", &ids]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("no batch script"), "{}", stderr(&out));
+    // None of them was recorded, so none can reach the job later either.
+    let job = c.job(id);
+    assert!(
+        job.get("signals").is_none(),
+        "a refused signal was recorded: {job}"
+    );
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(count(&out_file, "got-usr1"), 0, "a refused signal was sent");
     assert_eq!(state(id), "RUNNING");
@@ -161,6 +157,11 @@ fn a_signal_reaches_one_step_the_steps_or_the_batch_script_as_asked() {
     // A step has no batch script.
     let out = c.wharf_as(&alice, &["cancel", "-s", "USR1", "-b", &step]);
     assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("pick a batch job's script, which no step has"),
+        "{}",
+        stderr(&out)
+    );
     // The batch script alone.
     let out = c.wharf_as(&alice, &["cancel", "-s", "USR1", "-b", &ids]);
     assert!(out.status.success(), "{}", stderr(&out));

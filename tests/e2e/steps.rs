@@ -419,7 +419,7 @@ fn step_busy(c: &Cluster, id: u64, step: u32) -> bool {
 }
 
 /// Waits (20 s at most) until `done`, failing with `what`, job `id` and the log.
-fn wait_for(c: &Cluster, id: u64, what: &str, done: impl Fn() -> bool) {
+pub(crate) fn wait_for(c: &Cluster, id: u64, what: &str, done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !done() {
         assert!(
