@@ -397,8 +397,9 @@ echo "== steps of one job: a GPU of their own, and one that waits while it is he
 # The job holds 1 GPU; its first step takes it (--gres gpu:1) for 4 s, the second asks for
 # it meanwhile, waits, and runs once the first has ended.
 out=$(job --gpus 1 --cpus 2 --mem 4G -- sh -c '
-    "$0" step --gres gpu:1 -- sh -c "echo first: \$(\"$1\" -L | grep -c GPU); sleep 4" &
-    sleep 1
+    rm -f first.held
+    "$0" step --gres gpu:1 -- sh -c "echo first: \$(\"$1\" -L | grep -c GPU); touch first.held; sleep 4" &
+    while [ ! -e first.held ]; do sleep 0.1; done
     "$0" step --gres gpu:1 -- sh -c "echo second: \$(\"$1\" -L | grep -c GPU)"
     wait' "$WHARF" "$smi" 2>&1)
 echo "$out"
