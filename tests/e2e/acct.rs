@@ -114,10 +114,7 @@ fn records_are_listed_filtered_and_kept_private() {
 
     // The binary called by Slurm's names is those commands, with their flags.
     let slurm = |name: &str, args: &[&str]| -> Vec<String> {
-        let link = c.home(&alice).join(name);
-        if !link.exists() {
-            std::os::unix::fs::symlink(wharf_bin(), &link).unwrap();
-        }
+        let link = slurm_link(&c.home(&alice), name);
         lines(as_user(
             &alice,
             &c.home(&alice),

@@ -72,8 +72,7 @@ fn a_signal_reaches_a_running_jobs_processes_and_the_job_goes_on() {
     wait_lines(&c, id, &out_file, "got-usr1", 1);
     // By number, as scancel (its short flag, called by its name), with JSON.
     let home = c.home(&alice);
-    let scancel = home.join("scancel");
-    std::os::unix::fs::symlink(wharf_bin(), &scancel).unwrap();
+    let scancel = slurm_link(&home, "scancel");
     let scancel = scancel.to_str().unwrap();
     let out = as_user(
         &alice,

@@ -20,19 +20,7 @@ fn two_nodes_with(prefix: &str, extra: [&str; 2]) -> TcpCluster {
     for (name, extra) in ["gang1", "gang2"].into_iter().zip(extra) {
         c.agent_with(name, &token, &format!("grace = \"2s\"\n{extra}"));
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while stdout(&c.wharf(&["nodes", "--json"]))
-        .matches("\"UP\"")
-        .count()
-        < 2
-    {
-        assert!(
-            Instant::now() < deadline,
-            "agents never registered:\n{}",
-            c.nodes()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    c.wait_nodes_up(2, 20);
     c
 }
 

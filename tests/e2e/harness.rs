@@ -13,6 +13,16 @@ pub fn wharf_bin() -> &'static str {
     env!("CARGO_BIN_EXE_wharf")
 }
 
+/// This binary under a Slurm command's `name` (`sinfo`, `scancel`, ...): a link to it in
+/// `dir`, made once, which the binary runs as that command.
+pub fn slurm_link(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let link = dir.join(name);
+    if !link.exists() {
+        std::os::unix::fs::symlink(wharf_bin(), &link).unwrap();
+    }
+    link
+}
+
 /// A scratch directory under /var/tmp (jobs have their own /tmp), removed on drop.
 pub fn scratch(prefix: &str) -> tempfile::TempDir {
     tempfile::Builder::new()
@@ -851,6 +861,23 @@ impl TcpCluster {
     /// `wharf nodes`.
     pub fn nodes(&self) -> String {
         stdout(&self.wharf(&["nodes"]))
+    }
+
+    /// Waits (`secs` at most) until `n` agents are UP, failing with the node list.
+    pub fn wait_nodes_up(&self, n: usize, secs: u64) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while stdout(&self.wharf(&["nodes", "--json"]))
+            .matches("\"UP\"")
+            .count()
+            < n
+        {
+            assert!(
+                Instant::now() < deadline,
+                "agents never registered:\n{}",
+                self.nodes()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// Job `id` as root sees it.

@@ -3,7 +3,7 @@
 //! job keeps a second job off its node; selections no node satisfies, and partitions closed to
 //! a user's Unix groups, are refused at submit with words that say why.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -18,20 +18,7 @@ fn constraints_and_excluded_nodes_choose_among_two_agents() {
     let token = c.token();
     c.agent_with("plain1", &token, "");
     c.agent_with("fast1", &token, "features = [\"ib\", \"nvme\"]");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let up = |c: &TcpCluster| {
-        stdout(&c.wharf(&["nodes", "--json"]))
-            .matches("\"UP\"")
-            .count()
-    };
-    while up(&c) < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "agents never registered:\n{}",
-            c.nodes()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    c.wait_nodes_up(2, 20);
     let nodes = c.nodes();
     assert!(
         nodes

@@ -3,7 +3,6 @@
 //! and `squeue -u` with a user no one has.
 
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -11,11 +10,7 @@ use crate::harness::*;
 
 /// Runs this binary under `name` (a link in the cluster's directory) against `c`.
 fn slurm(c: &TcpCluster, name: &str, args: &[&str]) -> Output {
-    let link = c.dir.path().join(name);
-    if !link.exists() {
-        std::os::unix::fs::symlink(wharf_bin(), &link).unwrap();
-    }
-    Command::new(&link)
+    Command::new(slurm_link(c.dir.path(), name))
         .args(args)
         .env("WHARF_SOCKET", &c.socket)
         .current_dir(c.dir.path())
@@ -55,17 +50,8 @@ fn sinfo_lists_partitions_nodes_by_state_as_slurm_does() {
     for name in ["gpu01", "gpu02", "gpu04", "cpu1"] {
         c.agent_with(name, &token, "");
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let up = |c: &TcpCluster| c.wharf(&["nodes", "--json"]).stdout;
-    while String::from_utf8_lossy(&up(&c)).matches("\"UP\"").count() < 4 {
-        assert!(
-            Instant::now() < deadline,
-            "agents never registered:\n{}",
-            c.nodes()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let listed: Value = serde_json::from_slice(&up(&c)).unwrap();
+    c.wait_nodes_up(4, 30);
+    let listed: Value = serde_json::from_slice(&c.wharf(&["nodes", "--json"]).stdout).unwrap();
     let cpus = listed["nodes"][0]["info"]["cpus"].as_u64().unwrap();
 
     // A job of one CPU on gpu04: mixed, or allocated on a one-CPU host.
