@@ -175,19 +175,7 @@ impl Cluster {
         signal: i32,
     ) -> Result<(StepRecord, Vec<String>), Failure> {
         signal_name(signal)?;
-        let Some(job) = self.jobs.get(&id) else {
-            return match self.store.job(id)? {
-                Some(j) if !caller.may_manage(&j) => Err(not_yours(id)),
-                Some(j) => Err(Failure::new(
-                    ErrorKind::Conflict,
-                    format!("job {id} has ended ({}): its steps with it", j.state),
-                )),
-                None => Err(Failure::new(ErrorKind::NotFound, format!("no job {id}"))),
-            };
-        };
-        if !caller.may_manage(job) {
-            return Err(not_yours(id));
-        }
+        let job = self.active_for_steps(caller, id)?;
         if let Some(refused) = not_signallable(job) {
             return Err(refused);
         }

@@ -511,18 +511,13 @@ impl Cluster {
         Ok(nodes)
     }
 
-    /// Cancels step `step` of job `id` for `caller` (its owner or an admin: `wharf cancel
-    /// ID.STEP`, as scancel's): its tasks are stopped as a caller's going away stops them, and
-    /// its caller, if still there, hears it ended. Returns the step and the nodes to wake.
-    ///
-    /// Errors: `NotFound` for no such job or step, `PermissionDenied` for another user's
-    /// job, `Conflict` for a job that is not running or a step that has already ended.
-    pub fn cancel_user_step(
-        &mut self,
+    /// Active job `id`, `caller`'s to manage, whose steps a command acts on; or why not:
+    /// another user's (as not found), ended (its steps with it), or no such job.
+    pub(super) fn active_for_steps(
+        &self,
         caller: &super::Caller,
         id: JobId,
-        step: u32,
-    ) -> Result<(StepRecord, Vec<String>), Failure> {
+    ) -> Result<&JobRecord, Failure> {
         let Some(job) = self.jobs.get(&id) else {
             return match self.store.job(id)? {
                 Some(j) if !caller.may_manage(&j) => Err(super::not_yours(id)),
@@ -536,6 +531,22 @@ impl Cluster {
         if !caller.may_manage(job) {
             return Err(super::not_yours(id));
         }
+        Ok(job)
+    }
+
+    /// Cancels step `step` of job `id` for `caller` (its owner or an admin: `wharf cancel
+    /// ID.STEP`, as scancel's): its tasks are stopped as a caller's going away stops them, and
+    /// its caller, if still there, hears it ended. Returns the step and the nodes to wake.
+    ///
+    /// Errors: `NotFound` for no such job or step, `PermissionDenied` for another user's
+    /// job, `Conflict` for a job that is not running or a step that has already ended.
+    pub fn cancel_user_step(
+        &mut self,
+        caller: &super::Caller,
+        id: JobId,
+        step: u32,
+    ) -> Result<(StepRecord, Vec<String>), Failure> {
+        let job = self.active_for_steps(caller, id)?;
         let label = job.label();
         let Some(found) = job.steps.iter().find(|s| s.id == step) else {
             if !job.state.holds_resources() {
