@@ -119,7 +119,7 @@ impl Format {
     }
 
     /// Whether a field is as wide as its column (`#`): the lines need every row first.
-    pub(crate) fn sizes_by_column(&self) -> bool {
+    fn sizes_by_column(&self) -> bool {
         (self.pieces.iter()).any(|p| {
             matches!(
                 p,
@@ -132,7 +132,7 @@ impl Format {
     }
 
     /// Each piece's widest value in `rows` (as [`Format::values`] gives them).
-    pub(crate) fn widest(&self, rows: &[Vec<String>]) -> Vec<usize> {
+    fn widest(&self, rows: &[Vec<String>]) -> Vec<usize> {
         (0..self.pieces.len())
             .map(|k| rows.iter().map(|r| r[k].chars().count()).max().unwrap_or(0))
             .collect()
@@ -165,7 +165,30 @@ impl Format {
         out
     }
 
+    /// Writes the lines of `rows` (each as [`Format::values`] gives it), trailing spaces
+    /// cut, to standard output as they are made, unless a `%#` field needs every row first;
+    /// a closed pipe (`| head`) ends the listing.
+    pub(crate) fn print(&self, rows: impl Iterator<Item = Vec<String>>) {
+        use std::io::Write;
+        let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+        let (rows, widest): (Box<dyn Iterator<Item = Vec<String>>>, Vec<usize>) =
+            if self.sizes_by_column() {
+                let all: Vec<Vec<String>> = rows.collect();
+                let widest = self.widest(&all);
+                (Box::new(all.into_iter()), widest)
+            } else {
+                (Box::new(rows), vec![])
+            };
+        for row in rows {
+            if writeln!(out, "{}", self.line(&row, &widest).trim_end()).is_err() {
+                return;
+            }
+        }
+        let _ = out.flush();
+    }
+
     /// The lines of `rows` (each as [`Format::values`] gives it), trailing spaces cut.
+    #[cfg(test)]
     pub(crate) fn render(&self, rows: &[Vec<String>]) -> Vec<String> {
         let widest = self.widest(rows);
         let lines = rows.iter().map(|row| {

@@ -65,24 +65,8 @@ pub struct Args {
 /// The lines `-o FORMAT` makes of `rows`, after its header line when `header`: written as
 /// they are made, unless a `%#` field needs every row first.
 fn print_lines(f: &format::Format, rows: &[JobRow], now: u64, header: bool) {
-    use std::io::Write;
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-    let values = (header.then(|| f.header()).into_iter()).chain(rows.iter().map(|j| f.row(j, now)));
-    let (values, widest): (Box<dyn Iterator<Item = Vec<String>>>, Vec<usize>) =
-        if f.sizes_by_column() {
-            let all: Vec<Vec<String>> = values.collect();
-            let widest = f.widest(&all);
-            (Box::new(all.into_iter()), widest)
-        } else {
-            (Box::new(values), vec![])
-        };
-    for v in values {
-        // A closed pipe (`| head`) ends the listing.
-        if writeln!(out, "{}", f.line(&v, &widest).trim_end()).is_err() {
-            return;
-        }
-    }
-    let _ = out.flush();
+    let header = header.then(|| f.header()).into_iter();
+    f.print(header.chain(rows.iter().map(|j| f.row(j, now))));
 }
 
 /// Whether `-t` asks for ended jobs: squeue's `all` (every state: the filter is dropped), or

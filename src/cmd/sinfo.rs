@@ -123,7 +123,7 @@ pub async fn run(socket: &str, args: Args) -> Result<i32> {
         return Ok(0);
     }
     let format = format::Format::parse(args.format.as_deref().unwrap_or(format))?;
-    print(&format.render(&lines, !args.noheader));
+    format.print(&lines, !args.noheader);
     Ok(0)
 }
 
@@ -154,18 +154,6 @@ fn check_partitions(parts: &PartitionList, named: &[String]) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Prints `lines`; a closed pipe (`| head`) ends the listing.
-fn print(lines: &[String]) {
-    use std::io::Write;
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    for line in lines {
-        if writeln!(out, "{line}").is_err() {
-            return;
-        }
-    }
-    let _ = out.flush();
 }
 
 /// `--json`'s answer.

@@ -59,11 +59,6 @@ impl Format {
         percent::Format::parse(text, &FIELDS, "wharf queue").map(Format)
     }
 
-    /// Whether its lines need every row first (a `%#` field).
-    pub(super) fn sizes_by_column(&self) -> bool {
-        self.0.sizes_by_column()
-    }
-
     /// The header line's values.
     pub(super) fn header(&self) -> Vec<String> {
         self.0.header()
@@ -74,14 +69,15 @@ impl Format {
         self.0.values(|letter| value(j, letter, now))
     }
 
-    /// The line of `values` (see [`percent::Format::line`]).
-    pub(super) fn line(&self, values: &[String], widest: &[usize]) -> String {
-        self.0.line(values, widest)
+    /// Writes the lines of `rows` (see [`percent::Format::print`]).
+    pub(super) fn print(&self, rows: impl Iterator<Item = Vec<String>>) {
+        self.0.print(rows)
     }
 
-    /// Each field's widest value in `rows`.
-    pub(super) fn widest(&self, rows: &[Vec<String>]) -> Vec<usize> {
-        self.0.widest(rows)
+    /// The line of `values` (see [`percent::Format::line`]).
+    #[cfg(test)]
+    fn line(&self, values: &[String], widest: &[usize]) -> String {
+        self.0.line(values, widest)
     }
 }
 

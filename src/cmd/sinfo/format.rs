@@ -49,14 +49,25 @@ impl Format {
         percent::Format::parse(text, &FIELDS, "sinfo").map(Format)
     }
 
+    /// The rows of `lines`, after a header row when `header`.
+    fn rows<'a>(
+        &'a self,
+        lines: &'a [Line],
+        header: bool,
+    ) -> impl Iterator<Item = Vec<String>> + 'a {
+        let head = header.then(|| self.0.header()).into_iter();
+        head.chain(lines.iter().map(|line| self.0.values(|l| value(line, l))))
+    }
+
+    /// Writes the lines of `lines` to standard output, after a header line when `header`.
+    pub(super) fn print(&self, lines: &[Line], header: bool) {
+        self.0.print(self.rows(lines, header));
+    }
+
     /// The text lines of `lines`, after a header line when `header`, trailing spaces cut.
+    #[cfg(test)]
     pub(super) fn render(&self, lines: &[Line], header: bool) -> Vec<String> {
-        let mut rows: Vec<Vec<String>> = Vec::with_capacity(lines.len() + 1);
-        if header {
-            rows.push(self.0.header());
-        }
-        rows.extend(lines.iter().map(|line| self.0.values(|l| value(line, l))));
-        self.0.render(&rows)
+        self.0.render(&self.rows(lines, header).collect::<Vec<_>>())
     }
 }
 
