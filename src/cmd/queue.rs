@@ -380,6 +380,7 @@ fn priority_table(ranked: &[(&JobRecord, PriorityView)]) -> output::Table {
         "AGE",
         "FAIRSHARE",
         "JOBSIZE",
+        "WIDTH",
         "PARTITION",
         "QOS",
         "NICE",
@@ -392,7 +393,7 @@ fn priority_table(ranked: &[(&JobRecord, PriorityView)]) -> output::Table {
         } else {
             t.cell_fmt(format_args!("{}", p.total));
         }
-        for f in [p.age, p.fairshare, p.job_size, p.partition, p.qos] {
+        for f in [p.age, p.fairshare, p.job_size, p.width, p.partition, p.qos] {
             t.cell_fmt(format_args!("{f}"));
         }
         t.cell_fmt(format_args!("{}", p.nice));
@@ -626,10 +627,11 @@ pub(super) mod tests {
             shape: Default::default(),
         });
         let computed = PriorityView {
-            total: 11_150,
+            total: 11_200,
             age: 500,
             fairshare: 8_000,
             job_size: 750,
+            width: 50,
             partition: 0,
             qos: 2_000,
             nice: 100,
@@ -646,9 +648,9 @@ pub(super) mod tests {
             .unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "JOBID  USER  PRIORITY     AGE  FAIRSHARE  JOBSIZE  PARTITION  QOS   NICE\n\
-             5_3    ann   90000 (set)  0    0          0        0          0     0\n\
-             7      ann   11150        500  8000       750      0          2000  100\n"
+            "JOBID  USER  PRIORITY     AGE  FAIRSHARE  JOBSIZE  WIDTH  PARTITION  QOS   NICE\n\
+             5_3    ann   90000 (set)  0    0          0        0      0          0     0\n\
+             7      ann   11200        500  8000       750      50     0          2000  100\n"
         );
     }
 

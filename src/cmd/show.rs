@@ -240,8 +240,8 @@ fn plan_lines(j: &JobRecord) -> (Option<Row>, Option<Row>) {
         .map(|at| ("Expected start", output::time(Some(at))));
     let priority = j.priority.as_ref().map(|p| {
         let factors = format!(
-            "age {} + fair share {} + job size {} + partition {} + QoS {} - nice {}",
-            p.age, p.fairshare, p.job_size, p.partition, p.qos, p.nice
+            "age {} + fair share {} + job size {} + width {} + partition {} + QoS {} - nice {}",
+            p.age, p.fairshare, p.job_size, p.width, p.partition, p.qos, p.nice
         );
         let total = if p.fixed {
             format!("{} (fixed by an admin; computed: {factors})", p.total)
@@ -425,6 +425,7 @@ mod tests {
             age: 0,
             fairshare: 10_000,
             job_size: 2_000,
+            width: 0,
             partition: 0,
             qos: 0,
             nice: 0,
@@ -434,7 +435,7 @@ mod tests {
         assert_eq!(expected.unwrap().0, "Expected start");
         assert_eq!(
             priority.unwrap().1,
-            "12000 = age 0 + fair share 10000 + job size 2000 + partition 0 + QoS 0 - nice 0"
+            "12000 = age 0 + fair share 10000 + job size 2000 + width 0 + partition 0 + QoS 0 - nice 0"
         );
         for state in [JobState::Cancelled, JobState::Running, JobState::Completed] {
             j.state = state;

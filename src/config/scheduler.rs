@@ -18,8 +18,8 @@ pub struct SchedulerSection {
     pub assoc_reservations: usize,
     /// A job that has waited this long keeps the reservation it holds.
     pub keep_reservations_after: String,
-    /// How many of the last pass's reservations (the first it made) may be kept; none: all.
-    pub keep_reservations: Option<usize>,
+    /// How many of the last pass's reservations (the first it made) may be kept.
+    pub keep_reservations: usize,
     /// How many waiting jobs past the reservations get an estimated start (0: none).
     pub start_estimates: usize,
     pub max_job_test: usize,
@@ -29,6 +29,7 @@ pub struct SchedulerSection {
     pub weight_age: u32,
     pub weight_fairshare: u32,
     pub weight_job_size: u32,
+    pub weight_width: u32,
     pub weight_partition: u32,
     pub weight_qos: u32,
     /// QoS of jobs that name none.
@@ -389,7 +390,7 @@ impl Default for SchedulerSection {
             reservations: c.reservations,
             assoc_reservations: c.assoc_reservations,
             keep_reservations_after: format!("{}s", c.keep_reservations_after / 1000),
-            keep_reservations: None,
+            keep_reservations: c.keep_reservations,
             start_estimates: c.start_estimates,
             max_job_test: c.max_job_test,
             half_life: "7d".into(),
@@ -398,6 +399,7 @@ impl Default for SchedulerSection {
             weight_age: c.weights.age,
             weight_fairshare: c.weights.fairshare,
             weight_job_size: c.weights.job_size,
+            weight_width: c.weights.width,
             weight_partition: c.weights.partition,
             weight_qos: c.weights.qos,
             default_qos: None,
@@ -466,7 +468,7 @@ impl SchedulerSection {
         c.keep_reservations_after = super::duration_or_off(keep, &self.keep_reservations_after)?
             .as_millis()
             .min(u64::MAX as u128) as u64;
-        c.keep_reservations = self.keep_reservations.unwrap_or(usize::MAX);
+        c.keep_reservations = self.keep_reservations;
         c.start_estimates = self.start_estimates;
         c.max_job_test = self.max_job_test;
         c.half_life = ms("scheduler.half_life", &self.half_life)?;
@@ -475,6 +477,7 @@ impl SchedulerSection {
         c.weights.age = self.weight_age;
         c.weights.fairshare = self.weight_fairshare;
         c.weights.job_size = self.weight_job_size;
+        c.weights.width = self.weight_width;
         c.weights.partition = self.weight_partition;
         c.weights.qos = self.weight_qos;
         c.rendezvous_ports = port_range(&self.rendezvous_ports)?;
@@ -785,17 +788,15 @@ mod tests {
         let c = file.scheduler.resolve().unwrap();
         assert_eq!(c.assoc_reservations, 4);
         assert_eq!(c.keep_reservations_after, 2 * 24 * 3600 * 1000);
-        assert_eq!(
-            c.keep_reservations,
-            usize::MAX,
-            "every reservation may be kept"
-        );
+        assert_eq!(c.keep_reservations, 1, "the first made is kept");
+        assert_eq!((c.weights.job_size, c.weights.width), (4000, 6000));
         let text = "[scheduler]\nstart_estimates = 0\n";
         let file: FileConfig = toml::from_str(text).unwrap();
         assert_eq!(file.scheduler.resolve().unwrap().start_estimates, 0);
-        let text = "[scheduler]\nkeep_reservations = 2\n";
+        let text = "[scheduler]\nkeep_reservations = 2\nweight_width = 0\n";
         let file: FileConfig = toml::from_str(text).unwrap();
-        assert_eq!(file.scheduler.resolve().unwrap().keep_reservations, 2);
+        let c = file.scheduler.resolve().unwrap();
+        assert_eq!((c.keep_reservations, c.weights.width), (2, 0));
         let text = "[scheduler]\nkeep_reservations = -1\n";
         assert!(toml::from_str::<FileConfig>(text).is_err());
         let text = "[scheduler]\nkeep_reservations_after = \"0\"\n";

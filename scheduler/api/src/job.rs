@@ -1810,6 +1810,9 @@ pub struct PriorityView {
     pub fairshare: u64,
     /// Job size factor times its weight.
     pub job_size: u64,
+    /// Width factor times its weight (absent from records of before the factor: 0).
+    #[serde(default)]
+    pub width: u64,
     /// Partition factor times its weight.
     pub partition: u64,
     /// QoS factor times its weight.

@@ -191,6 +191,9 @@ pub struct Weights {
     pub fairshare: u32,
     /// Job size against the partition.
     pub job_size: u32,
+    /// Width: the cube of the job's share of its partition, how much of it must be drained
+    /// for the job (docs/scheduling.md).
+    pub width: u32,
     /// Partition tier against the highest tier.
     pub partition: u32,
     /// QoS priority against the highest QoS priority.
@@ -202,7 +205,8 @@ impl Default for Weights {
         Weights {
             age: 1_000,
             fairshare: 10_000,
-            job_size: 3_000,
+            job_size: 4_000,
+            width: 6_000,
             partition: 1_000,
             qos: 2_000,
         }
@@ -343,7 +347,7 @@ impl Default for Config {
             reservations: 4,
             assoc_reservations: 32,
             keep_reservations_after: 24 * 3600 * 1000,
-            keep_reservations: usize::MAX,
+            keep_reservations: 1,
             start_estimates: 32,
             max_job_test: 100_000,
             weights: Weights::default(),

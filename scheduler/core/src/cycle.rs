@@ -597,6 +597,7 @@ pub fn sprio(p: &Priority, w: &Weights) -> PriorityView {
         age: weighted(w.age, p.age),
         fairshare: weighted(w.fairshare, p.fairshare),
         job_size: weighted(w.job_size, p.job_size),
+        width: weighted(w.width, p.width),
         partition: weighted(w.partition, p.partition),
         qos: weighted(w.qos, p.qos),
         nice: p.nice.into(),

@@ -18,6 +18,8 @@ pub struct Priority {
     pub fairshare: f64,
     /// Job size factor, [0, 1].
     pub job_size: f64,
+    /// Width factor, [0, 1]: the cube of the job's share of its partition.
+    pub width: f64,
     /// Partition tier factor, [0, 1].
     pub partition: f64,
     /// QoS factor, [0, 1].

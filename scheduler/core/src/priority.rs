@@ -5,6 +5,11 @@
 //! - fair share: the Fair Tree factor of the job's association ([`crate::fairshare`]);
 //! - job size: the larger of its share of the partition's CPUs and of its GPUs (or one minus
 //!   that with `favor_small`);
+//! - width: the cube of that share, whatever `favor_small` says: near 0 for jobs of a quarter
+//!   of the partition or less (at most 1/64), 1/8 at half, 1 for all of it. A job that needs
+//!   most of a partition costs a drain of it, and this term lets such jobs go ahead of the
+//!   small jobs that would otherwise fill the partition between two drains, so that one wide
+//!   job starts on the nodes the last one left (docs/scheduling.md, "Width");
 //! - partition: its partition's tier against the highest tier;
 //! - QoS: its QoS priority against the highest QoS priority.
 //!
@@ -37,7 +42,9 @@ impl Scale<'_> {
             (now.saturating_sub(since).min(c.max_age)) as f64 / c.max_age as f64
         };
         let fairshare = self.fairshare.get(&job.assoc).copied().unwrap_or(1.0);
-        let job_size = part.map_or(0.0, |p| size(job, p, c.favor_small));
+        let share = part.map_or(0.0, |p| share(job, p));
+        let job_size = if c.favor_small { 1.0 - share } else { share };
+        let width = share.powi(3);
         let partition = match (part, self.max_tier) {
             (Some(p), t) if t > 0 => p.tier as f64 / t as f64,
             _ => 0.0,
@@ -56,6 +63,7 @@ impl Scale<'_> {
         let sum = w.age as f64 * age
             + w.fairshare as f64 * fairshare
             + w.job_size as f64 * job_size
+            + w.width as f64 * width
             + w.partition as f64 * partition
             + w.qos as f64 * qos;
         let computed = (sum.round() as i64).saturating_sub(job.nice as i64).max(0) as u64;
@@ -65,6 +73,7 @@ impl Scale<'_> {
             age,
             fairshare,
             job_size,
+            width,
             partition,
             qos,
             nice: job.nice,
@@ -72,7 +81,8 @@ impl Scale<'_> {
     }
 }
 
-fn size(job: &PendingJob, p: &PartView, favor_small: bool) -> f64 {
+/// The job's share of partition `p`: the larger of its share of the CPUs and of the GPUs.
+fn share(job: &PendingJob, p: &PartView) -> f64 {
     let n = job.request.node_count() as f64;
     let cpu = if p.cpus > 0 {
         n * job.request.cpus as f64 / p.cpus as f64
@@ -84,10 +94,5 @@ fn size(job: &PendingJob, p: &PartView, favor_small: bool) -> f64 {
     } else {
         0.0
     };
-    let s = cpu.max(gpu).clamp(0.0, 1.0);
-    if favor_small {
-        1.0 - s
-    } else {
-        s
-    }
+    cpu.max(gpu).clamp(0.0, 1.0)
 }

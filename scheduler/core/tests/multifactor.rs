@@ -14,6 +14,7 @@ fn each_factor_is_normalised_and_weighted() {
         age: 1000,
         fairshare: 0,
         job_size: 1000,
+        width: 1600,
         partition: 0,
         qos: 500,
     };
@@ -42,12 +43,53 @@ fn each_factor_is_normalised_and_weighted() {
     let p1 = plan.priority(1).unwrap();
     assert_eq!(p1.age, 1.0, "capped at max_age");
     assert_eq!(p1.job_size, 0.5);
+    assert_eq!(p1.width, 0.125, "the cube of its share");
     assert_eq!(p1.qos, 0.5);
-    assert_eq!(p1.value, 1000 + 500 + 250 - 100);
+    assert_eq!(p1.value, 1000 + 500 + 200 + 250 - 100);
     let p2 = plan.priority(2).unwrap();
     assert_eq!(p2.age, 0.5);
     assert_eq!(p2.job_size, 0.25);
-    assert_eq!(p2.value, 500 + 250);
+    assert_eq!(p2.width, 0.015625);
+    assert_eq!(p2.value, 500 + 250 + 25);
+    // Favouring small jobs turns the job-size factor round, not the width.
+    config.favor_small = true;
+    let plan = schedule(200 * MIN, &state, &config);
+    let p2 = plan.priority(2).unwrap();
+    assert_eq!((p2.job_size, p2.width), (0.75, 0.015625));
+}
+
+/// The width term lets a job of the whole partition go ahead of older small jobs that would
+/// otherwise fill the partition first.
+#[test]
+fn width_puts_a_whole_partition_job_ahead_of_older_small_ones() {
+    let mut config = Config::default();
+    config.max_age = 20 * MIN;
+    config.weights = Weights {
+        age: 1000,
+        fairshare: 0,
+        job_size: 0,
+        width: 0,
+        partition: 0,
+        qos: 0,
+    };
+    let smalls = (1..=4).map(|id| job(id, "u", 4, 0, 10, 0));
+    let wide = job(9, "v", 16, 0, 10, 10 * MIN);
+    let state = State {
+        nodes: vec![node("a", 16, 64, 0)],
+        pending: smalls.chain([wide]).collect(),
+        ..State::default()
+    };
+    let plan = schedule(20 * MIN, &state, &config);
+    assert_eq!(
+        started(&plan),
+        vec![1, 2, 3, 4],
+        "by age alone the small ones fill it"
+    );
+    config.weights.width = 2000;
+    let plan = schedule(20 * MIN, &state, &config);
+    assert_eq!(started(&plan), vec![9]);
+    assert_eq!(plan.priority(9).unwrap().value, 500 + 2000);
+    assert_eq!(plan.priority(1).unwrap().value, 1000 + 31, "2000 × (1/4)³");
 }
 
 #[test]
@@ -89,6 +131,7 @@ fn several_reservations_and_backfill_around_them() {
         age: 0,
         fairshare: 0,
         job_size: 0,
+        width: 0,
         partition: 0,
         qos: 0,
     };

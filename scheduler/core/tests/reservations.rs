@@ -15,6 +15,7 @@ fn fair_config() -> Config {
         age: 0,
         fairshare: 10_000,
         job_size: 0,
+        width: 0,
         partition: 0,
         qos: 0,
     };
@@ -101,12 +102,13 @@ fn two_kept(keep: usize) -> Plan {
 
 #[test]
 fn only_the_first_keep_reservations_are_kept_and_the_rest_go_by_priority() {
-    // Every reservation may be kept (the default): hog keeps both, ann waits behind them.
-    assert_eq!(Config::default().keep_reservations, usize::MAX);
+    // Every reservation may be kept: hog keeps both, ann waits behind them.
     let all = two_kept(usize::MAX);
     assert_eq!(reserved(&all), vec![(1, 60 * MIN), (2, 90 * MIN)]);
     assert_eq!(waiting(&all, 3).reason, PendingReason::Priority);
-    // One: the first holds; fair share puts ann's job ahead of hog's second for the rest.
+    // One (the default): the first holds; fair share puts ann's job ahead of hog's second for
+    // the rest.
+    assert_eq!(Config::default().keep_reservations, 1);
     let one = two_kept(1);
     assert_eq!(reserved(&one), vec![(1, 60 * MIN), (3, 90 * MIN)]);
     assert!(one.priority(3).unwrap().value > one.priority(2).unwrap().value);
@@ -265,6 +267,7 @@ fn a_kept_job_gets_its_reservation_past_the_depth_and_its_associations_extra() {
     config.reservations = 2;
     config.assoc_reservations = 0;
     config.keep_reservations_after = 0;
+    config.keep_reservations = usize::MAX;
     let mut state = State {
         nodes: vec![node("a", 8, 64, 0)],
         running: vec![running(9, "a", (0..8).collect(), vec![], 0, 60)],

@@ -55,6 +55,7 @@ struct Section {
     weight_age: Option<u32>,
     weight_fairshare: Option<u32>,
     weight_job_size: Option<u32>,
+    weight_width: Option<u32>,
     weight_partition: Option<u32>,
     weight_qos: Option<u32>,
     partition: Vec<PartitionEntry>,
@@ -250,6 +251,7 @@ pub fn scheduler_config(text: &str) -> Result<Config, ConfigError> {
         (s.weight_age, &mut w.age),
         (s.weight_fairshare, &mut w.fairshare),
         (s.weight_job_size, &mut w.job_size),
+        (s.weight_width, &mut w.width),
         (s.weight_partition, &mut w.partition),
         (s.weight_qos, &mut w.qos),
     ] {

@@ -77,6 +77,9 @@ struct Common {
     /// Wharf's policy: job-size weight.
     #[arg(long, global = true)]
     weight_job_size: Option<u32>,
+    /// Wharf's policy: width weight (the cube of a job's share of its partition).
+    #[arg(long, global = true)]
+    weight_width: Option<u32>,
     /// Wharf's policy: the job-size factor favours small jobs.
     #[arg(long, global = true)]
     favor_small: bool,
@@ -135,6 +138,9 @@ impl Common {
         }
         if let Some(w) = self.weight_job_size {
             c.weights.job_size = w;
+        }
+        if let Some(w) = self.weight_width {
+            c.weights.width = w;
         }
         c.favor_small |= self.favor_small;
         if let Some(h) = self.half_life_h {

@@ -146,6 +146,7 @@ fn multifactor_with_age_only_and_one_reservation_is_easy() {
     };
     config.weights.fairshare = 0;
     config.weights.job_size = 0;
+    config.weights.width = 0;
     let knobs = wharf_sim::driver::Knobs {
         config,
         billing: None,
