@@ -81,9 +81,9 @@ pub struct JobSignal {
 }
 
 impl JobSignal {
-    /// How many of a job's signals its record keeps (the newest): a node that fell further
-    /// behind than that misses the oldest, which only a flood of requests can cause, since
-    /// every request wakes the job's nodes at once.
+    /// How many of a job's signals its record keeps (the newest). The controller refuses
+    /// another (try again) while this many are not yet passed on by every node of the job,
+    /// so none is dropped before its nodes have it.
     pub const KEPT: usize = 16;
 }
 

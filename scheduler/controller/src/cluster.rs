@@ -135,6 +135,9 @@ pub struct Cluster {
     pulls: BTreeMap<JobId, Vec<PullProgress>>,
     /// Admins' pre-pulls of images on nodes (memory only).
     prepulls: prepull::PrePulls,
+    /// Per node, the newest signal its agent last reported passed on for each job it runs
+    /// (memory only; see [`signal`]).
+    signals_passed: BTreeMap<String, BTreeMap<JobId, u64>>,
 }
 
 impl Cluster {
@@ -245,6 +248,7 @@ impl Cluster {
             watch: JobWatch::default(),
             credentials,
             pulls: BTreeMap::new(),
+            signals_passed: BTreeMap::new(),
             prepulls: prepull::PrePulls::default(),
         };
         cluster.fill_ledger(engine).map_err(StoreError::Ledger)?;

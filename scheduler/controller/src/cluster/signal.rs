@@ -51,7 +51,7 @@ fn not_signallable(job: &JobRecord) -> Option<Failure> {
 }
 
 /// Records `signal` sent by `by` to `job`'s current run, keeping the newest
-/// [`JobSignal::KEPT`].
+/// [`JobSignal::KEPT`] (see [`Cluster::check_backlog`] for why none is dropped unsent).
 fn record(job: &mut JobRecord, signal: i32, reach: Reach, by: &str) -> JobSignal {
     let seq = job.signals.last().map_or(0, |s| s.seq) + 1;
     let sent = JobSignal {
@@ -68,6 +68,37 @@ fn record(job: &mut JobRecord, signal: i32, reach: Reach, by: &str) -> JobSignal
 }
 
 impl Cluster {
+    /// Refuses a signal to `job` while [`JobSignal::KEPT`] of its current run's signals are
+    /// not yet passed on by every node it runs on, as their agents last reported: the record
+    /// keeps only that many, so another would drop one the caller was told was sent. A
+    /// caller that sends faster than the nodes pass them on is told to wait. A node that has
+    /// reported nothing since the controller started counts as having passed on none, until
+    /// its next poll.
+    fn check_backlog(&self, job: &JobRecord) -> Result<(), Failure> {
+        let passed = |node: &str| {
+            (self.signals_passed.get(node))
+                .and_then(|jobs| jobs.get(&job.id).copied())
+                .unwrap_or(0)
+        };
+        let Some(floor) = job.nodes().map(passed).min() else {
+            return Ok(());
+        };
+        let waiting = (job.signals.iter())
+            .filter(|s| s.run == job.restarts && s.seq > floor)
+            .count();
+        if waiting < JobSignal::KEPT {
+            return Ok(());
+        }
+        Err(Failure::new(
+            ErrorKind::Unavailable,
+            format!(
+                "job {} has {waiting} signals its nodes have not passed on yet: send this one \
+                 again in a moment",
+                job.label()
+            ),
+        ))
+    }
+
     /// Sends `req`'s signal to running job `id`'s processes for `caller` (its owner or an
     /// admin), which go on running unless the signal ends them. Returns the job as the
     /// caller sees it and the nodes to wake.
@@ -107,6 +138,7 @@ impl Cluster {
                 ),
             ));
         }
+        self.check_backlog(job)?;
         let mut job = job.clone();
         let reach = req.reach(job.runs_once());
         record(&mut job, req.signal, reach, &caller.owner.user);
@@ -149,6 +181,9 @@ impl Cluster {
                 ErrorKind::InvalidInput,
                 format!("array job {array_id} runs no batch script: drop -b to signal its tasks"),
             ));
+        }
+        for job in &running {
+            self.check_backlog(job)?;
         }
         let mut wake = Vec::new();
         for job in &mut running {
@@ -199,6 +234,7 @@ impl Cluster {
                 format!("step {label}.{step} {how}: only a running step can be signalled"),
             ));
         }
+        self.check_backlog(job)?;
         let found = found.clone();
         let wake = found.nodes.iter().map(|n| n.node.clone()).collect();
         let mut job = job.clone();
@@ -210,7 +246,10 @@ impl Cluster {
     /// Orders for `node`'s agent to pass on the signals of the jobs it runs that it has not
     /// yet, as `reported`: each of the job's current run newer than the report's. A job the
     /// agent reports nothing for (an older agent) gets none, nor does one being stopped.
-    pub fn signal_orders(&self, node: &str, reported: &[Signalled]) -> Vec<SignalOrder> {
+    /// The report replaces what the node reported before ([`Cluster::check_backlog`]).
+    pub fn signal_orders(&mut self, node: &str, reported: &[Signalled]) -> Vec<SignalOrder> {
+        let passed = reported.iter().map(|s| (s.job, s.seq)).collect();
+        self.signals_passed.insert(node.to_string(), passed);
         let mut out = Vec::new();
         for seen in reported {
             let Some(job) = self.jobs.get(&seen.job) else {
@@ -273,6 +312,55 @@ mod tests {
             assert_eq!(refused.kind, ErrorKind::Conflict);
             assert!(refused.message.contains(says), "{}", refused.message);
         }
+    }
+
+    /// A caller that sends faster than the nodes pass signals on is told to wait instead of
+    /// having the record drop one it was told was sent; the nodes' reports free room.
+    #[test]
+    fn no_signal_is_dropped_before_every_node_passed_it_on() {
+        use crate::cluster::steps::tests::{nodes, running};
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = nodes(&dir, 2);
+        let id = running(&mut c, 2);
+        let ann = crate::cluster::sched::tests::caller(1000, "ann");
+        let usr1 = || SignalRequest {
+            signal: 10,
+            batch: false,
+            full: false,
+        };
+        for _ in 0..JobSignal::KEPT {
+            c.signal(&ann, id, usr1()).unwrap();
+        }
+        let refused = c.signal(&ann, id, usr1()).unwrap_err();
+        assert_eq!(refused.kind, ErrorKind::Unavailable, "{}", refused.message);
+        assert!(
+            refused
+                .message
+                .contains("16 signals its nodes have not passed on"),
+            "{}",
+            refused.message
+        );
+        let kept = |c: &Cluster| c.jobs.get(&id).unwrap().signals.clone();
+        assert_eq!(kept(&c).len(), JobSignal::KEPT);
+        assert_eq!(kept(&c)[0].seq, 1, "the first is still there to pass on");
+        // g1 passed all on, g2 only the first 4: 12 still wait on g2, so 4 more fit.
+        let seen = |seq| [Signalled { job: id, seq }];
+        assert_eq!(c.signal_orders("g1", &seen(16)).len(), 0);
+        assert_eq!(c.signal_orders("g2", &seen(4)).len(), 12);
+        for _ in 0..4 {
+            c.signal(&ann, id, usr1()).unwrap();
+        }
+        assert_eq!(
+            c.signal(&ann, id, usr1()).unwrap_err().kind,
+            ErrorKind::Unavailable
+        );
+        assert_eq!(
+            kept(&c)[0].seq,
+            5,
+            "only ones both nodes passed on were dropped"
+        );
+        c.signal_orders("g2", &seen(20));
+        c.signal(&ann, id, usr1()).unwrap();
     }
 
     #[test]
