@@ -513,7 +513,7 @@ fn reserve(
         let mut times: Vec<Time> = cands.iter().map(|c| c.0).collect();
         for c in &cands {
             let prof = &table.nodes[c.1].profile;
-            times.extend(prof.releases.iter().map(|(t, _)| *t));
+            times.extend(prof.releases().iter().map(|(t, _)| *t));
             times.extend(prof.reserved.iter().map(|(_, e, _)| *e));
         }
         times.retain(|&t| t >= floor);

@@ -503,10 +503,7 @@ fn node_rt(node: &Node) -> NodeRt {
         kinds,
         free_cpus: cpus,
         free_gpus,
-        profile: Profile {
-            free: capacity,
-            ..Profile::default()
-        },
+        profile: Profile::empty(capacity),
         parts: Vec::new(),
         jobs: Vec::new(),
         topology: Topology::of(node),

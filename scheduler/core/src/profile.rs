@@ -6,17 +6,46 @@ use crate::state::Time;
 use crate::tres::Tres;
 
 /// One node's time profile.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct Profile {
     /// Free now (exactly the free ids).
     pub free: Tres,
-    /// Given back at these times (all later than the pass's `now`).
-    pub releases: Vec<(Time, Tres)>,
+    /// Given back at these times (all later than the pass's `now`), in time order:
+    /// [`Profile::take`] keeps them so.
+    releases: Vec<(Time, Tres)>,
+    /// The first release's time (`Time::MAX`: none), kept beside the list: a search over
+    /// thousands of nodes passes over one whose first release comes too late without reading
+    /// the list, which is where its time went (a cache miss per node).
+    first_release: Time,
     /// Set aside on `[start, end)`.
     pub reserved: Vec<(Time, Time, Tres)>,
 }
 
+impl Default for Profile {
+    fn default() -> Profile {
+        Profile {
+            free: Tres::default(),
+            releases: Vec::new(),
+            first_release: Time::MAX,
+            reserved: Vec::new(),
+        }
+    }
+}
+
 impl Profile {
+    /// A node with `free` free and nothing running or set aside.
+    pub fn empty(free: Tres) -> Profile {
+        Profile {
+            free,
+            ..Profile::default()
+        }
+    }
+
+    /// What running jobs give back, and when, in time order.
+    pub fn releases(&self) -> &[(Time, Tres)] {
+        &self.releases
+    }
+
     /// What is available at `t`: free now, plus what was given back by `t`, minus what is set
     /// aside at `t`.
     pub fn avail(&self, t: Time) -> Tres {
@@ -70,32 +99,33 @@ impl Profile {
     }
 
     /// [`Profile::earliest`] on a node with nothing set aside (most nodes): availability only
-    /// rises, at releases, so the answer is the first time it covers `need`, found by adding
-    /// releases up in time order instead of summing them again at every candidate time.
+    /// rises, at releases, so the answer is the first time it covers `need`, found in one walk
+    /// over the releases in time order, adding each up.
     fn earliest_unreserved(&self, need: &Tres, now: Time, until: Time) -> Option<Time> {
-        let mut a = self.free;
-        for (at, r) in &self.releases {
-            if *at <= now {
-                a.add(r);
+        if self.first_release > now {
+            if self.free.covers(need) {
+                return (now <= until).then_some(now);
             }
+            if self.first_release > until {
+                return None;
+            }
+        }
+        let mut a = self.free;
+        let mut rest = self.releases.iter().peekable();
+        while let Some((_, r)) = rest.next_if(|(at, _)| *at <= now) {
+            a.add(r);
         }
         let mut t = now;
         while t <= until {
             if a.covers(need) {
                 return Some(t);
             }
-            let next = self
-                .releases
-                .iter()
-                .map(|(at, _)| *at)
-                .filter(|&at| at > t)
-                .min()?;
-            for (at, r) in &self.releases {
-                if *at == next {
-                    a.add(r);
-                }
+            let (next, r) = rest.next()?;
+            a.add(r);
+            while let Some((_, r)) = rest.next_if(|(at, _)| at == next) {
+                a.add(r);
             }
-            t = next;
+            t = *next;
         }
         None
     }
@@ -126,7 +156,9 @@ impl Profile {
     /// Takes `need` now until `end`.
     pub fn take(&mut self, need: &Tres, end: Time) {
         self.free.sub(need);
-        self.releases.push((end, *need));
+        let at = self.releases.partition_point(|(t, _)| *t <= end);
+        self.releases.insert(at, (end, *need));
+        self.first_release = self.first_release.min(end);
     }
 
     /// Gives back now what [`Profile::take`] took until `end`.
@@ -136,7 +168,8 @@ impl Profile {
             .iter()
             .position(|(t, r)| *t == end && r == held)
         {
-            self.releases.swap_remove(at);
+            self.releases.remove(at);
+            self.first_release = self.releases.first().map_or(Time::MAX, |(t, _)| *t);
             self.free.add(held);
         }
     }
@@ -165,12 +198,11 @@ impl Profile {
     /// Moves the release of `what`, expected at `from`, to `to` (a job that ends early, or,
     /// with `to` = `Time::MAX`, one whose end is not counted on).
     pub fn move_release(&mut self, what: &Tres, from: Time, to: Time) {
-        if let Some(r) = self
-            .releases
-            .iter_mut()
-            .find(|(t, r)| *t == from && r == what)
-        {
-            r.0 = to;
+        if let Some(at) = (self.releases.iter()).position(|(t, r)| *t == from && r == what) {
+            let (_, r) = self.releases.remove(at);
+            let to_at = self.releases.partition_point(|(t, _)| *t <= to);
+            self.releases.insert(to_at, (to, r));
+            self.first_release = self.releases[0].0;
         }
     }
 
@@ -193,11 +225,14 @@ mod tests {
 
     /// 8 CPUs: 2 free now, 2 back at 100, 4 back at 300; 4 set aside on [150, 400).
     fn busy() -> Profile {
-        Profile {
-            free: cpus(2),
-            releases: vec![(300, cpus(4)), (100, cpus(2))],
+        let mut p = Profile {
+            free: cpus(8),
             reserved: vec![(150, 400, cpus(4))],
-        }
+            ..Profile::default()
+        };
+        p.take(&cpus(4), 300);
+        p.take(&cpus(2), 100);
+        p
     }
 
     #[test]
@@ -225,14 +260,19 @@ mod tests {
             (x >> 33) % m
         };
         for _ in 0..5_000 {
-            let releases = (0..next(6))
-                .map(|_| (next(8) * 50, cpus(next(4) as u32)))
+            // Taken in any order: `take` keeps the releases in time order.
+            let taken: Vec<(Time, u32)> = (0..next(6))
+                .map(|_| (next(8) * 50, next(4) as u32))
                 .collect();
-            let p = Profile {
-                free: cpus(next(4) as u32),
-                releases,
-                reserved: Vec::new(),
+            let held: u32 = taken.iter().map(|(_, n)| n).sum();
+            let mut p = Profile {
+                free: cpus(next(4) as u32 + held),
+                ..Profile::default()
             };
+            for (end, n) in taken {
+                p.take(&cpus(n), end);
+            }
+            assert!(p.releases.is_sorted_by_key(|(t, _)| *t), "{p:?}");
             let (need, now, until) = (cpus(next(10) as u32), next(3) * 50, next(9) * 50);
             assert_eq!(
                 p.earliest_unreserved(&need, now, until),
@@ -240,6 +280,32 @@ mod tests {
                 "{p:?} {need:?} {now} {until}"
             );
         }
+    }
+
+    /// Releases stay in time order, and the first one's time beside them, however they are
+    /// taken, moved and given back.
+    #[test]
+    fn releases_stay_in_order_through_moves_and_give_backs() {
+        let mut p = busy();
+        let sorted = |p: &Profile| {
+            assert!(p.releases.is_sorted_by_key(|(t, _)| *t), "{p:?}");
+            assert_eq!(
+                p.first_release,
+                p.releases.first().map_or(Time::MAX, |r| r.0)
+            );
+        };
+        sorted(&p);
+        p.move_release(&cpus(2), 100, 500);
+        sorted(&p);
+        assert_eq!(p.earliest(&cpus(4), &cpus(8), 0, 10, Time::MAX), Some(400));
+        p.move_release(&cpus(4), 300, 50);
+        sorted(&p);
+        assert_eq!(p.first_release, 50);
+        p.give_back(&cpus(4), 50);
+        sorted(&p);
+        assert_eq!(p.first_release, 500);
+        p.give_back(&cpus(2), 500);
+        assert_eq!(p.first_release, Time::MAX);
     }
 
     #[test]
