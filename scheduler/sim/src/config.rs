@@ -280,11 +280,12 @@ mod tests {
         let c = scheduler_config(
             "[scheduler]\nreservations = 16\nweight_age = 15000\nhalf_life = \"1d\"\nfavor_small = true\n\
              assoc_reservations = 3\nkeep_reservations_after = \"2h\"\nkeep_reservations = 5\n\
-             start_estimates = 7\n",
+             start_estimates = 7\nweight_width = 0\n",
         )
         .unwrap();
         assert_eq!(c.policy, Policy::Multifactor);
         assert_eq!((c.reservations, c.weights.age), (16, 15000));
+        assert_eq!(c.weights.width, 0);
         assert_eq!(c.assoc_reservations, 3);
         assert_eq!(c.keep_reservations_after, 2 * 3600 * 1000);
         assert_eq!(c.keep_reservations, 5);
