@@ -7,6 +7,11 @@
 //! no-new-privileges, init, host network, read-only root, private /tmp, limits, memlock
 //! ulimit) → attach (output to the files) → start → wait (time limit and cancel: `docker stop`
 //! with the grace period, SIGTERM then SIGKILL) → inspect (exit code, OOM) → remove.
+//!
+//! Signals a user sends a running task (`wharf cancel --signal`) go through the engine
+//! (`docker kill --signal`) to the container's init, which passes them to the program it
+//! runs: the program alone, not processes it started, whatever the request reaches in a
+//! sandbox of Wharf's own (see [`crate::signals`]).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -18,7 +23,7 @@ use std::time::{Duration, Instant};
 use bollard::container::LogOutput;
 use bollard::models::{ContainerCreateBody, DeviceMapping, HostConfig, ResourcesUlimits};
 use bollard::query_parameters::{
-    AttachContainerOptions, CreateContainerOptions, InspectContainerOptions,
+    AttachContainerOptions, CreateContainerOptions, InspectContainerOptions, KillContainerOptions,
     RemoveContainerOptions, StopContainerOptions, WaitContainerOptions,
 };
 use bollard::Docker;
@@ -347,6 +352,10 @@ async fn run_created(
     }
     // Looked for each second: the wait wakes every 50 ms.
     let mut limit = crate::jobdir::Deadline::new(started, spec.time_limit, Duration::from_secs(1));
+    // From here the task takes signals, looked for at each wake of the wait.
+    if let Err(e) = crate::signals::open(jd) {
+        eprintln!("wharf shim: this task takes no signals: {e}");
+    }
     let mut wait = docker.wait_container(name, None::<WaitContainerOptions>);
     loop {
         tokio::select! {
@@ -359,12 +368,19 @@ async fn run_created(
         }
         let deadline = limit.at();
         let stopping = out.cancelled || out.timed_out;
+        if !stopping {
+            for req in crate::signals::take(jd) {
+                deliver(docker, name, req).await;
+            }
+        }
         if !stopping && cancelled() {
             out.cancelled = true;
         } else if !stopping && deadline.is_some_and(|d| Instant::now() >= d) {
             out.timed_out = true;
         }
         if !stopping && (out.cancelled || out.timed_out) {
+            // A stopping job's program takes only the stop's signals from here on.
+            crate::signals::close(jd);
             // SIGTERM now, SIGKILL after the grace period, done by the engine.
             let (d, n, t) = (docker.clone(), name.to_string(), spec.grace_secs as i32);
             tokio::spawn(async move {
@@ -380,6 +396,7 @@ async fn run_created(
             });
         }
     }
+    crate::signals::close(jd);
     let _ = tokio::time::timeout(Duration::from_secs(5), pump).await;
     let info = docker
         .inspect_container(name, None::<InspectContainerOptions>)
@@ -395,6 +412,21 @@ async fn run_created(
         out.exit_code = Some(code);
     }
     Ok(())
+}
+
+/// Sends a user's signal to container `name`'s program through the engine (see the module
+/// doc); a failure is said on the shim's error output, and the job goes on.
+async fn deliver(docker: &Docker, name: &str, req: crate::signals::Request) {
+    let Ok(sig) = nix::sys::signal::Signal::try_from(req.signal) else {
+        eprintln!("wharf shim: {} is not a signal; not sent", req.signal);
+        return;
+    };
+    let kill = KillContainerOptions {
+        signal: sig.as_str().to_string(),
+    };
+    if let Err(e) = docker.kill_container(name, Some(kill)).await {
+        eprintln!("wharf shim: docker kill --signal {sig}: {e}");
+    }
 }
 
 /// What the shim asks of the engine's attach: the live stream, and not the engine's log

@@ -4,8 +4,9 @@
 //!
 //! The shim makes the request directory ([`JobDir::signal_requests`]) once it supervises a
 //! started program, and takes requests from it at each wake of its wait: a task without it
-//! (still launching, ended, idle, or run by a shim that cannot take requests: an older one,
-//! or the Docker backend's) takes none, and [`request`] says so.
+//! (still launching, ended, idle, or run by an older shim that cannot take requests) takes
+//! none, and [`request`] says so. The Docker backend's shim passes them to the engine, which
+//! reaches the container's program alone (`crate::docker`).
 //!
 //! ```no_run
 //! use wharf_runtime::{signals, JobDir};

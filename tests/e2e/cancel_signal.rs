@@ -8,13 +8,13 @@ use std::time::Duration;
 use crate::harness::*;
 
 /// How many lines of `path` are `line`.
-fn count(path: &Path, line: &str) -> usize {
+pub(crate) fn count(path: &Path, line: &str) -> usize {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     text.lines().filter(|l| *l == line).count()
 }
 
 /// Waits (20 s at most) until `path` has `n` lines `line`, failing with job `id` and the log.
-fn wait_lines(c: &Cluster, id: u64, path: &Path, line: &str, n: usize) {
+pub(crate) fn wait_lines(c: &Cluster, id: u64, path: &Path, line: &str, n: usize) {
     let what = format!("no {n} lines {line:?} in {}", path.display());
     crate::steps::wait_for(c, id, &what, || count(path, line) >= n);
 }

@@ -435,7 +435,7 @@ fn docker_backend_runs_jobs_as_their_user_through_the_agent() {
     }
     let c = Cluster::start_with("backend = \"docker\"");
     let rootfs = c.dir.join("docker-rootfs");
-    mkrootfs(&rootfs, &["sh", "id", "cat"]);
+    mkrootfs(&rootfs, &["sh", "id", "cat", "sleep"]);
     let tag = "wharf-e2e-docker:latest";
     let import = format!("tar -C '{}' -c . | docker import - {tag}", rootfs.display());
     assert!(std::process::Command::new("sh")
@@ -470,6 +470,28 @@ fn docker_backend_runs_jobs_as_their_user_through_the_agent() {
     );
     assert_eq!(lines[4], "read-only", "{text}");
     assert_eq!(lines.len(), 5, "{text}");
+    // `wharf cancel --signal` reaches the container's program through the engine, and the
+    // job goes on.
+    let script = "trap 'echo got-usr1' USR1; echo ready; while :; do sleep 0.2; done";
+    let id = submitted_id(&c.wharf_as(
+        &alice,
+        &["submit", "--image", "wharf-e2e-docker", "--wrap", script],
+    ));
+    let out_file = c.home(&alice).join(format!("wharf-{id}.out"));
+    c.wait_running(id);
+    crate::cancel_signal::wait_lines(&c, id, &out_file, "ready", 1);
+    let out = c.wharf_as(&alice, &["cancel", "--signal", "USR1", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    crate::cancel_signal::wait_lines(&c, id, &out_file, "got-usr1", 1);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(crate::cancel_signal::count(&out_file, "got-usr1"), 1);
+    assert_eq!(c.job(id)["state"], "RUNNING");
+    assert!(c
+        .wharf_as(&alice, &["cancel", &id.to_string()])
+        .status
+        .success());
+    let done = c.wait_done(id, Duration::from_secs(30));
+    assert_eq!(done["state"], "CANCELLED", "{done}");
     // The host image is not something the engine can run: refused with the reason.
     let out = c.wharf_as(&alice, &["run", "--image", "host", "--", "/bin/true"]);
     assert!(
