@@ -424,8 +424,15 @@ async fn deliver(docker: &Docker, name: &str, req: crate::signals::Request) {
     let kill = KillContainerOptions {
         signal: sig.as_str().to_string(),
     };
-    if let Err(e) = docker.kill_container(name, Some(kill)).await {
-        eprintln!("wharf shim: docker kill --signal {sig}: {e}");
+    // Bounded: the wait this runs in also watches for a cancel and the time limit.
+    let sent = tokio::time::timeout(
+        Duration::from_secs(5),
+        docker.kill_container(name, Some(kill)),
+    );
+    match sent.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("wharf shim: docker kill --signal {sig}: {e}"),
+        Err(_) => eprintln!("wharf shim: docker kill --signal {sig}: no answer in 5 s"),
     }
 }
 

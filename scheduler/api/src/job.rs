@@ -1799,7 +1799,7 @@ impl JobRecord {
 }
 
 /// A multifactor priority as Slurm's `sprio` shows it: each factor already multiplied by its
-/// weight, so `total` is their sum less nice.
+/// weight, so `total` is their sum less nice, up to rounding (each is rounded on its own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct PriorityView {
     /// The priority.

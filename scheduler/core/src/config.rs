@@ -234,11 +234,11 @@ pub struct Config {
     pub keep_reservations_after: Time,
     /// How many reservations may be kept: of the jobs holding one from the last pass that
     /// have waited [`Config::keep_reservations_after`], the first this many in the order the
-    /// reservations were made, across every partition (multifactor only; `usize::MAX`, the
-    /// default: all). The others are placed by priority again, however long they have
+    /// reservations were made, across every partition (multifactor only; 1, the default;
+    /// `usize::MAX`: all). The others are placed by priority again, however long they have
     /// waited. Fewer kept reservations give fair share more say over the order large jobs
-    /// start in, at some cost in utilization (docs/scheduling.md); from 1 up, the first
-    /// always holds.
+    /// start in; with the width term ([`Weights::width`]) one costs no utilization
+    /// (docs/scheduling.md); from 1 up, the first always holds.
     pub keep_reservations: usize,
     /// How many waiting jobs past those holding reservations get an estimated start, in
     /// scheduling order: each is placed where its shape first fits after the reservations

@@ -9,7 +9,8 @@
 //!   of the partition or less (at most 1/64), 1/8 at half, 1 for all of it. A job that needs
 //!   most of a partition costs a drain of it, and this term lets such jobs go ahead of the
 //!   small jobs that would otherwise fill the partition between two drains, so that one wide
-//!   job starts on the nodes the last one left (docs/scheduling.md, "Width");
+//!   job starts on the nodes the last one left (docs/scheduling.md, "Wide jobs back to
+//!   back");
 //! - partition: its partition's tier against the highest tier;
 //! - QoS: its QoS priority against the highest QoS priority.
 //!

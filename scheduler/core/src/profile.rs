@@ -272,7 +272,22 @@ mod tests {
             for (end, n) in taken {
                 p.take(&cpus(n), end);
             }
+            // Then moved (to any time, or to never) and given back, in any order.
+            for _ in 0..next(3) {
+                let Some(&(at, r)) = p.releases.get(next(6) as usize) else {
+                    continue;
+                };
+                match next(3) {
+                    0 => p.give_back(&r, at),
+                    1 => p.move_release(&r, at, Time::MAX),
+                    _ => p.move_release(&r, at, next(8) * 50),
+                }
+            }
             assert!(p.releases.is_sorted_by_key(|(t, _)| *t), "{p:?}");
+            assert_eq!(
+                p.first_release,
+                p.releases.first().map_or(Time::MAX, |r| r.0)
+            );
             let (need, now, until) = (cpus(next(10) as u32), next(3) * 50, next(9) * 50);
             assert_eq!(
                 p.earliest_unreserved(&need, now, until),

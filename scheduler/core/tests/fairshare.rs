@@ -98,6 +98,7 @@ fn usage_decays_by_half_life_and_running_jobs_count() {
     let mut config = tree();
     config.weights.age = 0;
     config.weights.job_size = 0;
+    config.weights.width = 0;
     let mut heavy = job(1, "hog", 4, 0, 10, 0);
     heavy.assoc = hog.clone();
     let mut light = job(2, "bob", 4, 0, 10, 100);

@@ -50,6 +50,12 @@ fn not_signallable(job: &JobRecord) -> Option<Failure> {
     Some(Failure::new(ErrorKind::Conflict, why))
 }
 
+/// `job`'s signals of its current run numbered after `seq`: those a node that reported `seq`
+/// passed on has yet to.
+fn after(job: &JobRecord, seq: u64) -> impl Iterator<Item = &JobSignal> {
+    (job.signals.iter()).filter(move |s| s.run == job.restarts && s.seq > seq)
+}
+
 /// Records `signal` sent by `by` to `job`'s current run, keeping the newest
 /// [`JobSignal::KEPT`] (see [`Cluster::check_backlog`] for why none is dropped unsent).
 fn record(job: &mut JobRecord, signal: i32, reach: Reach, by: &str) -> JobSignal {
@@ -69,23 +75,19 @@ fn record(job: &mut JobRecord, signal: i32, reach: Reach, by: &str) -> JobSignal
 
 impl Cluster {
     /// Refuses a signal to `job` while [`JobSignal::KEPT`] of its current run's signals are
-    /// not yet passed on by every node it runs on, as their agents last reported: the record
-    /// keeps only that many, so another would drop one the caller was told was sent. A
-    /// caller that sends faster than the nodes pass them on is told to wait. A node that has
-    /// reported nothing since the controller started counts as having passed on none, until
-    /// its next poll.
+    /// not yet passed on by every node that runs a task of it, as their agents last
+    /// reported: the record keeps only that many, so another would drop one the caller was
+    /// told was sent. A caller that sends faster than the nodes pass them on is told to wait.
+    /// Only nodes whose last report lists the job count: a node whose rank has ended (or whose
+    /// agent is too old to report signals) takes none anyway, and must not hold the others
+    /// back for the rest of the run. While no node lists it (just after a controller start,
+    /// until the next polls), none is taken as passed on.
     fn check_backlog(&self, job: &JobRecord) -> Result<(), Failure> {
-        let passed = |node: &str| {
-            (self.signals_passed.get(node))
-                .and_then(|jobs| jobs.get(&job.id).copied())
-                .unwrap_or(0)
-        };
-        let Some(floor) = job.nodes().map(passed).min() else {
-            return Ok(());
-        };
-        let waiting = (job.signals.iter())
-            .filter(|s| s.run == job.restarts && s.seq > floor)
-            .count();
+        let floor = (job.nodes())
+            .filter_map(|node| self.signals_passed.get(node)?.get(&job.id).copied())
+            .min()
+            .unwrap_or(0);
+        let waiting = after(job, floor).count();
         if waiting < JobSignal::KEPT {
             return Ok(());
         }
@@ -258,8 +260,7 @@ impl Cluster {
             if !signallable(job) || job.rank_on(node).is_none() {
                 continue;
             }
-            let newer = (job.signals.iter()).filter(|s| s.run == job.restarts && s.seq > seen.seq);
-            out.extend(newer.map(|s| SignalOrder {
+            out.extend(after(job, seen.seq).map(|s| SignalOrder {
                 job: job.id,
                 seq: s.seq,
                 signal: s.signal,
@@ -360,6 +361,17 @@ mod tests {
             "only ones both nodes passed on were dropped"
         );
         c.signal_orders("g2", &seen(20));
+        c.signal(&ann, id, usr1()).unwrap();
+        // A node whose rank has ended lists the job no more and holds no one back: once g1
+        // (at 16) stops listing it, only g2's report (20) counts.
+        for _ in 0..11 {
+            c.signal(&ann, id, usr1()).unwrap();
+        }
+        assert_eq!(
+            c.signal(&ann, id, usr1()).unwrap_err().kind,
+            ErrorKind::Unavailable
+        );
+        c.signal_orders("g1", &[]);
         c.signal(&ann, id, usr1()).unwrap();
     }
 
