@@ -195,7 +195,6 @@ mod tests {
     use super::{time_limit, Format};
     use crate::cmd::sinfo::lines::tests::cluster;
     use crate::cmd::sinfo::lines::{Cluster, Filter};
-    use crate::cmd::sinfo::state::State;
 
     #[test]
     fn time_limits_are_written_as_sinfo_writes_them() {
@@ -215,11 +214,7 @@ mod tests {
         parts.partitions[1].max_time_s = Some(1_800);
         parts.partitions[2].state = "INACTIVE".into();
         let c = Cluster::new(&parts, &nodes);
-        let all = Filter {
-            partitions: &[],
-            states: &State::ALL,
-            nodes: None,
-        };
+        let all = Filter::ALL;
         let f = Format::parse(super::super::DEFAULT).unwrap();
         assert_eq!(
             f.render(&c.by_state(&all), true),
@@ -282,8 +277,7 @@ mod tests {
         let c = Cluster::new(&parts, &nodes);
         let all = Filter {
             partitions: &["debug".to_string()],
-            states: &State::ALL,
-            nodes: None,
+            ..Filter::ALL
         };
         let f = Format::parse("%F %C").unwrap();
         assert_eq!(

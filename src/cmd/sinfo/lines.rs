@@ -119,6 +119,16 @@ pub struct Filter<'f> {
     pub nodes: Option<&'f BTreeSet<String>>,
 }
 
+#[cfg(test)]
+impl Filter<'static> {
+    /// Every line: no `-p`, `-t` or `-n`.
+    pub const ALL: Filter<'static> = Filter {
+        partitions: &[],
+        states: &State::ALL,
+        nodes: None,
+    };
+}
+
 impl Filter<'_> {
     /// Whether partition `p` is one of those asked for (all when none are).
     pub(super) fn keeps_partition(&self, p: &PartitionSummary) -> bool {
@@ -344,11 +354,7 @@ pub(crate) mod tests {
     fn a_partitions_nodes_are_grouped_by_state_in_order_and_filters_keep_some() {
         let (parts, nodes) = cluster();
         let c = Cluster::new(&parts, &nodes);
-        let all = Filter {
-            partitions: &[],
-            states: &State::ALL,
-            nodes: None,
-        };
+        let all = Filter::ALL;
         assert_eq!(
             shown(&c.by_state(&all)),
             [
@@ -386,11 +392,7 @@ pub(crate) mod tests {
     fn reasons_name_who_drained_and_cover_silent_and_unregistered_nodes() {
         let (parts, nodes) = cluster();
         let c = Cluster::new(&parts, &nodes);
-        let all = Filter {
-            partitions: &[],
-            states: &State::ALL,
-            nodes: None,
-        };
+        let all = Filter::ALL;
         let lines = c.by_reason(&all);
         let got: Vec<(String, String, Option<u64>, String)> = (lines.iter())
             .map(|l| {

@@ -233,10 +233,10 @@ fn afterok_waits_for_success_and_a_failed_parent_cancels_the_child_with_the_reas
     never_met(&c, &alice, on_bad, &format!("job {bad} ended FAILED"));
 }
 
-#[test]
-fn without_kill_invalid_dependency_the_child_stays_pending_with_the_reason() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = cluster(&dir).with_forms(crate::FormsConfig {
+/// Without `kill_invalid_dependency`: alice's job (`child`, at 11) on `afternotok` of her
+/// job `parent` that completed at 10, after the pass at 20 that found it can never be met.
+fn a_child_never_met(dir: &tempfile::TempDir) -> (Cluster, Caller, JobId, JobId) {
+    let mut c = cluster(dir).with_forms(crate::FormsConfig {
         kill_invalid_dependency: false,
         ..Default::default()
     });
@@ -246,6 +246,13 @@ fn without_kill_invalid_dependency_the_child_stays_pending_with_the_reason() {
     end(&mut c, parent, 0, 10);
     let child = submit(&mut c, &alice, after(&format!("afternotok:{parent}")), 11);
     c.schedule(20).unwrap();
+    (c, alice, parent, child)
+}
+
+#[test]
+fn without_kill_invalid_dependency_the_child_stays_pending_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, _, _, child) = a_child_never_met(&dir);
     c.schedule(30).unwrap();
     let (s, r) = state(&c, child);
     assert_eq!(s, JobState::Pending);
@@ -822,16 +829,7 @@ fn an_update_sets_changes_and_clears_a_dependency() {
 #[test]
 fn a_job_whose_dependency_was_never_met_is_freed_by_a_new_one() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = cluster(&dir).with_forms(crate::FormsConfig {
-        kill_invalid_dependency: false,
-        ..Default::default()
-    });
-    let alice = caller(1001, "alice", false);
-    let parent = submit(&mut c, &alice, JobRequest::default(), 1);
-    c.schedule(5).unwrap();
-    end(&mut c, parent, 0, 10);
-    let child = submit(&mut c, &alice, after(&format!("afternotok:{parent}")), 11);
-    c.schedule(20).unwrap();
+    let (mut c, alice, parent, child) = a_child_never_met(&dir);
     assert!(state(&c, child).1.starts_with("DependencyNeverSatisfied"));
     let ok = format!("afterok:{parent}");
     c.update(&alice, child, &renamed(None, Some(&ok)), 21)
