@@ -352,10 +352,11 @@ async fn run_created(
     }
     // Looked for each second: the wait wakes every 50 ms.
     let mut limit = crate::jobdir::Deadline::new(started, spec.time_limit, Duration::from_secs(1));
-    // From here the task takes signals, looked for at each wake of the wait.
+    // From here the task takes signals.
     if let Err(e) = crate::signals::open(jd) {
         eprintln!("wharf shim: this task takes no signals: {e}");
     }
+    let mut next_look = Instant::now();
     let mut wait = docker.wait_container(name, None::<WaitContainerOptions>);
     loop {
         tokio::select! {
@@ -368,7 +369,10 @@ async fn run_created(
         }
         let deadline = limit.at();
         let stopping = out.cancelled || out.timed_out;
-        if !stopping {
+        // Requests are looked for once a second, as the limit is: nothing wakes this wait
+        // for them, and a look is a read of the request directory.
+        if !stopping && Instant::now() >= next_look {
+            next_look = Instant::now() + Duration::from_secs(1);
             for req in crate::signals::take(jd) {
                 deliver(docker, name, req).await;
             }
@@ -417,8 +421,7 @@ async fn run_created(
 /// Sends a user's signal to container `name`'s program through the engine (see the module
 /// doc); a failure is said on the shim's error output, and the job goes on.
 async fn deliver(docker: &Docker, name: &str, req: crate::signals::Request) {
-    let Ok(sig) = nix::sys::signal::Signal::try_from(req.signal) else {
-        eprintln!("wharf shim: {} is not a signal; not sent", req.signal);
+    let Some(sig) = req.to_send() else {
         return;
     };
     let kill = KillContainerOptions {

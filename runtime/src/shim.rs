@@ -685,8 +685,7 @@ fn send_in_cgroup(spec: &ContainerSpec, pids: impl Iterator<Item = i32>, sig: Si
 /// Sends a user's signal (`wharf cancel --signal`) to the job's processes: all of them, as
 /// [`signal_all`] does, or only the program the init runs (a batch script's shell).
 fn deliver(spec: &ContainerSpec, init: Pid, req: crate::signals::Request) {
-    let Ok(sig) = Signal::try_from(req.signal) else {
-        eprintln!("wharf shim: {} is not a signal; not sent", req.signal);
+    let Some(sig) = req.to_send() else {
         return;
     };
     if !req.script_only {

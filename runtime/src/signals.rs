@@ -30,6 +30,16 @@ pub struct Request {
 }
 
 impl Request {
+    /// The signal to send, or `None`, said on the shim's error output, for a number that is
+    /// no signal.
+    pub(crate) fn to_send(self) -> Option<nix::sys::signal::Signal> {
+        let sig = nix::sys::signal::Signal::try_from(self.signal).ok();
+        if sig.is_none() {
+            eprintln!("wharf shim: {} is not a signal; not sent", self.signal);
+        }
+        sig
+    }
+
     /// The request file's text: `SIGNAL` or `SIGNAL script`.
     fn text(self) -> String {
         match self.script_only {

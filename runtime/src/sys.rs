@@ -397,26 +397,32 @@ pub(crate) fn proc_self_status(key: &str) -> Option<String> {
         })
 }
 
-/// State letter and start time (clock ticks after boot) of process `pid`, from
-/// `/proc/PID/stat` (fields 3 and 22; the command name before them may hold any byte).
-pub(crate) fn stat_of(pid: u32) -> Option<(String, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    Some((
-        after_name.first()?.to_string(),
-        after_name.get(19)?.parse().ok()?,
-    ))
+/// One read of `/proc/PID/stat`: process `pid`'s state letter, parent and start time (clock
+/// ticks after boot), fields 3, 4 and 22 (the command name before them may hold any byte).
+struct Stat {
+    state: String,
+    parent: u32,
+    start: u64,
 }
 
-/// The parent of process `pid` and its start time (clock ticks since boot), from one read
-/// of `/proc/PID/stat` (fields 4 and 22).
+fn stat(pid: u32) -> Option<Stat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(Stat {
+        state: after_name.first()?.to_string(),
+        parent: after_name.get(1)?.parse().ok()?,
+        start: after_name.get(19)?.parse().ok()?,
+    })
+}
+
+/// State letter and start time of process `pid` (see [`stat`]).
+pub(crate) fn stat_of(pid: u32) -> Option<(String, u64)> {
+    stat(pid).map(|s| (s.state, s.start))
+}
+
+/// The parent of process `pid` and its start time, from one read of `/proc/PID/stat`.
 pub(crate) fn parent_and_start(pid: u32) -> Option<(u32, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_name: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    Some((
-        after_name.get(1)?.parse().ok()?,
-        after_name.get(19)?.parse().ok()?,
-    ))
+    stat(pid).map(|s| (s.parent, s.start))
 }
 
 pub(crate) fn start_time(pid: u32) -> Option<u64> {

@@ -70,12 +70,12 @@ pub async fn run(socket: &str, mut args: Args) -> Result<i32> {
             _ => vec![j.clone()],
         })
         .collect();
+    let what = if args.signal.is_some() {
+        "signal"
+    } else {
+        "cancel"
+    };
     if args.jobs.is_empty() && !args.filters() {
-        let what = if args.signal.is_some() {
-            "signal"
-        } else {
-            "cancel"
-        };
         anyhow::bail!(
             "name the jobs to {what} (IDs), or pick them with -t STATE, -u USER, -n NAME or \
              -p PARTITION"
@@ -84,24 +84,19 @@ pub async fn run(socket: &str, mut args: Args) -> Result<i32> {
     let (steps, jobs): (Vec<String>, Vec<String>) =
         args.jobs.iter().cloned().partition(|j| j.contains('.'));
     if args.json && !steps.is_empty() && !jobs.is_empty() {
-        let what = if args.signal.is_some() {
-            "signal"
-        } else {
-            "cancel"
-        };
         anyhow::bail!("with --json, {what} steps and jobs in separate commands");
+    }
+    if !steps.is_empty() && args.filters() {
+        anyhow::bail!(
+            "-t, -u, -n and -p pick jobs, not steps: name the steps alone ({})",
+            steps.join(" ")
+        );
     }
     if let Some(sig) = args.signal {
         if (args.batch || args.full) && !steps.is_empty() {
             anyhow::bail!(
                 "-b and -f pick a batch job's script, which no step has: signal the steps ({}) \
                  without them",
-                steps.join(" ")
-            );
-        }
-        if !steps.is_empty() && args.filters() {
-            anyhow::bail!(
-                "-t, -u, -n and -p pick jobs, not steps: name the steps alone ({})",
                 steps.join(" ")
             );
         }
@@ -119,12 +114,6 @@ pub async fn run(socket: &str, mut args: Args) -> Result<i32> {
         return signal::run(socket, &jobs, &steps, sig, how, args.json).await;
     }
     if !steps.is_empty() {
-        if args.filters() {
-            anyhow::bail!(
-                "-t, -u, -n and -p pick jobs, not steps: name the steps alone ({})",
-                steps.join(" ")
-            );
-        }
         let mut status = cancel_steps(socket, &steps, args.json).await?;
         if !jobs.is_empty() {
             status = status.max(post_each(socket, &jobs, args.json, "cancel", cancelled).await?);

@@ -151,6 +151,9 @@ pub struct Cluster<'a> {
     parts: &'a PartitionList,
     /// Every node, registered or named by a partition, by name.
     nodes: BTreeMap<&'a str, Node<'a>>,
+    /// The partitions each node is in, in the list's order, by node name (one pass over the
+    /// partitions' names, not one per node).
+    within: BTreeMap<&'a str, Vec<&'a PartitionSummary>>,
 }
 
 impl<'a> Cluster<'a> {
@@ -167,14 +170,22 @@ impl<'a> Cluster<'a> {
                 (node.name, node)
             })
             .collect();
-        for name in parts.partitions.iter().flat_map(names) {
-            nodes.entry(name).or_insert(Node {
-                name,
-                state: State::Unknown,
-                record: None,
-            });
+        let mut within: BTreeMap<&str, Vec<&PartitionSummary>> = BTreeMap::new();
+        for p in &parts.partitions {
+            for name in names(p) {
+                nodes.entry(name).or_insert(Node {
+                    name,
+                    state: State::Unknown,
+                    record: None,
+                });
+                within.entry(name).or_default().push(p);
+            }
         }
-        Cluster { parts, nodes }
+        Cluster {
+            parts,
+            nodes,
+            within,
+        }
     }
 
     fn members(&self, p: &'a PartitionSummary, f: &Filter) -> Vec<Node<'a>> {
@@ -223,13 +234,11 @@ impl<'a> Cluster<'a> {
     pub fn by_node(&self, f: &Filter) -> Vec<Line<'a>> {
         let mut lines = Vec::new();
         for n in self.nodes.values().filter(|n| f.keeps(n)) {
-            let within: Vec<&PartitionSummary> = (self.parts.partitions.iter())
-                .filter(|p| names(p).any(|m| m == n.name))
-                .collect();
+            let within = self.within.get(n.name).map_or(&[][..], Vec::as_slice);
             if within.is_empty() && f.partitions.is_empty() {
                 lines.push(line(None, vec![*n]));
             }
-            for p in within.into_iter().filter(|p| f.keeps_partition(p)) {
+            for p in within.iter().copied().filter(|p| f.keeps_partition(p)) {
                 lines.push(line(Some(p), vec![*n]));
             }
         }
@@ -240,12 +249,8 @@ impl<'a> Cluster<'a> {
     /// (partitions named keep their nodes only).
     pub fn by_reason(&self, f: &Filter) -> Vec<Line<'a>> {
         let in_picked = |n: &Node| {
-            let mut parts = self
-                .parts
-                .partitions
-                .iter()
-                .filter(|p| f.keeps_partition(p));
-            f.partitions.is_empty() || parts.any(|p| names(p).any(|m| m == n.name))
+            let mut within = self.within.get(n.name).into_iter().flatten();
+            f.partitions.is_empty() || within.any(|p| f.keeps_partition(p))
         };
         let mut by_reason: BTreeMap<Reason, Vec<Node>> = BTreeMap::new();
         for n in self.nodes.values().filter(|n| f.keeps(n) && in_picked(n)) {
