@@ -1006,6 +1006,7 @@ async fn poll(
         if ingested.stale {
             return Ok((ingested, Default::default(), vec![]));
         }
+        cl.signals_reported(&req.node, &req.signalled);
         let steps = cl.ingest_steps(&req.node, &req.steps, now)?;
         let closed = cl.input_closed_ranks(&req.node, &req.steps);
         Ok((ingested, steps, closed))

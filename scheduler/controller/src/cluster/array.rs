@@ -183,13 +183,7 @@ impl Cluster {
         caller: &super::Caller,
         array_id: JobId,
     ) -> Result<Option<Vec<JobRecord>>, Failure> {
-        let span = JobId::from(self.forms.max_array_size);
-        let tasks: Vec<JobRecord> = self
-            .jobs
-            .range(array_id..array_id.saturating_add(span))
-            .filter(|j| j.array.is_some_and(|a| a.job_id == array_id))
-            .cloned()
-            .collect();
+        let tasks: Vec<JobRecord> = self.array_tasks(array_id).cloned().collect();
         if tasks.is_empty() {
             return Ok(None);
         }
@@ -199,14 +193,19 @@ impl Cluster {
         Ok(Some(tasks))
     }
 
+    /// The active tasks of array `array_id`, lowest id first (none when it is no array). An
+    /// array's tasks hold consecutive ids from its own (ended ones gone from memory): the
+    /// first job past them ends the look, so a job that is no array costs one.
+    pub(super) fn array_tasks(&self, array_id: JobId) -> impl Iterator<Item = &JobRecord> + '_ {
+        let span = JobId::from(self.forms.max_array_size);
+        (self.jobs.range(array_id..array_id.saturating_add(span)))
+            .take_while(move |j| j.array.is_some_and(|a| a.job_id == array_id))
+    }
+
     /// The nodes the active tasks of array `array_id` hold (none when it is no array): to be
     /// told at once of what changed for them.
     pub fn array_nodes(&self, array_id: JobId) -> Vec<String> {
-        let span = JobId::from(self.forms.max_array_size);
-        // An array's tasks hold consecutive ids from its own (ended ones gone from memory):
-        // the first job past them ends the look, so a job that is no array costs one.
-        let mut nodes: Vec<String> = (self.jobs.range(array_id..array_id.saturating_add(span)))
-            .take_while(|j| j.array.is_some_and(|a| a.job_id == array_id))
+        let mut nodes: Vec<String> = (self.array_tasks(array_id))
             .flat_map(|j| j.nodes().map(str::to_string))
             .collect();
         nodes.sort();

@@ -10,10 +10,10 @@ use wharf_api::{JobId, JobRecord, JobState};
 
 use super::{not_yours, Caller, Cluster, Failure};
 
-/// The name of signal number `n` (`SIGUSR1`), or why it is none a job may be sent.
-pub fn signal_name(n: i32) -> Result<&'static str, Failure> {
+/// Why `n` is no signal a job may be sent, if it is none.
+fn check_signal(n: i32) -> Result<(), Failure> {
     match Signal::try_from(n) {
-        Ok(sig) => Ok(sig.as_str()),
+        Ok(_) => Ok(()),
         Err(_) => Err(Failure::new(
             ErrorKind::InvalidInput,
             format!("{n} is not a signal number (`kill -l` lists them: 10 is SIGUSR1)"),
@@ -58,7 +58,7 @@ fn after(job: &JobRecord, seq: u64) -> impl Iterator<Item = &JobSignal> {
 
 /// Records `signal` sent by `by` to `job`'s current run, keeping the newest
 /// [`JobSignal::KEPT`] (see [`Cluster::check_backlog`] for why none is dropped unsent).
-fn record(job: &mut JobRecord, signal: i32, reach: Reach, by: &str) -> JobSignal {
+fn record(job: &mut JobRecord, signal: i32, reach: Reach, by: &str) {
     let seq = job.signals.last().map_or(0, |s| s.seq) + 1;
     let sent = JobSignal {
         seq,
@@ -67,10 +67,9 @@ fn record(job: &mut JobRecord, signal: i32, reach: Reach, by: &str) -> JobSignal
         reach,
         by: by.to_string(),
     };
-    job.signals.push(sent.clone());
+    job.signals.push(sent);
     let over = job.signals.len().saturating_sub(JobSignal::KEPT);
     job.signals.drain(..over);
-    sent
 }
 
 impl Cluster {
@@ -114,7 +113,7 @@ impl Cluster {
         id: JobId,
         req: SignalRequest,
     ) -> Result<(JobRecord, Vec<String>), Failure> {
-        signal_name(req.signal)?;
+        check_signal(req.signal)?;
         let Some(job) = self.jobs.get(&id) else {
             return match self.store.job(id)? {
                 Some(j) if !caller.may_manage(&j) => Err(not_yours(id)),
@@ -161,7 +160,7 @@ impl Cluster {
         array_id: JobId,
         req: SignalRequest,
     ) -> Result<Option<(JobRecord, Vec<String>)>, Failure> {
-        signal_name(req.signal)?;
+        check_signal(req.signal)?;
         let Some(tasks) = self.active_tasks(caller, array_id)? else {
             return Ok(None);
         };
@@ -211,7 +210,7 @@ impl Cluster {
         step: u32,
         signal: i32,
     ) -> Result<(StepRecord, Vec<String>), Failure> {
-        signal_name(signal)?;
+        check_signal(signal)?;
         let job = self.active_for_steps(caller, id)?;
         if let Some(refused) = not_signallable(job) {
             return Err(refused);
@@ -245,13 +244,23 @@ impl Cluster {
         Ok((found, wake))
     }
 
+    /// Takes `node`'s poll's report of the newest signal it passed on for each job it runs,
+    /// in place of the one before ([`Cluster::check_backlog`]). Once per poll, not at each
+    /// wake of its wait.
+    pub fn signals_reported(&mut self, node: &str, reported: &[Signalled]) {
+        let passed = reported.iter().map(|s| (s.job, s.seq)).collect();
+        match self.signals_passed.get_mut(node) {
+            Some(before) => *before = passed,
+            None => {
+                self.signals_passed.insert(node.to_string(), passed);
+            }
+        }
+    }
+
     /// Orders for `node`'s agent to pass on the signals of the jobs it runs that it has not
     /// yet, as `reported`: each of the job's current run newer than the report's. A job the
     /// agent reports nothing for (an older agent) gets none, nor does one being stopped.
-    /// The report replaces what the node reported before ([`Cluster::check_backlog`]).
-    pub fn signal_orders(&mut self, node: &str, reported: &[Signalled]) -> Vec<SignalOrder> {
-        let passed = reported.iter().map(|s| (s.job, s.seq)).collect();
-        self.signals_passed.insert(node.to_string(), passed);
+    pub fn signal_orders(&self, node: &str, reported: &[Signalled]) -> Vec<SignalOrder> {
         let mut out = Vec::new();
         for seen in reported {
             let Some(job) = self.jobs.get(&seen.job) else {
@@ -293,7 +302,8 @@ mod tests {
         assert_eq!(job.signals.first().unwrap().seq, 4);
         assert_eq!(job.signals.last().unwrap().seq, JobSignal::KEPT as u64 + 3);
         job.restarts = 1;
-        let next = record(&mut job, 12, Reach::Steps, "bob");
+        record(&mut job, 12, Reach::Steps, "bob");
+        let next = job.signals.last().unwrap();
         assert_eq!((next.seq, next.run, next.by.as_str()), (20, 1, "bob"));
     }
 
@@ -346,6 +356,8 @@ mod tests {
         assert_eq!(kept(&c)[0].seq, 1, "the first is still there to pass on");
         // g1 passed all on, g2 only the first 4: 12 still wait on g2, so 4 more fit.
         let seen = |seq| [Signalled { job: id, seq }];
+        c.signals_reported("g1", &seen(16));
+        c.signals_reported("g2", &seen(4));
         assert_eq!(c.signal_orders("g1", &seen(16)).len(), 0);
         assert_eq!(c.signal_orders("g2", &seen(4)).len(), 12);
         for _ in 0..4 {
@@ -360,7 +372,7 @@ mod tests {
             5,
             "only ones both nodes passed on were dropped"
         );
-        c.signal_orders("g2", &seen(20));
+        c.signals_reported("g2", &seen(20));
         c.signal(&ann, id, usr1()).unwrap();
         // A node whose rank has ended lists the job no more and holds no one back: once g1
         // (at 16) stops listing it, only g2's report (20) counts.
@@ -371,16 +383,16 @@ mod tests {
             c.signal(&ann, id, usr1()).unwrap_err().kind,
             ErrorKind::Unavailable
         );
-        c.signal_orders("g1", &[]);
+        c.signals_reported("g1", &[]);
         c.signal(&ann, id, usr1()).unwrap();
     }
 
     #[test]
     fn signal_numbers_are_checked() {
-        assert_eq!(signal_name(10).unwrap(), "SIGUSR1");
-        assert_eq!(signal_name(9).unwrap(), "SIGKILL");
+        assert!(check_signal(10).is_ok());
+        assert!(check_signal(9).is_ok());
         for bad in [0, -1, 1000] {
-            assert_eq!(signal_name(bad).unwrap_err().kind, ErrorKind::InvalidInput);
+            assert_eq!(check_signal(bad).unwrap_err().kind, ErrorKind::InvalidInput);
         }
     }
 }

@@ -276,11 +276,7 @@ impl Cluster {
             return Err(refused(ErrorKind::InvalidInput, "a step needs a command"));
         }
         let max = wharf_api::job::MAX_NAME;
-        if let Some(n) = r
-            .name
-            .as_ref()
-            .filter(|n| n.is_empty() || n.len() > max || n.chars().any(wharf_api::text::is_unsafe))
-        {
+        if let Some(n) = (r.name.as_ref()).filter(|n| wharf_api::job::check_job_name(n).is_err()) {
             return Err(refused(
                 ErrorKind::InvalidInput,
                 format!(

@@ -157,13 +157,7 @@ impl Cluster {
                 .filter(|id| self.jobs.get(id).is_some())
                 .collect();
         }
-        let span = JobId::from(self.forms.max_array_size);
-        // An array's tasks hold consecutive ids from its own (as `array_nodes` reads them):
-        // the first job past them ends the look, so a plain job costs one.
-        let tasks: Vec<JobId> = (self.jobs.range(named.id..named.id.saturating_add(span)))
-            .take_while(|j| j.array.is_some_and(|a| a.job_id == named.id))
-            .map(|j| j.id)
-            .collect();
+        let tasks: Vec<JobId> = self.array_tasks(named.id).map(|j| j.id).collect();
         if tasks.is_empty() {
             // A plain job (or an array whose tasks have all ended: nothing to follow).
             self.jobs.get(&named.id).map(|j| j.id).into_iter().collect()

@@ -244,9 +244,16 @@ fn held_gpus_are_known_again_after_a_restart_and_given_back_when_the_job_ends() 
         vec![step_report(id, 0, code(0, 0))],
     );
     assert_eq!(ids(&started(start(&mut c, id, per_node(1)))), [[0]]);
-    // A step stopped by its job's end holds nothing: every one has ended.
-    let mut job = record(&c, id);
-    super::close(&mut job, 3_000);
-    assert!(job.steps.iter().all(|s| s.exit.is_some()));
+    // The job's end stops the step still running: it holds nothing, as every step has
+    // ended in the stored record.
+    report(&mut c, "g1", &[(id, Some(0))], vec![]);
+    let job = c.store.job(id).unwrap().expect("the ended job's record");
+    assert!(job.state.is_terminal(), "{:?}", job.state);
+    assert_eq!(job.steps.len(), 2);
+    assert!(
+        job.steps.iter().all(|s| s.exit.is_some()),
+        "{:?}",
+        job.steps
+    );
     assert!(super::gpus::held(&job, "g1").is_empty());
 }
