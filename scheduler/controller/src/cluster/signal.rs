@@ -139,13 +139,33 @@ impl Cluster {
                 ),
             ));
         }
-        self.check_backlog(job)?;
-        let mut job = job.clone();
-        let reach = req.reach(job.runs_once());
-        record(&mut job, req.signal, reach, &caller.owner.user);
-        let wake = job.nodes().map(str::to_string).collect();
+        let mut jobs = [job.clone()];
+        let wake = self.record_each(caller, &mut jobs, req)?;
+        let [job] = jobs;
         self.commit(vec![job.clone()])?;
         Ok((crate::visibility::view(caller, job), wake))
+    }
+
+    /// Records `req`'s signal in each of `jobs` (running, checked), once none has too many
+    /// waiting ([`Cluster::check_backlog`]); returns the nodes to wake, each once.
+    fn record_each(
+        &self,
+        caller: &Caller,
+        jobs: &mut [JobRecord],
+        req: SignalRequest,
+    ) -> Result<Vec<String>, Failure> {
+        for job in jobs.iter() {
+            self.check_backlog(job)?;
+        }
+        let mut wake = Vec::new();
+        for job in jobs {
+            let reach = req.reach(job.runs_once());
+            record(job, req.signal, reach, &caller.owner.user);
+            wake.extend(job.nodes().map(str::to_string));
+        }
+        wake.sort();
+        wake.dedup();
+        Ok(wake)
     }
 
     /// [`Cluster::signal`] for every running task of array `array_id` (`wharf cancel
@@ -183,18 +203,8 @@ impl Cluster {
                 format!("array job {array_id} runs no batch script: drop -b to signal its tasks"),
             ));
         }
-        for job in &running {
-            self.check_backlog(job)?;
-        }
-        let mut wake = Vec::new();
-        for job in &mut running {
-            let reach = req.reach(job.runs_once());
-            record(job, req.signal, reach, &caller.owner.user);
-            wake.extend(job.nodes().map(str::to_string));
-        }
+        let wake = self.record_each(caller, &mut running, req)?;
         let first = self.commit_tasks(caller, running)?;
-        wake.sort();
-        wake.dedup();
         Ok(Some((first, wake)))
     }
 
