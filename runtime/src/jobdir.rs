@@ -41,9 +41,7 @@ impl JobDir {
     /// Records the shim's pid and start time, which name it even after the pid is reused.
     /// Written whole (temp file and rename): the shim forked by the spawner writes it too.
     pub(crate) fn write_pid(&self, pid: u32, started: u64) -> Result<(), RuntimeError> {
-        let tmp = self.root.join(format!("shim.pid.{}", std::process::id()));
-        JobDir::write_private(&tmp, format!("{pid} {started}").as_bytes())
-            .and_then(|_| std::fs::rename(&tmp, self.pid()))
+        JobDir::replace_private(&self.pid(), format!("{pid} {started}").as_bytes())
             .map_err(|e| RuntimeError::io(self.pid().display(), e))
     }
     /// The pid in the pid file, and the start time when it records one (older agents did not).
@@ -96,9 +94,7 @@ impl JobDir {
     /// Records a time limit changed after the launch, whole (temp file and rename), for the
     /// shim to take up within a second.
     pub fn write_time_limit(&self, secs: u64) -> std::io::Result<()> {
-        let tmp = self.root.join(format!("time_limit.{}", std::process::id()));
-        JobDir::write_private(&tmp, secs.to_string().as_bytes())?;
-        std::fs::rename(&tmp, self.time_limit())
+        JobDir::replace_private(&self.time_limit(), secs.to_string().as_bytes())
     }
     /// The agent's tally of the job's measured use while it runs.
     pub fn usage(&self) -> PathBuf {
@@ -237,6 +233,17 @@ impl JobDir {
     /// [`JobDir::open_private`]).
     pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         Self::open_private(path, false)?.write_all(bytes)
+    }
+
+    /// [`JobDir::write_private`] whole: into a temp file beside `path`, named for this
+    /// process, then renamed over it, so a reader (or another writer) sees the old bytes or
+    /// the new, never part.
+    pub fn replace_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(".{}.tmp", std::process::id()));
+        let tmp = path.with_file_name(name);
+        Self::write_private(&tmp, bytes)?;
+        std::fs::rename(&tmp, path)
     }
 }
 

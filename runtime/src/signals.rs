@@ -71,10 +71,8 @@ pub fn request(dir: &JobDir, seq: u64, req: Request) -> std::io::Result<bool> {
     if !requests.is_dir() {
         return Ok(false);
     }
-    // Whole or not at all (temp file and rename): the shim may look at any moment.
-    let tmp = requests.join(format!(".{seq}.tmp"));
-    JobDir::write_private(&tmp, req.text().as_bytes())?;
-    std::fs::rename(&tmp, requests.join(seq.to_string()))?;
+    // Whole or not at all: the shim may look at any moment (its temp name is no number).
+    JobDir::replace_private(&requests.join(seq.to_string()), req.text().as_bytes())?;
     Ok(true)
 }
 
@@ -136,9 +134,7 @@ pub fn passed_on(dir: &JobDir) -> u64 {
 
 /// Records `seq` as the newest request number passed on to the task of `dir`.
 pub fn record_passed_on(dir: &JobDir, seq: u64) -> std::io::Result<()> {
-    let tmp = dir.path().join(".signalled.tmp");
-    JobDir::write_private(&tmp, seq.to_string().as_bytes())?;
-    std::fs::rename(&tmp, dir.signalled())
+    JobDir::replace_private(&dir.signalled(), seq.to_string().as_bytes())
 }
 
 #[cfg(test)]
