@@ -261,16 +261,8 @@ impl Launcher {
         let Some(pid) = self.live_pid(dir) else {
             return Ok(());
         };
-        let fd = match crate::sys::pidfd_open(pid) {
-            Ok(fd) => fd,
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(()),
-            // No pidfd to be had (see the shim's `send_in_cgroup`): by pid, as before them.
-            Err(_) => {
-                return match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig) {
-                    Err(nix::errno::Errno::ESRCH) => Ok(()),
-                    r => r.map_err(std::io::Error::from),
-                };
-            }
+        let Some(fd) = crate::sys::pidfd_or_kill(pid, sig)? else {
+            return Ok(());
         };
         if self.live_pid(dir) != Some(pid) {
             return Ok(());

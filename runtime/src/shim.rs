@@ -658,16 +658,9 @@ fn send_in_cgroup(spec: &ContainerSpec, pids: impl Iterator<Item = i32>, sig: Si
     let mut opened: Vec<(i32, std::os::fd::OwnedFd)> = Vec::new();
     for pid in pids {
         let Ok(p) = u32::try_from(pid) else { continue };
-        match crate::sys::pidfd_open(p) {
-            Ok(fd) => opened.push((pid, fd)),
-            // Gone already.
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
-            // No pidfd to be had (a kernel before 5.3, a filter on the syscall, no
-            // descriptor left): signalled by pid, as before pidfds, so that a stop never
-            // fails to reach the job for want of one.
-            Err(_) => {
-                let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
-            }
+        // Gone, or signalled by pid already when no pidfd is to be had.
+        if let Ok(Some(fd)) = crate::sys::pidfd_or_kill(p, sig) {
+            opened.push((pid, fd));
         }
     }
     if opened.is_empty() {

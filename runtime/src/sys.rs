@@ -153,6 +153,25 @@ pub fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
+/// Opens process `pid` as a pidfd, for the caller to check it is still the process it means
+/// and then signal it through that ([`pidfd_send_signal`]). `Ok(None)` when the process is
+/// gone, or when no pidfd is to be had (a kernel before 5.3, a filter on the syscall, no
+/// descriptor left): then it has been sent `sig` by pid already, as before pidfds, so that a
+/// stop never fails to reach it for want of one.
+pub(crate) fn pidfd_or_kill(
+    pid: u32,
+    sig: nix::sys::signal::Signal,
+) -> std::io::Result<Option<OwnedFd>> {
+    match pidfd_open(pid) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(None),
+        Err(_) => match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig) {
+            Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(None),
+            Err(e) => Err(e.into()),
+        },
+    }
+}
+
 /// Sends signal `sig` to the process of pidfd `fd`: `pidfd_send_signal`, Linux 5.1 and
 /// later. Unlike `kill`, it can never reach another process that took the pid over.
 pub fn pidfd_send_signal(fd: &OwnedFd, sig: nix::sys::signal::Signal) -> std::io::Result<()> {
