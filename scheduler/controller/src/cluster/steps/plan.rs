@@ -103,16 +103,6 @@ pub fn plan(job: &JobRecord, req: &StepRequest) -> Result<Plan, Failure> {
             }
             _ => {}
         }
-        if let Some(g) = req.gpus_per_task {
-            let held = a.gpu_ids.len() as u32;
-            if g.saturating_mul(per_node) > held {
-                return Err(invalid(format!(
-                    "{per_node} tasks with {g} GPU(s) each is more than job {id} holds on \
-                     node {}: {held} GPU(s)",
-                    a.node
-                )));
-            }
-        }
     }
     if let StepInput::Task(r) = req.input {
         let ntasks = per_node * n;

@@ -287,9 +287,9 @@ fn a_step_outside_the_callers_job_or_allocation_is_refused_with_the_reason() {
         gpus_per_task: Some(1),
         ..Default::default()
     };
-    assert!(refused(&mut c, ask(id, "g1", 1000, gpus))
-        .message
-        .contains("0 GPU(s)"));
+    let e = refused(&mut c, ask(id, "g1", 1000, gpus));
+    assert!(e.message.contains("1 GPU(s) on node g1 but job"), "{e:?}");
+    assert!(e.message.contains("has 0 there"), "{e:?}");
     let outside = StepRequest {
         nodelist: Some("g3".into()),
         ..Default::default()
