@@ -371,7 +371,7 @@ fn step_tasks_see_only_the_jobs_gpus_one_each_when_asked() {
     assert_eq!(words(&out, "RESULT ALL")["ALL"], "0", "{text}");
     assert_eq!(words(&out, "RESULT TOO_MANY")["TOO_MANY"], "1", "{text}");
     assert!(
-        text.contains("is more than job") && text.contains("2 GPU(s)"),
+        text.contains("asks for 4 GPU(s) on node") && text.contains("has 2 there"),
         "{text}"
     );
     // Each task's own file, as `--output` named it.
