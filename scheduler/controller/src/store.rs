@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use wharf_api::{JobId, JobRecord, JobState, NodeInfo};
 
 mod admin;
@@ -246,23 +246,47 @@ impl Store {
 
     /// Inserts several submits (each a plain job or the tasks of an array, with its client
     /// token) in one transaction, so that one sync makes them all durable. Each is inserted
-    /// as [`Store::insert_array`] would, inside a savepoint of its own: one that fails is
-    /// rolled back alone and its error returned in its place; the others are committed. A
-    /// token seen earlier in the same group counts as stored. The outer error means the
-    /// commit itself failed and nothing was stored.
+    /// as [`Store::insert_array`] would: one that fails is rolled back alone and its error
+    /// returned in its place; the others are committed. A token seen earlier in the same group
+    /// counts as stored. The outer error means the commit itself failed and nothing was
+    /// stored.
     pub fn insert_group(
         &mut self,
         submits: &mut [(&mut [JobRecord], Option<&str>)],
     ) -> Result<Vec<Result<bool, StoreError>>, StoreError> {
-        let mut tx = self.conn.transaction()?;
+        // All of them in one go first; a savepoint for each (two more statements per submit)
+        // only when one of them failed, to keep the others.
+        {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut ids = NextIds::read(&tx)?;
+            let mut out = Vec::with_capacity(submits.len());
+            for (records, token) in submits.iter_mut() {
+                match insert_records(&tx, &mut ids, records, *token) {
+                    Ok(inserted) => out.push(Ok(inserted)),
+                    // Rolled back as `tx` is dropped.
+                    Err(_) => break,
+                }
+            }
+            if out.len() == submits.len() {
+                tx.commit()?;
+                return Ok(out);
+            }
+        }
+        let mut tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut ids = NextIds::read(&tx)?;
         let mut out = Vec::with_capacity(submits.len());
         for (records, token) in submits.iter_mut() {
             let sp = tx.savepoint()?;
-            let done = insert_records(&sp, records, *token);
+            let done = insert_records(&sp, &mut ids, records, *token);
             if done.is_ok() {
                 sp.commit()?;
             }
-            // A failed one's savepoint rolls back as it is dropped.
+            // A failed one's savepoint rolls back as it is dropped, and the next one takes
+            // the ids it would have had.
             out.push(done);
         }
         tx.commit()?;
@@ -398,11 +422,10 @@ impl Store {
     pub fn job_by_token(&self, client_token: &str) -> Result<Option<(JobId, u32)>, StoreError> {
         Ok(self
             .conn
-            .query_row(
-                "SELECT id, uid FROM jobs WHERE client_token = ?1",
-                [client_token],
-                |r| Ok((r.get::<_, i64>(0)? as JobId, r.get::<_, u32>(1)?)),
-            )
+            .prepare_cached("SELECT id, uid FROM jobs WHERE client_token = ?1")?
+            .query_row([client_token], |r| {
+                Ok((r.get::<_, i64>(0)? as JobId, r.get::<_, u32>(1)?))
+            })
             .optional()?)
     }
 
@@ -746,19 +769,35 @@ fn decode(text: &str) -> Result<JobRecord, serde_json::Error> {
     serde_json::from_str(text)
 }
 
-/// Inserts one submit's records inside `tx` (see [`Store::insert_array`]).
+/// The ids the next inserted jobs get, read once per transaction, which holds the write lock
+/// from its start (`BEGIN IMMEDIATE`): a job's record holds its own id, so it is written
+/// whole once, with the id set. `AUTOINCREMENT` keeps the largest id ever given, so an id is
+/// never given twice, even after its job was removed.
+struct NextIds(JobId);
+
+impl NextIds {
+    fn read(tx: &Connection) -> Result<NextIds, StoreError> {
+        let last: Option<i64> = tx
+            .prepare_cached("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'")?
+            .query_row([], |r| r.get(0))
+            .optional()?;
+        Ok(NextIds(last.unwrap_or(0) as JobId + 1))
+    }
+}
+
+/// Inserts one submit's records (one job, or an array's tasks) with ids from `ids`; with
+/// `client_token` already stored, sets the first record's id to that job's and returns
+/// `false`.
 fn insert_records(
     tx: &Connection,
+    ids: &mut NextIds,
     records: &mut [JobRecord],
     client_token: Option<&str>,
 ) -> Result<bool, StoreError> {
     if let Some(token) = client_token {
         let existing: Option<i64> = tx
-            .query_row(
-                "SELECT id FROM jobs WHERE client_token = ?1",
-                [token],
-                |r| r.get(0),
-            )
+            .prepare_cached("SELECT id FROM jobs WHERE client_token = ?1")?
+            .query_row([token], |r| r.get(0))
             .optional()?;
         if let Some(id) = existing {
             if let Some(first) = records.first_mut() {
@@ -767,18 +806,10 @@ fn insert_records(
             return Ok(false);
         }
     }
-    let Some(first) = records.first() else {
-        return Ok(true);
-    };
-    tx.prepare_cached(
-        "INSERT INTO jobs (uid, state, submit_time, client_token, record) VALUES (?1, ?2, ?3, ?4, '{}')",
-    )?
-    .execute(params![first.owner.uid, first.state.as_str(), first.submit_time as i64, client_token])?;
-    let base = tx.last_insert_rowid() as JobId;
-    // Explicit ids: AUTOINCREMENT only ever grows, and this transaction holds the write lock,
-    // so base+1.. are free.
+    let base = ids.0;
     let mut insert = tx.prepare_cached(
-        "INSERT INTO jobs (id, uid, state, submit_time, record) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO jobs (id, uid, state, submit_time, client_token, record) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     for (k, r) in records.iter_mut().enumerate() {
         r.id = base + k as JobId;
@@ -788,18 +819,17 @@ fn insert_records(
         if let Some(a) = r.spec.as_mut().and_then(|s| s.array.as_mut()) {
             a.job_id = base;
         }
-        if k > 0 {
-            insert.execute(params![
-                r.id as i64,
-                r.owner.uid,
-                r.state.as_str(),
-                r.submit_time as i64,
-                serde_json::to_string(&*r)?
-            ])?;
-        }
+        // The token is the submit's: kept on its first record, the array's own id.
+        insert.execute(params![
+            r.id as i64,
+            r.owner.uid,
+            r.state.as_str(),
+            r.submit_time as i64,
+            client_token.filter(|_| k == 0),
+            serde_json::to_string(&*r)?
+        ])?;
     }
-    tx.prepare_cached("UPDATE jobs SET record = ?1 WHERE id = ?2")?
-        .execute(params![serde_json::to_string(&records[0])?, base as i64])?;
+    ids.0 = base + records.len() as JobId;
     Ok(true)
 }
 
@@ -1036,6 +1066,72 @@ pub(crate) mod tests {
         assert_eq!(s.meta("syncs").unwrap().as_deref(), Some("1"));
         s.sync().unwrap();
         assert_eq!(s.meta("syncs").unwrap().as_deref(), Some("2"));
+    }
+
+    /// A group is stored in one go; when one of its submits fails, the others are stored
+    /// all the same, and ids carry on past the largest ever given, a deleted job's too.
+    #[test]
+    fn a_group_keeps_its_good_submits_around_a_failed_one_and_never_gives_an_id_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("wharf.db")).unwrap();
+        let (mut a, mut b) = (record(), record());
+        s.insert_job(&mut a, None).unwrap();
+        s.insert_job(&mut b, None).unwrap();
+        b.state = JobState::Completed;
+        b.end_time = Some(9);
+        s.update_jobs([&b]).unwrap();
+        assert_eq!(s.delete_ended(&[b.id]).unwrap(), 1);
+        // A real failure from the database, for one record only.
+        s.conn
+            .execute_batch(
+                "CREATE TRIGGER refuse BEFORE INSERT ON jobs \
+                 WHEN NEW.record LIKE '%\"name\":\"bad\"%' \
+                 BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+            )
+            .unwrap();
+        let mut good = [record()];
+        let mut bad = [record()];
+        bad[0].name = "bad".into();
+        let mut array: Vec<JobRecord> = (0..3)
+            .map(|task| {
+                let mut r = record();
+                r.array = Some(wharf_api::array::ArrayTask {
+                    job_id: 0,
+                    task_id: task,
+                    throttle: None,
+                    shape: Default::default(),
+                });
+                r
+            })
+            .collect();
+        let answers = s
+            .insert_group(&mut [
+                (&mut good, Some("g")),
+                (&mut bad, Some("b")),
+                (array.as_mut_slice(), Some("a")),
+                (&mut [], None),
+            ])
+            .unwrap();
+        assert!(matches!(answers[0], Ok(true)), "{:?}", answers[0]);
+        assert!(answers[1].is_err(), "{:?}", answers[1]);
+        assert!(matches!(answers[2], Ok(true)), "{:?}", answers[2]);
+        assert!(matches!(answers[3], Ok(true)), "{:?}", answers[3]);
+        // b's id is not given again.
+        assert_eq!(good[0].id, b.id + 1);
+        let ids: Vec<JobId> = array.iter().map(|r| r.id).collect();
+        assert_eq!(ids, [b.id + 2, b.id + 3, b.id + 4]);
+        for r in good.iter().chain(&array) {
+            let stored = s.job(r.id).unwrap().expect("stored");
+            assert_eq!(stored.id, r.id, "the record holds its row's id");
+            assert_eq!(
+                stored.array.map(|t| t.job_id),
+                r.array.as_ref().map(|_| b.id + 2)
+            );
+        }
+        assert_eq!(s.job_by_token("g").unwrap(), Some((good[0].id, 1000)));
+        assert_eq!(s.job_by_token("a").unwrap(), Some((b.id + 2, 1000)));
+        assert_eq!(s.job_by_token("b").unwrap(), None);
+        assert_eq!(s.active_jobs().unwrap().len(), 5);
     }
 
     #[test]
