@@ -176,11 +176,7 @@ async fn agents_only(
 fn caller(shared: &Shared, peer: &Peer) -> Result<Caller, ApiFailure> {
     match peer {
         Peer::Local { uid, gid } => {
-            let user = nix::unistd::User::from_uid((*uid).into())
-                .ok()
-                .flatten()
-                .map(|u| u.name)
-                .unwrap_or_else(|| uid.to_string());
+            let user = shared.user_names.of(*uid);
             Ok(Caller {
                 owner: Owner {
                     uid: *uid,

@@ -24,6 +24,7 @@ pub mod step_output;
 pub mod store;
 pub mod submits;
 pub mod tls;
+pub mod user_names;
 pub mod visibility;
 pub mod watch;
 
@@ -120,6 +121,10 @@ pub struct Shared {
     scheduler: Notify,
     /// No scheduling pass starts before this (see [`PASS_SPACING`]).
     next_pass: Mutex<std::time::Instant>,
+    /// How long the last scheduling pass took, microseconds (see [`INLINE_PASS_MAX`]).
+    last_pass_us: std::sync::atomic::AtomicU64,
+    /// Callers' names by uid.
+    pub user_names: user_names::UserNames,
     nodes: Mutex<BTreeMap<String, Arc<Notify>>>,
     /// Steps' output on its way to their callers (apart from the cluster's lock: it is
     /// bytes in flight, not state).
@@ -149,6 +154,13 @@ impl Shared {
         std::time::Instant::now() >= *self.next_pass.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether the submit writer runs the pass with its group: one is due, and the last one
+    /// was short (see [`INLINE_PASS_MAX`]).
+    fn pass_with_submits(&self) -> bool {
+        let last = self.last_pass_us.load(std::sync::atomic::Ordering::Relaxed);
+        self.pass_due() && Duration::from_micros(last) <= INLINE_PASS_MAX
+    }
+
     /// Runs one scheduling pass on the calling thread (it takes the cluster's lock and
     /// commits the starts): nodes that got work are woken, and the next pass is spaced by
     /// this one's length.
@@ -170,8 +182,13 @@ impl Shared {
             woken.extend(cluster.schedule(now)?);
             Ok(woken)
         });
-        let next = std::time::Instant::now() + started.elapsed() * PASS_SPACING;
-        *self.next_pass.lock().unwrap_or_else(|p| p.into_inner()) = next;
+        let took = started.elapsed();
+        *self.next_pass.lock().unwrap_or_else(|p| p.into_inner()) =
+            std::time::Instant::now() + took * PASS_SPACING;
+        self.last_pass_us.store(
+            took.as_micros().try_into().unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         result.unwrap_or_else(|e| {
             tracing::error!(error = %e.message, "scheduling pass failed");
             Default::default()
@@ -267,6 +284,8 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
         submits,
         scheduler: Notify::new(),
         next_pass: Mutex::new(std::time::Instant::now()),
+        last_pass_us: Default::default(),
+        user_names: Default::default(),
         step_output: Default::default(),
         step_input: Default::default(),
         nodes: Mutex::default(),
@@ -396,6 +415,19 @@ async fn retention_loop(
 /// follows its wake-up at once. Wake-ups during the wait are kept, and make one pass.
 const PASS_SPACING: u32 = 4;
 
+/// The longest a pass may have taken for the submit writer to run the next one with its
+/// group (see `submits`).
+///
+/// Run with the group, a pass saves a sync and a wake-up of another thread: worth it while
+/// the pass is short, as it is with a short queue, where it makes a job submitted to an idle
+/// cluster start at once. With a long queue the pass takes tens of milliseconds, and every
+/// client of the group would wait for it before hearing its submit was stored, with nothing
+/// else done meanwhile; the writer then answers them first and leaves the pass to the
+/// scheduler task, so that their next requests are read while it runs. A pass's length
+/// includes the sync of what it decided, when it runs on its own; this bound leaves room for
+/// one.
+const INLINE_PASS_MAX: Duration = Duration::from_millis(5);
+
 /// Runs the passes the submit writer leaves (it runs one itself when none is owed): those
 /// woken by other changes (an end, a cancel, a node), by submits during the spacing, and
 /// every second (silent nodes are found by the pass).
@@ -477,6 +509,8 @@ pub(crate) mod tests {
             submits,
             scheduler: Notify::new(),
             next_pass: Mutex::new(std::time::Instant::now()),
+            last_pass_us: Default::default(),
+            user_names: Default::default(),
             step_output: Default::default(),
             step_input: Default::default(),
             nodes: Mutex::default(),
@@ -531,6 +565,28 @@ pub(crate) mod tests {
         let job = store.job(id).unwrap().expect("stored");
         assert_eq!(job.state, JobState::Starting);
         assert_eq!(job.nodelist(), "n1");
+    }
+
+    #[tokio::test]
+    async fn after_a_long_pass_the_writer_answers_first_and_leaves_the_next_to_the_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = controller(&dir);
+        // Due, but the last one took longer than the writer runs with a group.
+        let long = (INLINE_PASS_MAX * 2).as_micros() as u64;
+        shared
+            .last_pass_us
+            .store(long, std::sync::atomic::Ordering::Relaxed);
+        let id = submit(&shared).await;
+        tokio::time::timeout(Duration::from_secs(5), shared.scheduler.notified())
+            .await
+            .expect("the scheduler task was woken");
+        assert_eq!(state(&shared, id), JobState::Pending);
+        // The task's pass starts it.
+        let s = shared.clone();
+        tokio::task::spawn_blocking(move || s.scheduling_pass())
+            .await
+            .unwrap();
+        assert_eq!(state(&shared, id), JobState::Starting);
     }
 
     #[tokio::test]

@@ -5,12 +5,13 @@
 //! the number of clients instead of being one sync per submit.
 //!
 //! With a group, the writer runs the scheduling pass itself when none is owed (the spacing
-//! after the last pass is over, see `PASS_SPACING`), under the same lock, and commits the
-//! submits and the starts with one sync before answering: a job submitted to an idle cluster
-//! is started by the thread that stored it, with no other thread to wake between the two and
-//! one wait for the disk instead of two (under other writers' load, a sync on the
-//! development VM's disk took 6 ms at the median and up to 250 ms). When a pass is owed, the
-//! group is answered once committed and the scheduler task runs the pass after the spacing.
+//! after the last pass is over, see `PASS_SPACING`) and the last one was short (see
+//! `INLINE_PASS_MAX`), under the same lock, and commits the submits and the starts with one
+//! sync before answering: a job submitted to an idle cluster is started by the thread that
+//! stored it, with no other thread to wake between the two and one wait for the disk instead
+//! of two (under other writers' load, a sync on the development VM's disk took 6 ms at the
+//! median and up to 250 ms). Otherwise the group is answered once committed and the
+//! scheduler task runs the pass (after the spacing, if one is owed).
 
 use std::sync::mpsc;
 use std::sync::{Arc, Weak};
@@ -90,7 +91,7 @@ fn write(shared: Weak<Shared>, queue: mpsc::Receiver<Queued>) {
         // With no pass owed, the group's own pass runs here, under the same lock, and its
         // starts are committed with the submits: one sync makes both durable before any
         // client or node hears of them.
-        let pass = shared.pass_due();
+        let pass = shared.pass_with_submits();
         let stored_and_started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut cluster = shared.cluster.lock().unwrap_or_else(|p| p.into_inner());
             let refs: Vec<(&Caller, &SubmitRequest)> =
