@@ -119,6 +119,9 @@ pub struct Cluster {
     /// `wharf_core::State::reserved`); not stored: after a restart the first pass makes them
     /// again.
     reserved: BTreeMap<JobId, wharf_core::KeptReservation>,
+    /// How long the last pass took to decide, before committing what it decided (see
+    /// [`Cluster::deciding`]).
+    deciding: std::time::Duration,
     /// Fair-share usage: rebuilt at start from the ledger's most recent runs, then charged as
     /// runs end.
     usage: UsageLedger,
@@ -243,6 +246,7 @@ impl Cluster {
             sched,
             scheduler: Scheduler::default(),
             reserved: BTreeMap::new(),
+            deciding: std::time::Duration::ZERO,
             budgets: budget::Budgets::default(),
             groups: crate::groups::unix_groups,
             watch: JobWatch::default(),
@@ -882,6 +886,12 @@ impl Cluster {
         restored?;
         self.store.sync()?;
         Ok(out)
+    }
+
+    /// How long the last scheduling pass took to decide, not counting the commit of what it
+    /// decided: the work a pass costs whatever the disk does.
+    pub fn deciding(&self) -> std::time::Duration {
+        self.deciding
     }
 
     /// Stores changed jobs in one transaction, then updates memory (active jobs only).

@@ -121,7 +121,8 @@ pub struct Shared {
     scheduler: Notify,
     /// No scheduling pass starts before this (see [`PASS_SPACING`]).
     next_pass: Mutex<std::time::Instant>,
-    /// How long the last scheduling pass took, microseconds (see [`INLINE_PASS_MAX`]).
+    /// How long the last scheduling pass took to decide, microseconds (see
+    /// [`INLINE_PASS_MAX`]).
     last_pass_us: std::sync::atomic::AtomicU64,
     /// Callers' names by uid.
     pub user_names: user_names::UserNames,
@@ -182,11 +183,14 @@ impl Shared {
             woken.extend(cluster.schedule(now)?);
             Ok(woken)
         });
-        let took = started.elapsed();
         *self.next_pass.lock().unwrap_or_else(|p| p.into_inner()) =
-            std::time::Instant::now() + took * PASS_SPACING;
+            std::time::Instant::now() + started.elapsed() * PASS_SPACING;
         self.last_pass_us.store(
-            took.as_micros().try_into().unwrap_or(u64::MAX),
+            cluster
+                .deciding()
+                .as_micros()
+                .try_into()
+                .unwrap_or(u64::MAX),
             std::sync::atomic::Ordering::Relaxed,
         );
         result.unwrap_or_else(|e| {
@@ -415,22 +419,23 @@ async fn retention_loop(
 /// follows its wake-up at once. Wake-ups during the wait are kept, and make one pass.
 const PASS_SPACING: u32 = 4;
 
-/// The longest a pass may have taken for the submit writer to run the next one with its
-/// group (see `submits`).
+/// The longest the last pass may have taken to decide (its commit not counted) for the
+/// submit writer to run the next one with its group (see `submits`).
 ///
 /// Run with the group, a pass saves a sync and a wake-up of another thread: worth it while
 /// the pass is short, as it is with a short queue, where it makes a job submitted to an idle
 /// cluster start at once. With a long queue the pass takes tens of milliseconds, and every
 /// client of the group would wait for it before hearing its submit was stored, with nothing
 /// else done meanwhile; the writer then answers them first and leaves the pass to the
-/// scheduler task, so that their next requests are read while it runs. A pass's length
-/// includes the sync of what it decided, when it runs on its own; this bound leaves room for
-/// one.
+/// scheduler task, so that their next requests are read while it runs. The commit is left
+/// out because a sync's length is the disk's, not the queue's: a pass that started a job on
+/// a busy disk must not keep the next submit from starting the same way.
 const INLINE_PASS_MAX: Duration = Duration::from_millis(5);
 
-/// Runs the passes the submit writer leaves (it runs one itself when none is owed): those
-/// woken by other changes (an end, a cancel, a node), by submits during the spacing, and
-/// every second (silent nodes are found by the pass).
+/// Runs the passes the submit writer leaves (it runs one itself when none is owed and the
+/// last was short): those woken by other changes (an end, a cancel, a node), by submits
+/// during the spacing or after a long pass, and every second (silent nodes are found by the
+/// pass).
 async fn scheduler_loop(shared: Arc<Shared>) {
     loop {
         let _ = tokio::time::timeout(Duration::from_secs(1), shared.scheduler.notified()).await;
@@ -567,6 +572,23 @@ pub(crate) mod tests {
         assert_eq!(job.nodelist(), "n1");
     }
 
+    /// Submits a job and checks the writer left its pass to the scheduler task: the task is
+    /// woken, the job pending; then the task's pass (the spacing over) starts it.
+    async fn submit_left_to_the_task(shared: &Arc<Shared>) {
+        let id = submit(shared).await;
+        // Its wake-up is kept until the task waits.
+        tokio::time::timeout(Duration::from_secs(5), shared.scheduler.notified())
+            .await
+            .expect("the scheduler task was woken");
+        assert_eq!(state(shared, id), JobState::Pending);
+        *shared.next_pass.lock().unwrap() = std::time::Instant::now();
+        let s = shared.clone();
+        tokio::task::spawn_blocking(move || s.scheduling_pass())
+            .await
+            .unwrap();
+        assert_eq!(state(shared, id), JobState::Starting);
+    }
+
     #[tokio::test]
     async fn after_a_long_pass_the_writer_answers_first_and_leaves_the_next_to_the_task() {
         let dir = tempfile::tempdir().unwrap();
@@ -576,17 +598,15 @@ pub(crate) mod tests {
         shared
             .last_pass_us
             .store(long, std::sync::atomic::Ordering::Relaxed);
-        let id = submit(&shared).await;
-        tokio::time::timeout(Duration::from_secs(5), shared.scheduler.notified())
-            .await
-            .expect("the scheduler task was woken");
-        assert_eq!(state(&shared, id), JobState::Pending);
-        // The task's pass starts it.
-        let s = shared.clone();
-        tokio::task::spawn_blocking(move || s.scheduling_pass())
-            .await
-            .unwrap();
-        assert_eq!(state(&shared, id), JobState::Starting);
+        submit_left_to_the_task(&shared).await;
+        // That pass was short (its commit's sync not counted), so the writer runs the next.
+        *shared.next_pass.lock().unwrap() = std::time::Instant::now();
+        let next = submit(&shared).await;
+        assert_eq!(
+            state(&shared, next),
+            JobState::Starting,
+            "started by the writer"
+        );
     }
 
     #[tokio::test]
@@ -594,18 +614,6 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let shared = controller(&dir);
         *shared.next_pass.lock().unwrap() = std::time::Instant::now() + Duration::from_secs(3_600);
-        let id = submit(&shared).await;
-        // The writer wakes the scheduler task instead (its wake-up is kept until it waits).
-        tokio::time::timeout(Duration::from_secs(5), shared.scheduler.notified())
-            .await
-            .expect("the scheduler task was woken");
-        assert_eq!(state(&shared, id), JobState::Pending);
-        // The task's pass, once the spacing is over, starts it.
-        *shared.next_pass.lock().unwrap() = std::time::Instant::now();
-        let s = shared.clone();
-        tokio::task::spawn_blocking(move || s.scheduling_pass())
-            .await
-            .unwrap();
-        assert_eq!(state(&shared, id), JobState::Starting);
+        submit_left_to_the_task(&shared).await;
     }
 }

@@ -254,6 +254,10 @@ impl Store {
         &mut self,
         submits: &mut [(&mut [JobRecord], Option<&str>)],
     ) -> Result<Vec<Result<bool, StoreError>>, StoreError> {
+        if submits.is_empty() {
+            // No write lock taken for nothing.
+            return Ok(Vec::new());
+        }
         // All of them in one go first; a savepoint for each (two more statements per submit)
         // only when one of them failed, to keep the others.
         {
@@ -771,17 +775,20 @@ fn decode(text: &str) -> Result<JobRecord, serde_json::Error> {
 
 /// The ids the next inserted jobs get, read once per transaction, which holds the write lock
 /// from its start (`BEGIN IMMEDIATE`): a job's record holds its own id, so it is written
-/// whole once, with the id set. `AUTOINCREMENT` keeps the largest id ever given, so an id is
-/// never given twice, even after its job was removed.
+/// whole once, with the id set. As `AUTOINCREMENT` does, the next id is past both the largest
+/// ever given (kept in `sqlite_sequence`, so an id is never given twice, even after its job
+/// was removed) and the largest in the table.
 struct NextIds(JobId);
 
 impl NextIds {
     fn read(tx: &Connection) -> Result<NextIds, StoreError> {
-        let last: Option<i64> = tx
-            .prepare_cached("SELECT seq FROM sqlite_sequence WHERE name = 'jobs'")?
-            .query_row([], |r| r.get(0))
-            .optional()?;
-        Ok(NextIds(last.unwrap_or(0) as JobId + 1))
+        let last: i64 = tx
+            .prepare_cached(
+                "SELECT max(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'jobs'), 0), \
+                 COALESCE((SELECT max(id) FROM jobs), 0))",
+            )?
+            .query_row([], |r| r.get(0))?;
+        Ok(NextIds(last as JobId + 1))
     }
 }
 
@@ -1132,6 +1139,12 @@ pub(crate) mod tests {
         assert_eq!(s.job_by_token("a").unwrap(), Some((b.id + 2, 1000)));
         assert_eq!(s.job_by_token("b").unwrap(), None);
         assert_eq!(s.active_jobs().unwrap().len(), 5);
+        // Without the counter (a database restored in part, say), ids go on past the
+        // table's largest.
+        s.conn.execute_batch("DELETE FROM sqlite_sequence").unwrap();
+        let mut c = record();
+        s.insert_job(&mut c, None).unwrap();
+        assert_eq!(c.id, b.id + 5);
     }
 
     #[test]

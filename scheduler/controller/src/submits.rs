@@ -88,9 +88,9 @@ fn write(shared: Weak<Shared>, queue: mpsc::Receiver<Queued>) {
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        // With no pass owed, the group's own pass runs here, under the same lock, and its
-        // starts are committed with the submits: one sync makes both durable before any
-        // client or node hears of them.
+        // With no pass owed and the last one short, the group's own pass runs here, under
+        // the same lock, and its starts are committed with the submits: one sync makes both
+        // durable before any client or node hears of them.
         let pass = shared.pass_with_submits();
         let stored_and_started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut cluster = shared.cluster.lock().unwrap_or_else(|p| p.into_inner());

@@ -27,15 +27,24 @@ impl UserNames {
         self.of_with(uid, Instant::now(), lookup)
     }
 
-    fn of_with(&self, uid: u32, now: Instant, look: impl FnOnce(u32) -> String) -> String {
-        let mut names = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((name, at)) = names.get(&uid) {
-            if now.duration_since(*at) < KEEP {
-                return name.clone();
-            }
+    fn of_with(&self, uid: u32, now: Instant, look: impl FnOnce(u32) -> Option<String>) -> String {
+        let kept = |names: &HashMap<u32, (String, Instant)>| {
+            names
+                .get(&uid)
+                .filter(|(_, at)| now.duration_since(*at) < KEEP)
+                .map(|(name, _)| name.clone())
+        };
+        if let Some(name) = kept(&self.names()) {
+            return name;
         }
-        // Looked up under the lock: callers of one uid wait for one lookup, not one each.
-        let name = look(uid);
+        // Looked up without the lock: a slow user database (LDAP, say) holds up only the
+        // callers whose names are not kept.
+        let Some(name) = look(uid) else {
+            // Not kept: a user made a moment later, or a database that failed once, is
+            // found at the next request.
+            return uid.to_string();
+        };
+        let mut names = self.names();
         if names.len() >= MOST {
             names.retain(|_, (_, at)| now.duration_since(*at) < KEEP);
             if names.len() >= MOST {
@@ -45,15 +54,18 @@ impl UserNames {
         names.insert(uid, (name.clone(), now));
         name
     }
+
+    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<u32, (String, Instant)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
-/// The name of `uid` in the system's user database, or its number.
-fn lookup(uid: u32) -> String {
+/// The name of `uid` in the system's user database, if it has an entry there.
+fn lookup(uid: u32) -> Option<String> {
     nix::unistd::User::from_uid(uid.into())
         .ok()
         .flatten()
         .map(|u| u.name)
-        .unwrap_or_else(|| uid.to_string())
 }
 
 #[cfg(test)]
@@ -64,16 +76,26 @@ mod tests {
     fn a_name_is_looked_up_again_once_kept_long_enough() {
         let names = UserNames::default();
         let t0 = Instant::now();
-        assert_eq!(names.of_with(1000, t0, |_| "alice".into()), "alice");
+        assert_eq!(names.of_with(1000, t0, |_| Some("alice".into())), "alice");
         // Within KEEP the kept name answers, without a lookup.
         let kept = names.of_with(1000, t0 + KEEP / 2, |_| panic!("looked up again"));
         assert_eq!(kept, "alice");
         // After it, a rename is seen.
+        let renamed = names.of_with(1000, t0 + KEEP, |_| Some("alicia".into()));
+        assert_eq!(renamed, "alicia");
         assert_eq!(
-            names.of_with(1000, t0 + KEEP, |_| "alicia".into()),
-            "alicia"
+            names.of_with(1001, t0 + KEEP, |_| Some("bob".into())),
+            "bob"
         );
-        assert_eq!(names.of_with(1001, t0 + KEEP, |_| "bob".into()), "bob");
+    }
+
+    #[test]
+    fn a_uid_without_a_name_is_looked_up_at_every_request() {
+        let names = UserNames::default();
+        let t0 = Instant::now();
+        assert_eq!(names.of_with(1002, t0, |_| None), "1002");
+        // The user is made (or the database answers again) a moment later.
+        assert_eq!(names.of_with(1002, t0, |_| Some("carol".into())), "carol");
     }
 
     #[test]
@@ -81,7 +103,7 @@ mod tests {
         let names = UserNames::default();
         let t0 = Instant::now();
         for uid in 0..(MOST as u32 + 10) {
-            names.of_with(uid, t0, |u| u.to_string());
+            names.of_with(uid, t0, |u| Some(u.to_string()));
         }
         assert!(names.0.lock().unwrap().len() <= MOST);
     }

@@ -26,9 +26,11 @@ impl Cluster {
     /// becomes starts, stops and waiting jobs' notes through [`cycle::apply`] and
     /// [`cycle::waiting_note`]. What is kept here is the store and the records.
     pub fn schedule(&mut self, now: u64) -> Result<BTreeSet<String>, Failure> {
+        let began = std::time::Instant::now();
         let (mut state, facts) = self.sched_state(now);
         if state.pending.is_empty() {
             self.reserved.clear();
+            self.deciding = began.elapsed();
             return Ok(BTreeSet::new());
         }
         state.budget = self.budget_usage(now);
@@ -114,6 +116,7 @@ impl Cluster {
                 rec.pending_reason = Some(wait.reason.clone());
             });
         }
+        self.deciding = began.elapsed();
         self.commit(started)?;
         Ok(woken)
     }
