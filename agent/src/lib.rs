@@ -802,9 +802,8 @@ fn carry_out(
             }
         }
     }
-    // Before the kills: a signal ordered with a kill in the same answer reaches the job
-    // before its SIGTERM. (A job the controller marked for cancel before the node heard of
-    // the signal gets no order for it: the cancel ends its processes anyway.)
+    // Before the kills: a signal ordered with a kill in the same answer (one taken before the
+    // job was cancelled, say) reaches the job before its SIGTERM.
     for order in &orders.signals {
         passed.pass_on(cfg, launcher, order);
     }

@@ -276,7 +276,10 @@ impl Cluster {
             let Some(job) = self.jobs.get(&seen.job) else {
                 continue;
             };
-            if !signallable(job) || job.rank_on(node).is_none() {
+            // Signals taken before a cancel or a preemption still go: the agent passes them
+            // on before the kill given with them, as `scancel -s USR1` then `scancel` would
+            // (a checkpoint asked for, then the end). New ones are refused by then.
+            if job.state != JobState::Running || job.rank_on(node).is_none() {
                 continue;
             }
             out.extend(after(job, seen.seq).map(|s| SignalOrder {
@@ -395,6 +398,29 @@ mod tests {
         );
         c.signals_reported("g1", &[]);
         c.signal(&ann, id, usr1()).unwrap();
+    }
+
+    /// `wharf cancel --signal USR1 J` then `wharf cancel J` before the node heard of the
+    /// first: the signal still goes, in the same answer as the kill, and no new one is taken.
+    #[test]
+    fn a_signal_taken_before_a_cancel_is_still_passed_on() {
+        use crate::cluster::steps::tests::{nodes, running};
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = nodes(&dir, 1);
+        let id = running(&mut c, 1);
+        let ann = crate::cluster::sched::tests::caller(1000, "ann");
+        let usr1 = SignalRequest {
+            signal: 10,
+            batch: false,
+            full: false,
+        };
+        c.signal(&ann, id, usr1).unwrap();
+        c.cancel(&ann, id, 5_000).unwrap();
+        let orders = c.signal_orders("g1", &[Signalled { job: id, seq: 0 }]);
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        assert_eq!((orders[0].seq, orders[0].signal), (1, 10));
+        let refused = c.signal(&ann, id, usr1).unwrap_err();
+        assert!(refused.message.contains("stopping"), "{}", refused.message);
     }
 
     #[test]
