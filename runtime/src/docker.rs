@@ -369,15 +369,19 @@ async fn run_created(
         }
         let deadline = limit.at();
         let stopping = out.cancelled || out.timed_out;
-        // Requests are looked for once a second, as the limit is: nothing wakes this wait
-        // for them, and a look is a read of the request directory.
-        if !stopping && Instant::now() >= next_look {
+        // Read before the requests are (see `shim::wait_init`): requests written before the
+        // cancel go first.
+        let cancel = !stopping && cancelled();
+        // Requests are looked for once a second, as the limit is (nothing wakes this wait
+        // for them, and a look is a read of the request directory), and once more before a
+        // cancel closes their directory.
+        if !stopping && (cancel || Instant::now() >= next_look) {
             next_look = Instant::now() + Duration::from_secs(1);
             for req in crate::signals::take(jd) {
                 deliver(docker, name, req).await;
             }
         }
-        if !stopping && cancelled() {
+        if cancel {
             out.cancelled = true;
         } else if !stopping && deadline.is_some_and(|d| Instant::now() >= d) {
             out.timed_out = true;

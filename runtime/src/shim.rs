@@ -547,12 +547,16 @@ fn wait_init(
         }
         let now = Instant::now();
         let stopping = out.cancelled || out.timed_out;
+        // Read before the requests are: the agent writes a signal ordered with a cancel
+        // before it signals the cancel, so a cancel seen here comes after every request
+        // that goes before it, and those are delivered first.
+        let cancel = !stopping && cancelled();
         if !stopping {
             for req in crate::signals::take(jd) {
                 deliver(spec, init.pid(), req);
             }
         }
-        if !stopping && cancelled() {
+        if cancel {
             out.cancelled = true;
         } else if !stopping && deadline.is_some_and(|d| now >= d) {
             out.timed_out = true;

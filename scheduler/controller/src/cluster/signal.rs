@@ -268,8 +268,9 @@ impl Cluster {
     }
 
     /// Orders for `node`'s agent to pass on the signals of the jobs it runs that it has not
-    /// yet, as `reported`: each of the job's current run newer than the report's. A job the
-    /// agent reports nothing for (an older agent) gets none, nor does one being stopped.
+    /// yet, as `reported`: each of the job's current run newer than the report's, a job being
+    /// stopped's too (they were taken before the stop). A job the agent reports nothing for
+    /// (an older agent) gets none.
     pub fn signal_orders(&self, node: &str, reported: &[Signalled]) -> Vec<SignalOrder> {
         let mut out = Vec::new();
         for seen in reported {
