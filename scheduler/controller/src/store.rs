@@ -260,41 +260,44 @@ impl Store {
         }
         // All of them in one go first; a savepoint for each (two more statements per submit)
         // only when one of them failed, to keep the others.
-        {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let mut ids = NextIds::read(&tx)?;
-            let mut out = Vec::with_capacity(submits.len());
-            for (records, token) in submits.iter_mut() {
-                match insert_records(&tx, &mut ids, records, *token) {
-                    Ok(inserted) => out.push(Ok(inserted)),
-                    // Rolled back as `tx` is dropped.
-                    Err(_) => break,
-                }
-            }
-            if out.len() == submits.len() {
-                tx.commit()?;
-                return Ok(out);
-            }
+        match self.insert_each(submits, false)? {
+            Some(out) => Ok(out),
+            None => Ok(self.insert_each(submits, true)?.unwrap_or_default()),
         }
+    }
+
+    /// Inserts each submit of a group in one transaction. With `savepoints`, each inside one
+    /// of its own: one that fails is rolled back alone (the next takes the ids it would have
+    /// had) and its error returned in its place. Without, the first that fails rolls the
+    /// whole transaction back, and the answer is `None`.
+    fn insert_each(
+        &mut self,
+        submits: &mut [(&mut [JobRecord], Option<&str>)],
+        savepoints: bool,
+    ) -> Result<Option<Vec<Result<bool, StoreError>>>, StoreError> {
         let mut tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut ids = NextIds::read(&tx)?;
         let mut out = Vec::with_capacity(submits.len());
         for (records, token) in submits.iter_mut() {
+            if !savepoints {
+                match insert_records(&tx, &mut ids, records, *token) {
+                    Ok(inserted) => out.push(Ok(inserted)),
+                    // Rolled back as `tx` is dropped.
+                    Err(_) => return Ok(None),
+                }
+                continue;
+            }
             let sp = tx.savepoint()?;
             let done = insert_records(&sp, &mut ids, records, *token);
             if done.is_ok() {
                 sp.commit()?;
             }
-            // A failed one's savepoint rolls back as it is dropped, and the next one takes
-            // the ids it would have had.
             out.push(done);
         }
         tx.commit()?;
-        Ok(out)
+        Ok(Some(out))
     }
 
     /// The active or ended task `task` of array `array_id`, if any: one lookup in the
