@@ -472,7 +472,8 @@ fn docker_backend_runs_jobs_as_their_user_through_the_agent() {
     assert_eq!(lines.len(), 5, "{text}");
     // `wharf cancel --signal` reaches the container's program through the engine, and the
     // job goes on.
-    let script = "trap 'echo got-usr1' USR1; echo ready; while :; do sleep 0.2; done";
+    let script = "trap 'echo got-usr1' USR1; trap 'echo got-term; exit 0' TERM; echo ready; \
+                  while :; do sleep 0.2; done";
     let id = submitted_id(&c.wharf_as(
         &alice,
         &["submit", "--image", "wharf-e2e-docker", "--wrap", script],
@@ -486,12 +487,19 @@ fn docker_backend_runs_jobs_as_their_user_through_the_agent() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(crate::cancel_signal::count(&out_file, "got-usr1"), 1);
     assert_eq!(c.job(id)["state"], "RUNNING");
+    // A signal sent just before the cancel still reaches the program, before the SIGTERM
+    // (the shim reads requests once a second, and a cancel closes their directory).
+    let out = c.wharf_as(&alice, &["cancel", "--signal", "USR1", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
     assert!(c
         .wharf_as(&alice, &["cancel", &id.to_string()])
         .status
         .success());
     let done = c.wait_done(id, Duration::from_secs(30));
     assert_eq!(done["state"], "CANCELLED", "{done}");
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("got-")).collect();
+    assert_eq!(lines, ["got-usr1", "got-usr1", "got-term"], "{text}");
     // The host image is not something the engine can run: refused with the reason.
     let out = c.wharf_as(&alice, &["run", "--image", "host", "--", "/bin/true"]);
     assert!(
