@@ -894,6 +894,12 @@ impl Cluster {
         self.deciding
     }
 
+    /// Sets how long the last pass took to decide, as if one had.
+    #[cfg(test)]
+    pub fn set_deciding(&mut self, took: std::time::Duration) {
+        self.deciding = took;
+    }
+
     /// Stores changed jobs in one transaction, then updates memory (active jobs only).
     fn commit(&mut self, mut changed: Vec<JobRecord>) -> Result<(), Failure> {
         if changed.is_empty() {

@@ -121,9 +121,6 @@ pub struct Shared {
     scheduler: Notify,
     /// No scheduling pass starts before this (see [`PASS_SPACING`]).
     next_pass: Mutex<std::time::Instant>,
-    /// How long the last scheduling pass took to decide, microseconds (see
-    /// [`INLINE_PASS_MAX`]).
-    last_pass_us: std::sync::atomic::AtomicU64,
     /// Callers' names by uid.
     pub user_names: user_names::UserNames,
     nodes: Mutex<BTreeMap<String, Arc<Notify>>>,
@@ -155,11 +152,10 @@ impl Shared {
         std::time::Instant::now() >= *self.next_pass.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether the submit writer runs the pass with its group: one is due, and the last one
-    /// was short (see [`INLINE_PASS_MAX`]).
-    fn pass_with_submits(&self) -> bool {
-        let last = self.last_pass_us.load(std::sync::atomic::Ordering::Relaxed);
-        self.pass_due() && Duration::from_micros(last) <= INLINE_PASS_MAX
+    /// Whether the submit writer runs the pass with its group, over `cluster`, which it
+    /// holds: one is due, and the last one was short (see [`INLINE_PASS_MAX`]).
+    fn pass_with_submits(&self, cluster: &cluster::Cluster) -> bool {
+        self.pass_due() && cluster.deciding() <= INLINE_PASS_MAX
     }
 
     /// Runs one scheduling pass on the calling thread (it takes the cluster's lock and
@@ -185,14 +181,6 @@ impl Shared {
         });
         *self.next_pass.lock().unwrap_or_else(|p| p.into_inner()) =
             std::time::Instant::now() + started.elapsed() * PASS_SPACING;
-        self.last_pass_us.store(
-            cluster
-                .deciding()
-                .as_micros()
-                .try_into()
-                .unwrap_or(u64::MAX),
-            std::sync::atomic::Ordering::Relaxed,
-        );
         result.unwrap_or_else(|e| {
             tracing::error!(error = %e.message, "scheduling pass failed");
             Default::default()
@@ -288,7 +276,6 @@ pub async fn run(config: ControllerConfig) -> Result<(), StartError> {
         submits,
         scheduler: Notify::new(),
         next_pass: Mutex::new(std::time::Instant::now()),
-        last_pass_us: Default::default(),
         user_names: Default::default(),
         step_output: Default::default(),
         step_input: Default::default(),
@@ -514,7 +501,6 @@ pub(crate) mod tests {
             submits,
             scheduler: Notify::new(),
             next_pass: Mutex::new(std::time::Instant::now()),
-            last_pass_us: Default::default(),
             user_names: Default::default(),
             step_output: Default::default(),
             step_input: Default::default(),
@@ -593,18 +579,13 @@ pub(crate) mod tests {
     async fn after_a_long_pass_the_writer_answers_first_and_leaves_the_next_to_the_task() {
         let dir = tempfile::tempdir().unwrap();
         let shared = controller(&dir);
-        // Due, but the last one took longer than the writer runs with a group.
-        let long = (INLINE_PASS_MAX * 2).as_micros() as u64;
+        // Due, but the last one took longer to decide than the writer runs with a group.
         shared
-            .last_pass_us
-            .store(long, std::sync::atomic::Ordering::Relaxed);
+            .cluster
+            .lock()
+            .unwrap()
+            .set_deciding(INLINE_PASS_MAX * 2);
         submit_left_to_the_task(&shared).await;
-        // The task's pass set the length the writer reads next: how long it took to decide.
-        let decided = shared.cluster.lock().unwrap().deciding().as_micros() as u64;
-        let read = shared
-            .last_pass_us
-            .load(std::sync::atomic::Ordering::Relaxed);
-        assert_eq!(read, decided);
     }
 
     #[tokio::test]

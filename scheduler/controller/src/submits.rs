@@ -91,9 +91,10 @@ fn write(shared: Weak<Shared>, queue: mpsc::Receiver<Queued>) {
         // With no pass owed and the last one short, the group's own pass runs here, under
         // the same lock, and its starts are committed with the submits: one sync makes both
         // durable before any client or node hears of them.
-        let pass = shared.pass_with_submits();
+        let mut pass = false;
         let stored_and_started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut cluster = shared.cluster.lock().unwrap_or_else(|p| p.into_inner());
+            pass = shared.pass_with_submits(&cluster);
             let refs: Vec<(&Caller, &SubmitRequest)> =
                 group.iter().map(|q| (&q.caller, &q.req)).collect();
             let now = crate::now_ms();
