@@ -75,12 +75,7 @@ fn huge_launch_errors_do_not_cut_the_node_off() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(c
-        .wharf_as(&bob, &["cancel", &long.to_string()])
-        .status
-        .success());
-    let done = c.wait_done(long, Duration::from_secs(30));
-    assert_eq!(done["state"], "CANCELLED", "{done}");
+    c.cancel_as(&bob, long);
     let quick = submitted_id(&c.wharf_as(&bob, &["submit", "--wrap", "true"]));
     let done = c.wait_done(quick, Duration::from_secs(30));
     assert_eq!(done["state"], "COMPLETED", "{done}");

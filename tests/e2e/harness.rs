@@ -420,6 +420,16 @@ impl Cluster {
         wait_ended(|| self.job(id), id, limit, || self.log())
     }
 
+    /// `wharf cancel ID` as `user`, which must succeed; returns the job once ended, which must
+    /// be CANCELLED.
+    pub fn cancel_as(&self, user: &User, id: u64) -> Value {
+        let out = self.wharf_as(user, &["cancel", &id.to_string()]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let done = self.wait_done(id, Duration::from_secs(30));
+        assert_eq!(done["state"], "CANCELLED", "{done}");
+        done
+    }
+
     /// Waits until job `id` is RUNNING.
     pub fn wait_running(&self, id: u64) {
         let deadline = Instant::now() + Duration::from_secs(20);

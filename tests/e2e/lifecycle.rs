@@ -187,12 +187,7 @@ fn signals_reach_the_jobs_program_and_its_death_by_one_is_recorded() {
     ));
     c.wait_running(id);
     std::thread::sleep(Duration::from_millis(300));
-    assert!(c
-        .wharf_as(&dave, &["cancel", &id.to_string()])
-        .status
-        .success());
-    let job = c.wait_done(id, Duration::from_secs(30));
-    assert_eq!(job["state"], "CANCELLED", "{job}");
+    let job = c.cancel_as(&dave, id);
     assert_eq!(job["exit"]["signal"], 15, "{job}");
     let out = std::fs::read_to_string(home.join(format!("wharf-{id}.out"))).unwrap();
     assert!(!out.contains("\nend"), "{out}");

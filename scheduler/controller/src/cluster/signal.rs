@@ -339,20 +339,30 @@ mod tests {
         }
     }
 
+    /// SIGUSR1 to a job's tasks.
+    const USR1: SignalRequest = SignalRequest {
+        signal: 10,
+        batch: false,
+        full: false,
+    };
+
+    /// A cluster of `n` nodes running one job of ann's on all of them (with the directory
+    /// its store is in).
+    fn running_on(n: u32) -> (tempfile::TempDir, Cluster, JobId, Caller) {
+        use crate::cluster::steps::tests::{nodes, running};
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = nodes(&dir, n);
+        let id = running(&mut c, n);
+        let ann = crate::cluster::sched::tests::caller(1000, "ann");
+        (dir, c, id, ann)
+    }
+
     /// A caller that sends faster than the nodes pass signals on is told to wait instead of
     /// having the record drop one it was told was sent; the nodes' reports free room.
     #[test]
     fn no_signal_is_dropped_before_every_node_passed_it_on() {
-        use crate::cluster::steps::tests::{nodes, running};
-        let dir = tempfile::tempdir().unwrap();
-        let mut c = nodes(&dir, 2);
-        let id = running(&mut c, 2);
-        let ann = crate::cluster::sched::tests::caller(1000, "ann");
-        let usr1 = || SignalRequest {
-            signal: 10,
-            batch: false,
-            full: false,
-        };
+        let (_dir, mut c, id, ann) = running_on(2);
+        let usr1 = || USR1;
         for _ in 0..JobSignal::KEPT {
             c.signal(&ann, id, usr1()).unwrap();
         }
@@ -405,22 +415,13 @@ mod tests {
     /// first: the signal still goes, in the same answer as the kill, and no new one is taken.
     #[test]
     fn a_signal_taken_before_a_cancel_is_still_passed_on() {
-        use crate::cluster::steps::tests::{nodes, running};
-        let dir = tempfile::tempdir().unwrap();
-        let mut c = nodes(&dir, 1);
-        let id = running(&mut c, 1);
-        let ann = crate::cluster::sched::tests::caller(1000, "ann");
-        let usr1 = SignalRequest {
-            signal: 10,
-            batch: false,
-            full: false,
-        };
-        c.signal(&ann, id, usr1).unwrap();
+        let (_dir, mut c, id, ann) = running_on(1);
+        c.signal(&ann, id, USR1).unwrap();
         c.cancel(&ann, id, 5_000).unwrap();
         let orders = c.signal_orders("g1", &[Signalled { job: id, seq: 0 }]);
         assert_eq!(orders.len(), 1, "{orders:?}");
         assert_eq!((orders[0].seq, orders[0].signal), (1, 10));
-        let refused = c.signal(&ann, id, usr1).unwrap_err();
+        let refused = c.signal(&ann, id, USR1).unwrap_err();
         assert!(refused.message.contains("stopping"), "{}", refused.message);
     }
 
