@@ -440,6 +440,11 @@ pub fn launch(
                     if let Some(each) = so.cpus_per_task {
                         spec.cpuset = crate::launch::step_cpuset(order, local, each, machine);
                     }
+                    // `--mem`: the step's memory here split among its tasks, each a leaf
+                    // of the job's cgroup, which keeps the job's limit over them all.
+                    if let Some(memory) = so.memory {
+                        step_memory(&mut spec, memory, order.spec.tasks_per_node);
+                    }
                     if job_cgroup_is_flat(&cfg.state_dir, order.id) {
                         spec.job_cgroup = None;
                     }
@@ -463,6 +468,16 @@ pub fn launch(
             crate::record_not_started(&dir, order.id, message, fault);
         }
     }
+}
+
+/// Gives a task of a step with `memory` bytes on its node (`srun --mem`) its part of it,
+/// `tasks` sharing it evenly, and says the step's in `SLURM_MEM_PER_NODE` (MiB) as Slurm's
+/// steps are told.
+fn step_memory(spec: &mut wharf_runtime::ContainerSpec, memory: u64, tasks: u32) {
+    spec.memory = Some(memory / u64::from(tasks.max(1)));
+    const VAR: &str = "SLURM_MEM_PER_NODE=";
+    spec.env.retain(|e| !e.starts_with(VAR));
+    spec.env.push(format!("{VAR}{}", memory >> 20));
 }
 
 /// Whether job `id`'s first task here was started by an agent from before job cgroups held
@@ -971,6 +986,24 @@ mod tests {
         });
         JobDir::write_atomic(&task.spec(), &spec).unwrap();
         assert!(!job_cgroup_is_flat(state.path(), 12));
+    }
+
+    #[test]
+    fn a_steps_memory_is_split_among_its_tasks_and_named_in_its_environment() {
+        let mut spec = wharf_runtime::conformance::template("wharf-12", Path::new("/"), 1, 1);
+        spec.memory = Some(16 << 30);
+        spec.env = vec!["SLURM_MEM_PER_NODE=16384".into(), "A=1".into()];
+        spec.job_cgroup = Some(wharf_runtime::JobCgroupSpec {
+            name: "wharf-12".into(),
+            memory: Some(16 << 30),
+            cpuset: vec![],
+            pids: None,
+        });
+        step_memory(&mut spec, 6 << 30, 3);
+        assert_eq!(spec.memory, Some(2 << 30));
+        assert_eq!(spec.env, ["A=1", "SLURM_MEM_PER_NODE=6144"]);
+        // The job's cgroup keeps the job's limit over all its tasks and steps.
+        assert_eq!(spec.job_cgroup.unwrap().memory, Some(16 << 30));
     }
 
     #[test]

@@ -416,6 +416,12 @@ fn step_cell(j: &JobRecord, s: &wharf_api::step::StepRecord, column: &str, now: 
         "NTasks" => s.ntasks().to_string(),
         "AllocCPUS" => cpus.to_string(),
         "AllocGPUS" => gpus.to_string(),
+        // Its own ceiling on its first node (`srun --mem`), else the job's.
+        "ReqMem" => format_memory(
+            (s.nodes.first())
+                .and_then(|n| n.memory)
+                .unwrap_or(j.resources.memory),
+        ),
         "NodeList" => wharf_api::hostlist::compress(&names),
         "CPUTime" | "CPUTimeRAW" => cpu_time(elapsed, u64::from(cpus), column),
         // What its tasks used (CPU time summed, the highest memory peak), as sacct's.
@@ -483,6 +489,10 @@ mod tests {
         step.nodes[0].gpu_ids = vec![3];
         step.nodes[1].gpu_ids = vec![0];
         assert_eq!(cell(&step, "AllocGPUS"), "2");
+        // Memory: the job's, or the step's own ceiling (`srun --mem`).
+        assert_eq!(cell(&step, "ReqMem"), "1G");
+        step.nodes[0].memory = Some(256 << 20);
+        assert_eq!(cell(&step, "ReqMem"), "256M");
     }
 }
 

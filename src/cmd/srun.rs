@@ -59,13 +59,14 @@ pub struct Args {
     /// Account (outside a job).
     #[arg(short = 'A', long)]
     account: Option<String>,
-    /// Memory per node (outside a job).
+    /// Memory per node: outside a job, the new job's; inside one, the most the step's tasks
+    /// on a node may use together, within the job's there (0: all the job's).
     #[arg(long)]
     mem: Option<String>,
-    /// Memory per CPU (outside a job).
+    /// Memory per CPU: the new job's, or the step's per CPU it has on a node.
     #[arg(long, conflicts_with_all = ["mem", "mem_per_gpu"])]
     mem_per_cpu: Option<String>,
-    /// Memory per GPU (outside a job).
+    /// Memory per GPU: the new job's, or the step's per GPU it sees on a node.
     #[arg(long, conflicts_with = "mem")]
     mem_per_gpu: Option<String>,
     /// GPUs in all, split evenly over the nodes: outside a job, the new job's; inside one,
@@ -273,9 +274,6 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
         let outside_only = [
             ("--partition", args.partition.is_some()),
             ("--account", args.account.is_some()),
-            ("--mem", args.mem.is_some()),
-            ("--mem-per-cpu", args.mem_per_cpu.is_some()),
-            ("--mem-per-gpu", args.mem_per_gpu.is_some()),
             ("--image", args.image.is_some()),
         ];
         if let Some((flag, _)) = outside_only.iter().find(|(_, given)| *given) {
@@ -284,7 +282,20 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
                  allocation; leave it out, or give it to the job (wharf submit)"
             );
         }
+        let size = |flag: &str, text: Option<String>, zero: bool| {
+            let parse = if zero {
+                wharf_api::resources::parse_memory_or_whole
+            } else {
+                wharf_api::resources::parse_memory
+            };
+            (text.as_deref())
+                .map(|t| parse(t).map_err(|e| anyhow::anyhow!("srun: {flag}: {e}")))
+                .transpose()
+        };
         return Ok(Plan::Step(Box::new(step::Args {
+            mem: size("--mem", args.mem, true)?,
+            mem_per_cpu: size("--mem-per-cpu", args.mem_per_cpu, false)?,
+            mem_per_gpu: size("--mem-per-gpu", args.mem_per_gpu, false)?,
             nodes: args.nodes,
             // Inside a job, -J names the step and -t limits it, as srun's do.
             job_name: args.job_name,
@@ -530,9 +541,6 @@ mod tests {
                 "true"
             ]
         );
-        let a = parse(&["--mem-per-cpu", "2G", "true"]);
-        let e = plan(a, &env_of(IN_JOB)).unwrap_err().to_string();
-        assert!(e.contains("--mem-per-cpu is a job's"), "{e}");
         let e = plan(parse(&["-l", "true"]), &env_of(&[]))
             .unwrap_err()
             .to_string();
@@ -553,7 +561,7 @@ mod tests {
     }
 
     #[test]
-    fn inside_a_job_srun_gives_gpu_requests_to_the_step_and_memory_stays_the_jobs() {
+    fn inside_a_job_srun_gives_gpu_and_memory_requests_to_the_step() {
         let step = |words: &[&str]| match plan(parse(words), &env_of(IN_JOB)).unwrap() {
             Plan::Step(s) => s,
             Plan::Run(argv) => panic!("not a step: {argv:?}"),
@@ -566,8 +574,22 @@ mod tests {
             step(&["-G", "h100:4", "true"]).gpus.as_deref(),
             Some("h100:4")
         );
-        let e = plan(parse(&["--mem", "4G", "true"]), &env_of(IN_JOB)).unwrap_err();
-        assert!(e.to_string().contains("--mem is a job's"), "{e}");
+        // Memory is the step's ceiling within the job's; 0 is all the job's.
+        assert_eq!(step(&["--mem", "4G", "true"]).mem, Some(4 << 30));
+        assert_eq!(step(&["--mem=0", "true"]).mem, Some(0));
+        let s = step(&["--mem-per-cpu", "2G", "true"]);
+        assert_eq!((s.mem, s.mem_per_cpu), (None, Some(2 << 30)));
+        assert_eq!(
+            step(&["--mem-per-gpu=40G", "true"]).mem_per_gpu,
+            Some(40 << 30)
+        );
+        let e = plan(parse(&["--mem-per-cpu", "0", "true"]), &env_of(IN_JOB)).unwrap_err();
+        assert!(e.to_string().contains("srun: --mem-per-cpu"), "{e}");
+        let e = plan(parse(&["--mem", "lots", "true"]), &env_of(IN_JOB)).unwrap_err();
+        assert!(
+            e.to_string().contains("srun: --mem: invalid memory size"),
+            "{e}"
+        );
         // Outside a job --gres is the new job's.
         assert_eq!(
             run_argv(&["--gres", "gpu:2", "true"]),

@@ -9,7 +9,7 @@ use std::io::Write;
 
 use anyhow::{bail, Context, Result};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use wharf_api::step::{StepRecord, StepReply, StepRequest};
+use wharf_api::step::{StepMemory, StepRecord, StepReply, StepRequest};
 use wharf_api::step_input::{InputLine, StepInput};
 use wharf_api::step_output::{OutputChunk, StepOutput, Stream};
 
@@ -62,6 +62,19 @@ pub struct Args {
     /// the step's tasks there).
     #[arg(short = 'c', long)]
     pub cpus_per_task: Option<u32>,
+    /// The most memory the step's tasks on a node may use together (4G, 512M; 0: all the
+    /// job's there), within the job's memory there, split evenly among them. A ceiling, not
+    /// a reservation: the job's other steps share the job's memory as before.
+    #[arg(long, value_name = "SIZE", value_parser = wharf_api::resources::parse_memory_or_whole)]
+    pub mem: Option<u64>,
+    /// The step's memory on a node as so much per CPU it has there (its tasks' -c CPUs, else
+    /// the job's CPUs there).
+    #[arg(long, value_name = "SIZE", value_parser = wharf_api::resources::parse_memory, conflicts_with_all = ["mem", "mem_per_gpu"])]
+    pub mem_per_cpu: Option<u64>,
+    /// The step's memory on a node as so much per GPU its tasks see there (its own, else the
+    /// job's there).
+    #[arg(long, value_name = "SIZE", value_parser = wharf_api::resources::parse_memory, conflicts_with = "mem")]
+    pub mem_per_gpu: Option<u64>,
     /// The job to run in: refused unless it is the job this command runs inside.
     #[arg(long)]
     pub jobid: Option<u64>,
@@ -199,6 +212,9 @@ pub async fn run(args: Args) -> Result<i32> {
             error: args.error,
         },
         input: args.input,
+        memory: (args.mem.map(StepMemory::PerNode))
+            .or(args.mem_per_cpu.map(StepMemory::PerCpu))
+            .or(args.mem_per_gpu.map(StepMemory::PerGpu)),
     };
     // This command's standard input, read only when a task takes it.
     let mut input = (args.input != StepInput::None).then(read_stdin);

@@ -42,3 +42,51 @@ fn a_step_gets_only_the_memory_its_job_has_left_on_the_node() {
     // Once the batch command lets go, the same step fits.
     assert!(text.contains("RESULT FREED=0"), "{text}\n{job}");
 }
+
+/// `srun --mem` inside a job: the step's tasks on the node get that much between them, each
+/// its part as its own cgroup's limit, within the job's; asking for more than the job has is
+/// refused with why.
+#[test]
+fn srun_mem_gives_a_step_its_own_ceiling_within_the_jobs_memory() {
+    let test = "srun_mem_gives_a_step_its_own_ceiling_within_the_jobs_memory";
+    if !can_run(test) {
+        return;
+    }
+    let c = Cluster::start();
+    let alice = user("wharf-alice");
+    let home = c.home(&alice);
+    let w = wharf_bin();
+    // The job has 2 CPUs and 256 MiB; a step of two tasks limited to 64 MiB gives each 32 MiB: 20 MiB
+    // fits in a task, 48 MiB does not, though the job has room for it.
+    let script = format!(
+        "{w} srun --mem 64M -n 2 -l sh -c 'echo MEM=$SLURM_MEM_PER_NODE'; \
+         {w} srun --mem 64M dd if=/dev/zero of=/dev/null bs=20M count=1; echo RESULT SMALL=$?; \
+         {w} srun --mem 64M -n 2 dd if=/dev/zero of=/dev/null bs=48M count=1; echo RESULT BIG=$?; \
+         {w} srun dd if=/dev/zero of=/dev/null bs=48M count=1; echo RESULT JOBS=$?; \
+         {w} srun --mem 1G true; echo RESULT OVER=$?"
+    );
+    let id = submitted_id(&c.wharf_as(
+        &alice,
+        &[
+            "submit", "-c", "2", "--mem", "256M", "-t", "2m", "--wrap", &script,
+        ],
+    ));
+    let job = c.wait_done(id, Duration::from_secs(90));
+    let out = std::fs::read_to_string(home.join(format!("wharf-{id}.out"))).unwrap_or_default();
+    assert_eq!(job["state"], "COMPLETED", "{job}\n{out}\n{}", c.log());
+    // Each task is told the step's memory on the node, MiB, as Slurm's steps are.
+    assert!(
+        out.contains("0: MEM=64") && out.contains("1: MEM=64"),
+        "{out}"
+    );
+    assert!(out.contains("RESULT SMALL=0"), "{out}\n{job}");
+    // Killed by the OOM killer in its own cgroup (137: 128 + SIGKILL).
+    assert!(out.contains("RESULT BIG=137"), "{out}\n{job}");
+    // Without --mem, the same task has the job's memory.
+    assert!(out.contains("RESULT JOBS=0"), "{out}\n{job}");
+    // More than the job's: refused, with why, and no step recorded for it.
+    assert!(out.contains("RESULT OVER=1"), "{out}\n{job}");
+    assert!(out.contains("more than job"), "{out}");
+    assert_eq!(job["steps"].as_array().map(Vec::len), Some(4), "{job}");
+    assert_eq!(job["steps"][1]["nodes"][0]["memory"], 64u64 << 20, "{job}");
+}

@@ -88,6 +88,27 @@ pub struct StepRequest {
     /// every task reads `/dev/null`).
     #[serde(default, skip_serializing_if = "is_default")]
     pub input: StepInput,
+    /// The most memory the step's tasks on a node may use together (`srun --mem`,
+    /// `--mem-per-cpu`, `--mem-per-gpu`), within the job's there; `None`: the job's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<StepMemory>,
+}
+
+/// A step's memory as `srun` asks for it inside a job. It is a ceiling for the step's tasks
+/// on each of its nodes, within the job's memory there; it reserves nothing against the
+/// job's other steps, which share the job's memory as before (the job's limit holds for all
+/// of them together).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepMemory {
+    /// Bytes on each node (`--mem`); 0: all the job's there.
+    PerNode(u64),
+    /// Bytes for each CPU the step has on a node (`--mem-per-cpu`): its tasks' own
+    /// (`-c` times its tasks there), else all the job's CPUs there.
+    PerCpu(u64),
+    /// Bytes for each GPU the step's tasks see on a node (`--mem-per-gpu`): its own where
+    /// it holds some, else all the job's there.
+    PerGpu(u64),
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
@@ -150,6 +171,10 @@ pub struct StepNode {
     /// other step of the job is given them until its tasks here have ended.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_ids: Vec<u32>,
+    /// The most memory its tasks here may use together, bytes (its [`StepMemory`] worked
+    /// out for this node); `None`: all the job's here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<u64>,
 }
 
 /// One step of a job, as the controller records it (in the job's record, so `wharf acct`
@@ -286,6 +311,11 @@ pub struct StepOrder {
     /// limit does not move it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub own_time_limit: bool,
+    /// The most memory the step's tasks on this node may use together, bytes, split evenly
+    /// among them; `None`: the job's (`order.spec`'s memory stays the job's, which its
+    /// cgroup is written with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<u64>,
 }
 
 /// A step's tasks for an agent to stop.

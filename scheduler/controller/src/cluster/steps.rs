@@ -21,8 +21,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use wharf_api::step::{
-    is_placement_variable, step_output, AgentStep, StepKey, StepKill, StepNode, StepOrder,
-    StepRecord, StepStart,
+    is_placement_variable, step_output, AgentStep, StepKey, StepKill, StepMemory, StepNode,
+    StepOrder, StepRecord, StepStart,
 };
 use wharf_api::wire::{ErrorKind, LaunchOrder, Rendezvous, StepPlace};
 use wharf_api::{ExitInfo, JobId, JobRecord, JobState};
@@ -331,7 +331,7 @@ impl Cluster {
         // Its own limit where it asks for less than the job has left (the job's end ends it
         // all the same).
         let own = r.time_limit.filter(|&t| t < left);
-        let step = StepRecord {
+        let mut step = StepRecord {
             id: job.steps.len() as u32,
             name: (r.name.clone())
                 .unwrap_or_else(|| r.argv[0].rsplit('/').next().unwrap_or_default().to_string()),
@@ -359,6 +359,12 @@ impl Cluster {
             input: r.input,
             ..Default::default()
         };
+        if let Some(asked) = r.memory {
+            let memory = self.step_memory(job, asked, &step)?;
+            for (n, m) in step.nodes.iter_mut().zip(memory) {
+                n.memory = m;
+            }
+        }
         let mut job = job.clone();
         job.steps.push(step.clone());
         tracing::info!(
@@ -371,6 +377,82 @@ impl Cluster {
         );
         self.commit(vec![job])?;
         Ok(StepOutcome::Started(Box::new(step)))
+    }
+
+    /// The most memory `step`'s tasks may use together on each of its nodes, bytes, as
+    /// `asked` gives it there (per CPU or GPU: those its tasks have there); `None` where that
+    /// is all the job's. Refused where it is more than the job's memory there (as Slurm
+    /// refuses a step's `--mem` past its job's), less than [`wharf_api::job::MIN_MEMORY`] a
+    /// task, or per GPU on a node where its tasks see none.
+    fn step_memory(
+        &self,
+        job: &JobRecord,
+        asked: StepMemory,
+        step: &StepRecord,
+    ) -> Result<Vec<Option<u64>>, Failure> {
+        let invalid = |m: String| refused(ErrorKind::InvalidInput, m);
+        let fmt = wharf_api::resources::format_memory;
+        let Some(spec) = &job.spec else {
+            return Ok(vec![None; step.nodes.len()]);
+        };
+        let tasks = step.tasks_per_node.max(1);
+        let mut out = Vec::with_capacity(step.nodes.len());
+        for n in &step.nodes {
+            let Some(alloc) = job.allocs.iter().find(|a| a.node == n.node) else {
+                out.push(None);
+                continue;
+            };
+            let have = self.node_spec(job, spec, &n.node, alloc).resources.memory;
+            let (each, count, flag) = match asked {
+                StepMemory::PerNode(0) => {
+                    out.push(None);
+                    continue;
+                }
+                StepMemory::PerNode(b) => (b, 1, "--mem"),
+                StepMemory::PerCpu(b) => {
+                    let cpus = step.cpus_per_task.map_or(alloc.cpu_ids.len() as u32, |c| {
+                        c.saturating_mul(step.tasks_per_node)
+                    });
+                    (b, cpus, "--mem-per-cpu")
+                }
+                StepMemory::PerGpu(b) => {
+                    let gpus = gpus::visible(step.gpus_per_node, n, &alloc.gpu_ids).len() as u32;
+                    if gpus == 0 {
+                        return Err(invalid(format!(
+                            "--mem-per-gpu: the step's tasks have no GPU on node {}; give --mem \
+                             instead",
+                            n.node
+                        )));
+                    }
+                    (b, gpus, "--mem-per-gpu")
+                }
+            };
+            let want = each.saturating_mul(u64::from(count));
+            if want > have {
+                return Err(invalid(format!(
+                    "{flag} {}: the step would have {} of memory on node {}, more than job \
+                     {}'s {} there; a step runs within its job's memory, so ask for at most \
+                     that (or leave {flag} out for all of it)",
+                    fmt(each),
+                    fmt(want),
+                    n.node,
+                    job.id,
+                    fmt(have)
+                )));
+            }
+            if want / u64::from(tasks) < wharf_api::job::MIN_MEMORY {
+                return Err(invalid(format!(
+                    "{flag} {}: {} for each of the step's {tasks} task(s) on node {} is too \
+                     little; give each at least {}",
+                    fmt(each),
+                    fmt(want / u64::from(tasks)),
+                    n.node,
+                    fmt(wharf_api::job::MIN_MEMORY)
+                )));
+            }
+            out.push(Some(want));
+        }
+        Ok(out)
     }
 
     /// A step as it stands (of a job running or ended).
@@ -787,6 +869,7 @@ impl Cluster {
                     input: step.input,
                     cpus_per_task: step.cpus_per_task,
                     own_time_limit: step.own_time_limit,
+                    memory: entry.memory,
                 });
             }
         }

@@ -1,6 +1,6 @@
 use std::collections::BTreeSet;
 
-use wharf_api::step::{AgentStep, StepKey, StepRecord, StepRequest, StepStart};
+use wharf_api::step::{AgentStep, StepKey, StepMemory, StepRecord, StepRequest, StepStart};
 use wharf_api::step_input::StepInput;
 use wharf_api::wire::{AgentJob, ErrorKind, PollRequest};
 use wharf_api::{ExitInfo, JobDefaults, JobId, JobRequest, JobState, NodeInfo};
@@ -556,5 +556,100 @@ fn a_steps_tasks_get_their_own_nodes_whole_memory_in_an_uneven_gang() {
         let (orders, _) = c.step_orders(node, &BTreeSet::new(), &BTreeSet::new());
         assert_eq!(orders.len(), 1, "{node}");
         assert_eq!(orders[0].order.spec.resources.memory, memory, "{node}");
+    }
+}
+
+#[test]
+fn a_steps_memory_is_its_own_ceiling_within_the_jobs_on_each_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = nodes(&dir, 1);
+    c.register(NodeInfo::new("g2", "10.0.0.2", 4, 8 << 30, vec![]), 0)
+        .unwrap();
+    let whole = JobRequest {
+        nodes: Some(2),
+        cpus: Some(4),
+        memory: Some(0),
+        ..Default::default()
+    };
+    let id = submit_job(&mut c, &caller(1000, "ann"), whole, 10).unwrap();
+    c.schedule(1_000).unwrap();
+    for node in ["g1", "g2"] {
+        report(&mut c, node, &[(id, None)], vec![]);
+    }
+    let with = |memory, more: StepRequest| StepRequest {
+        memory: Some(memory),
+        ..more
+    };
+    let mut start = |r: StepRequest| c.start_step(ask(id, "g1", 1000, r), 2_000);
+    let gib = |n: u64| n << 30;
+    // `--mem 6G`: 6G on each node, though the job has 16G on g1 and 8G on g2.
+    let six = start(with(StepMemory::PerNode(gib(6)), StepRequest::default()))
+        .map(started)
+        .unwrap();
+    let per_node: Vec<Option<u64>> = six.nodes.iter().map(|n| n.memory).collect();
+    assert_eq!(per_node, [Some(gib(6)), Some(gib(6))]);
+    // Per CPU: two tasks of one CPU each, 1G a CPU; without -c, every CPU of the job's.
+    let each_cpu = StepRequest {
+        ntasks_per_node: Some(2),
+        cpus_per_task: Some(1),
+        ..Default::default()
+    };
+    let s = start(with(StepMemory::PerCpu(gib(1)), each_cpu))
+        .map(started)
+        .unwrap();
+    assert_eq!(s.nodes[1].memory, Some(gib(2)));
+    let s = start(with(StepMemory::PerCpu(gib(1)), StepRequest::default()))
+        .map(started)
+        .unwrap();
+    assert_eq!(s.nodes[1].memory, Some(gib(4)));
+    // 0: all the job's on each node, as without it.
+    let all = start(with(StepMemory::PerNode(0), StepRequest::default()))
+        .map(started)
+        .unwrap();
+    assert!(all.nodes.iter().all(|n| n.memory.is_none()));
+    // Refused, with why, and nothing recorded: more than the job's on g2, per GPU with no
+    // GPU, too little for each task.
+    let refusals = [
+        (
+            with(StepMemory::PerNode(gib(12)), StepRequest::default()),
+            "more than job",
+        ),
+        (
+            with(StepMemory::PerCpu(gib(3)), StepRequest::default()),
+            "8G there",
+        ),
+        (
+            with(StepMemory::PerGpu(gib(1)), StepRequest::default()),
+            "no GPU on node g1",
+        ),
+        (
+            with(
+                StepMemory::PerNode(4 << 20),
+                StepRequest {
+                    ntasks_per_node: Some(4),
+                    ..Default::default()
+                },
+            ),
+            "too little",
+        ),
+    ];
+    for (r, words) in refusals {
+        let e = start(r).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput, "{}", e.message);
+        assert!(e.message.contains(words), "{}", e.message);
+    }
+    assert_eq!(record(&c, id).steps.len(), 4);
+    // The orders: the step's memory beside the job's, which the job's cgroup keeps.
+    for (node, job_memory) in [("g1", gib(16)), ("g2", gib(8))] {
+        let (orders, _) = c.step_orders(node, &BTreeSet::new(), &BTreeSet::new());
+        let memory: Vec<Option<u64>> = orders.iter().map(|o| o.memory).collect();
+        assert_eq!(
+            memory,
+            [Some(gib(6)), Some(gib(2)), Some(gib(4)), None],
+            "{node}"
+        );
+        assert!(orders
+            .iter()
+            .all(|o| o.order.spec.resources.memory == job_memory));
     }
 }
