@@ -279,11 +279,15 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mut ids = NextIds::read(&tx)?;
-        let mut out = Vec::with_capacity(submits.len());
+        let submits_len = submits.len();
+        let mut out = Vec::with_capacity(submits_len);
         for (records, token) in submits.iter_mut() {
             if !savepoints {
                 match insert_records(&tx, &mut ids, records, *token) {
                     Ok(inserted) => out.push(Ok(inserted)),
+                    // Alone in its group: nothing to keep, and trying again with a savepoint
+                    // would fail the same way. Rolled back as `tx` is dropped.
+                    Err(e) if submits_len == 1 => return Ok(Some(vec![Err(e)])),
                     // Rolled back as `tx` is dropped.
                     Err(_) => return Ok(None),
                 }
@@ -1141,6 +1145,14 @@ pub(crate) mod tests {
         assert_eq!(s.job_by_token("g").unwrap(), Some((good[0].id, 1000)));
         assert_eq!(s.job_by_token("a").unwrap(), Some((b.id + 2, 1000)));
         assert_eq!(s.job_by_token("b").unwrap(), None);
+        assert_eq!(s.active_jobs().unwrap().len(), 5);
+        // Alone in its group, a failing submit is answered with its error (tried once, with
+        // nothing to keep around it) and takes no id.
+        let mut alone = [record()];
+        alone[0].name = "bad".into();
+        let answers = s.insert_group(&mut [(&mut alone, Some("b2"))]).unwrap();
+        assert!(matches!(answers.as_slice(), [Err(_)]), "{answers:?}");
+        assert_eq!(s.job_by_token("b2").unwrap(), None);
         assert_eq!(s.active_jobs().unwrap().len(), 5);
         // Without the counter (a database restored in part, say), ids go on past the
         // table's largest.
