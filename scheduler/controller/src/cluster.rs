@@ -129,6 +129,9 @@ pub struct Cluster {
     budgets: budget::Budgets,
     /// How a submitting user's Unix groups are found (partitions' AllowGroups).
     groups: crate::groups::GroupLookup,
+    /// What `groups` found, by uid, kept a few seconds: it is asked under this cluster's
+    /// lock, at each submit to a partition with AllowGroups.
+    kept_groups: crate::kept::Kept<u32, Vec<String>>,
     /// Waiters on jobs' states, woken by every commit.
     watch: JobWatch,
     /// Users' registry credentials for their active jobs, apart from the records.
@@ -249,6 +252,7 @@ impl Cluster {
             deciding: std::time::Duration::ZERO,
             budgets: budget::Budgets::default(),
             groups: crate::groups::unix_groups,
+            kept_groups: Default::default(),
             watch: JobWatch::default(),
             credentials,
             pulls: BTreeMap::new(),

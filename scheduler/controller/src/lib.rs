@@ -13,6 +13,7 @@ pub mod admin;
 pub mod api;
 pub mod cluster;
 pub mod groups;
+pub mod kept;
 pub mod ledger;
 pub mod node_keys;
 pub mod private;

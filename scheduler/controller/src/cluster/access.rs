@@ -34,7 +34,11 @@ impl Cluster {
         if part.allow_groups.is_empty() || caller.admin {
             return Ok(());
         }
-        let groups = (self.groups)(&caller.owner).map_err(|e| {
+        let now = std::time::Instant::now();
+        let groups = (self
+            .kept_groups
+            .get_or(&caller.owner.uid, now, |_| (self.groups)(&caller.owner)))
+        .map_err(|e| {
             Failure::new(
                 ErrorKind::Internal,
                 format!(

@@ -224,6 +224,35 @@ fn allow_accounts_and_allow_groups_refuse_at_submit_with_what_is_allowed() {
     assert!(submit_job(&mut c, &bob, to("all"), 6).is_ok());
 }
 
+static LOOKUPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn counted_groups_of(owner: &Owner) -> Result<Vec<String>, String> {
+    LOOKUPS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    groups_of(owner)
+}
+
+#[test]
+fn a_users_groups_are_looked_up_once_for_many_submits_and_a_failed_lookup_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = wharf_core::Config::default();
+    let mut gpu = wharf_core::Partition::new("gpu", &["n1"]);
+    gpu.allow_groups = vec!["gpuusers".into()];
+    config.partitions = vec![gpu];
+    let mut c = two_nodes(&dir, config).with_group_lookup(counted_groups_of);
+    let to_gpu = || asking(|r| r.partition = Some("gpu".into()));
+    let looked = || LOOKUPS.load(std::sync::atomic::Ordering::SeqCst);
+    // Under the cluster's lock, each lookup holds up every other request: a slow group
+    // database (LDAP) must not be asked at every submit.
+    for t in 1..=5 {
+        assert!(submit_job(&mut c, &caller(1000, "ann"), to_gpu(), t).is_ok());
+    }
+    assert_eq!(looked(), 1);
+    for t in 6..=7 {
+        assert!(submit_job(&mut c, &caller(1002, "eve"), to_gpu(), t).is_err());
+    }
+    assert_eq!(looked(), 3, "a lookup that failed is not kept");
+}
+
 #[test]
 fn a_job_no_node_of_its_partition_could_hold_is_refused_at_submit() {
     let dir = tempfile::tempdir().unwrap();
