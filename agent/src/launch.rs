@@ -965,6 +965,13 @@ fn preflight_memlock(cfg: &AgentConfig, need: Option<u64>) -> Result<(), LaunchE
 
 /// The job's environment as `NAME=value`, plus the CDI spec's variables that Wharf does not
 /// set itself (Wharf's GPU numbering wins).
+/// Sets `name` to `value` in a sandbox's environment (`NAME=VALUE` entries), in place of
+/// any value it had.
+pub(crate) fn set_env(env: &mut Vec<String>, name: &str, value: &str) {
+    env.retain(|e| e.split_once('=').is_none_or(|(k, _)| k != name));
+    env.push(format!("{name}={value}"));
+}
+
 fn with_cdi_env(env: Vec<(String, String)>, cdi: Option<&crate::cdi::GpuEdits>) -> Vec<String> {
     let mut out: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     for e in cdi.map(|c| c.env.as_slice()).unwrap_or_default() {
@@ -1226,17 +1233,18 @@ pub(crate) mod tests {
         assert_eq!(step_binary_bind(&cfg, image), None);
     }
 
-    #[test]
-    fn every_task_of_a_job_has_its_cgroup_under_the_jobs_which_holds_the_jobs_limits() {
-        let dev = tempfile::tempdir().unwrap();
-        let mut cfg = cfg(dev.path());
-        cfg.pids_limit = Some(512);
-        let images = wharf_images::ImageStore::open(dev.path().join("images")).unwrap();
-        let machine = Machine {
+    /// A machine of four CPUs, ids 10 to 13.
+    pub(crate) fn four_cpus() -> Machine {
+        Machine {
             cpus: vec![10, 11, 12, 13],
             gpus: vec![],
             cpu_numa: vec![],
-        };
+        }
+    }
+
+    /// A device root, and the order for job `id` on the host's root, as root, holding CPUs
+    /// 1 and 3 of [`four_cpus`] and `memory` there for `tasks` tasks.
+    pub(crate) fn host_order(id: u64, memory: u64, tasks: u32) -> (tempfile::TempDir, LaunchOrder) {
         let mut spec = wharf_api::JobRequest {
             command: Some(vec!["true".into()]),
             image: Some("host".into()),
@@ -1244,10 +1252,10 @@ pub(crate) mod tests {
         }
         .resolve("/", &wharf_api::JobDefaults::default())
         .unwrap();
-        spec.resources.memory = 1 << 30;
-        spec.tasks_per_node = 2;
+        spec.resources.memory = memory;
+        spec.tasks_per_node = tasks;
         let order = LaunchOrder {
-            id: 9,
+            id,
             owner: wharf_api::Owner {
                 uid: 0,
                 gid: 0,
@@ -1262,6 +1270,16 @@ pub(crate) mod tests {
             hold: false,
             stops_holders: false,
         };
+        (tempfile::tempdir().unwrap(), order)
+    }
+
+    #[test]
+    fn every_task_of_a_job_has_its_cgroup_under_the_jobs_which_holds_the_jobs_limits() {
+        let (dev, order) = host_order(9, 1 << 30, 2);
+        let mut cfg = cfg(dev.path());
+        cfg.pids_limit = Some(512);
+        let images = wharf_images::ImageStore::open(dev.path().join("images")).unwrap();
+        let machine = four_cpus();
         let job = wharf_runtime::JobCgroupSpec {
             name: "wharf-9".into(),
             memory: Some(1 << 30),

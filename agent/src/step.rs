@@ -426,28 +426,8 @@ pub fn launch(
         }
         let error = match &failed {
             Some(why) => Some((format!("never started: {why}"), None)),
-            None => crate::launch::container_spec(cfg, images, order, local, machine)
-                .and_then(|mut spec| {
-                    spec.id = format!("wharf-{}", dir_name(order.id, so.step, local));
-                    // The streams its caller takes go to the task's directory, for
-                    // [`crate::step_output`] to pass on.
-                    (spec.capture_stdout, spec.capture_stderr) = so.output.captured();
-                    // The tasks that take the caller's input read it from a pipe that
-                    // [`crate::step_input`] writes into; the others read /dev/null.
-                    let rank = order.rendezvous.node_rank * order.spec.tasks_per_node.max(1) + local;
-                    spec.capture_stdin = so.input.takes(rank);
-                    // `-c`: the task's own CPUs of the job's, not an even split of them.
-                    if let Some(each) = so.cpus_per_task {
-                        spec.cpuset = crate::launch::step_cpuset(order, local, each, machine);
-                    }
-                    // `--mem`: the step's memory here split among its tasks, each a leaf
-                    // of the job's cgroup, which keeps the job's limit over them all.
-                    if let Some(memory) = so.memory {
-                        step_memory(&mut spec, memory, order.spec.tasks_per_node);
-                    }
-                    if job_cgroup_is_flat(&cfg.state_dir, order.id) {
-                        spec.job_cgroup = None;
-                    }
+            None => task_spec(cfg, images, machine, so, local)
+                .and_then(|spec| {
                     launcher.launch(&dir, &spec).map_err(crate::launch::LaunchError::from)?;
                     if so.own_time_limit {
                         if let Err(e) = JobDir::write_private(&dir.own_time_limit(), b"1") {
@@ -470,14 +450,44 @@ pub fn launch(
     }
 }
 
-/// Gives a task of a step with `memory` bytes on its node (`srun --mem`) its part of it,
-/// `tasks` sharing it evenly, and says the step's in `SLURM_MEM_PER_NODE` (MiB) as Slurm's
-/// steps are told.
-fn step_memory(spec: &mut wharf_runtime::ContainerSpec, memory: u64, tasks: u32) {
-    spec.memory = Some(memory / u64::from(tasks.max(1)));
-    const VAR: &str = "SLURM_MEM_PER_NODE=";
-    spec.env.retain(|e| !e.starts_with(VAR));
-    spec.env.push(format!("{VAR}{}", memory >> 20));
+/// The sandbox of task `local` of step order `so` on this node: a job task's
+/// ([`crate::launch::container_spec`]) with the step's own id, streams, CPUs and memory.
+fn task_spec(
+    cfg: &AgentConfig,
+    images: &wharf_images::ImageStore,
+    machine: &crate::discover::Machine,
+    so: &StepOrder,
+    local: u32,
+) -> Result<wharf_runtime::ContainerSpec, crate::launch::LaunchError> {
+    let order = &so.order;
+    let mut spec = crate::launch::container_spec(cfg, images, order, local, machine)?;
+    spec.id = format!("wharf-{}", dir_name(order.id, so.step, local));
+    // The streams its caller takes go to the task's directory, for
+    // [`crate::step_output`] to pass on.
+    (spec.capture_stdout, spec.capture_stderr) = so.output.captured();
+    // The tasks that take the caller's input read it from a pipe that
+    // [`crate::step_input`] writes into; the others read /dev/null.
+    let rank = order.rendezvous.node_rank * order.spec.tasks_per_node.max(1) + local;
+    spec.capture_stdin = so.input.takes(rank);
+    // `-c`: the task's own CPUs of the job's, not an even split of them.
+    if let Some(each) = so.cpus_per_task {
+        spec.cpuset = crate::launch::step_cpuset(order, local, each, machine);
+    }
+    // `--mem`: the step's memory here split evenly among its tasks, each its own leaf of
+    // the job's cgroup, which keeps the job's limit (from `order.spec`) over them all; the
+    // step's is said in `SLURM_MEM_PER_NODE` (MiB), as Slurm's steps are told.
+    if let Some(memory) = so.memory {
+        spec.memory = Some(memory / u64::from(order.spec.tasks_per_node.max(1)));
+        crate::launch::set_env(
+            &mut spec.env,
+            "SLURM_MEM_PER_NODE",
+            &(memory >> 20).to_string(),
+        );
+    }
+    if job_cgroup_is_flat(&cfg.state_dir, order.id) {
+        spec.job_cgroup = None;
+    }
+    Ok(spec)
 }
 
 /// Whether job `id`'s first task here was started by an agent from before job cgroups held
@@ -989,21 +999,38 @@ mod tests {
     }
 
     #[test]
-    fn a_steps_memory_is_split_among_its_tasks_and_named_in_its_environment() {
-        let mut spec = wharf_runtime::conformance::template("wharf-12", Path::new("/"), 1, 1);
-        spec.memory = Some(16 << 30);
-        spec.env = vec!["SLURM_MEM_PER_NODE=16384".into(), "A=1".into()];
-        spec.job_cgroup = Some(wharf_runtime::JobCgroupSpec {
-            name: "wharf-12".into(),
-            memory: Some(16 << 30),
-            cpuset: vec![],
-            pids: None,
-        });
-        step_memory(&mut spec, 6 << 30, 3);
-        assert_eq!(spec.memory, Some(2 << 30));
-        assert_eq!(spec.env, ["A=1", "SLURM_MEM_PER_NODE=6144"]);
-        // The job's cgroup keeps the job's limit over all its tasks and steps.
-        assert_eq!(spec.job_cgroup.unwrap().memory, Some(16 << 30));
+    fn a_steps_memory_is_split_among_its_tasks_and_the_jobs_cgroup_keeps_the_jobs() {
+        let (dev, order) = crate::launch::tests::host_order(9, 1 << 30, 2);
+        let cfg = crate::launch::tests::cfg(dev.path());
+        let images = wharf_images::ImageStore::open(dev.path().join("images")).unwrap();
+        let machine = crate::launch::tests::four_cpus();
+        let mut so = StepOrder {
+            step: 3,
+            order,
+            output: Default::default(),
+            input: Default::default(),
+            cpus_per_task: None,
+            own_time_limit: false,
+            memory: None,
+        };
+        let env = |spec: &wharf_runtime::ContainerSpec, var: &str| {
+            let var = format!("{var}=");
+            let mut found = spec.env.iter().filter_map(|e| e.strip_prefix(&var));
+            let value = found.next().map(str::to_string);
+            assert!(found.next().is_none(), "{var} set twice");
+            value
+        };
+        // Without its own: each task its part of the job's.
+        let task = task_spec(&cfg, &images, &machine, &so, 1).unwrap();
+        assert_eq!(task.id, "wharf-9.s3.1");
+        assert_eq!(task.memory, Some(1 << 29));
+        assert_eq!(env(&task, "SLURM_MEM_PER_NODE").as_deref(), Some("1024"));
+        // `--mem 256M`: 128M each, told as the step's 256; the job's cgroup keeps 1G.
+        so.memory = Some(256 << 20);
+        let task = task_spec(&cfg, &images, &machine, &so, 1).unwrap();
+        assert_eq!(task.memory, Some(128 << 20));
+        assert_eq!(env(&task, "SLURM_MEM_PER_NODE").as_deref(), Some("256"));
+        assert_eq!(task.job_cgroup.and_then(|j| j.memory), Some(1 << 30));
     }
 
     #[test]

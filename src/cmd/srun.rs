@@ -282,20 +282,16 @@ pub fn plan(args: Args, env: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
                  allocation; leave it out, or give it to the job (wharf submit)"
             );
         }
-        let size = |flag: &str, text: Option<String>, zero: bool| {
-            let parse = if zero {
-                wharf_api::resources::parse_memory_or_whole
-            } else {
-                wharf_api::resources::parse_memory
-            };
+        use wharf_api::resources::{parse_memory, parse_memory_or_whole};
+        let size = |flag: &str, text: Option<String>, parse: fn(&str) -> Result<u64, String>| {
             (text.as_deref())
                 .map(|t| parse(t).map_err(|e| anyhow::anyhow!("srun: {flag}: {e}")))
                 .transpose()
         };
         return Ok(Plan::Step(Box::new(step::Args {
-            mem: size("--mem", args.mem, true)?,
-            mem_per_cpu: size("--mem-per-cpu", args.mem_per_cpu, false)?,
-            mem_per_gpu: size("--mem-per-gpu", args.mem_per_gpu, false)?,
+            mem: size("--mem", args.mem, parse_memory_or_whole)?,
+            mem_per_cpu: size("--mem-per-cpu", args.mem_per_cpu, parse_memory)?,
+            mem_per_gpu: size("--mem-per-gpu", args.mem_per_gpu, parse_memory)?,
             nodes: args.nodes,
             // Inside a job, -J names the step and -t limits it, as srun's do.
             job_name: args.job_name,

@@ -1,5 +1,6 @@
 //! A step shares its job's memory on a node: the job's cgroup holds the limit, and the batch
-//! command's cgroup and each step task's are leaves under it.
+//! command's cgroup and each step task's are leaves under it. `srun --mem` gives a step a
+//! ceiling of its own within it.
 
 use std::time::Duration;
 
@@ -56,13 +57,14 @@ fn srun_mem_gives_a_step_its_own_ceiling_within_the_jobs_memory() {
     let alice = user("wharf-alice");
     let home = c.home(&alice);
     let w = wharf_bin();
-    // The job has 2 CPUs and 256 MiB; a step of two tasks limited to 64 MiB gives each 32 MiB: 20 MiB
-    // fits in a task, 48 MiB does not, though the job has room for it.
+    // The job has 2 CPUs and 256 MiB; a step of two tasks limited to 64 MiB gives each 32
+    // MiB: 20 MiB fits in a task, 48 MiB does not, though the job has room for it.
+    let dd = "dd if=/dev/zero of=/dev/null count=1";
     let script = format!(
         "{w} srun --mem 64M -n 2 -l sh -c 'echo MEM=$SLURM_MEM_PER_NODE'; \
-         {w} srun --mem 64M dd if=/dev/zero of=/dev/null bs=20M count=1; echo RESULT SMALL=$?; \
-         {w} srun --mem 64M -n 2 dd if=/dev/zero of=/dev/null bs=48M count=1; echo RESULT BIG=$?; \
-         {w} srun dd if=/dev/zero of=/dev/null bs=48M count=1; echo RESULT JOBS=$?; \
+         {w} srun --mem 64M -n 2 {dd} bs=20M; echo RESULT SMALL=$?; \
+         {w} srun --mem 64M -n 2 {dd} bs=48M; echo RESULT BIG=$?; \
+         {w} srun -n 2 {dd} bs=48M; echo RESULT JOBS=$?; \
          {w} srun --mem 1G true; echo RESULT OVER=$?"
     );
     let id = submitted_id(&c.wharf_as(

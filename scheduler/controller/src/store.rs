@@ -269,7 +269,8 @@ impl Store {
     /// Inserts each submit of a group in one transaction. With `savepoints`, each inside one
     /// of its own: one that fails is rolled back alone (the next takes the ids it would have
     /// had) and its error returned in its place. Without, the first that fails rolls the
-    /// whole transaction back, and the answer is `None`.
+    /// whole transaction back, and the answer is `None`, or its error alone when it was the
+    /// group's only submit (there is nothing to keep around it).
     fn insert_each(
         &mut self,
         submits: &mut [(&mut [JobRecord], Option<&str>)],
@@ -1150,8 +1151,10 @@ pub(crate) mod tests {
         // nothing to keep around it) and takes no id.
         let mut alone = [record()];
         alone[0].name = "bad".into();
-        let answers = s.insert_group(&mut [(&mut alone, Some("b2"))]).unwrap();
-        assert!(matches!(answers.as_slice(), [Err(_)]), "{answers:?}");
+        let answers = s
+            .insert_each(&mut [(&mut alone, Some("b2"))], false)
+            .unwrap();
+        assert!(matches!(answers.as_deref(), Some([Err(_)])), "{answers:?}");
         assert_eq!(s.job_by_token("b2").unwrap(), None);
         assert_eq!(s.active_jobs().unwrap().len(), 5);
         // Without the counter (a database restored in part, say), ids go on past the

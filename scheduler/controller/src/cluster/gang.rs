@@ -229,18 +229,34 @@ impl Cluster {
         node: &str,
         alloc: &wharf_api::NodeAlloc,
     ) -> wharf_api::JobSpec {
+        let memory = self.node_memory(job, spec, node);
         let mut spec = self.launch_spec(job, spec);
-        let Some(here) = self.nodes.get(node).map(|n| n.info.capacity()) else {
+        spec.resources.memory = memory;
+        if !self.nodes.contains_key(node) {
             return spec;
-        };
-        if spec.exclusive || spec.memory_whole {
-            spec.resources.memory = here.memory;
         }
         if spec.exclusive {
             spec.resources.cpus = alloc.cpu_ids.len() as u32;
             spec.resources.gpus = alloc.gpu_ids.len() as u32;
         }
         spec
+    }
+
+    /// The memory `job` (of `spec`) holds on `node`: what it asked for on each node, or the
+    /// node's whole memory for a job that takes whole nodes or asked for `--mem=0` (its
+    /// run's, where the node is no longer known).
+    pub(super) fn node_memory(
+        &self,
+        job: &JobRecord,
+        spec: &wharf_api::JobSpec,
+        node: &str,
+    ) -> u64 {
+        if !(spec.exclusive || spec.memory_whole) {
+            return spec.resources.memory;
+        }
+        self.nodes
+            .get(node)
+            .map_or(job.resources.memory, |n| n.info.capacity().memory)
     }
 
     /// Node `name` as a job's peers reach it: its fabric address when its agent has one.

@@ -44,6 +44,16 @@ pub enum StepOutcome {
     Waits(Busy),
 }
 
+/// The CPUs a step's tasks have on a node where its job holds `alloc`: with
+/// `--cpus-per-task`, that many for each of its `tasks` there (within the job's, as its plan
+/// checked); else all the job's there, shared evenly.
+fn step_cpus(cpus_per_task: Option<u32>, tasks: u32, alloc: &wharf_api::NodeAlloc) -> u32 {
+    match cpus_per_task {
+        Some(c) => c.saturating_mul(tasks),
+        None => alloc.cpu_ids.len() as u32,
+    }
+}
+
 /// Steps a job may have started, in all: their records travel in the job's record (each
 /// without its environment once started everywhere).
 pub const MAX_STEPS: usize = 1000;
@@ -319,6 +329,12 @@ impl Cluster {
         }
         let plan = plan(job, r)?;
         let own_gpus = gpus::asked(job, r, &plan)?;
+        // Before the GPUs: a step refused for its memory is refused at once, not after
+        // waiting for GPUs the job's other steps hold.
+        let memory = match r.memory {
+            Some(asked) => self.step_memory(job, asked, &plan, r.cpus_per_task, own_gpus)?,
+            None => vec![None; plan.ranks.len()],
+        };
         let gpu_ids = match own_gpus.map(|want| gpus::pick(job, &plan, want)) {
             None => vec![Vec::new(); plan.ranks.len()],
             Some(Ok(ids)) => ids,
@@ -331,7 +347,7 @@ impl Cluster {
         // Its own limit where it asks for less than the job has left (the job's end ends it
         // all the same).
         let own = r.time_limit.filter(|&t| t < left);
-        let mut step = StepRecord {
+        let step = StepRecord {
             id: job.steps.len() as u32,
             name: (r.name.clone())
                 .unwrap_or_else(|| r.argv[0].rsplit('/').next().unwrap_or_default().to_string()),
@@ -339,9 +355,11 @@ impl Cluster {
                 .ranks
                 .iter()
                 .zip(gpu_ids)
-                .map(|(&i, gpu_ids)| StepNode {
+                .zip(memory)
+                .map(|((&i, gpu_ids), memory)| StepNode {
                     node: job.allocs[i].node.clone(),
                     gpu_ids,
+                    memory,
                     ..Default::default()
                 })
                 .collect(),
@@ -359,12 +377,6 @@ impl Cluster {
             input: r.input,
             ..Default::default()
         };
-        if let Some(asked) = r.memory {
-            let memory = self.step_memory(job, asked, &step)?;
-            for (n, m) in step.nodes.iter_mut().zip(memory) {
-                n.memory = m;
-            }
-        }
         let mut job = job.clone();
         job.steps.push(step.clone());
         tracing::info!(
@@ -379,30 +391,30 @@ impl Cluster {
         Ok(StepOutcome::Started(Box::new(step)))
     }
 
-    /// The most memory `step`'s tasks may use together on each of its nodes, bytes, as
-    /// `asked` gives it there (per CPU or GPU: those its tasks have there); `None` where that
-    /// is all the job's. Refused where it is more than the job's memory there (as Slurm
-    /// refuses a step's `--mem` past its job's), less than [`wharf_api::job::MIN_MEMORY`] a
-    /// task, or per GPU on a node where its tasks see none.
+    /// The most memory a step's tasks may use together on each of its nodes (`plan`'s ranks
+    /// of `job`), bytes, as `asked` gives it there: per CPU, those its tasks have there
+    /// ([`step_cpus`]); per GPU, those they see (the `own_gpus` it holds on each node, else
+    /// the job's there). `None` where that is all the job's. Refused where it is more than
+    /// the job's memory there (as Slurm refuses a step's `--mem` past its job's), less than
+    /// [`wharf_api::job::MIN_MEMORY`] a task, or per GPU on a node where its tasks see none.
     fn step_memory(
         &self,
         job: &JobRecord,
         asked: StepMemory,
-        step: &StepRecord,
+        plan: &Plan,
+        cpus_per_task: Option<u32>,
+        own_gpus: Option<u32>,
     ) -> Result<Vec<Option<u64>>, Failure> {
         let invalid = |m: String| refused(ErrorKind::InvalidInput, m);
         let fmt = wharf_api::resources::format_memory;
         let Some(spec) = &job.spec else {
-            return Ok(vec![None; step.nodes.len()]);
+            return Ok(vec![None; plan.ranks.len()]);
         };
-        let tasks = step.tasks_per_node.max(1);
-        let mut out = Vec::with_capacity(step.nodes.len());
-        for n in &step.nodes {
-            let Some(alloc) = job.allocs.iter().find(|a| a.node == n.node) else {
-                out.push(None);
-                continue;
-            };
-            let have = self.node_spec(job, spec, &n.node, alloc).resources.memory;
+        let tasks = plan.tasks_per_node.max(1);
+        let mut out = Vec::with_capacity(plan.ranks.len());
+        for &rank in &plan.ranks {
+            let alloc = &job.allocs[rank];
+            let node = &alloc.node;
             let (each, count, flag) = match asked {
                 StepMemory::PerNode(0) => {
                     out.push(None);
@@ -410,43 +422,38 @@ impl Cluster {
                 }
                 StepMemory::PerNode(b) => (b, 1, "--mem"),
                 StepMemory::PerCpu(b) => {
-                    let cpus = step.cpus_per_task.map_or(alloc.cpu_ids.len() as u32, |c| {
-                        c.saturating_mul(step.tasks_per_node)
-                    });
-                    (b, cpus, "--mem-per-cpu")
+                    (b, step_cpus(cpus_per_task, tasks, alloc), "--mem-per-cpu")
                 }
                 StepMemory::PerGpu(b) => {
-                    let gpus = gpus::visible(step.gpus_per_node, n, &alloc.gpu_ids).len() as u32;
+                    let gpus = own_gpus.unwrap_or(alloc.gpu_ids.len() as u32);
                     if gpus == 0 {
                         return Err(invalid(format!(
-                            "--mem-per-gpu: the step's tasks have no GPU on node {}; give --mem \
-                             instead",
-                            n.node
+                            "--mem-per-gpu: the step's tasks have no GPU on node {node}; give \
+                             --mem instead"
                         )));
                     }
                     (b, gpus, "--mem-per-gpu")
                 }
             };
             let want = each.saturating_mul(u64::from(count));
+            let have = self.node_memory(job, spec, node);
             if want > have {
                 return Err(invalid(format!(
-                    "{flag} {}: the step would have {} of memory on node {}, more than job \
-                     {}'s {} there; a step runs within its job's memory, so ask for at most \
-                     that (or leave {flag} out for all of it)",
+                    "{flag} {}: the step would have {} of memory on node {node}, more than \
+                     job {}'s {} there; a step runs within its job's memory, so ask for at \
+                     most that (or leave {flag} out for all of it)",
                     fmt(each),
                     fmt(want),
-                    n.node,
                     job.id,
                     fmt(have)
                 )));
             }
             if want / u64::from(tasks) < wharf_api::job::MIN_MEMORY {
                 return Err(invalid(format!(
-                    "{flag} {}: {} for each of the step's {tasks} task(s) on node {} is too \
+                    "{flag} {}: {} for each of the step's {tasks} task(s) on node {node} is too \
                      little; give each at least {}",
                     fmt(each),
                     fmt(want / u64::from(tasks)),
-                    n.node,
                     fmt(wharf_api::job::MIN_MEMORY)
                 )));
             }
@@ -834,12 +841,7 @@ impl Cluster {
                 // as a job's tasks get the job's (devices, CUDA_VISIBLE_DEVICES, ...).
                 let gpu_ids = gpus::visible(step.gpus_per_node, entry, &alloc.gpu_ids);
                 spec.resources.gpus = gpu_ids.len() as u32;
-                // `--cpus-per-task`: each task that many of the job's CPUs here (within them,
-                // as the plan checked); else all of them, shared evenly.
-                spec.resources.cpus = match step.cpus_per_task {
-                    Some(c) => c.saturating_mul(step.tasks_per_node),
-                    None => alloc.cpu_ids.len() as u32,
-                };
+                spec.resources.cpus = step_cpus(step.cpus_per_task, step.tasks_per_node, alloc);
                 spec.time_limit = step.time_limit;
                 launch.push(StepOrder {
                     step: step.id,

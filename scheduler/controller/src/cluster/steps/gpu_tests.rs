@@ -257,3 +257,39 @@ fn held_gpus_are_known_again_after_a_restart_and_given_back_when_the_job_ends() 
     );
     assert!(super::gpus::held(&job, "g1").is_empty());
 }
+
+#[test]
+fn memory_per_gpu_counts_the_steps_own_and_a_step_too_big_is_refused_before_waiting_for_gpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, id) = gpu_job(&dir, 1, &[0, 1], 2);
+    let with = |memory, r: StepRequest| StepRequest {
+        memory: Some(wharf_api::step::StepMemory::PerGpu(memory)),
+        ..r
+    };
+    // The job has the default 1G. One GPU of its own: 256M for it; none of its own: the
+    // job's two, 512M.
+    let StepOutcome::Started(one) = start(&mut c, id, with(256 << 20, per_node(1))) else {
+        panic!("the step waits")
+    };
+    assert_eq!(one.nodes[0].memory, Some(256 << 20));
+    let seen = c
+        .start_step(
+            ask(id, "g1", 1000, with(256 << 20, StepRequest::default())),
+            2_000,
+        )
+        .map(started)
+        .unwrap();
+    assert_eq!(seen.nodes[0].memory, Some(512 << 20));
+    // Both GPUs are needed while one is held: a step that could fit waits...
+    assert!(matches!(
+        start(&mut c, id, with(128 << 20, per_node(2))),
+        StepOutcome::Waits(_)
+    ));
+    // ...one that never could (2 × 1G past the job's 1G) is refused now, not once the GPUs
+    // are free.
+    let e = c
+        .start_step(ask(id, "g1", 1000, with(1 << 30, per_node(2))), 2_000)
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidInput, "{}", e.message);
+    assert!(e.message.contains("more than job"), "{}", e.message);
+}
