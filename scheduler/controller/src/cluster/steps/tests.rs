@@ -529,13 +529,10 @@ fn a_steps_output_goes_to_its_caller_or_to_the_files_it_names_per_node() {
     );
 }
 
-/// A step of a gang that holds each node's whole memory (`--mem=0`) is launched on each
-/// node with that node's, as the gang's own ranks are (before, every node got the first
-/// node's, more than a smaller node has).
-#[test]
-fn a_steps_tasks_get_their_own_nodes_whole_memory_in_an_uneven_gang() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = nodes(&dir, 1);
+/// A running job of uid 1000 on g1 (16G) and g2 (8G), 4 CPUs and the whole memory
+/// (`--mem=0`) of each.
+fn uneven_gang(dir: &tempfile::TempDir) -> (Cluster, JobId) {
+    let mut c = nodes(dir, 1);
     c.register(NodeInfo::new("g2", "10.0.0.2", 4, 8 << 30, vec![]), 0)
         .unwrap();
     let whole = JobRequest {
@@ -549,6 +546,16 @@ fn a_steps_tasks_get_their_own_nodes_whole_memory_in_an_uneven_gang() {
     for node in ["g1", "g2"] {
         report(&mut c, node, &[(id, None)], vec![]);
     }
+    (c, id)
+}
+
+/// A step of a gang that holds each node's whole memory (`--mem=0`) is launched on each
+/// node with that node's, as the gang's own ranks are (before, every node got the first
+/// node's, more than a smaller node has).
+#[test]
+fn a_steps_tasks_get_their_own_nodes_whole_memory_in_an_uneven_gang() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut c, id) = uneven_gang(&dir);
     c.start_step(ask(id, "g1", 1000, StepRequest::default()), 2_000)
         .map(started)
         .unwrap();
@@ -562,20 +569,7 @@ fn a_steps_tasks_get_their_own_nodes_whole_memory_in_an_uneven_gang() {
 #[test]
 fn a_steps_memory_is_its_own_ceiling_within_the_jobs_on_each_node() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = nodes(&dir, 1);
-    c.register(NodeInfo::new("g2", "10.0.0.2", 4, 8 << 30, vec![]), 0)
-        .unwrap();
-    let whole = JobRequest {
-        nodes: Some(2),
-        cpus: Some(4),
-        memory: Some(0),
-        ..Default::default()
-    };
-    let id = submit_job(&mut c, &caller(1000, "ann"), whole, 10).unwrap();
-    c.schedule(1_000).unwrap();
-    for node in ["g1", "g2"] {
-        report(&mut c, node, &[(id, None)], vec![]);
-    }
+    let (mut c, id) = uneven_gang(&dir);
     let with = |memory, more: StepRequest| StepRequest {
         memory: Some(memory),
         ..more
