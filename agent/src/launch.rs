@@ -963,8 +963,6 @@ fn preflight_memlock(cfg: &AgentConfig, need: Option<u64>) -> Result<(), LaunchE
     )))
 }
 
-/// The job's environment as `NAME=value`, plus the CDI spec's variables that Wharf does not
-/// set itself (Wharf's GPU numbering wins).
 /// Sets `name` to `value` in a sandbox's environment (`NAME=VALUE` entries), in place of
 /// any value it had.
 pub(crate) fn set_env(env: &mut Vec<String>, name: &str, value: &str) {
@@ -972,6 +970,8 @@ pub(crate) fn set_env(env: &mut Vec<String>, name: &str, value: &str) {
     env.push(format!("{name}={value}"));
 }
 
+/// The job's environment as `NAME=value`, plus the CDI spec's variables that Wharf does not
+/// set itself (Wharf's GPU numbering wins).
 fn with_cdi_env(env: Vec<(String, String)>, cdi: Option<&crate::cdi::GpuEdits>) -> Vec<String> {
     let mut out: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     for e in cdi.map(|c| c.env.as_slice()).unwrap_or_default() {

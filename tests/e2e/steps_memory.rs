@@ -84,7 +84,7 @@ fn srun_mem_gives_a_step_its_own_ceiling_within_the_jobs_memory() {
     assert!(out.contains("RESULT SMALL=0"), "{out}\n{job}");
     // Killed by the OOM killer in its own cgroup (137: 128 + SIGKILL).
     assert!(out.contains("RESULT BIG=137"), "{out}\n{job}");
-    // Without --mem, the same task has the job's memory.
+    // Without --mem, the same two tasks have half the job's memory each (128 MiB).
     assert!(out.contains("RESULT JOBS=0"), "{out}\n{job}");
     // More than the job's: refused, with why, and no step recorded for it.
     assert!(out.contains("RESULT OVER=1"), "{out}\n{job}");
