@@ -21,15 +21,10 @@ fn check_signal(n: i32) -> Result<(), Failure> {
     }
 }
 
-/// Whether `job` has processes to take a signal and stay: it runs and is not being stopped.
-fn signallable(job: &JobRecord) -> bool {
-    job.state == JobState::Running && !job.cancel_requested && job.stop.is_none()
-}
-
-/// Why `job` cannot be signalled now (the caller may manage it), if it cannot (see
-/// [`signallable`]).
+/// Why `job` cannot be signalled now (the caller may manage it), if it cannot: only a job
+/// that runs and is not being stopped has processes to take a signal and stay.
 fn not_signallable(job: &JobRecord) -> Option<Failure> {
-    if signallable(job) {
+    if job.state == JobState::Running && !job.cancel_requested && job.stop.is_none() {
         return None;
     }
     let label = job.label();
@@ -362,11 +357,10 @@ mod tests {
     #[test]
     fn no_signal_is_dropped_before_every_node_passed_it_on() {
         let (_dir, mut c, id, ann) = running_on(2);
-        let usr1 = || USR1;
         for _ in 0..JobSignal::KEPT {
-            c.signal(&ann, id, usr1()).unwrap();
+            c.signal(&ann, id, USR1).unwrap();
         }
-        let refused = c.signal(&ann, id, usr1()).unwrap_err();
+        let refused = c.signal(&ann, id, USR1).unwrap_err();
         assert_eq!(refused.kind, ErrorKind::Unavailable, "{}", refused.message);
         assert!(
             refused
@@ -385,10 +379,10 @@ mod tests {
         assert_eq!(c.signal_orders("g1", &seen(16)).len(), 0);
         assert_eq!(c.signal_orders("g2", &seen(4)).len(), 12);
         for _ in 0..4 {
-            c.signal(&ann, id, usr1()).unwrap();
+            c.signal(&ann, id, USR1).unwrap();
         }
         assert_eq!(
-            c.signal(&ann, id, usr1()).unwrap_err().kind,
+            c.signal(&ann, id, USR1).unwrap_err().kind,
             ErrorKind::Unavailable
         );
         assert_eq!(
@@ -397,18 +391,18 @@ mod tests {
             "only ones both nodes passed on were dropped"
         );
         c.signals_reported("g2", &seen(20));
-        c.signal(&ann, id, usr1()).unwrap();
+        c.signal(&ann, id, USR1).unwrap();
         // A node whose rank has ended lists the job no more and holds no one back: once g1
         // (at 16) stops listing it, only g2's report (20) counts.
         for _ in 0..11 {
-            c.signal(&ann, id, usr1()).unwrap();
+            c.signal(&ann, id, USR1).unwrap();
         }
         assert_eq!(
-            c.signal(&ann, id, usr1()).unwrap_err().kind,
+            c.signal(&ann, id, USR1).unwrap_err().kind,
             ErrorKind::Unavailable
         );
         c.signals_reported("g1", &[]);
-        c.signal(&ann, id, usr1()).unwrap();
+        c.signal(&ann, id, USR1).unwrap();
     }
 
     /// `wharf cancel --signal USR1 J` then `wharf cancel J` before the node heard of the
