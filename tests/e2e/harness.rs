@@ -420,6 +420,27 @@ impl Cluster {
         wait_ended(|| self.job(id), id, limit, || self.log())
     }
 
+    /// Submits `script` as `user`'s job (`wharf submit FLAGS --wrap SCRIPT`) and waits up to
+    /// `limit` for it to end, which must be COMPLETED; returns the job and its output file's
+    /// text (in the user's home).
+    pub fn completed(
+        &self,
+        user: &User,
+        flags: &[&str],
+        script: &str,
+        limit: Duration,
+    ) -> (Value, String) {
+        let mut args = vec!["submit"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--wrap", script]);
+        let id = submitted_id(&self.wharf_as(user, &args));
+        let job = self.wait_done(id, limit);
+        let out = self.home(user).join(format!("wharf-{id}.out"));
+        let text = std::fs::read_to_string(out).unwrap_or_default();
+        assert_eq!(job["state"], "COMPLETED", "{job}\n{text}\n{}", self.log());
+        (job, text)
+    }
+
     /// `wharf cancel ID` as `user`, which must succeed; returns the job once ended, which must
     /// be CANCELLED.
     pub fn cancel_as(&self, user: &User, id: u64) -> Value {

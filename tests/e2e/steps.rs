@@ -690,16 +690,6 @@ fn a_step_follows_its_jobs_time_limit_when_it_is_raised() {
     assert!(text.contains("STEP=0"), "{text}");
 }
 
-/// Submits `script` as `user`'s job and waits for it to complete; returns its id and output.
-fn completed(c: &Cluster, user: &User, script: &str) -> (u64, String) {
-    let id = submitted_id(&c.wharf_as(user, &["submit", "--wrap", script]));
-    let job = c.wait_done(id, Duration::from_secs(30));
-    let out = c.home(user).join(format!("wharf-{id}.out"));
-    let text = std::fs::read_to_string(out).unwrap_or_default();
-    assert_eq!(job["state"], "COMPLETED", "{job}\n{text}");
-    (id, text)
-}
-
 /// A step called from under the job's private /tmp is warned that its tasks, each a sandbox
 /// with a /tmp of its own, cannot see that directory (they start in /), instead of silently.
 #[test]
@@ -716,7 +706,7 @@ fn a_step_called_from_the_jobs_private_tmp_is_warned_its_tasks_cannot_see_it() {
         "mkdir -p /tmp/d && cd /tmp/d && {w} step -- pwd; cd /; \
          {w} step -q -o /proc/no-such-file -- true; echo QUIET=$?"
     );
-    let (_, text) = completed(&c, &alice, &script);
+    let (_, text) = c.completed(&alice, &[], &script, Duration::from_secs(30));
     assert!(
         text.contains("the step's tasks cannot see /tmp/d") && text.contains("\n/\n"),
         "{text}"
@@ -742,7 +732,8 @@ fn what_a_step_used_counts_in_its_jobs_efficiency_and_accounting() {
     let w = wharf_bin();
     // About a second of CPU in the step, none in the batch command.
     let script = format!("{w} step -q -- sh -c 'end=$(($(date +%s) + 2)); while [ $(date +%s) -lt $end ]; do :; done'");
-    let (id, _) = completed(&c, &alice, &script);
+    let (job, _) = c.completed(&alice, &[], &script, Duration::from_secs(30));
+    let id = job["id"].as_u64().unwrap();
     let eff: serde_json::Value = serde_json::from_slice(
         &c.wharf_as(&alice, &["eff", &id.to_string(), "--json"])
             .stdout,

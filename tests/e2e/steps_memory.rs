@@ -14,7 +14,6 @@ fn a_step_gets_only_the_memory_its_job_has_left_on_the_node() {
     }
     let c = Cluster::start();
     let alice = user("wharf-alice");
-    let home = c.home(&alice);
     let w = wharf_bin();
     // The batch command holds 80 MiB of its 128 MiB (a file in its private /tmp, a tmpfs whose
     // pages are charged to its cgroup) while two steps each touch a buffer of their own: 20
@@ -27,13 +26,8 @@ fn a_step_gets_only_the_memory_its_job_has_left_on_the_node() {
          rm /tmp/held; \
          {w} step -- dd if=/dev/zero of=/dev/null bs=80M count=1; echo RESULT FREED=$?"
     );
-    let id = submitted_id(&c.wharf_as(
-        &alice,
-        &["submit", "--mem", "128M", "-t", "2m", "--wrap", &script],
-    ));
-    let job = c.wait_done(id, Duration::from_secs(90));
-    let text = std::fs::read_to_string(home.join(format!("wharf-{id}.out"))).unwrap_or_default();
-    assert_eq!(job["state"], "COMPLETED", "{job}\n{text}\n{}", c.log());
+    let flags = ["--mem", "128M", "-t", "2m"];
+    let (job, text) = c.completed(&alice, &flags, &script, Duration::from_secs(90));
     assert!(text.contains("HELD 0"), "{text}");
     assert!(text.contains("RESULT SMALL=0"), "{text}\n{job}");
     // Killed by the OOM killer in the job's cgroup (137: 128 + SIGKILL).
@@ -55,7 +49,6 @@ fn srun_mem_gives_a_step_its_own_ceiling_within_the_jobs_memory() {
     }
     let c = Cluster::start();
     let alice = user("wharf-alice");
-    let home = c.home(&alice);
     let w = wharf_bin();
     // The job has 2 CPUs and 256 MiB; a step of two tasks limited to 64 MiB gives each 32
     // MiB: 20 MiB fits in a task, 48 MiB does not, though the job has room for it.
@@ -67,15 +60,8 @@ fn srun_mem_gives_a_step_its_own_ceiling_within_the_jobs_memory() {
          {w} srun -n 2 {dd} bs=48M; echo RESULT JOBS=$?; \
          {w} srun --mem 1G true; echo RESULT OVER=$?"
     );
-    let id = submitted_id(&c.wharf_as(
-        &alice,
-        &[
-            "submit", "-c", "2", "--mem", "256M", "-t", "2m", "--wrap", &script,
-        ],
-    ));
-    let job = c.wait_done(id, Duration::from_secs(90));
-    let out = std::fs::read_to_string(home.join(format!("wharf-{id}.out"))).unwrap_or_default();
-    assert_eq!(job["state"], "COMPLETED", "{job}\n{out}\n{}", c.log());
+    let flags = ["-c", "2", "--mem", "256M", "-t", "2m"];
+    let (job, out) = c.completed(&alice, &flags, &script, Duration::from_secs(90));
     // Each task is told the step's memory on the node, MiB, as Slurm's steps are.
     assert!(
         out.contains("0: MEM=64") && out.contains("1: MEM=64"),
